@@ -1,0 +1,25 @@
+"""Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
+
+`gemm` and `linear` are the run-time entry points a serving process calls; they dispatch through the
+pinned tables of `autotune.dispatch`. Importing this package pulls in torch but not triton (imported
+on first launch), sqlalchemy, optuna or pandas.
+"""
+
+from __future__ import annotations
+
+from autotune.kernels.api import gemm, launch_config, linear
+from autotune.kernels.base import Inputs, Launch, TunableOp
+from autotune.kernels.gemm import GEMM, GemmOp
+
+__all__ = ["GEMM", "OPS", "GemmOp", "Inputs", "Launch", "TunableOp", "gemm", "get_op", "launch_config", "linear"]
+
+#: Every tunable op by name.
+OPS: dict[str, TunableOp] = {"gemm": GEMM}
+
+
+def get_op(name: str) -> TunableOp:
+    """The TunableOp called `name`; ValueError naming the known ops otherwise."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}; known: {', '.join(OPS)}") from None

@@ -1,0 +1,139 @@
+"""Run-time entry points: `gemm(a, b)` and `linear(x, weight, bias)` dispatch through the pinned tables.
+
+No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
+$AUTOTUNE_TABLES or `autotune.dispatch.load_tables`), launches the chosen backend and config, and for a
+shape nobody tuned uses the heuristic default config (the dispatcher warns once per shape and logs it for
+a later sweep).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.target import Target, TargetError, running_target
+
+__all__ = ["gemm", "launch_config", "linear"]
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_LAYOUTS = ("nk", "kn")
+
+# Per-process caches: launch functions per config, heuristic defaults per shape.
+_launchers: dict[tuple[Config, bool], Callable[..., None]] = {}
+_defaults: dict[tuple[int, int, int, str, str], Config] = {}
+_target: list[Target] = []
+
+
+def _running() -> Target:
+    if not _target:
+        target = running_target()
+        if target is None:
+            raise TargetError(
+                "autotune.kernels.gemm needs a GPU; on a CPU-only machine set TRITON_INTERPRET=1 "
+                "to run the Triton kernels in the interpreter"
+            )
+        _target.append(target)
+    return _target[0]
+
+
+def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"gemm expects two torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"gemm expects 2-D tensors, got A {tuple(a.shape)} and B {tuple(b.shape)}")
+    dtype = _DTYPE_NAMES.get(a.dtype)
+    if dtype is None or b.dtype != a.dtype:
+        raise TypeError(f"gemm supports bf16 or fp16 A and B of one dtype, got A {a.dtype} and B {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"A is on {a.device} but B is on {b.device}; put both on one device")
+    M, K = a.shape
+    if b_layout == "nk":
+        N, kb = b.shape
+    elif b_layout == "kn":
+        kb, N = b.shape
+    else:
+        raise ValueError(f"b_layout must be 'nk' (B is N x K, nn.Linear's weight) or 'kn', got {b_layout!r}")
+    if kb != K:
+        raise ValueError(
+            f"inner dimensions differ: A is {tuple(a.shape)} (M x K) but B is {tuple(b.shape)} "
+            f"({'N x K' if b_layout == 'nk' else 'K x N'})"
+        )
+    if M == 0 or N == 0 or K == 0:
+        raise ValueError(f"empty GEMM: M={M}, N={N}, K={K}")
+    return M, N, K, dtype
+
+
+def launch_config(
+    config: Config, a: torch.Tensor, b: torch.Tensor, b_layout: str = "nk", target: Target | None = None
+) -> torch.Tensor:
+    """Runs one explicit config (no lookup) and returns C. Validates the inputs like `gemm`."""
+    M, N, K, _ = _check(a, b, b_layout)
+    return _launch(config, a, b, M, N, K, b_layout, target or _running())
+
+
+def _launch(
+    config: Config, a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, target: Target
+) -> torch.Tensor:
+    if config.backend == "torch":
+        return torch.nn.functional.linear(a, b) if b_layout == "nk" else torch.mm(a, b)
+    key = (config, target.is_amd)
+    run = _launchers.get(key)
+    if run is None:
+        from autotune.kernels.gemm_triton import launcher
+
+        run = _launchers[key] = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
+    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    split_k = int(config.get("SPLIT_K", 1))
+    workspace = torch.empty(split_k * M * N, device=a.device, dtype=torch.float32) if split_k > 1 else None
+    if b_layout == "nk":
+        run(a, b, out, b.stride(1), b.stride(0), M, N, K, workspace)
+    else:
+        run(a, b, out, b.stride(0), b.stride(1), M, N, K, workspace)
+    return out
+
+
+def _default(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:
+    key = (M, N, K, dtype, b_layout)
+    config = _defaults.get(key)
+    if config is None:
+        from autotune.kernels.gemm_space import gemm_default_config
+
+        config = gemm_default_config(Problem.gemm(M, N, K, dtype, b_layout), target)
+        _defaults[key] = config
+    return config
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk") -> torch.Tensor:
+    """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
+
+    A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
+    from the loaded tuned table, else the heuristic default.
+    """
+    from autotune.dispatch import default_dispatcher
+
+    M, N, K, dtype = _check(a, b, b_layout)
+    target = _running()
+    config = default_dispatcher().lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
+    if config is None:
+        config = _default(M, N, K, dtype, b_layout, target)
+    return _launch(config, a, b, M, N, K, b_layout, target)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise ValueError("linear expects x as a tensor of shape (..., K)")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if not x2.is_contiguous():
+        x2 = x2.contiguous()
+    y = gemm(x2, weight, b_layout="nk")
+    if bias is not None:
+        if bias.shape != (weight.shape[0],):
+            raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
+        y += bias
+    return y.reshape(*lead, weight.shape[0])

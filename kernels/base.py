@@ -1,0 +1,69 @@
+"""The contract every tunable op implements, and errors for bad kernel input."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotune.space import SearchSpace
+
+__all__ = ["Inputs", "Launch", "TunableOp"]
+
+Inputs = Sequence["torch.Tensor"]
+Launch = Callable[[], None]
+
+
+class TunableOp(Protocol):
+    """What the tuner needs of an op (one module per op implements it).
+
+    Everything here is pure or allocates on `device`; nothing times anything. `prepare` does the work that
+    a caller would do once (allocating workspaces, building launch arguments) and returns a zero-argument
+    launch that writes into `out`; the first call may compile.
+    """
+
+    name: str
+
+    def backends(self, target: Target) -> tuple[str, ...]:
+        """Backends available for this op on `target` (e.g. "triton", "torch")."""
+        ...
+
+    def source_hash(self, backend: str) -> str:
+        """Hash of the code that runs for `backend`; part of every stored result's key."""
+        ...
+
+    def space(self, problem: Problem, target: Target) -> SearchSpace:
+        """The search space for `problem` on `target`, heuristic default and vendor baseline first."""
+        ...
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        """The heuristic config used for shapes nobody tuned."""
+        ...
+
+    def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
+        """Random inputs (never zeros) for `problem` on `device`."""
+        ...
+
+    def make_output(self, problem: Problem, device: str) -> torch.Tensor:
+        """An uninitialised output tensor for `problem`."""
+        ...
+
+    def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
+        """The exact result in fp32, computed with PyTorch."""
+        ...
+
+    def tolerance(self, problem: Problem) -> float:
+        """Largest acceptable ‖out − ref‖ / ‖ref‖."""
+        ...
+
+    def prepare(
+        self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
+    ) -> Launch:
+        """A zero-argument launch of `config` on `inputs` that writes `out`."""
+        ...

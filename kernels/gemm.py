@@ -1,0 +1,145 @@
+"""The dense GEMM op: inputs, reference, tolerance, search space and launches for each backend."""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.space import SearchSpace
+from autotune.target import Target
+from autotune.kernels.base import Inputs, Launch
+from autotune.kernels.gemm_space import gemm_default_config, gemm_space
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GEMM", "GemmOp", "TORCH_DTYPES"]
+
+_HERE = Path(__file__).resolve().parent
+
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+_TOLERANCE = {"bf16": 1e-2, "fp16": 2e-3, "fp32": 1e-4}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    import torch
+
+    try:
+        return getattr(torch, TORCH_DTYPES[name])
+    except KeyError:
+        raise ValueError(f"gemm supports bf16 and fp16 inputs, not {name}") from None
+
+
+@lru_cache(maxsize=None)
+def _file_hash(*names: str) -> str:
+    h = hashlib.sha256()
+    for name in names:
+        h.update((_HERE / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+class GemmOp:
+    """Dense GEMM, C (M, N) = A (M, K) · Bᵀ with B (N, K) [layout "nk"], or A · B with B (K, N) [layout "kn"].
+
+    Backends: "triton" (our kernel) and "torch" (torch.mm: cuBLAS or hipBLASLt). bf16 or fp16 inputs,
+    fp32 accumulation, output in the input dtype. Stateless and thread-safe.
+    """
+
+    name = "gemm"
+
+    def backends(self, target: Target) -> tuple[str, ...]:
+        return ("torch", "triton")
+
+    def source_hash(self, backend: str) -> str:
+        if backend == "triton":
+            return _file_hash("gemm_triton.py")
+        if backend == "torch":
+            import torch
+
+            return hashlib.sha256(f"torch.mm {torch.__version__}".encode()).hexdigest()[:16]
+        raise ValueError(f"unknown gemm backend {backend!r}")
+
+    def space(self, problem: Problem, target: Target) -> SearchSpace:
+        return gemm_space(problem, target, self.backends(target))
+
+    def default_config(self, problem: Problem, target: Target) -> Config:
+        return gemm_default_config(problem, target)
+
+    def check_problem(self, problem: Problem) -> None:
+        if problem.op != "gemm":
+            raise ValueError(f"GemmOp got a {problem.op} problem")
+        if not (problem.dtype_a == problem.dtype_b == problem.dtype_out):
+            raise ValueError(f"gemm needs one dtype for A, B and C, got {problem}")
+        torch_dtype(problem.dtype_a)
+
+    def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
+        import torch
+
+        self.check_problem(problem)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        dtype = torch_dtype(problem.dtype_a)
+        a = torch.randn(problem.M, problem.K, generator=gen).to(device=device, dtype=dtype)
+        shape = (problem.N, problem.K) if problem.layout == "nk" else (problem.K, problem.N)
+        b = torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+        return (a, b)
+
+    def make_output(self, problem: Problem, device: str) -> torch.Tensor:
+        import torch
+
+        return torch.empty(problem.M, problem.N, device=device, dtype=torch_dtype(problem.dtype_out))
+
+    def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
+        a, b = inputs
+        bf = b.float().t() if problem.layout == "nk" else b.float()
+        return a.float() @ bf
+
+    def tolerance(self, problem: Problem) -> float:
+        return _TOLERANCE[problem.dtype_out]
+
+    def prepare(
+        self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
+    ) -> Launch:
+        a, b = inputs
+        if config.backend == "torch":
+            return _torch_launch(a, b, out, problem.layout)
+        if config.backend != "triton":
+            raise ValueError(f"unknown gemm backend {config.backend!r}")
+        return _triton_launch(problem, config, target, a, b, out)
+
+
+def _torch_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, layout: str) -> Launch:
+    import torch
+
+    bb = b.t() if layout == "nk" else b
+
+    def launch() -> None:
+        torch.mm(a, bb, out=out)
+
+    return launch
+
+
+def _triton_launch(
+    problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
+) -> Launch:
+    import torch
+
+    from autotune.kernels.gemm_triton import launcher
+
+    M, N, K = problem.M, problem.N, problem.K
+    stride_bk, stride_bn = (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
+    split_k = int(config.get("SPLIT_K", 1))
+    workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
+    run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
+    args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)
+
+    def launch() -> None:
+        run(*args)
+
+    return launch
+
+
+GEMM = GemmOp()

@@ -1,0 +1,149 @@
+"""Arch-aware search space and heuristic default config of the dense GEMM."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from autotune.config import Config, Value
+from autotune.problem import DTYPE_BYTES, Problem, next_pow2
+from autotune.space import Constraint, SearchSpace, SubSpace
+from autotune.target import Target
+
+__all__ = ["gemm_default_config", "gemm_space", "triton_params"]
+
+_MIN_TILE = 16  # tl.dot needs every dimension >= 16
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def triton_params(target: Target) -> dict[str, Sequence[Value]]:
+    """The Triton knobs and their values on `target` (AMD knobs exist only on AMD)."""
+    if target.interpreter:
+        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16, 32), GROUP_M=(1, 4),
+                    SPLIT_K=(1, 2, 4), num_warps=(4,), num_stages=(1,))  # fmt: skip
+    tiles = (16, 32, 64, 128, 256)
+    common: dict[str, Sequence[Value]] = dict(
+        BLOCK_M=tiles, BLOCK_N=tiles[1:], BLOCK_K=(32, 64, 128, 256), GROUP_M=(1, 4, 8),
+        SPLIT_K=(1, 2, 4, 8, 16), num_warps=(4, 8),
+    )  # fmt: skip
+    if target.is_amd:
+        amd: dict[str, Sequence[Value]] = dict(
+            BLOCK_N=tiles, num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2),
+            NUM_XCDS=(1, target.xcds) if target.xcds > 1 else (1,),
+        )  # fmt: skip
+        if target.arch == "gfx942":
+            amd["kpack"] = (1, 2)
+        return {**common, **amd}
+    return {**common, "num_stages": (2, 3, 4, 5)}
+
+
+def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, N, K = problem.M, problem.N, problem.K
+    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
+    cus = target.cu_count
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return _cdiv(M, int(c["BLOCK_M"])) * _cdiv(N, int(c["BLOCK_N"]))
+
+    def lds_bytes(c: Mapping[str, Value]) -> int:
+        stages = int(c["num_stages"])
+        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+        return int((int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * elem * buffers)
+
+    acc_limit = 256 if target.is_amd else 128
+    out = [
+        Constraint("block_m_waste", f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
+                   lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M))),
+        Constraint("block_n_waste", f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
+                   lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N))),
+        Constraint("block_k_waste", f"BLOCK_K {{BLOCK_K}} x SPLIT_K {{SPLIT_K}} > next_pow2(K={K}): empty K slices",
+                   lambda c: int(c["BLOCK_K"]) * int(c["SPLIT_K"]) <= max(_MIN_TILE, next_pow2(K))),
+        Constraint("split_k_needless",
+                   f"SPLIT_K {{SPLIT_K}} on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
+                   lambda c: int(c["SPLIT_K"]) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus),
+        Constraint("group_m_redundant", f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
+                   lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1),
+        Constraint("lds_overflow",
+                   f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+                   lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes),
+        Constraint("accumulator_spill",
+                   f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {acc_limit} registers a lane",
+                   lambda c: int(c["BLOCK_M"]) * int(c["BLOCK_N"])
+                   <= acc_limit * int(c["num_warps"]) * target.wave_size or target.interpreter),
+        Constraint("idle_warps", "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
+                   lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192),
+    ]  # fmt: skip
+    if target.is_amd:
+        out += [
+            Constraint("mfma_32_small_tile", "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
+                       lambda c: int(c["matrix_instr_nonkdim"]) == 16
+                       or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32),
+            Constraint("xcd_remap_redundant", f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
+                       lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds),
+        ]  # fmt: skip
+    return out
+
+
+def _pick_split_k(problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]) -> int:
+    tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+    best = 1
+    for sk in sorted(int(v) for v in choices):
+        if tiles * sk <= target.cu_count and problem.K // sk >= 2 * bk:
+            best = sk
+    return best
+
+
+def gemm_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned: a sensible tile for the regime, split-K when the
+    tile grid underfills the GPU. Always a member of `gemm_space(problem, target)`."""
+    params = triton_params(target)
+    M, N = problem.M, problem.N
+    if target.interpreter:
+        bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
+    elif M <= 64:  # decode: memory-bound, narrow M tile, long K tile
+        bm = max(_MIN_TILE, min(64, next_pow2(M)))
+        bn, bk = 64, 256 if target.is_amd else 128
+        warps, stages = 4, 2 if target.is_amd else 4
+    elif target.is_amd:
+        bm, bn, bk, warps, stages = 256, 256, 64, 8, 2
+    else:
+        bm, bn, bk, warps, stages = 128, 128, 64, 4, 4
+    bm = min(bm, max(_MIN_TILE, next_pow2(M)))
+    bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
+    bk = min(bk, max(_MIN_TILE, next_pow2(problem.K)))
+    values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
+    values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    if target.is_amd:
+        values["matrix_instr_nonkdim"] = 16
+        values["waves_per_eu"] = 0
+        tiles = _cdiv(M, bm) * _cdiv(N, bn)
+        values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
+        if "kpack" in params:
+            values["kpack"] = 2
+    config = Config(values, backend="triton")
+    sub = SubSpace("triton", params, _constraints(problem, target))
+    if sub.check(config) is None:
+        return config
+    for smaller in ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):  # shrink until it fits
+        for value in sorted((int(v) for v in params[smaller]), reverse=True):
+            candidate = config.replace(**{smaller: value})
+            if int(value) < int(config[smaller]) and sub.check(candidate) is None:
+                return candidate
+    return next(c for c, reason in sub.walk() if reason is None)
+
+
+def gemm_space(problem: Problem, target: Target, backends: Sequence[str] = ("torch", "triton")) -> SearchSpace:
+    """The vendor library (one config) and the Triton kernel (heuristic default first) for `problem`."""
+    subs = []
+    for backend in backends:
+        if backend == "torch":
+            subs.append(SubSpace("torch"))
+        elif backend == "triton":
+            subs.append(SubSpace("triton", triton_params(target), _constraints(problem, target),
+                                 first=(gemm_default_config(problem, target),)))  # fmt: skip
+        else:
+            raise ValueError(f"unknown gemm backend {backend!r}; known: torch, triton")
+    return SearchSpace(subs)
