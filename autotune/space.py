@@ -22,9 +22,9 @@ class Constraint:
 
     name: str
     reason: str
-    allows: Callable[[Config], bool]
+    allows: Callable[[Mapping[str, Value]], bool]
 
-    def explain(self, config: Config) -> str:
+    def explain(self, config: Mapping[str, Value]) -> str:
         try:
             return f"{self.name}: {self.reason.format(**config)}"
         except (KeyError, IndexError, ValueError):
@@ -51,10 +51,19 @@ class SubSpace:
             n *= len(values)
         return n
 
-    def _product(self) -> Iterator[Config]:
+    def _product(self) -> Iterator[dict[str, Value]]:
         names = list(self.params)
         for values in itertools.product(*(self.params[n] for n in names)):
-            yield Config(dict(zip(names, values)), backend=self.backend)
+            d: dict[str, Value] = dict(zip(names, values))
+            d["backend"] = self.backend
+            yield d
+
+    def violated(self, values: Mapping[str, Value]) -> Constraint | None:
+        """The first constraint `values` breaks (parameters are assumed in range), or None."""
+        for constraint in self.constraints:
+            if not constraint.allows(values):
+                return constraint
+        return None
 
     def check(self, config: Config) -> str | None:
         """None when `config` is valid here, else the reason it is not."""
@@ -68,22 +77,23 @@ class SubSpace:
                 return f"missing parameter {name}"
             if config[name] not in values:
                 return f"{name}={config[name]!r} is not among {list(values)}"
-        for constraint in self.constraints:
-            if not constraint.allows(config):
-                return constraint.explain(config)
-        return None
+        broken = self.violated(config)
+        return None if broken is None else broken.explain(config)
 
-    def walk(self) -> Iterator[tuple[Config, str | None]]:
-        """Every config of the product, each with its prune reason (None if valid); `first` ones first."""
+    def walk(self) -> Iterator[tuple[Mapping[str, Value], Constraint | None]]:
+        """Every point of the product as a mapping, with the constraint that prunes it (None if valid);
+        valid `first` configs come first (and are not repeated)."""
         seen: set[Config] = set()
         for config in self.first:
-            reason = self.check(config)
-            if reason is None and config not in seen:
+            if self.check(config) is None and config not in seen:
                 seen.add(config)
                 yield config, None
-        for config in self._product():
-            if config not in seen:
-                yield config, self.check(config)
+        for values in self._product():
+            broken = self.violated(values)
+            if broken is not None:
+                yield values, broken
+            elif not seen or Config(values) not in seen:
+                yield values, None
 
 
 class SearchSpace:
@@ -100,6 +110,7 @@ class SearchSpace:
         self.subspaces: tuple[SubSpace, ...] = tuple(subspaces)
         self._by_backend = {s.backend: s for s in self.subspaces}
         self._valid: tuple[Config, ...] | None = None
+        self._pruned_counts: dict[str, int] = {}
 
     @property
     def backends(self) -> tuple[str, ...]:
@@ -118,21 +129,28 @@ class SearchSpace:
     def __contains__(self, config: object) -> bool:
         return isinstance(config, Config) and self.check(config) is None
 
-    def walk(self) -> Iterator[tuple[Config, str | None]]:
+    def walk(self) -> Iterator[tuple[Mapping[str, Value], Constraint | None]]:
         for sub in self.subspaces:
             yield from sub.walk()
 
     def configs(self) -> tuple[Config, ...]:
-        """All valid configs, in the deterministic order."""
+        """All valid configs, in the deterministic order (computed once)."""
         if self._valid is None:
-            self._valid = tuple(c for c, reason in self.walk() if reason is None)
+            valid: list[Config] = []
+            counts: dict[str, int] = {}
+            for values, broken in self.walk():
+                if broken is None:
+                    valid.append(values if isinstance(values, Config) else Config(values))
+                else:
+                    counts[broken.name] = counts.get(broken.name, 0) + 1
+            self._valid, self._pruned_counts = tuple(valid), counts
         return self._valid
 
     def pruned(self) -> Iterator[tuple[Config, str]]:
         """Every config removed by a constraint, with the reason."""
-        for config, reason in self.walk():
-            if reason is not None:
-                yield config, reason
+        for values, broken in self.walk():
+            if broken is not None:
+                yield Config(values), broken.explain(values)
 
     def raw_size(self) -> int:
         return sum(s.raw_size() for s in self.subspaces)
@@ -141,9 +159,6 @@ class SearchSpace:
         return len(self.configs())
 
     def prune_summary(self) -> dict[str, int]:
-        """How many configs each constraint removed (first failing constraint counts)."""
-        counts: dict[str, int] = {}
-        for _, reason in self.pruned():
-            key = reason.split(":", 1)[0]
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+        """How many configs each constraint removed (the first failing constraint counts)."""
+        self.configs()
+        return dict(self._pruned_counts)

@@ -158,8 +158,9 @@ class RandomSearch(Strategy):
 class OptunaTPE(Strategy):
     """Optuna's TPE sampler over the space's parameters (backend first, then that backend's knobs).
 
-    Invalid samples are told a penalty and resampled; repeats of a config already tried are told its
-    known score without running it. Scores are log(time µs), failures a fixed penalty.
+    Only valid configs are ever measured: a sample that breaks a constraint, or repeats a config already
+    tried, is marked failed in the study (TPE learns nothing from it) and replaced by the nearest untried
+    valid config, which is then told like any other. Scores are log(time µs); failures a fixed penalty.
     """
 
     name = "optuna"
@@ -169,46 +170,78 @@ class OptunaTPE(Strategy):
         self, space: SearchSpace, budget: Budget | None = None, *, n_startup: int = 10, **kw: Any
     ) -> None:
         super().__init__(space, budget, **kw)
+        import warnings
+
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=n_startup, multivariate=True,
-                                             group=True, warn_independent_sampling=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
+            sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=n_startup, multivariate=True)
+        self._optuna = optuna
         self._study = optuna.create_study(direction="minimize", sampler=sampler)
         self._anchor_queue = self._anchors()
-        self._scores: dict[Config, float] = {}
         self._open: dict[Config, Any] = {}
-        self._valid_count = len(space.configs())
+        self._valid = space.configs()
+        # Each backend's knobs restricted to the values that occur in some valid config.
+        self._values: dict[str, dict[str, list[Any]]] = {}
+        for sub in space.subspaces:
+            mine = [c for c in self._valid if c.backend == sub.backend]
+            self._values[sub.backend] = {
+                name: [v for v in vals if any(c[name] == v for c in mine)] for name, vals in sub.params.items()
+            }
+        # Backends without knobs are anchors (asked first), never sampled.
+        self._backends = [
+            b for b in space.backends if self._values[b] and any(c.backend == b for c in self._valid)
+        ]
+        self._scores: dict[Config, float] = {}
 
     def _sample(self) -> tuple[Any, Config]:
         trial = self._study.ask()
-        backend = trial.suggest_categorical("backend", list(self.space.backends))
-        sub = self.space.subspace(backend)
-        values = {name: trial.suggest_categorical(f"{backend}.{name}", list(vals))
-                  for name, vals in sub.params.items()}
+        backend = trial.suggest_categorical("backend", self._backends)
+        values = {
+            name: trial.suggest_categorical(f"{backend}.{name}", vals)
+            for name, vals in self._values[backend].items()
+        }
         return trial, Config(values, backend=backend)
+
+    def _nearest_untried(self, config: Config) -> Config | None:
+        """The untried valid config closest to `config` (log2 distance on numbers, 1 per other mismatch)."""
+        best, best_d = None, math.inf
+        for c in self._valid:
+            if c in self._told:
+                continue
+            d = 0.0 if c.backend == config.backend else 100.0
+            for name, v in c.items():
+                w = config.get(name)
+                if w == v:
+                    continue
+                if isinstance(v, (int, float)) and isinstance(w, (int, float)) and v > 0 and w > 0:
+                    d += abs(math.log2(v / w))
+                else:
+                    d += 1.0
+            if d < best_d:
+                best, best_d = c, d
+        return best
 
     def _next(self) -> Config | None:
         while self._anchor_queue:
             config = self._anchor_queue.pop(0)
             if config not in self._told:
                 return config
-        if len(self._told) >= self._valid_count:
+        if len(self._told) >= len(self._valid):
             return None
-        for _ in range(2000):
-            trial, config = self._sample()
-            if self.space.check(config) is not None:
-                self._study.tell(trial, self._PENALTY)
-            elif config in self._scores:
-                self._study.tell(trial, self._scores[config])
-            else:
-                self._open[config] = trial
-                return config
-        log.info("TPE kept proposing known or invalid configs; falling back to the untried ones in order")
-        for config in self.space.configs():
-            if config not in self._told:
-                return config
-        return None
+        if not self._backends:
+            return self._nearest_untried(Config())
+        trial, config = self._sample()
+        if config in self._scores:  # a repeat: the sampler hears the known score again
+            self._study.tell(trial, self._scores[config])
+        elif self.space.check(config) is None:
+            self._open[config] = trial
+            return config
+        else:
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
+        return self._nearest_untried(config)
 
     def _observe(self, config: Config, result: TrialResult) -> None:
         t = result.time_us
@@ -217,18 +250,18 @@ class OptunaTPE(Strategy):
         trial = self._open.pop(config, None)
         if trial is not None:
             self._study.tell(trial, score)
-        else:  # an anchor or fallback: teach the sampler about it too
-            import optuna
-
-            params: dict[str, Any] = {"backend": config.backend}
-            dists: dict[str, Any] = {
-                "backend": optuna.distributions.CategoricalDistribution(list(self.space.backends))
-            }
-            sub = self.space.subspace(config.backend)
-            for name, vals in sub.params.items():
+            return
+        # an anchor or a replacement: teach the sampler about it as a finished trial
+        dist = self._optuna.distributions.CategoricalDistribution
+        params: dict[str, Any] = {"backend": config.backend}
+        if config.backend not in self._backends:
+            return
+        dists: dict[str, Any] = {"backend": dist(self._backends)}
+        for name, vals in self._values.get(config.backend, {}).items():
+            if config.get(name) in vals:
                 params[f"{config.backend}.{name}"] = config[name]
-                dists[f"{config.backend}.{name}"] = optuna.distributions.CategoricalDistribution(list(vals))
-            self._study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, value=score))
+                dists[f"{config.backend}.{name}"] = dist(vals)
+        self._study.add_trial(self._optuna.trial.create_trial(params=params, distributions=dists, value=score))
 
 
 STRATEGIES: dict[str, type[Strategy]] = {

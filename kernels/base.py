@@ -38,8 +38,11 @@ class TunableOp(Protocol):
         """Hash of the code that runs for `backend`; part of every stored result's key."""
         ...
 
-    def space(self, problem: Problem, target: Target) -> SearchSpace:
-        """The search space for `problem` on `target`, heuristic default and vendor baseline first."""
+    def space(
+        self, problem: Problem, target: Target, backends: Sequence[str] | None = None
+    ) -> SearchSpace:
+        """The search space for `problem` on `target` (all backends, or those named; ValueError for an
+        unknown one), vendor baseline and heuristic default first."""
         ...
 
     def default_config(self, problem: Problem, target: Target) -> Config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,8 +64,10 @@ class GemmOp:
             return hashlib.sha256(f"torch.mm {torch.__version__}".encode()).hexdigest()[:16]
         raise ValueError(f"unknown gemm backend {backend!r}")
 
-    def space(self, problem: Problem, target: Target) -> SearchSpace:
-        return gemm_space(problem, target, self.backends(target))
+    def space(
+        self, problem: Problem, target: Target, backends: Sequence[str] | None = None
+    ) -> SearchSpace:
+        return gemm_space(problem, target, self.backends(target) if backends is None else backends)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return gemm_default_config(problem, target)

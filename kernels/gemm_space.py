@@ -132,7 +132,7 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
             candidate = config.replace(**{smaller: value})
             if int(value) < int(config[smaller]) and sub.check(candidate) is None:
                 return candidate
-    return next(c for c, reason in sub.walk() if reason is None)
+    return next(Config(c) for c, broken in sub.walk() if broken is None)
 
 
 def gemm_space(problem: Problem, target: Target, backends: Sequence[str] = ("torch", "triton")) -> SearchSpace:

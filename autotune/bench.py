@@ -1,0 +1,298 @@
+"""Benchmarker: checks a config's output against the reference, then times it cold on one device."""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.result import Timing, TrialResult, TrialStatus
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotune.kernels.base import Launch, TunableOp
+
+__all__ = ["BenchSettings", "Benchmarker", "DeviceFault", "classify_error", "rel_error"]
+
+log = logging.getLogger(__name__)
+
+_FATAL_MARKERS = ("illegal memory access", "unspecified launch failure", "device-side assert",
+                  "misaligned address", "illegal instruction", "hipErrorLaunchFailure")  # fmt: skip
+
+
+class DeviceFault(RuntimeError):
+    """The device is unusable after a fault (illegal address, ...): no later trial can run in this process."""
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """How to time. Defaults suit a GPU; `for_interpreter()` suits Triton's CPU interpreter."""
+
+    warmup: int = 3  # launches after the first (compiling) one, before timing
+    min_reps: int = 10
+    max_reps: int = 200
+    target_time_s: float = 0.15  # aim for this much timed kernel time per config
+    graph_threshold_us: float = 40.0  # below this, replay a graph: launch overhead would dominate events
+    graph_launches: int = 20  # launches captured per graph
+    max_input_sets: int = 32  # rotating input sets (so each run starts cold in the last-level cache)
+    flush: bool = True
+
+    @classmethod
+    def for_interpreter(cls) -> BenchSettings:
+        return cls(warmup=0, min_reps=2, max_reps=3, target_time_s=0.0, graph_threshold_us=0.0, flush=False,
+                   max_input_sets=1)  # fmt: skip
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in fp64; NaN or inf anywhere in `out` gives +inf."""
+    import torch
+
+    o = out.double()
+    if not bool(torch.isfinite(o).all()):
+        return math.inf
+    r = ref.double()
+    denom = float(r.norm())
+    return float((o - r).norm()) / (denom if denom > 0 else 1.0)
+
+
+def classify_error(exc: BaseException) -> TrialStatus:
+    """Maps an exception raised while compiling or launching a config to a trial status."""
+    name = type(exc).__name__
+    module = type(exc).__module__ or ""
+    text = str(exc)
+    low = text.lower()
+    if name == "OutOfResources" or "outofmemory" in name.lower() or "out of resource" in low:
+        return TrialStatus.OUT_OF_RESOURCES
+    if any(m.lower() in low for m in _FATAL_MARKERS):
+        return TrialStatus.CRASHED
+    if (
+        name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError", "MLIRCompilationError")
+        or module.startswith("triton.compiler")
+        or "passmanager" in low
+        or "ptxas" in low
+    ):
+        return TrialStatus.COMPILE_ERROR
+    return TrialStatus.RUNTIME_ERROR
+
+
+def _stats(samples_us: Sequence[float], method: str) -> Timing:
+    xs = sorted(samples_us)
+    n = len(xs)
+
+    def q(p: float) -> float:
+        return xs[min(n - 1, max(0, round(p * (n - 1))))]
+
+    return Timing(
+        median_us=statistics.median(xs),
+        min_us=xs[0],
+        p20_us=q(0.2),
+        p80_us=q(0.8),
+        mean_us=statistics.fmean(xs),
+        std_us=statistics.pstdev(xs) if n > 1 else 0.0,
+        runs=n,
+        method=method,
+    )
+
+
+class _ProblemState:
+    """Inputs, reference and outputs of one problem, built once and reused for every config."""
+
+    def __init__(self, op: TunableOp, problem: Problem, device: str, n_sets: int, seed: int) -> None:
+        self.problem = problem
+        self.inputs = [op.make_inputs(problem, device, seed + i) for i in range(n_sets)]
+        self.outputs = [op.make_output(problem, device) for _ in range(n_sets)]
+        self.reference = op.reference(problem, self.inputs[0])
+
+
+class Benchmarker:
+    """Times configs of one op on one device.
+
+    For each config: (1) the correctness gate: the output is filled with NaN, the config runs once (this
+    first call compiles) and ‖out − ref‖ / ‖ref‖ must be under the op's tolerance, NaN never passes;
+    (2) warm-up; (3) timed runs, each starting cold: with device events and a last-level-cache flush
+    between runs, or, for launches shorter than `graph_threshold_us`, graph replays over rotating input
+    sets sized from the device's cache. On the CPU interpreter a wall clock is used.
+
+    Failures become TrialResults with a status (compile_error, out_of_resources, wrong_result,
+    runtime_error); only a device fault that leaves the device unusable raises (DeviceFault). Not
+    thread-safe; one Benchmarker per device.
+    """
+
+    def __init__(
+        self,
+        op: TunableOp,
+        target: Target,
+        *,
+        device: str | None = None,
+        settings: BenchSettings | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.op = op
+        self.target = target
+        self.device = device or ("cpu" if target.interpreter else "cuda")
+        self.settings = settings or (BenchSettings.for_interpreter() if target.interpreter else BenchSettings())
+        self.seed = seed
+        self._state: _ProblemState | None = None
+        self._flush_buf: Any = None
+        self.on_gpu = self.device != "cpu"
+
+    # -- set-up -------------------------------------------------------------------------------------
+    def _state_for(self, problem: Problem) -> _ProblemState:
+        if self._state is None or self._state.problem != problem:
+            self._state = None  # free the previous problem's tensors first
+            n_sets = 1
+            if self.on_gpu and self.target.llc_bytes > 0:
+                n_sets = math.ceil(2 * self.target.llc_bytes / max(problem.min_bytes(), 1))
+            n_sets = max(1, min(n_sets, self.settings.max_input_sets))
+            self._state = _ProblemState(self.op, problem, self.device, n_sets, self.seed)
+        return self._state
+
+    def _flush(self) -> None:
+        if not (self.on_gpu and self.settings.flush):
+            return
+        if self._flush_buf is None:
+            import torch
+
+            size = max(2 * self.target.llc_bytes, 64 << 20)
+            self._flush_buf = torch.empty(size // 4, dtype=torch.int32, device=self.device)
+        self._flush_buf.zero_()
+
+    def _sync(self) -> None:
+        if self.on_gpu:
+            import torch
+
+            torch.cuda.synchronize()
+
+    # -- the public entry point -----------------------------------------------------------------------
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        """Checks and times `config` on `problem`; never raises for a bad config (see class docstring)."""
+        state = self._state_for(problem)
+        phase = "compile"
+        t0 = time.perf_counter()
+        compile_s = 0.0
+        try:
+            launches = [
+                self.op.prepare(problem, config, self.target, inp, out)
+                for inp, out in zip(state.inputs, state.outputs)
+            ]
+            out0 = state.outputs[0]
+            out0.fill_(float("nan"))
+            self._sync()
+            t0 = time.perf_counter()
+            launches[0]()
+            self._sync()
+            compile_s = time.perf_counter() - t0
+            phase = "check"
+            err = rel_error(out0, state.reference)
+            tol = self.op.tolerance(problem)
+            if not err <= tol:
+                why = "output has NaN/inf (unwritten or overflowed)" if math.isinf(err) else f"{err:.3g} > {tol:g}"
+                return TrialResult(config, TrialStatus.WRONG_RESULT, rel_error=err, compile_s=compile_s,
+                                   error=f"wrong result: relative error {why}")  # fmt: skip
+            phase = "time"
+            t1 = time.perf_counter()
+            timing = self._time(launches)
+            return TrialResult(config, TrialStatus.OK, timing=timing, rel_error=err, compile_s=compile_s,
+                               measure_s=time.perf_counter() - t1)  # fmt: skip
+        except Exception as exc:  # a failed config is a value
+            status = classify_error(exc)
+            text = f"{type(exc).__name__} during {phase}: {str(exc).strip()[:2000]}"
+            if phase == "compile" and compile_s == 0.0:
+                compile_s = time.perf_counter() - t0
+            if status is TrialStatus.CRASHED:
+                raise DeviceFault(text) from exc
+            log.debug("config %s failed: %s", config.short(), text)
+            return TrialResult(config, status, error=text, compile_s=compile_s)
+
+    # -- timing -------------------------------------------------------------------------------------
+    def _time(self, launches: Sequence[Launch]) -> Timing:
+        if not self.on_gpu:
+            return self._time_wallclock(launches[0])
+        for i in range(self.settings.warmup):
+            launches[i % len(launches)]()
+        self._sync()
+        probe = self._time_events(launches, reps=5)
+        if probe.median_us < self.settings.graph_threshold_us:
+            try:
+                return self._time_graph(launches, probe.median_us)
+            except Exception as exc:  # graphs unsupported for this launch: events are still valid
+                log.info("graph capture failed (%s); timing with events", exc)
+        reps = self._reps(probe.median_us)
+        return self._time_events(launches, reps)
+
+    def _reps(self, est_us: float) -> int:
+        s = self.settings
+        want = int(s.target_time_s * 1e6 / max(est_us, 1e-3))
+        return max(s.min_reps, min(s.max_reps, want))
+
+    def _time_wallclock(self, launch: Launch) -> Timing:
+        samples = []
+        for _ in range(self.settings.min_reps):
+            t = time.perf_counter()
+            launch()
+            samples.append((time.perf_counter() - t) * 1e6)
+        return _stats(samples, "wallclock")
+
+    def _time_events(self, launches: Sequence[Launch], reps: int) -> Timing:
+        import torch
+
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            self._flush()
+            starts[i].record()
+            launches[i % len(launches)]()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)], "events")
+
+    def _time_graph(self, launches: Sequence[Launch], est_us: float) -> Timing:
+        import torch
+
+        n = max(self.settings.graph_launches, len(launches))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up on a side stream, as capture requires
+            for i in range(len(launches)):
+                launches[i]()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(n):
+                launches[i % len(launches)]()
+        graph.replay()
+        torch.cuda.synchronize()
+        reps = max(self.settings.min_reps, min(self.settings.max_reps, self._reps(est_us * n)))
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+        for i in range(reps):
+            starts[i].record()
+            graph.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends)], "graph")
+
+
+def time_fn(fn: Callable[[], Any], *, reps: int = 100, warmup: int = 10) -> Timing:
+    """Times an arbitrary GPU callable with events (no flush); for benchmarks of host overhead."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn()
+        ends[i].record()
+    torch.cuda.synchronize()
+    return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)], "events")

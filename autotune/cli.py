@@ -1,0 +1,288 @@
+"""The `autotune` command line: sweep, best, export, emit, status."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.db import Store
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+_DESCRIPTION = """\
+Autotune GPU matrix kernels per problem shape, keep every measurement in a database, and emit the
+pinned tables that autotune.kernels.gemm() reads at run time.
+
+Typical night:  autotune sweep my.toml        (tune; resumable: run it again after any stop)
+Next morning:   autotune status | autotune best --op gemm --m 16 --n 4096 --k 4096
+                autotune export --format csv --out tuned/   (one CSV per GPU)
+                autotune emit --out gemm-table.json         (then AUTOTUNE_TABLES=gemm-table.json)
+
+The database is --db URL, else $AUTOTUNE_DB, else ./autotune.db (SQLite). Any SQLAlchemy URL works,
+e.g. postgresql+psycopg://user@host/db for a fleet.
+"""
+
+
+class CliError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="URL", help="database URL or SQLite file (default: $AUTOTUNE_DB, else ./autotune.db)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="autotune", description=_DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+
+    p = sub.add_parser("sweep", help="tune every problem of a spec on the local GPU",
+                       description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. Each "
+                       "trial is stored as it finishes; running the same command again resumes and never re-runs "
+                       "a finished or failed trial. Ctrl-C stops cleanly, keeping everything finished.")  # fmt: skip
+    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec (see sweeps/smoke.toml)")
+    _db_arg(p)
+    p.add_argument("--interpret", action="store_true",
+                   help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; results "
+                   "are stored under their own 'interpreter' target, never mixed with a GPU's, and their "
+                   "timings mean nothing for a GPU)")  # fmt: skip
+    p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("best", help="the winning config of one shape and its runner-ups",
+                       description="Show the fastest measured configs of one problem, per GPU in the database.")
+    p.add_argument("--op", default="gemm", help="op (default gemm)")
+    p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
+    p.add_argument("--n", type=int, required=True, help="N (columns of C)")
+    p.add_argument("--k", type=int, required=True, help="K (the reduction dimension)")
+    p.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")
+    p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
+    p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
+    p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
+    _db_arg(p)
+
+    p = sub.add_parser("export", help="write tuned tables (one CSV per GPU)",
+                       description="Write one CSV per GPU fingerprint: a row per winning (problem, backend, "
+                       "config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
+                       "library, the GPU's arch and CU count, and the toolchain versions.")  # fmt: skip
+    p.add_argument("--format", default="csv", choices=("csv",), help="output format (csv)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
+    _db_arg(p)
+
+    p = sub.add_parser("emit", help="write a pinned lookup table for autotune.dispatch",
+                       description="Write the winners of one GPU as a pinned Table (JSON) that "
+                       "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and autotune.kernels.gemm "
+                       "consults at run time.")  # fmt: skip
+    p.add_argument("--out", required=True, metavar="TABLE.json", help="output file")
+    p.add_argument("--gpu", metavar="FINGERPRINT", help="which GPU (needed when the database holds several)")
+    p.add_argument("--m-policy", default=None, help="how an M between tuned buckets is served "
+                   "(round_up, round_down, nearest, nearest_log; default: the measured best, see README)")
+    _db_arg(p)
+
+    p = sub.add_parser("status", help="what is in the database",
+                       description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.")
+    _db_arg(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.verb:
+        parser.print_help()
+        return EXIT_USAGE
+    level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = {"sweep": _sweep, "best": _best, "export": _export, "emit": _emit, "status": _status}[args.verb]
+    try:
+        return handler(args)
+    except CliError as exc:
+        print(f"autotune {args.verb}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"autotune {args.verb}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _open_store(url: str | None) -> Store:
+    from autotune.db import Store, StoreError
+
+    try:
+        return Store(url)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+
+
+# -- sweep ------------------------------------------------------------------------------------------
+def _sweep(args: argparse.Namespace) -> int:
+    if args.interpret:
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+    from autotune.sweeps import SpecError, load_spec, plan, run_sweep
+    from autotune.target import Target, TargetError, local_target
+
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    if args.interpret:
+        target = Target.interpreter_target()
+    else:
+        try:
+            target = local_target(args.device)
+        except TargetError as exc:
+            raise CliError(str(exc)) from None
+    try:
+        planned = plan(spec, target)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    store = _open_store(args.db)
+    print(f"sweep {spec.name!r}: {len(planned)} problems on {target}; database {store.display_url}")
+    if target.interpreter:
+        print("note: --interpret runs kernels in Triton's CPU interpreter; results are stored under the "
+              "'interpreter' target and say nothing about GPU speed")  # fmt: skip
+    budgets = {p: e.budget.trials for e, p in spec.problems()}
+    total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
+    bar = _progress(total, disabled=args.no_progress)
+    wins = {"n": 0}
+
+    def on_trial(problem: Any, config: Any, result: Any) -> None:
+        bar.update(1)
+        bar.set_postfix_str(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}", refresh=False)
+
+    def on_problem(rep: Any) -> None:
+        if rep.best is not None and rep.best.config.backend != "torch":
+            wins["n"] += 1
+
+    with store:
+        report = run_sweep(spec, store, target, on_trial=on_trial, on_problem=on_problem)
+    bar.close()
+    _print_sweep_report(report)
+    if report.interrupted:
+        print(f"interrupted: {report.trials_run} trials run and stored; run the same command to resume",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _progress(total: int, disabled: bool) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="trial", disable=disabled or None, dynamic_ncols=True, file=sys.stderr)
+
+
+def _fmt_us(t: float | None) -> str:
+    return "-" if t is None else f"{t:.2f}"
+
+
+def _print_sweep_report(report: Any) -> None:
+    rows = [("problem", "space", "ran", "cached", "failed", "best config", "best µs", "vendor µs", "speedup")]
+    for p in report.problems:
+        best = p.best
+        rows.append((
+            f"{p.problem.M}x{p.problem.N}x{p.problem.K} {p.problem.dtype} {p.problem.layout}",
+            f"{p.space_size}/{p.raw_size}", str(p.ran), str(p.cached), str(p.failed),
+            best.config.short() if best else "-", _fmt_us(best.time_us if best else None),
+            _fmt_us(p.vendor.time_us if p.vendor else None), "-" if p.speedup is None else f"{p.speedup:.2f}x",
+        ))  # fmt: skip
+    _print_table(rows)
+    print(f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
+          f"{report.wall_s:.1f} s; sweep id {report.sweep_id}")  # fmt: skip
+
+
+def _print_table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for j, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if j == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+# -- best -------------------------------------------------------------------------------------------
+def _best(args: argparse.Namespace) -> int:
+    from autotune.problem import Problem
+
+    try:
+        problem = Problem(args.op, args.m, args.n, args.k, dtype_a=args.dtype, dtype_b=args.dtype,
+                          dtype_out=args.dtype, layout=args.layout)  # fmt: skip
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if args.limit <= 0:
+        raise CliError("--limit must be positive")
+    with _open_store(args.db) as store:
+        records = store.best(problem, fingerprint=args.gpu, limit=10_000)
+    if not records:
+        print(f"no measured results for {problem}; tune it with `autotune sweep`")
+        return EXIT_FAIL
+    by_gpu: dict[str, list[Any]] = {}
+    for r in records:
+        by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
+    for fp, recs in by_gpu.items():
+        gpu = recs[0].gpu
+        vendor = next((r for r in recs if r.config.backend == "torch"), None)
+        tag = " [interpreter: timings are not a GPU's]" if gpu.interpreter else ""
+        print(f"{problem} on {gpu.target} [{fp}]{tag}")
+        rows = [("rank", "backend", "config", "µs", "TFLOP/s", "vs vendor")]
+        for i, r in enumerate(recs[: args.limit]):
+            t = r.time_us
+            vs = f"{vendor.time_us / t:.2f}x" if vendor and t else "-"
+            tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
+            rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
+        _print_table(rows)
+        print()
+    return EXIT_OK
+
+
+# -- export / emit / status ---------------------------------------------------------------------------
+def _export(args: argparse.Namespace) -> int:
+    from autotune.db import StoreError, export_csv
+
+    with _open_store(args.db) as store:
+        try:
+            paths = export_csv(store, args.out, fingerprint=args.gpu)
+        except (StoreError, ValueError, OSError) as exc:
+            raise CliError(str(exc)) from None
+    for path in paths:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _emit(args: argparse.Namespace) -> int:
+    from autotune.dispatch import M_POLICIES, TableError
+    from autotune.dispatch.emit import DEFAULT_M_POLICY, emit_table
+
+    policy = args.m_policy or DEFAULT_M_POLICY
+    if policy not in M_POLICIES:
+        raise CliError(f"unknown --m-policy {policy!r}; known: {', '.join(M_POLICIES)}")
+    with _open_store(args.db) as store:
+        try:
+            table = emit_table(store, fingerprint=args.gpu, m_policy=policy)
+            table.save(Path(args.out))
+        except (TableError, ValueError, OSError) as exc:
+            raise CliError(str(exc)) from None
+    kind = "predicted" if table.predicted else "measured"
+    print(f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for {table.target} "
+          f"[{table.fingerprint}], M policy {table.m_policy}")  # fmt: skip
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    with _open_store(args.db) as store:
+        summary = store.summary()
+        print(f"database {store.display_url}")
+        for line in summary.lines():
+            print(line)
+    return EXIT_OK
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

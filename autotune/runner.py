@@ -1,0 +1,136 @@
+"""Runner: tunes one problem at a time: strategy asks, benchmarker measures, store keeps every trial."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.result import Source, TrialResult
+from autotune.strategies import Budget, make_strategy
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from autotune.bench import Benchmarker
+    from autotune.kernels.base import TunableOp
+
+__all__ = ["ProblemReport", "Runner", "TrialStore"]
+
+log = logging.getLogger(__name__)
+
+
+class TrialStore(Protocol):
+    """What the runner needs of a store (autotune.db.Store implements it)."""
+
+    def finished(
+        self, *, target: Target, problem: Problem, kernels: dict[str, tuple[str, str]], source: Source = ...
+    ) -> dict[str, TrialResult]: ...
+
+    def record(
+        self,
+        *,
+        target: Target,
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        result: TrialResult,
+        sweep_id: int | None = None,
+        source: Source = ...,
+    ) -> bool: ...
+
+
+@dataclass
+class ProblemReport:
+    """What tuning one problem did."""
+
+    problem: Problem
+    space_size: int = 0
+    raw_size: int = 0
+    pruned: dict[str, int] = field(default_factory=dict)
+    ran: int = 0
+    cached: int = 0
+    failed: int = 0
+    best: TrialResult | None = None
+    vendor: TrialResult | None = None
+    compile_s: float = 0.0
+    measure_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        if self.best is None or self.vendor is None or self.vendor.time_us is None or self.best.time_us is None:
+            return None
+        return self.vendor.time_us / self.best.time_us
+
+
+#: Called after every trial: (problem, config, result).
+TrialCallback = Callable[[Problem, Config, TrialResult], None]
+
+
+class Runner:
+    """Tunes problems in this process on one device.
+
+    Each trial is written to the store as soon as it finishes; trials already in the store for the same
+    GPU fingerprint, kernel source and config are told to the strategy from the store instead of run, so
+    a sweep that stopped resumes where it was and never re-runs a finished or failed trial. Cached trials
+    count toward the trial budget. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        store: TrialStore,
+        target: Target,
+        benchmarker: Benchmarker,
+        *,
+        sweep_id: int | None = None,
+        on_trial: TrialCallback | None = None,
+    ) -> None:
+        self.store = store
+        self.target = target
+        self.bench = benchmarker
+        self.sweep_id = sweep_id
+        self.on_trial = on_trial
+
+    def tune(
+        self,
+        op: TunableOp,
+        problem: Problem,
+        *,
+        strategy: str = "optuna",
+        budget: Budget | None = None,
+        seed: int = 0,
+        backends: tuple[str, ...] | None = None,
+    ) -> ProblemReport:
+        t0 = time.perf_counter()
+        space = op.space(problem, self.target, backends)
+        report = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
+                               pruned=space.prune_summary())  # fmt: skip
+        kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
+        done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
+        search = make_strategy(strategy, space, budget, seed=seed)
+        while (config := search.ask()) is not None:
+            result = done.get(config.digest())
+            if result is not None:
+                report.cached += 1
+            else:
+                result = self.bench.run(problem, config)
+                name, source_hash = kernels[config.backend]
+                self.store.record(target=self.target, kernel=name, source_hash=source_hash, problem=problem,
+                                  result=result, sweep_id=self.sweep_id)  # fmt: skip
+                report.ran += 1
+                report.compile_s += result.compile_s
+                report.measure_s += result.measure_s
+            search.tell(config, result)
+            report.failed += int(not result.ok)
+            if result.ok and config.backend == "torch":
+                report.vendor = result
+            if self.on_trial is not None:
+                self.on_trial(problem, config, result)
+        best = search.best
+        report.best = best[1] if best else None
+        report.wall_s = time.perf_counter() - t0
+        return report

@@ -1,0 +1,131 @@
+"""Database URLs and engines: which database, and how to connect to it (SQLite or PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import StaticPool
+
+__all__ = [
+    "DEFAULT_DB",
+    "ENV_VAR",
+    "WRITE_OPTION",
+    "StoreError",
+    "check_sqlite_path",
+    "error_cause",
+    "make_engine",
+    "mask_url",
+    "resolve_url",
+]
+
+#: Environment variable naming the database when no URL is given.
+ENV_VAR = "AUTOTUNE_DB"
+#: The database used when neither a URL nor $AUTOTUNE_DB is given (relative to the working directory).
+DEFAULT_DB = "autotune.db"
+#: Connection execution option that marks a write transaction (SQLite takes its write lock at BEGIN).
+WRITE_OPTION = "autotune_write"
+
+_SQLITE_TIMEOUT_S = 30
+_PG_CONNECT_TIMEOUT_S = 10
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used: unwritable path, unreachable server, not an autotune database, a schema
+    version this code does not support, or an error inside the database. The message says which."""
+
+
+def resolve_url(url: str | None = None) -> str:
+    """The database URL: `url`, else $AUTOTUNE_DB, else ./autotune.db.
+
+    A bare file path (no ``://``) becomes ``sqlite:///<absolute path>``; ``:memory:`` an in-memory SQLite.
+    """
+    chosen = (url or "").strip() or os.environ.get(ENV_VAR, "").strip() or DEFAULT_DB
+    if "://" in chosen:
+        return chosen
+    if chosen == ":memory:":
+        return "sqlite:///:memory:"
+    return f"sqlite:///{os.path.abspath(os.path.expanduser(chosen))}"
+
+
+def mask_url(url: str) -> str:
+    """`url` with its password replaced by ``***``, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def error_cause(exc: BaseException) -> str:
+    """The short reason of a SQLAlchemy error: the driver's first line, without SQL or links."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else None
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_sqlite_path(parsed: URL) -> None:
+    """Raises StoreError, naming the path, unless the SQLite file can be created or written."""
+    database = parsed.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    parent = path.parent
+    if path.is_dir():
+        raise StoreError(f"cannot use {path} as a database: it is a directory")
+    if not parent.is_dir():
+        why = "is not a directory" if parent.exists() else "does not exist"
+        raise StoreError(f"cannot create database {path}: {parent} {why}")
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise StoreError(f"cannot open database {path}: the file is not readable and writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot create database {path}: directory {parent} is not writable")
+
+
+def make_engine(parsed: URL) -> Engine:
+    """An engine for `parsed`. SQLite: WAL, a 30 s busy timeout, foreign keys on, and BEGIN IMMEDIATE for
+    write transactions. PostgreSQL: pre-ping pooled connections and a 10 s connect timeout."""
+    display = parsed.render_as_string(hide_password=True)
+    try:
+        if parsed.get_backend_name() == "sqlite":
+            connect_args: dict[str, Any] = {"timeout": _SQLITE_TIMEOUT_S}
+            kwargs: dict[str, Any] = {}
+            if parsed.database in (None, "", ":memory:"):
+                # One shared connection, or every connection would see its own empty database.
+                connect_args["check_same_thread"] = False
+                kwargs["poolclass"] = StaticPool
+            engine = create_engine(parsed, connect_args=connect_args, **kwargs)
+            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "begin", _sqlite_on_begin)
+            return engine
+        connect_args = {}
+        if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+            connect_args["connect_timeout"] = _PG_CONNECT_TIMEOUT_S
+        return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args)
+    except (ArgumentError, ImportError) as exc:
+        raise StoreError(
+            f"cannot use database {display}: {exc} (for PostgreSQL: pip install 'autotune[postgres]')"
+        ) from exc
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # SQLAlchemy emits BEGIN itself (see _sqlite_on_begin); WAL lets readers run beside one writer.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA journal_mode = WAL")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(conn: Connection) -> None:
+    # A write transaction takes the write lock up front: two processes that each read and then write
+    # would otherwise fail at once with "database is locked" instead of waiting their turn.
+    write = conn.get_execution_options().get(WRITE_OPTION, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

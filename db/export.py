@@ -1,0 +1,156 @@
+"""Per-GPU tuned CSV: one row per (GPU, problem) winner, each config parameter in its own column."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .records import GpuRecord, Winner
+from .store import Store, StoreError
+
+__all__ = ["BASE_COLUMNS", "TAIL_COLUMNS", "csv_filename", "export_csv", "winner_row"]
+
+logger = logging.getLogger(__name__)
+
+#: Columns before the config parameters (which follow as ``cfg_<PARAM>``).
+BASE_COLUMNS: tuple[str, ...] = (
+    "gpu_name",
+    "arch",
+    "cu_count",
+    "fingerprint",
+    "interpreter",
+    "op",
+    "m",
+    "n",
+    "k",
+    "e",
+    "topk",
+    "dtype",
+    "layout",
+    "backend",
+)
+#: Columns after the config parameters.
+TAIL_COLUMNS: tuple[str, ...] = (
+    "time_us",
+    "tflops",
+    "gbps",
+    "roofline_frac",
+    "vendor_time_us",
+    "speedup_vs_vendor",
+    "torch",
+    "triton",
+    "runtime",
+    "kernel",
+    "source_hash",
+)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "gpu"
+
+
+def csv_filename(gpu: GpuRecord) -> str:
+    """``{arch}-{slug of name}-{fingerprint[:8]}.csv``."""
+    return f"{_slug(gpu.arch)}-{_slug(gpu.name)}-{gpu.fingerprint[:8]}.csv"
+
+
+def winner_row(winner: Winner) -> dict[str, Any]:
+    """One CSV row (column → value; None where empty) of a winner."""
+    gpu, problem, best = winner.gpu, winner.problem, winner.best
+    target = gpu.target
+    time_us = winner.time_us
+    roofline_us = target.roofline_us(problem.flops(), problem.min_bytes())
+    toolchain = target.toolchain
+    row: dict[str, Any] = {
+        "gpu_name": gpu.name,
+        "arch": gpu.arch,
+        "cu_count": target.cu_count,
+        "fingerprint": gpu.fingerprint,
+        "interpreter": gpu.interpreter,
+        "op": problem.op,
+        "m": problem.M,
+        "n": problem.N,
+        "k": problem.K,
+        "e": problem.E,
+        "topk": problem.topk,
+        "dtype": problem.dtype,
+        "layout": problem.layout,
+        "backend": best.backend,
+    }
+    row.update({f"cfg_{name}": value for name, value in best.config.items() if name != "backend"})
+    row.update(
+        time_us=time_us,
+        tflops=problem.flops() / time_us / 1e6 if time_us > 0 else None,
+        gbps=problem.min_bytes() / time_us / 1e3 if time_us > 0 else None,
+        roofline_frac=roofline_us / time_us if roofline_us > 0 and time_us > 0 else None,
+        vendor_time_us=winner.vendor.time_us if winner.vendor is not None else None,
+        speedup_vs_vendor=winner.speedup_vs_vendor,
+        torch=toolchain.get("torch"),
+        triton=toolchain.get("triton"),
+        runtime=toolchain.get("hip") or toolchain.get("cuda"),
+        kernel=best.kernel,
+        source_hash=best.source_hash,
+    )
+    return row
+
+
+def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
+    """Writes one CSV per GPU (all GPUs, or the one `fingerprint` or its prefix names) into `out_dir`.
+
+    Returns the paths written. Raises StoreError if there is no winner to export or `out_dir` cannot be
+    written. Each file is written to a temporary name and renamed, so a reader never sees half a file.
+    """
+    winners = store.winners(fingerprint)
+    if not winners:
+        which = f" for GPU {fingerprint}" if fingerprint else ""
+        raise StoreError(f"nothing to export: {store.display_url} holds no successful trials{which}")
+    out = Path(out_dir).expanduser()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create output directory {out}: {exc.strerror or exc}") from exc
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise StoreError(f"cannot write to output directory {out}")
+
+    by_gpu: dict[int, list[Winner]] = {}
+    for w in winners:
+        by_gpu.setdefault(w.gpu.id, []).append(w)
+    written: list[Path] = []
+    used: set[str] = set()
+    for group in by_gpu.values():
+        gpu = group[0].gpu
+        name = csv_filename(gpu)
+        if name in used:  # two fingerprints sharing 8 leading digits
+            name = name.replace(gpu.fingerprint[:8], gpu.fingerprint)
+        used.add(name)
+        group.sort(
+            key=lambda w: (
+                w.problem.op,
+                w.problem.dtype,
+                w.problem.N,
+                w.problem.K,
+                w.problem.E,
+                w.problem.M,
+                w.problem.key(),
+            )
+        )
+        rows = [winner_row(w) for w in group]
+        cfg_columns = sorted({c for row in rows for c in row if c.startswith("cfg_")})
+        columns = [*BASE_COLUMNS, *cfg_columns, *TAIL_COLUMNS]
+        frame = pd.DataFrame(rows, columns=columns, dtype=object)
+        path = out / name
+        tmp = path.with_name(f".{name}.tmp")
+        try:
+            frame.to_csv(tmp, index=False)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        logger.info("wrote %d rows to %s", len(rows), path)
+        written.append(path)
+    return written

@@ -1,0 +1,594 @@
+"""Store: the tuned-config database. SQLite by default, PostgreSQL for a fleet of hosts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, Select, and_, case, func, insert, inspect, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotune.problem import Problem
+from autotune.result import Source, TrialResult, TrialStatus
+from autotune.target import Target
+
+from .convert import gpu_record, result_of, trial_records
+from .engine import (
+    WRITE_OPTION,
+    StoreError,
+    check_sqlite_path,
+    error_cause,
+    make_engine,
+    mask_url,
+    resolve_url,
+)
+from .models import (
+    SCHEMA_VERSION,
+    SWEEP_STATUSES,
+    Base,
+    GpuModel,
+    KernelModel,
+    MetaModel,
+    ProblemModel,
+    SweepModel,
+    TrialModel,
+    utcnow,
+)
+from .records import GpuRecord, GpuSummary, Summary, TrialRecord, Winner
+
+__all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "Store", "StoreError", "resolve_url"]
+
+logger = logging.getLogger(__name__)
+
+#: The backend whose best trial is the vendor-library baseline of a Winner.
+VENDOR_BACKEND = "torch"
+#: Minimum length of a GPU fingerprint prefix.
+MIN_PREFIX = 6
+
+
+class Store:
+    """The database of GPUs, kernels, problems, sweeps and trials.
+
+    Opening creates the schema in an empty database and otherwise checks its schema version; every
+    failure to open raises StoreError with the (password-masked) URL and the reason. Each write runs in
+    its own transaction and is committed before the call returns, so a crash loses nothing that was
+    recorded. `record` is idempotent on the trial key (GPU fingerprint, kernel name + source hash,
+    problem, config hash, source), also when processes race.
+
+    Thread safety: one Store is used by one thread at a time. Separate processes (and hosts, with
+    PostgreSQL) may share one database, each with its own Store. Errors inside the database surface as
+    StoreError; bad arguments as ValueError.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url: str = resolve_url(url)
+        self._display_url = mask_url(self.url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError as exc:
+            raise StoreError(f"invalid database URL {self._display_url!r}: {exc}") from exc
+        if parsed.get_backend_name() == "sqlite":
+            check_sqlite_path(parsed)
+        self._engine: Engine | None = make_engine(parsed)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._gpu_ids: dict[str, int] = {}
+        self._kernel_ids: dict[tuple[str, str], int] = {}
+        self._problem_ids: dict[str, int] = {}
+        try:
+            self._open_schema()
+        except BaseException:
+            self.close()
+            raise
+        logger.debug("opened %s", self._display_url)
+
+    # -- opening and closing -------------------------------------------------------------------------
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password masked."""
+        return self._display_url
+
+    def _open_schema(self) -> None:
+        engine = self._require_engine()
+        try:
+            tables = set(inspect(engine).get_table_names())
+            if not tables:
+                self._create_schema(engine)
+            else:
+                self._check_schema(engine, tables)
+        except StoreError:
+            raise
+        except SQLAlchemyError as exc:
+            reason = error_cause(exc)
+            if "file is not a database" in reason:
+                raise StoreError(f"{self._display_url} is not an autotune database ({reason})") from exc
+            raise StoreError(f"cannot open database {self._display_url}: {reason}") from exc
+
+    def _create_schema(self, engine: Engine) -> None:
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{WRITE_OPTION: True})
+                with conn.begin():
+                    Base.metadata.create_all(conn)
+                    conn.execute(insert(MetaModel).values(key="schema_version", value=str(SCHEMA_VERSION)))
+        except SQLAlchemyError:
+            # Another process may have created the schema at the same moment: accept its work if whole.
+            tables = set(inspect(engine).get_table_names())
+            if "meta" not in tables:
+                raise
+            self._check_schema(engine, tables)
+            return
+        logger.info("created autotune database %s (schema version %d)", self._display_url, SCHEMA_VERSION)
+
+    def _check_schema(self, engine: Engine, tables: set[str]) -> None:
+        where = self._display_url
+        if "meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise StoreError(
+                f"{where} is not an autotune database (it has tables {shown} but no `meta` table); "
+                "give another path or URL with --db or $AUTOTUNE_DB"
+            )
+        with engine.connect() as conn:
+            value = conn.scalar(select(MetaModel.value).where(MetaModel.key == "schema_version"))
+        try:
+            found = int(value) if value is not None else None
+        except ValueError:
+            found = None
+        if found is None:
+            raise StoreError(f"{where} is not an autotune database (its `meta` table has no schema_version)")
+        if found < SCHEMA_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, this autotune expects {SCHEMA_VERSION}: "
+                f"run `autotune db upgrade --db {where}` first"
+            )
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, newer than this autotune supports "
+                f"({SCHEMA_VERSION}): upgrade autotune"
+            )
+        missing = sorted(set(Base.metadata.tables) - tables)
+        if missing:
+            raise StoreError(
+                f"database {where} (schema version {found}) lacks tables {', '.join(missing)}: "
+                "it is damaged or not an autotune database"
+            )
+
+    def close(self) -> None:
+        """Releases the connections. The Store cannot be used afterwards; closing twice is harmless."""
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self._display_url!r})"
+
+    def _require_engine(self) -> Engine:
+        if self._engine is None:
+            raise StoreError(f"the store of {self._display_url} is closed")
+        return self._engine
+
+    @contextmanager
+    def _session(self, *, write: bool = False) -> Iterator[Session]:
+        """One transaction: commits on success, rolls back on any error, raises database errors as
+        StoreError. `write` takes SQLite's write lock at the start."""
+        self._require_engine()
+        session = self._sessions()
+        try:
+            if write:
+                session.connection(execution_options={WRITE_OPTION: True})
+            yield session
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # -- identities ----------------------------------------------------------------------------------
+
+    def _get_or_create(self, model: Any, lookup: dict[str, Any], values: dict[str, Any]) -> int:
+        for _ in range(3):
+            with self._session(write=True) as session:
+                existing = session.scalar(select(model.id).filter_by(**lookup))
+                if existing is not None:
+                    return int(existing)
+                row = model(**lookup, **values)
+                session.add(row)
+                try:
+                    session.flush()
+                except IntegrityError:
+                    session.rollback()  # another process inserted it first: look again
+                    continue
+                return int(row.id)
+        raise StoreError(f"cannot create {model.__tablename__} row {lookup} in {self._display_url}")
+
+    def gpu_id(self, target: Target) -> int:
+        """The id of `target`'s row (by fingerprint), created on first use."""
+        fingerprint = target.fingerprint()
+        cached = self._gpu_ids.get(fingerprint)
+        if cached is not None:
+            return cached
+        values = dict(
+            vendor=target.vendor,
+            arch=target.arch,
+            name=target.name,
+            cu_count=target.cu_count,
+            xcds=target.xcds,
+            memory_bytes=target.memory_bytes,
+            llc_bytes=target.llc_bytes,
+            interpreter=target.interpreter,
+            toolchain=json.dumps(target.toolchain, sort_keys=True),
+            target_json=json.dumps(target.to_dict(), sort_keys=True),
+        )
+        row_id = self._get_or_create(GpuModel, {"fingerprint": fingerprint}, values)
+        self._gpu_ids[fingerprint] = row_id
+        return row_id
+
+    def kernel_id(self, name: str, source_hash: str) -> int:
+        """The id of the kernel version (name, source hash), created on first use."""
+        key = (name, source_hash)
+        cached = self._kernel_ids.get(key)
+        if cached is None:
+            cached = self._get_or_create(KernelModel, {"name": name, "source_hash": source_hash}, {})
+            self._kernel_ids[key] = cached
+        return cached
+
+    def problem_id(self, problem: Problem) -> int:
+        """The id of `problem`'s row (by `Problem.key()`), created on first use."""
+        key = problem.key()
+        cached = self._problem_ids.get(key)
+        if cached is None:
+            values = dict(
+                op=problem.op,
+                m=problem.M,
+                n=problem.N,
+                k=problem.K,
+                e=problem.E,
+                topk=problem.topk,
+                dtype_a=problem.dtype_a,
+                dtype_b=problem.dtype_b,
+                dtype_out=problem.dtype_out,
+                layout=problem.layout,
+            )
+            cached = self._get_or_create(ProblemModel, {"key": key}, values)
+            self._problem_ids[key] = cached
+        return cached
+
+    # -- sweeps --------------------------------------------------------------------------------------
+
+    def start_sweep(self, name: str, spec_text: str, target: Target) -> int:
+        """Records a sweep as running on this host and `target`; returns its id."""
+        gpu = self.gpu_id(target)
+        with self._session(write=True) as session:
+            row = SweepModel(
+                name=name, spec_text=spec_text, host=socket.gethostname(), status="running", gpu_id=gpu
+            )
+            session.add(row)
+            session.flush()
+            return int(row.id)
+
+    def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
+        """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
+        if status not in SWEEP_STATUSES:
+            raise ValueError(f"unknown sweep status {status!r}; known: {', '.join(SWEEP_STATUSES)}")
+        with self._session(write=True) as session:
+            row = session.get(SweepModel, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
+            row.status = status
+            row.finished_at = utcnow()
+
+    # -- trials --------------------------------------------------------------------------------------
+
+    def record(
+        self,
+        *,
+        target: Target,
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        result: TrialResult,
+        sweep_id: int | None = None,
+        source: Source = Source.MEASURED,
+    ) -> bool:
+        """Writes one trial and commits it. Returns False (writing nothing) if its key is already stored."""
+        source = Source(source)
+        config = result.config
+        try:
+            extra = json.dumps(result.extra, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"extra of trial {config.short()} is not JSON-serializable: {exc}") from exc
+        gpu, kernel_row, problem_row = (
+            self.gpu_id(target),
+            self.kernel_id(kernel, source_hash),
+            self.problem_id(problem),
+        )
+        digest = config.digest()
+        key = (
+            TrialModel.gpu_id == gpu,
+            TrialModel.kernel_id == kernel_row,
+            TrialModel.problem_id == problem_row,
+            TrialModel.config_hash == digest,
+            TrialModel.source == source.value,
+        )
+        timing = result.timing
+        with self._session(write=True) as session:
+            if session.scalar(select(TrialModel.id).where(*key)) is not None:
+                return False
+            session.add(
+                TrialModel(
+                    sweep_id=sweep_id,
+                    gpu_id=gpu,
+                    kernel_id=kernel_row,
+                    problem_id=problem_row,
+                    backend=config.backend,
+                    config_json=config.canonical(),
+                    config_hash=digest,
+                    status=TrialStatus(result.status).value,
+                    source=source.value,
+                    time_us=timing.median_us if timing else None,
+                    min_us=timing.min_us if timing else None,
+                    p20_us=timing.p20_us if timing else None,
+                    p80_us=timing.p80_us if timing else None,
+                    mean_us=timing.mean_us if timing else None,
+                    std_us=timing.std_us if timing else None,
+                    runs=timing.runs if timing else None,
+                    timing_method=timing.method if timing else None,
+                    rel_error=result.rel_error,
+                    error=result.error or "",
+                    compile_s=result.compile_s,
+                    measure_s=result.measure_s,
+                    extra=extra,
+                )
+            )
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                session.rollback()
+                if session.scalar(select(TrialModel.id).where(*key)) is not None:
+                    return False  # another process recorded the same trial first
+                raise StoreError(
+                    f"cannot record trial {config.short()} of {problem}: {error_cause(exc)}"
+                ) from exc
+        logger.debug("recorded %s %s %s: %s", kernel, problem, config.short(), result.status.value)
+        return True
+
+    def finished(
+        self,
+        *,
+        target: Target,
+        problem: Problem,
+        kernels: dict[str, tuple[str, str]],
+        source: Source = Source.MEASURED,
+    ) -> dict[str, TrialResult]:
+        """Stored trials (ok or failed) of `problem` on `target`, as config hash → TrialResult (cached).
+
+        `kernels` maps backend → (kernel name, source hash); only trials of that kernel version count, so a
+        changed kernel source is tuned afresh. Used to resume a sweep without re-running anything.
+        """
+        if not kernels:
+            return {}
+        stmt = (
+            select(TrialModel, KernelModel.name, KernelModel.source_hash)
+            .join(KernelModel, TrialModel.kernel_id == KernelModel.id)
+            .join(GpuModel, TrialModel.gpu_id == GpuModel.id)
+            .join(ProblemModel, TrialModel.problem_id == ProblemModel.id)
+            .where(
+                GpuModel.fingerprint == target.fingerprint(),
+                ProblemModel.key == problem.key(),
+                TrialModel.source == Source(source).value,
+                KernelModel.name.in_({name for name, _ in kernels.values()}),
+            )
+            .order_by(TrialModel.id)
+        )
+        out: dict[str, TrialResult] = {}
+        with self._session() as session:
+            for trial, name, source_hash in session.execute(stmt):
+                if kernels.get(trial.backend) == (name, source_hash):
+                    out[trial.config_hash] = result_of(trial)
+        return out
+
+    def best(
+        self,
+        problem: Problem,
+        *,
+        fingerprint: str | None = None,
+        limit: int = 5,
+        source: Source | None = Source.MEASURED,
+    ) -> list[TrialRecord]:
+        """The fastest OK trials of `problem` (of every kernel version), fastest first.
+
+        `fingerprint` (or a prefix of at least 6 characters) restricts them to one GPU; `source` None
+        takes every source.
+        """
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == [] or limit <= 0:
+            return []
+        stmt = _trial_query().where(
+            ProblemModel.key == problem.key(),
+            TrialModel.status == TrialStatus.OK.value,
+            TrialModel.time_us.is_not(None),
+        )
+        if gpu_ids is not None:
+            stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
+        if source is not None:
+            stmt = stmt.where(TrialModel.source == Source(source).value)
+        stmt = stmt.order_by(TrialModel.time_us, TrialModel.id).limit(limit)
+        with self._session() as session:
+            return trial_records(session.execute(stmt))
+
+    def winners(
+        self, fingerprint: str | None = None, source: Source | None = Source.MEASURED
+    ) -> list[Winner]:
+        """One Winner per (GPU, problem) with an OK trial, ordered by GPU then problem.
+
+        Of each backend only the trials of its newest kernel version (the most recently created kernel
+        row with trials for that GPU and problem) are considered.
+        """
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == []:
+            return []
+        t = TrialModel
+        conds: list[ColumnElement[bool]] = []
+        if gpu_ids is not None:
+            conds.append(t.gpu_id.in_(gpu_ids))
+        if source is not None:
+            conds.append(t.source == Source(source).value)
+        current = (
+            select(t.gpu_id, t.problem_id, t.backend, func.max(t.kernel_id).label("kernel_id"))
+            .where(*conds)
+            .group_by(t.gpu_id, t.problem_id, t.backend)
+            .subquery("current")
+        )
+        on_current = and_(
+            t.gpu_id == current.c.gpu_id,
+            t.problem_id == current.c.problem_id,
+            t.backend == current.c.backend,
+            t.kernel_id == current.c.kernel_id,
+        )
+        is_ok = t.status == TrialStatus.OK.value
+        counts_stmt = (
+            select(t.gpu_id, t.problem_id, func.count(), func.sum(case((is_ok, 1), else_=0)))
+            .join(current, on_current)
+            .where(*conds)
+            .group_by(t.gpu_id, t.problem_id)
+        )
+        rank = (
+            func.row_number()
+            .over(partition_by=(t.gpu_id, t.problem_id, t.backend), order_by=(t.time_us, t.id))
+            .label("rank")
+        )
+        ranked = (
+            select(t.id.label("trial_id"), rank)
+            .join(current, on_current)
+            .where(*conds, is_ok, t.time_us.is_not(None))
+            .subquery("ranked")
+        )
+        best_stmt = _trial_query().join(ranked, ranked.c.trial_id == t.id).where(ranked.c.rank == 1)
+        with self._session() as session:
+            counts = {(g, p): (int(n), int(ok or 0)) for g, p, n, ok in session.execute(counts_stmt)}
+            per_backend = session.execute(best_stmt.order_by(t.id)).all()
+            records = trial_records(per_backend)
+        groups: dict[tuple[int, int], list[TrialRecord]] = {}
+        for row, record in zip(per_backend, records, strict=True):
+            groups.setdefault((row[0].gpu_id, row[0].problem_id), []).append(record)
+        winners: list[Winner] = []
+        for key, candidates in groups.items():
+            best = min(candidates, key=lambda r: (r.time_us, r.id))
+            vendor = next((r for r in candidates if r.backend == VENDOR_BACKEND), None)
+            n, n_ok = counts.get(key, (len(candidates), len(candidates)))
+            winners.append(Winner(best.gpu, best.problem, best, vendor, n_ok=n_ok, n_failed=n - n_ok))
+        winners.sort(key=lambda w: (w.gpu.id, w.problem))
+        return winners
+
+    def trials(
+        self,
+        *,
+        fingerprint: str | None = None,
+        problem: Problem | None = None,
+        status: TrialStatus | None = None,
+        source: Source | None = None,
+    ) -> list[TrialRecord]:
+        """Stored trials, oldest first, filtered by GPU (fingerprint or prefix), problem, status, source."""
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == []:
+            return []
+        stmt = _trial_query()
+        if gpu_ids is not None:
+            stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
+        if problem is not None:
+            stmt = stmt.where(ProblemModel.key == problem.key())
+        if status is not None:
+            stmt = stmt.where(TrialModel.status == TrialStatus(status).value)
+        if source is not None:
+            stmt = stmt.where(TrialModel.source == Source(source).value)
+        with self._session() as session:
+            return trial_records(session.execute(stmt.order_by(TrialModel.id)))
+
+    def gpus(self) -> list[GpuRecord]:
+        """Every stored GPU, in the order they were first seen."""
+        with self._session() as session:
+            return [gpu_record(row) for row in session.scalars(select(GpuModel).order_by(GpuModel.id))]
+
+    def summary(self) -> Summary:
+        """Counts over the whole database."""
+        t = TrialModel
+        is_ok = t.status == TrialStatus.OK.value
+        with self._session() as session:
+            n_gpus = session.scalar(select(func.count()).select_from(GpuModel)) or 0
+            n_problems = session.scalar(select(func.count()).select_from(ProblemModel)) or 0
+            n_kernels = session.scalar(select(func.count()).select_from(KernelModel)) or 0
+            sweeps = session.execute(select(SweepModel.status, func.count()).group_by(SweepModel.status))
+            by_status = session.execute(select(t.status, func.count()).group_by(t.status))
+            by_source = session.execute(select(t.source, func.count()).group_by(t.source))
+            per_gpu_rows = session.execute(
+                select(
+                    t.gpu_id,
+                    func.count(),
+                    func.sum(case((is_ok, 1), else_=0)),
+                    func.count(func.distinct(case((is_ok, t.problem_id), else_=None))),
+                ).group_by(t.gpu_id)
+            )
+            per_gpu_counts = {g: (int(n), int(ok or 0), int(p)) for g, n, ok, p in per_gpu_rows}
+            gpu_rows = [gpu_record(row) for row in session.scalars(select(GpuModel).order_by(GpuModel.id))]
+            return Summary(
+                url=self._display_url,
+                schema_version=SCHEMA_VERSION,
+                n_gpus=int(n_gpus),
+                n_problems=int(n_problems),
+                n_kernels=int(n_kernels),
+                sweeps_by_status={s: int(n) for s, n in sweeps},
+                trials_by_status={s: int(n) for s, n in by_status},
+                trials_by_source={s: int(n) for s, n in by_source},
+                per_gpu=tuple(GpuSummary(g, *per_gpu_counts.get(g.id, (0, 0, 0))) for g in gpu_rows),
+            )
+
+    def _match_gpus(self, fingerprint: str | None) -> list[int] | None:
+        """Ids of the GPUs `fingerprint` names (exactly, or as a unique prefix); None for no filter."""
+        if fingerprint is None:
+            return None
+        fp = fingerprint.strip().lower()
+        if len(fp) < MIN_PREFIX:
+            raise ValueError(
+                f"GPU fingerprint {fingerprint!r} is too short: give at least {MIN_PREFIX} characters"
+            )
+        with self._session() as session:
+            rows = session.execute(
+                select(GpuModel.id, GpuModel.fingerprint).where(
+                    GpuModel.fingerprint.startswith(fp, autoescape=True)
+                )
+            ).all()
+        exact = [gid for gid, f in rows if f == fp]
+        if exact:
+            return exact
+        if len(rows) > 1:
+            found = ", ".join(sorted(f for _, f in rows))
+            raise ValueError(f"GPU fingerprint prefix {fingerprint!r} is ambiguous: it matches {found}")
+        return [gid for gid, _ in rows]
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _trial_query() -> Select:
+    return (
+        select(TrialModel, GpuModel, KernelModel, ProblemModel)
+        .join(GpuModel, TrialModel.gpu_id == GpuModel.id)
+        .join(KernelModel, TrialModel.kernel_id == KernelModel.id)
+        .join(ProblemModel, TrialModel.problem_id == ProblemModel.id)
+    )

@@ -1,0 +1,585 @@
+"""Table: the pinned, immutable lookup of tuned configs for one GPU.
+
+A Table maps a shape family ``(op, dtype, layout, N, K, E, topk)`` to a sorted list of M buckets, each with
+the config that won at that M. A lookup is one dict get on a tuple key and one bisect; an M between tuned
+buckets is served by the table's M policy (see `M_POLICIES`).
+
+File format (JSON, UTF-8; written by `Table.save`, read with the standard library only)::
+
+    {"format": "autotune-table", "version": 1,
+     "fingerprint": "<Target.fingerprint()>",   # hardware + toolchain the configs were measured with
+     "device_key": "<Target.device_key()>",     # hardware alone: what the dispatch guard compares
+     "target": { ...Target.to_dict()... },
+     "predicted": false,        # true when the configs are a model's predictions, not measurements
+     "m_policy": "round_up",    # how an M between tuned buckets is served (one of M_POLICIES)
+     "created": "2026-11-21T19:00:00Z", "generator": "autotune 0.1.0",
+     "entries": [
+       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096, "e": 0, "topk": 0,
+        "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]}
+     ]}
+
+``dtype`` is the canonical short name of A's dtype ("bf16", "fp16", "fp8e4m3", ...); torch-style aliases
+("bfloat16", "torch.float16") are accepted when a table is built or loaded. ``time_us`` may be null.
+``fingerprint`` and ``device_key`` must agree with ``target``; a file where they do not is rejected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import tempfile
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from autotune.config import Config
+from autotune.problem import Problem, normalize_dtype
+from autotune.target import Target
+
+__all__ = ["FORMAT", "M_POLICIES", "VERSION", "Bucket", "Entry", "Key", "Table", "TableError"]
+
+#: The value of the "format" field of every table file.
+FORMAT = "autotune-table"
+#: The newest table file version this code reads and the one it writes.
+VERSION = 1
+
+#: How an M between tuned buckets is served.
+#: round_up: the smallest tuned M >= M (the largest bucket if M is above all);
+#: round_down: the largest tuned M <= M (the smallest if M is below all);
+#: nearest: nearest by |M - m| (ties go up); nearest_log: nearest by |log2 M - log2 m| (ties go up).
+M_POLICIES: tuple[str, ...] = ("round_up", "round_down", "nearest", "nearest_log")
+
+#: Index key of a shape family: (op, dtype, layout, N, K, E, topk).
+Key = tuple[str, str, str, int, int, int, int]
+
+
+class TableError(ValueError):
+    """A table file that cannot be used: missing, not JSON, not a table, unsupported version, malformed."""
+
+
+def pick(ms: tuple[int, ...], M: int, policy: str) -> int:
+    """Index into the sorted, non-empty `ms` of the bucket that serves `M` under `policy`.
+
+    Integer arithmetic only (nearest_log compares M² with lo·hi), so ties are exact and go up.
+
+    Raises:
+        ValueError: `policy` is not one of `M_POLICIES`.
+    """
+    if policy == "round_up":
+        i = bisect_left(ms, M)
+        return i if i < len(ms) else i - 1
+    if policy == "round_down":
+        i = bisect_right(ms, M) - 1
+        return i if i >= 0 else 0
+    if policy == "nearest" or policy == "nearest_log":
+        i = bisect_left(ms, M)
+        if i == len(ms):
+            return i - 1
+        if i == 0 or ms[i] == M:
+            return i
+        lo, hi = ms[i - 1], ms[i]
+        if policy == "nearest":
+            return i - 1 if M - lo < hi - M else i
+        # |log2 M - log2 lo| < |log2 hi - log2 M|  <=>  M / lo < hi / M  <=>  M * M < lo * hi
+        return i - 1 if lo * hi > M * M else i
+    raise ValueError(f"unknown m_policy {policy!r}; known: {', '.join(M_POLICIES)}")
+
+
+def _check_policy(policy: str) -> str:
+    if policy not in M_POLICIES:
+        raise ValueError(f"unknown m_policy {policy!r}; known: {', '.join(M_POLICIES)}")
+    return policy
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive" if minimum > 0 else "a non-negative"
+        raise ValueError(f"{name} must be {kind} integer, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One tuned M of a shape family: the winning config and its time (µs, None where unknown).
+
+    Immutable. Raises ValueError on a non-positive M or a negative or non-finite time.
+    """
+
+    m: int
+    config: Config
+    time_us: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("m", self.m, 1)
+        if not isinstance(self.config, Config):
+            if not isinstance(self.config, Mapping):
+                raise ValueError(f"config must be a Config or a mapping, got {self.config!r}")
+            object.__setattr__(self, "config", Config(self.config))
+        if self.time_us is not None:
+            if isinstance(self.time_us, bool) or not isinstance(self.time_us, (int, float)):
+                raise ValueError(f"time_us must be a number or null, got {self.time_us!r}")
+            if not math.isfinite(self.time_us) or self.time_us < 0:
+                raise ValueError(f"time_us must be finite and non-negative, got {self.time_us!r}")
+            object.__setattr__(self, "time_us", float(self.time_us))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"m": self.m, "config": self.config.to_dict(), "time_us": self.time_us}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The M buckets of one shape family (op, dtype, layout, N, K, E, topk).
+
+    Immutable. `buckets` is stored sorted by m; `dtype` is normalized to its canonical short name.
+    Raises ValueError on an empty bucket list, a repeated m or an invalid field.
+    """
+
+    op: str
+    dtype: str
+    layout: str
+    n: int
+    k: int
+    e: int
+    topk: int
+    buckets: tuple[Bucket, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.op, str) or not self.op:
+            raise ValueError(f"op must be a non-empty string, got {self.op!r}")
+        if not isinstance(self.layout, str) or not self.layout:
+            raise ValueError(f"layout must be a non-empty string, got {self.layout!r}")
+        object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
+        _check_int("n", self.n, 1)
+        _check_int("k", self.k, 1)
+        _check_int("e", self.e, 0)
+        _check_int("topk", self.topk, 0)
+        buckets = tuple(sorted(self.buckets, key=lambda b: b.m))
+        if not buckets:
+            raise ValueError("an entry needs at least one bucket")
+        for a, b in itertools.pairwise(buckets):
+            if a.m == b.m:
+                raise ValueError(f"two buckets for m={a.m}")
+        object.__setattr__(self, "buckets", buckets)
+
+    @property
+    def key(self) -> Key:
+        """The index key (op, dtype, layout, N, K, E, topk)."""
+        return (self.op, self.dtype, self.layout, self.n, self.k, self.e, self.topk)
+
+    def describe(self) -> str:
+        """Human form of the shape family, e.g. ``gemm bf16 B:nk N=4096 K=4096``."""
+        return _describe(self.key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": self.op,
+            "dtype": self.dtype,
+            "layout": self.layout,
+            "n": self.n,
+            "k": self.k,
+            "e": self.e,
+            "topk": self.topk,
+            "buckets": [b.to_dict() for b in self.buckets],
+        }
+
+
+def _describe(key: Key) -> str:
+    op, dtype, layout, n, k, e, topk = key
+    moe = f" E={e} topk={topk}" if e or topk else ""
+    return f"{op} {dtype} B:{layout} N={n} K={k}{moe}"
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _generator() -> str:
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"autotune {version('autotune')}"
+        except PackageNotFoundError:
+            return "autotune"
+    except ImportError:  # pragma: no cover - stdlib
+        return "autotune"
+
+
+class Table:
+    """Immutable tuned-config table for one GPU, indexed for sub-microsecond lookups.
+
+    Contract: nothing changes after construction, so a Table is safe to share between threads. Lookups
+    never raise for an unknown shape (they return None) and never log. Construction raises ValueError on
+    invalid arguments; reading a file raises `TableError` (a ValueError) with a message that names the
+    file and, for a malformed entry, which entry and field.
+    """
+
+    __slots__ = ("_index", "created", "entries", "generator", "m_policy", "predicted", "source", "target")
+
+    target: Target
+    m_policy: str
+    predicted: bool
+    created: str
+    generator: str  # the tool that wrote the file read, "" for a table built in memory
+    source: str  # the file it was read from, or "<memory>" / "<string>"
+    entries: tuple[Entry, ...]
+    _index: dict[Key, tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]]]
+
+    def __init__(
+        self,
+        *,
+        target: Target,
+        entries: Iterable[Entry],
+        m_policy: str = "round_up",
+        predicted: bool = False,
+        created: str | None = None,
+        source: str = "<memory>",
+    ) -> None:
+        if not isinstance(target, Target):
+            raise ValueError(f"target must be a Target, got {target!r}")
+        ordered = sorted(entries, key=lambda entry: entry.key)
+        index: dict[Key, tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]]] = {}
+        for entry in ordered:
+            if not isinstance(entry, Entry):
+                raise ValueError(f"entries must be Entry values, got {entry!r}")
+            if entry.key in index:
+                raise ValueError(f"two entries for {entry.describe()}")
+            ms = tuple(b.m for b in entry.buckets)
+            configs = tuple(b.config for b in entry.buckets)
+            index[entry.key] = (ms, configs, entry.buckets)
+        init = object.__setattr__
+        init(self, "target", target)
+        init(self, "m_policy", _check_policy(m_policy))
+        init(self, "predicted", bool(predicted))
+        init(self, "created", created or _utc_now())
+        init(self, "generator", "")
+        init(self, "source", source)
+        init(self, "entries", tuple(ordered))
+        init(self, "_index", index)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Table is immutable; cannot set {name!r}")
+
+    # -- identity -------------------------------------------------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        """Hash of the GPU and toolchain the configs were measured with."""
+        return self.target.fingerprint()
+
+    @property
+    def device_key(self) -> str:
+        """Hash of the GPU alone: what the dispatch guard compares with the running GPU."""
+        return self.target.device_key()
+
+    # -- building -------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_winners(
+        cls,
+        target: Target,
+        winners: Iterable[tuple[Problem, Config, float | None]],
+        *,
+        m_policy: str = "round_up",
+        predicted: bool = False,
+    ) -> Table:
+        """Builds a table from (problem, winning config, time in µs or None) triples.
+
+        Problems are grouped by (op, dtype, layout, N, K, E, topk), one bucket per M; `dtype` is the
+        problem's A dtype.
+
+        Raises:
+            ValueError: two winners for the same shape and M, or an invalid policy.
+        """
+        groups: dict[Key, dict[int, Bucket]] = {}
+        for problem, config, time_us in winners:
+            key: Key = (
+                problem.op,
+                normalize_dtype(problem.dtype),
+                problem.layout,
+                problem.N,
+                problem.K,
+                problem.E,
+                problem.topk,
+            )
+            group = groups.setdefault(key, {})
+            if problem.M in group:
+                raise ValueError(f"two winners for {_describe(key)} M={problem.M}; pass one per M")
+            group[problem.M] = Bucket(problem.M, config, time_us)
+        entries = [Entry(*key, buckets=tuple(group.values())) for key, group in groups.items()]
+        return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted)
+
+    # -- serialization --------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Table:
+        """Reads a table file.
+
+        Raises:
+            TableError: the file is missing or unreadable, or its content is not a valid table.
+        """
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise TableError(f"table file {str(p)!r} does not exist") from None
+        except IsADirectoryError:
+            raise TableError(f"{str(p)!r} is a directory, not a table file") from None
+        except OSError as exc:
+            raise TableError(f"cannot read table file {str(p)!r}: {exc}") from exc
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise TableError(f"{str(p)!r} is not an autotune table: not UTF-8 text") from None
+        return cls.from_json(text, source=str(p))
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "<string>") -> Table:
+        """Parses the JSON form written by `to_json`.
+
+        Raises:
+            TableError: `text` is not JSON, not an autotune table, of an unsupported version, or malformed.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise TableError(f"{source} is not an autotune table: not valid JSON ({exc})") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            what = type(data).__name__ if not isinstance(data, dict) else f"format={data.get('format')!r}"
+            raise TableError(
+                f"{source} is not an autotune table (expected a JSON object with "
+                f'"format": "{FORMAT}", got {what})'
+            )
+        version = data.get("version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise TableError(f"{source}: malformed table: 'version' must be an integer, got {version!r}")
+        if version != VERSION:
+            hint = "; upgrade autotune to read it" if version > VERSION else ""
+            raise TableError(
+                f"{source}: unsupported table version {version} (this autotune reads version {VERSION}){hint}"
+            )
+        return cls._from_dict(data, source)
+
+    @classmethod
+    def _from_dict(cls, data: dict[str, Any], source: str) -> Table:
+        def bad(what: str) -> TableError:
+            return TableError(f"{source}: malformed table: {what}")
+
+        raw_target = data.get("target")
+        if not isinstance(raw_target, dict):
+            raise bad("'target' must be an object")
+        try:
+            target = Target.from_dict(raw_target)
+        except (TypeError, ValueError) as exc:
+            raise bad(f"'target' is not a valid target ({exc})") from None
+        for name, expected in (("device_key", target.device_key()), ("fingerprint", target.fingerprint())):
+            if data.get(name) != expected:
+                raise bad(
+                    f"{name!r} {data.get(name)!r} does not match its target {target} ({expected!r}); "
+                    "was the file edited by hand?"
+                )
+        m_policy = data.get("m_policy", "round_up")
+        if m_policy not in M_POLICIES:
+            raise bad(f"'m_policy' must be one of {', '.join(M_POLICIES)}, got {m_policy!r}")
+        predicted = data.get("predicted", False)
+        if not isinstance(predicted, bool):
+            raise bad(f"'predicted' must be true or false, got {predicted!r}")
+        created = data.get("created")
+        if created is not None and not isinstance(created, str):
+            raise bad(f"'created' must be a string, got {created!r}")
+        raw_entries = data.get("entries")
+        if not isinstance(raw_entries, list):
+            raise bad("'entries' must be a list")
+        entries = [_entry_from_dict(raw, f"entries[{i}]", bad) for i, raw in enumerate(raw_entries)]
+        try:
+            table = cls(
+                target=target,
+                entries=entries,
+                m_policy=m_policy,
+                predicted=predicted,
+                created=created,
+                source=source,
+            )
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        generator = data.get("generator")
+        object.__setattr__(table, "generator", generator if isinstance(generator, str) else "")
+        return table
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form (see the module docstring)."""
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "fingerprint": self.fingerprint,
+            "device_key": self.device_key,
+            "target": self.target.to_dict(),
+            "predicted": self.predicted,
+            "m_policy": self.m_policy,
+            "created": self.created,
+            "generator": _generator(),
+            "entries": [entry.to_dict() for entry in self.entries],
+        }
+
+    def to_json(self) -> str:
+        """The file form: header fields one per line, one bucket per line (diff-friendly)."""
+        data = self.to_dict()
+        entries = data.pop("entries")
+        lines = ["{"]
+        lines += [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in data.items()]
+        lines.append(' "entries": [')
+        for i, entry in enumerate(entries):
+            buckets = entry.pop("buckets")
+            head = json.dumps(entry)[:-1]
+            lines.append(f"  {head}, " + '"buckets": [')
+            lines += [
+                f"   {json.dumps(b, sort_keys=False)}" + ("," if j < len(buckets) - 1 else "")
+                for j, b in enumerate(buckets)
+            ]
+            lines.append("  ]}" + ("," if i < len(entries) - 1 else ""))
+        lines.append(" ]")
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes the table atomically (a temporary file in the same folder, then os.replace)."""
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        text = self.to_json()
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    # -- lookup ---------------------------------------------------------------------------------------
+
+    def lookup(
+        self,
+        op: str,
+        M: int,
+        N: int,
+        K: int,
+        E: int = 0,
+        *,
+        dtype: str = "bf16",
+        layout: str = "nk",
+        topk: int = 0,
+        m_policy: str | None = None,
+    ) -> Config | None:
+        """The config for this shape, or None when (op, dtype, layout, N, K, E, topk) is not in the table.
+
+        `m_policy` overrides the table's policy for this call.
+        """
+        hit = self._index.get((op, dtype, layout, N, K, E, topk))
+        if hit is None:
+            hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
+            if hit is None:
+                return None
+        policy = m_policy or self.m_policy
+        if policy == "round_up":  # the common case, inlined
+            i = bisect_left(hit[0], M)
+            return hit[1][i] if i < len(hit[0]) else hit[1][-1]
+        return hit[1][pick(hit[0], M, policy)]
+
+    def lookup_bucket(
+        self,
+        op: str,
+        M: int,
+        N: int,
+        K: int,
+        E: int = 0,
+        *,
+        dtype: str = "bf16",
+        layout: str = "nk",
+        topk: int = 0,
+        m_policy: str | None = None,
+    ) -> Bucket | None:
+        """Like `lookup`, but returns the whole bucket (its tuned m and time as well)."""
+        hit = self._index.get((op, dtype, layout, N, K, E, topk))
+        if hit is None:
+            hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
+            if hit is None:
+                return None
+        return hit[2][pick(hit[0], M, m_policy or self.m_policy)]
+
+    def _alias_hit(
+        self, op: str, dtype: str, layout: str, N: int, K: int, E: int, topk: int
+    ) -> tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]] | None:
+        # Miss path only: retry with the canonical dtype name ("bfloat16", torch.bfloat16 -> "bf16").
+        canon = canonical_dtype(dtype)
+        if canon == dtype:
+            return None
+        return self._index.get((op, canon, layout, N, K, E, topk))
+
+    def keys(self) -> tuple[Key, ...]:
+        """The (op, dtype, layout, N, K, E, topk) keys, sorted."""
+        return tuple(entry.key for entry in self.entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._index
+
+    def __len__(self) -> int:
+        """Number of buckets over all entries."""
+        return sum(len(entry.buckets) for entry in self.entries)
+
+    def __repr__(self) -> str:
+        return (
+            f"Table({self.target}, {len(self.entries)} shapes, {len(self)} buckets, "
+            f"m_policy={self.m_policy!r}{', predicted' if self.predicted else ''}, source={self.source!r})"
+        )
+
+
+def canonical_dtype(dtype: object) -> str:
+    """The canonical short name of `dtype` (a name or a torch dtype), or str(dtype) if it is unknown."""
+    try:
+        return normalize_dtype(str(dtype))
+    except ValueError:
+        return str(dtype)
+
+
+def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
+    if not isinstance(raw, dict):
+        raise bad(f"{where} must be an object, got {type(raw).__name__}")
+    fields = ("op", "dtype", "layout", "n", "k", "e", "topk")
+    shape = " (" + " ".join(f"{f}={raw[f]}" for f in fields if f in raw) + ")"
+    missing = [f for f in ("op", "dtype", "layout", "n", "k", "buckets") if f not in raw]
+    if missing:
+        raise bad(f"{where}{shape} lacks {', '.join(repr(f) for f in missing)}")
+    raw_buckets = raw["buckets"]
+    if not isinstance(raw_buckets, list):
+        raise bad(f"{where}.buckets{shape} must be a list")
+    buckets = []
+    for j, rb in enumerate(raw_buckets):
+        at = f"{where}.buckets[{j}]{shape}"
+        if not isinstance(rb, dict) or "m" not in rb or not isinstance(rb.get("config"), dict):
+            raise bad(f"{at} must be an object with 'm' and a 'config' object")
+        try:
+            buckets.append(Bucket(rb["m"], Config(rb["config"]), rb.get("time_us")))
+        except (TypeError, ValueError) as exc:
+            raise bad(f"{at}: {exc}") from None
+    try:
+        return Entry(
+            raw["op"],
+            raw["dtype"],
+            raw["layout"],
+            raw["n"],
+            raw["k"],
+            raw.get("e", 0),
+            raw.get("topk", 0),
+            tuple(buckets),
+        )
+    except (TypeError, ValueError) as exc:
+        raise bad(f"{where}{shape}: {exc}") from None

@@ -1,0 +1,199 @@
+"""The sweep-spec format (TOML): what to tune, parsed strictly with one clear error per mistake.
+
+```toml
+name = "smoke"                 # required
+description = "..."            # optional
+
+[[sweep]]                      # one or more
+op = "gemm"                    # required; a known op
+dtype = "bf16"                 # bf16 (default) or fp16
+m = [1, 16]                    # required: M values (token counts)
+nk = [[64, 64]]                # required: (N, K) pairs
+layout = "nk"                  # B as (N, K) ("nk", default) or (K, N) ("kn"); or a list of both
+strategy = "exhaustive"        # exhaustive | random | optuna (default)
+trials = 6                     # budget per problem, in trials (optional)
+seconds = 60                   # budget per problem, in seconds (optional)
+seed = 0
+backends = ["torch", "triton"] # default: every backend of the op
+```
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.problem import LAYOUTS, OPS, Problem, normalize_dtype
+from autotune.strategies import STRATEGIES, Budget
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec"]
+
+_TOP_KEYS = {"name", "description", "sweep"}
+_ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
+_REQUIRED = ("op", "m", "nk")
+
+
+class SpecError(ValueError):
+    """A malformed sweep spec; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class SweepEntry:
+    """One [[sweep]] table: a set of problems and how to tune them."""
+
+    op: str
+    dtype: str
+    ms: tuple[int, ...]
+    nks: tuple[tuple[int, int], ...]
+    layouts: tuple[str, ...] = ("nk",)
+    strategy: str = "optuna"
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    backends: tuple[str, ...] | None = None
+
+    def problems(self) -> list[Problem]:
+        return [
+            Problem.gemm(m, n, k, self.dtype, layout)
+            for layout in self.layouts
+            for n, k in self.nks
+            for m in self.ms
+        ]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed spec: a name and its entries. `text` is the source, stored with the sweep."""
+
+    name: str
+    entries: tuple[SweepEntry, ...]
+    description: str = ""
+    text: str = ""
+    path: str = ""
+
+    def problems(self) -> list[tuple[SweepEntry, Problem]]:
+        """Every (entry, problem) pair, duplicates across entries removed (first wins)."""
+        seen: set[Problem] = set()
+        out = []
+        for entry in self.entries:
+            for p in entry.problems():
+                if p not in seen:
+                    seen.add(p)
+                    out.append((entry, p))
+        return out
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Reads and validates a spec file; SpecError on any problem."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise SpecError(f"{p}: no such spec file") from None
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return parse_spec(text, source=str(p))
+
+
+def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise SpecError(f"{source}: unknown top-level field(s) {', '.join(sorted(unknown))}; "
+                        f"allowed: {', '.join(sorted(_TOP_KEYS))}")  # fmt: skip
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{source}: missing or empty `name` (a string naming the sweep)")
+    tables = data.get("sweep")
+    if not isinstance(tables, list) or not tables:
+        raise SpecError(f"{source}: no [[sweep]] tables; add at least one with op, m and nk")
+    entries = tuple(_entry(t, f"{source}: [[sweep]] #{i + 1}") for i, t in enumerate(tables))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise SpecError(f"{source}: `description` must be a string")
+    return SweepSpec(name=name.strip(), entries=entries, description=description, text=text, path=source)
+
+
+def _entry(table: Any, where: str) -> SweepEntry:
+    if not isinstance(table, Mapping):
+        raise SpecError(f"{where}: must be a table")
+    unknown = set(table) - _ENTRY_KEYS
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+                        f"allowed: {', '.join(sorted(_ENTRY_KEYS))}")  # fmt: skip
+    for key in _REQUIRED:
+        if key not in table:
+            raise SpecError(f"{where}: missing field `{key}`")
+    op = table["op"]
+    if op not in OPS:
+        raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(OPS)}")
+    try:
+        dtype = normalize_dtype(_typed(table.get("dtype", "bf16"), str, "dtype", where))
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if dtype not in ("bf16", "fp16"):
+        raise SpecError(f"{where}: op {op} supports dtype bf16 or fp16, not {dtype}")
+    ms = table["m"]
+    if not isinstance(ms, list) or not ms:
+        raise SpecError(f"{where}: `m` must be a non-empty list of positive integers")
+    ms_t = tuple(_positive(v, "m", where) for v in ms)
+    nk = table["nk"]
+    if not isinstance(nk, list) or not nk:
+        raise SpecError(f"{where}: `nk` must be a non-empty list of [N, K] pairs")
+    nks = []
+    for pair in nk:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SpecError(f"{where}: each `nk` item must be an [N, K] pair, got {pair!r}")
+        nks.append((_positive(pair[0], "N", where), _positive(pair[1], "K", where)))
+    layout = table.get("layout", "nk")
+    layouts = tuple(layout) if isinstance(layout, list) else (layout,)
+    for lay in layouts:
+        if lay not in LAYOUTS:
+            raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")
+    strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
+    if strategy not in STRATEGIES:
+        raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+    trials = table.get("trials")
+    seconds = table.get("seconds")
+    budget = Budget(
+        trials=None if trials is None else _positive(trials, "trials", where),
+        seconds=None if seconds is None else _positive_number(seconds, "seconds", where),
+    )
+    seed = _typed(table.get("seed", 0), int, "seed", where)
+    backends = table.get("backends")
+    if backends is not None:
+        if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
+            raise SpecError(f"{where}: `backends` must be a non-empty list of names")
+        backends = tuple(backends)
+    return SweepEntry(op=op, dtype=dtype, ms=ms_t, nks=tuple(nks), layouts=layouts, strategy=strategy,
+                      budget=budget, seed=seed, backends=backends)  # fmt: skip
+
+
+def _typed(value: Any, kind: type, name: str, where: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SpecError(f"{where}: `{name}` must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _positive(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: `{name}` values must be integers, got {value!r}")
+    if value <= 0:
+        raise SpecError(f"{where}: `{name}` must be positive, got {value}")
+    return value
+
+
+def _positive_number(value: Any, name: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError(f"{where}: `{name}` must be a positive number, got {value!r}")
+    return float(value)

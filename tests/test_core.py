@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import pytest
+
+from autotune import Config, Problem, Target, TargetError
+
+
+def test_problem_flops_bytes_and_key() -> None:
+    p = Problem.gemm(16, 4096, 1024, "bf16")
+    assert p.flops() == 2 * 16 * 4096 * 1024
+    assert p.min_bytes() == 2 * (16 * 1024 + 4096 * 1024 + 16 * 4096)
+    assert p.key() == "gemm:M=16,N=4096,K=1024,E=0,topk=0:bf16,bf16,bf16:nk"
+    assert Problem.gemm(16, 4096, 1024, "bfloat16") == p  # aliases normalise
+    assert p.with_m(32).M == 32
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(M=0), "M must be a positive integer"),
+        (dict(N=-3), "N must be a positive integer"),
+        (dict(K=2.5), "K must be a positive integer"),
+        (dict(op="conv"), "unknown op 'conv'"),
+        (dict(dtype_a="int3"), "unknown dtype 'int3'"),
+        (dict(layout="tt"), "unknown layout 'tt'"),
+    ],
+)
+def test_problem_rejects_bad_fields(kwargs: dict, message: str) -> None:
+    base = dict(op="gemm", M=1, N=2, K=3)
+    base.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        Problem(**base)
+
+
+def test_config_canonical_hash_and_digest_are_stable() -> None:
+    a = Config(backend="triton", BLOCK_M=64, BLOCK_N=32)
+    b = Config({"BLOCK_N": 32, "BLOCK_M": 64}, backend="triton")
+    assert a == b and hash(a) == hash(b)
+    assert a.canonical() == '{"BLOCK_M":64,"BLOCK_N":32,"backend":"triton"}'
+    assert Config.from_json(a.canonical()) == a
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert a.replace(BLOCK_M=128)["BLOCK_M"] == 128 and a["BLOCK_M"] == 64
+    with pytest.raises(TypeError):
+        Config(BLOCK_M=[1, 2])  # type: ignore[arg-type]
+
+
+def test_config_digest_known_value() -> None:
+    import hashlib
+
+    c = Config(backend="torch")
+    assert c.digest() == hashlib.sha256(b'{"backend":"torch"}').hexdigest()[:16]
+
+
+def test_target_for_arch_limits_and_fingerprints() -> None:
+    mi300 = Target.for_arch("gfx942")
+    mi355 = Target.for_arch("MI355X")
+    h100 = Target.for_arch("sm_90")
+    assert mi300.lds_bytes == 64 * 1024 and mi355.lds_bytes == 160 * 1024
+    assert mi300.xcds == 8 and mi300.is_amd and h100.is_nvidia
+    assert h100.llc_bytes == 50 << 20 and mi300.llc_bytes == 256 << 20
+    assert len({mi300.fingerprint(), mi355.fingerprint(), h100.fingerprint()}) == 3
+    other_tools = dataclasses.replace(h100, toolchain={"torch": "0.0"})
+    assert other_tools.device_key() == h100.device_key()
+    assert other_tools.fingerprint() != h100.fingerprint()
+    assert Target.from_dict(h100.to_dict()) == h100
+    with pytest.raises(TargetError, match="unknown target 'gfx1'"):
+        Target.for_arch("gfx1")
+
+
+def test_interpreter_target_is_its_own() -> None:
+    t = Target.interpreter_target()
+    assert t.interpreter and not t.is_amd and not t.is_nvidia
+    assert t.device_key() != Target.for_arch("sm_90").device_key()
+    assert t.roofline_us(1e9, 1e6) == 0.0
+
+
+def test_roofline() -> None:
+    h100 = Target.for_arch("sm_90")
+    p = Problem.gemm(1, 4096, 4096)
+    # decode is memory-bound: bytes / bandwidth
+    assert h100.roofline_us(p.flops(), p.min_bytes()) == pytest.approx(p.min_bytes() / 3350e3)

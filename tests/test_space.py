@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import pytest
+
+from autotune import Config, Problem, Target
+from autotune.kernels import GEMM
+from autotune.kernels.gemm_space import gemm_default_config, triton_params
+
+AMD_KNOBS = {"matrix_instr_nonkdim", "waves_per_eu", "kpack", "NUM_XCDS"}
+
+
+def test_amd_knobs_exist_only_on_amd() -> None:
+    assert not AMD_KNOBS & set(triton_params(Target.for_arch("sm_90")))
+    gfx942 = set(triton_params(Target.for_arch("gfx942")))
+    gfx950 = set(triton_params(Target.for_arch("gfx950")))
+    assert AMD_KNOBS <= gfx942
+    assert AMD_KNOBS - {"kpack"} <= gfx950 and "kpack" not in gfx950  # kpack is a gfx942 knob
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942", "gfx950", "interpreter"])
+@pytest.mark.parametrize("mnk", [(1, 4096, 4096), (16, 6144, 4096), (4096, 4096, 4096), (33, 17, 100)])
+def test_default_config_is_in_the_space_and_vendor_first(arch: str, mnk: tuple[int, int, int]) -> None:
+    target = Target.for_arch(arch)
+    problem = Problem.gemm(*mnk)
+    space = GEMM.space(problem, target)
+    default = gemm_default_config(problem, target)
+    assert space.check(default) is None, space.check(default)
+    configs = space.configs()
+    assert configs[0] == Config(backend="torch")
+    assert configs[1] == default
+    assert len(set(configs)) == len(configs)
+
+
+def test_constraints_prune_with_reasons() -> None:
+    target = Target.for_arch("gfx942")
+    problem = Problem.gemm(4096, 4096, 4096)
+    space = GEMM.space(problem, target)
+    big = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, BLOCK_K=256, GROUP_M=8, SPLIT_K=1, num_warps=8,
+                 num_stages=2, matrix_instr_nonkdim=16, waves_per_eu=0, NUM_XCDS=8, kpack=2)
+    reason = space.check(big)
+    assert reason is not None and reason.startswith("lds_overflow") and "65536" in reason
+    # the same tile fits gfx950's 160 KiB LDS? (256+256)*256*2 = 256 KiB: no; 128-deep K does not either
+    ok = big.replace(BLOCK_K=64)
+    assert space.check(ok) is None
+    summary = space.prune_summary()
+    assert summary["lds_overflow"] > 0 and sum(summary.values()) == space.raw_size() - len(space) + 0 * 1
+
+
+def test_decode_space_has_split_k_and_narrow_tiles() -> None:
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(1, 4096, 4096)
+    configs = [c for c in GEMM.space(problem, target).configs() if c.backend == "triton"]
+    assert {c["BLOCK_M"] for c in configs} == {16}
+    assert {c["SPLIT_K"] for c in configs} >= {1, 2, 4, 8, 16}
+    assert {c["GROUP_M"] for c in configs} == {1}  # one row of tiles: GROUP_M is redundant
+    default = gemm_default_config(problem, target)
+    assert default["SPLIT_K"] > 1  # 64 tiles underfill 132 SMs
+
+
+def test_prefill_space_drops_split_k() -> None:
+    target = Target.for_arch("sm_90")
+    configs = GEMM.space(Problem.gemm(8192, 8192, 8192), target).configs()
+    assert all(c.get("SPLIT_K", 1) == 1 or c["BLOCK_M"] * c["BLOCK_N"] >= 128 * 256 for c in configs[1:])
+
+
+def test_unknown_backend_and_foreign_configs_are_rejected() -> None:
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(64, 64, 64)
+    with pytest.raises(ValueError, match="unknown gemm backend 'cutlass'"):
+        GEMM.space(problem, target, ("cutlass",))
+    space = GEMM.space(problem, target)
+    assert "not in this space" in (space.check(Config(backend="cutlass")) or "")
+    amd_cfg = gemm_default_config(problem, Target.for_arch("gfx942"))
+    assert "unknown parameters" in (space.check(amd_cfg) or "")
