@@ -278,7 +278,6 @@ def _emit(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     with _open_store(args.db) as store:
         summary = store.summary()
-        print(f"database {store.display_url}")
         for line in summary.lines():
             print(line)
     return EXIT_OK

@@ -325,11 +325,12 @@ class Dispatcher:
 
 
 def _detect_local_target() -> Target | None:
+    """The GPU kernels run on here, or the interpreter target when TRITON_INTERPRET=1 and no GPU."""
     try:
-        from autotune.target import local_target
+        from autotune.target import running_target
 
-        return local_target()
-    except Exception as exc:  # TargetError without a GPU, ImportError without torch, driver errors
+        return running_target()
+    except Exception as exc:  # ImportError without torch, driver errors
         logger.info("autotune: no GPU found (%s); only interpreter tables will be used", exc)
         return None
 

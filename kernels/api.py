@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from autotune.config import Config
+from autotune.dispatch import lookup as _lookup
 from autotune.problem import Problem
 from autotune.target import Target, TargetError, running_target
 
@@ -113,11 +114,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk") -> torch.Ten
     A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
     from the loaded tuned table, else the heuristic default.
     """
-    from autotune.dispatch import default_dispatcher
-
     M, N, K, dtype = _check(a, b, b_layout)
-    target = _running()
-    config = default_dispatcher().lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
+    target = _target[0] if _target else _running()
+    config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
     if config is None:
         config = _default(M, N, K, dtype, b_layout, target)
     return _launch(config, a, b, M, N, K, b_layout, target)

@@ -1,0 +1,307 @@
+"""GEMM benchmark (GPU): tune real model shapes, then measure side by side in one run.
+
+Per shape: the vendor library (torch.mm → cuBLAS/hipBLASLt), our heuristic default, our tuned Triton
+winner and the dispatched best-of-backends (the real `autotune.kernels.gemm` call reading an emitted
+table), in µs, TFLOP/s, GB/s and fraction of the roofline; the sweep's cost; the regret of each M-bucket
+policy on M values that were not tuned; and the host cost of a dispatched call and of a lookup.
+
+    python benchmarks/gemm.py --db bench.db --out results/      # resumable: the tuning is stored
+    python benchmarks/gemm.py --phase measure ...               # measure only, from a tuned database
+
+Prints a short table last; details go to --out (JSON and CSV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker
+from autotune.db import Store
+from autotune.dispatch import M_POLICIES, Dispatcher, Table
+from autotune.dispatch.table import pick
+from autotune.kernels import GEMM
+from autotune.runner import Runner
+from autotune.strategies import Budget
+from autotune.target import local_target
+
+# (model, layer, N, K): bf16 linear layers of real models, N and K per GPU shard.
+SHAPES = [
+    ("llama-3.1-8b", "qkv", 6144, 4096),
+    ("llama-3.1-8b", "down", 4096, 14336),
+    ("llama-3.1-70b tp8", "qkv", 1280, 8192),
+    ("llama-3.1-70b tp8", "gate_up", 7168, 8192),
+]
+DECODE_M = [1, 16, 64, 256]
+PREFILL_M = [1024, 4096]
+# M values between the tuned buckets, for choosing how a table serves an untuned M.
+UNTUNED_M = [4, 8, 32, 48, 128, 192, 512, 768, 2048, 3072]
+
+
+def _problems(quick: bool) -> list[tuple[str, str, Problem]]:
+    shapes = SHAPES[:1] if quick else SHAPES
+    ms = [1, 64, 1024] if quick else DECODE_M + PREFILL_M
+    return [(model, layer, Problem.gemm(m, n, k, "bf16")) for model, layer, n, k in shapes for m in ms]
+
+
+def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: list[dict]) -> None:
+    target = local_target()
+    bench = Benchmarker(GEMM, target)
+    sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args)), target)
+    runner = Runner(store, target, bench, sweep_id=sweep_id)
+    for i, p in enumerate(problems):
+        rep = runner.tune(GEMM, p, strategy=args.strategy, budget=Budget(args.trials, args.seconds), seed=0)
+        best = rep.best
+        print(f"[tune {i + 1}/{len(problems)}] {p}: space {rep.space_size}/{rep.raw_size}, ran {rep.ran}, "
+              f"cached {rep.cached}, failed {rep.failed}, compile {rep.compile_s:.1f}s, measure "
+              f"{rep.measure_s:.1f}s, wall {rep.wall_s:.1f}s, best {best.config.short() if best else '-'} "
+              f"{best.time_us if best else float('nan'):.2f}us", flush=True)  # fmt: skip
+        log.append(dict(problem=p.key(), space=rep.space_size, raw=rep.raw_size, ran=rep.ran, cached=rep.cached,
+                        failed=rep.failed, compile_s=rep.compile_s, measure_s=rep.measure_s, wall_s=rep.wall_s))  # fmt: skip
+    store.finish_sweep(sweep_id)
+
+
+def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | None:
+    for rec in store.best(problem, fingerprint=fingerprint, limit=10_000):
+        if rec.config.backend == "triton":
+            return rec.config
+    return None
+
+
+class _Dispatched:
+    """A TunableOp facade whose launch is the real `autotune.kernels.gemm(a, b)` call (lookup included).
+
+    The first call copies the result into `out` for the correctness gate; timed calls only call gemm.
+    """
+
+    name = "gemm"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(GEMM, name)
+
+    def prepare(self, problem: Problem, config: Config, target: Any, inputs: Any, out: torch.Tensor) -> Any:
+        from autotune.kernels import gemm
+
+        a, b = inputs
+        first = [True]
+
+        def launch() -> None:
+            c = gemm(a, b)
+            if first[0]:
+                out.copy_(c)
+                first[0] = False
+
+        return launch
+
+
+def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict:
+    """Times every variant `rounds` times, interleaved, and keeps the median of the medians."""
+    samples: dict[str, list[float]] = {k: [] for k in configs}
+    status: dict[str, str] = {}
+    for _ in range(rounds):
+        for name, config in configs.items():
+            r = bench.run(problem, config)
+            status[name] = r.status.value if not r.ok else "ok"
+            if r.ok and r.time_us is not None:
+                samples[name].append(r.time_us)
+            else:
+                status[name] = f"{r.status.value}: {r.error[:200]}"
+    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
+
+
+def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
+    target = local_target()
+    fp = target.fingerprint()
+    winners = {w.problem: w for w in store.winners(fp)}
+    table = Table.from_winners(target, [(w.problem, w.best.config, w.best.time_us) for w in winners.values()])
+    from autotune.dispatch import dispatcher as dmod
+
+    dmod._default = Dispatcher([table], device_key=target.device_key())
+    bench = Benchmarker(GEMM, target)
+    dbench = Benchmarker(_Dispatched(), target)  # type: ignore[arg-type]
+    rows = []
+    for model, layer, p in problems:
+        tuned = _best_triton(store, p, fp)
+        variants = {"vendor": Config(backend="torch"), "default": GEMM.default_config(p, target)}
+        if tuned is not None:
+            variants["tuned"] = tuned
+        res = _median_of_rounds(bench, p, variants, rounds)
+        disp = _median_of_rounds(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
+        res.update(disp)
+        roof = target.roofline_us(p.flops(), p.min_bytes())
+        row = dict(model=model, layer=layer, M=p.M, N=p.N, K=p.K, regime="decode" if p.M <= 256 else "prefill",
+                   dispatched_config=table.lookup("gemm", p.M, p.N, p.K).canonical()  # type: ignore[union-attr]
+                   if table.lookup("gemm", p.M, p.N, p.K) else "default",
+                   tuned_config=tuned.canonical() if tuned else None)  # fmt: skip
+        for name, (t, st) in res.items():
+            row[f"{name}_us"] = t
+            row[f"{name}_status"] = st
+            row[f"{name}_tflops"] = p.flops() / t / 1e6 if t == t else math.nan
+            row[f"{name}_gbps"] = p.min_bytes() / t / 1e3 if t == t else math.nan
+            row[f"{name}_roofline"] = roof / t if t == t and roof else math.nan
+        rows.append(row)
+        print(f"[measure] {p}: " + ", ".join(f"{k} {v[0]:.2f}us" for k, v in res.items()), flush=True)
+    out["shapes"] = rows
+    return table
+
+
+def policy_regret(store: Store, out: dict, quick: bool) -> None:
+    """For M values between tuned buckets: time the lower and the upper bucket's config; each policy's
+    regret is its pick's time over the faster of the two (geomean over M, per (N, K))."""
+    target = local_target()
+    fp = target.fingerprint()
+    bench = Benchmarker(GEMM, target)
+    winners = store.winners(fp)
+    by_nk: dict[tuple[int, int], dict[int, Config]] = {}
+    for w in winners:
+        by_nk.setdefault((w.problem.N, w.problem.K), {})[w.problem.M] = w.best.config
+    results = []
+    for (n, k), buckets in list(by_nk.items())[: 1 if quick else 2]:
+        ms = tuple(sorted(buckets))
+        for m in UNTUNED_M:
+            if m in buckets or m > ms[-1] or m < ms[0]:
+                continue
+            p = Problem.gemm(m, n, k, "bf16")
+            lo = max(x for x in ms if x <= m)
+            hi = min(x for x in ms if x >= m)
+            times = {}
+            for bucket in {lo, hi}:
+                r = bench.run(p, buckets[bucket])
+                times[bucket] = r.time_us if r.ok and r.time_us else math.inf
+            vendor = bench.run(p, Config(backend="torch"))
+            best = min(times.values())
+            rec = dict(N=n, K=k, M=m, lo=lo, hi=hi, t_lo=times[lo], t_hi=times[hi],
+                       vendor_us=vendor.time_us if vendor.ok else math.nan)  # fmt: skip
+            for policy in M_POLICIES:
+                chosen = ms[pick(ms, m, policy)]
+                rec[policy] = times[chosen] / best if chosen in times else math.nan
+            results.append(rec)
+            print(f"[regret] N={n} K={k} M={m}: lo {lo}→{times[lo]:.2f}us hi {hi}→{times[hi]:.2f}us", flush=True)
+    summary = {}
+    for policy in M_POLICIES:
+        vals = [r[policy] for r in results if r[policy] == r[policy] and math.isfinite(r[policy])]
+        summary[policy] = dict(geomean=math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.nan,
+                               worst=max(vals) if vals else math.nan)  # fmt: skip
+    out["m_policy"] = dict(points=results, summary=summary)
+
+
+def host_overhead(out: dict) -> None:
+    """Host time per call of the dispatched gemm() vs launching the same config directly, and a lookup."""
+    import timeit
+
+    from autotune.dispatch import lookup
+    from autotune.kernels import gemm
+    from autotune.kernels.gemm_triton import launcher
+
+    target = local_target()
+    p = Problem.gemm(1, 256, 256, "bf16")  # tiny: the GPU keeps up, so the host is what is measured
+    config = GEMM.default_config(p, target)
+    t2 = Table.from_winners(target, [(p, config, None)])
+    from autotune.dispatch import dispatcher as dmod
+
+    dmod._default = Dispatcher([t2], device_key=target.device_key())
+    a, b = GEMM.make_inputs(p, "cuda", seed=0)
+    run = launcher(config, is_amd=target.is_amd)
+    split_k = int(config["SPLIT_K"])
+
+    def direct() -> None:
+        o = torch.empty((1, 256), device="cuda", dtype=torch.bfloat16)
+        ws = torch.empty(split_k * 256, device="cuda", dtype=torch.float32) if split_k > 1 else None
+        run(a, b, o, b.stride(1), b.stride(0), 1, 256, 256, ws)
+
+    def dispatched() -> None:
+        gemm(a, b)
+
+    per_call: dict[str, list[float]] = {"direct": [], "dispatched": []}
+    n = 2000
+    for _ in range(7):
+        for name, fn in (("direct", direct), ("dispatched", dispatched)):
+            for _ in range(50):
+                fn()
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            per_call[name].append((time.perf_counter() - t) / n * 1e6)
+            torch.cuda.synchronize()
+    lk = min(timeit.repeat(lambda: lookup("gemm", 1, 256, 256), number=200_000, repeat=5)) / 200_000 * 1e6
+    d, di = min(per_call["dispatched"]), min(per_call["direct"])
+    out["host"] = dict(direct_us=di, dispatched_us=d, overhead_us=d - di, lookup_us=lk, config=config.canonical())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
+    ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
+    ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
+    ap.add_argument("--strategy", default="optuna")
+    ap.add_argument("--trials", type=int, default=40, help="trial budget per shape")
+    ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--quick", action="store_true", help="one (N, K), three M: a smoke run")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/gemm.py needs a GPU", file=sys.stderr)
+        return 2
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    target = local_target()
+    info: dict[str, Any] = dict(gpu=target.name, arch=target.arch, cus=target.cu_count, toolchain=target.toolchain,
+                                date=time.strftime("%Y-%m-%d"), fingerprint=target.fingerprint(), args=vars(args))  # fmt: skip
+    problems = _problems(args.quick)
+    tune_log: list[dict] = []
+    with Store(args.db) as store:
+        t0 = time.perf_counter()
+        if args.phase in ("tune", "all"):
+            tune(store, [p for _, _, p in problems], args, tune_log)
+            info["tune"] = dict(per_shape=tune_log, wall_s=time.perf_counter() - t0)
+        if args.phase in ("measure", "all"):
+            measure(store, problems, args.rounds, info)
+            policy_regret(store, info, args.quick)
+            host_overhead(info)
+    (outdir / f"gemm-{args.phase}.json").write_text(json.dumps(info, indent=1, default=str))
+    _print_summary(info)
+    return 0
+
+
+def _print_summary(info: dict) -> None:
+    print(f"\n{info['gpu']} ({info['arch']}, {info['cus']} SMs) {info['toolchain']} {info['date']}")
+    if "tune" in info:
+        t = info["tune"]["per_shape"]
+        print(f"sweep cost: {sum(r['ran'] for r in t)} configs run, compile {sum(r['compile_s'] for r in t):.0f}s, "
+              f"measure {sum(r['measure_s'] for r in t):.0f}s, wall {info['tune']['wall_s']:.0f}s")  # fmt: skip
+    if "shapes" not in info:
+        return
+    print(f"{'model/layer':28} {'M':>5} {'N':>6} {'K':>6} {'vendor':>8} {'default':>8} {'tuned':>8} {'disp':>8} "
+          f"{'tun/ven':>7} {'dis/ven':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}")  # fmt: skip
+    for r in info["shapes"]:
+        v, t, d = r["vendor_us"], r.get("tuned_us", math.nan), r["dispatched_us"]
+        print(f"{r['model'] + ' ' + r['layer']:28} {r['M']:>5} {r['N']:>6} {r['K']:>6} {v:8.2f} {r['default_us']:8.2f} "
+              f"{t:8.2f} {d:8.2f} {v / t:7.3f} {v / d:7.3f} {r['dispatched_tflops']:6.0f} {r['dispatched_gbps']:6.0f} "
+              f"{r['dispatched_roofline']:5.2f}")  # fmt: skip
+    for regime in ("decode", "prefill"):
+        rs = [r for r in info["shapes"] if r["regime"] == regime and r.get("tuned_us", math.nan) == r.get("tuned_us")]
+        if rs:
+            g = math.exp(statistics.fmean(math.log(r["vendor_us"] / r["tuned_us"]) for r in rs))
+            worst = min(r["vendor_us"] / r["dispatched_us"] for r in rs)
+            print(f"{regime}: tuned Triton vs vendor geomean {g:.3f}x; dispatched vs vendor worst {worst:.3f}x")
+    if "m_policy" in info:
+        print("M policy regret (geomean / worst): " + ", ".join(
+            f"{k} {v['geomean']:.3f}/{v['worst']:.3f}" for k, v in info["m_policy"]["summary"].items()))  # fmt: skip
+    if "host" in info:
+        h = info["host"]
+        print(f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us "
+              f"(+{h['overhead_us']:.2f}us); lookup {h['lookup_us'] * 1000:.0f}ns")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

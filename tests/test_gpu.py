@@ -1,0 +1,79 @@
+"""GPU tests: the real compiler and device. Skipped without a CUDA or ROCm GPU."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker
+from autotune.kernels import GEMM
+from autotune.result import TrialStatus
+
+pytestmark = pytest.mark.gpu
+
+CASES = [(1, 4096, 4096, "nk"), (16, 6144, 4096, "kn"), (77, 1000, 3000, "nk"), (1024, 1024, 4096, "kn")]
+
+
+@pytest.fixture(scope="module")
+def target():
+    from autotune.target import local_target
+
+    return local_target()
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("mnk", CASES)
+def test_kernel_matches_reference_on_gpu(target, mnk, dtype) -> None:
+    M, N, K, layout = mnk
+    problem = Problem.gemm(M, N, K, dtype, layout)
+    space = GEMM.space(problem, target)
+    configs = [c for c in space.configs() if c.backend == "triton"]
+    picked = configs[:: max(1, len(configs) // 6)][:6] + [c for c in configs if c["SPLIT_K"] > 1][:2]
+    inputs = GEMM.make_inputs(problem, "cuda", seed=1)
+    ref = GEMM.reference(problem, inputs)
+    for config in picked:
+        out = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+        GEMM.prepare(problem, config, target, inputs, out)()
+        torch.cuda.synchronize()
+        err = float((out.double() - ref.double()).norm() / ref.double().norm())
+        assert err < GEMM.tolerance(problem), (config.short(), err)
+
+
+def test_benchmarker_times_both_backends(target) -> None:
+    bench = Benchmarker(GEMM, target)
+    small = Problem.gemm(1, 1024, 1024)
+    r = bench.run(small, Config(backend="torch"))
+    assert r.ok and r.timing is not None and r.timing.method == "graph" and r.time_us > 0
+    big = Problem.gemm(4096, 4096, 4096)
+    r2 = bench.run(big, GEMM.default_config(big, target))
+    assert r2.ok and r2.timing is not None and r2.timing.method == "events"
+    # 137 GFLOP cannot take under 50 µs on any GPU we know, nor over a second
+    assert 50 < r2.time_us < 1e6
+
+
+def test_out_of_resources_is_a_status(target) -> None:
+    bench = Benchmarker(GEMM, target)
+    problem = Problem.gemm(256, 256, 1024)
+    huge = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=8,
+                  num_stages=5)
+    r = bench.run(problem, huge)
+    assert r.status in (TrialStatus.OUT_OF_RESOURCES, TrialStatus.COMPILE_ERROR), r
+    assert r.error
+
+
+def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.kernels import gemm
+
+    problem = Problem.gemm(16, 512, 1024)
+    config = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4, num_warps=4,
+                    num_stages=3)
+    table = Table.from_winners(target, [(problem, config, 1.0)])
+    d = Dispatcher([table], device_key=target.device_key())
+    assert d.lookup("gemm", 16, 512, 1024) == config
+    monkeypatch.setattr("autotune.dispatch.dispatcher._default", d)
+    a, b = GEMM.make_inputs(problem, "cuda", seed=3)
+    out = gemm(a, b)
+    ref = GEMM.reference(problem, (a, b))
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 1e-2
