@@ -224,7 +224,7 @@ class Benchmarker:
             try:
                 return self._time_graph(launches, probe.median_us)
             except Exception as exc:  # graphs unsupported for this launch: events are still valid
-                log.info("graph capture failed (%s); timing with events", exc)
+                log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
         reps = self._reps(probe.median_us)
         return self._time_events(launches, reps)
 

@@ -47,9 +47,11 @@ PREFILL_M = [1024, 4096]
 UNTUNED_M = [4, 8, 32, 48, 128, 192, 512, 768, 2048, 3072]
 
 
-def _problems(quick: bool) -> list[tuple[str, str, Problem]]:
+def _problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]]:
     shapes = SHAPES[:1] if quick else SHAPES
     ms = [1, 64, 1024] if quick else DECODE_M + PREFILL_M
+    if regime != "all":
+        ms = [m for m in ms if (m in DECODE_M) == (regime == "decode")]
     return [(model, layer, Problem.gemm(m, n, k, "bf16")) for model, layer, n, k in shapes for m in ms]
 
 
@@ -248,6 +250,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--quick", action="store_true", help="one (N, K), three M: a smoke run")
+    ap.add_argument("--regime", choices=("decode", "prefill", "all"), default="all", help="which shapes to tune")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py needs a GPU", file=sys.stderr)
@@ -258,17 +261,18 @@ def main() -> int:
     info: dict[str, Any] = dict(gpu=target.name, arch=target.arch, cus=target.cu_count, toolchain=target.toolchain,
                                 date=time.strftime("%Y-%m-%d"), fingerprint=target.fingerprint(), args=vars(args))  # fmt: skip
     problems = _problems(args.quick)
+    to_tune = _problems(args.quick, args.regime)
     tune_log: list[dict] = []
     with Store(args.db) as store:
         t0 = time.perf_counter()
         if args.phase in ("tune", "all"):
-            tune(store, [p for _, _, p in problems], args, tune_log)
+            tune(store, [p for _, _, p in to_tune], args, tune_log)
             info["tune"] = dict(per_shape=tune_log, wall_s=time.perf_counter() - t0)
         if args.phase in ("measure", "all"):
             measure(store, problems, args.rounds, info)
             policy_regret(store, info, args.quick)
             host_overhead(info)
-    (outdir / f"gemm-{args.phase}.json").write_text(json.dumps(info, indent=1, default=str))
+    (outdir / f"gemm-{args.phase}-{args.regime}.json").write_text(json.dumps(info, indent=1, default=str))
     _print_summary(info)
     return 0
 

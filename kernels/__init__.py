@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotune.kernels.api import gemm, launch_config, linear
 from autotune.kernels.base import Inputs, Launch, TunableOp
-from autotune.kernels.gemm import GEMM, GemmOp
+from autotune.kernels.gemm_op import GEMM, GemmOp
 
 __all__ = ["GEMM", "OPS", "GemmOp", "Inputs", "Launch", "TunableOp", "gemm", "get_op", "launch_config", "linear"]
 
