@@ -61,7 +61,10 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
     sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args)), target)
     runner = Runner(store, target, bench, sweep_id=sweep_id)
     for i, p in enumerate(problems):
-        rep = runner.tune(GEMM, p, strategy=args.strategy, budget=Budget(args.trials, args.seconds), seed=0)
+        strategy = args.strategy
+        if strategy == "auto":  # small spaces are swept whole; large ones searched by TPE
+            strategy = "exhaustive" if len(GEMM.space(p, target)) <= 1.5 * args.trials else "optuna"
+        rep = runner.tune(GEMM, p, strategy=strategy, budget=Budget(args.trials, args.seconds), seed=0)
         best = rep.best
         print(f"[tune {i + 1}/{len(problems)}] {p}: space {rep.space_size}/{rep.raw_size}, ran {rep.ran}, "
               f"cached {rep.cached}, failed {rep.failed}, compile {rep.compile_s:.1f}s, measure "
@@ -245,7 +248,8 @@ def main() -> int:
     ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
     ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
     ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
-    ap.add_argument("--strategy", default="optuna")
+    ap.add_argument("--strategy", default="auto", help="auto (exhaustive for small spaces, else optuna), "
+                    "exhaustive, random or optuna")
     ap.add_argument("--trials", type=int, default=40, help="trial budget per shape")
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")

@@ -135,6 +135,8 @@ def _triton_launch(
     M, N, K = problem.M, problem.N, problem.K
     stride_bk, stride_bn = (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
     split_k = int(config.get("SPLIT_K", 1))
+    if split_k > 1 and not out.is_contiguous():
+        raise ValueError(f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}")
     workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
     run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)

@@ -25,7 +25,7 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
                     SPLIT_K=(1, 2, 4), num_warps=(4,), num_stages=(1,))  # fmt: skip
     tiles = (16, 32, 64, 128, 256)
     common: dict[str, Sequence[Value]] = dict(
-        BLOCK_M=tiles, BLOCK_N=tiles[1:], BLOCK_K=(32, 64, 128, 256), GROUP_M=(1, 4, 8),
+        BLOCK_M=tiles, BLOCK_N=tiles[1:], BLOCK_K=(32, 64, 128, 256), GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4, 8, 16), num_warps=(4, 8),
     )  # fmt: skip
     if target.is_amd:

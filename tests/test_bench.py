@@ -1,0 +1,203 @@
+"""The Benchmarker's correctness gate, error classification and wall-clock timing (CPU interpreter)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
+
+from autotune import Config, Problem, Target
+from autotune.bench import Benchmarker, BenchSettings, DeviceFault, classify_error, rel_error
+from autotune.kernels import GEMM, Launch
+from autotune.result import TrialStatus
+from autotune.target import interpreting
+
+needs_interpreter = pytest.mark.skipif(
+    not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"
+)
+
+PROBLEM = Problem.gemm(16, 32, 32, "bf16")
+GOOD = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4,
+              num_stages=1)  # fmt: skip
+
+
+class FakeGemm:
+    """GEMM with a sabotaged `prepare`: a config's "mode" picks what its launch does to `out`."""
+
+    name = "gemm"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(GEMM, attr)
+
+    def prepare(
+        self,
+        problem: Problem,
+        config: Config,
+        target: Target,
+        inputs: Sequence[torch.Tensor],
+        out: torch.Tensor,
+    ) -> Launch:
+        mode = str(config.get("mode", "real"))
+        ref = GEMM.reference(problem, inputs)
+        if mode == "raise_in_prepare":
+            raise ValueError("cannot build launch arguments")
+
+        def launch() -> None:
+            self.calls.append(mode)
+            if mode == "noop":
+                return
+            if mode == "scaled":
+                out.copy_(ref * 1.05)
+            elif mode == "partial":
+                out[:-1].copy_(ref[:-1])  # the last row is never written
+            elif mode == "inf":
+                out.copy_(ref)
+                out[0, 0] = float("inf")
+            elif mode == "value_error":
+                raise ValueError("bad launch argument")
+            elif mode == "oom":
+                raise OutOfResources(300000, 65536, "shared memory")
+            elif mode == "fault":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            else:
+                out.copy_(ref)
+
+        return launch
+
+
+def fake_config(mode: str) -> Config:
+    return Config(backend="triton", mode=mode)
+
+
+@pytest.fixture
+def interp() -> Target:
+    return Target.interpreter_target()
+
+
+@pytest.fixture
+def fake_bench(interp: Target) -> Benchmarker:
+    return Benchmarker(FakeGemm(), interp)  # type: ignore[arg-type]
+
+
+# -- rel_error and classify_error ---------------------------------------------------------------------
+
+
+def test_rel_error_values() -> None:
+    ref = torch.tensor([[3.0, 4.0]])
+    assert rel_error(ref.to(torch.bfloat16), ref) == 0.0
+    assert rel_error(torch.tensor([[3.0, 4.5]]), ref) == pytest.approx(0.1)
+    assert rel_error(torch.tensor([[0.5]]), torch.zeros(1, 1)) == pytest.approx(0.5)  # zero ref: absolute
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        assert rel_error(torch.tensor([[3.0, bad]]), ref) == math.inf
+
+
+def test_classify_error() -> None:
+    assert classify_error(OutOfResources(300000, 65536, "shared memory")) is TrialStatus.OUT_OF_RESOURCES
+    assert classify_error(torch.cuda.OutOfMemoryError("CUDA out of memory")) is TrialStatus.OUT_OF_RESOURCES
+    assert classify_error(CompilationError("def f(): pass", None, "boom")) is TrialStatus.COMPILE_ERROR
+    assert classify_error(RuntimeError("PassManager::run failed")) is TrialStatus.COMPILE_ERROR
+    assert classify_error(RuntimeError("ptxas fatal: bad register")) is TrialStatus.COMPILE_ERROR
+    assert classify_error(RuntimeError("an illegal memory access was encountered")) is TrialStatus.CRASHED
+    assert classify_error(RuntimeError("device-side assert triggered")) is TrialStatus.CRASHED
+    assert classify_error(ValueError("something else")) is TrialStatus.RUNTIME_ERROR
+    assert all(s.failed for s in TrialStatus if s is not TrialStatus.OK) and not TrialStatus.OK.failed
+
+
+# -- the correctness gate -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "mode, infinite",
+    [("noop", True), ("partial", True), ("inf", True), ("scaled", False)],
+)
+def test_wrong_output_is_wrong_result(fake_bench: Benchmarker, mode: str, infinite: bool) -> None:
+    """Unwritten (NaN poison), partly written, overflowed or inaccurate output fails the gate, untimed."""
+    result = fake_bench.run(PROBLEM, fake_config(mode))
+    assert result.status is TrialStatus.WRONG_RESULT and not result.ok
+    assert result.timing is None and result.time_us is None and result.score() == math.inf
+    assert "wrong result: relative error" in result.error
+    assert result.rel_error is not None
+    if infinite:
+        assert result.rel_error == math.inf and "NaN/inf" in result.error
+    else:
+        assert result.rel_error == pytest.approx(0.05, rel=0.05)
+        assert f"> {GEMM.tolerance(PROBLEM):g}" in result.error
+    assert fake_bench.op.calls == [mode]  # type: ignore[attr-defined]  # checked once, never timed
+
+
+def test_output_is_poisoned_before_the_check(fake_bench: Benchmarker) -> None:
+    """A launch that writes nothing fails even when the buffer holds a previous config's right answer."""
+    first = fake_bench.run(PROBLEM, fake_config("real"))
+    assert first.status is TrialStatus.OK and first.rel_error is not None
+    assert first.rel_error <= GEMM.tolerance(PROBLEM)
+    assert bool(torch.isfinite(fake_bench._state.outputs[0].float()).all())  # type: ignore[union-attr]
+    second = fake_bench.run(PROBLEM, fake_config("noop"))
+    assert second.status is TrialStatus.WRONG_RESULT and second.rel_error == math.inf
+
+
+@pytest.mark.parametrize(
+    "mode, status, text",
+    [
+        ("value_error", TrialStatus.RUNTIME_ERROR, "ValueError during compile: bad launch argument"),
+        ("raise_in_prepare", TrialStatus.RUNTIME_ERROR, "ValueError during compile: cannot build launch"),
+        ("oom", TrialStatus.OUT_OF_RESOURCES, "OutOfResources during compile: out of resource"),
+    ],
+)
+def test_failures_are_values(fake_bench: Benchmarker, mode: str, status: TrialStatus, text: str) -> None:
+    result = fake_bench.run(PROBLEM, fake_config(mode))
+    assert result.status is status and result.timing is None and result.time_us is None
+    assert text in result.error
+
+
+def test_device_fault_raises(fake_bench: Benchmarker) -> None:
+    """A fault that leaves the device unusable is the one failure that raises."""
+    with pytest.raises(DeviceFault, match="illegal memory access"):
+        fake_bench.run(PROBLEM, fake_config("fault"))
+
+
+# -- real configs in the interpreter ------------------------------------------------------------------
+
+
+@needs_interpreter
+@pytest.mark.parametrize("config", [GOOD, GOOD.replace(SPLIT_K=2), Config(backend="torch")], ids=str)
+def test_real_config_is_ok_and_timed(interp: Target, config: Config) -> None:
+    bench = Benchmarker(GEMM, interp)
+    assert bench.device == "cpu" and bench.settings == BenchSettings.for_interpreter()
+    result = bench.run(PROBLEM, config)
+    assert result.status is TrialStatus.OK, result.error
+    assert result.error == "" and result.rel_error is not None
+    assert 0 < result.rel_error <= GEMM.tolerance(PROBLEM) or config.backend == "torch"
+    timing = result.timing
+    assert timing is not None and timing.method == "wallclock"
+    assert timing.runs == BenchSettings.for_interpreter().min_reps
+    assert 0 < timing.min_us <= timing.median_us and timing.median_us == result.time_us == result.score()
+    assert result.compile_s > 0 and result.measure_s > 0
+
+
+@needs_interpreter
+def test_uncompilable_config_is_a_failed_status(interp: Target) -> None:
+    """BLOCK_M=12 (tl.arange needs a power of 2) fails as a value; the interpreter raises it at launch
+    (InterpreterError), which is classified as a runtime error, not a compile error."""
+    bench = Benchmarker(GEMM, interp)
+    result = bench.run(PROBLEM, GOOD.replace(BLOCK_M=12))
+    assert result.status is TrialStatus.RUNTIME_ERROR
+    assert "power of 2" in result.error and result.timing is None
+    # The Benchmarker stays usable afterwards.
+    assert bench.run(PROBLEM, GOOD).status is TrialStatus.OK
+
+
+@needs_interpreter
+def test_amd_knob_and_unknown_backend_are_failed_statuses(interp: Target) -> None:
+    bench = Benchmarker(GEMM, interp)
+    amd = bench.run(PROBLEM, GOOD.replace(kpack=2))
+    assert amd.status is TrialStatus.RUNTIME_ERROR and "only on AMD" in amd.error
+    unknown = bench.run(PROBLEM, Config(backend="cuda"))
+    assert unknown.status is TrialStatus.RUNTIME_ERROR and "unknown gemm backend 'cuda'" in unknown.error
