@@ -36,7 +36,9 @@ class CliError(Exception):
 
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", metavar="URL", help="database URL or SQLite file (default: $AUTOTUNE_DB, else ./autotune.db)")
+    p.add_argument(
+        "--db", metavar="URL", help="database URL or SQLite file (default: $AUTOTUNE_DB, else ./autotune.db)"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -46,20 +48,24 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = sub.add_parser("sweep", help="tune every problem of a spec on the local GPU",
-                       description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. Each "
-                       "trial is stored as it finishes; running the same command again resumes and never re-runs "
-                       "a finished or failed trial. Ctrl-C stops cleanly, keeping everything finished.")  # fmt: skip
+                       description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
+                       "Each trial is stored as it finishes; running the same command again resumes and "
+                       "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
+                       "finished.")  # fmt: skip
     p.add_argument("spec", metavar="SPEC.toml", help="sweep spec (see sweeps/smoke.toml)")
     _db_arg(p)
     p.add_argument("--interpret", action="store_true",
-                   help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; results "
-                   "are stored under their own 'interpreter' target, never mixed with a GPU's, and their "
-                   "timings mean nothing for a GPU)")  # fmt: skip
+                   help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; "
+                   "results are stored under their own 'interpreter' target, never mixed with a GPU's, and "
+                   "their timings mean nothing for a GPU)")  # fmt: skip
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    p = sub.add_parser("best", help="the winning config of one shape and its runner-ups",
-                       description="Show the fastest measured configs of one problem, per GPU in the database.")
+    p = sub.add_parser(
+        "best",
+        help="the winning config of one shape and its runner-ups",
+        description="Show the fastest measured configs of one problem, per GPU in the database.",
+    )
     p.add_argument("--op", default="gemm", help="op (default gemm)")
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
     p.add_argument("--n", type=int, required=True, help="N (columns of C)")
@@ -81,16 +87,23 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("emit", help="write a pinned lookup table for autotune.dispatch",
                        description="Write the winners of one GPU as a pinned Table (JSON) that "
-                       "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and autotune.kernels.gemm "
-                       "consults at run time.")  # fmt: skip
+                       "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and "
+                       "autotune.kernels.gemm consults at run time.")  # fmt: skip
     p.add_argument("--out", required=True, metavar="TABLE.json", help="output file")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="which GPU (needed when the database holds several)")
-    p.add_argument("--m-policy", default=None, help="how an M between tuned buckets is served "
-                   "(round_up, round_down, nearest, nearest_log; default: the measured best, see README)")
+    p.add_argument(
+        "--m-policy",
+        default=None,
+        help="how an M between tuned buckets is served "
+        "(round_up, round_down, nearest, nearest_log; default: the measured best, see README)",
+    )
     _db_arg(p)
 
-    p = sub.add_parser("status", help="what is in the database",
-                       description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.")
+    p = sub.add_parser(
+        "status",
+        help="what is in the database",
+        description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.",
+    )
     _db_arg(p)
     return parser
 
@@ -192,7 +205,8 @@ def _print_sweep_report(report: Any) -> None:
             f"{p.problem.M}x{p.problem.N}x{p.problem.K} {p.problem.dtype} {p.problem.layout}",
             f"{p.space_size}/{p.raw_size}", str(p.ran), str(p.cached), str(p.failed),
             best.config.short() if best else "-", _fmt_us(best.time_us if best else None),
-            _fmt_us(p.vendor.time_us if p.vendor else None), "-" if p.speedup is None else f"{p.speedup:.2f}x",
+            _fmt_us(p.vendor.time_us if p.vendor else None),
+            "-" if p.speedup is None else f"{p.speedup:.2f}x",
         ))  # fmt: skip
     _print_table(rows)
     print(f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
@@ -202,7 +216,7 @@ def _print_sweep_report(report: Any) -> None:
 def _print_table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for j, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
             print("  ".join("-" * w for w in widths))
 
@@ -219,7 +233,10 @@ def _best(args: argparse.Namespace) -> int:
     if args.limit <= 0:
         raise CliError("--limit must be positive")
     with _open_store(args.db) as store:
-        records = store.best(problem, fingerprint=args.gpu, limit=10_000)
+        try:
+            records = store.best(problem, fingerprint=args.gpu, limit=10_000)
+        except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
+            raise CliError(str(exc)) from None
     if not records:
         print(f"no measured results for {problem}; tune it with `autotune sweep`")
         return EXIT_FAIL
@@ -270,8 +287,8 @@ def _emit(args: argparse.Namespace) -> int:
         except (TableError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None
     kind = "predicted" if table.predicted else "measured"
-    print(f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for {table.target} "
-          f"[{table.fingerprint}], M policy {table.m_policy}")  # fmt: skip
+    print(f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for "
+          f"{table.target} [{table.fingerprint}], M policy {table.m_policy}")  # fmt: skip
     return EXIT_OK
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 
 __all__ = ["Config", "Value"]
 
-Value = Union[int, float, str, bool]
+Value = int | float | str | bool
 
 
 class Config(Mapping[str, Value]):

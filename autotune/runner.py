@@ -62,7 +62,12 @@ class ProblemReport:
 
     @property
     def speedup(self) -> float | None:
-        if self.best is None or self.vendor is None or self.vendor.time_us is None or self.best.time_us is None:
+        if (
+            self.best is None
+            or self.vendor is None
+            or self.vendor.time_us is None
+            or self.best.time_us is None
+        ):
             return None
         return self.vendor.time_us / self.best.time_us
 
@@ -94,6 +99,9 @@ class Runner:
         self.bench = benchmarker
         self.sweep_id = sweep_id
         self.on_trial = on_trial
+        #: The report of the problem being tuned (or last tuned), updated as each trial finishes, so a
+        #: caller interrupted inside tune() still sees what was run and stored.
+        self.current: ProblemReport | None = None
 
     def tune(
         self,
@@ -109,28 +117,31 @@ class Runner:
         space = op.space(problem, self.target, backends)
         report = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
                                pruned=space.prune_summary())  # fmt: skip
+        self.current = report
         kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         search = make_strategy(strategy, space, budget, seed=seed)
-        while (config := search.ask()) is not None:
-            result = done.get(config.digest())
-            if result is not None:
-                report.cached += 1
-            else:
-                result = self.bench.run(problem, config)
-                name, source_hash = kernels[config.backend]
-                self.store.record(target=self.target, kernel=name, source_hash=source_hash, problem=problem,
-                                  result=result, sweep_id=self.sweep_id)  # fmt: skip
-                report.ran += 1
-                report.compile_s += result.compile_s
-                report.measure_s += result.measure_s
-            search.tell(config, result)
-            report.failed += int(not result.ok)
-            if result.ok and config.backend == "torch":
-                report.vendor = result
-            if self.on_trial is not None:
-                self.on_trial(problem, config, result)
-        best = search.best
-        report.best = best[1] if best else None
-        report.wall_s = time.perf_counter() - t0
+        try:
+            while (config := search.ask()) is not None:
+                result = done.get(config.digest())
+                if result is not None:
+                    report.cached += 1
+                else:
+                    result = self.bench.run(problem, config)
+                    name, source_hash = kernels[config.backend]
+                    self.store.record(target=self.target, kernel=name, source_hash=source_hash,
+                                      problem=problem, result=result, sweep_id=self.sweep_id)  # fmt: skip
+                    report.ran += 1
+                    report.compile_s += result.compile_s
+                    report.measure_s += result.measure_s
+                search.tell(config, result)
+                report.failed += int(not result.ok)
+                if result.ok and config.backend == "torch":
+                    report.vendor = result
+                if self.on_trial is not None:
+                    self.on_trial(problem, config, result)
+        finally:  # interrupted too: self.current then tells what finished
+            best = search.best
+            report.best = best[1] if best else None
+            report.wall_s = time.perf_counter() - t0
         return report

@@ -54,7 +54,7 @@ class SubSpace:
     def _product(self) -> Iterator[dict[str, Value]]:
         names = list(self.params)
         for values in itertools.product(*(self.params[n] for n in names)):
-            d: dict[str, Value] = dict(zip(names, values))
+            d: dict[str, Value] = dict(zip(names, values, strict=True))
             d["backend"] = self.backend
             yield d
 

@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Budget:
-    """Stop after `trials` told results or `seconds` of wall-clock time since the first ask (None: no limit)."""
+    """Stop after `trials` told results or `seconds` of wall-clock time since the first ask.
+
+    None means no limit.
+    """
 
     trials: int | None = None
     seconds: float | None = None
@@ -177,7 +180,9 @@ class OptunaTPE(Strategy):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
-            sampler = optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=n_startup, multivariate=True)
+            sampler = optuna.samplers.TPESampler(
+                seed=self.seed, n_startup_trials=n_startup, multivariate=True
+            )
         self._optuna = optuna
         self._study = optuna.create_study(direction="minimize", sampler=sampler)
         self._anchor_queue = self._anchors()
@@ -188,7 +193,8 @@ class OptunaTPE(Strategy):
         for sub in space.subspaces:
             mine = [c for c in self._valid if c.backend == sub.backend]
             self._values[sub.backend] = {
-                name: [v for v in vals if any(c[name] == v for c in mine)] for name, vals in sub.params.items()
+                name: [v for v in vals if any(c[name] == v for c in mine)]
+                for name, vals in sub.params.items()
             }
         # Backends without knobs are anchors (asked first), never sampled.
         self._backends = [
@@ -261,7 +267,9 @@ class OptunaTPE(Strategy):
             if config.get(name) in vals:
                 params[f"{config.backend}.{name}"] = config[name]
                 dists[f"{config.backend}.{name}"] = dist(vals)
-        self._study.add_trial(self._optuna.trial.create_trial(params=params, distributions=dists, value=score))
+        self._study.add_trial(
+            self._optuna.trial.create_trial(params=params, distributions=dists, value=score)
+        )
 
 
 STRATEGIES: dict[str, type[Strategy]] = {

@@ -150,8 +150,9 @@ class Target:
     @classmethod
     def interpreter_target(cls) -> Target:
         """Triton's CPU interpreter (TRITON_INTERPRET=1): a target of its own, never a GPU's."""
-        return replace(cls.for_arch("interpreter"), name=f"Triton CPU interpreter ({platform.machine()})",
-                       present=True)
+        return replace(
+            cls.for_arch("interpreter"), name=f"Triton CPU interpreter ({platform.machine()})", present=True
+        )
 
     def identity(self) -> dict[str, Any]:
         """The hardware identity fields (what `device_key` hashes)."""

@@ -11,7 +11,18 @@ from autotune.kernels.api import gemm, launch_config, linear
 from autotune.kernels.base import Inputs, Launch, TunableOp
 from autotune.kernels.gemm_op import GEMM, GemmOp
 
-__all__ = ["GEMM", "OPS", "GemmOp", "Inputs", "Launch", "TunableOp", "gemm", "get_op", "launch_config", "linear"]
+__all__ = [
+    "GEMM",
+    "OPS",
+    "GemmOp",
+    "Inputs",
+    "Launch",
+    "TunableOp",
+    "gemm",
+    "get_op",
+    "launch_config",
+    "linear",
+]
 
 #: Every tunable op by name.
 OPS: dict[str, TunableOp] = {"gemm": GEMM}

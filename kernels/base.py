@@ -38,9 +38,7 @@ class TunableOp(Protocol):
         """Hash of the code that runs for `backend`; part of every stored result's key."""
         ...
 
-    def space(
-        self, problem: Problem, target: Target, backends: Sequence[str] | None = None
-    ) -> SearchSpace:
+    def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         """The search space for `problem` on `target` (all backends, or those named; ValueError for an
         unknown one), vendor baseline and heuristic default first."""
         ...

@@ -5,4 +5,13 @@ from __future__ import annotations
 from autotune.sweeps.run import SweepReport, plan, run_sweep
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec, load_spec, parse_spec
 
-__all__ = ["SpecError", "SweepEntry", "SweepReport", "SweepSpec", "load_spec", "parse_spec", "plan", "run_sweep"]
+__all__ = [
+    "SpecError",
+    "SweepEntry",
+    "SweepReport",
+    "SweepSpec",
+    "load_spec",
+    "parse_spec",
+    "plan",
+    "run_sweep",
+]

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from autotune.problem import Problem
 from autotune.runner import ProblemReport, Runner, TrialCallback
-from autotune.target import Target
 from autotune.sweeps.spec import SpecError, SweepSpec
+from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
@@ -81,6 +81,7 @@ def run_sweep(
     report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target)
     benches: dict[str, Benchmarker] = {}
     status = "failed"
+    runner: Runner | None = None
     try:
         for entry, problem in spec.problems():
             op = get_op(entry.op)
@@ -96,6 +97,8 @@ def run_sweep(
     except KeyboardInterrupt:
         status = "interrupted"
         report.interrupted = True
+        if runner is not None and runner.current is not None and runner.current not in report.problems:
+            report.problems.append(runner.current)  # the problem stopped mid-way: count its stored trials
         log.warning("sweep %s interrupted; every finished trial is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0

@@ -94,9 +94,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Reads and validates a spec file; SpecError on any problem."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError(f"{p}: no such spec file") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not UTF-8 text") from None
     except OSError as exc:
         raise SpecError(f"{p}: cannot read: {exc.strerror or exc}") from None
     return parse_spec(text, source=str(p))
@@ -137,8 +139,9 @@ def _entry(table: Any, where: str) -> SweepEntry:
     op = table["op"]
     if op not in OPS:
         raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(OPS)}")
+    dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
     try:
-        dtype = normalize_dtype(_typed(table.get("dtype", "bf16"), str, "dtype", where))
+        dtype = normalize_dtype(dtype_name)
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     if dtype not in ("bf16", "fp16"):
@@ -157,6 +160,8 @@ def _entry(table: Any, where: str) -> SweepEntry:
         nks.append((_positive(pair[0], "N", where), _positive(pair[1], "K", where)))
     layout = table.get("layout", "nk")
     layouts = tuple(layout) if isinstance(layout, list) else (layout,)
+    if not layouts:
+        raise SpecError(f"{where}: `layout` must be one of {', '.join(LAYOUTS)} or a non-empty list of them")
     for lay in layouts:
         if lay not in LAYOUTS:
             raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")

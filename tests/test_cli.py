@@ -163,11 +163,6 @@ def test_best_unknown_shape_exits_1(smoke_db: Path, capsys: pytest.CaptureFixtur
     assert "no measured results for gemm M=17 N=64 K=64" in capsys.readouterr().out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="BUG: cli._best does not catch the ValueError of Store.best for a bad --gpu fingerprint",
-)
 def test_best_bad_gpu_prefix_is_a_usage_error(smoke_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--gpu", "abc", "--db", str(smoke_db)]) == 2
     assert "too short" in capsys.readouterr().err
@@ -305,11 +300,6 @@ def test_missing_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert f"{missing}: no such spec file" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="BUG: sweeps/spec.py load_spec lets UnicodeDecodeError escape; the CLI dies with a traceback",
-)
 def test_binary_spec_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = tmp_path / "bin.toml"
     spec.write_bytes(b"\xff\xfe\x00\x80")
@@ -368,10 +358,6 @@ def test_interrupt_keeps_finished_trials(
 
 
 @needs_interpreter
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sweeps/run.py counts only finished problems: an interrupt mid-problem reports 0 trials run",
-)
 def test_interrupt_message_counts_stored_trials(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

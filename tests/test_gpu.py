@@ -55,8 +55,16 @@ def test_benchmarker_times_both_backends(target) -> None:
 def test_out_of_resources_is_a_status(target) -> None:
     bench = Benchmarker(GEMM, target)
     problem = Problem.gemm(256, 256, 1024)
-    huge = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, num_warps=8,
-                  num_stages=5)
+    huge = Config(
+        backend="triton",
+        BLOCK_M=256,
+        BLOCK_N=256,
+        BLOCK_K=256,
+        GROUP_M=1,
+        SPLIT_K=1,
+        num_warps=8,
+        num_stages=5,
+    )
     r = bench.run(problem, huge)
     assert r.status in (TrialStatus.OUT_OF_RESOURCES, TrialStatus.COMPILE_ERROR), r
     assert r.error
@@ -67,8 +75,9 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
     from autotune.kernels import gemm
 
     problem = Problem.gemm(16, 512, 1024)
-    config = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4, num_warps=4,
-                    num_stages=3)
+    config = Config(
+        backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4, num_warps=4, num_stages=3
+    )
     table = Table.from_winners(target, [(problem, config, 1.0)])
     d = Dispatcher([table], device_key=target.device_key())
     assert d.lookup("gemm", 16, 512, 1024) == config

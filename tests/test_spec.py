@@ -155,10 +155,6 @@ def test_error_names_the_entry() -> None:
         parse_spec(text, source="s.toml")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: sweeps/spec.py re-wraps _typed's SpecError in `except ValueError`, repeating the location",
-)
 def test_wrong_dtype_type_names_the_location_once() -> None:
     with pytest.raises(SpecError) as info:
         parse_spec(spec(ENTRY + "dtype = 16\n"), source="bad.toml")
@@ -166,7 +162,6 @@ def test_wrong_dtype_type_names_the_location_once() -> None:
     assert str(info.value).count("bad.toml") == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: sweeps/spec.py accepts `layout = []`, an entry with no problems")
 def test_empty_layout_list_is_an_error() -> None:
     with pytest.raises(SpecError, match="layout"):
         parse_spec(spec(ENTRY + "layout = []\n"))
@@ -194,11 +189,6 @@ def test_load_spec_not_toml(tmp_path: Path) -> None:
         load_spec(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=UnicodeDecodeError,
-    reason="BUG: sweeps/spec.py load_spec lets UnicodeDecodeError escape for a file that is not UTF-8 text",
-)
 def test_load_spec_binary_file(tmp_path: Path) -> None:
     path = tmp_path / "binary.toml"
     path.write_bytes(b"\xff\xfe\x00\x80 binary")

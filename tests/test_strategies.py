@@ -15,9 +15,14 @@ from autotune.strategies import Budget, Exhaustive, OptunaTPE, RandomSearch, mak
 
 
 def _space() -> SearchSpace:
-    params = dict(BLOCK_M=(16, 32, 64, 128), BLOCK_N=(32, 64, 128, 256), BLOCK_K=(32, 64, 128), SPLIT_K=(1, 2, 4))
-    too_big = Constraint("too_big", "BLOCK_M {BLOCK_M} x BLOCK_N {BLOCK_N} too big",
-                         lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 128)
+    params = dict(
+        BLOCK_M=(16, 32, 64, 128), BLOCK_N=(32, 64, 128, 256), BLOCK_K=(32, 64, 128), SPLIT_K=(1, 2, 4)
+    )
+    too_big = Constraint(
+        "too_big",
+        "BLOCK_M {BLOCK_M} x BLOCK_N {BLOCK_N} too big",
+        lambda c: c["BLOCK_M"] * c["BLOCK_N"] <= 128 * 128,
+    )
     first = (Config(backend="triton", BLOCK_M=32, BLOCK_N=64, BLOCK_K=64, SPLIT_K=1),)
     return SearchSpace([SubSpace("torch"), SubSpace("triton", params, [too_big], first=first)])
 
