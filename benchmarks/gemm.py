@@ -50,7 +50,9 @@ UNTUNED_M = [4, 8, 32, 48, 128, 192, 512, 768, 2048, 3072]
 def _problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]]:
     shapes = SHAPES[:1] if quick else SHAPES
     ms = [1, 64, 1024] if quick else DECODE_M + PREFILL_M
-    if regime != "all":
+    if regime == "large":
+        ms = [m for m in ms if m >= 256]
+    elif regime != "all":
         ms = [m for m in ms if (m in DECODE_M) == (regime == "decode")]
     return [(model, layer, Problem.gemm(m, n, k, "bf16")) for model, layer, n, k in shapes for m in ms]
 
@@ -63,8 +65,11 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
     for i, p in enumerate(problems):
         strategy = args.strategy
         if strategy == "auto":  # small spaces are swept whole; large ones searched by TPE
-            strategy = "exhaustive" if len(GEMM.space(p, target)) <= 1.5 * args.trials else "optuna"
-        rep = runner.tune(GEMM, p, strategy=strategy, budget=Budget(args.trials, args.seconds), seed=0)
+            size = len(GEMM.space(p, target, tuple(args.backends.split(",")) if args.backends else None))
+            strategy = "exhaustive" if size <= 1.5 * args.trials else "optuna"
+        backends = tuple(args.backends.split(",")) if args.backends else None
+        rep = runner.tune(GEMM, p, strategy=strategy, budget=Budget(args.trials, args.seconds), seed=0,
+                          backends=backends)
         best = rep.best
         print(f"[tune {i + 1}/{len(problems)}] {p}: space {rep.space_size}/{rep.raw_size}, ran {rep.ran}, "
               f"cached {rep.cached}, failed {rep.failed}, compile {rep.compile_s:.1f}s, measure "
@@ -254,7 +259,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--quick", action="store_true", help="one (N, K), three M: a smoke run")
-    ap.add_argument("--regime", choices=("decode", "prefill", "all"), default="all", help="which shapes to tune")
+    ap.add_argument("--regime", choices=("decode", "prefill", "large", "all"), default="all",
+                    help="which shapes to tune (large: M >= 256)")
+    ap.add_argument("--backends", default=None, help="comma-separated backends to tune (default: all)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py needs a GPU", file=sys.stderr)

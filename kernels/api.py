@@ -81,6 +81,8 @@ def _launch(
 ) -> torch.Tensor:
     if config.backend == "torch":  # the very call the tuner timed (F.linear can pick another cuBLAS path)
         return torch.mm(a, b.t() if b_layout == "nk" else b)
+    if config.backend == "triton_tma":
+        return _launch_tma(config, a, b, M, N, K, b_layout, target)
     key = (config, target.is_amd)
     run = _launchers.get(key)
     if run is None:
@@ -94,6 +96,24 @@ def _launch(
         run(a, b, out, b.stride(1), b.stride(0), M, N, K, workspace)
     else:
         run(a, b, out, b.stride(0), b.stride(1), M, N, K, workspace)
+    return out
+
+
+def _launch_tma(
+    config: Config, a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, target: Target
+) -> torch.Tensor:
+    key = (config, target.is_amd)
+    run = _launchers.get(key)
+    if run is None:
+        from autotune.kernels.gemm_tma import tma_launcher
+
+        run = _launchers[key] = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
+    if not a.is_contiguous() or a.data_ptr() % 16:  # descriptors need dense, 16-byte aligned rows
+        a = a.contiguous() if not a.is_contiguous() else a.clone()
+    if not b.is_contiguous() or b.data_ptr() % 16:
+        b = b.contiguous() if not b.is_contiguous() else b.clone()
+    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    run(a, b, out, b_layout == "kn", M, N, K)
     return out
 
 

@@ -13,7 +13,7 @@ from autotune.problem import Problem
 from autotune.space import SearchSpace
 from autotune.target import Target
 from autotune.kernels.base import Inputs, Launch
-from autotune.kernels.gemm_space import gemm_default_config, gemm_space
+from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 
 if TYPE_CHECKING:
     import torch
@@ -53,11 +53,13 @@ class GemmOp:
     name = "gemm"
 
     def backends(self, target: Target) -> tuple[str, ...]:
-        return ("torch", "triton")
+        return gemm_backends(target)
 
     def source_hash(self, backend: str) -> str:
         if backend == "triton":
             return _file_hash("gemm_triton.py")
+        if backend == "triton_tma":
+            return _file_hash("gemm_tma.py")
         if backend == "torch":
             import torch
 
@@ -109,6 +111,8 @@ class GemmOp:
         a, b = inputs
         if config.backend == "torch":
             return _torch_launch(a, b, out, problem.layout)
+        if config.backend == "triton_tma":
+            return _tma_launch(problem, config, target, a, b, out)
         if config.backend != "triton":
             raise ValueError(f"unknown gemm backend {config.backend!r}")
         return _triton_launch(problem, config, target, a, b, out)
@@ -140,6 +144,20 @@ def _triton_launch(
     workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
     run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)
+
+    def launch() -> None:
+        run(*args)
+
+    return launch
+
+
+def _tma_launch(
+    problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
+) -> Launch:
+    from autotune.kernels.gemm_tma import tma_launcher
+
+    run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
+    args: tuple[Any, ...] = (a, b, out, problem.layout == "kn", problem.M, problem.N, problem.K)
 
     def launch() -> None:
         run(*args)

@@ -9,7 +9,14 @@ from autotune.problem import DTYPE_BYTES, Problem, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
-__all__ = ["gemm_default_config", "gemm_space", "triton_params"]
+__all__ = [
+    "gemm_backends",
+    "gemm_default_config",
+    "gemm_space",
+    "has_tma",
+    "tma_params",
+    "triton_params",
+]
 
 _MIN_TILE = 16  # tl.dot needs every dimension >= 16
 
@@ -39,6 +46,46 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     return {**common, "num_stages": (2, 3, 4, 5)}
 
 
+def tma_params(target: Target) -> dict[str, Sequence[Value]]:
+    """Knobs of the tensor-descriptor (TMA) kernel: NVIDIA sm_90+ and the interpreter."""
+    if target.interpreter:
+        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16, 32), GROUP_M=(1, 4), PERSISTENT=(0, 1),
+                    num_warps=(4,), num_stages=(1,))  # fmt: skip
+    return dict(BLOCK_M=(64, 128, 256), BLOCK_N=(64, 128, 256), BLOCK_K=(32, 64, 128), GROUP_M=(1, 8),
+                PERSISTENT=(0, 1), num_warps=(4, 8), num_stages=(2, 3, 4, 5))  # fmt: skip
+
+
+def has_tma(target: Target) -> bool:
+    """Tensor descriptors with hardware TMA: NVIDIA Hopper and newer (and the interpreter, for tests)."""
+    if target.interpreter:
+        return True
+    if not target.is_nvidia or not target.arch.startswith("sm_"):
+        return False
+    return int(target.arch[3:].rstrip("a")) >= 90
+
+
+def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    elem = DTYPE_BYTES[problem.dtype_a]
+    out_elem = DTYPE_BYTES[problem.dtype_out]
+    aligned = (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
+
+    def smem(c: Mapping[str, Value]) -> int:
+        bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
+        return int((bm + bn) * bk * elem * int(c["num_stages"]) + bm * bn * out_elem)
+
+    extra = [
+        Constraint("tma_alignment", f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
+                   f"N={problem.N} in {problem.dtype_a})", lambda c: aligned),
+        Constraint("persistent_needless", "PERSISTENT with fewer tiles than CUs: every program does one tile",
+                   lambda c: not int(c["PERSISTENT"]) or _cdiv(problem.M, int(c["BLOCK_M"]))
+                   * _cdiv(problem.N, int(c["BLOCK_N"])) > target.cu_count),
+        Constraint("lds_overflow",
+                   f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of shared memory",
+                   lambda c: target.interpreter or smem(c) <= target.lds_bytes),
+    ]  # fmt: skip
+    return extra + [c for c in _constraints(problem, target) if c.name != "lds_overflow"]
+
+
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, N, K = problem.M, problem.N, problem.K
     elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
@@ -58,11 +105,11 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
                    lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M))),
         Constraint("block_n_waste", f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
                    lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N))),
-        Constraint("block_k_waste", f"BLOCK_K {{BLOCK_K}} x SPLIT_K {{SPLIT_K}} > next_pow2(K={K}): empty K slices",
-                   lambda c: int(c["BLOCK_K"]) * int(c["SPLIT_K"]) <= max(_MIN_TILE, next_pow2(K))),
+        Constraint("block_k_waste", f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
+                   lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(_MIN_TILE, next_pow2(K))),
         Constraint("split_k_needless",
-                   f"SPLIT_K {{SPLIT_K}} on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
-                   lambda c: int(c["SPLIT_K"]) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus),
+                   f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
+                   lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus),
         Constraint("group_m_redundant", f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
                    lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1),
         Constraint("lds_overflow",
@@ -135,15 +182,23 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     return next(Config(c) for c, broken in sub.walk() if broken is None)
 
 
-def gemm_space(problem: Problem, target: Target, backends: Sequence[str] = ("torch", "triton")) -> SearchSpace:
-    """The vendor library (one config) and the Triton kernel (heuristic default first) for `problem`."""
+def gemm_backends(target: Target) -> tuple[str, ...]:
+    """The backends of the GEMM on `target`: the vendor library, our kernel, and on Hopper+ the TMA kernel."""
+    return ("torch", "triton", "triton_tma") if has_tma(target) else ("torch", "triton")
+
+
+def gemm_space(problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
+    """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`."""
+    available = gemm_backends(target)
     subs = []
-    for backend in backends:
+    for backend in available if backends is None else backends:
+        if backend not in available:
+            raise ValueError(f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}")
         if backend == "torch":
             subs.append(SubSpace("torch"))
         elif backend == "triton":
             subs.append(SubSpace("triton", triton_params(target), _constraints(problem, target),
                                  first=(gemm_default_config(problem, target),)))  # fmt: skip
         else:
-            raise ValueError(f"unknown gemm backend {backend!r}; known: torch, triton")
+            subs.append(SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target)))
     return SearchSpace(subs)
