@@ -82,7 +82,7 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
 
 def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | None:
     for rec in store.best(problem, fingerprint=fingerprint, limit=10_000):
-        if rec.config.backend == "triton":
+        if rec.config.backend != "torch":  # our kernels: triton or triton_tma
             return rec.config
     return None
 

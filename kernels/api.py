@@ -23,8 +23,7 @@ __all__ = ["gemm", "launch_config", "linear"]
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYOUTS = ("nk", "kn")
 
-# Per-process caches: launch functions per config, heuristic defaults per shape.
-_launchers: dict[tuple[Config, bool], Callable[..., None]] = {}
+# Per-process caches: heuristic defaults per shape, the running target.
 _defaults: dict[tuple[int, int, int, str, str], Config] = {}
 _target: list[Target] = []
 
@@ -42,6 +41,20 @@ def _running() -> Target:
 
 
 def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
+    # Fast path for valid input; anything unusual falls through to the checks that explain the problem.
+    if type(a) is torch.Tensor and type(b) is torch.Tensor and a.dtype is b.dtype:
+        sa, sb = a.shape, b.shape
+        dtype = _DTYPE_NAMES.get(a.dtype)
+        same_device = (a.is_cuda and b.is_cuda and a.get_device() == b.get_device()) or (a.is_cpu and b.is_cpu)
+        if len(sa) == 2 and len(sb) == 2 and dtype is not None and same_device:
+            M, K = sa
+            N, kb = (sb[0], sb[1]) if b_layout == "nk" else (sb[1], sb[0])
+            if kb == K and M and N and K and b_layout in _LAYOUTS:
+                return M, N, K, dtype
+    return _explain(a, b, b_layout)
+
+
+def _explain(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         raise TypeError(f"gemm expects two torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
     if a.dim() != 2 or b.dim() != 2:
@@ -76,44 +89,54 @@ def launch_config(
     return _launch(config, a, b, M, N, K, b_layout, target or _running())
 
 
+# A launch plan per config: (kind, launch function, SPLIT_K); kind 0 = torch, 1 = triton, 2 = triton_tma.
+_Plan = tuple[int, Callable[..., None] | None, int]
+_plans: dict[Config, _Plan] = {}
+
+
+def _plan(config: Config, target: Target) -> _Plan:
+    plan = _plans.get(config)
+    if plan is None:
+        backend = config.backend
+        if backend == "torch":
+            plan = (0, None, 1)
+        elif backend == "triton":
+            from autotune.kernels.gemm_triton import launcher
+
+            run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
+            plan = (1, run, int(config.get("SPLIT_K", 1)))
+        elif backend == "triton_tma":
+            from autotune.kernels.gemm_tma import tma_launcher
+
+            plan = (2, tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter), 1)
+        else:
+            raise ValueError(f"unknown gemm backend {backend!r} in config {config!r}")
+        _plans[config] = plan
+    return plan
+
+
 def _launch(
     config: Config, a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, target: Target
 ) -> torch.Tensor:
-    if config.backend == "torch":  # the very call the tuner timed (F.linear can pick another cuBLAS path)
+    kind, run, split_k = _plans.get(config) or _plan(config, target)
+    if kind == 0:  # the very call the tuner timed (F.linear can pick another cuBLAS path)
         return torch.mm(a, b.t() if b_layout == "nk" else b)
-    if config.backend == "triton_tma":
-        return _launch_tma(config, a, b, M, N, K, b_layout, target)
-    key = (config, target.is_amd)
-    run = _launchers.get(key)
-    if run is None:
-        from autotune.kernels.gemm_triton import launcher
-
-        run = _launchers[key] = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
-    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    split_k = int(config.get("SPLIT_K", 1))
-    workspace = torch.empty(split_k * M * N, device=a.device, dtype=torch.float32) if split_k > 1 else None
+    assert run is not None
+    if kind == 2:
+        if not a.is_contiguous() or a.data_ptr() % 16:  # descriptors need dense, 16-byte aligned rows
+            a = a.contiguous() if not a.is_contiguous() else a.clone()
+        if not b.is_contiguous() or b.data_ptr() % 16:
+            b = b.contiguous() if not b.is_contiguous() else b.clone()
+        out = a.new_empty((M, N))
+        run(a, b, out, b_layout == "kn", M, N, K)
+        return out
+    out = a.new_empty((M, N))
+    workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
+    sb = b.stride()
     if b_layout == "nk":
-        run(a, b, out, b.stride(1), b.stride(0), M, N, K, workspace)
+        run(a, b, out, sb[1], sb[0], M, N, K, workspace)
     else:
-        run(a, b, out, b.stride(0), b.stride(1), M, N, K, workspace)
-    return out
-
-
-def _launch_tma(
-    config: Config, a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, target: Target
-) -> torch.Tensor:
-    key = (config, target.is_amd)
-    run = _launchers.get(key)
-    if run is None:
-        from autotune.kernels.gemm_tma import tma_launcher
-
-        run = _launchers[key] = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
-    if not a.is_contiguous() or a.data_ptr() % 16:  # descriptors need dense, 16-byte aligned rows
-        a = a.contiguous() if not a.is_contiguous() else a.clone()
-    if not b.is_contiguous() or b.data_ptr() % 16:
-        b = b.contiguous() if not b.is_contiguous() else b.clone()
-    out = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    run(a, b, out, b_layout == "kn", M, N, K)
+        run(a, b, out, sb[0], sb[1], M, N, K, workspace)
     return out
 
 

@@ -189,7 +189,7 @@ def quiet_dispatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     monkeypatch.delenv("AUTOTUNE_TABLES", raising=False)
     monkeypatch.setenv("AUTOTUNE_UNTUNED_LOG", str(tmp_path / "untuned.jsonl"))
     monkeypatch.setattr(dispatcher_mod, "_default", None)
-    monkeypatch.setattr(api, "_launchers", {})
+    monkeypatch.setattr(api, "_plans", {})
     yield
 
 

@@ -202,7 +202,7 @@ def fresh_dispatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     monkeypatch.delenv("AUTOTUNE_TABLES", raising=False)
     monkeypatch.setenv("AUTOTUNE_UNTUNED_LOG", str(log))
     monkeypatch.setattr(dispatcher_mod, "_default", None)
-    monkeypatch.setattr(api, "_launchers", {})
+    monkeypatch.setattr(api, "_plans", {})
     yield log
 
 
@@ -297,7 +297,7 @@ def test_gemm_torch_config_from_table(
 
 
 def test_launch_config_runs_that_config(launched: list[Config], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api, "_launchers", {})
+    monkeypatch.setattr(api, "_plans", {})
     config = tcfg(split_k=2, NUM_XCDS=8)
     a, b = rand(10, 24, dtype=torch.float16, seed=12), rand(24, 17, dtype=torch.float16, seed=13)
     c = launch_config(config, a, b, b_layout="kn")
