@@ -52,7 +52,12 @@ def _parser() -> argparse.ArgumentParser:
                        "Each trial is stored as it finishes; running the same command again resumes and "
                        "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
                        "finished.")  # fmt: skip
-    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec (see sweeps/smoke.toml)")
+    p.add_argument("spec", metavar="SPEC.toml", nargs="?", help="sweep spec (see sweeps/smoke.toml)")
+    p.add_argument("--untuned", metavar="LOG", nargs="?", const="",
+                   help="instead of a spec, tune the shapes that autotune.kernels logged as untuned on this GPU "
+                   "(LOG, default $AUTOTUNE_UNTUNED_LOG or ~/.cache/autotune/untuned.jsonl)")  # fmt: skip
+    p.add_argument("--strategy", default="optuna", help="with --untuned: exhaustive, random or optuna (default)")
+    p.add_argument("--trials", type=int, default=60, help="with --untuned: trial budget per shape (default 60)")
     _db_arg(p)
     p.add_argument("--interpret", action="store_true",
                    help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; "
@@ -140,13 +145,16 @@ def _open_store(url: str | None) -> Store:
 def _sweep(args: argparse.Namespace) -> int:
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
-    from autotune.sweeps import SpecError, load_spec, plan, run_sweep
+    from autotune.sweeps import SpecError, load_spec, plan, run_sweep, spec_from_untuned
     from autotune.target import Target, TargetError, local_target
 
-    try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
+    if (args.spec is None) == (args.untuned is None):
+        raise CliError("give either a SPEC.toml or --untuned [LOG] (one of the two)")
+    if args.spec is not None:
+        try:
+            spec = load_spec(args.spec)
+        except SpecError as exc:
+            raise CliError(str(exc)) from None
     if args.interpret:
         target = Target.interpreter_target()
     else:
@@ -155,6 +163,12 @@ def _sweep(args: argparse.Namespace) -> int:
         except TargetError as exc:
             raise CliError(str(exc)) from None
     try:
+        if args.untuned is not None:
+            from autotune.dispatch import read_untuned_log, untuned_log_path
+
+            log_path = args.untuned or str(untuned_log_path())
+            spec = spec_from_untuned(read_untuned_log(log_path), device_key=target.device_key(),
+                                     strategy=args.strategy, trials=args.trials, source=log_path)  # fmt: skip
         planned = plan(spec, target)
     except SpecError as exc:
         raise CliError(str(exc)) from None

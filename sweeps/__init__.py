@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from autotune.sweeps.run import SweepReport, plan, run_sweep
-from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec, load_spec, parse_spec
+from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec, load_spec, parse_spec, spec_from_untuned
 
 __all__ = [
     "SpecError",

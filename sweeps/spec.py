@@ -34,7 +34,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec"]
+__all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "spec_from_untuned"]
 
 _TOP_KEYS = {"name", "description", "sweep"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
@@ -202,3 +202,44 @@ def _positive_number(value: Any, name: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise SpecError(f"{where}: `{name}` must be a positive number, got {value!r}")
     return float(value)
+
+
+def spec_from_untuned(
+    records: list[dict[str, Any]],
+    *,
+    device_key: str | None = None,
+    strategy: str = "optuna",
+    trials: int | None = 60,
+    seconds: float | None = None,
+    source: str = "untuned-shapes log",
+) -> SweepSpec:
+    """A spec that tunes the shapes a serving process logged as untuned (`autotune.dispatch` writes them).
+
+    Records of another GPU (a different `device_key`) and of ops this version cannot tune are skipped.
+    SpecError when nothing is left.
+    """
+    groups: dict[tuple[str, str, str, int, int], set[int]] = {}
+    for r in records:
+        if device_key is not None and r.get("device_key") not in (None, device_key):
+            continue
+        if r.get("op") not in OPS or int(r.get("e", 0) or 0):
+            continue
+        try:
+            dtype = normalize_dtype(str(r.get("dtype", "bf16")))
+            key = (str(r["op"]), dtype, str(r.get("layout", "nk")), int(r["n"]), int(r["k"]))
+            m = int(r["m"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if m > 0 and key[3] > 0 and key[4] > 0:
+            groups.setdefault(key, set()).add(m)
+    if not groups:
+        raise SpecError(f"{source}: no untuned shapes of this GPU to tune")
+    lines = ['name = "untuned"', f'description = "shapes from the {source}"']
+    for (op, dtype, layout, n, k), ms in sorted(groups.items()):
+        lines += ["", "[[sweep]]", f'op = "{op}"', f'dtype = "{dtype}"', f'layout = "{layout}"',
+                  f"m = {sorted(ms)}", f"nk = [[{n}, {k}]]", f'strategy = "{strategy}"']  # fmt: skip
+        if trials is not None:
+            lines.append(f"trials = {trials}")
+        if seconds is not None:
+            lines.append(f"seconds = {seconds}")
+    return parse_spec("\n".join(lines) + "\n", source=source)

@@ -441,3 +441,28 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.Capture
     assert set(after) <= set(final)
     m1 = [row[2] for row in final if row[1] == 1]
     assert len(m1) == len(set(m1)) == 10  # no trial run twice
+
+
+@needs_interpreter
+def test_sweep_untuned_log_tunes_logged_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quiet_dispatch: None
+) -> None:
+    """gemm() on an untuned shape logs it; `sweep --untuned LOG` then tunes exactly that shape."""
+    import os
+
+    from autotune.kernels import gemm
+
+    a, b = torch.randn(3, 32).bfloat16(), torch.randn(16, 32).bfloat16()
+    with pytest.warns(UserWarning):
+        gemm(a, b)
+    log = os.environ["AUTOTUNE_UNTUNED_LOG"]
+    db = tmp_path / "u.db"
+    rc = main(["sweep", "--untuned", log, "--trials", "2", "--strategy", "exhaustive", "--interpret",
+               "--db", str(db), "--no-progress"])  # fmt: skip
+    assert rc == 0
+    with Store(str(db)) as store:
+        trials = store.trials()
+    assert {(t.problem.M, t.problem.N, t.problem.K) for t in trials} == {(3, 16, 32)}
+    assert len(trials) == 2
+    assert main(["sweep", "--interpret", "--db", str(db)]) == 2
+    assert "either a SPEC.toml or --untuned" in capsys.readouterr().err

@@ -194,3 +194,22 @@ def test_load_spec_binary_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00\x80 binary")
     with pytest.raises(SpecError, match=re.escape(str(path))):
         load_spec(path)
+
+
+def test_spec_from_untuned_log_groups_shapes_and_skips_other_gpus() -> None:
+    from autotune.sweeps import spec_from_untuned
+
+    records = [
+        {"op": "gemm", "m": 3, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "me"},
+        {"op": "gemm", "m": 5, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "me"},
+        {"op": "gemm", "m": 7, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "other"},
+        {"op": "gemm", "m": 2, "n": 16, "k": 48, "dtype": "fp16", "layout": "kn", "device_key": "me"},
+        {"op": "moe", "m": 2, "n": 16, "k": 48, "e": 8, "device_key": "me"},
+        {"op": "gemm", "m": "x", "n": 16, "k": 48, "device_key": "me"},
+    ]
+    spec = spec_from_untuned(records, device_key="me", strategy="random", trials=5)
+    problems = sorted((p.M, p.N, p.K, p.dtype, p.layout) for _, p in spec.problems())
+    assert problems == [(2, 16, 48, "fp16", "kn"), (3, 64, 32, "bf16", "nk"), (5, 64, 32, "bf16", "nk")]
+    assert all(e.strategy == "random" and e.budget.trials == 5 for e in spec.entries)
+    with pytest.raises(SpecError, match="no untuned shapes"):
+        spec_from_untuned(records, device_key="nobody-else")
