@@ -24,8 +24,14 @@ __all__ = ["BenchSettings", "Benchmarker", "DeviceFault", "classify_error", "rel
 
 log = logging.getLogger(__name__)
 
-_FATAL_MARKERS = ("illegal memory access", "unspecified launch failure", "device-side assert",
-                  "misaligned address", "illegal instruction", "hipErrorLaunchFailure")  # fmt: skip
+_FATAL_MARKERS = (
+    "illegal memory access",
+    "unspecified launch failure",
+    "device-side assert",
+    "misaligned address",
+    "illegal instruction",
+    "hipErrorLaunchFailure",
+)
 
 
 class DeviceFault(RuntimeError):
@@ -48,8 +54,15 @@ class BenchSettings:
 
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
-        return cls(warmup=0, min_reps=2, max_reps=3, target_time_s=0.0, graph_threshold_us=0.0, flush=False,
-                   max_input_sets=1)  # fmt: skip
+        return cls(
+            warmup=0,
+            min_reps=2,
+            max_reps=3,
+            target_time_s=0.0,
+            graph_threshold_us=0.0,
+            flush=False,
+            max_input_sets=1,
+        )
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -139,7 +152,9 @@ class Benchmarker:
         self.op = op
         self.target = target
         self.device = device or ("cpu" if target.interpreter else "cuda")
-        self.settings = settings or (BenchSettings.for_interpreter() if target.interpreter else BenchSettings())
+        self.settings = settings or (
+            BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
+        )
         self.seed = seed
         self._state: _ProblemState | None = None
         self._flush_buf: Any = None
@@ -186,7 +201,7 @@ class Benchmarker:
         try:
             launches = [
                 self.op.prepare(problem, config, self.target, inp, out)
-                for inp, out in zip(state.inputs, state.outputs)
+                for inp, out in zip(state.inputs, state.outputs, strict=True)
             ]
             out0 = state.outputs[0]
             out0.fill_(float("nan"))
@@ -199,14 +214,29 @@ class Benchmarker:
             err = rel_error(out0, state.reference)
             tol = self.op.tolerance(problem)
             if not err <= tol:
-                why = "output has NaN/inf (unwritten or overflowed)" if math.isinf(err) else f"{err:.3g} > {tol:g}"
-                return TrialResult(config, TrialStatus.WRONG_RESULT, rel_error=err, compile_s=compile_s,
-                                   error=f"wrong result: relative error {why}")  # fmt: skip
+                why = (
+                    "output has NaN/inf (unwritten or overflowed)"
+                    if math.isinf(err)
+                    else f"{err:.3g} > {tol:g}"
+                )
+                return TrialResult(
+                    config,
+                    TrialStatus.WRONG_RESULT,
+                    rel_error=err,
+                    compile_s=compile_s,
+                    error=f"wrong result: relative error {why}",
+                )
             phase = "time"
             t1 = time.perf_counter()
             timing = self._time(launches)
-            return TrialResult(config, TrialStatus.OK, timing=timing, rel_error=err, compile_s=compile_s,
-                               measure_s=time.perf_counter() - t1)  # fmt: skip
+            return TrialResult(
+                config,
+                TrialStatus.OK,
+                timing=timing,
+                rel_error=err,
+                compile_s=compile_s,
+                measure_s=time.perf_counter() - t1,
+            )
         except Exception as exc:  # a failed config is a value
             status = classify_error(exc)
             text = f"{type(exc).__name__} during {phase}: {str(exc).strip()[:2000]}"
@@ -257,7 +287,7 @@ class Benchmarker:
             launches[i % len(launches)]()
             ends[i].record()
         torch.cuda.synchronize()
-        return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)], "events")
+        return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)], "events")
 
     def _time_graph(self, launches: Sequence[Launch], est_us: float) -> Timing:
         import torch
@@ -283,7 +313,7 @@ class Benchmarker:
             graph.replay()
             ends[i].record()
         torch.cuda.synchronize()
-        return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends)], "graph")
+        return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)], "graph")
 
 
 def time_fn(fn: Callable[[], Any], *, reps: int = 100, warmup: int = 10) -> Timing:
@@ -300,4 +330,4 @@ def time_fn(fn: Callable[[], Any], *, reps: int = 100, warmup: int = 10) -> Timi
         fn()
         ends[i].record()
     torch.cuda.synchronize()
-    return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends)], "events")
+    return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)], "events")

@@ -42,27 +42,43 @@ def _db_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="autotune", description=_DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="autotune", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
-    p = sub.add_parser("sweep", help="tune every problem of a spec on the local GPU",
-                       description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
-                       "Each trial is stored as it finishes; running the same command again resumes and "
-                       "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
-                       "finished.")  # fmt: skip
+    p = sub.add_parser(
+        "sweep",
+        help="tune every problem of a spec on the local GPU",
+        description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
+        "Each trial is stored as it finishes; running the same command again resumes and "
+        "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
+        "finished.",
+    )
     p.add_argument("spec", metavar="SPEC.toml", nargs="?", help="sweep spec (see sweeps/smoke.toml)")
-    p.add_argument("--untuned", metavar="LOG", nargs="?", const="",
-                   help="instead of a spec, tune the shapes that autotune.kernels logged as untuned on this GPU "
-                   "(LOG, default $AUTOTUNE_UNTUNED_LOG or ~/.cache/autotune/untuned.jsonl)")  # fmt: skip
-    p.add_argument("--strategy", default="optuna", help="with --untuned: exhaustive, random or optuna (default)")
-    p.add_argument("--trials", type=int, default=60, help="with --untuned: trial budget per shape (default 60)")
+    p.add_argument(
+        "--untuned",
+        metavar="LOG",
+        nargs="?",
+        const="",
+        help="instead of a spec, tune the shapes that autotune.kernels logged as untuned on this GPU "
+        "(LOG, default $AUTOTUNE_UNTUNED_LOG or ~/.cache/autotune/untuned.jsonl)",
+    )
+    p.add_argument(
+        "--strategy", default="optuna", help="with --untuned: exhaustive, random or optuna (default)"
+    )
+    p.add_argument(
+        "--trials", type=int, default=60, help="with --untuned: trial budget per shape (default 60)"
+    )
     _db_arg(p)
-    p.add_argument("--interpret", action="store_true",
-                   help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; "
-                   "results are stored under their own 'interpreter' target, never mixed with a GPU's, and "
-                   "their timings mean nothing for a GPU)")  # fmt: skip
+    p.add_argument(
+        "--interpret",
+        action="store_true",
+        help="run the kernels in Triton's CPU interpreter (tests the pipeline without a GPU; "
+        "results are stored under their own 'interpreter' target, never mixed with a GPU's, and "
+        "their timings mean nothing for a GPU)",
+    )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -81,19 +97,25 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
     _db_arg(p)
 
-    p = sub.add_parser("export", help="write tuned tables (one CSV per GPU)",
-                       description="Write one CSV per GPU fingerprint: a row per winning (problem, backend, "
-                       "config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
-                       "library, the GPU's arch and CU count, and the toolchain versions.")  # fmt: skip
+    p = sub.add_parser(
+        "export",
+        help="write tuned tables (one CSV per GPU)",
+        description="Write one CSV per GPU fingerprint: a row per winning (problem, backend, "
+        "config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
+        "library, the GPU's arch and CU count, and the toolchain versions.",
+    )
     p.add_argument("--format", default="csv", choices=("csv",), help="output format (csv)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
     _db_arg(p)
 
-    p = sub.add_parser("emit", help="write a pinned lookup table for autotune.dispatch",
-                       description="Write the winners of one GPU as a pinned Table (JSON) that "
-                       "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and "
-                       "autotune.kernels.gemm consults at run time.")  # fmt: skip
+    p = sub.add_parser(
+        "emit",
+        help="write a pinned lookup table for autotune.dispatch",
+        description="Write the winners of one GPU as a pinned Table (JSON) that "
+        "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and "
+        "autotune.kernels.gemm consults at run time.",
+    )
     p.add_argument("--out", required=True, metavar="TABLE.json", help="output file")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="which GPU (needed when the database holds several)")
     p.add_argument(
@@ -167,16 +189,23 @@ def _sweep(args: argparse.Namespace) -> int:
             from autotune.dispatch import read_untuned_log, untuned_log_path
 
             log_path = args.untuned or str(untuned_log_path())
-            spec = spec_from_untuned(read_untuned_log(log_path), device_key=target.device_key(),
-                                     strategy=args.strategy, trials=args.trials, source=log_path)  # fmt: skip
+            spec = spec_from_untuned(
+                read_untuned_log(log_path),
+                device_key=target.device_key(),
+                strategy=args.strategy,
+                trials=args.trials,
+                source=log_path,
+            )
         planned = plan(spec, target)
     except SpecError as exc:
         raise CliError(str(exc)) from None
     store = _open_store(args.db)
     print(f"sweep {spec.name!r}: {len(planned)} problems on {target}; database {store.display_url}")
     if target.interpreter:
-        print("note: --interpret runs kernels in Triton's CPU interpreter; results are stored under the "
-              "'interpreter' target and say nothing about GPU speed")  # fmt: skip
+        print(
+            "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under the "
+            "'interpreter' target and say nothing about GPU speed"
+        )
     budgets = {p: e.budget.trials for e, p in spec.problems()}
     total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
     bar = _progress(total, disabled=args.no_progress)
@@ -195,8 +224,10 @@ def _sweep(args: argparse.Namespace) -> int:
     bar.close()
     _print_sweep_report(report)
     if report.interrupted:
-        print(f"interrupted: {report.trials_run} trials run and stored; run the same command to resume",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"interrupted: {report.trials_run} trials run and stored; run the same command to resume",
+            file=sys.stderr,
+        )
         return EXIT_INTERRUPTED
     return EXIT_OK
 
@@ -215,16 +246,24 @@ def _print_sweep_report(report: Any) -> None:
     rows = [("problem", "space", "ran", "cached", "failed", "best config", "best µs", "vendor µs", "speedup")]
     for p in report.problems:
         best = p.best
-        rows.append((
-            f"{p.problem.M}x{p.problem.N}x{p.problem.K} {p.problem.dtype} {p.problem.layout}",
-            f"{p.space_size}/{p.raw_size}", str(p.ran), str(p.cached), str(p.failed),
-            best.config.short() if best else "-", _fmt_us(best.time_us if best else None),
-            _fmt_us(p.vendor.time_us if p.vendor else None),
-            "-" if p.speedup is None else f"{p.speedup:.2f}x",
-        ))  # fmt: skip
+        rows.append(
+            (
+                f"{p.problem.M}x{p.problem.N}x{p.problem.K} {p.problem.dtype} {p.problem.layout}",
+                f"{p.space_size}/{p.raw_size}",
+                str(p.ran),
+                str(p.cached),
+                str(p.failed),
+                best.config.short() if best else "-",
+                _fmt_us(best.time_us if best else None),
+                _fmt_us(p.vendor.time_us if p.vendor else None),
+                "-" if p.speedup is None else f"{p.speedup:.2f}x",
+            )
+        )
     _print_table(rows)
-    print(f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
-          f"{report.wall_s:.1f} s; sweep id {report.sweep_id}")  # fmt: skip
+    print(
+        f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
+        f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
+    )
 
 
 def _print_table(rows: Sequence[Sequence[str]]) -> None:
@@ -240,8 +279,16 @@ def _best(args: argparse.Namespace) -> int:
     from autotune.problem import Problem
 
     try:
-        problem = Problem(args.op, args.m, args.n, args.k, dtype_a=args.dtype, dtype_b=args.dtype,
-                          dtype_out=args.dtype, layout=args.layout)  # fmt: skip
+        problem = Problem(
+            args.op,
+            args.m,
+            args.n,
+            args.k,
+            dtype_a=args.dtype,
+            dtype_b=args.dtype,
+            dtype_out=args.dtype,
+            layout=args.layout,
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.limit <= 0:
@@ -301,8 +348,10 @@ def _emit(args: argparse.Namespace) -> int:
         except (TableError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None
     kind = "predicted" if table.predicted else "measured"
-    print(f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for "
-          f"{table.target} [{table.fingerprint}], M policy {table.m_policy}")  # fmt: skip
+    print(
+        f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for "
+        f"{table.target} [{table.fingerprint}], M policy {table.m_policy}"
+    )
     return EXIT_OK
 
 

@@ -115,8 +115,9 @@ class Runner:
     ) -> ProblemReport:
         t0 = time.perf_counter()
         space = op.space(problem, self.target, backends)
-        report = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
-                               pruned=space.prune_summary())  # fmt: skip
+        report = ProblemReport(
+            problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+        )
         self.current = report
         kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
@@ -129,8 +130,14 @@ class Runner:
                 else:
                     result = self.bench.run(problem, config)
                     name, source_hash = kernels[config.backend]
-                    self.store.record(target=self.target, kernel=name, source_hash=source_hash,
-                                      problem=problem, result=result, sweep_id=self.sweep_id)  # fmt: skip
+                    self.store.record(
+                        target=self.target,
+                        kernel=name,
+                        source_hash=source_hash,
+                        problem=problem,
+                        result=result,
+                        sweep_id=self.sweep_id,
+                    )
                     report.ran += 1
                     report.compile_s += result.compile_s
                     report.measure_s += result.measure_s

@@ -68,15 +68,30 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
             size = len(GEMM.space(p, target, tuple(args.backends.split(",")) if args.backends else None))
             strategy = "exhaustive" if size <= 1.5 * args.trials else "optuna"
         backends = tuple(args.backends.split(",")) if args.backends else None
-        rep = runner.tune(GEMM, p, strategy=strategy, budget=Budget(args.trials, args.seconds), seed=0,
-                          backends=backends)
+        rep = runner.tune(
+            GEMM, p, strategy=strategy, budget=Budget(args.trials, args.seconds), seed=0, backends=backends
+        )
         best = rep.best
-        print(f"[tune {i + 1}/{len(problems)}] {p}: space {rep.space_size}/{rep.raw_size}, ran {rep.ran}, "
-              f"cached {rep.cached}, failed {rep.failed}, compile {rep.compile_s:.1f}s, measure "
-              f"{rep.measure_s:.1f}s, wall {rep.wall_s:.1f}s, best {best.config.short() if best else '-'} "
-              f"{best.time_us if best else float('nan'):.2f}us", flush=True)  # fmt: skip
-        log.append(dict(problem=p.key(), space=rep.space_size, raw=rep.raw_size, ran=rep.ran, cached=rep.cached,
-                        failed=rep.failed, compile_s=rep.compile_s, measure_s=rep.measure_s, wall_s=rep.wall_s))  # fmt: skip
+        print(
+            f"[tune {i + 1}/{len(problems)}] {p}: space {rep.space_size}/{rep.raw_size}, ran {rep.ran}, "
+            f"cached {rep.cached}, failed {rep.failed}, compile {rep.compile_s:.1f}s, measure "
+            f"{rep.measure_s:.1f}s, wall {rep.wall_s:.1f}s, best {best.config.short() if best else '-'} "
+            f"{best.time_us if best else float('nan'):.2f}us",
+            flush=True,
+        )
+        log.append(
+            dict(
+                problem=p.key(),
+                space=rep.space_size,
+                raw=rep.raw_size,
+                ran=rep.ran,
+                cached=rep.cached,
+                failed=rep.failed,
+                compile_s=rep.compile_s,
+                measure_s=rep.measure_s,
+                wall_s=rep.wall_s,
+            )
+        )
     store.finish_sweep(sweep_id)
 
 
@@ -148,10 +163,18 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         disp = _median_of_rounds(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
         res.update(disp)
         roof = target.roofline_us(p.flops(), p.min_bytes())
-        row = dict(model=model, layer=layer, M=p.M, N=p.N, K=p.K, regime="decode" if p.M <= 256 else "prefill",
-                   dispatched_config=table.lookup("gemm", p.M, p.N, p.K).canonical()  # type: ignore[union-attr]
-                   if table.lookup("gemm", p.M, p.N, p.K) else "default",
-                   tuned_config=tuned.canonical() if tuned else None)  # fmt: skip
+        row = dict(
+            model=model,
+            layer=layer,
+            M=p.M,
+            N=p.N,
+            K=p.K,
+            regime="decode" if p.M <= 256 else "prefill",
+            dispatched_config=table.lookup("gemm", p.M, p.N, p.K).canonical()  # type: ignore[union-attr]
+            if table.lookup("gemm", p.M, p.N, p.K)
+            else "default",
+            tuned_config=tuned.canonical() if tuned else None,
+        )
         for name, (t, st) in res.items():
             row[f"{name}_us"] = t
             row[f"{name}_status"] = st
@@ -189,18 +212,30 @@ def policy_regret(store: Store, out: dict, quick: bool) -> None:
                 times[bucket] = r.time_us if r.ok and r.time_us else math.inf
             vendor = bench.run(p, Config(backend="torch"))
             best = min(times.values())
-            rec = dict(N=n, K=k, M=m, lo=lo, hi=hi, t_lo=times[lo], t_hi=times[hi],
-                       vendor_us=vendor.time_us if vendor.ok else math.nan)  # fmt: skip
+            rec = dict(
+                N=n,
+                K=k,
+                M=m,
+                lo=lo,
+                hi=hi,
+                t_lo=times[lo],
+                t_hi=times[hi],
+                vendor_us=vendor.time_us if vendor.ok else math.nan,
+            )
             for policy in M_POLICIES:
                 chosen = ms[pick(ms, m, policy)]
                 rec[policy] = times[chosen] / best if chosen in times else math.nan
             results.append(rec)
-            print(f"[regret] N={n} K={k} M={m}: lo {lo}→{times[lo]:.2f}us hi {hi}→{times[hi]:.2f}us", flush=True)
+            print(
+                f"[regret] N={n} K={k} M={m}: lo {lo}→{times[lo]:.2f}us hi {hi}→{times[hi]:.2f}us", flush=True
+            )
     summary = {}
     for policy in M_POLICIES:
         vals = [r[policy] for r in results if r[policy] == r[policy] and math.isfinite(r[policy])]
-        summary[policy] = dict(geomean=math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.nan,
-                               worst=max(vals) if vals else math.nan)  # fmt: skip
+        summary[policy] = dict(
+            geomean=math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.nan,
+            worst=max(vals) if vals else math.nan,
+        )
     out["m_policy"] = dict(points=results, summary=summary)
 
 
@@ -245,7 +280,9 @@ def host_overhead(out: dict) -> None:
             torch.cuda.synchronize()
     lk = min(timeit.repeat(lambda: lookup("gemm", 1, 256, 256), number=200_000, repeat=5)) / 200_000 * 1e6
     d, di = min(per_call["dispatched"]), min(per_call["direct"])
-    out["host"] = dict(direct_us=di, dispatched_us=d, overhead_us=d - di, lookup_us=lk, config=config.canonical())
+    out["host"] = dict(
+        direct_us=di, dispatched_us=d, overhead_us=d - di, lookup_us=lk, config=config.canonical()
+    )
 
 
 def main() -> int:
@@ -253,14 +290,21 @@ def main() -> int:
     ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
     ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
     ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
-    ap.add_argument("--strategy", default="auto", help="auto (exhaustive for small spaces, else optuna), "
-                    "exhaustive, random or optuna")
+    ap.add_argument(
+        "--strategy",
+        default="auto",
+        help="auto (exhaustive for small spaces, else optuna), exhaustive, random or optuna",
+    )
     ap.add_argument("--trials", type=int, default=40, help="trial budget per shape")
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--quick", action="store_true", help="one (N, K), three M: a smoke run")
-    ap.add_argument("--regime", choices=("decode", "prefill", "large", "all"), default="all",
-                    help="which shapes to tune (large: M >= 256)")
+    ap.add_argument(
+        "--regime",
+        choices=("decode", "prefill", "large", "all"),
+        default="all",
+        help="which shapes to tune (large: M >= 256)",
+    )
     ap.add_argument("--backends", default=None, help="comma-separated backends to tune (default: all)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -269,8 +313,15 @@ def main() -> int:
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     target = local_target()
-    info: dict[str, Any] = dict(gpu=target.name, arch=target.arch, cus=target.cu_count, toolchain=target.toolchain,
-                                date=time.strftime("%Y-%m-%d"), fingerprint=target.fingerprint(), args=vars(args))  # fmt: skip
+    info: dict[str, Any] = dict(
+        gpu=target.name,
+        arch=target.arch,
+        cus=target.cu_count,
+        toolchain=target.toolchain,
+        date=time.strftime("%Y-%m-%d"),
+        fingerprint=target.fingerprint(),
+        args=vars(args),
+    )
     problems = _problems(args.quick)
     to_tune = _problems(args.quick, args.regime)
     tune_log: list[dict] = []
@@ -292,30 +343,49 @@ def _print_summary(info: dict) -> None:
     print(f"\n{info['gpu']} ({info['arch']}, {info['cus']} SMs) {info['toolchain']} {info['date']}")
     if "tune" in info:
         t = info["tune"]["per_shape"]
-        print(f"sweep cost: {sum(r['ran'] for r in t)} configs run, compile {sum(r['compile_s'] for r in t):.0f}s, "
-              f"measure {sum(r['measure_s'] for r in t):.0f}s, wall {info['tune']['wall_s']:.0f}s")  # fmt: skip
+        print(
+            f"sweep cost: {sum(r['ran'] for r in t)} configs run, "
+            f"compile {sum(r['compile_s'] for r in t):.0f}s, measure {sum(r['measure_s'] for r in t):.0f}s, "
+            f"wall {info['tune']['wall_s']:.0f}s"
+        )
     if "shapes" not in info:
         return
-    print(f"{'model/layer':28} {'M':>5} {'N':>6} {'K':>6} {'vendor':>8} {'default':>8} {'tuned':>8} {'disp':>8} "
-          f"{'tun/ven':>7} {'dis/ven':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}")  # fmt: skip
+    print(
+        f"{'model/layer':28} {'M':>5} {'N':>6} {'K':>6} {'vendor':>8} {'default':>8} {'tuned':>8} "
+        f"{'disp':>8} {'tun/ven':>7} {'dis/ven':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}"
+    )
     for r in info["shapes"]:
         v, t, d = r["vendor_us"], r.get("tuned_us", math.nan), r["dispatched_us"]
-        print(f"{r['model'] + ' ' + r['layer']:28} {r['M']:>5} {r['N']:>6} {r['K']:>6} {v:8.2f} {r['default_us']:8.2f} "
-              f"{t:8.2f} {d:8.2f} {v / t:7.3f} {v / d:7.3f} {r['dispatched_tflops']:6.0f} {r['dispatched_gbps']:6.0f} "
-              f"{r['dispatched_roofline']:5.2f}")  # fmt: skip
+        print(
+            f"{r['model'] + ' ' + r['layer']:28} {r['M']:>5} {r['N']:>6} {r['K']:>6} {v:8.2f} "
+            f"{r['default_us']:8.2f} {t:8.2f} {d:8.2f} {v / t:7.3f} {v / d:7.3f} "
+            f"{r['dispatched_tflops']:6.0f} {r['dispatched_gbps']:6.0f} {r['dispatched_roofline']:5.2f}"
+        )
     for regime in ("decode", "prefill"):
-        rs = [r for r in info["shapes"] if r["regime"] == regime and r.get("tuned_us", math.nan) == r.get("tuned_us")]
+        rs = [
+            r
+            for r in info["shapes"]
+            if r["regime"] == regime and r.get("tuned_us", math.nan) == r.get("tuned_us")
+        ]
         if rs:
             g = math.exp(statistics.fmean(math.log(r["vendor_us"] / r["tuned_us"]) for r in rs))
             worst = min(r["vendor_us"] / r["dispatched_us"] for r in rs)
-            print(f"{regime}: tuned Triton vs vendor geomean {g:.3f}x; dispatched vs vendor worst {worst:.3f}x")
+            print(
+                f"{regime}: tuned Triton vs vendor geomean {g:.3f}x; dispatched vs vendor worst {worst:.3f}x"
+            )
     if "m_policy" in info:
-        print("M policy regret (geomean / worst): " + ", ".join(
-            f"{k} {v['geomean']:.3f}/{v['worst']:.3f}" for k, v in info["m_policy"]["summary"].items()))  # fmt: skip
+        print(
+            "M policy regret (geomean / worst): "
+            + ", ".join(
+                f"{k} {v['geomean']:.3f}/{v['worst']:.3f}" for k, v in info["m_policy"]["summary"].items()
+            )
+        )
     if "host" in info:
         h = info["host"]
-        print(f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us "
-              f"(+{h['overhead_us']:.2f}us); lookup {h['lookup_us'] * 1000:.0f}ns")  # fmt: skip
+        print(
+            f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us "
+            f"(+{h['overhead_us']:.2f}us); lookup {h['lookup_us'] * 1000:.0f}ns"
+        )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
     if type(a) is torch.Tensor and type(b) is torch.Tensor and a.dtype is b.dtype:
         sa, sb = a.shape, b.shape
         dtype = _DTYPE_NAMES.get(a.dtype)
-        same_device = (a.is_cuda and b.is_cuda and a.get_device() == b.get_device()) or (a.is_cpu and b.is_cpu)
+        same_device = (a.is_cuda and b.is_cuda and a.get_device() == b.get_device()) or (
+            a.is_cpu and b.is_cpu
+        )
         if len(sa) == 2 and len(sb) == 2 and dtype is not None and same_device:
             M, K = sa
             N, kb = (sb[0], sb[1]) if b_layout == "nk" else (sb[1], sb[0])

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
+from autotune.kernels.base import Inputs, Launch
+from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 from autotune.problem import Problem
 from autotune.space import SearchSpace
 from autotune.target import Target
-from autotune.kernels.base import Inputs, Launch
-from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GEMM", "GemmOp", "TORCH_DTYPES"]
+__all__ = ["GEMM", "TORCH_DTYPES", "GemmOp"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -35,7 +35,7 @@ def torch_dtype(name: str) -> torch.dtype:
         raise ValueError(f"gemm supports bf16 and fp16 inputs, not {name}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _file_hash(*names: str) -> str:
     h = hashlib.sha256()
     for name in names:
@@ -66,9 +66,7 @@ class GemmOp:
             return hashlib.sha256(f"torch.mm {torch.__version__}".encode()).hexdigest()[:16]
         raise ValueError(f"unknown gemm backend {backend!r}")
 
-    def space(
-        self, problem: Problem, target: Target, backends: Sequence[str] | None = None
-    ) -> SearchSpace:
+    def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         return gemm_space(problem, target, self.backends(target) if backends is None else backends)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
@@ -137,10 +135,14 @@ def _triton_launch(
     from autotune.kernels.gemm_triton import launcher
 
     M, N, K = problem.M, problem.N, problem.K
-    stride_bk, stride_bn = (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
+    stride_bk, stride_bn = (
+        (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
+    )
     split_k = int(config.get("SPLIT_K", 1))
     if split_k > 1 and not out.is_contiguous():
-        raise ValueError(f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}")
+        raise ValueError(
+            f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}"
+        )
     workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
     run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)

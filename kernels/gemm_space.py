@@ -28,18 +28,32 @@ def _cdiv(a: int, b: int) -> int:
 def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs and their values on `target` (AMD knobs exist only on AMD)."""
     if target.interpreter:
-        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16, 32), GROUP_M=(1, 4),
-                    SPLIT_K=(1, 2, 4), num_warps=(4,), num_stages=(1,))  # fmt: skip
+        return dict(
+            BLOCK_M=(16, 32),
+            BLOCK_N=(16, 32),
+            BLOCK_K=(16, 32),
+            GROUP_M=(1, 4),
+            SPLIT_K=(1, 2, 4),
+            num_warps=(4,),
+            num_stages=(1,),
+        )
     tiles = (16, 32, 64, 128, 256)
     common: dict[str, Sequence[Value]] = dict(
-        BLOCK_M=tiles, BLOCK_N=tiles[1:], BLOCK_K=(32, 64, 128, 256), GROUP_M=(1, 8),
-        SPLIT_K=(1, 2, 4, 8, 16), num_warps=(4, 8),
-    )  # fmt: skip
+        BLOCK_M=tiles,
+        BLOCK_N=tiles[1:],
+        BLOCK_K=(32, 64, 128, 256),
+        GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 4, 8, 16),
+        num_warps=(4, 8),
+    )
     if target.is_amd:
         amd: dict[str, Sequence[Value]] = dict(
-            BLOCK_N=tiles, num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2),
+            BLOCK_N=tiles,
+            num_stages=(1, 2),
+            matrix_instr_nonkdim=(16, 32),
+            waves_per_eu=(0, 1, 2),
             NUM_XCDS=(1, target.xcds) if target.xcds > 1 else (1,),
-        )  # fmt: skip
+        )
         if target.arch == "gfx942":
             amd["kpack"] = (1, 2)
         return {**common, **amd}
@@ -49,10 +63,24 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
 def tma_params(target: Target) -> dict[str, Sequence[Value]]:
     """Knobs of the tensor-descriptor (TMA) kernel: NVIDIA sm_90+ and the interpreter."""
     if target.interpreter:
-        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(16, 32), GROUP_M=(1, 4), PERSISTENT=(0, 1),
-                    num_warps=(4,), num_stages=(1,))  # fmt: skip
-    return dict(BLOCK_M=(64, 128, 256), BLOCK_N=(64, 128, 256), BLOCK_K=(32, 64, 128), GROUP_M=(1, 8),
-                PERSISTENT=(0, 1), num_warps=(4, 8), num_stages=(2, 3, 4, 5))  # fmt: skip
+        return dict(
+            BLOCK_M=(16, 32),
+            BLOCK_N=(16, 32),
+            BLOCK_K=(16, 32),
+            GROUP_M=(1, 4),
+            PERSISTENT=(0, 1),
+            num_warps=(4,),
+            num_stages=(1,),
+        )
+    return dict(
+        BLOCK_M=(64, 128, 256),
+        BLOCK_N=(64, 128, 256),
+        BLOCK_K=(32, 64, 128),
+        GROUP_M=(1, 8),
+        PERSISTENT=(0, 1),
+        num_warps=(4, 8),
+        num_stages=(2, 3, 4, 5),
+    )
 
 
 def has_tma(target: Target) -> bool:
@@ -67,22 +95,36 @@ def has_tma(target: Target) -> bool:
 def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     elem = DTYPE_BYTES[problem.dtype_a]
     out_elem = DTYPE_BYTES[problem.dtype_out]
-    aligned = (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
+    aligned = (
+        (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
+    )
 
     def smem(c: Mapping[str, Value]) -> int:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
         return int((bm + bn) * bk * elem * int(c["num_stages"]) + bm * bn * out_elem)
 
     extra = [
-        Constraint("tma_alignment", f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
-                   f"N={problem.N} in {problem.dtype_a})", lambda c: aligned),
-        Constraint("persistent_needless", "PERSISTENT with fewer tiles than CUs: every program does one tile",
-                   lambda c: not int(c["PERSISTENT"]) or _cdiv(problem.M, int(c["BLOCK_M"]))
-                   * _cdiv(problem.N, int(c["BLOCK_N"])) > target.cu_count),
-        Constraint("lds_overflow",
-                   f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of shared memory",
-                   lambda c: target.interpreter or smem(c) <= target.lds_bytes),
-    ]  # fmt: skip
+        Constraint(
+            "tma_alignment",
+            f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
+            f"N={problem.N} in {problem.dtype_a})",
+            lambda c: aligned,
+        ),
+        Constraint(
+            "persistent_needless",
+            "PERSISTENT with fewer tiles than CUs: every program does one tile",
+            lambda c: (
+                not int(c["PERSISTENT"])
+                or _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"])) > target.cu_count
+            ),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
+            "shared memory",
+            lambda c: target.interpreter or smem(c) <= target.lds_bytes,
+        ),
+    ]
     return extra + [c for c in _constraints(problem, target) if c.name != "lds_overflow"]
 
 
@@ -101,39 +143,71 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 
     acc_limit = 256 if target.is_amd else 128
     out = [
-        Constraint("block_m_waste", f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
-                   lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M))),
-        Constraint("block_n_waste", f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
-                   lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N))),
-        Constraint("block_k_waste", f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
-                   lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(_MIN_TILE, next_pow2(K))),
-        Constraint("split_k_needless",
-                   f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
-                   lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus),
-        Constraint("group_m_redundant", f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
-                   lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1),
-        Constraint("lds_overflow",
-                   f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
-                   lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes),
-        Constraint("accumulator_spill",
-                   f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {acc_limit} registers a lane",
-                   lambda c: int(c["BLOCK_M"]) * int(c["BLOCK_N"])
-                   <= acc_limit * int(c["num_warps"]) * target.wave_size or target.interpreter),
-        Constraint("idle_warps", "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
-                   lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192),
-    ]  # fmt: skip
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
+            lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M)),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
+            lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N)),
+        ),
+        Constraint(
+            "block_k_waste",
+            f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
+            lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(_MIN_TILE, next_pow2(K)),
+        ),
+        Constraint(
+            "split_k_needless",
+            f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
+            lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
+        ),
+        Constraint(
+            "group_m_redundant",
+            f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
+            lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1,
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes,
+        ),
+        Constraint(
+            "accumulator_spill",
+            f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {acc_limit} registers a lane",
+            lambda c: (
+                int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= acc_limit * int(c["num_warps"]) * target.wave_size
+                or target.interpreter
+            ),
+        ),
+        Constraint(
+            "idle_warps",
+            "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
+            lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192,
+        ),
+    ]
     if target.is_amd:
         out += [
-            Constraint("mfma_32_small_tile", "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
-                       lambda c: int(c["matrix_instr_nonkdim"]) == 16
-                       or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32),
-            Constraint("xcd_remap_redundant", f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
-                       lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds),
-        ]  # fmt: skip
+            Constraint(
+                "mfma_32_small_tile",
+                "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
+                lambda c: (
+                    int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32
+                ),
+            ),
+            Constraint(
+                "xcd_remap_redundant",
+                f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
+                lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds,
+            ),
+        ]
     return out
 
 
-def _pick_split_k(problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]) -> int:
+def _pick_split_k(
+    problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]
+) -> int:
     tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
     best = 1
     for sk in sorted(int(v) for v in choices):
@@ -193,12 +267,20 @@ def gemm_space(problem: Problem, target: Target, backends: Sequence[str] | None 
     subs = []
     for backend in available if backends is None else backends:
         if backend not in available:
-            raise ValueError(f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}")
+            raise ValueError(
+                f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}"
+            )
         if backend == "torch":
             subs.append(SubSpace("torch"))
         elif backend == "triton":
-            subs.append(SubSpace("triton", triton_params(target), _constraints(problem, target),
-                                 first=(gemm_default_config(problem, target),)))  # fmt: skip
+            subs.append(
+                SubSpace(
+                    "triton",
+                    triton_params(target),
+                    _constraints(problem, target),
+                    first=(gemm_default_config(problem, target),),
+                )
+            )
         else:
             subs.append(SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target)))
     return SearchSpace(subs)

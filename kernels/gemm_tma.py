@@ -23,11 +23,20 @@ __all__ = ["gemm_tma_kernel", "tma_launcher"]
 
 @triton.jit
 def gemm_tma_kernel(
-    a_desc, b_desc, c_desc,
-    M, N, K, NUM_PROGRAMS,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    B_KN: tl.constexpr, DOT_F32: tl.constexpr,
-):  # fmt: skip
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    NUM_PROGRAMS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    B_KN: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
     """C tiles pid, pid + NUM_PROGRAMS, ... in grouped order; B is (N, K) unless B_KN."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -50,7 +59,9 @@ def gemm_tma_kernel(
                 b = b_desc.load([off_k, off_n])
             else:
                 b = b_desc.load([off_n, off_k]).T
-            if DOT_F32:  # interpreter only (its bf16 dot multiplies raw bits; bf16 products are exact in fp32)
+            if (
+                DOT_F32
+            ):  # interpreter only (its bf16 dot multiplies raw bits; bf16 products are exact in fp32)
                 acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
             else:
                 acc = tl.dot(a, b, acc)
@@ -74,7 +85,9 @@ def tma_launcher(config: Config, *, num_sms: int, interpret: bool = False) -> Ca
     )
     kernel = gemm_tma_kernel
 
-    def launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int) -> None:
+    def launch(
+        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
+    ) -> None:
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         programs = min(tiles, num_sms) if persistent else tiles
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])

@@ -26,7 +26,8 @@ AMD_LAUNCH_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
 
 @triton.jit
 def _remap_xcd(pid, num_pids, NUM_XCDS: tl.constexpr):
-    """Bijection on [0, num_pids): consecutive output ids land on one XCD (hardware deals pids round-robin)."""
+    """Bijection on [0, num_pids): consecutive output ids land on one XCD (the hardware deals pids
+    round-robin over XCDs)."""
     if NUM_XCDS == 1:
         return pid
     xcd = pid % NUM_XCDS
@@ -42,15 +43,28 @@ def _remap_xcd(pid, num_pids, NUM_XCDS: tl.constexpr):
 
 @triton.jit
 def gemm_kernel(
-    a_ptr, b_ptr, c_ptr,
-    M, N, K,
-    stride_am, stride_ak,
-    stride_bk, stride_bn,
-    stride_cs, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr, SPLIT_K: tl.constexpr, NUM_XCDS: tl.constexpr, EVEN_K: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
-):  # fmt: skip
+):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -154,14 +168,45 @@ def launcher(config: Config, *, is_amd: bool, interpret: bool = False) -> Callab
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
         if split_k == 1:
-            kernel[grid](a, b, out, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn,
-                         0, out.stride(0), out.stride(1), EVEN_K=even_k, **opts)  # fmt: skip
+            kernel[grid](
+                a,
+                b,
+                out,
+                M,
+                N,
+                K,
+                a.stride(0),
+                a.stride(1),
+                stride_bk,
+                stride_bn,
+                0,
+                out.stride(0),
+                out.stride(1),
+                EVEN_K=even_k,
+                **opts,
+            )
             return
         assert workspace is not None
-        kernel[grid](a, b, workspace, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn,
-                     M * N, N, 1, EVEN_K=even_k, **opts)  # fmt: skip
+        kernel[grid](
+            a,
+            b,
+            workspace,
+            M,
+            N,
+            K,
+            a.stride(0),
+            a.stride(1),
+            stride_bk,
+            stride_bn,
+            M * N,
+            N,
+            1,
+            EVEN_K=even_k,
+            **opts,
+        )
         mn = M * N
-        reduce_kernel[(triton.cdiv(mn, _REDUCE_BLOCK),)](workspace, out, mn, SPLIT_K=split_k,
-                                                         BLOCK=_REDUCE_BLOCK)  # fmt: skip
+        reduce_kernel[(triton.cdiv(mn, _REDUCE_BLOCK),)](
+            workspace, out, mn, SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK
+        )
 
     return launch

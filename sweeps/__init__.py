@@ -14,4 +14,5 @@ __all__ = [
     "parse_spec",
     "plan",
     "run_sweep",
+    "spec_from_untuned",
 ]

@@ -88,8 +88,14 @@ def run_sweep(
             if entry.op not in benches:
                 benches[entry.op] = benchmarker_for(entry.op) if benchmarker_for else Benchmarker(op, target)
             runner = Runner(store, target, benches[entry.op], sweep_id=sweep_id, on_trial=on_trial)
-            result = runner.tune(op, problem, strategy=entry.strategy, budget=entry.budget, seed=entry.seed,
-                                 backends=entry.backends)  # fmt: skip
+            result = runner.tune(
+                op,
+                problem,
+                strategy=entry.strategy,
+                budget=entry.budget,
+                seed=entry.seed,
+                backends=entry.backends,
+            )
             report.problems.append(result)
             if on_problem is not None:
                 on_problem(result)

@@ -111,8 +111,10 @@ def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
         raise SpecError(f"{source}: not valid TOML: {exc}") from None
     unknown = set(data) - _TOP_KEYS
     if unknown:
-        raise SpecError(f"{source}: unknown top-level field(s) {', '.join(sorted(unknown))}; "
-                        f"allowed: {', '.join(sorted(_TOP_KEYS))}")  # fmt: skip
+        raise SpecError(
+            f"{source}: unknown top-level field(s) {', '.join(sorted(unknown))}; "
+            f"allowed: {', '.join(sorted(_TOP_KEYS))}"
+        )
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SpecError(f"{source}: missing or empty `name` (a string naming the sweep)")
@@ -131,8 +133,10 @@ def _entry(table: Any, where: str) -> SweepEntry:
         raise SpecError(f"{where}: must be a table")
     unknown = set(table) - _ENTRY_KEYS
     if unknown:
-        raise SpecError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
-                        f"allowed: {', '.join(sorted(_ENTRY_KEYS))}")  # fmt: skip
+        raise SpecError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"allowed: {', '.join(sorted(_ENTRY_KEYS))}"
+        )
     for key in _REQUIRED:
         if key not in table:
             raise SpecError(f"{where}: missing field `{key}`")
@@ -180,8 +184,17 @@ def _entry(table: Any, where: str) -> SweepEntry:
         if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
             raise SpecError(f"{where}: `backends` must be a non-empty list of names")
         backends = tuple(backends)
-    return SweepEntry(op=op, dtype=dtype, ms=ms_t, nks=tuple(nks), layouts=layouts, strategy=strategy,
-                      budget=budget, seed=seed, backends=backends)  # fmt: skip
+    return SweepEntry(
+        op=op,
+        dtype=dtype,
+        ms=ms_t,
+        nks=tuple(nks),
+        layouts=layouts,
+        strategy=strategy,
+        budget=budget,
+        seed=seed,
+        backends=backends,
+    )
 
 
 def _typed(value: Any, kind: type, name: str, where: str) -> Any:
@@ -236,8 +249,16 @@ def spec_from_untuned(
         raise SpecError(f"{source}: no untuned shapes of this GPU to tune")
     lines = ['name = "untuned"', f'description = "shapes from the {source}"']
     for (op, dtype, layout, n, k), ms in sorted(groups.items()):
-        lines += ["", "[[sweep]]", f'op = "{op}"', f'dtype = "{dtype}"', f'layout = "{layout}"',
-                  f"m = {sorted(ms)}", f"nk = [[{n}, {k}]]", f'strategy = "{strategy}"']  # fmt: skip
+        lines += [
+            "",
+            "[[sweep]]",
+            f'op = "{op}"',
+            f'dtype = "{dtype}"',
+            f'layout = "{layout}"',
+            f"m = {sorted(ms)}",
+            f"nk = [[{n}, {k}]]",
+            f'strategy = "{strategy}"',
+        ]
         if trials is not None:
             lines.append(f"trials = {trials}")
         if seconds is not None:

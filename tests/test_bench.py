@@ -22,8 +22,9 @@ needs_interpreter = pytest.mark.skipif(
 )
 
 PROBLEM = Problem.gemm(16, 32, 32, "bf16")
-GOOD = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4,
-              num_stages=1)  # fmt: skip
+GOOD = Config(
+    backend="triton", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=1
+)
 
 
 class FakeGemm:

@@ -195,9 +195,12 @@ def quiet_dispatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
 
 @needs_interpreter
 def test_emit_table_serves_the_best_config(
-    smoke_db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    smoke_db: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
     quiet_dispatch: None,
-) -> None:  # fmt: skip
+) -> None:
     path = tmp_path / "t.json"
     assert main(["emit", "--out", str(path), "--db", str(smoke_db)]) == 0
     assert f"wrote {path}: 2 buckets in 1 shapes (measured)" in capsys.readouterr().out
@@ -457,8 +460,21 @@ def test_sweep_untuned_log_tunes_logged_shapes(
         gemm(a, b)
     log = os.environ["AUTOTUNE_UNTUNED_LOG"]
     db = tmp_path / "u.db"
-    rc = main(["sweep", "--untuned", log, "--trials", "2", "--strategy", "exhaustive", "--interpret",
-               "--db", str(db), "--no-progress"])  # fmt: skip
+    rc = main(
+        [
+            "sweep",
+            "--untuned",
+            log,
+            "--trials",
+            "2",
+            "--strategy",
+            "exhaustive",
+            "--interpret",
+            "--db",
+            str(db),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     with Store(str(db)) as store:
         trials = store.trials()

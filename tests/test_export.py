@@ -82,10 +82,33 @@ def test_one_file_per_gpu_with_the_right_columns(filled: Store, tmp_path: Path) 
         "cfg_num_warps",
     ]
     assert columns == [
-        "gpu_name", "arch", "cu_count", "fingerprint", "interpreter", "op", "m", "n", "k", "e", "topk",
-        "dtype", "layout", "backend", *cfg_columns, "time_us", "tflops", "gbps", "roofline_frac",
-        "vendor_time_us", "speedup_vs_vendor", "torch", "triton", "runtime", "kernel", "source_hash",
-    ]  # fmt: skip
+        "gpu_name",
+        "arch",
+        "cu_count",
+        "fingerprint",
+        "interpreter",
+        "op",
+        "m",
+        "n",
+        "k",
+        "e",
+        "topk",
+        "dtype",
+        "layout",
+        "backend",
+        *cfg_columns,
+        "time_us",
+        "tflops",
+        "gbps",
+        "roofline_frac",
+        "vendor_time_us",
+        "speedup_vs_vendor",
+        "torch",
+        "triton",
+        "runtime",
+        "kernel",
+        "source_hash",
+    ]
     assert [(r["m"], r["n"], r["k"]) for r in rows] == [("16", "64", "64"), ("4096", "8192", "1024")]
 
 

@@ -36,8 +36,17 @@ def tcfg(
     bm: int = 16, bn: int = 16, bk: int = 16, group_m: int = 1, split_k: int = 1, **extra: int
 ) -> Config:
     """A Triton config with interpreter-friendly defaults."""
-    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
-                  num_warps=4, num_stages=1, **extra)  # fmt: skip
+    return Config(
+        backend="triton",
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=group_m,
+        SPLIT_K=split_k,
+        num_warps=4,
+        num_stages=1,
+        **extra,
+    )
 
 
 def assert_close_to(out: torch.Tensor, ref: torch.Tensor, tol: float, what: str = "") -> None:

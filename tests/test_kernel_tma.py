@@ -28,8 +28,16 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int) -> None:
     # 40 x 48 with 16 x 16 tiles: 9 tiles over 4 "CUs" so the persistent loop takes several turns
     problem = Problem.gemm(40, 48, 72, dtype, layout)
-    config = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, PERSISTENT=persistent,
-                    num_warps=4, num_stages=1)
+    config = Config(
+        backend="triton_tma",
+        BLOCK_M=16,
+        BLOCK_N=16,
+        BLOCK_K=32,
+        GROUP_M=4,
+        PERSISTENT=persistent,
+        num_warps=4,
+        num_stages=1,
+    )
     space = GEMM.space(problem, INTERP)
     assert space.check(config) is None, space.check(config)
     inputs = GEMM.make_inputs(problem, "cpu", seed=11)
@@ -41,8 +49,16 @@ def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int) 
 def test_tma_ragged_edges_are_clipped() -> None:
     problem = Problem.gemm(17, 24, 40, "bf16")  # no dimension a multiple of the 16/32 tiles
     inputs = GEMM.make_inputs(problem, "cpu", seed=2)
-    config = Config(backend="triton_tma", BLOCK_M=32, BLOCK_N=16, BLOCK_K=32, GROUP_M=1, PERSISTENT=0,
-                    num_warps=4, num_stages=1)
+    config = Config(
+        backend="triton_tma",
+        BLOCK_M=32,
+        BLOCK_N=16,
+        BLOCK_K=32,
+        GROUP_M=1,
+        PERSISTENT=0,
+        num_warps=4,
+        num_stages=1,
+    )
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
     GEMM.prepare(problem, config, INTERP, inputs, out)()
     assert _err(out, GEMM.reference(problem, inputs)) < GEMM.tolerance(problem)
@@ -69,10 +85,20 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
     from autotune.kernels import gemm
 
     problem = Problem.gemm(32, 48, 64, "fp16", "kn")
-    config = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, PERSISTENT=1,
-                    num_warps=4, num_stages=1)
+    config = Config(
+        backend="triton_tma",
+        BLOCK_M=16,
+        BLOCK_N=16,
+        BLOCK_K=16,
+        GROUP_M=1,
+        PERSISTENT=1,
+        num_warps=4,
+        num_stages=1,
+    )
     table = Table.from_winners(INTERP, [(problem, config, 1.0)])
-    monkeypatch.setattr("autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=INTERP.device_key()))
+    monkeypatch.setattr(
+        "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=INTERP.device_key())
+    )
     a, b = GEMM.make_inputs(problem, "cpu", seed=5)
     b_view = b.t().contiguous().t()  # same values, column-major storage: must be handled, not misread
     out = gemm(a, b_view, b_layout="kn")
