@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.bench import DeviceFault
+
 if TYPE_CHECKING:
     from autotune.db import Store
 
@@ -124,6 +126,14 @@ def _parser() -> argparse.ArgumentParser:
         help="how an M between tuned buckets is served "
         "(round_up, round_down, nearest, nearest_log; default: the measured best, see README)",
     )
+    p.add_argument(
+        "--vendor-margin",
+        type=float,
+        default=0.01,
+        metavar="FRACTION",
+        help="keep the vendor library unless another backend is faster by more than this fraction "
+        "(default 0.01: smaller wins are within run-to-run noise)",
+    )
     _db_arg(p)
 
     p = sub.add_parser(
@@ -152,6 +162,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"autotune {args.verb}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except DeviceFault as exc:
+        print(
+            f"autotune {args.verb}: the GPU faulted and this process cannot use it any more: {exc}\n"
+            "The config is stored as crashed; run the same command again to resume without it.",
+            file=sys.stderr,
+        )
+        return EXIT_FAIL
 
 
 def _open_store(url: str | None) -> Store:
@@ -338,12 +355,15 @@ def _emit(args: argparse.Namespace) -> int:
     from autotune.dispatch import M_POLICIES, TableError
     from autotune.dispatch.emit import DEFAULT_M_POLICY, emit_table
 
+    if args.vendor_margin < 0:
+        raise CliError("--vendor-margin must be >= 0")
+
     policy = args.m_policy or DEFAULT_M_POLICY
     if policy not in M_POLICIES:
         raise CliError(f"unknown --m-policy {policy!r}; known: {', '.join(M_POLICIES)}")
     with _open_store(args.db) as store:
         try:
-            table = emit_table(store, fingerprint=args.gpu, m_policy=policy)
+            table = emit_table(store, fingerprint=args.gpu, m_policy=policy, vendor_margin=args.vendor_margin)
             table.save(Path(args.out))
         except (TableError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None

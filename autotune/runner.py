@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from autotune.bench import DeviceFault
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.result import Source, TrialResult
+from autotune.result import Source, TrialResult, TrialStatus
 from autotune.strategies import Budget, make_strategy
 from autotune.target import Target
 
@@ -128,8 +129,20 @@ class Runner:
                 if result is not None:
                     report.cached += 1
                 else:
-                    result = self.bench.run(problem, config)
                     name, source_hash = kernels[config.backend]
+                    try:
+                        result = self.bench.run(problem, config)
+                    except DeviceFault as fault:  # store it, so a resumed sweep never runs it again
+                        crashed = TrialResult(config, TrialStatus.CRASHED, error=str(fault))
+                        self.store.record(
+                            target=self.target,
+                            kernel=name,
+                            source_hash=source_hash,
+                            problem=problem,
+                            result=crashed,
+                            sweep_id=self.sweep_id,
+                        )
+                        raise
                     self.store.record(
                         target=self.target,
                         kernel=name,

@@ -28,6 +28,7 @@ from autotune import Config, Problem
 from autotune.bench import Benchmarker
 from autotune.db import Store
 from autotune.dispatch import M_POLICIES, Dispatcher, Table
+from autotune.dispatch.emit import emit_table
 from autotune.dispatch.table import pick
 from autotune.kernels import GEMM
 from autotune.runner import Runner
@@ -146,8 +147,7 @@ def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, C
 def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
     target = local_target()
     fp = target.fingerprint()
-    winners = {w.problem: w for w in store.winners(fp)}
-    table = Table.from_winners(target, [(w.problem, w.best.config, w.best.time_us) for w in winners.values()])
+    table = emit_table(store, fingerprint=fp)  # exactly what `autotune emit` writes
     from autotune.dispatch import dispatcher as dmod
 
     dmod._default = Dispatcher([table], device_key=target.device_key())
