@@ -55,7 +55,7 @@ class BenchSettings:
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
         return cls(
-            warmup=0,
+            warmup=1,
             min_reps=2,
             max_reps=3,
             target_time_s=0.0,
@@ -269,6 +269,8 @@ class Benchmarker:
         return max(s.min_reps, min(s.max_reps, want))
 
     def _time_wallclock(self, launch: Launch) -> Timing:
+        for _ in range(self.settings.warmup):
+            launch()
         samples = []
         for _ in range(self.settings.min_reps):
             t = time.perf_counter()

@@ -24,7 +24,8 @@ Autotune GPU matrix kernels per problem shape, keep every measurement in a datab
 pinned tables that autotune.kernels.gemm() reads at run time.
 
 Typical night:  autotune sweep my.toml        (tune; resumable: run it again after any stop)
-Next morning:   autotune status | autotune best --op gemm --m 16 --n 4096 --k 4096
+Next morning:   autotune status
+                autotune best --op gemm --m 16 --n 4096 --k 4096
                 autotune export --format csv --out tuned/   (one CSV per GPU)
                 autotune emit --out gemm-table.json         (then AUTOTUNE_TABLES=gemm-table.json)
 
@@ -48,10 +49,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="autotune", description=_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    common = argparse.ArgumentParser(add_help=False)  # so that -v also works after the verb
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
 
     p = sub.add_parser(
         "sweep",
+        parents=[common],
         help="tune every problem of a spec on the local GPU",
         description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
         "Each trial is stored as it finishes; running the same command again resumes and "
@@ -67,12 +71,8 @@ def _parser() -> argparse.ArgumentParser:
         help="instead of a spec, tune the shapes that autotune.kernels logged as untuned on this GPU "
         "(LOG, default $AUTOTUNE_UNTUNED_LOG or ~/.cache/autotune/untuned.jsonl)",
     )
-    p.add_argument(
-        "--strategy", default="optuna", help="with --untuned: exhaustive, random or optuna (default)"
-    )
-    p.add_argument(
-        "--trials", type=int, default=60, help="with --untuned: trial budget per shape (default 60)"
-    )
+    p.add_argument("--strategy", help="with --untuned: exhaustive, random or optuna (default)")
+    p.add_argument("--trials", type=int, help="with --untuned: trial budget per shape (default 60)")
     _db_arg(p)
     p.add_argument(
         "--interpret",
@@ -86,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "best",
+        parents=[common],
         help="the winning config of one shape and its runner-ups",
         description="Show the fastest measured configs of one problem, per GPU in the database.",
     )
@@ -101,6 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "export",
+        parents=[common],
         help="write tuned tables (one CSV per GPU)",
         description="Write one CSV per GPU fingerprint: a row per winning (problem, backend, "
         "config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
@@ -113,6 +115,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "emit",
+        parents=[common],
         help="write a pinned lookup table for autotune.dispatch",
         description="Write the winners of one GPU as a pinned Table (JSON) that "
         "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and "
@@ -138,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "status",
+        parents=[common],
         help="what is in the database",
         description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.",
     )
@@ -189,6 +193,10 @@ def _sweep(args: argparse.Namespace) -> int:
 
     if (args.spec is None) == (args.untuned is None):
         raise CliError("give either a SPEC.toml or --untuned [LOG] (one of the two)")
+    if args.spec is not None and (args.strategy is not None or args.trials is not None):
+        raise CliError("--strategy and --trials go with --untuned; a spec sets them per [[sweep]] table")
+    if args.trials is not None and args.trials <= 0:
+        raise CliError("--trials must be positive")
     if args.spec is not None:
         try:
             spec = load_spec(args.spec)
@@ -206,11 +214,13 @@ def _sweep(args: argparse.Namespace) -> int:
             from autotune.dispatch import read_untuned_log, untuned_log_path
 
             log_path = args.untuned or str(untuned_log_path())
+            if not Path(log_path).is_file():
+                raise CliError(f"{log_path}: no untuned-shapes log there (autotune.kernels writes it)")
             spec = spec_from_untuned(
                 read_untuned_log(log_path),
                 device_key=target.device_key(),
-                strategy=args.strategy,
-                trials=args.trials,
+                strategy=args.strategy or "optuna",
+                trials=args.trials or 60,
                 source=log_path,
             )
         planned = plan(spec, target)
@@ -281,6 +291,13 @@ def _print_sweep_report(report: Any) -> None:
         f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
+    pruned: dict[str, int] = {}
+    for p in report.problems:
+        for reason, n in p.pruned.items():
+            pruned[reason] = pruned.get(reason, 0) + n
+    if pruned:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(pruned.items(), key=lambda kv: -kv[1]))
+        print(f"pruned before any GPU time ('space' is valid/all): {reasons}")
 
 
 def _print_table(rows: Sequence[Sequence[str]]) -> None:
@@ -369,7 +386,7 @@ def _emit(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
     kind = "predicted" if table.predicted else "measured"
     print(
-        f"wrote {args.out}: {len(table)} buckets in {len(table.entries)} shapes ({kind}) for "
+        f"wrote {args.out}: {len(table)} M buckets over {len(table.entries)} (N, K) shapes ({kind}) for "
         f"{table.target} [{table.fingerprint}], M policy {table.m_policy}"
     )
     return EXIT_OK

@@ -144,8 +144,8 @@ class Store:
             raise StoreError(f"{where} is not an autotune database (its `meta` table has no schema_version)")
         if found < SCHEMA_VERSION:
             raise StoreError(
-                f"database {where} has schema version {found}, this autotune expects {SCHEMA_VERSION}: "
-                f"run `autotune db upgrade --db {where}` first"
+                f"database {where} has schema version {found}, this autotune expects {SCHEMA_VERSION} "
+                "and has no migration from it: open it with the autotune version that wrote it"
             )
         if found > SCHEMA_VERSION:
             raise StoreError(
