@@ -110,7 +110,8 @@ def _plan(config: Config, target: Target) -> _Plan:
         elif backend == "triton_tma":
             from autotune.kernels.gemm_tma import tma_launcher
 
-            plan = (2, tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter), 1)
+            run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
+            plan = (2, run, int(config.get("SPLIT_K", 1)))
         else:
             raise ValueError(f"unknown gemm backend {backend!r} in config {config!r}")
         _plans[config] = plan
@@ -130,7 +131,8 @@ def _launch(
         if not b.is_contiguous() or b.data_ptr() % 16:
             b = b.contiguous() if not b.is_contiguous() else b.clone()
         out = a.new_empty((M, N))
-        run(a, b, out, b_layout == "kn", M, N, K)
+        workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
+        run(a, b, out, b_layout == "kn", M, N, K, workspace)
         return out
     out = a.new_empty((M, N))
     workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None

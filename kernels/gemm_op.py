@@ -156,10 +156,19 @@ def _triton_launch(
 def _tma_launch(
     problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
 ) -> Launch:
+    import torch
+
     from autotune.kernels.gemm_tma import tma_launcher
 
+    M, N, K = problem.M, problem.N, problem.K
+    split_k = int(config.get("SPLIT_K", 1))
+    if split_k > 1 and not out.is_contiguous():
+        raise ValueError(
+            f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}"
+        )
+    workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
     run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
-    args: tuple[Any, ...] = (a, b, out, problem.layout == "kn", problem.M, problem.N, problem.K)
+    args: tuple[Any, ...] = (a, b, out, problem.layout == "kn", M, N, K, workspace)
 
     def launch() -> None:
         run(*args)

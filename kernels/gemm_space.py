@@ -68,6 +68,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             BLOCK_N=(16, 32),
             BLOCK_K=(16, 32),
             GROUP_M=(1, 4),
+            SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
             num_warps=(4,),
             num_stages=(1,),
@@ -77,6 +78,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         BLOCK_N=(64, 128, 256),
         BLOCK_K=(32, 64, 128),
         GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 4),
         PERSISTENT=(0, 1),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
@@ -112,10 +114,13 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "persistent_needless",
-            "PERSISTENT with fewer tiles than CUs: every program does one tile",
+            "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
             lambda c: (
                 not int(c["PERSISTENT"])
-                or _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"])) > target.cu_count
+                or _cdiv(problem.M, int(c["BLOCK_M"]))
+                * _cdiv(problem.N, int(c["BLOCK_N"]))
+                * int(c["SPLIT_K"])
+                > target.cu_count
             ),
         ),
         Constraint(

@@ -122,7 +122,7 @@ def splitk_reduce_kernel(w_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.cons
     tl.store(c_ptr + offs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-_REDUCE_BLOCK = 1024
+REDUCE_BLOCK = 1024
 
 
 def launcher(config: Config, *, is_amd: bool, interpret: bool = False) -> Callable[..., None]:
@@ -205,8 +205,8 @@ def launcher(config: Config, *, is_amd: bool, interpret: bool = False) -> Callab
             **opts,
         )
         mn = M * N
-        reduce_kernel[(triton.cdiv(mn, _REDUCE_BLOCK),)](
-            workspace, out, mn, SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK
+        reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
+            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK
         )
 
     return launch
