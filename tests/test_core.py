@@ -82,3 +82,20 @@ def test_roofline() -> None:
     p = Problem.gemm(1, 4096, 4096)
     # decode is memory-bound: bytes / bandwidth
     assert h100.roofline_us(p.flops(), p.min_bytes()) == pytest.approx(p.min_bytes() / 3350e3)
+
+
+def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path, monkeypatch) -> None:
+    import autotune.kernels.gemm_op as gemm_op
+
+    src = "def f(x):\n    return x + 1\n"
+    (tmp_path / "k.py").write_text(src)
+    monkeypatch.setattr(gemm_op, "_HERE", tmp_path)
+    gemm_op._file_hash.cache_clear()
+    h1 = gemm_op._file_hash("k.py")
+    (tmp_path / "k.py").write_text("# a comment\ndef f( x ):\n    return (x + 1)  # same code\n")
+    gemm_op._file_hash.cache_clear()
+    assert gemm_op._file_hash("k.py") == h1
+    (tmp_path / "k.py").write_text("def f(x):\n    return x + 2\n")
+    gemm_op._file_hash.cache_clear()
+    assert gemm_op._file_hash("k.py") != h1
+    gemm_op._file_hash.cache_clear()
