@@ -86,3 +86,21 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
     out = gemm(a, b)
     ref = GEMM.reference(problem, (a, b))
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 1e-2
+
+
+@pytest.mark.parametrize("split_k, persistent", [(1, 0), (1, 1), (2, 0), (4, 1)])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_tma_backend_on_gpu(target, split_k: int, persistent: int, layout: str) -> None:
+    from autotune.kernels.gemm_space import has_tma
+
+    if not has_tma(target):
+        pytest.skip("no tensor-memory accelerator on this GPU")
+    problem = Problem.gemm(200, 1280, 4096, "bf16", layout)
+    config = Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=split_k,
+                    PERSISTENT=persistent, num_warps=8, num_stages=3)  # fmt: skip
+    inputs = GEMM.make_inputs(problem, "cuda", seed=4)
+    out = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+    GEMM.prepare(problem, config, target, inputs, out)()
+    torch.cuda.synchronize()
+    ref = GEMM.reference(problem, inputs)
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
