@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import statistics
@@ -50,6 +51,7 @@ class BenchSettings:
     graph_launches: int = 20  # launches captured per graph
     max_input_sets: int = 32  # rotating input sets (so each run starts cold in the last-level cache)
     flush: bool = True
+    method: str = "auto"  # "graph", "events", or "auto": decided per problem by the first config timed
     lead_cycles: int = 200_000  # GPU spin before each timed run (~100 µs at 2 GHz), hides launch latency
 
     @classmethod
@@ -124,6 +126,7 @@ class _ProblemState:
         self.inputs = [op.make_inputs(problem, device, seed + i) for i in range(n_sets)]
         self.outputs = [op.make_output(problem, device) for _ in range(n_sets)]
         self.reference = op.reference(problem, self.inputs[0])
+        self.method: str | None = None  # "graph" or "events", fixed by the first config timed
 
 
 class Benchmarker:
@@ -161,6 +164,10 @@ class Benchmarker:
         self.on_gpu = self.device != "cpu"
 
     # -- set-up -------------------------------------------------------------------------------------
+    def method_for(self, problem: Problem) -> str | None:
+        """The timing method fixed for `problem` ("graph" or "events"), once a config of it was timed."""
+        return self._state.method if self._state is not None and self._state.problem == problem else None
+
     def _state_for(self, problem: Problem) -> _ProblemState:
         if self._state is None or self._state.problem != problem:
             self._state = None  # free the previous problem's tensors first
@@ -228,7 +235,7 @@ class Benchmarker:
                 )
             phase = "time"
             t1 = time.perf_counter()
-            timing = self._time(launches)
+            timing = self._time(launches, state)
             return TrialResult(
                 config,
                 TrialStatus.OK,
@@ -248,20 +255,28 @@ class Benchmarker:
             return TrialResult(config, status, error=text, compile_s=compile_s)
 
     # -- timing -------------------------------------------------------------------------------------
-    def _time(self, launches: Sequence[Launch]) -> Timing:
+    def _time(self, launches: Sequence[Launch], state: _ProblemState) -> Timing:
+        """Times with one method per problem (so every config of a problem is compared alike): graph
+        replay when the first config timed is shorter than `graph_threshold_us`, else events."""
         if not self.on_gpu:
             return self._time_wallclock(launches[0])
         for i in range(self.settings.warmup):
             launches[i % len(launches)]()
         self._sync()
-        probe = self._time_events(launches, reps=5)
-        if probe.median_us < self.settings.graph_threshold_us:
+        probe = self._time_events(launches, reps=10)
+        if state.method is None:
+            if self.settings.method in ("graph", "events"):
+                state.method = self.settings.method
+            else:
+                state.method = "graph" if probe.median_us < self.settings.graph_threshold_us else "events"
+        if state.method == "graph":
             try:
                 return self._time_graph(launches, probe.median_us)
-            except Exception as exc:  # graphs unsupported for this launch: events are still valid
+            except Exception as exc:  # this launch cannot be captured: time it with events, and say so
                 log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
-        reps = self._reps(probe.median_us)
-        return self._time_events(launches, reps)
+                t = self._time_events(launches, self._reps(probe.median_us))
+                return dataclasses.replace(t, method="events (graph capture failed)")
+        return self._time_events(launches, self._reps(probe.median_us))
 
     def _reps(self, est_us: float) -> int:
         s = self.settings

@@ -14,6 +14,7 @@ Prints a short table last; details go to --out (JSON and CSV).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker
+from autotune.bench import Benchmarker, BenchSettings
 from autotune.db import Store
 from autotune.dispatch import M_POLICIES, Dispatcher, Table
 from autotune.dispatch.emit import emit_table
@@ -152,7 +153,6 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
 
     dmod._default = Dispatcher([table], device_key=target.device_key())
     bench = Benchmarker(GEMM, target)
-    dbench = Benchmarker(_Dispatched(), target)  # type: ignore[arg-type]
     rows = []
     for model, layer, p in problems:
         tuned = _best_triton(store, p, fp)
@@ -160,8 +160,13 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         if tuned is not None:
             variants["tuned"] = tuned
         res = _median_of_rounds(bench, p, variants, rounds)
+        # the dispatched call is timed by the same method as the variants it is compared with
+        method = bench.method_for(p) or "auto"
+        dbench = Benchmarker(
+            _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
+        )  # type: ignore[arg-type]
         disp = _median_of_rounds(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
-        res.update(disp)
+        res = {k: (*v, method) for k, v in res.items()} | {k: (*v, method) for k, v in disp.items()}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(
             model=model,
@@ -175,9 +180,10 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
             else "default",
             tuned_config=tuned.canonical() if tuned else None,
         )
-        for name, (t, st) in res.items():
+        for name, (t, st, how) in res.items():
             row[f"{name}_us"] = t
             row[f"{name}_status"] = st
+            row[f"{name}_method"] = how
             row[f"{name}_tflops"] = p.flops() / t / 1e6 if t == t else math.nan
             row[f"{name}_gbps"] = p.min_bytes() / t / 1e3 if t == t else math.nan
             row[f"{name}_roofline"] = roof / t if t == t and roof else math.nan
@@ -307,6 +313,9 @@ def main() -> int:
     )
     ap.add_argument("--backends", default=None, help="comma-separated backends to tune (default: all)")
     args = ap.parse_args()
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py needs a GPU", file=sys.stderr)
         return 2
