@@ -272,22 +272,35 @@ def host_overhead(out: dict) -> None:
     def dispatched() -> None:
         gemm(a, b)
 
+    # Paired batches, alternating, so that drifts of the host (clock, other load) hit both alike; the
+    # overhead is the median of the per-pair differences.
     per_call: dict[str, list[float]] = {"direct": [], "dispatched": []}
-    n = 2000
-    for _ in range(7):
-        for name, fn in (("direct", direct), ("dispatched", dispatched)):
-            for _ in range(50):
-                fn()
+    n = 200
+    for fn in (direct, dispatched):
+        for _ in range(100):
+            fn()
+    torch.cuda.synchronize()
+    for i in range(60):
+        order = (("direct", direct), ("dispatched", dispatched))
+        for name, fn in order if i % 2 == 0 else order[::-1]:
             torch.cuda.synchronize()
             t = time.perf_counter()
             for _ in range(n):
                 fn()
             per_call[name].append((time.perf_counter() - t) / n * 1e6)
-            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    diffs = [d - di for d, di in zip(per_call["dispatched"], per_call["direct"], strict=True)]
     lk = min(timeit.repeat(lambda: lookup("gemm", 1, 256, 256), number=200_000, repeat=5)) / 200_000 * 1e6
-    d, di = min(per_call["dispatched"]), min(per_call["direct"])
+    d, di = statistics.median(per_call["dispatched"]), statistics.median(per_call["direct"])
+    q = sorted(diffs)
     out["host"] = dict(
-        direct_us=di, dispatched_us=d, overhead_us=d - di, lookup_us=lk, config=config.canonical()
+        direct_us=di,
+        dispatched_us=d,
+        overhead_us=statistics.median(diffs),
+        overhead_p20_us=q[len(q) // 5],
+        overhead_p80_us=q[4 * len(q) // 5],
+        lookup_us=lk,
+        config=config.canonical(),
     )
 
 
@@ -295,7 +308,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
     ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
-    ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
+    ap.add_argument("--phase", choices=("tune", "measure", "host", "all"), default="all")
     ap.add_argument(
         "--strategy",
         default="auto",
@@ -342,10 +355,20 @@ def main() -> int:
         if args.phase in ("measure", "all"):
             measure(store, problems, args.rounds, info)
             policy_regret(store, info, args.quick)
+        if args.phase in ("measure", "host", "all"):
             host_overhead(info)
     (outdir / f"gemm-{args.phase}-{args.regime}.json").write_text(json.dumps(info, indent=1, default=str))
     _print_summary(info)
     return 0
+
+
+def _print_host(h: dict) -> None:
+    print(
+        f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us; overhead "
+        f"median +{h['overhead_us']:.2f}us "
+        f"(p20 {h['overhead_p20_us']:.2f}, p80 {h['overhead_p80_us']:.2f}); "
+        f"lookup {h['lookup_us'] * 1000:.0f}ns"
+    )
 
 
 def _print_summary(info: dict) -> None:
@@ -357,6 +380,8 @@ def _print_summary(info: dict) -> None:
             f"compile {sum(r['compile_s'] for r in t):.0f}s, measure {sum(r['measure_s'] for r in t):.0f}s, "
             f"wall {info['tune']['wall_s']:.0f}s"
         )
+    if "host" in info:
+        _print_host(info["host"])
     if "shapes" not in info:
         return
     print(
@@ -388,12 +413,6 @@ def _print_summary(info: dict) -> None:
             + ", ".join(
                 f"{k} {v['geomean']:.3f}/{v['worst']:.3f}" for k, v in info["m_policy"]["summary"].items()
             )
-        )
-    if "host" in info:
-        h = info["host"]
-        print(
-            f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us "
-            f"(+{h['overhead_us']:.2f}us); lookup {h['lookup_us'] * 1000:.0f}ns"
         )
 
 
