@@ -121,41 +121,39 @@ class Strategy(ABC):
         return [c for i, c in enumerate(out) if c not in out[:i]]
 
 
-class Exhaustive(Strategy):
+class _Ordered(Strategy):
+    """A strategy that walks a fixed order: anchors first, then the rest as `_order` arranges them."""
+
+    def __init__(self, space: SearchSpace, budget: Budget | None = None, **kw: Any) -> None:
+        super().__init__(space, budget, **kw)
+        anchors = self._anchors()
+        rest = [c for c in space.configs() if c not in set(anchors)]
+        self._queue = iter(anchors + self._order(rest))
+
+    def _order(self, rest: list[Config]) -> list[Config]:
+        return rest
+
+    def _next(self) -> Config | None:
+        for config in self._queue:
+            if config not in self._told:
+                return config
+        return None
+
+
+class Exhaustive(_Ordered):
     """Every valid config in the space's deterministic order (anchors first)."""
 
     name = "exhaustive"
 
-    def __init__(self, space: SearchSpace, budget: Budget | None = None, **kw: Any) -> None:
-        super().__init__(space, budget, **kw)
-        anchors = self._anchors()
-        rest = [c for c in space.configs() if c not in set(anchors)]
-        self._queue = iter(anchors + rest)
 
-    def _next(self) -> Config | None:
-        for config in self._queue:
-            if config not in self._told:
-                return config
-        return None
-
-
-class RandomSearch(Strategy):
+class RandomSearch(_Ordered):
     """Anchors first, then valid configs in a seeded random order without repetition."""
 
     name = "random"
 
-    def __init__(self, space: SearchSpace, budget: Budget | None = None, **kw: Any) -> None:
-        super().__init__(space, budget, **kw)
-        anchors = self._anchors()
-        rest = [c for c in space.configs() if c not in set(anchors)]
+    def _order(self, rest: list[Config]) -> list[Config]:
         random.Random(self.seed).shuffle(rest)
-        self._queue = iter(anchors + rest)
-
-    def _next(self) -> Config | None:
-        for config in self._queue:
-            if config not in self._told:
-                return config
-        return None
+        return rest
 
 
 class OptunaTPE(Strategy):

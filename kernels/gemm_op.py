@@ -129,10 +129,23 @@ def _torch_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, layout: s
     return launch
 
 
+def _workspace(config: Config, out: torch.Tensor) -> torch.Tensor | None:
+    """The fp32 split-K workspace of `config` for C = `out` (None without split-K)."""
+    import torch
+
+    split_k = int(config.get("SPLIT_K", 1))
+    if split_k == 1:
+        return None
+    if not out.is_contiguous():
+        raise ValueError(
+            f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}"
+        )
+    return torch.empty(split_k * out.numel(), device=out.device, dtype=torch.float32)
+
+
 def _triton_launch(
     problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
 ) -> Launch:
-    import torch
 
     from autotune.kernels.gemm_triton import launcher
 
@@ -140,12 +153,7 @@ def _triton_launch(
     stride_bk, stride_bn = (
         (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
     )
-    split_k = int(config.get("SPLIT_K", 1))
-    if split_k > 1 and not out.is_contiguous():
-        raise ValueError(
-            f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}"
-        )
-    workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
+    workspace = _workspace(config, out)
     run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)
 
@@ -158,17 +166,11 @@ def _triton_launch(
 def _tma_launch(
     problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
 ) -> Launch:
-    import torch
 
     from autotune.kernels.gemm_tma import tma_launcher
 
     M, N, K = problem.M, problem.N, problem.K
-    split_k = int(config.get("SPLIT_K", 1))
-    if split_k > 1 and not out.is_contiguous():
-        raise ValueError(
-            f"SPLIT_K={split_k} reduces into C as a contiguous (M, N) array; got strides {out.stride()}"
-        )
-    workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32) if split_k > 1 else None
+    workspace = _workspace(config, out)
     run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
     args: tuple[Any, ...] = (a, b, out, problem.layout == "kn", M, N, K, workspace)
 
