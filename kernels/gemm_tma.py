@@ -27,7 +27,7 @@ def gemm_tma_kernel(
     a_desc, b_desc, c_desc,
     M, N, K, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr, WARP_SPEC: tl.constexpr = False,
+    SPLIT_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     """Work items pid, pid + NUM_PROGRAMS, ... (a C tile and a K slice) in grouped order; B is (N, K)
     unless B_KN. With SPLIT_K > 1, c_desc describes the (SPLIT_K, M, N) fp32 workspace."""
@@ -37,8 +37,7 @@ def gemm_tma_kernel(
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     width = GROUP_M * num_pid_n
-    for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True,
-                         warp_specialize=WARP_SPEC):  # fmt: skip
+    for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True):
         tile = item % num_tiles
         split = item // num_tiles
         k_first = split * k_per_split
@@ -86,7 +85,6 @@ def tma_launcher(config: Config, *, num_sms: int, interpret: bool = False) -> Ca
         GROUP_M=int(config.get("GROUP_M", 1)),
         SPLIT_K=split_k,
         DOT_F32=interpret,
-        WARP_SPEC=bool(config.get("WARP_SPEC", 0)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)),
     )
