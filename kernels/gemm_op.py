@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import hashlib
+import io
+import tokenize
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -36,12 +37,21 @@ def torch_dtype(name: str) -> torch.dtype:
         raise ValueError(f"gemm supports bf16 and fp16 inputs, not {name}") from None
 
 
+_SKIP_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.TYPE_COMMENT}
+
+
 @cache
 def _file_hash(*names: str) -> str:
-    """Hash of the code in these modules: their syntax trees, so formatting and comments don't count."""
+    """Hash of the code in these modules over their tokens, so that formatting and comments don't count
+    (and, unlike a syntax-tree dump, the same on every Python version)."""
     h = hashlib.sha256()
     for name in names:
-        h.update(ast.dump(ast.parse((_HERE / name).read_text(encoding="utf-8"))).encode())
+        text = (_HERE / name).read_text(encoding="utf-8")
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type in _SKIP_TOKENS:
+                continue
+            keep = "" if tok.type in (tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE) else tok.string
+            h.update(f"{tok.type}:{keep}\x00".encode())
     return h.hexdigest()[:16]
 
 

@@ -92,7 +92,7 @@ def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path, monkeypatc
     monkeypatch.setattr(gemm_op, "_HERE", tmp_path)
     gemm_op._file_hash.cache_clear()
     h1 = gemm_op._file_hash("k.py")
-    (tmp_path / "k.py").write_text("# a comment\ndef f( x ):\n    return (x + 1)  # same code\n")
+    (tmp_path / "k.py").write_text("# a comment\ndef f(x ):\n\n        return x+1  # same code\n")
     gemm_op._file_hash.cache_clear()
     assert gemm_op._file_hash("k.py") == h1
     (tmp_path / "k.py").write_text("def f(x):\n    return x + 2\n")
