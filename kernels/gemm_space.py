@@ -222,8 +222,40 @@ def _pick_split_k(
 
 
 def gemm_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config for shapes nobody tuned: a sensible tile for the regime, split-K when the
-    tile grid underfills the GPU. Always a member of `gemm_space(problem, target)`."""
+    """The heuristic config for shapes nobody tuned. Always a member of `gemm_space(problem, target)`.
+
+    On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in our H100
+    sweeps; otherwise (and when the rows are not 16-byte aligned) the pointer kernel with a tile for the
+    regime and split-K when the tile grid underfills the GPU.
+    """
+    if has_tma(target) and not target.interpreter and problem.M >= 128:
+        tma = _tma_default(problem, target)
+        if tma is not None:
+            return tma
+    return _pointer_default(problem, target)
+
+
+def _tma_default(problem: Problem, target: Target) -> Config | None:
+    # 128 x 256 tiles with 8 warps where they still fill the GPU; 128 x 128 with 4 warps otherwise
+    big = problem.N >= 256 and _cdiv(problem.M, 128) * _cdiv(problem.N, 256) >= target.cu_count
+    bm, bn = 128, 256 if big else 128
+    tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+    config = Config(
+        backend="triton_tma",
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=64,
+        GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1,
+        SPLIT_K=1,
+        PERSISTENT=1 if tiles > target.cu_count else 0,
+        num_warps=8 if big else 4,
+        num_stages=3 if big else 4,
+    )
+    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    return config if sub.check(config) is None else None
+
+
+def _pointer_default(problem: Problem, target: Target) -> Config:
     params = triton_params(target)
     M, N = problem.M, problem.N
     if target.interpreter:
@@ -269,8 +301,13 @@ def gemm_backends(target: Target) -> tuple[str, ...]:
 def gemm_space(problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
     """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`."""
     available = gemm_backends(target)
+    default = gemm_default_config(problem, target)
+    chosen = list(available if backends is None else backends)
+    if default.backend in chosen and "torch" in chosen:  # vendor baseline, then the default's backend
+        chosen.remove(default.backend)
+        chosen.insert(chosen.index("torch") + 1, default.backend)
     subs = []
-    for backend in available if backends is None else backends:
+    for backend in chosen:
         if backend not in available:
             raise ValueError(
                 f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}"
@@ -278,14 +315,13 @@ def gemm_space(problem: Problem, target: Target, backends: Sequence[str] | None 
         if backend == "torch":
             subs.append(SubSpace("torch"))
         elif backend == "triton":
+            first = default if default.backend == "triton" else _pointer_default(problem, target)
             subs.append(
-                SubSpace(
-                    "triton",
-                    triton_params(target),
-                    _constraints(problem, target),
-                    first=(gemm_default_config(problem, target),),
-                )
+                SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
             )
         else:
-            subs.append(SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target)))
+            tma_first = (default,) if default.backend == "triton_tma" else ()
+            subs.append(
+                SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target), first=tma_first)
+            )
     return SearchSpace(subs)
