@@ -236,18 +236,20 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
 
 
 def _tma_default(problem: Problem, target: Target) -> Config | None:
-    # 128 x 256 tiles with 8 warps where they still fill the GPU; 128 x 128 with 4 warps otherwise
+    # 128 x 256 tiles with 8 warps where they still fill the GPU; 128 x 128 with 4 warps otherwise, and
+    # split-K where even those underfill it.
     big = problem.N >= 256 and _cdiv(problem.M, 128) * _cdiv(problem.N, 256) >= target.cu_count
-    bm, bn = 128, 256 if big else 128
-    tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+    bm, bn, bk = 128, 256 if big else 128, 64
+    split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
+    items = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
     config = Config(
         backend="triton_tma",
         BLOCK_M=bm,
         BLOCK_N=bn,
-        BLOCK_K=64,
+        BLOCK_K=bk,
         GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1,
-        SPLIT_K=1,
-        PERSISTENT=1 if tiles > target.cu_count else 0,
+        SPLIT_K=split_k,
+        PERSISTENT=1 if items > target.cu_count else 0,
         num_warps=8 if big else 4,
         num_stages=3 if big else 4,
     )
