@@ -129,28 +129,15 @@ class Runner:
                 if result is not None:
                     report.cached += 1
                 else:
-                    name, source_hash = kernels[config.backend]
+                    kernel = kernels[config.backend]
                     try:
                         result = self.bench.run(problem, config)
                     except DeviceFault as fault:  # store it, so a resumed sweep never runs it again
-                        crashed = TrialResult(config, TrialStatus.CRASHED, error=str(fault))
-                        self.store.record(
-                            target=self.target,
-                            kernel=name,
-                            source_hash=source_hash,
-                            problem=problem,
-                            result=crashed,
-                            sweep_id=self.sweep_id,
+                        self._record(
+                            problem, kernel, TrialResult(config, TrialStatus.CRASHED, error=str(fault))
                         )
                         raise
-                    self.store.record(
-                        target=self.target,
-                        kernel=name,
-                        source_hash=source_hash,
-                        problem=problem,
-                        result=result,
-                        sweep_id=self.sweep_id,
-                    )
+                    self._record(problem, kernel, result)
                     report.ran += 1
                     report.compile_s += result.compile_s
                     report.measure_s += result.measure_s
@@ -165,3 +152,8 @@ class Runner:
             report.best = best[1] if best else None
             report.wall_s = time.perf_counter() - t0
         return report
+
+    def _record(self, problem: Problem, kernel: tuple[str, str], result: TrialResult) -> None:
+        name, source_hash = kernel
+        self.store.record(target=self.target, kernel=name, source_hash=source_hash, problem=problem,
+                          result=result, sweep_id=self.sweep_id)  # fmt: skip
