@@ -7,7 +7,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -331,20 +331,3 @@ class Benchmarker:
             ends[i].record()
         torch.cuda.synchronize()
         return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)], "graph")
-
-
-def time_fn(fn: Callable[[], Any], *, reps: int = 100, warmup: int = 10) -> Timing:
-    """Times an arbitrary GPU callable with events (no flush); for benchmarks of host overhead."""
-    import torch
-
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)], "events")

@@ -236,18 +236,13 @@ def _sweep(args: argparse.Namespace) -> int:
     budgets = {p: e.budget.trials for e, p in spec.problems()}
     total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
     bar = _progress(total, disabled=args.no_progress)
-    wins = {"n": 0}
 
     def on_trial(problem: Any, config: Any, result: Any) -> None:
         bar.update(1)
         bar.set_postfix_str(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}", refresh=False)
 
-    def on_problem(rep: Any) -> None:
-        if rep.best is not None and rep.best.config.backend != "torch":
-            wins["n"] += 1
-
     with store:
-        report = run_sweep(spec, store, target, on_trial=on_trial, on_problem=on_problem)
+        report = run_sweep(spec, store, target, on_trial=on_trial)
     bar.close()
     _print_sweep_report(report)
     if report.interrupted:

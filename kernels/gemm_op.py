@@ -79,7 +79,7 @@ class GemmOp:
         raise ValueError(f"unknown gemm backend {backend!r}")
 
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
-        return gemm_space(problem, target, self.backends(target) if backends is None else backends)
+        return gemm_space(problem, target, tuple(self.backends(target) if backends is None else backends))
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return gemm_default_config(problem, target)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
 from autotune.config import Config, Value
 from autotune.problem import DTYPE_BYTES, Problem, next_pow2
@@ -300,8 +301,12 @@ def gemm_backends(target: Target) -> tuple[str, ...]:
     return ("torch", "triton", "triton_tma") if has_tma(target) else ("torch", "triton")
 
 
-def gemm_space(problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
-    """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`."""
+@lru_cache(maxsize=256)
+def gemm_space(problem: Problem, target: Target, backends: tuple[str, ...] | None = None) -> SearchSpace:
+    """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`.
+
+    Cached: a space is immutable, and planning, tuning and reporting ask for the same one.
+    """
     available = gemm_backends(target)
     default = gemm_default_config(problem, target)
     chosen = list(available if backends is None else backends)
