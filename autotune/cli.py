@@ -1,4 +1,4 @@
-"""The `autotune` command line: sweep, best, export, emit, status."""
+"""The `autotune` command line: sweep, check, best, export, emit, status."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ Autotune GPU matrix kernels per problem shape, keep every measurement in a datab
 pinned tables that autotune.kernels.gemm() reads at run time.
 
 Typical night:  autotune sweep my.toml        (tune; resumable: run it again after any stop)
+No GPU here:    autotune sweep my.toml --target gfx942   (compile-only: cost-model predictions)
+                autotune check --target gfx950 my.toml   (registers, spills, LDS, MFMA per config)
 Next morning:   autotune status
                 autotune best --op gemm --m 16 --n 4096 --k 4096
                 autotune export --format csv --out tuned/   (one CSV per GPU)
@@ -56,11 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
         parents=[common],
-        help="tune every problem of a spec on the local GPU",
+        help="tune every problem of a spec on the local GPU (or compile-only for --target)",
         description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
         "Each trial is stored as it finishes; running the same command again resumes and "
         "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
-        "finished.",
+        "finished. Configs compile ahead on every CPU core while the GPU measures, and those the "
+        "spec's [static] checks flag (spills, LDS, occupancy, MFMA shape) are stored as pruned "
+        "without GPU time. With --target ARCH, or on a machine with no GPU (then for gfx942), the "
+        "sweep is compile-only: the cost model ranks each space, the best candidates are compiled "
+        "for the target and checked, and the predictions are stored (source 'model'), never mixed "
+        "with measurements; a later measured sweep on that GPU supersedes them.",
     )
     p.add_argument("spec", metavar="SPEC.toml", nargs="?", help="sweep spec (see sweeps/smoke.toml)")
     p.add_argument(
@@ -81,8 +88,36 @@ def _parser() -> argparse.ArgumentParser:
         "results are stored under their own 'interpreter' target, never mixed with a GPU's, and "
         "their timings mean nothing for a GPU)",
     )
+    p.add_argument(
+        "--target",
+        metavar="ARCH",
+        help="compile-only sweep for ARCH (gfx942, gfx950, sm_90; mi300x, mi355x, h100 also work): "
+        "no GPU needed, stores predictions",
+    )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "check",
+        parents=[common],
+        help="compile-only checks of a spec's configs for a target (no GPU needed)",
+        description="For every problem of SPEC.toml: the space size, what compiled for --target, "
+        "what the static checks prune and why (MFMA shape vs matrix_instr_nonkdim, spills, LDS over "
+        "the target's, occupancy under the floor), and the best candidates by the cost model with "
+        "their registers, LDS, occupancy and instructions. Compiles the model's best "
+        "[static] candidates per problem (--all: the whole space) on every CPU core. Writes nothing "
+        "unless --db is given (then compiled features are kept there and reused).",
+    )
+    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
+    p.add_argument("--target", required=True, metavar="ARCH", help="gfx942, gfx950 or sm_90")
+    p.add_argument("--all", action="store_true", help="compile every config of each space (slow)")
+    p.add_argument("--candidates", type=int, metavar="N", help="configs compiled per problem")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout, for machines")
+    p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
+    p.add_argument(
+        "--db", metavar="URL", help="keep and reuse compiled features in this database (default: none)"
+    )
 
     p = sub.add_parser(
         "best",
@@ -98,6 +133,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
     p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
+    p.add_argument(
+        "--predicted",
+        action="store_true",
+        help="show the cost model's predictions of compile-only sweeps instead of measurements",
+    )
     _db_arg(p)
 
     p = sub.add_parser(
@@ -157,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    handler = {"sweep": _sweep, "best": _best, "export": _export, "emit": _emit, "status": _status}[args.verb]
+    handlers = {"sweep": _sweep, "check": _check, "best": _best, "export": _export, "emit": _emit}
+    handler = {**handlers, "status": _status}[args.verb]
     try:
         return handler(args)
     except CliError as exc:
@@ -197,18 +238,31 @@ def _sweep(args: argparse.Namespace) -> int:
         raise CliError("--strategy and --trials go with --untuned; a spec sets them per [[sweep]] table")
     if args.trials is not None and args.trials <= 0:
         raise CliError("--trials must be positive")
+    if args.workers is not None and args.workers <= 0:
+        raise CliError("--workers must be positive")
+    if args.interpret and args.target:
+        raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
     if args.spec is not None:
         try:
             spec = load_spec(args.spec)
         except SpecError as exc:
             raise CliError(str(exc)) from None
+    compile_only = bool(args.target)
     if args.interpret:
         target = Target.interpreter_target()
+    elif args.target:
+        target = _compile_target(args.target)
     else:
         try:
             target = local_target(args.device)
         except TargetError as exc:
-            raise CliError(str(exc)) from None
+            if args.untuned is not None or not _no_gpu():
+                raise CliError(str(exc)) from None
+            target, compile_only = _compile_target(DEFAULT_COMPILE_TARGET), True
+            print(
+                f"no GPU here: a compile-only sweep for {target.arch} ({target.name}); pass --target "
+                "to pick another, or --interpret to run the kernels in Triton's CPU interpreter"
+            )
     try:
         if args.untuned is not None:
             from autotune.dispatch import read_untuned_log, untuned_log_path
@@ -227,6 +281,8 @@ def _sweep(args: argparse.Namespace) -> int:
     except SpecError as exc:
         raise CliError(str(exc)) from None
     store = _open_store(args.db)
+    if compile_only:
+        return _predict(args, spec, store, target, len(planned))
     print(f"sweep {spec.name!r}: {len(planned)} problems on {target}; database {store.display_url}")
     if target.interpreter:
         print(
@@ -241,8 +297,17 @@ def _sweep(args: argparse.Namespace) -> int:
         bar.update(1)
         bar.set_postfix_str(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}", refresh=False)
 
+    checker = None
+    if not target.interpreter and spec.static.enabled:
+        from autotune.checker import StaticChecker
+
+        checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
     with store:
-        report = run_sweep(spec, store, target, on_trial=on_trial)
+        try:
+            report = run_sweep(spec, store, target, on_trial=on_trial, checker=checker)
+        finally:
+            if checker is not None:
+                checker.close()
     bar.close()
     _print_sweep_report(report)
     if report.interrupted:
@@ -254,10 +319,63 @@ def _sweep(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _progress(total: int, disabled: bool) -> Any:
+DEFAULT_COMPILE_TARGET = "gfx942"
+
+
+def _no_gpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def _compile_target(name: str) -> Any:
+    """The published-limits Target of `name` for compile-only work; CliError if unknown or unbuildable."""
+    from autotune.compile import check_compilable
+    from autotune.target import Target, TargetError
+
+    try:
+        target = Target.for_arch(name)
+        if target.interpreter:
+            raise TargetError("the interpreter compiles nothing; use --interpret to run kernels on the CPU")
+        check_compilable(target)
+    except TargetError as exc:
+        raise CliError(str(exc)) from None
+    return target
+
+
+def _predict(args: argparse.Namespace, spec: Any, store: Any, target: Any, n_problems: int) -> int:
+    """The compile-only sweep: model predictions for `target`, stored as such."""
+    from autotune.checker import StaticChecker
+    from autotune.sweeps import predict_sweep
+
+    print(
+        f"compile-only sweep {spec.name!r}: {n_problems} problems for {target}; "
+        f"database {store.display_url}\n"
+        f"note: nothing runs on a GPU; the times below are the cost model's predictions, stored as "
+        f"source 'model' and superseded by a measured sweep on a {target.arch} GPU"
+    )
+    bar = _progress(n_problems, disabled=args.no_progress, unit="problem")
+
+    def on_problem(report: Any) -> None:
+        bar.update(1)
+        p = report.problem
+        bar.set_postfix_str(f"{p.M}x{p.N}x{p.K}: {report.ran} compiled", refresh=False)
+
+    with store, StaticChecker(target, spec.static, store=store, workers=args.workers) as checker:
+        report = predict_sweep(spec, store, checker, on_problem=on_problem)
+    bar.close()
+    _print_sweep_report(report)
+    if report.interrupted:
+        print("interrupted: finished problems are stored; run the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"next: autotune emit --out table.json  (a table marked predicted for {target.arch})")
+    return EXIT_OK
+
+
+def _progress(total: int, disabled: bool, unit: str = "trial") -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="trial", disable=disabled or None, dynamic_ncols=True, file=sys.stderr)
+    return tqdm(total=total, unit=unit, disable=disabled or None, dynamic_ncols=True, file=sys.stderr)
 
 
 def _fmt_us(t: float | None) -> str:
@@ -265,7 +383,9 @@ def _fmt_us(t: float | None) -> str:
 
 
 def _print_sweep_report(report: Any) -> None:
-    rows = [("problem", "space", "ran", "cached", "failed", "best config", "best µs", "vendor µs", "speedup")]
+    ran = "compiled" if report.predicted else "ran"
+    timed = "predicted µs" if report.predicted else "best µs"
+    rows = [("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")]
     for p in report.problems:
         best = p.best
         rows.append(
@@ -283,7 +403,8 @@ def _print_sweep_report(report: Any) -> None:
         )
     _print_table(rows)
     print(
-        f"{report.trials_run} trials run, {report.trials_cached} read back from the database, "
+        f"{report.trials_run} {'configs compiled' if report.predicted else 'trials run'}, "
+        f"{report.trials_cached} read back from the database, "
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
     pruned: dict[str, int] = {}
@@ -292,20 +413,98 @@ def _print_sweep_report(report: Any) -> None:
             pruned[reason] = pruned.get(reason, 0) + n
     if pruned:
         reasons = ", ".join(f"{r} {n}" for r, n in sorted(pruned.items(), key=lambda kv: -kv[1]))
-        print(f"pruned before any GPU time ('space' is valid/all): {reasons}")
+        print(f"pruned by constraints before compiling ('space' is valid/all): {reasons}")
+    static: dict[str, int] = {}
+    for p in report.problems:
+        for check, n in p.static_pruned.items():
+            static[check] = static.get(check, 0) + n
+    if static:
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(static.items(), key=lambda kv: -kv[1]))
+        print(f"pruned by static checks after compiling (no GPU time): {reasons}")
 
 
-def _print_table(rows: Sequence[Sequence[str]]) -> None:
+def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for j, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        print(indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
-            print("  ".join("-" * w for w in widths))
+            print(indent + "  ".join("-" * w for w in widths))
+
+
+# -- check ------------------------------------------------------------------------------------------
+def _check(args: argparse.Namespace) -> int:
+    import json
+    from dataclasses import replace
+
+    from autotune.checker import StaticChecker
+    from autotune.kernels import get_op
+    from autotune.predict import check_problem
+    from autotune.sweeps import SpecError, load_spec, plan
+
+    if args.workers is not None and args.workers <= 0:
+        raise CliError("--workers must be positive")
+    if args.candidates is not None and args.candidates <= 0:
+        raise CliError("--candidates must be positive")
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    target = _compile_target(args.target)
+    try:
+        plan(spec, target)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    policy = spec.static if args.candidates is None else replace(spec.static, candidates=args.candidates)
+    store = _open_store(args.db) if args.db else None
+    checks = []
+    problems = spec.problems()
+    bar = _progress(len(problems), disabled=args.json, unit="problem")
+    try:
+        with StaticChecker(target, policy, store=store, workers=args.workers) as checker:
+            for entry, problem in problems:
+                found = check_problem(get_op(entry.op), problem, checker, candidates=policy.candidates,
+                                      everything=args.all, backends=entry.backends)  # fmt: skip
+                checks.append(found)
+                bar.update(1)
+    finally:
+        bar.close()
+        if store is not None:
+            store.close()
+    if args.json:
+        settings = {"prune": list(policy.prune), "min_occupancy": policy.min_occupancy,
+                    "candidates": policy.candidates}  # fmt: skip
+        doc = {"target": target.arch, "name": target.name, "spec": spec.name, "policy": settings,
+               "problems": [c.to_dict() for c in checks]}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    print(f"compile-only check of {spec.name!r} for {target}: {len(checks)} problems")
+    for c in checks:
+        _print_check(c)
+    return EXIT_OK
+
+
+def _print_check(c: Any) -> None:
+    p = c.problem
+    pruned = ", ".join(f"{k} {n}" for k, n in sorted(c.static_pruned.items())) or "none"
+    print(
+        f"\n{p.op} {p.M}x{p.N}x{p.K} {p.dtype} {p.layout}: space {c.space_size} valid of {c.raw_size}; "
+        f"compiled {len(c.compiled)} ({c.n_failed_compile} compile errors); pruned {c.n_pruned} ({pruned})"
+    )
+    for cand in c.compiled:
+        for f in cand.findings:
+            print(f"  pruned {cand.config.short()}: {f.check}: {f.reason}")
+    rows = [("rank", "config", "predicted µs", "static features")]
+    for i, cand in enumerate(c.best()):
+        feats = cand.features.summary() if cand.features is not None else "vendor library (not compiled)"
+        rows.append((str(i + 1), cand.config.short(), f"{cand.predicted_us:.2f}", feats))
+    print("  best candidates by the cost model:")
+    _print_table(rows, indent="  ")
 
 
 # -- best -------------------------------------------------------------------------------------------
 def _best(args: argparse.Namespace) -> int:
     from autotune.problem import Problem
+    from autotune.result import Source
 
     try:
         problem = Problem(
@@ -324,11 +523,17 @@ def _best(args: argparse.Namespace) -> int:
         raise CliError("--limit must be positive")
     with _open_store(args.db) as store:
         try:
-            records = store.best(problem, fingerprint=args.gpu, limit=10_000)
+            source = Source.MODEL if args.predicted else Source.MEASURED
+            records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)
+            predictions = bool(records) or args.predicted or bool(
+                store.best(problem, fingerprint=args.gpu, limit=1, source=Source.MODEL)
+            )
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
             raise CliError(str(exc)) from None
     if not records:
-        print(f"no measured results for {problem}; tune it with `autotune sweep`")
+        what = "predicted" if args.predicted else "measured"
+        hint = " (the database holds predictions: add --predicted)" if predictions else ""
+        print(f"no {what} results for {problem}; tune it with `autotune sweep`{hint}")
         return EXIT_FAIL
     by_gpu: dict[str, list[Any]] = {}
     for r in records:
@@ -337,6 +542,8 @@ def _best(args: argparse.Namespace) -> int:
         gpu = recs[0].gpu
         vendor = next((r for r in recs if r.config.backend == "torch"), None)
         tag = " [interpreter: timings are not a GPU's]" if gpu.interpreter else ""
+        if args.predicted:
+            tag += " [predicted by the cost model, not measured]"
         print(f"{problem} on {gpu.target} [{fp}]{tag}")
         rows = [("rank", "backend", "config", "µs", "TFLOP/s", "vs vendor")]
         for i, r in enumerate(recs[: args.limit]):

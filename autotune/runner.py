@@ -12,11 +12,12 @@ from autotune.bench import DeviceFault
 from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import Source, TrialResult, TrialStatus
-from autotune.strategies import Budget, make_strategy
+from autotune.strategies import Budget, Strategy, make_strategy
 from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
+    from autotune.checker import StaticChecker
     from autotune.kernels.base import TunableOp
 
 __all__ = ["ProblemReport", "Runner", "TrialStore"]
@@ -52,6 +53,8 @@ class ProblemReport:
     space_size: int = 0
     raw_size: int = 0
     pruned: dict[str, int] = field(default_factory=dict)
+    #: Configs pruned by the static checks (compiled, never run), by check.
+    static_pruned: dict[str, int] = field(default_factory=dict)
     ran: int = 0
     cached: int = 0
     failed: int = 0
@@ -83,7 +86,9 @@ class Runner:
     Each trial is written to the store as soon as it finishes; trials already in the store for the same
     GPU fingerprint, kernel source and config are told to the strategy from the store instead of run, so
     a sweep that stopped resumes where it was and never re-runs a finished or failed trial. Cached trials
-    count toward the trial budget. Not thread-safe.
+    count toward the trial budget. With a `checker`, configs are compiled ahead on the CPU cores while
+    the GPU measures, and a config the static checks flag is stored as `pruned` with the reason instead of
+    being run. Not thread-safe.
     """
 
     def __init__(
@@ -94,8 +99,10 @@ class Runner:
         *,
         sweep_id: int | None = None,
         on_trial: TrialCallback | None = None,
+        checker: StaticChecker | None = None,
     ) -> None:
         self.store = store
+        self.checker = checker
         self.target = target
         self.bench = benchmarker
         self.sweep_id = sweep_id
@@ -128,6 +135,11 @@ class Runner:
                 result = done.get(config.digest())
                 if result is not None:
                     report.cached += 1
+                elif (pruned := self._static_check(op, problem, config, search, done)) is not None:
+                    result = pruned
+                    self._record(problem, kernels[config.backend], result)
+                    for check in result.extra["static"]:
+                        report.static_pruned[check] = report.static_pruned.get(check, 0) + 1
                 else:
                     kernel = kernels[config.backend]
                     try:
@@ -152,6 +164,22 @@ class Runner:
             report.best = best[1] if best else None
             report.wall_s = time.perf_counter() - t0
         return report
+
+    def _static_check(
+        self, op: TunableOp, problem: Problem, config: Config, search: Strategy, done: dict[str, TrialResult]
+    ) -> TrialResult | None:
+        """A `pruned` result when the static checks flag `config`, else None; queues compiles ahead."""
+        if self.checker is None:
+            return None
+        from autotune.checker import finding_text
+
+        ahead = [c for c in search.upcoming(self.checker.lookahead) if c.digest() not in done]
+        self.checker.prefetch(op, problem, ahead)
+        findings = self.checker.findings(op, problem, config)
+        if not findings:
+            return None
+        checks = sorted({f.check for f in findings})
+        return TrialResult(config, TrialStatus.PRUNED, error=finding_text(findings), extra={"static": checks})
 
     def _record(self, problem: Problem, kernel: tuple[str, str], result: TrialResult) -> None:
         name, source_hash = kernel

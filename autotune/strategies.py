@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import itertools
 import random
 import time
 from abc import ABC, abstractmethod
@@ -105,6 +106,11 @@ class Strategy(ABC):
         ok = [(c, r) for c, r in self.history if r.ok]
         return min(ok, key=lambda cr: cr[1].score()) if ok else None
 
+    def upcoming(self, n: int) -> list[Config]:
+        """Up to `n` configs this strategy will ask next, without asking them (for compiling ahead);
+        empty where the next configs depend on results still to come."""
+        return []
+
     @abstractmethod
     def _next(self) -> Config | None:
         """The next untried config, or None when none is left."""
@@ -128,16 +134,25 @@ class _Ordered(Strategy):
         super().__init__(space, budget, **kw)
         anchors = self._anchors()
         rest = [c for c in space.configs() if c not in set(anchors)]
-        self._queue = iter(anchors + self._order(rest))
+        self._queue = anchors + self._order(rest)
+        self._pos = 0
 
     def _order(self, rest: list[Config]) -> list[Config]:
         return rest
 
     def _next(self) -> Config | None:
-        for config in self._queue:
+        while self._pos < len(self._queue):
+            config = self._queue[self._pos]
+            self._pos += 1
             if config not in self._told:
                 return config
         return None
+
+    def upcoming(self, n: int) -> list[Config]:
+        if self.budget.trials is not None:
+            n = min(n, max(0, self.budget.trials - len(self.history) - (self._pending is not None)))
+        ahead = (c for c in self._queue[self._pos :] if c not in self._told)
+        return list(itertools.islice(ahead, max(n, 0)))
 
 
 class Exhaustive(_Ordered):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from autotune.config import Config
 from autotune.problem import Problem
@@ -14,10 +14,19 @@ if TYPE_CHECKING:
 
     from autotune.space import SearchSpace
 
-__all__ = ["Inputs", "Launch", "TunableOp"]
+__all__ = ["Inputs", "KernelCall", "Launch", "TunableOp"]
 
 Inputs = Sequence["torch.Tensor"]
 Launch = Callable[[], None]
+
+
+class KernelCall(NamedTuple):
+    """One Triton kernel launch, captured instead of run: the JIT function, grid, arguments, options."""
+
+    fn: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
 class TunableOp(Protocol):
@@ -67,4 +76,10 @@ class TunableOp(Protocol):
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
         """A zero-argument launch of `config` on `inputs` that writes `out`."""
+        ...
+
+    def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
+        """The Triton launches `config` makes on `problem` (main kernel first), captured without running
+        anything, with inputs on torch's meta device: what a compile-only check compiles. Empty for a
+        vendor backend."""
         ...

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
-from autotune.kernels.base import Inputs, Launch
+from autotune.kernels.base import Inputs, KernelCall, Launch
 from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 from autotune.problem import Problem
 from autotune.space import SearchSpace
@@ -127,6 +127,46 @@ class GemmOp:
             raise ValueError(f"unknown gemm backend {config.backend!r}")
         return _triton_launch(problem, config, target, a, b, out)
 
+    def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
+        import torch
+
+        if config.backend == "torch":
+            return []
+        self.check_problem(problem)
+        dtype = torch_dtype(problem.dtype_a)
+        a = torch.empty(problem.M, problem.K, device="meta", dtype=dtype)
+        shape = (problem.N, problem.K) if problem.layout == "nk" else (problem.K, problem.N)
+        b = torch.empty(*shape, device="meta", dtype=dtype)
+        out = torch.empty(problem.M, problem.N, device="meta", dtype=torch_dtype(problem.dtype_out))
+        calls: list[KernelCall] = []
+        if config.backend == "triton_tma":
+            from autotune.kernels.gemm_tma import gemm_tma_kernel
+            from autotune.kernels.gemm_triton import splitk_reduce_kernel
+
+            recorders = (_Recorder(gemm_tma_kernel, calls), _Recorder(splitk_reduce_kernel, calls))
+            _tma_launch(problem, config, target, a, b, out, recorders)()
+        elif config.backend == "triton":
+            from autotune.kernels.gemm_triton import gemm_kernel, splitk_reduce_kernel
+
+            recorders = (_Recorder(gemm_kernel, calls), _Recorder(splitk_reduce_kernel, calls))
+            _triton_launch(problem, config, target, a, b, out, recorders)()
+        else:
+            raise ValueError(f"unknown gemm backend {config.backend!r}")
+        return calls
+
+
+class _Recorder:
+    """Stands in for a JIT function: `kernel[grid](*args, **kwargs)` appends a KernelCall."""
+
+    def __init__(self, fn: Any, calls: list[KernelCall]) -> None:
+        self.fn, self.calls = fn, calls
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(KernelCall(self.fn, tuple(grid), args, kwargs))
+
+        return record
+
 
 def _torch_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, layout: str) -> Launch:
     import torch
@@ -154,7 +194,13 @@ def _workspace(config: Config, out: torch.Tensor) -> torch.Tensor | None:
 
 
 def _triton_launch(
-    problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
+    problem: Problem,
+    config: Config,
+    target: Target,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    kernels: tuple[Any, Any] | None = None,
 ) -> Launch:
 
     from autotune.kernels.gemm_triton import launcher
@@ -164,7 +210,7 @@ def _triton_launch(
         (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
     )
     workspace = _workspace(config, out)
-    run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
+    run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter, kernels=kernels)
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)
 
     def launch() -> None:
@@ -174,14 +220,20 @@ def _triton_launch(
 
 
 def _tma_launch(
-    problem: Problem, config: Config, target: Target, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor
+    problem: Problem,
+    config: Config,
+    target: Target,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    kernels: tuple[Any, Any] | None = None,
 ) -> Launch:
 
     from autotune.kernels.gemm_tma import tma_launcher
 
     M, N, K = problem.M, problem.N, problem.K
     workspace = _workspace(config, out)
-    run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
+    run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter, kernels=kernels)
     args: tuple[Any, ...] = (a, b, out, problem.layout == "kn", M, N, K, workspace)
 
     def launch() -> None:

@@ -68,9 +68,12 @@ def gemm_tma_kernel(
             c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
-def tma_launcher(config: Config, *, num_sms: int, interpret: bool = False) -> Callable[..., None]:
+def tma_launcher(
+    config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, Any] | None = None
+) -> Callable[..., None]:
     """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`; descriptors are built per
-    call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored)."""
+    call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored).
+    `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel), as in `gemm_triton.launcher`."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
@@ -88,8 +91,7 @@ def tma_launcher(config: Config, *, num_sms: int, interpret: bool = False) -> Ca
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)),
     )
-    kernel = gemm_tma_kernel
-    reduce_kernel = splitk_reduce_kernel
+    kernel, reduce_kernel = kernels or (gemm_tma_kernel, splitk_reduce_kernel)
 
     def launch(
         a: torch.Tensor,

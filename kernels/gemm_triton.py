@@ -125,11 +125,14 @@ def splitk_reduce_kernel(w_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.cons
 REDUCE_BLOCK = 1024
 
 
-def launcher(config: Config, *, is_amd: bool, interpret: bool = False) -> Callable[..., None]:
+def launcher(
+    config: Config, *, is_amd: bool, interpret: bool = False, kernels: tuple[Any, Any] | None = None
+) -> Callable[..., None]:
     """A function `launch(a, b_kn_strides, out, M, N, K)` for `config`, with its kwargs built once.
 
     The returned callable takes ``(a, b, out, stride_bk, stride_bn, M, N, K, workspace)``: `workspace` is
-    an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored).
+    an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored). `kernels` replaces
+    (gemm_kernel, splitk_reduce_kernel), e.g. by recorders that capture the launches for a compile-only run.
     """
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     split_k = int(config.get("SPLIT_K", 1))
@@ -151,8 +154,7 @@ def launcher(config: Config, *, is_amd: bool, interpret: bool = False) -> Callab
             raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {config.short()}")
     if interpret:
         opts["DOT_F32"] = True
-    kernel = gemm_kernel
-    reduce_kernel = splitk_reduce_kernel
+    kernel, reduce_kernel = kernels or (gemm_kernel, splitk_reduce_kernel)
 
     def launch(
         a: torch.Tensor,

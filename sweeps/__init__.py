@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from autotune.sweeps.run import SweepReport, plan, run_sweep
+from autotune.sweeps.run import SweepReport, plan, predict_sweep, run_sweep
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec, load_spec, parse_spec, spec_from_untuned
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "plan",
+    "predict_sweep",
     "run_sweep",
     "spec_from_untuned",
 ]

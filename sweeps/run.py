@@ -15,9 +15,10 @@ from autotune.target import Target
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
+    from autotune.checker import StaticChecker
     from autotune.db import Store
 
-__all__ = ["SweepReport", "plan", "run_sweep"]
+__all__ = ["SweepReport", "plan", "predict_sweep", "run_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class SweepReport:
     problems: list[ProblemReport] = field(default_factory=list)
     interrupted: bool = False
     wall_s: float = 0.0
+    predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
 
     @property
     def trials_run(self) -> int:
@@ -65,8 +67,12 @@ def run_sweep(
     benchmarker_for: Callable[[str], Benchmarker] | None = None,
     on_trial: TrialCallback | None = None,
     on_problem: Callable[[ProblemReport], None] | None = None,
+    checker: StaticChecker | None = None,
 ) -> SweepReport:
     """Tunes every problem of `spec` on `target`, writing each trial to `store` as it finishes.
+
+    With a `checker` (a GPU target), configs compile ahead on the CPU cores and those the spec's static
+    checks flag are stored as `pruned` without GPU time.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials; every finished trial is already
     stored, the sweep is marked "interrupted" and the report says so. Any other error marks it "failed"
@@ -87,7 +93,8 @@ def run_sweep(
             op = get_op(entry.op)
             if entry.op not in benches:
                 benches[entry.op] = benchmarker_for(entry.op) if benchmarker_for else Benchmarker(op, target)
-            runner = Runner(store, target, benches[entry.op], sweep_id=sweep_id, on_trial=on_trial)
+            runner = Runner(store, target, benches[entry.op], sweep_id=sweep_id, on_trial=on_trial,
+                            checker=checker)  # fmt: skip
             result = runner.tune(
                 op,
                 problem,
@@ -106,6 +113,84 @@ def run_sweep(
         if runner is not None and runner.current is not None and runner.current not in report.problems:
             report.problems.append(runner.current)  # the problem stopped mid-way: count its stored trials
         log.warning("sweep %s interrupted; every finished trial is stored", spec.name)
+    finally:
+        report.wall_s = time.perf_counter() - t0
+        store.finish_sweep(sweep_id, status)
+    return report
+
+
+def predict_sweep(
+    spec: SweepSpec,
+    store: Store,
+    checker: StaticChecker,
+    *,
+    keep: int = 5,
+    on_trial: TrialCallback | None = None,
+    on_problem: Callable[[ProblemReport], None] | None = None,
+) -> SweepReport:
+    """The compile-only sweep: every problem of `spec` on the checker's target, no GPU needed.
+
+    Per problem the cost model ranks the space, the best `spec.static.candidates` configs are compiled on
+    all CPU cores, the static checks prune (stored as `pruned` with the reason) and the `keep` best
+    survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
+    never mixed with measurements. A problem already predicted for this target and kernel version is
+    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted".
+    """
+    from autotune.kernels import get_op
+    from autotune.predict import check_problem, model_result
+    from autotune.result import Source
+
+    target = checker.target
+    plan(spec, target)
+    t0 = time.perf_counter()
+    sweep_id = store.start_sweep(spec.name, spec.text, target)
+    report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target, predicted=True)
+    status = "failed"
+    try:
+        for entry, problem in spec.problems():
+            op = get_op(entry.op)
+            p0 = time.perf_counter()
+            space = op.space(problem, target, entry.backends)
+            kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
+            done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
+            result = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
+                                   pruned=space.prune_summary())  # fmt: skip
+            if any(r.ok for r in done.values()):
+                result.cached = len(done)
+                ok = [r for r in done.values() if r.ok]
+                result.best = min(ok, key=lambda r: r.score())
+                result.vendor = next((r for r in ok if r.config.backend == "torch"), None)
+            else:
+                found = check_problem(op, problem, checker, candidates=spec.static.candidates, keep=keep,
+                                      backends=entry.backends)  # fmt: skip
+                best = found.best(keep)
+                if found.vendor is not None and found.vendor not in best:
+                    best.append(found.vendor)
+                picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
+                for candidate, rank in picks:
+                    trial = model_result(candidate, None if rank is None else {"rank": rank})
+                    name, source_hash = kernels[candidate.config.backend]
+                    store.record(target=target, kernel=name, source_hash=source_hash, problem=problem,
+                                 result=trial, sweep_id=sweep_id, source=Source.MODEL)  # fmt: skip
+                    if on_trial is not None:
+                        on_trial(problem, candidate.config, trial)
+                    if trial.ok and (result.best is None or trial.score() < result.best.score()):
+                        result.best = trial
+                    if trial.ok and candidate.config.backend == "torch":
+                        result.vendor = trial
+                result.ran = len(found.compiled)
+                result.failed = found.n_pruned
+                result.static_pruned = found.static_pruned
+                result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
+            result.wall_s = time.perf_counter() - p0
+            report.problems.append(result)
+            if on_problem is not None:
+                on_problem(result)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        report.interrupted = True
+        log.warning("sweep %s interrupted; every finished problem is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0
         store.finish_sweep(sweep_id, status)

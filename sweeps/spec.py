@@ -15,6 +15,11 @@ trials = 6                     # budget per problem, in trials (optional)
 seconds = 60                   # budget per problem, in seconds (optional)
 seed = 0
 backends = ["torch", "triton"] # default: every backend of the op
+
+[static]                       # optional: compile-only checks before any GPU time
+prune = ["compile", "mfma_shape", "spills", "lds", "occupancy"]   # default: all; [] or false: none
+min_occupancy = 1              # waves per SIMD (AMD) or blocks per SM (NVIDIA)
+candidates = 8                 # compile-only sweeps: the cost model's top configs compiled per problem
 ```
 """
 
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.problem import LAYOUTS, OPS, Problem, normalize_dtype
+from autotune.static import StaticPolicy
 from autotune.strategies import STRATEGIES, Budget
 
 if sys.version_info >= (3, 11):
@@ -36,7 +42,7 @@ else:  # pragma: no cover
 
 __all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "spec_from_untuned"]
 
-_TOP_KEYS = {"name", "description", "sweep"}
+_TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
 _REQUIRED = ("op", "m", "nk")
 
@@ -77,6 +83,7 @@ class SweepSpec:
     description: str = ""
     text: str = ""
     path: str = ""
+    static: StaticPolicy = field(default_factory=StaticPolicy)
 
     def problems(self) -> list[tuple[SweepEntry, Problem]]:
         """Every (entry, problem) pair, duplicates across entries removed (first wins)."""
@@ -125,7 +132,16 @@ def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
     description = data.get("description", "")
     if not isinstance(description, str):
         raise SpecError(f"{source}: `description` must be a string")
-    return SweepSpec(name=name.strip(), entries=entries, description=description, text=text, path=source)
+    static = data.get("static", {})
+    if not isinstance(static, Mapping):
+        raise SpecError(f"{source}: [static] must be a table")
+    try:
+        policy = StaticPolicy.from_mapping(static)
+    except ValueError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    return SweepSpec(
+        name=name.strip(), entries=entries, description=description, text=text, path=source, static=policy
+    )
 
 
 def _entry(table: Any, where: str) -> SweepEntry:

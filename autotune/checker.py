@@ -1,0 +1,199 @@
+"""StaticChecker: compiles configs ahead on every CPU core, keeps their static features, and says which
+configs a sweep should prune before spending any GPU time on them."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Protocol
+
+from autotune.compile import CompilePool, _result
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
+from autotune.target import Target, toolchain_versions
+
+if TYPE_CHECKING:
+    from autotune.kernels.base import TunableOp
+
+__all__ = ["FeatureStore", "StaticChecker"]
+
+log = logging.getLogger(__name__)
+
+Findings = list[StaticFinding]
+
+
+class FeatureStore(Protocol):
+    """What the checker needs of a store (autotune.db.Store implements it)."""
+
+    def record_features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        config: Config,
+        features: StaticFeatures,
+        findings: Sequence[tuple[str, str]] = (),
+    ) -> bool: ...
+
+    def features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        problem: Problem,
+        kernels: Mapping[str, tuple[str, str]],
+    ) -> dict[str, tuple[StaticFeatures, list[tuple[str, str]]]]: ...
+
+
+class StaticChecker:
+    """Static features and findings of configs on one target, computed once each.
+
+    Features come from the store when it already holds them (same arch, toolchain, kernel source, problem
+    and config: everything that changes the binary), else from compiling on a CompilePool of `workers`
+    processes; new ones are written to the store. `prefetch` queues compiles without waiting, so the
+    pool compiles ahead while the GPU measures; `findings` waits for one config. Vendor-library configs
+    have nothing to compile and never have findings. Not thread-safe.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        policy: StaticPolicy | None = None,
+        *,
+        store: FeatureStore | None = None,
+        workers: int | None = None,
+    ) -> None:
+        self.target = target
+        self.policy = policy or StaticPolicy()
+        self.store = store
+        self.workers = workers
+        self.toolchain = dict(toolchain_versions())
+        self._pool: CompilePool | None = None
+        self._known: dict[tuple[str, str], StaticFeatures] = {}
+        self._inflight: dict[tuple[str, str], Future[StaticFeatures]] = {}
+        self._loaded: set[str] = set()
+        #: Findings per check of the configs checked so far, by problem key.
+        self.pruned: dict[str, Counter[str]] = {}
+        self.compiled: Counter[str] = Counter()
+
+    @property
+    def pool(self) -> CompilePool:
+        if self._pool is None:
+            self._pool = CompilePool(self.target, self.workers)
+        return self._pool
+
+    @property
+    def lookahead(self) -> int:
+        """How many configs to keep queued: two per worker."""
+        return 2 * (self._pool.workers if self._pool else (self.workers or _cpus()))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __enter__(self) -> StaticChecker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public ---------------------------------------------------------------------------------------
+
+    def prefetch(self, op: TunableOp, problem: Problem, configs: Iterable[Config]) -> None:
+        """Queue compiles of `configs` whose features are not known yet; returns at once."""
+        self._load(op, problem)
+        for config in configs:
+            key = (problem.key(), config.digest())
+            if _compiles(config) and key not in self._known and key not in self._inflight:
+                self._inflight[key] = self.pool.submit(op, problem, config)
+
+    def features(
+        self, op: TunableOp, problem: Problem, configs: Sequence[Config]
+    ) -> dict[Config, tuple[StaticFeatures, Findings]]:
+        """Features and all findings of every compilable config in `configs`, compiling in parallel."""
+        self.prefetch(op, problem, configs)
+        return {c: self._wait(op, problem, c) for c in configs if _compiles(c)}
+
+    def findings(self, op: TunableOp, problem: Problem, config: Config) -> Findings:
+        """The findings of `config` that prune it under the policy (empty: measure it)."""
+        if not self.policy.enabled or not _compiles(config):
+            return []
+        self.prefetch(op, problem, [config])
+        _, found = self._wait(op, problem, config)
+        pruning = [f for f in found if f.check in self.policy.prune]
+        if pruning:
+            counts = self.pruned.setdefault(problem.key(), Counter())
+            counts.update({f.check for f in pruning})
+        return pruning
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _load(self, op: TunableOp, problem: Problem) -> None:
+        """Read what the store already knows of `problem` (once per problem)."""
+        if self.store is None or problem.key() in self._loaded:
+            return
+        self._loaded.add(problem.key())
+        kernels = _kernel_versions(op, problem, self.target)
+        stored = self.store.features(arch=self.target.arch, toolchain=self.toolchain, problem=problem,
+                                     kernels=kernels)  # fmt: skip
+        for digest, (features, _) in stored.items():
+            self._known[(problem.key(), digest)] = features
+
+    def _check(self, features: StaticFeatures, config: Config) -> Findings:
+        # Recomputed, not read back: the occupancy floor may differ from the run that stored them.
+        return check_features(features, config, self.target, min_occupancy=self.policy.min_occupancy)
+
+    def _wait(self, op: TunableOp, problem: Problem, config: Config) -> tuple[StaticFeatures, Findings]:
+        key = (problem.key(), config.digest())
+        known = self._known.get(key)
+        if known is not None:
+            return known, self._check(known, config)
+        future = self._inflight.pop(key, None)
+        if future is None:
+            future = self.pool.submit(op, problem, config)
+        features = _result(future, self.target)
+        found = self._check(features, config)
+        self._known[key] = features
+        self.compiled[problem.key()] += 1
+        if self.store is not None:
+            name, source_hash = f"{op.name}.{config.backend}", op.source_hash(config.backend)
+            self.store.record_features(
+                arch=self.target.arch,
+                toolchain=self.toolchain,
+                kernel=name,
+                source_hash=source_hash,
+                problem=problem,
+                config=config,
+                features=features,
+                findings=[(f.check, f.reason) for f in found],
+            )
+        if not features.compiled:
+            log.info("%s does not compile for %s: %s", config.short(), self.target.arch, features.error[:200])
+        return features, found
+
+
+def _compiles(config: Config) -> bool:
+    return config.backend != "torch"
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 1
+
+
+def _kernel_versions(op: TunableOp, problem: Problem, target: Target) -> dict[str, tuple[str, str]]:
+    backends: Any = op.backends(target)
+    return {b: (f"{op.name}.{b}", op.source_hash(b)) for b in backends}
+
+
+def finding_text(findings: Iterable[StaticFinding]) -> str:
+    """The findings as one line, for a pruned trial's error."""
+    return "; ".join(f"{f.check}: {f.reason}" for f in findings)

@@ -1,0 +1,389 @@
+"""Compile a config for a target without launching it, and read its static features off the binary.
+
+Triton cross-compiles: `compile_features(op, problem, config, Target.for_arch("gfx950"))` works on a
+machine with no GPU at all. The kernel launches are captured from the op's own launcher with inputs on
+torch's meta device and specialized the way Triton's runtime specializes real arguments, so the binary
+(and Triton's cache key) is the one a real launch would compile.
+
+Compiling needs real JIT functions: under TRITON_INTERPRET=1 they are interpreter objects, so
+`CompilePool` compiles in worker processes started without that variable.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import replace
+from typing import Any
+
+from autotune.config import Config
+from autotune.kernels.base import KernelCall, TunableOp
+from autotune.problem import Problem
+from autotune.static import StaticFeatures
+from autotune.target import Target, TargetError, interpreting, toolchain_versions
+
+__all__ = [
+    "CompilePool",
+    "amd_features",
+    "check_compilable",
+    "compile_call",
+    "compile_features",
+    "gpu_target",
+    "nvidia_features",
+    "occupancy_amd",
+    "occupancy_nvidia",
+]
+
+#: Waves one SIMD can hold on CDNA3/CDNA4, and SIMDs per CU.
+AMD_MAX_WAVES_PER_SIMD = 8
+AMD_SIMDS_PER_CU = 4
+#: Unified VGPR+AGPR file per lane on gfx90a and newer, and its allocation granule.
+AMD_VGPRS_PER_LANE = 512
+AMD_VGPR_GRANULE = 8
+#: Hopper SM limits: registers, register allocation granule (per warp), warps, blocks, shared memory.
+NV_REGS_PER_SM = 65536
+NV_REG_GRANULE = 256
+NV_MAX_WARPS_PER_SM = 64
+NV_MAX_BLOCKS_PER_SM = 32
+NV_SMEM_PER_SM = 228 * 1024
+NV_SMEM_RESERVED_PER_BLOCK = 1024
+
+
+def gpu_target(target: Target) -> Any:
+    """Triton's GPUTarget for `target`; TargetError for the interpreter or an arch Triton cannot build."""
+    from triton.backends.compiler import GPUTarget
+
+    if target.is_amd and target.arch.startswith("gfx"):
+        return GPUTarget("hip", target.arch, target.wave_size or 64)
+    if target.is_nvidia and target.arch.startswith("sm_"):
+        return GPUTarget("cuda", int(target.arch[3:].rstrip("a")), 32)
+    raise TargetError(f"cannot compile for {target.arch}: compile-only work needs a gfx* or sm_* target")
+
+
+def check_compilable(target: Target) -> None:
+    """TargetError, with the reason, when the installed Triton has no backend for `target`."""
+    try:
+        from triton.backends import backends
+    except ImportError as exc:
+        raise TargetError(
+            f"compiling for {target.arch} needs triton (pip install 'autotune[triton]')"
+        ) from exc
+    want = "amd" if target.is_amd else "nvidia"
+    gpu_target(target)
+    if want not in backends:
+        raise TargetError(
+            f"the installed Triton has no {want} backend, so it cannot compile for {target.arch} "
+            f"(backends: {', '.join(sorted(backends)) or 'none'})"
+        )
+
+
+def compile_call(call: KernelCall, target: Target) -> Any:
+    """Compile one captured launch for `target` exactly as Triton's runtime would; the CompiledKernel.
+
+    Uses Triton's binder and argument packing (the same calls `JITFunction.run` makes), so the
+    specialization of every argument (divisibility by 16, integers equal to 1, pointer ranges on AMD)
+    matches a real launch.
+    """
+    from triton import knobs
+    from triton.compiler import ASTSource, compile, make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    fn = call.fn
+    if not isinstance(fn, JITFunction):
+        raise RuntimeError(
+            f"{getattr(fn, '__name__', fn)} is not a JIT function (TRITON_INTERPRET is set?); "
+            "compile in a CompilePool, whose workers run without the interpreter"
+        )
+    kwargs = dict(call.kwargs)
+    kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
+    for name in ("instrumentation_mode", "fpsan_homomorphic_casts"):  # what run() adds, per version
+        if hasattr(knobs.compilation, name):
+            kwargs[name] = getattr(knobs.compilation, name)
+    triton_target = gpu_target(target)
+    backend = make_backend(triton_target)
+    binder = create_function_from_signature(fn.signature, fn.params, backend)
+    bound_args, specialization, options = binder(*call.args, **kwargs)
+    options, signature, constexprs, attrs = fn._pack_args(
+        backend, kwargs, bound_args, specialization, options
+    )
+    src = ASTSource(fn, signature, constexprs, attrs)
+    return compile(src, target=triton_target, options=options.__dict__)
+
+
+def compile_features(op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures:
+    """The static features of `config`'s main kernel on `target`; a compile error becomes
+    `StaticFeatures.failed`, never an exception. Vendor backends (nothing to compile) give None-like
+    features with `compiled` True and zero counts."""
+    start = time.perf_counter()
+    try:
+        calls = op.kernel_calls(problem, config, target)
+        if not calls:
+            return StaticFeatures(arch=target.arch, occupancy_unit="", toolchain=toolchain_versions())
+        kernel = compile_call(calls[0], target)
+        for extra in calls[1:]:
+            compile_call(extra, target)  # e.g. the split-K reduce: must compile too
+    except Exception as exc:  # any compiler failure is a per-config finding
+        message = f"{type(exc).__name__}: {exc}".strip()
+        return replace(
+            StaticFeatures.failed(target.arch, message[:4000], time.perf_counter() - start),
+            toolchain=toolchain_versions(),
+        )
+    elapsed = time.perf_counter() - start
+    num_warps = int(calls[0].kwargs.get("num_warps", 4))
+    if target.is_amd:
+        features = amd_features(kernel.asm["amdgcn"], int(kernel.metadata.shared), target, num_warps)
+    else:
+        features = nvidia_features(kernel, target, num_warps)
+    return replace(features, compile_s=elapsed, toolchain=toolchain_versions())
+
+
+# -- AMD ----------------------------------------------------------------------------------------------
+
+_AMD_WIDTH = {
+    "ubyte": 8,
+    "sbyte": 8,
+    "byte": 8,
+    "ushort": 16,
+    "sshort": 16,
+    "short": 16,
+    "short_d16": 16,
+    "short_d16_hi": 16,
+    "ubyte_d16": 8,
+    "dword": 32,
+    "dwordx2": 64,
+    "dwordx3": 96,
+    "dwordx4": 128,
+    "b8": 8,
+    "b16": 16,
+    "b32": 32,
+    "b64": 64,
+    "b96": 96,
+    "b128": 128,
+}
+_AMD_MEM = re.compile(r"^\s*(?:global|buffer)_(load|store)(?:_lds)?_(\w+)")
+_AMD_META = re.compile(r"^\s*\.(vgpr_count|agpr_count|sgpr_count|vgpr_spill_count|sgpr_spill_count|"
+                       r"private_segment_fixed_size):\s+(\d+)")  # fmt: skip
+_AMD_COMMENT = re.compile(r"^\s*; (NumVgprs|NumAgprs|TotalNumVgprs|NumSgprs|ScratchSize|Occupancy): (\d+)")
+
+
+def amd_features(asm: str, lds_bytes: int, target: Target, num_warps: int) -> StaticFeatures:
+    """Static features from AMDGPU assembly (its kernel descriptor metadata and instructions)."""
+    meta: dict[str, int] = {}
+    comments: dict[str, int] = {}
+    mfma: set[str] = set()
+    loads: set[int] = set()
+    stores: set[int] = set()
+    for line in asm.splitlines():
+        if m := _AMD_META.match(line):
+            meta.setdefault(m.group(1), int(m.group(2)))
+        elif m := _AMD_COMMENT.match(line):
+            comments.setdefault(m.group(1), int(m.group(2)))
+        elif m := _AMD_MEM.match(line):
+            width = _AMD_WIDTH.get(m.group(2))
+            if width:
+                (loads if m.group(1) == "load" else stores).add(width)
+        else:
+            stripped = line.lstrip()
+            if stripped.startswith("v_mfma"):
+                mfma.add(stripped.split()[0])
+    vgprs = meta.get("vgpr_count", comments.get("NumVgprs", 0))
+    agprs = meta.get("agpr_count", comments.get("NumAgprs", 0))
+    total = comments.get("TotalNumVgprs", vgprs + agprs)
+    spills = meta.get("vgpr_spill_count", 0) + meta.get("sgpr_spill_count", 0)
+    scratch = meta.get("private_segment_fixed_size", comments.get("ScratchSize", 0))
+    return StaticFeatures(
+        arch=target.arch,
+        vgprs=vgprs,
+        agprs=agprs,
+        sgprs=meta.get("sgpr_count", comments.get("NumSgprs", 0)),
+        spills=spills,
+        scratch_bytes=scratch,
+        lds_bytes=lds_bytes,
+        occupancy=occupancy_amd(total, lds_bytes, num_warps, target),
+        occupancy_unit="waves/SIMD",
+        mma=tuple(sorted(mfma)),
+        load_bits=tuple(sorted(loads)),
+        store_bits=tuple(sorted(stores)),
+    )
+
+
+def occupancy_amd(total_vgprs: int, lds_bytes: int, num_warps: int, target: Target) -> int:
+    """Waves per SIMD a CDNA CU holds for this kernel: the least of the wave slots, the unified register
+    file (allocated in granules) and the LDS shared by the workgroups resident on the CU."""
+    by_regs = AMD_MAX_WAVES_PER_SIMD
+    if total_vgprs > 0:
+        granules = math.ceil(total_vgprs / AMD_VGPR_GRANULE) * AMD_VGPR_GRANULE
+        by_regs = AMD_VGPRS_PER_LANE // granules
+    by_lds = AMD_MAX_WAVES_PER_SIMD
+    if lds_bytes > 0:
+        groups = target.lds_bytes // lds_bytes
+        by_lds = (groups * max(num_warps, 1)) // AMD_SIMDS_PER_CU if groups else 0
+    return max(0, min(AMD_MAX_WAVES_PER_SIMD, by_regs, by_lds))
+
+
+# -- NVIDIA -------------------------------------------------------------------------------------------
+
+_PTX_PRED = r"^\s*(?:@!?%\w+\s+)?"
+_PTX_MEM = re.compile(
+    _PTX_PRED + r"(ld|st)\.global(?:\.[a-z0-9_:]+)*?(?:\.v(\d))?\.(b|u|s|f)(8|16|32|64|128)\b"
+)
+_PTX_CP_ASYNC = re.compile(
+    _PTX_PRED + r"cp\.async\.c[ag]\.shared\.global\s*\[[^]]*\],\s*\[[^]]*\],\s*(0x[0-9a-f]+|\d+)"
+)
+_PTX_TMA = re.compile(_PTX_PRED + r"cp\.async\.bulk\.tensor\.\w+\.(shared::cta\.global|global\.shared)")
+_PTX_MMA = re.compile(_PTX_PRED + r"((?:wgmma\.mma_async|mma)\.[\w.]+)")
+_CUOBJDUMP_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+
+
+def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatures:
+    """Static features of an NVIDIA CompiledKernel: resources from cuobjdump, instructions from its PTX."""
+    regs, stack, static_smem, local = _cubin_usage(kernel.asm["cubin"])
+    loads: set[int] = set()
+    stores: set[int] = set()
+    mma: set[str] = set()
+    tma: set[str] = set()
+    for line in kernel.asm["ptx"].splitlines():
+        if m := _PTX_MEM.match(line):
+            width = int(m.group(2) or 1) * int(m.group(4))
+            (loads if m.group(1) == "ld" else stores).add(width)
+        elif m := _PTX_CP_ASYNC.match(line):
+            loads.add(int(m.group(1), 0) * 8)
+        elif m := _PTX_TMA.match(line):
+            tma.add("load" if m.group(1).startswith("shared") else "store")
+        elif m := _PTX_MMA.match(line):
+            mma.add(m.group(1))
+    smem = max(int(kernel.metadata.shared), static_smem)
+    scratch = local + stack
+    return StaticFeatures(
+        arch=target.arch,
+        vgprs=regs,
+        spills=math.ceil(local / 4),
+        scratch_bytes=scratch,
+        lds_bytes=smem,
+        occupancy=occupancy_nvidia(regs, smem, num_warps),
+        occupancy_unit="blocks/SM",
+        mma=tuple(sorted(mma)),
+        load_bits=tuple(sorted(loads)),
+        store_bits=tuple(sorted(stores)),
+        tma=tuple(sorted(tma)),
+    )
+
+
+def occupancy_nvidia(regs_per_thread: int, smem_bytes: int, num_warps: int) -> int:
+    """Blocks per Hopper SM: the least of the block and warp slots, registers and shared memory."""
+    warps = max(num_warps, 1)
+    by_warps = NV_MAX_WARPS_PER_SM // warps
+    by_regs = NV_MAX_BLOCKS_PER_SM
+    if regs_per_thread > 0:
+        per_warp = math.ceil(regs_per_thread * 32 / NV_REG_GRANULE) * NV_REG_GRANULE
+        by_regs = (NV_REGS_PER_SM // per_warp) // warps
+    by_smem = NV_SMEM_PER_SM // (smem_bytes + NV_SMEM_RESERVED_PER_BLOCK)
+    return max(0, min(NV_MAX_BLOCKS_PER_SM, by_warps, by_regs, by_smem))
+
+
+def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
+    """(registers, stack, static shared, local) bytes of the one kernel in `cubin`, by cuobjdump."""
+    from triton import knobs
+
+    tool = knobs.nvidia.cuobjdump.path
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        out = subprocess.run(
+            [tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True
+        )
+    m = _CUOBJDUMP_USAGE.search(out.stdout)
+    if not m:
+        raise RuntimeError(f"cuobjdump printed no resource usage: {out.stdout[-500:]}")
+    regs, stack, shared, local = (int(g) for g in m.groups())
+    return regs, stack, shared, local
+
+
+# -- parallel compilation -----------------------------------------------------------------------------
+
+
+def _worker_init() -> None:
+    os.environ.pop("TRITON_INTERPRET", None)
+
+
+def _compile_job(op_name: str, problem: Problem, config: Config, target: Target) -> StaticFeatures:
+    from autotune.kernels import get_op
+
+    return compile_features(get_op(op_name), problem, config, target)
+
+
+class CompilePool:
+    """Compiles configs for one target on worker processes (one per CPU core unless told otherwise).
+
+    Workers are spawned without TRITON_INTERPRET, so this works inside an interpreter session too.
+    `submit` returns a Future of StaticFeatures; `map` yields (config, features) in completion order.
+    Compiling for the local GPU also fills Triton's on-disk cache, so the launch that follows in the
+    measuring process loads the binary instead of compiling it.
+    """
+
+    def __init__(self, target: Target, workers: int | None = None) -> None:
+        import multiprocessing
+
+        check_compilable(target)
+        self.target = target
+        self.workers = max(1, workers or os.cpu_count() or 1)
+        saved = os.environ.pop("TRITON_INTERPRET", None)
+        try:
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_init,
+            )
+        finally:
+            if saved is not None:
+                os.environ["TRITON_INTERPRET"] = saved
+
+    def submit(self, op: TunableOp, problem: Problem, config: Config) -> Future[StaticFeatures]:
+        return self._pool.submit(_compile_job, op.name, problem, config, self.target)
+
+    def map(
+        self, op: TunableOp, problem: Problem, configs: Iterable[Config]
+    ) -> Iterator[tuple[Config, StaticFeatures]]:
+        from concurrent.futures import as_completed
+
+        futures = {self.submit(op, problem, c): c for c in configs}
+        for future in as_completed(futures):
+            yield futures[future], _result(future, self.target)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _result(future: Future[StaticFeatures], target: Target) -> StaticFeatures:
+    """The features of a finished job; a worker that died is a failed compile, not an exception."""
+    try:
+        return future.result()
+    except Exception as exc:  # BrokenProcessPool and friends: the compiler crashed
+        return StaticFeatures.failed(target.arch, f"compiler worker failed: {type(exc).__name__}: {exc}")
+
+
+def compile_in_process(
+    op: TunableOp, problem: Problem, configs: Iterable[Config], target: Target
+) -> Iterator[tuple[Config, StaticFeatures]]:
+    """Compile one after the other in this process (no interpreter allowed); for one or two configs."""
+    if interpreting():
+        raise RuntimeError("TRITON_INTERPRET is set: compile through a CompilePool")
+    check_compilable(target)
+    for config in configs:
+        yield config, compile_features(op, problem, config, target)
+
+
+Compiler = Callable[[TunableOp, Problem, Iterable[Config]], Iterator[tuple[Config, StaticFeatures]]]
