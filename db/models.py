@@ -1,7 +1,9 @@
 """SQLAlchemy models: the tables of the autotune database (schema version `SCHEMA_VERSION`).
 
-Any change to these tables bumps `SCHEMA_VERSION` and adds an upgrade step; a Store refuses to open a
-database of another version.
+Any change to the existing tables bumps `SCHEMA_VERSION` and adds an upgrade step; a Store refuses to
+open a database of another version. Adding a whole new table is additive and keeps the version: such a
+table is listed in `ADDITIVE_TABLES`, and a Store that opens a database of this version without it
+creates it (older code ignores tables it does not know).
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
+    "ADDITIVE_TABLES",
     "SCHEMA_VERSION",
     "Base",
     "GpuModel",
     "KernelModel",
     "MetaModel",
     "ProblemModel",
+    "StaticFeaturesModel",
     "SweepModel",
     "TrialModel",
     "utcnow",
@@ -36,6 +40,10 @@ __all__ = [
 
 #: Version of the tables below; stored in `meta` under the key "schema_version".
 SCHEMA_VERSION = 1
+
+#: Tables added to schema version 1 after it first shipped: opening a version-1 database that lacks one
+#: creates it; any other missing table means the database is damaged.
+ADDITIVE_TABLES: tuple[str, ...] = ("static_features",)
 
 #: Sweep statuses.
 SWEEP_STATUSES: tuple[str, ...] = ("running", "finished", "interrupted", "failed")
@@ -160,4 +168,35 @@ class TrialModel(Base):
     compile_s: Mapped[float] = mapped_column(Float, default=0.0)
     measure_s: Mapped[float] = mapped_column(Float, default=0.0)
     extra: Mapped[str] = mapped_column(Text, default="{}")  # JSON object
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class StaticFeaturesModel(Base):
+    """What the compiler reports for one config of one kernel version and problem, on one target arch and
+    toolchain (`autotune.static.StaticFeatures`), with the findings of the static checks.
+
+    Keyed by arch and toolchain, not by GPU fingerprint: a cross-compile for gfx942 needs no GPU. The key
+    is (arch, toolchain_hash, kernel_id, problem_id, config_hash): at most one row each.
+    """
+
+    __tablename__ = "static_features"
+    __table_args__ = (
+        UniqueConstraint(
+            "arch", "toolchain_hash", "kernel_id", "problem_id", "config_hash", name="uq_static_features_key"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    arch: Mapped[str] = mapped_column(String(32))
+    toolchain: Mapped[str] = mapped_column(Text)  # JSON object, sort_keys: torch, triton, cuda | hip versions
+    toolchain_hash: Mapped[str] = mapped_column(String(16))  # first 16 hex digits of its sha256
+    kernel_id: Mapped[int] = mapped_column(ForeignKey("kernels.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    backend: Mapped[str] = mapped_column(String(64))
+    config_json: Mapped[str] = mapped_column(Text)
+    config_hash: Mapped[str] = mapped_column(String(16))
+    compiled: Mapped[bool] = mapped_column(Boolean)
+    features_json: Mapped[str] = mapped_column(Text)  # StaticFeatures.to_json()
+    findings_json: Mapped[str] = mapped_column(Text, default="[]")  # JSON list of [check, reason] pairs
+    compile_s: Mapped[float] = mapped_column(Float, default=0.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -14,8 +15,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import Source, TrialResult, TrialStatus
+from autotune.static import StaticFeatures, StaticFinding
 from autotune.target import Target
 
 from .convert import gpu_record, result_of, trial_records
@@ -29,6 +32,7 @@ from .engine import (
     resolve_url,
 )
 from .models import (
+    ADDITIVE_TABLES,
     SCHEMA_VERSION,
     SWEEP_STATUSES,
     Base,
@@ -36,6 +40,7 @@ from .models import (
     KernelModel,
     MetaModel,
     ProblemModel,
+    StaticFeaturesModel,
     SweepModel,
     TrialModel,
     utcnow,
@@ -53,13 +58,15 @@ MIN_PREFIX = 6
 
 
 class Store:
-    """The database of GPUs, kernels, problems, sweeps and trials.
+    """The database of GPUs, kernels, problems, sweeps, trials and static features.
 
-    Opening creates the schema in an empty database and otherwise checks its schema version; every
-    failure to open raises StoreError with the (password-masked) URL and the reason. Each write runs in
-    its own transaction and is committed before the call returns, so a crash loses nothing that was
-    recorded. `record` is idempotent on the trial key (GPU fingerprint, kernel name + source hash,
-    problem, config hash, source), also when processes race.
+    Opening creates the schema in an empty database and otherwise checks its schema version (and creates
+    the tables of `ADDITIVE_TABLES` that a database of this version lacks); every failure to open raises
+    StoreError with the (password-masked) URL and the reason. Each write runs in its own transaction and
+    is committed before the call returns, so a crash loses nothing that was recorded. `record` is
+    idempotent on the trial key (GPU fingerprint, kernel name + source hash, problem, config hash,
+    source), `record_features` on its key (arch, toolchain, kernel name + source hash, problem, config
+    hash), also when processes race.
 
     Thread safety: one Store is used by one thread at a time. Separate processes (and hosts, with
     PostgreSQL) may share one database, each with its own Store. Errors inside the database surface as
@@ -152,12 +159,30 @@ class Store:
                 f"database {where} has schema version {found}, newer than this autotune supports "
                 f"({SCHEMA_VERSION}): upgrade autotune"
             )
-        missing = sorted(set(Base.metadata.tables) - tables)
-        if missing:
+        missing = set(Base.metadata.tables) - tables
+        damaged = sorted(missing - set(ADDITIVE_TABLES))
+        if damaged:
             raise StoreError(
-                f"database {where} (schema version {found}) lacks tables {', '.join(missing)}: "
+                f"database {where} (schema version {found}) lacks tables {', '.join(damaged)}: "
                 "it is damaged or not an autotune database"
             )
+        if missing:
+            self._add_tables(engine, sorted(missing))
+
+    def _add_tables(self, engine: Engine, names: list[str]) -> None:
+        """Creates the additive tables `names` that a database of the current schema version lacks."""
+        wanted = [Base.metadata.tables[name] for name in names]
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{WRITE_OPTION: True})
+                with conn.begin():
+                    Base.metadata.create_all(conn, tables=wanted, checkfirst=True)
+        except SQLAlchemyError:
+            # Another process may have added them at the same moment: accept its work if whole.
+            if set(names) - set(inspect(engine).get_table_names()):
+                raise
+            return
+        logger.info("added tables %s to %s", ", ".join(names), self._display_url)
 
     def close(self) -> None:
         """Releases the connections. The Store cannot be used afterwards; closing twice is harmless."""
@@ -403,6 +428,112 @@ class Store:
                     out[trial.config_hash] = result_of(trial)
         return out
 
+    # -- static features -----------------------------------------------------------------------------
+
+    def record_features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        config: Config,
+        features: StaticFeatures,
+        findings: Sequence[tuple[str, str] | StaticFinding] = (),
+    ) -> bool:
+        """Writes the static features of one config compiled for `arch` with `toolchain`, and the findings
+        of the static checks on them (``(check, reason)`` pairs or StaticFindings), and commits.
+
+        Returns False (writing nothing) if the key (arch, toolchain, kernel name + source hash, problem,
+        config hash) is already stored, also when another process stored it first. Raises ValueError
+        when `features` are of another arch or an argument cannot be stored.
+        """
+        if not arch or features.arch != arch:
+            raise ValueError(f"features of arch {features.arch!r} cannot be recorded for arch {arch!r}")
+        toolchain_json, toolchain_hash = _toolchain_key(toolchain)
+        pairs = _finding_pairs(findings)
+        kernel_row, problem_row = self.kernel_id(kernel, source_hash), self.problem_id(problem)
+        digest = config.digest()
+        m = StaticFeaturesModel
+        key = (
+            m.arch == arch,
+            m.toolchain_hash == toolchain_hash,
+            m.kernel_id == kernel_row,
+            m.problem_id == problem_row,
+            m.config_hash == digest,
+        )
+        with self._session(write=True) as session:
+            if session.scalar(select(m.id).where(*key)) is not None:
+                return False
+            session.add(
+                m(
+                    arch=arch,
+                    toolchain=toolchain_json,
+                    toolchain_hash=toolchain_hash,
+                    kernel_id=kernel_row,
+                    problem_id=problem_row,
+                    backend=config.backend,
+                    config_json=config.canonical(),
+                    config_hash=digest,
+                    compiled=bool(features.compiled),
+                    features_json=features.to_json(),
+                    findings_json=json.dumps(pairs),
+                    compile_s=float(features.compile_s),
+                )
+            )
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                session.rollback()
+                if session.scalar(select(m.id).where(*key)) is not None:
+                    return False  # another process recorded the same features first
+                raise StoreError(
+                    f"cannot record static features of {config.short()} of {problem}: {error_cause(exc)}"
+                ) from exc
+        logger.debug("recorded static features %s %s %s on %s", kernel, problem, config.short(), arch)
+        return True
+
+    def features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        problem: Problem,
+        kernels: Mapping[str, tuple[str, str]],
+    ) -> dict[str, tuple[StaticFeatures, list[tuple[str, str]]]]:
+        """Stored static features of `problem` on `arch` with `toolchain`, as config hash → (features,
+        findings).
+
+        `kernels` maps backend → (kernel name, source hash); only features of that kernel version count,
+        as in `finished`, so a changed kernel source is compiled afresh.
+        """
+        if not kernels:
+            return {}
+        _, toolchain_hash = _toolchain_key(toolchain)
+        m = StaticFeaturesModel
+        stmt = (
+            select(m, KernelModel.name, KernelModel.source_hash)
+            .join(KernelModel, m.kernel_id == KernelModel.id)
+            .join(ProblemModel, m.problem_id == ProblemModel.id)
+            .where(
+                m.arch == arch,
+                m.toolchain_hash == toolchain_hash,
+                ProblemModel.key == problem.key(),
+                KernelModel.name.in_({name for name, _ in kernels.values()}),
+            )
+            .order_by(m.id)
+        )
+        out: dict[str, tuple[StaticFeatures, list[tuple[str, str]]]] = {}
+        with self._session() as session:
+            for row, name, source_hash in session.execute(stmt):
+                if kernels.get(row.backend) == (name, source_hash):
+                    found = [(str(c), str(r)) for c, r in json.loads(row.findings_json or "[]")]
+                    out[row.config_hash] = (StaticFeatures.from_json(row.features_json), found)
+        return out
+
+    # -- reading trials ------------------------------------------------------------------------------
+
     def best(
         self,
         problem: Problem,
@@ -558,6 +689,17 @@ class Store:
                 per_gpu=tuple(GpuSummary(g, *per_gpu_counts.get(g.id, (0, 0, 0))) for g in gpu_rows),
             )
 
+    def match_gpus(self, fingerprint: str) -> list[GpuRecord]:
+        """The stored GPUs `fingerprint` names: the one with exactly that fingerprint, else the one it is
+        a unique prefix (of at least 6 characters) of; empty when none. ValueError for a prefix that is
+        too short or ambiguous."""
+        gpu_ids = self._match_gpus(fingerprint) or []
+        if not gpu_ids:
+            return []
+        with self._session() as session:
+            rows = session.scalars(select(GpuModel).where(GpuModel.id.in_(gpu_ids)).order_by(GpuModel.id))
+            return [gpu_record(row) for row in rows]
+
     def _match_gpus(self, fingerprint: str | None) -> list[int] | None:
         """Ids of the GPUs `fingerprint` names (exactly, or as a unique prefix); None for no filter."""
         if fingerprint is None:
@@ -583,6 +725,26 @@ class Store:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+
+
+def _toolchain_key(toolchain: Mapping[str, str]) -> tuple[str, str]:
+    """The canonical JSON of `toolchain` (keys sorted) and the first 16 hex digits of its sha256."""
+    try:
+        text = json.dumps(dict(toolchain), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"toolchain {toolchain!r} is not a JSON-serializable mapping: {exc}") from exc
+    return text, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _finding_pairs(findings: Sequence[tuple[str, str] | StaticFinding]) -> list[tuple[str, str]]:
+    """`findings` as (check, reason) pairs of strings."""
+    pairs: list[tuple[str, str]] = []
+    for finding in findings:
+        pair = (finding.check, finding.reason) if isinstance(finding, StaticFinding) else tuple(finding)
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ValueError(f"a finding must be a (check, reason) pair of strings, got {finding!r}")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 def _trial_query() -> Select:

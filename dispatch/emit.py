@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.config import Config
 from autotune.dispatch.table import Table
+from autotune.problem import Problem
 from autotune.result import Source
 
 if TYPE_CHECKING:
-    from autotune.db import Store
+    from autotune.db import Store, Winner
 
 __all__ = ["DEFAULT_M_POLICY", "DEFAULT_VENDOR_MARGIN", "emit_table"]
 
@@ -30,29 +32,64 @@ def emit_table(
     m_policy: str = DEFAULT_M_POLICY,
     vendor_margin: float = DEFAULT_VENDOR_MARGIN,
 ) -> Table:
-    """The winners of one GPU as a Table. ValueError when there is nothing to emit, or when the database
-    holds several GPUs and `fingerprint` does not pick one.
+    """The winners of one device as a Table.
 
-    Per shape the fastest config is pinned, except that the vendor library is kept unless another backend
-    beats it by more than `vendor_margin` (a fraction of the vendor's time).
+    A device is a hardware identity (`Target.device_key()`: vendor, arch, name, CU count); the database
+    may hold it under several fingerprints (one per toolchain), e.g. the cost model's picks of a
+    compile-only sweep for ``Target.for_arch("gfx942")`` and the measurements of a later sweep on the
+    MI300X itself. All of them make one device. `fingerprint` (or a unique prefix of at least 6
+    characters) names one stored GPU and selects its device, with every fingerprint of that device;
+    without it the database must hold exactly one device.
+
+    Per problem, a measured winner supersedes a model winner. Where several fingerprints of the device
+    have a winner of the same source, the newest one is used (the one whose best trial was stored last):
+    a newer toolchain's measurements replace an older one's rather than competing on times taken with
+    other software. A problem with only a model winner is still emitted, its bucket marked predicted,
+    and then the table is predicted too. The table's target is the GPU of the newest measured pick
+    (of the newest model pick where nothing is measured); its device key is the same for every pick.
+
+    Per problem the fastest config is pinned, except that the vendor library is kept unless another
+    backend beats it by more than `vendor_margin` (a fraction of the vendor's time); both times come from
+    the chosen winner, so from one fingerprint and one source.
+
+    Raises:
+        ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
+            naming no GPU; or several devices and no `fingerprint` to pick one.
     """
     if vendor_margin < 0:
         raise ValueError(f"vendor_margin must be >= 0, got {vendor_margin}")
-    winners = store.winners(fingerprint, source=Source.MEASURED)
-    predicted = False
-    if not winners:
-        winners = store.winners(fingerprint, source=Source.MODEL)
-        predicted = bool(winners)
+    device: str | None = None
+    if fingerprint is not None:
+        named = store.match_gpus(fingerprint)
+        if not named:
+            raise ValueError(
+                f"no tuned results for GPU {fingerprint} in the database; run `autotune sweep` first"
+            )
+        device = named[0].target.device_key()
+    winners = [
+        (w, source is Source.MODEL)
+        for source in (Source.MEASURED, Source.MODEL)
+        for w in store.winners(source=source)
+        if device is None or w.gpu.target.device_key() == device
+    ]
     if not winners:
         where = f" for GPU {fingerprint}" if fingerprint else ""
         raise ValueError(f"no tuned results{where} in the database; run `autotune sweep` first")
-    gpus = {w.gpu.fingerprint: w.gpu for w in winners}
-    if len(gpus) > 1:
-        listing = "; ".join(f"{fp} ({g.target})" for fp, g in gpus.items())
-        raise ValueError(f"the database holds {len(gpus)} GPUs; pick one with --gpu: {listing}")
-    gpu = next(iter(gpus.values()))
-    picks = []
-    for w in winners:
+    devices: dict[str, list[Winner]] = {}
+    for w, _ in winners:
+        devices.setdefault(w.gpu.target.device_key(), []).append(w)
+    if len(devices) > 1:
+        listing = "; ".join(_describe_device(ws) for ws in devices.values())
+        raise ValueError(f"the database holds {len(devices)} GPUs; pick one with --gpu: {listing}")
+
+    # Per problem: measured before model, then the newest winner (its best trial stored last).
+    chosen: dict[Problem, tuple[Winner, bool]] = {}
+    for w, predicted in winners:
+        held = chosen.get(w.problem)
+        if held is None or (predicted, -w.best.id) < (held[1], -held[0].best.id):
+            chosen[w.problem] = (w, predicted)
+    picks: list[tuple[Problem, Config, float | None, bool]] = []
+    for w, predicted in chosen.values():
         pick = w.best
         if (
             w.vendor is not None
@@ -61,5 +98,13 @@ def emit_table(
             and pick.time_us * (1 + vendor_margin) >= w.vendor.time_us
         ):
             pick = w.vendor
-        picks.append((w.problem, pick.config, pick.time_us))
-    return Table.from_winners(gpu.target, picks, m_policy=m_policy, predicted=predicted)
+        picks.append((w.problem, pick.config, pick.time_us, predicted))
+    newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
+    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy)
+
+
+def _describe_device(winners: list[Winner]) -> str:
+    """One device of the listing: its fingerprints (newest last) and its target."""
+    gpus = {w.gpu.fingerprint: w.gpu for w in sorted(winners, key=lambda w: w.gpu.id)}
+    last = list(gpus.values())[-1]
+    return f"{', '.join(gpus)} ({last.target})"

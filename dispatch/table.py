@@ -10,13 +10,17 @@ File format (JSON, UTF-8; written by `Table.save`, read with the standard librar
      "fingerprint": "<Target.fingerprint()>",   # hardware + toolchain the configs were measured with
      "device_key": "<Target.device_key()>",     # hardware alone: what the dispatch guard compares
      "target": { ...Target.to_dict()... },
-     "predicted": false,        # true when the configs are a model's predictions, not measurements
+     "predicted": false,        # true when any config is a model's prediction, not a measurement
      "m_policy": "round_up",    # how an M between tuned buckets is served (one of M_POLICIES)
      "created": "2026-11-21T19:00:00Z", "generator": "autotune 0.1.0",
      "entries": [
        {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096, "e": 0, "topk": 0,
         "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]}
      ]}
+
+A bucket whose config a cost model predicted (nothing measured it) carries ``"predicted": true``; a bucket
+without the field is measured. The top-level ``predicted`` is true when any bucket is (or when the whole
+table was built as predicted), so a reader that knows no per-bucket field still sees the table as predicted.
 
 ``dtype`` is the canonical short name of A's dtype ("bf16", "fp16", "fp8e4m3", ...); torch-style aliases
 ("bfloat16", "torch.float16") are accepted when a table is built or loaded. ``time_us`` may be null.
@@ -108,15 +112,19 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 class Bucket:
     """One tuned M of a shape family: the winning config and its time (µs, None where unknown).
 
+    `predicted` marks a config (and time) a cost model predicted rather than measured.
     Immutable. Raises ValueError on a non-positive M or a negative or non-finite time.
     """
 
     m: int
     config: Config
     time_us: float | None = None
+    predicted: bool = False
 
     def __post_init__(self) -> None:
         _check_int("m", self.m, 1)
+        if not isinstance(self.predicted, bool):
+            raise ValueError(f"predicted must be true or false, got {self.predicted!r}")
         if not isinstance(self.config, Config):
             if not isinstance(self.config, Mapping):
                 raise ValueError(f"config must be a Config or a mapping, got {self.config!r}")
@@ -129,7 +137,10 @@ class Bucket:
             object.__setattr__(self, "time_us", float(self.time_us))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"m": self.m, "config": self.config.to_dict(), "time_us": self.time_us}
+        out: dict[str, Any] = {"m": self.m, "config": self.config.to_dict(), "time_us": self.time_us}
+        if self.predicted:  # written only where true: a measured bucket reads as before
+            out["predicted"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -256,7 +267,8 @@ class Table:
         init = object.__setattr__
         init(self, "target", target)
         init(self, "m_policy", _check_policy(m_policy))
-        init(self, "predicted", bool(predicted))
+        any_predicted = any(b.predicted for entry in ordered for b in entry.buckets)
+        init(self, "predicted", bool(predicted) or any_predicted)
         init(self, "created", created or _utc_now())
         init(self, "generator", "")
         init(self, "source", source)
@@ -284,21 +296,24 @@ class Table:
     def from_winners(
         cls,
         target: Target,
-        winners: Iterable[tuple[Problem, Config, float | None]],
+        winners: Iterable[tuple[Problem, Config, float | None] | tuple[Problem, Config, float | None, bool]],
         *,
         m_policy: str = "round_up",
         predicted: bool = False,
     ) -> Table:
-        """Builds a table from (problem, winning config, time in µs or None) triples.
+        """Builds a table from (problem, winning config, time in µs or None[, predicted]) tuples.
 
         Problems are grouped by (op, dtype, layout, N, K, E, topk), one bucket per M; `dtype` is the
-        problem's A dtype.
+        problem's A dtype. A bucket is predicted where its tuple's fourth item is true, or every bucket
+        where `predicted` is true; the table is predicted when any bucket is.
 
         Raises:
             ValueError: two winners for the same shape and M, or an invalid policy.
         """
         groups: dict[Key, dict[int, Bucket]] = {}
-        for problem, config, time_us in winners:
+        for winner in winners:
+            problem, config, time_us = winner[0], winner[1], winner[2]
+            guessed = predicted or (len(winner) > 3 and bool(winner[3]))
             key: Key = (
                 problem.op,
                 normalize_dtype(problem.dtype),
@@ -311,7 +326,7 @@ class Table:
             group = groups.setdefault(key, {})
             if problem.M in group:
                 raise ValueError(f"two winners for {_describe(key)} M={problem.M}; pass one per M")
-            group[problem.M] = Bucket(problem.M, config, time_us)
+            group[problem.M] = Bucket(problem.M, config, time_us, guessed)
         entries = [Entry(*key, buckets=tuple(group.values())) for key, group in groups.items()]
         return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted)
 
@@ -567,7 +582,8 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
         if not isinstance(rb, dict) or "m" not in rb or not isinstance(rb.get("config"), dict):
             raise bad(f"{at} must be an object with 'm' and a 'config' object")
         try:
-            buckets.append(Bucket(rb["m"], Config(rb["config"]), rb.get("time_us")))
+            predicted = rb.get("predicted", False)  # absent: measured (files before per-bucket markers)
+            buckets.append(Bucket(rb["m"], Config(rb["config"]), rb.get("time_us"), predicted))
         except (TypeError, ValueError) as exc:
             raise bad(f"{at}: {exc}") from None
     try:
