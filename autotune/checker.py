@@ -122,8 +122,9 @@ class StaticChecker:
         return {c: self._wait(op, problem, c) for c in configs if _compiles(c)}
 
     def findings(self, op: TunableOp, problem: Problem, config: Config) -> Findings:
-        """The findings of `config` that prune it under the policy (empty: measure it)."""
-        if not self.policy.enabled or not _compiles(config):
+        """The findings of `config` that prune it under the policy (empty: measure it). The config is
+        compiled (or read from the store) whatever the policy, so its features are always kept."""
+        if not _compiles(config):
             return []
         self.prefetch(op, problem, [config])
         _, found = self._wait(op, problem, config)

@@ -298,7 +298,7 @@ def _sweep(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}", refresh=False)
 
     checker = None
-    if not target.interpreter and spec.static.enabled:
+    if not target.interpreter:
         from autotune.checker import StaticChecker
 
         checker = StaticChecker(target, spec.static, store=store, workers=args.workers)

@@ -104,3 +104,29 @@ def test_tma_backend_on_gpu(target, split_k: int, persistent: int, layout: str) 
     torch.cuda.synchronize()
     ref = GEMM.reference(problem, inputs)
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
+
+
+def _cached_kernels(cache_dir) -> set[str]:
+    return {p.parent.name for p in cache_dir.rglob("gemm_kernel.json")}
+
+
+def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, monkeypatch) -> None:
+    """Features of the local GPU's binary, compiled in worker processes; the launch that follows in this
+    process loads that binary from Triton's cache instead of compiling another one."""
+    from autotune.compile import CompilePool
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    problem = Problem.gemm(64, 2048, 1024)
+    config = next(c for c in GEMM.space(problem, target, ("triton",)).configs() if c["SPLIT_K"] == 1)
+    with CompilePool(target, workers=2) as pool:
+        features = dict(pool.map(GEMM, problem, [config]))[config]
+    assert features.compiled, features.error
+    assert features.vgprs > 0 and features.occupancy >= 1 and features.lds_bytes > 0
+    assert features.mma, "the GEMM must use matrix instructions"
+    before = _cached_kernels(tmp_path)
+    assert len(before) == 1
+    inputs = GEMM.make_inputs(problem, "cuda", seed=0)
+    out = GEMM.make_output(problem, "cuda")
+    GEMM.prepare(problem, config, target, inputs, out)()
+    torch.cuda.synchronize()
+    assert _cached_kernels(tmp_path) == before, "the launch compiled a different binary"
