@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import io
-import tokenize
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from autotune.codehash import code_hash
 from autotune.config import Config
 from autotune.kernels.base import Inputs, KernelCall, Launch
 from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
@@ -37,22 +36,11 @@ def torch_dtype(name: str) -> torch.dtype:
         raise ValueError(f"gemm supports bf16 and fp16 inputs, not {name}") from None
 
 
-_SKIP_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.TYPE_COMMENT}
-
-
 @cache
 def _file_hash(*names: str) -> str:
     """Hash of the code in these modules over their tokens, so that formatting and comments don't count
     (and, unlike a syntax-tree dump, the same on every Python version)."""
-    h = hashlib.sha256()
-    for name in names:
-        text = (_HERE / name).read_text(encoding="utf-8")
-        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-            if tok.type in _SKIP_TOKENS:
-                continue
-            keep = "" if tok.type in (tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE) else tok.string
-            h.update(f"{tok.type}:{keep}\x00".encode())
-    return h.hexdigest()[:16]
+    return code_hash(*(_HERE / name for name in names))
 
 
 class GemmOp:

@@ -99,3 +99,41 @@ def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path, monkeypatc
     gemm_op._file_hash.cache_clear()
     assert gemm_op._file_hash("k.py") != h1
     gemm_op._file_hash.cache_clear()
+
+
+def test_code_tokens_keep_an_fstring_whole_on_every_python() -> None:
+    from autotune.codehash import code_tokens
+
+    src = 'x = f"{a!r:>{w}} and {f\'{b}\'}" + g(1)\ny = f"""\n{c}\n"""\n'
+    strings = [text for kind, text in code_tokens(src) if kind == "STRING"]
+    assert strings == ['f"{a!r:>{w}} and {f\'{b}\'}"', 'f"""\n{c}\n"""']
+    names = [text for kind, text in code_tokens(src) if kind == "NAME"]
+    assert names == ["x", "g", "y"]  # the names inside the f-strings are part of their STRING token
+
+
+@pytest.mark.parametrize("other", ["python3.11", "python3.12", "python3.13"])
+def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
+    """Stored results are keyed by the kernel hash: another interpreter must compute the same one."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import autotune.codehash as codehash
+    from autotune.kernels import GEMM
+
+    exe = shutil.which(other)
+    if exe is None:
+        pytest.skip(f"{other} is not installed")
+    kernels = Path(codehash.__file__).resolve().parent / "kernels"
+    script = (
+        "import importlib.util, sys; spec = importlib.util.spec_from_file_location('h', sys.argv[1]); "
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+        "print(m.code_hash(sys.argv[2]))"
+    )
+    proc = subprocess.run([exe, "-c", script, codehash.__file__, str(kernels / "gemm_triton.py")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    if proc.returncode != 0 and "not found" in proc.stderr:  # a version manager's shim without it
+        pytest.skip(proc.stderr.strip()[:200])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == GEMM.source_hash("triton"), sys.version
