@@ -259,12 +259,12 @@ def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatur
         elif m := _PTX_MMA.match(line):
             mma.add(m.group(1))
     smem = max(int(kernel.metadata.shared), static_smem)
-    scratch = local + stack
+    del stack  # a call-stack frame (ptxas reserves a few bytes even without spills): not a spill
     return StaticFeatures(
         arch=target.arch,
         vgprs=regs,
         spills=math.ceil(local / 4),
-        scratch_bytes=scratch,
+        scratch_bytes=local,
         lds_bytes=smem,
         occupancy=occupancy_nvidia(regs, smem, num_warps),
         occupancy_unit="blocks/SM",

@@ -26,8 +26,8 @@ class StaticFeatures:
 
     AMD: `vgprs`, `agprs` and `sgprs` per lane/wave, `occupancy` in waves per SIMD. NVIDIA: `vgprs` holds
     the registers per thread (`agprs`, `sgprs` are 0), `occupancy` is resident blocks per SM. `spills` is
-    the number of spilled registers (AMD) or 1 where any local memory is used (NVIDIA, which reports only
-    bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per thread. `lds_bytes` is the
+    the number of spilled registers (AMD) or the 4-byte words of local memory per thread (NVIDIA, which
+    reports only bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per thread. `lds_bytes` is the
     shared memory of one workgroup. `mma` lists the distinct matrix instructions (``v_mfma_*``,
     ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths of global loads and stores
     (an asynchronous copy to shared memory counts as a load of its width); `tma` says whether tiles are
