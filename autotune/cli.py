@@ -525,8 +525,10 @@ def _best(args: argparse.Namespace) -> int:
         try:
             source = Source.MODEL if args.predicted else Source.MEASURED
             records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)
-            predictions = bool(records) or args.predicted or bool(
-                store.best(problem, fingerprint=args.gpu, limit=1, source=Source.MODEL)
+            predictions = (
+                bool(records)
+                or args.predicted
+                or bool(store.best(problem, fingerprint=args.gpu, limit=1, source=Source.MODEL))
             )
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
             raise CliError(str(exc)) from None

@@ -11,11 +11,14 @@ Rank order matters more than absolute numbers. The model, per backend:
   K loop: per iteration the soft maximum of the MMA time of the padded tile (edge tiles compute the whole
   tile; small tiles waste part of the matrix instruction), the load time of its A and B slices through the
   CU's share of L2 / HBM bandwidth (so the tile's arithmetic intensity BM·BN/(BM+BN) decides how
-  compute-bound it is), and the memory latency left unhidden by the pipeline depth (num_stages) and the
-  co-resident blocks; plus a prologue and an epilogue. The whole kernel cannot beat the HBM roofline of
-  the traffic that misses the last-level cache (re-reads of A and B across tiles, cut by GROUP_M's
-  swizzle and by the cache when A and B fit). SPLIT_K > 1 writes an fp32 workspace and adds a reduce
-  kernel (its bytes and its launch). Spills multiply the time; a config that did not compile is inf.
+  compute-bound it is), and the pipeline's load chain: a slice's load is issued num_stages - 1 iterations
+  before its use and takes the latency plus its own transfer, so few stages expose a big BLOCK_K's load
+  (co-resident blocks overlap each other's chains); plus a prologue and an epilogue. The whole kernel
+  cannot beat the HBM roofline of the traffic that misses the last-level cache (re-reads of A and B
+  across tiles, cut by GROUP_M's swizzle and by the cache when A and B fit). SPLIT_K > 1 writes an fp32
+  workspace (HBM traffic) and adds a reduce kernel: its launch, a latency, and the partials read by a grid
+  of M·N/REDUCE_BLOCK programs.
+  Spills multiply the time; a config that did not compile is inf.
 
 Targets without published peaks (Triton's CPU interpreter) get a finite estimate from work alone.
 Bump MODEL_VERSION whenever a formula or a constant changes, so stored predictions can be told apart.
@@ -34,7 +37,7 @@ from autotune.target import Target
 
 __all__ = ["MODEL_VERSION", "predict_us", "rank"]
 
-MODEL_VERSION = "roofline-1"
+MODEL_VERSION = "roofline-2"
 
 # --- constants (each with its reason) -----------------------------------------------------------------
 
@@ -54,11 +57,16 @@ MEMORY_EFF = 0.9
 #: cache and L2 ≈ 17-20 TB/s); each CU gets 1/cu_count of it.
 L2_BW_FACTOR = {"nvidia": 3.0, "amd": 4.0}
 #: How much more than its fair share (1/cu_count) of HBM bandwidth one CU can draw: a grid that leaves
-#: CUs idle cannot saturate HBM (the reason split-K and narrow tiles win decode shapes).
-CU_DRAM_SHARE = 1.25
-#: Load-to-use latency (µs) of an L2 hit and of an HBM access.
-L2_LATENCY_US = {"nvidia": 0.25, "amd": 0.35}
+#: CUs idle cannot saturate HBM (the reason split-K and narrow tiles win decode shapes). An H100 SM pulls
+#: ~80-90 GB/s when few SMs run (3.5x its share), so a grid of a half or two thirds of the SMs can already
+#: saturate HBM and needs no split-K.
+CU_DRAM_SHARE = 3.5
+#: Load-to-use latency (µs) of an L2 hit and of an HBM access, under load (an L2 hit queues behind the
+#: other SMs' traffic: about twice its idle latency).
+L2_LATENCY_US = {"nvidia": 0.5, "amd": 0.6}
 DRAM_LATENCY_US = {"nvidia": 0.7, "amd": 1.0}
+#: Outputs per program of the pointer kernel's split-K reduce kernel (gemm_triton.REDUCE_BLOCK).
+REDUCE_BLOCK = 1024
 #: Fraction of the last-level cache that holds A and B (the rest holds C, the workspace and conflicts).
 LLC_USABLE = 0.75
 #: Loop bookkeeping of one K iteration (address math, barrier, wait) in µs; TMA needs half of it.
@@ -311,6 +319,17 @@ def _reuse_window(t: _Tile, tiles_m: int, tiles_n: int, in_flight: int) -> tuple
     return float(rows), float(cols)
 
 
+def _reduce_us(mn: int, split_k: int, out_elem: float, target: Target) -> float:
+    """The split-K reduce kernel: REDUCE_BLOCK outputs per program, each reads its `split_k` fp32 partials
+    (written back to HBM by the time it runs) and writes C. A small grid cannot draw the whole HBM."""
+    vendor = _vendor(target)
+    mem_bw = target.mem_gbps * 1e3
+    programs = _cdiv(mn, REDUCE_BLOCK)
+    bytes_ = mn * (4.0 * split_k + out_elem)
+    bw = min(mem_bw * MEMORY_EFF, min(programs, target.cu_count) * CU_DRAM_SHARE * mem_bw / target.cu_count)
+    return LAUNCH_US + DRAM_LATENCY_US[vendor] + bytes_ / bw
+
+
 def _tiled_us(problem: Problem, config: Config, target: Target, features: StaticFeatures | None) -> float:
     t = _Tile.of(config)
     M, N, K = problem.M, problem.N, problem.K
@@ -347,8 +366,7 @@ def _tiled_us(problem: Problem, config: Config, target: Target, features: Static
     dram_in = (a_bytes + b_bytes) + (no_cache - a_bytes - b_bytes) * (1.0 - kept)
     miss = min(1.0, dram_in / l2_in)
     out_bytes = M * N * (4 if t.split_k > 1 else eo) * t.split_k
-    out_kept = min(1.0, LLC_USABLE * target.llc_bytes / out_bytes) if t.split_k > 1 else 0.0
-    dram_bytes = dram_in + out_bytes * (1.0 - out_kept)
+    dram_bytes = dram_in + out_bytes
 
     # One K iteration of one block, with the whole CU to itself.
     l2_side = 1.0 - miss
@@ -362,13 +380,15 @@ def _tiled_us(problem: Problem, config: Config, target: Target, features: Static
     t_mma = 2.0 * t.bm * t.bn * t.bk / (peak_cu * _mma_utilization(t, target) * warp_eff)
     latency = (1.0 - miss) * L2_LATENCY_US[vendor] + miss * DRAM_LATENCY_US[vendor]
     ahead = t.stages - 1  # K slices in flight while one is consumed
-    t_latency = latency / ahead if ahead >= 1 else latency + t_mma + t_load
+    # A slice's load is issued when its buffer frees up, `ahead` iterations before it is consumed, and
+    # takes the latency plus its own transfer: with few stages that chain, not the MMA, sets the pace.
+    t_latency = (latency + t_load) / ahead if ahead >= 1 else latency + t_mma + t_load
 
     # A round: `concurrent` blocks share the CU's matrix units and its bandwidth, and hide each other's
     # latency. Then the prologue (the first loads) and the epilogue (storing C or the fp32 partials).
     overhead = TMA_ITER_OVERHEAD_US if t.tma else ITER_OVERHEAD_US
     t_iter = _smax(concurrent * t_mma, concurrent * t_load, t_latency) + overhead
-    store = t.bm * t.bn * (4 if t.split_k > 1 else eo) * (l2_side / (l2_bw / cus))
+    store = min(t.bm, M) * min(t.bn, N) * (4 if t.split_k > 1 else eo) / (l2_bw / cus)
     if t.persistent:
         busiest = latency + per_cu * (k_iters * t_iter + (1 - PERSISTENT_EPILOGUE_HIDDEN) * store)
     else:
@@ -376,8 +396,6 @@ def _tiled_us(problem: Problem, config: Config, target: Target, features: Static
     main = _smax(busiest * reg_penalty, dram_bytes / (mem_bw * MEMORY_EFF))
     us = LAUNCH_US + main
 
-    if t.split_k > 1:  # the reduce kernel reads the partials (from cache where they fit), writes C
-        partials = M * N * 4.0 * t.split_k
-        read = partials * (out_kept / l2_bw + (1.0 - out_kept) / (mem_bw * MEMORY_EFF))
-        us += LAUNCH_US + read + M * N * eo / (mem_bw * MEMORY_EFF)
+    if t.split_k > 1:
+        us += _reduce_us(M * N, t.split_k, eo, target)
     return us

@@ -125,6 +125,7 @@ def check_problem(
     from autotune.model import predict_us, rank
 
     target = checker.target
+    keep = min(keep, candidates)
     space = op.space(problem, target, backends)
     report = ProblemCheck(problem, target, len(space), space.raw_size(), space.prune_summary())
     ranked = rank(problem, space.configs(), target)

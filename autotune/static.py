@@ -27,9 +27,9 @@ class StaticFeatures:
     AMD: `vgprs`, `agprs` and `sgprs` per lane/wave, `occupancy` in waves per SIMD. NVIDIA: `vgprs` holds
     the registers per thread (`agprs`, `sgprs` are 0), `occupancy` is resident blocks per SM. `spills` is
     the number of spilled registers (AMD) or the 4-byte words of local memory per thread (NVIDIA, which
-    reports only bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per thread. `lds_bytes` is the
-    shared memory of one workgroup. `mma` lists the distinct matrix instructions (``v_mfma_*``,
-    ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths of global loads and stores
+    reports only bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per thread.
+    `lds_bytes` is the shared memory of one workgroup. `mma` lists the distinct matrix instructions
+    (``v_mfma_*``, ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths of global loads and stores
     (an asynchronous copy to shared memory counts as a load of its width); `tma` says whether tiles are
     loaded or stored by tensor-memory-accelerator bulk copies.
     `error` is set (and everything else zero) when the config did not compile.
@@ -76,7 +76,8 @@ class StaticFeatures:
         )
         mma = ",".join(_short_mma(m) for m in self.mma) or "no mma"
         return (
-            f"{regs}, spills {self.spills}, scratch {self.scratch_bytes} B, LDS {self.lds_bytes // 1024} KiB, "
+            f"{regs}, spills {self.spills}, scratch {self.scratch_bytes} B, "
+            f"LDS {self.lds_bytes // 1024} KiB, "
             f"occupancy {self.occupancy} {self.occupancy_unit}, {mma}, "
             f"ld {'/'.join(map(str, self.load_bits)) or '-'} st {'/'.join(map(str, self.store_bits)) or '-'}"
             + (f", tma {'+'.join(self.tma)}" if self.tma else "")
@@ -186,7 +187,8 @@ def check_features(
         found.append(
             StaticFinding(
                 "occupancy",
-                f"occupancy {features.occupancy} {features.occupancy_unit} is under the floor {min_occupancy}",
+                f"occupancy {features.occupancy} {features.occupancy_unit} "
+                f"is under the floor {min_occupancy}",
             )
         )
     return found

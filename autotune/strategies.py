@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
-import itertools
 import random
 import time
 from abc import ABC, abstractmethod

@@ -131,7 +131,9 @@ def report(args: argparse.Namespace) -> int:
             if len(trials) < len(space):
                 print(f"skip {label} M={problem.M}: {len(trials)} of {len(space)} measured", file=sys.stderr)
                 continue
-            feats = store.features(arch=target.arch, toolchain=target.toolchain, problem=problem, kernels=kernels)
+            feats = store.features(
+                arch=target.arch, toolchain=target.toolchain, problem=problem, kernels=kernels
+            )
             measured: dict[str, float] = {}
             predicted: dict[str, float] = {}
             pruned: set[str] = set()
@@ -154,17 +156,28 @@ def report(args: argparse.Namespace) -> int:
             times = [measured.get(d, math.inf) for d in picks]
             rows.append(
                 dict(
-                    shape=label, M=problem.M, N=problem.N, K=problem.K, space=len(space), ok=len(ok),
-                    pruned=len(pruned), spearman=rho, optimum_us=optimum, top1_us=times[0],
-                    top5_us=min(times), top1_ratio=times[0] / optimum, top5_ratio=min(times) / optimum,
-                )  # fmt: skip
+                    shape=label,
+                    M=problem.M,
+                    N=problem.N,
+                    K=problem.K,
+                    space=len(space),
+                    ok=len(ok),
+                    pruned=len(pruned),
+                    spearman=rho,
+                    optimum_us=optimum,
+                    top1_us=times[0],
+                    top5_us=min(times),
+                    top1_ratio=times[0] / optimum,
+                    top5_ratio=min(times) / optimum,
+                )
             )
     if not rows:
         print("no complete shapes in the database", file=sys.stderr)
         return 1
     hits = sum(r["top5_ratio"] <= 1 + GOAL for r in rows)
     summary = dict(
-        gpu=str(target), toolchain=target.toolchain, model=MODEL_VERSION, shapes=len(rows), top5_within_5pct=hits,
+        gpu=str(target), toolchain=target.toolchain, model=MODEL_VERSION, shapes=len(rows),
+        top5_within_5pct=hits,
         fraction=hits / len(rows), goal_met=hits / len(rows) >= 0.8,
         median_spearman=statistics.median(r["spearman"] for r in rows),
     )  # fmt: skip
@@ -173,7 +186,10 @@ def report(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         (out / "model_check.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
     print(f"cost model {MODEL_VERSION} vs exhaustive measurement on {target}")
-    print(f"{'shape':13s} {'M':>5s} {'space':>5s} {'pruned':>6s} {'rho':>5s} {'opt µs':>8s} {'top1':>6s} {'top5':>6s}")
+    print(
+        f"{'shape':13s} {'M':>5s} {'space':>5s} {'pruned':>6s} {'rho':>5s} {'opt µs':>8s} "
+        f"{'top1':>6s} {'top5':>6s}"
+    )
     for r in rows:
         print(
             f"{r['shape']:13s} {r['M']:5d} {r['space']:5d} {r['pruned']:6d} {r['spearman']:5.2f} "
@@ -188,7 +204,9 @@ def report(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--phase", choices=("measure", "report", "all"), default="all")
     parser.add_argument("--db", default="model_check.db", help="database (resumable)")
     parser.add_argument("--out", help="directory for model_check.json")

@@ -106,7 +106,7 @@ def test_code_tokens_keep_an_fstring_whole_on_every_python() -> None:
 
     src = 'x = f"{a!r:>{w}} and {f\'{b}\'}" + g(1)\ny = f"""\n{c}\n"""\n'
     strings = [text for kind, text in code_tokens(src) if kind == "STRING"]
-    assert strings == ['f"{a!r:>{w}} and {f\'{b}\'}"', 'f"""\n{c}\n"""']
+    assert strings == ["f\"{a!r:>{w}} and {f'{b}'}\"", 'f"""\n{c}\n"""']
     names = [text for kind, text in code_tokens(src) if kind == "NAME"]
     assert names == ["x", "g", "y"]  # the names inside the f-strings are part of their STRING token
 

@@ -53,6 +53,7 @@ def _programs(problem: Problem, config: Config) -> int:
 
 def test_model_version_is_a_nonempty_string() -> None:
     assert isinstance(MODEL_VERSION, str) and MODEL_VERSION
+    assert MODEL_VERSION == "roofline-2"
 
 
 @pytest.mark.parametrize("arch", [*GPU_ARCHS, "interpreter"])
@@ -115,8 +116,10 @@ def test_decode_prefers_filling_every_cu(arch: str) -> None:
     narrow = _tile(target, 16, 32, bk=128)  # 128 programs, no reduce
     assert _programs(DECODE, tiny_grid) < target.cu_count / 8
     slow = predict_us(DECODE, tiny_grid, target)
-    assert predict_us(DECODE, split, target) < 0.5 * slow
-    assert predict_us(DECODE, narrow, target) < 0.5 * slow
+    # Not twice as fast: one CU draws several times its fair share of HBM (measured on H100), so 16 busy
+    # CUs already reach a good part of the bandwidth; still clearly slower than a filled grid.
+    assert predict_us(DECODE, split, target) < 0.7 * slow
+    assert predict_us(DECODE, narrow, target) < 0.7 * slow
     # And the model's favourite Triton config keeps at least half of the CUs busy.
     configs = [c for c in get_op("gemm").space(DECODE, target).configs() if c.backend != "torch"]
     best = rank(DECODE, configs, target)[0][0]
@@ -158,8 +161,52 @@ def test_one_program_past_a_full_wave_costs_another_wave(arch: str) -> None:
     t_full = predict_us(full, config, target, one_block)
     t_over = predict_us(over, config, target, one_block)
     assert t_over > 1.5 * t_full  # 1/cus more work, much more time: the last partial wave costs a full one
-    # Without features the estimate may let two blocks share a CU; the extra program still costs a lot.
-    assert predict_us(over, config, target) > 1.2 * predict_us(full, config, target)
+    # Without features the estimate may let two blocks share a CU, and two co-resident blocks hide each
+    # other's load chains: the extra program then costs less than a wave, but it still costs.
+    assert predict_us(over, config, target) > predict_us(full, config, target)
+
+
+def test_few_stages_expose_a_big_k_slice_on_sm90() -> None:
+    # Measured on H100 (pointer kernel, prefill): 128x256 BK128 with 2 stages is ~1.4x slower than BK64
+    # with 4 stages: one slice ahead cannot hide a 96 KiB slice's latency and transfer behind the MMA.
+    target = Target.for_arch("sm_90")
+    one = StaticFeatures(arch="sm_90", lds_bytes=196608, occupancy=1)
+    shallow = _tile(target, 128, 256, bk=128, num_warps=8, num_stages=2)
+    deep = _tile(target, 128, 256, bk=64, num_warps=8, num_stages=4)
+    assert predict_us(PREFILL, shallow, target, one) > 1.15 * predict_us(PREFILL, deep, target, one)
+
+
+@pytest.mark.parametrize("arch", GPU_ARCHS)
+def test_deeper_pipelines_never_hurt_at_equal_occupancy(arch: str) -> None:
+    target = Target.for_arch(arch)
+    feats = StaticFeatures(arch=arch, lds_bytes=32768, occupancy=1)
+    for problem in (DECODE, PREFILL):
+        times = [
+            predict_us(problem, _tile(target, 64, 64, bk=64, num_stages=s), target, feats)
+            for s in (1, 2, 3, 5)
+        ]
+        assert times == sorted(times, reverse=True) and times[0] > times[-1], times
+
+
+def test_split_k_partials_cost_hbm_traffic_on_sm90() -> None:
+    # Measured on H100 at M=64, N=6144, K=4096 (96 programs either way): 64x64 without split-K beats
+    # 64x256 split 4, and split 8 is slower again: the fp32 partials go through HBM and a reduce kernel.
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(64, 6144, 4096)
+    wide = [predict_us(problem, _tile(target, 64, 256, split_k=sk), target) for sk in (4, 8)]
+    assert wide[1] > wide[0]
+    square = predict_us(problem, _tile(target, 64, 64, bk=128, num_stages=5), target)
+    assert square < wide[0]
+
+
+def test_decode_needs_no_full_grid_on_sm90() -> None:
+    # Measured on H100 at M=1, N=6144, K=4096: 48 programs (BN 128) are as fast as 96 (BN 64), since one
+    # SM draws ~3.5x its fair share of HBM bandwidth; roofline-1 predicted them 1.6x slower.
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(1, 6144, 4096)
+    half = predict_us(problem, _tile(target, 16, 128, bk=128, num_stages=4), target)
+    full = predict_us(problem, _tile(target, 16, 64, bk=128, num_stages=4), target)
+    assert half < 1.15 * full
 
 
 @pytest.mark.parametrize("arch", GPU_ARCHS)

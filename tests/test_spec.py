@@ -91,7 +91,7 @@ def test_duplicate_problems_across_entries_are_tuned_once() -> None:
 def test_shipped_specs_parse() -> None:
     smoke = load_spec(REPO / "sweeps" / "smoke.toml")
     assert smoke.name == "smoke" and smoke.path.endswith("smoke.toml")
-    assert [p for _, p in smoke.problems()] == [Problem.gemm(1, 64, 64), Problem.gemm(16, 64, 64)]
+    assert [p for _, p in smoke.problems()] == [Problem.gemm(1, 4096, 4096), Problem.gemm(16, 4096, 4096)]
     assert smoke.entries[0].strategy == "exhaustive" and smoke.entries[0].budget.trials == 6
     llama = load_spec(REPO / "sweeps" / "llama3-8b.toml")
     assert len(llama.problems()) == 9 * 4

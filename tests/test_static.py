@@ -1,0 +1,295 @@
+"""Compile-only checks: static features of real cross-compiled binaries for gfx942, gfx950 and sm_90, the
+checks on them, parsing, occupancy, and static pruning in the runner. No GPU needed.
+
+The compile-heavy tests share one small CompilePool (its workers run without TRITON_INTERPRET) and
+compile only a handful of configs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Config, Problem
+from autotune.compile import (
+    CompilePool,
+    amd_features,
+    check_compilable,
+    nvidia_features,
+    occupancy_amd,
+    occupancy_nvidia,
+)
+from autotune.kernels import GEMM
+from autotune.result import TrialStatus
+from autotune.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
+from autotune.target import Target, TargetError
+
+pytest.importorskip("triton")
+
+PROBLEM = Problem.gemm(64, 256, 512)
+
+
+def amd_config(**kw: int) -> Config:
+    base = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1, SPLIT_K=1, NUM_XCDS=1, num_warps=4,
+                num_stages=2, matrix_instr_nonkdim=16, waves_per_eu=0)  # fmt: skip
+    return Config(backend="triton", **{**base, **kw})
+
+
+# (name, arch, problem, config): every config compiled once for the whole module.
+CASES = {
+    "942-mfma16": ("gfx942", PROBLEM, amd_config(kpack=1)),
+    "942-mfma32": ("gfx942", PROBLEM, amd_config(matrix_instr_nonkdim=32, kpack=1)),
+    "950-mfma16": ("gfx950", PROBLEM, amd_config()),
+    "950-mfma32": ("gfx950", PROBLEM, amd_config(matrix_instr_nonkdim=32)),
+    # 256x256 tiles: the accumulator spills on gfx942; 2 stages of 256x128 A and B tiles need 256 KiB of LDS
+    "942-spill": ("gfx942", Problem.gemm(512, 512, 512),
+                  amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=8, kpack=2)),
+    "950-lds": ("gfx950", Problem.gemm(512, 512, 512),
+                amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8)),
+    # BLOCK_K = 8 is below what an MFMA needs: the compiler falls back to plain FMA
+    "942-fma": ("gfx942", PROBLEM, amd_config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=8, kpack=1)),
+    # BLOCK_M = 48 is no power of two: tl.arange refuses it
+    "942-broken": ("gfx942", PROBLEM, amd_config(BLOCK_M=48, kpack=1)),
+    "sm90": ("sm_90", PROBLEM, Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1,
+                                      SPLIT_K=2, num_warps=4, num_stages=3)),
+    "sm90-tma": ("sm_90", Problem.gemm(256, 256, 512),
+                 Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
+                        PERSISTENT=1, num_warps=8, num_stages=3)),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, StaticFeatures]:
+    out: dict[str, StaticFeatures] = {}
+    pools: dict[str, CompilePool] = {}
+    futures = {}
+    try:
+        for name, (arch, problem, config) in CASES.items():
+            target = Target.for_arch(arch)
+            try:
+                pool = pools.get(arch) or pools.setdefault(arch, CompilePool(target, workers=2))
+            except TargetError as exc:
+                pytest.skip(f"this Triton cannot compile for {arch}: {exc}")
+            futures[name] = pool.submit(GEMM, problem, config)
+        for name, future in futures.items():
+            out[name] = future.result(timeout=600)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return out
+
+
+def findings(compiled: dict[str, StaticFeatures], name: str, floor: int = 1) -> list[StaticFinding]:
+    arch, _, config = CASES[name]
+    return check_features(compiled[name], config, Target.for_arch(arch), min_occupancy=floor)
+
+
+@pytest.mark.parametrize("name, mfma", [("942-mfma16", "v_mfma_f32_16x16x16_bf16"),
+                                        ("942-mfma32", "v_mfma_f32_32x32x8_bf16"),
+                                        ("950-mfma16", "v_mfma_f32_16x16x32_bf16"),
+                                        ("950-mfma32", "v_mfma_f32_32x32x16_bf16")])  # fmt: skip
+def test_nonkdim_gives_the_matching_mfma(compiled, name: str, mfma: str) -> None:
+    f = compiled[name]
+    assert f.compiled, f.error
+    assert f.mma == (mfma,)
+    assert f.vgprs > 0 and f.sgprs > 0 and f.lds_bytes > 0
+    assert f.occupancy_unit == "waves/SIMD" and 1 <= f.occupancy <= 8
+    assert f.load_bits and f.store_bits and f.compile_s > 0
+    assert findings(compiled, name) == []
+
+
+def test_oversized_tiles_are_flagged_with_the_reason(compiled) -> None:
+    spill = findings(compiled, "942-spill")
+    assert compiled["942-spill"].spills > 0 and compiled["942-spill"].scratch_bytes > 0
+    assert [f.check for f in spill] == ["spills"], spill
+    lds = findings(compiled, "950-lds")
+    assert compiled["950-lds"].lds_bytes > 160 * 1024
+    checks = {f.check for f in lds}
+    assert "lds" in checks and "occupancy" in checks, lds
+    assert any("160 KiB" in f.reason for f in lds)
+
+
+def test_missing_mfma_and_compile_errors_are_findings_not_exceptions(compiled) -> None:
+    fma = findings(compiled, "942-fma")
+    assert compiled["942-fma"].compiled and compiled["942-fma"].mma == ()
+    assert [f.check for f in fma] == ["mfma_shape"] and "no MFMA" in fma[0].reason
+    broken = compiled["942-broken"]
+    assert not broken.compiled and "power of 2" in broken.error
+    assert [f.check for f in findings(compiled, "942-broken")] == ["compile"]
+
+
+def test_sm90_reports_registers_and_shared_memory(compiled) -> None:
+    f = compiled["sm90"]
+    assert f.compiled, f.error
+    assert 0 < f.vgprs <= 255 and f.sgprs == 0
+    assert f.lds_bytes >= 3 * 64 * 64 * 2  # at least the A and B tiles of the pipelined stages
+    assert f.occupancy_unit == "blocks/SM" and f.occupancy == occupancy_nvidia(f.vgprs, f.lds_bytes, 4)
+    assert any(m.startswith("wgmma.mma_async") for m in f.mma)
+    assert 128 in f.load_bits and f.spills == 0 and f.scratch_bytes == 0
+    tma = compiled["sm90-tma"]
+    assert tma.compiled and tma.tma == ("load", "store") and tma.vgprs > 0
+
+
+def test_occupancy_floor(compiled) -> None:
+    floor = compiled["942-mfma16"].occupancy + 1
+    assert [f.check for f in findings(compiled, "942-mfma16", floor=floor)] == ["occupancy"]
+
+
+# -- parsing and occupancy, no compiler -------------------------------------------------------------
+
+AMD_ASM = """
+    v_mfma_f32_16x16x16_bf16 a[0:3], v[0:1], v[2:3], a[0:3]
+    v_mfma_f32_16x16x16_bf16 a[4:7], v[4:5], v[6:7], a[4:7]
+    global_load_dwordx4 v[8:11], v[12:13], off
+    buffer_load_ushort v14, v15, s[0:3], 0 offen
+    global_store_short_d16_hi v[16:17], v18, off
+; NumVgprs: 100
+; NumAgprs: 28
+; TotalNumVgprs: 132
+; ScratchSize: 16
+; Occupancy: 3
+    .agpr_count:     28
+    .sgpr_count:     40
+    .vgpr_count:     132
+    .vgpr_spill_count: 4
+    .sgpr_spill_count: 1
+    .private_segment_fixed_size: 16
+"""
+
+
+def test_amd_features_from_assembly() -> None:
+    f = amd_features(AMD_ASM, 32 * 1024, Target.for_arch("gfx942"), num_warps=4)
+    assert (f.vgprs, f.agprs, f.sgprs, f.spills, f.scratch_bytes) == (132, 28, 40, 5, 16)
+    assert f.mma == ("v_mfma_f32_16x16x16_bf16",)
+    assert f.load_bits == (16, 128) and f.store_bits == (16,)
+    assert f.occupancy == 2  # LDS: 64 KiB / 32 KiB = 2 workgroups of 4 waves over 4 SIMDs
+
+
+def test_amd_occupancy() -> None:
+    gfx942, gfx950 = Target.for_arch("gfx942"), Target.for_arch("gfx950")
+    assert occupancy_amd(128, 0, 4, gfx942) == 4  # 512 / 128
+    assert occupancy_amd(130, 0, 4, gfx942) == 3  # 136 after rounding to the granule of 8
+    assert occupancy_amd(24, 0, 4, gfx942) == 8  # wave slots
+    assert occupancy_amd(64, 48 * 1024, 8, gfx942) == 2  # one workgroup of 8 waves per CU
+    assert occupancy_amd(64, 48 * 1024, 8, gfx950) == 6  # 160 KiB holds three
+    assert occupancy_amd(64, 96 * 1024, 4, gfx942) == 0  # does not fit at all
+
+
+def test_nvidia_occupancy() -> None:
+    assert occupancy_nvidia(128, 0, 4) == 4  # 65536 / (128 * 32 * 4)
+    assert occupancy_nvidia(255, 0, 8) == 1
+    assert occupancy_nvidia(32, 0, 4) == 16  # warp slots: 64 / 4
+    assert occupancy_nvidia(64, 100 * 1024, 4) == 2  # 228 KiB / 101 KiB
+    assert occupancy_nvidia(64, 230 * 1024, 4) == 0
+
+
+class _Kernel:
+    def __init__(self, ptx: str, shared: int) -> None:
+        self.asm = {"ptx": ptx, "cubin": b""}
+        self.metadata = type("M", (), {"shared": shared})()
+
+
+def test_nvidia_instructions_from_ptx(monkeypatch) -> None:
+    import autotune.compile as comp
+
+    monkeypatch.setattr(comp, "_cubin_usage", lambda cubin: (96, 8, 0, 16))
+    ptx = """
+	@%p1 ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];
+	ld.global.b16 %rs1, [ %rd2 + 0 ];
+	cp.async.cg.shared.global [ %r5 + 0 ], [ %rd3 + 0 ], 0x10, %r6;
+	@%p2 st.global.v2.b32 [ %rd4 + 0 ], { %r7, %r8 };
+	wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%f1}, %rd5, %rd6, %p3, 1, 1, 0, 1;
+	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f2}, {%r9}, {%r10}, {%f3};
+"""
+    f = nvidia_features(_Kernel(ptx, 40 * 1024), Target.for_arch("sm_90"), num_warps=4)
+    assert f.load_bits == (16, 128) and f.store_bits == (64,)
+    assert f.mma == ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16")  # fmt: skip
+    assert (f.vgprs, f.spills, f.scratch_bytes, f.lds_bytes) == (96, 4, 16, 40 * 1024)
+
+
+def test_features_json_round_trip() -> None:
+    f = StaticFeatures(arch="gfx950", vgprs=10, mma=("v_mfma_x",), load_bits=(128,), tma=("load",))
+    assert StaticFeatures.from_json(f.to_json()) == f
+
+
+def test_policy_validation() -> None:
+    assert StaticPolicy.from_mapping({"prune": False}).enabled is False
+    with pytest.raises(ValueError, match="unknown static check"):
+        StaticPolicy.from_mapping({"prune": ["spill"]})
+    with pytest.raises(ValueError, match="min_occupancy"):
+        StaticPolicy.from_mapping({"min_occupancy": "2"})
+    with pytest.raises(ValueError, match="unknown key"):
+        StaticPolicy.from_mapping({"floor": 2})
+
+
+def test_targets_that_cannot_be_compiled_for(monkeypatch) -> None:
+    with pytest.raises(TargetError, match="unknown target"):
+        Target.for_arch("gfx1234")
+    with pytest.raises(TargetError, match="compile-only work needs"):
+        check_compilable(Target.interpreter_target())
+    import triton.backends
+
+    monkeypatch.setattr(triton.backends, "backends", {"nvidia": object()})
+    with pytest.raises(TargetError, match="no amd backend"):
+        check_compilable(Target.for_arch("gfx942"))
+
+
+def test_kernel_calls_capture_the_real_launches() -> None:
+    target = Target.for_arch("gfx942")
+    config = amd_config(SPLIT_K=2, kpack=1)
+    calls = GEMM.kernel_calls(PROBLEM, config, target)
+    assert [c.fn.__name__ for c in calls] == ["gemm_kernel", "splitk_reduce_kernel"]
+    main = calls[0]
+    assert main.grid == (1 * 4, 2)  # cdiv(64, 64) * cdiv(256, 64) tiles, 2 K slices
+    assert main.kwargs["matrix_instr_nonkdim"] == 16 and main.kwargs["SPLIT_K"] == 2
+    assert all(str(a.device) == "meta" for a in main.args[:3])
+    assert GEMM.kernel_calls(PROBLEM, Config(backend="torch"), target) == []
+
+
+# -- static pruning in the runner -------------------------------------------------------------------
+
+
+class _FakeChecker:
+    """Flags configs with BLOCK_K 32 as spilling; records what was prefetched."""
+
+    lookahead = 4
+
+    def __init__(self) -> None:
+        self.prefetched: list[Config] = []
+
+    def prefetch(self, op, problem, configs) -> None:
+        self.prefetched += list(configs)
+
+    def findings(self, op, problem, config) -> list[StaticFinding]:
+        if config.get("BLOCK_K") == 32:
+            return [StaticFinding("spills", "spills 3 register(s) to 12 B of scratch per lane")]
+        return []
+
+
+def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) -> None:
+    from autotune.bench import Benchmarker
+    from autotune.db import Store
+    from autotune.runner import Runner
+    from autotune.strategies import Budget
+
+    target = Target.interpreter_target()
+    problem = Problem.gemm(16, 32, 64)
+    checker = _FakeChecker()
+    ran: list[Config] = []
+    bench = Benchmarker(GEMM, target)
+    real_run = bench.run
+
+    def run(p, c):
+        ran.append(c)
+        return real_run(p, c)
+
+    bench.run = run  # type: ignore[method-assign]
+    with Store(str(tmp_path / "t.db")) as store:
+        runner = Runner(store, target, bench, checker=checker)  # type: ignore[arg-type]
+        report = runner.tune(GEMM, problem, strategy="exhaustive", budget=Budget(trials=8),
+                             backends=("triton",))  # fmt: skip
+        pruned = store.trials(problem=problem, status=TrialStatus.PRUNED)
+    assert report.static_pruned.get("spills", 0) == len(pruned) > 0
+    assert all(t.config["BLOCK_K"] == 32 and "spills" in t.error for t in pruned)
+    assert all(c.get("BLOCK_K") != 32 for c in ran) and ran
+    assert checker.prefetched, "the runner must queue compiles ahead"
