@@ -25,13 +25,13 @@ class StaticFeatures:
     """What the compiler says about one config on one target, without launching it.
 
     AMD: `vgprs`, `agprs` and `sgprs` per lane/wave, `occupancy` in waves per SIMD. NVIDIA: `vgprs` holds
-    the registers per thread (`agprs`, `sgprs` are 0), `occupancy` is resident blocks per SM. `spills` is
-    the number of spilled registers (AMD) or the 4-byte words of local memory per thread (NVIDIA, which
-    reports only bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per thread.
-    `lds_bytes` is the shared memory of one workgroup. `mma` lists the distinct matrix instructions
-    (``v_mfma_*``, ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths of global loads and stores
-    (an asynchronous copy to shared memory counts as a load of its width); `tma` says whether tiles are
-    loaded or stored by tensor-memory-accelerator bulk copies.
+    the registers per thread (`agprs`, `sgprs` are 0), `occupancy` is resident blocks per SM.
+    `spills` is the number of spilled registers (AMD) or the 4-byte words of local memory per thread
+    (NVIDIA, which reports only bytes); `scratch_bytes` is private (AMD) or local (NVIDIA) memory per
+    thread. `lds_bytes` is the shared memory of one workgroup. `mma` lists the distinct matrix
+    instructions (``v_mfma_*``, ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths
+    of global loads and stores (an asynchronous copy to shared memory counts as a load of its width);
+    `tma` says whether tiles are loaded or stored by tensor-memory-accelerator bulk copies.
     `error` is set (and everything else zero) when the config did not compile.
     """
 
