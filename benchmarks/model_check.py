@@ -28,17 +28,23 @@ from autotune.db import Store
 from autotune.result import Source, TrialStatus
 from autotune.target import Target
 
-# (label, N, K): bf16 linear layers (Llama-3.1-8B qkv and down, Llama-3.1-70B qkv under TP 8).
-SHAPES = [("l8b.qkv", 6144, 4096), ("l8b.down", 4096, 14336), ("l70b-tp8.qkv", 1280, 8192)]
+# (label, N, K): bf16 linear layers (Llama-3.1-8B qkv and down, Llama-3.1-70B qkv and gate_up under TP 8).
+SHAPES = [("l8b.qkv", 6144, 4096), ("l8b.down", 4096, 14336), ("l70b-tp8.qkv", 1280, 8192),
+          ("l70b-tp8.gate_up", 7168, 8192)]  # fmt: skip
 MS = {"l8b.qkv": [1, 16, 64, 256, 1024, 4096], "l8b.down": [1, 16, 1024, 4096, 64, 256],
-      "l70b-tp8.qkv": [1, 16, 1024, 4096]}  # fmt: skip
+      "l70b-tp8.qkv": [1, 16, 1024, 4096], "l70b-tp8.gate_up": [1, 16, 64, 256, 1024, 4096]}  # fmt: skip
+#: The shapes the model's constants were calibrated on; every other shape is held out.
+CALIBRATION = ("l8b.qkv", "l70b-tp8.qkv")
 BACKENDS = ("triton",)
 TOP = 5
 GOAL = 0.05
 
 
-def problems() -> list[tuple[str, Problem]]:
-    out = [(label, Problem.gemm(m, n, k, "bf16")) for label, n, k in SHAPES for m in MS[label]]
+def problems(labels: str | None = None) -> list[tuple[str, Problem]]:
+    wanted = set(labels.split(",")) if labels else {label for label, _, _ in SHAPES}
+    out = [
+        (label, Problem.gemm(m, n, k, "bf16")) for label, n, k in SHAPES if label in wanted for m in MS[label]
+    ]
     return sorted(out, key=lambda lp: (lp[1].M > 256, lp[1].M, lp[0]))  # cheap shapes first
 
 
@@ -59,7 +65,7 @@ def measure(args: argparse.Namespace) -> None:
     policy = StaticPolicy(prune=())
     with Store(args.db) as store, StaticChecker(target, policy, store=store, workers=args.workers) as checker:
         runner = Runner(store, target, bench, checker=checker)
-        for label, problem in problems():
+        for label, problem in problems(args.only):
             left = deadline - time.monotonic()
             if left <= 0:
                 print(f"time limit reached before {label} {problem}; run again to continue", flush=True)
@@ -115,9 +121,7 @@ def report(args: argparse.Namespace) -> int:
             return 1
         gpu = gpus[0]
         target: Target = gpu.target
-        for label, problem in problems():
-            if args.only and label not in args.only.split(","):
-                continue
+        for label, problem in problems(args.only):
             space = GEMM.space(problem, target, BACKENDS)
             trials = store.trials(fingerprint=gpu.fingerprint, problem=problem, source=Source.MEASURED)
             trials = [t for t in trials if t.config.backend in BACKENDS]
@@ -156,6 +160,7 @@ def report(args: argparse.Namespace) -> int:
             times = [measured.get(d, math.inf) for d in picks]
             rows.append(
                 dict(
+                    calibration=label in CALIBRATION,
                     shape=label,
                     M=problem.M,
                     N=problem.N,
@@ -175,26 +180,44 @@ def report(args: argparse.Namespace) -> int:
         print("no complete shapes in the database", file=sys.stderr)
         return 1
     hits = sum(r["top5_ratio"] <= 1 + GOAL for r in rows)
-    summary = dict(
-        gpu=str(target), toolchain=target.toolchain, model=MODEL_VERSION, shapes=len(rows),
+    summary: dict[str, Any] = dict(
+        gpu=str(target),
+        toolchain=target.toolchain,
+        model=MODEL_VERSION,
+        shapes=len(rows),
         top5_within_5pct=hits,
-        fraction=hits / len(rows), goal_met=hits / len(rows) >= 0.8,
+        fraction=hits / len(rows),
+        goal_met=hits / len(rows) >= 0.8,
         median_spearman=statistics.median(r["spearman"] for r in rows),
-    )  # fmt: skip
+    )
+    for group, members in (("calibration", [r for r in rows if r["calibration"]]),
+                           ("held_out", [r for r in rows if not r["calibration"]])):  # fmt: skip
+        if members:
+            summary[group] = dict(
+                shapes=len(members),
+                top5_within_5pct=sum(r["top5_ratio"] <= 1 + GOAL for r in members),
+                median_spearman=statistics.median(r["spearman"] for r in members),
+            )  # fmt: skip
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "model_check.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
     print(f"cost model {MODEL_VERSION} vs exhaustive measurement on {target}")
     print(
-        f"{'shape':13s} {'M':>5s} {'space':>5s} {'pruned':>6s} {'rho':>5s} {'opt µs':>8s} "
+        f"{'shape (* held out)':18s} {'M':>5s} {'space':>5s} {'pruned':>6s} {'rho':>5s} {'opt µs':>8s} "
         f"{'top1':>6s} {'top5':>6s}"
     )
     for r in rows:
+        label = r["shape"] + ("" if r["calibration"] else " *")
         print(
-            f"{r['shape']:13s} {r['M']:5d} {r['space']:5d} {r['pruned']:6d} {r['spearman']:5.2f} "
+            f"{label:18s} {r['M']:5d} {r['space']:5d} {r['pruned']:6d} {r['spearman']:5.2f} "
             f"{r['optimum_us']:8.2f} {r['top1_ratio']:6.3f} {r['top5_ratio']:6.3f}"
         )
+    for group in ("calibration", "held_out"):
+        if group in summary:
+            g = summary[group]
+            print(f"{group:11s}: top-5 within 5% on {g['top5_within_5pct']}/{g['shapes']} shapes, "
+                  f"median Spearman {g['median_spearman']:.2f}")  # fmt: skip
     print(
         f"best of top-5 within 5% of the optimum on {hits}/{len(rows)} shapes "
         f"({'goal met' if summary['goal_met'] else 'goal NOT met'}: 80%); "
@@ -212,7 +235,7 @@ def main() -> int:
     parser.add_argument("--out", help="directory for model_check.json")
     parser.add_argument("--minutes", type=float, default=9.0, help="stop starting new configs after this")
     parser.add_argument("--workers", type=int, help="compiler processes (default: one per core)")
-    parser.add_argument("--only", help="report: only these shape labels (comma-separated)")
+    parser.add_argument("--only", help="only these shape labels (comma-separated)")
     args = parser.parse_args()
     if args.phase in ("measure", "all"):
         measure(args)
