@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -82,18 +83,14 @@ def run_sweep(
     from autotune.kernels import get_op
 
     plan(spec, target)  # validate everything before any work
-    t0 = time.perf_counter()
-    sweep_id = store.start_sweep(spec.name, spec.text, target)
-    report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target)
     benches: dict[str, Benchmarker] = {}
-    status = "failed"
     runner: Runner | None = None
-    try:
+    with _sweep_row(spec, store, target) as report:
         for entry, problem in spec.problems():
             op = get_op(entry.op)
             if entry.op not in benches:
                 benches[entry.op] = benchmarker_for(entry.op) if benchmarker_for else Benchmarker(op, target)
-            runner = Runner(store, target, benches[entry.op], sweep_id=sweep_id, on_trial=on_trial,
+            runner = Runner(store, target, benches[entry.op], sweep_id=report.sweep_id, on_trial=on_trial,
                             checker=checker)  # fmt: skip
             result = runner.tune(
                 op,
@@ -106,17 +103,32 @@ def run_sweep(
             report.problems.append(result)
             if on_problem is not None:
                 on_problem(result)
+    stopped = runner.current if report.interrupted and runner is not None else None
+    if stopped is not None and stopped not in report.problems:
+        report.problems.append(stopped)  # the problem stopped mid-way: count its stored trials
+    return report
+
+
+@contextmanager
+def _sweep_row(
+    spec: SweepSpec, store: Store, target: Target, predicted: bool = False
+) -> Iterator[SweepReport]:
+    """The sweep's row and report: "finished" when the body completes, "interrupted" on Ctrl-C (which is
+    swallowed: the report says so), "failed" on any other error (which propagates)."""
+    t0 = time.perf_counter()
+    sweep_id = store.start_sweep(spec.name, spec.text, target)
+    report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target, predicted=predicted)
+    status = "failed"
+    try:
+        yield report
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
         report.interrupted = True
-        if runner is not None and runner.current is not None and runner.current not in report.problems:
-            report.problems.append(runner.current)  # the problem stopped mid-way: count its stored trials
-        log.warning("sweep %s interrupted; every finished trial is stored", spec.name)
+        log.warning("sweep %s interrupted; everything finished is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0
         store.finish_sweep(sweep_id, status)
-    return report
 
 
 def predict_sweep(
@@ -142,11 +154,7 @@ def predict_sweep(
 
     target = checker.target
     plan(spec, target)
-    t0 = time.perf_counter()
-    sweep_id = store.start_sweep(spec.name, spec.text, target)
-    report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target, predicted=True)
-    status = "failed"
-    try:
+    with _sweep_row(spec, store, target, predicted=True) as report:
         for entry, problem in spec.problems():
             op = get_op(entry.op)
             p0 = time.perf_counter()
@@ -171,7 +179,7 @@ def predict_sweep(
                     trial = model_result(candidate, None if rank is None else {"rank": rank})
                     name, source_hash = kernels[candidate.config.backend]
                     store.record(target=target, kernel=name, source_hash=source_hash, problem=problem,
-                                 result=trial, sweep_id=sweep_id, source=Source.MODEL)  # fmt: skip
+                                 result=trial, sweep_id=report.sweep_id, source=Source.MODEL)  # fmt: skip
                     if on_trial is not None:
                         on_trial(problem, candidate.config, trial)
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
@@ -186,12 +194,4 @@ def predict_sweep(
             report.problems.append(result)
             if on_problem is not None:
                 on_problem(result)
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        report.interrupted = True
-        log.warning("sweep %s interrupted; every finished problem is stored", spec.name)
-    finally:
-        report.wall_s = time.perf_counter() - t0
-        store.finish_sweep(sweep_id, status)
     return report

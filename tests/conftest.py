@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
 
 HAS_GPU = torch.cuda.is_available()
+#: The PostgreSQL server of the database tests (each test creates and drops a database of its own).
+PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 if not HAS_GPU:
     # Must be set before anything imports a @triton.jit function.
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -18,3 +25,41 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> Iterator[Engine]:
+    """An AUTOCOMMIT connection to the PostgreSQL server, or a skip saying why there is none."""
+    shown = make_url(PG_BASE).render_as_string(hide_password=True)
+    try:
+        engine = create_engine(PG_BASE, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except Exception as exc:  # driver missing, server down, bad credentials
+        pytest.skip(
+            f"PostgreSQL at {shown} is unreachable ({type(exc).__name__}: {exc}); "
+            "set AUTOTUNE_TEST_PG to a reachable server"
+        )
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_admin: Engine) -> Iterator[str]:
+    """A fresh, uniquely named database, dropped afterwards (reruns and parallel runs never collide)."""
+    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
+    with pg_admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(PG_BASE).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with pg_admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "autotune.db")
+    url: str = request.getfixturevalue("pg_url")
+    return url

@@ -9,13 +9,11 @@ import os
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import Engine, make_url
 
 from autotune.config import Config
 from autotune.db import SCHEMA_VERSION, Store, StoreError, resolve_url
@@ -27,7 +25,6 @@ from autotune.static import StaticFeatures, StaticFinding
 from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
-PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 ARCH = "gfx942"
 TOOLCHAIN = {"triton": "3.6.0", "torch": "2.13.0", "hip": "7.0"}
@@ -37,45 +34,7 @@ KERNELS = {"triton": KERNEL}
 PROBLEM = Problem.gemm(16, 4096, 4096)
 
 
-# -- fixtures (as in test_db.py) -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pg_admin() -> Iterator[Engine]:
-    """An AUTOCOMMIT connection to the PostgreSQL server, or a skip saying why there is none."""
-    shown = make_url(PG_BASE).render_as_string(hide_password=True)
-    try:
-        engine = create_engine(PG_BASE, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3})
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
-    except Exception as exc:  # driver missing, server down, bad credentials
-        pytest.skip(
-            f"PostgreSQL at {shown} is unreachable ({type(exc).__name__}: {exc}); "
-            "set AUTOTUNE_TEST_PG to a reachable server"
-        )
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
-def pg_url(pg_admin: Engine) -> Iterator[str]:
-    """A fresh, uniquely named database, dropped afterwards."""
-    name = f"autotune_test_{uuid.uuid4().hex[:12]}"
-    with pg_admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(PG_BASE).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with pg_admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "autotune.db")
-    url: str = request.getfixturevalue("pg_url")
-    return url
+# -- fixtures (PostgreSQL ones: conftest.py) ----------------------------------------------------------
 
 
 @pytest.fixture
