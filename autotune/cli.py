@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -407,20 +408,13 @@ def _print_sweep_report(report: Any) -> None:
         f"{report.trials_cached} read back from the database, "
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
-    pruned: dict[str, int] = {}
-    for p in report.problems:
-        for reason, n in p.pruned.items():
-            pruned[reason] = pruned.get(reason, 0) + n
-    if pruned:
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(pruned.items(), key=lambda kv: -kv[1]))
-        print(f"pruned by constraints before compiling ('space' is valid/all): {reasons}")
-    static: dict[str, int] = {}
-    for p in report.problems:
-        for check, n in p.static_pruned.items():
-            static[check] = static.get(check, 0) + n
-    if static:
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted(static.items(), key=lambda kv: -kv[1]))
-        print(f"pruned by static checks after compiling (no GPU time): {reasons}")
+    for what, attr in (("by constraints before compiling ('space' is valid/all)", "pruned"),
+                       ("by static checks after compiling (no GPU time)", "static_pruned")):  # fmt: skip
+        counts: Counter[str] = Counter()
+        for p in report.problems:
+            counts.update(getattr(p, attr))
+        if counts:
+            print(f"pruned {what}: " + ", ".join(f"{r} {n}" for r, n in counts.most_common()))
 
 
 def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
