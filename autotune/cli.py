@@ -1,4 +1,4 @@
-"""The `autotune` command line: sweep, check, best, export, emit, status."""
+"""The `autotune` command line: sweep, plan, check, best, export, emit, status."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ _DESCRIPTION = """\
 Autotune GPU matrix kernels per problem shape, keep every measurement in a database, and emit the
 pinned tables that autotune.kernels.gemm() reads at run time.
 
+Before:         autotune plan my.toml         (problems, space sizes, estimated duration)
 Typical night:  autotune sweep my.toml        (tune; resumable: run it again after any stop)
 No GPU here:    autotune sweep my.toml --target gfx942   (compile-only: cost-model predictions)
                 autotune check --target gfx950 my.toml   (registers, spills, LDS, MFMA per config)
@@ -98,6 +99,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    p = sub.add_parser(
+        "plan",
+        parents=[common],
+        help="what a sweep would do and how long it would take, without running it",
+        description="For every problem of SPEC.toml: the space size after the constraints (valid/all), the "
+        "trials the sweep would run (the budget caps them), how many are already in the database (a "
+        "resumed sweep skips them) and an estimated duration, from the cost model's kernel times, the "
+        "benchmarker's settings and compilation ahead on every CPU core. On the local GPU, else for "
+        "--target (a compile-only sweep's plan; gfx942 when there is no GPU). Estimates, not promises.",
+    )
+    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
+    p.add_argument("--target", metavar="ARCH", help="plan a compile-only sweep for ARCH")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    _db_arg(p)
 
     p = sub.add_parser(
         "check",
@@ -198,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    handlers = {"sweep": _sweep, "check": _check, "best": _best, "export": _export, "emit": _emit}
+    handlers = {"sweep": _sweep, "plan": _plan, "check": _check, "best": _best, "export": _export}
+    handlers["emit"] = _emit
     handler = {**handlers, "status": _status}[args.verb]
     try:
         return handler(args)
@@ -423,6 +442,70 @@ def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
         print(indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
         if j == 0:
             print(indent + "  ".join("-" * w for w in widths))
+
+
+# -- plan -------------------------------------------------------------------------------------------
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from autotune.plan import plan_sweep
+    from autotune.sweeps import SpecError, load_spec
+    from autotune.target import TargetError, local_target
+
+    if args.workers is not None and args.workers <= 0:
+        raise CliError("--workers must be positive")
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    compile_only = bool(args.target)
+    if args.target:
+        target = _compile_target(args.target)
+    else:
+        try:
+            target = local_target(args.device)
+        except TargetError as exc:
+            if not _no_gpu():
+                raise CliError(str(exc)) from None
+            target, compile_only = _compile_target(DEFAULT_COMPILE_TARGET), True
+    store = (
+        _open_store(args.db)
+        if args.db or os.environ.get("AUTOTUNE_DB") or Path("autotune.db").exists()
+        else None
+    )
+    try:
+        rows = plan_sweep(spec, target, store=store, workers=args.workers, compile_only=compile_only)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        if store is not None:
+            store.close()
+    total = sum(r.est_s for r in rows)
+    if args.json:
+        doc = {"spec": spec.name, "target": target.arch, "compile_only": compile_only,
+               "est_s": round(total, 1), "problems": [r.to_dict() for r in rows]}  # fmt: skip
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    kind = "compile-only sweep" if compile_only else "sweep"
+    print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
+    table = [("problem", "space", "trials", "done", "estimate")]
+    for r in rows:
+        p = r.problem
+        name = f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
+        table.append((name, f"{r.valid}/{r.raw}", str(r.trials), str(r.done), _fmt_duration(r.est_s)))
+    _print_table(table)
+    left = sum(r.trials - r.done for r in rows)
+    print(f"{left} trials left of {sum(r.trials for r in rows)}; estimated {_fmt_duration(total)} "
+          "(the static checks may prune more once configs are compiled)")  # fmt: skip
+    return EXIT_OK
+
+
+def _fmt_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # -- check ------------------------------------------------------------------------------------------
