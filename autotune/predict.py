@@ -129,7 +129,7 @@ def check_problem(
     space = op.space(problem, target, backends)
     report = ProblemCheck(problem, target, len(space), space.raw_size(), space.prune_summary())
     ranked = rank(problem, space.configs(), target)
-    order = [c for c, _ in ranked if c.backend != "torch"]
+    order = _spread([(c, t) for c, t in ranked if c.backend != "torch"])
     vendor = next((c for c, _ in ranked if c.backend == "torch"), None)
     if vendor is not None:
         report.vendor = Candidate(vendor, predict_us(problem, vendor, target))
@@ -146,6 +146,24 @@ def check_problem(
         if len(report.survivors()) >= keep:
             break
     return report
+
+
+#: Knobs that decide a config's shape of work; configs equal in these and in predicted time differ only in
+#: knobs the model barely sees (waves_per_eu, kpack, GROUP_M when everything fits in cache).
+_SHAPE_KNOBS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K", "num_warps", "num_stages", "PERSISTENT")
+
+
+def _spread(ranked: list[tuple[Config, float]]) -> list[Config]:
+    """The ranked configs with one of each (shape of work, predicted time) first, in rank order, and the
+    near-duplicates after them: the compile budget goes to configs the model can tell apart."""
+    seen: set[tuple[object, ...]] = set()
+    first: list[Config] = []
+    later: list[Config] = []
+    for config, t in ranked:
+        key = (config.backend, round(t, 3), *(config.get(k) for k in _SHAPE_KNOBS))
+        (later if key in seen else first).append(config)
+        seen.add(key)
+    return first + later
 
 
 def model_result(candidate: Candidate, extra: dict[str, Any] | None = None) -> TrialResult:

@@ -293,3 +293,13 @@ def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) 
     assert all(t.config["BLOCK_K"] == 32 and "spills" in t.error for t in pruned)
     assert all(c.get("BLOCK_K") != 32 for c in ran) and ran
     assert checker.prefetched, "the runner must queue compiles ahead"
+
+
+def test_candidates_spread_over_configs_the_model_can_tell_apart() -> None:
+    from autotune.predict import _spread
+
+    def cfg(bk: int, wpe: int) -> Config:
+        return amd_config(BLOCK_K=bk, waves_per_eu=wpe)
+
+    ranked = [(cfg(64, 0), 1.0), (cfg(64, 1), 1.0), (cfg(64, 2), 1.0), (cfg(128, 0), 1.1), (cfg(32, 0), 1.2)]
+    assert _spread(ranked) == [cfg(64, 0), cfg(128, 0), cfg(32, 0), cfg(64, 1), cfg(64, 2)]
