@@ -27,8 +27,9 @@ _DTYPE_ALIASES = {
     "f16": "fp16",
 }
 
-#: Ops the pipeline knows. Later issues add quantized GEMMs and MoE.
-OPS: tuple[str, ...] = ("gemm",)
+#: Ops the pipeline knows. "moe": the fused mixture-of-experts MLP, M tokens routed to `topk` of `E`
+#: experts, each an up projection of 2·N rows (gate and up, K = hidden size) and a down projection.
+OPS: tuple[str, ...] = ("gemm", "moe")
 
 #: B operand layouts: "nk" is B given as (N, K) (the nn.Linear weight, C = A·Bᵀ); "kn" is B as (K, N).
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
@@ -77,11 +78,28 @@ class Problem:
             object.__setattr__(self, name, normalize_dtype(getattr(self, name)))
         if self.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
+        if self.op == "moe":
+            if self.topk < 1:
+                raise ValueError(f"a moe problem needs topk >= 1, got {self.topk}")
+            if self.topk > self.E:
+                raise ValueError(
+                    f"a moe problem needs E >= topk (experts per token), got E={self.E}, topk={self.topk}"
+                )
+        elif self.E or self.topk:
+            raise ValueError(f"E and topk belong to moe problems, not {self.op}")
 
     @classmethod
     def gemm(cls, M: int, N: int, K: int, dtype: str = "bf16", layout: str = "nk") -> Problem:
         """A dense GEMM with the same dtype for A, B and C."""
         return cls("gemm", M, N, K, dtype_a=dtype, dtype_b=dtype, dtype_out=dtype, layout=layout)
+
+    @classmethod
+    def moe(
+        cls, M: int, N: int, K: int, E: int, topk: int, dtype: str = "bf16", weights: str | None = None
+    ) -> Problem:
+        """A fused MoE: M tokens, E experts of intermediate size N (per shard) and hidden size K, top-k
+        routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`)."""
+        return cls("moe", M, N, K, E, topk, dtype_a=dtype, dtype_b=weights or dtype, dtype_out=dtype)
 
     @property
     def dtype(self) -> str:
@@ -89,11 +107,24 @@ class Problem:
         return self.dtype_a
 
     def flops(self) -> float:
-        """Floating-point operations (multiply and add counted separately)."""
+        """Floating-point operations (multiply and add counted separately); for moe both projections of
+        every (token, expert) pair: 2·N·K for gate and up, N·K for down, times 2."""
+        if self.op == "moe":
+            return 6.0 * self.M * self.topk * self.N * self.K
         return 2.0 * self.M * self.N * self.K
 
+    def experts_touched(self) -> float:
+        """Expected number of experts that receive a token under uniform routing (moe; 0 otherwise)."""
+        if self.op != "moe":
+            return 0.0
+        return self.E * (1.0 - (1.0 - self.topk / self.E) ** self.M)
+
     def min_bytes(self) -> float:
-        """Fewest bytes any kernel must move: each input read once, the output written once."""
+        """Fewest bytes any kernel must move: each input read once, the output written once (moe: the
+        weights of the experts uniform routing touches, tokens in, the result out)."""
+        if self.op == "moe":
+            w = self.experts_touched() * 3 * self.N * self.K * DTYPE_BYTES[self.dtype_b]
+            return float(w + self.M * self.K * (DTYPE_BYTES[self.dtype_a] + DTYPE_BYTES[self.dtype_out]))
         a = self.M * self.K * DTYPE_BYTES[self.dtype_a]
         b = self.N * self.K * DTYPE_BYTES[self.dtype_b]
         c = self.M * self.N * DTYPE_BYTES[self.dtype_out]
