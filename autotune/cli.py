@@ -514,7 +514,6 @@ def _check(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from autotune.checker import StaticChecker
-    from autotune.kernels import get_op
     from autotune.predict import check_problem
     from autotune.sweeps import SpecError, load_spec, plan
 
@@ -539,7 +538,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with StaticChecker(target, policy, store=store, workers=args.workers) as checker:
             for entry, problem in problems:
-                found = check_problem(get_op(entry.op), problem, checker, candidates=policy.candidates,
+                found = check_problem(entry.make_op(), problem, checker, candidates=policy.candidates,
                                       everything=args.all, backends=entry.backends)  # fmt: skip
                 checks.append(found)
                 bar.update(1)

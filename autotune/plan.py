@@ -73,7 +73,6 @@ def plan_sweep(
     `candidates` compiles per problem on `workers` cores. With a `store`, configs already stored for this
     target and kernel version count as done and cost nothing.
     """
-    from autotune.kernels import get_op
     from autotune.model import predict_us
     from autotune.sweeps.run import plan
     from autotune.sweeps.spec import SpecError
@@ -85,7 +84,7 @@ def plan_sweep(
     flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
     rows: list[PlanRow] = []
     for entry, problem in spec.problems():
-        op = get_op(entry.op)
+        op = entry.make_op()
         try:
             space = op.space(problem, target, entry.backends)
         except ValueError as exc:  # pragma: no cover - plan() above raised already

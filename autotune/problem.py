@@ -151,8 +151,10 @@ class Problem:
         return self.flops() / self.min_bytes()
 
     def __str__(self) -> str:
-        e = f" E={self.E} topk={self.topk}" if self.E else ""
-        return f"{self.op} M={self.M} N={self.N} K={self.K}{e} {self.dtype_a} B:{self.layout}"
+        if self.op == "moe":
+            weights = "" if self.dtype_b == self.dtype_a else f" weights {self.dtype_b}"
+            return f"moe M={self.M} N={self.N} K={self.K} E={self.E} topk={self.topk} {self.dtype_a}{weights}"
+        return f"{self.op} M={self.M} N={self.N} K={self.K} {self.dtype_a} B:{self.layout}"
 
 
 def next_pow2(x: int) -> int:

@@ -47,11 +47,10 @@ class SweepReport:
 
 def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
     """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend."""
-    from autotune.kernels import get_op
 
     out = []
     for entry, problem in spec.problems():
-        op = get_op(entry.op)
+        op = entry.make_op()
         try:
             space = op.space(problem, target, entry.backends)
         except ValueError as exc:
@@ -80,14 +79,13 @@ def run_sweep(
     and propagates. Running the same spec again resumes: stored trials are not re-run.
     """
     from autotune.bench import Benchmarker
-    from autotune.kernels import get_op
 
     plan(spec, target)  # validate everything before any work
     benches: dict[str, Benchmarker] = {}
     runner: Runner | None = None
     with _sweep_row(spec, store, target) as report:
         for entry, problem in spec.problems():
-            op = get_op(entry.op)
+            op = entry.make_op()
             if entry.op not in benches:
                 benches[entry.op] = benchmarker_for(entry.op) if benchmarker_for else Benchmarker(op, target)
             runner = Runner(store, target, benches[entry.op], sweep_id=report.sweep_id, on_trial=on_trial,
@@ -148,7 +146,6 @@ def predict_sweep(
     never mixed with measurements. A problem already predicted for this target and kernel version is
     skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted".
     """
-    from autotune.kernels import get_op
     from autotune.predict import check_problem, model_result
     from autotune.result import Source
 
@@ -156,7 +153,7 @@ def predict_sweep(
     plan(spec, target)
     with _sweep_row(spec, store, target, predicted=True) as report:
         for entry, problem in spec.problems():
-            op = get_op(entry.op)
+            op = entry.make_op()
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
             kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}

@@ -16,6 +16,15 @@ seconds = 60                   # budget per problem, in seconds (optional)
 seed = 0
 backends = ["torch", "triton"] # default: every backend of the op
 
+[[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
+op = "moe"
+m = [1, 16, 256]               # token counts
+nk = [[2048, 7168]]
+e = 32                         # experts on this rank (a list for several)
+topk = 8
+weights = "fp8e4m3"            # FP8 weights with 128x128 block scales (default: dtype)
+zipf = 1.0                     # routing skew: 0 (default) uniform, s > 0 load of the r-th expert ~ 1/r^s
+
 [static]                       # optional: compile-only checks before any GPU time
 prune = ["compile", "mfma_shape", "spills", "lds", "occupancy"]   # default: all; [] or false: none
 min_occupancy = 1              # waves per SIMD (AMD) or blocks per SM (NVIDIA)
@@ -44,6 +53,7 @@ __all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "s
 
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
+_MOE_KEYS = {"e", "topk", "weights", "zipf"}
 _REQUIRED = ("op", "m", "nk")
 
 
@@ -64,14 +74,35 @@ class SweepEntry:
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     backends: tuple[str, ...] | None = None
+    es: tuple[int, ...] = ()  # moe: expert counts
+    topk: int = 0  # moe: experts per token
+    weights: str = ""  # moe: weight dtype ("" = dtype)
+    zipf: float = 0.0  # moe: routing skew
 
     def problems(self) -> list[Problem]:
+        if self.op == "moe":
+            return [
+                Problem.moe(m, n, k, e, self.topk, self.dtype, self.weights or None)
+                for e in self.es
+                for n, k in self.nks
+                for m in self.ms
+            ]
         return [
             Problem.gemm(m, n, k, self.dtype, layout)
             for layout in self.layouts
             for n, k in self.nks
             for m in self.ms
         ]
+
+    def make_op(self) -> Any:
+        """The TunableOp of this entry (an moe entry's op carries its routing skew)."""
+        from autotune.kernels import get_op
+
+        if self.op == "moe" and self.zipf:
+            from autotune.kernels.moe_op import MoeOp
+
+            return MoeOp(zipf=self.zipf)
+        return get_op(self.op)
 
 
 @dataclass(frozen=True)
@@ -147,11 +178,13 @@ def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
 def _entry(table: Any, where: str) -> SweepEntry:
     if not isinstance(table, Mapping):
         raise SpecError(f"{where}: must be a table")
-    unknown = set(table) - _ENTRY_KEYS
+    allowed = _ENTRY_KEYS | (_MOE_KEYS if table.get("op") == "moe" else set())
+    unknown = set(table) - allowed
     if unknown:
+        hint = f' ({", ".join(sorted(_MOE_KEYS))} belong to op "moe")' if unknown & _MOE_KEYS else ""
         raise SpecError(
             f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
-            f"allowed: {', '.join(sorted(_ENTRY_KEYS))}"
+            f"allowed: {', '.join(sorted(allowed))}{hint}"
         )
     for key in _REQUIRED:
         if key not in table:
@@ -200,7 +233,12 @@ def _entry(table: Any, where: str) -> SweepEntry:
         if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
             raise SpecError(f"{where}: `backends` must be a non-empty list of names")
         backends = tuple(backends)
-    return SweepEntry(
+    moe: dict[str, Any] = {}
+    if op == "moe":
+        moe = _moe_fields(table, dtype, where)
+        if "layout" in table and layouts != ("nk",):
+            raise SpecError(f"{where}: op moe has no `layout` (its weights are (E, N, K))")
+    entry = SweepEntry(
         op=op,
         dtype=dtype,
         ms=ms_t,
@@ -210,7 +248,38 @@ def _entry(table: Any, where: str) -> SweepEntry:
         budget=budget,
         seed=seed,
         backends=backends,
+        **moe,
     )
+    try:
+        entry.problems()
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return entry
+
+
+def _moe_fields(table: Mapping[str, Any], dtype: str, where: str) -> dict[str, Any]:
+    for key in ("e", "topk"):
+        if key not in table:
+            raise SpecError(f"{where}: op moe needs `{key}`")
+    es = table["e"] if isinstance(table["e"], list) else [table["e"]]
+    if not es:
+        raise SpecError(f"{where}: `e` must be a positive integer or a non-empty list of them")
+    es_t = tuple(_positive(v, "e", where) for v in es)
+    topk = _positive(table["topk"], "topk", where)
+    for e in es_t:
+        if e < topk:
+            raise SpecError(f"{where}: topk {topk} is more than the {e} experts (`e`)")
+    weights = _typed(table.get("weights", dtype), str, "weights", where)
+    try:
+        weights = normalize_dtype(weights)
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if weights not in (dtype, "fp8e4m3"):
+        raise SpecError(f"{where}: moe `weights` are {dtype} or fp8e4m3, not {weights}")
+    zipf = table.get("zipf", 0.0)
+    if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
+        raise SpecError(f"{where}: `zipf` must be a number >= 0, got {zipf!r}")
+    return dict(es=es_t, topk=topk, weights="" if weights == dtype else weights, zipf=float(zipf))
 
 
 def _typed(value: Any, kind: type, name: str, where: str) -> Any:

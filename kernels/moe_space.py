@@ -1,0 +1,174 @@
+"""Arch-aware search space and heuristic default config of the fused MoE (vLLM's parameter names)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+from autotune.config import Config, Value
+from autotune.problem import DTYPE_BYTES, Problem, next_pow2
+from autotune.space import Constraint, SearchSpace, SubSpace
+from autotune.target import Target
+
+__all__ = ["FP8_BLOCK", "moe_backends", "moe_default_config", "moe_params", "moe_space", "tokens_per_expert"]
+
+#: The block of the FP8 weight scales (rows of N x columns of K), and of the activation groups along K.
+FP8_BLOCK = 128
+_MIN_TILE = 16
+
+
+def tokens_per_expert(problem: Problem) -> float:
+    """Mean (token, expert) pairs per expert under uniform routing: the M of each expert's GEMM."""
+    return problem.M * problem.topk / problem.E
+
+
+def moe_backends(target: Target) -> tuple[str, ...]:
+    """ "torch" (a loop over experts with torch matmuls: the baseline) and "triton" (the fused kernel)."""
+    return ("torch", "triton")
+
+
+def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
+    """The knobs of the fused MoE kernel on `target`: vLLM's six plus AMD's three on AMD."""
+    fp8 = problem.dtype_b.startswith("fp8")
+    if target.interpreter:
+        return dict(
+            BLOCK_SIZE_M=(16, 32),
+            BLOCK_SIZE_N=(32,),
+            BLOCK_SIZE_K=(32, 64),
+            GROUP_SIZE_M=(1, 4),
+            num_warps=(4,),
+            num_stages=(1,),
+        )
+    common: dict[str, Sequence[Value]] = dict(
+        BLOCK_SIZE_M=(16, 32, 64, 128),
+        BLOCK_SIZE_N=(32, 64, 128, 256),
+        BLOCK_SIZE_K=(64, 128) if fp8 else (32, 64, 128, 256),
+        GROUP_SIZE_M=(1, 16, 32, 64),
+        num_warps=(4, 8),
+    )
+    if target.is_amd:
+        amd: dict[str, Sequence[Value]] = dict(
+            num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2)
+        )
+        if target.arch == "gfx942":
+            amd["kpack"] = (1, 2)
+        return {**common, **amd}
+    return {**common, "num_stages": (2, 3, 4, 5)}
+
+
+def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+    tpe = tokens_per_expert(problem)
+    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
+    fp8 = problem.dtype_b.startswith("fp8")
+
+    def lds(c: Mapping[str, Value]) -> int:
+        stages = int(c["num_stages"])
+        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+        return int(
+            (int(c["BLOCK_SIZE_M"]) + int(c["BLOCK_SIZE_N"])) * int(c["BLOCK_SIZE_K"]) * elem * buffers
+        )
+
+    out = [
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_SIZE_M {{BLOCK_SIZE_M}} > 2 x next_pow2({tpe:.1f} tokens per expert): padded rows",
+            lambda c: int(c["BLOCK_SIZE_M"]) <= max(_MIN_TILE, 2 * next_pow2(max(1, round(tpe)))),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_SIZE_N {{BLOCK_SIZE_N}} > next_pow2(N={problem.N})",
+            lambda c: int(c["BLOCK_SIZE_N"]) <= max(32, next_pow2(problem.N)),
+        ),
+        Constraint(
+            "group_m_redundant",
+            "GROUP_SIZE_M > 1 with one block of rows per expert",
+            lambda c: int(c["GROUP_SIZE_M"]) == 1 or tpe > int(c["BLOCK_SIZE_M"]),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: target.interpreter or lds(c) <= target.lds_bytes,
+        ),
+        Constraint(
+            "idle_warps",
+            "{num_warps} warps on a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} tile leave warps idle",
+            lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_SIZE_M"]) * int(c["BLOCK_SIZE_N"]) >= 8192,
+        ),
+    ]
+    if fp8:
+        out.append(
+            Constraint(
+                "fp8_block_k",
+                f"BLOCK_SIZE_K {{BLOCK_SIZE_K}} must divide the {FP8_BLOCK}-wide scale blocks",
+                lambda c: FP8_BLOCK % int(c["BLOCK_SIZE_K"]) == 0,
+            )
+        )
+    if target.is_amd:
+        out.append(
+            Constraint(
+                "mfma_32_small_tile",
+                "matrix_instr_nonkdim 32 needs BLOCK_SIZE_M and BLOCK_SIZE_N >= 32",
+                lambda c: (
+                    int(c["matrix_instr_nonkdim"]) == 16
+                    or min(int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"])) >= 32
+                ),
+            )
+        )
+    return out
+
+
+def moe_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned. Always a member of `moe_space(problem, target)`.
+
+    The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
+    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, 8 warps).
+    """
+    params = moe_params(problem, target)
+    if target.interpreter:
+        values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+                                        num_warps=4, num_stages=1)  # fmt: skip
+        return Config(backend="triton", **values)
+    tpe = tokens_per_expert(problem)
+    fp8 = problem.dtype_b.startswith("fp8")
+    if tpe <= 32:
+        bm, bn, bk, warps = 16, 64, 128, 4
+    elif tpe <= 256:
+        bm, bn, bk, warps = 32 if tpe <= 64 else 64, 128, 64, 4
+    else:
+        bm, bn, bk, warps = 64, 128, 128 if fp8 else 64, 8
+    bn = min(bn, max(32, next_pow2(problem.N)))
+    values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, GROUP_SIZE_M=16 if tpe > bm else 1,
+                  num_warps=warps, num_stages=2 if target.is_amd else 3)  # fmt: skip
+    if target.is_amd:
+        values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
+        if "kpack" in params:
+            values["kpack"] = 2
+    config = Config(backend="triton", **values)
+    sub = SubSpace("triton", params, _constraints(problem, target))
+    if sub.check(config) is None:
+        return config
+    # Small targets (less LDS) or odd shapes: the first valid config of the space
+    return next(Config({**v}) for v, broken in sub.walk() if broken is None)
+
+
+@lru_cache(maxsize=256)
+def moe_space(problem: Problem, target: Target, backends: tuple[str, ...]) -> SearchSpace:
+    """The search space of `problem`: the torch baseline first, then the Triton kernel (default first)."""
+    known = moe_backends(target)
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown moe backend(s) {', '.join(unknown)}; known on {target.arch}: {', '.join(known)}"
+        )
+    subs = []
+    for backend in known:
+        if backend not in backends:
+            continue
+        if backend == "torch":
+            subs.append(SubSpace("torch"))
+        else:
+            default = moe_default_config(problem, target)
+            subs.append(
+                SubSpace("triton", moe_params(problem, target), _constraints(problem, target), (default,))
+            )
+    return SearchSpace(subs)
