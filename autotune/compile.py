@@ -313,10 +313,17 @@ def _worker_init() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
 
 
-def _compile_job(op_name: str, problem: Problem, config: Config, target: Target) -> StaticFeatures:
+def _compile_job(
+    zipf: float | None, op_name: str, problem: Problem, config: Config, target: Target
+) -> StaticFeatures:
     from autotune.kernels import get_op
 
-    return compile_features(get_op(op_name), problem, config, target)
+    op = get_op(op_name)
+    if zipf:  # an moe op with skewed routing: the routing decides the launches' padded lengths
+        from autotune.kernels.moe_op import MoeOp
+
+        op = MoeOp(zipf=zipf)
+    return compile_features(op, problem, config, target)
 
 
 class CompilePool:
@@ -334,19 +341,31 @@ class CompilePool:
         check_compilable(target)
         self.target = target
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self._context = multiprocessing.get_context("spawn")
+        self._pool = self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
         saved = os.environ.pop("TRITON_INTERPRET", None)
         try:
-            self._pool = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init,
+            return ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=self._context, initializer=_worker_init
             )
         finally:
             if saved is not None:
                 os.environ["TRITON_INTERPRET"] = saved
 
     def submit(self, op: TunableOp, problem: Problem, config: Config) -> Future[StaticFeatures]:
-        return self._pool.submit(_compile_job, op.name, problem, config, self.target)
+        """Queue one compile. A pool broken by a worker that died (a compiler crash takes the config it
+        was compiling with it, as a failed compile) is replaced, so the compiles after it go on."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        zipf = getattr(op, "zipf", None)
+        try:
+            return self._pool.submit(_compile_job, zipf, op.name, problem, config, self.target)
+        except BrokenProcessPool:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._start()
+            return self._pool.submit(_compile_job, zipf, op.name, problem, config, self.target)
 
     def map(
         self, op: TunableOp, problem: Problem, configs: Iterable[Config]

@@ -303,3 +303,23 @@ def test_candidates_spread_over_configs_the_model_can_tell_apart() -> None:
 
     ranked = [(cfg(64, 0), 1.0), (cfg(64, 1), 1.0), (cfg(64, 2), 1.0), (cfg(128, 0), 1.1), (cfg(32, 0), 1.2)]
     assert _spread(ranked) == [cfg(64, 0), cfg(128, 0), cfg(32, 0), cfg(64, 1), cfg(64, 2)]
+
+
+def test_a_broken_pool_is_replaced(monkeypatch) -> None:
+    """A worker that dies (a compiler crash) fails the config it held; the next compiles go on."""
+    import os
+    import signal
+    import time
+
+    target = Target.for_arch("sm_90")
+    with CompilePool(target, workers=1) as pool:
+        original = pool._pool
+        victim = pool._pool.submit(os.getpid)
+        pid = victim.result(timeout=120)
+        os.kill(pid, signal.SIGKILL)
+        time.sleep(1.0)
+        knobs = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=2)
+        config = Config(backend="triton", **knobs)
+        features = dict(pool.map(GEMM, Problem.gemm(16, 64, 64), [config]))[config]
+        assert pool._pool is not original
+    assert features.compiled, features.error

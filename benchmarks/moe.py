@@ -1,0 +1,167 @@
+"""Fused-MoE benchmark (GPU): tune real models' MoE layers, then measure side by side in one run.
+
+Per problem: our tuned config (the sweep's best Triton config), the config vLLM ships for this GPU and
+(E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel, our heuristic default, and
+the PyTorch baseline (a loop over experts with torch matmuls), in µs and TFLOP/s, timed in interleaved
+rounds by one Benchmarker (same method for all). Routing: uniform over the experts (the default) or
+skewed (--zipf).
+
+    python benchmarks/moe.py --db moe.db --vllm-configs DIR --out results/   # resumable tuning
+    python benchmarks/moe.py --phase measure ...                              # from a tuned database
+
+`--vllm-configs` is a folder holding vLLM's shipped config files (vllm/model_executor/layers/fused_moe/
+configs in a vLLM checkout); files are read, never copied into this project. Prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker
+from autotune.db import Store
+from autotune.kernels.moe_op import MoeOp
+from autotune.runner import Runner
+from autotune.strategies import Budget
+from autotune.target import local_target
+
+# (model, deployment, E, N, K, topk, weights): MoE layers of real models, per rank.
+MODELS = [
+    ("mixtral-8x7b", "tp2", 8, 7168, 4096, 2, "bf16"),
+    ("qwen3-30b-a3b", "tp1", 128, 768, 2048, 8, "bf16"),
+    ("deepseek-v3", "tp16", 256, 128, 7168, 8, "fp8e4m3"),
+]
+MS = [1, 16, 64, 256, 1024, 4096]
+VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+
+
+def problems(quick: bool) -> list[tuple[str, Problem]]:
+    ms = [1, 256] if quick else MS
+    out = []
+    for model, deploy, e, n, k, topk, weights in MODELS[: 1 if quick else None]:
+        for m in ms:
+            out.append((f"{model} {deploy}", Problem.moe(m, n, k, e, topk, "bf16", weights)))
+    return out
+
+
+def vllm_config(folder: Path, problem: Problem, device_name: str) -> tuple[Config | None, str]:
+    """The config vLLM would use for `problem` on this GPU: its file's closest M key. (None, why) if no
+    file."""
+    dtype = ",dtype=fp8_w8a8,block_shape=[128,128]" if problem.dtype_b == "fp8e4m3" else ""
+    name = f"E={problem.E},N={problem.N},device_name={device_name.replace(' ', '_')}{dtype}.json"
+    path = folder / name
+    if not path.is_file():
+        return None, f"no {name}"
+    table = {int(m): cfg for m, cfg in json.loads(path.read_text()).items()}
+    m = min(table, key=lambda key: abs(key - problem.M))
+    return Config(backend="triton", **{k: int(table[m][k]) for k in VLLM_KEYS}), f"{name} M={m}"
+
+
+def tune(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int) -> None:
+    from autotune.checker import StaticChecker
+    from autotune.static import StaticPolicy
+
+    target = local_target()
+    bench = Benchmarker(op, target)
+    with StaticChecker(target, StaticPolicy(), store=store) as checker:
+        runner = Runner(store, target, bench, checker=checker)
+        for label, p in todo:
+            t0 = time.perf_counter()
+            report = runner.tune(op, p, strategy="optuna", budget=Budget(trials=trials), backends=("triton",))
+            best = report.best.time_us if report.best else math.nan
+            print(f"tuned {label} M={p.M}: ran {report.ran} cached {report.cached} failed {report.failed} "
+                  f"static-pruned {sum(report.static_pruned.values())}, best {best:.1f} µs, "
+                  f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+
+
+def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict:
+    samples: dict[str, list[float]] = {k: [] for k in configs}
+    status: dict[str, str] = dict.fromkeys(configs, "ok")
+    for _ in range(rounds):
+        for name, config in configs.items():
+            r = bench.run(problem, config)
+            if r.ok and r.time_us is not None:
+                samples[name].append(r.time_us)
+            else:
+                status[name] = f"{r.status.value}: {r.error[:160]}"
+    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
+
+
+def measure(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Path | None, rounds: int) -> list:
+    target = local_target()
+    bench = Benchmarker(op, target)
+    rows = []
+    for label, p in todo:
+        best = next((r.config for r in store.best(p, limit=10_000) if r.config.backend == "triton"), None)
+        variants: dict[str, Config] = {"default": op.default_config(p, target), "torch": Config(backend="torch")}
+        if best is not None:
+            variants["tuned"] = best
+        source = "-"
+        if folder is not None:
+            shipped, source = vllm_config(folder, p, target.name)
+            if shipped is not None:
+                variants["vllm"] = shipped
+        res = _median_of_rounds(bench, p, variants, rounds)
+        row = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b, vllm_file=source,
+                   method=bench.method_for(p), configs={k: c.short() for k, c in variants.items()},
+                   **{f"{k}_us": v[0] for k, v in res.items()}, status={k: v[1] for k, v in res.items()})  # fmt: skip
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    print(f"{'model':22s} {'M':>5s} {'tuned µs':>9s} {'vLLM µs':>9s} {'default µs':>10s} {'torch µs':>9s} "
+          f"{'vs vLLM':>8s} {'vs default':>10s} {'TFLOP/s':>8s}")  # fmt: skip
+    vs_vllm, vs_default = [], []
+    for r in rows:
+        t, v, d, base = (r.get(f"{k}_us", math.nan) for k in ("tuned", "vllm", "default", "torch"))
+        flops = 6.0 * r["M"] * r["topk"] * r["N"] * r["K"]
+        vs_vllm.append(v / t)
+        vs_default.append(d / t)
+        print(f"{r['model']:22s} {r['M']:5d} {t:9.1f} {v:9.1f} {d:10.1f} {base:9.1f} {v / t:8.3f} {d / t:10.3f} "
+              f"{flops / t / 1e6:8.1f}")  # fmt: skip
+    print(f"geomean: tuned vs vLLM's shipped configs {geomean(vs_vllm):.3f}x (goal >= 1.0), "
+          f"vs our default {geomean(vs_default):.3f}x (goal >= 1.25)")  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
+    ap.add_argument("--db", default="moe_bench.db", help="database of the tuning (resumable)")
+    ap.add_argument("--vllm-configs", type=Path, help="folder with vLLM's shipped fused-MoE config files")
+    ap.add_argument("--out", type=Path, help="folder for moe.json")
+    ap.add_argument("--trials", type=int, default=60, help="tuning trials per problem")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--zipf", type=float, default=0.0, help="routing skew (0: uniform)")
+    ap.add_argument("--quick", action="store_true", help="one model, two token counts")
+    ap.add_argument("--only", help="only models whose name contains this")
+    args = ap.parse_args()
+    op = MoeOp(zipf=args.zipf)
+    todo = [(label, p) for label, p in problems(args.quick) if not args.only or args.only in label]
+    with Store(args.db) as store:
+        if args.phase in ("tune", "all"):
+            tune(store, op, todo, args.trials)
+        if args.phase in ("measure", "all"):
+            rows = measure(store, op, todo, args.vllm_configs, args.rounds)
+            if args.out:
+                args.out.mkdir(parents=True, exist_ok=True)
+                (args.out / "moe.json").write_text(json.dumps(rows, indent=2))
+            report(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

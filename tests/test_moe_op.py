@@ -1,0 +1,125 @@
+"""The moe op in the pipeline: problems, spaces, specs, the benchmarker's correctness gate under the
+interpreter, a sweep through the CLI, and the launches a compile-only check captures."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+
+import pytest
+
+from autotune import Config, Problem, Target
+from autotune.bench import Benchmarker
+from autotune.cli import main
+from autotune.db import Store
+from autotune.kernels import MOE, get_op
+from autotune.kernels.moe_op import MoeOp
+from autotune.kernels.moe_space import moe_default_config
+from autotune.result import Source, TrialStatus
+from autotune.sweeps import SpecError, parse_spec
+from autotune.target import interpreting
+
+needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
+
+TINY = Problem.moe(5, 32, 64, 4, 2)
+
+
+def test_moe_problems_validate() -> None:
+    p = Problem.moe(16, 2048, 7168, 32, 8, weights="fp8e4m3")
+    assert p.key() == "moe:M=16,N=2048,K=7168,E=32,topk=8:bf16,fp8e4m3,bf16:nk"
+    assert p.flops() == 6.0 * 16 * 8 * 2048 * 7168
+    assert 0 < p.experts_touched() <= 32
+    with pytest.raises(ValueError, match="E >= topk"):
+        Problem.moe(16, 64, 64, 4, 8)
+    with pytest.raises(ValueError, match="topk >= 1"):
+        Problem("moe", 16, 64, 64, 4, 0)
+    with pytest.raises(ValueError, match="belong to moe"):
+        Problem("gemm", 16, 64, 64, 4, 2)
+    with pytest.raises(ValueError, match="multiples of 128"):
+        MOE.space(Problem.moe(16, 100, 256, 8, 2, weights="fp8e4m3"), Target.for_arch("sm_90"))
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942", "gfx950", "interpreter"])
+@pytest.mark.parametrize("problem", [Problem.moe(1, 7168, 4096, 8, 2), Problem.moe(4096, 768, 2048, 128, 8),
+                                     Problem.moe(16, 128, 7168, 256, 8, weights="fp8e4m3")])  # fmt: skip
+def test_default_config_is_in_the_space(arch: str, problem: Problem) -> None:
+    target = Target.for_arch(arch)
+    space = MOE.space(problem, target)
+    default = moe_default_config(problem, target)
+    assert default in space and space.configs()[1] == default  # right after the torch baseline
+    assert Config(backend="torch") in space
+    if problem.dtype_b == "fp8e4m3":
+        assert all(128 % int(c["BLOCK_SIZE_K"]) == 0 for c in space.configs() if c.backend == "triton")
+    if target.is_amd:
+        assert all("matrix_instr_nonkdim" in c for c in space.configs() if c.backend == "triton")
+
+
+def test_decode_space_prunes_padded_row_blocks() -> None:
+    # one token per expert on average: BLOCK_SIZE_M of 64 or 128 would be padding
+    space = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), Target.for_arch("sm_90"))
+    assert {int(c["BLOCK_SIZE_M"]) for c in space.configs() if c.backend == "triton"} <= {16}
+    assert space.prune_summary()["block_m_waste"] > 0
+
+
+def test_moe_spec_fields() -> None:
+    text = 'name = "m"\n[[sweep]]\nop = "moe"\nm = [1, 64]\nnk = [[128, 256]]\ne = [8, 16]\ntopk = 2\n'
+    spec = parse_spec(text + 'weights = "fp8e4m3"\nzipf = 1.2\n')
+    problems = [p for _, p in spec.problems()]
+    assert len(problems) == 4 and {p.E for p in problems} == {8, 16} and problems[0].dtype_b == "fp8e4m3"
+    entry = spec.entries[0]
+    op = entry.make_op()
+    assert isinstance(op, MoeOp) and op.zipf == 1.2
+    assert op.source_hash("triton") != MOE.source_hash("triton")  # other routing, other results
+    for bad, message in [
+        (text.replace("topk = 2", "topk = 0"), "`topk` must be positive"),
+        (text.replace("topk = 2", "topk = 9"), "more than the 8 experts"),
+        (text.replace("e = [8, 16]\n", ""), "needs `e`"),
+        (text + 'weights = "fp16"\n', "bf16 or fp8e4m3"),
+        (text + "zipf = -1\n", "`zipf` must be a number >= 0"),
+        ('name = "g"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\ntopk = 2\n', 'belong to op "moe"'),
+    ]:
+        with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+            parse_spec(bad)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3"])
+def test_benchmarker_checks_both_backends(weights: str) -> None:
+    problem = Problem.moe(5, 128, 128, 4, 2, weights=weights) if weights != "bf16" else TINY
+    bench = Benchmarker(MOE, Target.interpreter_target())
+    space = MOE.space(problem, bench.target)
+    for config in [Config(backend="torch"), space.configs()[1], space.configs()[-1]]:
+        result = bench.run(problem, config)
+        assert result.ok, (config.short(), result.status, result.error[:500])
+        assert result.rel_error is not None and result.rel_error < MOE.tolerance(problem)
+
+
+@needs_interpreter
+def test_moe_sweep_through_the_cli(tmp_path: Path) -> None:
+    spec = tmp_path / "moe.toml"
+    spec.write_text('name = "moe"\n[[sweep]]\nop = "moe"\nm = [3]\nnk = [[32, 64]]\ne = 4\ntopk = 2\n'
+                    'strategy = "exhaustive"\ntrials = 3\n')  # fmt: skip
+    db = tmp_path / "m.db"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["sweep", str(spec), "--interpret", "--db", str(db), "--no-progress"])
+    assert code == 0, out.getvalue()
+    with Store(str(db)) as store:
+        trials = store.trials(problem=Problem.moe(3, 32, 64, 4, 2), source=Source.MEASURED)
+    assert len(trials) == 3 and all(t.status is TrialStatus.OK for t in trials)
+    assert {t.config.backend for t in trials} == {"torch", "triton"}
+
+
+def test_kernel_calls_capture_the_launches_without_running_them() -> None:
+    target = Target.for_arch("gfx942")
+    problem = Problem.moe(16, 256, 512, 8, 2)
+    config = moe_default_config(problem, target)
+    calls = MOE.kernel_calls(problem, config, target)
+    assert calls and all(c.fn.__name__ == "moe_gemm_kernel" for c in calls)
+    assert calls[0].kwargs["matrix_instr_nonkdim"] == 16
+    assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
+
+
+def test_moe_is_a_registered_op() -> None:
+    assert get_op("moe") is MOE and MOE.backends(Target.for_arch("sm_90")) == ("torch", "triton")
