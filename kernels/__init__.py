@@ -10,13 +10,16 @@ from __future__ import annotations
 from autotune.kernels.api import gemm, launch_config, linear
 from autotune.kernels.base import Inputs, Launch, TunableOp
 from autotune.kernels.gemm_op import GEMM, GemmOp
+from autotune.kernels.moe_op import MOE, MoeOp
 
 __all__ = [
     "GEMM",
+    "MOE",
     "OPS",
     "GemmOp",
     "Inputs",
     "Launch",
+    "MoeOp",
     "TunableOp",
     "gemm",
     "get_op",
@@ -25,7 +28,7 @@ __all__ = [
 ]
 
 #: Every tunable op by name.
-OPS: dict[str, TunableOp] = {"gemm": GEMM}
+OPS: dict[str, TunableOp] = {"gemm": GEMM, "moe": MOE}
 
 
 def get_op(name: str) -> TunableOp:

