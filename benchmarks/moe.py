@@ -94,13 +94,15 @@ def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, C
     return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
 
 
-def measure(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Path | None, rounds: int) -> list:
+def measure(
+    store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Path | None, rounds: int
+) -> list[dict[str, Any]]:
     target = local_target()
     bench = Benchmarker(op, target)
     rows = []
     for label, p in todo:
         best = next((r.config for r in store.best(p, limit=10_000) if r.config.backend == "triton"), None)
-        variants: dict[str, Config] = {"default": op.default_config(p, target), "torch": Config(backend="torch")}
+        variants = {"default": op.default_config(p, target), "torch": Config(backend="torch")}
         if best is not None:
             variants["tuned"] = best
         source = "-"
@@ -109,9 +111,11 @@ def measure(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Pa
             if shipped is not None:
                 variants["vllm"] = shipped
         res = _median_of_rounds(bench, p, variants, rounds)
-        row = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b, vllm_file=source,
-                   method=bench.method_for(p), configs={k: c.short() for k, c in variants.items()},
-                   **{f"{k}_us": v[0] for k, v in res.items()}, status={k: v[1] for k, v in res.items()})  # fmt: skip
+        row: dict[str, Any] = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b)
+        row |= dict(vllm_file=source, method=bench.method_for(p))
+        row["configs"] = {k: c.short() for k, c in variants.items()}
+        row |= {f"{k}_us": v[0] for k, v in res.items()}
+        row["status"] = {k: v[1] for k, v in res.items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -131,8 +135,8 @@ def report(rows: list[dict[str, Any]]) -> None:
         flops = 6.0 * r["M"] * r["topk"] * r["N"] * r["K"]
         vs_vllm.append(v / t)
         vs_default.append(d / t)
-        print(f"{r['model']:22s} {r['M']:5d} {t:9.1f} {v:9.1f} {d:10.1f} {base:9.1f} {v / t:8.3f} {d / t:10.3f} "
-              f"{flops / t / 1e6:8.1f}")  # fmt: skip
+        print(f"{r['model']:22s} {r['M']:5d} {t:9.1f} {v:9.1f} {d:10.1f} {base:9.1f} {v / t:8.3f} "
+              f"{d / t:10.3f} {flops / t / 1e6:8.1f}")  # fmt: skip
     print(f"geomean: tuned vs vLLM's shipped configs {geomean(vs_vllm):.3f}x (goal >= 1.0), "
           f"vs our default {geomean(vs_default):.3f}x (goal >= 1.25)")  # fmt: skip
 
