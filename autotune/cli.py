@@ -1,4 +1,4 @@
-"""The `autotune` command line: sweep, plan, check, best, export, emit, status."""
+"""The `autotune` command line: sweep, plan, check, best, export, import, emit, status."""
 
 from __future__ import annotations
 
@@ -148,7 +148,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
     p.add_argument("--n", type=int, required=True, help="N (columns of C)")
     p.add_argument("--k", type=int, required=True, help="K (the reduction dimension)")
+    p.add_argument("--e", type=int, default=0, help="experts of a moe problem (default 0: dense)")
+    p.add_argument(
+        "--topk", type=int, default=0, help="experts per token of a moe problem (default 0: dense)"
+    )
     p.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")
+    p.add_argument(
+        "--weights",
+        help="weight (B) dtype if not --dtype, e.g. fp8e4m3 for FP8 MoE weights with block scales",
+    )
     p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
     p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
@@ -162,14 +170,46 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "export",
         parents=[common],
-        help="write tuned tables (one CSV per GPU)",
-        description="Write one CSV per GPU fingerprint: a row per winning (problem, backend, "
-        "config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
-        "library, the GPU's arch and CU count, and the toolchain versions.",
+        help="write tuned tables (one CSV per GPU, or vLLM/SGLang fused-MoE configs)",
+        description="--format csv (default): one CSV per GPU fingerprint, a row per winning (problem, "
+        "backend, config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
+        "library, the GPU's arch and CU count, and the toolchain versions. --format vllm (or sglang): "
+        "the moe winners as fused-MoE config files, one per (GPU, E, N, weights), mapping M to the "
+        "Triton config (where another backend won, the best Triton config of that M; imported configs "
+        "where nothing was measured). vllm and sglang differ only in the file name: vLLM writes "
+        "block_shape=[128,128] and NVIDIA_H200 for every H200, SGLang block_shape=[128, 128].",
     )
-    p.add_argument("--format", default="csv", choices=("csv",), help="output format (csv)")
+    p.add_argument(
+        "--format", default="csv", choices=("csv", "vllm", "sglang"), help="output format (default csv)"
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
+    _db_arg(p)
+
+    p = sub.add_parser(
+        "import",
+        parents=[common],
+        help="import the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv)",
+        description="Import vLLM/SGLang fused-MoE config files (E=..,N=..,device_name=..[,dtype=..]"
+        "[,block_shape=..].json) and aiter tuned fused-MoE CSVs (tuned_fmoe.csv) as moe trials of "
+        "source 'imported', on a GPU of their own (never mixed with measurements). All or nothing: "
+        "every file is read and checked first, then everything is written in one transaction; on any "
+        "error nothing is written. Importing again writes nothing new. Configs the installed toolchain "
+        "would reject (num_stages=0 on AMD, block sizes that are not powers of two) are stored as "
+        "pruned with the reason. vLLM files hold no timings (so they never win in best or emit); aiter "
+        "rows carry aiter's time in µs.",
+    )
+    p.add_argument("files", metavar="FILE", nargs="+", help="vLLM/SGLang .json or aiter .csv files")
+    p.add_argument(
+        "--k",
+        type=int,
+        help="hidden size (K) of the vLLM files; default: inferred from E and N for known models",
+    )
+    p.add_argument(
+        "--topk",
+        type=int,
+        help="experts per token of the vLLM files; default: inferred from E and N for known models",
+    )
     _db_arg(p)
 
     p = sub.add_parser(
@@ -218,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     handlers = {"sweep": _sweep, "plan": _plan, "check": _check, "best": _best, "export": _export}
     handlers["emit"] = _emit
+    handlers["import"] = _import
     handler = {**handlers, "status": _status}[args.verb]
     try:
         return handler(args)
@@ -588,8 +629,10 @@ def _best(args: argparse.Namespace) -> int:
             args.m,
             args.n,
             args.k,
+            E=args.e,
+            topk=args.topk,
             dtype_a=args.dtype,
-            dtype_b=args.dtype,
+            dtype_b=args.weights or args.dtype,
             dtype_out=args.dtype,
             layout=args.layout,
         )
@@ -636,15 +679,44 @@ def _best(args: argparse.Namespace) -> int:
 
 # -- export / emit / status ---------------------------------------------------------------------------
 def _export(args: argparse.Namespace) -> int:
-    from autotune.db import StoreError, export_csv
+    from autotune.db import StoreError, export_csv, export_vllm
 
     with _open_store(args.db) as store:
         try:
-            paths = export_csv(store, args.out, fingerprint=args.gpu)
+            if args.format == "csv":
+                paths = export_csv(store, args.out, fingerprint=args.gpu)
+            else:
+                paths = export_vllm(store, args.out, fingerprint=args.gpu, flavor=args.format)
         except (StoreError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None
     for path in paths:
         print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _import(args: argparse.Namespace) -> int:
+    from autotune.db import StoreError, import_files
+    from autotune.db.interop import InteropError
+
+    with _open_store(args.db) as store:
+        try:
+            files = import_files(store, args.files, k=args.k, topk=args.topk)
+        except (InteropError, StoreError) as exc:
+            raise CliError(f"{exc}; nothing was imported") from None
+        where = store.display_url
+    for f in files:
+        new = f.written or 0
+        counts = f"{f.n_entries} entries: {f.n_ok} ok, {f.n_flagged} flagged"
+        if f.skipped:
+            counts += f", {len(f.skipped)} skipped"
+        print(f"{f.path}: {f.format}, {f.summary}")
+        print(f"  {counts}; {new} new, {len(f.trials) - new} already stored")
+        for entry, reason in f.flagged:
+            print(f"  flagged {entry}: {reason}")
+        for entry, reason in f.skipped:
+            print(f"  skipped {entry}: {reason}")
+    total = sum(f.written or 0 for f in files)
+    print(f"imported {total} new trials from {len(files)} files into {where}")
     return EXIT_OK
 
 

@@ -1,26 +1,36 @@
-"""The tuned-config database: SQLAlchemy models, the Store, and exporters.
+"""The tuned-config database: SQLAlchemy models, the Store, exporters and importers.
 
-SQLAlchemy is imported with this package; pandas only when `export_csv` is called.
+SQLAlchemy is imported with this package; pandas only when `export_csv` is called. The vLLM/SGLang
+fused-MoE JSON and aiter CSV interop lives in `autotune.db.vllm`, `autotune.db.aiter` and
+`autotune.db.interop`, imported when `import_files` or `export_vllm` is first called.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .models import SCHEMA_VERSION
 from .records import GpuRecord, GpuSummary, Summary, TrialRecord, Winner
-from .store import Store, StoreError, resolve_url
+from .store import NewTrial, Store, StoreError, resolve_url
+
+if TYPE_CHECKING:
+    from .interop import ImportedFile
 
 __all__ = [
     "SCHEMA_VERSION",
     "GpuRecord",
     "GpuSummary",
+    "NewTrial",
     "Store",
     "StoreError",
     "Summary",
     "TrialRecord",
     "Winner",
     "export_csv",
+    "export_vllm",
+    "import_files",
     "resolve_url",
 ]
 
@@ -30,3 +40,28 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
     from .export import export_csv as _export_csv
 
     return _export_csv(store, out_dir, fingerprint)
+
+
+def export_vllm(
+    store: Store, out_dir: str | Path, fingerprint: str | None = None, flavor: str = "vllm"
+) -> list[Path]:
+    """Writes the moe winners as vLLM (or SGLang) fused-MoE config files; see
+    `autotune.db.vllm.export_vllm`."""
+    from .vllm import export_vllm as _export_vllm
+
+    return _export_vllm(store, out_dir, fingerprint, flavor)
+
+
+def import_files(
+    store: Store,
+    paths: Sequence[str | Path],
+    *,
+    k: int | None = None,
+    topk: int | None = None,
+    source_hash: str | None = None,
+) -> list[ImportedFile]:
+    """Imports vLLM/SGLang config files and aiter CSVs, all or nothing; see
+    `autotune.db.interop.import_files`."""
+    from .interop import import_files as _import_files
+
+    return _import_files(store, paths, k=k, topk=topk, source_hash=source_hash)

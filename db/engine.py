@@ -119,9 +119,26 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
     try:
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _set_wal(cursor)
     finally:
         cursor.close()
+
+
+def _set_wal(cursor: Any) -> None:
+    """Switches to WAL. On a new file several processes may race to switch at once, and SQLite answers
+    the losers "database is locked" without waiting on the busy timeout: retry for up to the timeout."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + _SQLITE_TIMEOUT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def _sqlite_on_begin(conn: Connection) -> None:

@@ -8,6 +8,7 @@ import logging
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Select, and_, case, func, insert, inspect, select
@@ -47,7 +48,7 @@ from .models import (
 )
 from .records import GpuRecord, GpuSummary, Summary, TrialRecord, Winner
 
-__all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "Store", "StoreError", "resolve_url"]
+__all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,13 +58,26 @@ VENDOR_BACKEND = "torch"
 MIN_PREFIX = 6
 
 
+@dataclass(frozen=True)
+class NewTrial:
+    """One trial for `Store.record_many`: what `Store.record` takes as arguments, as a value."""
+
+    target: Target
+    kernel: str
+    source_hash: str
+    problem: Problem
+    result: TrialResult
+    source: Source = Source.MEASURED
+
+
 class Store:
     """The database of GPUs, kernels, problems, sweeps, trials and static features.
 
     Opening creates the schema in an empty database and otherwise checks its schema version (and creates
     the tables of `ADDITIVE_TABLES` that a database of this version lacks); every failure to open raises
     StoreError with the (password-masked) URL and the reason. Each write runs in its own transaction and
-    is committed before the call returns, so a crash loses nothing that was recorded. `record` is
+    is committed before the call returns, so a crash loses nothing that was recorded; `record_many`
+    writes a whole batch (an import) in one transaction, all or nothing. `record` and `record_many` are
     idempotent on the trial key (GPU fingerprint, kernel name + source hash, problem, config hash,
     source), `record_features` on its key (arch, toolchain, kernel name + source hash, problem, config
     hash), also when processes race.
@@ -248,19 +262,7 @@ class Store:
         cached = self._gpu_ids.get(fingerprint)
         if cached is not None:
             return cached
-        values = dict(
-            vendor=target.vendor,
-            arch=target.arch,
-            name=target.name,
-            cu_count=target.cu_count,
-            xcds=target.xcds,
-            memory_bytes=target.memory_bytes,
-            llc_bytes=target.llc_bytes,
-            interpreter=target.interpreter,
-            toolchain=json.dumps(target.toolchain, sort_keys=True),
-            target_json=json.dumps(target.to_dict(), sort_keys=True),
-        )
-        row_id = self._get_or_create(GpuModel, {"fingerprint": fingerprint}, values)
+        row_id = self._get_or_create(GpuModel, {"fingerprint": fingerprint}, _gpu_values(target))
         self._gpu_ids[fingerprint] = row_id
         return row_id
 
@@ -278,19 +280,7 @@ class Store:
         key = problem.key()
         cached = self._problem_ids.get(key)
         if cached is None:
-            values = dict(
-                op=problem.op,
-                m=problem.M,
-                n=problem.N,
-                k=problem.K,
-                e=problem.E,
-                topk=problem.topk,
-                dtype_a=problem.dtype_a,
-                dtype_b=problem.dtype_b,
-                dtype_out=problem.dtype_out,
-                layout=problem.layout,
-            )
-            cached = self._get_or_create(ProblemModel, {"key": key}, values)
+            cached = self._get_or_create(ProblemModel, {"key": key}, _problem_values(problem))
             self._problem_ids[key] = cached
         return cached
 
@@ -334,10 +324,7 @@ class Store:
         """Writes one trial and commits it. Returns False (writing nothing) if its key is already stored."""
         source = Source(source)
         config = result.config
-        try:
-            extra = json.dumps(result.extra, sort_keys=True)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"extra of trial {config.short()} is not JSON-serializable: {exc}") from exc
+        extra = _extra_json(result)
         gpu, kernel_row, problem_row = (
             self.gpu_id(target),
             self.kernel_id(kernel, source_hash),
@@ -351,36 +338,10 @@ class Store:
             TrialModel.config_hash == digest,
             TrialModel.source == source.value,
         )
-        timing = result.timing
         with self._session(write=True) as session:
             if session.scalar(select(TrialModel.id).where(*key)) is not None:
                 return False
-            session.add(
-                TrialModel(
-                    sweep_id=sweep_id,
-                    gpu_id=gpu,
-                    kernel_id=kernel_row,
-                    problem_id=problem_row,
-                    backend=config.backend,
-                    config_json=config.canonical(),
-                    config_hash=digest,
-                    status=TrialStatus(result.status).value,
-                    source=source.value,
-                    time_us=timing.median_us if timing else None,
-                    min_us=timing.min_us if timing else None,
-                    p20_us=timing.p20_us if timing else None,
-                    p80_us=timing.p80_us if timing else None,
-                    mean_us=timing.mean_us if timing else None,
-                    std_us=timing.std_us if timing else None,
-                    runs=timing.runs if timing else None,
-                    timing_method=timing.method if timing else None,
-                    rel_error=result.rel_error,
-                    error=result.error or "",
-                    compile_s=result.compile_s,
-                    measure_s=result.measure_s,
-                    extra=extra,
-                )
-            )
+            session.add(_trial_row(result, source, extra, gpu, kernel_row, problem_row, sweep_id))
             try:
                 session.flush()
             except IntegrityError as exc:
@@ -392,6 +353,89 @@ class Store:
                 ) from exc
         logger.debug("recorded %s %s %s: %s", kernel, problem, config.short(), result.status.value)
         return True
+
+    def record_many(self, trials: Sequence[NewTrial], *, sweep_id: int | None = None) -> list[bool]:
+        """Writes every trial of `trials` in ONE transaction: all of them or, on any error, none.
+
+        The GPU, kernel and problem rows they need are created in the same transaction. Trials whose key
+        is already stored, or repeated within `trials`, are skipped, so writing the same batch twice
+        writes nothing the second time. Returns, per trial in order, True if it was written. Raises
+        ValueError (before writing) for an extra that is not JSON-serializable, StoreError for an error in
+        the database; either way nothing is written.
+        """
+        items = list(trials)
+        extras = [_extra_json(t.result) for t in items]
+        if not items:
+            return []
+        for attempt in range(3):
+            try:
+                written, ids = self._record_many_once(items, extras, sweep_id)
+            except StoreError as exc:
+                # Another process inserted one of the same rows at the same moment: look again.
+                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
+                    raise
+                continue
+            gpu_ids, kernel_ids, problem_ids = ids
+            self._gpu_ids.update(gpu_ids)
+            self._kernel_ids.update(kernel_ids)
+            self._problem_ids.update(problem_ids)
+            logger.debug("recorded %d of %d trials in one transaction", sum(written), len(items))
+            return written
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _record_many_once(
+        self, items: list[NewTrial], extras: list[str], sweep_id: int | None
+    ) -> tuple[list[bool], tuple[dict[str, int], dict[tuple[str, str], int], dict[str, int]]]:
+        targets = {t.target.fingerprint(): t.target for t in items}
+        problems = {t.problem.key(): t.problem for t in items}
+        kernels = {(t.kernel, t.source_hash) for t in items}
+        t = TrialModel
+        with self._session(write=True) as session:
+            gpu_ids = _ensure_rows(
+                session,
+                GpuModel,
+                GpuModel.fingerprint,
+                {fp: {"fingerprint": fp, **_gpu_values(target)} for fp, target in targets.items()},
+            )
+            problem_ids = _ensure_rows(
+                session,
+                ProblemModel,
+                ProblemModel.key,
+                {key: {"key": key, **_problem_values(problem)} for key, problem in problems.items()},
+            )
+            kernel_ids: dict[tuple[str, str], int] = {}
+            for name, source_hash in sorted(kernels):
+                found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
+                if found is None:
+                    row = KernelModel(name=name, source_hash=source_hash)
+                    session.add(row)
+                    session.flush()
+                    found = row.id
+                kernel_ids[(name, source_hash)] = int(found)
+            existing: set[tuple[int, int, int, str, str]] = set()
+            pids = sorted(set(problem_ids.values()))
+            for start in range(0, len(pids), _IN_CHUNK):
+                stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
+                    t.gpu_id.in_(sorted(set(gpu_ids.values()))),
+                    t.kernel_id.in_(sorted(set(kernel_ids.values()))),
+                    t.problem_id.in_(pids[start : start + _IN_CHUNK]),
+                )
+                existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
+            written: list[bool] = []
+            for item, extra in zip(items, extras, strict=True):
+                source = Source(item.source)
+                gpu = gpu_ids[item.target.fingerprint()]
+                kernel_row = kernel_ids[(item.kernel, item.source_hash)]
+                problem_row = problem_ids[item.problem.key()]
+                key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+                if key in existing:
+                    written.append(False)
+                    continue
+                existing.add(key)
+                session.add(_trial_row(item.result, source, extra, gpu, kernel_row, problem_row, sweep_id))
+                written.append(True)
+            session.flush()
+        return written, (gpu_ids, kernel_ids, problem_ids)
 
     def finished(
         self,
@@ -725,6 +769,107 @@ class Store:
 
 
 # -- helpers ---------------------------------------------------------------------------------------------
+
+
+#: Largest IN (...) list of one query (SQLite allows 32766 parameters; PostgreSQL 65535).
+_IN_CHUNK = 500
+
+
+def _extra_json(result: TrialResult) -> str:
+    """The JSON of `result.extra`; ValueError naming the trial when it is not JSON-serializable."""
+    try:
+        return json.dumps(result.extra, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"extra of trial {result.config.short()} is not JSON-serializable: {exc}") from exc
+
+
+def _gpu_values(target: Target) -> dict[str, Any]:
+    """The columns of a `gpus` row of `target`, but its fingerprint."""
+    return dict(
+        vendor=target.vendor,
+        arch=target.arch,
+        name=target.name,
+        cu_count=target.cu_count,
+        xcds=target.xcds,
+        memory_bytes=target.memory_bytes,
+        llc_bytes=target.llc_bytes,
+        interpreter=target.interpreter,
+        toolchain=json.dumps(target.toolchain, sort_keys=True),
+        target_json=json.dumps(target.to_dict(), sort_keys=True),
+    )
+
+
+def _problem_values(problem: Problem) -> dict[str, Any]:
+    """The columns of a `problems` row of `problem`, but its key."""
+    return dict(
+        op=problem.op,
+        m=problem.M,
+        n=problem.N,
+        k=problem.K,
+        e=problem.E,
+        topk=problem.topk,
+        dtype_a=problem.dtype_a,
+        dtype_b=problem.dtype_b,
+        dtype_out=problem.dtype_out,
+        layout=problem.layout,
+    )
+
+
+def _trial_row(
+    result: TrialResult,
+    source: Source,
+    extra: str,
+    gpu: int,
+    kernel: int,
+    problem: int,
+    sweep_id: int | None,
+) -> TrialModel:
+    """A new `trials` row of `result` (not yet added to a session)."""
+    config, timing = result.config, result.timing
+    return TrialModel(
+        sweep_id=sweep_id,
+        gpu_id=gpu,
+        kernel_id=kernel,
+        problem_id=problem,
+        backend=config.backend,
+        config_json=config.canonical(),
+        config_hash=config.digest(),
+        status=TrialStatus(result.status).value,
+        source=source.value,
+        time_us=timing.median_us if timing else None,
+        min_us=timing.min_us if timing else None,
+        p20_us=timing.p20_us if timing else None,
+        p80_us=timing.p80_us if timing else None,
+        mean_us=timing.mean_us if timing else None,
+        std_us=timing.std_us if timing else None,
+        runs=timing.runs if timing else None,
+        timing_method=timing.method if timing else None,
+        rel_error=result.rel_error,
+        error=result.error or "",
+        compile_s=result.compile_s,
+        measure_s=result.measure_s,
+        extra=extra,
+    )
+
+
+def _ensure_rows(
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
+    inserted (not committed) from their column values in `wanted`."""
+    ids: dict[str, int] = {}
+    keys = sorted(wanted)
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start : start + _IN_CHUNK]
+        ids.update(
+            (str(k), int(i)) for i, k in session.execute(select(model.id, column).where(column.in_(chunk)))
+        )
+    missing = [model(**wanted[k]) for k in keys if k not in ids]
+    if missing:
+        session.add_all(missing)
+        session.flush()
+        ids.update((str(getattr(row, column.key)), int(row.id)) for row in missing)
+    return ids
 
 
 def _toolchain_key(toolchain: Mapping[str, str]) -> tuple[str, str]:

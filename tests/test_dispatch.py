@@ -64,7 +64,7 @@ def winners(seed: int = 0) -> list[tuple[Problem, Config, float | None]]:
         for m in (1, 8, 64, 512):
             out.append((Problem.gemm(m, n, k), cfg(m, seed=seed, N=n), 3.5 * m))
     out.append((Problem.gemm(32, 4096, 4096, dtype="fp16", layout="kn"), cfg(32, seed=seed), None))
-    moe = Problem("gemm", 16, 1408, 2048, E=64, topk=6)
+    moe = Problem.moe(16, 1408, 2048, 64, 6)
     out.append((moe, cfg(16, seed=seed, moe=1), 7.0))
     return out
 
@@ -142,7 +142,7 @@ def test_round_trip_from_winners_save_load(tmp_path: Path, interp: Target) -> No
     assert (loaded.m_policy, loaded.predicted, loaded.created) == ("nearest", True, table.created)
     assert loaded.source == str(path) and loaded.generator.startswith("autotune")
     for problem, config, time_us in ws:
-        args = ("gemm", problem.M, problem.N, problem.K, problem.E)
+        args = (problem.op, problem.M, problem.N, problem.K, problem.E)
         kw: dict[str, Any] = dict(dtype=problem.dtype, layout=problem.layout, topk=problem.topk)
         assert loaded.lookup(*args, **kw) == config == table.lookup(*args, **kw)
         bucket = loaded.lookup_bucket(*args, **kw)
@@ -163,7 +163,7 @@ def test_unknown_key_returns_none(interp: Target) -> None:
     assert table.lookup("gemm", 8, 4096, 4096, layout="kn") is None  # tuned only for fp16
     assert table.lookup("gemm", 8, 4096, 4096, 8) is None  # an E
     assert table.lookup("gemm", 16, 1408, 2048, 64, topk=2) is None  # another topk
-    assert table.lookup("gemm", 16, 1408, 2048, 64, topk=6) == cfg(16, seed=0, moe=1)
+    assert table.lookup("moe", 16, 1408, 2048, 64, topk=6) == cfg(16, seed=0, moe=1)
     assert table.lookup("moe", 8, 4096, 4096) is None
     assert table.lookup_bucket("gemm", 8, 4096, 4097) is None
 
