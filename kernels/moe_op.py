@@ -108,7 +108,9 @@ class MoeOp:
         x = randn(M, K, scale=1.0)
         w1 = randn(E, 2 * N, K, scale=K**-0.5)
         w2 = randn(E, K, N, scale=N**-0.5)
-        logits = routing_logits(M, E, zipf=self.zipf, generator=gen, device=device)
+        # the routing is drawn on the CPU (the same tokens go to the same experts on every device)
+        routing_gen = torch.Generator().manual_seed(seed)
+        logits = routing_logits(M, E, zipf=self.zipf, generator=routing_gen, device=device)
         weights, ids = route(logits, problem.topk)
         if problem.dtype_b != "fp8e4m3":
             return (x, w1, w2, weights, ids, None, None)  # type: ignore[return-value]
