@@ -234,8 +234,8 @@ def _triton_launch(
 
 def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2s: Any, out: Any) -> Launch:
     """The baseline: per expert, gather its tokens, two torch matmuls in the activation dtype, weighted
-    scatter-add into an fp32 sum. With FP8 weights it computes on the values the kernel reads (weights
-    dequantized with their block scales, activations quantized per 1x128 group), dequantized on the fly."""
+    scatter-add into an fp32 sum. With FP8 weights it computes on the values the kernel reads: weights
+    dequantized with their block scales (once, here), activations quantized per 1x128 group."""
     import torch
     import torch.nn.functional as F
 
@@ -250,11 +250,14 @@ def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2
     gates = weights.reshape(-1)[order].to(torch.float32)
     block = (FP8_BLOCK, FP8_BLOCK)
     fp8 = w1s is not None
+    fp8_dtype = w1.dtype
+    if fp8:  # dequantized once, as a framework without FP8 kernels would keep them
+        w1, w2 = (dequantize_blockwise(w, s, block).to(x.dtype) for w, s in ((w1, w1s), (w2, w2s)))
 
     def act(a: Any) -> Any:
         if not fp8:
             return a
-        q, scale = quantize_fp8_act_groupwise(a, FP8_BLOCK, w1.dtype)
+        q, scale = quantize_fp8_act_groupwise(a, FP8_BLOCK, fp8_dtype)
         return dequantize_blockwise(q, scale, (1, FP8_BLOCK)).to(x.dtype)
 
     def launch() -> None:
@@ -265,11 +268,9 @@ def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2
             if n == 0:
                 continue
             rows = tokens[start : start + n]
-            a = w1[e] if not fp8 else dequantize_blockwise(w1[e], w1s[e], block).to(x.dtype)
-            b = w2[e] if not fp8 else dequantize_blockwise(w2[e], w2s[e], block).to(x.dtype)
-            h = xa[rows] @ a.t()
+            h = xa[rows] @ w1[e].t()
             half = h.shape[1] // 2
-            y = act(F.silu(h[:, :half]) * h[:, half:]) @ b.t()
+            y = act(F.silu(h[:, :half]) * h[:, half:]) @ w2[e].t()
             acc.index_add_(0, rows, y.float() * gates[start : start + n, None])
             start += n
         out.copy_(acc)
