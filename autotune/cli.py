@@ -245,6 +245,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.",
     )
     _db_arg(p)
+
+    p = sub.add_parser(
+        "db",
+        parents=[common],
+        help="database maintenance: upgrade its schema",
+        description="Maintain the database. `autotune db upgrade` migrates a database written by an older "
+        "autotune to this autotune's schema version (back it up first).",
+    )
+    db_sub = p.add_subparsers(dest="db_command", metavar="COMMAND", required=True)
+    q = db_sub.add_parser(
+        "upgrade",
+        parents=[common],
+        help="migrate the database to this autotune's schema version",
+        description="Migrate the database to this autotune's schema version, all or nothing, and print "
+        "the versions before and after; a database already there is left as it is. Back it up first "
+        "(copy the SQLite file; pg_dump for PostgreSQL) and stop the sweeps that use it.",
+    )
+    _db_arg(q)
     return parser
 
 
@@ -259,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"sweep": _sweep, "plan": _plan, "check": _check, "best": _best, "export": _export}
     handlers["emit"] = _emit
     handlers["import"] = _import
+    handlers["db"] = _db
     handler = {**handlers, "status": _status}[args.verb]
     try:
         return handler(args)
@@ -579,7 +598,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with StaticChecker(target, policy, store=store, workers=args.workers) as checker:
             for entry, problem in problems:
-                found = check_problem(entry.make_op(), problem, checker, candidates=policy.candidates,
+                found = check_problem(entry.op_for(problem), problem, checker, candidates=policy.candidates,
                                       everything=args.all, backends=entry.backends)  # fmt: skip
                 checks.append(found)
                 bar.update(1)
@@ -749,6 +768,20 @@ def _status(args: argparse.Namespace) -> int:
         summary = store.summary()
         for line in summary.lines():
             print(line)
+    return EXIT_OK
+
+
+# -- db ---------------------------------------------------------------------------------------------
+def _db(args: argparse.Namespace) -> int:
+    from autotune.db import StoreError, upgrade_schema
+
+    if args.db_command != "upgrade":  # pragma: no cover - argparse allows no other
+        raise CliError(f"unknown db command {args.db_command!r}")
+    try:
+        done = upgrade_schema(args.db)
+    except StoreError as exc:
+        raise CliError(str(exc)) from None
+    print(done.line())
     return EXIT_OK
 
 

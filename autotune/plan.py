@@ -84,7 +84,7 @@ def plan_sweep(
     flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
     rows: list[PlanRow] = []
     for entry, problem in spec.problems():
-        op = entry.make_op()
+        op = entry.op_for(problem)
         try:
             space = op.space(problem, target, entry.backends)
         except ValueError as exc:  # pragma: no cover - plan() above raised already

@@ -2,7 +2,8 @@
 
 SQLAlchemy is imported with this package; pandas only when `export_csv` is called. The vLLM/SGLang
 fused-MoE JSON and aiter CSV interop lives in `autotune.db.vllm`, `autotune.db.aiter` and
-`autotune.db.interop`, imported when `import_files` or `export_vllm` is first called.
+`autotune.db.interop`, imported when `import_files` or `export_vllm` is first called. Schema migrations
+(Alembic) live in `autotune.db.migrations`, imported when `upgrade_schema` is first called.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .store import NewTrial, Store, StoreError, resolve_url
 
 if TYPE_CHECKING:
     from .interop import ImportedFile
+    from .migrations import Upgrade
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -32,6 +34,7 @@ __all__ = [
     "export_vllm",
     "import_files",
     "resolve_url",
+    "upgrade_schema",
 ]
 
 
@@ -65,3 +68,11 @@ def import_files(
     from .interop import import_files as _import_files
 
     return _import_files(store, paths, k=k, topk=topk, source_hash=source_hash)
+
+
+def upgrade_schema(url: str | None = None) -> Upgrade:
+    """Migrates the database at `url` to the current schema version (``autotune db upgrade``); see
+    `autotune.db.migrations.upgrade`."""
+    from .migrations import upgrade
+
+    return upgrade(url)

@@ -1,9 +1,24 @@
 """SQLAlchemy models: the tables of the autotune database (schema version `SCHEMA_VERSION`).
 
-Any change to the existing tables bumps `SCHEMA_VERSION` and adds an upgrade step; a Store refuses to
-open a database of another version. Adding a whole new table is additive and keeps the version: such a
-table is listed in `ADDITIVE_TABLES`, and a Store that opens a database of this version without it
-creates it (older code ignores tables it does not know).
+Versions and migrations. The version of record is ``meta.schema_version`` (an integer, the key every
+autotune release reads first, so that an older autotune refuses a newer database with a clear message).
+Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alembic's own
+``alembic_version`` table; the revisions live in `autotune.db.migrations` and every one of them updates
+``meta.schema_version`` in the transaction that changes the tables, so the two never disagree:
+
+    version 1  ``v1_baseline``     the tables as first shipped, static_features included
+    version 2  ``v2_trials_host``  ``trials.host``: the host that recorded the trial (nullable)
+
+A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
+transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
+the revisions; databases written before Alembic was adopted have no ``alembic_version`` and are taken as
+revision ``v1_baseline`` when ``meta`` says 1 and their tables are version 1's.
+
+Changing the tables: edit the models, bump `SCHEMA_VERSION`, add a revision to `autotune.db.migrations`
+(its ``schema_version`` attribute says which version it makes, and it updates ``meta``), and add it to
+`REVISIONS`; tests/test_migrations.py checks that they all agree. `ADDITIVE_TABLES` predates Alembic:
+static_features joined version 1 after it first shipped, so a Store still creates it where a database of
+the current version lacks it (older code ignores tables it does not know); new tables get a revision.
 """
 
 from __future__ import annotations
@@ -13,12 +28,16 @@ from datetime import datetime, timezone
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Column,
     DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
+    MetaData,
+    PrimaryKeyConstraint,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -26,6 +45,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "ADDITIVE_TABLES",
+    "ALEMBIC_VERSION",
+    "BASE_VERSION",
+    "HEAD_REVISION",
+    "REVISIONS",
     "SCHEMA_VERSION",
     "Base",
     "GpuModel",
@@ -38,11 +61,17 @@ __all__ = [
     "utcnow",
 ]
 
-#: Version of the tables below; stored in `meta` under the key "schema_version".
-SCHEMA_VERSION = 1
+#: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
+SCHEMA_VERSION = 2
+#: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
+BASE_VERSION = 1
+#: The Alembic revision of each schema version (``alembic_version.version_num``).
+REVISIONS: dict[int, str] = {1: "v1_baseline", 2: "v2_trials_host"}
+#: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
+HEAD_REVISION = REVISIONS[SCHEMA_VERSION]
 
-#: Tables added to schema version 1 after it first shipped: opening a version-1 database that lacks one
-#: creates it; any other missing table means the database is damaged.
+#: Tables added to schema version 1 after it first shipped: opening a database of the current version
+#: that lacks one creates it; any other missing table means the database is damaged.
 ADDITIVE_TABLES: tuple[str, ...] = ("static_features",)
 
 #: Sweep statuses.
@@ -56,6 +85,16 @@ def utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     """Declarative base of the autotune tables."""
+
+
+#: Alembic's version table, as Alembic itself creates it (not part of `Base.metadata`): a Store stamps a
+#: new database with `HEAD_REVISION` here without importing Alembic, and reads it back when opening one.
+ALEMBIC_VERSION = Table(
+    "alembic_version",
+    MetaData(),
+    Column("version_num", String(32), nullable=False),
+    PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+)
 
 
 class MetaModel(Base):
@@ -169,6 +208,8 @@ class TrialModel(Base):
     measure_s: Mapped[float] = mapped_column(Float, default=0.0)
     extra: Mapped[str] = mapped_column(Text, default="{}")  # JSON object
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Schema version 2: the host (socket.gethostname()) that recorded the trial; NULL for older rows.
+    host: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class StaticFeaturesModel(Base):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import shlex
 import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -34,6 +36,10 @@ from .engine import (
 )
 from .models import (
     ADDITIVE_TABLES,
+    ALEMBIC_VERSION,
+    BASE_VERSION,
+    HEAD_REVISION,
+    REVISIONS,
     SCHEMA_VERSION,
     SWEEP_STATUSES,
     Base,
@@ -73,9 +79,11 @@ class NewTrial:
 class Store:
     """The database of GPUs, kernels, problems, sweeps, trials and static features.
 
-    Opening creates the schema in an empty database and otherwise checks its schema version (and creates
-    the tables of `ADDITIVE_TABLES` that a database of this version lacks); every failure to open raises
-    StoreError with the (password-masked) URL and the reason. Each write runs in its own transaction and
+    Opening creates the schema in an empty database (at the current schema version, stamped with its
+    Alembic revision) and otherwise checks its schema version (and creates the tables of `ADDITIVE_TABLES`
+    that a database of this version lacks); a database of an older version is refused with the command
+    that upgrades it (``autotune db upgrade``). Every failure to open raises StoreError with the
+    (password-masked) URL and the reason. Each write runs in its own transaction and
     is committed before the call returns, so a crash loses nothing that was recorded; `record_many`
     writes a whole batch (an import) in one transaction, all or nothing. `record` and `record_many` are
     idempotent on the trial key (GPU fingerprint, kernel name + source hash, problem, config hash,
@@ -138,6 +146,9 @@ class Store:
                 with conn.begin():
                     Base.metadata.create_all(conn)
                     conn.execute(insert(MetaModel).values(key="schema_version", value=str(SCHEMA_VERSION)))
+                    # Stamped at the head revision, as `alembic stamp head` would: nothing to migrate.
+                    ALEMBIC_VERSION.create(conn)
+                    conn.execute(insert(ALEMBIC_VERSION).values(version_num=HEAD_REVISION))
         except SQLAlchemyError:
             # Another process may have created the schema at the same moment: accept its work if whole.
             tables = set(inspect(engine).get_table_names())
@@ -156,14 +167,21 @@ class Store:
                 "give another path or URL with --db or $AUTOTUNE_DB"
             )
         with engine.connect() as conn:
+            # meta first, then alembic_version: an upgrade that commits in between is then seen as the
+            # older version (and the message says to upgrade), never as a damaged database.
             value = conn.scalar(select(MetaModel.value).where(MetaModel.key == "schema_version"))
+            revisions = (
+                list(conn.scalars(select(ALEMBIC_VERSION.c.version_num)))
+                if inspect(conn).has_table(ALEMBIC_VERSION.name)
+                else None
+            )
         try:
             found = int(value) if value is not None else None
         except ValueError:
             found = None
         if found is None:
             raise StoreError(f"{where} is not an autotune database (its `meta` table has no schema_version)")
-        if found < SCHEMA_VERSION:
+        if found < BASE_VERSION:
             raise StoreError(
                 f"database {where} has schema version {found}, this autotune expects {SCHEMA_VERSION} "
                 "and has no migration from it: open it with the autotune version that wrote it"
@@ -172,6 +190,17 @@ class Store:
             raise StoreError(
                 f"database {where} has schema version {found}, newer than this autotune supports "
                 f"({SCHEMA_VERSION}): upgrade autotune"
+            )
+        if found < SCHEMA_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, this autotune needs {SCHEMA_VERSION}: "
+                f"run `autotune db upgrade --db {shlex.quote(where)}` (back it up first)"
+            )
+        if revisions != [HEAD_REVISION]:
+            said = "no alembic_version table" if revisions is None else f"alembic_version {revisions}"
+            raise StoreError(
+                f"database {where} says schema version {found} but has {said} (expected "
+                f"[{REVISIONS[found]!r}]): it is damaged; `autotune db upgrade` cannot tell what it holds"
             )
         missing = set(Base.metadata.tables) - tables
         damaged = sorted(missing - set(ADDITIVE_TABLES))
@@ -290,9 +319,7 @@ class Store:
         """Records a sweep as running on this host and `target`; returns its id."""
         gpu = self.gpu_id(target)
         with self._session(write=True) as session:
-            row = SweepModel(
-                name=name, spec_text=spec_text, host=socket.gethostname(), status="running", gpu_id=gpu
-            )
+            row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu)
             session.add(row)
             session.flush()
             return int(row.id)
@@ -815,6 +842,12 @@ def _problem_values(problem: Problem) -> dict[str, Any]:
     )
 
 
+@functools.cache
+def _host() -> str:
+    """This host's name, as `trials.host` and `sweeps.host` record it."""
+    return socket.gethostname()
+
+
 def _trial_row(
     result: TrialResult,
     source: Source,
@@ -849,6 +882,7 @@ def _trial_row(
         compile_s=result.compile_s,
         measure_s=result.measure_s,
         extra=extra,
+        host=_host(),
     )
 
 

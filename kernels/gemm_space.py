@@ -136,6 +136,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, N, K = problem.M, problem.N, problem.K
+    narrowest_n = min(int(v) for v in triton_params(target)["BLOCK_N"])
     elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
     cus = target.cu_count
 
@@ -157,7 +158,8 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "block_n_waste",
             f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
-            lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N)),
+            # the narrowest tile of the space always stays (a router GEMM has N = 8 experts)
+            lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N), narrowest_n),
         ),
         Constraint(
             "block_k_waste",

@@ -50,7 +50,7 @@ def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
 
     out = []
     for entry, problem in spec.problems():
-        op = entry.make_op()
+        op = entry.op_for(problem)
         try:
             space = op.space(problem, target, entry.backends)
         except ValueError as exc:
@@ -85,10 +85,11 @@ def run_sweep(
     runner: Runner | None = None
     with _sweep_row(spec, store, target) as report:
         for entry, problem in spec.problems():
-            op = entry.make_op()
-            if entry.op not in benches:
-                benches[entry.op] = benchmarker_for(entry.op) if benchmarker_for else Benchmarker(op, target)
-            runner = Runner(store, target, benches[entry.op], sweep_id=report.sweep_id, on_trial=on_trial,
+            op = entry.op_for(problem)
+            if problem.op not in benches:  # one Benchmarker per op (a model entry has gemm and moe problems)
+                bench = benchmarker_for(problem.op) if benchmarker_for else Benchmarker(op, target)
+                benches[problem.op] = bench
+            runner = Runner(store, target, benches[problem.op], sweep_id=report.sweep_id, on_trial=on_trial,
                             checker=checker)  # fmt: skip
             result = runner.tune(
                 op,
@@ -153,7 +154,7 @@ def predict_sweep(
     plan(spec, target)
     with _sweep_row(spec, store, target, predicted=True) as report:
         for entry, problem in spec.problems():
-            op = entry.make_op()
+            op = entry.op_for(problem)
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
             kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}

@@ -25,6 +25,14 @@ topk = 8
 weights = "fp8e4m3"            # FP8 weights with 128x128 block scales (default: dtype)
 zipf = 1.0                     # routing skew: 0 (default) uniform, s > 0 load of the r-th expert ~ 1/r^s
 
+[[sweep]]                      # a model from the catalog (sweeps/catalog.py) instead of op and nk:
+model = "deepseek-v3"          # every GEMM and MoE problem of one layer, plus the LM head, per shard
+tp = [1, 8]                    # tensor-parallel degrees (an int or a list; default 1)
+ep = 8                         # expert-parallel degrees, MoE models only (an int or a list; default 1)
+m = ["decode", 16384]          # M values: presets "decode" (1..256) and "prefill" (512..8192) and/or ints
+weights = "bf16"               # MoE models: the routed experts' weights (default: the model's own)
+zipf = 1.0                     # MoE models: routing skew of the routed experts
+
 [static]                       # optional: compile-only checks before any GPU time
 prune = ["compile", "mfma_shape", "spills", "lds", "occupancy"]   # default: all; [] or false: none
 min_occupancy = 1              # waves per SIMD (AMD) or blocks per SM (NVIDIA)
@@ -54,6 +62,8 @@ __all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "s
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
 _MOE_KEYS = {"e", "topk", "weights", "zipf"}
+_MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
+               "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
 
 
@@ -63,7 +73,12 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class SweepEntry:
-    """One [[sweep]] table: a set of problems and how to tune them."""
+    """One [[sweep]] table: a set of problems and how to tune them.
+
+    Either an op entry (`op` with `nks`: the product of M values, (N, K) pairs and layouts) or a model
+    entry (`model`, with `tps` and `eps`: the catalog's problems of that model, gemm and moe alike; its
+    `op` is ""). Each problem's TunableOp is `op_for(problem)`.
+    """
 
     op: str
     dtype: str
@@ -78,8 +93,30 @@ class SweepEntry:
     topk: int = 0  # moe: experts per token
     weights: str = ""  # moe: weight dtype ("" = dtype)
     zipf: float = 0.0  # moe: routing skew
+    model: str = ""  # a catalog model (sweeps/catalog.py) instead of op and nks
+    tps: tuple[int, ...] = (1,)  # model: tensor-parallel degrees
+    eps: tuple[int, ...] = (1,)  # model: expert-parallel degrees
+
+    def labeled_problems(self) -> list[tuple[str, Problem]]:
+        """(label, problem) pairs without duplicates; a model entry's labels name the layer and split
+        ("attn.qkv tp8"), an op entry's are its op."""
+        if not self.model:
+            return [(self.op, p) for p in self.problems()]
+        from autotune.sweeps.catalog import model_problems
+
+        seen: dict[Problem, str] = {}
+        for tp in self.tps:
+            for ep in self.eps:
+                split = f"tp{tp}" + (f" ep{ep}" if ep > 1 else "")
+                for label, p in model_problems(
+                    self.model, tp=tp, ep=ep, ms=self.ms, dtype=self.dtype, weights=self.weights or None
+                ):
+                    seen.setdefault(p, f"{label} {split}")
+        return [(label, p) for p, label in seen.items()]
 
     def problems(self) -> list[Problem]:
+        if self.model:
+            return [p for _, p in self.labeled_problems()]
         if self.op == "moe":
             return [
                 Problem.moe(m, n, k, e, self.topk, self.dtype, self.weights or None)
@@ -94,15 +131,24 @@ class SweepEntry:
             for m in self.ms
         ]
 
+    def op_for(self, problem: Problem) -> Any:
+        """The TunableOp that tunes `problem` of this entry (a moe problem's op carries the routing skew)."""
+        return self._op(problem.op)
+
     def make_op(self) -> Any:
-        """The TunableOp of this entry (an moe entry's op carries its routing skew)."""
+        """The TunableOp of an op entry; a model entry has problems of several ops: use `op_for`."""
+        if self.model:
+            raise ValueError(f"model entry {self.model!r} has gemm and moe problems: use op_for(problem)")
+        return self._op(self.op)
+
+    def _op(self, name: str) -> Any:
         from autotune.kernels import get_op
 
-        if self.op == "moe" and self.zipf:
+        if name == "moe" and self.zipf:
             from autotune.kernels.moe_op import MoeOp
 
             return MoeOp(zipf=self.zipf)
-        return get_op(self.op)
+        return get_op(name)
 
 
 @dataclass(frozen=True)
@@ -178,6 +224,8 @@ def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
 def _entry(table: Any, where: str) -> SweepEntry:
     if not isinstance(table, Mapping):
         raise SpecError(f"{where}: must be a table")
+    if "model" in table:
+        return _model_entry(table, where)
     allowed = _ENTRY_KEYS | (_MOE_KEYS if table.get("op") == "moe" else set())
     unknown = set(table) - allowed
     if unknown:
@@ -199,10 +247,7 @@ def _entry(table: Any, where: str) -> SweepEntry:
         raise SpecError(f"{where}: {exc}") from None
     if dtype not in ("bf16", "fp16"):
         raise SpecError(f"{where}: op {op} supports dtype bf16 or fp16, not {dtype}")
-    ms = table["m"]
-    if not isinstance(ms, list) or not ms:
-        raise SpecError(f"{where}: `m` must be a non-empty list of positive integers")
-    ms_t = tuple(_positive(v, "m", where) for v in ms)
+    ms_t = _ms(table["m"], where)
     nk = table["nk"]
     if not isinstance(nk, list) or not nk:
         raise SpecError(f"{where}: `nk` must be a non-empty list of [N, K] pairs")
@@ -218,6 +263,98 @@ def _entry(table: Any, where: str) -> SweepEntry:
     for lay in layouts:
         if lay not in LAYOUTS:
             raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")
+    tuning = _tuning(table, where)
+    moe: dict[str, Any] = {}
+    if op == "moe":
+        moe = _moe_fields(table, dtype, where)
+        if "layout" in table and layouts != ("nk",):
+            raise SpecError(f"{where}: op moe has no `layout` (its weights are (E, N, K))")
+    entry = SweepEntry(
+        op=op,
+        dtype=dtype,
+        ms=ms_t,
+        nks=tuple(nks),
+        layouts=layouts,
+        **tuning,
+        **moe,
+    )
+    try:
+        entry.problems()
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return entry
+
+
+def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
+    """A [[sweep]] table naming a catalog model: its problems come from `sweeps/catalog.py`."""
+    from autotune.sweeps.catalog import MODELS
+
+    clash = sorted({"op", "nk", "e", "topk", "layout"} & set(table))
+    if clash:
+        fields = ", ".join(f"`{k}`" for k in clash)
+        raise SpecError(
+            f"{where}: `model` does not mix with {fields}: a model entry takes its shapes from the catalog; "
+            "use a separate [[sweep]] table for explicit shapes"
+        )
+    unknown = set(table) - _MODEL_KEYS
+    if unknown:
+        raise SpecError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"allowed with `model`: {', '.join(sorted(_MODEL_KEYS))}"
+        )
+    name = table["model"]
+    if not isinstance(name, str) or name not in MODELS:
+        raise SpecError(f"{where}: unknown model {name!r}; known: {', '.join(MODELS)}")
+    model = MODELS[name]
+    if "m" not in table:
+        raise SpecError(f'{where}: missing field `m` (token counts: "decode", "prefill" or a list)')
+    dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
+    try:
+        dtype = normalize_dtype(dtype_name)
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if dtype not in ("bf16", "fp16"):
+        raise SpecError(f"{where}: model entries take activations in bf16 or fp16, not {dtype}")
+    tps = _degrees(table.get("tp", 1), "tp", where)
+    eps = _degrees(table.get("ep", 1), "ep", where)
+    if not model.is_moe:
+        extra = sorted(k for k in ("weights", "zipf") if k in table) + (["ep"] if eps != (1,) else [])
+        if extra:
+            fields = ", ".join(f"`{k}`" for k in extra)
+            raise SpecError(f"{where}: model {name} is dense; drop {fields} (for MoE models only)")
+    weights = ""
+    if "weights" in table:
+        weights = _typed(table["weights"], str, "weights", where)
+        try:
+            weights = normalize_dtype(weights)
+        except ValueError as exc:
+            raise SpecError(f"{where}: {exc}") from None
+        if weights not in (dtype, "fp8e4m3"):
+            raise SpecError(f"{where}: expert `weights` are {dtype} or fp8e4m3, not {weights}")
+    zipf = table.get("zipf", 0.0)
+    if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
+        raise SpecError(f"{where}: `zipf` must be a number >= 0, got {zipf!r}")
+    entry = SweepEntry(
+        op="",
+        dtype=dtype,
+        ms=_ms(table["m"], where),
+        nks=(),
+        **_tuning(table, where),
+        weights=weights,
+        zipf=float(zipf),
+        model=name,
+        tps=tps,
+        eps=eps,
+    )
+    try:
+        entry.problems()  # every split checked here, before any work
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return entry
+
+
+def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """strategy, budget, seed and backends of an entry."""
     strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
     if strategy not in STRATEGIES:
         raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
@@ -233,28 +370,37 @@ def _entry(table: Any, where: str) -> SweepEntry:
         if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
             raise SpecError(f"{where}: `backends` must be a non-empty list of names")
         backends = tuple(backends)
-    moe: dict[str, Any] = {}
-    if op == "moe":
-        moe = _moe_fields(table, dtype, where)
-        if "layout" in table and layouts != ("nk",):
-            raise SpecError(f"{where}: op moe has no `layout` (its weights are (E, N, K))")
-    entry = SweepEntry(
-        op=op,
-        dtype=dtype,
-        ms=ms_t,
-        nks=tuple(nks),
-        layouts=layouts,
-        strategy=strategy,
-        budget=budget,
-        seed=seed,
-        backends=backends,
-        **moe,
-    )
-    try:
-        entry.problems()
-    except ValueError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    return entry
+    return dict(strategy=strategy, budget=budget, seed=seed, backends=backends)
+
+
+def _ms(value: Any, where: str) -> tuple[int, ...]:
+    """M values: a list of positive integers and preset names ("decode", "prefill"), or one preset name;
+    in order, duplicates dropped."""
+    from autotune.sweeps.catalog import M_PRESETS
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise SpecError(
+            f"{where}: `m` must be a non-empty list of positive integers "
+            f"(or preset names: {', '.join(M_PRESETS)})"
+        )
+    out: list[int] = []
+    for v in items:
+        if isinstance(v, str):
+            if v not in M_PRESETS:
+                presets = ", ".join(M_PRESETS)
+                raise SpecError(f"{where}: `m` values must be integers, got {v!r} (or a preset: {presets})")
+            out.extend(M_PRESETS[v])
+        else:
+            out.append(_positive(v, "m", where))
+    return tuple(dict.fromkeys(out))
+
+
+def _degrees(value: Any, name: str, where: str) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise SpecError(f"{where}: `{name}` must be a positive integer or a non-empty list of them")
+    return tuple(dict.fromkeys(_positive(v, name, where) for v in items))
 
 
 def _moe_fields(table: Mapping[str, Any], dtype: str, where: str) -> dict[str, Any]:

@@ -21,6 +21,11 @@ VERBS = ("sweep", "best", "export", "emit", "status")
 WHEEL_FILES = {
     "autotune/kernels/gemm_triton.py": "kernels/gemm_triton.py",
     "autotune/db/store.py": "db/store.py",
+    # The Alembic environment and revisions that `autotune db upgrade` runs.
+    "autotune/db/migrations/env.py": "db/migrations/env.py",
+    "autotune/db/migrations/script.py.mako": "db/migrations/script.py.mako",
+    "autotune/db/migrations/versions/v1_baseline.py": "db/migrations/versions/v1_baseline.py",
+    "autotune/db/migrations/versions/v2_trials_host.py": "db/migrations/versions/v2_trials_host.py",
     "autotune/dispatch/table.py": "dispatch/table.py",
     "autotune/sweeps/spec.py": "sweeps/spec.py",
     "autotune/sweeps/smoke.toml": "sweeps/smoke.toml",

@@ -84,3 +84,16 @@ def test_unknown_backend_and_foreign_configs_are_rejected() -> None:
     assert "not in this space" in (space.check(Config(backend="cutlass")) or "")
     amd_cfg = gemm_default_config(problem, Target.for_arch("gfx942"))
     assert "unknown parameters" in (space.check(amd_cfg) or "")
+
+
+def test_a_router_gemm_with_fewer_columns_than_any_tile_has_a_space() -> None:
+    """N = 8 (an MoE router over 8 experts) is narrower than every BLOCK_N: the narrowest tile stays."""
+    from autotune.kernels import GEMM
+
+    for arch in ("sm_90", "gfx942", "gfx950"):
+        target = Target.for_arch(arch)
+        problem = Problem.gemm(16, 8, 4096)
+        space = GEMM.space(problem, target)
+        assert GEMM.default_config(problem, target) in space
+        widths = {int(c["BLOCK_N"]) for c in space.configs() if c.backend == "triton"}
+        assert widths == {min(int(v) for v in triton_params(target)["BLOCK_N"])}
