@@ -98,6 +98,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
+    p.add_argument(
+        "--budget",
+        metavar="TIME",
+        help="time budget for the whole sweep, e.g. 8h, 90m, 1h30m, 600s: shared across the problems "
+        "(each gets an equal share of what is left); when spent the sweep stops, resumable",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
@@ -320,6 +326,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise CliError("--trials must be positive")
     if args.workers is not None and args.workers <= 0:
         raise CliError("--workers must be positive")
+    budget_s = parse_duration(args.budget) if args.budget else None
     if args.interpret and args.target:
         raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
     if args.spec is not None:
@@ -384,12 +391,20 @@ def _sweep(args: argparse.Namespace) -> int:
         checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
     with store:
         try:
-            report = run_sweep(spec, store, target, on_trial=on_trial, checker=checker)
+            report = run_sweep(spec, store, target, on_trial=on_trial, checker=checker, budget_s=budget_s)
         finally:
             if checker is not None:
                 checker.close()
     bar.close()
     _print_sweep_report(report)
+    if report.budget_spent:
+        print(
+            f"time budget spent: {report.trials_run} trials run and stored, "
+            f"{len(spec.problems()) - len(report.problems)} problems not started; "
+            "run the same command (with a budget) to go on",
+            file=sys.stderr,
+        )
+        return EXIT_OK
     if report.interrupted:
         print(
             f"interrupted: {report.trials_run} trials run and stored; run the same command to resume",
@@ -400,6 +415,25 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 DEFAULT_COMPILE_TARGET = "gfx942"
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in `text`: "8h", "90m", "1h30m", "600s", "2.5h" or a bare number of seconds."""
+    import re
+
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        seconds = float(t)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhd])", t)
+        if not parts or "".join(n + u for n, u in parts) != t:
+            raise CliError(f"--budget {text!r}: give a duration like 8h, 90m, 1h30m or 600s")
+        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise CliError(f"--budget {text!r}: the duration must be positive")
+    return seconds
 
 
 def _no_gpu() -> bool:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from autotune.problem import Problem
 from autotune.runner import ProblemReport, Runner, TrialCallback
+from autotune.strategies import Budget
 from autotune.sweeps.spec import SpecError, SweepSpec
 from autotune.target import Target
 
@@ -35,6 +36,7 @@ class SweepReport:
     interrupted: bool = False
     wall_s: float = 0.0
     predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
+    budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
 
     @property
     def trials_run(self) -> int:
@@ -68,11 +70,17 @@ def run_sweep(
     on_trial: TrialCallback | None = None,
     on_problem: Callable[[ProblemReport], None] | None = None,
     checker: StaticChecker | None = None,
+    budget_s: float | None = None,
 ) -> SweepReport:
     """Tunes every problem of `spec` on `target`, writing each trial to `store` as it finishes.
 
     With a `checker` (a GPU target), configs compile ahead on the CPU cores and those the spec's static
     checks flag are stored as `pruned` without GPU time.
+
+    `budget_s` is a time budget for the whole sweep, shared across the problems: each problem gets an
+    equal share of what is left (time a problem does not use goes to the ones after it), capped by its
+    own `seconds`. When it is spent the sweep stops like an interrupted one (`report.budget_spent`);
+    running it again resumes.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials; every finished trial is already
     stored, the sweep is marked "interrupted" and the report says so. Any other error marks it "failed"
@@ -83,19 +91,33 @@ def run_sweep(
     plan(spec, target)  # validate everything before any work
     benches: dict[str, Benchmarker] = {}
     runner: Runner | None = None
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    todo = spec.problems()
     with _sweep_row(spec, store, target) as report:
-        for entry, problem in spec.problems():
+        for i, (entry, problem) in enumerate(todo):
             op = entry.op_for(problem)
-            if problem.op not in benches:  # one Benchmarker per op (a model entry has gemm and moe problems)
-                bench = benchmarker_for(problem.op) if benchmarker_for else Benchmarker(op, target)
-                benches[problem.op] = bench
-            runner = Runner(store, target, benches[problem.op], sweep_id=report.sweep_id, on_trial=on_trial,
+            key = f"{problem.op}:{getattr(op, 'zipf', '')}"  # one Benchmarker per op (and MoE routing)
+            if key not in benches:
+                benches[key] = benchmarker_for(problem.op) if benchmarker_for else Benchmarker(op, target)
+            budget = entry.budget
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    report.budget_spent = True
+                    report.interrupted = True
+                    log.warning("time budget spent: %d of %d problems not started", len(todo) - i, len(todo))
+                    break
+                share = left / (len(todo) - i)
+                budget = Budget(
+                    budget.trials, share if budget.seconds is None else min(budget.seconds, share)
+                )
+            runner = Runner(store, target, benches[key], sweep_id=report.sweep_id, on_trial=on_trial,
                             checker=checker)  # fmt: skip
             result = runner.tune(
                 op,
                 problem,
                 strategy=entry.strategy,
-                budget=entry.budget,
+                budget=budget,
                 seed=entry.seed,
                 backends=entry.backends,
             )
@@ -120,7 +142,7 @@ def _sweep_row(
     status = "failed"
     try:
         yield report
-        status = "finished"
+        status = "interrupted" if report.interrupted else "finished"
     except KeyboardInterrupt:
         status = "interrupted"
         report.interrupted = True
