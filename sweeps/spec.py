@@ -322,18 +322,8 @@ def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
         if extra:
             fields = ", ".join(f"`{k}`" for k in extra)
             raise SpecError(f"{where}: model {name} is dense; drop {fields} (for MoE models only)")
-    weights = ""
-    if "weights" in table:
-        weights = _typed(table["weights"], str, "weights", where)
-        try:
-            weights = normalize_dtype(weights)
-        except ValueError as exc:
-            raise SpecError(f"{where}: {exc}") from None
-        if weights not in (dtype, "fp8e4m3"):
-            raise SpecError(f"{where}: expert `weights` are {dtype} or fp8e4m3, not {weights}")
-    zipf = table.get("zipf", 0.0)
-    if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
-        raise SpecError(f"{where}: `zipf` must be a number >= 0, got {zipf!r}")
+    weights = _weights(table["weights"], dtype, where) if "weights" in table else ""
+    zipf = _zipf(table, where)
     entry = SweepEntry(
         op="",
         dtype=dtype,
@@ -415,17 +405,26 @@ def _moe_fields(table: Mapping[str, Any], dtype: str, where: str) -> dict[str, A
     for e in es_t:
         if e < topk:
             raise SpecError(f"{where}: topk {topk} is more than the {e} experts (`e`)")
-    weights = _typed(table.get("weights", dtype), str, "weights", where)
+    weights = _weights(table.get("weights", dtype), dtype, where)
+    return dict(es=es_t, topk=topk, weights="" if weights == dtype else weights, zipf=_zipf(table, where))
+
+
+def _weights(value: Any, dtype: str, where: str) -> str:
+    """The expert weights' dtype: the activations' or fp8e4m3 (128x128 block scales)."""
     try:
-        weights = normalize_dtype(weights)
+        weights = normalize_dtype(_typed(value, str, "weights", where))
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     if weights not in (dtype, "fp8e4m3"):
         raise SpecError(f"{where}: moe `weights` are {dtype} or fp8e4m3, not {weights}")
+    return weights
+
+
+def _zipf(table: Mapping[str, Any], where: str) -> float:
     zipf = table.get("zipf", 0.0)
     if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
         raise SpecError(f"{where}: `zipf` must be a number >= 0, got {zipf!r}")
-    return dict(es=es_t, topk=topk, weights="" if weights == dtype else weights, zipf=float(zipf))
+    return float(zipf)
 
 
 def _typed(value: Any, kind: type, name: str, where: str) -> Any:

@@ -239,7 +239,7 @@ def test_every_shipped_spec_parses() -> None:
         ('model = "llama-3.1-8b"\ndtype = "fp8e4m3"\n', ["bf16 or fp16, not fp8e4m3"]),
         (
             'model = "deepseek-v3"\ntp = 8\nweights = "fp16"\n',
-            ["expert `weights` are bf16 or fp8e4m3, not fp16"],
+            ["moe `weights` are bf16 or fp8e4m3, not fp16"],
         ),
         ('model = "deepseek-v3"\ntp = 8\nlayout = "kn"\n', ["`model` does not mix with `layout`"]),
         (
