@@ -504,7 +504,7 @@ def _print_sweep_report(report: Any) -> None:
         best = p.best
         rows.append(
             (
-                f"{p.problem.M}x{p.problem.N}x{p.problem.K} {p.problem.dtype} {p.problem.layout}",
+                _problem_label(p.problem),
                 f"{p.space_size}/{p.raw_size}",
                 str(p.ran),
                 str(p.cached),
@@ -528,6 +528,14 @@ def _print_sweep_report(report: Any) -> None:
             counts.update(getattr(p, attr))
         if counts:
             print(f"pruned {what}: " + ", ".join(f"{r} {n}" for r, n in counts.most_common()))
+
+
+def _problem_label(p: Any) -> str:
+    """A problem in one table cell: M x N x K, dtype and layout; for moe its experts and weights too."""
+    if p.op == "moe":
+        weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
+        return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
+    return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
 
 
 def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
@@ -585,7 +593,7 @@ def _plan(args: argparse.Namespace) -> int:
     table = [("problem", "space", "trials", "done", "estimate")]
     for r in rows:
         p = r.problem
-        name = f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
+        name = _problem_label(p)
         table.append((name, f"{r.valid}/{r.raw}", str(r.trials), str(r.done), _fmt_duration(r.est_s)))
     _print_table(table)
     left = sum(r.trials - r.done for r in rows)
@@ -657,7 +665,7 @@ def _print_check(c: Any) -> None:
     p = c.problem
     pruned = ", ".join(f"{k} {n}" for k, n in sorted(c.static_pruned.items())) or "none"
     print(
-        f"\n{p.op} {p.M}x{p.N}x{p.K} {p.dtype} {p.layout}: space {c.space_size} valid of {c.raw_size}; "
+        f"\n{p.op} {_problem_label(p)}: space {c.space_size} valid of {c.raw_size}; "
         f"compiled {len(c.compiled)} ({c.n_failed_compile} compile errors); pruned {c.n_pruned} ({pruned})"
     )
     for cand in c.compiled:
