@@ -4,13 +4,15 @@ configs a sweep should prune before spending any GPU time on them."""
 from __future__ import annotations
 
 import logging
+import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from autotune.compile import CompilePool, _result
 from autotune.config import Config
+from autotune.kernels.base import kernel_versions
 from autotune.problem import Problem
 from autotune.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
 from autotune.target import Target, toolchain_versions
@@ -91,7 +93,7 @@ class StaticChecker:
     @property
     def lookahead(self) -> int:
         """How many configs to keep queued: two per worker."""
-        return 2 * (self._pool.workers if self._pool else (self.workers or _cpus()))
+        return 2 * (self._pool.workers if self._pool else (self.workers or os.cpu_count() or 1))
 
     def close(self) -> None:
         if self._pool is not None:
@@ -141,7 +143,7 @@ class StaticChecker:
         if self.store is None or problem.key() in self._loaded:
             return
         self._loaded.add(problem.key())
-        kernels = _kernel_versions(op, problem, self.target)
+        kernels = kernel_versions(op, op.backends(self.target))
         stored = self.store.features(arch=self.target.arch, toolchain=self.toolchain, problem=problem,
                                      kernels=kernels)  # fmt: skip
         for digest, (features, _) in stored.items():
@@ -164,7 +166,7 @@ class StaticChecker:
         self._known[key] = features
         self.compiled[problem.key()] += 1
         if self.store is not None:
-            name, source_hash = f"{op.name}.{config.backend}", op.source_hash(config.backend)
+            name, source_hash = kernel_versions(op, [config.backend])[config.backend]
             self.store.record_features(
                 arch=self.target.arch,
                 toolchain=self.toolchain,
@@ -182,17 +184,6 @@ class StaticChecker:
 
 def _compiles(config: Config) -> bool:
     return config.backend != "torch"
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 1
-
-
-def _kernel_versions(op: TunableOp, problem: Problem, target: Target) -> dict[str, tuple[str, str]]:
-    backends: Any = op.backends(target)
-    return {b: (f"{op.name}.{b}", op.source_hash(b)) for b in backends}
 
 
 def finding_text(findings: Iterable[StaticFinding]) -> str:

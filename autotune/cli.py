@@ -302,6 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAIL
 
 
+def _check_workers(args: argparse.Namespace) -> None:
+    if args.workers is not None and args.workers <= 0:
+        raise CliError("--workers must be positive")
+
+
 def _open_store(url: str | None) -> Store:
     from autotune.db import Store, StoreError
 
@@ -324,8 +329,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise CliError("--strategy and --trials go with --untuned; a spec sets them per [[sweep]] table")
     if args.trials is not None and args.trials <= 0:
         raise CliError("--trials must be positive")
-    if args.workers is not None and args.workers <= 0:
-        raise CliError("--workers must be positive")
+    _check_workers(args)
     budget_s = parse_duration(args.budget) if args.budget else None
     if args.interpret and args.target:
         raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
@@ -554,8 +558,7 @@ def _plan(args: argparse.Namespace) -> int:
     from autotune.sweeps import SpecError, load_spec
     from autotune.target import TargetError, local_target
 
-    if args.workers is not None and args.workers <= 0:
-        raise CliError("--workers must be positive")
+    _check_workers(args)
     try:
         spec = load_spec(args.spec)
     except SpecError as exc:
@@ -619,8 +622,7 @@ def _check(args: argparse.Namespace) -> int:
     from autotune.predict import check_problem
     from autotune.sweeps import SpecError, load_spec, plan
 
-    if args.workers is not None and args.workers <= 0:
-        raise CliError("--workers must be positive")
+    _check_workers(args)
     if args.candidates is not None and args.candidates <= 0:
         raise CliError("--candidates must be positive")
     try:

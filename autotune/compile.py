@@ -17,7 +17,7 @@ import re
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any
@@ -26,7 +26,7 @@ from autotune.config import Config
 from autotune.kernels.base import KernelCall, TunableOp
 from autotune.problem import Problem
 from autotune.static import StaticFeatures
-from autotune.target import Target, TargetError, interpreting, toolchain_versions
+from autotune.target import Target, TargetError, toolchain_versions
 
 __all__ = [
     "CompilePool",
@@ -392,17 +392,3 @@ def _result(future: Future[StaticFeatures], target: Target) -> StaticFeatures:
         return future.result()
     except Exception as exc:  # BrokenProcessPool and friends: the compiler crashed
         return StaticFeatures.failed(target.arch, f"compiler worker failed: {type(exc).__name__}: {exc}")
-
-
-def compile_in_process(
-    op: TunableOp, problem: Problem, configs: Iterable[Config], target: Target
-) -> Iterator[tuple[Config, StaticFeatures]]:
-    """Compile one after the other in this process (no interpreter allowed); for one or two configs."""
-    if interpreting():
-        raise RuntimeError("TRITON_INTERPRET is set: compile through a CompilePool")
-    check_compilable(target)
-    for config in configs:
-        yield config, compile_features(op, problem, config, target)
-
-
-Compiler = Callable[[TunableOp, Problem, Iterable[Config]], Iterator[tuple[Config, StaticFeatures]]]

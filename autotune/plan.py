@@ -73,6 +73,7 @@ def plan_sweep(
     `candidates` compiles per problem on `workers` cores. With a `store`, configs already stored for this
     target and kernel version count as done and cost nothing.
     """
+    from autotune.kernels.base import kernel_versions
     from autotune.model import predict_us
     from autotune.sweeps.run import plan
     from autotune.sweeps.spec import SpecError
@@ -90,7 +91,7 @@ def plan_sweep(
         except ValueError as exc:  # pragma: no cover - plan() above raised already
             raise SpecError(str(exc)) from None
         configs = space.configs()
-        kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
+        kernels = kernel_versions(op, space.backends)
         source = Source.MODEL if compile_only else Source.MEASURED
         stored = (
             store.finished(target=target, problem=problem, kernels=kernels, source=source) if store else {}

@@ -127,7 +127,9 @@ class Runner:
             problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
         )
         self.current = report
-        kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
+        from autotune.kernels.base import kernel_versions
+
+        kernels = kernel_versions(op, space.backends)
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         search = make_strategy(strategy, space, budget, seed=seed)
         try:

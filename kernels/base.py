@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from autotune.space import SearchSpace
 
-__all__ = ["Inputs", "KernelCall", "Launch", "TunableOp"]
+__all__ = ["Inputs", "KernelCall", "Launch", "Recorder", "TunableOp", "kernel_versions"]
 
 Inputs = Sequence["torch.Tensor"]
 Launch = Callable[[], None]
@@ -27,6 +27,24 @@ class KernelCall(NamedTuple):
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+class Recorder:
+    """Stands in for a JIT function: `kernel[grid](*args, **kwargs)` appends a KernelCall to `calls`."""
+
+    def __init__(self, fn: Any, calls: list[KernelCall]) -> None:
+        self.fn, self.calls = fn, calls
+
+    def __getitem__(self, grid: Any) -> Any:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(KernelCall(self.fn, tuple(grid), args, kwargs))
+
+        return record
+
+
+def kernel_versions(op: TunableOp, backends: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """backend → (kernel name, source hash) of `op`: the kernel version every stored result is keyed by."""
+    return {b: (f"{op.name}.{b}", op.source_hash(b)) for b in backends}
 
 
 class TunableOp(Protocol):

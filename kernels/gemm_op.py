@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.codehash import code_hash
 from autotune.config import Config
-from autotune.kernels.base import Inputs, KernelCall, Launch
+from autotune.kernels.base import Inputs, KernelCall, Launch, Recorder
 from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 from autotune.problem import Problem
 from autotune.space import SearchSpace
@@ -131,29 +131,16 @@ class GemmOp:
             from autotune.kernels.gemm_tma import gemm_tma_kernel
             from autotune.kernels.gemm_triton import splitk_reduce_kernel
 
-            recorders = (_Recorder(gemm_tma_kernel, calls), _Recorder(splitk_reduce_kernel, calls))
+            recorders = (Recorder(gemm_tma_kernel, calls), Recorder(splitk_reduce_kernel, calls))
             _tma_launch(problem, config, target, a, b, out, recorders)()
         elif config.backend == "triton":
             from autotune.kernels.gemm_triton import gemm_kernel, splitk_reduce_kernel
 
-            recorders = (_Recorder(gemm_kernel, calls), _Recorder(splitk_reduce_kernel, calls))
+            recorders = (Recorder(gemm_kernel, calls), Recorder(splitk_reduce_kernel, calls))
             _triton_launch(problem, config, target, a, b, out, recorders)()
         else:
             raise ValueError(f"unknown gemm backend {config.backend!r}")
         return calls
-
-
-class _Recorder:
-    """Stands in for a JIT function: `kernel[grid](*args, **kwargs)` appends a KernelCall."""
-
-    def __init__(self, fn: Any, calls: list[KernelCall]) -> None:
-        self.fn, self.calls = fn, calls
-
-    def __getitem__(self, grid: tuple[int, ...]) -> Any:
-        def record(*args: Any, **kwargs: Any) -> None:
-            self.calls.append(KernelCall(self.fn, tuple(grid), args, kwargs))
-
-        return record
 
 
 def _torch_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, layout: str) -> Launch:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.codehash import code_hash
 from autotune.config import Config
-from autotune.kernels.base import Inputs, KernelCall, Launch
+from autotune.kernels.base import Inputs, KernelCall, Launch, Recorder
 from autotune.kernels.moe_space import FP8_BLOCK, moe_backends, moe_default_config, moe_space
 from autotune.problem import Problem
 from autotune.space import SearchSpace
@@ -190,21 +190,6 @@ def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
     return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
 
 
-class _Recorder:
-    """Stands in for a JIT function: `kernel[grid](*args, **kwargs)` appends a KernelCall."""
-
-    def __init__(self, fn: Any, calls: list[KernelCall]) -> None:
-        self.fn, self.calls = fn, calls
-
-    def __getitem__(self, grid: Any) -> Any:
-        def record(*args: Any, **kwargs: Any) -> None:
-            self.calls.append(
-                KernelCall(self.fn, tuple(grid) if isinstance(grid, tuple) else grid, args, kwargs)
-            )
-
-        return record
-
-
 def _triton_launch(
     config: Config, target: Target, inputs: Inputs, out: torch.Tensor, calls: list[KernelCall] | None = None
 ) -> Launch:
@@ -215,7 +200,7 @@ def _triton_launch(
     block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
     kernels = None
     if calls is not None:
-        kernels = tuple(_Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
+        kernels = tuple(Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
     cfg = dict(config.items())
     cfg.pop("backend", None)
     # The routing's block alignment depends only on the routing and BLOCK_SIZE_M: done once here, as a

@@ -169,6 +169,7 @@ def predict_sweep(
     never mixed with measurements. A problem already predicted for this target and kernel version is
     skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted".
     """
+    from autotune.kernels.base import kernel_versions
     from autotune.predict import check_problem, model_result
     from autotune.result import Source
 
@@ -179,7 +180,7 @@ def predict_sweep(
             op = entry.op_for(problem)
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
-            kernels = {b: (f"{op.name}.{b}", op.source_hash(b)) for b in space.backends}
+            kernels = kernel_versions(op, space.backends)
             done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
             result = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
                                    pruned=space.prune_summary())  # fmt: skip
