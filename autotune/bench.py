@@ -7,7 +7,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -162,6 +162,14 @@ class Benchmarker:
         self._state: _ProblemState | None = None
         self._flush_buf: Any = None
         self.on_gpu = self.device != "cpu"
+        #: Called with "compile", "check" and "time" as a trial enters each phase (a worker process
+        #: reports them, so a crash or hang is stored with the phase it happened in).
+        self.on_phase: Callable[[str], None] | None = None
+
+    def _enter(self, phase: str) -> str:
+        if self.on_phase is not None:
+            self.on_phase(phase)
+        return phase
 
     # -- set-up -------------------------------------------------------------------------------------
     def method_for(self, problem: Problem) -> str | None:
@@ -202,7 +210,7 @@ class Benchmarker:
     def run(self, problem: Problem, config: Config) -> TrialResult:
         """Checks and times `config` on `problem`; never raises for a bad config (see class docstring)."""
         state = self._state_for(problem)
-        phase = "compile"
+        phase = self._enter("compile")
         t0 = time.perf_counter()
         compile_s = 0.0
         try:
@@ -217,7 +225,7 @@ class Benchmarker:
             launches[0]()
             self._sync()
             compile_s = time.perf_counter() - t0
-            phase = "check"
+            phase = self._enter("check")
             err = rel_error(out0, state.reference)
             tol = self.op.tolerance(problem)
             if not err <= tol:
@@ -233,7 +241,7 @@ class Benchmarker:
                     compile_s=compile_s,
                     error=f"wrong result: relative error {why}",
                 )
-            phase = "time"
+            phase = self._enter("time")
             t1 = time.perf_counter()
             timing = self._time(launches, state)
             return TrialResult(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
@@ -60,7 +61,8 @@ class StaticChecker:
     and config: everything that changes the binary), else from compiling on a CompilePool of `workers`
     processes; new ones are written to the store. `prefetch` queues compiles without waiting, so the
     pool compiles ahead while the GPU measures; `findings` waits for one config. Vendor-library configs
-    have nothing to compile and never have findings. Not thread-safe.
+    have nothing to compile and never have findings. Thread-safe: the runners of a sweep on several GPUs
+    share one checker (and its pool); a thread waiting for a compile holds no lock.
     """
 
     def __init__(
@@ -83,12 +85,14 @@ class StaticChecker:
         #: Findings per check of the configs checked so far, by problem key.
         self.pruned: dict[str, Counter[str]] = {}
         self.compiled: Counter[str] = Counter()
+        self._lock = threading.RLock()
 
     @property
     def pool(self) -> CompilePool:
-        if self._pool is None:
-            self._pool = CompilePool(self.target, self.workers)
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = CompilePool(self.target, self.workers)
+            return self._pool
 
     @property
     def lookahead(self) -> int:
@@ -110,11 +114,12 @@ class StaticChecker:
 
     def prefetch(self, op: TunableOp, problem: Problem, configs: Iterable[Config]) -> None:
         """Queue compiles of `configs` whose features are not known yet; returns at once."""
-        self._load(op, problem)
-        for config in configs:
-            key = (problem.key(), config.digest())
-            if _compiles(config) and key not in self._known and key not in self._inflight:
-                self._inflight[key] = self.pool.submit(op, problem, config)
+        with self._lock:
+            self._load(op, problem)
+            for config in configs:
+                key = (problem.key(), config.digest())
+                if _compiles(config) and key not in self._known and key not in self._inflight:
+                    self._inflight[key] = self.pool.submit(op, problem, config)
 
     def features(
         self, op: TunableOp, problem: Problem, configs: Sequence[Config]
@@ -132,8 +137,9 @@ class StaticChecker:
         _, found = self._wait(op, problem, config)
         pruning = [f for f in found if f.check in self.policy.prune]
         if pruning:
-            counts = self.pruned.setdefault(problem.key(), Counter())
-            counts.update({f.check for f in pruning})
+            with self._lock:
+                counts = self.pruned.setdefault(problem.key(), Counter())
+                counts.update({f.check for f in pruning})
         return pruning
 
     # -- internals ------------------------------------------------------------------------------------
@@ -155,16 +161,20 @@ class StaticChecker:
 
     def _wait(self, op: TunableOp, problem: Problem, config: Config) -> tuple[StaticFeatures, Findings]:
         key = (problem.key(), config.digest())
-        known = self._known.get(key)
-        if known is not None:
-            return known, self._check(known, config)
-        future = self._inflight.pop(key, None)
-        if future is None:
-            future = self.pool.submit(op, problem, config)
-        features = _result(future, self.target)
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                return known, self._check(known, config)
+            future = self._inflight.get(key)
+            if future is None:
+                future = self._inflight[key] = self.pool.submit(op, problem, config)
+        features = _result(future, self.target)  # no lock held while waiting
         found = self._check(features, config)
-        self._known[key] = features
-        self.compiled[problem.key()] += 1
+        with self._lock:
+            if self._inflight.pop(key, None) is None:
+                return features, found  # another thread waited for the same compile and kept it
+            self._known[key] = features
+            self.compiled[problem.key()] += 1
         if self.store is not None:
             name, source_hash = kernel_versions(op, [config.backend])[config.backend]
             self.store.record_features(

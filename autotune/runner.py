@@ -20,9 +20,19 @@ if TYPE_CHECKING:
     from autotune.checker import StaticChecker
     from autotune.kernels.base import TunableOp
 
-__all__ = ["ProblemReport", "Runner", "TrialStore"]
+__all__ = ["ProblemReport", "Runner", "SweepStopped", "TrialStore"]
 
 log = logging.getLogger(__name__)
+
+
+class SweepStopped(Exception):
+    """Raised inside `Runner.tune` when its `should_stop` says so (between trials)."""
+
+
+class Measurer(Protocol):
+    """What the runner times configs with: a Benchmarker, or a worker bound to the op."""
+
+    def run(self, problem: Problem, config: Config) -> TrialResult: ...
 
 
 class TrialStore(Protocol):
@@ -88,18 +98,20 @@ class Runner:
     a sweep that stopped resumes where it was and never re-runs a finished or failed trial. Cached trials
     count toward the trial budget. With a `checker`, configs are compiled ahead on the CPU cores while
     the GPU measures, and a config the static checks flag is stored as `pruned` with the reason instead of
-    being run. Not thread-safe.
+    being run. With `should_stop`, tune() raises SweepStopped before the next trial once it returns
+    True. Not thread-safe: one Runner per thread (sweeps on several GPUs run one per worker).
     """
 
     def __init__(
         self,
         store: TrialStore,
         target: Target,
-        benchmarker: Benchmarker,
+        benchmarker: Benchmarker | Measurer,
         *,
         sweep_id: int | None = None,
         on_trial: TrialCallback | None = None,
         checker: StaticChecker | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.checker = checker
@@ -107,6 +119,7 @@ class Runner:
         self.bench = benchmarker
         self.sweep_id = sweep_id
         self.on_trial = on_trial
+        self.should_stop = should_stop
         #: The report of the problem being tuned (or last tuned), updated as each trial finishes, so a
         #: caller interrupted inside tune() still sees what was run and stored.
         self.current: ProblemReport | None = None
@@ -134,6 +147,8 @@ class Runner:
         search = make_strategy(strategy, space, budget, seed=seed)
         try:
             while (config := search.ask()) is not None:
+                if self.should_stop is not None and self.should_stop():
+                    raise SweepStopped
                 result = done.get(config.digest())
                 if result is not None:
                     report.cached += 1

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .models import SCHEMA_VERSION
-from .records import GpuRecord, GpuSummary, Summary, TrialRecord, Winner
+from .records import GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
 from .store import NewTrial, Store, StoreError, resolve_url
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Summary",
+    "SweepRecord",
     "TrialRecord",
     "Winner",
     "export_csv",

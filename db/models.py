@@ -8,6 +8,7 @@ Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alemb
 
     version 1  ``v1_baseline``     the tables as first shipped, static_features included
     version 2  ``v2_trials_host``  ``trials.host``: the host that recorded the trial (nullable)
+    version 3  ``v3_sweep_progress``  ``sweeps``: pid, heartbeat, progress counts, workers and log file
 
 A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
 transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
@@ -62,11 +63,11 @@ __all__ = [
 ]
 
 #: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
 BASE_VERSION = 1
 #: The Alembic revision of each schema version (``alembic_version.version_num``).
-REVISIONS: dict[int, str] = {1: "v1_baseline", 2: "v2_trials_host"}
+REVISIONS: dict[int, str] = {1: "v1_baseline", 2: "v2_trials_host", 3: "v3_sweep_progress"}
 #: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
 HEAD_REVISION = REVISIONS[SCHEMA_VERSION]
 
@@ -170,6 +171,14 @@ class SweepModel(Base):
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    # Schema version 3: where the sweep runs and how far it got, for `autotune status` on any host.
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    problems_total: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    problems_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    trials_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class TrialModel(Base):

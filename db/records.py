@@ -11,7 +11,7 @@ from autotune.problem import Problem
 from autotune.result import Source, Timing, TrialResult, TrialStatus
 from autotune.target import Target
 
-__all__ = ["GpuRecord", "GpuSummary", "Summary", "TrialRecord", "Winner"]
+__all__ = ["GpuRecord", "GpuSummary", "Summary", "SweepRecord", "TrialRecord", "Winner"]
 
 
 @dataclass(frozen=True)
@@ -118,6 +118,38 @@ class Winner:
         if self.vendor is None or self.vendor.time_us is None or self.time_us <= 0:
             return None
         return self.vendor.time_us / self.time_us
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """One stored sweep: where it runs, how far it got and whether it is still alive.
+
+    `state` is the status, except that a "running" sweep whose heartbeat is older than `stale_after_s`
+    reads "stale" (killed without a chance to say so; run its command again to resume it).
+    """
+
+    id: int
+    name: str
+    host: str
+    status: str
+    gpu: str
+    started_at: datetime
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    pid: int | None
+    problems_total: int | None
+    problems_done: int | None
+    trials_done: int | None
+    workers: int | None
+    log_path: str | None
+
+    def state(self, now: datetime, stale_after_s: float = 600.0) -> str:
+        if self.status != "running":
+            return self.status
+        last = self.heartbeat_at or self.started_at
+        if last.tzinfo is None:  # SQLite hands back naive datetimes
+            last = last.replace(tzinfo=now.tzinfo)
+        return "stale" if (now - last).total_seconds() > stale_after_s else "running"
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from .models import (
     TrialModel,
     utcnow,
 )
-from .records import GpuRecord, GpuSummary, Summary, TrialRecord, Winner
+from .records import GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
@@ -315,14 +315,51 @@ class Store:
 
     # -- sweeps --------------------------------------------------------------------------------------
 
-    def start_sweep(self, name: str, spec_text: str, target: Target) -> int:
-        """Records a sweep as running on this host and `target`; returns its id."""
+    def start_sweep(
+        self,
+        name: str,
+        spec_text: str,
+        target: Target,
+        *,
+        problems_total: int | None = None,
+        workers: int | None = None,
+        log_path: str | None = None,
+    ) -> int:
+        """Records a sweep as running on this host (this process) and `target`; returns its id.
+
+        Sweeps of this host left "running" by a process that no longer exists (killed with -9, a power
+        cut) are marked "interrupted" first."""
+        import os
+
         gpu = self.gpu_id(target)
+        now = utcnow()
         with self._session(write=True) as session:
-            row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu)
+            for row in session.scalars(
+                select(SweepModel).where(SweepModel.host == _host(), SweepModel.status == "running")
+            ):
+                if row.pid is not None and row.pid != os.getpid() and not _pid_alive(row.pid):
+                    row.status = "interrupted"
+                    row.finished_at = row.heartbeat_at or now
+            row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu,
+                             pid=os.getpid(), heartbeat_at=now, problems_total=problems_total,
+                             problems_done=0, trials_done=0, workers=workers, log_path=log_path)  # fmt: skip
             session.add(row)
             session.flush()
             return int(row.id)
+
+    def touch_sweep(
+        self, sweep_id: int, *, trials_done: int | None = None, problems_done: int | None = None
+    ) -> None:
+        """The sweep's heartbeat (now) and progress counts."""
+        with self._session(write=True) as session:
+            row = session.get(SweepModel, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
+            row.heartbeat_at = utcnow()
+            if trials_done is not None:
+                row.trials_done = trials_done
+            if problems_done is not None:
+                row.problems_done = problems_done
 
     def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
         """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
@@ -333,7 +370,38 @@ class Store:
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
             row.status = status
-            row.finished_at = utcnow()
+            row.finished_at = row.heartbeat_at = utcnow()
+
+    def sweeps(self, *, limit: int = 20, status: str | None = None) -> list[SweepRecord]:
+        """The latest `limit` sweeps of every host, newest first (only those of `status` if given)."""
+        query = (
+            select(SweepModel, GpuModel.name)
+            .join(GpuModel, GpuModel.id == SweepModel.gpu_id)
+            .order_by(SweepModel.id.desc())
+            .limit(limit)
+        )
+        if status is not None:
+            query = query.where(SweepModel.status == status)
+        with self._session() as session:
+            return [
+                SweepRecord(
+                    id=r.id,
+                    name=r.name,
+                    host=r.host,
+                    status=r.status,
+                    gpu=gpu,
+                    started_at=r.started_at,
+                    finished_at=r.finished_at,
+                    heartbeat_at=r.heartbeat_at,
+                    pid=r.pid,
+                    problems_total=r.problems_total,
+                    problems_done=r.problems_done,
+                    trials_done=r.trials_done,
+                    workers=r.workers,
+                    log_path=r.log_path,
+                )
+                for r, gpu in session.execute(query)
+            ]
 
     # -- trials --------------------------------------------------------------------------------------
 
@@ -846,6 +914,19 @@ def _problem_values(problem: Problem) -> dict[str, Any]:
 def _host() -> str:
     """This host's name, as `trials.host` and `sweeps.host` record it."""
     return socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _trial_row(

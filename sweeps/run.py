@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.problem import Problem
-from autotune.runner import ProblemReport, Runner, TrialCallback
+from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
-from autotune.sweeps.spec import SpecError, SweepSpec
+from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
 from autotune.target import Target
+from autotune.workers import BoundWorker, Worker, WorkerAborted, WorkerError
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
@@ -67,81 +69,310 @@ def run_sweep(
     target: Target,
     *,
     benchmarker_for: Callable[[str], Benchmarker] | None = None,
+    workers: Sequence[Worker] | None = None,
     on_trial: TrialCallback | None = None,
     on_problem: Callable[[ProblemReport], None] | None = None,
     checker: StaticChecker | None = None,
     budget_s: float | None = None,
+    log_path: str | None = None,
 ) -> SweepReport:
     """Tunes every problem of `spec` on `target`, writing each trial to `store` as it finishes.
+
+    Where trials run: with `workers` (a ProcessWorker per GPU, or Ray actors), each worker has a thread
+    here that takes the next problem from a shared queue, longest estimated first, so that the workers
+    finish together; a config that crashes or hangs a worker costs that trial (stored as `crashed` or
+    `timeout`), and a worker that cannot work at all hands its problem back to the others. Results are
+    recorded under the target each worker reports. Without workers, trials run in this process on a
+    Benchmarker per op (`benchmarker_for` makes them; tests inject fakes).
 
     With a `checker` (a GPU target), configs compile ahead on the CPU cores and those the spec's static
     checks flag are stored as `pruned` without GPU time.
 
     `budget_s` is a time budget for the whole sweep, shared across the problems: each problem gets an
-    equal share of what is left (time a problem does not use goes to the ones after it), capped by its
-    own `seconds`. When it is spent the sweep stops like an interrupted one (`report.budget_spent`);
-    running it again resumes.
+    equal share of what is left per worker (time a problem does not use goes to the ones after it),
+    capped by its own `seconds`. When it is spent the sweep stops like an interrupted one
+    (`report.budget_spent`); running it again resumes.
 
-    Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials; every finished trial is already
-    stored, the sweep is marked "interrupted" and the report says so. Any other error marks it "failed"
-    and propagates. Running the same spec again resumes: stored trials are not re-run.
+    Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
+    stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
+    says so. Any other error marks it "failed" and propagates. Running the same spec again resumes:
+    stored trials are not re-run. The sweep's row keeps a heartbeat and progress counts, which
+    ``autotune status`` shows from any host; `log_path` is recorded with it.
     """
+    planned = plan(spec, target)  # validate everything before any work
+    todo = spec.problems()
+    n_workers = len(workers) if workers else 1
+    if workers and len(workers) > 1:
+        todo = _longest_first(spec, target, store, todo, planned)
+    queue = _ProblemQueue(todo, budget_s, n_workers)
+    with _sweep_row(
+        spec, store, target, problems_total=len(todo), workers=len(workers or ()) or None, log_path=log_path
+    ) as (report, progress):
+        counted = progress.wrap(on_trial)
+        try:
+            if workers:
+                _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker)
+            else:
+                _run_inline(
+                    queue, store, target, report, progress, counted, on_problem, checker, benchmarker_for
+                )
+        finally:
+            report.budget_spent = queue.budget_spent
+            if queue.budget_spent:
+                report.interrupted = True
+    return report
+
+
+class _ProblemQueue:
+    """The problems left, handed out one at a time with their share of the time budget. Thread-safe."""
+
+    def __init__(self, todo: list[tuple[SweepEntry, Problem]], budget_s: float | None, workers: int) -> None:
+        self.todo = list(todo)
+        self.total = len(todo)
+        self.workers = workers
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+        self.budget_spent = False
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[SweepEntry, Problem, Budget] | None:
+        with self._lock:
+            if not self.todo:
+                return None
+            entry, problem = self.todo[0]
+            budget = entry.budget
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    if not self.budget_spent:
+                        log.warning(
+                            "time budget spent: %d of %d problems not started", len(self.todo), self.total
+                        )
+                    self.budget_spent = True
+                    return None
+                # Equal shares of what is left, running `workers` problems at a time.
+                share = left * min(self.workers, len(self.todo)) / len(self.todo)
+                budget = Budget(
+                    budget.trials, share if budget.seconds is None else min(budget.seconds, share)
+                )
+            self.todo.pop(0)
+            return entry, problem, budget
+
+    def put_back(self, entry: SweepEntry, problem: Problem) -> None:
+        with self._lock:
+            self.todo.insert(0, (entry, problem))
+
+
+def _run_inline(
+    queue: _ProblemQueue,
+    store: Store,
+    target: Target,
+    report: SweepReport,
+    progress: _Progress,
+    on_trial: TrialCallback | None,
+    on_problem: Callable[[ProblemReport], None] | None,
+    checker: StaticChecker | None,
+    benchmarker_for: Callable[[str], Benchmarker] | None,
+) -> None:
+    """Every problem in this process, one after the other."""
     from autotune.bench import Benchmarker
 
-    plan(spec, target)  # validate everything before any work
     benches: dict[str, Benchmarker] = {}
     runner: Runner | None = None
-    deadline = None if budget_s is None else time.monotonic() + budget_s
-    todo = spec.problems()
-    with _sweep_row(spec, store, target) as report:
-        for i, (entry, problem) in enumerate(todo):
+    try:
+        while (item := queue.take()) is not None:
+            entry, problem, budget = item
             op = entry.op_for(problem)
             key = f"{problem.op}:{getattr(op, 'zipf', '')}"  # one Benchmarker per op (and MoE routing)
             if key not in benches:
                 benches[key] = benchmarker_for(problem.op) if benchmarker_for else Benchmarker(op, target)
-            budget = entry.budget
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    report.budget_spent = True
-                    report.interrupted = True
-                    log.warning("time budget spent: %d of %d problems not started", len(todo) - i, len(todo))
-                    break
-                share = left / (len(todo) - i)
-                budget = Budget(
-                    budget.trials, share if budget.seconds is None else min(budget.seconds, share)
-                )
-            runner = Runner(store, target, benches[key], sweep_id=report.sweep_id, on_trial=on_trial,
-                            checker=checker)  # fmt: skip
+            runner = Runner(
+                store, target, benches[key], sweep_id=report.sweep_id, on_trial=on_trial, checker=checker
+            )
             result = runner.tune(
-                op,
-                problem,
-                strategy=entry.strategy,
-                budget=budget,
-                seed=entry.seed,
-                backends=entry.backends,
+                op, problem, strategy=entry.strategy, budget=budget, seed=entry.seed, backends=entry.backends
             )
             report.problems.append(result)
+            progress.problem_done()
             if on_problem is not None:
                 on_problem(result)
-    stopped = runner.current if report.interrupted and runner is not None else None
-    if stopped is not None and stopped not in report.problems:
-        report.problems.append(stopped)  # the problem stopped mid-way: count its stored trials
-    return report
+    except KeyboardInterrupt:
+        if runner is not None and runner.current is not None and runner.current not in report.problems:
+            report.problems.append(runner.current)  # the problem stopped mid-way: count its stored trials
+        raise
+
+
+def _run_on_workers(
+    queue: _ProblemQueue,
+    workers: Sequence[Worker],
+    store: Store,
+    report: SweepReport,
+    progress: _Progress,
+    on_trial: TrialCallback | None,
+    on_problem: Callable[[ProblemReport], None] | None,
+    checker: StaticChecker | None,
+) -> None:
+    """A thread per worker drains the queue; Ctrl-C here aborts the running trials and stops them all."""
+    stop = threading.Event()
+    lock = threading.Lock()  # the report and the callbacks
+    errors: list[BaseException] = []
+
+    def locked_on_trial(problem: Problem, config: Any, result: Any) -> None:
+        if on_trial is not None:
+            with lock:
+                on_trial(problem, config, result)
+
+    def drain(worker: Worker) -> None:
+        runner: Runner | None = None
+        item = None
+        try:
+            while not stop.is_set() and (item := queue.take()) is not None:
+                entry, problem, budget = item
+                op = entry.op_for(problem)
+                runner = Runner(
+                    store,
+                    worker.target,
+                    BoundWorker(worker, op),
+                    sweep_id=report.sweep_id,
+                    on_trial=locked_on_trial,
+                    checker=checker,
+                    should_stop=stop.is_set,
+                )
+                result = runner.tune(
+                    op,
+                    problem,
+                    strategy=entry.strategy,
+                    budget=budget,
+                    seed=entry.seed,
+                    backends=entry.backends,
+                )
+                item = None
+                with lock:
+                    report.problems.append(result)
+                    progress.problem_done()
+                    if on_problem is not None:
+                        on_problem(result)
+        except (SweepStopped, WorkerAborted):
+            pass
+        except WorkerError as exc:  # this worker cannot go on; the others take its problem
+            log.error("%s stopped: %s", worker.name, exc)
+            if item is not None:
+                queue.put_back(item[0], item[1])
+                item = None
+            with lock:
+                errors.append(exc)
+        except BaseException as exc:  # a bug or a database error: stop the sweep
+            with lock:
+                errors.append(exc)
+            stop.set()
+        finally:
+            if item is not None and runner is not None and runner.current is not None:
+                with lock:
+                    report.problems.append(runner.current)  # stopped mid-way: its stored trials count
+
+    threads = [
+        threading.Thread(target=drain, args=(w,), name=f"sweep-{w.name}", daemon=True) for w in workers
+    ]
+    for t in threads:
+        t.start()
+    try:
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(0.2)
+    except KeyboardInterrupt:
+        stop.set()
+        for w in workers:
+            w.close()  # a running trial is cut short, and not stored
+        for t in threads:
+            t.join()
+        raise
+    fatal = [e for e in errors if not isinstance(e, WorkerError)]
+    if fatal:
+        raise fatal[0]
+    if queue.todo and not stop.is_set() and not queue.budget_spent:
+        raise errors[0] if errors else RuntimeError("problems left with no worker to run them")
+
+
+def _longest_first(
+    spec: SweepSpec,
+    target: Target,
+    store: Store,
+    todo: list[tuple[SweepEntry, Problem]],
+    planned: list[tuple[Problem, int, int]],
+) -> list[tuple[SweepEntry, Problem]]:
+    """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
+    together); by trial count where the estimate cannot be made."""
+    try:
+        from autotune.plan import plan_sweep
+
+        est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
+    except Exception as exc:  # the estimate is an optimisation only
+        log.debug("no duration estimate (%s): ordering by trials", exc)
+        sizes = {p: n for p, n, _ in planned}
+        est = {p: float(min(sizes[p], e.budget.trials or sizes[p])) for e, p in todo}
+    return sorted(todo, key=lambda item: -est.get(item[1], 0.0))
+
+
+class _Progress:
+    """The sweep's heartbeat and progress counts in its row, written at most every `every_s` seconds
+    (and when a problem finishes). Thread-safe; a failed write is logged, never fatal."""
+
+    def __init__(self, store: Store, sweep_id: int, every_s: float = 10.0) -> None:
+        self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
+        self.trials = 0
+        self.problems = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def wrap(self, on_trial: TrialCallback | None) -> TrialCallback:
+        def counted(problem: Problem, config: Any, result: Any) -> None:
+            with self._lock:
+                self.trials += 1
+            self.beat()
+            if on_trial is not None:
+                on_trial(problem, config, result)
+
+        return counted
+
+    def problem_done(self) -> None:
+        with self._lock:
+            self.problems += 1
+        self.beat(force=True)
+
+    def beat(self, force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last < self.every_s:
+                return
+            self._last = now
+            trials, problems = self.trials, self.problems
+        try:
+            self.store.touch_sweep(self.sweep_id, trials_done=trials, problems_done=problems)
+        except Exception as exc:  # the heartbeat must never stop a sweep
+            log.warning("cannot update the sweep's progress: %s", exc)
 
 
 @contextmanager
 def _sweep_row(
-    spec: SweepSpec, store: Store, target: Target, predicted: bool = False
-) -> Iterator[SweepReport]:
-    """The sweep's row and report: "finished" when the body completes, "interrupted" on Ctrl-C (which is
-    swallowed: the report says so), "failed" on any other error (which propagates)."""
+    spec: SweepSpec,
+    store: Store,
+    target: Target,
+    predicted: bool = False,
+    *,
+    problems_total: int | None = None,
+    workers: int | None = None,
+    log_path: str | None = None,
+) -> Iterator[tuple[SweepReport, _Progress]]:
+    """The sweep's row, report and progress: "finished" when the body completes, "interrupted" on
+    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates)."""
     t0 = time.perf_counter()
-    sweep_id = store.start_sweep(spec.name, spec.text, target)
+    sweep_id = store.start_sweep(
+        spec.name, spec.text, target, problems_total=problems_total, workers=workers, log_path=log_path
+    )
     report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target, predicted=predicted)
+    progress = _Progress(store, sweep_id)
     status = "failed"
     try:
-        yield report
+        yield report, progress
         status = "interrupted" if report.interrupted else "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -149,6 +380,7 @@ def _sweep_row(
         log.warning("sweep %s interrupted; everything finished is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0
+        progress.beat(force=True)
         store.finish_sweep(sweep_id, status)
 
 
@@ -175,23 +407,33 @@ def predict_sweep(
 
     target = checker.target
     plan(spec, target)
-    with _sweep_row(spec, store, target, predicted=True) as report:
+    with _sweep_row(spec, store, target, predicted=True, problems_total=len(spec.problems())) as (
+        report,
+        progress,
+    ):
         for entry, problem in spec.problems():
             op = entry.op_for(problem)
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
             kernels = kernel_versions(op, space.backends)
             done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
-            result = ProblemReport(problem, space_size=len(space), raw_size=space.raw_size(),
-                                   pruned=space.prune_summary())  # fmt: skip
+            result = ProblemReport(
+                problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+            )
             if any(r.ok for r in done.values()):
                 result.cached = len(done)
                 ok = [r for r in done.values() if r.ok]
                 result.best = min(ok, key=lambda r: r.score())
                 result.vendor = next((r for r in ok if r.config.backend == "torch"), None)
             else:
-                found = check_problem(op, problem, checker, candidates=spec.static.candidates, keep=keep,
-                                      backends=entry.backends)  # fmt: skip
+                found = check_problem(
+                    op,
+                    problem,
+                    checker,
+                    candidates=spec.static.candidates,
+                    keep=keep,
+                    backends=entry.backends,
+                )
                 best = found.best(keep)
                 if found.vendor is not None and found.vendor not in best:
                     best.append(found.vendor)
@@ -199,8 +441,15 @@ def predict_sweep(
                 for candidate, rank in picks:
                     trial = model_result(candidate, None if rank is None else {"rank": rank})
                     name, source_hash = kernels[candidate.config.backend]
-                    store.record(target=target, kernel=name, source_hash=source_hash, problem=problem,
-                                 result=trial, sweep_id=report.sweep_id, source=Source.MODEL)  # fmt: skip
+                    store.record(
+                        target=target,
+                        kernel=name,
+                        source_hash=source_hash,
+                        problem=problem,
+                        result=trial,
+                        sweep_id=report.sweep_id,
+                        source=Source.MODEL,
+                    )
                     if on_trial is not None:
                         on_trial(problem, candidate.config, trial)
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
@@ -213,6 +462,7 @@ def predict_sweep(
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0
             report.problems.append(result)
+            progress.problem_done()
             if on_problem is not None:
                 on_problem(result)
     return report

@@ -389,21 +389,28 @@ def test_a_damaged_version1_database_is_refused(v1_db: str, capsys: pytest.Captu
 
 
 def test_downgrade_then_upgrade_again(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Version 2 is reversible (SQLite drops the column by copying the table in batch mode)."""
+    """Versions 2 and 3 are reversible (SQLite drops columns by copying the table in batch mode)."""
     with Store(db_url) as store:
         result = TrialResult(
             Config(backend="torch"), TrialStatus.OK, timing=Timing(5.0, 5, 5, 5, 5, 0, 3, "events")
         )
         store.record(target=H100, kernel="gemm.torch", source_hash="t", problem=P2, result=result)
-    command.downgrade(alembic_config(url=db_url), REVISIONS[SCHEMA_VERSION - 1])
+        sweep = store.start_sweep("s", "", H100, problems_total=3, workers=2, log_path="s.log")
+        store.touch_sweep(sweep, trials_done=7, problems_done=1)
+    command.downgrade(alembic_config(url=db_url), REVISIONS[2])
+    assert "heartbeat_at" not in columns(db_url, "sweeps") and "host" in columns(db_url, "trials")
+    assert meta_version(db_url) == "2"
+    command.downgrade(alembic_config(url=db_url), REVISIONS[1])
     assert "host" not in columns(db_url, "trials")
-    assert meta_version(db_url) == str(SCHEMA_VERSION - 1)
+    assert meta_version(db_url) == "1"
     with pytest.raises(StoreError, match="autotune db upgrade"):
         Store(db_url)
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
-    assert code == 0 and f"from schema version {SCHEMA_VERSION - 1} to {SCHEMA_VERSION}" in out
+    assert code == 0 and f"from schema version 1 to {SCHEMA_VERSION}" in out
     with Store(db_url) as store:
         assert [r.time_us for r in store.trials()] == [5.0]
+        [row] = store.sweeps()
+        assert (row.name, row.problems_total, row.trials_done, row.log_path) == ("s", None, None, None)
 
 
 def test_two_upgrades_at_once_run_one_after_the_other(v1_db: str) -> None:

@@ -1,0 +1,478 @@
+"""Trial workers: where a config is measured. A worker process per GPU isolates crashes and hangs.
+
+A `Worker` measures one (op, problem, config) at a time and always answers with a TrialResult. The
+`ProcessWorker` runs a Benchmarker in a spawned child process that sees one GPU; if a config kills the
+child (a segfault, an abort inside the compiler, a GPU fault) or hangs past the trial timeout, the
+trial is answered `crashed` or `timeout` with what is known (the phase it was in, the exit signal, the
+last lines the child wrote) and the child is replaced before the next trial. `InlineWorker` measures in
+this process, as a library call would (no isolation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.result import TrialResult, TrialStatus
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
+
+    from autotune.bench import BenchSettings
+    from autotune.kernels.base import TunableOp
+
+__all__ = [
+    "BoundWorker",
+    "InlineWorker",
+    "ProcessWorker",
+    "Worker",
+    "WorkerAborted",
+    "WorkerError",
+    "device_env",
+    "visible_devices",
+]
+
+log = logging.getLogger(__name__)
+
+#: A worker that crashes this many trials in a row is taken for a broken GPU, not bad configs.
+MAX_CONSECUTIVE_CRASHES = 5
+#: Seconds a new worker process may take to import torch and open its GPU.
+START_TIMEOUT_S = 180.0
+
+
+class WorkerError(RuntimeError):
+    """A worker cannot work at all (it does not start, or its GPU is broken): the sweep stops."""
+
+
+class WorkerAborted(RuntimeError):
+    """The worker was closed while a trial was running (Ctrl-C): the trial is not a result."""
+
+
+class Worker(Protocol):
+    """Measures trials on one device, one at a time; `run` never raises for a bad config.
+
+    `target` is the device the worker measures on (read by the worker itself, so on a cluster it is the
+    remote GPU), and results are recorded under it. `close` may be called from another thread to abort a
+    running trial, which then raises WorkerAborted.
+    """
+
+    name: str
+
+    @property
+    def target(self) -> Target: ...
+
+    def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult: ...
+
+    def close(self) -> None: ...
+
+
+class BoundWorker:
+    """A worker bound to one op: has the `run(problem, config)` the Runner calls on a Benchmarker."""
+
+    def __init__(self, worker: Worker, op: TunableOp) -> None:
+        self.worker, self.op = worker, op
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        return self.worker.run(self.op, problem, config)
+
+
+class InlineWorker:
+    """Measures in this process (no isolation: a device fault raises DeviceFault)."""
+
+    def __init__(self, target: Target, settings: BenchSettings | None = None, name: str = "inline") -> None:
+        self.name = name
+        self._target = target
+        self.settings = settings
+        self._benches: dict[bytes, Any] = {}
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
+        from autotune.bench import Benchmarker
+
+        key = pickle.dumps(op)
+        bench = self._benches.get(key)
+        if bench is None:
+            bench = self._benches[key] = Benchmarker(op, self._target, settings=self.settings)
+        return bench.run(problem, config)
+
+    def close(self) -> None:
+        self._benches.clear()
+
+
+def visible_devices() -> list[str]:
+    """The GPUs this process may use, as the ids a child's ``*_VISIBLE_DEVICES`` takes (HIP's or CUDA's
+    variable respected when set); empty without a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    count = torch.cuda.device_count()
+    names = (
+        ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if torch.version.hip else ("CUDA_VISIBLE_DEVICES",)
+    )
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            ids = [v.strip() for v in value.split(",") if v.strip()]
+            return ids[:count]
+    return [str(i) for i in range(count)]
+
+
+def device_env(device_id: str) -> dict[str, str]:
+    """The environment that makes a child process see only GPU `device_id` (as `visible_devices` names
+    it) as its device 0."""
+    import torch
+
+    name = "HIP_VISIBLE_DEVICES" if torch.version.hip else "CUDA_VISIBLE_DEVICES"
+    env = {name: device_id}
+    if torch.version.hip and os.environ.get("CUDA_VISIBLE_DEVICES"):
+        env["CUDA_VISIBLE_DEVICES"] = "0"  # HIP applies both: after HIP's, the one left is 0
+    return env
+
+
+@dataclass(frozen=True)
+class _Started:
+    target: Target
+    pid: int
+
+
+class ProcessWorker:
+    """Measures in a spawned child process that sees one GPU (or runs the CPU interpreter).
+
+    The child is started on first use and replaced after it dies; a trial that kills it is answered
+    `crashed`, one that runs past `timeout_s` is answered `timeout` and the child is killed. The child's
+    stdout and stderr go to `log_path` (appended), whose last lines are kept in a crashed trial's error.
+    After `MAX_CONSECUTIVE_CRASHES` crashed trials in a row WorkerError is raised: the GPU, not the
+    configs, is at fault. The parent and child talk over a pipe; the child ignores Ctrl-C (the parent
+    decides) and exits when the parent dies. Used by one thread at a time, except `close`.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str = "worker",
+        env: dict[str, str] | None = None,
+        interpret: bool = False,
+        settings: BenchSettings | None = None,
+        timeout_s: float = 300.0,
+        log_path: str | Path | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"the trial timeout must be positive, got {timeout_s}")
+        self.name = name
+        self.env = dict(env or {})
+        self.interpret = interpret
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.log_path = Path(log_path) if log_path is not None else None
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._target: Target | None = None
+        self._closed = False
+        self._crashes = 0
+        #: Child processes started so far (1 + replacements).
+        self.starts = 0
+
+    # -- life cycle ---------------------------------------------------------------------------------
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            self._start()
+        assert self._target is not None
+        return self._target
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def _start(self) -> None:
+        import multiprocessing
+
+        if self._closed:
+            raise WorkerAborted(f"{self.name} is closed")
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=True)
+        env = dict(self.env)
+        if self.interpret:
+            env["TRITON_INTERPRET"] = "1"
+        log_file = str(self.log_path) if self.log_path is not None else None
+        proc = ctx.Process(
+            target=_child_main, args=(child, env, self.settings, log_file), name=f"autotune-{self.name}"
+        )
+        proc.daemon = True
+        proc.start()
+        child.close()
+        self._proc, self._conn = proc, parent
+        self.starts += 1
+        deadline = time.monotonic() + self.start_timeout_s
+        while not parent.poll(0.2):
+            if not proc.is_alive() or time.monotonic() > deadline:
+                self._kill()
+                why = (
+                    "did not start in time"
+                    if proc.exitcode is None
+                    else f"exited ({_exit_text(proc.exitcode)})"
+                )
+                raise WorkerError(f"{self.name}: worker process {why}{_tail_text(self.log_path)}")
+        try:
+            kind, payload = parent.recv()
+        except (EOFError, OSError):
+            self._kill()
+            why = f"{self.name}: worker process died while starting{_tail_text(self.log_path)}"
+            raise WorkerError(why) from None
+        if kind == "error":
+            self._kill()
+            raise WorkerError(f"{self.name}: {payload}")
+        started: _Started = payload
+        if self._target is not None and started.target.fingerprint() != self._target.fingerprint():
+            self._kill()
+            raise WorkerError(f"{self.name}: the replacement worker sees another GPU ({started.target})")
+        self._target = started.target
+        log.info("%s: worker process %d on %s", self.name, started.pid, started.target)
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            conn.close()
+        if proc is not None and proc.is_alive():
+            proc.kill()
+        if proc is not None:
+            proc.join(5)
+
+    def close(self) -> None:
+        """Stops the child. A trial running in another thread then raises WorkerAborted."""
+        self._closed = True
+        proc, conn = self._proc, self._conn
+        if conn is not None:
+            with contextlib.suppress(OSError, ValueError):
+                conn.send(None)
+        if proc is not None:
+            proc.join(2)
+        self._kill()
+
+    def __enter__(self) -> ProcessWorker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- trials -------------------------------------------------------------------------------------
+
+    def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
+        if self._proc is None or not self._proc.is_alive():
+            self._start()
+        conn, proc = self._conn, self._proc
+        assert conn is not None and proc is not None
+        phase = "start"
+        t0 = time.monotonic()
+        try:
+            conn.send((op, problem, config))
+            while True:
+                if self._closed:
+                    raise WorkerAborted(f"{self.name} closed during a trial")
+                if conn.poll(0.1):
+                    kind, payload = conn.recv()
+                    if kind == "phase":
+                        phase = payload
+                        continue
+                    result: TrialResult = payload
+                    result = dataclasses.replace(result, extra={**result.extra, "worker": self.name})
+                    if (
+                        kind == "fault"
+                    ):  # the child's device is unusable: it exits, the next trial starts anew
+                        self._kill()
+                    return self._count(result)
+                if not proc.is_alive():
+                    break
+                if time.monotonic() - t0 > self.timeout_s:
+                    self._kill()
+                    return self._count(
+                        _failure(config, TrialStatus.TIMEOUT, self, phase,
+                                 f"no result after {self.timeout_s:g} s; worker process killed"),
+                        crashed=False,
+                    )  # fmt: skip
+        except (EOFError, OSError, BrokenPipeError):
+            if self._closed:
+                raise WorkerAborted(f"{self.name} closed during a trial") from None
+        proc.join(5)
+        code = proc.exitcode
+        self._kill()
+        if self._closed:
+            raise WorkerAborted(f"{self.name} closed during a trial")
+        text = f"worker process died ({_exit_text(code)}){_tail_text(self.log_path)}"
+        return self._count(_failure(config, TrialStatus.CRASHED, self, phase, text, exitcode=code))
+
+    def _count(self, result: TrialResult, *, crashed: bool | None = None) -> TrialResult:
+        if crashed is None:
+            crashed = result.status is TrialStatus.CRASHED
+        self._crashes = self._crashes + 1 if crashed else 0
+        if self._crashes >= MAX_CONSECUTIVE_CRASHES:
+            raise WorkerError(
+                f"{self.name}: {self._crashes} trials in a row crashed the worker; the GPU looks broken "
+                f"(last: {result.error[:300]})"
+            )
+        if result.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT):
+            log.warning("%s: %s %s", self.name, result.status.value, result.error[:500])
+        return result
+
+
+def _failure(
+    config: Config,
+    status: TrialStatus,
+    worker: ProcessWorker,
+    phase: str,
+    text: str,
+    exitcode: int | None = None,
+) -> TrialResult:
+    extra: dict[str, Any] = {"worker": worker.name, "phase": phase}
+    if exitcode is not None:
+        extra["exitcode"] = exitcode
+    return TrialResult(config, status, error=f"{text} (during {phase})", extra=extra)
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _tail_text(path: Path | None, lines: int = 8, limit: int = 1500) -> str:
+    """'; last output: …' from the worker's log: the fatal error and the innermost frames that
+    faulthandler wrote, else its last lines; '' when there is nothing."""
+    if path is None or not path.is_file():
+        return ""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    fatal = text.rfind("Fatal Python error")
+    if fatal >= 0:  # the stack is printed most recent call first: keep the top of it
+        kept = [line.strip() for line in text[fatal:].splitlines() if line.strip()][:lines]
+    else:
+        kept = [line.strip() for line in text.splitlines() if line.strip()][-lines:]
+    tail = " | ".join(kept)
+    return f"; last output: {tail[:limit]}" if tail else ""
+
+
+# -- the child process ------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """Linux: the child gets SIGKILL when the parent dies (kill -9 included), so no orphan holds a GPU."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _child_main(
+    conn: Connection, env: dict[str, str], settings: BenchSettings | None, log_file: str | None
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _die_with_parent()
+    os.environ.update(env)  # before the first CUDA call: this process sees one GPU
+    if log_file is not None:
+        fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    import faulthandler
+
+    faulthandler.enable()  # a segfault or abort leaves its Python stack in the log, for the crash record
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [pid {os.getpid()}] %(name)s: %(message)s")
+    try:
+        target = _child_target(env.get("TRITON_INTERPRET") == "1")
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("started", _Started(target, os.getpid())))
+    from autotune.bench import Benchmarker, DeviceFault
+
+    benches: dict[bytes, Benchmarker] = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return  # the parent is gone
+        if msg is None:
+            return
+        op, problem, config = msg
+        key = pickle.dumps(op)
+        bench = benches.get(key)
+        if bench is None:
+            bench = benches[key] = Benchmarker(op, target, settings=settings)
+            bench.on_phase = _phase_sender(conn)
+        try:
+            result = bench.run(problem, config)
+        except DeviceFault as fault:
+            conn.send(
+                (
+                    "fault",
+                    TrialResult(config, TrialStatus.CRASHED, error=str(fault), extra={"phase": "device"}),
+                )
+            )
+            return
+        conn.send(("result", result))
+
+
+def _phase_sender(conn: Connection) -> Callable[[str], None]:
+    def send(phase: str) -> None:
+        conn.send(("phase", phase))
+
+    return send
+
+
+def _child_target(interpret: bool) -> Target:
+    from autotune.target import local_target
+
+    if interpret:
+        return Target.interpreter_target()
+    return local_target(0)
+
+
+def check_devices(requested: Sequence[int] | None) -> list[str]:
+    """The device ids (`visible_devices` names) for worker indices `requested` (all visible when None);
+    ValueError naming what exists for an index that does not."""
+    visible = visible_devices()
+    if requested is None:
+        return visible
+    bad = [i for i in requested if not 0 <= i < len(visible)]
+    if bad:
+        raise ValueError(
+            f"GPU index {bad[0]} does not exist: {len(visible)} GPU(s) visible"
+            + (f" (indices 0-{len(visible) - 1})" if visible else "")
+        )
+    if len(set(requested)) != len(requested):
+        raise ValueError(f"GPU indices repeat: {list(requested)}")
+    return [visible[i] for i in requested]
