@@ -103,6 +103,11 @@ AMD_MAX_WAVES_PER_SIMD = 8
 BASE_REGS = 40
 #: Peak relative to dense bf16 by input element size (fp32 runs as tf32 / xf32; fp8 doubles; fp4 4x).
 PEAK_SCALE_BY_BYTES = {4.0: 0.5, 2.0: 1.0, 1.0: 2.0, 0.5: 4.0}
+#: The MX GEMMs: their compute runs at the rate of the element format where the target has MX
+#: instructions, at bf16's where the kernel dequantizes (gemm_mxfp4_bf16a feeds FP4 to the MFMA).
+MX_OPS = ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
+#: Vendor libraries, modelled alike: torch (cuBLAS/hipBLASLt, torch._scaled_mm) and aiter.
+LIBRARY_BACKENDS = ("torch", "aiter")
 #: Targets without peaks (the CPU interpreter): numpy-ish work rate (flops per µs) and per-program and
 #: per-iteration Python overheads (µs).
 FALLBACK_FLOPS_PER_US = 2.0e3
@@ -129,6 +134,9 @@ def _vendor(target: Target) -> str:
 
 def _peak_flops_per_us(problem: Problem, target: Target) -> float:
     elem = float(max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b]))
+    if problem.op in MX_OPS:  # MX matrix instructions on gfx950 only; elsewhere dequantized to bf16
+        native = target.arch == "gfx950" or target.arch.startswith("sm_1")
+        elem = (0.5 if problem.dtype_b == "fp4e2m1" else 1.0) if native else 2.0
     scale = PEAK_SCALE_BY_BYTES.get(elem, 1.0)
     return target.peak_tflops * 1e6 * scale
 
@@ -157,11 +165,11 @@ def predict_us(
     if problem.op == "moe":
         return _moe_us(problem, config, target, features)
     backend = config.backend
-    if backend not in ("torch", "triton", "triton_tma"):
-        raise ValueError(f"no cost model for backend {backend!r}; known: torch, triton, triton_tma")
+    if backend not in ("torch", "aiter", "triton", "triton_tma"):
+        raise ValueError(f"no cost model for backend {backend!r}; known: torch, aiter, triton, triton_tma")
     if target.peak_tflops <= 0 or target.mem_gbps <= 0 or target.cu_count <= 0:
         us = _fallback_us(problem, config)
-    elif backend == "torch":
+    elif backend in LIBRARY_BACKENDS:
         us = _library_us(problem, target)
     else:
         us = _tiled_us(problem, config, target, features)
@@ -230,7 +238,7 @@ def _library_us(problem: Problem, target: Target) -> float:
 
 def _fallback_us(problem: Problem, config: Config) -> float:
     """Where the target has no peaks (the CPU interpreter): the work and the per-program overheads."""
-    if config.backend == "torch":
+    if config.backend in LIBRARY_BACKENDS:
         return FALLBACK_LAUNCH_US + problem.flops() / (10 * FALLBACK_FLOPS_PER_US)
     bm, bn, bk = (max(1, int(config.get(k, 32))) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     split_k = max(1, int(config.get("SPLIT_K", 1)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-__all__ = ["DTYPE_BYTES", "LAYOUTS", "OPS", "Problem", "normalize_dtype"]
+__all__ = ["DTYPE_BYTES", "LAYOUTS", "OPS", "QUANT_OPS", "Problem", "QuantFormat", "normalize_dtype"]
 
 #: Bytes per element of every dtype name we accept (canonical short names).
 DTYPE_BYTES: dict[str, float] = {
@@ -27,9 +27,49 @@ _DTYPE_ALIASES = {
     "f16": "fp16",
 }
 
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """How a quantized GEMM stores its operands: the allowed dtypes of A and B, and the scales.
+
+    `block_a` and `block_b` are the (rows, K) extent one scale covers: (1, 0) is one scale per row over
+    the whole of K (0: all of K), (128, 128) a 128x128 block. `scale_bytes` is the size of one scale
+    (fp32 4, e8m0 1). K must be a multiple of `k_multiple`.
+    """
+
+    a_dtypes: tuple[str, ...]
+    b_dtypes: tuple[str, ...]
+    block_a: tuple[int, int]
+    block_b: tuple[int, int]
+    scale_bytes: int
+    k_multiple: int
+
+    def scale_count(self, rows: int, K: int, block: tuple[int, int]) -> int:
+        """How many scales an operand of `rows` x K has."""
+        br, bk = block
+        per_k = 1 if bk == 0 else -(-K // bk)
+        return -(-rows // br) * per_k
+
+
+_FP8 = ("fp8e4m3", "fp8e4m3fnuz")
+
+#: The quantized GEMM ops: C (M, N) = dequant(A) · dequant(B)ᵀ with B as (N, K), C in bf16 or fp16.
+#: "fp8e4m3" is the target's e4m3 (e4m3fnuz on gfx942, e4m3fn elsewhere); MX formats are OCP (e4m3fn,
+#: e2m1 packed two per byte, e8m0 scales). `gemm_fp8_rowwise` takes one scale per row of A and B or one
+#: per tensor (its special case); `gemm_mxfp4_bf16a` reads bf16 activations and quantizes them to MXFP4
+#: inside the kernel.
+QUANT_OPS: dict[str, QuantFormat] = {
+    "gemm_fp8_rowwise": QuantFormat(_FP8, _FP8, (1, 0), (1, 0), 4, 1),
+    "gemm_fp8_blockwise": QuantFormat(_FP8, _FP8, (1, 128), (128, 128), 4, 128),
+    "gemm_mxfp8": QuantFormat(("fp8e4m3",), ("fp8e4m3",), (1, 32), (1, 32), 1, 32),
+    "gemm_mxfp4": QuantFormat(("fp4e2m1",), ("fp4e2m1",), (1, 32), (1, 32), 1, 32),
+    "gemm_mxfp4_bf16a": QuantFormat(("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32),
+}
+
 #: Ops the pipeline knows. "moe": the fused mixture-of-experts MLP, M tokens routed to `topk` of `E`
 #: experts, each an up projection of 2·N rows (gate and up, K = hidden size) and a down projection.
-OPS: tuple[str, ...] = ("gemm", "moe")
+#: The quantized GEMMs of QUANT_OPS.
+OPS: tuple[str, ...] = ("gemm", "moe", *QUANT_OPS)
 
 #: B operand layouts: "nk" is B given as (N, K) (the nn.Linear weight, C = A·Bᵀ); "kn" is B as (K, N).
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
@@ -87,6 +127,27 @@ class Problem:
                 )
         elif self.E or self.topk:
             raise ValueError(f"E and topk belong to moe problems, not {self.op}")
+        if self.op in QUANT_OPS:
+            self._check_quant(QUANT_OPS[self.op])
+
+    def _check_quant(self, fmt: QuantFormat) -> None:
+        if self.dtype_a not in fmt.a_dtypes or self.dtype_b not in fmt.b_dtypes:
+            raise ValueError(
+                f"{self.op} takes A in {' or '.join(fmt.a_dtypes)} and B in {' or '.join(fmt.b_dtypes)}, "
+                f"got A {self.dtype_a} and B {self.dtype_b}"
+            )
+        if self.dtype_a in _FP8 and self.dtype_b != self.dtype_a:
+            raise ValueError(
+                f"{self.op} needs one FP8 flavour for A and B, got {self.dtype_a}, {self.dtype_b}"
+            )
+        if self.dtype_out not in ("bf16", "fp16"):
+            raise ValueError(f"{self.op} writes bf16 or fp16, not {self.dtype_out}")
+        if self.layout != "nk":
+            raise ValueError(f"{self.op} takes B as (N, K) (layout nk): its scales run along K")
+        if self.K % fmt.k_multiple:
+            raise ValueError(
+                f"{self.op} needs K a multiple of its scale block {fmt.k_multiple}, got K={self.K}"
+            )
 
     @classmethod
     def gemm(cls, M: int, N: int, K: int, dtype: str = "bf16", layout: str = "nk") -> Problem:
@@ -100,6 +161,19 @@ class Problem:
         """A fused MoE: M tokens, E experts of intermediate size N (per shard) and hidden size K, top-k
         routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`)."""
         return cls("moe", M, N, K, E, topk, dtype_a=dtype, dtype_b=weights or dtype, dtype_out=dtype)
+
+    @classmethod
+    def quant(cls, op: str, M: int, N: int, K: int, dtype: str = "bf16", fp8: str = "fp8e4m3") -> Problem:
+        """A quantized GEMM of QUANT_OPS writing `dtype`; `fp8` names the FP8 flavour of the FP8 ops
+        ("fp8e4m3": the target's own; "fp8e4m3fnuz": MI300X's, explicitly)."""
+        if op not in QUANT_OPS:
+            raise ValueError(f"unknown quantized op {op!r}; known: {', '.join(QUANT_OPS)}")
+        a, b = {
+            "gemm_mxfp8": ("fp8e4m3", "fp8e4m3"),
+            "gemm_mxfp4": ("fp4e2m1", "fp4e2m1"),
+            "gemm_mxfp4_bf16a": ("bf16", "fp4e2m1"),
+        }.get(op, (fp8, fp8))
+        return cls(op, M, N, K, dtype_a=a, dtype_b=b, dtype_out=dtype)
 
     @property
     def dtype(self) -> str:
@@ -128,6 +202,12 @@ class Problem:
         a = self.M * self.K * DTYPE_BYTES[self.dtype_a]
         b = self.N * self.K * DTYPE_BYTES[self.dtype_b]
         c = self.M * self.N * DTYPE_BYTES[self.dtype_out]
+        fmt = QUANT_OPS.get(self.op)
+        if fmt is not None:  # quantized GEMMs: packed data above, plus every scale read once
+            scales = fmt.scale_count(self.N, self.K, fmt.block_b)
+            if fmt.block_a != (0, 0):  # (0, 0): A is quantized inside the kernel, no scales read
+                scales += fmt.scale_count(self.M, self.K, fmt.block_a)
+            c += scales * fmt.scale_bytes
         return float(a + b + c)
 
     def key(self) -> str:
@@ -154,6 +234,9 @@ class Problem:
         if self.op == "moe":
             weights = "" if self.dtype_b == self.dtype_a else f" weights {self.dtype_b}"
             return f"moe M={self.M} N={self.N} K={self.K} E={self.E} topk={self.topk} {self.dtype_a}{weights}"
+        if self.op in QUANT_OPS:
+            b = "" if self.dtype_b == self.dtype_a else f" B {self.dtype_b}"
+            return f"{self.op} M={self.M} N={self.N} K={self.K} A {self.dtype_a}{b} -> {self.dtype_out}"
         return f"{self.op} M={self.M} N={self.N} K={self.K} {self.dtype_a} B:{self.layout}"
 
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 from autotune.kernels.api import gemm, launch_config, linear
 from autotune.kernels.base import Inputs, Launch, TunableOp
 from autotune.kernels.gemm_op import GEMM, GemmOp
+from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.moe_op import MOE, MoeOp
 
 __all__ = [
     "GEMM",
     "MOE",
     "OPS",
+    "QUANT_GEMMS",
     "GemmOp",
     "Inputs",
     "Launch",
     "MoeOp",
+    "QuantGemmOp",
     "TunableOp",
     "gemm",
     "get_op",
@@ -27,8 +30,9 @@ __all__ = [
     "linear",
 ]
 
-#: Every tunable op by name.
-OPS: dict[str, TunableOp] = {"gemm": GEMM, "moe": MOE}
+#: Every tunable op by name: the dense GEMM, the fused MoE and the quantized GEMMs (gemm_fp8_rowwise,
+#: gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a).
+OPS: dict[str, TunableOp] = {"gemm": GEMM, "moe": MOE, **QUANT_GEMMS}
 
 
 def get_op(name: str) -> TunableOp:

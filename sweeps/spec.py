@@ -25,6 +25,12 @@ topk = 8
 weights = "fp8e4m3"            # FP8 weights with 128x128 block scales (default: dtype)
 zipf = 1.0                     # routing skew: 0 (default) uniform, s > 0 load of the r-th expert ~ 1/r^s
 
+[[sweep]]                      # a quantized GEMM (gemm_fp8_rowwise, gemm_fp8_blockwise, gemm_mxfp8,
+op = "gemm_fp8_blockwise"      # gemm_mxfp4, gemm_mxfp4_bf16a); B is (N, K), `dtype` is C's (bf16/fp16)
+m = [1, 16, 512]
+nk = [[7168, 2048]]            # K a multiple of the scale block (128 blockwise, 32 MX)
+fp8 = "fp8e4m3"                # FP8 ops: "fp8e4m3" (the target's e4m3, default) or "fp8e4m3fnuz" (gfx942)
+
 [[sweep]]                      # a model from the catalog (sweeps/catalog.py) instead of op and nk:
 model = "deepseek-v3"          # every GEMM and MoE problem of one layer, plus the LM head, per shard
 tp = [1, 8]                    # tensor-parallel degrees (an int or a list; default 1)
@@ -48,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.problem import LAYOUTS, OPS, Problem, normalize_dtype
+from autotune.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dtype
 from autotune.static import StaticPolicy
 from autotune.strategies import STRATEGIES, Budget
 
@@ -62,6 +68,7 @@ __all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "s
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
 _MOE_KEYS = {"e", "topk", "weights", "zipf"}
+_FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
                "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
@@ -91,7 +98,7 @@ class SweepEntry:
     backends: tuple[str, ...] | None = None
     es: tuple[int, ...] = ()  # moe: expert counts
     topk: int = 0  # moe: experts per token
-    weights: str = ""  # moe: weight dtype ("" = dtype)
+    weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
     zipf: float = 0.0  # moe: routing skew
     model: str = ""  # a catalog model (sweeps/catalog.py) instead of op and nks
     tps: tuple[int, ...] = (1,)  # model: tensor-parallel degrees
@@ -124,6 +131,9 @@ class SweepEntry:
                 for n, k in self.nks
                 for m in self.ms
             ]
+        if self.op in QUANT_OPS:
+            fp8 = self.weights or "fp8e4m3"
+            return [Problem.quant(self.op, m, n, k, self.dtype, fp8) for n, k in self.nks for m in self.ms]
         return [
             Problem.gemm(m, n, k, self.dtype, layout)
             for layout in self.layouts
@@ -227,9 +237,13 @@ def _entry(table: Any, where: str) -> SweepEntry:
     if "model" in table:
         return _model_entry(table, where)
     allowed = _ENTRY_KEYS | (_MOE_KEYS if table.get("op") == "moe" else set())
+    if str(table.get("op", "")).startswith("gemm_fp8"):
+        allowed |= _FP8_KEYS
     unknown = set(table) - allowed
     if unknown:
         hint = f' ({", ".join(sorted(_MOE_KEYS))} belong to op "moe")' if unknown & _MOE_KEYS else ""
+        if "fp8" in unknown:
+            hint = " (`fp8` belongs to the FP8 ops gemm_fp8_rowwise and gemm_fp8_blockwise)"
         raise SpecError(
             f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
             f"allowed: {', '.join(sorted(allowed))}{hint}"
@@ -265,6 +279,14 @@ def _entry(table: Any, where: str) -> SweepEntry:
             raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")
     tuning = _tuning(table, where)
     moe: dict[str, Any] = {}
+    if op in QUANT_OPS:
+        if layouts != ("nk",):
+            raise SpecError(f"{where}: op {op} takes B as (N, K) only (layout nk): its scales run along K")
+        if "fp8" in table:
+            fp8 = _typed(table["fp8"], str, "fp8", where)
+            if fp8 not in ("fp8e4m3", "fp8e4m3fnuz"):
+                raise SpecError(f'{where}: `fp8` is "fp8e4m3" or "fp8e4m3fnuz", not {fp8!r}')
+            moe["weights"] = fp8
     if op == "moe":
         moe = _moe_fields(table, dtype, where)
         if "layout" in table and layouts != ("nk",):

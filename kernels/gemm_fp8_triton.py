@@ -1,0 +1,189 @@
+"""Triton FP8 GEMMs: C = (A·a_scale) · (B·b_scale)ᵀ, A (M, K) and B (N, K) in e4m3, fp32 accumulation.
+
+Imported lazily (it imports triton). Two scaling modes, one kernel:
+
+- row-wise (BLOCKWISE False): fp32 scales per row of A and of B, or per tensor (a scale stride of 0),
+  applied once in the epilogue;
+- blockwise (BLOCKWISE True): A scales per 1x128 group (M, K/128), B scales per 128x128 block
+  (cdiv(N, 128), K/128); each K sub-tile of at most 128 lies in one group, and its partial product is
+  scaled before it joins the accumulator. A BLOCK_K over 128 runs several sub-tiles per iteration, so
+  decode shapes still get wide K tiles.
+
+Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
+deterministic reduce kernel), NUM_XCDS, num_warps, num_stages, and on AMD matrix_instr_nonkdim,
+waves_per_eu and kpack. `quant_launcher` builds the launch of either quantized kernel (FP8 and MX).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune.config import Config
+from autotune.kernels.gemm_triton import AMD_LAUNCH_OPTIONS, REDUCE_BLOCK, _remap_xcd, splitk_reduce_kernel
+
+__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher"]
+
+#: The K extent (and B row extent) of one blockwise scale.
+FP8_SCALE_BLOCK = 128
+
+
+@triton.jit
+def gemm_fp8_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    as_ptr,
+    bs_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCKWISE: tl.constexpr,
+    SCALE_BLOCK: tl.constexpr = 128,
+    DOT_F32: tl.constexpr = False,
+):
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace."""
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid = _remap_xcd(pid, num_pid_m * num_pid_n, NUM_XCDS)
+    width = GROUP_M * num_pid_n
+    group_id = pid // width
+    first_m = group_id * GROUP_M
+    group_size = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + ((pid % width) % group_size)
+    pid_n = (pid % width) // group_size
+
+    # Rows/columns past the edge wrap around: loads stay in bounds without masks, stores are masked.
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    # Blockwise: sub-tiles of at most one scale group along K.
+    SUB: tl.constexpr = BLOCK_K if not BLOCKWISE or BLOCK_K <= SCALE_BLOCK else SCALE_BLOCK
+    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_span
+    offs_k = tl.arange(0, SUB)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_n[None, :] * stride_bn + (k_start + offs_k)[:, None] * stride_bk
+    if BLOCKWISE:
+        as_ptrs = as_ptr + offs_m * stride_asm
+        bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_span, BLOCK_K)):
+        for j in tl.static_range(BLOCK_K // SUB):
+            kk = k * BLOCK_K + j * SUB
+            if EVEN_K:
+                a = tl.load(a_ptrs + kk * stride_ak)
+                b = tl.load(b_ptrs + kk * stride_bk)
+            else:
+                k_left = K - k_start - kk
+                a = tl.load(a_ptrs + kk * stride_ak, mask=offs_k[None, :] < k_left, other=0.0)
+                b = tl.load(b_ptrs + kk * stride_bk, mask=offs_k[:, None] < k_left, other=0.0)
+            if DOT_F32:  # interpreter only: its fp8 dots are unreliable; the products are exact in fp32
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            if BLOCKWISE:
+                group = (k_start + kk) // SCALE_BLOCK
+                k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
+                a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
+                b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
+                acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+            else:
+                acc = tl.dot(a, b, acc)
+
+    if not BLOCKWISE:  # per row (stride 1) or per tensor (stride 0)
+        a_s = tl.load(as_ptr + offs_m * stride_asm)
+        b_s = tl.load(bs_ptr + offs_n * stride_bsn)
+        acc = acc * a_s[:, None] * b_s[None, :]
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def _options(config: Config, is_amd: bool) -> dict[str, Any]:
+    opts: dict[str, Any] = dict(
+        BLOCK_M=int(config["BLOCK_M"]),
+        BLOCK_N=int(config["BLOCK_N"]),
+        BLOCK_K=int(config["BLOCK_K"]),
+        GROUP_M=int(config.get("GROUP_M", 1)),
+        SPLIT_K=int(config.get("SPLIT_K", 1)),
+        NUM_XCDS=int(config.get("NUM_XCDS", 1)),
+        num_warps=int(config.get("num_warps", 4)),
+        num_stages=int(config.get("num_stages", 2)),
+    )
+    stray = [k for k in AMD_LAUNCH_OPTIONS if k in config]
+    if is_amd:
+        opts.update({k: int(config[k]) for k in stray})
+    elif stray:
+        raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {config.short()}")
+    return opts
+
+
+def quant_launcher(
+    kernel: Any,
+    config: Config,
+    *,
+    is_amd: bool,
+    constexprs: dict[str, Any],
+    reduce_kernel: Any = None,
+) -> Callable[..., None]:
+    """`launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K, workspace)` of a quantized kernel.
+
+    `kernel` is `gemm_fp8_kernel` or `gemm_mx_kernel` (or a recorder standing in for it); `constexprs`
+    its mode (BLOCKWISE, formats, DOT_F32 ...). `scale_strides` is (stride_asm, stride_ask, stride_bsn,
+    stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored).
+    """
+    opts = {**_options(config, is_amd), **constexprs}
+    bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
+    reduce = reduce_kernel or splitk_reduce_kernel
+
+    def launch(
+        a: torch.Tensor,
+        b: torch.Tensor,
+        out: torch.Tensor,
+        a_scale: torch.Tensor | None,
+        b_scale: torch.Tensor,
+        scale_strides: tuple[int, int, int, int],
+        M: int,
+        N: int,
+        K: int,
+        workspace: torch.Tensor | None,
+    ) -> None:
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
+        even_k = K % (bk * split_k) == 0
+        c, strides = (out, (0, out.stride(0), out.stride(1))) if split_k == 1 else (workspace, (M * N, N, 1))
+        assert c is not None, "SPLIT_K > 1 needs a workspace"
+        kernel[grid](
+            a, b, c, a_scale, b_scale, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            *strides, *scale_strides, EVEN_K=even_k, **opts,
+        )  # fmt: skip
+        if split_k > 1:
+            mn = M * N
+            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK)
+
+    return launch

@@ -1,0 +1,335 @@
+"""The quantized GEMMs: problems, quantization round trips, every op against its reference in Triton's CPU
+interpreter (several configs, split-K, both MX paths), spaces, vendor backends and bad inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import Config, Problem, Target
+from autotune.bench import Benchmarker, rel_error
+from autotune.kernels import OPS, QUANT_GEMMS, get_op
+from autotune.kernels import quant as q
+from autotune.kernels.gemm_quant_op import QuantGemmOp
+from autotune.kernels.gemm_quant_space import mx_native, quant_default_config
+from autotune.problem import QUANT_OPS
+from autotune.sweeps import SpecError, parse_spec
+from autotune.target import interpreting
+
+needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
+INTERP = Target.interpreter_target()
+
+
+def tcfg(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, split_k: int = 1) -> Config:
+    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
+                  num_warps=4, num_stages=1)  # fmt: skip
+
+
+# -- problems -------------------------------------------------------------------------------------------
+
+
+def test_quant_problems_key_everything_that_changes_the_answer() -> None:
+    keys = {Problem.quant(op, 16, 256, 512).key() for op in QUANT_OPS}
+    keys.add(Problem.quant("gemm_fp8_rowwise", 16, 256, 512, fp8="fp8e4m3fnuz").key())
+    keys.add(Problem.quant("gemm_fp8_rowwise", 16, 256, 512, dtype="fp16").key())
+    assert len(keys) == len(QUANT_OPS) + 2
+    p = Problem.quant("gemm_mxfp4_bf16a", 16, 256, 512)
+    assert (p.dtype_a, p.dtype_b, p.dtype_out) == ("bf16", "fp4e2m1", "bf16")
+    assert str(p) == "gemm_mxfp4_bf16a M=16 N=256 K=512 A bf16 B fp4e2m1 -> bf16"
+    assert p.flops() == 2.0 * 16 * 256 * 512
+
+
+def test_min_bytes_count_packed_data_and_scales() -> None:
+    M, N, K = 16, 256, 512
+    out = M * N * 2
+    assert Problem.quant("gemm_fp8_rowwise", M, N, K).min_bytes() == M * K + N * K + out + 4 * (M + N)
+    assert Problem.quant("gemm_fp8_blockwise", M, N, K).min_bytes() == M * K + N * K + out + 4 * (
+        M * 4 + 2 * 4
+    )
+    assert Problem.quant("gemm_mxfp8", M, N, K).min_bytes() == M * K + N * K + out + (M + N) * K // 32
+    assert Problem.quant("gemm_mxfp4", M, N, K).min_bytes() == (M + N) * K / 2 + out + (M + N) * K // 32
+    assert Problem.quant("gemm_mxfp4_bf16a", M, N, K).min_bytes() == 2 * M * K + N * K / 2 + out + N * K // 32
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Problem.quant("gemm_fp8_blockwise", 16, 256, 500), "multiple of its scale block 128"),
+        (lambda: Problem.quant("gemm_mxfp4", 16, 256, 80), "multiple of its scale block 32"),
+        (lambda: Problem("gemm_mxfp8", 16, 256, 512), "takes A in fp8e4m3"),
+        (lambda: Problem("gemm_fp8_rowwise", 1, 8, 64, dtype_a="fp8e4m3", dtype_b="fp8e4m3fnuz"), "one FP8"),
+        (lambda: Problem.quant("gemm_mxfp4", 16, 256, 512, dtype="fp32"), "writes bf16 or fp16"),
+        (lambda: Problem.quant("gemm_nvfp4", 16, 256, 512), "unknown quantized op"),
+    ],
+)
+def test_bad_problems_are_one_clear_error(make, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_ops_are_registered_everywhere() -> None:
+    for name in QUANT_OPS:
+        assert get_op(name) is QUANT_GEMMS[name] is OPS[name] and get_op(name).name == name
+    spec = parse_spec(
+        'name = "q"\n[[sweep]]\nop = "gemm_fp8_rowwise"\nm = [1, 64]\nnk = [[256, 512]]\nfp8 = "fp8e4m3fnuz"\n'
+        '[[sweep]]\nop = "gemm_mxfp4_bf16a"\nm = [2]\nnk = [[64, 256]]\ndtype = "fp16"\n'
+    )
+    problems = [p for _, p in spec.problems()]
+    assert problems[0] == Problem.quant("gemm_fp8_rowwise", 1, 256, 512, fp8="fp8e4m3fnuz")
+    assert problems[2] == Problem.quant("gemm_mxfp4_bf16a", 2, 64, 256, dtype="fp16")
+    assert spec.entries[1].make_op() is QUANT_GEMMS["gemm_mxfp4_bf16a"]
+    base = 'name = "q"\n[[sweep]]\nop = "gemm_mxfp8"\nm = [1]\n'
+    for bad, message in [
+        (base + "nk = [[64, 100]]\n", "multiple of its scale block 32"),
+        (base + 'nk = [[64, 128]]\nfp8 = "fp8e4m3"\n', "`fp8` belongs to the FP8 ops"),
+        (base + 'nk = [[64, 128]]\nlayout = "kn"\n', "layout nk"),
+        (base.replace("gemm_mxfp8", "gemm_fp8_rowwise") + 'nk = [[64, 128]]\nfp8 = "e5m2"\n', "`fp8` is"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            parse_spec(bad)
+
+
+# -- quantization -----------------------------------------------------------------------------------------
+
+
+def test_e2m1_codes_round_to_nearest_even_and_saturate() -> None:
+    values = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5, -6.0])
+    assert torch.equal(q.e2m1_decode(q.e2m1_encode(values)), values)
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 100.0, -5.0])
+    want = torch.tensor([0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, -4.0])
+    assert torch.equal(q.e2m1_decode(q.e2m1_encode(ties)), want)
+    codes = torch.randint(0, 16, (3, 64), dtype=torch.uint8)
+    assert torch.equal(q.unpack_fp4(q.pack_fp4(codes)), codes)
+    assert q.pack_fp4(torch.tensor([[1, 2]], dtype=torch.uint8)).item() == 0x21  # first element low
+
+
+def test_mx_scales_come_from_the_exponent_of_amax() -> None:
+    amax = torch.tensor([1.0, 3.9, 4.0, 1e-3, 448.0])
+    for fmt, emax in (("e2m1", 2), ("e4m3", 8)):
+        want = (torch.floor(torch.log2(amax)) + 127 - emax).to(torch.uint8)
+        assert torch.equal(q.mx_scale_exponent(amax, fmt), want)
+    assert torch.equal(q.e8m0_to_float(torch.tensor([127, 130, 1], dtype=torch.uint8)),
+                       torch.tensor([1.0, 8.0, 2.0**-126]))  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt, tol", [("e4m3", 0.04), ("e2m1", 0.15)])
+def test_mx_round_trip(fmt: str, tol: float) -> None:
+    x = torch.randn(7, 128, generator=torch.Generator().manual_seed(0)) * 3
+    data, scale = q.quantize_mx(x, fmt)
+    assert scale.shape == (7, 4) and scale.dtype == torch.uint8
+    assert data.shape == ((7, 128) if fmt == "e4m3" else (7, 64))
+    back = q.dequantize_mx(data, scale, fmt)
+    assert 0 < rel_error(back, x) < tol
+    again = q.dequantize_mx(*q.quantize_mx(back, fmt), fmt)  # quantized values are fixed points
+    assert torch.equal(again, back)
+
+
+@pytest.mark.parametrize("block, shape", [((0, 0), (1, 1)), ((1, 0), (130, 1)), ((1, 128), (130, 2)),
+                                          ((128, 128), (2, 2))])  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_fp8_round_trip(block: tuple[int, int], shape: tuple[int, int], dtype: torch.dtype) -> None:
+    x = torch.randn(130, 256, generator=torch.Generator().manual_seed(1))
+    data, scale = q.quantize_fp8(x, dtype, block)
+    assert data.dtype == dtype and scale.shape == shape and scale.dtype == torch.float32
+    back = q.dequantize_fp8(data, scale, block)
+    assert 0 < rel_error(back, x) < 0.04
+    assert float(back.abs().max()) <= float(x.abs().max()) * 1.001  # amax maps onto the largest value
+
+
+def test_fp8_flavour_follows_the_target() -> None:
+    assert q.fp8_dtype("fp8e4m3", "gfx942") == torch.float8_e4m3fnuz
+    assert q.fp8_dtype("fp8e4m3", "gfx950") == q.fp8_dtype("fp8e4m3", "sm_90") == torch.float8_e4m3fn
+    assert q.fp8_dtype("fp8e4m3fnuz", "gfx942") == torch.float8_e4m3fnuz
+    with pytest.raises(ValueError, match="gfx950 has no e4m3fnuz"):
+        q.fp8_dtype("fp8e4m3fnuz", "gfx950")
+
+
+# -- kernels against their references ----------------------------------------------------------------------
+
+# (op, M, N, K, configs): edge tiles in M and N, split-K with a partial last K slice, K tiles wider than a
+# blockwise scale group (sub-tiles) and narrower than one.
+CASES = [
+    ("gemm_fp8_rowwise", 20, 48, 160, [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4)]),
+    ("gemm_fp8_blockwise", 20, 48, 384, [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2)]),
+    ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
+    ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
+    ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
+]  # fmt: skip
+
+
+@needs_interpreter
+@pytest.mark.parametrize("name, M, N, K, configs", CASES, ids=[c[0] for c in CASES])
+def test_op_matches_its_reference(name: str, M: int, N: int, K: int, configs: list[Config]) -> None:
+    op = get_op(name)
+    problem = Problem.quant(name, M, N, K)
+    inputs = op.make_inputs(problem, "cpu", seed=3)
+    ref = op.reference(problem, inputs)
+    if name == "gemm_mxfp4_bf16a":  # the reference quantizes A as the kernel must: skipping it shows
+        _, b = op.dequantized(problem, inputs)  # type: ignore[attr-defined]
+        assert rel_error(ref, inputs[0].float() @ b.t()) > 5 * op.tolerance(problem)
+    paths = [op, QuantGemmOp(name, native_mx=True)] if name in ("gemm_mxfp4", "gemm_mxfp4_bf16a") else [op]
+    for path in paths:
+        for config in configs:
+            out = op.make_output(problem, "cpu").fill_(float("nan"))
+            path.prepare(problem, config, INTERP, inputs, out)()
+            err = rel_error(out, ref)
+            assert err <= op.tolerance(problem), (name, path.native_mx, config.short(), err)
+
+
+@needs_interpreter
+def test_rowwise_takes_per_tensor_scales() -> None:
+    op = get_op("gemm_fp8_rowwise")
+    problem = Problem.quant("gemm_fp8_rowwise", 5, 32, 96)
+    gen = torch.Generator().manual_seed(5)
+    a, sa = q.quantize_fp8(torch.randn(5, 96, generator=gen), torch.float8_e4m3fn, (0, 0))
+    b, sb = q.quantize_fp8(torch.randn(32, 96, generator=gen), torch.float8_e4m3fn, (1, 0))
+    ref = op.reference(problem, (a, b, sa, sb))
+    assert sa.shape == (1, 1)
+    for config in (tcfg(), Config(backend="torch")):
+        out = op.make_output(problem, "cpu").fill_(float("nan"))
+        op.prepare(problem, config, INTERP, (a, b, sa, sb), out)()
+        assert rel_error(out, ref) <= op.tolerance(problem), config.short()
+
+
+@needs_interpreter
+def test_benchmarker_gate_passes_every_op() -> None:
+    for name in QUANT_OPS:
+        op = get_op(name)
+        problem = Problem.quant(name, 3, 32, 128, dtype="fp16")
+        result = Benchmarker(op, INTERP).run(problem, quant_default_config(problem, INTERP))
+        assert result.ok, (name, result.status, result.error[:300])
+        assert result.rel_error is not None and result.rel_error <= op.tolerance(problem)
+
+
+# -- spaces and vendor backends ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950", "sm_90", "interpreter"])
+@pytest.mark.parametrize("name", list(QUANT_OPS))
+def test_spaces_hold_the_default_and_both_regimes(arch: str, name: str) -> None:
+    target = Target.for_arch(arch)
+    op = get_op(name)
+    decode, prefill = Problem.quant(name, 8, 7168, 4096), Problem.quant(name, 4096, 7168, 4096)
+    for problem in (decode, prefill):
+        space = op.space(problem, target)
+        default = op.default_config(problem, target)
+        assert default in space
+        triton = [c for c in space.configs() if c.backend == "triton"]
+        assert triton[0] == default
+        if target.interpreter:
+            continue
+        if problem is decode:  # memory-bound: narrow M tiles, wide K tiles and split-K
+            assert {int(c["BLOCK_M"]) for c in triton} == {16}
+            assert max(int(c["BLOCK_K"]) for c in triton) >= 256
+            assert max(int(c["SPLIT_K"]) for c in triton) >= 8
+        else:
+            assert max(int(c["BLOCK_M"]) for c in triton) >= 128
+        if target.is_amd:
+            assert all(k in default for k in ("matrix_instr_nonkdim", "waves_per_eu", "NUM_XCDS"))
+            assert ("kpack" in default) == (arch == "gfx942")
+            assert {int(c["NUM_XCDS"]) for c in triton} == {1, 8} or problem is decode
+        else:
+            assert "matrix_instr_nonkdim" not in default
+
+
+def test_vendor_backends_are_absent_with_their_reason() -> None:
+    problem = Problem.quant("gemm_fp8_blockwise", 16, 256, 512)
+    space = get_op("gemm_fp8_blockwise").space(problem, Target.for_arch("gfx942"))
+    reasons = dict((c.backend, r) for c, r in space.pruned() if c.backend != "triton")
+    assert "no gfx942 is present" in reasons["torch"] and "no gfx942 is present" in reasons["aiter"]
+    assert space.prune_summary()["torch_unsupported"] == 1
+    assert space.backends == ("torch", "aiter", "triton")
+    bf16a = get_op("gemm_mxfp4_bf16a").space(Problem.quant("gemm_mxfp4_bf16a", 1, 64, 64), INTERP)
+    assert any("quantizes bf16 activations" in r for _, r in bf16a.pruned())
+    with pytest.raises(ValueError, match="unknown gemm_mxfp8 backend 'cublas'"):
+        get_op("gemm_mxfp8").space(Problem.quant("gemm_mxfp8", 1, 64, 64), INTERP, ("cublas",))
+
+
+def test_torch_scaled_mm_support_is_probed() -> None:
+    """On the CPU torch runs per-row FP8 but not blockwise: the probe finds out; nothing is assumed."""
+    from autotune.kernels.gemm_quant_vendor import probe_scaled_mm
+
+    row = probe_scaled_mm("cpu", "row")
+    block = probe_scaled_mm("cpu", "blockwise")
+    assert (row.builder is not None) == (row.reason == "")
+    assert block.builder is None or block.reason == ""
+    space = get_op("gemm_fp8_rowwise").space(Problem.quant("gemm_fp8_rowwise", 4, 64, 64), INTERP)
+    assert (Config(backend="torch") in space) == (row.builder is not None)
+    assert probe_scaled_mm("cpu", "row") is row  # cached
+
+
+def test_mx_is_native_on_gfx950_only() -> None:
+    assert mx_native(Target.for_arch("gfx950"))
+    assert not any(mx_native(Target.for_arch(a)) for a in ("gfx942", "sm_90", "interpreter"))
+
+
+# -- bad inputs ------------------------------------------------------------------------------------------
+
+
+def _bad_inputs() -> list[tuple[str, int, str]]:
+    """(op, index of the input to break, how): each must be one ValueError before any launch."""
+    return [
+        ("gemm_fp8_rowwise", 2, "shape"),
+        ("gemm_fp8_rowwise", 3, "dtype"),
+        ("gemm_fp8_blockwise", 2, "shape"),
+        ("gemm_fp8_blockwise", 0, "dtype"),
+        ("gemm_mxfp8", 3, "shape"),
+        ("gemm_mxfp8", 2, "dtype"),
+        ("gemm_mxfp4", 1, "shape"),
+        ("gemm_mxfp4_bf16a", 2, "scale"),
+    ]
+
+
+@pytest.mark.parametrize("name, index, how", _bad_inputs())
+def test_bad_inputs_fail_before_any_launch(name: str, index: int, how: str, monkeypatch) -> None:
+    import autotune.kernels.gemm_fp8_triton as launcher_mod
+
+    problem = Problem.quant(name, 4, 256, 256)
+    op = get_op(name)
+    inputs = list(op.make_inputs(problem, "cpu", seed=0))
+    if how == "shape":
+        inputs[index] = inputs[index][:, :-1]
+    elif how == "dtype":
+        inputs[index] = inputs[index].to(torch.float16)
+    else:
+        inputs[index] = torch.ones(4, 8, dtype=torch.uint8)
+    launched = []
+    monkeypatch.setattr(launcher_mod, "quant_launcher", lambda *a, **k: launched.append(1))
+    with pytest.raises(ValueError, match=rf"{name}: .*(must|None)"):
+        op.prepare(problem, quant_default_config(problem, INTERP), INTERP, inputs, op.make_output(problem, "cpu"))
+    assert not launched
+
+
+def test_unsupported_fp8_flavour_is_one_error() -> None:
+    problem = Problem.quant("gemm_fp8_rowwise", 4, 64, 64, fp8="fp8e4m3fnuz")
+    with pytest.raises(ValueError, match="sm_90 has no e4m3fnuz"):
+        get_op("gemm_fp8_rowwise").space(problem, Target.for_arch("sm_90"))
+    # e4m3fn data where the target's e4m3 is e4m3fnuz (MI300X)
+    fn = Problem.quant("gemm_fp8_rowwise", 4, 64, 64)
+    inputs = get_op(fn.op).make_inputs(fn, "cpu", 0)
+    out = torch.empty(4, 64, dtype=torch.bfloat16)
+    gfx942 = Target.for_arch("gfx942")
+    with pytest.raises(ValueError, match="a must be torch.float8_e4m3fnuz on gfx942"):
+        get_op(fn.op).prepare(fn, quant_default_config(fn, gfx942), gfx942, inputs, out)
+
+
+# -- captured launches -----------------------------------------------------------------------------------
+
+
+def test_kernel_calls_capture_the_mode_of_each_op() -> None:
+    gfx950, sm90 = Target.for_arch("gfx950"), Target.for_arch("sm_90")
+    for name, target, kernel, mode in [
+        ("gemm_fp8_blockwise", gfx950, "gemm_fp8_kernel", {"BLOCKWISE": True}),
+        ("gemm_fp8_rowwise", sm90, "gemm_fp8_kernel", {"BLOCKWISE": False}),
+        ("gemm_mxfp4", gfx950, "gemm_mx_kernel", {"NATIVE": True, "A_FMT": "e2m1"}),
+        ("gemm_mxfp4_bf16a", sm90, "gemm_mx_kernel", {"NATIVE": False, "A_FMT": "bf16"}),
+    ]:
+        problem = Problem.quant(name, 16, 256, 1024)
+        config = quant_default_config(problem, target)
+        calls = get_op(name).kernel_calls(problem, config, target)
+        assert calls[0].fn.__name__ == kernel
+        assert all(calls[0].kwargs[k] == v for k, v in mode.items()), calls[0].kwargs
+        assert all(str(t.device) == "meta" for t in calls[0].args[:3])
+        if int(config["SPLIT_K"]) > 1:
+            assert [c.fn.__name__ for c in calls[1:]] == ["splitk_reduce_kernel"]
+        assert get_op(name).kernel_calls(problem, Config(backend="torch"), target) == []
