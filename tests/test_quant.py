@@ -71,8 +71,8 @@ def test_ops_are_registered_everywhere() -> None:
     for name in QUANT_OPS:
         assert get_op(name) is QUANT_GEMMS[name] is OPS[name] and get_op(name).name == name
     spec = parse_spec(
-        'name = "q"\n[[sweep]]\nop = "gemm_fp8_rowwise"\nm = [1, 64]\nnk = [[256, 512]]\nfp8 = "fp8e4m3fnuz"\n'
-        '[[sweep]]\nop = "gemm_mxfp4_bf16a"\nm = [2]\nnk = [[64, 256]]\ndtype = "fp16"\n'
+        'name = "q"\n[[sweep]]\nop = "gemm_fp8_rowwise"\nm = [1, 64]\nnk = [[256, 512]]\n'
+        'fp8 = "fp8e4m3fnuz"\n[[sweep]]\nop = "gemm_mxfp4_bf16a"\nm = [2]\nnk = [[64, 256]]\ndtype = "fp16"\n'
     )
     problems = [p for _, p in spec.problems()]
     assert problems[0] == Problem.quant("gemm_fp8_rowwise", 1, 256, 512, fp8="fp8e4m3fnuz")
@@ -149,8 +149,10 @@ def test_fp8_flavour_follows_the_target() -> None:
 # (op, M, N, K, configs): edge tiles in M and N, split-K with a partial last K slice, K tiles wider than a
 # blockwise scale group (sub-tiles) and narrower than one.
 CASES = [
-    ("gemm_fp8_rowwise", 20, 48, 160, [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4)]),
-    ("gemm_fp8_blockwise", 20, 48, 384, [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2)]),
+    ("gemm_fp8_rowwise", 20, 48, 160,
+     [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4)]),
+    ("gemm_fp8_blockwise", 20, 48, 384,
+     [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
     ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
@@ -296,7 +298,8 @@ def test_bad_inputs_fail_before_any_launch(name: str, index: int, how: str, monk
     launched = []
     monkeypatch.setattr(launcher_mod, "quant_launcher", lambda *a, **k: launched.append(1))
     with pytest.raises(ValueError, match=rf"{name}: .*(must|None)"):
-        op.prepare(problem, quant_default_config(problem, INTERP), INTERP, inputs, op.make_output(problem, "cpu"))
+        config = quant_default_config(problem, INTERP)
+        op.prepare(problem, config, INTERP, inputs, op.make_output(problem, "cpu"))
     assert not launched
 
 
@@ -309,7 +312,7 @@ def test_unsupported_fp8_flavour_is_one_error() -> None:
     inputs = get_op(fn.op).make_inputs(fn, "cpu", 0)
     out = torch.empty(4, 64, dtype=torch.bfloat16)
     gfx942 = Target.for_arch("gfx942")
-    with pytest.raises(ValueError, match="a must be torch.float8_e4m3fnuz on gfx942"):
+    with pytest.raises(ValueError, match=r"a must be torch\.float8_e4m3fnuz on gfx942"):
         get_op(fn.op).prepare(fn, quant_default_config(fn, gfx942), gfx942, inputs, out)
 
 
