@@ -1,0 +1,76 @@
+"""Compile-only checks of the quantized GEMMs: cross-compiled for gfx950, gfx942 and sm_90 without a GPU,
+each must use the target's matrix instructions for its format (MX scaled MFMAs of the shape that
+matrix_instr_nonkdim asks for on MI355X, FP8 MFMAs on MI300X, FP8 wgmma on the H100)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Config, Problem
+from autotune.compile import CompilePool
+from autotune.kernels import get_op
+from autotune.static import StaticFeatures, check_features
+from autotune.target import Target, TargetError
+
+pytest.importorskip("triton")
+
+
+def amd(nonkdim: int, arch: str, **kw: int) -> Config:
+    base = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=1, NUM_XCDS=1, num_warps=4,
+                num_stages=2, matrix_instr_nonkdim=nonkdim, waves_per_eu=0)  # fmt: skip
+    if arch == "gfx942":
+        base["kpack"] = 1
+    return Config(backend="triton", **{**base, **kw})
+
+
+SM90 = Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=2, num_warps=4,
+              num_stages=3)  # fmt: skip
+
+SCALE16, SCALE32 = "v_mfma_scale_f32_16x16x128_f8f6f4", "v_mfma_scale_f32_32x32x64_f8f6f4"
+WGMMA_FP8 = "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"
+# name: (op, arch, config, the one matrix instruction expected)
+CASES = {
+    "950-mxfp4-16": ("gemm_mxfp4", "gfx950", amd(16, "gfx950"), SCALE16),
+    "950-mxfp4-32": ("gemm_mxfp4", "gfx950", amd(32, "gfx950"), SCALE32),
+    "950-mxfp8-16": ("gemm_mxfp8", "gfx950", amd(16, "gfx950", BLOCK_K=256), SCALE16),
+    "950-mxfp8-32": ("gemm_mxfp8", "gfx950", amd(32, "gfx950", SPLIT_K=2), SCALE32),
+    # bf16 activations quantized in the loop still feed the scaled MFMA
+    "950-bf16a-16": ("gemm_mxfp4_bf16a", "gfx950", amd(16, "gfx950", BLOCK_M=16), SCALE16),
+    "942-fp8row-16": ("gemm_fp8_rowwise", "gfx942", amd(16, "gfx942"), "v_mfma_f32_16x16x32_fp8_fp8"),
+    "942-fp8block-32": ("gemm_fp8_blockwise", "gfx942", amd(32, "gfx942", BLOCK_K=256),
+                        "v_mfma_f32_32x32x16_fp8_fp8"),
+    # MI300X has no MX instructions: the tiles are dequantized to bf16 (the README's "emulated")
+    "942-mxfp4-emulated": ("gemm_mxfp4", "gfx942", amd(16, "gfx942"), "v_mfma_f32_16x16x16_bf16"),
+    "sm90-fp8block": ("gemm_fp8_blockwise", "sm_90", SM90, WGMMA_FP8),
+}  # fmt: skip
+PROBLEM = dict(M=64, N=256, K=1024)
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict[str, StaticFeatures]:
+    pools: dict[str, CompilePool] = {}
+    futures = {}
+    try:
+        for name, (op, arch, config, _) in CASES.items():
+            try:
+                pool = pools.get(arch) or pools.setdefault(
+                    arch, CompilePool(Target.for_arch(arch), workers=2)
+                )
+            except TargetError as exc:
+                pytest.skip(f"this Triton cannot compile for {arch}: {exc}")
+            futures[name] = pool.submit(get_op(op), Problem.quant(op, **PROBLEM), config)
+        return {name: future.result(timeout=600) for name, future in futures.items()}
+    finally:
+        for pool in pools.values():
+            pool.close()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_quantized_kernels_use_the_targets_matrix_instructions(compiled, name: str) -> None:
+    _, arch, config, want = CASES[name]
+    features = compiled[name]
+    assert features.compiled, features.error[:2000]
+    matrix = [m for m in features.mma if m.startswith(("v_mfma", "wgmma.mma_async"))]
+    assert matrix == [want], features.mma
+    findings = check_features(features, config, Target.for_arch(arch))
+    assert "mfma_shape" not in {f.check for f in findings} and "compile" not in {f.check for f in findings}
