@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autotune.bench import DeviceFault
+from autotune.executors import EXECUTORS
 
 if TYPE_CHECKING:
     from autotune.db import Store
@@ -96,7 +97,42 @@ def _parser() -> argparse.ArgumentParser:
         help="compile-only sweep for ARCH (gfx942, gfx950, sm_90; mi300x, mi355x, h100 also work): "
         "no GPU needed, stores predictions",
     )
-    p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument(
+        "--gpus",
+        metavar="LIST",
+        help="GPUs to run on, as indices among the visible ones (CUDA_VISIBLE_DEVICES and "
+        "HIP_VISIBLE_DEVICES are respected): 0,1,3 or 0-3 or all (default all). One worker process "
+        "per GPU; problems are shared out, longest first, so that all finish together. With "
+        "--interpret each index is one interpreter process; with --executor ray, the number of actors",
+    )
+    p.add_argument("--device", type=int, metavar="N", help="one GPU index (the same as --gpus N)")
+    p.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="local: a worker process per GPU of this host [default]; a config that crashes or hangs "
+        "its worker is stored as crashed or timeout and the worker is replaced. ray: a Ray actor "
+        "per GPU of a Ray cluster (--address), results written here. inline: in this process, no "
+        "isolation (debugging)",
+    )
+    p.add_argument(
+        "--address", metavar="ADDR", help="with --executor ray: the cluster (default: start a local one)"
+    )
+    p.add_argument(
+        "--trial-timeout",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="seconds one trial (compile, check, timing) may take before its worker is killed and the "
+        "trial stored as timeout (default 300)",
+    )
+    p.add_argument(
+        "--log-dir",
+        default="autotune-logs",
+        metavar="DIR",
+        help="where each sweep writes its log file, NAME-DATE-TIME-PID.log, with one more per worker "
+        "(default ./autotune-logs; 'none' for no files)",
+    )
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
     p.add_argument(
         "--budget",
@@ -247,10 +283,15 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "status",
         parents=[common],
-        help="what is in the database",
-        description="Counts of GPUs, problems, sweeps and trials, and the recent sweeps.",
+        help="what is in the database, and the sweeps running or finished on any host",
+        description="Counts of GPUs, problems, sweeps and trials, then the latest sweeps of every host "
+        "that writes to this database: state (running; stale when a running sweep's heartbeat "
+        "stopped, i.e. it was killed: run its command again to resume), host and process, GPU, "
+        "progress, start time and log file.",
     )
     _db_arg(p)
+    p.add_argument("--sweeps", type=int, default=10, metavar="N", help="how many sweeps to list (default 10)")
+    p.add_argument("--running", action="store_true", help="only sweeps still marked running")
 
     p = sub.add_parser(
         "db",
@@ -280,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    for console in logging.getLogger().handlers:  # a sweep's log file takes more than the console shows
+        console.setLevel(level)
     handlers = {"sweep": _sweep, "plan": _plan, "check": _check, "best": _best, "export": _export}
     handlers["emit"] = _emit
     handlers["import"] = _import
@@ -320,7 +363,8 @@ def _open_store(url: str | None) -> Store:
 def _sweep(args: argparse.Namespace) -> int:
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
-    from autotune.sweeps import SpecError, load_spec, plan, run_sweep, spec_from_untuned
+    from autotune.executors import parse_gpus
+    from autotune.sweeps import SpecError, load_spec, plan
     from autotune.target import Target, TargetError, local_target
 
     if (args.spec is None) == (args.untuned is None):
@@ -333,73 +377,122 @@ def _sweep(args: argparse.Namespace) -> int:
     budget_s = parse_duration(args.budget) if args.budget else None
     if args.interpret and args.target:
         raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
+    if args.target and (args.executor != "local" or args.gpus or args.device is not None):
+        raise CliError("--target is a compile-only sweep: it takes no --executor, --gpus or --device")
+    if args.gpus is not None and args.device is not None:
+        raise CliError("--gpus and --device exclude each other (--device N is --gpus N)")
+    if args.address is not None and args.executor != "ray":
+        raise CliError("--address goes with --executor ray")
+    if args.trial_timeout <= 0:
+        raise CliError("--trial-timeout must be positive")
+    try:
+        gpus = [args.device] if args.device is not None else parse_gpus(args.gpus)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     if args.spec is not None:
         try:
             spec = load_spec(args.spec)
         except SpecError as exc:
             raise CliError(str(exc)) from None
     compile_only = bool(args.target)
+    target: Target | None = None
     if args.interpret:
         target = Target.interpreter_target()
     elif args.target:
         target = _compile_target(args.target)
-    else:
+    elif args.executor != "ray":
         try:
-            target = local_target(args.device)
+            target = local_target(gpus[0] if gpus else 0)
         except TargetError as exc:
-            if args.untuned is not None or not _no_gpu():
+            if args.untuned is not None or not _no_gpu() or args.executor != "local" or gpus:
                 raise CliError(str(exc)) from None
             target, compile_only = _compile_target(DEFAULT_COMPILE_TARGET), True
             print(
                 f"no GPU here: a compile-only sweep for {target.arch} ({target.name}); pass --target "
                 "to pick another, or --interpret to run the kernels in Triton's CPU interpreter"
             )
-    try:
-        if args.untuned is not None:
-            from autotune.dispatch import read_untuned_log, untuned_log_path
-
-            log_path = args.untuned or str(untuned_log_path())
-            if not Path(log_path).is_file():
-                raise CliError(f"{log_path}: no untuned-shapes log there (autotune.kernels writes it)")
-            spec = spec_from_untuned(
-                read_untuned_log(log_path),
-                device_key=target.device_key(),
-                strategy=args.strategy or "optuna",
-                trials=args.trials or 60,
-                source=log_path,
-            )
-        planned = plan(spec, target)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
-    store = _open_store(args.db)
     if compile_only:
-        return _predict(args, spec, store, target, len(planned))
-    print(f"sweep {spec.name!r}: {len(planned)} problems on {target}; database {store.display_url}")
-    if target.interpreter:
-        print(
-            "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under the "
-            "'interpreter' target and say nothing about GPU speed"
-        )
-    budgets = {p: e.budget.trials for e, p in spec.problems()}
-    total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
-    bar = _progress(total, disabled=args.no_progress)
-
-    def on_trial(problem: Any, config: Any, result: Any) -> None:
-        bar.update(1)
-        bar.set_postfix_str(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}", refresh=False)
-
-    checker = None
-    if not target.interpreter:
-        from autotune.checker import StaticChecker
-
-        checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
-    with store:
+        assert target is not None
+        spec = _untuned_spec(args, target) if args.untuned is not None else spec
         try:
-            report = run_sweep(spec, store, target, on_trial=on_trial, checker=checker, budget_s=budget_s)
-        finally:
-            if checker is not None:
-                checker.close()
-    bar.close()
+            planned = plan(spec, target)
+        except SpecError as exc:
+            raise CliError(str(exc)) from None
+        return _predict(args, spec, _open_store(args.db), target, len(planned))
+    return _measure(args, spec if args.spec is not None else None, target, gpus, budget_s)
+
+
+def _untuned_spec(args: argparse.Namespace, target: Any) -> Any:
+    from autotune.dispatch import read_untuned_log, untuned_log_path
+    from autotune.sweeps import spec_from_untuned
+
+    log_path = args.untuned or str(untuned_log_path())
+    if not Path(log_path).is_file():
+        raise CliError(f"{log_path}: no untuned-shapes log there (autotune.kernels writes it)")
+    return spec_from_untuned(
+        read_untuned_log(log_path),
+        device_key=target.device_key(),
+        strategy=args.strategy or "optuna",
+        trials=args.trials or 60,
+        source=log_path,
+    )
+
+
+def _measure(
+    args: argparse.Namespace, spec: Any, target: Any, gpus: list[int] | None, budget_s: float | None
+) -> int:
+    """A measured sweep on worker processes (or Ray actors), with its log file and progress bar."""
+    from autotune.executors import log_stem, make_workers, sweep_log
+    from autotune.sweeps import SpecError, plan
+    from autotune.workers import WorkerError
+
+    stem = (
+        None if args.log_dir.lower() == "none" else log_stem(args.log_dir, spec.name if spec else "untuned")
+    )
+    if stem is not None:
+        try:
+            stem.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(f"--log-dir {args.log_dir}: cannot create it ({exc.strerror})") from None
+    log_file = None if stem is None else stem.with_suffix(".log")
+    try:
+        workers = make_workers(
+            args.executor,
+            gpus=gpus,
+            interpret=args.interpret,
+            timeout_s=args.trial_timeout,
+            stem=stem,
+            target=target,
+            address=args.address,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        with sweep_log(log_file):
+            if target is None:  # Ray: the GPU the first actor landed on
+                target = workers[0].target
+            if spec is None:
+                spec = _untuned_spec(args, target)
+            try:
+                planned = plan(spec, target)
+            except SpecError as exc:
+                raise CliError(str(exc)) from None
+            store = _open_store(args.db)
+            where = f"{len(workers)} workers ({args.executor})" if len(workers) > 1 else str(target)
+            print(f"sweep {spec.name!r}: {len(planned)} problems on {where}; database {store.display_url}")
+            if log_file is not None:
+                print(f"log: {log_file}")
+            if target.interpreter:
+                print(
+                    "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under "
+                    "the 'interpreter' target and say nothing about GPU speed"
+                )
+            report = _run_measured(args, spec, store, target, workers, planned, budget_s, log_file)
+    except WorkerError as exc:
+        raise CliError(f"{exc} (everything finished is stored; run the same command to resume)") from None
+    finally:
+        for worker in workers:
+            worker.close()
     _print_sweep_report(report)
     if report.budget_spent:
         print(
@@ -416,6 +509,66 @@ def _sweep(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _run_measured(
+    args: argparse.Namespace,
+    spec: Any,
+    store: Any,
+    target: Any,
+    workers: Any,
+    planned: Any,
+    budget_s: float | None,
+    log_file: Path | None,
+) -> Any:
+    from autotune.sweeps import run_sweep
+
+    budgets = {p: e.budget.trials for e, p in spec.problems()}
+    total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
+    bar = _progress(total, disabled=args.no_progress)
+    tally = {"problems": 0, "wins": 0, "crashed": 0}
+
+    def postfix(last: str) -> None:
+        crashed = f", {tally['crashed']} crashed/timeout" if tally["crashed"] else ""
+        bar.set_postfix_str(
+            f"{tally['problems']}/{len(planned)} problems, {tally['wins']} beat vendor{crashed} | {last}",
+            refresh=False,
+        )
+
+    def on_trial(problem: Any, config: Any, result: Any) -> None:
+        bar.update(1)
+        if result.status.value in ("crashed", "timeout"):
+            tally["crashed"] += 1
+        postfix(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}")
+
+    def on_problem(report: Any) -> None:
+        tally["problems"] += 1
+        tally["wins"] += int(report.speedup is not None and report.speedup > 1.0)
+        postfix(f"{_problem_label(report.problem)} done")
+
+    checker = None
+    if not target.interpreter:
+        from autotune.checker import StaticChecker
+
+        checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
+    with store:
+        try:
+            report = run_sweep(
+                spec,
+                store,
+                target,
+                workers=workers,
+                on_trial=on_trial,
+                on_problem=on_problem,
+                checker=checker,
+                budget_s=budget_s,
+                log_path=None if log_file is None else str(log_file.resolve()),
+            )
+        finally:
+            if checker is not None:
+                checker.close()
+            bar.close()
+    return report
 
 
 DEFAULT_COMPILE_TARGET = "gfx942"
@@ -525,8 +678,10 @@ def _print_sweep_report(report: Any) -> None:
         f"{report.trials_cached} read back from the database, "
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
-    for what, attr in (("by constraints before compiling ('space' is valid/all)", "pruned"),
-                       ("by static checks after compiling (no GPU time)", "static_pruned")):  # fmt: skip
+    for what, attr in (
+        ("by constraints before compiling ('space' is valid/all)", "pruned"),
+        ("by static checks after compiling (no GPU time)", "static_pruned"),
+    ):
         counts: Counter[str] = Counter()
         for p in report.problems:
             counts.update(getattr(p, attr))
@@ -587,8 +742,13 @@ def _plan(args: argparse.Namespace) -> int:
             store.close()
     total = sum(r.est_s for r in rows)
     if args.json:
-        doc = {"spec": spec.name, "target": target.arch, "compile_only": compile_only,
-               "est_s": round(total, 1), "problems": [r.to_dict() for r in rows]}  # fmt: skip
+        doc = {
+            "spec": spec.name,
+            "target": target.arch,
+            "compile_only": compile_only,
+            "est_s": round(total, 1),
+            "problems": [r.to_dict() for r in rows],
+        }
         print(json.dumps(doc, indent=2))
         return EXIT_OK
     kind = "compile-only sweep" if compile_only else "sweep"
@@ -600,8 +760,10 @@ def _plan(args: argparse.Namespace) -> int:
         table.append((name, f"{r.valid}/{r.raw}", str(r.trials), str(r.done), _fmt_duration(r.est_s)))
     _print_table(table)
     left = sum(r.trials - r.done for r in rows)
-    print(f"{left} trials left of {sum(r.trials for r in rows)}; estimated {_fmt_duration(total)} "
-          "(the static checks may prune more once configs are compiled)")  # fmt: skip
+    print(
+        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {_fmt_duration(total)} "
+        "(the static checks may prune more once configs are compiled)"
+    )
     return EXIT_OK
 
 
@@ -642,8 +804,14 @@ def _check(args: argparse.Namespace) -> int:
     try:
         with StaticChecker(target, policy, store=store, workers=args.workers) as checker:
             for entry, problem in problems:
-                found = check_problem(entry.op_for(problem), problem, checker, candidates=policy.candidates,
-                                      everything=args.all, backends=entry.backends)  # fmt: skip
+                found = check_problem(
+                    entry.op_for(problem),
+                    problem,
+                    checker,
+                    candidates=policy.candidates,
+                    everything=args.all,
+                    backends=entry.backends,
+                )
                 checks.append(found)
                 bar.update(1)
     finally:
@@ -651,10 +819,18 @@ def _check(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     if args.json:
-        settings = {"prune": list(policy.prune), "min_occupancy": policy.min_occupancy,
-                    "candidates": policy.candidates}  # fmt: skip
-        doc = {"target": target.arch, "name": target.name, "spec": spec.name, "policy": settings,
-               "problems": [c.to_dict() for c in checks]}  # fmt: skip
+        settings = {
+            "prune": list(policy.prune),
+            "min_occupancy": policy.min_occupancy,
+            "candidates": policy.candidates,
+        }
+        doc = {
+            "target": target.arch,
+            "name": target.name,
+            "spec": spec.name,
+            "policy": settings,
+            "problems": [c.to_dict() for c in checks],
+        }
         print(json.dumps(doc, indent=2))
         return EXIT_OK
     print(f"compile-only check of {spec.name!r} for {target}: {len(checks)} problems")
@@ -808,10 +984,37 @@ def _emit(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from datetime import datetime, timezone
+
+    if args.sweeps < 0:
+        raise CliError("--sweeps must be zero or more")
     with _open_store(args.db) as store:
         summary = store.summary()
-        for line in summary.lines():
-            print(line)
+        sweeps = store.sweeps(limit=args.sweeps, status="running" if args.running else None)
+    for line in summary.lines():
+        print(line)
+    if not sweeps:
+        return EXIT_OK
+    now = datetime.now(timezone.utc)
+    rows = [("sweep", "name", "state", "host:pid", "gpu", "workers", "problems", "trials", "started", "log")]
+    for sw in sweeps:
+        problems = f"{sw.problems_done or 0}/{sw.problems_total}" if sw.problems_total is not None else "-"
+        rows.append(
+            (
+                str(sw.id),
+                sw.name,
+                sw.state(now),
+                f"{sw.host}:{sw.pid}" if sw.pid is not None else sw.host,
+                sw.gpu,
+                "-" if sw.workers is None else str(sw.workers),
+                problems,
+                "-" if sw.trials_done is None else str(sw.trials_done),
+                sw.started_at.strftime("%Y-%m-%d %H:%M"),
+                sw.log_path or "-",
+            )
+        )
+    print()
+    _print_table(rows)
     return EXIT_OK
 
 

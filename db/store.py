@@ -8,14 +8,15 @@ import json
 import logging
 import shlex
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import ColumnElement, Engine, Select, and_, case, func, insert, inspect, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.config import Config
@@ -62,6 +63,38 @@ logger = logging.getLogger(__name__)
 VENDOR_BACKEND = "torch"
 #: Minimum length of a GPU fingerprint prefix.
 MIN_PREFIX = 6
+#: Waits, in seconds, before each retry of a write that failed with a transient database error (a
+#: dropped connection, a server restarting, SQLite locked past its busy timeout): about 1 min in all.
+RETRY_DELAYS_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _transient(exc: StoreError) -> bool:
+    """Whether a failed write may succeed if tried again (the connection or a lock, not the data)."""
+    cause = exc.__cause__
+    if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+        return True
+    return isinstance(cause, OperationalError)
+
+
+def _retrying(method: _F) -> _F:
+    """Retries `method` with back-off (`RETRY_DELAYS_S`) on transient database errors. Safe for the
+    Store's writes: each is one transaction, rolled back on error, and idempotent on its key."""
+
+    @functools.wraps(method)
+    def wrapped(self: Store, *args: Any, **kwargs: Any) -> Any:
+        for delay in (*self.retry_delays_s, None):
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError as exc:
+                if delay is None or not _transient(exc):
+                    raise
+                logger.warning("%s; retrying in %g s", exc, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return cast(_F, wrapped)
 
 
 @dataclass(frozen=True)
@@ -90,8 +123,12 @@ class Store:
     source), `record_features` on its key (arch, toolchain, kernel name + source hash, problem, config
     hash), also when processes race.
 
-    Thread safety: one Store is used by one thread at a time. Separate processes (and hosts, with
-    PostgreSQL) may share one database, each with its own Store. Errors inside the database surface as
+    Writes that fail with a transient error (a dropped connection, a restarting server, SQLite locked past
+    its busy timeout) are retried with back-off for about a minute (`retry_delays_s`) before StoreError.
+
+    Thread safety: a Store may be shared by threads (each call has its own session and pooled connection;
+    the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
+    database, each with its own Store. Errors inside the database surface as
     StoreError; bad arguments as ValueError.
     """
 
@@ -109,6 +146,7 @@ class Store:
         self._gpu_ids: dict[str, int] = {}
         self._kernel_ids: dict[tuple[str, str], int] = {}
         self._problem_ids: dict[str, int] = {}
+        self.retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S
         try:
             self._open_schema()
         except BaseException:
@@ -315,6 +353,7 @@ class Store:
 
     # -- sweeps --------------------------------------------------------------------------------------
 
+    @_retrying
     def start_sweep(
         self,
         name: str,
@@ -347,6 +386,7 @@ class Store:
             session.flush()
             return int(row.id)
 
+    @_retrying
     def touch_sweep(
         self, sweep_id: int, *, trials_done: int | None = None, problems_done: int | None = None
     ) -> None:
@@ -361,6 +401,7 @@ class Store:
             if problems_done is not None:
                 row.problems_done = problems_done
 
+    @_retrying
     def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
         """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
         if status not in SWEEP_STATUSES:
@@ -405,6 +446,7 @@ class Store:
 
     # -- trials --------------------------------------------------------------------------------------
 
+    @_retrying
     def record(
         self,
         *,
@@ -449,6 +491,7 @@ class Store:
         logger.debug("recorded %s %s %s: %s", kernel, problem, config.short(), result.status.value)
         return True
 
+    @_retrying
     def record_many(self, trials: Sequence[NewTrial], *, sweep_id: int | None = None) -> list[bool]:
         """Writes every trial of `trials` in ONE transaction: all of them or, on any error, none.
 
@@ -532,6 +575,7 @@ class Store:
             session.flush()
         return written, (gpu_ids, kernel_ids, problem_ids)
 
+    @_retrying
     def finished(
         self,
         *,
@@ -569,6 +613,7 @@ class Store:
 
     # -- static features -----------------------------------------------------------------------------
 
+    @_retrying
     def record_features(
         self,
         *,
@@ -633,6 +678,7 @@ class Store:
         logger.debug("recorded static features %s %s %s on %s", kernel, problem, config.short(), arch)
         return True
 
+    @_retrying
     def features(
         self,
         *,

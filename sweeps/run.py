@@ -192,7 +192,7 @@ def _run_inline(
                 op, problem, strategy=entry.strategy, budget=budget, seed=entry.seed, backends=entry.backends
             )
             report.problems.append(result)
-            progress.problem_done()
+            progress.problem_done(result)
             if on_problem is not None:
                 on_problem(result)
     except KeyboardInterrupt:
@@ -248,7 +248,7 @@ def _run_on_workers(
                 item = None
                 with lock:
                     report.problems.append(result)
-                    progress.problem_done()
+                    progress.problem_done(result)
                     if on_problem is not None:
                         on_problem(result)
         except (SweepStopped, WorkerAborted):
@@ -327,15 +327,22 @@ class _Progress:
         def counted(problem: Problem, config: Any, result: Any) -> None:
             with self._lock:
                 self.trials += 1
+            what = f"{result.time_us:.2f} us" if result.ok else f"{result.status.value} {result.error[:300]}"
+            where = result.extra.get("worker", "")
+            log.info("%s | %s | %s%s", problem, config.short(), what, f" [{where}]" if where else "")
             self.beat()
             if on_trial is not None:
                 on_trial(problem, config, result)
 
         return counted
 
-    def problem_done(self) -> None:
+    def problem_done(self, report: ProblemReport) -> None:
         with self._lock:
             self.problems += 1
+        best = report.best.config.short() if report.best else "-"
+        speedup = "" if report.speedup is None else f", {report.speedup:.2f}x the vendor library"
+        log.info("done %s: %d trials run, %d read back, %d failed; best %s%s",
+                 report.problem, report.ran, report.cached, report.failed, best, speedup)  # fmt: skip
         self.beat(force=True)
 
     def beat(self, force: bool = False) -> None:
@@ -462,7 +469,7 @@ def predict_sweep(
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0
             report.problems.append(result)
-            progress.problem_done()
+            progress.problem_done(result)
             if on_problem is not None:
                 on_problem(result)
     return report
