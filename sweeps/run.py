@@ -269,9 +269,16 @@ def _run_on_workers(
                 with lock:
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
-    threads = [
-        threading.Thread(target=drain, args=(w,), name=f"sweep-{w.name}", daemon=True) for w in workers
-    ]
+    if len(workers) == 1:  # one worker: in this thread, so Ctrl-C lands inside the running trial
+        try:
+            drain(workers[0])
+        finally:
+            workers[0].close()
+        threads: list[threading.Thread] = []
+    else:
+        threads = [
+            threading.Thread(target=drain, args=(w,), name=f"sweep-{w.name}", daemon=True) for w in workers
+        ]
     for t in threads:
         t.start()
     try:

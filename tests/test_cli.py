@@ -363,7 +363,8 @@ def test_interrupt_keeps_finished_trials(
     interrupt_after(monkeypatch, 3)
     spec = write(tmp_path / "big.toml", BIG)
     db = tmp_path / "a.db"
-    assert main(["sweep", str(spec), "--interpret", "--db", str(db), "--no-progress"]) == 130
+    argv = ["sweep", str(spec), "--interpret", "--executor", "inline", "--db", str(db), "--no-progress"]
+    assert main(argv) == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "run the same command to resume" in err
     with Store(str(db)) as store:
@@ -377,7 +378,8 @@ def test_interrupt_message_counts_stored_trials(
 ) -> None:
     interrupt_after(monkeypatch, 3)
     spec = write(tmp_path / "big.toml", BIG)
-    assert main(["sweep", str(spec), "--interpret", "--db", str(tmp_path / "a.db"), "--no-progress"]) == 130
+    argv = ["sweep", str(spec), "--interpret", "--executor", "inline", "--db", str(tmp_path / "a.db")]
+    assert main([*argv, "--no-progress"]) == 130
     assert "interrupted: 3 trials run and stored" in capsys.readouterr().err
 
 

@@ -1,0 +1,82 @@
+"""The Ray executor on a local Ray: the same sweep and crash isolation through Ray actors."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from autotune.config import Config
+from autotune.db import Store
+from autotune.faults import FaultyOp
+from autotune.problem import Problem
+from autotune.result import TrialStatus
+from autotune.runner import Runner
+from autotune.sweeps import run_sweep
+from autotune.sweeps.spec import parse_spec
+from autotune.target import Target
+from autotune.workers import BoundWorker
+
+ray = pytest.importorskip("ray", reason="the Ray executor's tests need Ray (pip install ray)")
+
+from autotune.executors import make_workers  # noqa: E402
+from autotune.rayworker import RayWorker  # noqa: E402
+
+SPEC = """
+name = "on-ray"
+[[sweep]]
+op = "gemm"
+dtype = "bf16"
+m = [1, 2, 3]
+nk = [[32, 32]]
+strategy = "exhaustive"
+trials = 3
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"TRITON_INTERPRET": "1"}})  # fmt: skip
+    yield
+    ray.shutdown()
+
+
+def test_a_sweep_through_ray_actors_lands_in_the_database(local_ray: None, tmp_path: Path) -> None:
+    workers = make_workers("ray", gpus=[0, 1], interpret=True, timeout_s=120, stem=None)
+    assert all(isinstance(w, RayWorker) for w in workers)
+    with Store(str(tmp_path / "r.db")) as store:
+        try:
+            report = run_sweep(parse_spec(SPEC), store, Target.interpreter_target(), workers=workers)
+        finally:
+            for w in workers:
+                w.close()
+        trials = store.trials()
+        [sweep] = store.sweeps()
+    assert len(report.problems) == 3 and not report.interrupted
+    assert len(trials) == 9 and len({(t.problem.key(), t.config.digest()) for t in trials}) == 9
+    assert all(t.ok for t in trials)
+    assert {t.extra["worker"] for t in trials} <= {"ray0", "ray1"} and all(t.extra["node"] for t in trials)
+    assert (sweep.status, sweep.workers, sweep.trials_done) == ("finished", 2, 9)
+
+
+def test_ray_actor_crashes_and_hangs_are_trial_results(local_ray: None, tmp_path: Path) -> None:
+    op = FaultyOp(("none", "segv", "hang", "error"))
+    problem = Problem.gemm(8, 32, 32)
+    worker = RayWorker(name="r", interpret=True, timeout_s=5.0)
+    try:
+        with Store(str(tmp_path / "f.db")) as store:
+            report = Runner(store, worker.target, BoundWorker(worker, op)).tune(
+                op, problem, strategy="exhaustive"
+            )
+            by_fault = {t.config["fault"]: t for t in store.trials()}
+        assert report.ran == 4
+        assert by_fault["none"].status is TrialStatus.OK
+        assert by_fault["segv"].status is TrialStatus.CRASHED and "Ray actor died" in by_fault["segv"].error
+        assert by_fault["hang"].status is TrialStatus.TIMEOUT
+        assert by_fault["error"].status is TrialStatus.RUNTIME_ERROR
+        assert worker.starts == 3  # replaced after the crash and after the hang
+        assert worker.run(op, problem, Config(backend="faulty", fault="none", rep=0)).ok
+    finally:
+        worker.close()
