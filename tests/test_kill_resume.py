@@ -36,7 +36,8 @@ def _rows(db: Path) -> list[tuple[Any, ...]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return con.execute(
-            "SELECT id, sweep_id, problem_id, config_hash, status, time_us, created_at FROM trials ORDER BY id"
+            "SELECT id, sweep_id, problem_id, config_hash, status, time_us, created_at "
+            "FROM trials ORDER BY id"
         ).fetchall()
     except sqlite3.OperationalError:  # no schema yet
         return []
