@@ -3,8 +3,10 @@
 Each config has a ``fault`` parameter: "none" runs the dense GEMM's vendor backend; "segv" kills the
 process with SIGSEGV and "abort" calls abort() (what a compiler that aborts does), both while the config
 is being prepared, as a compile would be; "hang" sleeps past any timeout; "error" raises like an ordinary
-bad config. It lives in the package (not the tests) so that worker processes and Ray actors on any host
-can import it. Not registered as an op: nothing tunes it by accident.
+bad config; "illegal_address" launches a Triton kernel that stores far out of bounds (on a GPU: an
+illegal memory access that leaves the device unusable to the process). It lives in the package (not the
+tests) so that worker processes and Ray actors on any host can import it. Not registered as an op:
+nothing tunes it by accident.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FAULTS", "FaultyOp"]
 
-FAULTS: tuple[str, ...] = ("none", "segv", "abort", "hang", "error")
+FAULTS: tuple[str, ...] = ("none", "segv", "abort", "hang", "error", "illegal_address")
 
 
 class FaultyOp:
@@ -85,7 +87,20 @@ class FaultyOp:
             time.sleep(3600)
         elif fault == "error":
             raise RuntimeError("injected error")
+        elif fault == "illegal_address":
+            return lambda: _store_out_of_bounds(out)
         return self._gemm().prepare(problem, Config(backend="torch"), target, inputs, out)
 
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         return []
+
+
+def _store_out_of_bounds(out: torch.Tensor) -> None:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def far_store(ptr):
+        tl.store(ptr + (1 << 40), 1.0)
+
+    far_store[(1,)](out)

@@ -130,3 +130,41 @@ def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, mon
     GEMM.prepare(problem, config, target, inputs, out)()
     torch.cuda.synchronize()
     assert _cached_kernels(tmp_path) == before, "the launch compiled a different binary"
+
+
+def test_worker_process_on_the_gpu_survives_a_gpu_fault_and_a_segfault(tmp_path) -> None:
+    """An illegal memory access makes the device unusable to its process: the worker answers `crashed`,
+    exits, and a new worker on the same GPU measures the next config."""
+    from autotune.faults import FaultyOp
+    from autotune.workers import ProcessWorker, device_env, visible_devices
+
+    op = FaultyOp(("none", "illegal_address", "segv"))
+    problem = Problem.gemm(64, 256, 256)
+    with ProcessWorker(name="gpu0", env=device_env(visible_devices()[0]), timeout_s=120,
+                       log_path=tmp_path / "w.log") as worker:  # fmt: skip
+        assert not worker.target.interpreter
+        results = {f: worker.run(op, problem, Config(backend="faulty", fault=f, rep=0)) for f in op.faults}
+        assert results["none"].ok and results["none"].time_us > 0
+        assert results["illegal_address"].status is TrialStatus.CRASHED
+        assert results["segv"].status is TrialStatus.CRASHED and "SIGSEGV" in results["segv"].error
+        after = worker.run(op, problem, Config(backend="faulty", fault="none", rep=0))
+        assert after.ok and worker.starts == 3
+
+
+def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
+    """`autotune sweep` with the default executor: a worker process per visible GPU, trials stored."""
+    from autotune.cli import main
+    from autotune.db import Store
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "gpus"\n[[sweep]]\nop = "gemm"\ndtype = "bf16"\nm = [16, 64]\n'
+                    'nk = [[1024, 1024]]\nstrategy = "exhaustive"\ntrials = 4\n')  # fmt: skip
+    db = tmp_path / "g.db"
+    argv = ["sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", str(tmp_path / "logs")]
+    assert main(argv) == 0
+    with Store(str(db)) as store:
+        trials = [t for t in store.trials() if t.status is not TrialStatus.PRUNED]
+        [sweep] = store.sweeps()
+    assert len(trials) == 8 and all(t.extra.get("worker", "").startswith("gpu") for t in trials)
+    assert sweep.status == "finished" and sweep.workers == torch.cuda.device_count()
+    assert any(p.suffix == ".log" for p in (tmp_path / "logs").iterdir())

@@ -1,0 +1,152 @@
+"""Sweep throughput (GPU): configs measured per GPU-minute, compiling ahead on every core vs inline.
+
+The same sweep runs twice on GPU 0, each time with a cold Triton cache (its own empty TRITON_CACHE_DIR)
+and a fresh database, through the real sweep path (`run_sweep` on a ProcessWorker):
+
+- inline: the worker compiles each config at its first launch, then checks and times it: compiling and
+  measuring one after the other;
+- ahead: a StaticChecker's CompilePool compiles the strategy's upcoming configs on `--cores` processes
+  while the GPU measures, filling the Triton cache the worker then loads from.
+
+Static pruning is off in both, so both measure exactly the same configs (a random sample of each space,
+same seed). Throughput = configs measured / wall minutes of the sweep (start-up of the worker and the
+compile pool included). Prints a short table last; details go to OUT/sweep_throughput.json.
+
+    python benchmarks/sweep_throughput.py --out results/ [--configs 40] [--cores 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SPEC = """
+name = "throughput"
+
+[static]
+prune = []
+
+[[sweep]]
+op = "gemm"
+dtype = "bf16"
+m = {ms}
+nk = [[4096, 4096], [14336, 4096]]
+strategy = "random"
+trials = {configs}
+seed = 7
+backends = ["triton"]
+"""
+
+
+def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any]:
+    """One sweep in `mode` ("inline" or "ahead") with a cold Triton cache; returns its numbers."""
+    cache = root / f"triton-cache-{mode}"
+    cache.mkdir(parents=True)
+    os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the worker and the compile pool
+
+    from autotune.checker import StaticChecker
+    from autotune.db import Store
+    from autotune.sweeps import run_sweep
+    from autotune.sweeps.spec import parse_spec
+    from autotune.target import local_target
+    from autotune.workers import ProcessWorker, device_env, visible_devices
+
+    spec = parse_spec(spec_text)
+    target = local_target(0)
+    worker = ProcessWorker(name="gpu0", env=device_env(visible_devices()[0]), timeout_s=600,
+                           log_path=root / f"{mode}.worker.log")  # fmt: skip
+    checker = StaticChecker(target, spec.static, workers=cores) if mode == "ahead" else None
+    store = Store(str(root / f"{mode}.db"))
+    t0 = time.perf_counter()
+    try:
+        report = run_sweep(spec, store, target, workers=[worker], checker=checker)
+    finally:
+        wall = time.perf_counter() - t0
+        worker.close()
+        if checker is not None:
+            checker.close()
+    trials = store.trials()
+    store.close()
+    measured = [t for t in trials if t.status.value not in ("pruned",)]
+    ok = [t for t in measured if t.ok]
+    first_launch = [t.compile_s for t in measured]
+    return {
+        "mode": mode,
+        "wall_s": wall,
+        "configs": len(measured),
+        "ok": len(ok),
+        "failed": len(measured) - len(ok),
+        "configs_per_min": len(measured) / (wall / 60.0),
+        "first_launch_s_median": statistics.median(first_launch) if first_launch else None,
+        "first_launch_s_sum": sum(first_launch),
+        "measure_s_sum": sum(t.measure_s for t in measured),
+        "cache_files": sum(1 for _ in cache.rglob("*") if _.is_file()),
+        "problems": len(report.problems),
+        "statuses": {
+            s: sum(1 for t in measured if t.status.value == s) for s in {t.status.value for t in measured}
+        },
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", required=True, help="directory for sweep_throughput.json")
+    parser.add_argument("--configs", type=int, default=40, help="configs per problem (default 40)")
+    parser.add_argument("--ms", default="16,4096", help="M values, comma-separated (default 16,4096)")
+    parser.add_argument("--cores", type=int, default=max(1, (os.cpu_count() or 2) - 1),
+                        help="compile processes in 'ahead' mode (default: cores - 1)")  # fmt: skip
+    parser.add_argument("--modes", default="inline,ahead", help="which modes, in this order")
+    args = parser.parse_args()
+
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        print("needs a GPU", file=sys.stderr)
+        return 2
+    ms = [int(m) for m in args.ms.split(",")]
+    spec_text = SPEC.format(ms=json.dumps(ms), configs=args.configs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="autotune-throughput-") as tmp:
+        for mode in args.modes.split(","):
+            results.append(run_mode(mode, spec_text, args.cores, Path(tmp)))
+            print(json.dumps(results[-1]), flush=True)
+    meta = {
+        "gpu": torch.cuda.get_device_name(0),
+        "cpu_cores": os.cpu_count(),
+        "compile_processes": args.cores,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": sys.version.split()[0],
+        "date": time.strftime("%Y-%m-%d"),
+        "problems": [f"M={m} N={n} K=4096" for n in (4096, 14336) for m in ms],
+        "configs_per_problem": args.configs,
+    }
+    (out / "sweep_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"\n{meta['gpu']}, {meta['cpu_cores']} CPU cores, torch {meta['torch']}, triton {meta['triton']}")
+    print(f"{'mode':8} {'configs':>7} {'ok':>4} {'wall s':>8} {'cfg/min':>8} {'1st launch s (med)':>19}")
+    for r in results:
+        med = r["first_launch_s_median"]
+        first = "-" if med is None else f"{med:.3f}"
+        print(
+            f"{r['mode']:8} {r['configs']:>7} {r['ok']:>4} {r['wall_s']:>8.1f} "
+            f"{r['configs_per_min']:>8.1f} {first:>19}"
+        )
+    if len(results) == 2:
+        print(f"ahead / inline: {results[1]['configs_per_min'] / results[0]['configs_per_min']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
