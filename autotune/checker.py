@@ -99,6 +99,10 @@ class StaticChecker:
         """How many configs to keep queued: two per worker."""
         return 2 * (self._pool.workers if self._pool else (self.workers or os.cpu_count() or 1))
 
+    def warm_up(self) -> None:
+        """Starts the compile pool's processes now, without waiting (see CompilePool.warm_up)."""
+        self.pool.warm_up()
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()

@@ -313,6 +313,15 @@ def _worker_init() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
 
 
+def _warm_job() -> int:
+    """Imports what a compile needs, so that the first real compile does not pay for it."""
+    import triton  # noqa: F401
+
+    import autotune.kernels  # noqa: F401
+
+    return os.getpid()
+
+
 def _compile_job(
     zipf: float | None, op_name: str, problem: Problem, config: Config, target: Target
 ) -> StaticFeatures:
@@ -353,6 +362,12 @@ class CompilePool:
         finally:
             if saved is not None:
                 os.environ["TRITON_INTERPRET"] = saved
+
+    def warm_up(self) -> None:
+        """Starts every worker process now (they import torch and triton), without waiting: a sweep
+        calls this first, so the pool is ready by the time its GPU worker is."""
+        for _ in range(self.workers):
+            self._pool.submit(_warm_job)
 
     def submit(self, op: TunableOp, problem: Problem, config: Config) -> Future[StaticFeatures]:
         """Queue one compile. A pool broken by a worker that died (a compiler crash takes the config it

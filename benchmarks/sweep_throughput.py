@@ -18,6 +18,7 @@ compile pool included). Prints a short table last; details go to OUT/sweep_throu
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -45,6 +46,26 @@ backends = ["triton"]
 """
 
 
+class _TimedWorker:
+    """The worker, with the wall time of each trial's round trip kept (sending, measuring, answering)."""
+
+    def __init__(self, worker: Any) -> None:
+        self.worker, self.name, self.roundtrips = worker, worker.name, []
+
+    @property
+    def target(self) -> Any:
+        return self.worker.target
+
+    def run(self, op: Any, problem: Any, config: Any) -> Any:
+        t = time.perf_counter()
+        result = self.worker.run(op, problem, config)
+        self.roundtrips.append(time.perf_counter() - t)
+        return result
+
+    def close(self) -> None:
+        self.worker.close()
+
+
 def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any]:
     """One sweep in `mode` ("inline" or "ahead") with a cold Triton cache; returns its numbers."""
     cache = root / f"triton-cache-{mode}"
@@ -60,13 +81,23 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any
 
     spec = parse_spec(spec_text)
     target = local_target(0)
-    worker = ProcessWorker(name="gpu0", env=device_env(visible_devices()[0]), timeout_s=600,
-                           log_path=root / f"{mode}.worker.log")  # fmt: skip
+    worker = ProcessWorker(
+        name="gpu0", env=device_env(visible_devices()[0]), timeout_s=600, log_path=root / f"{mode}.worker.log"
+    )
     checker = StaticChecker(target, spec.static, workers=cores) if mode == "ahead" else None
     store = Store(str(root / f"{mode}.db"))
+    timed = _TimedWorker(worker)
+    stamps: list[float] = []
     t0 = time.perf_counter()
     try:
-        report = run_sweep(spec, store, target, workers=[worker], checker=checker)
+        report = run_sweep(
+            spec,
+            store,
+            target,
+            workers=[timed],
+            checker=checker,
+            on_trial=lambda *_: stamps.append(time.perf_counter()),
+        )
     finally:
         wall = time.perf_counter() - t0
         worker.close()
@@ -75,6 +106,7 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any
     trials = store.trials()
     store.close()
     measured = [t for t in trials if t.status.value not in ("pruned",)]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
     ok = [t for t in measured if t.ok]
     first_launch = [t.compile_s for t in measured]
     return {
@@ -89,10 +121,17 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any
         "measure_s_sum": sum(t.measure_s for t in measured),
         "cache_files": sum(1 for _ in cache.rglob("*") if _.is_file()),
         "problems": len(report.problems),
+        "first_trial_s": stamps[0] - t0 if stamps else None,
+        "gap_s_median": statistics.median(gaps) if gaps else None,
+        "worker_roundtrip_s_median": statistics.median(timed.roundtrips) if timed.roundtrips else None,
         "statuses": {
             s: sum(1 for t in measured if t.status.value == s) for s in {t.status.value for t in measured}
         },
     }
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def main() -> int:
@@ -102,8 +141,12 @@ def main() -> int:
     parser.add_argument("--out", required=True, help="directory for sweep_throughput.json")
     parser.add_argument("--configs", type=int, default=40, help="configs per problem (default 40)")
     parser.add_argument("--ms", default="16,4096", help="M values, comma-separated (default 16,4096)")
-    parser.add_argument("--cores", type=int, default=max(1, (os.cpu_count() or 2) - 1),
-                        help="compile processes in 'ahead' mode (default: cores - 1)")  # fmt: skip
+    parser.add_argument(
+        "--cores",
+        type=int,
+        default=max(1, (os.cpu_count() or 2) - 1),
+        help="compile processes in 'ahead' mode (default: cores - 1)",
+    )
     parser.add_argument("--modes", default="inline,ahead", help="which modes, in this order")
     args = parser.parse_args()
 
@@ -135,13 +178,18 @@ def main() -> int:
     }
     (out / "sweep_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(f"\n{meta['gpu']}, {meta['cpu_cores']} CPU cores, torch {meta['torch']}, triton {meta['triton']}")
-    print(f"{'mode':8} {'configs':>7} {'ok':>4} {'wall s':>8} {'cfg/min':>8} {'1st launch s (med)':>19}")
+    print(
+        f"{'mode':8} {'configs':>7} {'ok':>4} {'wall s':>8} {'cfg/min':>8} {'1st launch s':>13} "
+        f"{'to 1st trial s':>14} {'per trial s':>11} {'in worker s':>11}"
+    )
     for r in results:
-        med = r["first_launch_s_median"]
-        first = "-" if med is None else f"{med:.3f}"
+        cells = [
+            _fmt(r[k])
+            for k in ("first_launch_s_median", "first_trial_s", "gap_s_median", "worker_roundtrip_s_median")
+        ]
         print(
-            f"{r['mode']:8} {r['configs']:>7} {r['ok']:>4} {r['wall_s']:>8.1f} "
-            f"{r['configs_per_min']:>8.1f} {first:>19}"
+            f"{r['mode']:8} {r['configs']:>7} {r['ok']:>4} {r['wall_s']:>8.1f} {r['configs_per_min']:>8.1f} "
+            f"{cells[0]:>13} {cells[1]:>14} {cells[2]:>11} {cells[3]:>11}"
         )
     if len(results) == 2:
         print(f"ahead / inline: {results[1]['configs_per_min'] / results[0]['configs_per_min']:.2f}x")

@@ -105,6 +105,8 @@ def run_sweep(
     if workers and len(workers) > 1:
         todo = _longest_first(spec, target, store, todo, planned)
     queue = _ProblemQueue(todo, budget_s, n_workers)
+    if checker is not None:
+        checker.warm_up()  # the compile processes start while the GPU workers do
     with _sweep_row(
         spec, store, target, problems_total=len(todo), workers=len(workers or ()) or None, log_path=log_path
     ) as (report, progress):

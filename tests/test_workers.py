@@ -43,7 +43,7 @@ def worker(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_crashes_aborts_and_hangs_are_trial_results_and_the_worker_is_replaced(worker: ProcessWorker) -> None:
-    op = FaultyOp()
+    op = FaultyOp(("none", "segv", "abort", "hang", "error"))
     first = worker.run(op, PROBLEM, fault("none"))
     assert first.ok and first.extra["worker"] == "w" and first.rel_error is not None
     pid = worker.pid
@@ -90,7 +90,7 @@ def test_close_from_another_thread_aborts_the_running_trial(worker: ProcessWorke
 
 
 def test_runner_stores_each_fault_once_and_a_rerun_runs_nothing(tmp_path: Path) -> None:
-    op = FaultyOp(repeats=2)
+    op = FaultyOp(("none", "segv", "abort", "hang", "error"), repeats=2)
     db = str(tmp_path / "f.db")
     with ProcessWorker(name="w", interpret=True, timeout_s=3.0) as w, Store(db) as store:
         report = Runner(store, w.target, BoundWorker(w, op)).tune(op, PROBLEM, strategy="exhaustive")
