@@ -122,7 +122,9 @@ class Strategy(ABC):
         out: list[Config] = []
         for sub in self.space.subspaces:
             if not sub.params:  # a backend with no knobs (the vendor library) is one config
-                out.append(Config(backend=sub.backend))
+                vendor = Config(backend=sub.backend)
+                if sub.check(vendor) is None:  # unless it cannot run the problem (pruned, with a reason)
+                    out.append(vendor)
             out += [c for c in sub.first if sub.check(c) is None]
         return [c for i, c in enumerate(out) if c not in out[:i]]
 

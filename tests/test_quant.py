@@ -336,3 +336,18 @@ def test_kernel_calls_capture_the_mode_of_each_op() -> None:
         if int(config["SPLIT_K"]) > 1:
             assert [c.fn.__name__ for c in calls[1:]] == ["splitk_reduce_kernel"]
         assert get_op(name).kernel_calls(problem, Config(backend="torch"), target) == []
+
+
+@pytest.mark.parametrize("strategy", ["exhaustive", "random", "optuna"])
+def test_strategies_never_ask_a_vendor_backend_that_cannot_run(strategy: str) -> None:
+    from autotune.result import TrialResult, TrialStatus
+    from autotune.strategies import Budget, make_strategy
+
+    problem = Problem.quant("gemm_mxfp4_bf16a", 1, 64, 128)
+    space = get_op(problem.op).space(problem, INTERP)
+    search = make_strategy(strategy, space, Budget(trials=6), seed=0)
+    asked = []
+    while (config := search.ask()) is not None:
+        asked.append(config)
+        search.tell(config, TrialResult(config, TrialStatus.COMPILE_ERROR, error="not run"))
+    assert asked and all(c.backend == "triton" for c in asked)
