@@ -1,0 +1,263 @@
+"""Quantized-GEMM benchmark (GPU): tune each quantized op on real model shapes, then time side by side.
+
+Shapes: dense GEMMs of one layer of DeepSeek-V3 and Llama-3.1-70B (TP 8, from `autotune.sweeps.catalog`),
+at decode (M 1, 16, 64) and prefill (M 1024, 4096) token counts. Per (op, shape, M): our tuned Triton
+winner, our heuristic default, torch._scaled_mm where the installed torch runs that scaling mode (probed),
+and bf16 torch.matmul of the same shape, in µs, TFLOP/s and GB/s (the op's minimum bytes: packed data
+and scales). Decode rows also give GB/s as a fraction of a measured device copy bandwidth. All variants
+of a problem are timed in interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU
+without MX instructions (H100, MI300X) are emulated (tiles dequantized to bf16 in the kernel): their rows
+say so.
+
+    python benchmarks/gemm_quant.py --db quant.db --out results/quant.json          # resumable tuning
+    python benchmarks/gemm_quant.py --quick --out quant-quick.json                  # a few minutes
+    python benchmarks/gemm_quant.py --phase measure --db quant.db --out ...         # from a tuned database
+    python benchmarks/gemm_quant.py --interpret --out /tmp/q.json                   # CPU, tiny, no GPU
+
+Prints a short table last; details go to --out (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker, BenchSettings
+from autotune.db import Store
+from autotune.kernels import GEMM, get_op
+from autotune.kernels.gemm_quant_space import mx_native
+from autotune.problem import QUANT_OPS
+from autotune.runner import Runner
+from autotune.strategies import Budget
+from autotune.target import Target, local_target
+
+#: (model, TP) whose dense layers are benchmarked, and the layers (catalog labels) of each.
+MODELS = [("deepseek-v3", 8), ("llama-3.1-70b", 8)]
+LAYERS = {"deepseek-v3": ("attn.q_a", "attn.o", "mlp.gate_up", "mlp.down"),
+          "llama-3.1-70b": ("attn.qkv", "mlp.gate_up", "mlp.down")}  # fmt: skip
+QUICK_LAYERS = {"deepseek-v3": ("mlp.gate_up",), "llama-3.1-70b": ("mlp.gate_up",)}
+DECODE_M = (1, 16, 64)
+PREFILL_M = (1024, 4096)
+QUICK_M = (16, 2048)
+
+
+def shapes(quick: bool, interpret: bool) -> list[tuple[str, int, int]]:
+    """(label, N, K) of the benchmarked layers."""
+    if interpret:
+        return [("tiny", 64, 256)]
+    from autotune.sweeps.catalog import layer_shapes
+
+    layers = QUICK_LAYERS if quick else LAYERS
+    out = []
+    for model, tp in MODELS:
+        for s in layer_shapes(model, tp=tp):
+            if s.op == "gemm" and s.label in layers[model]:
+                out.append((f"{model} tp{tp} {s.label}", s.N, s.K))
+    return out
+
+
+def problems(args: argparse.Namespace) -> list[tuple[str, Problem]]:
+    ms = (4,) if args.interpret else QUICK_M if args.quick else DECODE_M + PREFILL_M
+    ops = args.ops.split(",") if args.ops else list(QUANT_OPS)
+    out = []
+    for op in ops:
+        for label, n, k in shapes(args.quick, args.interpret):
+            for m in ms:
+                try:
+                    out.append((label, Problem.quant(op, m, n, k)))
+                except ValueError as exc:  # K not a multiple of the op's scale block
+                    print(f"skip {op} {label}: {exc}", file=sys.stderr)
+    return out
+
+
+def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace) -> None:
+    """Tunes each problem's Triton kernel (static checks compile ahead on every core on a GPU)."""
+    from contextlib import ExitStack
+
+    settings = BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
+    with ExitStack() as stack:
+        checker = None
+        if not target.interpreter:
+            from autotune.checker import StaticChecker
+            from autotune.static import StaticPolicy
+
+            checker = stack.enter_context(StaticChecker(target, StaticPolicy(), store=store))
+        for i, (label, p) in enumerate(todo):
+            op = get_op(p.op)
+            runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker)
+            t0 = time.perf_counter()
+            rep = runner.tune(op, p, strategy=args.strategy, budget=Budget(trials=args.trials),
+                              backends=("triton",))  # fmt: skip
+            best = rep.best.time_us if rep.best else math.nan
+            pruned = sum(rep.static_pruned.values())
+            print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
+                  f"ran {rep.ran}, cached {rep.cached}, failed {rep.failed}, static-pruned {pruned}, "
+                  f"best {best:.2f} µs, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+
+
+def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth (read + write bytes per second), median of `reps` copies."""
+    import torch
+
+    src = torch.empty(mib << 20, dtype=torch.uint8, device=device).random_(0, 255)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps + 2):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * src.numel() / statistics.median(times[2:]) / 1e9
+
+
+def _rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict[str, Any]:
+    samples: dict[str, list[float]] = {k: [] for k in configs}
+    status = dict.fromkeys(configs, "ok")
+    for _ in range(rounds):
+        for name, config in configs.items():
+            r = bench.run(problem, config)
+            if r.ok and r.time_us is not None:
+                samples[name].append(r.time_us)
+            else:
+                status[name] = f"{r.status.value}: {r.error[:160]}"
+    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
+
+
+def measure(
+    store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace, copy_gbps: float
+) -> list[dict[str, Any]]:
+    settings = BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
+    bf16_bench = Benchmarker(GEMM, target, settings=settings)
+    rows = []
+    for label, p in todo:
+        op = get_op(p.op)
+        bench = Benchmarker(op, target, settings=settings)
+        fingerprint = target.fingerprint()
+        tuned = next((r.config for r in store.best(p, fingerprint=fingerprint, limit=10_000)
+                      if r.config.backend == "triton"), None)  # fmt: skip
+        space = op.space(p, target)
+        variants: dict[str, Config] = {"default": op.default_config(p, target)}
+        if tuned is not None:
+            variants["tuned"] = tuned
+        vendor = Config(backend="torch")
+        vendor_reason = "" if vendor in space else (space.check(vendor) or "")
+        if not vendor_reason:
+            variants["scaled_mm"] = vendor
+        res = _rounds(bench, p, variants, args.rounds)
+        dense = Problem.gemm(p.M, p.N, p.K, "bf16")
+        res |= {"bf16": _rounds(bf16_bench, dense, {"bf16": Config(backend="torch")}, args.rounds)["bf16"]}
+        emulated = p.op in ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a") and not mx_native(target)
+        row: dict[str, Any] = dict(op=p.op, shape=label, M=p.M, N=p.N, K=p.K, problem=p.key(),
+                                   regime="decode" if p.M <= 64 else "prefill", emulated_mx=emulated,
+                                   method=bench.method_for(p),
+                                   scaled_mm=vendor_reason or "supported")  # fmt: skip
+        row["configs"] = {k: c.short() for k, c in variants.items()}
+        for name, (us, status) in res.items():
+            prob = dense if name == "bf16" else p
+            row[f"{name}_us"] = us
+            row[f"{name}_tflops"] = prob.flops() / us / 1e6 if us == us else math.nan
+            row[f"{name}_gbps"] = prob.min_bytes() / us / 1e3 if us == us else math.nan
+            if copy_gbps > 0 and p.M <= 64:
+                row[f"{name}_copy_frac"] = row[f"{name}_gbps"] / copy_gbps
+            row.setdefault("status", {})[name] = status
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def _fmt(x: float, spec: str = ".1f") -> str:
+    return "-" if x != x else format(x, spec)
+
+
+def report(rows: list[dict[str, Any]], copy_gbps: float) -> None:
+    """The short table: per row, the tuned winner against scaled_mm and bf16, with speed-ups."""
+    print()
+    if copy_gbps > 0:
+        print(f"device copy bandwidth: {copy_gbps:.0f} GB/s (decode GB/s also as a fraction of it)")
+    head = (f"{'op':<18} {'shape':<30} {'M':>5}  {'tuned µs':>9} {'TFLOP/s':>8} {'GB/s':>7} {'copy%':>6}  "
+            f"{'scaled_mm µs':>12} {'bf16 µs':>8} {'vs mm':>6} {'vs bf16':>7}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        best = r.get("tuned_us", math.nan)
+        best = r["default_us"] if best != best else best
+        mm, bf = r.get("scaled_mm_us", math.nan), r["bf16_us"]
+        copy = r.get("tuned_copy_frac", r.get("default_copy_frac", math.nan))
+        tflops = r.get("tuned_tflops", r["default_tflops"])
+        gbps = r.get("tuned_gbps", r["default_gbps"])
+        name = r["op"] + ("*" if r["emulated_mx"] else "")
+        print(f"{name:<18} {r['shape'][:30]:<30} {r['M']:>5}  {_fmt(best, '.2f'):>9} {_fmt(tflops):>8} "
+              f"{_fmt(gbps, '.0f'):>7} {_fmt(100 * copy, '.0f'):>6}  {_fmt(mm, '.2f'):>12} "
+              f"{_fmt(bf, '.2f'):>8} {_fmt(mm / best, '.2f'):>6} {_fmt(bf / best, '.2f'):>7}")  # fmt: skip
+    if any(r["emulated_mx"] for r in rows):
+        print("* MX emulated: this GPU has no MX instructions; the kernel dequantizes tiles to bf16")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
+    ap.add_argument("--db", help="database of the tuning (resumable); default quant_bench.db (a temporary "
+                    "file with --interpret)")  # fmt: skip
+    ap.add_argument("--out", type=Path, required=True, help="JSON file for the details")
+    ap.add_argument("--ops", help=f"comma-separated ops (default all: {','.join(QUANT_OPS)})")
+    ap.add_argument("--trials", type=int, help="tuning trials per problem (default 60; 8 with --quick)")
+    ap.add_argument("--strategy", default="optuna", choices=("optuna", "random", "exhaustive"))
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--quick", action="store_true", help="one layer per model, M 16 and 2048, 8 trials")
+    ap.add_argument("--interpret", action="store_true",
+                    help="Triton's CPU interpreter on one tiny shape: checks the script, "
+                    "times nothing real")  # fmt: skip
+    args = ap.parse_args(argv)
+    unknown = [o for o in (args.ops or "").split(",") if o and o not in QUANT_OPS]
+    if unknown:
+        ap.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(QUANT_OPS)}")
+    if args.trials is None:
+        args.trials = 2 if args.interpret else 8 if args.quick else 60
+    if args.interpret:
+        args.rounds = 1
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.interpret:
+        import os
+
+        os.environ["TRITON_INTERPRET"] = "1"  # before any kernel module is imported
+        target = Target.interpreter_target()
+    else:
+        target = local_target()
+    todo = problems(args)
+    db = args.db or (str(Path(tempfile.mkdtemp()) / "quant.db") if args.interpret else "quant_bench.db")
+    copy_gbps = 0.0 if target.interpreter else copy_bandwidth_gbps()
+    rows: list[dict[str, Any]] = []
+    with Store(db) as store:
+        if args.phase in ("tune", "all"):
+            tune(store, target, todo, args)
+        if args.phase in ("measure", "all"):
+            rows = measure(store, target, todo, args, copy_gbps)
+    import torch
+
+    details = dict(gpu=target.name, arch=target.arch, toolchain=target.toolchain, torch=torch.__version__,
+                   date=time.strftime("%Y-%m-%d"), copy_gbps=copy_gbps, interpret=args.interpret,
+                   args={k: str(v) for k, v in vars(args).items()}, rows=rows)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(details, indent=1, default=str))
+    if rows:
+        report(rows, copy_gbps)
+    print(f"details: {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
