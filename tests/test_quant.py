@@ -351,3 +351,23 @@ def test_strategies_never_ask_a_vendor_backend_that_cannot_run(strategy: str) ->
         asked.append(config)
         search.tell(config, TrialResult(config, TrialStatus.COMPILE_ERROR, error="not run"))
     assert asked and all(c.backend == "triton" for c in asked)
+
+
+@needs_interpreter
+def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_quant.py"
+    spec = importlib.util.spec_from_file_location("gemm_quant_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "q.json"
+    assert module.main(["--interpret", "--ops", "gemm_mxfp4_bf16a", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["op"] for r in rows] == ["gemm_mxfp4_bf16a"] and rows[0]["emulated_mx"]
+    assert rows[0]["status"]["tuned"] == "ok" and rows[0]["tuned_us"] > 0 and rows[0]["bf16_us"] > 0
+    assert "quantizes bf16 activations" in rows[0]["scaled_mm"]
+    assert "MX emulated" in capsys.readouterr().out
