@@ -12,6 +12,7 @@ from autotune.kernels.base import Inputs, Launch, TunableOp
 from autotune.kernels.gemm_op import GEMM, GemmOp
 from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.moe_op import MOE, MoeOp
+from autotune.kernels.quant_api import gemm_quant
 
 __all__ = [
     "GEMM",
@@ -25,6 +26,7 @@ __all__ = [
     "QuantGemmOp",
     "TunableOp",
     "gemm",
+    "gemm_quant",
     "get_op",
     "launch_config",
     "linear",

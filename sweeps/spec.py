@@ -487,7 +487,8 @@ def spec_from_untuned(
     for r in records:
         if device_key is not None and r.get("device_key") not in (None, device_key):
             continue
-        if r.get("op") not in OPS or int(r.get("e", 0) or 0):
+        # quantized GEMMs are logged by A's dtype alone (not C's): tune them from a spec instead
+        if r.get("op") not in OPS or r.get("op") in QUANT_OPS or int(r.get("e", 0) or 0):
             continue
         try:
             dtype = normalize_dtype(str(r.get("dtype", "bf16")))

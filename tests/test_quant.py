@@ -371,3 +371,20 @@ def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
     assert rows[0]["status"]["tuned"] == "ok" and rows[0]["tuned_us"] > 0 and rows[0]["bf16_us"] > 0
     assert "quantizes bf16 activations" in rows[0]["scaled_mm"]
     assert "MX emulated" in capsys.readouterr().out
+
+
+@needs_interpreter
+def test_gemm_quant_runs_the_default_for_an_untuned_shape() -> None:
+    import warnings
+
+    from autotune.kernels.quant_api import gemm_quant
+
+    op = get_op("gemm_fp8_blockwise")
+    problem = Problem.quant("gemm_fp8_blockwise", 3, 32, 256)
+    a, b, sa, sb = op.make_inputs(problem, "cpu", seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an untuned shape may warn once
+        out = gemm_quant("gemm_fp8_blockwise", a, b, sa, sb, target=INTERP)
+    assert rel_error(out, op.reference(problem, (a, b, sa, sb))) <= op.tolerance(problem)
+    with pytest.raises(ValueError, match="b_scale must have shape"):
+        gemm_quant("gemm_fp8_blockwise", a, b, sa, sb[:, :1], target=INTERP)

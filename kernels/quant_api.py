@@ -1,0 +1,65 @@
+"""Run-time entry point of the quantized GEMMs: `gemm_quant(op, a, b, a_scale, b_scale)`.
+
+Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket), else uses
+the op's heuristic default, and launches that config. Inputs are checked on every call (one ValueError
+before any launch); the launch is built per call, so this costs more host time than `gemm` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from autotune.config import Config
+from autotune.dispatch import lookup as _lookup
+from autotune.problem import QUANT_OPS, Problem
+from autotune.target import Target
+
+__all__ = ["gemm_quant"]
+
+_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_defaults: dict[Problem, Config] = {}
+
+
+def _problem(op: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, target: Target) -> Problem:
+    if op not in QUANT_OPS:
+        raise ValueError(f"unknown quantized GEMM {op!r}; known: {', '.join(QUANT_OPS)}")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{op} takes 2-D tensors a (M, K) and b (N, K)")
+    if out_dtype not in _OUT_NAMES:
+        raise ValueError(f"{op} writes bf16 or fp16, not {out_dtype}")
+    M, N = a.shape[0], b.shape[0]
+    K = b.shape[1] * (2 if op in ("gemm_mxfp4", "gemm_mxfp4_bf16a") else 1)
+    fp8 = "fp8e4m3"  # the target's own e4m3; e4m3fnuz named only where it is not the target's own
+    if op.startswith("gemm_fp8") and a.dtype == torch.float8_e4m3fnuz and target.arch != "gfx942":
+        fp8 = "fp8e4m3fnuz"
+    return Problem.quant(op, M, N, K, _OUT_NAMES[out_dtype], fp8)
+
+
+def gemm_quant(
+    op: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor | None,
+    b_scale: torch.Tensor,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    target: Target | None = None,
+) -> torch.Tensor:
+    """C (M, N) of quantized GEMM `op` (see `gemm_quant_op` for the inputs of each), through the tuned
+    table when one holds the shape."""
+    from autotune.kernels.api import _running
+    from autotune.kernels.gemm_quant_op import QUANT_GEMMS
+
+    tgt = target or _running()
+    problem = _problem(op, a, b, out_dtype, tgt)
+    config: Any = _lookup(op, problem.M, problem.N, problem.K, dtype=problem.dtype)
+    if config is None:
+        config = _defaults.get(problem)
+        if config is None:
+            config = _defaults[problem] = QUANT_GEMMS[op].default_config(problem, tgt)
+    out = torch.empty(problem.M, problem.N, device=a.device, dtype=out_dtype)
+    inputs: Any = (a, b, a_scale, b_scale)  # a_scale None: gemm_mxfp4_bf16a
+    QUANT_GEMMS[op].prepare(problem, config, tgt, inputs, out)()
+    return out
