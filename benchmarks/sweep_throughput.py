@@ -161,6 +161,9 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any
         "first_trial_s": stamps[0] - t0 if stamps else None,
         "gap_s_median": statistics.median(gaps) if gaps else None,
         "worker_roundtrip_s_median": statistics.median(timed.roundtrips) if timed.roundtrips else None,
+        "trial_ends_s": [round(t - t0, 4) for t in stamps],
+        "roundtrips_s": [round(t, 4) for t in timed.roundtrips],
+        "problem_wall_s": [round(p.wall_s, 3) for p in report.problems],
         "statuses": {
             s: sum(1 for t in measured if t.status.value == s) for s in {t.status.value for t in measured}
         },
@@ -207,7 +210,8 @@ def main() -> int:
             spec_text = SPECS[op].format(ms=json.dumps(ms), configs=args.configs)
             for mode in args.modes.split(","):
                 results.append({"op": op, **run_mode(mode, spec_text, args.cores, Path(tmp))})
-                print(json.dumps(results[-1]), flush=True)
+                brief = {k: v for k, v in results[-1].items() if k not in ("trial_ends_s", "roundtrips_s")}
+                print(json.dumps(brief), flush=True)
     meta = {
         "gpu": torch.cuda.get_device_name(0),
         "cpu_cores": os.cpu_count(),
