@@ -159,6 +159,11 @@ class _ProblemQueue:
             self.todo.pop(0)
             return entry, problem, budget
 
+    def peek(self) -> tuple[SweepEntry, Problem] | None:
+        """The problem `take` would hand out next, left in the queue."""
+        with self._lock:
+            return self.todo[0] if self.todo else None
+
     def put_back(self, entry: SweepEntry, problem: Problem) -> None:
         with self._lock:
             self.todo.insert(0, (entry, problem))
@@ -230,6 +235,10 @@ def _run_on_workers(
             while not stop.is_set() and (item := queue.take()) is not None:
                 entry, problem, budget = item
                 op = entry.op_for(problem)
+                if checker is not None:  # this problem's first compiles, then the next problem's
+                    _compile_ahead(checker, entry, problem)
+                    if (following := queue.peek()) is not None:
+                        _compile_ahead(checker, *following)
                 runner = Runner(
                     store,
                     worker.target,
@@ -299,6 +308,23 @@ def _run_on_workers(
         raise fatal[0]
     if queue.todo and not stop.is_set() and not queue.budget_spent:
         raise errors[0] if errors else RuntimeError("problems left with no worker to run them")
+
+
+def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
+    """Queues compiles of the configs `problem`'s strategy will ask first (where the strategy can say),
+    so that they run while the GPU is still busy with the problem before it, or still starting."""
+    from autotune.strategies import make_strategy
+
+    op = entry.op_for(problem)
+    try:
+        space = op.space(problem, checker.target, entry.backends)
+        first = make_strategy(entry.strategy, space, entry.budget, seed=entry.seed).upcoming(
+            checker.lookahead
+        )
+    except Exception as exc:  # only an optimisation: the runner compiles what it needs anyway
+        log.debug("no compile-ahead for %s: %s", problem, exc)
+        return
+    checker.prefetch(op, problem, first)
 
 
 def _longest_first(
