@@ -11,6 +11,7 @@ Compiling needs real JIT functions: under TRITON_INTERPRET=1 they are interprete
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -309,8 +310,15 @@ def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
 # -- parallel compilation -----------------------------------------------------------------------------
 
 
+#: How much lower the compile processes run than the sweep: compiling ahead is background work, and a
+#: GPU worker starved of CPU time (building inputs, launching, checking) would idle its GPU.
+COMPILE_NICENESS = 10
+
+
 def _worker_init() -> None:
     os.environ.pop("TRITON_INTERPRET", None)
+    with contextlib.suppress(AttributeError, OSError):  # no nice() here: the same priority
+        os.nice(COMPILE_NICENESS)
 
 
 def _warm_job() -> int:
