@@ -73,7 +73,13 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
         def blockwise(a_major: bool, b_t: bool) -> _Builder:
             def build(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor) -> Callable[[Tensor], None]:
                 sa2 = sa.t().contiguous().t() if a_major else sa.contiguous()
-                sb2 = sb.t() if b_t else sb.contiguous()
+                if b_t:  # cuBLAS (sm_90) wants B's block rows padded to a multiple of 4, outer-major
+                    rows = -(-sb.shape[0] // 4) * 4
+                    padded = sb.new_ones(rows, sb.shape[1])
+                    padded[: sb.shape[0]] = sb
+                    sb2 = padded.t().contiguous().t()
+                else:
+                    sb2 = sb.contiguous()
                 bt = b.t()
 
                 def call(out: Tensor) -> None:
@@ -169,7 +175,7 @@ def probe_scaled_mm(device: str, mode: str, fp8_name: str = "fp8e4m3") -> _Probe
             return _Probe(build, "")
         errors.append(f"{name}: wrong result (relative error {err:.3g})")
     return _Probe(
-        None, f"torch {torch.__version__} _scaled_mm cannot run {mode} scales on {arch}: {errors[-1]}"
+        None, f"torch {torch.__version__} _scaled_mm cannot run {mode} scales on {arch}: {'; '.join(errors)}"
     )
 
 
