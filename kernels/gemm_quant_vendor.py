@@ -49,6 +49,27 @@ def _to_blocked(s: Tensor) -> Tensor:
     return tiles.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1)
 
 
+def _b_block_scales(sb: Tensor, layout: str) -> Tensor:
+    """B's 128x128 block scales (N/128, K/128) as `layout` says: "nk" contiguous, "kn" its transpose
+    (a view); "_padded": the K (for "kn") or N (for "nk") blocks padded to a multiple of 4 with ones,
+    stride 1 along them (what cuBLAS asks for on sm_90)."""
+    if layout == "nk":
+        return sb.contiguous()
+    if layout == "kn":
+        return sb.t()
+    if layout == "nk_padded":
+        rows = -(-sb.shape[0] // 4) * 4
+        padded = sb.new_ones(rows, sb.shape[1])
+        padded[: sb.shape[0]] = sb
+        return padded.t().contiguous().t()
+    if layout == "kn_padded":
+        cols = -(-sb.shape[1] // 4) * 4
+        padded = sb.new_ones(sb.shape[0], cols)
+        padded[:, : sb.shape[1]] = sb
+        return padded.t()
+    raise ValueError(f"unknown block-scale layout {layout!r}")
+
+
 def _builders(mode: str) -> list[tuple[str, _Builder]]:
     """The argument layouts to try for `mode`, each with a name for logs."""
     F = torch.nn.functional
@@ -70,16 +91,10 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
     S, Z = F.ScalingType, F.SwizzleType
     if mode == "blockwise":
 
-        def blockwise(a_major: bool, b_t: bool) -> _Builder:
+        def blockwise(a_major: bool, b_layout: str) -> _Builder:
             def build(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor) -> Callable[[Tensor], None]:
                 sa2 = sa.t().contiguous().t() if a_major else sa.contiguous()
-                if b_t:  # cuBLAS (sm_90) wants B's block rows padded to a multiple of 4, outer-major
-                    rows = -(-sb.shape[0] // 4) * 4
-                    padded = sb.new_ones(rows, sb.shape[1])
-                    padded[: sb.shape[0]] = sb
-                    sb2 = padded.t().contiguous().t()
-                else:
-                    sb2 = sb.contiguous()
+                sb2 = _b_block_scales(sb, b_layout)
                 bt = b.t()
 
                 def call(out: Tensor) -> None:
@@ -91,9 +106,9 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
             return build
 
         return [
-            (f"scaled_mm blockwise a_outer={am} b_t={bt}", blockwise(am, bt))
+            (f"scaled_mm blockwise a_outer={am} b={bl}", blockwise(am, bl))
             for am in (True, False)
-            for bt in (True, False)
+            for bl in ("kn_padded", "nk_padded", "kn", "nk")
         ]
     if mode in ("mxfp8", "mxfp4"):
 
@@ -123,8 +138,8 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
 
 def _probe_inputs(mode: str, device: str, fp8: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     gen = torch.Generator().manual_seed(1234)
-    x = torch.randn(32, 256, generator=gen)
-    w = torch.randn(256, 256, generator=gen) / 16
+    x = torch.randn(32, 384, generator=gen)  # K/128 = 3 and N/128 = 2: transposed layouts fail the check
+    w = torch.randn(256, 384, generator=gen) / 16
     if mode in ("tensor", "row", "blockwise"):
         blocks = {"tensor": ((0, 0), (0, 0)), "row": ((1, 0), (1, 0)), "blockwise": ((1, 128), (128, 128))}
         ba, bb = blocks[mode]
