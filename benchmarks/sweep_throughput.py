@@ -102,7 +102,12 @@ class _TimedWorker:
         self.worker.close()
 
 
-def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any]:
+#: Timing settings: the benchmarker's defaults (what `autotune sweep` uses), or the short screening
+#: settings of benchmarks/model_check.py (fewer timed runs per config).
+SETTINGS = {"default": {}, "screening": {"target_time_s": 0.02, "min_reps": 5, "max_reps": 50}}
+
+
+def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = "default") -> dict[str, Any]:
     """One sweep in `mode` ("inline" or "ahead") with a cold Triton cache; returns its numbers."""
     root = root / spec_text.split('"')[1]  # the spec's name
     cache = root / f"triton-cache-{mode}"
@@ -118,8 +123,14 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path) -> dict[str, Any
 
     spec = parse_spec(spec_text)
     target = local_target(0)
+    from autotune.bench import BenchSettings
+
     worker = ProcessWorker(
-        name="gpu0", env=device_env(visible_devices()[0]), timeout_s=600, log_path=root / f"{mode}.worker.log"
+        settings=BenchSettings(**SETTINGS[settings]),
+        name="gpu0",
+        env=device_env(visible_devices()[0]),
+        timeout_s=600,
+        log_path=root / f"{mode}.worker.log",
     )
     checker = StaticChecker(target, spec.static, workers=cores) if mode == "ahead" else None
     store = Store(str(root / f"{mode}.db"))
@@ -189,6 +200,7 @@ def main() -> int:
     )
     parser.add_argument("--modes", default="inline,ahead", help="which modes, in this order")
     parser.add_argument("--ops", default="gemm,moe", help="which sweeps: gemm, moe (default both)")
+    parser.add_argument("--settings", choices=sorted(SETTINGS), default="default", help="timing settings")
     args = parser.parse_args()
 
     import torch
@@ -209,7 +221,7 @@ def main() -> int:
         for op in ops:
             spec_text = SPECS[op].format(ms=json.dumps(ms), configs=args.configs)
             for mode in args.modes.split(","):
-                results.append({"op": op, **run_mode(mode, spec_text, args.cores, Path(tmp))})
+                results.append({"op": op, **run_mode(mode, spec_text, args.cores, Path(tmp), args.settings)})
                 brief = {k: v for k, v in results[-1].items() if k not in ("trial_ends_s", "roundtrips_s")}
                 print(json.dumps(brief), flush=True)
     meta = {
@@ -222,6 +234,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"),
         "ms": ms,
         "configs_per_problem": args.configs,
+        "settings": {"name": args.settings, **SETTINGS[args.settings]},
         "specs": {op: SPECS[op].format(ms=json.dumps(ms), configs=args.configs) for op in ops},
     }
     (out / "sweep_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
