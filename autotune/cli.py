@@ -694,6 +694,9 @@ def _problem_label(p: Any) -> str:
     if p.op == "moe":
         weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
         return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
+    if p.op != "gemm":  # the quantized GEMMs: the op tells the scaling apart
+        b = "" if p.dtype_b == p.dtype_a else f"/{p.dtype_b}"
+        return f"{p.op} {p.M}x{p.N}x{p.K} {p.dtype_a}{b}"
     return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
 
 
