@@ -166,5 +166,7 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
         trials = [t for t in store.trials() if t.status is not TrialStatus.PRUNED]
         [sweep] = store.sweeps()
     assert len(trials) == 8 and all(t.extra.get("worker", "").startswith("gpu") for t in trials)
+    if torch.cuda.device_count() > 1:  # two problems on two or more GPUs: each on its own worker
+        assert len({t.extra["worker"] for t in trials}) == 2
     assert sweep.status == "finished" and sweep.workers == torch.cuda.device_count()
     assert any(p.suffix == ".log" for p in (tmp_path / "logs").iterdir())
