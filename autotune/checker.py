@@ -132,6 +132,17 @@ class StaticChecker:
         self.prefetch(op, problem, configs)
         return {c: self._wait(op, problem, c) for c in configs if _compiles(c)}
 
+    def ready(self, problem: Problem, config: Config) -> bool:
+        """Whether `config`'s features are known or its compile has finished (waiting costs nothing)."""
+        if not _compiles(config):
+            return True
+        key = (problem.key(), config.digest())
+        with self._lock:
+            if key in self._known:
+                return True
+            future = self._inflight.get(key)
+        return future is not None and future.done()
+
     def findings(self, op: TunableOp, problem: Problem, config: Config) -> Findings:
         """The findings of `config` that prune it under the policy (empty: measure it). The config is
         compiled (or read from the store) whatever the policy, so its features are always kept."""

@@ -146,9 +146,13 @@ class Runner:
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         search = make_strategy(strategy, space, budget, seed=seed)
         try:
-            while (config := search.ask()) is not None:
+            while True:
                 if self.should_stop is not None and self.should_stop():
                     raise SweepStopped
+                self._ready_first(problem, search, done)
+                config = search.ask()
+                if config is None:
+                    break
                 result = done.get(config.digest())
                 if result is not None:
                     report.cached += 1
@@ -181,6 +185,23 @@ class Runner:
             report.best = best[1] if best else None
             report.wall_s = time.perf_counter() - t0
         return report
+
+    def _ready_first(self, problem: Problem, search: Strategy, done: dict[str, TrialResult]) -> None:
+        """When the next config still compiles but a later queued one is ready (compiled, or stored),
+        measure that one first: the GPU does not wait on a slow compile. Strategies that learn from
+        results keep their order."""
+        if self.checker is None:
+            return
+        ahead = search.upcoming(self.checker.lookahead)
+        if len(ahead) < 2 or self._is_ready(problem, ahead[0], done):
+            return
+        ready = next((c for c in ahead[1:] if self._is_ready(problem, c, done)), None)
+        if ready is not None:
+            search.promote(ready)
+
+    def _is_ready(self, problem: Problem, config: Config, done: dict[str, TrialResult]) -> bool:
+        assert self.checker is not None
+        return config.digest() in done or self.checker.ready(problem, config)
 
     def _static_check(
         self, op: TunableOp, problem: Problem, config: Config, search: Strategy, done: dict[str, TrialResult]

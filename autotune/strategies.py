@@ -111,6 +111,12 @@ class Strategy(ABC):
         empty where the next configs depend on results still to come."""
         return []
 
+    def promote(self, config: Config) -> bool:
+        """Asks `config`, one of `upcoming`'s, next instead of the config before it (a sweep measures a
+        config whose compile is done while an earlier one still compiles). True if the order changed;
+        False where the order is not this strategy's to change."""
+        return False
+
     @abstractmethod
     def _next(self) -> Config | None:
         """The next untried config, or None when none is left."""
@@ -155,6 +161,17 @@ class _Ordered(Strategy):
             n = min(n, max(0, self.budget.trials - len(self.history) - (self._pending is not None)))
         ahead = (c for c in self._queue[self._pos :] if c not in self._told)
         return list(itertools.islice(ahead, max(n, 0)))
+
+    def promote(self, config: Config) -> bool:
+        # Same configs, same budget: only the order of the not-yet-asked ones changes.
+        try:
+            i = self._queue.index(config, self._pos)
+        except ValueError:
+            return False
+        if i == self._pos:
+            return False
+        self._queue.insert(self._pos, self._queue.pop(i))
+        return True
 
 
 class Exhaustive(_Ordered):

@@ -260,6 +260,9 @@ class _FakeChecker:
     def prefetch(self, op, problem, configs) -> None:
         self.prefetched += list(configs)
 
+    def ready(self, problem, config) -> bool:
+        return True  # every compile is done: the strategy's order stands
+
     def findings(self, op, problem, config) -> list[StaticFinding]:
         if config.get("BLOCK_K") == 32:
             return [StaticFinding("spills", "spills 3 register(s) to 12 B of scratch per lane")]
