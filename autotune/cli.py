@@ -194,10 +194,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--topk", type=int, default=0, help="experts per token of a moe problem (default 0: dense)"
     )
-    p.add_argument("--dtype", default="bf16", help="input dtype (default bf16)")
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        help="input dtype (default bf16); for the quantized gemm_* ops, whose op fixes the inputs, the "
+        "output dtype",
+    )
     p.add_argument(
         "--weights",
-        help="weight (B) dtype if not --dtype, e.g. fp8e4m3 for FP8 MoE weights with block scales",
+        help="weight (B) dtype if not --dtype, e.g. fp8e4m3 for FP8 MoE weights with block scales; for "
+        "gemm_fp8_rowwise/blockwise the FP8 flavour (fp8e4m3fnuz names MI300X's)",
     )
     p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
@@ -862,22 +868,27 @@ def _print_check(c: Any) -> None:
 
 # -- best -------------------------------------------------------------------------------------------
 def _best(args: argparse.Namespace) -> int:
-    from autotune.problem import Problem
+    from autotune.problem import QUANT_OPS, Problem
     from autotune.result import Source
 
     try:
-        problem = Problem(
-            args.op,
-            args.m,
-            args.n,
-            args.k,
-            E=args.e,
-            topk=args.topk,
-            dtype_a=args.dtype,
-            dtype_b=args.weights or args.dtype,
-            dtype_out=args.dtype,
-            layout=args.layout,
-        )
+        if args.op in QUANT_OPS:  # the op fixes its input formats; --dtype is the output's
+            if args.e or args.topk or args.layout != "nk":
+                raise ValueError(f"{args.op} takes no --e, --topk or --layout")
+            problem = Problem.quant(args.op, args.m, args.n, args.k, args.dtype, args.weights or "fp8e4m3")
+        else:
+            problem = Problem(
+                args.op,
+                args.m,
+                args.n,
+                args.k,
+                E=args.e,
+                topk=args.topk,
+                dtype_a=args.dtype,
+                dtype_b=args.weights or args.dtype,
+                dtype_out=args.dtype,
+                layout=args.layout,
+            )
     except ValueError as exc:
         raise CliError(str(exc)) from None
     if args.limit <= 0:

@@ -388,3 +388,27 @@ def test_gemm_quant_runs_the_default_for_an_untuned_shape() -> None:
     assert rel_error(out, op.reference(problem, (a, b, sa, sb))) <= op.tolerance(problem)
     with pytest.raises(ValueError, match="b_scale must have shape"):
         gemm_quant("gemm_fp8_blockwise", a, b, sa, sb[:, :1], target=INTERP)
+
+
+def test_best_finds_a_quantized_problem_by_op(tmp_path, capsys) -> None:
+    """`autotune best --op gemm_fp8_blockwise`: the op fixes the input formats, --dtype names the output."""
+    from autotune.cli import main
+    from autotune.config import Config
+    from autotune.db import Store
+    from autotune.problem import Problem
+    from autotune.result import Timing, TrialResult, TrialStatus
+    from autotune.target import Target
+
+    db = str(tmp_path / "q.db")
+    problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
+    config = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128)
+    timing = Timing(16.4, 16, 16, 17, 16.5, 0.2, 50, "events")
+    result = TrialResult(config, TrialStatus.OK, timing=timing)
+    with Store(db) as store:
+        store.record(target=Target.for_arch("sm_90"), kernel="gemm_fp8_blockwise.triton", source_hash="h",
+                     problem=problem, result=result)  # fmt: skip
+    argv = ["best", "--op", "gemm_fp8_blockwise", "--m", "16", "--n", "4608", "--k", "7168", "--db", db]
+    assert main(argv) == 0
+    assert "16.4" in capsys.readouterr().out
+    assert main([*argv[:-2], "--e", "8", "--db", db]) == 2
+    assert "gemm_fp8_blockwise takes no --e, --topk or --layout" in capsys.readouterr().err
