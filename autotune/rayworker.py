@@ -46,7 +46,10 @@ def connect(address: str | None, *, interpret: bool = False) -> None:
         else:
             ray.init(address=address, runtime_env=env or None, log_to_driver=False)
     except ConnectionError as exc:
-        raise RuntimeError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+        raise RuntimeError(
+            f"cannot reach the Ray cluster at {address}: {exc} (is it up, and does this process have the "
+            "cluster's auth token, or RAY_AUTH_MODE as the cluster was started with?)"
+        ) from None
 
 
 def ray_gpu_count() -> int:
