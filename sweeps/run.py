@@ -348,8 +348,10 @@ def _longest_first(
 
 
 class _Progress:
-    """The sweep's heartbeat and progress counts in its row, written at most every `every_s` seconds
-    (and when a problem finishes). Thread-safe; a failed write is logged, never fatal."""
+    """The sweep's heartbeat and progress counts in its row, written at most every `every_s` seconds as
+    trials finish, when a problem finishes, and by a background thread every `6 * every_s` seconds while
+    `running()` (so a long trial never makes a live sweep look dead). Thread-safe; a failed write is
+    logged, never fatal."""
 
     def __init__(self, store: Store, sweep_id: int, every_s: float = 10.0) -> None:
         self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
@@ -357,6 +359,22 @@ class _Progress:
         self.problems = 0
         self._last = time.monotonic()
         self._lock = threading.Lock()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(6 * self.every_s):
+                self.beat(force=True)
+
+        thread = threading.Thread(target=heartbeat, name="sweep-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(5)
 
     def wrap(self, on_trial: TrialCallback | None) -> TrialCallback:
         def counted(problem: Problem, config: Any, result: Any) -> None:
@@ -414,7 +432,8 @@ def _sweep_row(
     progress = _Progress(store, sweep_id)
     status = "failed"
     try:
-        yield report, progress
+        with progress.running():
+            yield report, progress
         status = "interrupted" if report.interrupted else "finished"
     except KeyboardInterrupt:
         status = "interrupted"

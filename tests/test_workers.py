@@ -197,3 +197,16 @@ def test_gpu_indices_are_checked_before_any_work() -> None:
         assert check_devices(None) == []
         with pytest.raises(ValueError, match=r"GPU index 0 does not exist: 0 GPU\(s\) visible"):
             check_devices([0])
+
+
+def test_the_heartbeat_goes_on_during_a_long_trial(tmp_path: Path) -> None:
+    from autotune.sweeps.run import _Progress
+
+    with Store(str(tmp_path / "h.db")) as store:
+        sweep = store.start_sweep("long", "", CPU)
+        before = store.sweeps()[0].heartbeat_at
+        progress = _Progress(store, sweep, every_s=0.05)
+        with progress.running():  # no trial finishes meanwhile
+            time.sleep(1.0)
+        after = store.sweeps()[0].heartbeat_at
+    assert before is not None and after is not None and after > before
