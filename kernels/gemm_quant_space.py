@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from autotune.config import Config, Value
 from autotune.kernels.gemm_space import _constraints as _dense_constraints
+from autotune.kernels.gemm_space import knob_values
 from autotune.problem import QUANT_OPS, Problem, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
@@ -58,37 +59,9 @@ def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
 
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs of quantized op `op` and their values on `target`."""
-    if target.interpreter:
-        return dict(
-            BLOCK_M=(16, 32),
-            BLOCK_N=(16, 32),
-            BLOCK_K=(32, 64),
-            GROUP_M=(1, 4),
-            SPLIT_K=(1, 2, 4),
-            num_warps=(4,),
-            num_stages=(1,),
-        )
-    tiles = (16, 32, 64, 128, 256)
-    common: dict[str, Sequence[Value]] = dict(
-        BLOCK_M=tiles,
-        BLOCK_N=tiles[1:],
-        BLOCK_K=_k_tiles(op, target),
-        GROUP_M=(1, 8),
-        SPLIT_K=(1, 2, 4, 8, 16),
-        num_warps=(4, 8),
+    return knob_values(
+        target, k_tiles=_k_tiles(op, target), nvidia_stages=(2, 3, 4), interpreter_k_tiles=(32, 64)
     )
-    if target.is_amd:
-        amd: dict[str, Sequence[Value]] = dict(
-            BLOCK_N=tiles,
-            num_stages=(1, 2),
-            matrix_instr_nonkdim=(16, 32),
-            waves_per_eu=(0, 1, 2),
-            NUM_XCDS=(1, target.xcds) if target.xcds > 1 else (1,),
-        )
-        if target.arch == "gfx942":
-            amd["kpack"] = (1, 2)
-        return {**common, **amd}
-    return {**common, "num_stages": (2, 3, 4)}
 
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:

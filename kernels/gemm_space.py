@@ -28,11 +28,26 @@ def _cdiv(a: int, b: int) -> int:
 
 def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs and their values on `target` (AMD knobs exist only on AMD)."""
+    return knob_values(
+        target, k_tiles=(32, 64, 128, 256), nvidia_stages=(2, 3, 4, 5), interpreter_k_tiles=(16, 32)
+    )
+
+
+def knob_values(
+    target: Target,
+    *,
+    k_tiles: Sequence[int],
+    nvidia_stages: Sequence[int],
+    interpreter_k_tiles: Sequence[int],
+) -> dict[str, Sequence[Value]]:
+    """The tile, split-K, warp and stage knobs of a Triton GEMM on `target`, with the AMD knobs
+    (matrix_instr_nonkdim, waves_per_eu, XCD remap, kpack on gfx942) only on AMD; the dense and the
+    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths."""
     if target.interpreter:
         return dict(
             BLOCK_M=(16, 32),
             BLOCK_N=(16, 32),
-            BLOCK_K=(16, 32),
+            BLOCK_K=tuple(interpreter_k_tiles),
             GROUP_M=(1, 4),
             SPLIT_K=(1, 2, 4),
             num_warps=(4,),
@@ -42,7 +57,7 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     common: dict[str, Sequence[Value]] = dict(
         BLOCK_M=tiles,
         BLOCK_N=tiles[1:],
-        BLOCK_K=(32, 64, 128, 256),
+        BLOCK_K=tuple(k_tiles),
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4, 8, 16),
         num_warps=(4, 8),
@@ -58,7 +73,7 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
         if target.arch == "gfx942":
             amd["kpack"] = (1, 2)
         return {**common, **amd}
-    return {**common, "num_stages": (2, 3, 4, 5)}
+    return {**common, "num_stages": tuple(nvidia_stages)}
 
 
 def tma_params(target: Target) -> dict[str, Sequence[Value]]:
