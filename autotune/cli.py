@@ -155,6 +155,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
     p.add_argument("--target", metavar="ARCH", help="plan a compile-only sweep for ARCH")
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs the sweep will run on, for the wall-time estimate (default: the GPUs visible here, or 1)",
+    )
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     _db_arg(p)
@@ -718,11 +724,13 @@ def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
 def _plan(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.plan import plan_sweep
+    from autotune.plan import makespan, plan_sweep
     from autotune.sweeps import SpecError, load_spec
     from autotune.target import TargetError, local_target
 
     _check_workers(args)
+    if args.gpus is not None and args.gpus < 1:
+        raise CliError("--gpus must be at least 1")
     try:
         spec = load_spec(args.spec)
     except SpecError as exc:
@@ -750,12 +758,16 @@ def _plan(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     total = sum(r.est_s for r in rows)
+    gpus = 1 if compile_only else (args.gpus or _visible_gpu_count())
+    wall = makespan([r.est_s for r in rows], gpus)
     if args.json:
         doc = {
             "spec": spec.name,
             "target": target.arch,
             "compile_only": compile_only,
             "est_s": round(total, 1),
+            "gpus": gpus,
+            "wall_s": round(wall, 1),
             "problems": [r.to_dict() for r in rows],
         }
         print(json.dumps(doc, indent=2))
@@ -769,11 +781,18 @@ def _plan(args: argparse.Namespace) -> int:
         table.append((name, f"{r.valid}/{r.raw}", str(r.trials), str(r.done), _fmt_duration(r.est_s)))
     _print_table(table)
     left = sum(r.trials - r.done for r in rows)
+    on = f" on one GPU, {_fmt_duration(wall)} on {gpus} (problems shared longest first)" if gpus > 1 else ""
     print(
-        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {_fmt_duration(total)} "
+        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {_fmt_duration(total)}{on} "
         "(the static checks may prune more once configs are compiled)"
     )
     return EXIT_OK
+
+
+def _visible_gpu_count() -> int:
+    import torch
+
+    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
 def _fmt_duration(seconds: float) -> str:

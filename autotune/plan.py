@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.sweeps.spec import SweepSpec
 
-__all__ = ["PlanRow", "plan_sweep", "trial_seconds"]
+__all__ = ["PlanRow", "makespan", "plan_sweep", "trial_seconds"]
 
 #: Per measured trial, besides timed runs: correctness check against the reference, graph capture or
 #: event set-up, Python bookkeeping and the database write (seen on the H100: 20-40 ms).
@@ -116,3 +116,15 @@ def plan_sweep(
             est = min(est, entry.budget.seconds)
         rows.append(PlanRow(problem, len(space), space.raw_size(), n, n - len(todo), est))
     return rows
+
+
+def makespan(durations: list[float], workers: int) -> float:
+    """Wall time of `durations` (seconds per problem) shared out on `workers` GPUs the way a sweep does
+    it: longest first, each to the worker that frees up first."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    loads = [0.0] * workers
+    for d in sorted(durations, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += d
+    return max(loads) if durations else 0.0

@@ -86,3 +86,21 @@ def test_vendor_configs_cost_no_compile() -> None:
     spec = parse_spec(SPEC.replace("trials = 20", 'trials = 1\nbackends = ["torch"]'))
     rows = plan_sweep(spec, Target.for_arch("sm_90"), workers=1)
     assert all(r.trials == 1 and r.valid == 1 and r.est_s < 1.0 for r in rows)
+
+
+def test_makespan_shares_problems_longest_first() -> None:
+    from autotune.plan import makespan
+
+    assert makespan([2.0, 2.0, 2.0, 2.0], 4) == 2.0
+    assert makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2) == 10.0  # 5+3 and 4+3+3, as the sweep's queue does it
+    assert makespan([5.0, 4.0, 3.0], 1) == 12.0
+    assert makespan([], 3) == 0.0
+    with pytest.raises(ValueError, match="at least 1"):
+        makespan([1.0], 0)
+
+
+def test_plan_gpus_must_be_positive(tmp_path: Path, capsys) -> None:
+    spec = tmp_path / "p.toml"
+    spec.write_text(SPEC)
+    assert main(["plan", str(spec), "--target", "gfx942", "--gpus", "0"]) == 2
+    assert "--gpus must be at least 1" in capsys.readouterr().err
