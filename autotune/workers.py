@@ -290,19 +290,18 @@ class ProcessWorker:
             while True:
                 if self._closed:
                     raise WorkerAborted(f"{self.name} closed during a trial")
-                if conn.poll(0.1):
+                alive = proc.is_alive()  # before polling: what a child sent just before dying is read
+                if conn.poll(0.1 if alive else 0):
                     kind, payload = conn.recv()
                     if kind == "phase":
                         phase = payload
                         continue
                     result: TrialResult = payload
                     result = dataclasses.replace(result, extra={**result.extra, "worker": self.name})
-                    if (
-                        kind == "fault"
-                    ):  # the child's device is unusable: it exits, the next trial starts anew
+                    if kind == "fault":  # the child's device is unusable: it exits, a new one takes over
                         self._kill()
                     return self._count(result)
-                if not proc.is_alive():
+                if not alive:
                     break
                 if time.monotonic() - t0 > self.timeout_s:
                     self._kill()
