@@ -21,7 +21,14 @@ if TYPE_CHECKING:
 
     from autotune.kernels.base import Launch, TunableOp
 
-__all__ = ["BenchSettings", "Benchmarker", "DeviceFault", "classify_error", "rel_error"]
+__all__ = [
+    "BenchSettings",
+    "Benchmarker",
+    "DeviceFault",
+    "classify_error",
+    "interleaved_medians",
+    "rel_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -339,3 +346,20 @@ class Benchmarker:
             ends[i].record()
         torch.cuda.synchronize()
         return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)], "graph")
+
+
+def interleaved_medians(
+    bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int
+) -> dict[str, tuple[float, str]]:
+    """Times every named config `rounds` times, interleaved (so drift hits all alike), and gives per name
+    the median of its medians (NaN if it never ran) and "ok", or the status and error of a failed run."""
+    samples: dict[str, list[float]] = {k: [] for k in configs}
+    status = dict.fromkeys(configs, "ok")
+    for _ in range(rounds):
+        for name, config in configs.items():
+            r = bench.run(problem, config)
+            if r.ok and r.time_us is not None:
+                samples[name].append(r.time_us)
+            else:
+                status[name] = f"{r.status.value}: {r.error[:200]}"
+    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}

@@ -19,7 +19,7 @@ from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import TrialResult, TrialStatus
 from autotune.target import Target
-from autotune.workers import MAX_CONSECUTIVE_CRASHES, START_TIMEOUT_S, WorkerAborted, WorkerError
+from autotune.workers import START_TIMEOUT_S, Benches, CrashStreak, WorkerAborted, WorkerError, fault_result
 
 if TYPE_CHECKING:
     from autotune.bench import BenchSettings
@@ -68,8 +68,7 @@ class _TrialActor:
         from autotune.target import local_target
 
         self.target = Target.interpreter_target() if interpret else local_target(0)
-        self.settings = settings
-        self.benches: dict[bytes, Any] = {}
+        self.benches = Benches(self.target, settings)
 
     def start(self) -> tuple[Target, int, str]:
         import socket
@@ -77,20 +76,12 @@ class _TrialActor:
         return self.target, os.getpid(), socket.gethostname()
 
     def run(self, op: TunableOp, problem: Problem, config: Config) -> tuple[str, TrialResult]:
-        import pickle
+        from autotune.bench import DeviceFault
 
-        from autotune.bench import Benchmarker, DeviceFault
-
-        key = pickle.dumps(op)
-        bench = self.benches.get(key)
-        if bench is None:
-            bench = self.benches[key] = Benchmarker(op, self.target, settings=self.settings)
         try:
-            return "result", bench.run(problem, config)
+            return "result", self.benches.get(op).run(problem, config)
         except DeviceFault as fault:
-            return "fault", TrialResult(
-                config, TrialStatus.CRASHED, error=str(fault), extra={"phase": "device"}
-            )
+            return "fault", fault_result(config, fault)
 
 
 class RayWorker:
@@ -116,7 +107,7 @@ class RayWorker:
         self._actor: Any = None
         self._target: Target | None = None
         self._closed = False
-        self._crashes = 0
+        self._streak = CrashStreak(name)
         self.starts = 0
         self.node = ""
 
@@ -175,7 +166,7 @@ class RayWorker:
             if self._closed:
                 raise WorkerAborted(f"{self.name} closed during a trial") from None
             text = f"no result after {self.timeout_s:g} s; Ray actor killed"
-            return self._count(
+            return self._streak.tell(
                 TrialResult(config, TrialStatus.TIMEOUT, error=text, extra=extra), crashed=False
             )
         except RayActorError as exc:
@@ -184,15 +175,7 @@ class RayWorker:
                 raise WorkerAborted(f"{self.name} closed during a trial") from None
             said = str(exc).strip()
             text = f"Ray actor died: {said.splitlines()[0][:500] if said else type(exc).__name__}"
-            return self._count(TrialResult(config, TrialStatus.CRASHED, error=text, extra=extra))
+            return self._streak.tell(TrialResult(config, TrialStatus.CRASHED, error=text, extra=extra))
         if kind == "fault":
             self._kill()
-        return self._count(dataclasses.replace(result, extra={**result.extra, **extra}))
-
-    def _count(self, result: TrialResult, *, crashed: bool | None = None) -> TrialResult:
-        if crashed is None:
-            crashed = result.status is TrialStatus.CRASHED
-        self._crashes = self._crashes + 1 if crashed else 0
-        if self._crashes >= MAX_CONSECUTIVE_CRASHES:
-            raise WorkerError(f"{self.name}: {self._crashes} trials in a row crashed the Ray actor")
-        return result
+        return self._streak.tell(dataclasses.replace(result, extra={**result.extra, **extra}))

@@ -31,11 +31,13 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.process import BaseProcess
 
-    from autotune.bench import BenchSettings
+    from autotune.bench import Benchmarker, BenchSettings
     from autotune.kernels.base import TunableOp
 
 __all__ = [
+    "Benches",
     "BoundWorker",
+    "CrashStreak",
     "InlineWorker",
     "ProcessWorker",
     "Worker",
@@ -89,27 +91,84 @@ class BoundWorker:
         return self.worker.run(self.op, problem, config)
 
 
-class InlineWorker:
-    """Measures in this process (no isolation: a device fault raises DeviceFault)."""
+class Benches:
+    """One Benchmarker per op (told apart by their pickled form: a MoE op carries its routing skew) on
+    one target, kept for the worker's life so each problem's inputs are built once."""
 
-    def __init__(self, target: Target, settings: BenchSettings | None = None, name: str = "inline") -> None:
+    def __init__(
+        self,
+        target: Target,
+        settings: BenchSettings | None = None,
+        make: Callable[[TunableOp], Benchmarker] | None = None,
+    ) -> None:
+        self.target, self.settings, self.make = target, settings, make
+        self._by_op: dict[bytes, Benchmarker] = {}
+        #: Set on every Benchmarker made (a worker process reports the phases of its trials).
+        self.on_phase: Callable[[str], None] | None = None
+
+    def get(self, op: TunableOp) -> Benchmarker:
+        from autotune.bench import Benchmarker
+
+        key = pickle.dumps(op)
+        bench = self._by_op.get(key)
+        if bench is None:
+            made = self.make(op) if self.make else Benchmarker(op, self.target, settings=self.settings)
+            bench = self._by_op[key] = made
+            bench.on_phase = self.on_phase
+        return bench
+
+    def clear(self) -> None:
+        self._by_op.clear()
+
+
+def fault_result(config: Config, fault: Exception) -> TrialResult:
+    """The `crashed` result of a trial whose device fault left the measuring process unusable."""
+    return TrialResult(config, TrialStatus.CRASHED, error=str(fault), extra={"phase": "device"})
+
+
+class CrashStreak:
+    """Counts trials in a row that crashed a worker; WorkerError at `MAX_CONSECUTIVE_CRASHES`, since then
+    the GPU, not the configs, is at fault."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.count = name, 0
+
+    def tell(self, result: TrialResult, *, crashed: bool | None = None) -> TrialResult:
+        """`result`, after counting it (a crash unless `crashed` says otherwise; a timeout is not)."""
+        if crashed is None:
+            crashed = result.status is TrialStatus.CRASHED
+        self.count = self.count + 1 if crashed else 0
+        if self.count >= MAX_CONSECUTIVE_CRASHES:
+            raise WorkerError(
+                f"{self.name}: {self.count} trials in a row crashed the worker; the GPU looks broken "
+                f"(last: {result.error[:300]})"
+            )
+        if result.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT):
+            log.warning("%s: %s %s", self.name, result.status.value, result.error[:500])
+        return result
+
+
+class InlineWorker:
+    """Measures in this process (no isolation: a device fault raises DeviceFault). `make` builds the
+    Benchmarker of an op, where a caller wants its own (tests inject fakes)."""
+
+    def __init__(
+        self,
+        target: Target,
+        settings: BenchSettings | None = None,
+        name: str = "inline",
+        make: Callable[[TunableOp], Benchmarker] | None = None,
+    ) -> None:
         self.name = name
         self._target = target
-        self.settings = settings
-        self._benches: dict[bytes, Any] = {}
+        self._benches = Benches(target, settings, make)
 
     @property
     def target(self) -> Target:
         return self._target
 
     def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
-        from autotune.bench import Benchmarker
-
-        key = pickle.dumps(op)
-        bench = self._benches.get(key)
-        if bench is None:
-            bench = self._benches[key] = Benchmarker(op, self._target, settings=self.settings)
-        return bench.run(problem, config)
+        return self._benches.get(op).run(problem, config)
 
     def close(self) -> None:
         self._benches.clear()
@@ -187,7 +246,7 @@ class ProcessWorker:
         self._conn: Connection | None = None
         self._target: Target | None = None
         self._closed = False
-        self._crashes = 0
+        self._streak = CrashStreak(name)
         #: Child processes started so far (1 + replacements).
         self.starts = 0
 
@@ -300,12 +359,12 @@ class ProcessWorker:
                     result = dataclasses.replace(result, extra={**result.extra, "worker": self.name})
                     if kind == "fault":  # the child's device is unusable: it exits, a new one takes over
                         self._kill()
-                    return self._count(result)
+                    return self._streak.tell(result)
                 if not alive:
                     break
                 if time.monotonic() - t0 > self.timeout_s:
                     self._kill()
-                    return self._count(
+                    return self._streak.tell(
                         _failure(config, TrialStatus.TIMEOUT, self, phase,
                                  f"no result after {self.timeout_s:g} s; worker process killed"),
                         crashed=False,
@@ -319,20 +378,7 @@ class ProcessWorker:
         if self._closed:
             raise WorkerAborted(f"{self.name} closed during a trial")
         text = f"worker process died ({_exit_text(code)}){_tail_text(self.log_path)}"
-        return self._count(_failure(config, TrialStatus.CRASHED, self, phase, text, exitcode=code))
-
-    def _count(self, result: TrialResult, *, crashed: bool | None = None) -> TrialResult:
-        if crashed is None:
-            crashed = result.status is TrialStatus.CRASHED
-        self._crashes = self._crashes + 1 if crashed else 0
-        if self._crashes >= MAX_CONSECUTIVE_CRASHES:
-            raise WorkerError(
-                f"{self.name}: {self._crashes} trials in a row crashed the worker; the GPU looks broken "
-                f"(last: {result.error[:300]})"
-            )
-        if result.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT):
-            log.warning("%s: %s %s", self.name, result.status.value, result.error[:500])
-        return result
+        return self._streak.tell(_failure(config, TrialStatus.CRASHED, self, phase, text, exitcode=code))
 
 
 def _failure(
@@ -416,9 +462,10 @@ def _child_main(
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("started", _Started(target, os.getpid())))
-    from autotune.bench import Benchmarker, DeviceFault
+    from autotune.bench import DeviceFault
 
-    benches: dict[bytes, Benchmarker] = {}
+    benches = Benches(target, settings)
+    benches.on_phase = _phase_sender(conn)
     while True:
         try:
             msg = conn.recv()
@@ -427,20 +474,10 @@ def _child_main(
         if msg is None:
             return
         op, problem, config = msg
-        key = pickle.dumps(op)
-        bench = benches.get(key)
-        if bench is None:
-            bench = benches[key] = Benchmarker(op, target, settings=settings)
-            bench.on_phase = _phase_sender(conn)
         try:
-            result = bench.run(problem, config)
+            result = benches.get(op).run(problem, config)
         except DeviceFault as fault:
-            conn.send(
-                (
-                    "fault",
-                    TrialResult(config, TrialStatus.CRASHED, error=str(fault), extra={"phase": "device"}),
-                )
-            )
+            conn.send(("fault", fault_result(config, fault)))
             return
         conn.send(("result", result))
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.db import Store
 from autotune.dispatch import M_POLICIES, Dispatcher, Table
 from autotune.dispatch.emit import emit_table
@@ -130,21 +130,6 @@ class _Dispatched:
         return launch
 
 
-def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict:
-    """Times every variant `rounds` times, interleaved, and keeps the median of the medians."""
-    samples: dict[str, list[float]] = {k: [] for k in configs}
-    status: dict[str, str] = {}
-    for _ in range(rounds):
-        for name, config in configs.items():
-            r = bench.run(problem, config)
-            status[name] = r.status.value if not r.ok else "ok"
-            if r.ok and r.time_us is not None:
-                samples[name].append(r.time_us)
-            else:
-                status[name] = f"{r.status.value}: {r.error[:200]}"
-    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
-
-
 def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
     target = local_target()
     fp = target.fingerprint()
@@ -159,13 +144,13 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         variants = {"vendor": Config(backend="torch"), "default": GEMM.default_config(p, target)}
         if tuned is not None:
             variants["tuned"] = tuned
-        res = _median_of_rounds(bench, p, variants, rounds)
+        res = interleaved_medians(bench, p, variants, rounds)
         # the dispatched call is timed by the same method as the variants it is compared with
         method = bench.method_for(p) or "auto"
         dbench = Benchmarker(
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
         )  # type: ignore[arg-type]
-        disp = _median_of_rounds(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
+        disp = interleaved_medians(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
         res = {k: (*v, method) for k, v in res.items()} | {k: (*v, method) for k, v in disp.items()}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.db import Store
 from autotune.kernels import GEMM, get_op
 from autotune.kernels.gemm_quant_space import mx_native
@@ -120,19 +120,6 @@ def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -
     return 2 * src.numel() / statistics.median(times[2:]) / 1e9
 
 
-def _rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict[str, Any]:
-    samples: dict[str, list[float]] = {k: [] for k in configs}
-    status = dict.fromkeys(configs, "ok")
-    for _ in range(rounds):
-        for name, config in configs.items():
-            r = bench.run(problem, config)
-            if r.ok and r.time_us is not None:
-                samples[name].append(r.time_us)
-            else:
-                status[name] = f"{r.status.value}: {r.error[:160]}"
-    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
-
-
 def measure(
     store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace, copy_gbps: float
 ) -> list[dict[str, Any]]:
@@ -153,9 +140,13 @@ def measure(
         vendor_reason = "" if vendor in space else (space.check(vendor) or "")
         if not vendor_reason:
             variants["scaled_mm"] = vendor
-        res = _rounds(bench, p, variants, args.rounds)
+        res = interleaved_medians(bench, p, variants, args.rounds)
         dense = Problem.gemm(p.M, p.N, p.K, "bf16")
-        res |= {"bf16": _rounds(bf16_bench, dense, {"bf16": Config(backend="torch")}, args.rounds)["bf16"]}
+        res |= {
+            "bf16": interleaved_medians(bf16_bench, dense, {"bf16": Config(backend="torch")}, args.rounds)[
+                "bf16"
+            ]
+        }
         emulated = p.op in ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a") and not mx_native(target)
         row: dict[str, Any] = dict(op=p.op, shape=label, M=p.M, N=p.N, K=p.K, problem=p.key(),
                                    regime="decode" if p.M <= 64 else "prefill", emulated_mx=emulated,

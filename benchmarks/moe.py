@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.db import Store
 from autotune.kernels.moe_op import MoeOp
 from autotune.runner import Runner
@@ -85,19 +84,6 @@ def tune(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int) 
                   f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
 
-def _median_of_rounds(bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int) -> dict:
-    samples: dict[str, list[float]] = {k: [] for k in configs}
-    status: dict[str, str] = dict.fromkeys(configs, "ok")
-    for _ in range(rounds):
-        for name, config in configs.items():
-            r = bench.run(problem, config)
-            if r.ok and r.time_us is not None:
-                samples[name].append(r.time_us)
-            else:
-                status[name] = f"{r.status.value}: {r.error[:160]}"
-    return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}
-
-
 def measure(
     store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Path | None, rounds: int
 ) -> list[dict[str, Any]]:
@@ -114,7 +100,7 @@ def measure(
             shipped, source = vllm_config(folder, p, target.name)
             if shipped is not None:
                 variants["vllm"] = shipped
-        res = _median_of_rounds(bench, p, variants, rounds)
+        res = interleaved_medians(bench, p, variants, rounds)
         row: dict[str, Any] = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b)
         row |= dict(vllm_file=source, method=bench.method_for(p))
         row["configs"] = {k: c.short() for k, c in variants.items()}

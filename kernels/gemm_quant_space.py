@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from autotune.config import Config, Value
+from autotune.kernels.gemm_space import _cdiv, _pick_split_k, fit_to_space, knob_values
 from autotune.kernels.gemm_space import _constraints as _dense_constraints
-from autotune.kernels.gemm_space import knob_values
 from autotune.problem import QUANT_OPS, Problem, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
@@ -33,10 +33,6 @@ __all__ = [
 VendorCheck = Callable[[str, Problem, Target], str]
 
 _MIN_TILE = 16
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def mx_native(target: Target) -> bool:
@@ -80,17 +76,6 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     return out
 
 
-def _pick_split_k(
-    problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]
-) -> int:
-    tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
-    best = 1
-    for sk in sorted(int(v) for v in choices):
-        if tiles * sk <= target.cu_count and problem.K // sk >= 2 * bk:
-            best = sk
-    return best
-
-
 def quant_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic Triton config of a quantized GEMM; always a member of its space.
 
@@ -122,16 +107,10 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2 if problem.op.startswith("gemm_fp8") else 1
-    config = Config(values, backend="triton")
     sub = SubSpace("triton", params, _constraints(problem, target))
-    if sub.check(config) is None:
-        return config
-    for smaller in ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M", "num_warps"):  # shrink until it fits
-        for value in sorted((int(v) for v in params[smaller]), reverse=True):
-            candidate = config.replace(**{smaller: value})
-            if int(value) < int(config[smaller]) and sub.check(candidate) is None:
-                return candidate
-    return next(Config(c) for c, broken in sub.walk() if broken is None)
+    return fit_to_space(
+        Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M", "num_warps")
+    )
 
 
 def quant_backends(target: Target) -> tuple[str, ...]:

@@ -301,16 +301,28 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2
-    config = Config(values, backend="triton")
-    sub = SubSpace("triton", params, _constraints(problem, target))
+    return fit_to_space(
+        Config(values, backend="triton"), SubSpace("triton", params, _constraints(problem, target))
+    )
+
+
+def fit_to_space(
+    config: Config, sub: SubSpace, shrink: Sequence[str] = ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M")
+) -> Config:
+    """`config` if `sub` holds it; else `config` with the first knob of `shrink` that can be made smaller
+    and fit; else the first config of `sub`; ValueError when `sub` holds none. Heuristic defaults go
+    through this, so they always belong to their space."""
     if sub.check(config) is None:
         return config
-    for smaller in ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M"):  # shrink until it fits
-        for value in sorted((int(v) for v in params[smaller]), reverse=True):
+    for smaller in shrink:
+        for value in sorted((int(v) for v in sub.params[smaller]), reverse=True):
             candidate = config.replace(**{smaller: value})
             if int(value) < int(config[smaller]) and sub.check(candidate) is None:
                 return candidate
-    return next(Config(c) for c, broken in sub.walk() if broken is None)
+    for values, broken in sub.walk():
+        if broken is None:
+            return Config(values)
+    raise ValueError(f"no {sub.backend} config fits this problem: each breaks a constraint of its space")
 
 
 def gemm_backends(target: Target) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
 from autotune.target import Target
-from autotune.workers import BoundWorker, Worker, WorkerAborted, WorkerError
+from autotune.workers import BoundWorker, InlineWorker, Worker, WorkerAborted, WorkerError
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
@@ -82,8 +82,8 @@ def run_sweep(
     here that takes the next problem from a shared queue, longest estimated first, so that the workers
     finish together; a config that crashes or hangs a worker costs that trial (stored as `crashed` or
     `timeout`), and a worker that cannot work at all hands its problem back to the others. Results are
-    recorded under the target each worker reports. Without workers, trials run in this process on a
-    Benchmarker per op (`benchmarker_for` makes them; tests inject fakes).
+    recorded under the target each worker reports. Without workers, trials run in this process (an
+    InlineWorker) on a Benchmarker per op (`benchmarker_for(op name)` makes them; tests inject fakes).
 
     With a `checker` (a GPU target), configs compile ahead on the CPU cores and those the spec's static
     checks flag are stored as `pruned` without GPU time.
@@ -101,23 +101,22 @@ def run_sweep(
     """
     planned = plan(spec, target)  # validate everything before any work
     todo = spec.problems()
-    n_workers = len(workers) if workers else 1
-    if workers and len(workers) > 1:
+    n_workers = len(workers) if workers else None  # as the sweep's row records it
+    if not workers:
+        make = (lambda op: benchmarker_for(op.name)) if benchmarker_for else None
+        workers = [InlineWorker(target, make=make)]
+    if len(workers) > 1:
         todo = _longest_first(spec, target, store, todo, planned)
-    queue = _ProblemQueue(todo, budget_s, n_workers)
+    queue = _ProblemQueue(todo, budget_s, len(workers))
     if checker is not None:
         checker.warm_up()  # the compile processes start while the GPU workers do
-    with _sweep_row(
-        spec, store, target, problems_total=len(todo), workers=len(workers or ()) or None, log_path=log_path
-    ) as (report, progress):
+    with _sweep_row(spec, store, target, problems_total=len(todo), workers=n_workers, log_path=log_path) as (
+        report,
+        progress,
+    ):
         counted = progress.wrap(on_trial)
         try:
-            if workers:
-                _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker)
-            else:
-                _run_inline(
-                    queue, store, target, report, progress, counted, on_problem, checker, benchmarker_for
-                )
+            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker)
         finally:
             report.budget_spent = queue.budget_spent
             if queue.budget_spent:
@@ -167,45 +166,6 @@ class _ProblemQueue:
     def put_back(self, entry: SweepEntry, problem: Problem) -> None:
         with self._lock:
             self.todo.insert(0, (entry, problem))
-
-
-def _run_inline(
-    queue: _ProblemQueue,
-    store: Store,
-    target: Target,
-    report: SweepReport,
-    progress: _Progress,
-    on_trial: TrialCallback | None,
-    on_problem: Callable[[ProblemReport], None] | None,
-    checker: StaticChecker | None,
-    benchmarker_for: Callable[[str], Benchmarker] | None,
-) -> None:
-    """Every problem in this process, one after the other."""
-    from autotune.bench import Benchmarker
-
-    benches: dict[str, Benchmarker] = {}
-    runner: Runner | None = None
-    try:
-        while (item := queue.take()) is not None:
-            entry, problem, budget = item
-            op = entry.op_for(problem)
-            key = f"{problem.op}:{getattr(op, 'zipf', '')}"  # one Benchmarker per op (and MoE routing)
-            if key not in benches:
-                benches[key] = benchmarker_for(problem.op) if benchmarker_for else Benchmarker(op, target)
-            runner = Runner(
-                store, target, benches[key], sweep_id=report.sweep_id, on_trial=on_trial, checker=checker
-            )
-            result = runner.tune(
-                op, problem, strategy=entry.strategy, budget=budget, seed=entry.seed, backends=entry.backends
-            )
-            report.problems.append(result)
-            progress.problem_done(result)
-            if on_problem is not None:
-                on_problem(result)
-    except KeyboardInterrupt:
-        if runner is not None and runner.current is not None and runner.current not in report.problems:
-            report.problems.append(runner.current)  # the problem stopped mid-way: count its stored trials
-        raise
 
 
 def _run_on_workers(
