@@ -60,6 +60,10 @@ class BenchSettings:
     flush: bool = True
     method: str = "auto"  # "graph", "events", or "auto": decided per problem by the first config timed
     lead_cycles: int = 200_000  # GPU spin before each timed run (~100 µs at 2 GHz), hides launch latency
+    #: Racing: a config whose first `min_reps` timed runs already have a median over `race` × the best
+    #: median of this problem so far stops there (stored with those runs, `extra["raced"]`): it cannot
+    #: win, and the time goes to configs that can. None times every config fully.
+    race: float | None = 1.5
 
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
@@ -71,6 +75,7 @@ class BenchSettings:
             graph_threshold_us=0.0,
             flush=False,
             max_input_sets=1,
+            race=None,
         )
 
 
@@ -134,6 +139,7 @@ class _ProblemState:
         self.outputs = [op.make_output(problem, device) for _ in range(n_sets)]
         self.reference = op.reference(problem, self.inputs[0])
         self.method: str | None = None  # "graph" or "events", fixed by the first config timed
+        self.best_us: float | None = None  # the best median timed fully so far (the racing bound)
 
 
 class Benchmarker:
@@ -148,6 +154,10 @@ class Benchmarker:
     Failures become TrialResults with a status (compile_error, out_of_resources, wrong_result,
     runtime_error); only a device fault that leaves the device unusable raises (DeviceFault). Not
     thread-safe; one Benchmarker per device.
+
+    Racing (`settings.race`): once a config of the problem was timed, a later config whose first
+    `min_reps` runs are already `race` times slower stops there; `run(..., full=True)` never races (side
+    by side comparisons time every variant fully).
     """
 
     def __init__(
@@ -214,8 +224,9 @@ class Benchmarker:
             torch.cuda.synchronize()
 
     # -- the public entry point -----------------------------------------------------------------------
-    def run(self, problem: Problem, config: Config) -> TrialResult:
-        """Checks and times `config` on `problem`; never raises for a bad config (see class docstring)."""
+    def run(self, problem: Problem, config: Config, *, full: bool = False) -> TrialResult:
+        """Checks and times `config` on `problem`; never raises for a bad config (see class docstring).
+        `full` times it fully even where racing would stop early."""
         state = self._state_for(problem)
         phase = self._enter("compile")
         t0 = time.perf_counter()
@@ -250,7 +261,13 @@ class Benchmarker:
                 )
             phase = self._enter("time")
             t1 = time.perf_counter()
-            timing = self._time(launches, state)
+            bound = None
+            if not full and self.settings.race is not None and state.best_us is not None:
+                bound = self.settings.race * state.best_us
+            timing, raced = self._time(launches, state, bound)
+            if not raced and (state.best_us is None or timing.median_us < state.best_us):
+                state.best_us = timing.median_us
+            extra = {"raced": f"{self.settings.race:g}x"} if raced else {}
             return TrialResult(
                 config,
                 TrialStatus.OK,
@@ -258,6 +275,7 @@ class Benchmarker:
                 rel_error=err,
                 compile_s=compile_s,
                 measure_s=time.perf_counter() - t1,
+                extra=extra,
             )
         except Exception as exc:  # a failed config is a value
             status = classify_error(exc)
@@ -270,15 +288,18 @@ class Benchmarker:
             return TrialResult(config, status, error=text, compile_s=compile_s)
 
     # -- timing -------------------------------------------------------------------------------------
-    def _time(self, launches: Sequence[Launch], state: _ProblemState) -> Timing:
+    def _time(
+        self, launches: Sequence[Launch], state: _ProblemState, bound_us: float | None = None
+    ) -> tuple[Timing, bool]:
         """Times with one method per problem (so every config of a problem is compared alike): graph
-        replay when the first config timed is shorter than `graph_threshold_us`, else events."""
+        replay when the first config timed is shorter than `graph_threshold_us`, else events. With
+        `bound_us`, stops after `min_reps` runs whose median is over it; True then (raced)."""
         if not self.on_gpu:
-            return self._time_wallclock(launches[0])
+            return self._time_wallclock(launches[0]), False
         for i in range(self.settings.warmup):
             launches[i % len(launches)]()
         self._sync()
-        probe = self._time_events(launches, reps=10)
+        probe = self._time_events(launches, reps=self.settings.min_reps)
         if state.method is None:
             if self.settings.method in ("graph", "events"):
                 state.method = self.settings.method
@@ -286,12 +307,16 @@ class Benchmarker:
                 state.method = "graph" if probe.median_us < self.settings.graph_threshold_us else "events"
         if state.method == "graph":
             try:
-                return self._time_graph(launches, probe.median_us)
+                sample, n = self._graph_sampler(launches)
             except Exception as exc:  # this launch cannot be captured: time it with events, and say so
                 log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
                 t = self._time_events(launches, self._reps(probe.median_us))
-                return dataclasses.replace(t, method="events (graph capture failed)")
-        return self._time_events(launches, self._reps(probe.median_us))
+                return dataclasses.replace(t, method="events (graph capture failed)"), False
+            total = max(self.settings.min_reps, min(self.settings.max_reps, self._reps(probe.median_us * n)))
+            return _staged(sample, self.settings.min_reps, total, bound_us, "graph")
+        if bound_us is not None and probe.median_us > bound_us:
+            return probe, True  # the probe's runs are the method's first runs: events, cold
+        return self._time_events(launches, self._reps(probe.median_us)), False
 
     def _reps(self, est_us: float) -> int:
         s = self.settings
@@ -321,7 +346,9 @@ class Benchmarker:
         torch.cuda.synchronize()
         return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)], "events")
 
-    def _time_graph(self, launches: Sequence[Launch], est_us: float) -> Timing:
+    def _graph_sampler(self, launches: Sequence[Launch]) -> tuple[Callable[[int], list[float]], int]:
+        """Captures `n` launches (rotating over the input sets) in a CUDA graph; returns a function timing
+        `count` replays (µs per launch each), and n."""
         import torch
 
         n = max(self.settings.graph_launches, len(launches))
@@ -337,15 +364,31 @@ class Benchmarker:
                 launches[i % len(launches)]()
         graph.replay()
         torch.cuda.synchronize()
-        reps = max(self.settings.min_reps, min(self.settings.max_reps, self._reps(est_us * n)))
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-        for i in range(reps):
-            starts[i].record()
-            graph.replay()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return _stats([s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)], "graph")
+
+        def replays(count: int) -> list[float]:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+            for i in range(count):
+                starts[i].record()
+                graph.replay()
+                ends[i].record()
+            torch.cuda.synchronize()
+            return [s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)]
+
+        return replays, n
+
+
+def _staged(
+    sample: Callable[[int], list[float]], first: int, total: int, bound_us: float | None, method: str
+) -> tuple[Timing, bool]:
+    """`first` samples, then the rest up to `total` unless their median is already over `bound_us`
+    (then True: raced)."""
+    samples = sample(first)
+    if bound_us is not None and statistics.median(samples) > bound_us:
+        return _stats(samples, method), True
+    if total > first:
+        samples += sample(total - first)
+    return _stats(samples, method), False
 
 
 def interleaved_medians(
@@ -357,7 +400,7 @@ def interleaved_medians(
     status = dict.fromkeys(configs, "ok")
     for _ in range(rounds):
         for name, config in configs.items():
-            r = bench.run(problem, config)
+            r = bench.run(problem, config, full=True)
             if r.ok and r.time_us is not None:
                 samples[name].append(r.time_us)
             else:

@@ -48,11 +48,14 @@ class PlanRow:
                     done=self.done, est_s=round(self.est_s, 1))  # fmt: skip
 
 
-def trial_seconds(kernel_us: float, settings: BenchSettings, flush_s: float) -> float:
+def trial_seconds(kernel_us: float, settings: BenchSettings, flush_s: float, raced: bool = False) -> float:
     """Wall time of measuring one config whose launch takes `kernel_us`: warm-up and the timed runs the
-    benchmarker's settings ask for, each with its cache flush and spin, plus a fixed cost."""
+    benchmarker's settings ask for (`min_reps` when `raced`), each with its cache flush and spin, plus a
+    fixed cost."""
     t = max(kernel_us, 1.0) * 1e-6
     reps = max(settings.min_reps, min(settings.max_reps, int(settings.target_time_s / t)))
+    if raced:
+        reps = settings.min_reps
     per_run = t + RUN_OVERHEAD_S + (flush_s if settings.flush else 0.0)
     return FIXED_TRIAL_S + (settings.warmup + 1) * t + reps * per_run
 
@@ -69,7 +72,8 @@ def plan_sweep(
     """Every problem of `spec` on `target` with its estimated duration (SpecError for a bad backend).
 
     Measured sweeps: each config costs the larger of its measurement (the cost model's time for the
-    kernel, timed as the settings say) and its share of compiling on `workers` cores. Compile-only sweeps:
+    kernel, timed as the settings say; a config the model puts over `settings.race` times the problem's
+    best counts as raced) and its share of compiling on `workers` cores. Compile-only sweeps:
     `candidates` compiles per problem on `workers` cores. With a `store`, configs already stored for this
     target and kernel version count as done and cost nothing.
     """
@@ -105,11 +109,15 @@ def plan_sweep(
         n = min(len(configs), entry.budget.trials or len(configs))
         todo = [c for c in configs[:n] if c.digest() not in stored]
         est = 0.0
-        for config in todo:
-            kernel_us = predict_us(problem, config, target)
+        predicted = [predict_us(problem, config, target) for config in todo]
+        best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
+        bound_us = math.inf if settings.race is None else settings.race * best_us
+        for config, kernel_us in zip(todo, predicted, strict=True):
             # A config the model says cannot launch fails fast (out of resources): the fixed cost only.
             measure = (
-                trial_seconds(kernel_us, settings, flush_s) if math.isfinite(kernel_us) else FIXED_TRIAL_S
+                trial_seconds(kernel_us, settings, flush_s, raced=kernel_us > bound_us)
+                if math.isfinite(kernel_us)
+                else FIXED_TRIAL_S
             )
             est += max(measure, compile_s / cores if config.backend != "torch" else 0.0)
         if entry.budget.seconds is not None:

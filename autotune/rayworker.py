@@ -105,6 +105,7 @@ class RayWorker:
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self._actor: Any = None
+        self._pending: tuple[Any, Any] | None = None  # (actor, its start call) asked for by start()
         self._target: Target | None = None
         self._closed = False
         self._streak = CrashStreak(name)
@@ -118,7 +119,12 @@ class RayWorker:
         assert self._target is not None
         return self._target
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Asks Ray for the actor without waiting: it starts while the caller goes on."""
+        if self._actor is None and self._pending is None and not self._closed:
+            self._pending = self._submit()
+
+    def _submit(self) -> tuple[Any, Any]:
         import ray
 
         if self._closed:
@@ -126,8 +132,15 @@ class RayWorker:
         actor_cls: Any = ray.remote(num_gpus=0 if self.interpret else 1, max_restarts=0)(_TrialActor)
         actor: Any = actor_cls.remote(self.interpret, self.settings)
         self.starts += 1
+        return actor, actor.start.remote()
+
+    def _start(self) -> None:
+        import ray
+
+        actor, ref = self._pending or self._submit()
+        self._pending = None
         try:
-            target, pid, node = ray.get(actor.start.remote(), timeout=self.start_timeout_s)
+            target, pid, node = ray.get(ref, timeout=self.start_timeout_s)
         except Exception as exc:
             ray.kill(actor)
             raise WorkerError(
@@ -142,10 +155,12 @@ class RayWorker:
 
     def _kill(self) -> None:
         actor, self._actor = self._actor, None
-        if actor is not None:
-            import ray
+        pending, self._pending = self._pending, None
+        for a in (actor, pending[0] if pending else None):
+            if a is not None:
+                import ray
 
-            ray.kill(actor, no_restart=True)
+                ray.kill(a, no_restart=True)
 
     def close(self) -> None:
         self._closed = True

@@ -76,6 +76,10 @@ class Worker(Protocol):
     @property
     def target(self) -> Target: ...
 
+    def start(self) -> None:
+        """Begins starting (a process, an actor) without waiting; `run` and `target` wait for it."""
+        ...
+
     def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult: ...
 
     def close(self) -> None: ...
@@ -167,6 +171,9 @@ class InlineWorker:
     def target(self) -> Target:
         return self._target
 
+    def start(self) -> None:
+        """Nothing to start: trials run in this process."""
+
     def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
         return self._benches.get(op).run(problem, config)
 
@@ -214,8 +221,9 @@ class _Started:
 class ProcessWorker:
     """Measures in a spawned child process that sees one GPU (or runs the CPU interpreter).
 
-    The child is started on first use and replaced after it dies; a trial that kills it is answered
-    `crashed`, one that runs past `timeout_s` is answered `timeout` and the child is killed. The child's
+    The child is started by `start()` (without waiting) or on first use, and replaced after it dies; a
+    trial that kills it is answered `crashed`, one that runs past `timeout_s` is answered `timeout` and
+    the child is killed. The child's
     stdout and stderr go to `log_path` (appended), whose last lines are kept in a crashed trial's error.
     After `MAX_CONSECUTIVE_CRASHES` crashed trials in a row WorkerError is raised: the GPU, not the
     configs, is at fault. The parent and child talk over a pipe; the child ignores Ctrl-C (the parent
@@ -247,15 +255,18 @@ class ProcessWorker:
         self._target: Target | None = None
         self._closed = False
         self._streak = CrashStreak(name)
+        self._starting: float | None = None  # when the child now starting was spawned
         #: Child processes started so far (1 + replacements).
         self.starts = 0
+        #: Seconds the last child took from spawning to ready.
+        self.start_s: float | None = None
 
     # -- life cycle ---------------------------------------------------------------------------------
 
     @property
     def target(self) -> Target:
         if self._target is None:
-            self._start()
+            self._ensure_started()
         assert self._target is not None
         return self._target
 
@@ -263,7 +274,22 @@ class ProcessWorker:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Starts the child process without waiting for it: it imports torch, opens its GPU and loads the
+        kernels while the caller goes on; the first `run` (or `target`) waits until it is ready."""
+        if self._proc is None and not self._closed:
+            self._spawn()
+
+    def _ensure_started(self) -> None:
+        """A child ready for a trial: the one starting, the running one, or a new one for a dead one."""
+        if self._proc is not None and self._starting is None and not self._proc.is_alive():
+            self._kill()  # it died between trials
+        if self._proc is None:
+            self._spawn()
+        if self._starting is not None:
+            self._await_started()
+
+    def _spawn(self) -> None:
         import multiprocessing
 
         if self._closed:
@@ -281,9 +307,16 @@ class ProcessWorker:
         proc.start()
         child.close()
         self._proc, self._conn = proc, parent
+        self._starting = time.monotonic()
         self.starts += 1
-        deadline = time.monotonic() + self.start_timeout_s
+
+    def _await_started(self) -> None:
+        proc, parent, spawned = self._proc, self._conn, self._starting
+        assert proc is not None and parent is not None and spawned is not None
+        deadline = spawned + self.start_timeout_s
         while not parent.poll(0.2):
+            if self._closed:
+                raise WorkerAborted(f"{self.name} closed while starting")
             if not proc.is_alive() or time.monotonic() > deadline:
                 self._kill()
                 why = (
@@ -306,11 +339,15 @@ class ProcessWorker:
             self._kill()
             raise WorkerError(f"{self.name}: the replacement worker sees another GPU ({started.target})")
         self._target = started.target
-        log.info("%s: worker process %d on %s", self.name, started.pid, started.target)
+        self._starting = None
+        self.start_s = time.monotonic() - spawned
+        log.info("%s: worker process %d on %s, ready in %.1f s", self.name, started.pid, started.target,
+                 self.start_s)  # fmt: skip
 
     def _kill(self) -> None:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
+        self._starting = None
         if conn is not None:
             conn.close()
         if proc is not None and proc.is_alive():
@@ -338,8 +375,7 @@ class ProcessWorker:
     # -- trials -------------------------------------------------------------------------------------
 
     def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
-        if self._proc is None or not self._proc.is_alive():
-            self._start()
+        self._ensure_started()
         conn, proc = self._conn, self._proc
         assert conn is not None and proc is not None
         phase = "start"
@@ -458,6 +494,7 @@ def _child_main(
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [pid {os.getpid()}] %(name)s: %(message)s")
     try:
         target = _child_target(env.get("TRITON_INTERPRET") == "1")
+        _warm_up(target)
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
@@ -480,6 +517,20 @@ def _child_main(
             conn.send(("fault", fault_result(config, fault)))
             return
         conn.send(("result", result))
+
+
+def _warm_up(target: Target) -> None:
+    """What every first trial would do anyway, done while the parent sets up: the kernels' modules
+    imported, and on a GPU the vendor library's handle created."""
+    import autotune.bench
+    import autotune.kernels  # noqa: F401  (the ops and their Triton kernels)
+
+    if not target.interpreter:
+        import torch
+
+        x = torch.ones(64, 64, device="cuda", dtype=torch.bfloat16)
+        torch.mm(x, x)
+        torch.cuda.synchronize()
 
 
 def _phase_sender(conn: Connection) -> Callable[[str], None]:

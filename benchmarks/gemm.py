@@ -199,9 +199,9 @@ def policy_regret(store: Store, out: dict, quick: bool) -> None:
             hi = min(x for x in ms if x >= m)
             times = {}
             for bucket in {lo, hi}:
-                r = bench.run(p, buckets[bucket])
+                r = bench.run(p, buckets[bucket], full=True)
                 times[bucket] = r.time_us if r.ok and r.time_us else math.inf
-            vendor = bench.run(p, Config(backend="torch"))
+            vendor = bench.run(p, Config(backend="torch"), full=True)
             best = min(times.values())
             rec = dict(
                 N=n,

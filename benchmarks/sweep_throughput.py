@@ -92,6 +92,9 @@ class _TimedWorker:
     def target(self) -> Any:
         return self.worker.target
 
+    def start(self) -> None:
+        self.worker.start()
+
     def run(self, op: Any, problem: Any, config: Any) -> Any:
         t = time.perf_counter()
         result = self.worker.run(op, problem, config)

@@ -99,6 +99,8 @@ def run_sweep(
     stored trials are not re-run. The sweep's row keeps a heartbeat and progress counts, which
     ``autotune status`` shows from any host; `log_path` is recorded with it.
     """
+    for worker in workers or ():
+        worker.start()  # worker processes import torch and open their GPUs while the sweep sets up
     planned = plan(spec, target)  # validate everything before any work
     todo = spec.problems()
     n_workers = len(workers) if workers else None  # as the sweep's row records it

@@ -202,3 +202,96 @@ def test_amd_knob_and_unknown_backend_are_failed_statuses(interp: Target) -> Non
     assert amd.status is TrialStatus.RUNTIME_ERROR and "only on AMD" in amd.error
     unknown = bench.run(PROBLEM, Config(backend="cuda"))
     assert unknown.status is TrialStatus.RUNTIME_ERROR and "unknown gemm backend 'cuda'" in unknown.error
+
+
+# -- racing: the GPU timing paths, with the device's clock replaced by each config's nominal time ------
+
+
+class _ClockedGemm(FakeGemm):
+    """Writes the right output; each launch sets `now_us` to the config's nominal time `us`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now_us = 0.0
+
+    def prepare(self, problem: Problem, config: Config, target: Target, inputs: Any, out: Any) -> Launch:
+        inner = super().prepare(problem, config.replace(mode="real"), target, inputs, out)
+
+        def launch() -> None:
+            inner()
+            self.now_us = float(config["us"])
+
+        return launch
+
+
+class _FakeGpuBench(Benchmarker):
+    """The GPU timing paths (probe, events, graph replays, racing) run on the CPU: a timed run "takes"
+    the nominal time of the config just launched, with ±2% seeded jitter."""
+
+    def __init__(self, settings: BenchSettings) -> None:
+        super().__init__(_ClockedGemm(), Target.interpreter_target(), device="cpu", settings=settings)  # type: ignore[arg-type]
+        self.on_gpu = True
+        self.runs = 0  # timed runs, all methods
+        import random
+
+        self._rng = random.Random(5)
+
+    def _flush(self) -> None:
+        pass
+
+    def _sync(self) -> None:
+        pass
+
+    def _tick(self, launch: Launch) -> float:
+        launch()
+        self.runs += 1
+        return self.op.now_us * (1 + self._rng.uniform(-0.02, 0.02))  # type: ignore[attr-defined]
+
+    def _time_events(self, launches: Sequence[Launch], reps: int) -> Any:
+        from autotune.bench import _stats
+
+        return _stats([self._tick(launches[i % len(launches)]) for i in range(reps)], "events")
+
+    def _graph_sampler(self, launches: Sequence[Launch]) -> Any:
+        return (lambda count: [self._tick(launches[0]) for _ in range(count)]), 4
+
+
+def _timed(bench: _FakeGpuBench, us: float, problem: Problem = PROBLEM, **kw: Any) -> tuple[Any, int]:
+    before = bench.runs
+    result = bench.run(problem, Config(backend="triton", mode="real", us=us), **kw)
+    assert result.ok, result.error
+    return result, bench.runs - before
+
+
+@pytest.mark.parametrize("method", ["events", "graph"])
+def test_racing_stops_configs_clearly_slower_than_the_best(method: str) -> None:
+    settings = BenchSettings(method=method, min_reps=10, max_reps=200, target_time_s=1.0, race=1.5)
+    bench = _FakeGpuBench(settings)
+    first, runs_first = _timed(bench, 100.0)
+    assert "raced" not in first.extra and first.timing.runs == 200
+    slow, runs_slow = _timed(bench, 300.0)  # 3x the best: stops after min_reps timed runs
+    assert slow.extra["raced"] == "1.5x" and slow.timing.runs == 10
+    assert slow.timing.method == method and slow.time_us == pytest.approx(300.0, rel=0.03)
+    assert runs_slow < runs_first / 5
+    close, _ = _timed(bench, 140.0)  # within 1.5x: timed fully
+    assert "raced" not in close.extra and close.timing.runs == 200
+    faster, _ = _timed(bench, 80.0)  # the new best lowers the bound to 120 us
+    assert "raced" not in faster.extra
+    now_slow, _ = _timed(bench, 130.0)
+    assert now_slow.extra["raced"] == "1.5x" and now_slow.timing.runs == 10
+    # Side by side comparisons time every variant fully.
+    full, _ = _timed(bench, 300.0, full=True)
+    assert "raced" not in full.extra and full.timing.runs == 200
+    # The bound is per problem: a new problem starts with none.
+    other = Problem.gemm(16, 32, 48, "bf16")
+    fresh, _ = _timed(bench, 300.0, problem=other)
+    assert "raced" not in fresh.extra and fresh.timing.runs == 200
+
+
+def test_racing_off_times_every_config_fully() -> None:
+    settings = BenchSettings(method="events", min_reps=10, max_reps=50, target_time_s=1.0, race=None)
+    bench = _FakeGpuBench(settings)
+    _timed(bench, 100.0)
+    slow, _ = _timed(bench, 1000.0)
+    assert "raced" not in slow.extra and slow.timing.runs == 50
+    assert BenchSettings.for_interpreter().race is None

@@ -42,6 +42,28 @@ def worker(tmp_path: Path):  # type: ignore[no-untyped-def]
     w.close()
 
 
+
+def test_start_returns_at_once_and_the_first_trial_uses_that_child(worker: ProcessWorker) -> None:
+    t = time.monotonic()
+    worker.start()
+    assert time.monotonic() - t < 1.5  # spawned, not waited for (the child takes seconds to import torch)
+    assert worker.pid is not None and worker.starts == 1 and worker.start_s is None
+    worker.start()  # a second call changes nothing
+    assert worker.starts == 1
+    result = worker.run(FaultyOp(), PROBLEM, fault("none"))
+    assert result.ok, result.error
+    assert worker.starts == 1 and worker.start_s is not None and worker.start_s > 0
+
+
+def test_a_worker_closed_while_starting_runs_nothing(worker: ProcessWorker) -> None:
+    worker.start()
+    pid = worker.pid
+    worker.close()
+    assert worker.pid is None and pid is not None
+    with pytest.raises(WorkerAborted):
+        worker.run(FaultyOp(), PROBLEM, fault("none"))
+
+
 def test_crashes_aborts_and_hangs_are_trial_results_and_the_worker_is_replaced(worker: ProcessWorker) -> None:
     op = FaultyOp(("none", "segv", "abort", "hang", "error"))
     first = worker.run(op, PROBLEM, fault("none"))
@@ -151,6 +173,9 @@ class FlakyWorker:
     @property
     def target(self) -> Target:
         return CPU
+
+    def start(self) -> None:
+        pass
 
     def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
         self.runs += 1
