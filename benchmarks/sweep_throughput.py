@@ -18,6 +18,7 @@ compile pool included). Prints a short table last; details go to OUT/sweep_throu
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -86,7 +87,8 @@ class _TimedWorker:
     """The worker, with the wall time of each trial's round trip kept (sending, measuring, answering)."""
 
     def __init__(self, worker: Any) -> None:
-        self.worker, self.name, self.roundtrips = worker, worker.name, []
+        self.worker, self.name = worker, worker.name
+        self.roundtrips: list[float] = []
 
     @property
     def target(self) -> Any:
@@ -107,11 +109,15 @@ class _TimedWorker:
 
 #: Timing settings: the benchmarker's defaults (what `autotune sweep` uses), or the short screening
 #: settings of benchmarks/model_check.py (fewer timed runs per config).
-SETTINGS = {"default": {}, "screening": {"target_time_s": 0.02, "min_reps": 5, "max_reps": 50}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "screening": {"target_time_s": 0.02, "min_reps": 5, "max_reps": 50},
+}
 
 
 def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = "default") -> dict[str, Any]:
-    """One sweep in `mode` ("inline" or "ahead") with a cold Triton cache; returns its numbers."""
+    """One sweep in `mode` ("inline", "ahead", or "ahead-full": ahead with racing off) with a cold Triton
+    cache; returns its numbers."""
     root = root / spec_text.split('"')[1]  # the spec's name
     cache = root / f"triton-cache-{mode}"
     cache.mkdir(parents=True)
@@ -128,14 +134,17 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
     target = local_target(0)
     from autotune.bench import BenchSettings
 
+    bench_settings = BenchSettings(**SETTINGS[settings])
+    if mode == "ahead-full":
+        bench_settings = dataclasses.replace(bench_settings, race=None)
     worker = ProcessWorker(
-        settings=BenchSettings(**SETTINGS[settings]),
+        settings=bench_settings,
         name="gpu0",
         env=device_env(visible_devices()[0]),
         timeout_s=600,
         log_path=root / f"{mode}.worker.log",
     )
-    checker = StaticChecker(target, spec.static, workers=cores) if mode == "ahead" else None
+    checker = StaticChecker(target, spec.static, workers=cores) if mode.startswith("ahead") else None
     store = Store(str(root / f"{mode}.db"))
     timed = _TimedWorker(worker)
     stamps: list[float] = []
@@ -178,6 +187,20 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
         "trial_ends_s": [round(t - t0, 4) for t in stamps],
         "roundtrips_s": [round(t, 4) for t in timed.roundtrips],
         "problem_wall_s": [round(p.wall_s, 3) for p in report.problems],
+        "worker_start_s": worker.start_s,
+        "first_trial": {"compile_s": measured[0].compile_s, "measure_s": measured[0].measure_s}
+        if measured
+        else None,
+        "raced": sum(1 for t in ok if "raced" in t.extra),
+        "measure_s_median": statistics.median(t.measure_s for t in ok) if ok else None,
+        "best": {
+            p.problem.key(): {
+                "us": p.best.time_us,
+                "config": p.best.config.short(),
+            }
+            for p in report.problems
+            if p.best is not None
+        },
         "statuses": {
             s: sum(1 for t in measured if t.status.value == s) for s in {t.status.value for t in measured}
         },
@@ -219,14 +242,7 @@ def main() -> int:
         parser.error(f"unknown --ops {sorted(unknown)}; known: {', '.join(SPECS)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = []
-    with tempfile.TemporaryDirectory(prefix="autotune-throughput-") as tmp:
-        for op in ops:
-            spec_text = SPECS[op].format(ms=json.dumps(ms), configs=args.configs)
-            for mode in args.modes.split(","):
-                results.append({"op": op, **run_mode(mode, spec_text, args.cores, Path(tmp), args.settings)})
-                brief = {k: v for k, v in results[-1].items() if k not in ("trial_ends_s", "roundtrips_s")}
-                print(json.dumps(brief), flush=True)
+    results: list[dict[str, Any]] = []
     meta = {
         "gpu": torch.cuda.get_device_name(0),
         "cpu_cores": os.cpu_count(),
@@ -240,21 +256,38 @@ def main() -> int:
         "settings": {"name": args.settings, **SETTINGS[args.settings]},
         "specs": {op: SPECS[op].format(ms=json.dumps(ms), configs=args.configs) for op in ops},
     }
-    (out / "sweep_throughput.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    with tempfile.TemporaryDirectory(prefix="autotune-throughput-") as tmp:
+        for op in ops:
+            spec_text = SPECS[op].format(ms=json.dumps(ms), configs=args.configs)
+            for mode in args.modes.split(","):
+                results.append({"op": op, **run_mode(mode, spec_text, args.cores, Path(tmp), args.settings)})
+                brief = {k: v for k, v in results[-1].items() if k not in ("trial_ends_s", "roundtrips_s")}
+                print(json.dumps(brief), flush=True)
+                # Written after every sweep: a run cut off by a time limit keeps what it measured.
+                dump = {"meta": meta, "results": results}
+                (out / "sweep_throughput.json").write_text(json.dumps(dump, indent=2))
     print(f"\n{meta['gpu']}, {meta['cpu_cores']} CPU cores, torch {meta['torch']}, triton {meta['triton']}")
     print(
         f"{'op':5} {'mode':7} {'configs':>7} {'ok':>4} {'wall s':>7} {'cfg/min':>8} {'1st launch s':>12} "
-        f"{'to 1st trial s':>14} {'per trial s':>11} {'in worker s':>11}"
+        f"{'to 1st trial s':>14} {'per trial s':>11} {'in worker s':>11} {'raced':>5} {'worker up s':>11}"
     )
     for r in results:
         keys = ("first_launch_s_median", "first_trial_s", "gap_s_median", "worker_roundtrip_s_median")
         cells = [_fmt(r[k]) for k in keys]
         print(
             f"{r['op']:5} {r['mode']:7} {r['configs']:>7} {r['ok']:>4} {r['wall_s']:>7.1f} "
-            f"{r['configs_per_min']:>8.1f} {cells[0]:>12} {cells[1]:>14} {cells[2]:>11} {cells[3]:>11}"
+            f"{r['configs_per_min']:>8.1f} {cells[0]:>12} {cells[1]:>14} {cells[2]:>11} {cells[3]:>11} "
+            f"{r['raced']:>5} {_fmt(r['worker_start_s']):>11}"
         )
     for op in ops:
         by_mode = {r["mode"]: r for r in results if r["op"] == op}
+        if {"ahead", "ahead-full"} <= set(by_mode):  # did racing cost a winner?
+            for key, full in by_mode["ahead-full"]["best"].items():
+                raced = by_mode["ahead"]["best"].get(key)
+                if raced is not None:
+                    same = "same config" if raced["config"] == full["config"] else "another config"
+                    print(f"{op} {key}: best with racing {raced['us']:.2f} us, without "
+                          f"{full['us']:.2f} us ({same})")  # fmt: skip
         if {"inline", "ahead"} <= set(by_mode):
             inline, ahead = by_mode["inline"], by_mode["ahead"]
             gaps = inline["gap_s_median"], ahead["gap_s_median"]
