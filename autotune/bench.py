@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import statistics
@@ -28,6 +29,7 @@ __all__ = [
     "classify_error",
     "interleaved_medians",
     "rel_error",
+    "runs_for_precision",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,10 @@ class BenchSettings:
     #: median of this problem so far stops there (stored with those runs, `extra["raced"]`): it cannot
     #: win, and the time goes to configs that can. None times every config fully.
     race: float | None = 1.5
+    #: Precision: a config is timed until the standard error of its median, estimated from the spread
+    #: of its first runs, is about this fraction of the median (at least 2 × `min_reps` runs, at most
+    #: what `target_time_s` and `max_reps` allow). None times every config to that most.
+    precision: float | None = 0.003
 
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
@@ -76,6 +82,7 @@ class BenchSettings:
             flush=False,
             max_input_sets=1,
             race=None,
+            precision=None,
         )
 
 
@@ -156,8 +163,9 @@ class Benchmarker:
     thread-safe; one Benchmarker per device.
 
     Racing (`settings.race`): once a config of the problem was timed, a later config whose first
-    `min_reps` runs are already `race` times slower stops there; `run(..., full=True)` never races (side
-    by side comparisons time every variant fully).
+    `min_reps` runs are already `race` times slower stops there. Precision (`settings.precision`): a
+    config is timed until its median is that precise, not longer. `run(..., full=True)` does neither:
+    side by side comparisons time every variant as long as the settings allow.
     """
 
     def __init__(
@@ -226,7 +234,7 @@ class Benchmarker:
     # -- the public entry point -----------------------------------------------------------------------
     def run(self, problem: Problem, config: Config, *, full: bool = False) -> TrialResult:
         """Checks and times `config` on `problem`; never raises for a bad config (see class docstring).
-        `full` times it fully even where racing would stop early."""
+        `full` times it fully: no racing, no stop at the precision target."""
         state = self._state_for(problem)
         phase = self._enter("compile")
         t0 = time.perf_counter()
@@ -264,7 +272,7 @@ class Benchmarker:
             bound = None
             if not full and self.settings.race is not None and state.best_us is not None:
                 bound = self.settings.race * state.best_us
-            timing, raced = self._time(launches, state, bound)
+            timing, raced = self._time(launches, state, bound, None if full else self.settings.precision)
             if not raced and (state.best_us is None or timing.median_us < state.best_us):
                 state.best_us = timing.median_us
             extra = {"raced": f"{self.settings.race:g}x"} if raced else {}
@@ -289,7 +297,11 @@ class Benchmarker:
 
     # -- timing -------------------------------------------------------------------------------------
     def _time(
-        self, launches: Sequence[Launch], state: _ProblemState, bound_us: float | None = None
+        self,
+        launches: Sequence[Launch],
+        state: _ProblemState,
+        bound_us: float | None = None,
+        precision: float | None = None,
     ) -> tuple[Timing, bool]:
         """Times with one method per problem (so every config of a problem is compared alike): graph
         replay when the first config timed is shorter than `graph_threshold_us`, else events. With
@@ -299,24 +311,26 @@ class Benchmarker:
         for i in range(self.settings.warmup):
             launches[i % len(launches)]()
         self._sync()
-        probe = self._time_events(launches, reps=self.settings.min_reps)
+        s = self.settings
+        probe = self._event_samples(launches, s.min_reps)
+        probe_us = statistics.median(probe)
         if state.method is None:
-            if self.settings.method in ("graph", "events"):
-                state.method = self.settings.method
+            if s.method in ("graph", "events"):
+                state.method = s.method
             else:
-                state.method = "graph" if probe.median_us < self.settings.graph_threshold_us else "events"
+                state.method = "graph" if probe_us < s.graph_threshold_us else "events"
         if state.method == "graph":
             try:
                 sample, n = self._graph_sampler(launches)
             except Exception as exc:  # this launch cannot be captured: time it with events, and say so
                 log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
-                t = self._time_events(launches, self._reps(probe.median_us))
+                t = self._time_events(launches, self._reps(probe_us))
                 return dataclasses.replace(t, method="events (graph capture failed)"), False
-            total = max(self.settings.min_reps, min(self.settings.max_reps, self._reps(probe.median_us * n)))
-            return _staged(sample, self.settings.min_reps, total, bound_us, "graph")
-        if bound_us is not None and probe.median_us > bound_us:
-            return probe, True  # the probe's runs are the method's first runs: events, cold
-        return self._time_events(launches, self._reps(probe.median_us)), False
+            total = max(s.min_reps, min(s.max_reps, self._reps(probe_us * n)))
+            return _staged(sample, sample(s.min_reps), total, bound_us, "graph", precision)
+        # The probe's runs are the first runs of the events method: cold, one launch each.
+        more = functools.partial(self._event_samples, launches)
+        return _staged(more, probe, self._reps(probe_us), bound_us, "events", precision)
 
     def _reps(self, est_us: float) -> int:
         s = self.settings
@@ -334,6 +348,10 @@ class Benchmarker:
         return _stats(samples, "wallclock")
 
     def _time_events(self, launches: Sequence[Launch], reps: int) -> Timing:
+        return _stats(self._event_samples(launches, reps), "events")
+
+    def _event_samples(self, launches: Sequence[Launch], reps: int) -> list[float]:
+        """`reps` timed runs (µs), each after a cache flush, rotating over the input sets."""
         import torch
 
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
@@ -344,7 +362,7 @@ class Benchmarker:
             launches[i % len(launches)]()
             ends[i].record()
         torch.cuda.synchronize()
-        return _stats([s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)], "events")
+        return [s.elapsed_time(e) * 1e3 for s, e in zip(starts, ends, strict=True)]
 
     def _graph_sampler(self, launches: Sequence[Launch]) -> tuple[Callable[[int], list[float]], int]:
         """Captures `n` launches (rotating over the input sets) in a CUDA graph; returns a function timing
@@ -379,16 +397,37 @@ class Benchmarker:
 
 
 def _staged(
-    sample: Callable[[int], list[float]], first: int, total: int, bound_us: float | None, method: str
+    sample: Callable[[int], list[float]],
+    first: list[float],
+    total: int,
+    bound_us: float | None,
+    method: str,
+    precision: float | None,
 ) -> tuple[Timing, bool]:
-    """`first` samples, then the rest up to `total` unless their median is already over `bound_us`
-    (then True: raced)."""
-    samples = sample(first)
+    """The `first` samples, then more up to `total` (fewer where `precision` is reached sooner), unless
+    their median is already over `bound_us` (then True: raced)."""
+    samples = list(first)
     if bound_us is not None and statistics.median(samples) > bound_us:
         return _stats(samples, method), True
-    if total > first:
-        samples += sample(total - first)
+    want = total
+    if precision is not None:
+        want = min(total, max(2 * len(samples), runs_for_precision(samples, precision)))
+    if want > len(samples):
+        samples += sample(want - len(samples))
     return _stats(samples, method), False
+
+
+def runs_for_precision(samples: Sequence[float], precision: float) -> int:
+    """Runs needed for the median's standard error to be `precision` × the median, with the spread
+    estimated robustly from `samples` (σ ≈ (p80 − p20) / 1.683; the median's standard error is
+    1.2533 σ / √n for a normal distribution)."""
+    xs = sorted(samples)
+    med = statistics.median(xs)
+    if med <= 0 or len(xs) < 2:
+        return len(xs)
+    n = len(xs)
+    sigma = (xs[round(0.8 * (n - 1))] - xs[round(0.2 * (n - 1))]) / 1.683
+    return math.ceil((1.2533 * sigma / (precision * med)) ** 2)
 
 
 def interleaved_medians(

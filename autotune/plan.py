@@ -50,10 +50,12 @@ class PlanRow:
 
 def trial_seconds(kernel_us: float, settings: BenchSettings, flush_s: float, raced: bool = False) -> float:
     """Wall time of measuring one config whose launch takes `kernel_us`: warm-up and the timed runs the
-    benchmarker's settings ask for (`min_reps` when `raced`), each with its cache flush and spin, plus a
-    fixed cost."""
+    benchmarker's settings ask for (`min_reps` when `raced`; with a precision target, 2 × `min_reps`, what
+    a steady kernel gets), each with its cache flush and spin, plus a fixed cost."""
     t = max(kernel_us, 1.0) * 1e-6
     reps = max(settings.min_reps, min(settings.max_reps, int(settings.target_time_s / t)))
+    if settings.precision is not None:
+        reps = min(reps, 2 * settings.min_reps)
     if raced:
         reps = settings.min_reps
     per_run = t + RUN_OVERHEAD_S + (flush_s if settings.flush else 0.0)

@@ -60,7 +60,7 @@ def measure(args: argparse.Namespace) -> None:
     target = local_target()
     deadline = time.monotonic() + args.minutes * 60
     # Every config timed fully (no racing): the slow ones are part of the ground truth too.
-    settings = BenchSettings(target_time_s=0.02, min_reps=5, max_reps=50, race=None)
+    settings = BenchSettings(target_time_s=0.02, min_reps=5, max_reps=50, race=None, precision=None)
     bench = Benchmarker(GEMM, target, settings=settings)
     # Exhaustive ground truth: nothing is pruned, but every config is compiled ahead and its features kept.
     policy = StaticPolicy(prune=())

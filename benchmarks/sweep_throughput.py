@@ -116,8 +116,8 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 
 def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = "default") -> dict[str, Any]:
-    """One sweep in `mode` ("inline", "ahead", or "ahead-full": ahead with racing off) with a cold Triton
-    cache; returns its numbers."""
+    """One sweep in `mode` ("inline", "ahead", or "ahead-full": ahead, every config timed fully, neither
+    raced nor stopped at the precision target) with a cold Triton cache; returns its numbers."""
     root = root / spec_text.split('"')[1]  # the spec's name
     cache = root / f"triton-cache-{mode}"
     cache.mkdir(parents=True)
@@ -136,7 +136,7 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
 
     bench_settings = BenchSettings(**SETTINGS[settings])
     if mode == "ahead-full":
-        bench_settings = dataclasses.replace(bench_settings, race=None)
+        bench_settings = dataclasses.replace(bench_settings, race=None, precision=None)
     worker = ProcessWorker(
         settings=bench_settings,
         name="gpu0",

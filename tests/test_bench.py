@@ -228,10 +228,11 @@ class _FakeGpuBench(Benchmarker):
     """The GPU timing paths (probe, events, graph replays, racing) run on the CPU: a timed run "takes"
     the nominal time of the config just launched, with ±2% seeded jitter."""
 
-    def __init__(self, settings: BenchSettings) -> None:
+    def __init__(self, settings: BenchSettings, jitter: float = 0.02) -> None:
         super().__init__(_ClockedGemm(), Target.interpreter_target(), device="cpu", settings=settings)  # type: ignore[arg-type]
         self.on_gpu = True
         self.runs = 0  # timed runs, all methods
+        self.jitter = jitter
         import random
 
         self._rng = random.Random(5)
@@ -245,12 +246,10 @@ class _FakeGpuBench(Benchmarker):
     def _tick(self, launch: Launch) -> float:
         launch()
         self.runs += 1
-        return self.op.now_us * (1 + self._rng.uniform(-0.02, 0.02))  # type: ignore[attr-defined]
+        return self.op.now_us * (1 + self._rng.uniform(-self.jitter, self.jitter))  # type: ignore[attr-defined]
 
-    def _time_events(self, launches: Sequence[Launch], reps: int) -> Any:
-        from autotune.bench import _stats
-
-        return _stats([self._tick(launches[i % len(launches)]) for i in range(reps)], "events")
+    def _event_samples(self, launches: Sequence[Launch], reps: int) -> list[float]:
+        return [self._tick(launches[i % len(launches)]) for i in range(reps)]
 
     def _graph_sampler(self, launches: Sequence[Launch]) -> Any:
         return (lambda count: [self._tick(launches[0]) for _ in range(count)]), 4
@@ -265,7 +264,9 @@ def _timed(bench: _FakeGpuBench, us: float, problem: Problem = PROBLEM, **kw: An
 
 @pytest.mark.parametrize("method", ["events", "graph"])
 def test_racing_stops_configs_clearly_slower_than_the_best(method: str) -> None:
-    settings = BenchSettings(method=method, min_reps=10, max_reps=200, target_time_s=1.0, race=1.5)
+    settings = BenchSettings(
+        method=method, min_reps=10, max_reps=200, target_time_s=1.0, race=1.5, precision=None
+    )
     bench = _FakeGpuBench(settings)
     first, runs_first = _timed(bench, 100.0)
     assert "raced" not in first.extra and first.timing.runs == 200
@@ -289,9 +290,41 @@ def test_racing_stops_configs_clearly_slower_than_the_best(method: str) -> None:
 
 
 def test_racing_off_times_every_config_fully() -> None:
-    settings = BenchSettings(method="events", min_reps=10, max_reps=50, target_time_s=1.0, race=None)
+    settings = BenchSettings(
+        method="events", min_reps=10, max_reps=50, target_time_s=1.0, race=None, precision=None
+    )
     bench = _FakeGpuBench(settings)
     _timed(bench, 100.0)
     slow, _ = _timed(bench, 1000.0)
     assert "raced" not in slow.extra and slow.timing.runs == 50
     assert BenchSettings.for_interpreter().race is None
+
+
+@pytest.mark.parametrize("method", ["events", "graph"])
+def test_timing_stops_once_the_median_is_precise_enough(method: str) -> None:
+    def runs(jitter: float, precision: float | None) -> int:
+        settings = BenchSettings(
+            method=method, min_reps=10, max_reps=400, target_time_s=1.0, race=None, precision=precision
+        )
+        result, _ = _timed(_FakeGpuBench(settings, jitter=jitter), 50.0)
+        assert result.time_us == pytest.approx(50.0, rel=jitter + 1e-9)
+        return result.timing.runs
+
+    assert runs(0.001, 0.003) == 20  # a steady kernel: 2 x min_reps
+    noisy = runs(0.05, 0.003)  # sigma ~2.9%: some 100 runs (estimated from the first 10)
+    assert 30 < noisy < 400
+    assert runs(0.2, 0.003) == 400  # capped by max_reps
+    assert runs(0.001, None) == 400  # no precision target: as many runs as the time target allows
+    settings = BenchSettings(method=method, min_reps=10, max_reps=400, target_time_s=1.0, precision=0.003)
+    full, _ = _timed(_FakeGpuBench(settings, jitter=0.001), 50.0, full=True)
+    assert full.timing.runs == 400  # side by side comparisons: timed fully
+
+
+def test_runs_for_precision() -> None:
+    from autotune.bench import runs_for_precision
+
+    flat = [100.0] * 10
+    assert runs_for_precision(flat, 0.003) == 0
+    spread = [float(x) for x in range(95, 106)]  # p20..p80 = 97..103: sigma 3.57 us on a 100 us median
+    assert runs_for_precision(spread, 0.01) == math.ceil((1.2533 * 6 / 1.683 / 1.0) ** 2)
+    assert runs_for_precision([5.0], 0.01) == 1

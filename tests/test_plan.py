@@ -30,12 +30,15 @@ trials = 20
 
 
 def test_trial_seconds_follows_the_settings() -> None:
-    s = BenchSettings()
+    s = BenchSettings(precision=None)
     short, long = trial_seconds(5.0, s, 15e-6), trial_seconds(2000.0, s, 15e-6)
     assert FIXED_TRIAL_S < short < long
     # A 2 ms kernel is timed min_reps..max_reps times to reach target_time_s (0.15 s): 75 runs.
     assert long == pytest.approx(FIXED_TRIAL_S + (s.warmup + 1) * 2e-3 + 75 * (2e-3 + 110e-6 + 15e-6))
-    assert trial_seconds(5.0, BenchSettings(flush=False), 15e-6) < short
+    assert trial_seconds(5.0, BenchSettings(flush=False, precision=None), 15e-6) < short
+    # With a precision target a steady kernel gets 2 x min_reps runs.
+    steady = trial_seconds(2000.0, BenchSettings(), 15e-6)
+    assert steady == pytest.approx(FIXED_TRIAL_S + (s.warmup + 1) * 2e-3 + 2 * s.min_reps * (2e-3 + 125e-6))
     # A raced config gets min_reps timed runs only.
     raced = trial_seconds(2000.0, s, 15e-6, raced=True)
     assert raced == pytest.approx(FIXED_TRIAL_S + (s.warmup + 1) * 2e-3 + s.min_reps * (2e-3 + 125e-6))
@@ -45,7 +48,7 @@ def test_plan_counts_configs_racing_stops_early() -> None:
     spec = parse_spec(SPEC.replace("m = [16, 4096]", "m = [4096]").replace("trials = 20", "trials = 60"))
     target = Target.for_arch("sm_90")
     racing = plan_sweep(spec, target, workers=64)[0].est_s
-    full = plan_sweep(spec, target, workers=64, settings=BenchSettings(race=None))[0].est_s
+    full = plan_sweep(spec, target, workers=64, settings=BenchSettings(race=None, precision=None))[0].est_s
     assert 0 < racing < 0.9 * full
 
 

@@ -42,7 +42,6 @@ def worker(tmp_path: Path):  # type: ignore[no-untyped-def]
     w.close()
 
 
-
 def test_start_returns_at_once_and_the_first_trial_uses_that_child(worker: ProcessWorker) -> None:
     t = time.monotonic()
     worker.start()
