@@ -44,6 +44,10 @@ _FATAL_MARKERS = (
 )
 
 
+#: Problem states (inputs, reference, timing method, racing bound) a Benchmarker keeps at once.
+KEEP_STATES = 2
+
+
 class DeviceFault(RuntimeError):
     """The device is unusable after a fault (illegal address, ...): no later trial can run in this process."""
 
@@ -184,7 +188,9 @@ class Benchmarker:
             BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
         )
         self.seed = seed
-        self._state: _ProblemState | None = None
+        #: The problems' states, most recently used last; `KEEP_STATES` are kept (a sweep may have two
+        #: problems in flight on one worker, measured in turns).
+        self._states: dict[Problem, _ProblemState] = {}
         self._flush_buf: Any = None
         self.on_gpu = self.device != "cpu"
         #: Called with "compile", "check" and "time" as a trial enters each phase (a worker process
@@ -199,17 +205,21 @@ class Benchmarker:
     # -- set-up -------------------------------------------------------------------------------------
     def method_for(self, problem: Problem) -> str | None:
         """The timing method fixed for `problem` ("graph" or "events"), once a config of it was timed."""
-        return self._state.method if self._state is not None and self._state.problem == problem else None
+        state = self._states.get(problem)
+        return state.method if state is not None else None
 
     def _state_for(self, problem: Problem) -> _ProblemState:
-        if self._state is None or self._state.problem != problem:
-            self._state = None  # free the previous problem's tensors first
+        state = self._states.pop(problem, None)
+        if state is None:
+            while len(self._states) >= KEEP_STATES:  # free the oldest problem's tensors first
+                del self._states[next(iter(self._states))]
             n_sets = 1
             if self.on_gpu and self.target.llc_bytes > 0:
                 n_sets = math.ceil(2 * self.target.llc_bytes / max(problem.min_bytes(), 1))
             n_sets = max(1, min(n_sets, self.settings.max_input_sets))
-            self._state = _ProblemState(self.op, problem, self.device, n_sets, self.seed)
-        return self._state
+            state = _ProblemState(self.op, problem, self.device, n_sets, self.seed)
+        self._states[problem] = state
+        return state
 
     def _flush(self) -> None:
         """Evicts the last-level cache, then keeps the GPU busy a little longer so that the host has

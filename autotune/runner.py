@@ -133,7 +133,9 @@ class Runner:
         budget: Budget | None = None,
         seed: int = 0,
         backends: tuple[str, ...] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> ProblemReport:
+        """Tunes `problem`; `clock` is what the budget's seconds are counted on (default: wall time)."""
         t0 = time.perf_counter()
         space = op.space(problem, self.target, backends)
         report = ProblemReport(
@@ -144,7 +146,7 @@ class Runner:
 
         kernels = kernel_versions(op, space.backends)
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
-        search = make_strategy(strategy, space, budget, seed=seed)
+        search = make_strategy(strategy, space, budget, seed=seed, clock=clock)
         try:
             while True:
                 if self.should_stop is not None and self.should_stop():

@@ -312,10 +312,18 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
-def make_strategy(name: str, space: SearchSpace, budget: Budget | None = None, *, seed: int = 0) -> Strategy:
-    """The strategy called `name` ("exhaustive", "random", "optuna"/"tpe")."""
+def make_strategy(
+    name: str,
+    space: SearchSpace,
+    budget: Budget | None = None,
+    *,
+    seed: int = 0,
+    clock: Callable[[], float] | None = None,
+) -> Strategy:
+    """The strategy called `name` ("exhaustive", "random", "optuna"/"tpe"); `clock` (seconds) is what its
+    time budget is counted on (default: the monotonic wall clock)."""
     try:
         cls = STRATEGIES[name]
     except KeyError:
         raise ValueError(f"unknown strategy {name!r}; known: {', '.join(sorted(STRATEGIES))}") from None
-    return cls(space, budget, seed=seed)
+    return cls(space, budget, seed=seed, clock=clock or time.monotonic)

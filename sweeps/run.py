@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -10,17 +11,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.config import Config
 from autotune.problem import Problem
+from autotune.result import TrialResult
 from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
 from autotune.target import Target
-from autotune.workers import BoundWorker, InlineWorker, Worker, WorkerAborted, WorkerError
+from autotune.workers import InlineWorker, Worker, WorkerAborted, WorkerError
 
 if TYPE_CHECKING:
     from autotune.bench import Benchmarker
     from autotune.checker import StaticChecker
     from autotune.db import Store
+    from autotune.kernels.base import TunableOp
 
 __all__ = ["SweepReport", "plan", "predict_sweep", "run_sweep"]
 
@@ -170,6 +174,114 @@ class _ProblemQueue:
             self.todo.insert(0, (entry, problem))
 
 
+#: Problems in flight per worker while configs compile ahead: the one taken first measures whenever one of
+#: its configs is ready; the one behind it measures while the first waits on a slow compile.
+IN_FLIGHT = 2
+
+
+class _Lane:
+    """One worker shared by the problems in flight on it, one trial at a time. The problem taken first
+    (the front) has the worker whenever it asks; a problem behind it gets the worker only while the
+    front waits on a compile. A problem's time budget counts its own time only: all of it while in
+    front, its trials while behind. Thread-safe."""
+
+    def __init__(self, worker: Worker, tickets: Iterator[int]) -> None:
+        self.worker = worker
+        self._tickets = tickets
+        self._cv = threading.Condition()
+        self._busy = False
+        self._order: list[int] = []  # problems in flight, front first
+        self._compiling: set[int] = set()  # problems waiting on a compile
+        self._own: dict[int, float] = {}  # seconds counted so far per problem
+        self._front_since = 0.0
+
+    def join(self) -> int:
+        with self._cv:
+            ticket = next(self._tickets)
+            self._order.append(ticket)
+            self._own[ticket] = 0.0
+            if len(self._order) == 1:
+                self._front_since = time.monotonic()
+            return ticket
+
+    def leave(self, ticket: int) -> None:
+        with self._cv:
+            was_front = self._order[0] == ticket
+            self._order.remove(ticket)
+            self._own.pop(ticket, None)
+            self._compiling.discard(ticket)
+            if was_front and self._order:
+                self._front_since = time.monotonic()
+            self._cv.notify_all()
+
+    def clock(self, ticket: int) -> Callable[[], float]:
+        """Seconds counted for `ticket`'s problem (monotonic), for its strategy's time budget."""
+
+        def now() -> float:
+            with self._cv:
+                own = self._own.get(ticket, 0.0)
+                if self._order and self._order[0] == ticket:
+                    own += time.monotonic() - self._front_since
+                return own
+
+        return now
+
+    @contextmanager
+    def compiling(self, ticket: int) -> Iterator[None]:
+        """`ticket`'s problem waits on a compile meanwhile: a problem behind it may use the worker."""
+        with self._cv:
+            self._compiling.add(ticket)
+            self._cv.notify_all()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._compiling.discard(ticket)
+
+    def run(self, ticket: int, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
+        with self._cv:
+            while self._busy or (self._order[0] != ticket and self._order[0] not in self._compiling):
+                self._cv.wait()
+            self._busy = True
+        t0 = time.monotonic()
+        try:
+            return self.worker.run(op, problem, config)
+        finally:
+            with self._cv:
+                self._busy = False
+                if self._order and self._order[0] != ticket and ticket in self._own:
+                    self._own[ticket] += time.monotonic() - t0
+                self._cv.notify_all()
+
+
+@dataclass
+class _InLane:
+    """The Runner's measurer for one problem on a lane."""
+
+    lane: _Lane
+    ticket: int
+    op: TunableOp
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        return self.lane.run(self.ticket, self.op, problem, config)
+
+
+class _LaneChecker:
+    """The sweep's checker as one problem's Runner sees it: a wait on a compile tells the lane."""
+
+    def __init__(self, checker: StaticChecker, lane: _Lane, ticket: int) -> None:
+        self.checker, self.lane, self.ticket = checker, lane, ticket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.checker, name)
+
+    def findings(self, op: TunableOp, problem: Problem, config: Config) -> Any:
+        if self.checker.ready(problem, config):
+            return self.checker.findings(op, problem, config)
+        with self.lane.compiling(self.ticket):
+            return self.checker.findings(op, problem, config)
+
+
 def _run_on_workers(
     queue: _ProblemQueue,
     workers: Sequence[Worker],
@@ -180,17 +292,21 @@ def _run_on_workers(
     on_problem: Callable[[ProblemReport], None] | None,
     checker: StaticChecker | None,
 ) -> None:
-    """A thread per worker drains the queue; Ctrl-C here aborts the running trials and stops them all."""
+    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one); Ctrl-C here
+    aborts the running trials and stops them all."""
     stop = threading.Event()
     lock = threading.Lock()  # the report and the callbacks
     errors: list[BaseException] = []
+    tickets = itertools.count()
+    lanes = [_Lane(w, tickets) for w in workers]
 
     def locked_on_trial(problem: Problem, config: Any, result: Any) -> None:
         if on_trial is not None:
             with lock:
                 on_trial(problem, config, result)
 
-    def drain(worker: Worker) -> None:
+    def drain(lane: _Lane) -> None:
+        worker = lane.worker
         runner: Runner | None = None
         item = None
         try:
@@ -201,23 +317,28 @@ def _run_on_workers(
                     _compile_ahead(checker, entry, problem)
                     if (following := queue.peek()) is not None:
                         _compile_ahead(checker, *following)
-                runner = Runner(
-                    store,
-                    worker.target,
-                    BoundWorker(worker, op),
-                    sweep_id=report.sweep_id,
-                    on_trial=locked_on_trial,
-                    checker=checker,
-                    should_stop=stop.is_set,
-                )
-                result = runner.tune(
-                    op,
-                    problem,
-                    strategy=entry.strategy,
-                    budget=budget,
-                    seed=entry.seed,
-                    backends=entry.backends,
-                )
+                ticket = lane.join()
+                try:
+                    runner = Runner(
+                        store,
+                        worker.target,
+                        _InLane(lane, ticket, op),
+                        sweep_id=report.sweep_id,
+                        on_trial=locked_on_trial,
+                        checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
+                        should_stop=stop.is_set,
+                    )
+                    result = runner.tune(
+                        op,
+                        problem,
+                        strategy=entry.strategy,
+                        budget=budget,
+                        seed=entry.seed,
+                        backends=entry.backends,
+                        clock=lane.clock(ticket),
+                    )
+                finally:
+                    lane.leave(ticket)
                 item = None
                 with lock:
                     report.problems.append(result)
@@ -242,15 +363,18 @@ def _run_on_workers(
                 with lock:
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
-    if len(workers) == 1:  # one worker: in this thread, so Ctrl-C lands inside the running trial
+    per_worker = IN_FLIGHT if checker is not None else 1
+    if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
         try:
-            drain(workers[0])
+            drain(lanes[0])
         finally:
             workers[0].close()
         threads: list[threading.Thread] = []
     else:
         threads = [
-            threading.Thread(target=drain, args=(w,), name=f"sweep-{w.name}", daemon=True) for w in workers
+            threading.Thread(target=drain, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
+            for i in range(per_worker)
+            for lane in lanes
         ]
     for t in threads:
         t.start()

@@ -139,7 +139,7 @@ def test_output_is_poisoned_before_the_check(fake_bench: Benchmarker) -> None:
     first = fake_bench.run(PROBLEM, fake_config("real"))
     assert first.status is TrialStatus.OK and first.rel_error is not None
     assert first.rel_error <= GEMM.tolerance(PROBLEM)
-    assert bool(torch.isfinite(fake_bench._state.outputs[0].float()).all())  # type: ignore[union-attr]
+    assert bool(torch.isfinite(fake_bench._states[PROBLEM].outputs[0].float()).all())
     second = fake_bench.run(PROBLEM, fake_config("noop"))
     assert second.status is TrialStatus.WRONG_RESULT and second.rel_error == math.inf
 
@@ -328,3 +328,16 @@ def test_runs_for_precision() -> None:
     spread = [float(x) for x in range(95, 106)]  # p20..p80 = 97..103: sigma 3.57 us on a 100 us median
     assert runs_for_precision(spread, 0.01) == math.ceil((1.2533 * 6 / 1.683 / 1.0) ** 2)
     assert runs_for_precision([5.0], 0.01) == 1
+
+
+def test_two_problems_measured_in_turns_keep_their_states() -> None:
+    settings = BenchSettings(method="events", max_reps=50, target_time_s=1.0, race=1.5, precision=None)
+    bench = _FakeGpuBench(settings)
+    a, b, c = PROBLEM, Problem.gemm(16, 32, 48, "bf16"), Problem.gemm(16, 48, 32, "bf16")
+    _timed(bench, 100.0, problem=a)
+    state_a = bench._states[a]
+    _timed(bench, 100.0, problem=b)
+    slow, _ = _timed(bench, 300.0, problem=a)  # a's inputs and racing bound outlived b's trial
+    assert slow.extra.get("raced") and bench._states[a] is state_a
+    _timed(bench, 100.0, problem=c)  # a third problem: the least recently used one (b) is dropped
+    assert set(bench._states) == {a, c}
