@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
@@ -106,6 +107,7 @@ class RayWorker:
         self.start_timeout_s = start_timeout_s
         self._actor: Any = None
         self._pending: tuple[Any, Any] | None = None  # (actor, its start call) asked for by start()
+        self._start_lock = threading.Lock()
         self._target: Target | None = None
         self._closed = False
         self._streak = CrashStreak(name)
@@ -114,15 +116,17 @@ class RayWorker:
 
     @property
     def target(self) -> Target:
-        if self._target is None:
-            self._start()
+        with self._start_lock:
+            if self._target is None:
+                self._start()
         assert self._target is not None
         return self._target
 
     def start(self) -> None:
         """Asks Ray for the actor without waiting: it starts while the caller goes on."""
-        if self._actor is None and self._pending is None and not self._closed:
-            self._pending = self._submit()
+        with self._start_lock:
+            if self._actor is None and self._pending is None and not self._closed:
+                self._pending = self._submit()
 
     def _submit(self) -> tuple[Any, Any]:
         import ray
@@ -170,8 +174,9 @@ class RayWorker:
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        if self._actor is None:
-            self._start()
+        with self._start_lock:
+            if self._actor is None:
+                self._start()
         extra = {"worker": self.name, "node": self.node}
         ref = self._actor.run.remote(op, problem, config)
         try:

@@ -16,6 +16,7 @@ import logging
 import os
 import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -227,7 +228,8 @@ class ProcessWorker:
     stdout and stderr go to `log_path` (appended), whose last lines are kept in a crashed trial's error.
     After `MAX_CONSECUTIVE_CRASHES` crashed trials in a row WorkerError is raised: the GPU, not the
     configs, is at fault. The parent and child talk over a pipe; the child ignores Ctrl-C (the parent
-    decides) and exits when the parent dies. Used by one thread at a time, except `close`.
+    decides) and exits when the parent dies. Trials run one at a time (the sweep's threads sharing a
+    worker take turns); `target`, `start` and `close` may be called from any thread.
     """
 
     def __init__(
@@ -256,6 +258,7 @@ class ProcessWorker:
         self._closed = False
         self._streak = CrashStreak(name)
         self._starting: float | None = None  # when the child now starting was spawned
+        self._start_lock = threading.Lock()
         #: Child processes started so far (1 + replacements).
         self.starts = 0
         #: Seconds the last child took from spawning to ready.
@@ -277,17 +280,20 @@ class ProcessWorker:
     def start(self) -> None:
         """Starts the child process without waiting for it: it imports torch, opens its GPU and loads the
         kernels while the caller goes on; the first `run` (or `target`) waits until it is ready."""
-        if self._proc is None and not self._closed:
-            self._spawn()
+        with self._start_lock:
+            if self._proc is None and not self._closed:
+                self._spawn()
 
     def _ensure_started(self) -> None:
-        """A child ready for a trial: the one starting, the running one, or a new one for a dead one."""
-        if self._proc is not None and self._starting is None and not self._proc.is_alive():
-            self._kill()  # it died between trials
-        if self._proc is None:
-            self._spawn()
-        if self._starting is not None:
-            self._await_started()
+        """A child ready for a trial: the one starting, the running one, or a new one for a dead one.
+        Thread-safe: threads sharing the worker wait for the same child."""
+        with self._start_lock:
+            if self._proc is not None and self._starting is None and not self._proc.is_alive():
+                self._kill()  # it died between trials
+            if self._proc is None:
+                self._spawn()
+            if self._starting is not None:
+                self._await_started()
 
     def _spawn(self) -> None:
         import multiprocessing

@@ -180,3 +180,28 @@ def test_a_problem_behind_counts_only_its_own_trials_against_its_time_budget() -
     before = back_clock()
     time.sleep(0.1)
     assert back_clock() - before >= 0.1
+
+
+def test_two_problems_in_flight_on_a_real_worker_process(tmp_path: Path) -> None:
+    """Both threads of the lane share one ProcessWorker (started without waiting, as a sweep does)."""
+    from autotune.workers import ProcessWorker
+
+    cpu = Target.interpreter_target()
+    spec = parse_spec(
+        SPEC.replace("m = [16, 32]", "m = [8, 16]")
+        .replace("[[4096, 4096]]", '[[32, 32]]\nbackends = ["torch", "triton"]')
+        .replace("trials = 6", "trials = 3")
+    )
+    checker = SlowCompiles(slow_m=8, compile_s=0.5)
+    checker.target = cpu
+    worker = ProcessWorker(name="w", interpret=True, timeout_s=120, log_path=tmp_path / "w.log")
+    try:
+        with Store(str(tmp_path / "p.db")) as store:
+            report = run_sweep(spec, store, cpu, workers=[worker], checker=checker)  # type: ignore[arg-type]
+            trials = store.trials()
+    finally:
+        worker.close()
+    assert worker.starts == 1
+    assert sorted(p.problem.M for p in report.problems) == [8, 16]
+    assert all(p.ran == 3 and p.failed == 0 for p in report.problems), [p.failed for p in report.problems]
+    assert len(trials) == 6 and all(t.ok for t in trials)

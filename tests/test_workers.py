@@ -54,6 +54,18 @@ def test_start_returns_at_once_and_the_first_trial_uses_that_child(worker: Proce
     assert worker.starts == 1 and worker.start_s is not None and worker.start_s > 0
 
 
+def test_threads_sharing_a_starting_worker_wait_for_the_same_child(worker: ProcessWorker) -> None:
+    worker.start()
+    targets: list[object] = []
+    threads = [threading.Thread(target=lambda: targets.append(worker.target)) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(targets) == 3 and len({str(t) for t in targets}) == 1 and worker.starts == 1
+    assert worker.run(FaultyOp(), PROBLEM, fault("none")).ok
+
+
 def test_a_worker_closed_while_starting_runs_nothing(worker: ProcessWorker) -> None:
     worker.start()
     pid = worker.pid
