@@ -96,8 +96,9 @@ class StaticChecker:
 
     @property
     def lookahead(self) -> int:
-        """How many configs to keep queued: two per worker."""
-        return 2 * (self._pool.workers if self._pool else (self.workers or os.cpu_count() or 1))
+        """How many configs to keep queued: four per compile process, so that a slow compile starts early
+        and compiled configs are there to measure while it runs."""
+        return 4 * (self._pool.workers if self._pool else (self.workers or os.cpu_count() or 1))
 
     def warm_up(self) -> None:
         """Starts the compile pool's processes now, without waiting (see CompilePool.warm_up)."""
