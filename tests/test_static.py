@@ -326,3 +326,35 @@ def test_a_broken_pool_is_replaced(monkeypatch) -> None:
         features = dict(pool.map(GEMM, Problem.gemm(16, 64, 64), [config]))[config]
         assert pool._pool is not original
     assert features.compiled, features.error
+
+
+def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> None:
+    from concurrent.futures import Future
+
+    from autotune.checker import StaticChecker, compile_weight
+    from autotune.kernels import GEMM
+
+    class RecordingPool:
+        workers = 2
+
+        def __init__(self) -> None:
+            self.order: list[Config] = []
+
+        def submit(self, op: object, problem: Problem, config: Config) -> Future:
+            self.order.append(config)
+            return Future()
+
+    def cfg(bm: int, bn: int, warps: int) -> Config:
+        return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=32, num_warps=warps)
+
+    checker = StaticChecker(Target.for_arch("sm_90"), workers=2)
+    pool = checker._pool = RecordingPool()  # type: ignore[assignment]
+    batch = [cfg(16, 16, 4), cfg(32, 32, 4), cfg(64, 64, 4), cfg(128, 256, 4), cfg(128, 128, 8), cfg(16, 32, 4)]
+    problem = Problem.gemm(64, 256, 256)
+    checker.prefetch(GEMM, problem, [*batch, Config(backend="torch"), batch[0]])
+    assert pool.order[:2] == batch[:2]  # the GPU needs these first
+    assert pool.order[2:] == [batch[3], batch[4], batch[2], batch[5]]  # then 8192, 2048, 1024, 128 per warp
+    moe = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, num_warps=4)  # vLLM's names
+    assert compile_weight(moe) == 4096.0
+    checker.prefetch(GEMM, problem, batch)  # all queued already: nothing again
+    assert len(pool.order) == 6
