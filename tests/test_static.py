@@ -349,7 +349,8 @@ def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> No
 
     checker = StaticChecker(Target.for_arch("sm_90"), workers=2)
     pool = checker._pool = RecordingPool()  # type: ignore[assignment]
-    batch = [cfg(16, 16, 4), cfg(32, 32, 4), cfg(64, 64, 4), cfg(128, 256, 4), cfg(128, 128, 8), cfg(16, 32, 4)]
+    sizes = [(16, 16, 4), (32, 32, 4), (64, 64, 4), (128, 256, 4), (128, 128, 8), (16, 32, 4)]
+    batch = [cfg(*s) for s in sizes]
     problem = Problem.gemm(64, 256, 256)
     checker.prefetch(GEMM, problem, [*batch, Config(backend="torch"), batch[0]])
     assert pool.order[:2] == batch[:2]  # the GPU needs these first
