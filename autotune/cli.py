@@ -133,7 +133,12 @@ def _parser() -> argparse.ArgumentParser:
         help="where each sweep writes its log file, NAME-DATE-TIME-PID.log, with one more per worker "
         "(default ./autotune-logs; 'none' for no files)",
     )
-    p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="compiler processes (default: one per CPU core, less one per GPU worker in a measured sweep)",
+    )
     p.add_argument(
         "--budget",
         metavar="TIME",
@@ -562,7 +567,10 @@ def _run_measured(
     if not target.interpreter:
         from autotune.checker import StaticChecker
 
-        checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
+        # One core per local GPU worker is left to measuring; the compile processes get the others.
+        measuring_here = len(workers) if args.executor == "local" else 0
+        compilers = args.workers or max(1, (os.cpu_count() or 1) - measuring_here)
+        checker = StaticChecker(target, spec.static, store=store, workers=compilers)
     with store:
         try:
             report = run_sweep(

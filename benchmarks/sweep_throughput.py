@@ -148,7 +148,10 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
     store = Store(str(root / f"{mode}.db"))
     timed = _TimedWorker(worker)
     stamps: list[float] = []
+    compiles: list[list[float]] = []  # [queued at, done at, compile s in the pool process] per compile
     t0 = time.perf_counter()
+    if checker is not None:
+        _record_compiles(checker, compiles, t0)
     try:
         report = run_sweep(
             spec,
@@ -192,6 +195,8 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
         if measured
         else None,
         "raced": sum(1 for t in ok if "raced" in t.extra),
+        "compiles": compiles,
+        "compile_s_sum": sum(c[2] for c in compiles),
         "measure_s_median": statistics.median(t.measure_s for t in ok) if ok else None,
         "best": {
             p.problem.key(): {
@@ -205,6 +210,26 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
             s: sum(1 for t in measured if t.status.value == s) for s in {t.status.value for t in measured}
         },
     }
+
+
+def _record_compiles(checker: Any, out: list[list[float]], t0: float) -> None:
+    """Keeps, per compile the pool runs, when it was queued and done (s from `t0`) and how long the
+    compile itself took in its process."""
+    pool = checker.pool
+    submit = pool.submit
+
+    def recorded(*args: Any) -> Any:
+        queued = time.perf_counter() - t0
+        future = submit(*args)
+
+        def done(f: Any) -> None:
+            spent = f.result().compile_s if f.exception() is None else float("nan")
+            out.append([round(queued, 3), round(time.perf_counter() - t0, 3), round(spent, 3)])
+
+        future.add_done_callback(done)
+        return future
+
+    pool.submit = recorded
 
 
 def _fmt(x: float | None) -> str:

@@ -359,3 +359,26 @@ def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> No
     assert compile_weight(moe) == 4096.0
     checker.prefetch(GEMM, problem, batch)  # all queued already: nothing again
     assert len(pool.order) == 6
+
+
+def test_compile_processes_pin_to_a_core_each_when_cores_go_round() -> None:
+    """Pinned, a compile process's compiler threads size themselves to one core (no oversubscription)."""
+    import os
+
+    from autotune.compile import CompilePool, _cores
+
+    if len(_cores()) < 2 or not hasattr(os, "sched_getaffinity"):
+        pytest.skip("needs two cores and sched_getaffinity")
+    pool = CompilePool(Target.for_arch("sm_90"), workers=len(_cores()) - 1)
+    try:
+        assert pool.pin
+        futures = [pool._pool.submit(os.sched_getaffinity, 0) for _ in range(8)]
+        assert all(len(f.result(timeout=120)) == 1 for f in futures)
+    finally:
+        pool.close()
+    unpinned = CompilePool(Target.for_arch("sm_90"), workers=len(_cores()))
+    try:
+        assert not unpinned.pin
+        assert unpinned._pool.submit(os.sched_getaffinity, 0).result(timeout=120) == _cores()
+    finally:
+        unpinned.close()
