@@ -205,3 +205,27 @@ def test_two_problems_in_flight_on_a_real_worker_process(tmp_path: Path) -> None
     assert sorted(p.problem.M for p in report.problems) == [8, 16]
     assert all(p.ran == 3 and p.failed == 0 for p in report.problems), [p.failed for p in report.problems]
     assert len(trials) == 6 and all(t.ok for t in trials)
+
+
+class BrokenWorker(RecordingWorker):
+    """A GPU that fails every trial as a broken one would."""
+
+    name = "broken"
+
+    def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
+        from autotune.workers import WorkerError
+
+        time.sleep(0.01)
+        raise WorkerError("broken: 5 trials in a row crashed")
+
+
+def test_a_broken_worker_hands_back_both_problems_in_flight(tmp_path: Path) -> None:
+    spec = parse_spec(SPEC.replace("m = [16, 32]", "m = [16, 32, 64, 128]"))
+    good, bad = RecordingWorker(), BrokenWorker()
+    checker = SlowCompiles(slow_m=16, compile_s=0.05)
+    with Store(str(tmp_path / "b.db")) as store:
+        report = run_sweep(spec, store, TARGET, workers=[bad, good], checker=checker)  # type: ignore[arg-type]
+        trials = store.trials()
+    assert sorted(m for m, _ in good.log) == sorted([16, 32, 64, 128] * 6)  # the good worker ran them all
+    assert sorted(p.problem.M for p in report.problems if p.ran == 6) == [16, 32, 64, 128]
+    assert len(trials) == 24 and len({(t.problem.M, t.config.digest()) for t in trials}) == 24
