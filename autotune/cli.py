@@ -766,7 +766,12 @@ def _plan(args: argparse.Namespace) -> int:
         if store is not None:
             store.close()
     total = sum(r.est_s for r in rows)
-    gpus = 1 if compile_only else (args.gpus or _visible_gpu_count())
+    if compile_only:
+        gpus = 1
+    else:
+        from autotune.workers import visible_devices
+
+        gpus = args.gpus or max(1, len(visible_devices()))
     wall = makespan([r.est_s for r in rows], gpus)
     if args.json:
         doc = {
@@ -795,12 +800,6 @@ def _plan(args: argparse.Namespace) -> int:
         "(the static checks may prune more once configs are compiled)"
     )
     return EXIT_OK
-
-
-def _visible_gpu_count() -> int:
-    import torch
-
-    return max(1, torch.cuda.device_count()) if torch.cuda.is_available() else 1
 
 
 def _fmt_duration(seconds: float) -> str:

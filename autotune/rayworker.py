@@ -158,13 +158,13 @@ class RayWorker:
         log.info("%s: Ray actor pid %d on %s, %s", self.name, pid, node, target)
 
     def _kill(self) -> None:
-        actor, self._actor = self._actor, None
-        pending, self._pending = self._pending, None
-        for a in (actor, pending[0] if pending else None):
-            if a is not None:
+        actors = [self._actor, self._pending[0] if self._pending else None]
+        self._actor = self._pending = None
+        for actor in actors:
+            if actor is not None:
                 import ray
 
-                ray.kill(a, no_restart=True)
+                ray.kill(actor, no_restart=True)
 
     def close(self) -> None:
         self._closed = True

@@ -151,14 +151,14 @@ class Runner:
             while True:
                 if self.should_stop is not None and self.should_stop():
                     raise SweepStopped
-                self._ready_first(problem, search, done)
+                self._look_ahead(op, problem, search, done)
                 config = search.ask()
                 if config is None:
                     break
                 result = done.get(config.digest())
                 if result is not None:
                     report.cached += 1
-                elif (pruned := self._static_check(op, problem, config, search, done)) is not None:
+                elif (pruned := self._static_check(op, problem, config)) is not None:
                     result = pruned
                     self._record(problem, kernels[config.backend], result)
                     for check in result.extra["static"]:
@@ -188,13 +188,16 @@ class Runner:
             report.wall_s = time.perf_counter() - t0
         return report
 
-    def _ready_first(self, problem: Problem, search: Strategy, done: dict[str, TrialResult]) -> None:
-        """When the next config still compiles but a later queued one is ready (compiled, or stored),
-        measure that one first: the GPU does not wait on a slow compile. Strategies that learn from
-        results keep their order."""
+    def _look_ahead(
+        self, op: TunableOp, problem: Problem, search: Strategy, done: dict[str, TrialResult]
+    ) -> None:
+        """Queues compiles of the configs the strategy will ask next; when the next one still compiles but
+        a later one is ready (compiled, or stored), that one is measured first: the GPU does not wait on a
+        slow compile. Strategies that learn from results keep their order (and say nothing ahead)."""
         if self.checker is None:
             return
         ahead = search.upcoming(self.checker.lookahead)
+        self.checker.prefetch(op, problem, [c for c in ahead if c.digest() not in done])
         if len(ahead) < 2 or self._is_ready(problem, ahead[0], done):
             return
         ready = next((c for c in ahead[1:] if self._is_ready(problem, c, done)), None)
@@ -205,16 +208,12 @@ class Runner:
         assert self.checker is not None
         return config.digest() in done or self.checker.ready(problem, config)
 
-    def _static_check(
-        self, op: TunableOp, problem: Problem, config: Config, search: Strategy, done: dict[str, TrialResult]
-    ) -> TrialResult | None:
-        """A `pruned` result when the static checks flag `config`, else None; queues compiles ahead."""
+    def _static_check(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult | None:
+        """A `pruned` result when the static checks flag `config` (waiting for its compile), else None."""
         if self.checker is None:
             return None
         from autotune.checker import finding_text
 
-        ahead = [c for c in search.upcoming(self.checker.lookahead) if c.digest() not in done]
-        self.checker.prefetch(op, problem, ahead)
         findings = self.checker.findings(op, problem, config)
         if not findings:
             return None

@@ -224,8 +224,8 @@ class ProcessWorker:
 
     The child is started by `start()` (without waiting) or on first use, and replaced after it dies; a
     trial that kills it is answered `crashed`, one that runs past `timeout_s` is answered `timeout` and
-    the child is killed. The child's
-    stdout and stderr go to `log_path` (appended), whose last lines are kept in a crashed trial's error.
+    the child is killed. The child's stdout and stderr go to `log_path` (appended), whose last lines are
+    kept in a crashed trial's error.
     After `MAX_CONSECUTIVE_CRASHES` crashed trials in a row WorkerError is raised: the GPU, not the
     configs, is at fault. The parent and child talk over a pipe; the child ignores Ctrl-C (the parent
     decides) and exits when the parent dies. Trials run one at a time (the sweep's threads sharing a

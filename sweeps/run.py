@@ -314,7 +314,7 @@ def _run_on_workers(
                 entry, problem, budget = item
                 op = entry.op_for(problem)
                 if checker is not None:  # this problem's first compiles, then the next problem's
-                    _compile_ahead(checker, entry, problem)
+                    _compile_ahead(checker, entry, problem)  # (queued first, so they are compiled first)
                     if (following := queue.peek()) is not None:
                         _compile_ahead(checker, *following)
                 ticket = lane.join()
