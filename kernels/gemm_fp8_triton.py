@@ -6,8 +6,9 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
   applied once in the epilogue;
 - blockwise (BLOCKWISE True): A scales per 1x128 group (M, K/128), B scales per 128x128 block
   (cdiv(N, 128), K/128); each K sub-tile of at most 128 lies in one group, and its partial product is
-  scaled before it joins the accumulator. A BLOCK_K over 128 runs several sub-tiles per iteration, so
-  decode shapes still get wide K tiles.
+  scaled before it joins the accumulator (one fused multiply-add; with BLOCK_N dividing 128 the B scale
+  of a sub-tile is one number, so the scale is a per-row vector). A BLOCK_K over 128 runs several
+  sub-tiles per iteration, so decode shapes still get wide K tiles.
 
 Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
 deterministic reduce kernel), NUM_XCDS, num_warps, num_stages, and on AMD matrix_instr_nonkdim,
@@ -63,8 +64,10 @@ def gemm_fp8_kernel(
     BLOCKWISE: tl.constexpr,
     SCALE_BLOCK: tl.constexpr = 128,
     DOT_F32: tl.constexpr = False,
+    B_SCALE_VECTOR: tl.constexpr = False,
 ):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace."""
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
+    B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -87,9 +90,15 @@ def gemm_fp8_kernel(
     offs_k = tl.arange(0, SUB)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + offs_n[None, :] * stride_bn + (k_start + offs_k)[:, None] * stride_bk
+    # Blockwise with BLOCK_N dividing the scale block: the tile's columns share one B scale per K group,
+    # so each partial product is scaled by one per-row vector in a single fused multiply-add.
+    ONE_B: tl.constexpr = SCALE_BLOCK % BLOCK_N == 0 and not B_SCALE_VECTOR
     if BLOCKWISE:
         as_ptrs = as_ptr + offs_m * stride_asm
-        bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
+        if ONE_B:
+            bs_ptrs = bs_ptr + (pid_n * BLOCK_N // SCALE_BLOCK) * stride_bsn
+        else:
+            bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(k_span, BLOCK_K)):
@@ -109,8 +118,12 @@ def gemm_fp8_kernel(
                 group = (k_start + kk) // SCALE_BLOCK
                 k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
                 a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
-                b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
-                acc += tl.dot(a, b) * a_s[:, None] * b_s[None, :]
+                if ONE_B:
+                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=k_at < K, other=0.0)
+                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
+                else:
+                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
+                    acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
             else:
                 acc = tl.dot(a, b, acc)
 

@@ -153,6 +153,8 @@ CASES = [
      [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4)]),
     ("gemm_fp8_blockwise", 20, 48, 384,
      [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2)]),
+    # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256)
+    ("gemm_fp8_blockwise", 8, 272, 256, [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
     ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
