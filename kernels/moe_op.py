@@ -147,7 +147,7 @@ class MoeOp:
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        from autotune.kernels.moe_ref import route, routing_logits
+        from autotune.kernels.moe_ref import align_block_size, route, routing_logits
 
         if config.backend == "torch":
             return []
@@ -156,28 +156,31 @@ class MoeOp:
         act = _act_dtype(problem.dtype_a)
         fp8 = problem.dtype_b == "fp8e4m3"
         wdtype = _fp8_dtype("cuda", target) if fp8 else act
-        # The routing is real (it decides the padded lengths the launches get); weights, activations and
-        # output are uninitialised CPU tensors of the real shapes that nothing reads.
+        # The routing is real (it decides the padded lengths the launches get) and aligned here on the
+        # CPU; every tensor the launches get is on the meta device: shapes and strides, no data, so
+        # recording costs nothing (the FP8 activation quantization between the GEMMs included).
         x, out = _phantom((M, K), act), _phantom((M, K), act)
         w1, w2 = _phantom((E, 2 * N, K), wdtype), _phantom((E, K, N), wdtype)
         gen = torch.Generator().manual_seed(0)
         weights, ids = route(routing_logits(M, E, zipf=self.zipf, generator=gen), problem.topk)
+        sorted_ids, expert_ids, num_padded = align_block_size(ids, int(config["BLOCK_SIZE_M"]), E)
+        alignment = (sorted_ids.to("meta"), expert_ids.to("meta"), num_padded)
         scales: tuple[Any, Any] = (None, None)
         if fp8:
             nb, kb = -(-N // FP8_BLOCK), -(-K // FP8_BLOCK)
             scales = (_phantom((E, 2 * nb, kb), torch.float32), _phantom((E, kb, nb), torch.float32))
         calls: list[KernelCall] = []
-        run = _triton_launch(config, target, (x, w1, w2, weights, ids, *scales), out, calls=calls)
+        inputs = (x, w1, w2, weights.to("meta"), ids.to("meta"), *scales)
+        run = _triton_launch(config, target, inputs, out, calls=calls, alignment=alignment)
         run()
         return calls
 
 
 def _phantom(shape: tuple[int, ...], dtype: Any) -> Any:
-    """An uninitialised CPU tensor of `shape`: its pages are never touched (the launches are only
-    recorded), so it costs address space, not memory."""
+    """A tensor of `shape` on the meta device: what a recorded launch needs, without data."""
     import torch
 
-    return torch.empty(shape, dtype=dtype)
+    return torch.empty(shape, dtype=dtype, device="meta")
 
 
 def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
@@ -191,7 +194,12 @@ def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
 
 
 def _triton_launch(
-    config: Config, target: Target, inputs: Inputs, out: torch.Tensor, calls: list[KernelCall] | None = None
+    config: Config,
+    target: Target,
+    inputs: Inputs,
+    out: torch.Tensor,
+    calls: list[KernelCall] | None = None,
+    alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
 ) -> Launch:
     from autotune.kernels import moe_triton
     from autotune.kernels.moe_ref import align_block_size
@@ -205,7 +213,8 @@ def _triton_launch(
     cfg.pop("backend", None)
     # The routing's block alignment depends only on the routing and BLOCK_SIZE_M: done once here, as a
     # serving engine does once per batch, so the timed launch reads nothing back from the GPU.
-    alignment = align_block_size(ids, int(cfg["BLOCK_SIZE_M"]), w1.shape[0])
+    if alignment is None:
+        alignment = align_block_size(ids, int(cfg["BLOCK_SIZE_M"]), w1.shape[0])
 
     def launch() -> None:
         moe_triton.fused_moe(

@@ -121,5 +121,37 @@ def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
 
 
+@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3"])
+def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights: str) -> None:
+    """The compile pool's recording (meta tensors, nothing computed) specializes the kernels exactly as a
+    launch on real tensors with the same routing does: same launches, arguments and constexprs."""
+    import torch
+
+    from autotune.kernels.base import KernelCall
+    from autotune.kernels.moe_op import _triton_launch
+    from autotune.kernels.moe_ref import route, routing_logits
+
+    target = Target.for_arch("sm_90")
+    problem = Problem.moe(40, 256, 384, 8, 2, weights=weights)
+    config = moe_default_config(problem, target)
+    recorded = MOE.kernel_calls(problem, config, target)
+    x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cpu", seed=1)
+    gen = torch.Generator().manual_seed(0)  # the routing kernel_calls uses
+    topk_weights, ids = route(routing_logits(problem.M, problem.E, generator=gen), problem.topk)
+    real: list[KernelCall] = []
+    out = MOE.make_output(problem, "cpu")
+    _triton_launch(config, target, (x, w1, w2, topk_weights, ids, w1s, w2s), out, calls=real)()
+
+    def signature(call: KernelCall) -> list[object]:
+        tensor = torch.Tensor
+        return [(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, tensor) else a for a in call.args]
+
+    assert len(recorded) == len(real) == 2
+    for mine, theirs in zip(recorded, real, strict=True):
+        assert mine.fn is theirs.fn and mine.kwargs == theirs.kwargs
+        assert signature(mine) == signature(theirs)
+        assert all(a.is_meta for a in mine.args if isinstance(a, torch.Tensor))
+
+
 def test_moe_is_a_registered_op() -> None:
     assert get_op("moe") is MOE and MOE.backends(Target.for_arch("sm_90")) == ("torch", "triton")
