@@ -315,20 +315,13 @@ def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
 COMPILE_NICENESS = 10
 
 
-def _worker_init(slots: Any = None) -> None:
-    """Each compile process runs niced, on a core of its own where it can: pinned to one core, the
-    compiler's own thread pools (MLIR, LLVM) size themselves to it instead of to the whole machine, so
-    that a pool of processes does not oversubscribe the cores."""
+def _worker_init() -> None:
+    """Each compile process runs niced: compiling ahead is background work. It is not pinned to a core:
+    a compile runs some threads of its own, and on one core those cost more than they give (measured in
+    `benchmarks/compile_scaling.py`: a lone compile 3.4x slower pinned, a full pool no faster)."""
     os.environ.pop("TRITON_INTERPRET", None)
     with contextlib.suppress(AttributeError, OSError):  # no nice() here: the same priority
         os.nice(COMPILE_NICENESS)
-    if slots is not None and hasattr(os, "sched_setaffinity"):
-        with slots.get_lock():
-            slot = slots.value
-            slots.value += 1
-        cores = sorted(os.sched_getaffinity(0))
-        with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, {cores[slot % len(cores)]})
 
 
 def _warm_job() -> int:
@@ -353,10 +346,6 @@ def _compile_job(
     return compile_features(op, problem, config, target)
 
 
-def _cores() -> set[int]:
-    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
-
-
 class CompilePool:
     """Compiles configs for one target on worker processes (one per CPU core unless told otherwise).
 
@@ -373,10 +362,6 @@ class CompilePool:
         self.target = target
         self.workers = max(1, workers or os.cpu_count() or 1)
         self._context = multiprocessing.get_context("spawn")
-        #: Pin each compile process to a core of its own (while there are cores to go round; one core
-        #: is left to the processes that measure).
-        self.pin = self.workers < len(_cores())
-        self._slots = self._context.Value("i", 0)
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
@@ -386,7 +371,6 @@ class CompilePool:
                 max_workers=self.workers,
                 mp_context=self._context,
                 initializer=_worker_init,
-                initargs=(self._slots,) if self.pin else (None,),
             )
         finally:
             if saved is not None:

@@ -7,9 +7,10 @@ the pool compiles (the MoE sweep of `sweep_throughput.py`). This script measures
   time of /proc/stat (a virtual machine whose cores are shared shows steal);
 - a pure-Python busy loop on k processes at once (what k cores give to CPU-bound work);
 - the same configs of the throughput sweep's problems compiled for the target (the local GPU's, else
-  `--arch`) by pools of k processes, each pool on a cold Triton cache, pinned as `CompilePool` pins, and
-  for the largest k also unpinned: configs per second, and each compile's wall and CPU seconds (its own
-  and its children's, ptxas).
+  `--arch`) by pools of k processes (niced, as `CompilePool`'s), each pool on a cold Triton cache,
+  unpinned as `CompilePool`'s and pinned to a core each: configs per second, and each compile's wall and CPU
+  seconds (its own and its children's, ptxas): CPU seconds over wall seconds above 1 means the compiler
+  ran threads of its own.
 
 Prints a short table last; details go to OUT/compile_scaling.json.
 
@@ -61,7 +62,29 @@ def _timed_compile(op_name: str, problem: Any, config: Any, target: Any) -> dict
         + after.children_system
         - before.children_system,
         "ok": float(features.compiled),
+        "threads": float(_threads()),
     }
+
+
+def _threads() -> int:
+    """OS threads of this process now (compiler thread pools stay once started)."""
+    try:
+        status = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status if line.startswith("Threads:")), 0)
+
+
+def _pinned_init(slots: Any) -> None:
+    """A compile process as CompilePool starts one, then pinned to a core of its own."""
+    from autotune.compile import _worker_init
+
+    _worker_init()
+    with slots.get_lock():
+        slot = slots.value
+        slots.value += 1
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[slot % len(cores)]})
 
 
 def _warm() -> int:
@@ -145,12 +168,14 @@ def sample_configs(op_name: str, count: int, target: Any, seed: int = 7) -> list
 def compile_scaling(
     jobs: list[tuple[str, Any, Any]], target: Any, procs: list[int], root: Path, single_max: int
 ) -> list[dict[str, Any]]:
-    """Configs per second of pools of k processes, each on a cold cache; the last k also unpinned."""
+    """Configs per second of pools of k processes, each on a cold cache; the first and last k also
+    pinned to a core each (where there are cores to go round)."""
     import multiprocessing
 
-    from autotune.compile import _cores, _worker_init
+    from autotune.compile import _worker_init
 
-    runs = [(k, True) for k in procs] + [(procs[-1], False)]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    runs = [(k, False) for k in procs] + [(k, True) for k in sorted({procs[0], procs[-1]}) if k < cores]
     rows = []
     for k, pinned in runs:
         subset = jobs[:single_max] if k == 1 else jobs
@@ -158,10 +183,10 @@ def compile_scaling(
         os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the pool's processes
         context = multiprocessing.get_context("spawn")
         slots = context.Value("i", 0)
-        pin = pinned and k < len(_cores())
-        with ProcessPoolExecutor(
-            max_workers=k, mp_context=context, initializer=_worker_init, initargs=(slots if pin else None,)
-        ) as pool:
+        pin = pinned
+        init: Any = _pinned_init if pin else _worker_init
+        initargs: Any = (slots,) if pin else ()
+        with ProcessPoolExecutor(k, mp_context=context, initializer=init, initargs=initargs) as pool:
             wait([pool.submit(_warm) for _ in range(k)])  # every process up and imported
             before, t0 = _proc_stat(), time.perf_counter()
             futures = [pool.submit(_timed_compile, name, p, c, target) for name, p, c in subset]
@@ -179,6 +204,7 @@ def compile_scaling(
             "compile_children_cpu_s_median": statistics.median(r["children_cpu_s"] for r in results),
             "compile_wall_s_sum": sum(r["wall_s"] for r in results),
             "compile_cpu_s_sum": sum(r["cpu_s"] + r["children_cpu_s"] for r in results),
+            "threads_max": max(int(r["threads"]) for r in results),
             "stat": _stat_delta(before, _proc_stat()),
         })  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)

@@ -361,24 +361,19 @@ def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> No
     assert len(pool.order) == 6
 
 
-def test_compile_processes_pin_to_a_core_each_when_cores_go_round() -> None:
-    """Pinned, a compile process's compiler threads size themselves to one core (no oversubscription)."""
+def test_compile_processes_run_niced_on_every_core() -> None:
+    """Compiling ahead is background work (a lower priority than the GPU workers), free to use every core
+    the sweep may use: a compile runs threads of its own, which one pinned core would serialize."""
     import os
 
-    from autotune.compile import CompilePool, _cores
+    from autotune.compile import COMPILE_NICENESS, CompilePool
 
-    if len(_cores()) < 2 or not hasattr(os, "sched_getaffinity"):
-        pytest.skip("needs two cores and sched_getaffinity")
-    pool = CompilePool(Target.for_arch("sm_90"), workers=len(_cores()) - 1)
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("needs sched_getaffinity")
+    pool = CompilePool(Target.for_arch("sm_90"), workers=2)
     try:
-        assert pool.pin
-        futures = [pool._pool.submit(os.sched_getaffinity, 0) for _ in range(8)]
-        assert all(len(f.result(timeout=120)) == 1 for f in futures)
+        futures = [pool._pool.submit(os.sched_getaffinity, 0) for _ in range(4)]
+        assert all(f.result(timeout=120) == os.sched_getaffinity(0) for f in futures)
+        assert pool._pool.submit(os.nice, 0).result(timeout=120) == os.nice(0) + COMPILE_NICENESS
     finally:
         pool.close()
-    unpinned = CompilePool(Target.for_arch("sm_90"), workers=len(_cores()))
-    try:
-        assert not unpinned.pin
-        assert unpinned._pool.submit(os.sched_getaffinity, 0).result(timeout=120) == _cores()
-    finally:
-        unpinned.close()
