@@ -8,7 +8,8 @@ the pool compiles (the MoE sweep of `sweep_throughput.py`). This script measures
 - a pure-Python busy loop on k processes at once (what k cores give to CPU-bound work);
 - the same configs of the throughput sweep's problems compiled for the target (the local GPU's, else
   `--arch`) by pools of k processes (niced, as `CompilePool`'s), each pool on a cold Triton cache,
-  unpinned as `CompilePool`'s and pinned to a core each: configs per second, and each compile's wall and CPU
+  unpinned as `CompilePool`'s and pinned to a core each (from core 0 up, and from the last core down):
+  configs per second, and each compile's wall and CPU
   seconds (its own and its children's, ptxas): CPU seconds over wall seconds above 1 means the compiler
   ran threads of its own.
 
@@ -75,15 +76,16 @@ def _threads() -> int:
     return next((int(line.split()[1]) for line in status if line.startswith("Threads:")), 0)
 
 
-def _pinned_init(slots: Any) -> None:
-    """A compile process as CompilePool starts one, then pinned to a core of its own."""
+def _pinned_init(slots: Any, from_top: bool) -> None:
+    """A compile process as CompilePool starts one, then pinned to a core of its own: the first cores up
+    (core 0 first), or from the top down."""
     from autotune.compile import _worker_init
 
     _worker_init()
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
-    cores = sorted(os.sched_getaffinity(0))
+    cores = sorted(os.sched_getaffinity(0), reverse=from_top)
     os.sched_setaffinity(0, {cores[slot % len(cores)]})
 
 
@@ -165,27 +167,38 @@ def sample_configs(op_name: str, count: int, target: Any, seed: int = 7) -> list
     return picked
 
 
+def _compile_once(jobs: list[tuple[str, Any, Any]], target: Any, root: Path) -> None:
+    import multiprocessing
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="cache-warm-", dir=root)
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        wait([pool.submit(_timed_compile, name, p, c, target) for name, p, c in jobs])
+
+
 def compile_scaling(
     jobs: list[tuple[str, Any, Any]], target: Any, procs: list[int], root: Path, single_max: int
 ) -> list[dict[str, Any]]:
     """Configs per second of pools of k processes, each on a cold cache; the first and last k also
-    pinned to a core each (where there are cores to go round)."""
+    pinned to a core each (where there are cores to go round), from core 0 up ("low") and from the last
+    core down ("high")."""
     import multiprocessing
 
     from autotune.compile import _worker_init
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-    runs = [(k, False) for k in procs] + [(k, True) for k in sorted({procs[0], procs[-1]}) if k < cores]
+    ends = sorted({procs[0], procs[-1]})
+    runs = [(k, "") for k in procs] + [(k, pin) for k in ends for pin in ("low", "high") if k < cores]
     rows = []
+    _compile_once(jobs[:2], target, root)  # the compiler's files in the page cache: no run pays for it
     for k, pinned in runs:
         subset = jobs[:single_max] if k == 1 else jobs
-        cache = Path(tempfile.mkdtemp(prefix=f"cache-{k}-{int(pinned)}-", dir=root))
+        cache = Path(tempfile.mkdtemp(prefix=f"cache-{k}-{pinned or 'no'}-", dir=root))
         os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the pool's processes
         context = multiprocessing.get_context("spawn")
         slots = context.Value("i", 0)
         pin = pinned
         init: Any = _pinned_init if pin else _worker_init
-        initargs: Any = (slots,) if pin else ()
+        initargs: Any = (slots, pin == "high") if pin else ()
         with ProcessPoolExecutor(k, mp_context=context, initializer=init, initargs=initargs) as pool:
             wait([pool.submit(_warm) for _ in range(k)])  # every process up and imported
             before, t0 = _proc_stat(), time.perf_counter()
@@ -258,7 +271,7 @@ def main() -> int:
           f"{'cpu/compile':>11} {'steal s':>7} {'iowait s':>8}")  # fmt: skip
     for row in compiles:
         print(
-            f"{row['procs']:>5} {row['pinned']!s:>6} {row['configs']:>7} {row['configs_per_s']:>6.2f} "
+            f"{row['procs']:>5} {row['pinned'] or 'no':>6} {row['configs']:>7} {row['configs_per_s']:>6.2f} "
             f"{row['configs_per_s'] / base:>8.2f} {row['compile_wall_s_median']:>12.2f} "
             f"{row['compile_cpu_s_median'] + row['compile_children_cpu_s_median']:>11.2f} "
             f"{row['stat'].get('steal', 0):>7.1f} {row['stat'].get('iowait', 0):>8.1f}"
