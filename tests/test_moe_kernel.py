@@ -122,6 +122,9 @@ FP8_CASES = [
     (5, 4, 128, 128, 2, 1.2, cfg(bm=16, bn=64, bk=64, group_m=4)),
     (33, 8, 128, 128, 2, 0.0, cfg(bm=32, bn=32, bk=32)),
     (5, 4, 64, 192, 2, 1.0, cfg(bn=64, bk=64)),  # partial scale blocks: 2N = 128 rows, K = 1.5 blocks
+    # two scale blocks each for gate, up and down rows: one B scale per tile (64), several (256)
+    (3, 4, 256, 256, 2, 0.0, cfg(bn=64, bk=64)),
+    (3, 4, 256, 256, 2, 0.0, cfg(bn=256, bk=64)),
 ]
 
 
