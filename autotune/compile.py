@@ -315,10 +315,31 @@ def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
 COMPILE_NICENESS = 10
 
 
-def _worker_init() -> None:
-    """Each compile process runs niced: compiling ahead is background work. It is not pinned to a core:
-    a compile runs some threads of its own, which one core serializes (`benchmarks/compile_scaling.py`
-    on the H100 host: 15 processes compiled 3.82 configs/s unpinned, 3.36 to 3.42 pinned)."""
+#: What the fork server imports once (Linux), so that a compile process starts as a fork of it instead
+#: of importing torch and Triton itself: a pool of 15 is up in about the time one import takes.
+PRELOAD = ("torch", "triton", "autotune.compile", "autotune.kernels")
+
+
+def _pool_context() -> Any:
+    """A fork server preloaded with PRELOAD where the platform has one, else spawn."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # applies when the server starts (in _start)
+    return context
+
+
+def _worker_init(env: dict[str, str] | None = None) -> None:
+    """Each compile process takes the sweep's environment as it was when the pool started (a fork
+    server's children would inherit the server's), without TRITON_INTERPRET, and runs niced: compiling
+    ahead is background work. It is not pinned to a core: a compile runs some threads of its own, which
+    one core serializes (`benchmarks/compile_scaling.py` on the H100 host: 15 processes compiled 3.82
+    configs/s unpinned, 3.36 to 3.42 pinned)."""
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     os.environ.pop("TRITON_INTERPRET", None)
     with contextlib.suppress(AttributeError, OSError):  # no nice() here: the same priority
         os.nice(COMPILE_NICENESS)
@@ -349,28 +370,34 @@ def _compile_job(
 class CompilePool:
     """Compiles configs for one target on worker processes (one per CPU core unless told otherwise).
 
-    Workers are spawned without TRITON_INTERPRET, so this works inside an interpreter session too.
+    Workers start without TRITON_INTERPRET (forks of a preloaded fork server on Linux, else spawned), so
+    this works inside an interpreter session too.
     `submit` returns a Future of StaticFeatures; `map` yields (config, features) in completion order.
     Compiling for the local GPU also fills Triton's on-disk cache, so the launch that follows in the
     measuring process loads the binary instead of compiling it.
     """
 
     def __init__(self, target: Target, workers: int | None = None) -> None:
-        import multiprocessing
 
         check_compilable(target)
         self.target = target
         self.workers = max(1, workers or os.cpu_count() or 1)
-        self._context = multiprocessing.get_context("spawn")
+        self._context = _pool_context()
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
         saved = os.environ.pop("TRITON_INTERPRET", None)
         try:
+            if self._context.get_start_method() == "forkserver":
+                from multiprocessing import forkserver
+
+                # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions.
+                forkserver.ensure_running()
             return ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=self._context,
                 initializer=_worker_init,
+                initargs=(dict(os.environ),),
             )
         finally:
             if saved is not None:

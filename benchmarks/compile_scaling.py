@@ -76,12 +76,12 @@ def _threads() -> int:
     return next((int(line.split()[1]) for line in status if line.startswith("Threads:")), 0)
 
 
-def _pinned_init(slots: Any, from_top: bool) -> None:
+def _pinned_init(env: dict[str, str], slots: Any, from_top: bool) -> None:
     """A compile process as CompilePool starts one, then pinned to a core of its own: the first cores up
     (core 0 first), or from the top down."""
     from autotune.compile import _worker_init
 
-    _worker_init()
+    _worker_init(env)
     with slots.get_lock():
         slot = slots.value
         slots.value += 1
@@ -181,9 +181,9 @@ def compile_scaling(
     """Configs per second of pools of k processes, each on a cold cache; the first and last k also
     pinned to a core each (where there are cores to go round), from core 0 up ("low") and from the last
     core down ("high")."""
-    import multiprocessing
+    from multiprocessing import forkserver
 
-    from autotune.compile import _worker_init
+    from autotune.compile import _pool_context, _worker_init
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
     ends = sorted({procs[0], procs[-1]})
@@ -193,12 +193,15 @@ def compile_scaling(
     for k, pinned in runs:
         subset = jobs[:single_max] if k == 1 else jobs
         cache = Path(tempfile.mkdtemp(prefix=f"cache-{k}-{pinned or 'no'}-", dir=root))
-        os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the pool's processes
-        context = multiprocessing.get_context("spawn")
+        os.environ["TRITON_CACHE_DIR"] = str(cache)  # handed to the pool's processes
+        context = _pool_context()  # as CompilePool starts its processes
+        if context.get_start_method() == "forkserver":
+            forkserver.ensure_running()
         slots = context.Value("i", 0)
         pin = pinned
+        env = dict(os.environ)
         init: Any = _pinned_init if pin else _worker_init
-        initargs: Any = (slots, pin == "high") if pin else ()
+        initargs: Any = (env, slots, pin == "high") if pin else (env,)
         with ProcessPoolExecutor(k, mp_context=context, initializer=init, initargs=initargs) as pool:
             wait([pool.submit(_warm) for _ in range(k)])  # every process up and imported
             before, t0 = _proc_stat(), time.perf_counter()

@@ -377,3 +377,22 @@ def test_compile_processes_run_niced_on_every_core() -> None:
         assert pool._pool.submit(os.nice, 0).result(timeout=120) == os.nice(0) + COMPILE_NICENESS
     finally:
         pool.close()
+
+
+def test_compile_processes_get_the_environment_of_their_pool_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server outlives the pool that started it: each pool's processes must still see the sweep's
+    environment as it was when that pool started (TRITON_CACHE_DIR above all), never TRITON_INTERPRET."""
+    import os
+
+    from autotune.compile import CompilePool
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    for value in ("first", "second"):
+        monkeypatch.setenv("AUTOTUNE_TEST_PROBE", value)
+        pool = CompilePool(Target.for_arch("sm_90"), workers=1)
+        try:
+            assert pool._pool.submit(os.getenv, "AUTOTUNE_TEST_PROBE").result(timeout=120) == value
+            assert pool._pool.submit(os.getenv, "TRITON_INTERPRET").result(timeout=120) is None
+        finally:
+            pool.close()
+    assert os.environ["TRITON_INTERPRET"] == "1"
