@@ -317,7 +317,7 @@ COMPILE_NICENESS = 10
 
 #: What the fork server imports once (Linux), so that a compile process starts as a fork of it instead
 #: of importing torch and Triton itself: a pool of 15 is up in about the time one import takes.
-PRELOAD = ("torch", "triton", "autotune.compile", "autotune.kernels")
+PRELOAD = ("torch", "triton", "autotune.compile", "autotune.kernels", "autotune.compile_preload")
 
 
 def _pool_context() -> Any:

@@ -130,6 +130,9 @@ def _quantize_blocks(w: Tensor, block: tuple[int, int], fp8_dtype: torch.dtype) 
         raise ValueError(f"block sizes must be >= 1, got {block}")
     *lead, R, C = w.shape
     nr, nc = _cdiv(R, br), _cdiv(C, bc)
+    if w.is_meta:  # shapes only (a compile-only recording): the contiguous layouts computed below
+        meta = torch.empty(w.shape, dtype=fp8_dtype, device="meta")
+        return meta, torch.empty((*lead, nr, nc), dtype=torch.float32, device="meta")
     wf = w.float()
     wp = torch.nn.functional.pad(wf, (0, nc * bc - C, 0, nr * br - R))  # zeros do not change the amax
     blocks = wp.reshape(*lead, nr, br, nc, bc)

@@ -1,0 +1,38 @@
+"""What the compile pool's fork server loads once (Linux): each compile process, a fork of the server,
+starts with it in memory instead of loading it at its first compile.
+
+Imported for this side effect only (`autotune.compile.PRELOAD`): the kernels and their ops, Triton's
+compiler and its backends and Triton's own key (a hash of its files that every compile looks up). Nothing
+here may start a thread: the server forks (torch's meta kernels, which pull in torch._dynamo, do start
+threads, so recording a launch is left to the compile processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+
+MODULES = (
+    "autotune.kernels.gemm_op",
+    "autotune.kernels.gemm_triton",
+    "autotune.kernels.gemm_tma",
+    "autotune.kernels.gemm_quant_op",
+    "autotune.kernels.gemm_fp8_triton",
+    "autotune.kernels.gemm_mx_triton",
+    "autotune.kernels.moe_op",
+    "autotune.kernels.moe_triton",
+    "triton.compiler.compiler",
+    "triton.backends.nvidia.compiler",
+    "triton.backends.amd.compiler",
+)
+
+for _name in MODULES:
+    with contextlib.suppress(ImportError):  # a backend this Triton lacks
+        importlib.import_module(_name)
+
+for _name in ("triton.runtime.cache", "triton.compiler.compiler"):  # where it lives, by release
+    with contextlib.suppress(Exception):
+        _key = getattr(importlib.import_module(_name), "triton_key", None)
+        if _key is not None:
+            _key()
+            break
