@@ -26,8 +26,9 @@ MODULES = (
     "triton.backends.amd.compiler",
 )
 
+# Nothing here may fail either: an exception would stop the fork server, and with it every compile.
 for _name in MODULES:
-    with contextlib.suppress(ImportError):  # a backend this Triton lacks
+    with contextlib.suppress(Exception):  # e.g. a backend this Triton lacks
         importlib.import_module(_name)
 
 for _name in ("triton.runtime.cache", "triton.compiler.compiler"):  # where it lives, by release

@@ -396,3 +396,29 @@ def test_compile_processes_get_the_environment_of_their_pool_start(monkeypatch: 
         finally:
             pool.close()
     assert os.environ["TRITON_INTERPRET"] == "1"
+
+
+def test_the_fork_server_preload_starts_no_thread() -> None:
+    """The compile pool's fork server forks after importing PRELOAD: a thread started there could hold a
+    lock at the fork and hang every compile process (torch's meta kernels do start threads)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/proc/self/task").exists():
+        pytest.skip("counts threads through /proc")
+    from autotune.compile import PRELOAD
+
+    script = (
+        "import importlib, os\n"
+        f"for name in {list(PRELOAD[:-1])!r}: importlib.import_module(name)\n"
+        "before = len(os.listdir('/proc/self/task'))\n"
+        f"importlib.import_module({PRELOAD[-1]!r})\n"
+        "print(before, len(os.listdir('/proc/self/task')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, after = (int(x) for x in out.stdout.split())
+    assert after == before
