@@ -149,9 +149,9 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         method = bench.method_for(p) or "auto"
         dbench = Benchmarker(
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
-        )  # type: ignore[arg-type]
+        )
         disp = interleaved_medians(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
-        res = {k: (*v, method) for k, v in res.items()} | {k: (*v, method) for k, v in disp.items()}
+        timed = {k: (*v, method) for k, v in res.items()} | {k: (*v, method) for k, v in disp.items()}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(
             model=model,
@@ -165,7 +165,7 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
             else "default",
             tuned_config=tuned.canonical() if tuned else None,
         )
-        for name, (t, st, how) in res.items():
+        for name, (t, st, how) in timed.items():
             row[f"{name}_us"] = t
             row[f"{name}_status"] = st
             row[f"{name}_method"] = how
@@ -173,7 +173,7 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
             row[f"{name}_gbps"] = p.min_bytes() / t / 1e3 if t == t else math.nan
             row[f"{name}_roofline"] = roof / t if t == t and roof else math.nan
         rows.append(row)
-        print(f"[measure] {p}: " + ", ".join(f"{k} {v[0]:.2f}us" for k, v in res.items()), flush=True)
+        print(f"[measure] {p}: " + ", ".join(f"{k} {v[0]:.2f}us" for k, v in timed.items()), flush=True)
     out["shapes"] = rows
     return table
 
@@ -197,7 +197,7 @@ def policy_regret(store: Store, out: dict, quick: bool) -> None:
             p = Problem.gemm(m, n, k, "bf16")
             lo = max(x for x in ms if x <= m)
             hi = min(x for x in ms if x >= m)
-            times = {}
+            times: dict[int, float] = {}
             for bucket in {lo, hi}:
                 r = bench.run(p, buckets[bucket], full=True)
                 times[bucket] = r.time_us if r.ok and r.time_us else math.inf
@@ -222,7 +222,7 @@ def policy_regret(store: Store, out: dict, quick: bool) -> None:
             )
     summary = {}
     for policy in M_POLICIES:
-        vals = [r[policy] for r in results if r[policy] == r[policy] and math.isfinite(r[policy])]
+        vals = [float(v) for r in results if (v := r[policy]) is not None and math.isfinite(v)]
         summary[policy] = dict(
             geomean=math.exp(statistics.fmean(math.log(v) for v in vals)) if vals else math.nan,
             worst=max(vals) if vals else math.nan,

@@ -59,8 +59,8 @@ def main() -> int:
     print(f"{'shape':>18} {'path':>10} {'graph us':>9} {'events us':>9}")
     for p in shapes:
         for how in ("mm_out", "mm_alloc", "gemm"):
-            g = Benchmarker(_Path(how), target).run(p, Config(backend="torch"))  # type: ignore[arg-type]
-            e = Benchmarker(_Path(how), target, settings=events).run(p, Config(backend="torch"))  # type: ignore[arg-type]
+            g = Benchmarker(_Path(how), target).run(p, Config(backend="torch"))
+            e = Benchmarker(_Path(how), target, settings=events).run(p, Config(backend="torch"))
             print(
                 f"{p.M}x{p.N}x{p.K:>6} {how:>10} {g.time_us or float('nan'):9.2f} "
                 f"{e.time_us or float('nan'):9.2f}"
