@@ -392,7 +392,12 @@ class CompilePool:
                 from multiprocessing import forkserver
 
                 # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions.
-                forkserver.ensure_running()
+                try:
+                    forkserver.ensure_running()
+                except OSError:  # no fork server here (e.g. no Unix sockets): each process imports itself
+                    import multiprocessing
+
+                    self._context = multiprocessing.get_context("spawn")
             return ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=self._context,

@@ -422,3 +422,25 @@ def test_the_fork_server_preload_starts_no_thread() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     before, after = (int(x) for x in out.stdout.split())
     assert after == before
+
+
+def test_compile_pool_spawns_where_no_fork_server_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+    import os
+    from multiprocessing import forkserver
+
+    from autotune.compile import CompilePool
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork server on this platform")
+
+    def refuse() -> None:
+        raise OSError("no Unix sockets here")
+
+    monkeypatch.setattr(forkserver, "ensure_running", refuse)
+    pool = CompilePool(Target.for_arch("sm_90"), workers=1)
+    try:
+        assert pool._context.get_start_method() == "spawn"
+        assert pool._pool.submit(os.getpid).result(timeout=120) != os.getpid()
+    finally:
+        pool.close()
