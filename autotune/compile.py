@@ -378,7 +378,6 @@ class CompilePool:
     """
 
     def __init__(self, target: Target, workers: int | None = None) -> None:
-
         check_compilable(target)
         self.target = target
         self.workers = max(1, workers or os.cpu_count() or 1)
