@@ -14,7 +14,12 @@ if TYPE_CHECKING:
 
     from autotune.space import SearchSpace
 
-__all__ = ["Inputs", "KernelCall", "Launch", "Recorder", "TunableOp", "kernel_versions"]
+__all__ = ["FP_OPTIONS", "Inputs", "KernelCall", "Launch", "Recorder", "TunableOp", "kernel_versions"]
+
+#: Compile options every Triton launch of ours passes: floating-point contraction (fused multiply-add) on,
+#: whatever the installed Triton's default is (Triton 3.9 announces it will be off by default from 3.10),
+#: so that a tuned config runs the code it was tuned with.
+FP_OPTIONS = {"enable_fp_fusion": True}
 
 Inputs = Sequence["torch.Tensor"]
 Launch = Callable[[], None]

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from autotune.config import Config
+from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import AMD_LAUNCH_OPTIONS, REDUCE_BLOCK, _remap_xcd, splitk_reduce_kernel
 
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher"]
@@ -148,6 +149,7 @@ def _options(config: Config, is_amd: bool) -> dict[str, Any]:
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
+        **FP_OPTIONS,
     )
     stray = [k for k in AMD_LAUNCH_OPTIONS if k in config]
     if is_amd:
@@ -197,6 +199,8 @@ def quant_launcher(
         )  # fmt: skip
         if split_k > 1:
             mn = M * N
-            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK)
+            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](
+                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
+            )
 
     return launch

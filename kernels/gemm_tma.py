@@ -18,6 +18,7 @@ import triton
 import triton.language as tl
 
 from autotune.config import Config
+from autotune.kernels.base import FP_OPTIONS
 
 __all__ = ["gemm_tma_kernel", "tma_launcher"]
 
@@ -90,6 +91,7 @@ def tma_launcher(
         DOT_F32=interpret,
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)),
+        **FP_OPTIONS,
     )
     kernel, reduce_kernel = kernels or (gemm_tma_kernel, splitk_reduce_kernel)
 
@@ -116,7 +118,7 @@ def tma_launcher(
         if split_k > 1:
             mn = M * N
             reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK
+                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
             )
 
     return launch

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from autotune.config import Config
+from autotune.kernels.base import FP_OPTIONS
 
 __all__ = ["AMD_LAUNCH_OPTIONS", "gemm_kernel", "launcher", "splitk_reduce_kernel"]
 
@@ -145,6 +146,7 @@ def launcher(
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
+        **FP_OPTIONS,
     )
     if is_amd:
         opts.update({k: int(config[k]) for k in AMD_LAUNCH_OPTIONS if k in config})
@@ -208,7 +210,7 @@ def launcher(
         )
         mn = M * N
         reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK
+            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
         )
 
     return launch

@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from autotune.config import Value
+from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.moe_ref import (
     FP8_BLOCK,
     align_block_size,
@@ -225,7 +226,7 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         stray = [k for k in AMD_LAUNCH_OPTIONS if k in config]
         if stray:
             raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {dict(config)}")
-    return opts
+    return {**opts, **FP_OPTIONS}
 
 
 def fused_moe(

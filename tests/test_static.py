@@ -444,3 +444,26 @@ def test_compile_pool_spawns_where_no_fork_server_starts(monkeypatch: pytest.Mon
         assert pool._pool.submit(os.getpid).result(timeout=120) != os.getpid()
     finally:
         pool.close()
+
+
+def test_every_launch_pins_fp_contraction() -> None:
+    """Triton 3.9 announces fused multiply-add off by default from 3.10: every launch of ours asks for it,
+    so a config runs the code it was tuned with whatever Triton serves it."""
+    from autotune.kernels import get_op
+
+    target = Target.for_arch("sm_90")
+    problems = [
+        Problem.gemm(64, 512, 512, "bf16"),
+        Problem.quant("gemm_fp8_blockwise", 64, 512, 512),
+        Problem.quant("gemm_mxfp4", 64, 512, 512),
+        Problem.moe(16, 256, 256, 8, 2, weights="fp8e4m3"),
+    ]
+    for problem in problems:
+        op = get_op(problem.op)
+        config = op.default_config(problem, target)
+        for split_k in (1, 2) if "SPLIT_K" in config else (1,):
+            values = {k: v for k, v in config.items() if k != "SPLIT_K"}
+            if "SPLIT_K" in config:
+                values["SPLIT_K"] = split_k
+            calls = op.kernel_calls(problem, Config(values, backend=config.backend), target)
+            assert calls and all(c.kwargs.get("enable_fp_fusion") is True for c in calls), problem
