@@ -345,6 +345,36 @@ def _worker_init(env: dict[str, str] | None = None) -> None:
         os.nice(COMPILE_NICENESS)
 
 
+def start_processes(
+    workers: int, context: Any, initializer: Any = _worker_init, initargs: tuple[Any, ...] = ()
+) -> tuple[ProcessPoolExecutor, Any]:
+    """A pool of compile processes and the context it uses: `context`, or spawn where its fork server
+    cannot start. `initializer` gets the environment of now (without TRITON_INTERPRET) first, then
+    `initargs`."""
+    saved = os.environ.pop("TRITON_INTERPRET", None)
+    try:
+        if context.get_start_method() == "forkserver":
+            from multiprocessing import forkserver
+
+            # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions.
+            try:
+                forkserver.ensure_running()
+            except OSError:  # no fork server here (e.g. no Unix sockets): each process imports itself
+                import multiprocessing
+
+                context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=context,
+            initializer=initializer,
+            initargs=(dict(os.environ), *initargs),
+        )
+        return pool, context
+    finally:
+        if saved is not None:
+            os.environ["TRITON_INTERPRET"] = saved
+
+
 def _warm_job() -> int:
     """Imports what a compile needs, so that the first real compile does not pay for it."""
     import triton  # noqa: F401
@@ -385,27 +415,8 @@ class CompilePool:
         self._pool = self._start()
 
     def _start(self) -> ProcessPoolExecutor:
-        saved = os.environ.pop("TRITON_INTERPRET", None)
-        try:
-            if self._context.get_start_method() == "forkserver":
-                from multiprocessing import forkserver
-
-                # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions.
-                try:
-                    forkserver.ensure_running()
-                except OSError:  # no fork server here (e.g. no Unix sockets): each process imports itself
-                    import multiprocessing
-
-                    self._context = multiprocessing.get_context("spawn")
-            return ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=self._context,
-                initializer=_worker_init,
-                initargs=(dict(os.environ),),
-            )
-        finally:
-            if saved is not None:
-                os.environ["TRITON_INTERPRET"] = saved
+        pool, self._context = start_processes(self.workers, self._context)
+        return pool
 
     def warm_up(self) -> None:
         """Starts every worker process now (they import torch and triton), without waiting: a sweep

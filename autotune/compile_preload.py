@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import pkgutil
 
+import autotune.kernels
+
+#: Every module of the kernels package, then Triton's compiler and its backends.
 MODULES = (
-    "autotune.kernels.gemm_op",
-    "autotune.kernels.gemm_triton",
-    "autotune.kernels.gemm_tma",
-    "autotune.kernels.gemm_quant_op",
-    "autotune.kernels.gemm_fp8_triton",
-    "autotune.kernels.gemm_mx_triton",
-    "autotune.kernels.moe_op",
-    "autotune.kernels.moe_triton",
+    *(f"autotune.kernels.{m.name}" for m in pkgutil.iter_modules(autotune.kernels.__path__)),
     "triton.compiler.compiler",
     "triton.backends.nvidia.compiler",
     "triton.backends.amd.compiler",

@@ -181,9 +181,7 @@ def compile_scaling(
     """Configs per second of pools of k processes, each on a cold cache; the first and last k also
     pinned to a core each (where there are cores to go round), from core 0 up ("low") and from the last
     core down ("high")."""
-    from multiprocessing import forkserver
-
-    from autotune.compile import _pool_context, _worker_init
+    from autotune.compile import _pool_context, start_processes
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
     ends = sorted({procs[0], procs[-1]})
@@ -194,15 +192,14 @@ def compile_scaling(
         subset = jobs[:single_max] if k == 1 else jobs
         cache = Path(tempfile.mkdtemp(prefix=f"cache-{k}-{pinned or 'no'}-", dir=root))
         os.environ["TRITON_CACHE_DIR"] = str(cache)  # handed to the pool's processes
-        context = _pool_context()  # as CompilePool starts its processes
-        if context.get_start_method() == "forkserver":
-            forkserver.ensure_running()
+        context = _pool_context()
         slots = context.Value("i", 0)
         pin = pinned
-        env = dict(os.environ)
-        init: Any = _pinned_init if pin else _worker_init
-        initargs: Any = (env, slots, pin == "high") if pin else (env,)
-        with ProcessPoolExecutor(k, mp_context=context, initializer=init, initargs=initargs) as pool:
+        if pin:  # as CompilePool starts its processes, then pinned
+            pool, _ = start_processes(k, context, _pinned_init, (slots, pin == "high"))
+        else:
+            pool, _ = start_processes(k, context)
+        with pool:
             wait([pool.submit(_warm) for _ in range(k)])  # every process up and imported
             before, t0 = _proc_stat(), time.perf_counter()
             futures = [pool.submit(_timed_compile, name, p, c, target) for name, p, c in subset]
