@@ -63,7 +63,12 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
     target = local_target()
     bench = Benchmarker(GEMM, target)
     sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args)), target)
-    runner = Runner(store, target, bench, sweep_id=sweep_id)
+    checker = None
+    if args.compile_ahead:  # compile the strategy's upcoming configs on other cores while the GPU measures
+        from autotune.checker import StaticChecker
+
+        checker = StaticChecker(target, workers=args.compile_ahead)
+    runner = Runner(store, target, bench, sweep_id=sweep_id, checker=checker)
     for i, p in enumerate(problems):
         strategy = args.strategy
         if strategy == "auto":  # small spaces are swept whole; large ones searched by TPE
@@ -95,6 +100,8 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
             )
         )
     store.finish_sweep(sweep_id)
+    if checker is not None:
+        checker.close()
 
 
 def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | None:
@@ -310,6 +317,13 @@ def main() -> int:
         help="which shapes to tune (large: M >= 256)",
     )
     ap.add_argument("--backends", default=None, help="comma-separated backends to tune (default: all)")
+    ap.add_argument(
+        "--compile-ahead",
+        type=int,
+        default=0,
+        metavar="PROCS",
+        help="compile upcoming configs on PROCS processes while the GPU measures (default 0: in line)",
+    )
     args = ap.parse_args()
     import logging
 

@@ -128,11 +128,15 @@ class GemmOp:
         out = torch.empty(problem.M, problem.N, device="meta", dtype=torch_dtype(problem.dtype_out))
         calls: list[KernelCall] = []
         if config.backend == "triton_tma":
-            from autotune.kernels.gemm_tma import gemm_tma_kernel
+            from autotune.kernels.gemm_tma import gemm_tma_kernel, gemm_tma_streamk_kernel
             from autotune.kernels.gemm_triton import splitk_reduce_kernel
 
-            recorders = (Recorder(gemm_tma_kernel, calls), Recorder(splitk_reduce_kernel, calls))
-            _tma_launch(problem, config, target, a, b, out, recorders)()
+            tma_recorders = (
+                Recorder(gemm_tma_kernel, calls),
+                Recorder(splitk_reduce_kernel, calls),
+                Recorder(gemm_tma_streamk_kernel, calls),
+            )
+            _tma_launch(problem, config, target, a, b, out, tma_recorders)()
         elif config.backend == "triton":
             from autotune.kernels.gemm_triton import gemm_kernel, splitk_reduce_kernel
 
@@ -201,7 +205,7 @@ def _tma_launch(
     a: torch.Tensor,
     b: torch.Tensor,
     out: torch.Tensor,
-    kernels: tuple[Any, Any] | None = None,
+    kernels: tuple[Any, ...] | None = None,
 ) -> Launch:
 
     from autotune.kernels.gemm_tma import tma_launcher

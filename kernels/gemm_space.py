@@ -86,6 +86,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             GROUP_M=(1, 4),
             SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
+            STREAM_K=(0, 1, 2),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -96,6 +97,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4),
         PERSISTENT=(0, 1),
+        STREAM_K=(0, 1, 2),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
     )
@@ -117,6 +119,9 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
     )
 
+    def tiles(c: Mapping[str, Value]) -> int:
+        return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
+
     def smem(c: Mapping[str, Value]) -> int:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
         return int((bm + bn) * bk * elem * int(c["num_stages"]) + bm * bn * out_elem)
@@ -129,15 +134,29 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: aligned,
         ),
         Constraint(
+            "stream_k_alone",
+            "STREAM_K is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
+            lambda c: not int(c["STREAM_K"]) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1),
+        ),
+        Constraint(
             "persistent_needless",
             "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
             lambda c: (
                 not int(c["PERSISTENT"])
-                or _cdiv(problem.M, int(c["BLOCK_M"]))
-                * _cdiv(problem.N, int(c["BLOCK_N"]))
-                * int(c["SPLIT_K"])
-                > target.cu_count
+                or int(c["STREAM_K"]) > 0
+                or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
             ),
+        ),
+        Constraint(
+            "stream_k_needless",
+            f"STREAM_K on a tile grid that fills whole waves of {target.cu_count} CUs",
+            lambda c: not int(c["STREAM_K"]) or tiles(c) < target.cu_count or tiles(c) % target.cu_count != 0,
+        ),
+        Constraint(
+            "stream_k_wave_redundant",
+            f"STREAM_K=2 (remainder + one wave) with no more tiles than the {target.cu_count} CUs "
+            "equals STREAM_K=1",
+            lambda c: int(c["STREAM_K"]) != 2 or tiles(c) > target.cu_count,
         ),
         Constraint(
             "lds_overflow",
@@ -268,6 +287,7 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
         GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1,
         SPLIT_K=split_k,
         PERSISTENT=1 if items > target.cu_count else 0,
+        STREAM_K=0,
         num_warps=8 if big else 4,
         num_stages=3 if big else 4,
     )
