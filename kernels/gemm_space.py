@@ -15,6 +15,7 @@ __all__ = [
     "gemm_default_config",
     "gemm_space",
     "has_tma",
+    "tail_split_schedule",
     "tma_params",
     "triton_params",
 ]
@@ -86,7 +87,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             GROUP_M=(1, 4),
             SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
-            STREAM_K=(0, 1, 2),
+            TAIL_SPLIT=(0, 1),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -97,10 +98,25 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4),
         PERSISTENT=(0, 1),
-        STREAM_K=(0, 1, 2),
+        TAIL_SPLIT=(0, 1),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
     )
+
+
+#: The fewest K iterations a slice of a split tail tile gets.
+MIN_SLICE_ITERS = 4
+
+
+def tail_split_schedule(tiles: int, iters: int, num_sms: int) -> tuple[int, int, int]:
+    """(programs, whole-wave tiles, slices per tail tile) for `tiles` C tiles of `iters` K iterations on
+    `num_sms` SMs: the tiles past the last whole wave are split along K into as many slices as the SMs
+    hold (each of at least MIN_SLICE_ITERS iterations); 1 slice means no split."""
+    waves, rem = divmod(tiles, num_sms)
+    if rem == 0:
+        return num_sms, tiles, 1
+    splits = max(1, min(num_sms // rem, iters // MIN_SLICE_ITERS))
+    return (num_sms if waves else rem * splits), waves * num_sms, splits
 
 
 def has_tma(target: Target) -> bool:
@@ -122,6 +138,9 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     def tiles(c: Mapping[str, Value]) -> int:
         return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
 
+    def tail_splits(c: Mapping[str, Value]) -> int:
+        return tail_split_schedule(tiles(c), _cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
+
     def smem(c: Mapping[str, Value]) -> int:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
         return int((bm + bn) * bk * elem * int(c["num_stages"]) + bm * bn * out_elem)
@@ -134,29 +153,24 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: aligned,
         ),
         Constraint(
-            "stream_k_alone",
-            "STREAM_K is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
-            lambda c: not int(c["STREAM_K"]) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1),
+            "tail_split_alone",
+            "TAIL_SPLIT is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
+            lambda c: not int(c["TAIL_SPLIT"]) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1),
         ),
         Constraint(
             "persistent_needless",
             "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
             lambda c: (
                 not int(c["PERSISTENT"])
-                or int(c["STREAM_K"]) > 0
+                or int(c["TAIL_SPLIT"]) > 0
                 or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
             ),
         ),
         Constraint(
-            "stream_k_needless",
-            f"STREAM_K on a tile grid that fills whole waves of {target.cu_count} CUs",
-            lambda c: not int(c["STREAM_K"]) or tiles(c) < target.cu_count or tiles(c) % target.cu_count != 0,
-        ),
-        Constraint(
-            "stream_k_wave_redundant",
-            f"STREAM_K=2 (remainder + one wave) with no more tiles than the {target.cu_count} CUs "
-            "equals STREAM_K=1",
-            lambda c: int(c["STREAM_K"]) != 2 or tiles(c) > target.cu_count,
+            "tail_split_needless",
+            f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
+            "too short in K to split",
+            lambda c: not int(c["TAIL_SPLIT"]) or tail_splits(c) > 1,
         ),
         Constraint(
             "lds_overflow",
@@ -287,7 +301,7 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
         GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1,
         SPLIT_K=split_k,
         PERSISTENT=1 if items > target.cu_count else 0,
-        STREAM_K=0,
+        TAIL_SPLIT=0,
         num_warps=8 if big else 4,
         num_stages=3 if big else 4,
     )

@@ -1,13 +1,13 @@
-"""Triton dense GEMM through tensor descriptors (TMA on Hopper): data-parallel, persistent or stream-K.
+"""Triton dense GEMM through tensor descriptors (TMA on Hopper): data-parallel, persistent or tail-split.
 
 Backend "triton_tma", for NVIDIA sm_90 and newer. The tile loads and the C store go through host-built
 tensor descriptors, which handle the ragged edges (no masks, no wrap-around). With PERSISTENT = 1 the grid
 is one program per SM and each program walks the tiles with a stride of the grid; with PERSISTENT = 0 there
 is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item and the partial sums go
 through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `gemm_triton` sums in a
-fixed order. STREAM_K = 1 or 2 removes the last, partly filled wave of tiles: its K iterations are dealt
-evenly over one program per SM (see `gemm_tma_streamk_kernel` and `streamk_schedule`). Imported lazily
-(it imports triton).
+fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
+partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
+`tail_split_schedule`). Imported lazily (it imports triton).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.gemm_space import tail_split_schedule
 
-__all__ = ["gemm_tma_kernel", "gemm_tma_streamk_kernel", "streamk_schedule", "tma_launcher"]
+__all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
 
 
 @triton.jit
@@ -62,72 +63,51 @@ def _tile_partial(
 
 
 @triton.jit
-def _first_iter(p, q, r):
-    """The first stream-K iteration of program p when programs get q + 1 (the first r) or q iterations."""
-    return p * q + min(p, r)
-
-
-@triton.jit
-def _owner(x, q, r):
-    """The program whose stream-K range holds iteration x (inverse of _first_iter)."""
-    big = r * (q + 1)
-    return tl.where(x < big, x // (q + 1), r + (x - big) // tl.maximum(q, 1))
-
-
-@triton.jit
-def gemm_tma_streamk_kernel(
+def gemm_tma_tail_kernel(
     a_desc, b_desc, c_desc, ws_ptr, count_ptr,
-    M, N, K, NUM_PROGRAMS, SK_TILES,
+    M, N, K, NUM_PROGRAMS, DP_TILES, SPLITS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     B_KN: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
-    """Stream-K: the K iterations of the first SK_TILES tiles are dealt evenly over the NUM_PROGRAMS
-    programs as contiguous ranges; the other tiles (a multiple of NUM_PROGRAMS) go whole, one per program
-    in turn. A tile split between programs is finished by the last to arrive (a per-tile counter, no
-    waiting): every contributor writes its partial sum to the fp32 workspace `ws_ptr`, slot (program +
-    tile), and the last one adds them up in program order (deterministic), stores C and resets the
-    counter to 0 for the next launch."""
+    """Whole waves, then a split tail. Tiles 0 .. DP_TILES - 1 (whole waves of NUM_PROGRAMS) go whole to
+    programs pid, pid + NUM_PROGRAMS, ...; the tiles left over are each split along K into SPLITS slices,
+    one (tile, slice) per program, slice-major, so that the programs at one K offset share their A and B
+    tiles through L2. The last slice of a tile to finish adds the slices up (a per-tile counter, no
+    waiting): each writes its fp32 partial to `ws_ptr`, and the last one sums them in slice order
+    (deterministic), stores C and resets the counter to 0 for the next launch."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
-    total = SK_TILES * iters
-    q = total // NUM_PROGRAMS
-    r = total % NUM_PROGRAMS
-    start = _first_iter(pid, q, r)
-    end = _first_iter(pid + 1, q, r)
-    tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
-    first_tile = start // iters
-    last_tile = tl.where(end > start, (end - 1) // iters, first_tile - 1)
-    for ts in range(first_tile, last_tile + 1):
-        tile_lo = ts * iters
-        k_lo = tl.maximum(start, tile_lo) - tile_lo
-        k_hi = tl.minimum(end, tile_lo + iters) - tile_lo
-        off_m, off_n = _tile_origin(ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_partial(
-            a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
-        )
-        p_first = _owner(tile_lo, q, r)
-        p_last = _owner(tile_lo + iters - 1, q, r)
-        if p_first == p_last:
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-        else:
-            offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(ws_ptr + (pid + ts) * tile_elems + offs, acc)
-            tl.debug_barrier()  # every thread's partial is written before the counter says so
-            arrived = tl.atomic_add(count_ptr + ts, 1, sem="acq_rel", scope="gpu")
-            if arrived == p_last - p_first:
-                tl.debug_barrier()
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-                for p in range(p_first, p_last + 1):
-                    acc += tl.load(ws_ptr + (p + ts) * tile_elems + offs, cache_modifier=".cg")
-                c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
-                tl.atomic_xchg(count_ptr + ts, 0, sem="relaxed", scope="gpu")
-    num_tiles = num_pid_m * num_pid_n
-    for tile in tl.range(SK_TILES + pid, num_tiles, NUM_PROGRAMS, flatten=True):
+    for tile in tl.range(pid, DP_TILES, NUM_PROGRAMS, flatten=True):
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc = _tile_partial(a_desc, b_desc, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32)
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    tail = num_pid_m * num_pid_n - DP_TILES
+    if pid < tail * SPLITS:
+        ts = pid % tail
+        per = tl.cdiv(iters, SPLITS)
+        k_lo = (pid // tail) * per
+        k_hi = min(k_lo + per, iters)
+        off_m, off_n = _tile_origin(DP_TILES + ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tile_partial(
+            a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
+        )
+        if SPLITS == 1:
+            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        else:
+            tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+            offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(ws_ptr + pid * tile_elems + offs, acc)
+            tl.debug_barrier()  # every thread's partial is written before the counter says so
+            arrived = tl.atomic_add(count_ptr + ts, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLITS - 1:
+                tl.debug_barrier()
+                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for sl in range(SPLITS):
+                    acc += tl.load(ws_ptr + (sl * tail + ts) * tile_elems + offs, cache_modifier=".cg")
+                c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+                tl.atomic_xchg(count_ptr + ts, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -159,30 +139,14 @@ def gemm_tma_kernel(
             c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
-# Stream-K scratch per (device, stream): [fp32 partial-sum workspace, int32 per-tile counters]. The
+# Tail-split scratch per (device, stream): [fp32 partial-sum workspace, int32 per-tile counters]. The
 # counters must start at zero and the kernel leaves them at zero, so they are kept between launches; a
 # buffer outgrown is kept alive too (a captured CUDA graph may still point at it).
 _scratch: dict[tuple[str, int], list[torch.Tensor]] = {}
 _outgrown: list[torch.Tensor] = []
 
 
-def streamk_schedule(tiles: int, iters: int, num_sms: int, mode: int) -> tuple[int, int]:
-    """(programs, stream-K tiles) for `tiles` C tiles of `iters` K iterations on `num_sms` SMs.
-
-    mode 1 deals the K iterations of the tiles left over by whole waves (tiles mod SMs) over all programs;
-    mode 2 deals that remainder plus one whole wave, so every program's share is at least one tile's
-    worth. With no more tiles than SMs every tile is dealt. A grid that divides evenly gets no stream-K."""
-    if mode not in (1, 2):
-        raise ValueError(f"STREAM_K must be 0, 1 or 2, got {mode}")
-    if tiles <= num_sms:
-        return min(num_sms, tiles * iters), tiles
-    rem = tiles % num_sms
-    if rem == 0:
-        return num_sms, 0
-    return num_sms, rem + (num_sms if mode == 2 else 0)
-
-
-def _streamk_scratch(device: torch.device, ws_elems: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _tail_scratch(device: torch.device, ws_elems: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (str(device), stream)
     bufs = _scratch.get(key)
@@ -203,9 +167,9 @@ def tma_launcher(
     config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, ...] | None = None
 ) -> Callable[..., None]:
     """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`; descriptors are built per
-    call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored); stream-K
-    (STREAM_K 1 or 2) keeps its own scratch per device and stream. `kernels` replaces (gemm_tma_kernel,
-    splitk_reduce_kernel, gemm_tma_streamk_kernel), as in `gemm_triton.launcher`."""
+    call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT
+    keeps its own scratch per device and stream. `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel,
+    gemm_tma_tail_kernel), as in `gemm_triton.launcher`."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
@@ -213,9 +177,9 @@ def tma_launcher(
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     persistent = bool(config.get("PERSISTENT", 0))
     split_k = int(config.get("SPLIT_K", 1))
-    stream_k = int(config.get("STREAM_K", 0))
-    if stream_k and split_k > 1:
-        raise ValueError(f"STREAM_K and SPLIT_K > 1 exclude each other; config: {config.short()}")
+    tail_split = int(config.get("TAIL_SPLIT", 0))
+    if tail_split and split_k > 1:
+        raise ValueError(f"TAIL_SPLIT and SPLIT_K > 1 exclude each other; config: {config.short()}")
     opts: dict[str, Any] = dict(
         BLOCK_M=bm,
         BLOCK_N=bn,
@@ -226,23 +190,23 @@ def tma_launcher(
         num_stages=int(config.get("num_stages", 3)),
         **FP_OPTIONS,
     )
-    kernel, reduce_kernel, streamk_kernel = kernels or (
+    kernel, reduce_kernel, tail_kernel = kernels or (
         gemm_tma_kernel,
         splitk_reduce_kernel,
-        gemm_tma_streamk_kernel,
+        gemm_tma_tail_kernel,
     )
 
-    def launch_streamk(
+    def launch_tail_split(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
     ) -> None:
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        programs, sk_tiles = streamk_schedule(tiles, triton.cdiv(K, bk), num_sms, stream_k)
-        ws, counts = _streamk_scratch(out.device, (programs + sk_tiles) * bm * bn, max(sk_tiles, 1))
+        programs, dp_tiles, splits = tail_split_schedule(tiles, triton.cdiv(K, bk), num_sms)
+        ws, counts = _tail_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-        streamk_kernel[(programs,)](
-            a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, sk_tiles, B_KN=b_kn, **opts
+        tail_kernel[(programs,)](
+            a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn, **opts
         )
 
     def launch(
@@ -255,8 +219,8 @@ def tma_launcher(
         K: int,
         workspace: torch.Tensor | None = None,
     ) -> None:
-        if stream_k:
-            launch_streamk(a, b, out, b_kn, M, N, K)
+        if tail_split:
+            launch_tail_split(a, b, out, b_kn, M, N, K)
             return
         items = triton.cdiv(M, bm) * triton.cdiv(N, bn) * split_k
         programs = min(items, num_sms) if persistent else items

@@ -37,7 +37,7 @@ def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, 
         GROUP_M=4,
         SPLIT_K=split_k,
         PERSISTENT=persistent,
-        STREAM_K=0,
+        TAIL_SPLIT=0,
         num_warps=4,
         num_stages=1,
     )
@@ -61,7 +61,7 @@ def test_tma_ragged_edges_are_clipped() -> None:
         GROUP_M=1,
         SPLIT_K=2,
         PERSISTENT=0,
-        STREAM_K=0,
+        TAIL_SPLIT=0,
         num_warps=4,
         num_stages=1,
     )
@@ -99,7 +99,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
         GROUP_M=1,
         SPLIT_K=2,
         PERSISTENT=1,
-        STREAM_K=0,
+        TAIL_SPLIT=0,
         num_warps=4,
         num_stages=1,
     )
@@ -113,7 +113,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
     assert _err(out, GEMM.reference(problem, (a, b))) < GEMM.tolerance(problem)
 
 
-def _streamk_config(stream_k: int, bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> Config:
+def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> Config:
     return Config(
         backend="triton_tma",
         BLOCK_M=bm,
@@ -122,30 +122,30 @@ def _streamk_config(stream_k: int, bm: int = 16, bn: int = 16, bk: int = 32, gro
         GROUP_M=group_m,
         SPLIT_K=1,
         PERSISTENT=1,
-        STREAM_K=stream_k,
+        TAIL_SPLIT=1,
         num_warps=4,
         num_stages=1,
     )
 
 
 @pytest.mark.parametrize(
-    ("shape", "stream_k", "group_m"),
+    ("shape", "group_m"),
     [
-        ((40, 48, 72), 1, 4),  # 9 tiles on 4 CUs: 1 left over, its 3 K steps dealt to 3 programs
-        ((40, 48, 72), 2, 1),  # 1 left over + 1 wave: 5 tiles of 3 K steps over 4 programs
-        ((16, 48, 200), 1, 1),  # 3 tiles, fewer than the CUs: all dealt, ragged K (7 steps of 32)
-        ((17, 40, 136), 1, 4),  # ragged M and N: 2 x 3 tiles, 6 mod 4 = 2 left over
-        ((64, 64, 32), 1, 1),  # 16 tiles, one K step each: 4 whole waves, nothing dealt
+        ((40, 48, 256), 4),  # 9 tiles on 4 CUs: 2 whole waves, the 9th tile split into 4 slices of 2
+        ((16, 32, 288), 1),  # 2 tiles, fewer than the CUs: each split in 2, ragged slices (9 steps)
+        ((17, 40, 264), 4),  # ragged M, N and K: 2 x 3 tiles, 1 wave + 2 tiles split in 2
+        ((16, 16, 400), 1),  # 1 tile, 13 K steps (the last ragged): 3 slices of 5, 5 and 3
     ],
 )
 @pytest.mark.parametrize("layout", ["nk", "kn"])
-def test_streamk_matches_reference_and_repeats_exactly(
-    shape: tuple[int, int, int], stream_k: int, group_m: int, layout: str
+def test_tail_split_matches_reference_and_repeats_exactly(
+    shape: tuple[int, int, int], group_m: int, layout: str
 ) -> None:
     from autotune.kernels import gemm_tma
 
     problem = Problem.gemm(*shape, "bf16", layout)
-    config = _streamk_config(stream_k, group_m=group_m)
+    config = _tail_config(group_m=group_m)
+    assert GEMM.space(problem, INTERP).check(config) is None
     inputs = GEMM.make_inputs(problem, "cpu", seed=23)
     ref = GEMM.reference(problem, inputs)
     runs = []
@@ -154,54 +154,53 @@ def test_streamk_matches_reference_and_repeats_exactly(
         GEMM.prepare(problem, config, INTERP, inputs, out)()
         assert _err(out, ref) < GEMM.tolerance(problem)
         runs.append(out)
-    assert torch.equal(runs[0], runs[1]), "stream-K must sum the partial tiles in a fixed order"
+    assert torch.equal(runs[0], runs[1]), "the slices of a tile must be summed in a fixed order"
     for _ws, counts in gemm_tma._scratch.values():
         assert not counts.any(), "a tile counter was left non-zero"
 
 
-def test_streamk_split_tiles_are_summed_not_overwritten() -> None:
-    # K = 128 in 4 steps on 4 programs over 1 tile: every program adds one quarter, so a kernel that
-    # stored one program's partial instead of the sum would be off by about the other three quarters.
-    problem = Problem.gemm(16, 16, 128, "fp16")
+def test_tail_slices_are_summed_not_overwritten() -> None:
+    # One tile, K = 512 in 16 steps on 4 programs: 4 slices of 4 steps. A kernel that stored one slice's
+    # partial instead of the sum would miss about three quarters of every dot product.
+    problem = Problem.gemm(16, 16, 512, "fp16")
     inputs = GEMM.make_inputs(problem, "cpu", seed=3)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
-    GEMM.prepare(problem, _streamk_config(1), INTERP, inputs, out)()
+    GEMM.prepare(problem, _tail_config(), INTERP, inputs, out)()
     ref = GEMM.reference(problem, inputs)
     assert _err(out, ref) < GEMM.tolerance(problem)
     a, b = inputs
-    quarter = a[:, :32].float() @ b[:, :32].float().t()
-    assert float((out.double() - quarter.double()).norm() / ref.double().norm()) > 0.3
+    for part in range(4):
+        ks = slice(128 * part, 128 * (part + 1))
+        quarter = a[:, ks].float() @ b[:, ks].float().t()
+        assert float((out.double() - quarter.double()).norm() / ref.double().norm()) > 0.3
 
 
-def test_streamk_schedule() -> None:
-    from autotune.kernels.gemm_tma import streamk_schedule
+def test_tail_split_schedule() -> None:
+    from autotune.kernels.gemm_space import tail_split_schedule
 
-    assert streamk_schedule(96, 64, 132, 1) == (132, 96)  # fewer tiles than SMs: all dealt
-    assert streamk_schedule(96, 64, 132, 2) == (132, 96)
-    assert streamk_schedule(3, 1, 132, 1) == (3, 3)  # fewer K steps than SMs: one program per step
-    assert streamk_schedule(320, 128, 132, 1) == (132, 56)  # 2 whole waves + 56
-    assert streamk_schedule(320, 128, 132, 2) == (132, 188)  # 1 whole wave + 188
-    assert streamk_schedule(264, 64, 132, 1) == (132, 0)  # whole waves only
-    with pytest.raises(ValueError, match="STREAM_K must be"):
-        streamk_schedule(10, 4, 4, 3)
+    assert tail_split_schedule(320, 128, 132) == (132, 264, 2)  # 2 whole waves, 56 tiles split in 2
+    assert tail_split_schedule(160, 128, 132) == (132, 132, 4)  # 1 whole wave, 28 tiles split in 4
+    assert tail_split_schedule(10, 128, 132) == (130, 0, 13)  # no whole wave: 10 tiles in 13 slices
+    assert tail_split_schedule(10, 8, 132) == (20, 0, 2)  # slices of at least 4 K steps
+    assert tail_split_schedule(96, 64, 132) == (96, 0, 1)  # 96 tiles: no room to split
+    assert tail_split_schedule(264, 64, 132) == (132, 264, 1)  # whole waves only
 
 
-def test_streamk_space_constraints() -> None:
+def test_tail_split_space_constraints() -> None:
     h100 = Target.for_arch("sm_90")
-    # 256 x 6144 in 128 x 128 tiles: 96 tiles on 132 SMs
-    space = GEMM.space(Problem.gemm(256, 6144, 4096), h100, ("triton_tma",))
-    picked = [c for c in space.configs() if int(c["STREAM_K"])]
+    # 4096 x 1280: 320 tiles of 128 x 128 (tail 56: split in 2), 160 of 128 x 256 (tail 28: in 4)
+    space = GEMM.space(Problem.gemm(4096, 1280, 8192), h100, ("triton_tma",))
+    picked = [c for c in space.configs() if int(c["TAIL_SPLIT"])]
     assert picked and all(int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1 for c in picked)
-    tile_128 = [c for c in picked if (int(c["BLOCK_M"]), int(c["BLOCK_N"])) == (128, 128)]
-    assert tile_128 and all(int(c["STREAM_K"]) == 1 for c in tile_128)  # fewer tiles than SMs: 2 equals 1
-    reasons = {r.split(":")[0] for c, r in space.pruned() if int(c["STREAM_K"])}
-    assert {"stream_k_alone", "stream_k_wave_redundant"} <= reasons
-    # 4224 x 512 in 128 x 128 tiles: 33 x 4 = 132 tiles, one whole wave: stream-K has nothing to deal
+    assert {(int(c["BLOCK_M"]), int(c["BLOCK_N"])) for c in picked} >= {(128, 128), (128, 256)}
+    reasons = {r.split(":")[0] for c, r in space.pruned() if int(c["TAIL_SPLIT"])}
+    assert "tail_split_alone" in reasons
+    # 4224 x 512 in 128 x 128 tiles: 33 x 4 = 132 tiles, one whole wave: no tail to split
     even = GEMM.space(Problem.gemm(128 * 33, 128 * 4, 4096), h100, ("triton_tma",))
     whole = [
         c
         for c in even.configs()
-        if int(c["STREAM_K"]) and (int(c["BLOCK_M"]), int(c["BLOCK_N"])) == (128, 128)
+        if int(c["TAIL_SPLIT"]) and (int(c["BLOCK_M"]), int(c["BLOCK_N"])) == (128, 128)
     ]
     assert not whole
-    assert any(r.startswith("stream_k_needless") for c, r in even.pruned())
+    assert any(r.startswith("tail_split_needless") for c, r in even.pruned())

@@ -53,10 +53,10 @@ CASES = {
                                       SPLIT_K=2, num_warps=4, num_stages=3)),
     "sm90-tma": ("sm_90", Problem.gemm(256, 256, 512),
                  Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
-                        PERSISTENT=1, STREAM_K=0, num_warps=8, num_stages=3)),
-    "sm90-streamk": ("sm_90", Problem.gemm(256, 6144, 4096),
-                     Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=1, SPLIT_K=1,
-                            PERSISTENT=1, STREAM_K=1, num_warps=4, num_stages=4)),
+                        PERSISTENT=1, TAIL_SPLIT=0, num_warps=8, num_stages=3)),
+    "sm90-tail": ("sm_90", Problem.gemm(4096, 1280, 8192),
+                  Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
+                         PERSISTENT=1, TAIL_SPLIT=1, num_warps=4, num_stages=4)),
 }  # fmt: skip
 
 
@@ -130,10 +130,10 @@ def test_sm90_reports_registers_and_shared_memory(compiled) -> None:
     assert 128 in f.load_bits and f.spills == 0 and f.scratch_bytes == 0
     tma = compiled["sm90-tma"]
     assert tma.compiled and tma.tma == ("load", "store") and tma.vgprs > 0
-    streamk = compiled["sm90-streamk"]  # stream-K: the same TMA main loop, no spills from the fix-up
-    assert streamk.compiled, streamk.error
-    assert streamk.tma == ("load", "store") and any(m.startswith("wgmma.mma_async") for m in streamk.mma)
-    assert streamk.spills == 0 and streamk.scratch_bytes == 0
+    tail = compiled["sm90-tail"]  # the split tail: the same TMA main loop, no spills from the fix-up
+    assert tail.compiled, tail.error
+    assert tail.tma == ("load", "store") and any(m.startswith("wgmma.mma_async") for m in tail.mma)
+    assert tail.spills == 0 and tail.scratch_bytes == 0
 
 
 def test_occupancy_floor(compiled) -> None:

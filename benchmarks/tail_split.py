@@ -1,13 +1,13 @@
-"""Stream-K against data-parallel tiles (GPU): the same tile configs of the TMA GEMM, side by side.
+"""The split tail against whole tiles (GPU): the same tile configs of the TMA GEMM, side by side.
 
 For each shape, each tile config runs data-parallel (one program per tile, or persistent when the tiles
-outnumber the SMs), with STREAM_K = 1 (the last partial wave dealt over all SMs) and with STREAM_K = 2
-(that remainder plus one whole wave), next to the vendor library, all in one Benchmarker, interleaved.
-Every run passes the Benchmarker's correctness gate first.
+outnumber the SMs) and with TAIL_SPLIT = 1 (the tiles of the last, partly filled wave split along K over
+the SMs it would leave idle), next to the vendor library, all in one Benchmarker, interleaved. Every run
+passes the Benchmarker's correctness gate first.
 
-    python benchmarks/streamk.py --out results/
+    python benchmarks/tail_split.py --out results/
 
-Prints a short table last; details go to --out/streamk.json.
+Prints a short table last; details go to --out/tail_split.json.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ SHAPES = [
     for m in (256, 1024, 4096)
 ]
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): the tiles that won most often in the H100 sweeps.
-TILES = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (128, 128, 128, 8, 3)]
+TILES = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 128, 8, 3)]
 
 
 def _configs(problem: Problem, cus: int) -> dict[str, Config]:
@@ -47,7 +47,7 @@ def _configs(problem: Problem, cus: int) -> dict[str, Config]:
     out: dict[str, Config] = {"vendor": Config(backend="torch")}
     for bm, bn, bk, warps, stages in TILES:
         tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
-        for sk in (0, 1, 2):
+        for split in (0, 1):
             config = Config(
                 backend="triton_tma",
                 BLOCK_M=bm,
@@ -55,23 +55,23 @@ def _configs(problem: Problem, cus: int) -> dict[str, Config]:
                 BLOCK_K=bk,
                 GROUP_M=8,
                 SPLIT_K=1,
-                PERSISTENT=1 if sk or tiles > cus else 0,
-                STREAM_K=sk,
+                PERSISTENT=1 if split or tiles > cus else 0,
+                TAIL_SPLIT=split,
                 num_warps=warps,
                 num_stages=stages,
             )
             if space.check(config) is None:
-                out[f"{bm}x{bn}x{bk} sk{sk}"] = config
+                out[f"{bm}x{bn}x{bk} {'tail' if split else 'dp'}"] = config
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="bench-out", help="folder for streamk.json")
+    ap.add_argument("--out", default="bench-out", help="folder for tail_split.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        print("benchmarks/streamk.py needs a GPU", file=sys.stderr)
+        print("benchmarks/tail_split.py needs a GPU", file=sys.stderr)
         return 2
     target = local_target()
     bench = Benchmarker(GEMM, target)
@@ -85,19 +85,20 @@ def main() -> int:
         print(label, {name: round(t, 2) for name, (t, _) in times.items()}, flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), rows=rows)
-    (Path(args.out) / "streamk.json").write_text(json.dumps(info, indent=1))
-    head = f"{'shape':34} {'vendor':>8} {'best DP':>8} {'best SK':>8} {'DP/SK':>6} {'vendor/SK':>9}"
-    print(f"\n{head}  SK config")
+    (Path(args.out) / "tail_split.json").write_text(json.dumps(info, indent=1))
+    head = f"{'shape':34} {'vendor':>8} {'best DP':>8} {'best tail':>9} {'DP/tail':>7} {'vendor/best':>11}"
+    print(f"\n{head}  tail config")
     for row in rows:
         t = row["times"]
-        dp = {k: v for k, v in t.items() if k.endswith("sk0") and not math.isnan(v)}
-        sk = {k: v for k, v in t.items() if k[-3:] in ("sk1", "sk2") and not math.isnan(v)}
+        dp = {k: v for k, v in t.items() if k.endswith(" dp") and not math.isnan(v)}
+        tail = {k: v for k, v in t.items() if k.endswith(" tail") and not math.isnan(v)}
         best_dp = min(dp.values()) if dp else math.nan
-        best_sk_name = min(sk, key=sk.__getitem__) if sk else "-"
-        best_sk = sk.get(best_sk_name, math.nan)
+        best_tail_name = min(tail, key=tail.__getitem__) if tail else "-"
+        best_tail = tail.get(best_tail_name, math.nan)
+        best = min(best_dp, best_tail) if tail else best_dp
         print(
-            f"{row['shape']:34} {t['vendor']:8.2f} {best_dp:8.2f} {best_sk:8.2f} {best_dp / best_sk:6.3f} "
-            f"{t['vendor'] / best_sk:9.3f}  {best_sk_name}"
+            f"{row['shape']:34} {t['vendor']:8.2f} {best_dp:8.2f} {best_tail:9.2f} "
+            f"{best_dp / best_tail:7.3f} {t['vendor'] / best:11.3f}  {best_tail_name}"
         )
     return 0
 
