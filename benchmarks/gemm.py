@@ -137,6 +137,13 @@ class _Dispatched:
         return launch
 
 
+def _median_of_rounds(results: list[tuple[float, str]]) -> tuple[float, str]:
+    """The median time over rounds (NaN rounds left out) and "ok", or the first failure's status."""
+    times = [t for t, _ in results if not math.isnan(t)]
+    failed = [st for _, st in results if st != "ok"]
+    return (statistics.median(times) if times else math.nan, failed[0] if failed else "ok")
+
+
 def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
     target = local_target()
     fp = target.fingerprint()
@@ -151,14 +158,19 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         variants = {"vendor": Config(backend="torch"), "default": GEMM.default_config(p, target)}
         if tuned is not None:
             variants["tuned"] = tuned
-        res = interleaved_medians(bench, p, variants, rounds)
-        # the dispatched call is timed by the same method as the variants it is compared with
+        # the dispatched call is timed by the same method as the variants it is compared with, in the same
+        # rounds: each round times every variant and then the dispatched call
+        interleaved_medians(bench, p, {"vendor": variants["vendor"]}, 1)  # fixes the timing method
         method = bench.method_for(p) or "auto"
         dbench = Benchmarker(
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
         )
-        disp = interleaved_medians(dbench, p, {"dispatched": Config(backend="dispatched")}, rounds)
-        timed = {k: (*v, method) for k, v in res.items()} | {k: (*v, method) for k, v in disp.items()}
+        per_round = [
+            interleaved_medians(bench, p, variants, 1)
+            | interleaved_medians(dbench, p, {"dispatched": Config(backend="dispatched")}, 1)
+            for _ in range(rounds)
+        ]
+        timed = {k: (*_median_of_rounds([r[k] for r in per_round]), method) for k in per_round[0]}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(
             model=model,
