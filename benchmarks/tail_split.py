@@ -2,8 +2,7 @@
 
 For each shape, each tile config runs data-parallel (one program per tile, or persistent when the tiles
 outnumber the SMs) and with TAIL_SPLIT = 1 (the tiles of the last, partly filled wave split along K over
-the SMs it would leave idle) and 2 (split into the slice count that wastes the fewest SMs over several
-rounds), next to the vendor library, all in one Benchmarker, interleaved. Every run
+the SMs it would leave idle), next to the vendor library, all in one Benchmarker, interleaved. Every run
 passes the Benchmarker's correctness gate first.
 
     python benchmarks/tail_split.py --out results/
@@ -48,7 +47,7 @@ def _configs(problem: Problem, cus: int) -> dict[str, Config]:
     out: dict[str, Config] = {"vendor": Config(backend="torch")}
     for bm, bn, bk, warps, stages in TILES:
         tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
-        for split in (0, 1, 2):
+        for split in (0, 1):
             config = Config(
                 backend="triton_tma",
                 BLOCK_M=bm,
@@ -62,7 +61,7 @@ def _configs(problem: Problem, cus: int) -> dict[str, Config]:
                 num_stages=stages,
             )
             if space.check(config) is None:
-                out[f"{bm}x{bn}x{bk} {f'tail{split}' if split else 'dp'}"] = config
+                out[f"{bm}x{bn}x{bk} {'tail' if split else 'dp'}"] = config
     return out
 
 
@@ -92,7 +91,7 @@ def main() -> int:
     for row in rows:
         t = row["times"]
         dp = {k: v for k, v in t.items() if k.endswith(" dp") and not math.isnan(v)}
-        tail = {k: v for k, v in t.items() if " tail" in k and not math.isnan(v)}
+        tail = {k: v for k, v in t.items() if k.endswith(" tail") and not math.isnan(v)}
         best_dp = min(dp.values()) if dp else math.nan
         best_tail_name = min(tail, key=tail.__getitem__) if tail else "-"
         best_tail = tail.get(best_tail_name, math.nan)

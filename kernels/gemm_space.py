@@ -87,7 +87,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             GROUP_M=(1, 4),
             SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
-            TAIL_SPLIT=(0, 1, 2),
+            TAIL_SPLIT=(0, 1),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -98,38 +98,25 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4),
         PERSISTENT=(0, 1),
-        TAIL_SPLIT=(0, 1, 2),
+        TAIL_SPLIT=(0, 1),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
     )
 
 
-#: The fewest K iterations a slice of a split tail tile gets, and the most slices.
+#: The fewest K iterations a slice of a split tail tile gets.
 MIN_SLICE_ITERS = 4
-MAX_SLICES = 16
-#: TAIL_SPLIT=2 takes the fewest slices whose tail time is within this factor of the best slice count's.
-SLICE_SLACK = 1.2
 
 
-def tail_split_schedule(tiles: int, iters: int, num_sms: int, mode: int = 1) -> tuple[int, int, int]:
+def tail_split_schedule(tiles: int, iters: int, num_sms: int) -> tuple[int, int, int]:
     """(programs, whole-wave tiles, slices per tail tile) for `tiles` C tiles of `iters` K iterations on
-    `num_sms` SMs; the tiles past the last whole wave (the tail) are split along K into slices of at least
-    MIN_SLICE_ITERS iterations. Mode 1: as many slices as fit in one round on the SMs. Mode 2: the slice
-    count s whose rounds, ceil(tail x s / SMs) / s tile times, are fewest (within SLICE_SLACK, fewest
-    slices first), in as many rounds as that takes. 1 slice means no split."""
-    if mode not in (1, 2):
-        raise ValueError(f"TAIL_SPLIT must be 0, 1 or 2, got {mode}")
+    `num_sms` SMs: the tiles past the last whole wave are split along K into as many slices as the SMs
+    hold (each of at least MIN_SLICE_ITERS iterations); 1 slice means no split."""
     waves, rem = divmod(tiles, num_sms)
     if rem == 0:
         return num_sms, tiles, 1
-    most = max(1, min(MAX_SLICES, iters // MIN_SLICE_ITERS))
-    if mode == 1:
-        splits = min(most, num_sms // rem) or 1
-    else:
-        cost = {n: -(-rem * n // num_sms) / n for n in range(1, most + 1)}
-        best = min(cost.values())
-        splits = min(n for n, c in cost.items() if c <= best * SLICE_SLACK)
-    return (num_sms if waves else min(num_sms, rem * splits)), waves * num_sms, splits
+    splits = max(1, min(num_sms // rem, iters // MIN_SLICE_ITERS))
+    return (num_sms if waves else rem * splits), waves * num_sms, splits
 
 
 def has_tma(target: Target) -> bool:
@@ -152,8 +139,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
 
     def tail_splits(c: Mapping[str, Value]) -> int:
-        mode = int(c["TAIL_SPLIT"])
-        return tail_split_schedule(tiles(c), _cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count, mode)[2]
+        return tail_split_schedule(tiles(c), _cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
 
     def smem(c: Mapping[str, Value]) -> int:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
@@ -185,11 +171,6 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
             "too short in K to split",
             lambda c: not int(c["TAIL_SPLIT"]) or tail_splits(c) > 1,
-        ),
-        Constraint(
-            "tail_split_same",
-            "TAIL_SPLIT=2 picks the slice count that TAIL_SPLIT=1 picks",
-            lambda c: int(c["TAIL_SPLIT"]) != 2 or tail_splits(c) != tail_splits({**c, "TAIL_SPLIT": 1}),
         ),
         Constraint(
             "lds_overflow",
@@ -313,7 +294,7 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
     bm, bn, bk = 128, 256 if big else 128, 64
     split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
     items = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
-    tail_split = big and tail_split_schedule(items, _cdiv(problem.K, bk), target.cu_count, 1)[2] > 1
+    tail_split = big and tail_split_schedule(items, _cdiv(problem.K, bk), target.cu_count)[2] > 1
     config = Config(
         backend="triton_tma",
         BLOCK_M=bm,

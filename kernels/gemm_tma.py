@@ -5,10 +5,9 @@ tensor descriptors, which handle the ragged edges (no masks, no wrap-around). Wi
 is one program per SM and each program walks the tiles with a stride of the grid; with PERSISTENT = 0 there
 is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item and the partial sums go
 through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `gemm_triton` sums in a
-fixed order. TAIL_SPLIT = 1 or 2 runs whole waves of tiles persistently and splits the tiles of the
-last, partly filled wave along K: in one round over the SMs that wave would leave idle (1), or into the
-slice count that wastes the fewest SMs over several rounds (2); see `gemm_tma_tail_kernel` and
-`tail_split_schedule`. Imported lazily (it imports triton).
+fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
+partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
+`tail_split_schedule`). Imported lazily (it imports triton).
 """
 
 from __future__ import annotations
@@ -72,11 +71,10 @@ def gemm_tma_tail_kernel(
 ):  # fmt: skip
     """Whole waves, then a split tail. Tiles 0 .. DP_TILES - 1 (whole waves of NUM_PROGRAMS) go whole to
     programs pid, pid + NUM_PROGRAMS, ...; the tiles left over are each split along K into SPLITS slices,
-    and the (tile, slice) units go slice-major to programs pid, pid + NUM_PROGRAMS, ..., so that the
-    programs at one K offset share their A and B tiles through L2. The last slice of a tile to finish
-    adds the slices up (a per-tile counter, no waiting): each writes its fp32 partial to `ws_ptr`, and
-    the last one sums them in slice order (deterministic), stores C and resets the counter to 0 for the
-    next launch."""
+    one (tile, slice) per program, slice-major, so that the programs at one K offset share their A and B
+    tiles through L2. The last slice of a tile to finish adds the slices up (a per-tile counter, no
+    waiting): each writes its fp32 partial to `ws_ptr`, and the last one sums them in slice order
+    (deterministic), stores C and resets the counter to 0 for the next launch."""
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -86,10 +84,10 @@ def gemm_tma_tail_kernel(
         acc = _tile_partial(a_desc, b_desc, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32)
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
     tail = num_pid_m * num_pid_n - DP_TILES
-    per = tl.cdiv(iters, SPLITS)
-    for unit in range(pid, tail * SPLITS, NUM_PROGRAMS):
-        ts = unit % tail
-        k_lo = (unit // tail) * per
+    if pid < tail * SPLITS:
+        ts = pid % tail
+        per = tl.cdiv(iters, SPLITS)
+        k_lo = (pid // tail) * per
         k_hi = min(k_lo + per, iters)
         off_m, off_n = _tile_origin(DP_TILES + ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc = _tile_partial(
@@ -100,7 +98,7 @@ def gemm_tma_tail_kernel(
         else:
             tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
             offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-            tl.store(ws_ptr + unit * tile_elems + offs, acc)
+            tl.store(ws_ptr + pid * tile_elems + offs, acc)
             tl.debug_barrier()  # every thread's partial is written before the counter says so
             arrived = tl.atomic_add(count_ptr + ts, 1, sem="acq_rel", scope="gpu")
             if arrived == SPLITS - 1:
@@ -202,9 +200,8 @@ def tma_launcher(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
     ) -> None:
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        programs, dp_tiles, splits = tail_split_schedule(tiles, triton.cdiv(K, bk), num_sms, tail_split)
-        units = (tiles - dp_tiles) * splits
-        ws, counts = _tail_scratch(out.device, units * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
+        programs, dp_tiles, splits = tail_split_schedule(tiles, triton.cdiv(K, bk), num_sms)
+        ws, counts = _tail_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_desc = TensorDescriptor.from_tensor(out, [bm, bn])

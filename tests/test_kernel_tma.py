@@ -113,7 +113,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
     assert _err(out, GEMM.reference(problem, (a, b))) < GEMM.tolerance(problem)
 
 
-def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, mode: int = 1) -> Config:
+def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> Config:
     return Config(
         backend="triton_tma",
         BLOCK_M=bm,
@@ -122,30 +122,29 @@ def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, mod
         GROUP_M=group_m,
         SPLIT_K=1,
         PERSISTENT=1,
-        TAIL_SPLIT=mode,
+        TAIL_SPLIT=1,
         num_warps=4,
         num_stages=1,
     )
 
 
 @pytest.mark.parametrize(
-    ("shape", "group_m", "mode"),
+    ("shape", "group_m"),
     [
-        ((40, 48, 256), 4, 1),  # 9 tiles on 4 CUs: 2 whole waves, the 9th tile split into 4 slices of 2
-        ((16, 32, 288), 1, 1),  # 2 tiles, fewer than the CUs: each split in 2, ragged slices (9 steps)
-        ((17, 40, 264), 4, 1),  # ragged M, N and K: 2 x 3 tiles, 1 wave + 2 tiles split in 2
-        ((16, 16, 400), 1, 1),  # 1 tile, 13 K steps (the last ragged): 3 slices of 5, 5 and 3
-        ((16, 48, 520), 1, 2),  # 3 tiles in 4 slices: 12 units, 3 rounds on 4 programs; ragged K
+        ((40, 48, 256), 4),  # 9 tiles on 4 CUs: 2 whole waves, the 9th tile split into 4 slices of 2
+        ((16, 32, 288), 1),  # 2 tiles, fewer than the CUs: each split in 2, ragged slices (9 steps)
+        ((17, 40, 264), 4),  # ragged M, N and K: 2 x 3 tiles, 1 wave + 2 tiles split in 2
+        ((16, 16, 400), 1),  # 1 tile, 13 K steps (the last ragged): 3 slices of 5, 5 and 3
     ],
 )
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_tail_split_matches_reference_and_repeats_exactly(
-    shape: tuple[int, int, int], group_m: int, mode: int, layout: str
+    shape: tuple[int, int, int], group_m: int, layout: str
 ) -> None:
     from autotune.kernels import gemm_tma
 
     problem = Problem.gemm(*shape, "bf16", layout)
-    config = _tail_config(group_m=group_m, mode=mode)
+    config = _tail_config(group_m=group_m)
     assert GEMM.space(problem, INTERP).check(config) is None
     inputs = GEMM.make_inputs(problem, "cpu", seed=23)
     ref = GEMM.reference(problem, inputs)
@@ -185,13 +184,6 @@ def test_tail_split_schedule() -> None:
     assert tail_split_schedule(10, 8, 132) == (20, 0, 2)  # slices of at least 4 K steps
     assert tail_split_schedule(96, 64, 132) == (96, 0, 1)  # 96 tiles: no room to split
     assert tail_split_schedule(264, 64, 132) == (132, 264, 1)  # whole waves only
-    # mode 2: 80 tiles in 3 slices are 240 units, 2 rounds on 132 SMs: 2/3 of a tile's time, not 1
-    assert tail_split_schedule(80, 128, 132, 1) == (80, 0, 1)
-    assert tail_split_schedule(80, 128, 132, 2) == (132, 0, 3)
-    assert tail_split_schedule(96, 64, 132, 2) == (132, 0, 4)  # 384 units, 3 rounds: 3/4
-    assert tail_split_schedule(3, 16, 4, 2) == (4, 0, 4)
-    with pytest.raises(ValueError, match="TAIL_SPLIT must be"):
-        tail_split_schedule(10, 4, 4, 3)
 
 
 def test_tail_split_space_constraints() -> None:
