@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from autotune.bench import DeviceFault
 from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import Source, TrialResult, TrialStatus
+from autotune.space import SearchSpace
 from autotune.strategies import Budget, Strategy, make_strategy
 from autotune.target import Target
 
@@ -68,6 +69,8 @@ class ProblemReport:
     ran: int = 0
     cached: int = 0
     failed: int = 0
+    #: Known configs put first in the search (imported ones, winners at neighbouring M).
+    seeded: int = 0
     best: TrialResult | None = None
     vendor: TrialResult | None = None
     compile_s: float = 0.0
@@ -99,7 +102,10 @@ class Runner:
     count toward the trial budget. With a `checker`, configs are compiled ahead on the CPU cores while
     the GPU measures, and a config the static checks flag is stored as `pruned` with the reason instead of
     being run. With `should_stop`, tune() raises SweepStopped before the next trial once it returns
-    True. Not thread-safe: one Runner per thread (sweeps on several GPUs run one per worker).
+    True. With `warm_start` (the default) and a store that knows configs (`Store.known_configs`), the
+    search tries first, after the vendor baseline and the heuristic default, the imported config of the
+    nearest M and the winners on this GPU at the nearest other M of the same shape. Not thread-safe: one
+    Runner per thread (sweeps on several GPUs run one per worker).
     """
 
     def __init__(
@@ -112,8 +118,10 @@ class Runner:
         on_trial: TrialCallback | None = None,
         checker: StaticChecker | None = None,
         should_stop: Callable[[], bool] | None = None,
+        warm_start: bool = True,
     ) -> None:
         self.store = store
+        self.warm_start = warm_start
         self.checker = checker
         self.target = target
         self.bench = benchmarker
@@ -138,8 +146,13 @@ class Runner:
         """Tunes `problem`; `clock` is what the budget's seconds are counted on (default: wall time)."""
         t0 = time.perf_counter()
         space = op.space(problem, self.target, backends)
+        space, seeded = with_seeds(space, self._known_configs(problem))
         report = ProblemReport(
-            problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+            problem,
+            space_size=len(space),
+            raw_size=space.raw_size(),
+            pruned=space.prune_summary(),
+            seeded=seeded,
         )
         self.current = report
         from autotune.kernels.base import kernel_versions
@@ -188,6 +201,16 @@ class Runner:
             report.wall_s = time.perf_counter() - t0
         return report
 
+    def _known_configs(self, problem: Problem) -> list[Config]:
+        known = getattr(self.store, "known_configs", None)
+        if not self.warm_start or known is None:
+            return []
+        try:
+            return list(known(problem, fingerprint=self.target.fingerprint()))
+        except Exception as exc:  # a hint only: tuning goes on without it
+            log.warning("no known configs for %s: %s", problem, exc)
+            return []
+
     def _look_ahead(
         self, op: TunableOp, problem: Problem, search: Strategy, done: dict[str, TrialResult]
     ) -> None:
@@ -224,3 +247,18 @@ class Runner:
         name, source_hash = kernel
         self.store.record(target=self.target, kernel=name, source_hash=source_hash, problem=problem,
                           result=result, sweep_id=self.sweep_id)  # fmt: skip
+
+
+def with_seeds(space: SearchSpace, seeds: Sequence[Config]) -> tuple[SearchSpace, int]:
+    """`space` with the `seeds` that belong to it added to their backend's `first` configs (after those
+    already there), and how many were added."""
+    added = 0
+    subspaces = []
+    for sub in space.subspaces:
+        extra: tuple[Config, ...] = ()
+        for c in seeds:
+            if c.backend == sub.backend and c not in sub.first and c not in extra and sub.check(c) is None:
+                extra += (c,)
+        added += len(extra)
+        subspaces.append(replace(sub, first=(*sub.first, *extra)) if extra else sub)
+    return (SearchSpace(subspaces), added) if added else (space, 0)

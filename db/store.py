@@ -6,6 +6,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import shlex
 import socket
 import time
@@ -747,6 +748,53 @@ class Store:
         stmt = stmt.order_by(TrialModel.time_us, TrialModel.id).limit(limit)
         with self._session() as session:
             return trial_records(session.execute(stmt))
+
+    def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
+        """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the
+        nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners
+        measured on the GPU `fingerprint` names for the same shape at other M, nearest M (on a log scale)
+        first; at most `limit` measured ones, no config twice. Empty where nothing of the shape is known."""
+        t, p = TrialModel, ProblemModel
+        stmt = (
+            select(p.m, t.source, t.gpu_id, t.time_us, t.config_json)
+            .join(p, t.problem_id == p.id)
+            .where(
+                p.op == problem.op,
+                p.n == problem.N,
+                p.k == problem.K,
+                p.e == problem.E,
+                p.topk == problem.topk,
+                p.dtype_a == problem.dtype_a,
+                p.dtype_b == problem.dtype_b,
+                p.dtype_out == problem.dtype_out,
+                p.layout == problem.layout,
+                t.status == TrialStatus.OK.value,
+                t.time_us.is_not(None),
+                t.source.in_((Source.IMPORTED.value, Source.MEASURED.value)),
+            )
+        )
+        gpu_ids = self._match_gpus(fingerprint)
+        best: dict[tuple[str, int], tuple[float, str]] = {}  # (source, M) -> fastest (time, config)
+        with self._session() as session:
+            for m, source, gpu_id, time_us, config_json in session.execute(stmt):
+                measured = source == Source.MEASURED.value
+                if measured and (m == problem.M or (gpu_ids is not None and gpu_id not in gpu_ids)):
+                    continue
+                key, us = (source, int(m)), float(time_us or 0.0)  # (the query keeps timed trials only)
+                if key not in best or us < best[key][0]:
+                    best[key] = (us, config_json)
+
+        def by_distance(source: str) -> list[str]:
+            ms = sorted((m for s, m in best if s == source), key=lambda m: (abs(math.log(m / problem.M)), m))
+            return [best[(source, m)][1] for m in ms]
+
+        imported = by_distance(Source.IMPORTED.value)[:1]
+        out: list[Config] = []
+        for text in imported + by_distance(Source.MEASURED.value)[:limit]:
+            config = Config.from_json(text)
+            if config not in out:
+                out.append(config)
+        return out
 
     def winners(
         self, fingerprint: str | None = None, source: Source | None = Source.MEASURED

@@ -327,6 +327,7 @@ def _run_on_workers(
                         on_trial=locked_on_trial,
                         checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
                         should_stop=stop.is_set,
+                        warm_start=entry.warm_start,
                     )
                     result = runner.tune(
                         op,

@@ -15,6 +15,7 @@ trials = 6                     # budget per problem, in trials (optional)
 seconds = 60                   # budget per problem, in seconds (optional)
 seed = 0
 backends = ["torch", "triton"] # default: every backend of the op
+warm_start = true              # try known configs first (imported, winners at nearby M); default true
 
 [[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
 op = "moe"
@@ -66,11 +67,12 @@ else:  # pragma: no cover
 __all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "spec_from_untuned"]
 
 _TOP_KEYS = {"name", "description", "sweep", "static"}
-_ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends"}
+_ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends",
+               "warm_start"}  # fmt: skip
 _MOE_KEYS = {"e", "topk", "weights", "zipf"}
 _FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
-               "weights", "zipf"}  # fmt: skip
+               "warm_start", "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
 
 
@@ -96,6 +98,7 @@ class SweepEntry:
     budget: Budget = field(default_factory=Budget)
     seed: int = 0
     backends: tuple[str, ...] | None = None
+    warm_start: bool = True  # try known configs first (Store.known_configs)
     es: tuple[int, ...] = ()  # moe: expert counts
     topk: int = 0  # moe: experts per token
     weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
@@ -366,7 +369,7 @@ def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
 
 
 def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """strategy, budget, seed and backends of an entry."""
+    """strategy, budget, seed, backends and warm_start of an entry."""
     strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
     if strategy not in STRATEGIES:
         raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
@@ -382,7 +385,8 @@ def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
             raise SpecError(f"{where}: `backends` must be a non-empty list of names")
         backends = tuple(backends)
-    return dict(strategy=strategy, budget=budget, seed=seed, backends=backends)
+    warm_start = _typed(table.get("warm_start", True), bool, "warm_start", where)
+    return dict(strategy=strategy, budget=budget, seed=seed, backends=backends, warm_start=warm_start)
 
 
 def _ms(value: Any, where: str) -> tuple[int, ...]:
