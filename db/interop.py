@@ -122,7 +122,16 @@ class MoeModel:
 #: The models `infer_moe_shape` knows.
 KNOWN_MOE_MODELS: tuple[MoeModel, ...] = (
     MoeModel("Mixtral-8x7B", experts=8, topk=2, hidden=4096, intermediate=14336),
-    MoeModel("DeepSeek-V3", experts=256, topk=8, hidden=7168, intermediate=2048, ep=(1, 8, 16, 32)),
+    # also served at TP16 over two 8-GPU hosts: vLLM ships its E=256, N=128 files
+    MoeModel(
+        "DeepSeek-V3",
+        experts=256,
+        topk=8,
+        hidden=7168,
+        intermediate=2048,
+        tp=(1, 2, 4, 8, 16),
+        ep=(1, 8, 16, 32),
+    ),
     MoeModel("Qwen3-30B-A3B", experts=128, topk=8, hidden=2048, intermediate=768),
     MoeModel("Qwen3-235B-A22B", experts=128, topk=8, hidden=4096, intermediate=1536),
     MoeModel("gpt-oss-120b", experts=128, topk=4, hidden=2880, intermediate=2880),

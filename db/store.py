@@ -769,8 +769,9 @@ class Store:
                 p.dtype_out == problem.dtype_out,
                 p.layout == problem.layout,
                 t.status == TrialStatus.OK.value,
-                t.time_us.is_not(None),
-                t.source.in_((Source.IMPORTED.value, Source.MEASURED.value)),
+                # vLLM's files carry no times: an imported config counts untimed
+                (t.source == Source.IMPORTED.value)
+                | ((t.source == Source.MEASURED.value) & t.time_us.is_not(None)),
             )
         )
         gpu_ids = self._match_gpus(fingerprint)
@@ -780,7 +781,7 @@ class Store:
                 measured = source == Source.MEASURED.value
                 if measured and (m == problem.M or (gpu_ids is not None and gpu_id not in gpu_ids)):
                     continue
-                key, us = (source, int(m)), float(time_us or 0.0)  # (the query keeps timed trials only)
+                key, us = (source, int(m)), float(time_us or 0.0)  # measured ones are all timed
                 if key not in best or us < best[key][0]:
                     best[key] = (us, config_json)
 

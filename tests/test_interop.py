@@ -204,6 +204,7 @@ def test_unknown_device_is_an_error() -> None:
         (8, 1792, 4096, 2, "Mixtral-8x7B TP8"),
         (256, 2048, 7168, 8, "DeepSeek-V3 TP1"),
         (32, 256, 7168, 8, "DeepSeek-V3 TP8 EP8"),
+        (256, 128, 7168, 8, "DeepSeek-V3 TP16"),  # two 8-GPU hosts: vLLM ships files for it
         (8, 512, 7168, 8, "DeepSeek-V3 TP4 EP32"),
         (128, 1536, 4096, 8, "Qwen3-235B-A22B TP1"),
         (128, 96, 2048, 8, "Qwen3-30B-A3B TP8"),

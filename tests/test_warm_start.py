@@ -32,7 +32,8 @@ class FakeBench:
 
 
 def _store(store: Store, target: Target, m: int, config: Config, us: float, source: Source) -> None:
-    timing = Timing(us, us, us, us, us, 0.0, 5, "events")
+    # imported configs come untimed, as vLLM's files carry no times
+    timing = None if source == Source.IMPORTED else Timing(us, us, us, us, us, 0.0, 5, "events")
     store.record(
         target=target,
         kernel=f"gemm.{config.backend}",
