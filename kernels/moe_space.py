@@ -58,8 +58,9 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     tpe = tokens_per_expert(problem)
-    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
     fp8 = problem.dtype_b.startswith("fp8")
+    # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
+    elem = 1 if fp8 else max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
 
     def lds(c: Mapping[str, Value]) -> int:
         stages = int(c["num_stages"])
@@ -67,6 +68,15 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
         # the gate/up GEMM loads two B tiles (gate rows and up rows) per step
         rows = int(c["BLOCK_SIZE_M"]) + 2 * int(c["BLOCK_SIZE_N"])
         return int(rows * int(c["BLOCK_SIZE_K"]) * elem * buffers)
+
+    # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
+    # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
+    # walks them in one order. At most min(E, M·topk) experts are busy.
+    groups = sorted(int(v) for v in moe_params(problem, target)["GROUP_SIZE_M"])
+    pairs = problem.M * problem.topk
+
+    def max_row_blocks(bm: int) -> int:
+        return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
 
     out = [
         Constraint(
@@ -81,8 +91,13 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "group_m_redundant",
-            "GROUP_SIZE_M > 1 with one block of rows per expert",
-            lambda c: int(c["GROUP_SIZE_M"]) == 1 or tpe > int(c["BLOCK_SIZE_M"]),
+            "GROUP_SIZE_M {GROUP_SIZE_M} exceeds the row blocks of the routed tokens: a smaller group "
+            "walks them in the same order",
+            lambda c: (
+                not any(
+                    h < int(c["GROUP_SIZE_M"]) and h >= max_row_blocks(int(c["BLOCK_SIZE_M"])) for h in groups
+                )
+            ),
         ),
         Constraint(
             "lds_overflow",

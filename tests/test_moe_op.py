@@ -62,6 +62,35 @@ def test_decode_space_prunes_padded_row_blocks() -> None:
     assert space.prune_summary()["block_m_waste"] > 0
 
 
+def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
+    # The grid walks the row blocks of every expert: with one block per expert the group still decides the
+    # order (vLLM ships GROUP_SIZE_M 64 with BLOCK_SIZE_M 64 for DeepSeek-V3 TP16 at M = 1024, and it is
+    # fast); only a group at least as large as all the row blocks equals a smaller such group.
+    h100 = Target.for_arch("sm_90")
+    prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
+    shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
+                     num_warps=4, num_stages=3)  # fmt: skip
+    assert MOE.space(prefill, h100).check(shipped) is None
+    decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
+    space = MOE.space(decode, h100)
+    groups = {int(c["GROUP_SIZE_M"]) for c in space.configs() if c.backend == "triton"}
+    assert groups == {1, 16}  # 32 and 64 walk the 8 blocks as 16 does
+    assert any(r.startswith("group_m_redundant") for _, r in space.pruned())
+
+
+def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
+    # With FP8 weights the kernel loads FP8 activations: A and two B tiles of 64 + 2 x 128 rows, 128 wide,
+    # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
+    h100 = Target.for_arch("sm_90")
+    config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
+                    num_warps=4, num_stages=3)  # fmt: skip
+    fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
+    bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
+    assert MOE.space(fp8, h100).check(config) is None
+    reason = MOE.space(bf16, h100).check(config)
+    assert reason is not None and reason.startswith("lds_overflow")
+
+
 def test_moe_spec_fields() -> None:
     text = 'name = "m"\n[[sweep]]\nop = "moe"\nm = [1, 64]\nnk = [[128, 256]]\ne = [8, 16]\ntopk = 2\n'
     spec = parse_spec(text + 'weights = "fp8e4m3"\nzipf = 1.2\n')
