@@ -173,13 +173,13 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,)."""
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         raise ValueError("linear expects x as a tensor of shape (..., K)")
+    if bias is not None and isinstance(weight, torch.Tensor) and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")  # no launch
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if not x2.is_contiguous():
         x2 = x2.contiguous()
     y = gemm(x2, weight, b_layout="nk")
     if bias is not None:
-        if bias.shape != (weight.shape[0],):
-            raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")
         y += bias
     return y.reshape(*lead, weight.shape[0])
