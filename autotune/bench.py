@@ -8,7 +8,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -441,15 +441,21 @@ def runs_for_precision(samples: Sequence[float], precision: float) -> int:
 
 
 def interleaved_medians(
-    bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int
+    bench: Benchmarker,
+    problem: Problem,
+    configs: dict[str, Config],
+    rounds: int,
+    others: Mapping[str, tuple[Benchmarker, Config]] | None = None,
 ) -> dict[str, tuple[float, str]]:
     """Times every named config `rounds` times, interleaved (so drift hits all alike), and gives per name
-    the median of its medians (NaN if it never ran) and "ok", or the status and error of a failed run."""
-    samples: dict[str, list[float]] = {k: [] for k in configs}
-    status = dict.fromkeys(configs, "ok")
+    the median of its medians (NaN if it never ran) and "ok", or the status and error of a failed run.
+    `others` are timed in the same rounds, after `configs`, each by its own Benchmarker."""
+    runs = {name: (bench, config) for name, config in configs.items()} | dict(others or {})
+    samples: dict[str, list[float]] = {k: [] for k in runs}
+    status = dict.fromkeys(runs, "ok")
     for _ in range(rounds):
-        for name, config in configs.items():
-            r = bench.run(problem, config, full=True)
+        for name, (timer, config) in runs.items():
+            r = timer.run(problem, config, full=True)
             if r.ok and r.time_us is not None:
                 samples[name].append(r.time_us)
             else:

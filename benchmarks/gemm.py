@@ -137,13 +137,6 @@ class _Dispatched:
         return launch
 
 
-def _median_of_rounds(results: list[tuple[float, str]]) -> tuple[float, str]:
-    """The median time over rounds (NaN rounds left out) and "ok", or the first failure's status."""
-    times = [t for t, _ in results if not math.isnan(t)]
-    failed = [st for _, st in results if st != "ok"]
-    return (statistics.median(times) if times else math.nan, failed[0] if failed else "ok")
-
-
 def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
     target = local_target()
     fp = target.fingerprint()
@@ -165,12 +158,9 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         dbench = Benchmarker(
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
         )
-        per_round = [
-            interleaved_medians(bench, p, variants, 1)
-            | interleaved_medians(dbench, p, {"dispatched": Config(backend="dispatched")}, 1)
-            for _ in range(rounds)
-        ]
-        timed = {k: (*_median_of_rounds([r[k] for r in per_round]), method) for k in per_round[0]}
+        dispatched = {"dispatched": (dbench, Config(backend="dispatched"))}
+        res = interleaved_medians(bench, p, variants, rounds, others=dispatched)
+        timed = {k: (*v, method) for k, v in res.items()}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(
             model=model,

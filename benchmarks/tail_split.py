@@ -25,7 +25,7 @@ import torch
 from autotune import Config, Problem
 from autotune.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
-from autotune.target import local_target
+from autotune.target import Target, local_target
 
 # (label, M, N, K): the shapes of benchmarks/gemm.py where the TMA kernel competes (M >= 256).
 SHAPES = [
@@ -42,8 +42,9 @@ SHAPES = [
 TILES = [(128, 128, 64, 4, 4), (128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 128, 8, 3)]
 
 
-def _configs(problem: Problem, cus: int) -> dict[str, Config]:
-    space = GEMM.space(problem, local_target(), ("torch", "triton_tma"))
+def _configs(problem: Problem, target: Target) -> dict[str, Config]:
+    space = GEMM.space(problem, target, ("torch", "triton_tma"))
+    cus = target.cu_count
     out: dict[str, Config] = {"vendor": Config(backend="torch")}
     for bm, bn, bk, warps, stages in TILES:
         tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
@@ -78,7 +79,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for label, m, n, k in SHAPES:
         problem = Problem.gemm(m, n, k, "bf16")
-        configs = _configs(problem, target.cu_count)
+        configs = _configs(problem, target)
         times = interleaved_medians(bench, problem, configs, args.rounds)
         rows.append(dict(shape=label, times={name: t for name, (t, _) in times.items()},
                          status={name: s for name, (_, s) in times.items() if s != "ok"}))  # fmt: skip

@@ -341,3 +341,38 @@ def test_two_problems_measured_in_turns_keep_their_states() -> None:
     assert slow.extra.get("raced") and bench._states[a] is state_a
     _timed(bench, 100.0, problem=c)  # a third problem: the least recently used one (b) is dropped
     assert set(bench._states) == {a, c}
+
+
+class _ScriptedTimer:
+    """Stands in for a Benchmarker: gives the next scripted time for each config, logging every call."""
+
+    def __init__(self, times: dict[str, list[float]], log: list[str]) -> None:
+        self.times, self.log = times, log
+
+    def run(self, problem: Problem, config: Config, full: bool = False) -> Any:
+        from autotune import Timing, TrialResult
+
+        name = str(config["name"])
+        self.log.append(name)
+        t = self.times[name].pop(0)
+        if math.isnan(t):
+            return TrialResult(config, TrialStatus.WRONG_RESULT, error="mismatch")
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "events"))
+
+
+def test_interleaved_medians_times_others_in_the_same_rounds() -> None:
+    from autotune.bench import interleaved_medians
+
+    log: list[str] = []
+    main = _ScriptedTimer({"a": [3.0, 1.0, 2.0], "b": [5.0, math.nan, 4.0]}, log)
+    other = _ScriptedTimer({"c": [7.0, 9.0, 8.0]}, log)
+    res = interleaved_medians(
+        main,  # type: ignore[arg-type]
+        Problem.gemm(1, 16, 16),
+        {"a": Config(backend="x", name="a"), "b": Config(backend="x", name="b")},
+        3,
+        others={"c": (other, Config(backend="y", name="c"))},  # type: ignore[dict-item]
+    )
+    assert log == ["a", "b", "c"] * 3
+    assert res["a"] == (2.0, "ok") and res["c"] == (8.0, "ok")
+    assert res["b"][0] == 4.5 and res["b"][1].startswith("wrong")
