@@ -128,6 +128,11 @@ def has_tma(target: Target) -> bool:
     return int(target.arch[3:].rstrip("a")) >= 90
 
 
+def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:
+    """The C tiles of `problem` in `c`'s BLOCK_M x BLOCK_N tiles."""
+    return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
+
+
 def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     elem = DTYPE_BYTES[problem.dtype_a]
     out_elem = DTYPE_BYTES[problem.dtype_out]
@@ -136,7 +141,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     )
 
     def tiles(c: Mapping[str, Value]) -> int:
-        return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
+        return _tile_count(problem, c)
 
     def tail_splits(c: Mapping[str, Value]) -> int:
         return tail_split_schedule(tiles(c), _cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
@@ -189,7 +194,7 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     cus = target.cu_count
 
     def tiles(c: Mapping[str, Value]) -> int:
-        return _cdiv(M, int(c["BLOCK_M"])) * _cdiv(N, int(c["BLOCK_N"]))
+        return _tile_count(problem, c)
 
     def lds_bytes(c: Mapping[str, Value]) -> int:
         stages = int(c["num_stages"])
