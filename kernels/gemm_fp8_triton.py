@@ -27,11 +27,47 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import AMD_LAUNCH_OPTIONS, REDUCE_BLOCK, _remap_xcd, splitk_reduce_kernel
+from autotune.kernels.scratch import split_scratch
 
-__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher"]
+__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher", "store_tile"]
 
 #: The K extent (and B row extent) of one blockwise scale.
 FP8_SCALE_BLOCK = 128
+
+
+@triton.jit
+def store_tile(
+    acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N,
+    stride_cs, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, FUSED_SPLIT: tl.constexpr,
+):  # fmt: skip
+    """Store one K slice's fp32 tile. Without FUSED_SPLIT: into C (SPLIT_K 1) or the workspace slice
+    `pid_k` that the reduce kernel sums. With FUSED_SPLIT the slices are summed in this launch: each writes
+    its partial to `ws_ptr` (tile-major, SPLIT_K tiles each) and bumps the tile's counter in `count_ptr`;
+    the last to arrive sums the partials in slice order (deterministic, no waiting), stores C and resets
+    the counter to 0 for the next launch."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if SPLIT_K == 1 or not FUSED_SPLIT:
+        c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        tile = pid_m * num_pid_n + pid_n
+        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        ws_tile = ws_ptr + tile * (SPLIT_K * tile_elems)
+        tl.store(ws_tile + pid_k * tile_elems + offs, acc)
+        tl.debug_barrier()  # every thread's partial is written before the counter says so
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            tl.debug_barrier()
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for sl in range(SPLIT_K):
+                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
+            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -41,6 +77,8 @@ def gemm_fp8_kernel(
     c_ptr,
     as_ptr,
     bs_ptr,
+    ws_ptr,
+    count_ptr,
     M,
     N,
     K,
@@ -62,13 +100,15 @@ def gemm_fp8_kernel(
     SPLIT_K: tl.constexpr,
     NUM_XCDS: tl.constexpr,
     EVEN_K: tl.constexpr,
+    FUSED_SPLIT: tl.constexpr,
     BLOCKWISE: tl.constexpr,
     SCALE_BLOCK: tl.constexpr = 128,
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
 ):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
-    B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
+    unless FUSED_SPLIT (see `store_tile`). B_SCALE_VECTOR forces the per-column B scale path (benchmarks
+    compare the two paths with it)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -132,11 +172,10 @@ def gemm_fp8_kernel(
         a_s = tl.load(as_ptr + offs_m * stride_asm)
         b_s = tl.load(bs_ptr + offs_n * stride_bsn)
         acc = acc * a_s[:, None] * b_s[None, :]
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    store_tile(
+        acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
+        BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
+    )  # fmt: skip
 
 
 def _options(config: Config, is_amd: bool) -> dict[str, Any]:
@@ -146,6 +185,7 @@ def _options(config: Config, is_amd: bool) -> dict[str, Any]:
         BLOCK_K=int(config["BLOCK_K"]),
         GROUP_M=int(config.get("GROUP_M", 1)),
         SPLIT_K=int(config.get("SPLIT_K", 1)),
+        FUSED_SPLIT=bool(config.get("FUSED_SPLIT", 0)) and int(config.get("SPLIT_K", 1)) > 1,
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
@@ -171,10 +211,13 @@ def quant_launcher(
 
     `kernel` is `gemm_fp8_kernel` or `gemm_mx_kernel` (or a recorder standing in for it); `constexprs`
     its mode (BLOCKWISE, formats, DOT_F32 ...). `scale_strides` is (stride_asm, stride_ask, stride_bsn,
-    stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored).
+    stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 and the slices go through the
+    reduce kernel (else ignored); FUSED_SPLIT sums them in the launch with its own scratch per device and
+    stream (`autotune.kernels.scratch`).
     """
     opts = {**_options(config, is_amd), **constexprs}
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
+    fused = opts["FUSED_SPLIT"]
     reduce = reduce_kernel or splitk_reduce_kernel
 
     def launch(
@@ -189,15 +232,20 @@ def quant_launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
-        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        grid = (tiles, split_k)
         even_k = K % (bk * split_k) == 0
-        c, strides = (out, (0, out.stride(0), out.stride(1))) if split_k == 1 else (workspace, (M * N, N, 1))
+        c: torch.Tensor | None = out
+        strides = (0, out.stride(0), out.stride(1))
+        if split_k > 1 and not fused:
+            c, strides = workspace, (M * N, N, 1)
         assert c is not None, "SPLIT_K > 1 needs a workspace"
+        ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles) if fused else (out, out)
         kernel[grid](
-            a, b, c, a_scale, b_scale, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            *strides, *scale_strides, EVEN_K=even_k, **opts,
+            a, b, c, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1), *strides, *scale_strides, EVEN_K=even_k, **opts,
         )  # fmt: skip
-        if split_k > 1:
+        if split_k > 1 and not fused:
             mn = M * N
             reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](
                 workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS

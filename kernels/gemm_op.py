@@ -59,7 +59,7 @@ class GemmOp:
         if backend == "triton":
             return _file_hash("gemm_triton.py")
         if backend == "triton_tma":
-            return _file_hash("gemm_tma.py", "gemm_triton.py")  # it uses the split-K reduce kernel
+            return _file_hash("gemm_tma.py", "gemm_triton.py", "scratch.py")  # + split-K reduce, scratch
         if backend == "torch":
             import torch
 

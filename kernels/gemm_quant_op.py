@@ -134,7 +134,7 @@ class QuantGemmOp:
 
     def source_hash(self, backend: str) -> str:
         if backend == "triton":
-            files = ["quant.py", "gemm_fp8_triton.py", "gemm_triton.py"]
+            files = ["quant.py", "gemm_fp8_triton.py", "gemm_triton.py", "scratch.py"]
             if self.name in _MX:
                 files.append("gemm_mx_triton.py")
             digest = _file_hash(*files)
@@ -305,7 +305,7 @@ class QuantGemmOp:
         split_k = int(config.get("SPLIT_K", 1))
         M, N, K = problem.M, problem.N, problem.K
         workspace = None
-        if split_k > 1:
+        if split_k > 1 and not config.get("FUSED_SPLIT", 0):  # the reduce kernel sums the K slices
             workspace = torch.empty(split_k * M * N, device=out.device, dtype=torch.float32)
             if not out.is_contiguous():
                 raise ValueError(f"SPLIT_K={split_k} reduces into a contiguous C; got strides {out.stride()}")

@@ -22,6 +22,7 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import tail_split_schedule
+from autotune.kernels.scratch import split_scratch
 
 __all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
 
@@ -139,30 +140,6 @@ def gemm_tma_kernel(
             c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
-# Tail-split scratch per (device, stream): [fp32 partial-sum workspace, int32 per-tile counters]. The
-# counters must start at zero and the kernel leaves them at zero, so they are kept between launches; a
-# buffer outgrown is kept alive too (a captured CUDA graph may still point at it).
-_scratch: dict[tuple[str, int], list[torch.Tensor]] = {}
-_outgrown: list[torch.Tensor] = []
-
-
-def _tail_scratch(device: torch.device, ws_elems: int, counters: int) -> tuple[torch.Tensor, torch.Tensor]:
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
-    bufs = _scratch.get(key)
-    if bufs is None or bufs[0].numel() < ws_elems or bufs[1].numel() < counters:
-        if bufs is not None:
-            _outgrown.extend(bufs)
-            ws_elems = max(ws_elems, bufs[0].numel())
-            counters = max(counters, bufs[1].numel())
-        bufs = [
-            torch.empty(ws_elems, device=device, dtype=torch.float32),
-            torch.zeros(counters, device=device, dtype=torch.int32),
-        ]
-        _scratch[key] = bufs
-    return bufs[0], bufs[1]
-
-
 def tma_launcher(
     config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, ...] | None = None
 ) -> Callable[..., None]:
@@ -201,7 +178,7 @@ def tma_launcher(
     ) -> None:
         tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         programs, dp_tiles, splits = tail_split_schedule(tiles, triton.cdiv(K, bk), num_sms)
-        ws, counts = _tail_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
+        ws, counts = split_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_desc = TensorDescriptor.from_tensor(out, [bm, bn])

@@ -141,7 +141,7 @@ def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> 
 def test_tail_split_matches_reference_and_repeats_exactly(
     shape: tuple[int, int, int], group_m: int, layout: str
 ) -> None:
-    from autotune.kernels import gemm_tma
+    from autotune.kernels import scratch
 
     problem = Problem.gemm(*shape, "bf16", layout)
     config = _tail_config(group_m=group_m)
@@ -155,7 +155,7 @@ def test_tail_split_matches_reference_and_repeats_exactly(
         assert _err(out, ref) < GEMM.tolerance(problem)
         runs.append(out)
     assert torch.equal(runs[0], runs[1]), "the slices of a tile must be summed in a fixed order"
-    for _ws, counts in gemm_tma._scratch.values():
+    for _ws, counts in scratch._scratch.values():
         assert not counts.any(), "a tile counter was left non-zero"
 
 

@@ -20,9 +20,11 @@ needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels 
 INTERP = Target.interpreter_target()
 
 
-def tcfg(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, split_k: int = 1) -> Config:
+def tcfg(
+    bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, split_k: int = 1, fused: int = 0
+) -> Config:
     return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
-                  num_warps=4, num_stages=1)  # fmt: skip
+                  FUSED_SPLIT=fused, num_warps=4, num_stages=1)  # fmt: skip
 
 
 # -- problems -------------------------------------------------------------------------------------------
@@ -150,13 +152,15 @@ def test_fp8_flavour_follows_the_target() -> None:
 # blockwise scale group (sub-tiles) and narrower than one.
 CASES = [
     ("gemm_fp8_rowwise", 20, 48, 160,
-     [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4)]),
+     [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4),
+      tcfg(bk=16, split_k=4, fused=1)]),
     ("gemm_fp8_blockwise", 20, 48, 384,
-     [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2)]),
+     [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2),
+      tcfg(16, 32, 64, split_k=4, fused=1)]),
     # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256)
     ("gemm_fp8_blockwise", 8, 272, 256, [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
-    ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
+    ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4), tcfg(16, 32, 32, split_k=3, fused=1)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
 ]  # fmt: skip
 
@@ -178,6 +182,35 @@ def test_op_matches_its_reference(name: str, M: int, N: int, K: int, configs: li
             path.prepare(problem, config, INTERP, inputs, out)()
             err = rel_error(out, ref)
             assert err <= op.tolerance(problem), (name, path.native_mx, config.short(), err)
+
+
+@needs_interpreter
+def test_fused_split_sums_every_slice_in_a_fixed_order_and_resets_its_counters() -> None:
+    from autotune.kernels import scratch
+
+    op = get_op("gemm_fp8_blockwise")
+    problem = Problem.quant("gemm_fp8_blockwise", 20, 48, 512)
+    inputs = op.make_inputs(problem, "cpu", seed=4)
+    ref = op.reference(problem, inputs)
+    outs = []
+    for config in (tcfg(16, 32, 128, split_k=4, fused=1), tcfg(16, 32, 128, split_k=4, fused=1),
+                   tcfg(16, 32, 128, split_k=4)):  # fmt: skip
+        out = op.make_output(problem, "cpu").fill_(float("nan"))
+        op.prepare(problem, config, INTERP, inputs, out)()
+        assert rel_error(out, ref) <= op.tolerance(problem), config.short()
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]), "the second launch relies on the first having reset the counters"
+    assert torch.equal(outs[0], outs[2]), "summed in slice order, as the reduce kernel does"
+    for _ws, counts in scratch._scratch.values():
+        assert not counts.any(), "a tile counter was left non-zero"
+    # one slice's partial alone (each slice holds a quarter of K) is far from the answer
+    one = tcfg(16, 32, 128)
+    part = Problem.quant("gemm_fp8_blockwise", 20, 48, 128)
+    a, b, sa, sb = inputs
+    out = op.make_output(part, "cpu")
+    op.prepare(part, one, INTERP, (a[:, :128].contiguous(), b[:, :128].contiguous(), sa[:, :1].contiguous(),
+                                   sb[:, :1].contiguous()), out)()  # fmt: skip
+    assert rel_error(out, ref) > 10 * op.tolerance(problem)
 
 
 @needs_interpreter
