@@ -1,19 +1,14 @@
-"""FP8 GEMM kernel variants (GPU), side by side in one run: what moves the FP8 rows toward their goals.
+"""FP8 blockwise prefill kernel variants (GPU), side by side in one run.
 
-Prefill, blockwise (M = 2048): the pointer kernel (`gemm_fp8_kernel`) at its best earlier tiles against
+Blockwise, M = 2048: the pointer kernel (`gemm_fp8_kernel`) at its best earlier tiles against
 the tensor-descriptor kernel (`gemm_fp8_tma`), one program per tile or persistent, with and without
 Triton's warp specialization, A scales row-major (M, K/128) or M-major; next to torch._scaled_mm (cuBLAS
 blockwise; its call includes a copy of C, timed alone as "copy C"). Events around each launch, L2 flushed
 before every run, interleaved rounds; every output checked against the reference.
 
-Decode, row-wise and blockwise (M = 16): the pointer kernel with split-K summed by a second, reduce kernel
-against split-K summed in the GEMM's own launch (FUSED_SPLIT), over a grid of tiles, timed by the
-project's Benchmarker (CUDA-graph replay for short launches, as the tuner times them), as a fraction of a
-measured device copy bandwidth.
+    python benchmarks/fp8_variants.py --out results/
 
-    python benchmarks/fp8_variants.py --out results/ [--only prefill|decode]
-
-Prints short tables last; details go to OUT/fp8_variants.json.
+Prints a short table last; details go to OUT/fp8_variants.json.
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ POINTER = [(128, 128, 128, 8, 4), (64, 128, 128, 4, 4), (128, 128, 256, 8, 3)]
 #: Descriptor-kernel prefill tiles: (BLOCK_M, BLOCK_N, num_warps, num_stages).
 TMA = [(64, 128, 4, 4), (64, 128, 4, 5), (128, 128, 8, 4), (128, 128, 4, 4), (128, 256, 8, 3),
        (64, 256, 4, 3)]  # fmt: skip
-#: Decode grid of the pointer kernel: BLOCK_N, BLOCK_K, SPLIT_K, num_stages (BLOCK_M 16, 4 warps).
-DECODE = dict(bn=(32, 64, 128), bk=(256, 512), split=(1, 2, 4, 8), stages=(3, 4))
 #: Stands for the output tensor in a call's arguments.
 OUT = object()
 
@@ -127,48 +120,11 @@ def prefill(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def decode(args: argparse.Namespace) -> tuple[list[dict[str, Any]], float]:
-    from gemm_quant import copy_bandwidth_gbps
-
-    from autotune import Config, Problem
-    from autotune.bench import Benchmarker, interleaved_medians
-    from autotune.kernels import get_op
-    from autotune.target import local_target
-
-    target = local_target(0)
-    copy_gbps = copy_bandwidth_gbps()
-    rows: list[dict[str, Any]] = []
-    for name, (label, N, K) in itertools.product(("gemm_fp8_rowwise", "gemm_fp8_blockwise"), SHAPES):
-        problem = Problem.quant(name, 16, N, K)
-        op = get_op(name)
-        bench = Benchmarker(op, target)
-        configs: dict[str, Config] = {}
-        for bn, bk, split, stages in itertools.product(*DECODE.values()):
-            for fused in (0, 1) if split > 1 else (0,):
-                c = Config(backend="triton", BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=split,
-                           FUSED_SPLIT=fused, num_warps=4, num_stages=stages)  # fmt: skip
-                configs[c.short()] = c
-        configs["scaled_mm"] = Config(backend="torch")
-        configs["default"] = op.default_config(problem, target)
-        t0 = time.perf_counter()
-        res = interleaved_medians(bench, problem, configs, args.decode_rounds)
-        print(f"{name} {label}: {len(configs)} configs in {time.perf_counter() - t0:.0f} s", flush=True)
-        for key, (us, status) in res.items():
-            c = configs[key]
-            gbps = problem.min_bytes() / us / 1e3 if us == us else float("nan")
-            rows.append(dict(op=name, shape=label, M=16, N=N, K=K, variant=key, us=us, gbps=gbps,
-                             copy_frac=gbps / copy_gbps, status=status,
-                             split=int(c.get("SPLIT_K", 1)), fused=int(c.get("FUSED_SPLIT", 0))))  # fmt: skip
-    return rows, copy_gbps
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="directory for fp8_variants.json")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds, prefill (default 3)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     ap.add_argument("--reps", type=int, default=20, help="timed runs per variant and round (default 20)")
-    ap.add_argument("--decode-rounds", type=int, default=3, help="interleaved rounds, decode (default 3)")
-    ap.add_argument("--only", choices=("prefill", "decode"))
     args = ap.parse_args()
 
     import torch
@@ -179,10 +135,9 @@ def main() -> int:
         return 2
     meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
             "date": time.strftime("%Y-%m-%d")}  # fmt: skip
-    pre = prefill(args) if args.only in (None, "prefill") else []
-    dec, copy_gbps = decode(args) if args.only in (None, "decode") else ([], 0.0)
+    pre = prefill(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    out = {"meta": meta, "copy_gbps": copy_gbps, "prefill": pre, "decode": dec}
+    out = {"meta": meta, "prefill": pre}
     (args.out / "fp8_variants.json").write_text(json.dumps(out, indent=2))
 
     print(f"\n{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}")
@@ -193,19 +148,6 @@ def main() -> int:
         for r in timed[:12]:
             print(f"  {r['variant'][:70]:<70} {r['us']:>8.1f} µs {r['tflops']:>7.0f} TF "
                   f"{mm / r['us']:>5.2f}x {'ok' if r['ok'] else 'WRONG'}")  # fmt: skip
-    if dec:
-        print(f"\ndecode M 16, copy {copy_gbps:.0f} GB/s: best per (op, shape) and split-K summing")
-        for key in sorted({(r["op"], r["shape"]) for r in dec}):
-            sel = [r for r in dec if (r["op"], r["shape"]) == key and r["us"] == r["us"]]
-            for title, pick in (("no split", lambda r: r["split"] == 1 and r["variant"].startswith("triton")),
-                                ("reduce kernel", lambda r: r["split"] > 1 and not r["fused"]),
-                                ("fused", lambda r: r["fused"] == 1),
-                                ("scaled_mm", lambda r: r["variant"] == "scaled_mm"),
-                                ("default", lambda r: r["variant"] == "default")):  # fmt: skip
-                best = min((r for r in sel if pick(r)), key=lambda r: r["us"], default=None)
-                if best:
-                    print(f"  {key[0][9:]:<10} {key[1][:13]:<13} {title:<14} {best['us']:>7.2f} µs "
-                          f"{best['copy_frac'] * 100:>5.1f}% copy  {best['variant'][:60]}")  # fmt: skip
     return 0
 
 

@@ -91,7 +91,8 @@ def launch_config(
     return _launch(config, a, b, M, N, K, b_layout, target or _running())
 
 
-# A launch plan per config: (kind, launch function, SPLIT_K); kind 0 = torch, 1 = triton, 2 = triton_tma.
+# A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace);
+# kind 0 = torch, 1 = triton, 2 = triton_tma.
 _Plan = tuple[int, Callable[..., None] | None, int]
 _plans: dict[Config, _Plan] = {}
 
@@ -105,8 +106,11 @@ def _plan(config: Config, target: Target) -> _Plan:
         elif backend == "triton":
             from autotune.kernels.gemm_triton import launcher
 
-            run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter)
-            plan = (1, run, int(config.get("SPLIT_K", 1)))
+            run = launcher(
+                config, is_amd=target.is_amd, interpret=target.interpreter, num_sms=target.cu_count
+            )
+            fused = bool(config.get("FUSED_SPLIT", 0))  # no workspace: the launch sums its K slices
+            plan = (1, run, 1 if fused else int(config.get("SPLIT_K", 1)))
         elif backend == "triton_tma":
             from autotune.kernels.gemm_tma import tma_launcher
 

@@ -26,108 +26,37 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_triton import AMD_LAUNCH_OPTIONS, REDUCE_BLOCK, _remap_xcd, splitk_reduce_kernel
+from autotune.kernels.gemm_triton import (
+    AMD_LAUNCH_OPTIONS,
+    REDUCE_BLOCK,
+    _remap_xcd,
+    splitk_reduce_kernel,
+    store_tile,
+    stream_plan,
+    stream_store,
+    tile_rows_cols,
+)
 from autotune.kernels.scratch import split_scratch
 
-__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher", "store_tile"]
+__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher"]
 
 #: The K extent (and B row extent) of one blockwise scale.
 FP8_SCALE_BLOCK = 128
 
 
 @triton.jit
-def store_tile(
-    acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N,
-    stride_cs, stride_cm, stride_cn,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, FUSED_SPLIT: tl.constexpr,
+def _fp8_partial(
+    a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
+    stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCKWISE: tl.constexpr, SCALE_BLOCK: tl.constexpr, DOT_F32: tl.constexpr, B_SCALE_VECTOR: tl.constexpr,
 ):  # fmt: skip
-    """Store one K slice's fp32 tile. Without FUSED_SPLIT: into C (SPLIT_K 1) or the workspace slice
-    `pid_k` that the reduce kernel sums. With FUSED_SPLIT the slices are summed in this launch: each writes
-    its partial to `ws_ptr` (tile-major, SPLIT_K tiles each) and bumps the tile's counter in `count_ptr`;
-    the last to arrive sums the partials in slice order (deterministic, no waiting), stores C and resets
-    the counter to 0 for the next launch."""
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    if SPLIT_K == 1 or not FUSED_SPLIT:
-        c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
-    else:
-        tile = pid_m * num_pid_n + pid_n
-        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
-        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ws_tile = ws_ptr + tile * (SPLIT_K * tile_elems)
-        tl.store(ws_tile + pid_k * tile_elems + offs, acc)
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for sl in range(SPLIT_K):
-                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
-            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def gemm_fp8_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    as_ptr,
-    bs_ptr,
-    ws_ptr,
-    count_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bn,
-    stride_bk,
-    stride_cs,
-    stride_cm,
-    stride_cn,
-    stride_asm,
-    stride_ask,
-    stride_bsn,
-    stride_bsk,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    NUM_XCDS: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    FUSED_SPLIT: tl.constexpr,
-    BLOCKWISE: tl.constexpr,
-    SCALE_BLOCK: tl.constexpr = 128,
-    DOT_F32: tl.constexpr = False,
-    B_SCALE_VECTOR: tl.constexpr = False,
-):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
-    unless FUSED_SPLIT (see `store_tile`). B_SCALE_VECTOR forces the per-column B scale path (benchmarks
-    compare the two paths with it)."""
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid = _remap_xcd(pid, num_pid_m * num_pid_n, NUM_XCDS)
-    width = GROUP_M * num_pid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_M
-    group_size = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % width) % group_size)
-    pid_n = (pid % width) // group_size
-
+    """The scaled fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them)."""
     # Rows/columns past the edge wrap around: loads stay in bounds without masks, stores are masked.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
     # Blockwise: sub-tiles of at most one scale group along K.
     SUB: tl.constexpr = BLOCK_K if not BLOCKWISE or BLOCK_K <= SCALE_BLOCK else SCALE_BLOCK
-    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_span
     offs_k = tl.arange(0, SUB)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + offs_n[None, :] * stride_bn + (k_start + offs_k)[:, None] * stride_bk
@@ -142,7 +71,7 @@ def gemm_fp8_kernel(
             bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(k_span, BLOCK_K)):
+    for k in range(0, n_iters):
         for j in tl.static_range(BLOCK_K // SUB):
             kk = k * BLOCK_K + j * SUB
             if EVEN_K:
@@ -172,10 +101,89 @@ def gemm_fp8_kernel(
         a_s = tl.load(as_ptr + offs_m * stride_asm)
         b_s = tl.load(bs_ptr + offs_n * stride_bsn)
         acc = acc * a_s[:, None] * b_s[None, :]
-    store_tile(
-        acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
-        BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
-    )  # fmt: skip
+    return acc
+
+
+@triton.jit
+def gemm_fp8_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    as_ptr,
+    bs_ptr,
+    ws_ptr,
+    count_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
+    PER,
+    MAX_PARTS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    FUSED_SPLIT: tl.constexpr,
+    BLOCKWISE: tl.constexpr,
+    STREAM: tl.constexpr = False,
+    SCALE_BLOCK: tl.constexpr = 128,
+    DOT_F32: tl.constexpr = False,
+    B_SCALE_VECTOR: tl.constexpr = False,
+):
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
+    unless FUSED_SPLIT (see `store_tile`). With STREAM, program p takes the flat K steps
+    [p·PER, (p + 1)·PER) of all tiles instead (see `gemm_triton.stream_store`). B_SCALE_VECTOR forces the
+    per-column B scale path (benchmarks compare the two paths with it)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    if STREAM:
+        iters = tl.cdiv(K, BLOCK_K)
+        total = num_pid_m * num_pid_n * iters
+        lo = tl.program_id(0) * PER
+        hi = min(lo + PER, total)
+        while lo < hi:
+            tile = lo // iters
+            k0 = lo - tile * iters
+            k1 = min(iters, k0 + hi - lo)
+            pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
+            acc = _fp8_partial(
+                a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
+                stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k0 * BLOCK_K, k1 - k0,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
+            )  # fmt: skip
+            stream_store(
+                acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, PER, pid_m, pid_n, M, N, stride_cm,
+                stride_cn, MAX_PARTS, BLOCK_M, BLOCK_N,
+            )  # fmt: skip
+            lo += k1 - k0
+    else:
+        pid_k = tl.program_id(1)
+        pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+        pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
+        k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+        acc = _fp8_partial(
+            a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
+            stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, pid_k * k_span,
+            tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32,
+            B_SCALE_VECTOR,
+        )  # fmt: skip
+        store_tile(
+            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm,
+            stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
+        )  # fmt: skip
 
 
 def _options(config: Config, is_amd: bool) -> dict[str, Any]:
@@ -206,6 +214,7 @@ def quant_launcher(
     is_amd: bool,
     constexprs: dict[str, Any],
     reduce_kernel: Any = None,
+    num_sms: int = 0,
 ) -> Callable[..., None]:
     """`launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K, workspace)` of a quantized kernel.
 
@@ -213,12 +222,19 @@ def quant_launcher(
     its mode (BLOCKWISE, formats, DOT_F32 ...). `scale_strides` is (stride_asm, stride_ask, stride_bsn,
     stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 and the slices go through the
     reduce kernel (else ignored); FUSED_SPLIT sums them in the launch with its own scratch per device and
-    stream (`autotune.kernels.scratch`).
+    stream (`autotune.kernels.scratch`). STREAM_K = s (FP8 only) runs s programs per SM (`num_sms`) that
+    share the K steps of all tiles evenly.
     """
     opts = {**_options(config, is_amd), **constexprs}
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     fused = opts["FUSED_SPLIT"]
     reduce = reduce_kernel or splitk_reduce_kernel
+    stream = int(config.get("STREAM_K", 0))
+    fp8 = "BLOCKWISE" in constexprs  # the FP8 kernel has the stream mode; the MX kernel has not
+    if stream and (not fp8 or split_k > 1 or num_sms <= 0):
+        raise ValueError(f"STREAM_K needs the FP8 kernel, SPLIT_K 1 and the SM count: {config.short()}")
+    if fp8:
+        opts["STREAM"] = bool(stream)
 
     def launch(
         a: torch.Tensor,
@@ -240,10 +256,20 @@ def quant_launcher(
         if split_k > 1 and not fused:
             c, strides = workspace, (M * N, N, 1)
         assert c is not None, "SPLIT_K > 1 needs a workspace"
-        ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles) if fused else (out, out)
+        ws, counts = out, out
+        extra: dict[str, int] = {}
+        if stream:
+            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+            grid = (programs, 1)
+            ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+            extra = dict(PER=per, MAX_PARTS=parts)
+        elif fp8:
+            extra = dict(PER=0, MAX_PARTS=0)
+        if fused:
+            ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles)
         kernel[grid](
             a, b, c, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), *strides, *scale_strides, EVEN_K=even_k, **opts,
+            b.stride(1), *strides, *scale_strides, EVEN_K=even_k, **extra, **opts,
         )  # fmt: skip
         if split_k > 1 and not fused:
             mn = M * N

@@ -21,8 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.gemm_fp8_triton import store_tile
-from autotune.kernels.gemm_triton import _remap_xcd
+from autotune.kernels.gemm_triton import _remap_xcd, store_tile
 
 __all__ = ["gemm_mx_kernel"]
 
@@ -142,7 +141,7 @@ def gemm_mx_kernel(
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice; K strides count stored bytes/elements (a packed
     FP4 row has K/2). With SPLIT_K > 1, c_ptr is the fp32 workspace, unless FUSED_SPLIT (see
-    `gemm_fp8_triton.store_tile`)."""
+    `gemm_triton.store_tile`)."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)

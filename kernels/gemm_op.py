@@ -57,7 +57,7 @@ class GemmOp:
 
     def source_hash(self, backend: str) -> str:
         if backend == "triton":
-            return _file_hash("gemm_triton.py")
+            return _file_hash("gemm_triton.py", "scratch.py")
         if backend == "triton_tma":
             return _file_hash("gemm_tma.py", "gemm_triton.py", "scratch.py")  # + split-K reduce, scratch
         if backend == "torch":
@@ -159,11 +159,12 @@ def _torch_launch(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, layout: s
 
 
 def _workspace(config: Config, out: torch.Tensor) -> torch.Tensor | None:
-    """The fp32 split-K workspace of `config` for C = `out` (None without split-K)."""
+    """The fp32 split-K workspace of `config` for C = `out` (None without split-K, or with the slices
+    summed in the GEMM's own launch)."""
     import torch
 
     split_k = int(config.get("SPLIT_K", 1))
-    if split_k == 1:
+    if split_k == 1 or config.get("FUSED_SPLIT", 0):
         return None
     if not out.is_contiguous():
         raise ValueError(
@@ -189,7 +190,9 @@ def _triton_launch(
         (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
     )
     workspace = _workspace(config, out)
-    run = launcher(config, is_amd=target.is_amd, interpret=target.interpreter, kernels=kernels)
+    run = launcher(
+        config, is_amd=target.is_amd, interpret=target.interpreter, kernels=kernels, num_sms=target.cu_count
+    )
     args: tuple[Any, ...] = (a, b, out, stride_bk, stride_bn, M, N, K, workspace)
 
     def launch() -> None:

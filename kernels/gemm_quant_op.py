@@ -300,8 +300,9 @@ class QuantGemmOp:
         if calls is not None:
             kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
         run = quant_launcher(
-            kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce
-        )
+            kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
+            num_sms=target.cu_count,
+        )  # fmt: skip
         split_k = int(config.get("SPLIT_K", 1))
         M, N, K = problem.M, problem.N, problem.K
         workspace = None

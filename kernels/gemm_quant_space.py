@@ -54,24 +54,18 @@ def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
 
 
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
-    """The Triton knobs of quantized op `op` and their values on `target`. FUSED_SPLIT = 1 sums the K
-    slices of SPLIT_K > 1 in the GEMM's own launch (the last slice of a tile to finish adds them up)
-    instead of a second, reduce kernel."""
-    params = knob_values(
-        target, k_tiles=_k_tiles(op, target), nvidia_stages=(2, 3, 4), interpreter_k_tiles=(32, 64)
+    """The Triton knobs of quantized op `op` and their values on `target` (STREAM_K: FP8 ops only)."""
+    return knob_values(
+        target,
+        k_tiles=_k_tiles(op, target),
+        nvidia_stages=(2, 3, 4),
+        interpreter_k_tiles=(32, 64),
+        stream=op.startswith("gemm_fp8"),
     )
-    return {**params, "FUSED_SPLIT": (0, 1)}
 
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     out = list(_dense_constraints(problem, target))
-    out.append(
-        Constraint(
-            "fused_split_alone",
-            "FUSED_SPLIT sums K slices: it needs SPLIT_K > 1",
-            lambda c: not int(c.get("FUSED_SPLIT", 0)) or int(c["SPLIT_K"]) > 1,
-        )
-    )
     if problem.op == "gemm_mxfp4_bf16a" and not target.interpreter:
         out.append(
             Constraint(
@@ -111,6 +105,8 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     values["FUSED_SPLIT"] = 0
+    if "STREAM_K" in params:
+        values["STREAM_K"] = 0
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0

@@ -30,7 +30,11 @@ def _cdiv(a: int, b: int) -> int:
 def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs and their values on `target` (AMD knobs exist only on AMD)."""
     return knob_values(
-        target, k_tiles=(32, 64, 128, 256), nvidia_stages=(2, 3, 4, 5), interpreter_k_tiles=(16, 32)
+        target,
+        k_tiles=(32, 64, 128, 256),
+        nvidia_stages=(2, 3, 4, 5),
+        interpreter_k_tiles=(16, 32),
+        stream=True,
     )
 
 
@@ -40,19 +44,29 @@ def knob_values(
     k_tiles: Sequence[int],
     nvidia_stages: Sequence[int],
     interpreter_k_tiles: Sequence[int],
+    stream: bool = False,
 ) -> dict[str, Sequence[Value]]:
     """The tile, split-K, warp and stage knobs of a Triton GEMM on `target`, with the AMD knobs
     (matrix_instr_nonkdim, waves_per_eu, XCD remap, kpack on gfx942) only on AMD; the dense and the
-    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths."""
+    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths, and `stream` adds STREAM_K
+    (programs per CU that share the K steps of all tiles evenly; 0 = one program per tile and K slice)
+    for the kernels that have it."""
+    streams: dict[str, Sequence[Value]] = {"STREAM_K": (0, 1) if target.interpreter else (0, 1, 2)}
+    if not stream:
+        streams = {}
     if target.interpreter:
-        return dict(
-            BLOCK_M=(16, 32),
-            BLOCK_N=(16, 32),
-            BLOCK_K=tuple(interpreter_k_tiles),
-            GROUP_M=(1, 4),
-            SPLIT_K=(1, 2, 4),
-            num_warps=(4,),
-            num_stages=(1,),
+        return (
+            dict(
+                BLOCK_M=(16, 32),
+                BLOCK_N=(16, 32),
+                BLOCK_K=tuple(interpreter_k_tiles),
+                GROUP_M=(1, 4),
+                SPLIT_K=(1, 2, 4),
+                FUSED_SPLIT=(0, 1),
+                num_warps=(4,),
+                num_stages=(1,),
+            )
+            | streams
         )
     tiles = (16, 32, 64, 128, 256)
     common: dict[str, Sequence[Value]] = dict(
@@ -61,6 +75,7 @@ def knob_values(
         BLOCK_K=tuple(k_tiles),
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4, 8, 16),
+        FUSED_SPLIT=(0, 1),
         num_warps=(4, 8),
     )
     if target.is_amd:
@@ -73,8 +88,8 @@ def knob_values(
         )
         if target.arch == "gfx942":
             amd["kpack"] = (1, 2)
-        return {**common, **amd}
-    return {**common, "num_stages": tuple(nvidia_stages)}
+        return {**common, **amd, **streams}
+    return {**common, "num_stages": tuple(nvidia_stages), **streams}
 
 
 def tma_params(target: Target) -> dict[str, Sequence[Value]]:
@@ -225,6 +240,21 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
         ),
         Constraint(
+            "fused_split_alone",
+            "FUSED_SPLIT sums K slices in the GEMM's launch: it needs SPLIT_K > 1",
+            lambda c: not int(c.get("FUSED_SPLIT", 0)) or int(c.get("SPLIT_K", 1)) > 1,
+        ),
+        Constraint(
+            "stream_k_alone",
+            "STREAM_K deals the K steps itself: it goes with SPLIT_K 1",
+            lambda c: not int(c.get("STREAM_K", 0)) or int(c.get("SPLIT_K", 1)) == 1,
+        ),
+        Constraint(
+            "stream_k_needless",
+            f"STREAM_K on a tile grid that already fills {cus} CUs twice (tiles > 2 x CUs)",
+            lambda c: not int(c.get("STREAM_K", 0)) or tiles(c) <= 2 * cus,
+        ),
+        Constraint(
             "group_m_redundant",
             f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
             lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1,
@@ -335,6 +365,8 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    values["FUSED_SPLIT"] = 0
+    values["STREAM_K"] = 0
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0

@@ -3,8 +3,10 @@
 Imported lazily (it imports triton); `autotune.kernels.gemm` is the entry point most code wants.
 Knobs: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (tile swizzle for L2 reuse), SPLIT_K (K split over a second
 grid axis; partial sums go to an fp32 workspace and a second kernel reduces them in a fixed order, so the
-result is deterministic), NUM_XCDS (program-id remapping so neighbouring tiles share an XCD's L2 on
-MI300X/MI355X), num_warps, num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
+result is deterministic), FUSED_SPLIT (the same sum in the GEMM's own launch: the last slice of a tile to
+finish adds the slices up in order, see `store_tile`), NUM_XCDS (program-id remapping so neighbouring
+tiles share an XCD's L2 on MI300X/MI355X), num_warps, num_stages, and on AMD matrix_instr_nonkdim,
+waves_per_eu and kpack.
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.scratch import split_scratch
 
-__all__ = ["AMD_LAUNCH_OPTIONS", "gemm_kernel", "launcher", "splitk_reduce_kernel"]
+__all__ = [
+    "AMD_LAUNCH_OPTIONS",
+    "gemm_kernel",
+    "launcher",
+    "splitk_reduce_kernel",
+    "store_tile",
+    "stream_plan",
+    "stream_store",
+    "tile_rows_cols",
+]
 
 #: Config parameters passed to Triton as compile options on AMD only.
 AMD_LAUNCH_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
@@ -43,54 +55,30 @@ def _remap_xcd(pid, num_pids, NUM_XCDS: tl.constexpr):
 
 
 @triton.jit
-def gemm_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    M,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cs,
-    stride_cm,
-    stride_cn,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    SPLIT_K: tl.constexpr,
-    NUM_XCDS: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    DOT_F32: tl.constexpr = False,
-):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace."""
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid = _remap_xcd(pid, num_pid_m * num_pid_n, NUM_XCDS)
-    # Grouped ordering: GROUP_M rows of tiles are walked column by column, so B tiles stay in L2.
+def tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of `tile` in grouped order: GROUP_M rows of tiles are walked column by column, so
+    B tiles stay in L2."""
     width = GROUP_M * num_pid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_M
+    first_m = (tile // width) * GROUP_M
     group_size = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % width) % group_size)
-    pid_n = (pid % width) // group_size
+    return first_m + ((tile % width) % group_size), (tile % width) // group_size
 
+
+@triton.jit
+def _partial(
+    a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, k_start, n_iters,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """The fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them)."""
     # Rows/columns past the edge wrap around (modulo): loads stay in bounds without masks, stores are masked.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_span
     offs_k = k_start + tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(k_span, BLOCK_K)):
+    for k in range(0, n_iters):
         if EVEN_K:
             a = tl.load(a_ptrs)
             b = tl.load(b_ptrs)
@@ -104,12 +92,146 @@ def gemm_kernel(
             acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
+    return acc
 
+
+@triton.jit
+def gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    ws_ptr,
+    count_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    PER,
+    MAX_PARTS,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    FUSED_SPLIT: tl.constexpr = False,
+    STREAM: tl.constexpr = False,
+    DOT_F32: tl.constexpr = False,
+):
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
+    unless FUSED_SPLIT (see `store_tile`). With STREAM, program p takes the flat K steps
+    [p·PER, (p + 1)·PER) of all tiles in order instead (see `stream_store`); MAX_PARTS bounds the programs
+    that share one tile."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    if STREAM:
+        iters = tl.cdiv(K, BLOCK_K)
+        total = num_pid_m * num_pid_n * iters
+        lo = tl.program_id(0) * PER
+        hi = min(lo + PER, total)
+        while lo < hi:
+            tile = lo // iters
+            k0 = lo - tile * iters
+            k1 = min(iters, k0 + hi - lo)
+            pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
+            acc = _partial(
+                a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n,
+                k0 * BLOCK_K, k1 - k0, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
+            )  # fmt: skip
+            stream_store(
+                acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, PER, pid_m, pid_n, M, N, stride_cm,
+                stride_cn, MAX_PARTS, BLOCK_M, BLOCK_N,
+            )  # fmt: skip
+            lo += k1 - k0
+    else:
+        pid_k = tl.program_id(1)
+        pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+        pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
+        k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+        acc = _partial(
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, pid_k * k_span,
+            tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
+        )  # fmt: skip
+        store_tile(
+            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm,
+            stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
+        )  # fmt: skip
+
+
+@triton.jit
+def store_tile(
+    acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N,
+    stride_cs, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, FUSED_SPLIT: tl.constexpr,
+):  # fmt: skip
+    """Store one K slice's fp32 tile. Without FUSED_SPLIT: into C (SPLIT_K 1) or the workspace slice
+    `pid_k` that the reduce kernel sums. With FUSED_SPLIT the slices are summed in this launch: each writes
+    its partial to `ws_ptr` (tile-major, SPLIT_K tiles each) and bumps the tile's counter in `count_ptr`;
+    the last to arrive sums the partials in slice order (deterministic, no waiting), stores C and resets
+    the counter to 0 for the next launch."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
     mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    if SPLIT_K == 1 or not FUSED_SPLIT:
+        c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        tile = pid_m * num_pid_n + pid_n
+        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        ws_tile = ws_ptr + tile * (SPLIT_K * tile_elems)
+        tl.store(ws_tile + pid_k * tile_elems + offs, acc)
+        tl.debug_barrier()  # every thread's partial is written before the counter says so
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT_K - 1:
+            tl.debug_barrier()
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for sl in range(SPLIT_K):
+                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
+            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def stream_store(
+    acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, per, pid_m, pid_n, M, N, stride_cm, stride_cn,
+    MAX_PARTS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+):  # fmt: skip
+    """Store the part of `tile` over K steps k0 .. k1 - 1 that this program computed, where program p owns
+    the flat K steps [p·per, (p + 1)·per) of all tiles in order. A whole tile goes straight to C. The
+    programs that share a tile each write their fp32 partial to a slot of `ws_ptr` (MAX_PARTS slots per
+    tile, in program order) and bump the tile's counter; the last to arrive sums the slots in order
+    (deterministic, no waiting), stores C and resets the counter to 0 for the next launch."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    if k0 == 0 and k1 == iters:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    else:
+        first = (tile * iters) // per
+        parts = ((tile + 1) * iters - 1) // per - first + 1
+        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        ws_tile = ws_ptr + tile * MAX_PARTS * tile_elems
+        tl.store(ws_tile + (tl.program_id(0) - first) * tile_elems + offs, acc)
+        tl.debug_barrier()  # every thread's partial is written before the counter says so
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == parts - 1:
+            tl.debug_barrier()
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for sl in range(parts):
+                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
+            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -126,23 +248,45 @@ def splitk_reduce_kernel(w_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.cons
 REDUCE_BLOCK = 1024
 
 
+def stream_plan(tiles: int, iters: int, programs: int) -> tuple[int, int, int]:
+    """(programs, K steps per program, most programs sharing one tile) of a stream launch that deals the
+    `iters` K steps of each of `tiles` tiles over at most `programs` programs."""
+    total = tiles * iters
+    per = -(-total // max(1, min(programs, total)))
+    return -(-total // per), per, -(-iters // per) + 1
+
+
 def launcher(
-    config: Config, *, is_amd: bool, interpret: bool = False, kernels: tuple[Any, Any] | None = None
+    config: Config,
+    *,
+    is_amd: bool,
+    interpret: bool = False,
+    kernels: tuple[Any, Any] | None = None,
+    num_sms: int = 0,
 ) -> Callable[..., None]:
     """A function `launch(a, b_kn_strides, out, M, N, K)` for `config`, with its kwargs built once.
 
     The returned callable takes ``(a, b, out, stride_bk, stride_bn, M, N, K, workspace)``: `workspace` is
-    an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored). `kernels` replaces
-    (gemm_kernel, splitk_reduce_kernel), e.g. by recorders that capture the launches for a compile-only run.
+    an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 and a reduce kernel sums the slices (else
+    ignored); FUSED_SPLIT sums them in the GEMM's launch, with scratch per device and stream. STREAM_K = s
+    runs s programs per SM (`num_sms` of them) that share the K steps of all tiles evenly. `kernels`
+    replaces (gemm_kernel, splitk_reduce_kernel), e.g. by recorders that capture the launches for a
+    compile-only run.
     """
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     split_k = int(config.get("SPLIT_K", 1))
+    fused = bool(config.get("FUSED_SPLIT", 0)) and split_k > 1
+    stream = int(config.get("STREAM_K", 0))
+    if stream and (split_k > 1 or num_sms <= 0):
+        raise ValueError(f"STREAM_K needs SPLIT_K 1 and the SM count; config: {config.short()}")
     opts: dict[str, Any] = dict(
         BLOCK_M=bm,
         BLOCK_N=bn,
         BLOCK_K=bk,
         GROUP_M=int(config.get("GROUP_M", 1)),
         SPLIT_K=split_k,
+        FUSED_SPLIT=fused,
+        STREAM=bool(stream),
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
@@ -169,48 +313,29 @@ def launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
-        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
         even_k = K % (bk * split_k) == 0
-        if split_k == 1:
-            kernel[grid](
-                a,
-                b,
-                out,
-                M,
-                N,
-                K,
-                a.stride(0),
-                a.stride(1),
-                stride_bk,
-                stride_bn,
-                0,
-                out.stride(0),
-                out.stride(1),
-                EVEN_K=even_k,
-                **opts,
-            )
-            return
-        assert workspace is not None
+        c: torch.Tensor | None = out
+        c_strides = (0, out.stride(0), out.stride(1))
+        if split_k > 1 and not fused:
+            c, c_strides = workspace, (M * N, N, 1)
+        assert c is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
+        grid, per, parts = (tiles, split_k), 0, 0
+        ws, counts = out, out
+        if stream:
+            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+            grid = (programs, 1)
+            ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+        elif fused:
+            ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles)
         kernel[grid](
-            a,
-            b,
-            workspace,
-            M,
-            N,
-            K,
-            a.stride(0),
-            a.stride(1),
-            stride_bk,
-            stride_bn,
-            M * N,
-            N,
-            1,
-            EVEN_K=even_k,
-            **opts,
-        )
-        mn = M * N
-        reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
-        )
+            a, b, c, ws, counts, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, *c_strides, per,
+            parts, EVEN_K=even_k, **opts,
+        )  # fmt: skip
+        if split_k > 1 and not fused:
+            mn = M * N
+            reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
+                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
+            )
 
     return launch
