@@ -1,15 +1,15 @@
 """How decode GEMMs split K (GPU): a reduce kernel, a sum in the GEMM's launch, or stream-K.
 
 Decode grids have few tiles (N / BLOCK_N of them), often fewer than the GPU has SMs. Three ways to give
-every SM work: SPLIT_K > 1 with the fp32 partials summed by a second kernel (two launches); the same
-with FUSED_SPLIT = 1 (the last slice of a tile to finish adds the partials up in slice order, one
-launch); STREAM_K = s (s programs per SM, each taking an equal run of the K steps of all tiles, tiles
-shared by several programs summed by the last to finish). Per problem, a grid of decode tiles with each
-mode, no split at all, the vendor library and our heuristic default, timed by the project's Benchmarker
-(CUDA-graph replay for short launches, as the tuner times them) in interleaved rounds; every config passes the correctness gate
-first. Problems: bf16 GEMMs of Llama-3.1-8B and -70B (TP 1 and 8) at M 1, 16 and 64, and FP8 row-wise
-and blockwise gate/up projections of DeepSeek-V3 and Llama-3.1-70B at M 16. GB/s is the op's minimum
-bytes over time, also as a fraction of a device copy measured in the same run.
+every SM work: SPLIT_K > 1 with the fp32 partials summed by a second kernel (two launches); the same with
+FUSED_SPLIT = 1 (the last slice of a tile to finish adds the partials up in slice order, one launch);
+STREAM_K = s (s programs per SM, each taking an equal run of the K steps of all tiles, tiles shared by
+several programs summed by the last to finish). Per problem, a grid of decode tiles with each mode, no
+split at all, the vendor library and our heuristic default, timed by the project's Benchmarker (CUDA-
+graph replay for short launches, as the tuner times them) in interleaved rounds; every config passes the
+correctness gate first. Problems: bf16 GEMMs of Llama-3.1-8B and -70B (TP 1 and 8) at M 1, 16 and 64, and
+FP8 row-wise and blockwise gate/up projections of DeepSeek-V3 and Llama-3.1-70B at M 16. GB/s is the op's
+minimum bytes over time, also as a fraction of a device copy measured in the same run.
 
     python benchmarks/split_modes.py --out results/ [--only dense|fp8]
 
