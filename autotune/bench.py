@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.result import Timing, TrialResult, TrialStatus
+from autotune.result import Timing, TrialResult, TrialStatus, root_cause
 from autotune.target import Target
 
 if TYPE_CHECKING:
@@ -297,7 +297,9 @@ class Benchmarker:
             )
         except Exception as exc:  # a failed config is a value
             status = classify_error(exc)
-            text = f"{type(exc).__name__} during {phase}: {str(exc).strip()[:2000]}"
+            root = root_cause(exc)
+            cause = "" if root is exc else f"{type(root).__name__}: {str(root).strip()[:500]}; raised at "
+            text = f"{type(exc).__name__} during {phase}: {cause}{str(exc).strip()[:2000]}"
             if phase == "compile" and compile_s == 0.0:
                 compile_s = time.perf_counter() - t0
             if status is TrialStatus.CRASHED:

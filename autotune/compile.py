@@ -26,6 +26,7 @@ from typing import Any
 from autotune.config import Config
 from autotune.kernels.base import KernelCall, TunableOp
 from autotune.problem import Problem
+from autotune.result import root_cause
 from autotune.static import StaticFeatures
 from autotune.target import Target, TargetError, toolchain_versions
 
@@ -117,6 +118,13 @@ def compile_call(call: KernelCall, target: Target) -> Any:
     return compile(src, target=triton_target, options=options.__dict__)
 
 
+def failure_text(exc: BaseException) -> str:
+    """`exc` as text, its root cause (`root_cause`) first."""
+    root = root_cause(exc)
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text if root is exc else f"{type(root).__name__}: {root}\n(raised at) {text}"
+
+
 def compile_features(op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures:
     """The static features of `config`'s main kernel on `target`; a compile error becomes
     `StaticFeatures.failed`, never an exception. Vendor backends (nothing to compile) give None-like
@@ -130,7 +138,7 @@ def compile_features(op: TunableOp, problem: Problem, config: Config, target: Ta
         for extra in calls[1:]:
             compile_call(extra, target)  # e.g. the split-K reduce: must compile too
     except Exception as exc:  # any compiler failure is a per-config finding
-        message = f"{type(exc).__name__}: {exc}".strip()
+        message = failure_text(exc)
         return replace(
             StaticFeatures.failed(target.arch, message[:4000], time.perf_counter() - start),
             toolchain=toolchain_versions(),

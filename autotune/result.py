@@ -8,7 +8,17 @@ from typing import Any
 
 from autotune.config import Config
 
-__all__ = ["Source", "Timing", "TrialResult", "TrialStatus"]
+__all__ = ["Source", "Timing", "TrialResult", "TrialStatus", "root_cause"]
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of `exc`'s cause chain: a compile error inside a nested @triton.jit
+    function arrives as a chain whose outer links only point at call sites."""
+    for _ in range(16):
+        if exc.__cause__ is None:
+            break
+        exc = exc.__cause__
+    return exc
 
 
 class TrialStatus(str, enum.Enum):

@@ -129,9 +129,10 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
     script = (
         "import importlib.util, sys; spec = importlib.util.spec_from_file_location('h', sys.argv[1]); "
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-        "print(m.code_hash(sys.argv[2]))"
+        "print(m.code_hash(*sys.argv[2:]))"
     )
-    proc = subprocess.run([exe, "-c", script, codehash.__file__, str(kernels / "gemm_triton.py")],
+    files = [str(kernels / "gemm_triton.py"), str(kernels / "scratch.py")]
+    proc = subprocess.run([exe, "-c", script, codehash.__file__, *files],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     if proc.returncode != 0 and "not found" in proc.stderr:  # a version manager's shim without it
         pytest.skip(proc.stderr.strip()[:200])

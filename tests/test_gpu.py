@@ -142,6 +142,41 @@ def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
         assert torch.equal(out, first), "the split tail gave a different result on a repeat"
 
 
+@pytest.mark.parametrize(
+    "op_name, mnk, knobs",
+    [
+        ("gemm", (16, 4096, 14336), dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=4, FUSED_SPLIT=1)),
+        ("gemm", (16, 4096, 14336), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=2)),  # 64 tiles on 2 x SMs
+        ("gemm", (7, 1000, 3000), dict(BLOCK_N=32, BLOCK_K=128, STREAM_K=1)),  # ragged N and K
+        ("gemm_fp8_blockwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=2)),
+        ("gemm_fp8_rowwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=512, SPLIT_K=8, FUSED_SPLIT=1)),
+    ],
+)
+def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, knobs) -> None:
+    """FUSED_SPLIT and STREAM_K parts of a tile meet through a counter and a workspace across SMs: a
+    missing fence or a wrong last-arriver test shows as a wrong or run-to-run different result."""
+    from autotune.kernels import get_op
+
+    op = get_op(op_name)
+    problem = Problem.gemm(*mnk, "bf16") if op_name == "gemm" else Problem.quant(op_name, *mnk)
+    values = dict(BLOCK_M=16, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, num_warps=4, num_stages=3)
+    config = Config(backend="triton", **(values | knobs))
+    assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
+    inputs = op.make_inputs(problem, "cuda", seed=9)
+    ref = op.reference(problem, inputs)
+    out = op.make_output(problem, "cuda").fill_(float("nan"))
+    launch = op.prepare(problem, config, target, inputs, out)
+    launch()
+    torch.cuda.synchronize()
+    first = out.clone()
+    assert float((first.double() - ref.double()).norm() / ref.double().norm()) < op.tolerance(problem)
+    for _ in range(50):
+        out.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        assert torch.equal(out, first), "the in-launch sum gave a different result on a repeat"
+
+
 def _cached_kernels(cache_dir) -> set[str]:
     return {p.parent.name for p in cache_dir.rglob("gemm_kernel.json")}
 

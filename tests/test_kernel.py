@@ -158,6 +158,46 @@ def test_split_k_is_deterministic(target: Target) -> None:
     assert torch.equal(first, second)
 
 
+@pytest.mark.parametrize(
+    "mnk, config",
+    [
+        ((33, 17, 100), tcfg(split_k=4, FUSED_SPLIT=1)),  # ragged M, N and K; 4 slices summed in-launch
+        ((5, 37, 70), tcfg(bn=32, bk=32, split_k=4, FUSED_SPLIT=1)),  # an empty last K slice
+        ((20, 48, 160), tcfg(group_m=4, STREAM_K=1)),  # 6 tiles x 10 K steps over 4 programs: shared tiles
+        ((20, 48, 150), tcfg(STREAM_K=1)),  # K not a multiple of BLOCK_K
+        ((33, 17, 64), tcfg(STREAM_K=1)),  # 6 tiles x 4 steps: tiles split 3:1 and 2:2 between programs
+        ((5, 40, 96), tcfg(bk=32, STREAM_K=1)),  # 3 tiles x 3 steps over 4 programs
+        ((16, 16, 16), tcfg(STREAM_K=1)),  # one K step: every program has a whole tile or nothing
+    ],
+    ids=["fused-ragged", "fused-empty-slice", "stream-shared", "stream-ragged-k", "stream-uneven",
+         "stream-few-tiles", "stream-one-step"],
+)  # fmt: skip
+def test_in_launch_sums_match_the_reference_and_repeat_exactly(
+    target: Target, mnk: tuple[int, int, int], config: Config
+) -> None:
+    """FUSED_SPLIT and STREAM_K sum a tile's K parts in the GEMM's own launch, the last part to arrive
+    adding them up in a fixed order; the second launch relies on the first having reset its counters."""
+    from autotune.kernels import scratch
+
+    p = Problem.gemm(*mnk, "bf16")
+    first = check(p, config, target, seed=4)
+    second = check(p, config, target, seed=4)
+    assert torch.equal(first, second)
+    for _ws, counts in scratch._scratch.values():
+        assert not counts.any(), "a tile counter was left non-zero"
+
+
+def test_stream_plan_deals_every_k_step_once() -> None:
+    """Program p owns flat steps [p*per, (p+1)*per); no tile is shared by more than max_parts programs."""
+    for tiles, iters, sms in [(6, 10, 4), (72, 28, 132), (1, 5, 8), (3, 3, 4), (64, 112, 264), (7, 1, 3)]:
+        programs, per, max_parts = gemm_triton.stream_plan(tiles, iters, sms)
+        assert programs <= sms and (programs - 1) * per < tiles * iters <= programs * per
+        for tile in range(tiles):
+            owners = {step // per for step in range(tile * iters, (tile + 1) * iters)}
+            first, last = (tile * iters) // per, ((tile + 1) * iters - 1) // per  # as the kernel computes
+            assert owners == set(range(first, last + 1)) and len(owners) <= max_parts
+
+
 def test_strided_output_view_is_written_in_place(target: Target) -> None:
     """Without split-K, a non-contiguous `out` view is written through its strides and nothing around it."""
     p = Problem.gemm(20, 24, 40)

@@ -42,6 +42,8 @@ def test_constraints_prune_with_reasons() -> None:
         BLOCK_K=256,
         GROUP_M=8,
         SPLIT_K=1,
+        FUSED_SPLIT=0,
+        STREAM_K=0,
         num_warps=8,
         num_stages=2,
         matrix_instr_nonkdim=16,
@@ -97,3 +99,22 @@ def test_a_router_gemm_with_fewer_columns_than_any_tile_has_a_space() -> None:
         assert GEMM.default_config(problem, target) in space
         widths = {int(c["BLOCK_N"]) for c in space.configs() if c.backend == "triton"}
         assert widths == {min(int(v) for v in triton_params(target)["BLOCK_N"])}
+
+
+def test_split_modes_exclude_each_other_with_reasons() -> None:
+    """FUSED_SPLIT needs SPLIT_K > 1; STREAM_K deals K itself (SPLIT_K 1) and only where tiles are few."""
+    target = Target.for_arch("sm_90")
+    decode = GEMM.space(Problem.gemm(16, 4096, 4096), target)
+    base = gemm_default_config(Problem.gemm(16, 4096, 4096), target)
+    for change, reason in [
+        (dict(SPLIT_K=1, FUSED_SPLIT=1), "fused_split_alone"),
+        (dict(SPLIT_K=2, FUSED_SPLIT=0, STREAM_K=1), "stream_k_alone"),
+    ]:
+        got = decode.check(base.replace(**change))
+        assert got is not None and got.startswith(reason), got
+    assert decode.check(base.replace(SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=2)) is None
+    assert decode.check(base.replace(SPLIT_K=4, FUSED_SPLIT=1, STREAM_K=0)) is None
+    prefill = Problem.gemm(4096, 4096, 4096)  # 1024 tiles of 128 x 128: more than twice 132 SMs
+    big = base.replace(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=1)
+    got = GEMM.space(prefill, target).check(big)
+    assert got is not None and got.startswith("stream_k_needless"), got
