@@ -1,7 +1,7 @@
 """FP8 blockwise prefill kernel variants (GPU), side by side in one run.
 
 Blockwise, M = 2048: the pointer kernel (`gemm_fp8_kernel`) at its best earlier tiles against
-the tensor-descriptor kernel (`gemm_fp8_tma`), one program per tile or persistent, with and without
+the tensor-descriptor prototype (`fp8_tma_kernel.py`), one program per tile or persistent, with and without
 Triton's warp specialization, A scales row-major (M, K/128) or M-major; next to torch._scaled_mm (cuBLAS
 blockwise; its call includes a copy of C, timed alone as "copy C"). Events around each launch, L2 flushed
 before every run, interleaved rounds; every output checked against the reference.
@@ -55,10 +55,10 @@ def _prefill_shape(
 ) -> list[dict[str, Any]]:
     import torch
     from fp8_blockwise_epilogue import _compare
+    from fp8_tma_kernel import fp8_tma_launcher
 
     from autotune import Config, Problem
     from autotune.kernels import get_op
-    from autotune.kernels.gemm_fp8_tma import fp8_tma_launcher
     from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, gemm_fp8_kernel, quant_launcher
 
     op = get_op("gemm_fp8_blockwise")

@@ -120,37 +120,6 @@ def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -
     return 2 * src.numel() / statistics.median(times[2:]) / 1e9
 
 
-def copy_same_bytes_gbps(nbytes: float, llc_bytes: int, device: str = "cuda", reps: int = 20) -> float:
-    """Bandwidth (read + write bytes per second) of device copies that move `nbytes` each (nbytes/2 read,
-    nbytes/2 written), timed as the Benchmarker times short launches: a CUDA graph of back-to-back copies
-    over rotating buffers (together at least twice the last-level cache, so each copy starts cold),
-    median over `reps` replays. The roofline of a kernel that moves that many bytes once."""
-    import torch
-
-    half = max(1, int(nbytes // 2))
-    sets = max(2, math.ceil(2 * llc_bytes / (2 * half)))
-    bufs = [(torch.empty(half, dtype=torch.uint8, device=device).random_(0, 255),
-             torch.empty(half, dtype=torch.uint8, device=device)) for _ in range(sets)]  # fmt: skip
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for src, dst in bufs:  # warm up off the graph
-            dst.copy_(src)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for src, dst in bufs:
-            dst.copy_(src)
-    times = []
-    for _ in range(reps + 2):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / sets)
-    return 2 * half / statistics.median(times[2:]) / 1e9
-
-
 def measure(
     store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace, copy_gbps: float
 ) -> list[dict[str, Any]]:
@@ -184,8 +153,6 @@ def measure(
                                    method=bench.method_for(p),
                                    scaled_mm=vendor_reason or "supported")  # fmt: skip
         row["configs"] = {k: c.short() for k, c in variants.items()}
-        if copy_gbps > 0 and p.M <= 64:
-            row["same_copy_gbps"] = copy_same_bytes_gbps(p.min_bytes(), target.llc_bytes)
         for name, (us, status) in res.items():
             prob = dense if name == "bf16" else p
             row[f"{name}_us"] = us
@@ -193,7 +160,6 @@ def measure(
             row[f"{name}_gbps"] = prob.min_bytes() / us / 1e3 if us == us else math.nan
             if copy_gbps > 0 and p.M <= 64:
                 row[f"{name}_copy_frac"] = row[f"{name}_gbps"] / copy_gbps
-                row[f"{name}_same_copy_frac"] = row[f"{name}_gbps"] / row["same_copy_gbps"]
             row.setdefault("status", {})[name] = status
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -208,10 +174,9 @@ def report(rows: list[dict[str, Any]], copy_gbps: float) -> None:
     """The short table: per row, the tuned winner against scaled_mm and bf16, with speed-ups."""
     print()
     if copy_gbps > 0:
-        print(f"device copy bandwidth: {copy_gbps:.0f} GB/s (1 GiB copies); decode GB/s also as a fraction "
-              "of it (copy%) and of copies that move the row's own bytes (same%)")  # fmt: skip
-    head = (f"{'op':<18} {'shape':<30} {'M':>5}  {'tuned µs':>9} {'TFLOP/s':>8} {'GB/s':>7} {'copy%':>6} "
-            f"{'same%':>6}  {'scaled_mm µs':>12} {'bf16 µs':>8} {'vs mm':>6} {'vs bf16':>7}")  # fmt: skip
+        print(f"device copy bandwidth: {copy_gbps:.0f} GB/s (decode GB/s also as a fraction of it)")
+    head = (f"{'op':<18} {'shape':<30} {'M':>5}  {'tuned µs':>9} {'TFLOP/s':>8} {'GB/s':>7} {'copy%':>6}  "
+            f"{'scaled_mm µs':>12} {'bf16 µs':>8} {'vs mm':>6} {'vs bf16':>7}")  # fmt: skip
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -219,14 +184,12 @@ def report(rows: list[dict[str, Any]], copy_gbps: float) -> None:
         best = r["default_us"] if best != best else best
         mm, bf = r.get("scaled_mm_us", math.nan), r["bf16_us"]
         copy = r.get("tuned_copy_frac", r.get("default_copy_frac", math.nan))
-        same = r.get("tuned_same_copy_frac", r.get("default_same_copy_frac", math.nan))
         tflops = r.get("tuned_tflops", r["default_tflops"])
         gbps = r.get("tuned_gbps", r["default_gbps"])
         name = r["op"] + ("*" if r["emulated_mx"] else "")
         print(f"{name:<18} {r['shape'][:30]:<30} {r['M']:>5}  {_fmt(best, '.2f'):>9} {_fmt(tflops):>8} "
-              f"{_fmt(gbps, '.0f'):>7} {_fmt(100 * copy, '.0f'):>6} {_fmt(100 * same, '.0f'):>6}  "
-              f"{_fmt(mm, '.2f'):>12} {_fmt(bf, '.2f'):>8} {_fmt(mm / best, '.2f'):>6} "
-              f"{_fmt(bf / best, '.2f'):>7}")  # fmt: skip
+              f"{_fmt(gbps, '.0f'):>7} {_fmt(100 * copy, '.0f'):>6}  {_fmt(mm, '.2f'):>12} "
+              f"{_fmt(bf, '.2f'):>8} {_fmt(mm / best, '.2f'):>6} {_fmt(bf / best, '.2f'):>7}")  # fmt: skip
     if any(r["emulated_mx"] for r in rows):
         print("* MX emulated: this GPU has no MX instructions; the kernel dequantizes tiles to bf16")
 

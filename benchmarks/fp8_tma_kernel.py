@@ -1,6 +1,9 @@
-"""Triton FP8 GEMM through tensor descriptors (TMA on Hopper), optionally warp-specialized.
+"""A Triton FP8 GEMM through tensor descriptors (TMA on Hopper), optionally warp-specialized: a measured
+prototype, not a backend. `fp8_variants.py` times it against the pointer kernel of `gemm_fp8_triton`;
+on the H100 it was at most 3% faster at the best tiles, and warp specialization made it slower (numbers
+in BENCHMARKS.md), so the tuner does not carry it.
 
-Backend "triton_tma" of `gemm_fp8_rowwise` and `gemm_fp8_blockwise`, for NVIDIA sm_90 and newer. A and B
+For NVIDIA sm_90 and newer. A and B
 tiles come through host-built descriptors (ragged M and N edges are filled with zeros by the hardware),
 K tiles are 128 wide, one blockwise scale group each. Row-wise scales are applied once in the epilogue;
 blockwise, each K tile's product is scaled by its A scales (one per row) and B scale before it joins the
