@@ -216,7 +216,8 @@ class Runner:
     ) -> None:
         """Queues compiles of the configs the strategy will ask next; when the next one still compiles but
         a later one is ready (compiled, or stored), that one is measured first: the GPU does not wait on a
-        slow compile. Strategies that learn from results keep their order (and say nothing ahead)."""
+        slow compile. Optuna TPE names its random start-up trials and a few sampled ahead (see
+        `OptunaTPE`); it lets only those be promoted, never past the anchors."""
         if self.checker is None:
             return
         ahead = search.upcoming(self.checker.lookahead)

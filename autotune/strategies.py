@@ -194,15 +194,24 @@ class OptunaTPE(Strategy):
     """Optuna's TPE sampler over the space's parameters (backend first, then that backend's knobs).
 
     Only valid configs are ever measured: a sample that breaks a constraint, or repeats a config already
-    tried, is marked failed in the study (TPE learns nothing from it) and replaced by the nearest untried
-    valid config, which is then told like any other. Scores are log(time µs); failures a fixed penalty.
+    tried or queued, is marked failed in the study (TPE learns nothing from it) and replaced by the nearest
+    untried valid config, which is then told like any other. Scores are log(time µs); failures a fixed
+    penalty. `upcoming(n)` samples ahead so that a sweep can compile while the GPU measures: all of the
+    random start-up trials, then up to `lookahead` more, sampled with Optuna's constant liar (trials still
+    running count as bad results, so a batch spreads out instead of repeating itself).
     """
 
     name = "optuna"
     _PENALTY = math.log(1e9)
 
     def __init__(
-        self, space: SearchSpace, budget: Budget | None = None, *, n_startup: int = 10, **kw: Any
+        self,
+        space: SearchSpace,
+        budget: Budget | None = None,
+        *,
+        n_startup: int = 10,
+        lookahead: int = 4,
+        **kw: Any,
     ) -> None:
         super().__init__(space, budget, **kw)
         import warnings
@@ -211,13 +220,16 @@ class OptunaTPE(Strategy):
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # multivariate TPE is marked experimental
+            warnings.simplefilter("ignore")  # multivariate TPE and the constant liar are marked experimental
             sampler = optuna.samplers.TPESampler(
-                seed=self.seed, n_startup_trials=n_startup, multivariate=True
+                seed=self.seed, n_startup_trials=n_startup, multivariate=True, constant_liar=True
             )
         self._optuna = optuna
         self._study = optuna.create_study(direction="minimize", sampler=sampler)
+        self._n_startup = n_startup
+        self._lookahead = lookahead
         self._anchor_queue = self._anchors()
+        self._ahead: list[Config] = []  # sampled ahead, not asked yet
         self._open: dict[Config, Any] = {}
         self._valid = space.configs()
         # Each backend's knobs restricted to the values that occur in some valid config.
@@ -243,11 +255,15 @@ class OptunaTPE(Strategy):
         }
         return trial, Config(values, backend=backend)
 
+    def _taken(self, config: Config) -> bool:
+        """Tried, queued ahead, or asked and not yet told."""
+        return config in self._told or config in self._ahead or config == self._pending
+
     def _nearest_untried(self, config: Config) -> Config | None:
         """The untried valid config closest to `config` (log2 distance on numbers, 1 per other mismatch)."""
         best, best_d = None, math.inf
         for c in self._valid:
-            if c in self._told:
+            if self._taken(c):
                 continue
             d = 0.0 if c.backend == config.backend else 100.0
             for name, v in c.items():
@@ -262,24 +278,56 @@ class OptunaTPE(Strategy):
                 best, best_d = c, d
         return best
 
-    def _next(self) -> Config | None:
-        while self._anchor_queue:
-            config = self._anchor_queue.pop(0)
-            if config not in self._told:
-                return config
-        if len(self._told) >= len(self._valid):
-            return None
+    def _anchors_left(self) -> list[Config]:
+        return [c for c in self._anchor_queue if not self._taken(c)]
+
+    def _draw(self) -> Config | None:
+        """A new valid config that is neither tried nor queued, from the sampler (or its replacement)."""
         if not self._backends:
             return self._nearest_untried(Config())
         trial, config = self._sample()
         if config in self._scores:  # a repeat: the sampler hears the known score again
             self._study.tell(trial, self._scores[config])
+        elif self._taken(config):  # queued or asked, still running: a replacement takes its place
+            self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
         elif self.space.check(config) is None:
             self._open[config] = trial
             return config
         else:
             self._study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
         return self._nearest_untried(config)
+
+    def _next(self) -> Config | None:
+        while self._anchor_queue:
+            config = self._anchor_queue.pop(0)
+            if config not in self._told:
+                return config
+        if self._ahead:
+            return self._ahead.pop(0)
+        if len(self._told) >= len(self._valid):
+            return None
+        return self._draw()
+
+    def upcoming(self, n: int) -> list[Config]:
+        if self.budget.trials is not None:
+            n = min(n, max(0, self.budget.trials - len(self.history) - (self._pending is not None)))
+        anchors = self._anchors_left()
+        done = len(self._study.get_trials(deepcopy=False, states=(self._optuna.trial.TrialState.COMPLETE,)))
+        depth = len(anchors) + self._lookahead + max(0, self._n_startup - done - len(self._ahead))
+        while len(anchors) + len(self._ahead) < min(n, depth):
+            config = self._draw()
+            if config is None:
+                break
+            self._ahead.append(config)
+        return (anchors + self._ahead)[: max(n, 0)]
+
+    def promote(self, config: Config) -> bool:
+        # Only configs sampled ahead move, and never before the anchors (baseline, default, seeds).
+        if self._anchors_left() or config not in self._ahead or self._ahead[0] == config:
+            return False
+        self._ahead.remove(config)
+        self._ahead.insert(0, config)
+        return True
 
     def _observe(self, config: Config, result: TrialResult) -> None:
         t = result.time_us

@@ -118,6 +118,65 @@ def test_tpe_exhausts_a_small_space_without_looping() -> None:
     assert sorted(map(str, asked)) == sorted(map(str, table))
 
 
+def _drive_looking_ahead(
+    strategy, table: dict[Config, float], n: int, promote_every: int = 0
+) -> list[Config]:
+    """As `_drive`, but asks for `upcoming(n)` before every ask, as a sweep compiling ahead does, and now
+    and then promotes the last config named; every ask must be one of the configs just named."""
+    asked = []
+    while True:
+        ahead = strategy.upcoming(n)
+        assert len(ahead) == len(set(ahead)) <= n
+        assert not set(ahead) & set(asked), "named a config already asked"
+        if promote_every and len(asked) % promote_every == 0 and len(ahead) > 1:
+            strategy.promote(ahead[-1])
+            ahead = strategy.upcoming(n)
+        c = strategy.ask()
+        if c is None:
+            break
+        assert not ahead or c == ahead[0], (c, ahead[:2])
+        assert c in table
+        asked.append(c)
+        strategy.tell(c, _result(c, table[c]))
+    return asked
+
+
+def test_tpe_samples_ahead_and_asks_what_it_named() -> None:
+    table = _table()
+    s = OptunaTPE(_space(), Budget(trials=30), seed=1, n_startup=6, lookahead=3)
+    first = s.upcoming(100)
+    # the anchors (vendor, default), then every random start-up trial and 3 more: all valid and untried
+    assert first[:2] == [Config(backend="torch"), _space().subspace("triton").first[0]]
+    assert len(first) == 2 + 6 + 3 and all(_space().check(c) is None for c in first)
+    assert s.upcoming(4) == first[:4]  # naming again samples nothing new
+    asked = _drive_looking_ahead(s, table, n=100, promote_every=5)
+    assert [first[0], first[1]] == asked[:2]
+    assert len(asked) == len(set(asked)) == 30
+    assert s.best is not None and s.best[1].score() / min(table.values()) < 1.3
+
+
+def test_tpe_looking_ahead_exhausts_a_small_space_and_keeps_the_budget() -> None:
+    table = _table()
+    asked = _drive_looking_ahead(OptunaTPE(_space(), Budget(trials=10_000), seed=0), table, n=8)
+    assert sorted(map(str, asked)) == sorted(map(str, table))
+    s = OptunaTPE(_space(), Budget(trials=5), seed=0)
+    assert len(s.upcoming(50)) == 5
+    assert len(_drive_looking_ahead(s, table, n=50)) == 5
+
+
+def test_tpe_promotes_only_sampled_configs_after_the_anchors() -> None:
+    s = OptunaTPE(_space(), Budget(trials=20), seed=2, n_startup=4, lookahead=2)
+    ahead = s.upcoming(10)
+    assert not s.promote(ahead[-1]), "the anchors go first"
+    for c in ahead[:2]:  # the vendor baseline and the default
+        assert s.ask() == c
+        s.tell(c, _result(c, 30.0))
+    ahead = s.upcoming(10)
+    assert s.promote(ahead[-1]) and s.upcoming(10)[0] == ahead[-1]
+    assert not s.promote(Config(backend="torch"))
+    assert s.ask() == ahead[-1]
+
+
 def test_ask_tell_protocol_is_enforced() -> None:
     s = Exhaustive(_space())
     c = s.ask()
