@@ -54,7 +54,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     target = local_target()
     problems = [Problem.gemm(m, n, k, "bf16") for _, _, n, k in SHAPES for m in MS]
     checker = StaticChecker(target, workers=args.cores)
-    rows = []
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp, Store(str(Path(tmp) / "t.db")) as store:
         runner = Runner(store, target, Benchmarker(GEMM, target), checker=checker)
         t0 = time.perf_counter()
