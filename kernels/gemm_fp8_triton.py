@@ -11,8 +11,9 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
   sub-tiles per iteration, so decode shapes still get wide K tiles.
 
 Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
-deterministic reduce kernel), NUM_XCDS, num_warps, num_stages, and on AMD matrix_instr_nonkdim,
-waves_per_eu and kpack. `quant_launcher` builds the launch of either quantized kernel (FP8 and MX).
+deterministic reduce kernel), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own launch, by
+`gemm_fp8_sum_kernel`), NUM_XCDS, num_warps, num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu
+and kpack. `quant_launcher` builds the launch of either quantized kernel (FP8 and MX).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from autotune.kernels.gemm_triton import (
 )
 from autotune.kernels.scratch import split_scratch
 
-__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "quant_launcher"]
+__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
 
 #: The K extent (and B row extent) of one blockwise scale.
 FP8_SCALE_BLOCK = 128
@@ -111,6 +112,59 @@ def gemm_fp8_kernel(
     c_ptr,
     as_ptr,
     bs_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bn,
+    stride_bk,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bsn,
+    stride_bsk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCKWISE: tl.constexpr,
+    SCALE_BLOCK: tl.constexpr = 128,
+    DOT_F32: tl.constexpr = False,
+    B_SCALE_VECTOR: tl.constexpr = False,
+):
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
+    B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_k = tl.program_id(1)
+    pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+    pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
+    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    acc = _fp8_partial(
+        a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
+        stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, pid_k * k_span,
+        tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32,
+        B_SCALE_VECTOR,
+    )  # fmt: skip
+    store_tile(
+        acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
+        BLOCK_M, BLOCK_N, SPLIT_K, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def gemm_fp8_sum_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    as_ptr,
+    bs_ptr,
     ws_ptr,
     count_ptr,
     M,
@@ -120,7 +174,6 @@ def gemm_fp8_kernel(
     stride_ak,
     stride_bn,
     stride_bk,
-    stride_cs,
     stride_cm,
     stride_cn,
     stride_asm,
@@ -136,17 +189,15 @@ def gemm_fp8_kernel(
     SPLIT_K: tl.constexpr,
     NUM_XCDS: tl.constexpr,
     EVEN_K: tl.constexpr,
-    FUSED_SPLIT: tl.constexpr,
     BLOCKWISE: tl.constexpr,
-    STREAM: tl.constexpr = False,
+    STREAM: tl.constexpr,
     SCALE_BLOCK: tl.constexpr = 128,
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
 ):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
-    unless FUSED_SPLIT (see `store_tile`). With STREAM, program p takes the flat K steps
-    [p·PER, (p + 1)·PER) of all tiles instead (see `gemm_triton.stream_store`). B_SCALE_VECTOR forces the
-    per-column B scale path (benchmarks compare the two paths with it)."""
+    """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
+    SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
+    [p·PER, (p + 1)·PER) of all tiles."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     if STREAM:
@@ -181,8 +232,8 @@ def gemm_fp8_kernel(
             B_SCALE_VECTOR,
         )  # fmt: skip
         store_tile(
-            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm,
-            stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
+            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
+            BLOCK_M, BLOCK_N, SPLIT_K, True,
         )  # fmt: skip
 
 
@@ -193,7 +244,6 @@ def _options(config: Config, is_amd: bool) -> dict[str, Any]:
         BLOCK_K=int(config["BLOCK_K"]),
         GROUP_M=int(config.get("GROUP_M", 1)),
         SPLIT_K=int(config.get("SPLIT_K", 1)),
-        FUSED_SPLIT=bool(config.get("FUSED_SPLIT", 0)) and int(config.get("SPLIT_K", 1)) > 1,
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
@@ -214,6 +264,7 @@ def quant_launcher(
     is_amd: bool,
     constexprs: dict[str, Any],
     reduce_kernel: Any = None,
+    sum_kernel: Any = None,
     num_sms: int = 0,
 ) -> Callable[..., None]:
     """`launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K, workspace)` of a quantized kernel.
@@ -221,20 +272,37 @@ def quant_launcher(
     `kernel` is `gemm_fp8_kernel` or `gemm_mx_kernel` (or a recorder standing in for it); `constexprs`
     its mode (BLOCKWISE, formats, DOT_F32 ...). `scale_strides` is (stride_asm, stride_ask, stride_bsn,
     stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 and the slices go through the
-    reduce kernel (else ignored); FUSED_SPLIT sums them in the launch with its own scratch per device and
-    stream (`autotune.kernels.scratch`). STREAM_K = s (FP8 only) runs s programs per SM (`num_sms`) that
-    share the K steps of all tiles evenly.
+    reduce kernel (else ignored). The FP8 kernel also sums K parts in its own launch (`sum_kernel`, default
+    `gemm_fp8_sum_kernel`, with scratch per device and stream): FUSED_SPLIT sums the SPLIT_K slices there,
+    STREAM_K = s runs s programs per SM (`num_sms`) that share the K steps of all tiles evenly.
     """
     opts = {**_options(config, is_amd), **constexprs}
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
-    fused = opts["FUSED_SPLIT"]
     reduce = reduce_kernel or splitk_reduce_kernel
+    summer = sum_kernel or gemm_fp8_sum_kernel
+    fused = bool(config.get("FUSED_SPLIT", 0)) and split_k > 1
     stream = int(config.get("STREAM_K", 0))
-    fp8 = "BLOCKWISE" in constexprs  # the FP8 kernel has the stream mode; the MX kernel has not
-    if stream and (not fp8 or split_k > 1 or num_sms <= 0):
-        raise ValueError(f"STREAM_K needs the FP8 kernel, SPLIT_K 1 and the SM count: {config.short()}")
-    if fp8:
-        opts["STREAM"] = bool(stream)
+    if (fused or stream) and "BLOCKWISE" not in constexprs:
+        raise ValueError(f"FUSED_SPLIT and STREAM_K exist for the FP8 kernel only: {config.short()}")
+    if stream and (split_k > 1 or num_sms <= 0):
+        raise ValueError(f"STREAM_K needs SPLIT_K 1 and the SM count: {config.short()}")
+
+    def launch_summed(
+        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, a_scale: torch.Tensor | None,
+        b_scale: torch.Tensor, scale_strides: tuple[int, int, int, int], M: int, N: int, K: int,
+    ) -> None:  # fmt: skip
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        if stream:
+            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+            grid, even_k = (programs, 1), K % bk == 0
+        else:
+            grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
+        ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+        summer[grid](
+            a, b, out, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+            b.stride(1), out.stride(0), out.stride(1), *scale_strides, per, parts, EVEN_K=even_k,
+            STREAM=bool(stream), **opts,
+        )  # fmt: skip
 
     def launch(
         a: torch.Tensor,
@@ -248,30 +316,18 @@ def quant_launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        grid = (tiles, split_k)
+        if fused or stream:
+            launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
+            return
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
-        c: torch.Tensor | None = out
-        strides = (0, out.stride(0), out.stride(1))
-        if split_k > 1 and not fused:
-            c, strides = workspace, (M * N, N, 1)
+        c, strides = (out, (0, out.stride(0), out.stride(1))) if split_k == 1 else (workspace, (M * N, N, 1))
         assert c is not None, "SPLIT_K > 1 needs a workspace"
-        ws, counts = out, out
-        extra: dict[str, int] = {}
-        if stream:
-            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
-            grid = (programs, 1)
-            ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
-            extra = dict(PER=per, MAX_PARTS=parts)
-        elif fp8:
-            extra = dict(PER=0, MAX_PARTS=0)
-        if fused:
-            ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles)
         kernel[grid](
-            a, b, c, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), *strides, *scale_strides, EVEN_K=even_k, **extra, **opts,
+            a, b, c, a_scale, b_scale, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+            *strides, *scale_strides, EVEN_K=even_k, **opts,
         )  # fmt: skip
-        if split_k > 1 and not fused:
+        if split_k > 1:
             mn = M * N
             reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](
                 workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS

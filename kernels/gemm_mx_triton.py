@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.gemm_triton import _remap_xcd, store_tile
+from autotune.kernels.gemm_triton import _remap_xcd
 
 __all__ = ["gemm_mx_kernel"]
 
@@ -110,8 +110,6 @@ def gemm_mx_kernel(
     c_ptr,
     as_ptr,
     bs_ptr,
-    ws_ptr,
-    count_ptr,
     M,
     N,
     K,
@@ -133,15 +131,13 @@ def gemm_mx_kernel(
     SPLIT_K: tl.constexpr,
     NUM_XCDS: tl.constexpr,
     EVEN_K: tl.constexpr,
-    FUSED_SPLIT: tl.constexpr,
     A_FMT: tl.constexpr,
     B_FMT: tl.constexpr,
     NATIVE: tl.constexpr,
     DOT_F32: tl.constexpr = False,
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice; K strides count stored bytes/elements (a packed
-    FP4 row has K/2). With SPLIT_K > 1, c_ptr is the fp32 workspace, unless FUSED_SPLIT (see
-    `gemm_triton.store_tile`)."""
+    FP4 row has K/2). With SPLIT_K > 1, c_ptr is the fp32 workspace."""
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -216,7 +212,8 @@ def gemm_mx_kernel(
             as_ptrs += (BLOCK_K // 32) * stride_ask
         bs_ptrs += (BLOCK_K // 32) * stride_bsk
 
-    store_tile(
-        acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
-        BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
-    )  # fmt: skip
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + pid_k * stride_cs + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)

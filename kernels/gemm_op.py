@@ -138,9 +138,13 @@ class GemmOp:
             )
             _tma_launch(problem, config, target, a, b, out, tma_recorders)()
         elif config.backend == "triton":
-            from autotune.kernels.gemm_triton import gemm_kernel, splitk_reduce_kernel
+            from autotune.kernels.gemm_triton import gemm_kernel, gemm_sum_kernel, splitk_reduce_kernel
 
-            recorders = (Recorder(gemm_kernel, calls), Recorder(splitk_reduce_kernel, calls))
+            recorders = (
+                Recorder(gemm_kernel, calls),
+                Recorder(splitk_reduce_kernel, calls),
+                Recorder(gemm_sum_kernel, calls),
+            )
             _triton_launch(problem, config, target, a, b, out, recorders)()
         else:
             raise ValueError(f"unknown gemm backend {config.backend!r}")
@@ -180,7 +184,7 @@ def _triton_launch(
     a: torch.Tensor,
     b: torch.Tensor,
     out: torch.Tensor,
-    kernels: tuple[Any, Any] | None = None,
+    kernels: tuple[Any, ...] | None = None,
 ) -> Launch:
 
     from autotune.kernels.gemm_triton import launcher

@@ -296,12 +296,16 @@ class QuantGemmOp:
             constexprs.update(A_FMT=a_fmt, B_FMT=b_fmt, NATIVE=native)
             strides = (sa.stride(0), sa.stride(1)) if sa is not None else (0, 0)
             strides = (*strides, sb.stride(0), sb.stride(1))
-        reduce = splitk_reduce_kernel
+        reduce: Any = splitk_reduce_kernel
+        summer: Any = None
         if calls is not None:
+            from autotune.kernels.gemm_fp8_triton import gemm_fp8_sum_kernel
+
             kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
+            summer = Recorder(gemm_fp8_sum_kernel, calls)
         run = quant_launcher(
             kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
-            num_sms=target.cu_count,
+            sum_kernel=summer, num_sms=target.cu_count,
         )  # fmt: skip
         split_k = int(config.get("SPLIT_K", 1))
         M, N, K = problem.M, problem.N, problem.K

@@ -54,13 +54,14 @@ def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
 
 
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
-    """The Triton knobs of quantized op `op` and their values on `target` (STREAM_K: FP8 ops only)."""
+    """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
+    FP8 ops only)."""
     return knob_values(
         target,
         k_tiles=_k_tiles(op, target),
         nvidia_stages=(2, 3, 4),
         interpreter_k_tiles=(32, 64),
-        stream=op.startswith("gemm_fp8"),
+        in_launch=op.startswith("gemm_fp8"),
     )
 
 
@@ -108,8 +109,8 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
-    values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
     if "STREAM_K" in params:
+        values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
         values["STREAM_K"] = 0
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16

@@ -34,7 +34,7 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
         k_tiles=(32, 64, 128, 256),
         nvidia_stages=(2, 3, 4, 5),
         interpreter_k_tiles=(16, 32),
-        stream=True,
+        in_launch=True,
     )
 
 
@@ -44,16 +44,16 @@ def knob_values(
     k_tiles: Sequence[int],
     nvidia_stages: Sequence[int],
     interpreter_k_tiles: Sequence[int],
-    stream: bool = False,
+    in_launch: bool = False,
 ) -> dict[str, Sequence[Value]]:
     """The tile, split-K, warp and stage knobs of a Triton GEMM on `target`, with the AMD knobs
     (matrix_instr_nonkdim, waves_per_eu, XCD remap, kpack on gfx942) only on AMD; the dense and the
-    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths, and `stream` adds STREAM_K
-    (programs per CU that share the K steps of all tiles evenly; 0 = one program per tile and K slice)
-    for the kernels that have it."""
-    streams: dict[str, Sequence[Value]] = {"STREAM_K": (0, 1) if target.interpreter else (0, 1, 2)}
-    if not stream:
-        streams = {}
+    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths. `in_launch` adds the knobs of
+    the kernels that sum K parts in their own launch: FUSED_SPLIT (the SPLIT_K slices) and STREAM_K
+    (programs per CU that share the K steps of all tiles evenly; 0 = one program per tile and K slice)."""
+    streams: dict[str, Sequence[Value]] = {}
+    if in_launch:
+        streams = {"FUSED_SPLIT": (0, 1), "STREAM_K": (0, 1) if target.interpreter else (0, 1, 2)}
     if target.interpreter:
         return (
             dict(
@@ -62,7 +62,6 @@ def knob_values(
                 BLOCK_K=tuple(interpreter_k_tiles),
                 GROUP_M=(1, 4),
                 SPLIT_K=(1, 2, 4),
-                FUSED_SPLIT=(0, 1),
                 num_warps=(4,),
                 num_stages=(1,),
             )
@@ -75,7 +74,6 @@ def knob_values(
         BLOCK_K=tuple(k_tiles),
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4, 8, 16),
-        FUSED_SPLIT=(0, 1),
         num_warps=(4, 8),
     )
     if target.is_amd:

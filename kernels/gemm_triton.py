@@ -25,6 +25,7 @@ from autotune.kernels.scratch import split_scratch
 __all__ = [
     "AMD_LAUNCH_OPTIONS",
     "gemm_kernel",
+    "gemm_sum_kernel",
     "launcher",
     "splitk_reduce_kernel",
     "store_tile",
@@ -100,6 +101,48 @@ def gemm_kernel(
     a_ptr,
     b_ptr,
     c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cs,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    NUM_XCDS: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+):
+    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace
+    (slice `pid_k` at stride_cs) that `splitk_reduce_kernel` sums."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_k = tl.program_id(1)
+    pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+    pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
+    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    acc = _partial(
+        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, pid_k * k_span,
+        tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
+    )  # fmt: skip
+    store_tile(
+        acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
+        BLOCK_M, BLOCK_N, SPLIT_K, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def gemm_sum_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
     ws_ptr,
     count_ptr,
     M,
@@ -109,7 +152,6 @@ def gemm_kernel(
     stride_ak,
     stride_bk,
     stride_bn,
-    stride_cs,
     stride_cm,
     stride_cn,
     PER,
@@ -121,14 +163,13 @@ def gemm_kernel(
     SPLIT_K: tl.constexpr,
     NUM_XCDS: tl.constexpr,
     EVEN_K: tl.constexpr,
-    FUSED_SPLIT: tl.constexpr = False,
-    STREAM: tl.constexpr = False,
+    STREAM: tl.constexpr,
     DOT_F32: tl.constexpr = False,
 ):
-    """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace,
-    unless FUSED_SPLIT (see `store_tile`). With STREAM, program p takes the flat K steps
-    [p·PER, (p + 1)·PER) of all tiles in order instead (see `stream_store`); MAX_PARTS bounds the programs
-    that share one tile."""
+    """`gemm_kernel` with the K parts of a tile summed in this launch (kept apart from it so that a plain
+    launch binds no extra arguments). SPLIT_K > 1 without STREAM: one K slice per program, summed by the
+    last slice to finish (`store_tile`). STREAM: program p takes the flat K steps [p·PER, (p + 1)·PER) of
+    all tiles in order (`stream_store`); MAX_PARTS bounds the programs that share one tile."""
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     if STREAM:
@@ -160,8 +201,8 @@ def gemm_kernel(
             tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
         )  # fmt: skip
         store_tile(
-            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm,
-            stride_cn, BLOCK_M, BLOCK_N, SPLIT_K, FUSED_SPLIT,
+            acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
+            BLOCK_M, BLOCK_N, SPLIT_K, True,
         )  # fmt: skip
 
 
@@ -261,17 +302,17 @@ def launcher(
     *,
     is_amd: bool,
     interpret: bool = False,
-    kernels: tuple[Any, Any] | None = None,
+    kernels: tuple[Any, ...] | None = None,
     num_sms: int = 0,
 ) -> Callable[..., None]:
     """A function `launch(a, b_kn_strides, out, M, N, K)` for `config`, with its kwargs built once.
 
     The returned callable takes ``(a, b, out, stride_bk, stride_bn, M, N, K, workspace)``: `workspace` is
     an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 and a reduce kernel sums the slices (else
-    ignored); FUSED_SPLIT sums them in the GEMM's launch, with scratch per device and stream. STREAM_K = s
-    runs s programs per SM (`num_sms` of them) that share the K steps of all tiles evenly. `kernels`
-    replaces (gemm_kernel, splitk_reduce_kernel), e.g. by recorders that capture the launches for a
-    compile-only run.
+    ignored). FUSED_SPLIT sums them in the GEMM's launch (`gemm_sum_kernel`), with scratch per device and
+    stream; STREAM_K = s runs s programs per SM (`num_sms` of them) that share the K steps of all tiles
+    evenly. `kernels` replaces (gemm_kernel, splitk_reduce_kernel, gemm_sum_kernel), e.g. by recorders
+    that capture the launches for a compile-only run.
     """
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     split_k = int(config.get("SPLIT_K", 1))
@@ -285,8 +326,6 @@ def launcher(
         BLOCK_K=bk,
         GROUP_M=int(config.get("GROUP_M", 1)),
         SPLIT_K=split_k,
-        FUSED_SPLIT=fused,
-        STREAM=bool(stream),
         NUM_XCDS=int(config.get("NUM_XCDS", 1)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 2)),
@@ -300,7 +339,25 @@ def launcher(
             raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {config.short()}")
     if interpret:
         opts["DOT_F32"] = True
-    kernel, reduce_kernel = kernels or (gemm_kernel, splitk_reduce_kernel)
+    kernel, reduce_kernel, sum_kernel = (*kernels, None)[:3] if kernels else (gemm_kernel, None, None)
+    reduce_kernel = reduce_kernel or splitk_reduce_kernel
+    sum_kernel = sum_kernel or gemm_sum_kernel
+
+    def launch_summed(
+        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stride_bk: int, stride_bn: int, M: int, N: int,
+        K: int,
+    ) -> None:  # fmt: skip
+        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        if stream:
+            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+            grid, even_k = (programs, 1), K % bk == 0
+        else:
+            grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
+        ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+        sum_kernel[grid](
+            a, b, out, ws, counts, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, out.stride(0),
+            out.stride(1), per, parts, EVEN_K=even_k, STREAM=bool(stream), **opts,
+        )  # fmt: skip
 
     def launch(
         a: torch.Tensor,
@@ -313,29 +370,25 @@ def launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+        if fused or stream:
+            launch_summed(a, b, out, stride_bk, stride_bn, M, N, K)
+            return
+        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
-        c: torch.Tensor | None = out
-        c_strides = (0, out.stride(0), out.stride(1))
-        if split_k > 1 and not fused:
-            c, c_strides = workspace, (M * N, N, 1)
-        assert c is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
-        grid, per, parts = (tiles, split_k), 0, 0
-        ws, counts = out, out
-        if stream:
-            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
-            grid = (programs, 1)
-            ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
-        elif fused:
-            ws, counts = split_scratch(out.device, tiles * split_k * bm * bn, tiles)
+        if split_k == 1:
+            kernel[grid](
+                a, b, out, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, 0, out.stride(0),
+                out.stride(1), EVEN_K=even_k, **opts,
+            )  # fmt: skip
+            return
+        assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
         kernel[grid](
-            a, b, c, ws, counts, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, *c_strides, per,
-            parts, EVEN_K=even_k, **opts,
+            a, b, workspace, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, M * N, N, 1,
+            EVEN_K=even_k, **opts,
         )  # fmt: skip
-        if split_k > 1 and not fused:
-            mn = M * N
-            reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
-            )
+        mn = M * N
+        reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
+            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
+        )
 
     return launch

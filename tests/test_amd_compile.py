@@ -23,11 +23,11 @@ arch, nonkdim = sys.argv[1], int(sys.argv[2])
 config = Config(backend="triton", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, NUM_XCDS=8,
                 num_warps=8, num_stages=2, matrix_instr_nonkdim=nonkdim, waves_per_eu=2,
                 **({"kpack": 2} if arch == "gfx942" else {}))
-sig = {n: "*bf16" for n in ("a_ptr", "b_ptr", "c_ptr")} | {"ws_ptr": "*fp32", "count_ptr": "*i32"}
+sig = {n: "*bf16" for n in ("a_ptr", "b_ptr", "c_ptr")}
 sig |= {n: "i32" for n in ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cs",
-                           "stride_cm", "stride_cn", "PER", "MAX_PARTS")}
+                           "stride_cm", "stride_cn")}
 consts = {k: config[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "NUM_XCDS")}
-consts |= {"EVEN_K": True, "FUSED_SPLIT": False, "STREAM": False, "DOT_F32": False}
+consts |= {"EVEN_K": True, "DOT_F32": False}
 sig |= {k: "constexpr" for k in consts}
 options = {"num_warps": config["num_warps"], "num_stages": config["num_stages"]}
 options |= {k: config[k] for k in AMD_LAUNCH_OPTIONS if k in config}

@@ -184,7 +184,8 @@ def test_in_launch_sums_match_the_reference_and_repeat_exactly(
     second = check(p, config, target, seed=4)
     assert torch.equal(first, second)
     for _ws, counts in scratch._scratch.values():
-        assert not counts.any(), "a tile counter was left non-zero"
+        if counts.device.type != "meta":  # the compile-only checks record launches on meta tensors
+            assert not counts.any(), "a tile counter was left non-zero"
 
 
 def test_stream_plan_deals_every_k_step_once() -> None:

@@ -156,7 +156,8 @@ def test_tail_split_matches_reference_and_repeats_exactly(
         runs.append(out)
     assert torch.equal(runs[0], runs[1]), "the slices of a tile must be summed in a fixed order"
     for _ws, counts in scratch._scratch.values():
-        assert not counts.any(), "a tile counter was left non-zero"
+        if counts.device.type != "meta":  # the compile-only checks record launches on meta tensors
+            assert not counts.any(), "a tile counter was left non-zero"
 
 
 def test_tail_slices_are_summed_not_overwritten() -> None:

@@ -29,10 +29,10 @@ def tcfg(
     fused: int = 0,
     stream: int = 0,
 ) -> Config:
-    """A Triton config; STREAM_K only where set (the MX ops have no stream mode)."""
-    extra = {"STREAM_K": stream} if stream else {}
+    """A Triton config; FUSED_SPLIT and STREAM_K only where set (the FP8 kernels have them, MX not)."""
+    extra = {k: v for k, v in (("FUSED_SPLIT", fused), ("STREAM_K", stream)) if v}
     return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
-                  FUSED_SPLIT=fused, num_warps=4, num_stages=1, **extra)  # fmt: skip
+                  num_warps=4, num_stages=1, **extra)  # fmt: skip
 
 
 # -- problems -------------------------------------------------------------------------------------------
@@ -168,7 +168,7 @@ CASES = [
     # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256)
     ("gemm_fp8_blockwise", 8, 272, 256, [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
-    ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4), tcfg(16, 32, 32, split_k=3, fused=1)]),
+    ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
 ]  # fmt: skip
 
@@ -210,7 +210,8 @@ def test_fused_split_sums_every_slice_in_a_fixed_order_and_resets_its_counters()
     assert torch.equal(outs[0], outs[1]), "the second launch relies on the first having reset the counters"
     assert torch.equal(outs[0], outs[2]), "summed in slice order, as the reduce kernel does"
     for _ws, counts in scratch._scratch.values():
-        assert not counts.any(), "a tile counter was left non-zero"
+        if counts.device.type != "meta":  # the compile-only checks record launches on meta tensors
+            assert not counts.any(), "a tile counter was left non-zero"
     # one slice's partial alone (each slice holds a quarter of K) is far from the answer
     one = tcfg(16, 32, 128)
     part = Problem.quant("gemm_fp8_blockwise", 20, 48, 128)
@@ -373,10 +374,11 @@ def test_kernel_calls_capture_the_mode_of_each_op() -> None:
         problem = Problem.quant(name, 16, 256, 1024)
         config = quant_default_config(problem, target)
         calls = get_op(name).kernel_calls(problem, config, target)
-        assert calls[0].fn.__name__ == kernel
+        summed = int(config.get("FUSED_SPLIT", 0)) or int(config.get("STREAM_K", 0))
+        assert calls[0].fn.__name__ == (kernel.replace("_kernel", "_sum_kernel") if summed else kernel)
         assert all(calls[0].kwargs[k] == v for k, v in mode.items()), calls[0].kwargs
         assert all(str(t.device) == "meta" for t in calls[0].args[:3])
-        if int(config["SPLIT_K"]) > 1 and not int(config["FUSED_SPLIT"]):
+        if int(config["SPLIT_K"]) > 1 and not int(config.get("FUSED_SPLIT", 0)):
             assert [c.fn.__name__ for c in calls[1:]] == ["splitk_reduce_kernel"]
         else:  # one launch: no split, or the K slices summed in the GEMM's launch
             assert len(calls) == 1
