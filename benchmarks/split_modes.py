@@ -8,10 +8,11 @@ several programs summed by the last to finish). Per problem, a grid of decode ti
 split at all, the vendor library and our heuristic default, timed by the project's Benchmarker (CUDA-
 graph replay for short launches, as the tuner times them) in interleaved rounds; every config passes the
 correctness gate first. Problems: bf16 GEMMs of Llama-3.1-8B and -70B (TP 1 and 8) at M 1, 16 and 64, and
-FP8 row-wise and blockwise gate/up projections of DeepSeek-V3 and Llama-3.1-70B at M 16. GB/s is the op's
+FP8 row-wise and blockwise gate/up projections of DeepSeek-V3 and Llama-3.1-70B at M 16, and ("narrow")
+Llama-3.1-70B's QKV projection at TP 8 (N 1280) at M 256 and 1024 with prefill tiles. GB/s is the op's
 minimum bytes over time, also as a fraction of a device copy measured in the same run.
 
-    python benchmarks/split_modes.py --out results/ [--only dense|fp8]
+    python benchmarks/split_modes.py --out results/ [--only dense|fp8|narrow]
 
 Prints a short table last; details go to OUT/split_modes.json.
 """
@@ -34,9 +35,13 @@ DENSE = [("llama-3.1-8b qkv", 6144, 4096), ("llama-3.1-8b down", 4096, 14336),
 DENSE_M = (1, 16, 64)
 #: (label, N, K) of the FP8 problems (M 16).
 FP8 = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
-#: Grids: BLOCK_N, BLOCK_K, SPLIT_K, num_stages (BLOCK_M the narrowest tile covering M, 4 warps).
-GRID = {"dense": dict(bn=(64, 128), bk=(64, 128, 256), split=(1, 2, 4, 8), stages=(4,)),
-        "fp8": dict(bn=(32, 64), bk=(256, 512), split=(1, 2, 4, 8), stages=(3, 4))}  # fmt: skip
+#: (label, N, K, Ms) of the narrow prefill problems: few tiles even at M 1024 (80 of 128 x 128).
+NARROW = [("llama-3.1-70b tp8 qkv", 1280, 8192, (256, 1024))]
+#: Grids: BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, num_stages (BLOCK_M 0: the narrowest tile covering M;
+#: 4 warps, 8 for 128 x 128 tiles and larger).
+GRID = {"dense": dict(bm=(0,), bn=(64, 128), bk=(64, 128, 256), split=(1, 2, 4, 8), stages=(4,)),
+        "fp8": dict(bm=(0,), bn=(32, 64), bk=(256, 512), split=(1, 2, 4, 8), stages=(3, 4)),
+        "narrow": dict(bm=(64, 128), bn=(64, 128), bk=(64,), split=(1, 2), stages=(3, 4))}  # fmt: skip
 
 
 def _problems(only: str | None) -> list[tuple[str, str, Any]]:
@@ -48,6 +53,8 @@ def _problems(only: str | None) -> list[tuple[str, str, Any]]:
     if only in (None, "fp8"):
         out += [("fp8", lbl, Problem.quant(op, 16, n, k))
                 for op in ("gemm_fp8_rowwise", "gemm_fp8_blockwise") for lbl, n, k in FP8]  # fmt: skip
+    if only in (None, "narrow"):
+        out += [("narrow", lbl, Problem.gemm(m, n, k, "bf16")) for lbl, n, k, ms in NARROW for m in ms]
     return out
 
 
@@ -57,13 +64,16 @@ def _configs(kind: str, problem: Any, op: Any, target: Any) -> dict[str, Any]:
 
     space = op.space(problem, target)
     configs: dict[str, Any] = {}
-    bm = max(16, next_pow2(problem.M))
-    for bn, bk, split, stages in itertools.product(*GRID[kind].values()):
+    for bm, bn, bk, split, stages in itertools.product(*GRID[kind].values()):
+        bm = bm or max(16, next_pow2(problem.M))
+        warps = 8 if bm * bn >= 128 * 128 else 4
+        group = 1 if bm >= problem.M else 8
         # (FUSED_SPLIT, STREAM_K): reduce kernel or fused with split-K; none or stream-K without
         modes = [(0, 0), (1, 0)] if split > 1 else [(0, 0), (0, 1), (0, 2)]
         for fused, stream in modes:
-            c = Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=split,
-                       FUSED_SPLIT=fused, STREAM_K=stream, num_warps=4, num_stages=stages)  # fmt: skip
+            c = Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
+                       SPLIT_K=split, FUSED_SPLIT=fused, STREAM_K=stream, num_warps=warps,
+                       num_stages=stages)  # fmt: skip
             if c in space:
                 configs[c.short()] = c
     configs["vendor"] = Config(backend="torch")
@@ -75,7 +85,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, required=True, help="directory for split_modes.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    ap.add_argument("--only", choices=("dense", "fp8"))
+    ap.add_argument("--only", choices=("dense", "fp8", "narrow"))
     args = ap.parse_args()
 
     import torch
