@@ -57,6 +57,12 @@ CASES = {
     "sm90-tail": ("sm_90", Problem.gemm(4096, 1280, 8192),
                   Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                          PERSISTENT=1, TAIL_SPLIT=1, num_warps=4, num_stages=4)),
+    # the K parts of a tile summed in the launch (gemm_sum_kernel): split-K slices on MI300X, stream-K on H100
+    "942-fused": ("gfx942", Problem.gemm(16, 4096, 4096), amd_config(BLOCK_M=16, SPLIT_K=4, FUSED_SPLIT=1,
+                                                                      kpack=1)),
+    "sm90-stream": ("sm_90", Problem.gemm(16, 4096, 14336),
+                    Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
+                           STREAM_K=2, num_warps=4, num_stages=4)),
 }  # fmt: skip
 
 
@@ -134,6 +140,14 @@ def test_sm90_reports_registers_and_shared_memory(compiled) -> None:
     assert tail.compiled, tail.error
     assert tail.tma == ("load", "store") and any(m.startswith("wgmma.mma_async") for m in tail.mma)
     assert tail.spills == 0 and tail.scratch_bytes == 0
+
+
+def test_in_launch_sums_compile_without_spills(compiled) -> None:
+    """The sum kernels keep the plain kernel's main loop: matrix instructions, no spills from the fix-up."""
+    fused, stream = compiled["942-fused"], compiled["sm90-stream"]
+    assert fused.compiled and stream.compiled, (fused.error, stream.error)
+    assert any("mfma" in m for m in fused.mma) and fused.spills == 0 and fused.scratch_bytes == 0
+    assert stream.mma and stream.spills == 0 and stream.scratch_bytes == 0
 
 
 def test_occupancy_floor(compiled) -> None:
