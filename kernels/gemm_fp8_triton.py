@@ -30,10 +30,11 @@ from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import (
     AMD_LAUNCH_OPTIONS,
     REDUCE_BLOCK,
-    _remap_xcd,
+    split_coords,
     splitk_reduce_kernel,
     store_tile,
     stream_plan,
+    stream_segment,
     stream_store,
     tile_rows_cols,
 )
@@ -140,17 +141,13 @@ def gemm_fp8_kernel(
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
     B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid_k = tl.program_id(1)
-    pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
-    pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
-    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    pid_m, pid_n, pid_k, k_start, n_iters, num_pid_n = split_coords(
+        M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, NUM_XCDS
+    )
     acc = _fp8_partial(
         a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
-        stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, pid_k * k_span,
-        tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32,
-        B_SCALE_VECTOR,
+        stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
     )  # fmt: skip
     store_tile(
         acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
@@ -198,17 +195,14 @@ def gemm_fp8_sum_kernel(
     """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
     [p·PER, (p + 1)·PER) of all tiles."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
     if STREAM:
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
         iters = tl.cdiv(K, BLOCK_K)
-        total = num_pid_m * num_pid_n * iters
         lo = tl.program_id(0) * PER
-        hi = min(lo + PER, total)
+        hi = min(lo + PER, num_pid_m * num_pid_n * iters)
         while lo < hi:
-            tile = lo // iters
-            k0 = lo - tile * iters
-            k1 = min(iters, k0 + hi - lo)
+            tile, k0, k1 = stream_segment(lo, hi, iters)
             pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
             acc = _fp8_partial(
                 a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
@@ -221,15 +215,13 @@ def gemm_fp8_sum_kernel(
             )  # fmt: skip
             lo += k1 - k0
     else:
-        pid_k = tl.program_id(1)
-        pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
-        pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
-        k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+        pid_m, pid_n, pid_k, k_start, n_iters, num_pid_n = split_coords(
+            M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, NUM_XCDS
+        )
         acc = _fp8_partial(
             a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
-            stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, pid_k * k_span,
-            tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32,
-            B_SCALE_VECTOR,
+            stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
         )  # fmt: skip
         store_tile(
             acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,

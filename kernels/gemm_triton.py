@@ -27,9 +27,11 @@ __all__ = [
     "gemm_kernel",
     "gemm_sum_kernel",
     "launcher",
+    "split_coords",
     "splitk_reduce_kernel",
     "store_tile",
     "stream_plan",
+    "stream_segment",
     "stream_store",
     "tile_rows_cols",
 ]
@@ -122,15 +124,12 @@ def gemm_kernel(
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace
     (slice `pid_k` at stride_cs) that `splitk_reduce_kernel` sums."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid_k = tl.program_id(1)
-    pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
-    pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
-    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    pid_m, pid_n, pid_k, k_start, n_iters, num_pid_n = split_coords(
+        M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, NUM_XCDS
+    )
     acc = _partial(
-        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, pid_k * k_span,
-        tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
+        a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, k_start, n_iters,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
     )  # fmt: skip
     store_tile(
         acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
@@ -170,17 +169,14 @@ def gemm_sum_kernel(
     launch binds no extra arguments). SPLIT_K > 1 without STREAM: one K slice per program, summed by the
     last slice to finish (`store_tile`). STREAM: program p takes the flat K steps [p·PER, (p + 1)·PER) of
     all tiles in order (`stream_store`); MAX_PARTS bounds the programs that share one tile."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
     if STREAM:
+        num_pid_m = tl.cdiv(M, BLOCK_M)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
         iters = tl.cdiv(K, BLOCK_K)
-        total = num_pid_m * num_pid_n * iters
         lo = tl.program_id(0) * PER
-        hi = min(lo + PER, total)
+        hi = min(lo + PER, num_pid_m * num_pid_n * iters)
         while lo < hi:
-            tile = lo // iters
-            k0 = lo - tile * iters
-            k1 = min(iters, k0 + hi - lo)
+            tile, k0, k1 = stream_segment(lo, hi, iters)
             pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
             acc = _partial(
                 a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n,
@@ -192,18 +188,38 @@ def gemm_sum_kernel(
             )  # fmt: skip
             lo += k1 - k0
     else:
-        pid_k = tl.program_id(1)
-        pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
-        pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
-        k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+        pid_m, pid_n, pid_k, k_start, n_iters, num_pid_n = split_coords(
+            M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, NUM_XCDS
+        )
         acc = _partial(
-            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, pid_k * k_span,
-            tl.cdiv(k_span, BLOCK_K), BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
+            a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, pid_m, pid_n, k_start,
+            n_iters, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, DOT_F32,
         )  # fmt: skip
         store_tile(
             acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, True,
         )  # fmt: skip
+
+
+@triton.jit
+def _add_up(
+    acc, ws_tile, slot, parts, count_ptr, tile, c_ptrs, mask, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
+):  # fmt: skip
+    """One of `parts` fp32 parts of `tile`: written to slot `slot` of its workspace `ws_tile`, then the
+    tile's counter is bumped; the last part to arrive sums the slots in order (deterministic, no waiting),
+    stores C at `c_ptrs` and resets the counter to 0 for the next launch."""
+    tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(ws_tile + slot * tile_elems + offs, acc)
+    tl.debug_barrier()  # every thread's partial is written before the counter says so
+    arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    if arrived == parts - 1:
+        tl.debug_barrier()
+        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for sl in range(parts):
+            total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
+        tl.store(c_ptrs, total.to(c_ptrs.dtype.element_ty), mask=mask)
+        tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -213,10 +229,8 @@ def store_tile(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, FUSED_SPLIT: tl.constexpr,
 ):  # fmt: skip
     """Store one K slice's fp32 tile. Without FUSED_SPLIT: into C (SPLIT_K 1) or the workspace slice
-    `pid_k` that the reduce kernel sums. With FUSED_SPLIT the slices are summed in this launch: each writes
-    its partial to `ws_ptr` (tile-major, SPLIT_K tiles each) and bumps the tile's counter in `count_ptr`;
-    the last to arrive sums the partials in slice order (deterministic, no waiting), stores C and resets
-    the counter to 0 for the next launch."""
+    `pid_k` that the reduce kernel sums. With FUSED_SPLIT the slices are summed in this launch
+    (`_add_up`; `ws_ptr` holds SPLIT_K tiles per tile of C)."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -225,20 +239,33 @@ def store_tile(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
     else:
         tile = pid_m * num_pid_n + pid_n
-        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
-        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ws_tile = ws_ptr + tile * (SPLIT_K * tile_elems)
-        tl.store(ws_tile + pid_k * tile_elems + offs, acc)
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == SPLIT_K - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for sl in range(SPLIT_K):
-                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
-            c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+        c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+        ws_tile = ws_ptr + tile * (SPLIT_K * BLOCK_M * BLOCK_N)
+        _add_up(acc, ws_tile, pid_k, SPLIT_K, count_ptr, tile, c_ptrs, mask, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def split_coords(
+    M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    SPLIT_K: tl.constexpr, NUM_XCDS: tl.constexpr,
+):  # fmt: skip
+    """This program's (pid_m, pid_n, pid_k, first K element, K steps, tiles per row) in a one-program-per-
+    (tile, K slice) grid: tiles in grouped order after the XCD remap, K split in SPLIT_K slices."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid = _remap_xcd(tl.program_id(0), num_pid_m * num_pid_n, NUM_XCDS)
+    pid_m, pid_n = tile_rows_cols(pid, num_pid_m, num_pid_n, GROUP_M)
+    pid_k = tl.program_id(1)
+    k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    return pid_m, pid_n, pid_k, pid_k * k_span, tl.cdiv(k_span, BLOCK_K), num_pid_n
+
+
+@triton.jit
+def stream_segment(lo, hi, iters):
+    """(tile, first K step, end K step) of the next run of this program's flat K steps [lo, hi)."""
+    tile = lo // iters
+    k0 = lo - tile * iters
+    return tile, k0, min(iters, k0 + hi - lo)
 
 
 @triton.jit
@@ -247,10 +274,9 @@ def stream_store(
     MAX_PARTS, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     """Store the part of `tile` over K steps k0 .. k1 - 1 that this program computed, where program p owns
-    the flat K steps [p·per, (p + 1)·per) of all tiles in order. A whole tile goes straight to C. The
-    programs that share a tile each write their fp32 partial to a slot of `ws_ptr` (MAX_PARTS slots per
-    tile, in program order) and bump the tile's counter; the last to arrive sums the slots in order
-    (deterministic, no waiting), stores C and resets the counter to 0 for the next launch."""
+    the flat K steps [p·per, (p + 1)·per) of all tiles in order. A whole tile goes straight to C; the
+    programs that share a tile add up their parts (`_add_up`; MAX_PARTS slots per tile, in program
+    order)."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -260,19 +286,9 @@ def stream_store(
     else:
         first = (tile * iters) // per
         parts = ((tile + 1) * iters - 1) // per - first + 1
-        tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
-        offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        ws_tile = ws_ptr + tile * MAX_PARTS * tile_elems
-        tl.store(ws_tile + (tl.program_id(0) - first) * tile_elems + offs, acc)
-        tl.debug_barrier()  # every thread's partial is written before the counter says so
-        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if arrived == parts - 1:
-            tl.debug_barrier()
-            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for sl in range(parts):
-                total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
-            tl.store(c_ptrs, total.to(c_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+        ws_tile = ws_ptr + tile * MAX_PARTS * BLOCK_M * BLOCK_N
+        slot = tl.program_id(0) - first
+        _add_up(acc, ws_tile, slot, parts, count_ptr, tile, c_ptrs, mask, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
