@@ -33,12 +33,11 @@ from autotune.kernels.gemm_triton import (
     split_coords,
     splitk_reduce_kernel,
     store_tile,
-    stream_plan,
     stream_segment,
     stream_store,
+    summed_launch,
     tile_rows_cols,
 )
-from autotune.kernels.scratch import split_scratch
 
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
 
@@ -283,17 +282,10 @@ def quant_launcher(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, a_scale: torch.Tensor | None,
         b_scale: torch.Tensor, scale_strides: tuple[int, int, int, int], M: int, N: int, K: int,
     ) -> None:  # fmt: skip
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        if stream:
-            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
-            grid, even_k = (programs, 1), K % bk == 0
-        else:
-            grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
-        ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+        grid, args, (ws, counts) = summed_launch(out, M, N, K, bm, bn, bk, split_k, stream, num_sms)
         summer[grid](
             a, b, out, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), out.stride(0), out.stride(1), *scale_strides, per, parts, EVEN_K=even_k,
-            STREAM=bool(stream), **opts,
+            b.stride(1), out.stride(0), out.stride(1), *scale_strides, **args, **opts,
         )  # fmt: skip
 
     def launch(

@@ -33,6 +33,7 @@ __all__ = [
     "stream_plan",
     "stream_segment",
     "stream_store",
+    "summed_launch",
     "tile_rows_cols",
 ]
 
@@ -305,6 +306,23 @@ def splitk_reduce_kernel(w_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.cons
 REDUCE_BLOCK = 1024
 
 
+def summed_launch(
+    out: torch.Tensor, M: int, N: int, K: int, bm: int, bn: int, bk: int, split_k: int, stream: int,
+    num_sms: int,
+) -> tuple[tuple[int, int], dict[str, Any], tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+    """(grid, the PER, MAX_PARTS, EVEN_K and STREAM arguments, (workspace, counters)) of a launch of a
+    sum kernel: `stream` (STREAM_K) programs per SM over the K steps of all tiles, or else one program per
+    (tile, K slice) of SPLIT_K."""
+    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    if stream:
+        programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+        grid, even_k = (programs, 1), K % bk == 0
+    else:
+        grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
+    args = dict(PER=per, MAX_PARTS=parts, EVEN_K=even_k, STREAM=bool(stream))
+    return grid, args, split_scratch(out.device, tiles * parts * bm * bn, tiles)
+
+
 def stream_plan(tiles: int, iters: int, programs: int) -> tuple[int, int, int]:
     """(programs, K steps per program, most programs sharing one tile) of a stream launch that deals the
     `iters` K steps of each of `tiles` tiles over at most `programs` programs."""
@@ -363,16 +381,10 @@ def launcher(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stride_bk: int, stride_bn: int, M: int, N: int,
         K: int,
     ) -> None:  # fmt: skip
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        if stream:
-            programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
-            grid, even_k = (programs, 1), K % bk == 0
-        else:
-            grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
-        ws, counts = split_scratch(out.device, tiles * parts * bm * bn, tiles)
+        grid, args, (ws, counts) = summed_launch(out, M, N, K, bm, bn, bk, split_k, stream, num_sms)
         sum_kernel[grid](
             a, b, out, ws, counts, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, out.stride(0),
-            out.stride(1), per, parts, EVEN_K=even_k, STREAM=bool(stream), **opts,
+            out.stride(1), **args, **opts,
         )  # fmt: skip
 
     def launch(
