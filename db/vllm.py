@@ -57,6 +57,9 @@ VLLM_KEYS: tuple[str, ...] = (
 )
 #: The keys ROCm files may add, in that order after `VLLM_KEYS`.
 AMD_KEYS: tuple[str, ...] = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
+#: Our kernel's knobs that vLLM's kernel lacks, with the value that means vLLM's behaviour: a config
+#: read from a file gets them; only configs at these values are exported, and written without them.
+OUR_KEYS: dict[str, int] = {"SPLIT_K": 1}
 #: The block shape of FP8 weights with block scales: the only quantization besides none we model.
 FP8_BLOCK_SHAPE: tuple[int, int] = (128, 128)
 #: The backend and kernel name the configs are stored under (our Triton fused MoE takes vLLM's names).
@@ -214,7 +217,8 @@ def read_vllm(
     """The trials of one vLLM/SGLang config file (its name `path.name`, its content `text`).
 
     One OK trial per M, without a timing (a shipped config is no measurement), under kernel
-    `VLLM_KERNEL` and `source_hash`; configs the installed toolchain rejects (`check_vllm_config`) are
+    `VLLM_KERNEL` and `source_hash`, each config completed with `OUR_KEYS` (what vLLM's kernel does);
+    configs the installed toolchain rejects (`check_vllm_config`) are
     stored as pruned with the reason. Raises InteropError naming the file (and M key and parameter) for
     a bad name, unknown device, bad JSON or config, or E and N whose K and top-k are unknown (see
     `infer_moe_shape`).
@@ -248,7 +252,7 @@ def read_vllm(
     for m_key in sorted(data, key=int):
         values = _entry(name, m_key, data[m_key])
         reasons = check_vllm_config(values, target, triton_major)
-        config = Config(backend=VLLM_BACKEND, **values)
+        config = Config(backend=VLLM_BACKEND, **values, **OUR_KEYS)
         problem = Problem.moe(int(m_key), parts.N, K, parts.E, top, dtype="bf16", weights=weights)
         status = TrialStatus.PRUNED if reasons else TrialStatus.OK
         result = TrialResult(
@@ -273,7 +277,15 @@ def vllm_json(configs: Mapping[int, Mapping[str, Value]], amd: bool) -> str:
     doc: dict[str, dict[str, int]] = {}
     for m in sorted(configs):
         config = configs[m]
-        extra = [key for key in config if key != "backend" and key not in VLLM_KEYS and key not in AMD_KEYS]
+        for key, plain in OUR_KEYS.items():
+            if key in config and config[key] != plain:
+                why = f"{key}={config[key]!r} has no place in a vLLM config (only {plain})"
+                raise InteropError(f"M={m}: {why}")
+        extra = [
+            key
+            for key in config
+            if key != "backend" and key not in VLLM_KEYS and key not in AMD_KEYS and key not in OUR_KEYS
+        ]
         if extra:
             raise InteropError(f"M={m}: parameter {extra[0]!r} has no place in a vLLM config")
         missing = [key for key in VLLM_KEYS if key not in config]
@@ -292,6 +304,11 @@ def vllm_json(configs: Mapping[int, Mapping[str, Value]], amd: bool) -> str:
     return json.dumps(doc, indent=4) + "\n"
 
 
+def _vllm_runs(config: Mapping[str, Value]) -> bool:
+    """Whether vLLM's kernel runs `config` as ours does: every key of `OUR_KEYS` absent or plain."""
+    return all(config.get(key, plain) == plain for key, plain in OUR_KEYS.items())
+
+
 def _newest_version(records: list[TrialRecord]) -> list[TrialRecord]:
     """The records of the kernel version that appeared last (its first trial is the newest)."""
     first: dict[tuple[str, str], int] = {}
@@ -306,23 +323,26 @@ def _triton_choices(
     store: Store, fingerprint: str | None
 ) -> dict[tuple[int, str], tuple[GpuRecord, Problem, Config]]:
     """Per (GPU id, problem key) of moe problems, the Triton config to export: the measured winner, or the
-    fastest measured Triton config where another backend won; else the imported one (the fastest if
-    timed, else the newest)."""
+    fastest measured Triton config that vLLM's kernel can run (`OUR_KEYS` at their plain values) where
+    another backend or such a knob won; else the imported one (the fastest if timed, else the newest)."""
     chosen: dict[tuple[int, str], tuple[GpuRecord, Problem, Config]] = {}
     for w in store.winners(fingerprint):
         if w.problem.op != "moe":
             continue
-        if w.best.backend == VLLM_BACKEND:
+        if w.best.backend == VLLM_BACKEND and _vllm_runs(w.best.config):
             chosen[(w.gpu.id, w.problem.key())] = (w.gpu, w.problem, w.best.config)
             continue
         records = store.trials(
             fingerprint=w.gpu.fingerprint, problem=w.problem, status=TrialStatus.OK, source=Source.MEASURED
         )
-        timed = [r for r in records if r.backend == VLLM_BACKEND and r.time_us is not None]
+        timed = [
+            r for r in records if r.backend == VLLM_BACKEND and r.time_us is not None and _vllm_runs(r.config)
+        ]
         if not timed:
             logger.warning(
-                "%s on %s: %s won and no Triton config was measured", w.problem, w.gpu, w.best.backend
-            )
+                "%s on %s: %s won and no Triton config vLLM can run was measured",
+                w.problem, w.gpu, w.best.config.short(),
+            )  # fmt: skip
             continue
         best = min(_newest_version(timed), key=lambda r: (r.time_us, r.id))
         chosen[(w.gpu.id, w.problem.key())] = (w.gpu, w.problem, best.config)

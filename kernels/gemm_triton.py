@@ -24,15 +24,19 @@ from autotune.kernels.scratch import split_scratch
 
 __all__ = [
     "AMD_LAUNCH_OPTIONS",
+    "arrives_last",
     "gemm_kernel",
     "gemm_sum_kernel",
     "launcher",
+    "publish_part",
+    "release_tile",
     "split_coords",
     "splitk_reduce_kernel",
     "store_tile",
     "stream_plan",
     "stream_segment",
     "stream_store",
+    "sum_parts",
     "summed_launch",
     "tile_rows_cols",
 ]
@@ -203,24 +207,49 @@ def gemm_sum_kernel(
 
 
 @triton.jit
+def publish_part(acc, ws_tile, slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Writes the fp32 part `acc` to slot `slot` of a tile's workspace `ws_tile`."""
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    tl.store(ws_tile + slot * (BLOCK_M * BLOCK_N) + offs, acc)
+
+
+@triton.jit
+def arrives_last(count_ptr, tile, parts):
+    """Bumps `tile`'s counter once every thread's parts are written: True for the last of `parts`."""
+    tl.debug_barrier()  # every thread's part is written before the counter says so
+    arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
+    return arrived == parts - 1
+
+
+@triton.jit
+def sum_parts(ws_tile, first, stride, parts, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The sum of slots first, first + stride, … (`parts` of them) of `ws_tile`, in slot order."""
+    tl.debug_barrier()
+    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for sl in range(parts):
+        total += tl.load(ws_tile + (first + sl * stride) * (BLOCK_M * BLOCK_N) + offs, cache_modifier=".cg")
+    return total
+
+
+@triton.jit
+def release_tile(count_ptr, tile):
+    """Resets `tile`'s counter to 0 for the next launch (by the part that summed it)."""
+    tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+
+
+@triton.jit
 def _add_up(
     acc, ws_tile, slot, parts, count_ptr, tile, c_ptrs, mask, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr
 ):  # fmt: skip
     """One of `parts` fp32 parts of `tile`: written to slot `slot` of its workspace `ws_tile`, then the
     tile's counter is bumped; the last part to arrive sums the slots in order (deterministic, no waiting),
     stores C at `c_ptrs` and resets the counter to 0 for the next launch."""
-    tile_elems: tl.constexpr = BLOCK_M * BLOCK_N
-    offs = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-    tl.store(ws_tile + slot * tile_elems + offs, acc)
-    tl.debug_barrier()  # every thread's partial is written before the counter says so
-    arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")
-    if arrived == parts - 1:
-        tl.debug_barrier()
-        total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for sl in range(parts):
-            total += tl.load(ws_tile + sl * tile_elems + offs, cache_modifier=".cg")
+    publish_part(acc, ws_tile, slot, BLOCK_M, BLOCK_N)
+    if arrives_last(count_ptr, tile, parts):
+        total = sum_parts(ws_tile, 0, 1, parts, BLOCK_M, BLOCK_N)
         tl.store(c_ptrs, total.to(c_ptrs.dtype.element_ty), mask=mask)
-        tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")
+        release_tile(count_ptr, tile)
 
 
 @triton.jit

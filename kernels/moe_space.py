@@ -28,7 +28,9 @@ def moe_backends(target: Target) -> tuple[str, ...]:
 
 
 def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
-    """The knobs of the fused MoE kernel on `target`: vLLM's six plus AMD's three on AMD."""
+    """The knobs of the fused MoE kernel on `target`: vLLM's six, SPLIT_K (K slices of each GEMM, summed
+    in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs) and AMD's three
+    on AMD."""
     fp8 = problem.dtype_b.startswith("fp8")
     if target.interpreter:
         return dict(
@@ -36,6 +38,7 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
             BLOCK_SIZE_N=(32,),
             BLOCK_SIZE_K=(32, 64),
             GROUP_SIZE_M=(1, 4),
+            SPLIT_K=(1, 2),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -44,6 +47,7 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
         BLOCK_SIZE_N=(32, 64, 128, 256),
         BLOCK_SIZE_K=(64, 128) if fp8 else (32, 64, 128, 256),
         GROUP_SIZE_M=(1, 16, 32, 64),
+        SPLIT_K=(1, 2, 4, 8),
         num_warps=(4, 8),
     )
     if target.is_amd:
@@ -78,7 +82,22 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     def max_row_blocks(bm: int) -> int:
         return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
 
+    def gate_up_tiles(c: Mapping[str, Value]) -> int:
+        return max_row_blocks(int(c["BLOCK_SIZE_M"])) * -(-problem.N // int(c["BLOCK_SIZE_N"]))
+
     out = [
+        Constraint(
+            "split_k_needless",
+            f"SPLIT_K {{SPLIT_K}} x the gate/up GEMM's tiles (at most, over any routing) exceeds 2 x the "
+            f"{target.cu_count} CUs: the grid is full without slices",
+            lambda c: int(c["SPLIT_K"]) == 1 or gate_up_tiles(c) * int(c["SPLIT_K"]) <= 2 * target.cu_count,
+        ),
+        Constraint(
+            "split_k_steps",
+            f"SPLIT_K {{SPLIT_K}} exceeds the K steps of the gate/up GEMM (K={problem.K} / BLOCK_SIZE_K "
+            "{BLOCK_SIZE_K})",
+            lambda c: int(c["SPLIT_K"]) <= -(-problem.K // int(c["BLOCK_SIZE_K"])),
+        ),
         Constraint(
             "block_m_waste",
             f"BLOCK_SIZE_M {{BLOCK_SIZE_M}} > 2 x next_pow2({tpe:.1f} tokens per expert): padded rows",
@@ -142,7 +161,7 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     params = moe_params(problem, target)
     if target.interpreter:
         values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-                                        num_warps=4, num_stages=1)  # fmt: skip
+                                        SPLIT_K=1, num_warps=4, num_stages=1)  # fmt: skip
         return Config(backend="triton", **values)
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
@@ -153,7 +172,7 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     else:
         bm, bn, bk, warps = 64, 128, 128 if fp8 else 64, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
-    values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=warps,
+    values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=1, num_warps=warps,
                   num_stages=2 if target.is_amd else 3)  # fmt: skip
     if target.is_amd:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)

@@ -28,12 +28,9 @@ import triton.language as tl
 
 from autotune.config import Value
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.moe_ref import (
-    FP8_BLOCK,
-    align_block_size,
-    quantize_fp8_act_groupwise,
-    validate_moe_inputs,
-)
+from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts
+from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
+from autotune.kernels.scratch import split_scratch
 
 __all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "MOE_PARAMS", "fused_moe", "moe_gemm_kernel"]
 
@@ -50,6 +47,113 @@ def _round_bf16(x):
     bits = x.to(tl.uint32, bitcast=True)
     bits = bits + 0x7FFF + ((bits >> 16) & 1)
     return ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _moe_tile(
+    a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, pid, num_padded, num_valid, N, K,
+    first_step, steps,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
+    stride_bsk,
+    A_ROW_DIV: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, SWIGLU: tl.constexpr, FP8: tl.constexpr,
+    SCALE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr, ONE_B_SCALE: tl.constexpr,
+):  # fmt: skip
+    """Tile `pid`'s sorted ids, their mask, its column block and its fp32 partial products (gate, up) over
+    K steps [first_step, first_step + steps)."""
+    num_pid_m = tl.cdiv(num_padded, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    # Grouped ordering: GROUP_SIZE_M row blocks are walked column by column, so weight tiles stay in L2.
+    width = GROUP_SIZE_M * num_pid_n
+    group_id = pid // width
+    first_m = group_id * GROUP_SIZE_M
+    group_size = min(num_pid_m - first_m, GROUP_SIZE_M)
+    pid_m = first_m + ((pid % width) % group_size)
+    pid_n = (pid % width) // group_size
+
+    # num_padded is a multiple of BLOCK_SIZE_M: the sorted ids of a block are always in bounds.
+    ids = tl.load(sorted_ids_ptr + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
+    row_mask = ids < num_valid
+    a_rows = ids // A_ROW_DIV
+    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
+    # Columns past N wrap around (modulo): weight loads stay in bounds without masks, stores are masked.
+    offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    chunk = tl.arange(0, BLOCK_SIZE_K)
+    offs_k = first_step * BLOCK_SIZE_K + chunk
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
+    up_ptrs = b_ptrs + N * stride_bn
+    if FP8:
+        a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
+        if ONE_B_SCALE:
+            first_n = pid_n * BLOCK_SIZE_N
+            b_scale_ptrs = b_scale_ptr + expert * stride_bse + (first_n // SCALE_GROUP) * stride_bsn
+            up_scale_ptrs = b_scale_ptr + expert * stride_bse + ((first_n + N) // SCALE_GROUP) * stride_bsn
+        else:
+            b_scale_ptrs = b_scale_ptr + expert * stride_bse + (offs_n // SCALE_GROUP) * stride_bsn
+            up_scale_ptrs = b_scale_ptr + expert * stride_bse + ((offs_n + N) // SCALE_GROUP) * stride_bsn
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(first_step, first_step + steps):
+        if EVEN_K:
+            a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = K - k * BLOCK_SIZE_K
+            a = tl.load(a_ptrs, mask=row_mask[:, None] & (chunk[None, :] < k_left), other=0.0)
+            b = tl.load(b_ptrs, mask=chunk[:, None] < k_left, other=0.0)
+        if DOT_F32:  # interpreter only: its bf16/fp8 dots are unreliable; the products are exact in fp32
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if FP8:
+            # BLOCK_SIZE_K divides SCALE_GROUP: the whole chunk lies in one scale group along K.
+            k_group = (k * BLOCK_SIZE_K) // SCALE_GROUP
+            a_s = tl.load(a_scale_ptrs + k_group * stride_ask, mask=row_mask, other=0.0)
+            b_s = tl.load(b_scale_ptrs + k_group * stride_bsk)
+            if ONE_B_SCALE:
+                acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
+            else:
+                acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
+        else:
+            acc = tl.dot(a, b, acc)
+        if SWIGLU:
+            if EVEN_K:
+                b_up = tl.load(up_ptrs)
+            else:
+                b_up = tl.load(up_ptrs, mask=chunk[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
+            if DOT_F32:
+                b_up = b_up.to(tl.float32)
+            if FP8:
+                up_s = tl.load(up_scale_ptrs + ((k * BLOCK_SIZE_K) // SCALE_GROUP) * stride_bsk)
+                if ONE_B_SCALE:
+                    acc_up = tl.fma(tl.dot(a, b_up), (a_s * up_s)[:, None], acc_up)
+                else:
+                    acc_up = tl.fma(tl.dot(a, b_up), a_s[:, None] * up_s[None, :], acc_up)
+            else:
+                acc_up = tl.dot(a, b_up, acc_up)
+            up_ptrs += BLOCK_SIZE_K * stride_bk
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+    return ids, row_mask, pid_n, acc, acc_up
+
+
+@triton.jit
+def _moe_store(
+    acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
+    BLOCK_SIZE_N: tl.constexpr, SWIGLU: tl.constexpr, MUL_ROUTED_WEIGHT: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """The epilogue: silu(gate)·up, times the routing weight, stored to C rows `ids` (padding masked)."""
+    if SWIGLU:
+        acc = acc * tl.sigmoid(acc) * acc_up
+    if MUL_ROUTED_WEIGHT:
+        w = tl.load(weights_ptr + ids, mask=row_mask, other=0.0)
+        acc = acc * w[:, None]
+    if DOT_F32 and c_ptr.dtype.element_ty == tl.bfloat16:
+        acc = _round_bf16(acc)
+    cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + ids[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < N))
 
 
 @triton.jit
@@ -101,95 +205,132 @@ def moe_gemm_kernel(
     ONE_B_SCALE (FP8, the launcher's promise that BLOCK_SIZE_N divides SCALE_GROUP and N): every column of
     a tile shares one B scale per K group, so a partial product is scaled by a per-row vector.
     """
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(num_padded, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    # Grouped ordering: GROUP_SIZE_M row blocks are walked column by column, so weight tiles stay in L2.
-    width = GROUP_SIZE_M * num_pid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_SIZE_M
-    group_size = min(num_pid_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + ((pid % width) % group_size)
-    pid_n = (pid % width) // group_size
+    ids, row_mask, pid_n, acc, acc_up = _moe_tile(
+        a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tl.program_id(0), num_padded,
+        num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
+        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
+        stride_bsk,
+        A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
+        DOT_F32, ONE_B_SCALE,
+    )  # fmt: skip
+    _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
+               BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
 
-    # num_padded is a multiple of BLOCK_SIZE_M: the sorted ids of a block are always in bounds.
-    ids = tl.load(sorted_ids_ptr + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
-    row_mask = ids < num_valid
-    a_rows = ids // A_ROW_DIV
-    expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    # Columns past N wrap around (modulo): weight loads stay in bounds without masks, stores are masked.
-    offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
-    up_ptrs = b_ptrs + N * stride_bn
-    if FP8:
-        a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
-        if ONE_B_SCALE:
-            first_n = pid_n * BLOCK_SIZE_N
-            b_scale_ptrs = b_scale_ptr + expert * stride_bse + (first_n // SCALE_GROUP) * stride_bsn
-            up_scale_ptrs = b_scale_ptr + expert * stride_bse + ((first_n + N) // SCALE_GROUP) * stride_bsn
-        else:
-            b_scale_ptrs = b_scale_ptr + expert * stride_bse + (offs_n // SCALE_GROUP) * stride_bsn
-            up_scale_ptrs = b_scale_ptr + expert * stride_bse + ((offs_n + N) // SCALE_GROUP) * stride_bsn
 
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - k * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=row_mask[:, None] & (offs_k[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if DOT_F32:  # interpreter only: its bf16/fp8 dots are unreliable; the products are exact in fp32
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if FP8:
-            # BLOCK_SIZE_K divides SCALE_GROUP: the whole chunk lies in one scale group along K.
-            k_group = (k * BLOCK_SIZE_K) // SCALE_GROUP
-            a_s = tl.load(a_scale_ptrs + k_group * stride_ask, mask=row_mask, other=0.0)
-            b_s = tl.load(b_scale_ptrs + k_group * stride_bsk)
-            if ONE_B_SCALE:
-                acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
-            else:
-                acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
-        else:
-            acc = tl.dot(a, b, acc)
-        if SWIGLU:
-            if EVEN_K:
-                b_up = tl.load(up_ptrs)
-            else:
-                b_up = tl.load(up_ptrs, mask=offs_k[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
-            if DOT_F32:
-                b_up = b_up.to(tl.float32)
-            if FP8:
-                up_s = tl.load(up_scale_ptrs + ((k * BLOCK_SIZE_K) // SCALE_GROUP) * stride_bsk)
-                if ONE_B_SCALE:
-                    acc_up = tl.fma(tl.dot(a, b_up), (a_s * up_s)[:, None], acc_up)
-                else:
-                    acc_up = tl.fma(tl.dot(a, b_up), a_s[:, None] * up_s[None, :], acc_up)
-            else:
-                acc_up = tl.dot(a, b_up, acc_up)
-            up_ptrs += BLOCK_SIZE_K * stride_bk
-        a_ptrs += BLOCK_SIZE_K * stride_ak
-        b_ptrs += BLOCK_SIZE_K * stride_bk
-
+@triton.jit
+def moe_gemm_split_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    ws_ptr,
+    count_ptr,
+    num_padded,
+    num_valid,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    A_ROW_DIV: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    FP8: tl.constexpr,
+    SCALE_GROUP: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+    ONE_B_SCALE: tl.constexpr = False,
+):
+    """`moe_gemm_kernel` with K split in SPLIT_K slices over grid axis 1, summed in this launch: each slice
+    writes its fp32 parts (gate, and up with SWIGLU) to slots of the tile's workspace in `ws_ptr` and bumps
+    the tile's counter in `count_ptr`; the last slice to arrive adds the slots up in slice order
+    (deterministic), runs the epilogue and resets the counter to 0."""
+    tile = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    k_steps = tl.cdiv(K, BLOCK_SIZE_K)
+    per_slice = tl.cdiv(k_steps, SPLIT_K)
+    first = pid_k * per_slice
+    ids, row_mask, pid_n, acc, acc_up = _moe_tile(
+        a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tile, num_padded,
+        num_valid, N, K, first, max(0, min(per_slice, k_steps - first)),
+        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
+        stride_bsk,
+        A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
+        DOT_F32, ONE_B_SCALE,
+    )  # fmt: skip
+    slots: tl.constexpr = 2 if SWIGLU else 1
+    ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * slots * BLOCK_SIZE_M * BLOCK_SIZE_N)
+    publish_part(acc, ws_tile, pid_k * slots, BLOCK_SIZE_M, BLOCK_SIZE_N)
     if SWIGLU:
-        acc = acc * tl.sigmoid(acc) * acc_up
-    if MUL_ROUTED_WEIGHT:
-        w = tl.load(weights_ptr + ids, mask=row_mask, other=0.0)
-        acc = acc * w[:, None]
-    if DOT_F32 and c_ptr.dtype.element_ty == tl.bfloat16:
-        acc = _round_bf16(acc)
-    cols = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + ids[:, None] * stride_cm + cols[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=row_mask[:, None] & (cols[None, :] < N))
+        publish_part(acc_up, ws_tile, pid_k * slots + 1, BLOCK_SIZE_M, BLOCK_SIZE_N)
+    if arrives_last(count_ptr, tile, SPLIT_K):
+        acc = sum_parts(ws_tile, 0, slots, SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
+        if SWIGLU:
+            acc_up = sum_parts(ws_tile, 1, slots, SPLIT_K, BLOCK_SIZE_M, BLOCK_SIZE_N)
+        _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
+                   BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
+        release_tile(count_ptr, tile)
+
+
+@triton.jit
+def _round_fp8(x, MIN_NORMAL: tl.constexpr):
+    """x (fp32, finite, within the FP8 range) rounded to the nearest FP8 e4m3 value (3 mantissa bits, ties
+    to even; below MIN_NORMAL the subnormal spacing MIN_NORMAL / 8), still in fp32. The interpreter's fp32
+    → FP8 cast drops the carry of a mantissa that rounds up (124.3 becomes 64, not 128); after this the
+    cast is exact."""
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = (((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) << 20).to(tl.float32, bitcast=True)
+    magic: tl.constexpr = 1.5 * 8388608.0 * (MIN_NORMAL / 8)  # adding it rounds to the subnormal spacing
+    subnormal = (tl.abs(x) + magic) - magic
+    subnormal = tl.where(x < 0, -subnormal, subnormal)  # keeps the sign of a value that rounds to zero
+    return tl.where(tl.abs(x) < MIN_NORMAL, subnormal, normal)
+
+
+@triton.jit
+def act_quant_kernel(
+    x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, stride_sm,
+    FP8_MAX: tl.constexpr, MIN_NORMAL: tl.constexpr, GROUP: tl.constexpr, ROWS: tl.constexpr,
+    EXACT_CAST: tl.constexpr = False,
+):  # fmt: skip
+    """ROWS rows × one GROUP-wide group of K of x → FP8 `q` and one fp32 scale per row and group in `s`:
+    scale = amax / FP8_MAX (1 for an all-zero group), q = x / scale, both divisions correctly rounded, so
+    the bits equal `moe_ref.quantize_fp8_act_groupwise`'s. EXACT_CAST (the interpreter): `_round_fp8`
+    before the cast."""
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * GROUP + tl.arange(0, GROUP)
+    row_ok = rows < M
+    mask = row_ok[:, None] & (cols[None, :] < K)
+    row_off = rows[:, None].to(tl.int64)
+    x = tl.load(x_ptr + row_off * stride_xm + cols[None, :] * stride_xk, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)
+    scale = tl.where(amax > 0, tl.div_rn(amax, tl.full(amax.shape, FP8_MAX, tl.float32)), 1.0)
+    q = tl.clamp(tl.div_rn(x, scale[:, None]), -FP8_MAX, FP8_MAX)
+    if EXACT_CAST:  # Triton's CPU interpreter only
+        q = _round_fp8(q, MIN_NORMAL)
+    tl.store(q_ptr + row_off * stride_qm + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
+    tl.store(s_ptr + rows.to(tl.int64) * stride_sm + tl.program_id(1), scale, mask=row_ok)
 
 
 #: The JIT functions fused_moe launches, in the order its `kernels` argument replaces them.
-JIT_KERNELS = (moe_gemm_kernel,)
+JIT_KERNELS = (moe_gemm_kernel, moe_gemm_split_kernel, act_quant_kernel)
 #: FP8: one B scale per tile and K group where BLOCK_SIZE_N allows (benchmarks set it False to compare
 #: with the per-column scales).
 PER_TILE_B_SCALE = True
@@ -207,6 +348,7 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         "GROUP_SIZE_M": int(config.get("GROUP_SIZE_M", 1)),
         "num_warps": int(config.get("num_warps", 4)),
         "num_stages": int(config.get("num_stages", 2)),
+        "SPLIT_K": int(config.get("SPLIT_K", 1)),
     }
     for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
         v = opts[name]
@@ -214,6 +356,8 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
             raise ValueError(f"{name} must be a power of two >= 16, got {v}")
     if opts["GROUP_SIZE_M"] < 1:
         raise ValueError(f"GROUP_SIZE_M must be >= 1, got {opts['GROUP_SIZE_M']}")
+    if opts["SPLIT_K"] < 1:
+        raise ValueError(f"SPLIT_K must be >= 1, got {opts['SPLIT_K']}")
     group = FP8_BLOCK[1]
     if fp8 and group % opts["BLOCK_SIZE_K"]:
         raise ValueError(
@@ -227,6 +371,28 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         if stray:
             raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {dict(config)}")
     return {**opts, **FP_OPTIONS}
+
+
+#: Rows per program of the activation quantization kernel.
+_QUANT_ROWS = 16
+
+
+def _quantize_act(
+    kernel: Any, x: torch.Tensor, fp8_dtype: torch.dtype, interpret: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (M, K) → (FP8 (M, K), fp32 scales (M, cdiv(K, 128))) per 1x128 group, in one launch of `kernel`
+    (`act_quant_kernel`); the same bits as `quantize_fp8_act_groupwise`."""
+    finfo = torch.finfo(fp8_dtype)
+    M, K = x.shape
+    group = FP8_BLOCK[1]
+    q = torch.empty(M, K, dtype=fp8_dtype, device=x.device)
+    scale = torch.empty(M, triton.cdiv(K, group), dtype=torch.float32, device=x.device)
+    kernel[(triton.cdiv(M, _QUANT_ROWS), triton.cdiv(K, group))](
+        x, q, scale, M, K, x.stride(0), x.stride(1), q.stride(0), scale.stride(0),
+        FP8_MAX=float(finfo.max), MIN_NORMAL=float(finfo.smallest_normal), GROUP=group, ROWS=_QUANT_ROWS,
+        num_warps=4, **({"EXACT_CAST": True} if interpret else {}), **FP_OPTIONS,
+    )  # fmt: skip
+    return q, scale
 
 
 def fused_moe(
@@ -272,11 +438,12 @@ def fused_moe(
         check_ids=alignment is None,
     )
     opts = _launch_options(config, is_amd, fp8)
+    split = opts.pop("SPLIT_K")
     if interpret:
         opts["DOT_F32"] = True
     if kernels is not None and len(kernels) != len(JIT_KERNELS):
         raise ValueError(f"kernels must replace the {len(JIT_KERNELS)} of JIT_KERNELS, got {len(kernels)}")
-    (kernel,) = JIT_KERNELS if kernels is None else tuple(kernels)
+    kernel, split_kernel, quant_kernel = JIT_KERNELS if kernels is None else tuple(kernels)
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     topk = topk_ids.shape[1]
@@ -319,7 +486,7 @@ def fused_moe(
 
     if fp8:
         assert w1_scale is not None and w2_scale is not None
-        a1, a1_scale = quantize_fp8_act_groupwise(x, FP8_BLOCK[1], w1.dtype)
+        a1, a1_scale = _quantize_act(quant_kernel, x, w1.dtype, interpret)
     else:
         a1, a1_scale = x, dummy
     s1 = w1_scale if w1_scale is not None else dummy
@@ -337,8 +504,14 @@ def fused_moe(
         swiglu: bool,
         mul_weight: bool,
     ) -> None:
-        grid = (triton.cdiv(num_padded, bm) * triton.cdiv(n, bn),)
-        kernel[grid](
+        tiles = triton.cdiv(num_padded, bm) * triton.cdiv(n, bn)
+        parts = min(split, triton.cdiv(k, opts["BLOCK_SIZE_K"]))
+        scratch: tuple[Any, ...] = ()
+        if parts > 1:
+            slots = 2 if swiglu else 1
+            scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
+        launch = kernel[(tiles,)] if parts == 1 else split_kernel[(tiles, parts)]
+        launch(
             a,
             b,
             c,
@@ -347,6 +520,7 @@ def fused_moe(
             weights,
             sorted_ids,
             expert_ids,
+            *scratch,
             num_padded,
             num_valid,
             n,
@@ -370,13 +544,14 @@ def fused_moe(
             SCALE_GROUP=FP8_BLOCK[1],
             EVEN_K=k % opts["BLOCK_SIZE_K"] == 0,
             ONE_B_SCALE=fp8 and PER_TILE_B_SCALE and FP8_BLOCK[0] % bn == 0 and n % bn == 0,
+            **({"SPLIT_K": parts} if parts > 1 else {}),
             **opts,
         )
 
     inter = torch.empty(num_valid, N, dtype=x.dtype, device=x.device)
     gemm(a1, a1_scale, w1, s1, inter, N, K, topk, True, False)
     if fp8:
-        a2, a2_scale = quantize_fp8_act_groupwise(inter, FP8_BLOCK[1], w1.dtype)
+        a2, a2_scale = _quantize_act(quant_kernel, inter, w1.dtype, interpret)
     else:
         a2, a2_scale = inter, dummy
     if topk == 1:  # pair id == token: write the output directly

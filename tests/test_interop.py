@@ -61,6 +61,7 @@ def tiles(
         BLOCK_SIZE_N=bn,
         BLOCK_SIZE_K=bk,
         GROUP_SIZE_M=group,
+        SPLIT_K=1,
         num_warps=warps,
         num_stages=stages,
         **amd,
@@ -248,9 +249,23 @@ def test_export_writes_one_vllm_file_per_gpu_and_shape(measured: Store, tmp_path
     for m, entry in mi300x.items():
         assert list(entry) == [*VLLM_KEYS, *AMD_KEYS]
         assert all(type(v) is int for v in entry.values())
-        assert entry == {k: v for k, v in EXPECTED[("mi300x", int(m))].items() if k != "backend"}
+        want = EXPECTED[("mi300x", int(m))]
+        assert entry == {k: v for k, v in want.items() if k not in ("backend", "SPLIT_K")}
     text = (tmp_path / "out" / DEEPSEEK_MI300X).read_text()
     assert text == json.dumps(mi300x, indent=4) + "\n"
+
+
+def test_split_k_winners_export_the_fastest_config_vllm_can_run(store: Store, tmp_path: Path) -> None:
+    """vLLM's kernel has no SPLIT_K: a split winner is skipped for the fastest unsplit Triton config, and
+    a file never carries the key."""
+    split = tiles(16, 64).replace(SPLIT_K=4)
+    put(store, H100, moe(1, MIXTRAL), timed(split, 5.0))
+    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
+    put(store, H100, moe(1, MIXTRAL), timed(tiles(32, 64), 9.0))
+    (path,) = export_vllm(store, tmp_path / "out")
+    assert json.loads(path.read_text()) == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
+    with pytest.raises(InteropError, match="SPLIT_K=4 has no place in a vLLM config"):
+        vllm_json({1: split}, amd=False)
 
 
 def test_round_trip_is_byte_identical(measured: Store, tmp_path: Path) -> None:
@@ -314,8 +329,10 @@ def test_export_without_moe_winners_is_an_error(store: Store, tmp_path: Path) ->
 
 
 def test_vllm_json_rejects_what_vllm_cannot_read() -> None:
-    with pytest.raises(InteropError, match="'SPLIT_K'"):
+    with pytest.raises(InteropError, match="SPLIT_K=2 has no place"):
         vllm_json({1: tiles(16, 64).replace(SPLIT_K=2)}, amd=False)
+    with pytest.raises(InteropError, match="'STREAM_K' has no place"):
+        vllm_json({1: tiles(16, 64).replace(STREAM_K=1)}, amd=False)
     with pytest.raises(InteropError, match="lacks 'num_stages'"):
         vllm_json(
             {1: Config(BLOCK_SIZE_M=16, BLOCK_SIZE_N=16, BLOCK_SIZE_K=16, GROUP_SIZE_M=1, num_warps=4)},

@@ -145,6 +145,53 @@ def test_fused_moe_fp8_blockwise_matches_reference(
     assert rel_error(out, ref) < rel_error(out, loose)
 
 
+SPLIT_CASES = [
+    # M, E, N, K, topk, fp8, config: K slices summed in the launch, uneven and empty slices included
+    (1, 4, 32, 128, 2, False, cfg(bk=32, SPLIT_K=4)),
+    (5, 4, 32, 96, 2, False, cfg(bk=32, SPLIT_K=2)),  # 3 K steps in 2 slices of 2 and 1
+    (7, 4, 48, 80, 2, False, cfg(bn=32, bk=32, SPLIT_K=4)),  # K % BLOCK_SIZE_K: 3 steps, 1 empty slice
+    (3, 4, 128, 256, 1, True, cfg(bn=64, bk=64, SPLIT_K=4)),
+    (5, 4, 128, 384, 2, True, cfg(bn=32, bk=128, SPLIT_K=2)),
+]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("M, E, N, K, topk, fp8, config", SPLIT_CASES)
+def test_split_k_sums_in_the_launch_and_matches(
+    M: int, E: int, N: int, K: int, topk: int, fp8: bool, config: dict[str, int]
+) -> None:
+    from autotune.kernels.scratch import split_scratch
+
+    args, kw = make_case(M, E, N, K, topk, fp8=fp8, seed=11)
+    out = run_kernel(args, kw, config)
+    check_close(out, moe_reference(*args, **kw))
+    unsplit = run_kernel(args, kw, {**config, "SPLIT_K": 1})
+    check_close(out, unsplit, tol=1e-2)
+    again = run_kernel(args, kw, config)
+    assert torch.equal(out, again)  # slices summed in slice order: the same bits every time
+    _, counters = split_scratch(torch.device("cpu"), 0, 0)
+    assert not counters.any()  # every tile's counter is back at 0 for the next launch
+
+
+@needs_interpreter
+@pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+def test_activation_quantization_kernel_matches_the_torch_quantizer_bitwise(fp8_dtype: torch.dtype) -> None:
+    from autotune.kernels.moe_triton import _quantize_act, act_quant_kernel
+
+    g = torch.Generator().manual_seed(4)
+    # magnitudes over 6 decades within rows, so groups hold values that land on FP8 subnormals
+    x = torch.randn(37, 300, generator=g) * 10 ** (torch.rand(37, 300, generator=g) * 6 - 5)
+    x[2, :128] = 0.0  # an all-zero group: scale 1
+    x = x.bfloat16()
+    q, scale = _quantize_act(act_quant_kernel, x, fp8_dtype, interpret=True)
+    want_q, want_scale = quantize_fp8_act_groupwise(x, 128, fp8_dtype)
+    assert q.dtype == fp8_dtype and scale.shape == (37, 3)
+    assert torch.equal(scale, want_scale) and scale[2, 0] == 1.0
+    assert torch.equal(q.view(torch.uint8), want_q.view(torch.uint8))
+    tiny = q.float().abs()
+    assert ((tiny > 0) & (tiny < torch.finfo(fp8_dtype).smallest_normal)).any()  # subnormals were covered
+
+
 @needs_interpreter
 def test_group_size_m_only_reorders_tiles() -> None:
     """GROUP_SIZE_M changes the order tiles run in, never a tile's arithmetic: bitwise equal outputs."""
@@ -167,7 +214,7 @@ def test_precomputed_alignment_gives_the_same_output() -> None:
     got = fused_moe(*args[:4], ids, config, interpret=True, alignment=alignment, **kw)
     assert torch.equal(got, want)
     with pytest.raises(ValueError, match="alignment must be align_block_size"):
-        fused_moe(*args, config, alignment=align_block_size(args[4], 16, 8), kernels=(Recorder([]),))
+        fused_moe(*args, config, alignment=align_block_size(args[4], 16, 8), kernels=recorders([]))
 
 
 def test_reference_matches_a_token_by_token_loop() -> None:
@@ -198,6 +245,13 @@ class Recorder:
         return record
 
 
+def recorders(calls: list[KernelCall]) -> tuple[Recorder, ...]:
+    """One Recorder per JIT kernel of fused_moe, all appending to `calls`."""
+    from autotune.kernels.moe_triton import JIT_KERNELS
+
+    return tuple(Recorder(calls) for _ in JIT_KERNELS)
+
+
 AMD_OPTS = dict(matrix_instr_nonkdim=16, waves_per_eu=2, kpack=2)
 
 
@@ -209,14 +263,20 @@ def test_every_launch_goes_through_the_recorders_with_amd_options(device: str) -
     args = tuple(t.to(device) for t in args)
     kw = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
     calls: list[KernelCall] = []
-    fused_moe(*args, cfg(bm=16, bn=64, bk=64, **AMD_OPTS), is_amd=True, kernels=(Recorder(calls),), **kw)
-    assert len(calls) == 2  # x @ w1 with the SiLU·up epilogue, then @ w2 with the routing weights
-    up, down = calls
+    fused_moe(*args, cfg(bm=16, bn=64, bk=64, **AMD_OPTS), is_amd=True, kernels=recorders(calls), **kw)
+    # x quantized, x @ w1 with the SiLU·up epilogue, the intermediate quantized, then @ w2 with the weights
+    assert [("SWIGLU" in c.kwargs, "FP8_MAX" in c.kwargs) for c in calls] == [
+        (False, True), (True, False), (False, True), (True, False)
+    ]  # fmt: skip
+    quant_x, up, quant_inter, down = calls
     assert up.kwargs["SWIGLU"] and not up.kwargs["MUL_ROUTED_WEIGHT"] and up.kwargs["A_ROW_DIV"] == 2
     assert down.kwargs["MUL_ROUTED_WEIGHT"] and not down.kwargs["SWIGLU"] and down.kwargs["A_ROW_DIV"] == 1
-    for call in calls:
+    assert up.args[3] is quant_x.args[2] and down.args[3] is quant_inter.args[2]  # the scales each wrote
+    assert quant_inter.args[0] is up.args[2]  # the intermediate the gate/up GEMM wrote
+    for call in (up, down):
         assert {k: call.kwargs[k] for k in AMD_OPTS} == AMD_OPTS
-        assert call.kwargs["FP8"] and "DOT_F32" not in call.kwargs
+        assert call.kwargs["FP8"] and "DOT_F32" not in call.kwargs and "SPLIT_K" not in call.kwargs
+    assert quant_x.grid == (1, 1) and quant_x.kwargs["FP8_MAX"] == 448.0
     # grids: token blocks × N tiles (N=128 and K=128 over BLOCK_SIZE_N=64 → 2 tiles each)
     num_padded = up.args[8]
     assert num_padded % 16 == 0 and up.grid == (num_padded // 16 * 2,) == down.grid
@@ -224,12 +284,31 @@ def test_every_launch_goes_through_the_recorders_with_amd_options(device: str) -
         assert num_padded == 64
 
 
+def test_split_k_launches_the_split_kernel_with_scratch_per_gemm() -> None:
+    """SPLIT_K slices each GEMM's K (at most one slice per K step) in a second grid axis, with a workspace
+    of slices x (gate, up) tiles and a counter per tile."""
+    from autotune.kernels.moe_triton import fused_moe
+
+    args, kw = make_case(5, 4, 128, 256, 2, fp8=True)
+    calls: list[KernelCall] = []
+    fused_moe(*args, cfg(bm=16, bn=64, bk=64, SPLIT_K=8), kernels=recorders(calls), **kw)
+    _, up, _, down = calls
+    tiles = up.args[10] // 16 * 2
+    assert up.grid == (tiles, 4) and up.kwargs["SPLIT_K"] == 4  # K = 256: 4 steps of 64
+    assert down.grid == (down.args[10] // 16 * 4, 2) and down.kwargs["SPLIT_K"] == 2  # K = N = 128: 2 steps
+    ws, counters = up.args[8], up.args[9]
+    assert ws.dtype == torch.float32 and ws.numel() >= tiles * 4 * 2 * 16 * 64
+    assert counters.dtype == torch.int32 and counters.numel() >= tiles and not counters.any()
+    with pytest.raises(ValueError, match="SPLIT_K must be >= 1"):
+        fused_moe(*args, cfg(SPLIT_K=0), kernels=recorders([]), **kw)
+
+
 def test_amd_launch_options_are_refused_on_nvidia() -> None:
     from autotune.kernels.moe_triton import fused_moe
 
     args, kw = make_case(5, 4, 32, 64, 2)
     with pytest.raises(ValueError, match="waves_per_eu exist only on AMD"):
-        fused_moe(*args, cfg(waves_per_eu=2), kernels=(Recorder([]),), **kw)
+        fused_moe(*args, cfg(waves_per_eu=2), kernels=recorders([]), **kw)
 
 
 # -- bad input ----------------------------------------------------------------------------------------
@@ -284,7 +363,7 @@ def test_bad_input_raises_a_clear_value_error(
     args = list(base)
     mutate(args, kw)
     with pytest.raises(ValueError, match=match):
-        fused_moe(*args, cfg(), kernels=(Recorder([]),), **kw)
+        fused_moe(*args, cfg(), kernels=recorders([]), **kw)
     with pytest.raises(ValueError, match=match):
         moe_reference(*args, **kw)
 
@@ -293,7 +372,7 @@ def test_bad_bf16_input_and_config_raise() -> None:
     from autotune.kernels.moe_triton import fused_moe
 
     (x, w1, w2, weights, ids), _ = make_case(5, 4, 32, 64, 2)
-    rec = (Recorder([]),)
+    rec = recorders([])
     with pytest.raises(ValueError, match="must have x's dtype"):
         fused_moe(x, w1.half(), w2, weights, ids, cfg(), kernels=rec)
     with pytest.raises(ValueError, match="apply to FP8 weights only"):

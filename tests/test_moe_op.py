@@ -69,7 +69,7 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     h100 = Target.for_arch("sm_90")
     prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
     shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
-                     num_warps=4, num_stages=3)  # fmt: skip
+                     SPLIT_K=1, num_warps=4, num_stages=3)  # fmt: skip
     assert MOE.space(prefill, h100).check(shipped) is None
     decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
     space = MOE.space(decode, h100)
@@ -78,12 +78,34 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     assert any(r.startswith("group_m_redundant") for _, r in space.pruned())
 
 
+def test_split_k_only_where_the_gate_up_grid_is_small() -> None:
+    h100 = Target.for_arch("sm_90")
+    # DeepSeek-V3 TP16 at M = 1: 8 row blocks x 2 column tiles of 64: slices fill the 132 SMs
+    decode = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), h100)
+    splits = {int(c["SPLIT_K"]) for c in decode.configs() if c.backend == "triton"}
+    assert splits == {1, 2, 4, 8}
+    # M = 4: up to 32 row blocks; 32 x 4 column tiles of 32 in 4 slices are more than twice the SMs
+    four = MOE.space(Problem.moe(4, 128, 7168, 256, 8, weights="fp8e4m3"), h100)
+    too_many = [c for c, r in four.pruned() if r.startswith("split_k_needless")]
+    assert too_many and "2 x the 132 CUs" in four.check(too_many[0])
+    unsplit = four.check(too_many[0].replace(SPLIT_K=1)) or ""
+    assert not unsplit.startswith("split")
+    # Mixtral at M = 4096: thousands of tiles, never split
+    prefill = MOE.space(Problem.moe(4096, 7168, 4096, 8, 2), h100)
+    assert {int(c["SPLIT_K"]) for c in prefill.configs() if c.backend == "triton"} == {1}
+    # a short K: no more slices than K steps
+    short = MOE.space(Problem.moe(1, 128, 256, 64, 2), h100)
+    wide = [c for c in short.configs() if c.backend == "triton" and c["BLOCK_SIZE_K"] == 128]
+    assert max(int(c["SPLIT_K"]) for c in wide) == 2
+    assert any(r.startswith("split_k_steps") for _, r in short.pruned())
+
+
 def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # With FP8 weights the kernel loads FP8 activations: A and two B tiles of 64 + 2 x 128 rows, 128 wide,
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
     h100 = Target.for_arch("sm_90")
     config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
-                    num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=1, num_warps=4, num_stages=3)  # fmt: skip
     fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
     bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
     assert MOE.space(fp8, h100).check(config) is None
@@ -175,7 +197,8 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
         tensor = torch.Tensor
         return [(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, tensor) else a for a in call.args]
 
-    assert len(recorded) == len(real) == 2
+    # the GEMMs, and with FP8 weights the activations' quantization before each
+    assert len(recorded) == len(real) == (4 if weights == "fp8e4m3" else 2)
     for mine, theirs in zip(recorded, real, strict=True):
         assert mine.fn is theirs.fn and mine.kwargs == theirs.kwargs
         assert signature(mine) == signature(theirs)
