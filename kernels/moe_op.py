@@ -23,6 +23,7 @@ __all__ = ["MOE", "MoeOp"]
 _HERE = Path(__file__).resolve().parent
 _ACT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
+_FP8_TOLERANCE = 5e-2
 
 
 def _act_dtype(name: str) -> torch.dtype:
@@ -132,6 +133,12 @@ class MoeOp:
         return moe_reference(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block)
 
     def tolerance(self, problem: Problem) -> float:
+        """bf16/fp16: the output dtype's rounding. FP8 weights: wider, as the intermediate is quantized
+        again per 1x128 group: where the kernel's fp32 sums round a group's largest element to another
+        bf16 than the reference's do, the whole group gets another scale (one row of 128 columns for
+        DeepSeek-V3 at TP16). On the H100 a correct kernel measured 1.6% and 2.1% at M = 1 (two seeds)."""
+        if problem.dtype_b == "fp8e4m3":
+            return _FP8_TOLERANCE
         return _TOLERANCE[problem.dtype_out]
 
     def prepare(

@@ -100,6 +100,18 @@ def test_split_k_only_where_the_gate_up_grid_is_small() -> None:
     assert any(r.startswith("split_k_steps") for _, r in short.pruned())
 
 
+def test_default_splits_k_only_for_a_small_gate_up_grid() -> None:
+    h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
+    for target in (h100, mi300x):
+        one = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")  # 8 row blocks x 2 tiles of 64 columns
+        config = moe_default_config(one, target)
+        assert config["SPLIT_K"] == 8 and MOE.space(one, target).check(config) is None
+    two = Problem.moe(2, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 tiles: 4 slices fill the 132 SMs
+    assert moe_default_config(two, h100)["SPLIT_K"] == 4
+    for wide in (Problem.moe(1, 768, 2048, 128, 8), Problem.moe(4096, 7168, 4096, 8, 2)):
+        assert moe_default_config(wide, h100)["SPLIT_K"] == 1  # 96 tiles and more: the grid is full
+
+
 def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # With FP8 weights the kernel loads FP8 activations: A and two B tiles of 64 + 2 x 128 rows, 128 wide,
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
@@ -167,8 +179,12 @@ def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     problem = Problem.moe(16, 256, 512, 8, 2)
     config = moe_default_config(problem, target)
     calls = MOE.kernel_calls(problem, config, target)
-    assert calls and all(c.fn.__name__ == "moe_gemm_kernel" for c in calls)
+    # 40 gate/up tiles at most, on MI300X's 304 CUs: the default splits K
+    assert config["SPLIT_K"] == 4 and [c.fn.__name__ for c in calls] == ["moe_gemm_split_kernel"] * 2
+    assert calls[0].grid[1] == calls[0].kwargs["SPLIT_K"] == 4
     assert calls[0].kwargs["matrix_instr_nonkdim"] == 16
+    unsplit = MOE.kernel_calls(problem, config.replace(SPLIT_K=1), target)
+    assert [c.fn.__name__ for c in unsplit] == ["moe_gemm_kernel"] * 2
     assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
 
 
