@@ -11,9 +11,12 @@ GROUP_SIZE_M swizzle order:
    topk = 1 straight into `out`); a sum over the topk slots of each token gives out (M, K).
 
 FP8 weights carry fp32 scales per [128, 128] block; activations (x, then the intermediate) are quantized
-per 1×128 group on the host (moe_ref's quantizer) and every BLOCK_SIZE_K chunk (a divisor of 128) of the
-K loop is scaled by a_scale[row, k // 128] · b_scale[e, n // 128, k // 128] before it joins the fp32
-accumulator. Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, num_warps, num_stages, and on
+per 1×128 group by `act_quant_kernel` (the bits of moe_ref's quantizer, in one launch) and every
+BLOCK_SIZE_K chunk (a divisor of 128) of the K loop is scaled by a_scale[row, k // 128] ·
+b_scale[e, n // 128, k // 128] before it joins the fp32 accumulator. With SPLIT_K > 1 each GEMM's K runs
+in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet in a workspace and the last
+slice of a tile to finish adds them up in slice order and runs the epilogue, in the same launch.
+Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, num_warps, num_stages, and on
 AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 """
 
@@ -32,7 +35,15 @@ from autotune.kernels.gemm_triton import arrives_last, publish_part, release_til
 from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
 
-__all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "MOE_PARAMS", "fused_moe", "moe_gemm_kernel"]
+__all__ = [
+    "AMD_LAUNCH_OPTIONS",
+    "JIT_KERNELS",
+    "MOE_PARAMS",
+    "act_quant_kernel",
+    "fused_moe",
+    "moe_gemm_kernel",
+    "moe_gemm_split_kernel",
+]
 
 #: The config parameters of the kernel (vLLM's names, so its tuned JSON files read as they are).
 MOE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -416,9 +427,10 @@ def fused_moe(
 
     `topk_weights`/`topk_ids` (M, topk) come from `moe_ref.route`. FP8 weights (e4m3fn or e4m3fnuz) need
     `w1_scale` (E, cdiv(2N, 128), cdiv(K, 128)), `w2_scale` (E, cdiv(K, 128), cdiv(N, 128)), fp32, and
-    `block_shape=[128, 128]`. `config` holds MOE_PARAMS (and on AMD AMD_LAUNCH_OPTIONS; ValueError for
-    those elsewhere). `interpret` works around Triton's CPU interpreter (fp32 dots, bf16 stores
-    rounded). `out`, when given, must be a contiguous (M, K) tensor of x's dtype and is returned.
+    `block_shape=[128, 128]`. `config` holds MOE_PARAMS, optionally SPLIT_K (default 1), and on AMD
+    AMD_LAUNCH_OPTIONS (ValueError for those elsewhere). `interpret` works around Triton's CPU
+    interpreter (fp32 dots, bf16 and FP8 stores rounded). `out`, when given, must be a contiguous (M, K)
+    tensor of x's dtype and is returned.
     `kernels` replaces JIT_KERNELS by objects indexed and called the same way, e.g. recorders that
     capture the launches for a compile-only run; every launch goes through them. On the meta device
     (compile-only), where the routing is unknown, the token blocks are sized for the worst case.
