@@ -18,7 +18,7 @@ from autotune.compile import (
     occupancy_amd,
     occupancy_nvidia,
 )
-from autotune.kernels import GEMM
+from autotune.kernels import GEMM, get_op
 from autotune.result import TrialStatus
 from autotune.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
 from autotune.target import Target, TargetError
@@ -33,6 +33,10 @@ def amd_config(**kw: int) -> Config:
                 num_stages=2, matrix_instr_nonkdim=16, waves_per_eu=0)  # fmt: skip
     return Config(backend="triton", **{**base, **kw})
 
+
+MOE_DECODE = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")
+MOE_SPLIT = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                   SPLIT_K=8, num_warps=4)  # fmt: skip
 
 # (name, arch, problem, config): every config compiled once for the whole module.
 CASES = {
@@ -63,6 +67,10 @@ CASES = {
     "sm90-stream": ("sm_90", Problem.gemm(16, 4096, 14336),
                     Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
                            STREAM_K=2, num_warps=4, num_stages=4)),
+    # the fused MoE with FP8 weights and K slices summed in the launch (DeepSeek-V3 TP16 decode)
+    "942-moe-split": ("gfx942", MOE_DECODE, Config(MOE_SPLIT, num_stages=2, matrix_instr_nonkdim=16,
+                                                   waves_per_eu=0, kpack=1)),
+    "sm90-moe-split": ("sm_90", MOE_DECODE, Config(MOE_SPLIT, num_stages=3)),
 }  # fmt: skip
 
 
@@ -78,7 +86,7 @@ def compiled() -> dict[str, StaticFeatures]:
                 pool = pools.get(arch) or pools.setdefault(arch, CompilePool(target, workers=2))
             except TargetError as exc:
                 pytest.skip(f"this Triton cannot compile for {arch}: {exc}")
-            futures[name] = pool.submit(GEMM, problem, config)
+            futures[name] = pool.submit(get_op(problem.op), problem, config)
         for name, future in futures.items():
             out[name] = future.result(timeout=600)
     finally:
@@ -148,6 +156,16 @@ def test_in_launch_sums_compile_without_spills(compiled) -> None:
     assert fused.compiled and stream.compiled, (fused.error, stream.error)
     assert any("mfma" in m for m in fused.mma) and fused.spills == 0 and fused.scratch_bytes == 0
     assert stream.mma and stream.spills == 0 and stream.scratch_bytes == 0
+
+
+def test_moe_split_kernel_is_the_main_kernel_and_compiles_without_spills(compiled) -> None:
+    """The static features of a fused-MoE config are those of its gate/up GEMM (not of the activation
+    quantization launched before it): FP8 matrix instructions, no spills from the in-launch sum."""
+    amd, nvidia = compiled["942-moe-split"], compiled["sm90-moe-split"]
+    assert amd.compiled and nvidia.compiled, (amd.error, nvidia.error)
+    assert any("mfma" in m and "fp8" in m for m in amd.mma), amd.mma
+    assert amd.spills == 0 and amd.scratch_bytes == 0
+    assert nvidia.mma and nvidia.spills == 0 and nvidia.scratch_bytes == 0
 
 
 def test_occupancy_floor(compiled) -> None:
