@@ -1,10 +1,9 @@
 """The split tail against whole tiles (GPU): the same tile configs of the TMA GEMM, side by side.
 
 For each shape, each tile config runs data-parallel (one program per tile, or persistent when the tiles
-outnumber the SMs), with TAIL_SPLIT = 1 (the tiles of the last, partly filled wave split along K over
-the SMs it would leave idle) and with TAIL_SPLIT = 2 (stream-K: the K steps of all tiles dealt evenly
-over one program per SM), next to the vendor library, all in one Benchmarker, interleaved. Every run
-passes the Benchmarker's correctness gate first; a mode the space prunes for a shape is left out.
+outnumber the SMs) and with TAIL_SPLIT = 1 (the tiles of the last, partly filled wave split along K over
+the SMs it would leave idle), next to the vendor library, all in one Benchmarker, interleaved. Every run
+passes the Benchmarker's correctness gate first.
 
     python benchmarks/tail_split.py --out results/
 
@@ -49,7 +48,7 @@ def _configs(problem: Problem, target: Target) -> dict[str, Config]:
     out: dict[str, Config] = {"vendor": Config(backend="torch")}
     for bm, bn, bk, warps, stages in TILES:
         tiles = math.ceil(problem.M / bm) * math.ceil(problem.N / bn)
-        for split, mode in enumerate(("dp", "tail", "stream")):
+        for split in (0, 1):
             config = Config(
                 backend="triton_tma",
                 BLOCK_M=bm,
@@ -63,7 +62,7 @@ def _configs(problem: Problem, target: Target) -> dict[str, Config]:
                 num_stages=stages,
             )
             if space.check(config) is None:
-                out[f"{bm}x{bn}x{bk} {mode}"] = config
+                out[f"{bm}x{bn}x{bk} {'tail' if split else 'dp'}"] = config
     return out
 
 
@@ -88,24 +87,19 @@ def main() -> int:
     Path(args.out).mkdir(parents=True, exist_ok=True)
     info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), rows=rows)
     (Path(args.out) / "tail_split.json").write_text(json.dumps(info, indent=1))
-    head = (
-        f"{'shape':34} {'vendor':>8} {'best DP':>8} {'best tail':>9} {'best stream':>11} {'vendor/best':>11}"
-    )
-    print(f"\n{head}  best split config")
+    head = f"{'shape':34} {'vendor':>8} {'best DP':>8} {'best tail':>9} {'DP/tail':>7} {'vendor/best':>11}"
+    print(f"\n{head}  tail config")
     for row in rows:
         t = row["times"]
-        best: dict[str, tuple[float, str]] = {}
-        for mode in ("dp", "tail", "stream"):
-            mine = {k: v for k, v in t.items() if k.endswith(f" {mode}") and not math.isnan(v)}
-            name = min(mine, key=mine.__getitem__) if mine else "-"
-            best[mode] = (mine.get(name, math.nan), name)
-        split = min(
-            (best["tail"], best["stream"]), key=lambda tn: tn[0] if not math.isnan(tn[0]) else math.inf
-        )
-        overall = min(v for v, _ in best.values() if not math.isnan(v))
+        dp = {k: v for k, v in t.items() if k.endswith(" dp") and not math.isnan(v)}
+        tail = {k: v for k, v in t.items() if k.endswith(" tail") and not math.isnan(v)}
+        best_dp = min(dp.values()) if dp else math.nan
+        best_tail_name = min(tail, key=tail.__getitem__) if tail else "-"
+        best_tail = tail.get(best_tail_name, math.nan)
+        best = min(best_dp, best_tail) if tail else best_dp
         print(
-            f"{row['shape']:34} {t['vendor']:8.2f} {best['dp'][0]:8.2f} {best['tail'][0]:9.2f} "
-            f"{best['stream'][0]:11.2f} {t['vendor'] / overall:11.3f}  {split[1]}"
+            f"{row['shape']:34} {t['vendor']:8.2f} {best_dp:8.2f} {best_tail:9.2f} "
+            f"{best_dp / best_tail:7.3f} {t['vendor'] / best:11.3f}  {best_tail_name}"
         )
     return 0
 

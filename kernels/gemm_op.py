@@ -128,18 +128,13 @@ class GemmOp:
         out = torch.empty(problem.M, problem.N, device="meta", dtype=torch_dtype(problem.dtype_out))
         calls: list[KernelCall] = []
         if config.backend == "triton_tma":
-            from autotune.kernels.gemm_tma import (
-                gemm_tma_kernel,
-                gemm_tma_stream_kernel,
-                gemm_tma_tail_kernel,
-            )
+            from autotune.kernels.gemm_tma import gemm_tma_kernel, gemm_tma_tail_kernel
             from autotune.kernels.gemm_triton import splitk_reduce_kernel
 
             tma_recorders = (
                 Recorder(gemm_tma_kernel, calls),
                 Recorder(splitk_reduce_kernel, calls),
                 Recorder(gemm_tma_tail_kernel, calls),
-                Recorder(gemm_tma_stream_kernel, calls),
             )
             _tma_launch(problem, config, target, a, b, out, tma_recorders)()
         elif config.backend == "triton":

@@ -100,7 +100,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             GROUP_M=(1, 4),
             SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
-            TAIL_SPLIT=(0, 1, 2),
+            TAIL_SPLIT=(0, 1),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -111,7 +111,7 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 4),
         PERSISTENT=(0, 1),
-        TAIL_SPLIT=(0, 1, 2),
+        TAIL_SPLIT=(0, 1),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
     )
@@ -186,17 +186,9 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "tail_split_needless",
-            f"TAIL_SPLIT {{TAIL_SPLIT}} where the last wave of tiles on {target.cu_count} CUs is full, or "
-            "(1) too full or too short in K to split, or (2, stream-K) where there are more than 4 waves",
-            lambda c: (
-                int(c["TAIL_SPLIT"]) == 0
-                or (int(c["TAIL_SPLIT"]) == 1 and tail_splits(c) > 1)
-                or (
-                    int(c["TAIL_SPLIT"]) == 2
-                    and tiles(c) % target.cu_count != 0
-                    and tiles(c) <= 4 * target.cu_count
-                )
-            ),
+            f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
+            "too short in K to split",
+            lambda c: not int(c["TAIL_SPLIT"]) or tail_splits(c) > 1,
         ),
         Constraint(
             "lds_overflow",

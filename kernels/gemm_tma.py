@@ -7,9 +7,7 @@ is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item an
 through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `gemm_triton` sums in a
 fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
 partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
-`tail_split_schedule`). TAIL_SPLIT = 2 deals the K steps of all tiles evenly over one program per SM
-(stream-K, `gemm_tma_stream_kernel`): for grids of a few waves whose last one is badly filled. Imported
-lazily (it imports triton).
+`tail_split_schedule`). Imported lazily (it imports triton).
 """
 
 from __future__ import annotations
@@ -24,19 +22,10 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import tail_split_schedule
-from autotune.kernels.gemm_triton import (
-    arrives_last,
-    publish_part,
-    release_tile,
-    stream_plan,
-    stream_segment,
-    stream_store,
-    sum_parts,
-    tile_rows_cols,
-)
+from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
 from autotune.kernels.scratch import split_scratch
 
-__all__ = ["gemm_tma_kernel", "gemm_tma_stream_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
+__all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
 
 
 @triton.jit
@@ -114,35 +103,6 @@ def gemm_tma_tail_kernel(
 
 
 @triton.jit
-def gemm_tma_stream_kernel(
-    a_desc, b_desc, c_ptr, ws_ptr, count_ptr,
-    M, N, K, stride_cm, stride_cn, PER, MAX_PARTS,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    B_KN: tl.constexpr, DOT_F32: tl.constexpr,
-):  # fmt: skip
-    """Stream-K with descriptor loads: program p takes the flat K steps [p·PER, (p + 1)·PER) of all tiles
-    in grouped order. A tile it covers whole goes straight to C; the programs that share a tile add up
-    their parts in program order, the last to finish storing C (`stream_store`, through pointers: a part
-    of a tile has no descriptor of its own). MAX_PARTS bounds the programs that share one tile."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    iters = tl.cdiv(K, BLOCK_K)
-    lo = tl.program_id(0) * PER
-    hi = min(lo + PER, num_pid_m * num_pid_n * iters)
-    while lo < hi:
-        tile, k0, k1 = stream_segment(lo, hi, iters)
-        pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = _tile_partial(
-            a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, k0, k1, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
-        )
-        stream_store(
-            acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, PER, pid_m, pid_n, M, N, stride_cm, stride_cn,
-            MAX_PARTS, BLOCK_M, BLOCK_N,
-        )  # fmt: skip
-        lo += k1 - k0
-
-
-@triton.jit
 def gemm_tma_kernel(
     a_desc, b_desc, c_desc,
     M, N, K, NUM_PROGRAMS,
@@ -177,7 +137,7 @@ def tma_launcher(
     """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`; descriptors are built per
     call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT
     keeps its own scratch per device and stream. `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel,
-    gemm_tma_tail_kernel, gemm_tma_stream_kernel), as in `gemm_triton.launcher`."""
+    gemm_tma_tail_kernel), as in `gemm_triton.launcher`."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
@@ -198,25 +158,11 @@ def tma_launcher(
         num_stages=int(config.get("num_stages", 3)),
         **FP_OPTIONS,
     )
-    kernel, reduce_kernel, tail_kernel, stream_kernel = kernels or (
+    kernel, reduce_kernel, tail_kernel = kernels or (
         gemm_tma_kernel,
         splitk_reduce_kernel,
         gemm_tma_tail_kernel,
-        gemm_tma_stream_kernel,
     )
-
-    def launch_stream(
-        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
-    ) -> None:
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        programs, per, max_parts = stream_plan(tiles, triton.cdiv(K, bk), num_sms)
-        ws, counts = split_scratch(out.device, tiles * max_parts * bm * bn, tiles)
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-        stream_kernel[(programs,)](
-            a_desc, b_desc, out, ws, counts, M, N, K, out.stride(0), out.stride(1), per, max_parts,
-            B_KN=b_kn, **opts,
-        )  # fmt: skip
 
     def launch_tail_split(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
@@ -241,9 +187,6 @@ def tma_launcher(
         K: int,
         workspace: torch.Tensor | None = None,
     ) -> None:
-        if tail_split == 2:
-            launch_stream(a, b, out, b_kn, M, N, K)
-            return
         if tail_split:
             launch_tail_split(a, b, out, b_kn, M, N, K)
             return

@@ -113,7 +113,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
     assert _err(out, GEMM.reference(problem, (a, b))) < GEMM.tolerance(problem)
 
 
-def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, mode: int = 1) -> Config:
+def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> Config:
     return Config(
         backend="triton_tma",
         BLOCK_M=bm,
@@ -122,7 +122,7 @@ def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, mod
         GROUP_M=group_m,
         SPLIT_K=1,
         PERSISTENT=1,
-        TAIL_SPLIT=mode,
+        TAIL_SPLIT=1,
         num_warps=4,
         num_stages=1,
     )
@@ -138,14 +138,13 @@ def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1, mod
     ],
 )
 @pytest.mark.parametrize("layout", ["nk", "kn"])
-@pytest.mark.parametrize("mode", [1, 2])  # the last wave's tiles split, or stream-K over all tiles
 def test_tail_split_matches_reference_and_repeats_exactly(
-    shape: tuple[int, int, int], group_m: int, layout: str, mode: int
+    shape: tuple[int, int, int], group_m: int, layout: str
 ) -> None:
     from autotune.kernels import scratch
 
     problem = Problem.gemm(*shape, "bf16", layout)
-    config = _tail_config(group_m=group_m, mode=mode)
+    config = _tail_config(group_m=group_m)
     assert GEMM.space(problem, INTERP).check(config) is None
     inputs = GEMM.make_inputs(problem, "cpu", seed=23)
     ref = GEMM.reference(problem, inputs)
@@ -161,14 +160,13 @@ def test_tail_split_matches_reference_and_repeats_exactly(
             assert not counts.any(), "a tile counter was left non-zero"
 
 
-@pytest.mark.parametrize("mode", [1, 2])
-def test_tail_slices_are_summed_not_overwritten(mode: int) -> None:
+def test_tail_slices_are_summed_not_overwritten() -> None:
     # One tile, K = 512 in 16 steps on 4 programs: 4 slices of 4 steps. A kernel that stored one slice's
     # partial instead of the sum would miss about three quarters of every dot product.
     problem = Problem.gemm(16, 16, 512, "fp16")
     inputs = GEMM.make_inputs(problem, "cpu", seed=3)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
-    GEMM.prepare(problem, _tail_config(mode=mode), INTERP, inputs, out)()
+    GEMM.prepare(problem, _tail_config(), INTERP, inputs, out)()
     ref = GEMM.reference(problem, inputs)
     assert _err(out, ref) < GEMM.tolerance(problem)
     a, b = inputs
@@ -207,20 +205,3 @@ def test_tail_split_space_constraints() -> None:
     ]
     assert not whole
     assert any(r.startswith("tail_split_needless") for c, r in even.pruned())
-
-
-def test_stream_tiles_are_offered_for_a_few_badly_filled_waves() -> None:
-    h100 = Target.for_arch("sm_90")
-    # 1024 x 1280: 80 tiles of 128 x 128 for 132 SMs; stream-K deals their K steps over all SMs
-    narrow = GEMM.space(Problem.gemm(1024, 1280, 8192), h100, ("triton_tma",))
-    streams = [c for c in narrow.configs() if int(c["TAIL_SPLIT"]) == 2]
-    assert streams and all(int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1 for c in streams)
-    assert any((int(c["BLOCK_M"]), int(c["BLOCK_N"])) == (128, 128) for c in streams)
-    # 8192 x 8192 in 128 x 128 tiles: 4096 tiles, 31 waves: no stream-K
-    big = GEMM.space(Problem.gemm(8192, 8192, 4096), h100, ("triton_tma",))
-    assert not [
-        c
-        for c in big.configs()
-        if int(c["TAIL_SPLIT"]) == 2 and int(c["BLOCK_M"]) * int(c["BLOCK_N"]) == 128 * 128
-    ]
-    assert any("(2, stream-K)" in r for c, r in big.pruned() if int(c["TAIL_SPLIT"]) == 2)
