@@ -3,7 +3,7 @@
 Per problem of `benchmarks/moe.py` and per config (our default, plus any given with --config), the call
 runs under torch's profiler; the table sums the device time of each kernel the call launched, over
 --reps calls, and sets the total beside the bytes floor (the weights of the busy experts read once, at
-the measured copy bandwidth).
+the bandwidth of a 1 GiB device copy).
 
     python benchmarks/moe_stages.py --out results/ [--only deepseek] [--config '{"BLOCK_SIZE_M": 16, ...}']
 """
@@ -24,22 +24,8 @@ from autotune.kernels.moe_op import MoeOp
 from autotune.target import local_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemm_quant import copy_bandwidth_gbps
 from moe import problems
-
-
-def copy_bandwidth() -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write), median of 5."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(6):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * src.numel() / sorted(times[1:])[2]
 
 
 def busy_weight_bytes(inputs: Any) -> int:
@@ -79,7 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     op = MoeOp()
     target = local_target()
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth_gbps() * 1e9  # bytes per second
     rows = []
     for label, p in problems(False):
         if (args.only and args.only not in label) or (args.m and p.M not in args.m):
