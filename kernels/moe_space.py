@@ -170,9 +170,9 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config for shapes nobody tuned. Always a member of `moe_space(problem, target)`.
 
     The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
-    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, 8 warps); the
-    row blocks of all experts are walked in the largest useful GROUP_SIZE_M; a gate/up grid too small for
-    the GPU gets K slices (`_default_split`).
+    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
+    on 8 warps from 256 tokens per expert); the row blocks of all experts are walked in the largest
+    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`).
     """
     params = moe_params(problem, target)
     if target.interpreter:
@@ -181,12 +181,16 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
         return Config(backend="triton", **values)
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
-    if tpe <= 32:
+    # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step. From 16 tokens per expert
+    # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
+    # the tuned winners of benchmarks/moe.py's 18 problems took on the H100 (see `moe_defaults.py`).
+    wide_k = 128 if fp8 else 64
+    if tpe <= 16:
         bm, bn, bk, warps = 16, 64, 128, 4
-    elif tpe <= 256:
-        bm, bn, bk, warps = 32 if tpe <= 64 else 64, 128, 64, 4
+    elif tpe < 256:
+        bm, bn, bk, warps = 64, 128, wide_k, 4
     else:
-        bm, bn, bk, warps = 64, 128, 128 if fp8 else 64, 8
+        bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
     split = _default_split(problem, target, bm, bn, bk)
     values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split, num_warps=warps,
