@@ -151,7 +151,7 @@ SPLIT_CASES = [
     (5, 4, 32, 96, 2, False, cfg(bk=32, SPLIT_K=2)),  # 3 K steps in 2 slices of 2 and 1
     (7, 4, 48, 80, 2, False, cfg(bn=32, bk=32, SPLIT_K=4)),  # K % BLOCK_SIZE_K: 3 steps, 1 empty slice
     (3, 4, 128, 256, 1, True, cfg(bn=64, bk=64, SPLIT_K=4)),
-    (5, 4, 128, 384, 2, True, cfg(bn=32, bk=128, SPLIT_K=2)),
+    (5, 4, 128, 256, 2, True, cfg(bn=32, bk=128, SPLIT_K=2)),  # one 128-wide K step per slice
 ]
 
 
