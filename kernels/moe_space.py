@@ -60,6 +60,17 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     return {**common, "num_stages": (2, 3, 4, 5)}
 
 
+def _max_row_blocks(problem: Problem, bm: int) -> int:
+    """The most row blocks of `bm` rows any routing can give: every busy expert's rows padded to bm."""
+    pairs = problem.M * problem.topk
+    return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
+
+
+def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
+    """The most tiles of the gate/up GEMM's grid (row blocks x column tiles of bn) over any routing."""
+    return _max_row_blocks(problem, bm) * -(-problem.N // bn)
+
+
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
@@ -77,13 +88,12 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
     # walks them in one order. At most min(E, M·topk) experts are busy.
     groups = sorted(int(v) for v in moe_params(problem, target)["GROUP_SIZE_M"])
-    pairs = problem.M * problem.topk
 
     def max_row_blocks(bm: int) -> int:
-        return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
+        return _max_row_blocks(problem, bm)
 
     def gate_up_tiles(c: Mapping[str, Value]) -> int:
-        return max_row_blocks(int(c["BLOCK_SIZE_M"])) * -(-problem.N // int(c["BLOCK_SIZE_N"]))
+        return _gate_up_tiles(problem, int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"]))
 
     out = [
         Constraint(
@@ -155,9 +165,7 @@ def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) 
     """K slices for a gate/up grid of at most a quarter of the CUs' worth of tiles: the most (up to 8, and
     at most the K steps) that keep tiles x slices within the CUs. On the H100, DeepSeek-V3 TP16 at M = 1
     (16 tiles of 16 x 64) ran in 22.2 µs with 8 slices against 44.0 µs unsplit (device time per call)."""
-    pairs = problem.M * problem.topk
-    row_blocks = -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
-    tiles = row_blocks * -(-problem.N // bn)
+    tiles = _gate_up_tiles(problem, bm, bn)
     if 4 * tiles > target.cu_count:
         return 1
     split = 1
