@@ -59,7 +59,9 @@ class MoeOp:
         """The code's hash; the routing skew is part of it (timings under another routing are other
         results), so a uniform and a skewed sweep of one problem never mix."""
         if backend == "triton":
-            digest = code_hash(_HERE / "moe_triton.py", _HERE / "moe_ref.py")
+            # gemm_triton and scratch: the in-launch sum of SPLIT_K
+            files = ("moe_triton.py", "moe_ref.py", "gemm_triton.py", "scratch.py")
+            digest = code_hash(*(_HERE / name for name in files))
         elif backend == "torch":
             import torch
 
