@@ -33,6 +33,7 @@ from autotune.kernels.gemm_triton import (
     split_coords,
     splitk_reduce_kernel,
     store_tile,
+    stream_range,
     stream_segment,
     stream_store,
     summed_launch,
@@ -195,11 +196,7 @@ def gemm_fp8_sum_kernel(
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
     [p·PER, (p + 1)·PER) of all tiles."""
     if STREAM:
-        num_pid_m = tl.cdiv(M, BLOCK_M)
-        num_pid_n = tl.cdiv(N, BLOCK_N)
-        iters = tl.cdiv(K, BLOCK_K)
-        lo = tl.program_id(0) * PER
-        hi = min(lo + PER, num_pid_m * num_pid_n * iters)
+        num_pid_m, num_pid_n, iters, lo, hi = stream_range(M, N, K, PER, BLOCK_M, BLOCK_N, BLOCK_K)
         while lo < hi:
             tile, k0, k1 = stream_segment(lo, hi, iters)
             pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)

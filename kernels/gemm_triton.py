@@ -34,6 +34,7 @@ __all__ = [
     "splitk_reduce_kernel",
     "store_tile",
     "stream_plan",
+    "stream_range",
     "stream_segment",
     "stream_store",
     "sum_parts",
@@ -175,11 +176,7 @@ def gemm_sum_kernel(
     last slice to finish (`store_tile`). STREAM: program p takes the flat K steps [p·PER, (p + 1)·PER) of
     all tiles in order (`stream_store`); MAX_PARTS bounds the programs that share one tile."""
     if STREAM:
-        num_pid_m = tl.cdiv(M, BLOCK_M)
-        num_pid_n = tl.cdiv(N, BLOCK_N)
-        iters = tl.cdiv(K, BLOCK_K)
-        lo = tl.program_id(0) * PER
-        hi = min(lo + PER, num_pid_m * num_pid_n * iters)
+        num_pid_m, num_pid_n, iters, lo, hi = stream_range(M, N, K, PER, BLOCK_M, BLOCK_N, BLOCK_K)
         while lo < hi:
             tile, k0, k1 = stream_segment(lo, hi, iters)
             pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
@@ -288,6 +285,17 @@ def split_coords(
     pid_k = tl.program_id(1)
     k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
     return pid_m, pid_n, pid_k, pid_k * k_span, tl.cdiv(k_span, BLOCK_K), num_pid_n
+
+
+@triton.jit
+def stream_range(M, N, K, PER, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """(tiles per column, tiles per row, K steps per tile, first and end flat K step) of this program in a
+    stream launch: program p owns the flat K steps [p·PER, (p + 1)·PER) of all tiles in order."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    iters = tl.cdiv(K, BLOCK_K)
+    lo = tl.program_id(0) * PER
+    return num_pid_m, num_pid_n, iters, lo, min(lo + PER, num_pid_m * num_pid_n * iters)
 
 
 @triton.jit
