@@ -39,6 +39,7 @@ from autotune.kernels.gemm_triton import (
     summed_launch,
     tile_rows_cols,
 )
+from autotune.kernels.launch import pinned
 
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
 
@@ -266,8 +267,9 @@ def quant_launcher(
     """
     opts = {**_options(config, is_amd), **constexprs}
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
-    reduce = reduce_kernel or splitk_reduce_kernel
-    summer = sum_kernel or gemm_fp8_sum_kernel
+    main = pinned(kernel, **opts)
+    reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
+    summer = pinned(sum_kernel or gemm_fp8_sum_kernel, **opts)
     fused = bool(config.get("FUSED_SPLIT", 0)) and split_k > 1
     stream = int(config.get("STREAM_K", 0))
     if (fused or stream) and "BLOCKWISE" not in constexprs:
@@ -282,7 +284,7 @@ def quant_launcher(
         grid, args, (ws, counts) = summed_launch(out, M, N, K, bm, bn, bk, split_k, stream, num_sms)
         summer[grid](
             a, b, out, a_scale, b_scale, ws, counts, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-            b.stride(1), out.stride(0), out.stride(1), *scale_strides, **args, **opts,
+            b.stride(1), out.stride(0), out.stride(1), *scale_strides, **args,
         )  # fmt: skip
 
     def launch(
@@ -304,14 +306,12 @@ def quant_launcher(
         even_k = K % (bk * split_k) == 0
         c, strides = (out, (0, out.stride(0), out.stride(1))) if split_k == 1 else (workspace, (M * N, N, 1))
         assert c is not None, "SPLIT_K > 1 needs a workspace"
-        kernel[grid](
+        main[grid](
             a, b, c, a_scale, b_scale, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-            *strides, *scale_strides, EVEN_K=even_k, **opts,
+            *strides, *scale_strides, EVEN_K=even_k,
         )  # fmt: skip
         if split_k > 1:
             mn = M * N
-            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](
-                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
-            )
+            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

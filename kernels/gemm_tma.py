@@ -23,6 +23,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import tail_split_schedule
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
+from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
 
 __all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
@@ -163,6 +164,9 @@ def tma_launcher(
         splitk_reduce_kernel,
         gemm_tma_tail_kernel,
     )
+    main = pinned(kernel, SPLIT_K=split_k, **opts)
+    tail = pinned(tail_kernel, **opts)
+    reduce = pinned(reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
 
     def launch_tail_split(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
@@ -173,9 +177,7 @@ def tma_launcher(
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
         c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-        tail_kernel[(programs,)](
-            a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn, **opts
-        )
+        tail[(programs,)](a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn)
 
     def launch(
         a: torch.Tensor,
@@ -199,11 +201,9 @@ def tma_launcher(
         else:
             assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
             c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
-        kernel[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, SPLIT_K=split_k, B_KN=b_kn, **opts)
+        main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
         if split_k > 1:
             mn = M * N
-            reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-                workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
-            )
+            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

@@ -20,6 +20,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [
@@ -411,17 +412,18 @@ def launcher(
     if interpret:
         opts["DOT_F32"] = True
     kernel, reduce_kernel, sum_kernel = (*kernels, None)[:3] if kernels else (gemm_kernel, None, None)
-    reduce_kernel = reduce_kernel or splitk_reduce_kernel
-    sum_kernel = sum_kernel or gemm_sum_kernel
+    main = pinned(kernel, **opts)
+    reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
+    summed = pinned(sum_kernel or gemm_sum_kernel, **opts)
 
     def launch_summed(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stride_bk: int, stride_bn: int, M: int, N: int,
         K: int,
     ) -> None:  # fmt: skip
         grid, args, (ws, counts) = summed_launch(out, M, N, K, bm, bn, bk, split_k, stream, num_sms)
-        sum_kernel[grid](
+        summed[grid](
             a, b, out, ws, counts, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, out.stride(0),
-            out.stride(1), **args, **opts,
+            out.stride(1), **args,
         )  # fmt: skip
 
     def launch(
@@ -441,19 +443,17 @@ def launcher(
         grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
         if split_k == 1:
-            kernel[grid](
+            main[grid](
                 a, b, out, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, 0, out.stride(0),
-                out.stride(1), EVEN_K=even_k, **opts,
+                out.stride(1), EVEN_K=even_k,
             )  # fmt: skip
             return
         assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
-        kernel[grid](
+        main[grid](
             a, b, workspace, M, N, K, a.stride(0), a.stride(1), stride_bk, stride_bn, M * N, N, 1,
-            EVEN_K=even_k, **opts,
+            EVEN_K=even_k,
         )  # fmt: skip
         mn = M * N
-        reduce_kernel[(triton.cdiv(mn, REDUCE_BLOCK),)](
-            workspace, out, mn, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS
-        )
+        reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

@@ -192,6 +192,83 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(target, mnk, e, topk, weight
     _right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
 
 
+def _launchers(config, target, monkeypatch):
+    """(pinned, plain) launch functions of `config`: the plain one with the pinned shortcut off."""
+    from autotune.kernels.gemm_tma import tma_launcher
+    from autotune.kernels.gemm_triton import launcher
+
+    def make():
+        if config.backend == "triton_tma":
+            return tma_launcher(config, num_sms=target.cu_count)
+        return launcher(config, is_amd=target.is_amd, num_sms=target.cu_count)
+
+    fast = make()
+    with monkeypatch.context() as m:
+        m.setenv("AUTOTUNE_PINNED_LAUNCH", "0")
+        plain = make()
+    return fast, plain
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, SPLIT_K=1),
+        dict(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4),  # + the reduce kernel
+        dict(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=2, FUSED_SPLIT=1),
+        dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=1, PERSISTENT=1),
+        dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, PERSISTENT=0),
+        dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, PERSISTENT=1, TAIL_SPLIT=1),
+    ],
+)
+def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -> None:
+    """Launches after a key's first skip Triton's binder: over new inputs, another M and (pointer kernel)
+    an A that is not 16-byte aligned, each result must equal Triton's own launch bit for bit."""
+    from autotune.kernels import gemm_tma, gemm_triton
+    from autotune.kernels.gemm_space import has_tma
+
+    if knobs["backend"] == "triton_tma" and not has_tma(target):
+        pytest.skip("no tensor-memory accelerator on this GPU")
+
+    config = Config(**{"GROUP_M": 8, "num_warps": 4, "num_stages": 3} | knobs)
+    fast, plain = _launchers(config, target, monkeypatch)
+    jit_runs = {"fast": 0, "plain": 0}
+    which = ["fast"]
+    for kernel in (gemm_triton.gemm_kernel, gemm_triton.gemm_sum_kernel, gemm_triton.splitk_reduce_kernel,
+                   gemm_tma.gemm_tma_kernel, gemm_tma.gemm_tma_tail_kernel):  # fmt: skip
+
+        def counted(*args, _run=kernel.run, **kwargs):
+            jit_runs[which[0]] += 1
+            return _run(*args, **kwargs)
+
+        monkeypatch.setattr(kernel, "run", counted)
+    fast_launches = 0
+    N, K = 1280, 4096
+    torch.manual_seed(3)
+    for M, offset in [(200, 0), (200, 0), (77, 0), (200, 0), (77, 8), (200, 1)]:
+        if offset and config.backend == "triton_tma":
+            continue  # descriptors need aligned rows (the dispatcher copies such inputs)
+        a = torch.randn(M * K + offset, device="cuda", dtype=torch.bfloat16)[offset:].view(M, K)
+        b = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        outs = []
+        for run in (fast, plain, fast):
+            which[0] = "fast" if run is fast else "plain"
+            fast_launches += run is fast
+            split_k = int(config.get("SPLIT_K", 1))
+            ws = torch.empty(split_k * M * N, device="cuda") if split_k > 1 else None
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            if config.backend == "triton_tma":
+                run(a, b, out, False, M, N, K, ws)
+            else:
+                run(a, b, out, b.stride(1), b.stride(0), M, N, K, ws)
+            outs.append(out)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float().T
+        assert float((outs[0].double() - ref.double()).norm() / ref.double().norm()) < 1e-2, (M, offset)
+        assert torch.equal(outs[0], outs[1]) and torch.equal(outs[2], outs[1]), (M, offset)
+    # the shortcut was taken: Triton's own launch ran once per launch key, not once per launch
+    assert jit_runs["fast"] < fast_launches and jit_runs["plain"] >= fast_launches // 2
+
+
 def _cached_kernels(cache_dir) -> set[str]:
     return {p.parent.name for p in cache_dir.rglob("gemm_kernel.json")}
 

@@ -1,0 +1,173 @@
+"""Launching compiled Triton kernels without Triton's per-call argument binding.
+
+`kernel[grid](*args, **kwargs)` binds every argument, computes its specialization (dtype, 16-byte
+alignment, value 1, ...) and hashes the lot on every call: for our kernels' 20-odd parameters that is
+most of a launch's host time. `pinned(kernel, **options)` does it once per *launch key* and then calls
+the compiled kernel's launcher directly, as Triton's own `run` does after its cache lookup.
+
+The launch key is stricter than Triton's specialization, so that two calls with one key always run the
+same binary: integers by value, tensors by dtype, 16-byte alignment of the data pointer and (on ROCm,
+where buffer loads specialize on it) whether the storage fits in 2 GiB; tensor descriptors by all their
+fields, with their base tensor keyed like a tensor; and the current device. Launch hooks (profilers)
+still see every launch. Anything else (an argument of a type not listed, the interpreter, a Recorder)
+takes Triton's ordinary launch every time. Triton's own settings (`TRITON_DEBUG` and the like) are read
+at a key's first launch. `AUTOTUNE_PINNED_LAUNCH=0` turns the shortcut off.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+from dataclasses import fields, is_dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["Pinned", "pinned"]
+
+_ENV = "AUTOTUNE_PINNED_LAUNCH"
+#: Launch keys kept per pinned kernel before its cache starts again (every distinct M is a key).
+MAX_KEYS = 4096
+_HIP = torch.version.hip is not None
+_MAX_I32 = 2**31 - 1
+_DESC_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def pinned(fn: Any, **options: Any) -> Pinned:
+    """`fn` with `options` (constexprs and compile options such as num_warps) bound, launched as
+    `pinned(fn, **options)[grid](*args, **more)`; the result of every launch is that of
+    `fn[grid](*args, **options, **more)`."""
+    return Pinned(fn, options)
+
+
+class _Uncacheable(Exception):
+    """An argument whose specialization the launch key cannot pin down."""
+
+
+def _tensor_key(x: torch.Tensor) -> tuple[Any, ...]:
+    ptr = x.data_ptr()
+    if _HIP:
+        return (x.dtype, ptr % 16 == 0, x.untyped_storage().size() <= _MAX_I32)
+    return (x.dtype, ptr % 16 == 0)
+
+
+def _arg_key(x: Any) -> Any:
+    t = type(x)
+    if t is int or t is bool or t is float or x is None:
+        return (t, x)
+    if t is torch.Tensor:
+        return _tensor_key(x)
+    names = _DESC_FIELDS.get(t)
+    if names is None and t.__name__ == "TensorDescriptor" and is_dataclass(x):  # Triton's host descriptor
+        names = _DESC_FIELDS[t] = tuple(f.name for f in fields(x))
+    if names is not None:
+        parts: list[Any] = [t]
+        for name in names:
+            v = getattr(x, name)
+            if type(v) is torch.Tensor:
+                parts.append(_tensor_key(v))
+            elif isinstance(v, (list, tuple)):  # torch.Size too
+                parts.append(tuple(v))
+            else:
+                parts.append(v)
+        return tuple(parts)
+    raise _Uncacheable(t.__name__)
+
+
+def _is_jit(fn: Any) -> bool:
+    """A compiled (not interpreted) Triton JIT function."""
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return False
+    try:
+        from triton.runtime.jit import JITFunction
+    except ImportError:
+        return False
+    return isinstance(fn, JITFunction)
+
+
+def _launch_api() -> tuple[Any, Any] | None:
+    """(triton's runtime knobs, its active driver), or None where this Triton lacks the launch path."""
+    try:
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        knobs.runtime.launch_enter_hook  # noqa: B018 (present from Triton 3.4 on)
+    except (ImportError, AttributeError):
+        return None
+    return knobs, driver
+
+
+class Pinned:
+    """A Triton JIT function with fixed options and a cache of compiled kernels by launch key.
+
+    `api` is (Triton's runtime knobs, its driver) and is found by itself; tests pass stand-ins."""
+
+    def __init__(self, fn: Any, options: dict[str, Any], api: tuple[Any, Any] | None = None) -> None:
+        self.fn, self.options = fn, options
+        self._cache: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...], tuple[tuple[int, str], ...]]] = {}
+        if api is None and _is_jit(fn) and os.environ.get(_ENV, "1") != "0":
+            api = _launch_api()
+        self._api = api
+        if api is not None:
+            sig = inspect.signature(fn.fn)
+            self._params = [(name, p.default) for name, p in sig.parameters.items()]
+            self._constexpr = {p.name for p in fn.params if p.is_constexpr}
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., Any]:
+        return lambda *args, **more: self.launch(grid, args, more)
+
+    def launch(self, grid: tuple[int, ...], args: tuple[Any, ...], more: dict[str, Any]) -> Any:
+        """Launches on the current stream; the first call of a launch key goes through Triton's `run`."""
+        api = self._api
+        if api is None:
+            return self.fn[grid](*args, **self.options, **more)
+        knobs, driver = api
+        device = driver.active.get_current_device()
+        try:
+            key = (device, *map(_arg_key, args), *[(k, _arg_key(v)) for k, v in more.items()])
+        except _Uncacheable:
+            return self.fn[grid](*args, **self.options, **more)
+        entry = self._cache.get(key)
+        if entry is None:
+            kernel = self.fn[grid](*args, **self.options, **more)
+            if kernel is not None:
+                self._remember(key, kernel, len(args), more)
+            return kernel
+        kernel, tail, runtime_more = entry
+        if runtime_more:  # runtime (not constexpr) arguments given by name: their values change per call
+            values = list(tail)
+            for i, name in runtime_more:
+                values[i] = more[name]
+            tail = tuple(values)
+        full = (*args, *tail)
+        stream = driver.active.get_current_stream(device)
+        g1 = grid[1] if len(grid) > 1 else 1
+        g2 = grid[2] if len(grid) > 2 else 1
+        kernel.run(
+            grid[0], g1, g2, stream, kernel.function, kernel.packed_metadata,
+            kernel.launch_metadata(grid, stream, *full),
+            knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, *full,
+        )  # fmt: skip
+        return kernel
+
+    def _remember(self, key: tuple[Any, ...], kernel: Any, n_args: int, more: dict[str, Any]) -> None:
+        if not all(hasattr(kernel, a) for a in ("run", "function", "packed_metadata", "launch_metadata")):
+            self._api = None  # a Triton whose compiled kernels launch otherwise: always the plain path
+            return
+        tail: list[Any] = []
+        runtime_more: list[tuple[int, str]] = []
+        for i, (name, default) in enumerate(self._params[n_args:]):
+            if name in more:
+                tail.append(more[name])
+                if name not in self._constexpr:
+                    runtime_more.append((i, name))
+            elif name in self.options:
+                tail.append(self.options[name])
+            elif default is not inspect.Parameter.empty:
+                tail.append(default)
+            else:
+                return  # a parameter given no value: let Triton's binder report it, every time
+        if len(self._cache) >= MAX_KEYS:
+            self._cache.clear()
+        self._cache[key] = (kernel, tuple(tail), tuple(runtime_more))

@@ -1,0 +1,214 @@
+"""The pinned launch: which calls reuse a compiled kernel, and what its launcher receives.
+
+Triton's JIT function, compiled kernel, knobs and driver are stand-ins here (no GPU); the GPU test in
+test_gpu.py checks the real thing against Triton's own launch.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from autotune.kernels import launch as launch_mod
+from autotune.kernels.launch import Pinned, pinned
+
+
+def kernel_fn(a, b, out, M, N, stride, BLOCK: int, EVEN: bool, SCALE=2.0, FLAG: int = 7):
+    """The stand-in kernel's signature: BLOCK, EVEN and FLAG are constexprs, SCALE is not."""
+
+
+class FakeCompiled:
+    def __init__(self, serial: int) -> None:
+        self.serial, self.function, self.packed_metadata = serial, f"fn{serial}", ("meta", serial)
+        self.runs: list[tuple[Any, ...]] = []
+
+    def launch_metadata(self, grid, stream, *args):
+        return None
+
+    def run(self, g0, g1, g2, stream, function, packed, launch_metadata, enter, exit_, *args):
+        assert function == self.function and packed == self.packed_metadata
+        self.runs.append(((g0, g1, g2), stream, args))
+
+
+class FakeJit:
+    """Compiles (a new FakeCompiled) on every ordinary launch, as if each were a cache miss."""
+
+    def __init__(self) -> None:
+        self.fn = kernel_fn
+        constexpr = {"BLOCK", "EVEN", "FLAG"}
+        self.params = [
+            SimpleNamespace(name=n, is_constexpr=n in constexpr) for n in kernel_fn.__code__.co_varnames[:10]
+        ]
+        self.jit_calls: list[tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]] = []
+        self.compiled: list[FakeCompiled] = []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.jit_calls.append((tuple(grid), args, kwargs))
+            self.compiled.append(FakeCompiled(len(self.compiled)))
+            return self.compiled[-1]
+
+        return run
+
+
+def fake_api(device: int = 0) -> tuple[Any, Any]:
+    knobs = SimpleNamespace(runtime=SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None))
+    active = SimpleNamespace(get_current_device=lambda: device, get_current_stream=lambda dev: 1000 + dev)
+    return knobs, SimpleNamespace(active=active)
+
+
+def tensors(n: int = 3, dtype=torch.float32) -> list[torch.Tensor]:
+    return [torch.randn(64, dtype=dtype) for _ in range(n)]
+
+
+def test_second_launch_skips_the_binder_and_passes_every_parameter_in_order() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "num_warps": 4}, api=fake_api())
+    a, b, out = tensors()
+    first = k[(5, 2)](a, b, out, 100, 64, 8, EVEN=True)
+    assert len(jit.jit_calls) == 1 and jit.jit_calls[0][2] == {"BLOCK": 32, "num_warps": 4, "EVEN": True}
+    assert first.runs == []  # the first launch was Triton's own
+    second = k[(6,)](a, b, out, 100, 64, 8, EVEN=True)
+    assert second is first and len(jit.jit_calls) == 1
+    grid, stream, args = first.runs[0]
+    assert grid == (6, 1, 1) and stream == 1000
+    # positional args, then BLOCK (options), EVEN (by name), SCALE and FLAG (defaults); num_warps is no param
+    assert args[:6] == (a, b, out, 100, 64, 8) and args[6:] == (32, True, 2.0, 7)
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["int value", "constexpr by name", "dtype", "alignment", "device"],
+)
+def test_anything_triton_specializes_on_makes_a_new_key(change: str) -> None:
+    jit = FakeJit()
+    device = [0]
+    knobs, driver = fake_api()
+    driver.active.get_current_device = lambda: device[0]
+    k = Pinned(jit, {"BLOCK": 32}, api=(knobs, driver))
+    a, b, out = tensors()
+    k[(1,)](a, b, out, 16, 64, 8, EVEN=True)
+    k[(1,)](a, b, out, 16, 64, 8, EVEN=True)
+    assert len(jit.jit_calls) == 1
+    args: list[Any] = [a, b, out, 16, 64, 8]
+    more = {"EVEN": True}
+    if change == "int value":
+        args[3] = 1  # Triton turns an int 1 into a constant
+    elif change == "constexpr by name":
+        more = {"EVEN": False}
+    elif change == "dtype":
+        args[0] = a.to(torch.float16)
+    elif change == "alignment":
+        args[0] = torch.randn(65)[1:]  # 4 bytes past a 16-byte boundary
+        assert args[0].data_ptr() % 16
+    else:
+        device[0] = 1
+    k[(1,)](*args, **more)
+    assert len(jit.jit_calls) == 2, change
+
+
+def test_new_tensors_of_the_same_kind_reuse_the_kernel_and_are_passed_through() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    k[(1,)](*tensors(), 16, 64, 8)
+    fresh = tensors()
+    k[(1,)](*fresh, 16, 64, 8)
+    assert len(jit.jit_calls) == 1
+    assert all(x is y for x, y in zip(jit.compiled[0].runs[0][2][:3], fresh, strict=True))
+
+
+def test_runtime_arguments_given_by_name_take_each_call_s_value() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    k[(1,)](*tensors(), 16, 64, 8, SCALE=0.5)
+    k[(1,)](*tensors(), 16, 64, 8, SCALE=0.5)
+    k[(1,)](*tensors(), 16, 64, 8, SCALE=0.25)  # a float: keyed by value too, so Triton compiles again
+    assert len(jit.jit_calls) == 2
+    assert jit.compiled[0].runs[0][2][6:] == (32, False, 0.5, 7)
+
+
+def test_descriptors_are_keyed_by_every_field() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class TensorDescriptor:  # the fields of triton.tools.tensor_descriptor.TensorDescriptor
+        base: Any
+        shape: list[int]
+        strides: list[int]
+        block_shape: list[int]
+        padding: str = "zero"
+
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    a, b, out = tensors()
+
+    def desc(t: torch.Tensor, block: int) -> TensorDescriptor:
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), [block])
+
+    k[(1,)](desc(a, 16), b, out, 16, 64, 8)
+    k[(1,)](desc(torch.randn(64), 16), b, out, 16, 64, 8)
+    assert len(jit.jit_calls) == 1
+    k[(1,)](desc(a, 32), b, out, 16, 64, 8)  # another block shape
+    k[(1,)](desc(torch.randn(128), 16), b, out, 16, 64, 8)  # another shape
+    assert len(jit.jit_calls) == 3
+
+
+def test_arguments_of_unknown_types_always_take_triton_s_launch() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    odd = object()
+    for _ in range(3):
+        k[(1,)](odd, *tensors(2), 16, 64, 8)
+    assert len(jit.jit_calls) == 3 and all(not c.runs for c in jit.compiled)
+
+
+def test_a_parameter_given_no_value_is_left_to_triton_every_time() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32}, api=fake_api())  # EVEN missing: Triton's binder would complain
+    for _ in range(2):
+        k[(1,)](*tensors(), 16, 64, 8)
+    assert len(jit.jit_calls) == 2
+
+
+def test_the_cache_starts_again_when_full(monkeypatch) -> None:
+    monkeypatch.setattr(launch_mod, "MAX_KEYS", 3)
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    for m in range(5):
+        k[(1,)](*tensors(), m + 2, 64, 8)
+    assert len(k._cache) <= 3
+    k[(1,)](*tensors(), 6, 64, 8)  # the last key is still there
+    assert len(jit.jit_calls) == 5
+
+
+def test_without_triton_s_launch_api_every_launch_is_triton_s(monkeypatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_PINNED_LAUNCH", "0")
+    jit = FakeJit()
+    k = pinned(jit, BLOCK=32, EVEN=False)  # not a real JIT function either: plain launches
+    for _ in range(2):
+        k[(1,)](*tensors(), 16, 64, 8)
+    assert len(jit.jit_calls) == 2 and k._api is None
+
+
+class BareJit(FakeJit):
+    """A Triton whose compiled kernels have no launcher of the kind the shortcut calls."""
+
+    def __getitem__(self, grid):
+        run = super().__getitem__(grid)
+
+        def call(*args, **kwargs):
+            run(*args, **kwargs)
+            return SimpleNamespace()
+
+        return call
+
+
+def test_compiled_kernels_without_a_launcher_switch_the_shortcut_off() -> None:
+    jit = BareJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    for _ in range(2):
+        k[(1,)](*tensors(), 16, 64, 8)
+    assert k._api is None and len(jit.jit_calls) == 2
