@@ -32,13 +32,27 @@ MAX_KEYS = 4096
 _HIP = torch.version.hip is not None
 _MAX_I32 = 2**31 - 1
 _DESC_FIELDS: dict[type, tuple[str, ...]] = {}
+_memo: dict[tuple[Any, ...], Pinned] = {}
 
 
 def pinned(fn: Any, **options: Any) -> Pinned:
     """`fn` with `options` (constexprs and compile options such as num_warps) bound, launched as
     `pinned(fn, **options)[grid](*args, **more)`; the result of every launch is that of
-    `fn[grid](*args, **options, **more)`."""
-    return Pinned(fn, options)
+    `fn[grid](*args, **options, **more)`. One Pinned per (fn, options), so that launchers built per call
+    share their compiled kernels."""
+    if not _is_jit(fn) or os.environ.get(_ENV, "1") == "0":
+        return Pinned(fn, options)  # launched the plain way: nothing to share
+    try:
+        key = (fn, tuple(sorted(options.items())))
+        hash(key)
+    except TypeError:
+        return Pinned(fn, options)
+    found = _memo.get(key)
+    if found is None:
+        if len(_memo) >= MAX_KEYS:
+            _memo.clear()
+        found = _memo[key] = Pinned(fn, options)
+    return found
 
 
 class _Uncacheable(Exception):

@@ -32,6 +32,7 @@ import triton.language as tl
 from autotune.config import Value
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts
+from autotune.kernels.launch import pinned
 from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
 
@@ -398,11 +399,13 @@ def _quantize_act(
     group = FP8_BLOCK[1]
     q = torch.empty(M, K, dtype=fp8_dtype, device=x.device)
     scale = torch.empty(M, triton.cdiv(K, group), dtype=torch.float32, device=x.device)
-    kernel[(triton.cdiv(M, _QUANT_ROWS), triton.cdiv(K, group))](
-        x, q, scale, M, K, x.stride(0), x.stride(1), q.stride(0), scale.stride(0),
-        FP8_MAX=float(finfo.max), MIN_NORMAL=float(finfo.smallest_normal), GROUP=group, ROWS=_QUANT_ROWS,
-        num_warps=4, **({"EXACT_CAST": True} if interpret else {}), **FP_OPTIONS,
+    quant = pinned(
+        kernel, FP8_MAX=float(finfo.max), MIN_NORMAL=float(finfo.smallest_normal), GROUP=group,
+        ROWS=_QUANT_ROWS, num_warps=4, **({"EXACT_CAST": True} if interpret else {}), **FP_OPTIONS,
     )  # fmt: skip
+    quant[(triton.cdiv(M, _QUANT_ROWS), triton.cdiv(K, group))](
+        x, q, scale, M, K, x.stride(0), x.stride(1), q.stride(0), scale.stride(0)
+    )
     return q, scale
 
 
@@ -522,7 +525,9 @@ def fused_moe(
         if parts > 1:
             slots = 2 if swiglu else 1
             scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
-        launch = kernel[(tiles,)] if parts == 1 else split_kernel[(tiles, parts)]
+        launch = (
+            pinned(kernel, **opts)[(tiles,)] if parts == 1 else pinned(split_kernel, **opts)[(tiles, parts)]
+        )
         launch(
             a,
             b,
@@ -557,7 +562,6 @@ def fused_moe(
             EVEN_K=k % opts["BLOCK_SIZE_K"] == 0,
             ONE_B_SCALE=fp8 and PER_TILE_B_SCALE and FP8_BLOCK[0] % bn == 0 and n % bn == 0,
             **({"SPLIT_K": parts} if parts > 1 else {}),
-            **opts,
         )
 
     inter = torch.empty(num_valid, N, dtype=x.dtype, device=x.device)

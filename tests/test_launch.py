@@ -212,3 +212,18 @@ def test_compiled_kernels_without_a_launcher_switch_the_shortcut_off() -> None:
     for _ in range(2):
         k[(1,)](*tensors(), 16, 64, 8)
     assert k._api is None and len(jit.jit_calls) == 2
+
+
+def test_launchers_built_per_call_share_one_pinned_kernel(monkeypatch) -> None:
+    monkeypatch.setattr(launch_mod, "_is_jit", lambda fn: True)
+    monkeypatch.setattr(launch_mod, "_launch_api", fake_api)
+    monkeypatch.setattr(launch_mod, "_memo", {})
+    jit = FakeJit()
+    first, again = pinned(jit, BLOCK=32, EVEN=False), pinned(jit, EVEN=False, BLOCK=32)
+    assert first is again and pinned(jit, BLOCK=64, EVEN=False) is not first
+    first[(1,)](*tensors(), 16, 64, 8)
+    again[(1,)](*tensors(), 16, 64, 8)
+    assert len(jit.jit_calls) == 1
+    monkeypatch.setenv("AUTOTUNE_PINNED_LAUNCH", "0")
+    plain = pinned(jit, BLOCK=32, EVEN=False)
+    assert plain is not first and plain._api is None
