@@ -39,7 +39,7 @@ from autotune.kernels.gemm_triton import (
     summed_launch,
     tile_rows_cols,
 )
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import cdiv, pinned
 
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
 
@@ -302,7 +302,7 @@ def quant_launcher(
         if fused or stream:
             launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
             return
-        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
+        grid = (cdiv(M, bm) * cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
         c, strides = (out, (0, out.stride(0), out.stride(1))) if split_k == 1 else (workspace, (M * N, N, 1))
         assert c is not None, "SPLIT_K > 1 needs a workspace"
@@ -312,6 +312,6 @@ def quant_launcher(
         )  # fmt: skip
         if split_k > 1:
             mn = M * N
-            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
+            reduce[(cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

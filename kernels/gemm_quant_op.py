@@ -303,10 +303,17 @@ class QuantGemmOp:
 
             kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
             summer = Recorder(gemm_fp8_sum_kernel, calls)
-        run = quant_launcher(
-            kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
-            sum_kernel=summer, num_sms=target.cu_count,
-        )  # fmt: skip
+        key = (kernel, config, target.is_amd, target.cu_count, *constexprs.items())
+        run = _launchers.get(key) if calls is None else None
+        if run is None:
+            run = quant_launcher(
+                kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
+                sum_kernel=summer, num_sms=target.cu_count,
+            )  # fmt: skip
+            if calls is None:
+                if len(_launchers) >= 1024:
+                    _launchers.clear()
+                _launchers[key] = run
         split_k = int(config.get("SPLIT_K", 1))
         M, N, K = problem.M, problem.N, problem.K
         workspace = None
@@ -321,6 +328,9 @@ class QuantGemmOp:
 
         return launch
 
+
+#: Launch functions by (kernel, config, target, constexprs): `gemm_quant` prepares a launch per call.
+_launchers: dict[tuple[Any, ...], Any] = {}
 
 #: One op per quantized GEMM.
 QUANT_GEMMS: dict[str, QuantGemmOp] = {name: QuantGemmOp(name) for name in QUANT_OPS}

@@ -23,7 +23,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import tail_split_schedule
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import cdiv, pinned
 from autotune.kernels.scratch import split_scratch
 
 __all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
@@ -171,8 +171,8 @@ def tma_launcher(
     def launch_tail_split(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int
     ) -> None:
-        tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-        programs, dp_tiles, splits = tail_split_schedule(tiles, triton.cdiv(K, bk), num_sms)
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        programs, dp_tiles, splits = tail_split_schedule(tiles, cdiv(K, bk), num_sms)
         ws, counts = split_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
@@ -192,7 +192,7 @@ def tma_launcher(
         if tail_split:
             launch_tail_split(a, b, out, b_kn, M, N, K)
             return
-        items = triton.cdiv(M, bm) * triton.cdiv(N, bn) * split_k
+        items = cdiv(M, bm) * cdiv(N, bn) * split_k
         programs = min(items, num_sms) if persistent else items
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
@@ -204,6 +204,6 @@ def tma_launcher(
         main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
         if split_k > 1:
             mn = M * N
-            reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
+            reduce[(cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import cdiv, pinned
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [
@@ -351,9 +351,9 @@ def summed_launch(
     """(grid, the PER, MAX_PARTS, EVEN_K and STREAM arguments, (workspace, counters)) of a launch of a
     sum kernel: `stream` (STREAM_K) programs per SM over the K steps of all tiles, or else one program per
     (tile, K slice) of SPLIT_K."""
-    tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
     if stream:
-        programs, per, parts = stream_plan(tiles, triton.cdiv(K, bk), stream * num_sms)
+        programs, per, parts = stream_plan(tiles, cdiv(K, bk), stream * num_sms)
         grid, even_k = (programs, 1), K % bk == 0
     else:
         grid, per, parts, even_k = (tiles, split_k), 0, split_k, K % (bk * split_k) == 0
@@ -440,7 +440,7 @@ def launcher(
         if fused or stream:
             launch_summed(a, b, out, stride_bk, stride_bn, M, N, K)
             return
-        grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn), split_k)
+        grid = (cdiv(M, bm) * cdiv(N, bn), split_k)
         even_k = K % (bk * split_k) == 0
         if split_k == 1:
             main[grid](
@@ -454,6 +454,6 @@ def launcher(
             EVEN_K=even_k,
         )  # fmt: skip
         mn = M * N
-        reduce[(triton.cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
+        reduce[(cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
     return launch

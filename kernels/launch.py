@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Pinned", "pinned"]
+__all__ = ["Pinned", "cdiv", "pinned"]
 
 _ENV = "AUTOTUNE_PINNED_LAUNCH"
 #: Launch keys kept per pinned kernel before its cache starts again (every distinct M is a key).
@@ -35,23 +35,31 @@ _DESC_FIELDS: dict[type, tuple[str, ...]] = {}
 _memo: dict[tuple[Any, ...], Pinned] = {}
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of two ints, for host code: `triton.cdiv` is a constexpr function in newer Tritons and
+    costs microseconds a call."""
+    return -(-a // b)
+
+
 def pinned(fn: Any, **options: Any) -> Pinned:
     """`fn` with `options` (constexprs and compile options such as num_warps) bound, launched as
     `pinned(fn, **options)[grid](*args, **more)`; the result of every launch is that of
     `fn[grid](*args, **options, **more)`. One Pinned per (fn, options), so that launchers built per call
     share their compiled kernels."""
-    if not _is_jit(fn) or os.environ.get(_ENV, "1") == "0":
-        return Pinned(fn, options)  # launched the plain way: nothing to share
+    flag = os.environ.get(_ENV, "1")
     try:
-        key = (fn, tuple(sorted(options.items())))
-        hash(key)
-    except TypeError:
+        # in the order given (a call site gives them in one order); typed, so that True, 1 and 1.0 differ
+        key = (fn, flag, *[(k, v, type(v)) for k, v in options.items()])
+        found = _memo.get(key)
+    except TypeError:  # an unhashable option
         return Pinned(fn, options)
-    found = _memo.get(key)
     if found is None:
+        found = Pinned(fn, options)
+        if found._api is None:
+            return found  # launched the plain way: nothing to share
         if len(_memo) >= MAX_KEYS:
             _memo.clear()
-        found = _memo[key] = Pinned(fn, options)
+        _memo[key] = found
     return found
 
 
@@ -64,6 +72,29 @@ def _tensor_key(x: torch.Tensor) -> tuple[Any, ...]:
     if _HIP:
         return (x.dtype, ptr % 16 == 0, x.untyped_storage().size() <= _MAX_I32)
     return (x.dtype, ptr % 16 == 0)
+
+
+def _launch_key(device: int, args: tuple[Any, ...], more: dict[str, Any]) -> tuple[Any, ...]:
+    """The launch key: flat, one entry per int, (dtype, aligned[, within 2 GiB]) per tensor. Flat is
+    unambiguous because each kind of argument gives entries of its own types (a bool or float is tagged
+    with its type, so that True and 1 and 1.0 stay apart)."""
+    key: list[Any] = [device]
+    add = key.append
+    for x in args:
+        t = type(x)
+        if t is int:
+            add(x)
+        elif t is torch.Tensor:
+            add(x.dtype)
+            add(x.data_ptr() % 16 == 0)
+            if _HIP:
+                add(x.untyped_storage().size() <= _MAX_I32)
+        else:
+            add(_arg_key(x))
+    for name, x in more.items():
+        add(name)
+        add(_arg_key(x))
+    return tuple(key)
 
 
 def _arg_key(x: Any) -> Any:
@@ -139,7 +170,7 @@ class Pinned:
         knobs, driver = api
         device = driver.active.get_current_device()
         try:
-            key = (device, *map(_arg_key, args), *[(k, _arg_key(v)) for k, v in more.items()])
+            key = _launch_key(device, args, more)
         except _Uncacheable:
             return self.fn[grid](*args, **self.options, **more)
         entry = self._cache.get(key)

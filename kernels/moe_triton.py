@@ -32,7 +32,7 @@ import triton.language as tl
 from autotune.config import Value
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import cdiv, pinned
 from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
 
@@ -398,12 +398,12 @@ def _quantize_act(
     M, K = x.shape
     group = FP8_BLOCK[1]
     q = torch.empty(M, K, dtype=fp8_dtype, device=x.device)
-    scale = torch.empty(M, triton.cdiv(K, group), dtype=torch.float32, device=x.device)
+    scale = torch.empty(M, cdiv(K, group), dtype=torch.float32, device=x.device)
     quant = pinned(
         kernel, FP8_MAX=float(finfo.max), MIN_NORMAL=float(finfo.smallest_normal), GROUP=group,
         ROWS=_QUANT_ROWS, num_warps=4, **({"EXACT_CAST": True} if interpret else {}), **FP_OPTIONS,
     )  # fmt: skip
-    quant[(triton.cdiv(M, _QUANT_ROWS), triton.cdiv(K, group))](
+    quant[(cdiv(M, _QUANT_ROWS), cdiv(K, group))](
         x, q, scale, M, K, x.stride(0), x.stride(1), q.stride(0), scale.stride(0)
     )
     return q, scale
@@ -519,8 +519,8 @@ def fused_moe(
         swiglu: bool,
         mul_weight: bool,
     ) -> None:
-        tiles = triton.cdiv(num_padded, bm) * triton.cdiv(n, bn)
-        parts = min(split, triton.cdiv(k, opts["BLOCK_SIZE_K"]))
+        tiles = cdiv(num_padded, bm) * cdiv(n, bn)
+        parts = min(split, cdiv(k, opts["BLOCK_SIZE_K"]))
         scratch: tuple[Any, ...] = ()
         if parts > 1:
             slots = 2 if swiglu else 1

@@ -219,11 +219,20 @@ def test_launchers_built_per_call_share_one_pinned_kernel(monkeypatch) -> None:
     monkeypatch.setattr(launch_mod, "_launch_api", fake_api)
     monkeypatch.setattr(launch_mod, "_memo", {})
     jit = FakeJit()
-    first, again = pinned(jit, BLOCK=32, EVEN=False), pinned(jit, EVEN=False, BLOCK=32)
+    first, again = pinned(jit, BLOCK=32, EVEN=False), pinned(jit, BLOCK=32, EVEN=False)
     assert first is again and pinned(jit, BLOCK=64, EVEN=False) is not first
+    assert pinned(jit, BLOCK=32, EVEN=0) is not first  # typed: False and 0 are two keys
     first[(1,)](*tensors(), 16, 64, 8)
     again[(1,)](*tensors(), 16, 64, 8)
     assert len(jit.jit_calls) == 1
     monkeypatch.setenv("AUTOTUNE_PINNED_LAUNCH", "0")
     plain = pinned(jit, BLOCK=32, EVEN=False)
     assert plain is not first and plain._api is None
+
+
+def test_one_true_and_one_point_zero_are_three_keys() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    for value in (1, True, 1.0, 1):
+        k[(1,)](*tensors(), value, 64, 8)
+    assert len(jit.jit_calls) == 3

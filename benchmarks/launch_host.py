@@ -1,0 +1,237 @@
+"""Host time of a launch (GPU): Triton's own launch against the pinned launch, and the dispatched calls.
+
+Per case, side by side in alternating batches (each batch n calls of one variant, timed on the host
+clock with the GPU idle at its start, so that drifts of the host hit every variant alike):
+- `triton`: the config's launcher with `AUTOTUNE_PINNED_LAUNCH=0`, so every launch binds its arguments
+  in Triton's `JITFunction.run`;
+- `pinned`: the same launcher as the library builds it (`autotune.kernels.launch`);
+- `no lookup`: `autotune.kernels.launch_config(config, a, b)`, the dispatched call less its lookup;
+- `dispatched`: the run-time entry point (`autotune.kernels.gemm`, `gemm_quant`) reading a table that
+  holds the config, lookup, checks and output allocation included;
+- `torch.mm`: the vendor library's call on the same inputs, for scale.
+For the quantized GEMM and the fused MoE, whose launches are built per call, the dispatched call (or
+the op's launch) runs with the shortcut off and on. The problems are tiny, so the GPU keeps up and the
+host is what is timed.
+
+    python benchmarks/launch_host.py --out results/
+
+Prints a short table last; details go to --out (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune import Config, Problem
+from autotune.dispatch import Dispatcher, Table
+from autotune.dispatch import dispatcher as dispatcher_module
+from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
+from autotune.kernels.gemm_tma import tma_launcher
+from autotune.kernels.gemm_triton import launcher
+from autotune.target import local_target
+
+ENV = "AUTOTUNE_PINNED_LAUNCH"
+#: (problem, config, None) of every case: the table the dispatched calls read.
+WINNERS: list[tuple[Problem, Config, None]] = []
+
+
+def per_call_us(variants: dict[str, Callable[[], Any]], batches: int, n: int) -> dict[str, list[float]]:
+    """Host µs per call of each variant, one value per batch; variants alternate in rotating order."""
+    names = list(variants)
+    for fn in variants.values():  # compile, allocate, fill caches
+        for _ in range(20):
+            fn()
+    torch.cuda.synchronize()
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for i in range(batches):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn = variants[name]
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out[name].append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return out
+
+
+class EnvSwitch:
+    """Runs `fn` with the pinned shortcut off (`on=False`) or on, for launches built per call."""
+
+    def __init__(self, fn: Callable[[], Any], on: bool) -> None:
+        self.fn, self.value = fn, "1" if on else "0"
+
+    def __call__(self) -> Any:
+        old = os.environ.get(ENV)
+        os.environ[ENV] = self.value
+        try:
+            return self.fn()
+        finally:
+            if old is None:
+                del os.environ[ENV]
+            else:
+                os.environ[ENV] = old
+
+
+def _plain(make: Callable[[], Callable[..., None]]) -> Callable[..., None]:
+    os.environ[ENV] = "0"
+    try:
+        return make()
+    finally:
+        del os.environ[ENV]
+
+
+def dense_case(target: Any, backend: str) -> tuple[str, dict[str, Callable[[], Any]]]:
+    M, N, K = (1, 256, 256) if backend == "triton" else (256, 256, 256)
+    p = Problem.gemm(M, N, K, "bf16")
+    if backend == "triton":
+        config = GEMM.default_config(p, target)
+        make: Callable[[], Callable[..., None]] = lambda: launcher(  # noqa: E731
+            config, is_amd=target.is_amd, num_sms=target.cu_count
+        )
+    else:
+        config = Config(backend="triton_tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
+                        PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=3)  # fmt: skip
+        make = lambda: tma_launcher(config, num_sms=target.cu_count)  # noqa: E731
+    assert config.backend == backend, config
+    WINNERS.append((p, config, None))
+    a, b = GEMM.make_inputs(p, "cuda", seed=0)
+    split_k = int(config.get("SPLIT_K", 1))
+    workspace = (
+        torch.empty(split_k * M * N, device="cuda") if split_k > 1 and not config.get("FUSED_SPLIT") else None
+    )
+    plain, fast = _plain(make), make()
+
+    def direct(run: Callable[..., None]) -> Callable[[], None]:
+        def call() -> None:
+            out = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
+            if backend == "triton":
+                run(a, b, out, b.stride(1), b.stride(0), M, N, K, workspace)
+            else:
+                run(a, b, out, False, M, N, K, workspace)
+
+        return call
+
+    variants = {
+        "triton": direct(plain),
+        "pinned": direct(fast),
+        "no lookup": lambda: launch_config(config, a, b, target=target),
+        "dispatched": lambda: gemm(a, b),
+        "torch.mm": lambda: torch.mm(a, b.t()),
+    }
+    return f"gemm {backend} {M}x{N}x{K} ({config.short()})", variants
+
+
+def quant_case(target: Any) -> tuple[str, dict[str, Callable[[], Any]]]:
+    op = QUANT_GEMMS["gemm_fp8_rowwise"]
+    p = Problem.quant("gemm_fp8_rowwise", 1, 256, 256)
+    config = op.default_config(p, target)
+    WINNERS.append((p, config, None))
+    a, b, sa, sb = op.make_inputs(p, "cuda", seed=0)
+
+    def call() -> Any:
+        return gemm_quant("gemm_fp8_rowwise", a, b, sa, sb)
+
+    return f"gemm_fp8_rowwise 1x256x256 ({config.short()})", {
+        "triton": EnvSwitch(call, on=False),
+        "dispatched": EnvSwitch(call, on=True),
+    }
+
+
+def moe_case(target: Any) -> tuple[str, dict[str, Callable[[], Any]]]:
+    p = Problem.moe(1, 256, 256, 8, 2)
+    config = MOE.default_config(p, target)
+    inputs = MOE.make_inputs(p, "cuda", seed=0)
+    out = MOE.make_output(p, "cuda")
+    launch = MOE.prepare(p, config, target, inputs, out)
+    return f"moe 1x256x256 E8 top2 ({config.short()})", {
+        "triton": EnvSwitch(launch, on=False),
+        "pinned": EnvSwitch(launch, on=True),
+    }
+
+
+def profile(name: str, variants: dict[str, Callable[[], Any]], calls: int = 2000, top: int = 12) -> None:
+    """cProfile of `calls` calls of each variant: the functions with the most own time."""
+    import cProfile
+    import io
+    import pstats
+
+    for variant, fn in variants.items():
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(calls):
+            fn()
+        prof.disable()
+        torch.cuda.synchronize()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("cumulative").print_stats(top)
+        print(f"--- {name}: {variant}, {calls} calls\n" + text.getvalue().split("\n\n", 2)[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-out", help="folder for the JSON details")
+    ap.add_argument("--batches", type=int, default=40, help="batches per variant")
+    ap.add_argument("--n", type=int, default=200, help="calls per batch")
+    ap.add_argument("--profile", action="store_true", help="print where each variant's host time goes")
+    ap.add_argument("--only", default="", help="run the cases whose name contains this text")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/launch_host.py needs a GPU", file=sys.stderr)
+        return 2
+    target = local_target()
+    info: dict[str, Any] = dict(
+        gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), cases=[]
+    )
+    cases = [dense_case(target, "triton"), quant_case(target), moe_case(target)]
+    from autotune.kernels.gemm_space import has_tma
+
+    if has_tma(target):
+        cases.insert(1, dense_case(target, "triton_tma"))
+    table = Table.from_winners(target, WINNERS)
+    dispatcher_module._default = Dispatcher([table], device_key=target.device_key())
+    for name, variants in cases:
+        if args.only not in name:
+            continue
+        if args.profile:
+            profile(name, variants)
+        times = per_call_us(variants, args.batches, args.n)
+        row: dict[str, Any] = dict(case=name, per_batch=times)
+        row["median_us"] = {k: statistics.median(v) for k, v in times.items()}
+        base = "pinned" if "pinned" in times else "triton"
+        if "dispatched" in times and base == "pinned":
+            diffs = sorted(d - p for d, p in zip(times["dispatched"], times["pinned"], strict=True))
+            row["dispatch_overhead_us"] = dict(
+                median=statistics.median(diffs), p20=diffs[len(diffs) // 5], p80=diffs[4 * len(diffs) // 5]
+            )
+        info["cases"].append(row)
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / "launch_host.json").write_text(json.dumps(info, indent=1, default=str))
+    print(f"\n{info['gpu']} {info['toolchain']} {info['date']}; host µs per call, median of {args.batches}")
+    cols = ("triton", "pinned", "no lookup", "dispatched", "torch.mm")
+    print(f"{'case':44} " + " ".join(f"{c:>10}" for c in cols) + f" {'overhead':>14}")
+    for row in info["cases"]:
+        med = row["median_us"]
+        cells = " ".join(f"{med[c]:10.2f}" if c in med else f"{'-':>10}" for c in cols)
+        o = row.get("dispatch_overhead_us")
+        over = f"{o['median']:+.2f} ({o['p20']:+.2f}..{o['p80']:+.2f})" if o else "-"
+        print(f"{row['case'][:44]:44} {cells} {over:>14}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
