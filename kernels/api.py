@@ -41,18 +41,20 @@ def _running() -> Target:
 
 
 def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
-    # Fast path for valid input; anything unusual falls through to the checks that explain the problem.
-    if type(a) is torch.Tensor and type(b) is torch.Tensor and a.dtype is b.dtype:
-        sa, sb = a.shape, b.shape
-        dtype = _DTYPE_NAMES.get(a.dtype)
-        same_device = (a.is_cuda and b.is_cuda and a.get_device() == b.get_device()) or (
-            a.is_cpu and b.is_cpu
-        )
-        if len(sa) == 2 and len(sb) == 2 and dtype is not None and same_device:
-            M, K = sa
-            N, kb = (sb[0], sb[1]) if b_layout == "nk" else (sb[1], sb[0])
-            if kb == K and M and N and K and b_layout in _LAYOUTS:
-                return M, N, K, dtype
+    # Fast path for valid input (every attribute read costs host time); anything unusual falls through to
+    # the checks that explain the problem.
+    if type(a) is torch.Tensor and type(b) is torch.Tensor:
+        dt = a.dtype
+        dtype = _DTYPE_NAMES.get(dt)
+        if dtype is not None and b.dtype is dt:
+            sa, sb = a.shape, b.shape
+            if len(sa) == 2 and len(sb) == 2:
+                M, K = sa
+                N, kb = sb if b_layout == "nk" else (sb[1], sb[0])
+                if kb == K and M and N and K and b_layout in _LAYOUTS:
+                    device = a.get_device()  # -1 on the CPU (and meta: told apart below)
+                    if device == b.get_device() and (device >= 0 or (a.is_cpu and b.is_cpu)):
+                        return M, N, K, dtype
     return _explain(a, b, b_layout)
 
 
