@@ -86,11 +86,34 @@ def _explain(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
 
 
 def launch_config(
-    config: Config, a: torch.Tensor, b: torch.Tensor, b_layout: str = "nk", target: Target | None = None
+    config: Config,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    b_layout: str = "nk",
+    target: Target | None = None,
+    *,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Runs one explicit config (no lookup) and returns C. Validates the inputs like `gemm`."""
     M, N, K, _ = _check(a, b, b_layout)
-    return _launch(config, a, b, M, N, K, b_layout, target or _running())
+    if out is not None:
+        _check_out(out, a, M, N)
+    return _launch(config, a, b, M, N, K, b_layout, target or _running(), out)
+
+
+def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
+    if type(out) is torch.Tensor and out.dtype is a.dtype:
+        so = out.shape
+        if len(so) == 2 and so[0] == M and so[1] == N:
+            device = out.get_device()
+            if device == a.get_device() and (device >= 0 or out.is_cpu == a.is_cpu):
+                return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    raise ValueError(
+        f"out must be a ({M}, {N}) {a.dtype} tensor on {a.device} (the shape and dtype of C), got "
+        f"{tuple(out.shape)} {out.dtype} on {out.device}"
+    )
 
 
 # A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace);
@@ -125,29 +148,43 @@ def _plan(config: Config, target: Target) -> _Plan:
 
 
 def _launch(
-    config: Config, a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, target: Target
+    config: Config,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    M: int,
+    N: int,
+    K: int,
+    b_layout: str,
+    target: Target,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     kind, run, split_k = _plans.get(config) or _plan(config, target)
     if kind == 0:  # the very call the tuner timed (F.linear can pick another cuBLAS path)
-        return torch.mm(a, b.t() if b_layout == "nk" else b)
+        bt = b.t() if b_layout == "nk" else b
+        return torch.mm(a, bt) if out is None else torch.mm(a, bt, out=out)
     assert run is not None
+    c = a.new_empty((M, N)) if out is None else out
+    workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
     if kind == 2:
         if not a.is_contiguous() or a.data_ptr() % 16:  # descriptors need dense, 16-byte aligned rows
             a = a.contiguous() if not a.is_contiguous() else a.clone()
         if not b.is_contiguous() or b.data_ptr() % 16:
             b = b.contiguous() if not b.is_contiguous() else b.clone()
-        out = a.new_empty((M, N))
-        workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
-        run(a, b, out, b_layout == "kn", M, N, K, workspace)
-        return out
-    out = a.new_empty((M, N))
-    workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
-    sb = b.stride()
-    if b_layout == "nk":
-        run(a, b, out, sb[1], sb[0], M, N, K, workspace)
+        if c is out and (not c.is_contiguous() or c.data_ptr() % 16):
+            c = a.new_empty((M, N))  # the kernel stores through a descriptor too; copied into out below
+        run(a, b, c, b_layout == "kn", M, N, K, workspace)
     else:
-        run(a, b, out, sb[0], sb[1], M, N, K, workspace)
-    return out
+        if workspace is not None and c is out and not c.is_contiguous():
+            c = a.new_empty((M, N))  # the reduce kernel writes a dense C; copied into out below
+        sb = b.stride()
+        if b_layout == "nk":
+            run(a, b, c, sb[1], sb[0], M, N, K, workspace)
+        else:
+            run(a, b, c, sb[0], sb[1], M, N, K, workspace)
+    if out is not None and c is not out:
+        out.copy_(c)
+        return out
+    return c
 
 
 def _default(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:
@@ -161,18 +198,24 @@ def _default(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) 
     return config
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk") -> torch.Tensor:
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk", out: torch.Tensor | None = None
+) -> torch.Tensor:
     """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
 
     A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
-    from the loaded tuned table, else the heuristic default.
+    from the loaded tuned table, else the heuristic default. `out`, an (M, N) tensor of A's dtype on A's
+    device (any strides), receives C and is returned: a caller that keeps its buffers saves the
+    allocation's host time. It must not overlap A or B.
     """
     M, N, K, dtype = _check(a, b, b_layout)
+    if out is not None:
+        _check_out(out, a, M, N)
     target = _target[0] if _target else _running()
     config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
     if config is None:
         config = _default(M, N, K, dtype, b_layout, target)
-    return _launch(config, a, b, M, N, K, b_layout, target)
+    return _launch(config, a, b, M, N, K, b_layout, target, out)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -355,6 +355,69 @@ def test_launch_config_runs_that_config(launched: list[Config], monkeypatch: pyt
     assert_close_to(c, a.float() @ b.float(), 2e-3)
 
 
+OUT_CONFIGS = {
+    "triton": tcfg(),
+    "triton-split": tcfg(split_k=2),
+    "tma": Config(
+        backend="triton_tma",
+        BLOCK_M=16,
+        BLOCK_N=16,
+        BLOCK_K=16,
+        GROUP_M=1,
+        SPLIT_K=1,
+        PERSISTENT=0,
+        TAIL_SPLIT=0,
+        num_warps=4,
+        num_stages=1,
+    ),
+    "torch": Config(backend="torch"),
+}
+
+
+@pytest.mark.parametrize("name", list(OUT_CONFIGS))
+@pytest.mark.parametrize("strided", [False, True])
+def test_out_receives_c_for_every_backend(
+    fresh_dispatch: Path, monkeypatch: pytest.MonkeyPatch, target: Target, name: str, strided: bool
+) -> None:
+    """`out=` gets the very bits a fresh C would, also where out is a transposed view (the TMA kernel
+    then writes a temporary and copies it)."""
+    config = OUT_CONFIGS[name]
+    a, b = rand(20, 32, seed=30), rand(24, 32, seed=31)
+    want = launch_config(config, a, b)
+    out = (
+        torch.full((24, 20), float("nan"), dtype=torch.bfloat16).t()
+        if strided
+        else torch.full((20, 24), float("nan"), dtype=torch.bfloat16)
+    )
+    assert launch_config(config, a, b, out=out) is out
+    assert torch.equal(out, want)
+    table = Table.from_winners(target, [(Problem.gemm(20, 24, 32, "bf16", "nk"), config, 1.0)])
+    monkeypatch.setattr(dispatcher_mod, "_default", Dispatcher([table], device_key=target.device_key()))
+    out.fill_(float("nan"))
+    assert gemm(a, b, out=out) is out
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize(
+    "out, exc, match",
+    [
+        ([[0.0]], TypeError, "out must be a torch.Tensor"),
+        (rand(4, 9), ValueError, r"out must be a \(4, 8\) torch.bfloat16 tensor on cpu"),
+        (rand(4, 8).half(), ValueError, "got .* torch.float16"),
+        (rand(4, 8).to("meta"), ValueError, "on meta"),
+        (rand(32), ValueError, r"got \(32,\)"),
+    ],
+    ids=["list", "shape", "dtype", "device", "1d"],
+)
+def test_gemm_rejects_a_bad_out(fresh_dispatch: Path, out: Any, exc: type[Exception], match: str) -> None:
+    a, b = rand(4, 16), rand(8, 16)
+    with pytest.raises(exc, match=match):
+        gemm(a, b, out=out)
+    with pytest.raises(exc, match=match):
+        launch_config(tcfg(), a, b, out=out)
+    assert not fresh_dispatch.exists()  # rejected before any lookup
+
+
 def test_linear_3d_with_bias(fresh_dispatch: Path) -> None:
     x = rand(2, 3, 40, seed=14)
     w = rand(24, 40, seed=15)
