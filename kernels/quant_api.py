@@ -2,7 +2,8 @@
 
 Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket), else uses
 the op's heuristic default, and launches that config. Inputs are checked on every call (one ValueError
-before any launch); the launch is built per call, so this costs more host time than `gemm` does.
+before any launch); the launch is prepared per call (its launcher is cached per config), so this costs
+more host time than `gemm` does.
 """
 
 from __future__ import annotations

@@ -269,6 +269,36 @@ def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -
     assert jit_runs["fast"] < fast_launches and jit_runs["plain"] >= fast_launches // 2
 
 
+@pytest.mark.parametrize(
+    "knobs",
+    [
+        dict(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, SPLIT_K=4),  # the reduce kernel
+        dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=1, PERSISTENT=0),
+        dict(backend="torch"),
+    ],
+)
+def test_out_gets_the_bits_of_a_fresh_c_on_gpu(target, knobs) -> None:
+    """`gemm(..., out=)` into a dense and into a transposed buffer (through a temporary where the kernel
+    needs a dense C) equals the C the call would have allocated."""
+    from autotune.kernels import launch_config
+    from autotune.kernels.gemm_space import has_tma
+
+    if knobs["backend"] == "triton_tma" and not has_tma(target):
+        pytest.skip("no tensor-memory accelerator on this GPU")
+    config = Config(**({"GROUP_M": 8, "num_warps": 4, "num_stages": 3} if knobs["backend"] != "torch" else {})
+                    | knobs)  # fmt: skip
+    torch.manual_seed(5)
+    a = torch.randn(200, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1280, 4096, device="cuda", dtype=torch.bfloat16)
+    want = launch_config(config, a, b)
+    for out in (torch.empty(200, 1280, device="cuda", dtype=torch.bfloat16),
+                torch.empty(1280, 200, device="cuda", dtype=torch.bfloat16).t()):  # fmt: skip
+        out.fill_(float("nan"))
+        assert launch_config(config, a, b, out=out) is out
+        torch.cuda.synchronize()
+        assert torch.equal(out, want), (config.short(), out.stride())
+
+
 def _cached_kernels(cache_dir) -> set[str]:
     return {p.parent.name for p in cache_dir.rglob("gemm_kernel.json")}
 
