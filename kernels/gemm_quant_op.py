@@ -18,6 +18,7 @@ Bad inputs raise ValueError (TypeError for a non-tensor) before anything is laun
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -303,7 +304,8 @@ class QuantGemmOp:
 
             kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
             summer = Recorder(gemm_fp8_sum_kernel, calls)
-        key = (kernel, config, target.is_amd, target.cu_count, *constexprs.items())
+        pinned_launch = os.environ.get("AUTOTUNE_PINNED_LAUNCH", "1")  # read per call, as `pinned` does
+        key = (kernel, config, target.is_amd, target.cu_count, pinned_launch, *constexprs.items())
         run = _launchers.get(key) if calls is None else None
         if run is None:
             run = quant_launcher(
