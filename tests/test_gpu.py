@@ -88,7 +88,7 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < 1e-2
 
 
-@pytest.mark.parametrize("split_k, persistent", [(1, 0), (1, 1), (2, 0), (4, 1)])
+@pytest.mark.parametrize("split_k, persistent", [(1, 0), (1, 1), (2, 0), (3, 0), (4, 1)])
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_tma_backend_on_gpu(target, split_k: int, persistent: int, layout: str) -> None:
     from autotune.kernels.gemm_space import has_tma

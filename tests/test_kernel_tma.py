@@ -25,7 +25,7 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("persistent", [0, 1])
-@pytest.mark.parametrize("split_k", [1, 2])
+@pytest.mark.parametrize("split_k", [1, 2, 3])
 def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, split_k: int) -> None:
     # 40 x 48 with 16 x 16 tiles: 9 tiles over 4 "CUs" so the persistent loop takes several turns
     problem = Problem.gemm(40, 48, 72, dtype, layout)
