@@ -87,8 +87,9 @@ def main() -> int:
     print(f"copy bandwidth {bandwidth / 1e9:.0f} GB/s")
     print(f"{'model':22s} {'M':>5s} {'config':8s} {'total µs':>9s} {'floor µs':>9s} {'top kernel':40s}")
     for r in rows:
-        top = max(r["stages"].items(), key=lambda kv: kv[1])
-        print(f"{r['model']:22s} {r['M']:5d} {r['config']:8s} {sum(r['stages'].values()):9.1f} "
+        per_kernel: dict[str, float] = r["stages"]  # type: ignore[assignment]
+        top = max(per_kernel.items(), key=lambda kv: kv[1])
+        print(f"{r['model']:22s} {r['M']:5d} {r['config']:8s} {sum(per_kernel.values()):9.1f} "
               f"{r['floor_us']:9.1f} {top[0][:32]:32s} {top[1]:7.1f}")  # fmt: skip
     return 0
 
