@@ -319,29 +319,41 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     return _pointer_default(problem, target)
 
 
+def wave_fill(tiles: int, cus: int) -> float:
+    """The busy share of `cus` CUs over the waves that `tiles` equal tiles take: 1.0 for whole waves."""
+    return tiles / (_cdiv(tiles, cus) * cus)
+
+
 def _tma_default(problem: Problem, target: Target) -> Config | None:
-    # 128 x 256 tiles with 8 warps where they still fill the GPU, the last wave's tiles split along K where
-    # it is at most half full (on the H100: 1.11x and 1.30x over whole tiles on the two such shapes of
-    # benchmarks/tail_split.py); 128 x 128 with 4 warps otherwise, and split-K where even those underfill it.
-    big = problem.N >= 256 and _cdiv(problem.M, 128) * _cdiv(problem.N, 256) >= target.cu_count
+    # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22), checked on other layers
+    # by benchmarks/gemm_defaults.py: 128 x 256 tiles on 8 warps where their waves fill the SMs at least as
+    # well as 128 x 128 tiles' would, else 128 x 128 on 4 warps with 5 stages (split along K where even
+    # those underfill the SMs); the last wave's tiles split along K where it is at most half full.
+    cus = target.cu_count
+    rows = _cdiv(problem.M, 128)
+    wide, square = rows * _cdiv(problem.N, 256), rows * _cdiv(problem.N, 128)
+    big = problem.N >= 256 and wave_fill(wide, cus) >= wave_fill(square, cus) - 0.01
     bm, bn, bk = 128, 256 if big else 128, 64
     split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
-    items = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
-    tail_split = big and tail_split_schedule(items, _cdiv(problem.K, bk), target.cu_count)[2] > 1
-    config = Config(
-        backend="triton_tma",
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1,
-        SPLIT_K=split_k,
-        PERSISTENT=1 if items > target.cu_count else 0,
-        TAIL_SPLIT=int(tail_split),
-        num_warps=8 if big else 4,
-        num_stages=3 if big else 4,
-    )
+    items = (wide if big else square) * split_k
+    tail_split = split_k == 1 and tail_split_schedule(items, _cdiv(problem.K, bk), cus)[2] > 1
     sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
-    return config if sub.check(config) is None else None
+    for stages in (3,) if big else (5, 4):
+        config = Config(
+            backend="triton_tma",
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            GROUP_M=8 if rows > 1 else 1,
+            SPLIT_K=split_k,
+            PERSISTENT=1 if items > cus or tail_split else 0,
+            TAIL_SPLIT=int(tail_split),
+            num_warps=8 if big else 4,
+            num_stages=stages,
+        )
+        if sub.check(config) is None:
+            return config
+    return None
 
 
 def _pointer_default(problem: Problem, target: Target) -> Config:

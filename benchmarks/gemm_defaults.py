@@ -1,0 +1,122 @@
+"""The dense GEMM's heuristic default against the rule it replaced (GPU), on layers it was not fitted to.
+
+From M = 128 up on Hopper the default is a TMA-kernel config. Its tile rule was read off the tuned winners
+of `benchmarks/gemm.py`'s shapes (Llama-3.1-8B QKV and down, Llama-3.1-70B TP8 QKV and gate/up). This
+script checks it out of sample: other linear layers of real models, each timed side by side with the
+previous rule's config and the vendor library by one Benchmarker, interleaved rounds, every config gated
+on correctness first.
+
+    python benchmarks/gemm_defaults.py --out results/
+
+Prints a short table last; details go to OUT/gemm_defaults.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker, interleaved_medians
+from autotune.kernels import GEMM
+from autotune.kernels.gemm_space import tail_split_schedule
+from autotune.target import Target, local_target
+
+# (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
+LAYERS = [
+    ("llama-3.1-8b", "gate_up", 28672, 4096),
+    ("llama-3.1-8b", "o_proj", 4096, 4096),
+    ("llama-3.1-70b tp8", "down", 8192, 3584),
+    ("llama-3.1-70b tp8", "o_proj", 8192, 1024),
+    ("qwen2.5-7b", "qkv", 4608, 3584),
+    ("qwen2.5-7b", "gate_up", 37888, 3584),
+    ("deepseek-v3 tp8", "dense gate_up", 4608, 7168),
+    ("deepseek-v3 tp8", "dense down", 7168, 2304),
+]
+MS = [256, 1024, 4096]
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def previous_default(problem: Problem, target: Target) -> Config:
+    """The rule the TMA default had before: 128 x 256 tiles on 8 warps (3 stages) where they alone make at
+    least one whole wave, with the split tail where the last wave is at most half full; 128 x 128 on 4
+    warps (4 stages) otherwise, split along K (1, 2 or 4 slices) where even those underfill the SMs."""
+    cus = target.cu_count
+    big = problem.N >= 256 and _cdiv(problem.M, 128) * _cdiv(problem.N, 256) >= cus
+    bm, bn, bk = 128, 256 if big else 128, 64
+    split_k = 1
+    if not big:
+        tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+        for sk in (1, 2, 4):
+            if tiles * sk <= cus and problem.K // sk >= 2 * bk:
+                split_k = sk
+    items = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
+    tail_split = big and tail_split_schedule(items, _cdiv(problem.K, bk), cus)[2] > 1
+    return Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                  GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1, SPLIT_K=split_k,
+                  PERSISTENT=1 if items > cus else 0, TAIL_SPLIT=int(tail_split),
+                  num_warps=8 if big else 4, num_stages=3 if big else 4)  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, help="folder for gemm_defaults.json")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    args = ap.parse_args()
+    target = local_target()
+    if target.interpreter or not target.is_nvidia:
+        print("benchmarks/gemm_defaults.py needs an NVIDIA Hopper GPU (the TMA default)", file=sys.stderr)
+        return 2
+    bench = Benchmarker(GEMM, target)
+    rows: list[dict[str, Any]] = []
+    for model, layer, n, k in LAYERS:
+        for m in MS:
+            problem = Problem.gemm(m, n, k, "bf16")
+            current = GEMM.default_config(problem, target)
+            previous = previous_default(problem, target)
+            variants = {"vendor": Config(backend="torch"), "current": current}
+            if previous != current:
+                variants["previous"] = previous
+            res = interleaved_medians(bench, problem, variants, args.rounds)
+            row = dict(model=model, layer=layer, M=m, N=n, K=k)
+            row |= {f"{name}_config": c.short() for name, c in variants.items()}
+            row |= {f"{name}_us": t for name, (t, _) in res.items()}
+            row["status"] = {name: s for name, (_, s) in res.items()}
+            if previous == current:
+                row["previous_us"], row["previous_config"] = row["current_us"], row["current_config"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), rows=rows)
+        (args.out / "gemm_defaults.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{target.name} {target.toolchain}")
+    head = f"{'layer':34s} {'M':>5s} {'vendor':>8s} {'previous':>9s} {'current':>8s} {'speed-up':>8s}"
+    print(head + "  configs")
+    ratios = []
+    for r in rows:
+        prev, cur, ven = r["previous_us"], r["current_us"], r["vendor_us"]
+        same = r["previous_config"] == r["current_config"]
+        if not same and math.isfinite(prev) and math.isfinite(cur):
+            ratios.append(prev / cur)
+        what = "same config" if same else f"{r['previous_config']} -> {r['current_config']}"
+        print(
+            f"{r['model'] + ' ' + r['layer']:34s} {r['M']:5d} {ven:8.1f} {prev:9.1f} {cur:8.1f} "
+            f"{prev / cur:8.3f}  {what}"
+        )
+    if ratios:
+        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        print(f"geomean over the {len(ratios)} problems where the configs differ: {geo:.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
