@@ -319,20 +319,21 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     return _pointer_default(problem, target)
 
 
-def wave_fill(tiles: int, cus: int) -> float:
-    """The busy share of `cus` CUs over the waves that `tiles` equal tiles take: 1.0 for whole waves."""
-    return tiles / (_cdiv(tiles, cus) * cus)
+#: The time of a 128 x 256 tile of the TMA kernel over that of a 128 x 128 tile (twice the work), as the
+#: default's tile rule assumes: fitted to which tile won on 24 H100 problems (between 5/3 and 9/5).
+WIDE_TILE_COST = 1.75
 
 
 def _tma_default(problem: Problem, target: Target) -> Config | None:
-    # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22), checked on other layers
-    # by benchmarks/gemm_defaults.py: 128 x 256 tiles on 8 warps where their waves fill the SMs at least as
-    # well as 128 x 128 tiles' would, else 128 x 128 on 4 warps with 5 stages (split along K where even
-    # those underfill the SMs); the last wave's tiles split along K where it is at most half full.
+    # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
+    # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
+    # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
+    # 128 x 128 on 4 warps with 5 stages (split along K where even those underfill the SMs); the last
+    # wave's tiles split along K where it is at most half full.
     cus = target.cu_count
     rows = _cdiv(problem.M, 128)
     wide, square = rows * _cdiv(problem.N, 256), rows * _cdiv(problem.N, 128)
-    big = problem.N >= 256 and wave_fill(wide, cus) >= wave_fill(square, cus) - 0.01
+    big = problem.N >= 256 and WIDE_TILE_COST * _cdiv(wide, cus) <= _cdiv(square, cus)
     bm, bn, bk = 128, 256 if big else 128, 64
     split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
     items = (wide if big else square) * split_k

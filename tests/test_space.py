@@ -118,3 +118,23 @@ def test_split_modes_exclude_each_other_with_reasons() -> None:
     big = base.replace(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=1)
     got = GEMM.space(prefill, target).check(big)
     assert got is not None and got.startswith("stream_k_needless"), got
+
+
+@pytest.mark.parametrize(
+    "mnk, tile, stages",
+    [
+        ((1024, 4096, 14336), (128, 256), 3),  # 128 wide tiles: one wave; 256 square ones: two
+        ((1024, 6144, 4096), (128, 128), 5),  # 192 wide tiles: two waves (3.5); 384 square: three
+        ((4096, 28672, 4096), (128, 256), 3),  # many waves either way: wide
+        ((256, 7168, 8192), (128, 128), 5),  # 56 wide tiles underfill the SMs as much as 112 square
+    ],
+)
+def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) -> None:
+    from autotune.kernels.gemm_space import WIDE_TILE_COST
+
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(*mnk)
+    config = gemm_default_config(problem, target)
+    assert config.backend == "triton_tma" and (config["BLOCK_M"], config["BLOCK_N"]) == tile
+    assert config["num_stages"] == stages and config in GEMM.space(problem, target)
+    assert 5 / 3 < WIDE_TILE_COST <= 9 / 5  # the window the H100 measurements allow (BENCHMARKS.md)
