@@ -8,7 +8,9 @@ the compiled kernel's launcher directly, as Triton's own `run` does after its ca
 The launch key is stricter than Triton's specialization, so that two calls with one key always run the
 same binary: integers by value, tensors by dtype, 16-byte alignment of the data pointer and (on ROCm,
 where buffer loads specialize on it) whether the storage fits in 2 GiB; tensor descriptors by all their
-fields, with their base tensor keyed like a tensor; and the current device. Launch hooks (profilers)
+fields, with their base tensor keyed like a tensor; and the current device. The shortcut is taken only
+where the installed Triton's `JITFunction.run` launches the way it does (`RUN_CALL`), so that a Triton
+that changes its launcher falls back to its own launch instead of a wrong one. Launch hooks (profilers)
 still see every launch. Anything else (an argument of a type not listed, the interpreter, a Recorder)
 takes Triton's ordinary launch every time. Triton's own settings (`TRITON_DEBUG` and the like) are read
 at a key's first launch. `AUTOTUNE_PINNED_LAUNCH=0` turns the shortcut off.
@@ -131,14 +133,33 @@ def _is_jit(fn: Any) -> bool:
     return isinstance(fn, JITFunction)
 
 
+#: The launch that Triton's `JITFunction.run` makes after its cache lookup, without whitespace: the
+#: shortcut makes the same call, so it is taken only where the installed Triton's `run` makes this one.
+RUN_CALL = (
+    "kernel.run(grid_0,grid_1,grid_2,stream,kernel.function,kernel.packed_metadata,launch_metadata,"
+    "knobs.runtime.launch_enter_hook,knobs.runtime.launch_exit_hook,*bound_args.values())"
+)
+_api: list[tuple[Any, Any] | None] = []
+
+
 def _launch_api() -> tuple[Any, Any] | None:
-    """(triton's runtime knobs, its active driver), or None where this Triton lacks the launch path."""
+    """(triton's runtime knobs, its active driver), or None where this Triton launches otherwise."""
+    if not _api:
+        _api.append(_find_launch_api())
+    return _api[0]
+
+
+def _find_launch_api() -> tuple[Any, Any] | None:
     try:
         from triton import knobs
         from triton.runtime.driver import driver
+        from triton.runtime.jit import JITFunction
 
         knobs.runtime.launch_enter_hook  # noqa: B018 (present from Triton 3.4 on)
-    except (ImportError, AttributeError):
+        source = inspect.getsource(JITFunction.run)
+    except (ImportError, AttributeError, OSError, TypeError):
+        return None
+    if RUN_CALL not in "".join(source.split()):
         return None
     return knobs, driver
 

@@ -236,3 +236,19 @@ def test_one_true_and_one_point_zero_are_three_keys() -> None:
     for value in (1, True, 1.0, 1):
         k[(1,)](*tensors(), value, 64, 8)
     assert len(jit.jit_calls) == 3
+
+
+def test_the_installed_triton_launches_the_way_the_shortcut_does() -> None:
+    """The shortcut repeats the call Triton's JITFunction.run makes after its cache lookup; where a Triton
+    release changes that call, this fails (and the shortcut switches itself off there)."""
+    pytest.importorskip("triton")
+    launch_mod._api.clear()
+    assert launch_mod._launch_api() is not None
+
+
+def test_a_triton_that_launches_otherwise_gets_no_shortcut(monkeypatch) -> None:
+    pytest.importorskip("triton")
+    monkeypatch.setattr(launch_mod, "RUN_CALL", "kernel.launch(grid)")
+    monkeypatch.setattr(launch_mod, "_api", [])
+    assert launch_mod._launch_api() is None
+    monkeypatch.setattr(launch_mod, "_api", [])
