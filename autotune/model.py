@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.config import Config
-from autotune.problem import DTYPE_BYTES, Problem
+from autotune.problem import DTYPE_BYTES, Problem, cdiv
 from autotune.static import StaticFeatures
 from autotune.target import Target
 
@@ -114,10 +114,6 @@ FALLBACK_FLOPS_PER_US = 2.0e3
 FALLBACK_LAUNCH_US = 50.0
 FALLBACK_PROGRAM_US = 20.0
 FALLBACK_ITER_US = 10.0
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _smax(*xs: float) -> float:
@@ -242,8 +238,8 @@ def _fallback_us(problem: Problem, config: Config) -> float:
         return FALLBACK_LAUNCH_US + problem.flops() / (10 * FALLBACK_FLOPS_PER_US)
     bm, bn, bk = (max(1, int(config.get(k, 32))) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     split_k = max(1, int(config.get("SPLIT_K", 1)))
-    programs = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
-    iters = _cdiv(problem.K, split_k * bk)
+    programs = cdiv(problem.M, bm) * cdiv(problem.N, bn) * split_k
+    iters = cdiv(problem.K, split_k * bk)
     padded_flops = 2.0 * programs * bm * bn * bk * iters
     launches = 2 if split_k > 1 else 1
     return (
@@ -356,10 +352,10 @@ def _reuse_window(t: _Tile, tiles_m: int, tiles_n: int, in_flight: int) -> tuple
     """Rows and columns of tiles the programs in flight cover (GROUP_M rows are walked column-wise)."""
     w = max(1, min(in_flight, tiles_m * tiles_n))
     if t.group_m > 1:
-        rows = min(tiles_m, max(min(t.group_m, tiles_m, w), _cdiv(w, tiles_n)))
+        rows = min(tiles_m, max(min(t.group_m, tiles_m, w), cdiv(w, tiles_n)))
     else:
-        rows = max(1, min(tiles_m, _cdiv(w, tiles_n)))
-    cols = min(tiles_n, _cdiv(w, rows))
+        rows = max(1, min(tiles_m, cdiv(w, tiles_n)))
+    cols = min(tiles_n, cdiv(w, rows))
     return float(rows), float(cols)
 
 
@@ -368,7 +364,7 @@ def _reduce_us(mn: int, split_k: int, out_elem: float, target: Target) -> float:
     (written back to HBM by the time it runs) and writes C. A small grid cannot draw the whole HBM."""
     vendor = _vendor(target)
     mem_bw = target.mem_gbps * 1e3
-    programs = _cdiv(mn, REDUCE_BLOCK)
+    programs = cdiv(mn, REDUCE_BLOCK)
     bytes_ = mn * (4.0 * split_k + out_elem)
     bw = min(mem_bw * MEMORY_EFF, min(programs, target.cu_count) * CU_DRAM_SHARE * mem_bw / target.cu_count)
     return LAUNCH_US + DRAM_LATENCY_US[vendor] + bytes_ / bw
@@ -384,20 +380,20 @@ def _tiled_us(problem: Problem, config: Config, target: Target, features: Static
     mem_bw = target.mem_gbps * 1e3  # bytes per µs
     l2_bw = L2_BW_FACTOR[vendor] * mem_bw
 
-    tiles_m, tiles_n = _cdiv(M, t.bm), _cdiv(N, t.bn)
+    tiles_m, tiles_n = cdiv(M, t.bm), cdiv(N, t.bn)
     tiles = tiles_m * tiles_n
     items = tiles * t.split_k  # one program each, or the work items of a persistent grid
-    k_iters = _cdiv(K, t.split_k * t.bk)
+    k_iters = cdiv(K, t.split_k * t.bk)
 
     resident, reg_penalty = _resident_blocks(t, elem, eo, target, features)
     if t.persistent:
         programs = min(items, cus)
-        per_cu = _cdiv(items, programs)  # items the busiest program walks
+        per_cu = cdiv(items, programs)  # items the busiest program walks
         concurrent = 1
     else:
-        per_cu = _cdiv(items, cus)  # programs the busiest CU runs
+        per_cu = cdiv(items, cus)  # programs the busiest CU runs
         concurrent = min(resident, per_cu)
-    waves = _cdiv(per_cu, concurrent)
+    waves = cdiv(per_cu, concurrent)
 
     # Memory traffic. L2-level: every program loads its A and B slices (rows past an edge wrap around
     # and hit in cache). HBM: A and B once, plus the re-reads that fall out of the reuse window of the

@@ -240,6 +240,11 @@ class Problem:
         return f"{self.op} M={self.M} N={self.N} K={self.K} {self.dtype_a} B:{self.layout}"
 
 
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) of two ints (host code; `triton.cdiv` costs microseconds a call in newer Tritons)."""
+    return -(-a // b)
+
+
 def next_pow2(x: int) -> int:
     """Smallest power of two ≥ x (1 for x ≤ 1)."""
     return 1 if x <= 1 else 1 << math.ceil(math.log2(x))

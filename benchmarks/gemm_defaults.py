@@ -27,6 +27,7 @@ from autotune import Config, Problem
 from autotune.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import tail_split_schedule
+from autotune.problem import cdiv
 from autotune.target import Target, local_target
 
 # (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
@@ -52,27 +53,23 @@ HELD_OUT = [
 MS = [256, 1024, 4096]
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def previous_default(problem: Problem, target: Target) -> Config:
     """The rule the TMA default had before: 128 x 256 tiles on 8 warps (3 stages) where they alone make at
     least one whole wave, with the split tail where the last wave is at most half full; 128 x 128 on 4
     warps (4 stages) otherwise, split along K (1, 2 or 4 slices) where even those underfill the SMs."""
     cus = target.cu_count
-    big = problem.N >= 256 and _cdiv(problem.M, 128) * _cdiv(problem.N, 256) >= cus
+    big = problem.N >= 256 and cdiv(problem.M, 128) * cdiv(problem.N, 256) >= cus
     bm, bn, bk = 128, 256 if big else 128, 64
     split_k = 1
     if not big:
-        tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+        tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
         for sk in (1, 2, 4):
             if tiles * sk <= cus and problem.K // sk >= 2 * bk:
                 split_k = sk
-    items = _cdiv(problem.M, bm) * _cdiv(problem.N, bn) * split_k
-    tail_split = big and tail_split_schedule(items, _cdiv(problem.K, bk), cus)[2] > 1
+    items = cdiv(problem.M, bm) * cdiv(problem.N, bn) * split_k
+    tail_split = big and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
     return Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                  GROUP_M=8 if _cdiv(problem.M, bm) > 1 else 1, SPLIT_K=split_k,
+                  GROUP_M=8 if cdiv(problem.M, bm) > 1 else 1, SPLIT_K=split_k,
                   PERSISTENT=1 if items > cus else 0, TAIL_SPLIT=int(tail_split),
                   num_warps=8 if big else 4, num_stages=3 if big else 4)  # fmt: skip
 

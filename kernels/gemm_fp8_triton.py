@@ -39,7 +39,8 @@ from autotune.kernels.gemm_triton import (
     summed_launch,
     tile_rows_cols,
 )
-from autotune.kernels.launch import cdiv, pinned
+from autotune.kernels.launch import pinned
+from autotune.problem import cdiv
 
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
 

@@ -28,7 +28,7 @@ from autotune.codehash import code_hash
 from autotune.config import Config
 from autotune.kernels.base import Inputs, KernelCall, Launch, Recorder
 from autotune.kernels.gemm_quant_space import mx_native, quant_backends, quant_default_config, quant_space
-from autotune.problem import QUANT_OPS, Problem
+from autotune.problem import QUANT_OPS, Problem, cdiv
 from autotune.space import SearchSpace
 from autotune.target import Target
 
@@ -59,10 +59,6 @@ def _arch(target: Target) -> str:
     return "interpreter" if target.interpreter else target.arch
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def _expected(problem: Problem, arch: str) -> list[tuple[str, tuple[tuple[int, ...], ...], Any]]:
     """(name, allowed shapes, dtype) of a, b, a_scale and b_scale; dtype None for a_scale: must be None."""
     import torch
@@ -76,7 +72,7 @@ def _expected(problem: Problem, arch: str) -> list[tuple[str, tuple[tuple[int, .
             sa: tuple[tuple[int, ...], ...] = ((M, 1), (1, 1))
             sb: tuple[tuple[int, ...], ...] = ((N, 1), (1, 1))
         else:
-            sa, sb = ((M, K // _FP8_BLOCK),), ((_cdiv(N, _FP8_BLOCK), K // _FP8_BLOCK),)
+            sa, sb = ((M, K // _FP8_BLOCK),), ((cdiv(N, _FP8_BLOCK), K // _FP8_BLOCK),)
         return [("a", ((M, K),), fp8), ("b", ((N, K),), fp8), ("a_scale", sa, torch.float32),
                 ("b_scale", sb, torch.float32)]  # fmt: skip
     a_fmt, b_fmt = _MX[op]

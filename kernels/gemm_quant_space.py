@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from autotune.config import Config, Value
-from autotune.kernels.gemm_space import _cdiv, _pick_split_k, fit_to_space, knob_values
 from autotune.kernels.gemm_space import _constraints as _dense_constraints
-from autotune.problem import QUANT_OPS, Problem, next_pow2
+from autotune.kernels.gemm_space import _pick_split_k, fit_to_space, knob_values
+from autotune.problem import QUANT_OPS, Problem, cdiv, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
@@ -107,7 +107,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
     bk = max(ks[0], min(bk, next_pow2(problem.K)))
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
-    values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
+    values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     if "STREAM_K" in params:
         values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
@@ -115,7 +115,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
-        tiles = _cdiv(M, bm) * _cdiv(N, bn)
+        tiles = cdiv(M, bm) * cdiv(N, bn)
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2 if problem.op.startswith("gemm_fp8") else 1

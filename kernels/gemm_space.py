@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from autotune.config import Config, Value
-from autotune.problem import DTYPE_BYTES, Problem, next_pow2
+from autotune.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
@@ -21,10 +21,6 @@ __all__ = [
 ]
 
 _MIN_TILE = 16  # tl.dot needs every dimension >= 16
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def triton_params(target: Target) -> dict[str, Sequence[Value]]:
@@ -143,7 +139,7 @@ def has_tma(target: Target) -> bool:
 
 def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:
     """The C tiles of `problem` in `c`'s BLOCK_M x BLOCK_N tiles."""
-    return _cdiv(problem.M, int(c["BLOCK_M"])) * _cdiv(problem.N, int(c["BLOCK_N"]))
+    return cdiv(problem.M, int(c["BLOCK_M"])) * cdiv(problem.N, int(c["BLOCK_N"]))
 
 
 def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
@@ -157,7 +153,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         return _tile_count(problem, c)
 
     def tail_splits(c: Mapping[str, Value]) -> int:
-        return tail_split_schedule(tiles(c), _cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
+        return tail_split_schedule(tiles(c), cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
 
     def smem(c: Mapping[str, Value]) -> int:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
@@ -255,7 +251,7 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "group_m_redundant",
             f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
-            lambda c: int(c["GROUP_M"]) == 1 or _cdiv(M, int(c["BLOCK_M"])) > 1,
+            lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
         ),
         Constraint(
             "lds_overflow",
@@ -297,7 +293,7 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 def _pick_split_k(
     problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]
 ) -> int:
-    tiles = _cdiv(problem.M, bm) * _cdiv(problem.N, bn)
+    tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
     best = 1
     for sk in sorted(int(v) for v in choices):
         if tiles * sk <= target.cu_count and problem.K // sk >= 2 * bk:
@@ -331,13 +327,13 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
     # 128 x 128 on 4 warps with 5 stages (split along K where even those underfill the SMs); the last
     # wave's tiles split along K where it is at most half full.
     cus = target.cu_count
-    rows = _cdiv(problem.M, 128)
-    wide, square = rows * _cdiv(problem.N, 256), rows * _cdiv(problem.N, 128)
-    big = problem.N >= 256 and WIDE_TILE_COST * _cdiv(wide, cus) <= _cdiv(square, cus)
+    rows = cdiv(problem.M, 128)
+    wide, square = rows * cdiv(problem.N, 256), rows * cdiv(problem.N, 128)
+    big = problem.N >= 256 and WIDE_TILE_COST * cdiv(wide, cus) <= cdiv(square, cus)
     bm, bn, bk = 128, 256 if big else 128, 64
     split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
     items = (wide if big else square) * split_k
-    tail_split = split_k == 1 and tail_split_schedule(items, _cdiv(problem.K, bk), cus)[2] > 1
+    tail_split = split_k == 1 and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
     sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
     for stages in (3,) if big else (5, 4):
         config = Config(
@@ -374,14 +370,14 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
     bk = min(bk, max(_MIN_TILE, next_pow2(problem.K)))
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
-    values["GROUP_M"] = 8 if _cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
+    values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
     values["STREAM_K"] = 0
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
-        tiles = _cdiv(M, bm) * _cdiv(N, bn)
+        tiles = cdiv(M, bm) * cdiv(N, bn)
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2

@@ -23,8 +23,9 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import tail_split_schedule
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
-from autotune.kernels.launch import cdiv, pinned
+from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
+from autotune.problem import cdiv
 
 __all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
 

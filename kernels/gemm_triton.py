@@ -20,8 +20,9 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.launch import cdiv, pinned
+from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
+from autotune.problem import cdiv
 
 __all__ = [
     "AMD_LAUNCH_OPTIONS",

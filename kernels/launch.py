@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Pinned", "cdiv", "pinned"]
+__all__ = ["Pinned", "pinned"]
 
 _ENV = "AUTOTUNE_PINNED_LAUNCH"
 #: Launch keys kept per pinned kernel before its cache starts again (every distinct M is a key).
@@ -35,12 +35,6 @@ _HIP = torch.version.hip is not None
 _MAX_I32 = 2**31 - 1
 _DESC_FIELDS: dict[type, tuple[str, ...]] = {}
 _memo: dict[tuple[Any, ...], Pinned] = {}
-
-
-def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) of two ints, for host code: `triton.cdiv` is a constexpr function in newer Tritons and
-    costs microseconds a call."""
-    return -(-a // b)
 
 
 def pinned(fn: Any, **options: Any) -> Pinned:

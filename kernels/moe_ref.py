@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from autotune.problem import cdiv
+
 __all__ = [
     "FP8_BLOCK",
     "FP8_DTYPES",
@@ -32,10 +34,6 @@ FP8_BLOCK = (128, 128)
 #: FP8 weight dtypes: OCP e4m3 (NVIDIA, MI355X) and e4m3fnuz (MI300X).
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 _ACT_DTYPES = (torch.bfloat16, torch.float16)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 # -- routing ------------------------------------------------------------------------------------------
@@ -129,7 +127,7 @@ def _quantize_blocks(w: Tensor, block: tuple[int, int], fp8_dtype: torch.dtype) 
     if br < 1 or bc < 1:
         raise ValueError(f"block sizes must be >= 1, got {block}")
     *lead, R, C = w.shape
-    nr, nc = _cdiv(R, br), _cdiv(C, bc)
+    nr, nc = cdiv(R, br), cdiv(C, bc)
     if w.is_meta:  # shapes only (a compile-only recording): the contiguous layouts computed below
         meta = torch.empty(w.shape, dtype=fp8_dtype, device="meta")
         return meta, torch.empty((*lead, nr, nc), dtype=torch.float32, device="meta")
@@ -169,7 +167,7 @@ def dequantize_blockwise(q: Tensor, scale: Tensor, block: Sequence[int]) -> Tens
     """q (..., R, C) times its block scales (..., cdiv(R, br), cdiv(C, bc)), in fp32."""
     br, bc = int(block[0]), int(block[1])
     *lead, R, C = q.shape
-    want = (*lead, _cdiv(R, br), _cdiv(C, bc))
+    want = (*lead, cdiv(R, br), cdiv(C, bc))
     if tuple(scale.shape) != want:
         raise ValueError(f"scale shape {tuple(scale.shape)} does not fit q {tuple(q.shape)} with block "
                          f"{(br, bc)}: expected {want}")  # fmt: skip
@@ -252,7 +250,7 @@ def validate_moe_inputs(
     for name, scale, w in (("w1_scale", w1_scale, w1), ("w2_scale", w2_scale, w2)):
         if scale is None:
             raise ValueError(f"FP8 weights need {name}")
-        want = (E, _cdiv(w.shape[1], br), _cdiv(w.shape[2], bc))
+        want = (E, cdiv(w.shape[1], br), cdiv(w.shape[2], bc))
         if tuple(scale.shape) != want:
             raise ValueError(
                 f"{name} must have shape {want} for blocks {list(FP8_BLOCK)}, got {tuple(scale.shape)}"

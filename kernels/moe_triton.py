@@ -32,9 +32,10 @@ import triton.language as tl
 from autotune.config import Value
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts
-from autotune.kernels.launch import cdiv, pinned
+from autotune.kernels.launch import pinned
 from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
+from autotune.problem import cdiv
 
 __all__ = [
     "AMD_LAUNCH_OPTIONS",

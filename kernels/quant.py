@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from autotune.problem import cdiv
+
 __all__ = [
     "E2M1_MAX",
     "MX_BLOCK",
@@ -72,10 +74,6 @@ def device_arch(device: str | torch.device) -> str:
     return f"sm_{props.major}{props.minor}"
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 # -- FP8 with fp32 scales ---------------------------------------------------------------------------------
 
 
@@ -92,7 +90,7 @@ def quantize_fp8(x: Tensor, dtype: torch.dtype, block: tuple[int, int] = (1, 0))
     br, bk = block[0] or rows, block[1] or K
     if K % bk:
         raise ValueError(f"K={K} is not a multiple of the scale block {bk}")
-    nr, nk = _cdiv(rows, br), K // bk
+    nr, nk = cdiv(rows, br), K // bk
     xf = x.float()
     padded = torch.zeros(nr * br, K, device=x.device, dtype=torch.float32)
     padded[:rows] = xf
@@ -110,7 +108,7 @@ def dequantize_fp8(q: Tensor, scale: Tensor, block: tuple[int, int] = (1, 0)) ->
     br, bk = block[0] or rows, block[1] or K
     if scale.numel() == 1:
         br, bk = rows, K
-    if scale.shape != (_cdiv(rows, br), K // bk):
+    if scale.shape != (cdiv(rows, br), K // bk):
         raise ValueError(f"scales of shape {tuple(scale.shape)} do not fit {rows}x{K} in blocks {block}")
     full = scale.float().repeat_interleave(br, 0)[:rows].repeat_interleave(bk, 1)
     return q.float() * full

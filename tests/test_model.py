@@ -12,15 +12,12 @@ import pytest
 from autotune import Config, Problem, Target
 from autotune.kernels import get_op
 from autotune.model import MODEL_VERSION, predict_us, rank
+from autotune.problem import cdiv
 from autotune.static import StaticFeatures
 
 GPU_ARCHS = ("sm_90", "gfx942", "gfx950")
 DECODE = Problem.gemm(16, 4096, 4096)
 PREFILL = Problem.gemm(4096, 4096, 4096)
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _tile(target: Target, bm: int, bn: int, bk: int = 64, split_k: int = 1, **more: int) -> Config:
@@ -45,8 +42,8 @@ def _tile(target: Target, bm: int, bn: int, bk: int = 64, split_k: int = 1, **mo
 
 def _programs(problem: Problem, config: Config) -> int:
     return (
-        _cdiv(problem.M, int(config["BLOCK_M"]))
-        * _cdiv(problem.N, int(config["BLOCK_N"]))
+        cdiv(problem.M, int(config["BLOCK_M"]))
+        * cdiv(problem.N, int(config["BLOCK_N"]))
         * int(config.get("SPLIT_K", 1))
     )
 
