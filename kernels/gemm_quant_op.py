@@ -227,20 +227,23 @@ class QuantGemmOp:
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
-        from autotune.kernels.gemm_quant_vendor import aiter_launch, scaled_mm_launch
-
         self.check_problem(problem, target)
         check_inputs(problem, _arch(target), inputs)
         if tuple(out.shape) != (problem.M, problem.N) or out.dtype != _out_dtype(problem.dtype_out):
             raise ValueError(f"{self.name}: out must be ({problem.M}, {problem.N}) {problem.dtype_out}")
+        backend = config.backend
+        if backend == "triton":
+            return self._triton_launch(problem, config, target, inputs, out)
         a, b, sa, sb = inputs
-        if config.backend == "torch":
+        if backend == "torch":
+            from autotune.kernels.gemm_quant_vendor import scaled_mm_launch
+
             return scaled_mm_launch(problem, a, b, sa, sb, out)
-        if config.backend == "aiter":
+        if backend == "aiter":
+            from autotune.kernels.gemm_quant_vendor import aiter_launch
+
             return aiter_launch(problem, a, b, sa, sb, out)
-        if config.backend != "triton":
-            raise ValueError(f"unknown {self.name} backend {config.backend!r}")
-        return self._triton_launch(problem, config, target, inputs, out)
+        raise ValueError(f"unknown {self.name} backend {backend!r}")
 
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
@@ -268,50 +271,26 @@ class QuantGemmOp:
     ) -> Launch:
         import torch
 
-        from autotune.kernels.gemm_fp8_triton import quant_launcher
-        from autotune.kernels.gemm_triton import splitk_reduce_kernel
-
         a, b, sa, sb = inputs
-        constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
-        if self.name.startswith("gemm_fp8"):
-            from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, gemm_fp8_kernel
-
-            kernel: Any = gemm_fp8_kernel
-            blockwise = self.name == "gemm_fp8_blockwise"
-            constexprs.update(BLOCKWISE=blockwise, SCALE_BLOCK=FP8_SCALE_BLOCK)
-            strides: tuple[int, ...]
-            if blockwise:
-                strides = (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
-            else:  # per row, or 0: one scale for the whole tensor
-                strides = (sa.stride(0) if sa.numel() > 1 else 0, 0, sb.stride(0) if sb.numel() > 1 else 0, 0)
-        else:
-            from autotune.kernels.gemm_mx_triton import gemm_mx_kernel
-
-            kernel = gemm_mx_kernel
-            a_fmt, b_fmt = _MX[self.name]
-            native = mx_native(target) if self.native_mx is None else self.native_mx
-            constexprs.update(A_FMT=a_fmt, B_FMT=b_fmt, NATIVE=native)
-            strides = (sa.stride(0), sa.stride(1)) if sa is not None else (0, 0)
-            strides = (*strides, sb.stride(0), sb.stride(1))
-        reduce: Any = splitk_reduce_kernel
-        summer: Any = None
-        if calls is not None:
-            from autotune.kernels.gemm_fp8_triton import gemm_fp8_sum_kernel
-
-            kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
-            summer = Recorder(gemm_fp8_sum_kernel, calls)
-        pinned_launch = os.environ.get("AUTOTUNE_PINNED_LAUNCH", "1")  # read per call, as `pinned` does
-        key = (kernel, config, target.is_amd, target.cu_count, pinned_launch, *constexprs.items())
-        run = _launchers.get(key) if calls is None else None
-        if run is None:
-            run = quant_launcher(
-                kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
-                sum_kernel=summer, num_sms=target.cu_count,
-            )  # fmt: skip
-            if calls is None:
+        if calls is None:  # built once per (op, config, target): `gemm_quant` prepares a launch per call
+            pinned_launch = os.environ.get("AUTOTUNE_PINNED_LAUNCH", "1")  # read per call, as `pinned` does
+            key = (self.name, self.native_mx, config, target.arch, target.cu_count, pinned_launch)
+            run = _launchers.get(key)
+            if run is None:
+                run = self._launcher(config, target, None)
                 if len(_launchers) >= 1024:
                     _launchers.clear()
                 _launchers[key] = run
+        else:
+            run = self._launcher(config, target, calls)
+        strides: tuple[int, ...]
+        if self.name == "gemm_fp8_blockwise":
+            strides = (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
+        elif self.name == "gemm_fp8_rowwise":  # per row, or 0: one scale for the whole tensor
+            strides = (sa.stride(0) if sa.numel() > 1 else 0, 0, sb.stride(0) if sb.numel() > 1 else 0, 0)
+        else:
+            strides = (sa.stride(0), sa.stride(1)) if sa is not None else (0, 0)
+            strides = (*strides, sb.stride(0), sb.stride(1))
         split_k = int(config.get("SPLIT_K", 1))
         M, N, K = problem.M, problem.N, problem.K
         workspace = None
@@ -326,8 +305,38 @@ class QuantGemmOp:
 
         return launch
 
+    def _launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
+        """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given)."""
+        from autotune.kernels.gemm_fp8_triton import quant_launcher
+        from autotune.kernels.gemm_triton import splitk_reduce_kernel
 
-#: Launch functions by (kernel, config, target, constexprs): `gemm_quant` prepares a launch per call.
+        constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
+        if self.name.startswith("gemm_fp8"):
+            from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, gemm_fp8_kernel
+
+            kernel: Any = gemm_fp8_kernel
+            constexprs.update(BLOCKWISE=self.name == "gemm_fp8_blockwise", SCALE_BLOCK=FP8_SCALE_BLOCK)
+        else:
+            from autotune.kernels.gemm_mx_triton import gemm_mx_kernel
+
+            kernel = gemm_mx_kernel
+            a_fmt, b_fmt = _MX[self.name]
+            native = mx_native(target) if self.native_mx is None else self.native_mx
+            constexprs.update(A_FMT=a_fmt, B_FMT=b_fmt, NATIVE=native)
+        reduce: Any = splitk_reduce_kernel
+        summer: Any = None
+        if calls is not None:
+            from autotune.kernels.gemm_fp8_triton import gemm_fp8_sum_kernel
+
+            kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
+            summer = Recorder(gemm_fp8_sum_kernel, calls)
+        return quant_launcher(
+            kernel, config, is_amd=target.is_amd, constexprs=constexprs, reduce_kernel=reduce,
+            sum_kernel=summer, num_sms=target.cu_count,
+        )  # fmt: skip
+
+
+#: Launch functions by (op, config, target): `gemm_quant` prepares a launch per call.
 _launchers: dict[tuple[Any, ...], Any] = {}
 
 #: One op per quantized GEMM.

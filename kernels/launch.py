@@ -22,6 +22,7 @@ import inspect
 import os
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
+from operator import attrgetter
 from typing import Any
 
 import torch
@@ -33,7 +34,7 @@ _ENV = "AUTOTUNE_PINNED_LAUNCH"
 MAX_KEYS = 4096
 _HIP = torch.version.hip is not None
 _MAX_I32 = 2**31 - 1
-_DESC_FIELDS: dict[type, tuple[str, ...]] = {}
+_DESC_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 _memo: dict[tuple[Any, ...], Pinned] = {}
 
 
@@ -99,18 +100,20 @@ def _arg_key(x: Any) -> Any:
         return (t, x)
     if t is torch.Tensor:
         return _tensor_key(x)
-    names = _DESC_FIELDS.get(t)
-    if names is None and t.__name__ == "TensorDescriptor" and is_dataclass(x):  # Triton's host descriptor
-        names = _DESC_FIELDS[t] = tuple(f.name for f in fields(x))
-    if names is not None:
+    fields_of = _DESC_FIELDS.get(t)
+    if fields_of is None and t.__name__ == "TensorDescriptor" and is_dataclass(x):  # Triton's host descriptor
+        names = [f.name for f in fields(x)]
+        get = attrgetter(*names)
+        fields_of = _DESC_FIELDS[t] = get if len(names) > 1 else (lambda d: (get(d),))
+    if fields_of is not None:
         parts: list[Any] = [t]
-        for name in names:
-            v = getattr(x, name)
-            if type(v) is torch.Tensor:
+        for v in fields_of(x):  # one C call for all the fields
+            tv = type(v)
+            if tv is torch.Tensor:
                 parts.append(_tensor_key(v))
-            elif isinstance(v, (list, tuple)):  # torch.Size too
+            elif tv is list:
                 parts.append(tuple(v))
-            else:
+            else:  # torch.Size, tuples, strings, bools: hashable as they are
                 parts.append(v)
         return tuple(parts)
     raise _Uncacheable(t.__name__)

@@ -21,9 +21,26 @@ __all__ = ["gemm_quant"]
 
 _OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _defaults: dict[Problem, Config] = {}
+# The problem of each (op, M, N, K, dtypes, arch) seen: building one validates it, which costs host time.
+_problems: dict[tuple[Any, ...], Problem] = {}
 
 
 def _problem(op: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, target: Target) -> Problem:
+    if type(a) is torch.Tensor and type(b) is torch.Tensor and a.dim() == 2 and b.dim() == 2:
+        key = (op, a.shape[0], b.shape[0], b.shape[1], a.dtype, out_dtype, target.arch)
+        found = _problems.get(key)
+        if found is None:
+            found = _new_problem(op, a, b, out_dtype, target)
+            if len(_problems) >= 4096:
+                _problems.clear()
+            _problems[key] = found
+        return found
+    return _new_problem(op, a, b, out_dtype, target)
+
+
+def _new_problem(
+    op: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, target: Target
+) -> Problem:
     if op not in QUANT_OPS:
         raise ValueError(f"unknown quantized GEMM {op!r}; known: {', '.join(QUANT_OPS)}")
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
