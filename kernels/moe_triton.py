@@ -508,6 +508,8 @@ def fused_moe(
     s1 = w1_scale if w1_scale is not None else dummy
     s2 = w2_scale if w2_scale is not None else dummy
 
+    pinned_main, pinned_split = pinned(kernel, **opts), pinned(split_kernel, **opts)
+
     def gemm(
         a: torch.Tensor,
         a_scale: torch.Tensor,
@@ -526,9 +528,7 @@ def fused_moe(
         if parts > 1:
             slots = 2 if swiglu else 1
             scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
-        launch = (
-            pinned(kernel, **opts)[(tiles,)] if parts == 1 else pinned(split_kernel, **opts)[(tiles, parts)]
-        )
+        launch = pinned_main[(tiles,)] if parts == 1 else pinned_split[(tiles, parts)]
         launch(
             a,
             b,
