@@ -133,13 +133,22 @@ def gemm_tma_kernel(
             c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
+def tma_ready(t: torch.Tensor) -> torch.Tensor:
+    """`t`, or a dense copy where its rows are not dense and 16-byte aligned, as tensor descriptors need."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def tma_launcher(
     config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, ...] | None = None
 ) -> Callable[..., None]:
     """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`; descriptors are built per
-    call. `workspace` is an fp32 tensor of SPLIT_K·M·N elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT
-    keeps its own scratch per device and stream. `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel,
-    gemm_tma_tail_kernel), as in `gemm_triton.launcher`."""
+    call, from dense copies of inputs whose rows are not dense and 16-byte aligned, and through a dense
+    temporary C where `out` is not (copied into `out`). `workspace` is an fp32 tensor of SPLIT_K·M·N
+    elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT keeps its own scratch per device and stream.
+    `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel), as in
+    `gemm_triton.launcher`."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
@@ -190,9 +199,22 @@ def tma_launcher(
         K: int,
         workspace: torch.Tensor | None = None,
     ) -> None:
+        a, b = tma_ready(a), tma_ready(b)
+        # C goes through a descriptor too (or, split along K, through the reduce kernel's dense store)
+        c = out
+        if not out.is_contiguous() or (split_k == 1 and out.data_ptr() % 16):
+            c = torch.empty((M, N), device=out.device, dtype=out.dtype)
         if tail_split:
-            launch_tail_split(a, b, out, b_kn, M, N, K)
-            return
+            launch_tail_split(a, b, c, b_kn, M, N, K)
+        else:
+            launch_items(a, b, c, b_kn, M, N, K, workspace)
+        if c is not out:
+            out.copy_(c)
+
+    def launch_items(
+        a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int,
+        workspace: torch.Tensor | None,
+    ) -> None:  # fmt: skip
         items = cdiv(M, bm) * cdiv(N, bn) * split_k
         programs = min(items, num_sms) if persistent else items
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])

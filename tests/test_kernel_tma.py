@@ -205,3 +205,22 @@ def test_tail_split_space_constraints() -> None:
     ]
     assert not whole
     assert any(r.startswith("tail_split_needless") for c, r in even.pruned())
+
+
+def test_tma_launcher_copies_inputs_and_c_that_descriptors_cannot_take() -> None:
+    """A transposed A, a B 2 bytes past a 16-byte boundary and a transposed C: the launcher runs on dense
+    copies (and a dense C it copies back), giving the bits of the dense call."""
+    from autotune.kernels.gemm_tma import tma_launcher
+
+    config = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1,
+                    PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=1)  # fmt: skip
+    run = tma_launcher(config, num_sms=4, interpret=True)
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(32, 20, generator=gen).to(torch.bfloat16)  # K x M: A is its transpose
+    b = torch.randn(24 * 32 + 1, generator=gen).to(torch.bfloat16)[1:].view(24, 32)
+    assert not a.t().is_contiguous() and b.data_ptr() % 16
+    want = torch.empty(20, 24, dtype=torch.bfloat16)
+    run(a.t().contiguous(), b.clone(), want, False, 20, 24, 32)
+    out = torch.full((24, 20), float("nan"), dtype=torch.bfloat16).t()
+    run(a.t(), b, out, False, 20, 24, 32)
+    assert torch.equal(out, want) and not torch.isnan(want).any()
