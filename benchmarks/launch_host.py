@@ -38,9 +38,9 @@ from autotune.dispatch import dispatcher as dispatcher_module
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
 from autotune.kernels.gemm_tma import tma_launcher
 from autotune.kernels.gemm_triton import launcher
+from autotune.kernels.launch import PINNED_LAUNCH_ENV as ENV
 from autotune.target import local_target
 
-ENV = "AUTOTUNE_PINNED_LAUNCH"
 #: (problem, config, None) of every case: the table the dispatched calls read.
 WINNERS: list[tuple[Problem, Config, None]] = []
 

@@ -18,7 +18,6 @@ Bad inputs raise ValueError (TypeError for a non-tensor) before anything is laun
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -273,8 +272,9 @@ class QuantGemmOp:
 
         a, b, sa, sb = inputs
         if calls is None:  # built once per (op, config, target): `gemm_quant` prepares a launch per call
-            pinned_launch = os.environ.get("AUTOTUNE_PINNED_LAUNCH", "1")  # read per call, as `pinned` does
-            key = (self.name, self.native_mx, config, target.arch, target.cu_count, pinned_launch)
+            from autotune.kernels.launch import pinning
+
+            key = (self.name, self.native_mx, config, target.arch, target.cu_count, pinning())
             run = _launchers.get(key)
             if run is None:
                 run = self._launcher(config, target, None)

@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["Pinned", "pinned"]
+__all__ = ["PINNED_LAUNCH_ENV", "Pinned", "pinned", "pinning"]
 
-_ENV = "AUTOTUNE_PINNED_LAUNCH"
+#: The environment variable that turns the shortcut off ("0"); read at every `pinned` call.
+PINNED_LAUNCH_ENV = "AUTOTUNE_PINNED_LAUNCH"
 #: Launch keys kept per pinned kernel before its cache starts again (every distinct M is a key).
 MAX_KEYS = 4096
 _HIP = torch.version.hip is not None
@@ -38,12 +39,17 @@ _DESC_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 _memo: dict[tuple[Any, ...], Pinned] = {}
 
 
+def pinning() -> str:
+    """The current value of $AUTOTUNE_PINNED_LAUNCH ("1" when unset): part of every cache of launchers."""
+    return os.environ.get(PINNED_LAUNCH_ENV, "1")
+
+
 def pinned(fn: Any, **options: Any) -> Pinned:
     """`fn` with `options` (constexprs and compile options such as num_warps) bound, launched as
     `pinned(fn, **options)[grid](*args, **more)`; the result of every launch is that of
     `fn[grid](*args, **options, **more)`. One Pinned per (fn, options), so that launchers built per call
     share their compiled kernels."""
-    flag = os.environ.get(_ENV, "1")
+    flag = pinning()
     try:
         # in the order given (a call site gives them in one order); typed, so that True, 1 and 1.0 differ
         key = (fn, flag, *[(k, v, type(v)) for k, v in options.items()])
@@ -82,10 +88,7 @@ def _launch_key(device: int, args: tuple[Any, ...], more: dict[str, Any]) -> tup
         if t is int:
             add(x)
         elif t is torch.Tensor:
-            add(x.dtype)
-            add(x.data_ptr() % 16 == 0)
-            if _HIP:
-                add(x.untyped_storage().size() <= _MAX_I32)
+            key.extend(_tensor_key(x))
         else:
             add(_arg_key(x))
     for name, x in more.items():
@@ -169,7 +172,7 @@ class Pinned:
     def __init__(self, fn: Any, options: dict[str, Any], api: tuple[Any, Any] | None = None) -> None:
         self.fn, self.options = fn, options
         self._cache: dict[tuple[Any, ...], tuple[Any, tuple[Any, ...], tuple[tuple[int, str], ...]]] = {}
-        if api is None and _is_jit(fn) and os.environ.get(_ENV, "1") != "0":
+        if api is None and _is_jit(fn) and pinning() != "0":
             api = _launch_api()
         self._api = api
         if api is not None:
