@@ -16,6 +16,7 @@ __all__ = [
     "gemm_space",
     "has_tma",
     "tail_split_schedule",
+    "tile_parts",
     "tma_params",
     "triton_params",
 ]
@@ -126,6 +127,19 @@ def tail_split_schedule(tiles: int, iters: int, num_sms: int) -> tuple[int, int,
         return num_sms, tiles, 1
     splits = max(1, min(num_sms // rem, iters // MIN_SLICE_ITERS))
     return (num_sms if waves else rem * splits), waves * num_sms, splits
+
+
+def tile_parts(width: int, smallest: int = _MIN_TILE) -> tuple[int, int, int]:
+    """`width` as up to three powers of two, widest first, 0 for a part not there (96 -> (64, 32, 0)):
+    the column parts of a TMA kernel tile whose width is not a power of two. ValueError for a width that
+    needs more parts or a part under `smallest`."""
+    bits = [1 << b for b in range(max(width, 0).bit_length() - 1, -1, -1) if width >> b & 1]
+    if not bits or len(bits) > 3 or bits[-1] < smallest:
+        raise ValueError(
+            f"a TMA tile width must be the sum of at most 3 powers of two of at least {smallest}, got {width}"
+        )
+    first, second, third = [*bits, 0, 0][:3]
+    return first, second, third
 
 
 def has_tma(target: Target) -> bool:

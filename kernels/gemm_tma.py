@@ -7,7 +7,9 @@ is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item an
 through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `gemm_triton` sums in a
 fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
 partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
-`tail_split_schedule`). Imported lazily (it imports triton).
+`tail_split_schedule`). BLOCK_N need not be a power of two: a 96-wide tile runs as a 64- and a 32-wide part
+that share each A tile (`tile_parts`), so that the grid can come to as many tiles as the GPU has SMs,
+as the vendor library's tiles do. Imported lazily (it imports triton).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_space import tail_split_schedule
+from autotune.kernels.gemm_space import tail_split_schedule, tile_parts
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
 from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
@@ -40,6 +42,21 @@ def _tile_origin(
 
 
 @triton.jit
+def _dot_part(acc, a, b_desc, off_n, off_k, B_KN: tl.constexpr, DOT_F32: tl.constexpr):
+    """acc + a · (the B tile of `b_desc` at column off_n and K offset off_k)."""
+    if B_KN:
+        b = b_desc.load([off_k, off_n])
+    else:
+        b = b_desc.load([off_n, off_k]).T
+    # DOT_F32: interpreter only (its bf16 dot multiplies raw bits; bf16 products are exact in fp32)
+    if DOT_F32:
+        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
 def _tile_partial(
     a_desc, b_desc, off_m, off_n, k_lo, k_hi,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_KN: tl.constexpr,
@@ -49,17 +66,37 @@ def _tile_partial(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(k_lo, k_hi):
         off_k = kt * BLOCK_K
-        a = a_desc.load([off_m, off_k])
-        if B_KN:
-            b = b_desc.load([off_k, off_n])
-        else:
-            b = b_desc.load([off_n, off_k]).T
-        # DOT_F32: interpreter only (its bf16 dot multiplies raw bits; bf16 products are exact in fp32)
-        if DOT_F32:
-            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-        else:
-            acc = tl.dot(a, b, acc)
+        acc = _dot_part(acc, a_desc.load([off_m, off_k]), b_desc, off_n, off_k, B_KN, DOT_F32)
     return acc
+
+
+@triton.jit
+def _tile_parts(
+    a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_lo, k_hi,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BN2: tl.constexpr, BN3: tl.constexpr,
+    BLOCK_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
+):  # fmt: skip
+    """`_tile_partial` of a tile BLOCK_N + BN2 + BN3 wide, as up to three column parts (a width that is
+    not a power of two, which Triton's blocks must be) that share each A tile: (acc, acc2, acc3), where a
+    part of width 0 is absent and its accumulator a stand-in nobody stores."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if BN2 > 0:
+        acc2 = tl.zeros((BLOCK_M, BN2), dtype=tl.float32)
+    else:
+        acc2 = acc
+    if BN3 > 0:
+        acc3 = tl.zeros((BLOCK_M, BN3), dtype=tl.float32)
+    else:
+        acc3 = acc
+    for kt in range(k_lo, k_hi):
+        off_k = kt * BLOCK_K
+        a = a_desc.load([off_m, off_k])
+        acc = _dot_part(acc, a, b_desc, off_n, off_k, B_KN, DOT_F32)
+        if BN2 > 0:
+            acc2 = _dot_part(acc2, a, b2_desc, off_n + BLOCK_N, off_k, B_KN, DOT_F32)
+        if BN3 > 0:
+            acc3 = _dot_part(acc3, a, b3_desc, off_n + BLOCK_N + BN2, off_k, B_KN, DOT_F32)
+    return acc, acc2, acc3
 
 
 @triton.jit
@@ -110,11 +147,15 @@ def gemm_tma_kernel(
     M, N, K, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
+    BN2: tl.constexpr = 0, BN3: tl.constexpr = 0, b2_desc=None, b3_desc=None, c2_desc=None, c3_desc=None,
 ):  # fmt: skip
     """Work items pid, pid + NUM_PROGRAMS, ... (a C tile and a K slice) in grouped order; B is (N, K)
-    unless B_KN. With SPLIT_K > 1, c_desc describes the (SPLIT_K, M, N) fp32 workspace."""
+    unless B_KN. With SPLIT_K > 1, c_desc describes the (SPLIT_K, M, N) fp32 workspace. A tile is
+    BLOCK_N + BN2 + BN3 columns wide: parts 2 and 3 (when not 0 wide) load and store through their own
+    descriptors (b2_desc, c2_desc, ...), whose blocks are BN2 and BN3 wide."""
+    WIDTH: tl.constexpr = BLOCK_N + BN2 + BN3
     num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_n = tl.cdiv(N, WIDTH)
     k_tiles_all = tl.cdiv(K, BLOCK_K)
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
@@ -123,14 +164,34 @@ def gemm_tma_kernel(
         split = item // num_tiles
         k_first = split * k_per_split
         k_last = min(k_first + k_per_split, k_tiles_all)
-        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_partial(
-            a_desc, b_desc, off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
-        )
-        if SPLIT_K == 1:
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, WIDTH, GROUP_M)
+        if BN2 + BN3 == 0:
+            acc = _tile_partial(
+                a_desc, b_desc, off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
+            )
+            _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
         else:
-            c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
+            acc, acc2, acc3 = _tile_parts(
+                a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
+                BLOCK_M, BLOCK_N, BN2, BN3, BLOCK_K, B_KN, DOT_F32,
+            )  # fmt: skip
+            _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
+            if BN2 > 0:
+                _store_part(c2_desc, acc2, split, off_m, off_n + BLOCK_N, BLOCK_M, BN2, SPLIT_K)
+            if BN3 > 0:
+                _store_part(c3_desc, acc3, split, off_m, off_n + BLOCK_N + BN2, BLOCK_M, BN3, SPLIT_K)
+
+
+@triton.jit
+def _store_part(
+    c_desc, acc, split, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr
+):  # fmt: skip
+    """Stores one fp32 (BLOCK_M, BLOCK_N) part at (off_m, off_n): into C, or with SPLIT_K > 1 into slice
+    `split` of the fp32 workspace."""
+    if SPLIT_K == 1:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    else:
+        c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
 def tma_ready(t: torch.Tensor) -> torch.Tensor:
@@ -153,12 +214,15 @@ def tma_launcher(
 
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
 
-    bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    bm, width, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
+    bn, bn2, bn3 = tile_parts(width)
     persistent = bool(config.get("PERSISTENT", 0))
     split_k = int(config.get("SPLIT_K", 1))
     tail_split = int(config.get("TAIL_SPLIT", 0))
     if tail_split and split_k > 1:
         raise ValueError(f"TAIL_SPLIT and SPLIT_K > 1 exclude each other; config: {config.short()}")
+    if tail_split and bn2:
+        raise ValueError(f"TAIL_SPLIT needs a power-of-two BLOCK_N; config: {config.short()}")
     opts: dict[str, Any] = dict(
         BLOCK_M=bm,
         BLOCK_N=bn,
@@ -174,7 +238,8 @@ def tma_launcher(
         splitk_reduce_kernel,
         gemm_tma_tail_kernel,
     )
-    main = pinned(kernel, SPLIT_K=split_k, **opts)
+    parts = {"BN2": bn2, "BN3": bn3} if bn2 else {}
+    main = pinned(kernel, SPLIT_K=split_k, **{**opts, "BLOCK_N": bn}, **parts)
     tail = pinned(tail_kernel, **opts)
     reduce = pinned(reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
 
@@ -215,18 +280,40 @@ def tma_launcher(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int,
         workspace: torch.Tensor | None,
     ) -> None:  # fmt: skip
-        items = cdiv(M, bm) * cdiv(N, bn) * split_k
+        items = cdiv(M, bm) * cdiv(N, width) * split_k
         programs = min(items, num_sms) if persistent else items
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-        if split_k == 1:
-            c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
-        else:
+        if split_k > 1:
             assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
-            c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
-        main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
+        if bn2:
+            launch_parts(a_desc, b, out, b_kn, M, N, K, programs, workspace)
+        else:
+            b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
+            if workspace is None or split_k == 1:
+                c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+            else:
+                c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
+            main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
         if split_k > 1:
             mn = M * N
             reduce[(cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
+
+    def launch_parts(
+        a_desc: Any, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int, programs: int,
+        workspace: torch.Tensor | None,
+    ) -> None:  # fmt: skip
+        """A tile of two or three column parts: a B and a C (or workspace) descriptor per part."""
+        widths = [n for n in (bn, bn2, bn3) if n]
+        b_descs = [TensorDescriptor.from_tensor(b, [bk, n] if b_kn else [n, bk]) for n in widths]
+        if workspace is None or split_k == 1:
+            c_descs = [TensorDescriptor.from_tensor(out, [bm, n]) for n in widths]
+        else:
+            c_descs = [
+                TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, n]) for n in widths
+            ]
+        more = {"b2_desc": b_descs[1], "c2_desc": c_descs[1]}
+        if bn3:
+            more.update(b3_desc=b_descs[2], c3_desc=c_descs[2])
+        main[(programs,)](a_desc, b_descs[0], c_descs[0], M, N, K, programs, B_KN=b_kn, **more)
 
     return launch

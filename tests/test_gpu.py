@@ -106,6 +106,30 @@ def test_tma_backend_on_gpu(target, split_k: int, persistent: int, layout: str) 
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
 
 
+@pytest.mark.parametrize(
+    "width, split_k, warps, stages",
+    [(96, 1, 4, 4), (112, 1, 4, 4), (80, 3, 4, 4), (320, 1, 8, 2), (192, 2, 8, 3)],
+)
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_tma_tile_of_column_parts_on_gpu(
+    target, width: int, split_k: int, warps: int, stages: int, layout
+) -> None:
+    """Tiles whose width is not a power of two (two or three column parts), ragged N."""
+    from autotune.kernels.gemm_space import has_tma
+
+    if not has_tma(target):
+        pytest.skip("no tensor-memory accelerator on this GPU")
+    problem = Problem.gemm(200, 1000, 4096, "bf16", layout)
+    config = Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=width, BLOCK_K=64, GROUP_M=8, SPLIT_K=split_k,
+                    PERSISTENT=0, TAIL_SPLIT=0, num_warps=warps, num_stages=stages)  # fmt: skip
+    inputs = GEMM.make_inputs(problem, "cuda", seed=4)
+    out = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+    GEMM.prepare(problem, config, target, inputs, out)()
+    torch.cuda.synchronize()
+    ref = GEMM.reference(problem, inputs)
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
+
+
 def _right_and_repeatable(op, problem, config, target, what: str) -> None:
     """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
     of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
@@ -218,6 +242,7 @@ def _launchers(config, target, monkeypatch):
         dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=1, PERSISTENT=1),
         dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, SPLIT_K=2, PERSISTENT=0),
         dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, PERSISTENT=1, TAIL_SPLIT=1),
+        dict(backend="triton_tma", BLOCK_M=128, BLOCK_N=112, BLOCK_K=64, SPLIT_K=1, PERSISTENT=0),  # 3 parts
     ],
 )
 def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from autotune import Config, Problem, Target
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import gemm_backends
+from autotune.kernels.gemm_space import gemm_backends, tile_parts
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests")
 
@@ -224,3 +224,54 @@ def test_tma_launcher_copies_inputs_and_c_that_descriptors_cannot_take() -> None
     out = torch.full((24, 20), float("nan"), dtype=torch.bfloat16).t()
     run(a.t(), b, out, False, 20, 24, 32)
     assert torch.equal(out, want) and not torch.isnan(want).any()
+
+
+@pytest.mark.parametrize(
+    ("width", "split_k", "persistent", "layout"),
+    [(48, 1, 0, "nk"), (48, 2, 1, "kn"), (112, 1, 1, "nk"), (112, 3, 0, "kn"), (80, 1, 0, "kn")],
+)
+def test_tile_of_column_parts_matches_reference(
+    width: int, split_k: int, persistent: int, layout: str
+) -> None:
+    # N = 152: the last tile's second and third parts start past N (clipped loads and stores)
+    problem = Problem.gemm(33, 152, 96, "bf16", layout)
+    config = Config(
+        backend="triton_tma",
+        BLOCK_M=16,
+        BLOCK_N=width,
+        BLOCK_K=32,
+        GROUP_M=4,
+        SPLIT_K=split_k,
+        PERSISTENT=persistent,
+        TAIL_SPLIT=0,
+        num_warps=4,
+        num_stages=1,
+    )
+    inputs = GEMM.make_inputs(problem, "cpu", seed=5)
+    ref = GEMM.reference(problem, inputs)
+    out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
+    GEMM.prepare(problem, config, INTERP, inputs, out)()
+    assert _err(out, ref) < GEMM.tolerance(problem)
+    # every column written by the part it belongs to: no column left NaN, none of another tile's values
+    assert torch.allclose(out.float(), ref.float(), rtol=2e-2, atol=2e-2 * float(ref.abs().max()))
+
+
+def test_tile_parts_of_a_width() -> None:
+    assert tile_parts(128) == (128, 0, 0)
+    assert tile_parts(96) == (64, 32, 0)
+    assert tile_parts(112) == (64, 32, 16)
+    assert tile_parts(320) == (256, 64, 0)
+    for bad in (0, -64, 8, 24, 120):  # empty, negative, a part under 16, four parts
+        with pytest.raises(ValueError, match="powers of two"):
+            tile_parts(bad)
+
+
+def test_tail_split_refuses_a_tile_of_parts() -> None:
+    from autotune.kernels.gemm_tma import tma_launcher
+
+    config = Config(
+        backend="triton_tma", BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, PERSISTENT=1,
+        TAIL_SPLIT=1, num_warps=4, num_stages=1,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="power-of-two BLOCK_N"):
+        tma_launcher(config, num_sms=4, interpret=True)
