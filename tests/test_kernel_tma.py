@@ -275,3 +275,14 @@ def test_tail_split_refuses_a_tile_of_parts() -> None:
     )  # fmt: skip
     with pytest.raises(ValueError, match="power-of-two BLOCK_N"):
         tma_launcher(config, num_sms=4, interpret=True)
+
+
+def test_tma_space_has_tiles_of_parts_and_no_split_tail_for_them() -> None:
+    h100 = Target.for_arch("sm_90")
+    space = GEMM.space(Problem.gemm(1024, 1280, 8192), h100, ("triton_tma",))
+    widths = {int(c["BLOCK_N"]) for c in space.configs()}
+    assert {96, 160, 192} <= widths and {64, 128, 256} <= widths
+    tails = [c for c in space.configs() if int(c["TAIL_SPLIT"])]
+    assert tails and all(tile_parts(int(c["BLOCK_N"]))[1] == 0 for c in tails)
+    reasons = {r.split(":")[0] for c, r in space.pruned() if int(c["TAIL_SPLIT"]) and int(c["BLOCK_N"]) == 160}
+    assert "tail_split_pow2" in reasons
