@@ -1,0 +1,382 @@
+"""A blockwise-scaled FP8 GEMM for NVIDIA Hopper (sm_90) in Gluon: a measured prototype, not a backend.
+
+C (M, N) = Σ_g a_scale[:, g] · b_scale[n // 128, g] · (A[:, g] · B[:, g]ᵀ) over the 128-wide K groups g,
+A (M, K) and B (N, K) in e4m3 with fp32 scales per 1x128 (A) and 128x128 (B) block, fp32 accumulation.
+
+Why: each K group's product must be scaled before it joins the accumulator. Plain Triton (`gemm_fp8_triton`,
+`fp8_tma_kernel.py`) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA, so the
+tensor cores idle while it runs (0.64-0.71x of cuBLAS at M = 2048). Here every K step issues the wgmma of
+group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`) makes
+group g's product ready, and acc += p_g · a_scale[:, None] · b_scale runs in registers while g + 1's
+wgmma does. TMA loads run STAGES - 1 groups ahead of the wgmma issued through a ring of mbarriers.
+
+Layout of the work: one program per C tile (BLOCK_M x BLOCK_N, BLOCK_K = 128 = one scale group), or
+(PERSISTENT) one per SM walking the tiles in grouped order. The wgmma accumulator layout stacks warps along
+M, 16 rows each, so 8 warps at BLOCK_M 128 are two warpgroups of 64 rows. Per thread the K loop holds
+three fp32 tiles (the accumulator, the product being scaled and the product in flight): 64 registers each
+at 64 rows x 128 columns per warpgroup, which is why BLOCK_N is at most 128 (it must divide 128 anyway:
+one B scale per tile and group). The loop is unrolled twice so that the even and odd products keep their
+own registers from issue to reuse: a register copy of a product whose wgmma is in flight makes ptxas
+serialize every wgmma (C7514; see `_issue` and `_retire`). A slot of the ring is refilled after a CTA
+barrier, since each warpgroup waits for its own wgmmas only (Triton adds a few more around TMA issues).
+
+Imported lazily (it imports triton and Gluon). Triton 3.6 and 3.9 spell a few Gluon calls differently:
+the shims below pick whichever the installed Triton has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from autotune.kernels.base import FP_OPTIONS
+
+__all__ = [
+    "GluonBlockwiseLauncher",
+    "compile_for_target",
+    "gluon_blockwise_launcher",
+    "gluon_fp8_blockwise_kernel",
+]
+
+#: The K extent of one scale group, and the BLOCK_K of every K step.
+SCALE_BLOCK = 128
+
+# -- Triton 3.6 / 3.9 shims (module globals bound to Gluon builtins are legal inside @gluon.jit) ----------
+# TMA copies: 3.9 renamed async_copy_global_to_shared / async_copy_shared_to_global to async_load /
+# async_store (the old names still exist there, but raise).
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+_tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
+# The CTA-wide barrier (bar.sync): `thread_barrier` in 3.6, `barrier` in 3.9.
+_cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+
+_GL_OUT = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+@gluon.constexpr_function
+def _mma_layout(block_m: int, block_n: int, num_warps: int) -> Any:
+    """The wgmma accumulator layout of a (block_m, block_n) tile: warps along M (16 rows each, a
+    warpgroup at least), the rest along N; the widest wgmma N (a multiple of 8, at most 256) that tiles
+    a warp's columns."""
+    warps_m = 4
+    while warps_m < num_warps and block_m > 16 * warps_m:
+        warps_m *= 2
+    warps_n = num_warps // warps_m
+    cols = block_n // warps_n
+    inst_n = min(256, cols) // 8 * 8
+    while cols % inst_n:
+        inst_n -= 8
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, inst_n, 32]
+    )
+
+
+@gluon.jit
+def _origin(tile, num_pid_m, num_pid_n, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """Where `tile` starts in C (row, column), in grouped order: GROUP_M rows of tiles column by column."""
+    width = GROUP_M * num_pid_n
+    first_m = (tile // width) * GROUP_M
+    group_size = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % width) % group_size
+    pid_n = (tile % width) // group_size
+    return pid_m * BLOCK_M, pid_n * BLOCK_N
+
+
+@gluon.jit
+def _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, pred, STAGES: gl.constexpr):
+    """TMA loads of K group `group` (load number `it` of this program) into ring slot it % STAGES."""
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    slot = it % STAGES
+    bar = bars.index(slot)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred)
+    _tma_load(a_desc, [off_m, group * BLOCK_K], bar, a_bufs.index(slot), pred)
+    _tma_load(b_desc, [off_n, group * BLOCK_K], bar, b_bufs.index(slot), pred)
+
+
+@gluon.jit
+def _issue(bars, a_bufs, b_bufs, it, regs, no: gl.tensor, STAGES: gl.constexpr):
+    """Waits for load `it`, then issues its product A_g · B_gᵀ asynchronously, into the registers of
+    `regs` (a retired product, whose values are ignored: `no` is False at run time)."""
+    slot = it % STAGES
+    # The slot's n-th load completes the barrier's phase n; wait(parity) returns once that phase is done.
+    mbarrier.wait(bars.index(slot), (it // STAGES) & 1)
+    b_t = b_bufs.index(slot).permute((1, 0))  # (BLOCK_K, BLOCK_N), K-major: what fp8 wgmma takes
+    # use_acc=False as a constant gives the wgmma fresh output registers, and LLVM then copies the
+    # product in flight at the loop's back edge: ptxas sees its registers read before the wait and
+    # serializes every wgmma (C7514). A run-time False ties the outputs to `regs`, so each product
+    # stays in the same registers from issue through wait, scale and reuse.
+    return warpgroup_mma(a_bufs.index(slot), b_t, regs, use_acc=no, is_async=True)
+
+
+@gluon.jit
+def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
+    """a_scale[rows, group] · b_scale[tile column block, group]: one fp32 per row of the tile."""
+    a_s = gl.load(as_ptrs + group * stride_ask, mask=mask_m, other=0.0)
+    b_s = gl.load(bs_row + group * stride_bsk)
+    return a_s * b_s
+
+
+@gluon.jit
+def _retire(acc, done, scale, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, k_tiles,
+            STAGES: gl.constexpr):  # fmt: skip
+    """Group `group`'s product `done` (waited for with one wgmma, group + 1's, left in flight) joins `acc`,
+    scaled; its ring slot is refilled with group + STAGES once every warpgroup is past its wait.
+    Returns (acc, done), done's registers free for the next product."""
+    # Each warpgroup waited for its own wgmma only: the barrier makes sure all of them have finished
+    # reading the slot before the TMA (one thread) overwrites it.
+    _cta_barrier()
+    nxt = group + STAGES
+    _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, nxt, it + STAGES, nxt < k_tiles, STAGES)
+    acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
+    # A pin: LLVM would sink these FMAs below the next wgmma, which reuses `done`'s registers, and copy
+    # them while that wgmma is in flight. Passing acc and done through a wait (one wgmma, the one in
+    # flight, may stay outstanding: it does not stall) keeps the FMAs before it.
+    return warpgroup_mma_wait(num_outstanding=1, deps=(acc, done))
+
+
+@gluon.jit
+def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles, stride_asm,
+          stride_ask, stride_bsn, stride_bsk, mma_layout: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """The scaled fp32 tile of C at (off_m, off_n); `base` is the number of loads this program made before
+    (the ring's slots and barrier phases continue across the tiles of a persistent program)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    # Prologue: the ring is free here (every earlier wgmma has been waited for, then a CTA barrier).
+    for i in gl.static_range(STAGES):
+        _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, i, base + i, i < k_tiles, STAGES)
+
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+    mask_m = offs_m < M
+    as_ptrs = as_ptr + offs_m * stride_asm
+    bs_row = bs_ptr + (off_n // 128) * stride_bsn  # B scales per 128x128 block
+    acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
+    d1 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
+
+    s0 = _scales(as_ptrs, mask_m, bs_row, 0, stride_ask, stride_bsk)
+    no = k_tiles < 0  # False, but not a constant (see _issue)
+    p0 = _issue(bars, a_bufs, b_bufs, base, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout), no, STAGES)
+    # Two groups per iteration: p0 / p1 are the products of even / odd groups in flight, d0 / d1 the same
+    # registers once retired. At the back edge p0 is in flight and d1 is free, always in the same
+    # registers. The scales of a group are loaded when its wgmma is issued, one K step before their use.
+    for g in range(1, k_tiles - 1, 2):
+        s1 = _scales(as_ptrs, mask_m, bs_row, g, stride_ask, stride_bsk)
+        p1 = _issue(bars, a_bufs, b_bufs, base + g, d1, no, STAGES)
+        d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, g - 1,
+                          base + g - 1, k_tiles, STAGES)  # fmt: skip
+        s0 = _scales(as_ptrs, mask_m, bs_row, g + 1, stride_ask, stride_bsk)
+        p0 = _issue(bars, a_bufs, b_bufs, base + g + 1, d0, no, STAGES)
+        d1 = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
+        acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, g, base + g,
+                          k_tiles, STAGES)  # fmt: skip
+    # Issued so far: groups 0 .. 2·iterations, the last (in p0) still in flight.
+    if k_tiles % 2 == 0:
+        last = k_tiles - 1
+        s1 = _scales(as_ptrs, mask_m, bs_row, last, stride_ask, stride_bsk)
+        p1 = _issue(bars, a_bufs, b_bufs, base + last, d1, no, STAGES)
+        d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, last - 1,
+                          base + last - 1, k_tiles, STAGES)  # fmt: skip
+        d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
+        acc = acc + d1 * s1[:, None]
+    else:
+        d0 = warpgroup_mma_wait(num_outstanding=0, deps=(p0,))
+        acc = acc + d0 * s0[:, None]
+    return acc
+
+
+@gluon.jit
+def _store(c_desc, c_smem, acc, off_m, off_n):
+    """acc → C through shared memory and a TMA store (clipped at the edges of C)."""
+    tma.store_wait(0)  # the previous tile's store (persistent) has finished reading c_smem ...
+    _cta_barrier()  # ... as the issuing thread sees it, and every warpgroup is past its last wgmma
+    c_smem.store(acc.to(c_desc.dtype))
+    fence_async_shared()  # generic-proxy writes → visible to the TMA (async proxy)
+    _cta_barrier()
+    _tma_store(c_desc, [off_m, off_n], c_smem)
+
+
+@gluon.jit
+def gluon_fp8_blockwise_kernel(
+    a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ..."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    gl.static_assert(BLOCK_K == 128, "BLOCK_K must be one scale group (128)")
+    gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must divide 128 (one B scale per tile and group)")
+    gl.static_assert(STAGES >= 2, "the ring needs a slot for the wgmma in flight and one being refilled")
+    mma_layout: gl.constexpr = _mma_layout(BLOCK_M, BLOCK_N, num_warps)
+
+    # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)  # noqa: RUF005
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
+    fence_async_shared()
+    _cta_barrier()
+
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    if PERSISTENT:
+        base = 0
+        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles,
+                        stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES)  # fmt: skip
+            base += k_tiles
+            _store(c_desc, c_smem, acc, off_m, off_n)
+    else:
+        off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, 0, M, k_tiles,
+                    stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES)  # fmt: skip
+        _store(c_desc, c_smem, acc, off_m, off_n)
+    tma.store_wait(0)
+
+
+def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
+    if SCALE_BLOCK % block_n or block_n < 16:
+        raise ValueError(f"BLOCK_N must divide {SCALE_BLOCK} (one B scale per tile), got {block_n}")
+    if num_warps not in (4, 8) or block_m % 64 or block_m < 16 * num_warps:
+        raise ValueError(f"BLOCK_M {block_m} with {num_warps} warps: want 4 or 8 warps, 16 rows per warp")
+    if num_stages < 2:
+        raise ValueError(f"num_stages must be at least 2, got {num_stages}")
+
+
+def _kernel_args(
+    a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
+    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
+    """The positional and keyword arguments of one launch (shared by the launcher and the cross-compile,
+    so both specialize the kernel alike)."""
+    M, K = a.shape
+    N = b.shape[0]
+    if K % SCALE_BLOCK:
+        raise ValueError(f"K={K} is not a multiple of {SCALE_BLOCK}")
+    fp8 = gl.float8e4nv
+    a_layout = gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8)
+    b_layout = gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8)
+    c_layout = gl.NVMMASharedLayout.get_default_for([block_m, block_n], _GL_OUT[out.dtype])
+    a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)
+    b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
+    c_desc = TensorDescriptor.from_tensor(out, [block_m, block_n], c_layout)
+    args = (a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride())
+    kwargs: dict[str, Any] = dict(
+        GROUP_M=group_m, STAGES=num_stages, PERSISTENT=persistent, num_warps=num_warps, **FP_OPTIONS
+    )
+    return args, kwargs
+
+
+class GluonBlockwiseLauncher:
+    """`launch(a, b, a_scale, b_scale, out)`: a (M, K) and b (N, K) e4m3fn, a_scale (M, K/128) and
+    b_scale (cdiv(N, 128), K/128) fp32 (any strides), out (M, N) bf16 or fp16, all on one Hopper GPU;
+    descriptors are built per call. `bind(...)` builds them once and returns an argument-less launch."""
+
+    def __init__(
+        self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
+        num_sms: int,
+    ) -> None:  # fmt: skip
+        _check_config(block_m, block_n, num_warps, num_stages)
+        self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
+        self.persistent, self.group_m, self.num_sms = persistent, group_m, num_sms
+
+    def bind(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        a_scale: torch.Tensor,
+        b_scale: torch.Tensor,
+        out: torch.Tensor,
+    ) -> Callable[[], None]:
+        args, kwargs = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.num_warps,
+                                    self.num_stages, self.persistent, self.group_m)  # fmt: skip
+        M, N = out.shape
+        programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
+        if self.persistent:
+            sms = self.num_sms or torch.cuda.get_device_properties(out.device).multi_processor_count
+            programs = min(programs, sms)
+        grid = (programs,)
+
+        def launch() -> None:
+            gluon_fp8_blockwise_kernel[grid](*args, **kwargs)
+
+        return launch
+
+    def __call__(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        a_scale: torch.Tensor,
+        b_scale: torch.Tensor,
+        out: torch.Tensor,
+    ) -> None:
+        self.bind(a, b, a_scale, b_scale, out)()
+
+
+def gluon_blockwise_launcher(
+    block_m: int = 128,
+    block_n: int = 128,
+    num_warps: int = 8,
+    num_stages: int = 4,
+    persistent: bool = False,
+    *,
+    group_m: int = 8,
+    num_sms: int = 0,
+) -> GluonBlockwiseLauncher:
+    """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
+    run. `num_sms` (persistent): how many programs, default the device's SM count."""
+    return GluonBlockwiseLauncher(block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms)
+
+
+def compile_for_target(
+    block_m: int = 128,
+    block_n: int = 128,
+    num_warps: int = 8,
+    num_stages: int = 4,
+    persistent: bool = False,
+    *,
+    M: int = 2048,
+    N: int = 4608,
+    K: int = 7168,
+    arch: int = 90,
+) -> Any:
+    """The kernel compiled for CUDA sm_`arch` without a GPU (a CompiledKernel: .asm["ptx"], ["cubin"]),
+    specialized as a launch on (M, N, K) with contiguous inputs would be."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.experimental.gluon._runtime import GluonASTSource  # the same place in 3.6 and 3.9
+    from triton.runtime.jit import create_function_from_signature
+
+    _check_config(block_m, block_n, num_warps, num_stages)
+    fp8 = torch.float8_e4m3fn
+    a, b = torch.empty(M, K, dtype=fp8), torch.empty(N, K, dtype=fp8)
+    sa = torch.empty(M, K // SCALE_BLOCK)
+    sb = torch.empty(triton.cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    args, kwargs = _kernel_args(a, b, sa, sb, out, block_m, block_n, num_warps, num_stages, persistent, 8)
+    target = GPUTarget("cuda", arch, 32)
+    backend = make_backend(target)
+    kernel: Any = gluon_fp8_blockwise_kernel
+    # What JITFunction.run does before compiling (private API, the same in Triton 3.6 and 3.9).
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, _ = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, None)
+    source = GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(source, target=target, options=options.__dict__)
