@@ -1,0 +1,175 @@
+"""How fast can a decode GEMM read its weight (GPU)? A probe: the read bandwidth of a plain reduction over
+the weight, and a Triton GEMV (no `tl.dot`: products summed along K in registers) for M = 1, 2 and 4,
+next to cuBLAS (`torch.mm`) and the dense op's heuristic default, on the decode shapes of
+`benchmarks/gemm.py`. CUDA-graph replay of 20 launches over 4 rotating weights (so L2 never holds one),
+3 interleaved rounds, median; every GEMV result is checked against an fp32 reference first.
+
+    python benchmarks/gemv_probe.py --out results/
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune import Problem
+from autotune.kernels import GEMM
+from autotune.kernels.base import FP_OPTIONS
+
+SHAPES = (("llama-3.1-8b qkv", 6144, 4096), ("llama-3.1-8b down", 4096, 14336),
+          ("llama-3.1-70b tp8 qkv", 1280, 8192), ("llama-3.1-70b tp8 gate_up", 7168, 8192))  # fmt: skip
+ROTATE = 4
+
+
+@triton.jit
+def gemv_kernel(
+    a_ptr, b_ptr, c_ptr, N, K, stride_am, stride_bn, stride_cm,
+    M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
+):  # fmt: skip
+    """C[m, n] = sum_k A[m, k] B[n, k] for BLOCK_N rows of B per program, M <= 4 rows of A."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    b_ptrs = b_ptr + (rn % N)[:, None] * stride_bn + rk[None, :]
+    acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    acc1 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    acc2 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    acc3 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    for k in range(0, K, BLOCK_K):
+        if EVEN:
+            b = tl.load(b_ptrs).to(tl.float32)
+        else:
+            b = tl.load(b_ptrs, mask=(k + rk)[None, :] < K, other=0.0).to(tl.float32)
+        a0 = tl.load(a_ptr + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
+        acc0 += b * a0[None, :]
+        if M > 1:
+            a1 = tl.load(a_ptr + stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
+            acc1 += b * a1[None, :]
+        if M > 2:
+            a2 = tl.load(a_ptr + 2 * stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
+            acc2 += b * a2[None, :]
+        if M > 3:
+            a3 = tl.load(a_ptr + 3 * stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
+            acc3 += b * a3[None, :]
+        b_ptrs += BLOCK_K
+    mask = rn < N
+    tl.store(c_ptr + rn, tl.sum(acc0, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
+    if M > 1:
+        tl.store(c_ptr + stride_cm + rn, tl.sum(acc1, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
+    if M > 2:
+        tl.store(c_ptr + 2 * stride_cm + rn, tl.sum(acc2, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
+    if M > 3:
+        tl.store(c_ptr + 3 * stride_cm + rn, tl.sum(acc3, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def graph_us(fns: list[Callable[[], Any]], reps: int = 20) -> float:
+    """µs per call of `fns` (cycled), replayed as one CUDA graph of `reps` calls: median of 10 replays."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for f in fns:
+            f()
+    torch.cuda.current_stream().wait_stream(stream)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(reps):
+            fns[i % len(fns)]()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) * 1000 / reps)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=os.environ.get("OUT", "bench-out"))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/gemv_probe.py needs a GPU", file=sys.stderr)
+        return 2
+    from autotune.kernels import launch_config
+    from autotune.target import local_target
+
+    target = local_target()
+    torch.manual_seed(0)
+    results: list[dict[str, Any]] = []
+    lines = []
+    for (name, N, K), M in itertools.product(SHAPES, (1, 2, 4)):
+        ws = [torch.randn(N, K, device="cuda", dtype=torch.bfloat16) for _ in range(ROTATE)]
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        ref = a.float() @ ws[0].float().T
+        sums = [torch.empty(N, device="cuda") for _ in ws]
+        outs = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in ws]
+        default = GEMM.default_config(Problem.gemm(M, N, K), target)
+        pairs = list(zip(ws, sums, outs, strict=True))
+        variants: dict[str, list[Callable[[], Any]]] = {
+            "read (sum over K)": [
+                partial(torch.sum, w, dim=1, dtype=torch.float32, out=s) for w, s, _ in pairs
+            ],
+            "cuBLAS": [partial(torch.mm, a, w.t(), out=o) for w, _, o in pairs],
+            "default": [partial(launch_config, default, a, w, target=target) for w in ws],
+        }
+        for bn, bk, warps, stages in itertools.product((4, 8, 16), (256, 512, 1024), (4, 8), (1, 3)):
+            if bn * bk > 16384:
+                continue
+            kernel = gemv_kernel[(triton.cdiv(N, bn),)]
+            kw = dict(M=M, BLOCK_N=bn, BLOCK_K=bk, EVEN=K % bk == 0, num_warps=warps, num_stages=stages,
+                      **FP_OPTIONS)  # fmt: skip
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            try:
+                kernel(a, ws[0], out, N, K, a.stride(0), ws[0].stride(0), out.stride(0), **kw)
+                torch.cuda.synchronize()
+            except Exception as exc:  # a probe: record and go on
+                results.append(dict(N=N, K=K, M=M, gemv=(bn, bk, warps, stages), error=str(exc)[:200]))
+                continue
+            err = float((out.float() - ref).norm() / ref.norm())
+            if not err < 1e-2:
+                results.append(dict(N=N, K=K, M=M, gemv=(bn, bk, warps, stages), error=f"wrong: {err}"))
+                continue
+            variants[f"gemv n{bn} k{bk} w{warps} s{stages}"] = [
+                partial(kernel, a, w, o, N, K, a.stride(0), w.stride(0), o.stride(0), **kw)
+                for w, o in zip(ws, outs, strict=True)
+            ]
+        rounds: dict[str, list[float]] = {}
+        for _ in range(3):
+            for key, fns in variants.items():
+                rounds.setdefault(key, []).append(graph_us(fns))
+        med = {k: statistics.median(v) for k, v in rounds.items()}
+        gemvs = {k: v for k, v in med.items() if k.startswith("gemv")}
+        best = min(gemvs, key=gemvs.__getitem__) if gemvs else ""
+        gb = (N * K * 2) / 1e3
+        results.append(dict(name=name, N=N, K=K, M=M, us=med))
+        lines.append(
+            f"| {name} | {M} | {med['read (sum over K)']:.2f} ({gb / med['read (sum over K)']:.0f}) | "
+            f"{med['cuBLAS']:.2f} ({gb / med['cuBLAS']:.0f}) | {med['default']:.2f} | "
+            f"{gemvs.get(best, float('nan')):.2f} ({gb / gemvs.get(best, float('nan')):.0f}) | {best} |"
+        )
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "gemv_probe.json").write_text(json.dumps(dict(gpu=target.name, rows=results), indent=1))
+    print(f"{target.name} {target.toolchain}; µs (GB/s of the weight read)")
+    print("| shape | M | read µs | cuBLAS µs | default µs | best GEMV µs | GEMV config |")
+    print("|---|--:|--:|--:|--:|--:|---|")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
