@@ -136,6 +136,10 @@ def _plan(config: Config, target: Target) -> _Plan:
             )
             fused = bool(config.get("FUSED_SPLIT", 0))  # no workspace: the launch sums its K slices
             plan = (1, run, 1 if fused else int(config.get("SPLIT_K", 1)))
+        elif backend == "triton_gemv":
+            from autotune.kernels.gemv_triton import gemv_launcher
+
+            plan = (1, gemv_launcher(config), 1)  # the pointer kernel's call, without a workspace
         elif backend == "triton_tma":
             from autotune.kernels.gemm_tma import tma_launcher
 

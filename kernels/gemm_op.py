@@ -46,7 +46,8 @@ def _file_hash(*names: str) -> str:
 class GemmOp:
     """Dense GEMM, C (M, N) = A (M, K) · Bᵀ with B (N, K) [layout "nk"], or A · B with B (K, N) [layout "kn"].
 
-    Backends: "triton" (our kernel) and "torch" (torch.mm: cuBLAS or hipBLASLt). bf16 or fp16 inputs,
+    Backends: "triton" (our kernel), "triton_gemv" (A of at most 4 rows), "triton_tma" (Hopper and newer)
+    and "torch" (torch.mm: cuBLAS or hipBLASLt). bf16 or fp16 inputs,
     fp32 accumulation, output in the input dtype. Stateless and thread-safe.
     """
 
@@ -60,6 +61,8 @@ class GemmOp:
             return _file_hash("gemm_triton.py", "scratch.py")
         if backend == "triton_tma":
             return _file_hash("gemm_tma.py", "gemm_triton.py", "scratch.py")  # + split-K reduce, scratch
+        if backend == "triton_gemv":
+            return _file_hash("gemv_triton.py")
         if backend == "torch":
             import torch
 
@@ -111,6 +114,8 @@ class GemmOp:
             return _torch_launch(a, b, out, problem.layout)
         if config.backend == "triton_tma":
             return _tma_launch(problem, config, target, a, b, out)
+        if config.backend == "triton_gemv":
+            return _gemv_launch(problem, config, a, b, out)
         if config.backend != "triton":
             raise ValueError(f"unknown gemm backend {config.backend!r}")
         return _triton_launch(problem, config, target, a, b, out)
@@ -137,6 +142,10 @@ class GemmOp:
                 Recorder(gemm_tma_tail_kernel, calls),
             )
             _tma_launch(problem, config, target, a, b, out, tma_recorders)()
+        elif config.backend == "triton_gemv":
+            from autotune.kernels.gemv_triton import gemv_kernel
+
+            _gemv_launch(problem, config, a, b, out, Recorder(gemv_kernel, calls))()
         elif config.backend == "triton":
             from autotune.kernels.gemm_triton import gemm_kernel, gemm_sum_kernel, splitk_reduce_kernel
 
@@ -201,6 +210,28 @@ def _triton_launch(
 
     def launch() -> None:
         run(*args)
+
+    return launch
+
+
+def _gemv_launch(
+    problem: Problem,
+    config: Config,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    out: torch.Tensor,
+    kernel: Any = None,
+) -> Launch:
+    from autotune.kernels.gemv_triton import gemv_launcher
+
+    M, N, K = problem.M, problem.N, problem.K
+    stride_bk, stride_bn = (
+        (b.stride(1), b.stride(0)) if problem.layout == "nk" else (b.stride(0), b.stride(1))
+    )
+    run = gemv_launcher(config, kernel=kernel)
+
+    def launch() -> None:
+        run(a, b, out, stride_bk, stride_bn, M, N, K)
 
     return launch
 

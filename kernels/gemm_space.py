@@ -14,6 +14,7 @@ __all__ = [
     "gemm_backends",
     "gemm_default_config",
     "gemm_space",
+    "gemv_params",
     "has_tma",
     "tail_split_schedule",
     "tile_parts",
@@ -113,6 +114,54 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         TAIL_SPLIT=(0, 1),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
+    )
+
+
+def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
+    """Knobs of the GEMV kernel (`triton_gemv`, A of at most 4 rows): columns of C and K step per
+    program, warps, and stages (1: no software pipelining of the loads)."""
+    if target.interpreter:
+        return dict(BLOCK_N=(4, 8), BLOCK_K=(32, 64), num_warps=(4,), num_stages=(1,))
+    return dict(BLOCK_N=(4, 8, 16), BLOCK_K=(256, 512, 1024), num_warps=(4, 8), num_stages=(1, 3))
+
+
+#: Register partials of the GEMV kernel: BLOCK_N x BLOCK_K x M fp32 values per program at most (the
+#: H100 probe's fastest configs sit at or under it; more spills).
+GEMV_PARTIALS = 16384
+#: The most rows of A the GEMV kernel takes (`gemv_triton.MAX_ROWS`).
+GEMV_ROWS = 4
+
+
+def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, K = problem.M, problem.K
+    smallest_k = min(int(v) for v in gemv_params(target)["BLOCK_K"])
+    return [
+        Constraint(
+            "gemv_rows",
+            f"the GEMV kernel keeps one register partial per row of A: M <= {GEMV_ROWS} (M={M})",
+            lambda c: M <= GEMV_ROWS,
+        ),
+        Constraint(
+            "gemv_registers",
+            f"BLOCK_N x BLOCK_K x M fp32 partials exceed {GEMV_PARTIALS} per program (they would spill)",
+            lambda c: int(c["BLOCK_N"]) * int(c["BLOCK_K"]) * M <= GEMV_PARTIALS,
+        ),
+        Constraint(
+            "gemv_k_tile_needless",
+            f"BLOCK_K beyond K={K} rounded up to a power of two: masked lanes only",
+            lambda c: int(c["BLOCK_K"]) <= max(smallest_k, next_pow2(K)),
+        ),
+    ]
+
+
+def _gemv_default(problem: Problem, target: Target) -> Config:
+    """The GEMV kernel's config that was fastest on every M = 1 and 2 problem of the H100 probe
+    (`benchmarks/gemv_probe.py`): 4 columns of C per program, K steps of 1024, 4 warps, 3 stages."""
+    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
+    return fit_to_space(
+        config,
+        SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),
+        ("BLOCK_K", "BLOCK_N", "num_stages"),
     )
 
 
@@ -326,14 +375,22 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config for shapes nobody tuned. Always a member of `gemm_space(problem, target)`.
 
     On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in our H100
-    sweeps; otherwise (and when the rows are not 16-byte aligned) the pointer kernel with a tile for the
-    regime and split-K when the tile grid underfills the GPU.
+    sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not 16-byte
+    aligned) the pointer kernel with a tile for the regime and split-K when the tile grid underfills the
+    GPU.
     """
     if has_tma(target) and not target.interpreter and problem.M >= 128:
         tma = _tma_default(problem, target)
         if tma is not None:
             return tma
+    if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
+        return _gemv_default(problem, target)
     return _pointer_default(problem, target)
+
+
+#: Up to this M the NVIDIA default is the GEMV kernel: on the H100 probe it beat cuBLAS and the pointer
+#: kernel's default at M = 1 and 2 on every shape, and lost at M = 4. (AMD: not measured, pointer kernel.)
+GEMV_DEFAULT_ROWS = 2
 
 
 #: The time of a 128 x 256 tile of the TMA kernel over that of a 128 x 128 tile (twice the work), as the
@@ -427,8 +484,13 @@ def fit_to_space(
 
 
 def gemm_backends(target: Target) -> tuple[str, ...]:
-    """The backends of the GEMM on `target`: the vendor library, our kernel, and on Hopper+ the TMA kernel."""
-    return ("torch", "triton", "triton_tma") if has_tma(target) else ("torch", "triton")
+    """The backends of the GEMM on `target`: the vendor library, our kernel, the GEMV kernel (A of at most 4
+    rows; pruned with its reason otherwise), and on Hopper+ the TMA kernel."""
+    return (
+        ("torch", "triton", "triton_gemv", "triton_tma")
+        if has_tma(target)
+        else ("torch", "triton", "triton_gemv")
+    )
 
 
 @lru_cache(maxsize=256)
@@ -455,6 +517,13 @@ def gemm_space(problem: Problem, target: Target, backends: tuple[str, ...] | Non
             first = default if default.backend == "triton" else _pointer_default(problem, target)
             subs.append(
                 SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
+            )
+        elif backend == "triton_gemv":
+            gemv_first = (default,) if default.backend == "triton_gemv" else ()
+            subs.append(
+                SubSpace(
+                    "triton_gemv", gemv_params(target), _gemv_constraints(problem, target), first=gemv_first
+                )
             )
         else:
             tma_first = (default,) if default.backend == "triton_tma" else ()

@@ -284,5 +284,6 @@ def test_tma_space_has_tiles_of_parts_and_no_split_tail_for_them() -> None:
     assert {96, 160, 192} <= widths and {64, 128, 256} <= widths
     tails = [c for c in space.configs() if int(c["TAIL_SPLIT"])]
     assert tails and all(tile_parts(int(c["BLOCK_N"]))[1] == 0 for c in tails)
-    reasons = {r.split(":")[0] for c, r in space.pruned() if int(c["TAIL_SPLIT"]) and int(c["BLOCK_N"]) == 160}
+    pruned = space.pruned()
+    reasons = {r.split(":")[0] for c, r in pruned if int(c["TAIL_SPLIT"]) and int(c["BLOCK_N"]) == 160}
     assert "tail_split_pow2" in reasons

@@ -34,6 +34,7 @@ def amd_config(**kw: int) -> Config:
     return Config(backend="triton", **{**base, **kw})
 
 
+GEMV = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
 MOE_DECODE = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")
 MOE_SPLIT = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                    SPLIT_K=8, num_warps=4)  # fmt: skip
@@ -71,6 +72,9 @@ CASES = {
     "942-moe-split": ("gfx942", MOE_DECODE, Config(MOE_SPLIT, num_stages=2, matrix_instr_nonkdim=16,
                                                    waves_per_eu=0, kpack=1)),
     "sm90-moe-split": ("sm_90", MOE_DECODE, Config(MOE_SPLIT, num_stages=3)),
+    # the GEMV kernel (decode, no matrix instructions) with the NVIDIA default, on both vendors
+    "sm90-gemv": ("sm_90", Problem.gemm(1, 4096, 4096), GEMV),
+    "942-gemv": ("gfx942", Problem.gemm(1, 4096, 4096), GEMV),
 }  # fmt: skip
 
 
@@ -166,6 +170,13 @@ def test_moe_split_kernel_is_the_main_kernel_and_compiles_without_spills(compile
     assert any("mfma" in m and "fp8" in m for m in amd.mma), amd.mma
     assert amd.spills == 0 and amd.scratch_bytes == 0
     assert nvidia.mma and nvidia.spills == 0 and nvidia.scratch_bytes == 0
+
+
+def test_gemv_compiles_without_matrix_instructions_or_spills(compiled) -> None:
+    for name in ("sm90-gemv", "942-gemv"):
+        gemv = compiled[name]
+        assert gemv.compiled, gemv.error
+        assert not gemv.mma and gemv.spills == 0 and gemv.scratch_bytes == 0, gemv.summary()
 
 
 def test_occupancy_floor(compiled) -> None:
