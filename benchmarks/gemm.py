@@ -255,8 +255,13 @@ def host_overhead(out: dict) -> None:
 
     dmod._default = Dispatcher([t2], device_key=target.device_key())
     a, b = GEMM.make_inputs(p, "cuda", seed=0)
-    run = launcher(config, is_amd=target.is_amd)
-    split_k = int(config["SPLIT_K"])
+    if config.backend == "triton_gemv":  # the NVIDIA default at M = 1; the same call as the pointer kernel's
+        from autotune.kernels.gemv_triton import gemv_launcher
+
+        run = gemv_launcher(config)
+    else:
+        run = launcher(config, is_amd=target.is_amd)
+    split_k = int(config.get("SPLIT_K", 1))
 
     def direct() -> None:
         o = torch.empty((1, 256), device="cuda", dtype=torch.bfloat16)

@@ -92,3 +92,18 @@ def test_gemv_is_the_nvidia_default_up_to_two_rows(arch: str, M: int, backend: s
     assert default.backend == backend
     assert GEMM.space(problem, target).check(default) is None  # a member of its space
     assert GEMM.default_config(Problem.gemm(1, 64, 64), INTERP).backend == "triton"  # tests keep the tiles
+
+
+def test_a_gemv_bucket_never_serves_more_rows_than_it_takes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rounding down from M = 8 lands on the M = 1 bucket's GEMV config: `gemm` takes the default."""
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.kernels import gemm
+
+    one, eight = Problem.gemm(1, 40, 64), Problem.gemm(8, 40, 64)
+    table = Table.from_winners(INTERP, [(one, _config(bk=64), 1.0)], m_policy="round_down")
+    monkeypatch.setattr(
+        "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=INTERP.device_key())
+    )
+    for problem in (one, eight):
+        a, b = GEMM.make_inputs(problem, "cpu", seed=problem.M)
+        assert _err(gemm(a, b), GEMM.reference(problem, (a, b))) < GEMM.tolerance(problem)
