@@ -19,6 +19,10 @@ Rank order matters more than absolute numbers. The model, per backend:
   workspace (HBM traffic) and adds a reduce kernel: its launch, a latency, and the partials read by a grid
   of M·N/REDUCE_BLOCK programs.
   Spills multiply the time; a config that did not compile is inf.
+- ``gluon`` (the Gluon blockwise FP8 kernel) as ``triton_tma`` with BLOCK_K 128, its K step.
+- ``triton_gemv`` (A of at most 4 rows, no matrix instructions) streams B once: its minimum bytes at
+  MEMORY_EFF of the bandwidth, stretched where its N / BLOCK_N programs are fewer than GEMV_PROGRAMS_PER_CU
+  per CU, plus a launch and a per-step overhead; past GEMV_PARTIALS register partials it spills.
 
 Targets without published peaks (Triton's CPU interpreter) get a finite estimate from work alone.
 Bump MODEL_VERSION whenever a formula or a constant changes, so stored predictions can be told apart.
@@ -37,7 +41,7 @@ from autotune.target import Target
 
 __all__ = ["MODEL_VERSION", "predict_us", "rank"]
 
-MODEL_VERSION = "roofline-2"
+MODEL_VERSION = "roofline-3"
 
 # --- constants (each with its reason) -----------------------------------------------------------------
 
@@ -161,10 +165,15 @@ def predict_us(
     if problem.op == "moe":
         return _moe_us(problem, config, target, features)
     backend = config.backend
-    if backend not in ("torch", "aiter", "triton", "triton_tma"):
-        raise ValueError(f"no cost model for backend {backend!r}; known: torch, aiter, triton, triton_tma")
+    if backend not in ("torch", "aiter", "triton", "triton_gemv", "triton_tma", "gluon"):
+        raise ValueError(
+            f"no cost model for backend {backend!r}; "
+            "known: torch, aiter, triton, triton_gemv, triton_tma, gluon"
+        )
     if target.peak_tflops <= 0 or target.mem_gbps <= 0 or target.cu_count <= 0:
         us = _fallback_us(problem, config)
+    elif backend == "triton_gemv":
+        us = _gemv_us(problem, config, target)
     elif backend in LIBRARY_BACKENDS:
         us = _library_us(problem, target)
     else:
@@ -232,6 +241,20 @@ def _library_us(problem: Problem, target: Target) -> float:
     return LAUNCH_US + max(compute, memory)
 
 
+#: GEMV programs per CU that keep enough loads in flight to stream at full bandwidth (fewer stretch it).
+GEMV_PROGRAMS_PER_CU = 4
+#: The GEMV kernel's register partials per program (BLOCK_N x BLOCK_K x M fp32) before it spills.
+GEMV_PARTIALS = 16384
+
+
+def _gemv_us(problem: Problem, config: Config, target: Target) -> float:
+    bn, bk = max(1, int(config.get("BLOCK_N", 4))), max(1, int(config.get("BLOCK_K", 256)))
+    fill = min(1.0, cdiv(problem.N, bn) / (GEMV_PROGRAMS_PER_CU * target.cu_count))
+    memory = problem.min_bytes() / (target.mem_gbps * 1e3 * MEMORY_EFF * fill)
+    us = LAUNCH_US + memory + cdiv(problem.K, bk) * ITER_OVERHEAD_US
+    return us * SPILL_PENALTY if bn * bk * problem.M > GEMV_PARTIALS else us
+
+
 def _fallback_us(problem: Problem, config: Config) -> float:
     """Where the target has no peaks (the CPU interpreter): the work and the per-program overheads."""
     if config.backend in LIBRARY_BACKENDS:
@@ -275,12 +298,12 @@ class _Tile:
         return cls(
             bm=max(1, knob("BLOCK_M", 64)),
             bn=max(1, knob("BLOCK_N", 64)),
-            bk=max(1, knob("BLOCK_K", 32)),
+            bk=max(1, knob("BLOCK_K", 128 if config.backend == "gluon" else 32)),
             group_m=max(1, knob("GROUP_M", 1)),
             split_k=max(1, knob("SPLIT_K", 1)),
             warps=max(1, knob("num_warps", 4)),
             stages=max(1, knob("num_stages", 2)),
-            tma=config.backend == "triton_tma",
+            tma=config.backend in ("triton_tma", "gluon"),
             persistent=bool(knob("PERSISTENT", 0)),
             nonkdim=knob("matrix_instr_nonkdim", 16),
             waves_per_eu=knob("waves_per_eu", 0),

@@ -50,7 +50,7 @@ def _programs(problem: Problem, config: Config) -> int:
 
 def test_model_version_is_a_nonempty_string() -> None:
     assert isinstance(MODEL_VERSION, str) and MODEL_VERSION
-    assert MODEL_VERSION == "roofline-2"
+    assert MODEL_VERSION == "roofline-3"
 
 
 @pytest.mark.parametrize("arch", [*GPU_ARCHS, "interpreter"])
