@@ -90,7 +90,8 @@ def compile_call(call: KernelCall, target: Target) -> Any:
 
     Uses Triton's binder and argument packing (the same calls `JITFunction.run` makes), so the
     specialization of every argument (divisibility by 16, integers equal to 1, pointer ranges on AMD)
-    matches a real launch.
+    matches a real launch. A Gluon kernel (`triton.experimental.gluon.jit`) compiles from a GluonASTSource,
+    as its `run` does.
     """
     from triton import knobs
     from triton.compiler import ASTSource, compile, make_backend
@@ -114,7 +115,12 @@ def compile_call(call: KernelCall, target: Target) -> Any:
     options, signature, constexprs, attrs = fn._pack_args(
         backend, kwargs, bound_args, specialization, options
     )
-    src = ASTSource(fn, signature, constexprs, attrs)
+    if getattr(fn, "is_gluon", lambda: False)():  # Triton before 3.5 has no Gluon
+        from triton.experimental.gluon._runtime import GluonASTSource  # the same place in 3.6 and 3.9
+
+        src: Any = GluonASTSource(fn, signature, constexprs, attrs)
+    else:
+        src = ASTSource(fn, signature, constexprs, attrs)
     return compile(src, target=triton_target, options=options.__dict__)
 
 

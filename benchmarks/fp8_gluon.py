@@ -1,4 +1,4 @@
-"""The Gluon blockwise FP8 GEMM prototype (`fp8_gluon_kernel.py`) on a Hopper GPU: correct, and how fast?
+"""The Gluon blockwise FP8 GEMM (backend "gluon", `kernels/gemm_fp8_gluon.py`) on Hopper: correct? how fast?
 
 Prefill, M = 2048, DeepSeek-V3 / Llama-3.1-70B gate_up shapes at TP 8: a handful of Gluon configs next to
 torch._scaled_mm (cuBLAS blockwise, where the installed torch runs it; its call includes a copy of C,
@@ -27,8 +27,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
@@ -92,7 +90,7 @@ def _short(exc: BaseException) -> str:
 
 
 def _gluon_launch(cfg: Cfg, a: Any, b: Any, sa: Any, sb: Any, out: Any) -> Any:
-    from fp8_gluon_kernel import gluon_blockwise_launcher
+    from autotune.kernels.gemm_fp8_gluon import gluon_blockwise_launcher
 
     bm, bn, warps, stages, persistent, mmajor = cfg
     scale = sa.t().contiguous().t() if mmajor else sa

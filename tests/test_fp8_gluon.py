@@ -1,6 +1,7 @@
-"""The Gluon blockwise FP8 GEMM prototype (`benchmarks/fp8_gluon_kernel.py`) cross-compiles for sm_90 without
-a GPU, with the asynchronous waits it exists for: `wgmma.wait_group 1` (group g scaled while g + 1's wgmma
-runs) and no serialization by ptxas (which would show as waits for 0 in the SASS beyond the PTX's own).
+"""The Gluon blockwise FP8 GEMM (`kernels/gemm_fp8_gluon.py`, the "gluon" backend of gemm_fp8_blockwise)
+cross-compiles for sm_90 without a GPU, with the asynchronous waits it exists for: `wgmma.wait_group 1`
+(group g scaled while g + 1's wgmma runs) and no serialization by ptxas (which would show as waits for 0
+in the SASS beyond the PTX's own).
 
 Compiles in a subprocess: the test session may have TRITON_INTERPRET=1. Numerics need a Hopper GPU
 (`benchmarks/fp8_gluon.py`); Gluon does not run in the interpreter.
@@ -23,13 +24,12 @@ CONFIGS = [(128, 128, 8, 4, False), (128, 128, 8, 4, True), (64, 128, 4, 4, Fals
 
 SCRIPT = r"""
 import json, subprocess, sys, tempfile, os
-sys.path.insert(0, sys.argv[1])
 from triton import knobs
-from fp8_gluon_kernel import compile_for_target
+from autotune.kernels.gemm_fp8_gluon import compile_for_target
 from autotune.compile import _cubin_usage
 
 facts = {}
-for cfg in json.loads(sys.argv[2]):
+for cfg in json.loads(sys.argv[1]):
     name = "x".join(str(int(v)) for v in cfg)
     try:
         kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]))
@@ -71,7 +71,7 @@ def facts() -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(ROOT / "benchmarks"), json.dumps(CONFIGS)],
+        [sys.executable, "-c", SCRIPT, json.dumps(CONFIGS)],
         capture_output=True, text=True, env=env, timeout=540,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -108,8 +108,7 @@ def test_main_config_does_not_spill(facts: dict[str, Any]) -> None:
 def test_launcher_rejects_configs_it_cannot_run() -> None:
     pytest.importorskip("triton")
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from fp8_gluon_kernel import gluon_blockwise_launcher
+    from autotune.kernels.gemm_fp8_gluon import gluon_blockwise_launcher
 
     with pytest.raises(ValueError, match="BLOCK_N"):
         gluon_blockwise_launcher(128, 256)  # two B scales per tile and group
@@ -117,3 +116,24 @@ def test_launcher_rejects_configs_it_cannot_run() -> None:
         gluon_blockwise_launcher(64, 128, num_warps=8)  # 8 warps need 128 rows
     with pytest.raises(ValueError, match="num_stages"):
         gluon_blockwise_launcher(num_stages=1)
+
+
+def test_pinned_launch_keys_the_gluon_descriptors() -> None:
+    """The op launches the kernel through `launch.pinned`: its launch key must take the Gluon tensor
+    descriptors (all their fields, the base tensor as a tensor), so a repeat launch skips the binder."""
+    pytest.importorskip("triton")
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    import torch
+
+    from autotune.kernels.gemm_fp8_gluon import _kernel_args
+    from autotune.kernels.launch import _launch_key
+
+    def key(M: int, block_n: int = 128) -> tuple[Any, ...]:
+        a = torch.empty(M, 256, dtype=torch.float8_e4m3fn)
+        b = torch.empty(512, 256, dtype=torch.float8_e4m3fn)
+        sa, sb = torch.empty(M, 2), torch.empty(4, 2)
+        out = torch.empty(M, 512, dtype=torch.bfloat16)
+        return _launch_key(0, _kernel_args(a, b, sa, sb, out, 128, block_n), {})
+
+    assert hash(key(300)) == hash(key(300)) and key(300) == key(300)
+    assert key(300) != key(301) and key(300) != key(300, block_n=64)

@@ -1,13 +1,13 @@
-"""A blockwise-scaled FP8 GEMM for NVIDIA Hopper (sm_90) in Gluon: a measured prototype, not a backend.
+"""The "gluon" backend of gemm_fp8_blockwise: a blockwise-scaled FP8 GEMM for NVIDIA Hopper (sm_90) in Gluon.
 
 C (M, N) = Σ_g a_scale[:, g] · b_scale[n // 128, g] · (A[:, g] · B[:, g]ᵀ) over the 128-wide K groups g,
 A (M, K) and B (N, K) in e4m3 with fp32 scales per 1x128 (A) and 128x128 (B) block, fp32 accumulation.
 
 Why: each K group's product must be scaled before it joins the accumulator. Plain Triton (`gemm_fp8_triton`,
-`fp8_tma_kernel.py`) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA, so the
-tensor cores idle while it runs (0.64-0.71x of cuBLAS at M = 2048). Here every K step issues the wgmma of
-group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`) makes
-group g's product ready, and acc += p_g · a_scale[:, None] · b_scale runs in registers while g + 1's
+`benchmarks/fp8_tma_kernel.py`) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA,
+so the tensor cores idle while it runs (0.64-0.71x of cuBLAS at M = 2048). Here every K step issues the
+wgmma of group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`)
+makes group g's product ready, and acc += p_g · a_scale[:, None] · b_scale runs in registers while g + 1's
 wgmma does. TMA loads run STAGES - 1 groups ahead of the wgmma issued through a ring of mbarriers.
 
 Layout of the work: one program per C tile (BLOCK_M x BLOCK_N, BLOCK_K = 128 = one scale group), or
@@ -20,13 +20,17 @@ own registers from issue to reuse: a register copy of a product whose wgmma is i
 serialize every wgmma (C7514; see `_issue` and `_retire`). A slot of the ring is refilled after a CTA
 barrier, since each warpgroup waits for its own wgmmas only (Triton adds a few more around TMA issues).
 
-Imported lazily (it imports triton and Gluon). Triton 3.6 and 3.9 spell a few Gluon calls differently:
-the shims below pick whichever the installed Triton has.
+Knobs (the op's space, `gemm_quant_space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
+ring's depth, STAGES), PERSISTENT and GROUP_M. `gluon_launcher` builds the launch of one config (its
+tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no
+interpreter: the kernel runs on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
+and 3.9 spell a few Gluon calls differently: the shims below pick whichever the installed Triton has.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 import torch
@@ -42,13 +46,18 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.launch import pinned
 
 __all__ = [
+    "CONFIG_KEYS",
+    "SCALE_BLOCK",
     "GluonBlockwiseLauncher",
     "compile_for_target",
     "gluon_blockwise_launcher",
     "gluon_fp8_blockwise_kernel",
+    "gluon_launcher",
 ]
 
 #: The K extent of one scale group, and the BLOCK_K of every K step.
@@ -252,50 +261,82 @@ def gluon_fp8_blockwise_kernel(
 
 
 def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
+    """ValueError for a tile, warp count or ring depth the kernel cannot run."""
     if SCALE_BLOCK % block_n or block_n < 16:
         raise ValueError(f"BLOCK_N must divide {SCALE_BLOCK} (one B scale per tile), got {block_n}")
     if num_warps not in (4, 8) or block_m % 64 or block_m < 16 * num_warps:
-        raise ValueError(f"BLOCK_M {block_m} with {num_warps} warps: want 4 or 8 warps, 16 rows per warp")
+        raise ValueError(
+            f"BLOCK_M {block_m} with {num_warps} warps: want a multiple of 64, 4 or 8 warps and 16 rows "
+            "per warp (the wgmma layout stacks warps along M)"
+        )
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2, got {num_stages}")
 
 
+@cache
+def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype) -> tuple[Any, Any, Any]:
+    """The shared-memory layouts of the A, B and C tiles (the TMA boxes)."""
+    if out_dtype not in _GL_OUT:
+        raise ValueError(f"the gluon backend writes bf16 or fp16, not {out_dtype}")
+    fp8 = gl.float8e4nv
+    return (
+        gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8),
+        gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8),
+        gl.NVMMASharedLayout.get_default_for([block_m, block_n], _GL_OUT[out_dtype]),
+    )
+
+
+def _check_tma(name: str, t: torch.Tensor) -> None:
+    """ValueError unless `t` (2-D) can back a TMA descriptor: unit column stride, 16-byte aligned rows
+    and start."""
+    rows = t.stride(0) * t.element_size()
+    if t.stride(1) != 1 or rows % 16 or t.data_ptr() % 16:
+        raise ValueError(
+            f"the gluon backend moves {name} by TMA: it needs a unit column stride and 16-byte aligned rows "
+            f"and start; got strides {tuple(t.stride())} of {t.dtype} at offset {t.data_ptr() % 16} mod 16"
+        )
+
+
 def _kernel_args(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
-    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
-    """The positional and keyword arguments of one launch (shared by the launcher and the cross-compile,
-    so both specialize the kernel alike)."""
+    block_m: int, block_n: int,
+) -> tuple[Any, ...]:  # fmt: skip
+    """The positional arguments of one launch: descriptors of A, B and C, the scales and their strides."""
     M, K = a.shape
     N = b.shape[0]
     if K % SCALE_BLOCK:
         raise ValueError(f"K={K} is not a multiple of {SCALE_BLOCK}")
-    fp8 = gl.float8e4nv
-    a_layout = gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8)
-    b_layout = gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8)
-    c_layout = gl.NVMMASharedLayout.get_default_for([block_m, block_n], _GL_OUT[out.dtype])
+    for name, t in (("a", a), ("b", b), ("out", out)):
+        _check_tma(name, t)
+    a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype)
     a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
     c_desc = TensorDescriptor.from_tensor(out, [block_m, block_n], c_layout)
-    args = (a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride())
-    kwargs: dict[str, Any] = dict(
-        GROUP_M=group_m, STAGES=num_stages, PERSISTENT=persistent, num_warps=num_warps, **FP_OPTIONS
-    )
-    return args, kwargs
+    return (a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride())
 
 
 class GluonBlockwiseLauncher:
     """`launch(a, b, a_scale, b_scale, out)`: a (M, K) and b (N, K) e4m3fn, a_scale (M, K/128) and
-    b_scale (cdiv(N, 128), K/128) fp32 (any strides), out (M, N) bf16 or fp16, all on one Hopper GPU;
-    descriptors are built per call. `bind(...)` builds them once and returns an argument-less launch."""
+    b_scale (cdiv(N, 128), K/128) fp32 (any strides), out (M, N) bf16 or fp16 (a, b and out with unit
+    column strides and 16-byte aligned rows: TMA), all on one Hopper GPU; descriptors are built per call.
+    `bind(...)` builds them once and returns an argument-less launch.
+
+    Immutable once built; the launch goes through `launch.pinned` (Triton's argument binding once per
+    launch key). `kernel` stands in for the JIT function (a `Recorder` to capture launches). ValueError
+    for a config the kernel cannot run, at construction.
+    """
 
     def __init__(
         self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-        num_sms: int,
+        num_sms: int, kernel: Any = None,
     ) -> None:  # fmt: skip
         _check_config(block_m, block_n, num_warps, num_stages)
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
         self.persistent, self.group_m, self.num_sms = persistent, group_m, num_sms
+        self.kernel = pinned(
+            gluon_fp8_blockwise_kernel if kernel is None else kernel, GROUP_M=group_m, STAGES=num_stages,
+            PERSISTENT=persistent, num_warps=num_warps, **FP_OPTIONS,
+        )  # fmt: skip
 
     def bind(
         self,
@@ -305,17 +346,18 @@ class GluonBlockwiseLauncher:
         b_scale: torch.Tensor,
         out: torch.Tensor,
     ) -> Callable[[], None]:
-        args, kwargs = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.num_warps,
-                                    self.num_stages, self.persistent, self.group_m)  # fmt: skip
+        args = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n)
         M, N = out.shape
         programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
         if self.persistent:
             sms = self.num_sms or torch.cuda.get_device_properties(out.device).multi_processor_count
             programs = min(programs, sms)
         grid = (programs,)
+        run = self.kernel.launch
+        no_more: dict[str, Any] = {}
 
         def launch() -> None:
-            gluon_fp8_blockwise_kernel[grid](*args, **kwargs)
+            run(grid, args, no_more)
 
         return launch
 
@@ -339,10 +381,31 @@ def gluon_blockwise_launcher(
     *,
     group_m: int = 8,
     num_sms: int = 0,
+    kernel: Any = None,
 ) -> GluonBlockwiseLauncher:
     """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
     run. `num_sms` (persistent): how many programs, default the device's SM count."""
-    return GluonBlockwiseLauncher(block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms)
+    return GluonBlockwiseLauncher(
+        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel
+    )
+
+
+#: The knobs of a "gluon" config (the op's space), in GluonBlockwiseLauncher's order.
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M")
+
+
+def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> GluonBlockwiseLauncher:
+    """The launcher of a "gluon" config of gemm_fp8_blockwise; ValueError naming what is wrong with a
+    config the kernel cannot run (a knob missing or unknown, a tile it has no layout for)."""
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    unknown = sorted(set(config) - {*CONFIG_KEYS, "backend"})
+    if missing or unknown:
+        raise ValueError(
+            f"a gluon config has {', '.join(CONFIG_KEYS)}; {config.short()} "
+            + (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
+        )
+    bm, bn, warps, stages, persistent, group_m = (int(config[k]) for k in CONFIG_KEYS)
+    return GluonBlockwiseLauncher(bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel)
 
 
 def compile_for_target(
@@ -358,25 +421,21 @@ def compile_for_target(
     arch: int = 90,
 ) -> Any:
     """The kernel compiled for CUDA sm_`arch` without a GPU (a CompiledKernel: .asm["ptx"], ["cubin"]),
-    specialized as a launch on (M, N, K) with contiguous inputs would be."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler.compiler import make_backend
-    from triton.experimental.gluon._runtime import GluonASTSource  # the same place in 3.6 and 3.9
-    from triton.runtime.jit import create_function_from_signature
+    specialized as a launch on (M, N, K) with contiguous inputs would be: the launch is captured with
+    inputs on torch's meta device and compiled by `autotune.compile.compile_call`, as a sweep does."""
+    from dataclasses import replace
 
-    _check_config(block_m, block_n, num_warps, num_stages)
+    from autotune.compile import compile_call
+    from autotune.kernels.base import KernelCall, Recorder
+    from autotune.target import Target
+
+    calls: list[KernelCall] = []
+    recorder = Recorder(gluon_fp8_blockwise_kernel, calls)
+    launcher = GluonBlockwiseLauncher(block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder)
     fp8 = torch.float8_e4m3fn
-    a, b = torch.empty(M, K, dtype=fp8), torch.empty(N, K, dtype=fp8)
-    sa = torch.empty(M, K // SCALE_BLOCK)
-    sb = torch.empty(triton.cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK)
-    out = torch.empty(M, N, dtype=torch.bfloat16)
-    args, kwargs = _kernel_args(a, b, sa, sb, out, block_m, block_n, num_warps, num_stages, persistent, 8)
-    target = GPUTarget("cuda", arch, 32)
-    backend = make_backend(target)
-    kernel: Any = gluon_fp8_blockwise_kernel
-    # What JITFunction.run does before compiling (private API, the same in Triton 3.6 and 3.9).
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, _ = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, None)
-    source = GluonASTSource(kernel, signature, constexprs, attrs)
-    return triton.compile(source, target=target, options=options.__dict__)
+    a = torch.empty(M, K, dtype=fp8, device="meta")
+    b = torch.empty(N, K, dtype=fp8, device="meta")
+    sa = torch.empty(M, K // SCALE_BLOCK, device="meta")
+    sb = torch.empty(triton.cdiv(N, SCALE_BLOCK), K // SCALE_BLOCK, device="meta")
+    launcher(a, b, sa, sb, torch.empty(M, N, dtype=torch.bfloat16, device="meta"))
+    return compile_call(calls[0], replace(Target.for_arch("sm_90"), arch=f"sm_{arch}"))
