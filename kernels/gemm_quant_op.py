@@ -112,7 +112,9 @@ class QuantGemmOp:
     """A quantized GEMM C (M, N) = dequant(A) · dequant(B)ᵀ in bf16 or fp16 (see the module docstring).
 
     Backends: "triton" (our kernel: `gemm_fp8_triton` or `gemm_mx_triton`), "torch" (torch._scaled_mm,
-    where the installed torch runs the scaling mode: probed) and "aiter" on AMD (where importable).
+    where the installed torch runs the scaling mode: probed), "aiter" on AMD (where importable) and
+    "gluon" for gemm_fp8_blockwise on Hopper (`gemm_fp8_gluon`, where Triton has Gluon; a gluon config
+    elsewhere is a ValueError at `prepare`).
     `native_mx` forces the MX path (None: the target decides, `mx_native`). Stateless and thread-safe.
     """
 
@@ -126,7 +128,7 @@ class QuantGemmOp:
         return f"QuantGemmOp({self.name!r})"
 
     def backends(self, target: Target) -> tuple[str, ...]:
-        return quant_backends(target)
+        return quant_backends(target, self.name)
 
     def source_hash(self, backend: str) -> str:
         if backend == "triton":
@@ -137,6 +139,8 @@ class QuantGemmOp:
             if self.native_mx is not None:
                 digest = hashlib.sha256(f"{digest} native={self.native_mx}".encode()).hexdigest()[:16]
             return digest
+        if backend == "gluon" and self.name == "gemm_fp8_blockwise":
+            return _file_hash("quant.py", "gemm_fp8_gluon.py")
         if backend in ("torch", "aiter"):
             import torch
 
@@ -233,6 +237,8 @@ class QuantGemmOp:
         backend = config.backend
         if backend == "triton":
             return self._triton_launch(problem, config, target, inputs, out)
+        if backend == "gluon":
+            return self._gluon_launch(config, target, inputs, out)
         a, b, sa, sb = inputs
         if backend == "torch":
             from autotune.kernels.gemm_quant_vendor import scaled_mm_launch
@@ -247,7 +253,7 @@ class QuantGemmOp:
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        if config.backend != "triton":
+        if config.backend not in ("triton", "gluon"):
             return []
         self.check_problem(problem, target)
         inputs: Any = [
@@ -256,8 +262,34 @@ class QuantGemmOp:
         ]
         out = torch.empty(problem.M, problem.N, device="meta", dtype=_out_dtype(problem.dtype_out))
         calls: list[KernelCall] = []
-        self._triton_launch(problem, config, target, inputs, out, calls)()
+        if config.backend == "gluon":
+            self._gluon_launch(config, target, inputs, out, calls)()
+        else:
+            self._triton_launch(problem, config, target, inputs, out, calls)()
         return calls
+
+    def _gluon_launch(
+        self, config: Config, target: Target, inputs: Inputs, out: torch.Tensor,
+        calls: list[KernelCall] | None = None,
+    ) -> Launch:  # fmt: skip
+        """The Gluon kernel's launch, descriptors built here (once per prepare); ValueError where it
+        cannot run: another op or arch, no Gluon in this Triton, a config or an operand layout it refuses."""
+        if "gluon" not in self.backends(target):
+            raise ValueError(
+                f"the gluon backend runs gemm_fp8_blockwise on NVIDIA Hopper (sm_90) only, not {self.name} "
+                f"on {_arch(target)}: {config.short()}"
+            )
+        from autotune.kernels.gemm_quant_space import gluon_missing
+
+        missing = gluon_missing()
+        if missing:
+            raise ValueError(f"{self.name} config {config.short()}: {missing}")
+        from autotune.kernels.gemm_fp8_gluon import gluon_fp8_blockwise_kernel, gluon_launcher
+
+        kernel = None if calls is None else Recorder(gluon_fp8_blockwise_kernel, calls)
+        launcher = gluon_launcher(config, num_sms=target.cu_count, kernel=kernel)
+        a, b, sa, sb = inputs
+        return launcher.bind(a, b, sa, sb, out)
 
     def _triton_launch(
         self,

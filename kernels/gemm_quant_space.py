@@ -6,22 +6,32 @@ elements: decode shapes (M up to 64) are memory-bound, so narrow BLOCK_M, K tile
 up to 16 are all in the space; prefill gets the full tile range. Vendor backends ("torch":
 torch._scaled_mm, "aiter" on ROCm) are a single config each, present only where they can run the problem;
 elsewhere their config is pruned with the reason.
+
+"gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
+of one 128-wide scale group), 4 or 8 warps, 3 to 5 stages, PERSISTENT and GROUP_M; where the installed
+Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
+prefill (M >= GLUON_MIN_M) where it can run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from functools import lru_cache
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache, lru_cache
 
 from autotune.config import Config, Value
 from autotune.kernels.gemm_space import _constraints as _dense_constraints
 from autotune.kernels.gemm_space import _pick_split_k, fit_to_space, knob_values
-from autotune.problem import QUANT_OPS, Problem, cdiv, next_pow2
+from autotune.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
 __all__ = [
+    "GLUON_MIN_M",
+    "GLUON_PARAMS",
     "VendorCheck",
+    "gluon_default_config",
+    "gluon_missing",
+    "gluon_target",
     "mx_native",
     "quant_backends",
     "quant_default_config",
@@ -82,11 +92,22 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 
 def quant_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic Triton config of a quantized GEMM; always a member of its space.
+    """The heuristic config of a quantized GEMM; always a member of its space.
 
-    Decode (M <= 64): the narrowest M tile that covers M, a wide K tile and split-K while the tile grid
-    underfills the GPU; prefill: large tiles, as the dense GEMM.
+    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on, where Gluon imports: the gluon kernel's
+    (`gluon_default_config`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
+    covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
+    dense GEMM.
     """
+    if problem.M >= GLUON_MIN_M and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
+        gluon = gluon_default_config(problem, target)
+        if gluon is not None:
+            return gluon
+    return _triton_default(problem, target)
+
+
+def _triton_default(problem: Problem, target: Target) -> Config:
+    """The heuristic config of the Triton kernel (see `quant_default_config`)."""
     params = quant_triton_params(problem.op, target)
     ks = [int(v) for v in params["BLOCK_K"]]
     M, N = problem.M, problem.N
@@ -125,9 +146,140 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     )
 
 
-def quant_backends(target: Target) -> tuple[str, ...]:
-    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD."""
-    return ("torch", "triton", "aiter") if target.is_amd else ("torch", "triton")
+def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
+    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, and
+    for `op` gemm_fp8_blockwise on Hopper the Gluon kernel."""
+    if target.is_amd:
+        return ("torch", "triton", "aiter")
+    if op == "gemm_fp8_blockwise" and gluon_target(target):
+        return ("torch", "triton", "gluon")
+    return ("torch", "triton")
+
+
+# -- gluon --------------------------------------------------------------------------------------------
+
+#: The least M whose default is the gluon kernel: at M = 2048 the H100 ran it 1.39-1.40x faster than the
+#: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up); it has no split-K, which decode shapes need.
+GLUON_MIN_M = 256
+#: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
+GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
+    "BLOCK_M": (64, 128),
+    "BLOCK_N": (64, 128),
+    "num_warps": (4, 8),
+    "num_stages": (3, 4, 5),
+    "PERSISTENT": (0, 1),
+    "GROUP_M": (1, 8),
+}
+_GLUON_BLOCK_K = 128
+#: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
+#: the product in flight). Compiled for sm_90 (Triton 3.9): 192 took 224-241 registers, no spills; 384
+#: (128x128 on 4 warps) spilled 1000 bytes of stack and serialized the wgmmas.
+_GLUON_TILE_VALUES = 192
+
+
+def gluon_target(target: Target) -> bool:
+    """Hopper (sm_90, sm_90a): the one arch the gluon kernel's wgmma exists on (not Blackwell, not AMD,
+    not the interpreter: Gluon has none)."""
+    return target.is_nvidia and target.arch.rstrip("a") == "sm_90"
+
+
+@cache
+def gluon_missing() -> str:
+    """Why the gluon kernel cannot be imported here ("" when it can): it needs a Triton with Gluon for
+    Hopper (triton.experimental.gluon). Imports it, once per process."""
+    try:
+        import autotune.kernels.gemm_fp8_gluon  # noqa: F401
+    except Exception as exc:  # no Triton, or one without Gluon or with other names for its calls
+        return (
+            "the gluon kernel needs a Triton with Gluon for Hopper (triton.experimental.gluon), and it "
+            f"does not import here: {type(exc).__name__}: {exc}"
+        )
+    return ""
+
+
+def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, N, cus = problem.M, problem.N, target.cu_count
+    out_bytes = int(DTYPE_BYTES[problem.dtype_out])
+    aligned = N * out_bytes % 16 == 0  # A and B rows are K bytes, a multiple of 128
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return cdiv(M, int(c["BLOCK_M"])) * cdiv(N, int(c["BLOCK_N"]))
+
+    def smem(c: Mapping[str, Value]) -> int:  # the ring of A and B tiles, the C tile, the mbarriers
+        bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
+        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages
+
+    return [
+        Constraint(
+            "gluon_tma_alignment",
+            f"C is stored by TMA: its rows need 16-byte alignment (N={N} in {problem.dtype_out})",
+            lambda c: aligned,
+        ),
+        Constraint(
+            "gluon_warp_rows",
+            "the kernel's wgmma layout stacks warps along M, 16 rows each: {num_warps} warps need "
+            "BLOCK_M >= 16 x {num_warps}, not {BLOCK_M} (the kernel refuses it)",
+            lambda c: int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]),
+        ),
+        Constraint(
+            "gluon_register_spill",
+            "three fp32 {BLOCK_M}x{BLOCK_N} tiles (accumulator, product being scaled, product in flight) "
+            f"over {{num_warps}} warps exceed {_GLUON_TILE_VALUES} values a lane: ptxas spills",
+            lambda c: (
+                3 * int(c["BLOCK_M"]) * int(c["BLOCK_N"])
+                <= _GLUON_TILE_VALUES * int(c["num_warps"]) * target.wave_size
+            ),
+        ),
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
+            lambda c: int(c["BLOCK_M"]) <= max(64, next_pow2(M)),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
+            lambda c: int(c["BLOCK_N"]) <= max(64, next_pow2(N)),
+        ),
+        Constraint(
+            "group_m_redundant",
+            f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
+            lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
+        ),
+        Constraint(
+            "persistent_needless",
+            f"PERSISTENT with no more tiles than the {cus} SMs: every program does one",
+            lambda c: not int(c["PERSISTENT"]) or tiles(c) > cus,
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
+            "shared memory",
+            lambda c: smem(c) <= target.lds_bytes,
+        ),
+    ]
+
+
+def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    return SubSpace("gluon", GLUON_PARAMS, _gluon_constraints(problem, target), first=first)
+
+
+def gluon_default_config(problem: Problem, target: Target) -> Config | None:
+    """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups; 64x128 on 4 where M <= 64),
+    4 stages, PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over several rows of tiles; fitted
+    to the space. None where no gluon config fits the problem."""
+    M, N = problem.M, problem.N
+    bm, warps = (64, 4) if M <= 64 else (128, 8)
+    tiles = cdiv(M, bm) * cdiv(N, 128)
+    values: dict[str, Value] = dict(
+        BLOCK_M=bm, BLOCK_N=128, num_warps=warps, num_stages=4, PERSISTENT=int(tiles > target.cu_count),
+        GROUP_M=8 if cdiv(M, bm) > 1 else 1,
+    )  # fmt: skip
+    try:
+        return fit_to_space(
+            Config(values, backend="gluon"), _gluon_sub(problem, target), ("num_stages", "BLOCK_N", "BLOCK_M")
+        )
+    except ValueError:  # every config breaks a constraint (C rows not 16-byte aligned)
+        return None
 
 
 def _absent(backend: str, reason: str) -> SubSpace:
@@ -139,7 +291,7 @@ def _absent(backend: str, reason: str) -> SubSpace:
 def _cached_space(
     problem: Problem, target: Target, backends: tuple[str, ...], vendor: tuple[tuple[str, str], ...]
 ) -> SearchSpace:
-    available = quant_backends(target)
+    available = quant_backends(target, problem.op)
     reasons = dict(vendor)
     default = quant_default_config(problem, target)
     subs = []
@@ -150,23 +302,33 @@ def _cached_space(
             )
         if backend == "triton":
             params = quant_triton_params(problem.op, target)
-            subs.append(SubSpace("triton", params, _constraints(problem, target), first=(default,)))
+            first = default if default.backend == "triton" else _triton_default(problem, target)
+            subs.append(SubSpace("triton", params, _constraints(problem, target), first=(first,)))
         elif reasons.get(backend):
             subs.append(_absent(backend, reasons[backend]))
+        elif backend == "gluon":
+            gluon = default if default.backend == "gluon" else gluon_default_config(problem, target)
+            subs.append(_gluon_sub(problem, target, () if gluon is None else (gluon,)))
         else:
             subs.append(SubSpace(backend))
-    return SearchSpace(subs)
+    # vendor baselines, then the default's backend, then the rest
+    rank = {"torch": 0, "aiter": 1, default.backend: 2}
+    return SearchSpace(sorted(subs, key=lambda sub: rank.get(sub.backend, 3)))
 
 
 def quant_space(
     problem: Problem, target: Target, backends: Sequence[str] | None, vendor_check: VendorCheck
 ) -> SearchSpace:
     """Vendor backends first (each one config, or pruned with the reason `vendor_check` gives), then the
-    Triton kernel with its heuristic default first. Cached per (problem, target, backends, reasons)."""
+    backend of the heuristic default with the default first, then the other kernels (each with its
+    heuristic default first; gluon pruned with the reason where it does not import). Cached per (problem,
+    target, backends, reasons)."""
     if problem.op not in QUANT_OPS:
         raise ValueError(f"not a quantized GEMM: {problem.op}")
-    chosen = tuple(quant_backends(target) if backends is None else backends)
-    order = {"torch": 0, "aiter": 1, "triton": 2}
-    chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 3)))
+    chosen = tuple(quant_backends(target, problem.op) if backends is None else backends)
+    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3}
+    chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 4)))
     vendor = tuple((b, vendor_check(b, problem, target)) for b in chosen if b in ("torch", "aiter"))
+    if "gluon" in chosen:
+        vendor += (("gluon", gluon_missing()),)
     return _cached_space(problem, target, chosen, vendor)

@@ -11,7 +11,7 @@ from autotune.bench import Benchmarker, rel_error
 from autotune.kernels import OPS, QUANT_GEMMS, get_op
 from autotune.kernels import quant as q
 from autotune.kernels.gemm_quant_op import QuantGemmOp
-from autotune.kernels.gemm_quant_space import mx_native, quant_default_config
+from autotune.kernels.gemm_quant_space import _triton_default, mx_native, quant_default_config
 from autotune.problem import QUANT_OPS
 from autotune.sweeps import SpecError, parse_spec
 from autotune.target import interpreting
@@ -260,8 +260,9 @@ def test_spaces_hold_the_default_and_both_regimes(arch: str, name: str) -> None:
         space = op.space(problem, target)
         default = op.default_config(problem, target)
         assert default in space
+        assert next(c for c in space.configs() if c.backend == default.backend) == default
         triton = [c for c in space.configs() if c.backend == "triton"]
-        assert triton[0] == default
+        assert triton[0] == (default if default.backend == "triton" else _triton_default(problem, target))
         if target.interpreter:
             continue
         if problem is decode:  # memory-bound: narrow M tiles, wide K tiles and split-K
@@ -307,6 +308,180 @@ def test_torch_scaled_mm_support_is_probed() -> None:
 def test_mx_is_native_on_gfx950_only() -> None:
     assert mx_native(Target.for_arch("gfx950"))
     assert not any(mx_native(Target.for_arch(a)) for a in ("gfx942", "sm_90", "interpreter"))
+
+
+# -- the gluon backend (Hopper) ----------------------------------------------------------------------------
+
+SM90 = Target.for_arch("sm_90")
+BLOCKWISE = "gemm_fp8_blockwise"
+
+
+def _gluon_imports() -> bool:
+    from autotune.kernels.gemm_quant_space import gluon_missing
+
+    return not gluon_missing()
+
+
+needs_gluon = pytest.mark.skipif(not _gluon_imports(), reason="this Triton has no Gluon for Hopper")
+
+
+def gcfg(bm: int = 128, bn: int = 128, warps: int = 8, stages: int = 4, persistent: int = 0,
+         group_m: int = 8) -> Config:  # fmt: skip
+    return Config(backend="gluon", BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
+                  PERSISTENT=persistent, GROUP_M=group_m)  # fmt: skip
+
+
+def test_gluon_is_a_backend_of_blockwise_fp8_on_hopper_only() -> None:
+    from dataclasses import replace
+
+    op = get_op(BLOCKWISE)
+    prefill = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
+    assert op.backends(SM90) == ("torch", "triton", "gluon")
+    assert all("gluon" not in get_op(name).backends(SM90) for name in QUANT_OPS if name != BLOCKWISE)
+    blackwell = replace(SM90, arch="sm_100")  # no wgmma
+    for target in (Target.for_arch("gfx942"), Target.for_arch("gfx950"), INTERP, blackwell):
+        assert "gluon" not in op.backends(target)
+        assert "gluon" not in op.space(prefill, target).backends
+        assert op.default_config(prefill, target).backend == "triton"
+        with pytest.raises(ValueError, match="unknown gemm_fp8_blockwise backend 'gluon'"):
+            op.space(prefill, target, ("gluon",))
+    rowwise = Problem.quant("gemm_fp8_rowwise", 2048, 4608, 7168)
+    with pytest.raises(ValueError, match="unknown gemm_fp8_rowwise backend 'gluon'"):
+        get_op(rowwise.op).space(rowwise, SM90, ("gluon",))
+    assert op.source_hash("gluon") != op.source_hash("triton")
+    with pytest.raises(ValueError, match="unknown gemm_mxfp8 backend 'gluon'"):
+        get_op("gemm_mxfp8").source_hash("gluon")
+
+
+@needs_gluon
+def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason() -> None:
+    op = get_op(BLOCKWISE)
+    prefill = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
+    space = op.space(prefill, SM90)
+    assert space.backends == ("torch", "gluon", "triton")  # the default's backend right after the vendor's
+    gluon = [c for c in space.configs() if c.backend == "gluon"]
+    assert gluon[0] == op.default_config(prefill, SM90) == gcfg(persistent=1)
+    assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in gluon} == {(64, 64), (64, 128), (128, 64), (128, 128)}
+    assert {c["num_stages"] for c in gluon} == {3, 4, 5} and {c["GROUP_M"] for c in gluon} == {1, 8}
+    assert {c["PERSISTENT"] for c in gluon} == {0, 1}
+    # 16 rows a warp: a 64-row tile takes 4 warps; 128x128 on 4 warps spills, 128x64 on 4 does not
+    assert space.check(gcfg(64, 128, warps=8)).startswith("gluon_warp_rows")  # type: ignore[union-attr]
+    assert space.check(gcfg(128, 128, warps=4)).startswith("gluon_register_spill")  # type: ignore[union-attr]
+    assert gcfg(128, 64, warps=4) in space and gcfg(64, 64, warps=4, stages=5) in space
+    assert "BLOCK_N=256 is not among" in str(space.check(gcfg(bn=256)))
+    assert "BLOCK_K" in str(space.check(gcfg().replace(BLOCK_K=128)))  # fixed: one scale group
+    # 3 x 8 tiles: fewer than the SMs, so persistent programs would each do one
+    small = op.space(Problem.quant(BLOCKWISE, 300, 1000, 1024), SM90)
+    assert str(small.check(gcfg(persistent=1))).startswith("persistent_needless")
+    # C rows of 1001 bf16 are not 16-byte aligned: no TMA store, no gluon config, the Triton default
+    ragged = Problem.quant(BLOCKWISE, 2048, 1001, 1024)
+    unaligned = op.space(ragged, SM90)
+    assert not [c for c in unaligned.configs() if c.backend == "gluon"]
+    assert unaligned.prune_summary()["gluon_tma_alignment"] == unaligned.subspace("gluon").raw_size()
+    assert op.default_config(ragged, SM90).backend == "triton"
+
+
+@needs_gluon
+@pytest.mark.parametrize("M, backend", [(16, "triton"), (255, "triton"), (256, "gluon"), (2048, "gluon")])
+def test_hopper_default_is_gluon_for_blockwise_prefill(M: int, backend: str) -> None:
+    """The gluon kernel ran 1.4x the Triton kernel at M = 2048 on an H100; decode keeps Triton's split-K."""
+    from autotune.kernels.gemm_quant_space import gluon_default_config
+
+    problem = Problem.quant(BLOCKWISE, M, 4608, 7168)
+    default = quant_default_config(problem, SM90)
+    assert default.backend == backend and default in get_op(BLOCKWISE).space(problem, SM90)
+    if backend == "gluon":  # 36 columns of 128-wide tiles: persistent once they outnumber the 132 SMs
+        tiles = -(-M // 128) * 36
+        assert default == gcfg(persistent=int(tiles > SM90.cu_count))
+    else:
+        assert gluon_default_config(problem, SM90) in get_op(BLOCKWISE).space(problem, SM90)
+    rowwise = Problem.quant("gemm_fp8_rowwise", M, 4608, 7168)
+    assert quant_default_config(rowwise, SM90).backend == "triton"
+    assert gluon_default_config(Problem.quant(BLOCKWISE, 16, 4608, 7168), SM90) == gcfg(64, 128, 4, group_m=1)
+
+
+def test_gluon_without_gluon_is_pruned_with_the_reason(monkeypatch) -> None:
+    from autotune.kernels import gemm_quant_space
+
+    monkeypatch.setattr(gemm_quant_space, "gluon_missing", lambda: "no Gluon in this Triton (test)")
+    op = get_op(BLOCKWISE)
+    prefill = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
+    space = op.space(prefill, SM90)
+    assert "gluon" in space.backends and all(c.backend != "gluon" for c in space.configs())
+    reasons = {c.backend: r for c, r in space.pruned() if c.backend == "gluon"}
+    assert reasons == {"gluon": "gluon_unsupported: no Gluon in this Triton (test)"}
+    assert op.default_config(prefill, SM90).backend == "triton"
+    problem = Problem.quant(BLOCKWISE, 300, 1000, 1024)
+    inputs, out = op.make_inputs(problem, "cpu", seed=0), op.make_output(problem, "cpu")
+    with pytest.raises(ValueError, match=r"gemm_fp8_blockwise config .*no Gluon in this Triton"):
+        op.prepare(problem, gcfg(), SM90, inputs, out)
+
+
+@needs_gluon
+def test_a_gluon_config_the_kernel_cannot_run_is_one_clear_error() -> None:
+    op = get_op(BLOCKWISE)
+    problem = Problem.quant(BLOCKWISE, 300, 1000, 1024)
+    inputs, out = op.make_inputs(problem, "cpu", seed=0), op.make_output(problem, "cpu")
+    assert callable(op.prepare(problem, gcfg(), SM90, inputs, out))  # built, not launched (no GPU here)
+    for config, message in [
+        (gcfg(bn=256), "BLOCK_N must divide 128"),  # two B scales per tile and K group
+        (gcfg(64, 128, warps=8), "16 rows per warp"),
+        (gcfg(stages=1), "num_stages must be at least 2"),
+        (Config(backend="gluon", BLOCK_M=128), "lacks BLOCK_N"),
+        (gcfg().replace(BLOCK_K=128), "has unknown BLOCK_K"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            op.prepare(problem, config, SM90, inputs, out)
+        with pytest.raises(ValueError, match=message):
+            op.kernel_calls(problem, config, SM90)
+    with pytest.raises(ValueError, match=r"on NVIDIA Hopper .* not gemm_fp8_blockwise on interpreter"):
+        op.prepare(problem, gcfg(), INTERP, inputs, out)
+    row = Problem.quant("gemm_fp8_rowwise", 300, 1000, 1024)
+    with pytest.raises(ValueError, match="not gemm_fp8_rowwise on sm_90"):
+        get_op(row.op).prepare(row, gcfg(), SM90, get_op(row.op).make_inputs(row, "cpu", 0), out)
+    # C, A and B go through TMA descriptors: unit column stride, 16-byte aligned rows
+    strided = torch.empty(300, 1001, dtype=torch.bfloat16)[:, :1000]
+    with pytest.raises(ValueError, match="moves out by TMA"):
+        op.prepare(problem, gcfg(), SM90, inputs, strided)
+    a_t = inputs[0].t().contiguous().t()
+    with pytest.raises(ValueError, match="moves a by TMA"):
+        op.prepare(problem, gcfg(), SM90, [a_t, *inputs[1:]], out)
+
+
+@needs_gluon
+def test_gluon_kernel_calls_capture_one_launch_of_the_gluon_kernel() -> None:
+    op = get_op(BLOCKWISE)
+    problem = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
+    for config, grid in [(gcfg(persistent=1), (SM90.cu_count,)), (gcfg(64, 64, 4, 3), (32 * 72,))]:
+        (call,) = op.kernel_calls(problem, config, SM90)
+        assert call.fn.fn.__name__ == "gluon_fp8_blockwise_kernel" and call.grid == grid
+        assert call.kwargs == dict(GROUP_M=8, STAGES=int(config["num_stages"]),
+                                   PERSISTENT=bool(config["PERSISTENT"]), num_warps=int(config["num_warps"]),
+                                   enable_fp_fusion=True)  # fmt: skip
+        a_desc, b_desc, c_desc = call.args[:3]
+        assert a_desc.block_shape == [config["BLOCK_M"], 128]
+        assert b_desc.block_shape == [config["BLOCK_N"], 128]
+        assert str(a_desc.base.device) == "meta" and tuple(c_desc.shape) == (2048, 4608)
+        assert call.args[5:] == (2048, 4608, 7168, 56, 1, 56, 1)  # M, N, K and the scales' strides
+
+
+def test_a_tuned_gluon_row_where_gluon_cannot_run_is_a_clear_error(monkeypatch) -> None:
+    """A table row of backend gluon on a machine that cannot run it fails as an unknown backend does."""
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.kernels import gemm_quant_space
+    from autotune.kernels.quant_api import gemm_quant
+
+    op = get_op(BLOCKWISE)
+    problem = Problem.quant(BLOCKWISE, 300, 1000, 1024)
+    table = Table.from_winners(SM90, [(problem, gcfg(), 1.0)])
+    dispatcher = Dispatcher([table], device_key=SM90.device_key())
+    monkeypatch.setattr("autotune.dispatch.dispatcher._default", dispatcher)
+    a, b, sa, sb = op.make_inputs(problem, "cpu", seed=1)
+    with pytest.raises(ValueError, match="gluon backend runs gemm_fp8_blockwise on NVIDIA Hopper"):
+        gemm_quant(BLOCKWISE, a, b, sa, sb, target=INTERP)
+    monkeypatch.setattr(gemm_quant_space, "gluon_missing", lambda: "no Gluon here (test)")
+    with pytest.raises(ValueError, match="no Gluon here"):
+        gemm_quant(BLOCKWISE, a, b, sa, sb, target=SM90)
 
 
 # -- bad inputs ------------------------------------------------------------------------------------------

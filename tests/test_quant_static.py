@@ -74,3 +74,38 @@ def test_quantized_kernels_use_the_targets_matrix_instructions(compiled, name: s
     assert matrix == [want], features.mma
     findings = check_features(features, config, Target.for_arch(arch))
     assert "mfma_shape" not in {f.check for f in findings} and "compile" not in {f.check for f in findings}
+
+
+# -- the gluon backend: compiled through the sweep's own path (captured launch, CompilePool) ----------------
+
+GLUON_WGMMA = "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"
+
+
+def test_gluon_default_compiles_for_sm90_with_wgmma_and_no_spills() -> None:
+    """The op's default for blockwise prefill on Hopper is the gluon kernel; compile-only (as `autotune
+    sweep` compiles ahead) gives its wgmma, no spills and shared memory within the H100's, and so do two
+    configs at the space's register limit (128x64 and 64x128 on 4 warps: 192 accumulator values a lane)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    op = get_op("gemm_fp8_blockwise")
+    target = Target.for_arch("sm_90")
+    problem = Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168)
+    default = op.default_config(problem, target)
+    assert default.backend == "gluon"
+    space = op.space(problem, target)
+    configs = [default, default.replace(BLOCK_N=64, num_warps=4, PERSISTENT=0),
+               default.replace(BLOCK_M=64, num_warps=4, num_stages=5)]  # fmt: skip
+    assert all(c in space for c in configs)
+    try:
+        pool = CompilePool(target, workers=len(configs))
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    with pool:
+        futures = [pool.submit(op, problem, c) for c in configs]
+        compiled = [f.result(timeout=600) for f in futures]
+    for config, features in zip(configs, compiled, strict=True):
+        assert features.compiled, features.error[:2000]
+        wgmma = [m for m in features.mma if m.startswith("wgmma")]
+        assert wgmma == [GLUON_WGMMA.replace("n128", f"n{config['BLOCK_N']}")], features.mma
+        assert features.spills == 0 and features.scratch_bytes == 0, (config.short(), features)
+        assert 0 < features.lds_bytes <= target.lds_bytes and "store" in features.tma
+        assert check_features(features, config, target) == [], config.short()
