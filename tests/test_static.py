@@ -34,7 +34,7 @@ def amd_config(**kw: int) -> Config:
     return Config(backend="triton", **{**base, **kw})
 
 
-GEMV = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
+GEMV = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=8, num_stages=3)
 MOE_DECODE = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")
 MOE_SPLIT = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                    SPLIT_K=8, num_warps=4)  # fmt: skip
