@@ -67,8 +67,9 @@ def test_decode_space_has_split_k_and_narrow_tiles() -> None:
     assert {c["BLOCK_M"] for c in configs} == {16}
     assert {c["SPLIT_K"] for c in configs} >= {1, 2, 4, 8, 16}
     assert {c["GROUP_M"] for c in configs} == {1}  # one row of tiles: GROUP_M is redundant
-    default = gemm_default_config(problem, target)
-    assert default["SPLIT_K"] > 1  # 64 tiles underfill 132 SMs
+    assert gemm_default_config(problem, target).backend == "triton_gemv"  # one row: the GEMV kernel
+    default = gemm_default_config(Problem.gemm(16, 4096, 4096), target)
+    assert default.backend == "triton" and default["SPLIT_K"] > 1  # 64 tiles underfill 132 SMs
 
 
 def test_prefill_space_drops_split_k() -> None:
