@@ -1,13 +1,13 @@
 """Quantized-GEMM benchmark (GPU): tune each quantized op on real model shapes, then time side by side.
 
 Shapes: dense GEMMs of one layer of DeepSeek-V3 and Llama-3.1-70B (TP 8, from `autotune.sweeps.catalog`),
-at decode (M 1, 16, 64) and prefill (M 1024, 4096) token counts. Per (op, shape, M): our tuned Triton
-winner, our heuristic default, torch._scaled_mm where the installed torch runs that scaling mode (probed),
-and bf16 torch.matmul of the same shape, in µs, TFLOP/s and GB/s (the op's minimum bytes: packed data
-and scales). Decode rows also give GB/s as a fraction of a measured device copy bandwidth. All variants
-of a problem are timed in interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU
-without MX instructions (H100, MI300X) are emulated (tiles dequantized to bf16 in the kernel): their rows
-say so.
+at decode (M 1, 16, 64) and prefill (M 1024, 4096) token counts. Per (op, shape, M): our tuned winner
+(the best of our Triton kernel and, for FP8 blockwise on Hopper, the Gluon one), our heuristic default,
+torch._scaled_mm where the installed torch runs that scaling mode (probed), and bf16 torch.matmul of the
+same shape, in µs, TFLOP/s and GB/s (the op's minimum bytes: packed data and scales). Decode rows also
+give GB/s as a fraction of a measured device copy bandwidth. All variants of a problem are timed in
+interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU without MX instructions
+(H100, MI300X) are emulated (tiles dequantized to bf16 in the kernel): their rows say so.
 
     python benchmarks/gemm_quant.py --db quant.db --out results/quant.json          # resumable tuning
     python benchmarks/gemm_quant.py --quick --out quant-quick.json                  # a few minutes
@@ -78,8 +78,14 @@ def problems(args: argparse.Namespace) -> list[tuple[str, Problem]]:
     return out
 
 
+def _ours(op: Any, target: Target) -> tuple[str, ...]:
+    """Our kernels' backends of `op` on `target` (Triton, and Gluon for FP8 blockwise on Hopper): the vendor
+    libraries are timed beside them, not tuned."""
+    return tuple(b for b in op.backends(target) if b not in ("torch", "aiter"))
+
+
 def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace) -> None:
-    """Tunes each problem's Triton kernel (static checks compile ahead on every core on a GPU)."""
+    """Tunes each problem's kernels of ours (static checks compile ahead on every core on a GPU)."""
     from contextlib import ExitStack
 
     settings = BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
@@ -95,7 +101,7 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
             runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker)
             t0 = time.perf_counter()
             rep = runner.tune(op, p, strategy=args.strategy, budget=Budget(trials=args.trials),
-                              backends=("triton",))  # fmt: skip
+                              backends=_ours(op, target))  # fmt: skip
             best = rep.best.time_us if rep.best else math.nan
             pruned = sum(rep.static_pruned.values())
             print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
@@ -130,8 +136,9 @@ def measure(
         op = get_op(p.op)
         bench = Benchmarker(op, target, settings=settings)
         fingerprint = target.fingerprint()
+        ours = _ours(op, target)
         tuned = next((r.config for r in store.best(p, fingerprint=fingerprint, limit=10_000)
-                      if r.config.backend == "triton"), None)  # fmt: skip
+                      if r.config.backend in ours), None)  # fmt: skip
         space = op.space(p, target)
         variants: dict[str, Config] = {"default": op.default_config(p, target)}
         if tuned is not None:
