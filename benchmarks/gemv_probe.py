@@ -1,5 +1,6 @@
 """How fast can a decode GEMM read its weight (GPU)? A probe: the read bandwidth of a plain reduction over
-the weight, and a Triton GEMV (no `tl.dot`: products summed along K in registers) for M = 1, 2 and 4,
+the weight, and the Triton GEMV of `autotune.kernels.gemv_triton` (no `tl.dot`: products summed along K in
+registers; the probe's own copy of it, when BENCHMARKS.md's table was taken) for M = 1, 2 and 4,
 next to cuBLAS (`torch.mm`) and the dense op's heuristic default, on the decode shapes of
 `benchmarks/gemm.py`. CUDA-graph replay of 20 launches over 4 rotating weights (so L2 never holds one),
 3 interleaved rounds, median; every GEMV result is checked against an fp32 reference first.
@@ -22,55 +23,15 @@ from typing import Any
 
 import torch
 import triton
-import triton.language as tl
 
 from autotune import Problem
 from autotune.kernels import GEMM
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.gemv_triton import gemv_kernel
 
 SHAPES = (("llama-3.1-8b qkv", 6144, 4096), ("llama-3.1-8b down", 4096, 14336),
           ("llama-3.1-70b tp8 qkv", 1280, 8192), ("llama-3.1-70b tp8 gate_up", 7168, 8192))  # fmt: skip
 ROTATE = 4
-
-
-@triton.jit
-def gemv_kernel(
-    a_ptr, b_ptr, c_ptr, N, K, stride_am, stride_bn, stride_cm,
-    M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN: tl.constexpr,
-):  # fmt: skip
-    """C[m, n] = sum_k A[m, k] B[n, k] for BLOCK_N rows of B per program, M <= 4 rows of A."""
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    b_ptrs = b_ptr + (rn % N)[:, None] * stride_bn + rk[None, :]
-    acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc1 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc2 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc3 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    for k in range(0, K, BLOCK_K):
-        if EVEN:
-            b = tl.load(b_ptrs).to(tl.float32)
-        else:
-            b = tl.load(b_ptrs, mask=(k + rk)[None, :] < K, other=0.0).to(tl.float32)
-        a0 = tl.load(a_ptr + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
-        acc0 += b * a0[None, :]
-        if M > 1:
-            a1 = tl.load(a_ptr + stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
-            acc1 += b * a1[None, :]
-        if M > 2:
-            a2 = tl.load(a_ptr + 2 * stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
-            acc2 += b * a2[None, :]
-        if M > 3:
-            a3 = tl.load(a_ptr + 3 * stride_am + k + rk, mask=k + rk < K, other=0.0).to(tl.float32)
-            acc3 += b * a3[None, :]
-        b_ptrs += BLOCK_K
-    mask = rn < N
-    tl.store(c_ptr + rn, tl.sum(acc0, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
-    if M > 1:
-        tl.store(c_ptr + stride_cm + rn, tl.sum(acc1, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
-    if M > 2:
-        tl.store(c_ptr + 2 * stride_cm + rn, tl.sum(acc2, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
-    if M > 3:
-        tl.store(c_ptr + 3 * stride_cm + rn, tl.sum(acc3, axis=1).to(c_ptr.dtype.element_ty), mask=mask)
 
 
 def graph_us(fns: list[Callable[[], Any]], reps: int = 20) -> float:
@@ -131,11 +92,11 @@ def main() -> int:
             if bn * bk > 16384:
                 continue
             kernel = gemv_kernel[(triton.cdiv(N, bn),)]
-            kw = dict(M=M, BLOCK_N=bn, BLOCK_K=bk, EVEN=K % bk == 0, num_warps=warps, num_stages=stages,
+            kw = dict(M=M, BLOCK_N=bn, BLOCK_K=bk, EVEN_K=K % bk == 0, num_warps=warps, num_stages=stages,
                       **FP_OPTIONS)  # fmt: skip
             out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
             try:
-                kernel(a, ws[0], out, N, K, a.stride(0), ws[0].stride(0), out.stride(0), **kw)
+                kernel(a, ws[0], out, N, K, a.stride(0), 1, 1, ws[0].stride(0), out.stride(0), 1, **kw)
                 torch.cuda.synchronize()
             except Exception as exc:  # a probe: record and go on
                 results.append(dict(N=N, K=K, M=M, gemv=(bn, bk, warps, stages), error=str(exc)[:200]))
@@ -145,7 +106,7 @@ def main() -> int:
                 results.append(dict(N=N, K=K, M=M, gemv=(bn, bk, warps, stages), error=f"wrong: {err}"))
                 continue
             variants[f"gemv n{bn} k{bk} w{warps} s{stages}"] = [
-                partial(kernel, a, w, o, N, K, a.stride(0), w.stride(0), o.stride(0), **kw)
+                partial(kernel, a, w, o, N, K, a.stride(0), 1, 1, w.stride(0), o.stride(0), 1, **kw)
                 for w, o in zip(ws, outs, strict=True)
             ]
         rounds: dict[str, list[float]] = {}
