@@ -155,11 +155,13 @@ def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 
 def _gemv_default(problem: Problem, target: Target) -> Config:
-    """4 columns of C per program, K steps of 1024, 8 warps, 3 stages: in the H100 sweep of the four M = 1
-    problems of `benchmarks/gemm.py` (all 36 GEMV configs each), within 2.1% of each problem's fastest
-    GEMV config (geomean 1.009); the 4-warp version the probe (`benchmarks/gemv_probe.py`) preferred was
-    17% off on Llama-3.1-8B's down projection. Fitted on those four problems."""
-    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=8, num_stages=3)
+    """4 columns of C per program, K steps of 1024, 3 stages; 8 warps at M = 1, 4 at M = 2. At M = 1, in
+    the H100 sweep of the four M = 1 problems of `benchmarks/gemm.py` (all 36 GEMV configs each), 8 warps
+    came within 2.1% of each problem's fastest GEMV config, where 4 warps were 17% off on Llama-3.1-8B's
+    down projection; at M = 2, in `benchmarks/gemv_probe.py`, 8 warps lost to cuBLAS on three of the four
+    shapes and 4 warps beat it on all four. Fitted on those four (N, K)."""
+    warps = 8 if problem.M == 1 else 4
+    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=warps, num_stages=3)
     return fit_to_space(
         config,
         SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),

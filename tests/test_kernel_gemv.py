@@ -90,6 +90,8 @@ def test_gemv_is_the_nvidia_default_up_to_two_rows(arch: str, M: int, backend: s
     problem = Problem.gemm(M, 4096, 14336)
     default = GEMM.default_config(problem, target)
     assert default.backend == backend
+    if backend == "triton_gemv":
+        assert int(default["num_warps"]) == (8 if M == 1 else 4)
     assert GEMM.space(problem, target).check(default) is None  # a member of its space
     assert GEMM.default_config(Problem.gemm(1, 64, 64), INTERP).backend == "triton"  # tests keep the tiles
 
