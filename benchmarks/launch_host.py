@@ -38,6 +38,7 @@ from autotune.dispatch import dispatcher as dispatcher_module
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
 from autotune.kernels.gemm_tma import tma_launcher
 from autotune.kernels.gemm_triton import launcher
+from autotune.kernels.gemv_triton import gemv_launcher
 from autotune.kernels.launch import PINNED_LAUNCH_ENV as ENV
 from autotune.target import local_target
 
@@ -92,13 +93,17 @@ def _plain(make: Callable[[], Callable[..., None]]) -> Callable[..., None]:
 
 
 def dense_case(target: Any, backend: str) -> tuple[str, dict[str, Callable[[], Any]]]:
-    M, N, K = (1, 256, 256) if backend == "triton" else (256, 256, 256)
+    # the default config at these M: the pointer kernel at 16 rows, the GEMV kernel (NVIDIA) at 1
+    M, N, K = {"triton": (16, 256, 256), "triton_gemv": (1, 256, 256)}.get(backend, (256, 256, 256))
     p = Problem.gemm(M, N, K, "bf16")
     if backend == "triton":
         config = GEMM.default_config(p, target)
         make: Callable[[], Callable[..., None]] = lambda: launcher(  # noqa: E731
             config, is_amd=target.is_amd, num_sms=target.cu_count
         )
+    elif backend == "triton_gemv":
+        config = GEMM.default_config(p, target)
+        make = lambda: gemv_launcher(config)  # noqa: E731
     else:
         config = Config(backend="triton_tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                         PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=3)  # fmt: skip
@@ -115,7 +120,7 @@ def dense_case(target: Any, backend: str) -> tuple[str, dict[str, Callable[[], A
     def direct(run: Callable[..., None]) -> Callable[[], None]:
         def call() -> None:
             out = torch.empty((M, N), device="cuda", dtype=torch.bfloat16)
-            if backend == "triton":
+            if backend != "triton_tma":
                 run(a, b, out, b.stride(1), b.stride(0), M, N, K, workspace)
             else:
                 run(a, b, out, False, M, N, K, workspace)
@@ -201,6 +206,8 @@ def main() -> int:
 
     if has_tma(target):
         cases.insert(1, dense_case(target, "triton_tma"))
+    if target.is_nvidia:  # the GEMV kernel is the default at M = 1 there
+        cases.insert(1, dense_case(target, "triton_gemv"))
     table = Table.from_winners(target, WINNERS)
     dispatcher_module._default = Dispatcher([table], device_key=target.device_key())
     for name, variants in cases:
