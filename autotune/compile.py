@@ -254,6 +254,7 @@ _PTX_CP_ASYNC = re.compile(
 _PTX_TMA = re.compile(_PTX_PRED + r"cp\.async\.bulk\.tensor\.\w+\.(shared::cta\.global|global\.shared)")
 _PTX_MMA = re.compile(_PTX_PRED + r"((?:wgmma\.mma_async|mma)\.[\w.]+)")
 _CUOBJDUMP_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+_SASS_SPILL = re.compile(r"\bSTL(\.\w+)*\s")  # a store of registers to local memory (the stack frame)
 
 
 def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatures:
@@ -274,7 +275,7 @@ def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatur
         elif m := _PTX_MMA.match(line):
             mma.add(m.group(1))
     smem = max(int(kernel.metadata.shared), static_smem)
-    del stack  # a call-stack frame (ptxas reserves a few bytes even without spills): not a spill
+    del stack  # counted in `local` where registers are stored to it (spills); else a reserved frame
     return StaticFeatures(
         arch=target.arch,
         vgprs=regs,
@@ -303,7 +304,9 @@ def occupancy_nvidia(regs_per_thread: int, smem_bytes: int, num_warps: int) -> i
 
 
 def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
-    """(registers, stack, static shared, local) bytes of the one kernel in `cubin`, by cuobjdump."""
+    """(registers, stack, static shared, local) bytes of the one kernel in `cubin`, by cuobjdump. Local
+    counts the stack frame too where the code stores registers to it (`STL`): ptxas puts spills there,
+    and reserves a few stack bytes without any spill."""
     from triton import knobs
 
     tool = knobs.nvidia.cuobjdump.path
@@ -314,10 +317,14 @@ def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
         out = subprocess.run(
             [tool, "--dump-resource-usage", path], capture_output=True, text=True, check=True
         )
-    m = _CUOBJDUMP_USAGE.search(out.stdout)
-    if not m:
-        raise RuntimeError(f"cuobjdump printed no resource usage: {out.stdout[-500:]}")
-    regs, stack, shared, local = (int(g) for g in m.groups())
+        m = _CUOBJDUMP_USAGE.search(out.stdout)
+        if not m:
+            raise RuntimeError(f"cuobjdump printed no resource usage: {out.stdout[-500:]}")
+        regs, stack, shared, local = (int(g) for g in m.groups())
+        if stack:
+            sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
+            if _SASS_SPILL.search(sass):
+                local += stack
     return regs, stack, shared, local
 
 

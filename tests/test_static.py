@@ -72,6 +72,10 @@ CASES = {
     "942-moe-split": ("gfx942", MOE_DECODE, Config(MOE_SPLIT, num_stages=2, matrix_instr_nonkdim=16,
                                                    waves_per_eu=0, kpack=1)),
     "sm90-moe-split": ("sm_90", MOE_DECODE, Config(MOE_SPLIT, num_stages=3)),
+    # a 256 x 256 fp32 accumulator on 4 warps: 512 registers a thread wanted, spilled to the stack frame
+    "sm90-spill": ("sm_90", Problem.gemm(512, 512, 512),
+                   Config(backend="triton", BLOCK_M=256, BLOCK_N=256, BLOCK_K=32, GROUP_M=1, SPLIT_K=1,
+                          num_warps=4, num_stages=2)),
     # the GEMV kernel (decode, no matrix instructions) with the NVIDIA default, on both vendors
     "sm90-gemv": ("sm_90", Problem.gemm(1, 4096, 4096), GEMV),
     "942-gemv": ("gfx942", Problem.gemm(1, 4096, 4096), GEMV),
@@ -170,6 +174,18 @@ def test_moe_split_kernel_is_the_main_kernel_and_compiles_without_spills(compile
     assert any("mfma" in m and "fp8" in m for m in amd.mma), amd.mma
     assert amd.spills == 0 and amd.scratch_bytes == 0
     assert nvidia.mma and nvidia.spills == 0 and nvidia.scratch_bytes == 0
+
+
+def test_nvidia_spills_to_the_stack_frame_are_spills(compiled) -> None:
+    """ptxas spills to the stack frame (cuobjdump's STACK, with LOCAL 0): counted, and flagged."""
+    spill = compiled["sm90-spill"]
+    assert spill.compiled, spill.error
+    assert spill.spills > 100 and spill.scratch_bytes >= 4 * spill.spills, spill.summary()
+    assert any(f.check == "spills" for f in findings(compiled, "sm90-spill")), findings(
+        compiled, "sm90-spill"
+    )
+    tma = compiled["sm90-tma"]  # a 128 x 128 tile on 8 warps: a reserved frame at most, no spill
+    assert tma.spills == 0 and tma.scratch_bytes == 0, tma.summary()
 
 
 def test_gemv_compiles_without_matrix_instructions_or_spills(compiled) -> None:
