@@ -108,6 +108,11 @@ CHECKS: dict[str, str] = {
 DEFAULT_CHECKS: tuple[str, ...] = tuple(CHECKS)
 
 
+#: The version of how features are read from a binary, part of their key in the database; bumped when
+#: that changes (2: NVIDIA spills to the stack frame count).
+FEATURES_VERSION = "2"
+
+
 @dataclass(frozen=True)
 class StaticPolicy:
     """Which checks prune a config in a sweep, and the occupancy floor (waves per SIMD on AMD, blocks per

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import Source, TrialResult, TrialStatus
-from autotune.static import StaticFeatures, StaticFinding
+from autotune.static import FEATURES_VERSION, StaticFeatures, StaticFinding
 from autotune.target import Target
 
 from .convert import gpu_record, result_of, trial_records
@@ -1083,12 +1083,15 @@ def _ensure_rows(
 
 
 def _toolchain_key(toolchain: Mapping[str, str]) -> tuple[str, str]:
-    """The canonical JSON of `toolchain` (keys sorted) and the first 16 hex digits of its sha256."""
+    """The canonical JSON of `toolchain` (keys sorted), and the first 16 hex digits of the sha256 of that
+    JSON with the version of the features' extraction added (`FEATURES_VERSION`): the key under which
+    features are stored, so that features an older extraction read are compiled again."""
     try:
         text = json.dumps(dict(toolchain), sort_keys=True)
+        keyed = json.dumps({**toolchain, "features": FEATURES_VERSION}, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"toolchain {toolchain!r} is not a JSON-serializable mapping: {exc}") from exc
-    return text, hashlib.sha256(text.encode()).hexdigest()[:16]
+    return text, hashlib.sha256(keyed.encode()).hexdigest()[:16]
 
 
 def _finding_pairs(findings: Sequence[tuple[str, str] | StaticFinding]) -> list[tuple[str, str]]:

@@ -180,6 +180,20 @@ def test_record_features_is_idempotent_on_its_key(store: Store) -> None:
     assert read(store, toolchain={**TOOLCHAIN, "hip": "6.4"}) == {}
 
 
+def test_features_of_an_older_extraction_are_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Features stored by an older way of reading binaries (FEATURES_VERSION) are compiled again."""
+    import autotune.db.store as store_module
+
+    monkeypatch.setattr(store_module, "FEATURES_VERSION", "1")
+    assert put_features(store, cfg(64), feats(vgprs=100)) is True
+    assert [v[0].vgprs for v in read(store).values()] == [100]
+    monkeypatch.setattr(store_module, "FEATURES_VERSION", "2")
+    assert read(store) == {}
+    assert put_features(store, cfg(64), feats(vgprs=100, spills=3)) is True
+    [(again, _)] = read(store).values()
+    assert again.spills == 3 and again.toolchain == TOOLCHAIN
+
+
 def test_features_count_only_the_given_kernel_versions(store: Store) -> None:
     put_features(store, cfg(64), feats(vgprs=1), kernel=("gemm.triton", "old"))
     put_features(store, cfg(128), feats(vgprs=2), kernel=("gemm.triton", "old"))
