@@ -153,8 +153,8 @@ def compile_features(op: TunableOp, problem: Problem, config: Config, target: Ta
     num_warps = int(calls[0].kwargs.get("num_warps", 4))
     if target.is_amd:
         features = amd_features(kernel.asm["amdgcn"], int(kernel.metadata.shared), target, num_warps)
-    else:
-        features = nvidia_features(kernel, target, num_warps)
+    else:  # a warp-specialized kernel (gluon WARP_SPEC) runs more warps than its num_warps: count those
+        features = nvidia_features(kernel, target, int(getattr(kernel.metadata, "num_warps", num_warps)))
     return replace(features, compile_s=elapsed, toolchain=toolchain_versions())
 
 

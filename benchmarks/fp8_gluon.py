@@ -1,13 +1,15 @@
 """The Gluon blockwise FP8 GEMM (backend "gluon", `kernels/gemm_fp8_gluon.py`) on Hopper: correct? how fast?
 
-Prefill, M = 2048, DeepSeek-V3 / Llama-3.1-70B gate_up shapes at TP 8: a handful of Gluon configs next to
-torch._scaled_mm (cuBLAS blockwise, where the installed torch runs it; its call includes a copy of C,
-timed alone as "copy C") and our pointer Triton kernel at its best known tile (128x128x128, 8 warps,
-4 stages). Each Gluon config is first checked in a subprocess of its own (`--probe`), on the target shapes
-and on ragged ones (M, N off the tiles, an odd number of K groups), so that a config that fails to compile,
-faults or hangs is recorded and skipped. Then every variant is checked again, before and after timing
-(max |C - ref| / max |ref| at most 2e-2, NaN fails; ref: dequantized inputs multiplied in fp32), and timed:
-CUDA events around each launch, L2 flushed by writing 256 MB before every run, interleaved rounds, medians.
+Prefill, M = 2048, DeepSeek-V3 / Llama-3.1-70B gate_up shapes at TP 8: a handful of Gluon configs (with and
+without WARP_SPEC: a loader warp, a partition per consumer warpgroup) next to torch._scaled_mm (cuBLAS
+blockwise, where the installed torch runs it; its call includes a copy of C, timed alone as "copy C") and
+our pointer Triton kernel at its best known tile (128x128x128, 8 warps, 4 stages). Each Gluon config is
+first checked in a subprocess of its own (`--probe`), on the target shapes and on ragged ones (M, N off the
+tiles, an odd number of K groups), so that a config that fails to compile, faults or hangs is recorded and
+skipped (once a WARP_SPEC config hangs, the other WARP_SPEC configs are skipped unrun). Then every variant
+is checked again, before and after timing (max |C - ref| / max |ref| at most 2e-2, NaN fails; ref:
+dequantized inputs multiplied in fp32), and timed: CUDA events around each launch, L2 flushed by writing
+256 MB before every run, interleaved rounds, medians.
 
     PYTHONPATH=$PWD python benchmarks/fp8_gluon.py [--quick] [--out DIR]
 
@@ -33,27 +35,29 @@ SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up",
 M_PREFILL = 2048
 #: Correctness only: (M, N, K) off the tiles, odd and single K group counts.
 RAGGED = [(333, 4600, 1152), (2048, 200, 128), (1000, 7168, 7296)]
-#: A Gluon config: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, A scales M-major).
-Cfg = tuple[int, int, int, int, bool, bool]
+#: A Gluon config: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, A scales M-major, WARP_SPEC).
+Cfg = tuple[int, int, int, int, bool, bool, bool]
 CONFIGS: list[Cfg] = [
-    (128, 128, 8, 4, False, False),
-    (128, 128, 8, 3, False, False),
-    (128, 128, 8, 5, False, False),
-    (128, 128, 8, 4, True, False),
-    (128, 128, 8, 4, False, True),
-    (64, 128, 4, 4, False, False),
-    (64, 128, 4, 3, False, False),
-    (128, 64, 8, 4, False, False),
+    (128, 128, 8, 4, False, False, False),
+    (128, 128, 8, 3, False, False, False),
+    (128, 128, 8, 5, False, False, False),
+    (128, 128, 8, 4, True, False, False),
+    (128, 128, 8, 4, False, True, False),
+    (64, 128, 4, 4, False, False, False),
+    (64, 128, 4, 3, False, False, False),
+    (128, 64, 8, 4, False, False, False),
+    *[(128, 128, 8, s, p, False, True) for p in (False, True) for s in (3, 4, 5)],
 ]
-QUICK_CONFIGS = [CONFIGS[0], CONFIGS[5]]
+QUICK_CONFIGS = [CONFIGS[0], CONFIGS[5], (128, 128, 8, 4, False, False, True)]
 #: Relative error bound (max abs error over max abs reference).
 TOLERANCE = 2e-2
-PROBE_TIMEOUT_S = 300
+#: A probe compiles one config and runs it on five shapes: seconds. Longer is a hang.
+PROBE_TIMEOUT_S = 120
 
 
 def config_name(cfg: Cfg) -> str:
-    bm, bn, warps, stages, persistent, mmajor = cfg
-    extra = (" persistent" if persistent else "") + (" sa-M" if mmajor else "")
+    bm, bn, warps, stages, persistent, mmajor, warp_spec = cfg
+    extra = (" persistent" if persistent else "") + (" sa-M" if mmajor else "") + (" ws" if warp_spec else "")
     return f"gluon {bm}x{bn}x128 w{warps} s{stages}{extra}"
 
 
@@ -92,10 +96,11 @@ def _short(exc: BaseException) -> str:
 def _gluon_launch(cfg: Cfg, a: Any, b: Any, sa: Any, sb: Any, out: Any) -> Any:
     from autotune.kernels.gemm_fp8_gluon import gluon_blockwise_launcher
 
-    bm, bn, warps, stages, persistent, mmajor = cfg
+    bm, bn, warps, stages, persistent, mmajor, warp_spec = cfg
     scale = sa.t().contiguous().t() if mmajor else sa
     # descriptors built once, outside the timed launches
-    return gluon_blockwise_launcher(bm, bn, warps, stages, persistent).bind(a, b, scale, sb, out)
+    launcher = gluon_blockwise_launcher(bm, bn, warps, stages, persistent, warp_spec=warp_spec)
+    return launcher.bind(a, b, scale, sb, out)
 
 
 def probe(cfg: Cfg, shapes: list[tuple[int, int, int]]) -> dict[str, Any]:
@@ -250,9 +255,16 @@ def main() -> int:
     configs = QUICK_CONFIGS if args.quick else CONFIGS
     check = [(M_PREFILL, N, K) for _, N, K in shapes] + RAGGED
     probes: dict[str, Any] = {}
+    hung_warp_spec = ""
     for cfg in configs:
         name = config_name(cfg)
+        if cfg[6] and hung_warp_spec:  # the same protocol: a hang would cost another PROBE_TIMEOUT_S
+            probes[name] = {"error": f"not run: {hung_warp_spec} hung"}
+            print(f"probe {name}: {probes[name]}", flush=True)
+            continue
         probes[name] = run_probe(cfg, check)
+        if cfg[6] and "timed out" in probes[name].get("error", ""):
+            hung_warp_spec = name
         bad = {s: e for s, e in probes[name].get("errors", {}).items() if not e <= TOLERANCE}
         if bad:
             probes[name]["error"] = f"wrong results (max rel error) {bad}"

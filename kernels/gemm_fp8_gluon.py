@@ -18,12 +18,31 @@ at 64 rows x 128 columns per warpgroup, which is why BLOCK_N is at most 128 (it 
 one B scale per tile and group). The loop is unrolled twice so that the even and odd products keep their
 own registers from issue to reuse: a register copy of a product whose wgmma is in flight makes ptxas
 serialize every wgmma (C7514; see `_issue` and `_retire`). A slot of the ring is refilled after a CTA
-barrier, since each warpgroup waits for its own wgmmas only (Triton adds a few more around TMA issues).
+barrier, since each warpgroup waits for its own wgmmas only (Triton adds a few more around TMA issues, and
+one after every wgmma wait of a partition of more than 4 warps).
+
+WARP_SPEC (`gl.warp_specialize`): no CTA barrier in the K loop. The num_warps consumer warps are
+num_warps / 4 partitions of one warpgroup each (the kernel's num_warps, the default partition's, is 4),
+each computing its rows of every tile as above, with its own C block (c_desc's) and epilogue; one more
+warp, the loader, makes every TMA load. The ring has two mbarriers per slot:
+- ready (count 1): the loader's expect (one arrival, plus the bytes) and the two TMA loads complete it;
+  use n of a slot (load number it = n · STAGES + slot) completes its phase n, waited for with parity n & 1;
+- empty (count `_release_count`: every consumer warp on 3.9, every consumer warpgroup on 3.6): each consumer
+  warp arrives once for each load, after the wait that retired the wgmma reading it (the tails' waits for
+  0 too); use n's arrivals complete its phase n. Load `it` waits for phase n - 1, parity (n & 1) ^ 1, which
+  a fresh barrier counts as complete for n = 0.
+Neither barrier can run two phases ahead of a waiter (a load needs the release of the slot's previous
+load, which needs every consumer past its wait for it), so parities are unambiguous. Persistent programs:
+the loader walks the consumers' tile sequence, and load numbers (so slots and phases) continue across
+tiles. On 3.9 the consumers wait and arrive in PTX of their own (`_wait_ready`, `_release`): Gluon's calls
+put a bar.sync of the partition before each. Registers (setmaxnreg): 240 a thread for each consumer
+warpgroup, 24 for the loader's.
 
 Knobs (the op's space, `gemm_quant_space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
-ring's depth, STAGES), PERSISTENT and GROUP_M. `gluon_launcher` builds the launch of one config (its
-tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no
-interpreter: the kernel runs on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
+ring's depth, STAGES), PERSISTENT, GROUP_M and WARP_SPEC (a config without it runs with 0, as stored
+before it existed). `gluon_launcher` builds the launch of one config (its tensor descriptors once per
+`bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no interpreter: the kernel runs
+on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
 and 3.9 spell a few Gluon calls differently: the shims below pick whichever the installed Triton has.
 """
 
@@ -52,6 +71,7 @@ from autotune.kernels.launch import pinned
 
 __all__ = [
     "CONFIG_KEYS",
+    "OPTIONAL_KEYS",
     "SCALE_BLOCK",
     "GluonBlockwiseLauncher",
     "compile_for_target",
@@ -70,6 +90,24 @@ _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_glo
 _tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
 # The CTA-wide barrier (bar.sync): `thread_barrier` in 3.6, `barrier` in 3.9.
 _cta_barrier = gl.barrier if hasattr(gl, "barrier") else gl.thread_barrier
+# The ring's mbarriers under WARP_SPEC. Gluon's `mbarrier.arrive` is one arrival by one thread after a
+# bar.sync of its partition's warps, and Triton puts a bar.sync before every `mbarrier.wait` that follows
+# another wait in a partition of several warps (3.6 and 3.9 alike). 3.9's `gl.inline_asm` takes an
+# mbarrier's address: there the consumers wait and arrive in PTX of their own, lane 0 of every warp
+# arriving, and no bar.sync is left in the K loop. 3.6 keeps Gluon's calls (bar.syncs of one warpgroup).
+_ASM_MBARRIER = gl.constexpr(hasattr(gl, "inline_asm"))
+_WAIT_ASM = gl.constexpr(
+    "{\n.reg .pred done;\nwait_again:\nmbarrier.try_wait.parity.shared::cta.b64 done, [$0], $1;\n"
+    "@!done bra.uni wait_again;\n}"
+)
+_ARRIVE_ASM = gl.constexpr(
+    "{\n.reg .pred first;\n.reg .b32 lane;\nmov.u32 lane, %laneid;\nsetp.eq.u32 first, lane, 0;\n"
+    "@first mbarrier.arrive.shared::cta.b64 _, [$0];\n}"
+)
+#: Registers a thread of the loader warp (WARP_SPEC; setmaxnreg's least is 24) and of the second
+#: consumer warpgroup get; the first (the default partition) gets what is left of the 64K.
+_LOADER_REGS = gl.constexpr(24)
+_CONSUMER_REGS = gl.constexpr(240)
 
 _GL_OUT = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
@@ -115,18 +153,49 @@ def _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, pred, S
 
 
 @gluon.jit
-def _issue(bars, a_bufs, b_bufs, it, regs, no: gl.tensor, STAGES: gl.constexpr):
-    """Waits for load `it`, then issues its product A_g · B_gᵀ asynchronously, into the registers of
-    `regs` (a retired product, whose values are ignored: `no` is False at run time)."""
+def _wait_ready(bar, phase, WARP_SPEC: gl.constexpr):
+    """Waits for the completion of `bar`'s phase of parity `phase` (WARP_SPEC on 3.9: in PTX of our own,
+    without the bar.sync Triton puts before a wait)."""
+    if WARP_SPEC and _ASM_MBARRIER:
+        gl.inline_asm(_WAIT_ASM, "r,r", [bar, phase])
+    else:
+        mbarrier.wait(bar, phase)
+
+
+@gluon.jit
+def _release(bar):
+    """This warp's part of releasing a ring slot (WARP_SPEC): one arrival per warp on 3.9, where the
+    slot's barrier counts every consumer warp; on 3.6 one per warpgroup partition (Gluon's arrive)."""
+    if _ASM_MBARRIER:
+        gl.inline_asm(_ARRIVE_ASM, "r", [bar])
+    else:
+        mbarrier.arrive(bar, count=1)
+
+
+@gluon.constexpr_function
+def _release_count(consumer_warps: int) -> int:
+    """The arrivals that release a ring slot under WARP_SPEC (see _release)."""
+    return consumer_warps if _ASM_MBARRIER.value else consumer_warps // 4
+
+
+@gluon.jit
+def _issue(bars, a_bufs, b_bufs, it, regs, no: gl.tensor, STAGES: gl.constexpr, ROW0: gl.constexpr,
+           ROWS: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+    """Waits for load `it`, then issues its product A_g · B_gᵀ (rows ROW0 .. ROW0 + ROWS of the A tile)
+    asynchronously, into the registers of `regs` (a retired product, whose values are ignored: `no` is
+    False at run time)."""
     slot = it % STAGES
     # The slot's n-th load completes the barrier's phase n; wait(parity) returns once that phase is done.
-    mbarrier.wait(bars.index(slot), (it // STAGES) & 1)
+    _wait_ready(bars.index(slot), (it // STAGES) & 1, WARP_SPEC)
+    a = a_bufs.index(slot)
+    if a_bufs.shape[1] > ROWS:  # one consumer warpgroup's rows (WARP_SPEC)
+        a = a.slice(ROW0, ROWS)
     b_t = b_bufs.index(slot).permute((1, 0))  # (BLOCK_K, BLOCK_N), K-major: what fp8 wgmma takes
     # use_acc=False as a constant gives the wgmma fresh output registers, and LLVM then copies the
     # product in flight at the loop's back edge: ptxas sees its registers read before the wait and
     # serializes every wgmma (C7514). A run-time False ties the outputs to `regs`, so each product
     # stays in the same registers from issue through wait, scale and reuse.
-    return warpgroup_mma(a_bufs.index(slot), b_t, regs, use_acc=no, is_async=True)
+    return warpgroup_mma(a, b_t, regs, use_acc=no, is_async=True)
 
 
 @gluon.jit
@@ -138,16 +207,22 @@ def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
 
 
 @gluon.jit
-def _retire(acc, done, scale, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, k_tiles,
-            STAGES: gl.constexpr):  # fmt: skip
-    """Group `group`'s product `done` (waited for with one wgmma, group + 1's, left in flight) joins `acc`,
-    scaled; its ring slot is refilled with group + STAGES once every warpgroup is past its wait.
-    Returns (acc, done), done's registers free for the next product."""
-    # Each warpgroup waited for its own wgmma only: the barrier makes sure all of them have finished
-    # reading the slot before the TMA (one thread) overwrites it.
-    _cta_barrier()
-    nxt = group + STAGES
-    _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, nxt, it + STAGES, nxt < k_tiles, STAGES)
+def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, group, it, k_tiles,
+            STAGES: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+    """Group `group`'s product `done` (load `it`; waited for with one wgmma, group + 1's, left in flight)
+    joins `acc`, scaled. Its ring slot is refilled with group + STAGES once every warpgroup is past its
+    wait, or (WARP_SPEC) released to the loader. Returns (acc, done), done's registers free for the next
+    product."""
+    if WARP_SPEC:
+        # The wait before this call retired the wgmma that read the slot (a wgmma-group completes as a
+        # whole, the warpgroup's smem reads included): this warp's part of releasing it.
+        _release(empty.index(it % STAGES))
+    else:
+        # Each warpgroup waited for its own wgmma only: the barrier makes sure all of them have finished
+        # reading the slot before the TMA (one thread) overwrites it.
+        _cta_barrier()
+        nxt = group + STAGES
+        _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, nxt, it + STAGES, nxt < k_tiles, STAGES)
     acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
     # A pin: LLVM would sink these FMAs below the next wgmma, which reuses `done`'s registers, and copy
     # them while that wgmma is in flight. Passing acc and done through a wait (one wgmma, the one in
@@ -156,52 +231,59 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n
 
 
 @gluon.jit
-def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles, stride_asm,
-          stride_ask, stride_bsn, stride_bsk, mma_layout: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
-    """The scaled fp32 tile of C at (off_m, off_n); `base` is the number of loads this program made before
-    (the ring's slots and barrier phases continue across the tiles of a persistent program)."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles,
+          stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout: gl.constexpr, STAGES: gl.constexpr,
+          ROW0: gl.constexpr, ROWS: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+    """The scaled fp32 rows off_m + ROW0 .. + ROWS of the C tile at (off_m, off_n) (all of its rows but
+    under WARP_SPEC); `base` is the number of loads this program made before (the ring's slots and
+    barrier phases continue across the tiles of a persistent program)."""
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    # Prologue: the ring is free here (every earlier wgmma has been waited for, then a CTA barrier).
-    for i in gl.static_range(STAGES):
-        _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, i, base + i, i < k_tiles, STAGES)
+    if not WARP_SPEC:  # (the loader partition makes every load of WARP_SPEC)
+        # Prologue: the ring is free here (every earlier wgmma has been waited for, then a CTA barrier).
+        for i in gl.static_range(STAGES):
+            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, i, base + i, i < k_tiles, STAGES)
 
-    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, mma_layout))
+    offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
     mask_m = offs_m < M
     as_ptrs = as_ptr + offs_m * stride_asm
     bs_row = bs_ptr + (off_n // 128) * stride_bsn  # B scales per 128x128 block
-    acc = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
-    d1 = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout)
+    acc = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
+    d1 = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
 
     s0 = _scales(as_ptrs, mask_m, bs_row, 0, stride_ask, stride_bsk)
     no = k_tiles < 0  # False, but not a constant (see _issue)
-    p0 = _issue(bars, a_bufs, b_bufs, base, gl.zeros([BLOCK_M, BLOCK_N], gl.float32, mma_layout), no, STAGES)
+    p0 = _issue(bars, a_bufs, b_bufs, base, gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout), no, STAGES,
+                ROW0, ROWS, WARP_SPEC)  # fmt: skip
     # Two groups per iteration: p0 / p1 are the products of even / odd groups in flight, d0 / d1 the same
     # registers once retired. At the back edge p0 is in flight and d1 is free, always in the same
     # registers. The scales of a group are loaded when its wgmma is issued, one K step before their use.
     for g in range(1, k_tiles - 1, 2):
         s1 = _scales(as_ptrs, mask_m, bs_row, g, stride_ask, stride_bsk)
-        p1 = _issue(bars, a_bufs, b_bufs, base + g, d1, no, STAGES)
+        p1 = _issue(bars, a_bufs, b_bufs, base + g, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
-        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, g - 1,
-                          base + g - 1, k_tiles, STAGES)  # fmt: skip
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, g - 1,
+                          base + g - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
         s0 = _scales(as_ptrs, mask_m, bs_row, g + 1, stride_ask, stride_bsk)
-        p0 = _issue(bars, a_bufs, b_bufs, base + g + 1, d0, no, STAGES)
+        p0 = _issue(bars, a_bufs, b_bufs, base + g + 1, d0, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d1 = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
-        acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, g, base + g,
-                          k_tiles, STAGES)  # fmt: skip
+        acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, g, base + g,
+                          k_tiles, STAGES, WARP_SPEC)  # fmt: skip
     # Issued so far: groups 0 .. 2·iterations, the last (in p0) still in flight.
     if k_tiles % 2 == 0:
         last = k_tiles - 1
         s1 = _scales(as_ptrs, mask_m, bs_row, last, stride_ask, stride_bsk)
-        p1 = _issue(bars, a_bufs, b_bufs, base + last, d1, no, STAGES)
+        p1 = _issue(bars, a_bufs, b_bufs, base + last, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
-        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, last - 1,
-                          base + last - 1, k_tiles, STAGES)  # fmt: skip
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, last - 1,
+                          base + last - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
         d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
+        if WARP_SPEC:  # the last group's slot, or the next tile's loads would wait for it forever
+            _release(empty.index((base + last) % STAGES))
         acc = acc + d1 * s1[:, None]
     else:
         d0 = warpgroup_mma_wait(num_outstanding=0, deps=(p0,))
+        if WARP_SPEC:
+            _release(empty.index((base + k_tiles - 1) % STAGES))
         acc = acc + d0 * s0[:, None]
     return acc
 
@@ -218,18 +300,86 @@ def _store(c_desc, c_smem, acc, off_m, off_n):
 
 
 @gluon.jit
+def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem, M, N, K, stride_asm,
+             stride_ask, stride_bsn, stride_bsk, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
+             PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr, CONSUMER: gl.constexpr,
+             mma_layout: gl.constexpr):  # fmt: skip
+    """The program's C tiles, one or (PERSISTENT) pid, pid + programs, ...: all of each (the kernel), or
+    (WARP_SPEC) consumer warpgroup CONSUMER's rows of each, c_desc's block."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    ROWS: gl.constexpr = c_desc.block_type.shape[0]
+    ROW0: gl.constexpr = CONSUMER * ROWS
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    if PERSISTENT:
+        base = 0
+        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
+            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+            acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M,
+                        k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0,
+                        ROWS, WARP_SPEC)  # fmt: skip
+            base += k_tiles
+            _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+    else:
+        off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, k_tiles,
+                    stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0, ROWS,
+                    WARP_SPEC)  # fmt: skip
+        _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _load_all(a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M: gl.constexpr,
+              STAGES: gl.constexpr, PERSISTENT: gl.constexpr):  # fmt: skip
+    """The loader partition (WARP_SPEC, one warp): every load of the program's tiles, in the consumers'
+    order, each into the next ring slot once the consumers have released it."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    if PERSISTENT:
+        stop = num_pid_m * num_pid_n
+        step = gl.num_programs(0)
+    else:
+        stop = gl.program_id(0) + 1
+        step = 1
+    it = 0
+    for tile in range(gl.program_id(0), stop, step):
+        off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for group in range(k_tiles):
+            # Load `it` is use it // STAGES of its slot; it needs use it // STAGES - 1 released, i.e. the
+            # empty barrier's phase of that parity complete. A fresh mbarrier counts the phase before its
+            # first (parity 1) as complete: the first use of every slot does not wait.
+            mbarrier.wait(empty.index(it % STAGES), ((it // STAGES) & 1) ^ 1)
+            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, True, STAGES)
+            it += 1
+
+
+@gluon.jit
 def gluon_fp8_blockwise_kernel(
     a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr, num_warps: gl.constexpr,
+    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr,
+    CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ..."""
-    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ...
+    WARP_SPEC: num_warps is 4; CONSUMERS (1 or 2) warpgroup partitions compute the rows of c_desc's block
+    each, and a loader warp makes every TMA load."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert(BLOCK_K == 128, "BLOCK_K must be one scale group (128)")
     gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must divide 128 (one B scale per tile and group)")
     gl.static_assert(STAGES >= 2, "the ring needs a slot for the wgmma in flight and one being refilled")
-    mma_layout: gl.constexpr = _mma_layout(BLOCK_M, BLOCK_N, num_warps)
+    gl.static_assert(c_desc.block_type.shape[0] * CONSUMERS == BLOCK_M, "C blocks: one per consumer")
+    gl.static_assert(WARP_SPEC or CONSUMERS == 1, "several consumers: WARP_SPEC only")
+    gl.static_assert(not WARP_SPEC or num_warps == 4, "WARP_SPEC: one warpgroup per consumer partition")
+    mma_layout: gl.constexpr = _mma_layout(BLOCK_M // CONSUMERS, BLOCK_N, num_warps)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
@@ -238,26 +388,49 @@ def gluon_fp8_blockwise_kernel(
     bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
-    fence_async_shared()
-    _cta_barrier()
-
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    num_pid_m = gl.cdiv(M, BLOCK_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    if PERSISTENT:
-        base = 0
-        for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
-            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles,
-                        stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES)  # fmt: skip
-            base += k_tiles
-            _store(c_desc, c_smem, acc, off_m, off_n)
+    if not WARP_SPEC:
+        fence_async_shared()
+        _cta_barrier()
+        _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, bars, a_bufs, b_bufs, c_smem, M, N, K,
+                 stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, 0,
+                 mma_layout)  # fmt: skip
     else:
-        off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, a_bufs, b_bufs, off_m, off_n, 0, M, k_tiles,
-                    stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES)  # fmt: skip
-        _store(c_desc, c_smem, acc, off_m, off_n)
-    tma.store_wait(0)
+        # "empty": a slot's phase completes when every consumer warp is past the wait that retired the
+        # wgmma reading it (see _release for the count).
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(empty.index(i), count=_release_count(CONSUMERS * num_warps))
+        loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT)
+        if CONSUMERS == 1:
+            fence_async_shared()
+            _cta_barrier()
+            gl.warp_specialize(
+                [
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem,
+                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
+                                PERSISTENT, WARP_SPEC, 0, mma_layout)),
+                    (_load_all, loads),
+                ],
+                [1],
+                [_LOADER_REGS],
+            )  # fmt: skip
+        else:
+            c_smem1 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+            fence_async_shared()
+            _cta_barrier()
+            gl.warp_specialize(
+                [
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem,
+                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
+                                PERSISTENT, WARP_SPEC, 0, mma_layout)),
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem1,
+                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
+                                PERSISTENT, WARP_SPEC, 1, mma_layout)),
+                    (_load_all, loads),
+                ],
+                [num_warps, 1],
+                [_CONSUMER_REGS, _LOADER_REGS],
+            )  # fmt: skip
 
 
 def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
@@ -274,15 +447,15 @@ def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -
 
 
 @cache
-def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype) -> tuple[Any, Any, Any]:
-    """The shared-memory layouts of the A, B and C tiles (the TMA boxes)."""
+def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype, c_rows: int) -> tuple[Any, Any, Any]:
+    """The shared-memory layouts of the A, B and C tiles (the TMA boxes; C's of c_rows rows)."""
     if out_dtype not in _GL_OUT:
         raise ValueError(f"the gluon backend writes bf16 or fp16, not {out_dtype}")
     fp8 = gl.float8e4nv
     return (
         gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8),
         gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8),
-        gl.NVMMASharedLayout.get_default_for([block_m, block_n], _GL_OUT[out_dtype]),
+        gl.NVMMASharedLayout.get_default_for([c_rows, block_n], _GL_OUT[out_dtype]),
     )
 
 
@@ -299,19 +472,20 @@ def _check_tma(name: str, t: torch.Tensor) -> None:
 
 def _kernel_args(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
-    block_m: int, block_n: int,
+    block_m: int, block_n: int, consumers: int = 1,
 ) -> tuple[Any, ...]:  # fmt: skip
-    """The positional arguments of one launch: descriptors of A, B and C, the scales and their strides."""
+    """The positional arguments of one launch: descriptors of A, B and C (a block of C per consumer
+    warpgroup: block_m / consumers rows), the scales and their strides."""
     M, K = a.shape
     N = b.shape[0]
-    if K % SCALE_BLOCK:
-        raise ValueError(f"K={K} is not a multiple of {SCALE_BLOCK}")
+    if K % SCALE_BLOCK or K == 0:  # (K = 0: the first wait for a load would never return)
+        raise ValueError(f"K={K} is not a positive multiple of {SCALE_BLOCK}")
     for name, t in (("a", a), ("b", b), ("out", out)):
         _check_tma(name, t)
-    a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype)
+    a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype, block_m // consumers)
     a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
-    c_desc = TensorDescriptor.from_tensor(out, [block_m, block_n], c_layout)
+    c_desc = TensorDescriptor.from_tensor(out, [block_m // consumers, block_n], c_layout)
     return (a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride())
 
 
@@ -328,14 +502,18 @@ class GluonBlockwiseLauncher:
 
     def __init__(
         self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-        num_sms: int, kernel: Any = None,
+        num_sms: int, kernel: Any = None, warp_spec: bool = False,
     ) -> None:  # fmt: skip
         _check_config(block_m, block_n, num_warps, num_stages)
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
-        self.persistent, self.group_m, self.num_sms = persistent, group_m, num_sms
+        self.persistent, self.group_m, self.num_sms, self.warp_spec = persistent, group_m, num_sms, warp_spec
+        # WARP_SPEC: num_warps consumer warps are num_warps / 4 partitions of one warpgroup (the kernel's
+        # num_warps, that of its default partition, is 4), plus the loader warp
+        self.consumers = num_warps // 4 if warp_spec else 1
         self.kernel = pinned(
             gluon_fp8_blockwise_kernel if kernel is None else kernel, GROUP_M=group_m, STAGES=num_stages,
-            PERSISTENT=persistent, num_warps=num_warps, **FP_OPTIONS,
+            PERSISTENT=persistent, WARP_SPEC=warp_spec, CONSUMERS=self.consumers,
+            num_warps=4 if warp_spec else num_warps, **FP_OPTIONS,
         )  # fmt: skip
 
     def bind(
@@ -346,7 +524,7 @@ class GluonBlockwiseLauncher:
         b_scale: torch.Tensor,
         out: torch.Tensor,
     ) -> Callable[[], None]:
-        args = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n)
+        args = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers)
         M, N = out.shape
         programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
         if self.persistent:
@@ -382,30 +560,38 @@ def gluon_blockwise_launcher(
     group_m: int = 8,
     num_sms: int = 0,
     kernel: Any = None,
+    warp_spec: bool = False,
 ) -> GluonBlockwiseLauncher:
     """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
-    run. `num_sms` (persistent): how many programs, default the device's SM count."""
+    run. `num_sms` (persistent): how many programs, default the device's SM count; `warp_spec`: the
+    WARP_SPEC kernel (num_warps consumer warps, in partitions of a warpgroup, and a loader warp)."""
     return GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel
+        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec
     )
 
 
 #: The knobs of a "gluon" config (the op's space), in GluonBlockwiseLauncher's order.
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC")
+#: Knobs a config may lack, and the value it then has: configs stored before the knob existed.
+OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0}
 
 
 def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> GluonBlockwiseLauncher:
     """The launcher of a "gluon" config of gemm_fp8_blockwise; ValueError naming what is wrong with a
-    config the kernel cannot run (a knob missing or unknown, a tile it has no layout for)."""
-    missing = [k for k in CONFIG_KEYS if k not in config]
+    config the kernel cannot run (a knob missing or unknown, a tile it has no layout for). A config
+    without a knob of OPTIONAL_KEYS runs with its value there (no WARP_SPEC: the kernel without it)."""
+    missing = [k for k in CONFIG_KEYS if k not in config and k not in OPTIONAL_KEYS]
     unknown = sorted(set(config) - {*CONFIG_KEYS, "backend"})
     if missing or unknown:
         raise ValueError(
             f"a gluon config has {', '.join(CONFIG_KEYS)}; {config.short()} "
             + (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
         )
-    bm, bn, warps, stages, persistent, group_m = (int(config[k]) for k in CONFIG_KEYS)
-    return GluonBlockwiseLauncher(bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel)
+    values = {**OPTIONAL_KEYS, **config}
+    bm, bn, warps, stages, persistent, group_m, warp_spec = (int(values[k]) for k in CONFIG_KEYS)
+    return GluonBlockwiseLauncher(
+        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec)
+    )
 
 
 def compile_for_target(
@@ -415,6 +601,7 @@ def compile_for_target(
     num_stages: int = 4,
     persistent: bool = False,
     *,
+    warp_spec: bool = False,
     M: int = 2048,
     N: int = 4608,
     K: int = 7168,
@@ -431,7 +618,9 @@ def compile_for_target(
 
     calls: list[KernelCall] = []
     recorder = Recorder(gluon_fp8_blockwise_kernel, calls)
-    launcher = GluonBlockwiseLauncher(block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder)
+    launcher = GluonBlockwiseLauncher(
+        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec
+    )
     fp8 = torch.float8_e4m3fn
     a = torch.empty(M, K, dtype=fp8, device="meta")
     b = torch.empty(N, K, dtype=fp8, device="meta")

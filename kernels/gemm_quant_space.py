@@ -8,7 +8,8 @@ torch._scaled_mm, "aiter" on ROCm) are a single config each, present only where 
 elsewhere their config is pruned with the reason.
 
 "gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
-of one 128-wide scale group), 4 or 8 warps, 3 to 5 stages, PERSISTENT and GROUP_M; where the installed
+of one 128-wide scale group), 4 or 8 warps, 3 to 5 stages, PERSISTENT, GROUP_M and WARP_SPEC (a loader
+warp and one partition per consumer warpgroup; its default is 0 until measured); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) where it can run.
 """
@@ -169,6 +170,7 @@ GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "num_stages": (3, 4, 5),
     "PERSISTENT": (0, 1),
     "GROUP_M": (1, 8),
+    "WARP_SPEC": (0, 1),
 }
 _GLUON_BLOCK_K = 128
 #: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
@@ -207,7 +209,8 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
     def smem(c: Mapping[str, Value]) -> int:  # the ring of A and B tiles, the C tile, the mbarriers
         bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
-        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages
+        barriers = 2 if int(c.get("WARP_SPEC", 0)) else 1  # WARP_SPEC: "ready" and "empty" per slot
+        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages * barriers
 
     return [
         Constraint(
@@ -265,14 +268,14 @@ def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -
 
 def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups; 64x128 on 4 where M <= 64),
-    4 stages, PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over several rows of tiles; fitted
-    to the space. None where no gluon config fits the problem."""
+    4 stages, PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over several rows of tiles, no
+    WARP_SPEC (not measured yet); fitted to the space. None where no gluon config fits the problem."""
     M, N = problem.M, problem.N
     bm, warps = (64, 4) if M <= 64 else (128, 8)
     tiles = cdiv(M, bm) * cdiv(N, 128)
     values: dict[str, Value] = dict(
         BLOCK_M=bm, BLOCK_N=128, num_warps=warps, num_stages=4, PERSISTENT=int(tiles > target.cu_count),
-        GROUP_M=8 if cdiv(M, bm) > 1 else 1,
+        GROUP_M=8 if cdiv(M, bm) > 1 else 1, WARP_SPEC=0,
     )  # fmt: skip
     try:
         return fit_to_space(

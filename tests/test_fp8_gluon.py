@@ -1,10 +1,11 @@
-"""The Gluon blockwise FP8 GEMM (`kernels/gemm_fp8_gluon.py`, the "gluon" backend of gemm_fp8_blockwise)
+"""The Gluon blockwise FP8 kernel (`kernels/gemm_fp8_gluon.py`, the "gluon" backend of gemm_fp8_blockwise)
 cross-compiles for sm_90 without a GPU, with the asynchronous waits it exists for: `wgmma.wait_group 1`
 (group g scaled while g + 1's wgmma runs) and no serialization by ptxas (which would show as waits for 0
-in the SASS beyond the PTX's own).
+in the SASS beyond the PTX's own). WARP_SPEC=1 (a loader warp, one partition per consumer warpgroup)
+compiles on Triton 3.6 and 3.9 alike, without spills and without a CTA barrier in its consumers' K loops.
 
 Compiles in a subprocess: the test session may have TRITON_INTERPRET=1. Numerics need a Hopper GPU
-(`benchmarks/fp8_gluon.py`); Gluon does not run in the interpreter.
+(`tests/test_gpu.py -k gluon`, `benchmarks/fp8_gluon.py`); Gluon does not run in the interpreter.
 """
 
 from __future__ import annotations
@@ -19,20 +20,41 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent); the first is the main config.
-CONFIGS = [(128, 128, 8, 4, False), (128, 128, 8, 4, True), (64, 128, 4, 4, False), (128, 64, 8, 3, False)]
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec); the first is the main config.
+Cfg = tuple[int, int, int, int, bool, bool]
+CONFIGS: list[Cfg] = [
+    (128, 128, 8, 4, False, False),
+    (128, 128, 8, 4, True, False),
+    (64, 128, 4, 4, False, False),
+    (128, 64, 8, 3, False, False),
+    (128, 128, 8, 4, False, True),
+    (128, 128, 8, 4, True, True),
+    (64, 128, 4, 3, True, True),
+]
+WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
 SCRIPT = r"""
-import json, subprocess, sys, tempfile, os
+import json, re, subprocess, sys, tempfile, os
 from triton import knobs
+from triton.experimental.gluon import language as gl
 from autotune.kernels.gemm_fp8_gluon import compile_for_target
 from autotune.compile import _cubin_usage
 
-facts = {}
+def inner_loops(ptx):
+    # the innermost loops of the PTX: from a label LLVM marks "Inner Loop Header" to its last branch back
+    lines = ptx.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\$L__BB\d+_\d+):", line)
+        if m and "Inner Loop Header" in "\n".join(lines[i:i + 4]):
+            back = re.compile(r"\bbra(\.uni)?\s+" + re.escape(m.group(1)) + ";")
+            end = max(j for j, text in enumerate(lines) if back.search(text))
+            yield "\n".join(lines[i:end + 1])
+
+facts = {"asm_mbarrier": hasattr(gl, "inline_asm")}
 for cfg in json.loads(sys.argv[1]):
     name = "x".join(str(int(v)) for v in cfg)
     try:
-        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]))
+        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]))
     except Exception as exc:
         facts[name] = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
         continue
@@ -44,20 +66,33 @@ for cfg in json.loads(sys.argv[1]):
             f.write(kernel.asm["cubin"])
         sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
                               check=True).stdout
+    k_loops = [body for body in inner_loops(ptx) if "wgmma.mma_async" in body]
     facts[name] = dict(
         mma_async=ptx.count("wgmma.mma_async"),
         wait0=ptx.count("wgmma.wait_group.sync.aligned 0;"),
         wait1=ptx.count("wgmma.wait_group.sync.aligned 1;"),
         sass_wait0=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0"),
         sass_wait1=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+        spill_ops=len(re.findall(r"\b(STL|LDL)\b", sass)),
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
+        k_loops=[dict(wait1=b.count("wgmma.wait_group.sync.aligned 1;"),
+                      wait0=b.count("wgmma.wait_group.sync.aligned 0;"),
+                      bars=re.findall(r"\b(?:bar|barrier)\.sync\s+([^;]*);", b),
+                      arrives=b.count("mbarrier.arrive")) for b in k_loops],
+        setmaxnreg=sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
+        inits=[int(v) for v in re.findall(r"mbarrier\.init\.shared::cta\.b64\s+\[[^]]*\],\s*(\d+);", ptx)],
     )
 print(json.dumps(facts))
 """
 
 
-def _name(cfg: tuple[int, int, int, int, bool]) -> str:
+def _name(cfg: Cfg) -> str:
     return "x".join(str(int(v)) for v in cfg)
+
+
+def _consumers(cfg: Cfg) -> int:
+    """Consumer partitions (warpgroups) of a WARP_SPEC config; the kernel without: one."""
+    return cfg[2] // 4 if cfg[5] else 1
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +116,7 @@ def facts() -> dict[str, Any]:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
 def test_compiles_for_sm90_with_a_wgmma_left_in_flight(
-    facts: dict[str, Any], cfg: tuple[int, int, int, int, bool], record_property: Any
+    facts: dict[str, Any], cfg: Cfg, record_property: Any
 ) -> None:
     f = facts[_name(cfg)]
     assert "error" not in f, f.get("error")
@@ -91,18 +126,76 @@ def test_compiles_for_sm90_with_a_wgmma_left_in_flight(
     assert f["mma_async"] > 0
     # The point of the kernel: the scale-and-add of group g runs while group g + 1's wgmma is in flight.
     assert f["wait1"] >= 1
-    # waits for 0 only after the last group of a tile (two tails: an even and an odd count of K groups)
-    assert f["wait0"] == 2
+    # waits for 0 only after the last group of a tile (two tails: an even and an odd count of K groups),
+    # in every consumer partition
+    assert f["wait0"] == 2 * _consumers(cfg)
     # ptxas kept the waits as written: it injects waits for 0 where it serializes the wgmmas (C7514).
     assert f["sass_wait0"] == f["wait0"], f
     assert f["sass_wait1"] == f["wait1"], f
     assert f["shared"] <= 227 * 1024
+    # one K loop per consumer, each retiring two groups with a wgmma left in flight
+    assert len(f["k_loops"]) == _consumers(cfg), f["k_loops"]
+    assert all(k["wait1"] == 4 and k["wait0"] == 0 for k in f["k_loops"]), f["k_loops"]
 
 
 def test_main_config_does_not_spill(facts: dict[str, Any]) -> None:
     f = facts[_name(CONFIGS[0])]
     assert "error" not in f, f.get("error")
     assert f["local"] == 0 and f["regs"] <= 255, f
+
+
+@pytest.mark.parametrize("cfg", WARP_SPEC, ids=_name)
+def test_warp_spec_has_no_cta_barrier_in_its_k_loops_and_no_spills(facts: dict[str, Any], cfg: Cfg) -> None:
+    """The consumers' K loops: the release of each slot (one arrival per warp on 3.9, per warpgroup on
+    3.6), and no bar.sync on 3.9; on 3.6 only Gluon's own, of one warpgroup (128 threads), before each
+    mbarrier wait and arrive. Registers: setmaxnreg gives the loader 24 and the consumers 240 or more."""
+    f = facts[_name(cfg)]
+    assert "error" not in f, f.get("error")
+    assert f["local"] == 0 and f["stack"] == 0 and f["spill_ops"] == 0, f
+    assert 24 in f["setmaxnreg"] and max(f["setmaxnreg"]) >= 240, f["setmaxnreg"]
+    stages, consumers = cfg[3], _consumers(cfg)
+    # the ring: "ready" (count 1: the expect) and "empty" (one arrival per consumer warp or warpgroup)
+    per_release = cfg[2] if facts["asm_mbarrier"] else consumers
+    assert sorted(f["inits"]) == sorted([1] * stages + [per_release] * stages), f["inits"]
+    for loop in f["k_loops"]:
+        assert loop["arrives"] == 2, loop  # two groups per iteration, one release each
+        if facts["asm_mbarrier"]:
+            assert loop["bars"] == [], loop
+        else:
+            assert loop["bars"] and all(b.replace(" ", "").endswith(",128") for b in loop["bars"]), loop
+
+
+def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
+    """WARP_SPEC 0 and 1 are in the gluon space (the default keeps 0); a config stored before the knob
+    existed has none and launches as WARP_SPEC 0; WARP_SPEC 1 launches one warpgroup per partition, each
+    with its own C block."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from autotune import Config, Problem
+    from autotune.kernels import get_op
+    from autotune.kernels.gemm_fp8_gluon import gluon_launcher
+    from autotune.target import Target
+
+    sm90 = Target.for_arch("sm_90")
+    op = get_op("gemm_fp8_blockwise")
+    problem = Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168)
+    space = op.space(problem, sm90)
+    gluon = [c for c in space.configs() if c.backend == "gluon"]
+    assert {c["WARP_SPEC"] for c in gluon} == {0, 1} and gluon[0]["WARP_SPEC"] == 0
+    knobs = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=1, GROUP_M=8)
+    old = Config(backend="gluon", **knobs)
+    launcher = gluon_launcher(old, num_sms=132)
+    assert not launcher.warp_spec and launcher.consumers == 1
+    with pytest.raises(ValueError, match="has unknown WARP"):
+        gluon_launcher(old.replace(WARP=1), num_sms=132)
+    for warps, consumers in ((8, 2), (4, 1)):
+        ws = Config(backend="gluon", **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1)))
+        assert ws in space
+        (call,) = op.kernel_calls(problem, ws, sm90)
+        assert call.kwargs["WARP_SPEC"] is True and call.kwargs["CONSUMERS"] == consumers
+        assert call.kwargs["num_warps"] == 4  # the default partition: the first consumer warpgroup
+        assert call.args[2].block_shape == [64, 128]  # C: one block per consumer warpgroup
+    (old_call,) = op.kernel_calls(problem, old, sm90)
+    assert old_call.kwargs["WARP_SPEC"] is False and old_call.args[2].block_shape == [128, 128]
 
 
 def test_launcher_rejects_configs_it_cannot_run() -> None:
@@ -114,6 +207,8 @@ def test_launcher_rejects_configs_it_cannot_run() -> None:
         gluon_blockwise_launcher(128, 256)  # two B scales per tile and group
     with pytest.raises(ValueError, match="BLOCK_M"):
         gluon_blockwise_launcher(64, 128, num_warps=8)  # 8 warps need 128 rows
+    with pytest.raises(ValueError, match="BLOCK_M"):
+        gluon_blockwise_launcher(64, 128, num_warps=8, warp_spec=True)  # a warpgroup per 64 rows
     with pytest.raises(ValueError, match="num_stages"):
         gluon_blockwise_launcher(num_stages=1)
 
@@ -128,12 +223,12 @@ def test_pinned_launch_keys_the_gluon_descriptors() -> None:
     from autotune.kernels.gemm_fp8_gluon import _kernel_args
     from autotune.kernels.launch import _launch_key
 
-    def key(M: int, block_n: int = 128) -> tuple[Any, ...]:
+    def key(M: int, block_n: int = 128, consumers: int = 1) -> tuple[Any, ...]:
         a = torch.empty(M, 256, dtype=torch.float8_e4m3fn)
         b = torch.empty(512, 256, dtype=torch.float8_e4m3fn)
         sa, sb = torch.empty(M, 2), torch.empty(4, 2)
         out = torch.empty(M, 512, dtype=torch.bfloat16)
-        return _launch_key(0, _kernel_args(a, b, sa, sb, out, 128, block_n), {})
+        return _launch_key(0, _kernel_args(a, b, sa, sb, out, 128, block_n, consumers), {})
 
     assert hash(key(300)) == hash(key(300)) and key(300) == key(300)
-    assert key(300) != key(301) and key(300) != key(300, block_n=64)
+    assert key(300) != key(301) and key(300) != key(300, block_n=64) and key(300) != key(300, consumers=2)

@@ -377,7 +377,19 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
 # -- the gluon backend of gemm_fp8_blockwise (Hopper only) ---------------------------------------------------
 
 #: The gluon kernel's default tile (128x128 on two warpgroups, 4 stages).
-GLUON = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=0, GROUP_M=8)
+GLUON = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=0, GROUP_M=8, WARP_SPEC=0)
+#: WARP_SPEC: each consumer warpgroup in a partition of its own, a loader warp; ragged M and N, even and
+#: odd counts of K groups (one alone), persistent programs whose ring phases run on across their tiles.
+GLUON_WARP_SPEC = [
+    ((300, 1000, 1024), {}, "bf16"),  # rows 320-383 of the last row of tiles: its second consumer's, all out
+    ((300, 1000, 1152), dict(num_stages=3, GROUP_M=1), "fp16"),
+    ((300, 1000, 1152), dict(BLOCK_M=64, num_warps=4, num_stages=5), "bf16"),  # one consumer warpgroup
+    ((2048, 200, 128), dict(BLOCK_N=64), "bf16"),  # one K group
+    ((1000, 4600, 1152), dict(PERSISTENT=1), "bf16"),  # 288 tiles: two or three per program
+    ((1000, 4600, 1024), dict(PERSISTENT=1, num_stages=3, BLOCK_N=64), "bf16"),
+    ((1000, 4600, 128), dict(PERSISTENT=1, num_stages=5), "bf16"),  # one load per tile
+    ((1000, 4600, 1152), dict(BLOCK_M=64, num_warps=4, PERSISTENT=1), "fp16"),
+]
 
 
 def _gluon_op_or_skip(target):
@@ -400,6 +412,7 @@ def _gluon_op_or_skip(target):
         ((300, 1000, 1152), dict(BLOCK_M=64, num_warps=4, num_stages=3), "bf16"),  # 9 K groups: odd
         ((1000, 4600, 1152), dict(PERSISTENT=1), "bf16"),  # 288 tiles: each program walks several
         ((1000, 4600, 1024), dict(BLOCK_M=64, num_warps=4, num_stages=5, PERSISTENT=1), "bf16"),
+        *[(mnk, dict(knobs, WARP_SPEC=1), dtype) for mnk, knobs, dtype in GLUON_WARP_SPEC],
     ],
 )
 def test_gluon_backend_on_hopper_is_right_and_repeatable(target, mnk, knobs, dtype) -> None:
@@ -411,6 +424,24 @@ def test_gluon_backend_on_hopper_is_right_and_repeatable(target, mnk, knobs, dty
     config = Config(backend="gluon", **(GLUON | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     _right_and_repeatable(op, problem, config, target, "the gluon kernel")
+
+
+@pytest.mark.parametrize("mnk, knobs, dtype", GLUON_WARP_SPEC[:2] + GLUON_WARP_SPEC[4:5])
+def test_gluon_warp_spec_gives_the_bits_of_the_kernel_without(target, mnk, knobs, dtype) -> None:
+    """WARP_SPEC moves the loads to a warp of their own and each consumer warpgroup to a partition: every
+    element still takes the same wgmmas and FMAs in the same order, so the same bits (a race or a stale
+    slot shows here even where it stays within the tolerance)."""
+    op = _gluon_op_or_skip(target)
+    problem = Problem.quant("gemm_fp8_blockwise", *mnk, dtype=dtype)
+    inputs = op.make_inputs(problem, "cuda", seed=4)
+    outs = []
+    for warp_spec in (0, 1):
+        out = op.make_output(problem, "cuda").fill_(float("nan"))
+        config = Config(backend="gluon", **(GLUON | knobs | dict(WARP_SPEC=warp_spec)))
+        op.prepare(problem, config, target, inputs, out)()
+        torch.cuda.synchronize()
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]), float((outs[0].float() - outs[1].float()).abs().max())
 
 
 def test_gemm_quant_launches_gluon_configs_tuned_and_default(target, monkeypatch) -> None:
@@ -425,7 +456,10 @@ def test_gemm_quant_launches_gluon_configs_tuned_and_default(target, monkeypatch
 
     op = _gluon_op_or_skip(target)
     tuned = Problem.quant("gemm_fp8_blockwise", 300, 1000, 1024)
-    config = Config(backend="gluon", **(GLUON | dict(BLOCK_N=64)))
+    # a row stored before WARP_SPEC existed: it has none, and runs the kernel without
+    config = Config(
+        backend="gluon", **{k: v for k, v in (GLUON | dict(BLOCK_N=64)).items() if k != "WARP_SPEC"}
+    )
     d = Dispatcher([Table.from_winners(target, [(tuned, config, 1.0)])], device_key=target.device_key())
     assert d.lookup("gemm_fp8_blockwise", 300, 1000, 1024, dtype=tuned.dtype) == config
     monkeypatch.setattr("autotune.dispatch.dispatcher._default", d)

@@ -326,9 +326,9 @@ needs_gluon = pytest.mark.skipif(not _gluon_imports(), reason="this Triton has n
 
 
 def gcfg(bm: int = 128, bn: int = 128, warps: int = 8, stages: int = 4, persistent: int = 0,
-         group_m: int = 8) -> Config:  # fmt: skip
+         group_m: int = 8, warp_spec: int = 0) -> Config:  # fmt: skip
     return Config(backend="gluon", BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
-                  PERSISTENT=persistent, GROUP_M=group_m)  # fmt: skip
+                  PERSISTENT=persistent, GROUP_M=group_m, WARP_SPEC=warp_spec)  # fmt: skip
 
 
 def test_gluon_is_a_backend_of_blockwise_fp8_on_hopper_only() -> None:
@@ -363,7 +363,8 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
     assert gluon[0] == op.default_config(prefill, SM90) == gcfg(persistent=1)
     assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in gluon} == {(64, 64), (64, 128), (128, 64), (128, 128)}
     assert {c["num_stages"] for c in gluon} == {3, 4, 5} and {c["GROUP_M"] for c in gluon} == {1, 8}
-    assert {c["PERSISTENT"] for c in gluon} == {0, 1}
+    assert {c["PERSISTENT"] for c in gluon} == {0, 1} and {c["WARP_SPEC"] for c in gluon} == {0, 1}
+    assert gcfg(warp_spec=1, persistent=1) in space and gcfg(64, 128, 4, warp_spec=1) in space
     # 16 rows a warp: a 64-row tile takes 4 warps; 128x128 on 4 warps spills, 128x64 on 4 does not
     assert space.check(gcfg(64, 128, warps=8)).startswith("gluon_warp_rows")  # type: ignore[union-attr]
     assert space.check(gcfg(128, 128, warps=4)).startswith("gluon_register_spill")  # type: ignore[union-attr]
@@ -456,8 +457,8 @@ def test_gluon_kernel_calls_capture_one_launch_of_the_gluon_kernel() -> None:
         (call,) = op.kernel_calls(problem, config, SM90)
         assert call.fn.fn.__name__ == "gluon_fp8_blockwise_kernel" and call.grid == grid
         assert call.kwargs == dict(GROUP_M=8, STAGES=int(config["num_stages"]),
-                                   PERSISTENT=bool(config["PERSISTENT"]), num_warps=int(config["num_warps"]),
-                                   enable_fp_fusion=True)  # fmt: skip
+                                   PERSISTENT=bool(config["PERSISTENT"]), WARP_SPEC=False, CONSUMERS=1,
+                                   num_warps=int(config["num_warps"]), enable_fp_fusion=True)  # fmt: skip
         a_desc, b_desc, c_desc = call.args[:3]
         assert a_desc.block_shape == [config["BLOCK_M"], 128]
         assert b_desc.block_shape == [config["BLOCK_N"], 128]
