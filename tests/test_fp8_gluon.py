@@ -180,7 +180,7 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
     problem = Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168)
     space = op.space(problem, sm90)
     gluon = [c for c in space.configs() if c.backend == "gluon"]
-    assert {c["WARP_SPEC"] for c in gluon} == {0, 1} and gluon[0]["WARP_SPEC"] == 0
+    assert {c["WARP_SPEC"] for c in gluon} == {0, 1} and gluon[0]["WARP_SPEC"] == 1  # the default
     knobs = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=1, GROUP_M=8)
     old = Config(backend="gluon", **knobs)
     launcher = gluon_launcher(old, num_sms=132)
