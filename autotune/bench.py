@@ -27,6 +27,7 @@ __all__ = [
     "Benchmarker",
     "DeviceFault",
     "classify_error",
+    "flushed_event_us",
     "interleaved_medians",
     "rel_error",
     "runs_for_precision",
@@ -440,6 +441,24 @@ def runs_for_precision(samples: Sequence[float], precision: float) -> int:
     n = len(xs)
     sigma = (xs[round(0.8 * (n - 1))] - xs[round(0.2 * (n - 1))]) / 1.683
     return math.ceil((1.2533 * sigma / (precision * med)) ** 2)
+
+
+def flushed_event_us(launch: Callable[[], object], flush: Callable[[], object], reps: int) -> float:
+    """Median µs of `reps` runs of `launch`, each timed with CUDA events right after `flush()` (which
+    evicts L2, e.g. by writing a buffer larger than it): the simple method of the kernel benchmarks that
+    compare a handful of variants outside the Benchmarker."""
+    import torch
+
+    times = []
+    for _ in range(reps):
+        flush()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
 
 
 def interleaved_medians(

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.bench import flushed_event_us
+
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
 #: (M, [(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K)]): prefill and decode tiles.
@@ -40,21 +42,6 @@ DEVICE = "cuda"
 MOE_CONFIGS = [(16, 64, 128, 4, 3), (64, 128, 128, 4, 3), (64, 64, 128, 4, 4)]
 
 
-def _time_us(launch: Any, flush: Any, reps: int) -> float:
-    import torch
-
-    times = []
-    for _ in range(reps):
-        flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def _compare(
     label: str, problem: Any, op: Any, variants: dict[str, Any], outs: dict[str, Any], ref: Any,
     flush: Any, args: argparse.Namespace,
@@ -70,7 +57,7 @@ def _compare(
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, launch in variants.items():
-            samples[name].append(_time_us(launch, flush, args.reps))
+            samples[name].append(flushed_event_us(launch, flush, args.reps))
     rows = []
     for name, ts in samples.items():
         us = statistics.median(ts)

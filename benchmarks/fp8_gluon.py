@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from autotune.bench import flushed_event_us
+
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
 M_PREFILL = 2048
@@ -133,22 +135,6 @@ def run_probe(cfg: Cfg, shapes: list[tuple[int, int, int]]) -> dict[str, Any]:
     return {"error": f"probe exited {proc.returncode}: {tail[:300]}"}
 
 
-def time_us(launch: Callable[[], Any], flush: Callable[[], Any], reps: int) -> float:
-    """Median of `reps` event-timed runs, each after an L2 flush."""
-    import torch
-
-    times = []
-    for _ in range(reps):
-        flush()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def bench_shape(
     label: str, N: int, K: int, configs: list[Cfg], probes: dict[str, Any], args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -211,7 +197,7 @@ def bench_shape(
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, launch in variants.items():
-            samples[name].append(time_us(launch, flush_buf.zero_, args.reps))
+            samples[name].append(flushed_event_us(launch, flush_buf.zero_, args.reps))
     for name, ts in samples.items():
         us = statistics.median(ts)
         after = rel_error(outs[name], ref)  # the last timed run's output: a race may show here only
