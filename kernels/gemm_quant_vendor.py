@@ -21,7 +21,14 @@ from autotune.kernels import quant
 from autotune.problem import Problem
 from autotune.target import Target
 
-__all__ = ["SCALED_MM_MODES", "aiter_launch", "probe_scaled_mm", "scaled_mm_launch", "vendor_reason"]
+__all__ = [
+    "SCALED_MM_MODES",
+    "aiter_launch",
+    "m_major",
+    "probe_scaled_mm",
+    "scaled_mm_launch",
+    "vendor_reason",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +54,14 @@ def _to_blocked(s: Tensor) -> Tensor:
     padded[:rows, :cols] = s
     tiles = padded.view(pr // 128, 128, pc // 4, 4).permute(0, 2, 1, 3)
     return tiles.reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1)
+
+
+def m_major(s: Tensor) -> Tensor:
+    """`s` (M, G) with stride 1 along M, strides exactly (1, M): what cuBLAS's blockwise A scales must be.
+    (`s.t().contiguous().t()` keeps the strides of a size-1 dimension as they were, so at M = 1 it gave
+    (1, G), which torch refuses.)"""
+    out = torch.empty_strided(s.shape, (1, s.shape[0]), dtype=s.dtype, device=s.device)
+    return out.copy_(s)
 
 
 def _b_block_scales(sb: Tensor, layout: str) -> Tensor:
@@ -93,7 +108,7 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
 
         def blockwise(a_major: bool, b_layout: str) -> _Builder:
             def build(a: Tensor, b: Tensor, sa: Tensor, sb: Tensor) -> Callable[[Tensor], None]:
-                sa2 = sa.t().contiguous().t() if a_major else sa.contiguous()
+                sa2 = m_major(sa) if a_major else sa.contiguous()
                 sb2 = _b_block_scales(sb, b_layout)
                 bt = b.t()
 

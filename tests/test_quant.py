@@ -636,3 +636,13 @@ def test_best_finds_a_quantized_problem_by_op(tmp_path, capsys) -> None:
     assert "16.4" in capsys.readouterr().out
     assert main([*argv[:-2], "--e", "8", "--db", db]) == 2
     assert "gemm_fp8_blockwise takes no --e, --topk or --layout" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("M", [1, 2, 7])
+def test_blockwise_a_scales_for_cublas_are_m_major_at_every_m(M: int) -> None:
+    """cuBLAS's blockwise A scales have strides exactly (1, M); at M = 1 a transposed copy kept (G, 1)."""
+    from autotune.kernels.gemm_quant_vendor import m_major
+
+    s = torch.rand(M, 56) + 0.5
+    out = m_major(s)
+    assert out.stride() == (1, M) and torch.equal(out, s)
