@@ -151,9 +151,11 @@ def _builders(mode: str) -> list[tuple[str, _Builder]]:
     raise ValueError(f"unknown torch._scaled_mm mode {mode!r}")
 
 
-def _probe_inputs(mode: str, device: str, fp8: torch.dtype) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _probe_inputs(
+    mode: str, device: str, fp8: torch.dtype, rows: int = 32
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     gen = torch.Generator().manual_seed(1234)
-    x = torch.randn(32, 384, generator=gen)  # K/128 = 3 and N/128 = 2: transposed layouts fail the check
+    x = torch.randn(rows, 384, generator=gen)  # K/128 = 3 and N/128 = 2: transposed layouts fail the check
     w = torch.randn(256, 384, generator=gen) / 16
     if mode in ("tensor", "row", "blockwise"):
         blocks = {"tensor": ((0, 0), (0, 0)), "row": ((1, 0), (1, 0)), "blockwise": ((1, 128), (128, 128))}
@@ -209,6 +211,31 @@ def probe_scaled_mm(device: str, mode: str, fp8_name: str = "fp8e4m3") -> _Probe
     )
 
 
+@cache
+def probe_rows(device: str, mode: str, fp8_name: str, rows: int) -> str:
+    """Why the layout `probe_scaled_mm` found cannot run A of `rows` rows ("" when it can): cuBLAS has
+    blockwise kernels for some M only (on the H100 with torch 2.11 none at M = 1 or 2). A tiny GEMM of
+    that M, checked against the reference; cached per process."""
+    found = probe_scaled_mm(device, mode, fp8_name)
+    if found.builder is None:
+        return found.reason
+    a, b, sa, sb, ref = _probe_inputs(
+        mode, device, quant.fp8_dtype(fp8_name, quant.device_arch(device)), rows
+    )
+    try:
+        c = torch.empty(rows, b.shape[0], device=a.device, dtype=torch.bfloat16)
+        found.builder(a, b, sa, sb)(c)
+        err = float((c.float().cpu() - ref).norm() / ref.norm())
+    except Exception as exc:  # cuBLAS refuses the shape with one of many error types
+        detail = str(exc).strip().splitlines()[0][:160]
+        return f"torch._scaled_mm runs {mode} scales, but not with M={rows}: {type(exc).__name__}: {detail}"
+    if not err < 2e-2:
+        return (
+            f"torch._scaled_mm runs {mode} scales, but gives a wrong result with M={rows} (error {err:.3g})"
+        )
+    return ""
+
+
 def _device_for(target: Target) -> str | None:
     if target.interpreter:
         return "cpu"
@@ -224,7 +251,8 @@ def vendor_reason(backend: str, problem: Problem, target: Target) -> str:
         device = _device_for(target)
         if device is None:
             return f"torch._scaled_mm support is probed on the GPU, and no {target.arch} is present"
-        return probe_scaled_mm(device, mode, problem.dtype_a if mode != "mxfp4" else "fp8e4m3").reason
+        fp8_name = problem.dtype_a if mode != "mxfp4" else "fp8e4m3"
+        return probe_scaled_mm(device, mode, fp8_name).reason or probe_rows(device, mode, fp8_name, problem.M)
     if backend == "aiter":
         if not target.is_amd:
             return "aiter runs on ROCm only"

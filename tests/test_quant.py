@@ -646,3 +646,32 @@ def test_blockwise_a_scales_for_cublas_are_m_major_at_every_m(M: int) -> None:
     s = torch.rand(M, 56) + 0.5
     out = m_major(s)
     assert out.stride() == (1, M) and torch.equal(out, s)
+
+
+def test_a_vendor_layout_that_refuses_some_m_is_pruned_there_with_the_reason(monkeypatch) -> None:
+    """cuBLAS has blockwise kernels for some M only: the space asks the found layout at the problem's M."""
+    from autotune.kernels import gemm_quant_vendor as vendor
+
+    def build(a, b, sa, sb):
+        def call(out):
+            if a.shape[0] < 4:
+                raise RuntimeError("CUBLAS_STATUS_NOT_SUPPORTED (test)")
+            out.copy_(
+                vendor.quant.dequantize_fp8(a, sa, (1, 128))
+                @ vendor.quant.dequantize_fp8(b, sb, (128, 128)).t()
+            )
+
+        return call
+
+    monkeypatch.setattr(
+        vendor, "probe_scaled_mm", lambda device, mode, fp8="fp8e4m3": vendor._Probe(build, "")
+    )
+    vendor.probe_rows.cache_clear()
+    try:
+        assert "not with M=1" in vendor.probe_rows("cpu", "blockwise", "fp8e4m3", 1)
+        assert vendor.probe_rows("cpu", "blockwise", "fp8e4m3", 16) == ""
+        one = Problem.quant(BLOCKWISE, 1, 256, 384)
+        assert "not with M=1" in vendor.vendor_reason("torch", one, INTERP)
+        assert vendor.vendor_reason("torch", Problem.quant(BLOCKWISE, 16, 256, 384), INTERP) == ""
+    finally:
+        vendor.probe_rows.cache_clear()
