@@ -57,28 +57,15 @@ def _dot_part(acc, a, b_desc, off_n, off_k, B_KN: tl.constexpr, DOT_F32: tl.cons
 
 
 @triton.jit
-def _tile_partial(
-    a_desc, b_desc, off_m, off_n, k_lo, k_hi,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_KN: tl.constexpr,
-    DOT_F32: tl.constexpr,
-):  # fmt: skip
-    """The fp32 sum over K tiles k_lo .. k_hi - 1 of one C tile."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in range(k_lo, k_hi):
-        off_k = kt * BLOCK_K
-        acc = _dot_part(acc, a_desc.load([off_m, off_k]), b_desc, off_n, off_k, B_KN, DOT_F32)
-    return acc
-
-
-@triton.jit
 def _tile_parts(
     a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_lo, k_hi,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BN2: tl.constexpr, BN3: tl.constexpr,
     BLOCK_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
-    """`_tile_partial` of a tile BLOCK_N + BN2 + BN3 wide, as up to three column parts (a width that is
-    not a power of two, which Triton's blocks must be) that share each A tile: (acc, acc2, acc3), where a
-    part of width 0 is absent and its accumulator a stand-in nobody stores."""
+    """The fp32 sums over K tiles k_lo .. k_hi - 1 of one C tile BLOCK_N + BN2 + BN3 wide, as up to three
+    column parts (a width that is not a power of two, which Triton's blocks must be) that share each A
+    tile: (acc, acc2, acc3), where a part of width 0 is absent and its accumulator a stand-in nobody
+    stores (BN2 = BN3 = 0: the plain tile, one dot per K tile)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if BN2 > 0:
         acc2 = tl.zeros((BLOCK_M, BN2), dtype=tl.float32)
@@ -118,7 +105,9 @@ def gemm_tma_tail_kernel(
     iters = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(pid, DP_TILES, NUM_PROGRAMS, flatten=True):
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_partial(a_desc, b_desc, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32)
+        acc = _tile_parts(
+            a_desc, b_desc, None, None, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, B_KN, DOT_F32
+        )[0]
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
     tail = num_pid_m * num_pid_n - DP_TILES
     if pid < tail * SPLITS:
@@ -127,9 +116,23 @@ def gemm_tma_tail_kernel(
         k_lo = (pid // tail) * per
         k_hi = min(k_lo + per, iters)
         off_m, off_n = _tile_origin(DP_TILES + ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_partial(
-            a_desc, b_desc, off_m, off_n, k_lo, k_hi, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
-        )
+        acc = _tile_parts(
+            a_desc,
+            b_desc,
+            None,
+            None,
+            off_m,
+            off_n,
+            k_lo,
+            k_hi,
+            BLOCK_M,
+            BLOCK_N,
+            0,
+            0,
+            BLOCK_K,
+            B_KN,
+            DOT_F32,
+        )[0]
         if SPLITS == 1:
             c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
         else:
@@ -165,21 +168,15 @@ def gemm_tma_kernel(
         k_first = split * k_per_split
         k_last = min(k_first + k_per_split, k_tiles_all)
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, WIDTH, GROUP_M)
-        if BN2 + BN3 == 0:
-            acc = _tile_partial(
-                a_desc, b_desc, off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, B_KN, DOT_F32
-            )
-            _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
-        else:
-            acc, acc2, acc3 = _tile_parts(
-                a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
-                BLOCK_M, BLOCK_N, BN2, BN3, BLOCK_K, B_KN, DOT_F32,
-            )  # fmt: skip
-            _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
-            if BN2 > 0:
-                _store_part(c2_desc, acc2, split, off_m, off_n + BLOCK_N, BLOCK_M, BN2, SPLIT_K)
-            if BN3 > 0:
-                _store_part(c3_desc, acc3, split, off_m, off_n + BLOCK_N + BN2, BLOCK_M, BN3, SPLIT_K)
+        acc, acc2, acc3 = _tile_parts(
+            a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
+            BLOCK_M, BLOCK_N, BN2, BN3, BLOCK_K, B_KN, DOT_F32,
+        )  # fmt: skip
+        _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
+        if BN2 > 0:
+            _store_part(c2_desc, acc2, split, off_m, off_n + BLOCK_N, BLOCK_M, BN2, SPLIT_K)
+        if BN3 > 0:
+            _store_part(c3_desc, acc3, split, off_m, off_n + BLOCK_N + BN2, BLOCK_M, BN3, SPLIT_K)
 
 
 @triton.jit
@@ -289,7 +286,7 @@ def tma_launcher(
             launch_parts(a_desc, b, out, b_kn, M, N, K, programs, workspace)
         else:
             b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-            if workspace is None or split_k == 1:
+            if split_k == 1:
                 c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
             else:
                 c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
@@ -305,7 +302,7 @@ def tma_launcher(
         """A tile of two or three column parts: a B and a C (or workspace) descriptor per part."""
         widths = [n for n in (bn, bn2, bn3) if n]
         b_descs = [TensorDescriptor.from_tensor(b, [bk, n] if b_kn else [n, bk]) for n in widths]
-        if workspace is None or split_k == 1:
+        if split_k == 1:
             c_descs = [TensorDescriptor.from_tensor(out, [bm, n]) for n in widths]
         else:
             c_descs = [
