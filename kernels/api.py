@@ -15,6 +15,7 @@ import torch
 
 from autotune.config import Config
 from autotune.dispatch import lookup as _lookup
+from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.problem import Problem
 from autotune.target import Target, TargetError, running_target
 
@@ -22,10 +23,6 @@ __all__ = ["gemm", "launch_config", "linear"]
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYOUTS = ("nk", "kn")
-
-#: The most rows of A the GEMV backend takes (`gemv_triton.MAX_ROWS`): a table bucket whose config is the
-#: GEMV kernel serves no larger M (a lookup policy other than round-up can land there); the default does.
-_GEMV_ROWS = 4
 
 # Per-process caches: heuristic defaults per shape, the running target.
 _defaults: dict[tuple[int, int, int, str, str], Config] = {}
@@ -210,7 +207,9 @@ def gemm(
         _check_out(out, a, M, N)
     target = _target[0] if _target else _running()
     config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
-    if config is None or (M > _GEMV_ROWS and config.backend == "triton_gemv"):  # a GEMV bucket's config
+    # a GEMV table entry serves no larger M than the kernel takes (a policy other than round-up can land
+    # there): the default does
+    if config is None or (M > GEMV_ROWS and config.backend == "triton_gemv"):
         config = _default(M, N, K, dtype, b_layout, target)
     return _launch(config, a, b, M, N, K, b_layout, target, out)
 

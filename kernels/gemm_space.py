@@ -128,7 +128,8 @@ def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
 #: Register partials of the GEMV kernel: BLOCK_N x BLOCK_K x M fp32 values per program at most (the
 #: H100 probe's fastest configs sit at or under it; more spills).
 GEMV_PARTIALS = 16384
-#: The most rows of A the GEMV kernel takes (`gemv_triton.MAX_ROWS`).
+#: The most rows of A the GEMV kernel takes (one register partial per row); its launcher refuses more, and
+#: `autotune.kernels.gemm` gives a larger M the default instead of a GEMV table entry.
 GEMV_ROWS = 4
 
 

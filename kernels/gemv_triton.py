@@ -19,13 +19,11 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
-__all__ = ["MAX_ROWS", "gemv_kernel", "gemv_launcher"]
-
-#: The most rows of A the kernel takes (one register partial per row).
-MAX_ROWS = 4
+__all__ = ["gemv_kernel", "gemv_launcher"]
 
 
 @triton.jit
@@ -100,8 +98,8 @@ def gemv_launcher(config: Config, *, kernel: Any = None) -> Callable[..., None]:
         K: int, workspace: torch.Tensor | None = None,
     ) -> None:  # fmt: skip
         """`workspace` is ignored (the pointer kernel's launch takes one; this kernel splits nothing)."""
-        if M > MAX_ROWS:
-            raise ValueError(f"the GEMV kernel takes at most {MAX_ROWS} rows of A, got M={M}")
+        if M > GEMV_ROWS:
+            raise ValueError(f"the GEMV kernel takes at most {GEMV_ROWS} rows of A, got M={M}")
         sa, sc = a.stride(), out.stride()
         run[(cdiv(N, bn),)](
             a, b, out, N, K, sa[0], sa[1], stride_bk, stride_bn, sc[0], sc[1], M=M, EVEN_K=K % bk == 0
