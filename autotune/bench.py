@@ -28,6 +28,7 @@ __all__ = [
     "DeviceFault",
     "classify_error",
     "flushed_event_us",
+    "graph_replays",
     "interleaved_medians",
     "rel_error",
     "runs_for_precision",
@@ -380,33 +381,8 @@ class Benchmarker:
     def _graph_sampler(self, launches: Sequence[Launch]) -> tuple[Callable[[int], list[float]], int]:
         """Captures `n` launches (rotating over the input sets) in a CUDA graph; returns a function timing
         `count` replays (µs per launch each), and n."""
-        import torch
-
         n = max(self.settings.graph_launches, len(launches))
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up on a side stream, as capture requires
-            for i in range(len(launches)):
-                launches[i]()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(n):
-                launches[i % len(launches)]()
-        graph.replay()
-        torch.cuda.synchronize()
-
-        def replays(count: int) -> list[float]:
-            starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-            ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
-            for i in range(count):
-                starts[i].record()
-                graph.replay()
-                ends[i].record()
-            torch.cuda.synchronize()
-            return [s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)]
-
-        return replays, n
+        return graph_replays(launches, n), n
 
 
 def _staged(
@@ -441,6 +417,37 @@ def runs_for_precision(samples: Sequence[float], precision: float) -> int:
     n = len(xs)
     sigma = (xs[round(0.8 * (n - 1))] - xs[round(0.2 * (n - 1))]) / 1.683
     return math.ceil((1.2533 * sigma / (precision * med)) ** 2)
+
+
+def graph_replays(launches: Sequence[Callable[[], object]], n: int) -> Callable[[int], list[float]]:
+    """Captures `n` calls of `launches` (cycled) in one CUDA graph, after a warm-up on a side stream as
+    capture requires; returns a function timing `count` replays with events, in µs per call each."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for launch in launches:
+            launch()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(n):
+            launches[i % len(launches)]()
+    graph.replay()
+    torch.cuda.synchronize()
+
+    def replays(count: int) -> list[float]:
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        for i in range(count):
+            starts[i].record()
+            graph.replay()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [s.elapsed_time(e) * 1e3 / n for s, e in zip(starts, ends, strict=True)]
+
+    return replays
 
 
 def flushed_event_us(launch: Callable[[], object], flush: Callable[[], object], reps: int) -> float:

@@ -25,6 +25,7 @@ import torch
 import triton
 
 from autotune import Problem
+from autotune.bench import graph_replays
 from autotune.kernels import GEMM
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemv_triton import gemv_kernel
@@ -36,27 +37,7 @@ ROTATE = 4
 
 def graph_us(fns: list[Callable[[], Any]], reps: int = 20) -> float:
     """µs per call of `fns` (cycled), replayed as one CUDA graph of `reps` calls: median of 10 replays."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for f in fns:
-            f()
-    torch.cuda.current_stream().wait_stream(stream)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(reps):
-            fns[i % len(fns)]()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        g.replay()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) * 1000 / reps)
-    return statistics.median(times)
+    return statistics.median(graph_replays(fns, reps)(10))
 
 
 def main() -> int:
