@@ -114,6 +114,27 @@ def test_tma_backend_on_gpu(target, split_k: int, persistent: int, width: int, w
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
 
 
+@pytest.mark.parametrize("M", [1, 2, 3, 4])
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_gemv_backend_on_gpu(target, M: int, layout: str) -> None:
+    """The GEMV kernel on ragged N and K, then the untuned M = 1 call of `gemm`, which takes its default."""
+    from autotune.kernels import gemm
+
+    problem = Problem.gemm(M, 1000, 4100, "bf16", layout)
+    inputs = GEMM.make_inputs(problem, "cuda", seed=M)
+    ref = GEMM.reference(problem, inputs)
+    for bn, bk, stages in [(4, 1024, 3), (16, 256, 1)]:
+        config = Config(backend="triton_gemv", BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=stages)
+        out = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+        GEMM.prepare(problem, config, target, inputs, out)()
+        torch.cuda.synchronize()
+        assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
+    if M == 1 and layout == "nk" and target.is_nvidia:
+        assert GEMM.default_config(problem, target).backend == "triton_gemv"
+        out = gemm(*inputs)
+        assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
+
+
 def _right_and_repeatable(op, problem, config, target, what: str) -> None:
     """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
     of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
