@@ -9,7 +9,10 @@ enough copies of the inputs to miss L2, 5 replays, median µs per launch):
   each program a contiguous chunk, one word written per program); the best of a small grid of chunk
   sizes and warps;
 - `copy`: `Tensor.copy_` of half those bytes (moving, read plus write, as many bytes);
-- our kernels' heuristic defaults of `gemm_fp8_rowwise` and `gemm_fp8_blockwise` at M = 1 and 16.
+- our kernels' heuristic defaults of `gemm_fp8_rowwise` and `gemm_fp8_blockwise` at M = 1, 2, 4 and 16,
+  and where the default is not the tiled Triton kernel (the GEMV at M = 1 on NVIDIA) that kernel's;
+- at M <= 4, every config of the FP8 GEMV kernel (`triton_gemv`), each checked against the reference
+  first: the best, and the one named by --gemv (a candidate default).
 Each as GB/s of the op's minimum bytes and as a fraction of the 1 GiB copy bandwidth.
 
     PYTHONPATH=$PWD python benchmarks/read_ceiling.py [--out DIR]
@@ -43,7 +46,7 @@ REPLAYS = 5
 READ_CONFIGS = [(b, w) for b in (1024, 2048, 4096) for w in (4, 8)]
 #: Programs per SM of the read (each reads a contiguous chunk).
 PROGRAMS_PER_SM = (2, 4, 8)
-DECODE_M = (1, 16)
+DECODE_M = (1, 2, 4, 16)
 
 
 @triton.jit
@@ -101,31 +104,51 @@ def copy_us(nbytes: int, l2_bytes: int) -> float:
     return time_us([functools.partial(d.copy_, s) for s, d in pairs])
 
 
-def default_us(problem: Any, l2_bytes: int) -> tuple[float, str]:
-    from autotune.kernels import get_op
-    from autotune.target import local_target
+class Layer:
+    """One problem's inputs (copies enough to miss L2) and reference, built once for all its configs."""
 
-    op = get_op(problem.op)
-    target = local_target()
-    config = op.default_config(problem, target)
-    n = copies_for(int(problem.min_bytes()), l2_bytes)
-    first = op.make_inputs(problem, "cuda", seed=0)
-    out = op.make_output(problem, "cuda").fill_(float("nan"))
-    op.prepare(problem, config, target, first, out)()
-    ref = op.reference(problem, first)
-    err = float((out.float() - ref).abs().max() / ref.abs().max())
-    if not err <= op.tolerance(problem):  # NaN fails too
-        raise AssertionError(f"{problem.op} default {config.short()}: relative error {err}")
-    launches = []
-    for i in range(n):  # copies of the first inputs, each read from HBM in turn
-        inputs = first if i == 0 else [None if t is None else t.clone() for t in first]
-        launches.append(op.prepare(problem, config, target, inputs, op.make_output(problem, "cuda")))
-    return time_us(launches), config.short()
+    def __init__(self, problem: Any, l2_bytes: int) -> None:
+        from autotune.kernels import get_op
+        from autotune.target import local_target
+
+        self.problem, self.op, self.target = problem, get_op(problem.op), local_target()
+        first = self.op.make_inputs(problem, "cuda", seed=0)
+        self.ref = self.op.reference(problem, first)
+        n = copies_for(int(problem.min_bytes()), l2_bytes)
+        self.inputs = [first] + [[None if t is None else t.clone() for t in first] for _ in range(n - 1)]
+
+    def time_us(self, config: Any) -> float:
+        """µs per launch of `config`, after checking its result (NaN fails)."""
+        op, problem, target = self.op, self.problem, self.target
+        out = op.make_output(problem, "cuda").fill_(float("nan"))
+        op.prepare(problem, config, target, self.inputs[0], out)()
+        err = float((out.float() - self.ref).abs().max() / self.ref.abs().max())
+        if not err <= op.tolerance(problem):
+            raise AssertionError(f"{problem.op} {config.short()}: relative error {err}")
+        return time_us([op.prepare(problem, config, target, x, op.make_output(problem, "cuda"))
+                        for x in self.inputs])  # fmt: skip
+
+
+def candidate_config(spec: dict[str, Any], M: int) -> Any:
+    """The --gemv candidate at M: its knobs, with "warps" a number or a map from M to one."""
+    from autotune import Config
+
+    warps = spec.get("warps", 4)
+    values = {k: v for k, v in spec.items() if k != "warps"}
+    values["num_warps"] = int(warps[str(M)]) if isinstance(warps, dict) else int(warps)
+    return Config(values, backend="triton_gemv")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=None, help="directory for read_ceiling.json (default: $OUT)")
+    ap.add_argument("--only", default="", help="the layers whose label contains this text")
+    ap.add_argument(
+        "--gemv",
+        default="",
+        help="a candidate GEMV default to time at M <= 4, as JSON: "
+        '{"BLOCK_N": 4, "BLOCK_K": 1024, "num_stages": 3, "warps": {"1": 8, "2": 4, "4": 4}}',
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("needs a GPU", file=sys.stderr)
@@ -141,35 +164,64 @@ def main() -> int:
     copy_gbps = copy_bandwidth_gbps()
     meta = {"gpu": props.name, "torch": torch.__version__, "triton": triton.__version__,
             "date": time.strftime("%Y-%m-%d"), "copy_gbps_1gib": copy_gbps, "l2_bytes": l2}  # fmt: skip
+    out_dir = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    candidate = dict(json.loads(args.gemv)) if args.gemv else None
     rows: list[dict[str, Any]] = []
     for label, N, K in shapes(quick=False, interpret=False):
+        if args.only not in label:
+            continue
         for op in ("gemm_fp8_rowwise", "gemm_fp8_blockwise"):
+            ceiling: dict[str, Any] = {}
             for M in DECODE_M:
                 p = Problem.quant(op, M, N, K)
                 nbytes = int(p.min_bytes())
-                r_us, r_cfg = read_us(nbytes, sms, l2)
-                c_us = copy_us(nbytes, l2)
-                d_us, d_cfg = default_us(p, l2)
-                row: dict[str, Any] = dict(layer=label, op=op, M=M, N=N, K=K, bytes=nbytes, read_us=r_us,
-                                           read_config=r_cfg, copy_us=c_us, default_us=d_us,
-                                           default_config=d_cfg)  # fmt: skip
-                for name in ("read", "copy", "default"):
-                    gbps = nbytes / row[f"{name}_us"] / 1e3
-                    row[f"{name}_gbps"], row[f"{name}_frac"] = gbps, gbps / copy_gbps
+                if not ceiling:  # the bytes of M = 1; more rows add a few KB
+                    ceiling["read_us"], ceiling["read_config"] = read_us(nbytes, sms, l2)
+                    ceiling["copy_us"] = copy_us(nbytes, l2)
+                layer = Layer(p, l2)
+                target = layer.target
+                default = layer.op.default_config(p, target)
+                row: dict[str, Any] = dict(layer=label, op=op, M=M, N=N, K=K, bytes=nbytes, **ceiling,
+                                           default_us=layer.time_us(default),
+                                           default_config=default.short())  # fmt: skip
+                if default.backend != "triton":  # the tiled kernel's default beside it
+                    from autotune.kernels.gemm_quant_space import _triton_default
+
+                    tiled = _triton_default(p, target)
+                    row.update(tiled_us=layer.time_us(tiled), tiled_config=tiled.short())
+                if M <= 4:
+                    gemv = {c.short(): layer.time_us(c)
+                            for c in layer.op.space(p, target, ("triton_gemv",)).configs()}  # fmt: skip
+                    best = min(gemv, key=lambda k: gemv[k])
+                    row.update(gemv_us=gemv[best], gemv_config=best, gemv_all=gemv)
+                    if candidate is not None:
+                        cand = candidate_config(candidate, M)
+                        row.update(candidate_us=layer.time_us(cand), candidate_config=cand.short())
+                for name in ("read", "copy", "default", "tiled", "gemv", "candidate"):
+                    if f"{name}_us" in row:
+                        gbps = nbytes / row[f"{name}_us"] / 1e3
+                        row[f"{name}_gbps"], row[f"{name}_frac"] = gbps, gbps / copy_gbps
                 rows.append(row)
-                print(json.dumps(row), flush=True)
-    out_dir = args.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "read_ceiling.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+                print(json.dumps({k: v for k, v in row.items() if k != "gemv_all"}), flush=True)
+                del layer
+                if out_dir is not None:  # as it goes: a run cut short keeps its rows
+                    out_dir.mkdir(parents=True, exist_ok=True)
+                    text = json.dumps({"meta": meta, "rows": rows}, indent=1)
+                    (
+                        out_dir / f"read_ceiling{args.only and '-' + args.only.replace(' ', '_')}.json"
+                    ).write_text(text)
     print(f"\n{meta['gpu']}, torch {meta['torch']}, triton {meta['triton']}; 1 GiB copy {copy_gbps:.0f} GB/s")
     print(f"{'layer':<28} {'op':<8} {'M':>3} {'MB':>6} {'read µs':>8} {'read %':>6} {'copy %':>6} "
-          f"{'dflt µs':>8} {'dflt %':>6} {'dflt/read':>9}")  # fmt: skip
+          f"{'dflt µs':>8} {'dflt %':>6} {'tiled µs':>8} {'gemv µs':>8} {'gemv %':>6} {'cand µs':>8}"
+          "  best GEMV")  # fmt: skip
+    nan = float("nan")
     for r in rows:
         print(f"{r['layer'][:28]:<28} {r['op'][9:17]:<8} {r['M']:>3} {r['bytes'] / 1e6:>6.1f} "
-              f"{r['read_us']:>8.2f} "
-              f"{100 * r['read_frac']:>6.0f} {100 * r['copy_frac']:>6.0f} {r['default_us']:>8.2f} "
-              f"{100 * r['default_frac']:>6.0f} {r['read_us'] / r['default_us']:>9.2f}")  # fmt: skip
+              f"{r['read_us']:>8.2f} {100 * r['read_frac']:>6.0f} {100 * r['copy_frac']:>6.0f} "
+              f"{r['default_us']:>8.2f} {100 * r['default_frac']:>6.0f} {r.get('tiled_us', nan):>8.2f} "
+              f"{r.get('gemv_us', nan):>8.2f} "
+              f"{100 * r.get('gemv_frac', nan):>6.0f} {r.get('candidate_us', nan):>8.2f}  "
+              f"{r.get('gemv_config', '')}")  # fmt: skip
     return 0
 
 

@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any
 from autotune.codehash import code_hash
 from autotune.config import Config
 from autotune.kernels.base import Inputs, KernelCall, Launch, Recorder
-from autotune.kernels.gemm_quant_space import mx_native, quant_backends, quant_default_config, quant_space
+from autotune.kernels.gemm_quant_space import (
+    GEMV_OPS,
+    mx_native,
+    quant_backends,
+    quant_default_config,
+    quant_space,
+)
 from autotune.problem import QUANT_OPS, Problem, cdiv
 from autotune.space import SearchSpace
 from autotune.target import Target
@@ -140,7 +146,9 @@ class QuantGemmOp:
                 digest = hashlib.sha256(f"{digest} native={self.native_mx}".encode()).hexdigest()[:16]
             return digest
         if backend == "gluon" and self.name == "gemm_fp8_blockwise":
-            return _file_hash("quant.py", "gemm_fp8_gluon.py")
+            return _file_hash("quant.py", "gemm_fp8_gluon.py", "gluon_hopper.py")
+        if backend == "triton_gemv" and self.name in GEMV_OPS:
+            return _file_hash("quant.py", "gemv_fp8_triton.py")
         if backend in ("torch", "aiter"):
             import torch
 
@@ -235,7 +243,7 @@ class QuantGemmOp:
         if tuple(out.shape) != (problem.M, problem.N) or out.dtype != _out_dtype(problem.dtype_out):
             raise ValueError(f"{self.name}: out must be ({problem.M}, {problem.N}) {problem.dtype_out}")
         backend = config.backend
-        if backend == "triton":
+        if backend in ("triton", "triton_gemv"):
             return self._triton_launch(problem, config, target, inputs, out)
         if backend == "gluon":
             return self._gluon_launch(config, target, inputs, out)
@@ -253,7 +261,7 @@ class QuantGemmOp:
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        if config.backend not in ("triton", "gluon"):
+        if config.backend not in ("triton", "gluon", "triton_gemv"):
             return []
         self.check_problem(problem, target)
         inputs: Any = [
@@ -338,7 +346,17 @@ class QuantGemmOp:
         return launch
 
     def _launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
-        """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given)."""
+        """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given), or
+        the GEMV kernel's launch for a "triton_gemv" config."""
+        if config.backend == "triton_gemv":
+            if config.backend not in self.backends(target):
+                raise ValueError(f"{self.name} has no GEMV kernel: {config.short()}")
+            from autotune.kernels.gemv_fp8_triton import gemv_fp8_kernel, gemv_fp8_launcher
+
+            return gemv_fp8_launcher(
+                config, blockwise=self.name == "gemm_fp8_blockwise",
+                kernel=None if calls is None else Recorder(gemv_fp8_kernel, calls),
+            )  # fmt: skip
         from autotune.kernels.gemm_fp8_triton import quant_launcher
         from autotune.kernels.gemm_triton import splitk_reduce_kernel
 

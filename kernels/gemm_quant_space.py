@@ -21,12 +21,19 @@ from functools import cache, lru_cache
 
 from autotune.config import Config, Value
 from autotune.kernels.gemm_space import _constraints as _dense_constraints
-from autotune.kernels.gemm_space import _pick_split_k, fit_to_space, knob_values
+from autotune.kernels.gemm_space import (
+    _gemv_constraints,
+    _pick_split_k,
+    fit_to_space,
+    gemv_params,
+    knob_values,
+)
 from autotune.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
 from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
 __all__ = [
+    "GEMV_OPS",
     "GLUON_MIN_M",
     "GLUON_PARAMS",
     "VendorCheck",
@@ -96,7 +103,8 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config of a quantized GEMM; always a member of its space.
 
     gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on, where Gluon imports: the gluon kernel's
-    (`gluon_default_config`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
+    (`gluon_default_config`). The FP8 ops at M = 1 on NVIDIA: the GEMV kernel's (`_gemv_default`).
+    Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
@@ -104,7 +112,19 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         gluon = gluon_default_config(problem, target)
         if gluon is not None:
             return gluon
+    if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
+        return _gemv_default(problem, target)
     return _triton_default(problem, target)
+
+
+def _gemv_default(problem: Problem, target: Target) -> Config:
+    """The FP8 GEMV kernel at M = 1 on NVIDIA: 4 columns of C per program, K steps of 1024, 4 warps,
+    3 stages. In `benchmarks/read_ceiling.py` on the H100 (all 36 GEMV configs of the four DeepSeek-V3
+    TP 8 layers, both scalings) it came within 1.08x of each row's fastest GEMV config (geomean; 1.15x
+    at worst) and ran 1.15-1.65x faster than the tiled kernel's default. At M = 2 the GEMV lost on half
+    of those rows, so the tiled kernel keeps M >= 2; AMD keeps it too (not measured)."""
+    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
+    return fit_to_space(config, _gemv_sub(problem, target), ("BLOCK_K", "BLOCK_N", "num_stages"))
 
 
 def _triton_default(problem: Problem, target: Target) -> Config:
@@ -148,13 +168,34 @@ def _triton_default(problem: Problem, target: Target) -> Config:
 
 
 def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
-    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, and
-    for `op` gemm_fp8_blockwise on Hopper the Gluon kernel."""
+    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, for
+    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, and for the FP8 ops the GEMV kernel (A of at most
+    GEMV_ROWS rows; pruned with the reason otherwise)."""
+    gemv = ("triton_gemv",) if op in GEMV_OPS else ()
     if target.is_amd:
-        return ("torch", "triton", "aiter")
+        return ("torch", "triton", "aiter", *gemv)
     if op == "gemm_fp8_blockwise" and gluon_target(target):
-        return ("torch", "triton", "gluon")
-    return ("torch", "triton")
+        return ("torch", "triton", "gluon", *gemv)
+    return ("torch", "triton", *gemv)
+
+
+#: The quantized GEMMs with a GEMV kernel (`gemv_fp8_triton`).
+GEMV_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
+
+
+def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    """The FP8 GEMV kernel's knobs (the dense GEMV's) and constraints; blockwise K steps lie in one scale
+    group or cover whole groups."""
+    constraints = list(_gemv_constraints(problem, target))
+    if problem.op == "gemm_fp8_blockwise":
+        constraints.append(
+            Constraint(
+                "gemv_scale_groups",
+                "a blockwise K step must divide the 128-wide scale group or cover whole groups",
+                lambda c: (int(c["BLOCK_K"]) % 128 == 0) or (128 % int(c["BLOCK_K"]) == 0),
+            )
+        )
+    return SubSpace("triton_gemv", gemv_params(target), constraints, first=first)
 
 
 # -- gluon --------------------------------------------------------------------------------------------
@@ -316,6 +357,8 @@ def _cached_space(
         elif backend == "gluon":
             gluon = default if default.backend == "gluon" else gluon_default_config(problem, target)
             subs.append(_gluon_sub(problem, target, () if gluon is None else (gluon,)))
+        elif backend == "triton_gemv":
+            subs.append(_gemv_sub(problem, target, (default,) if default.backend == "triton_gemv" else ()))
         else:
             subs.append(SubSpace(backend))
     # vendor baselines, then the default's backend, then the rest
@@ -333,7 +376,7 @@ def quant_space(
     if problem.op not in QUANT_OPS:
         raise ValueError(f"not a quantized GEMM: {problem.op}")
     chosen = tuple(quant_backends(target, problem.op) if backends is None else backends)
-    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3}
+    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3, "triton_gemv": 4}
     chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 4)))
     vendor = tuple((b, vendor_check(b, problem, target)) for b in chosen if b in ("torch", "aiter"))
     if "gluon" in chosen:

@@ -14,6 +14,7 @@ import torch
 
 from autotune.config import Config
 from autotune.dispatch import lookup as _lookup
+from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.problem import QUANT_OPS, Problem
 from autotune.target import Target
 
@@ -73,7 +74,9 @@ def gemm_quant(
     tgt = target or _running()
     problem = _problem(op, a, b, out_dtype, tgt)
     config: Any = _lookup(op, problem.M, problem.N, problem.K, dtype=problem.dtype)
-    if config is None:
+    # a GEMV table entry serves no larger M than the kernel takes (a lookup policy other than round-up can
+    # land there): the default does
+    if config is None or (problem.M > GEMV_ROWS and config.backend == "triton_gemv"):
         config = _defaults.get(problem)
         if config is None:
             config = _defaults[problem] = QUANT_GEMMS[op].default_config(problem, tgt)

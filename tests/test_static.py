@@ -79,6 +79,10 @@ CASES = {
     # the GEMV kernel (decode, no matrix instructions) with the NVIDIA default, on both vendors
     "sm90-gemv": ("sm_90", Problem.gemm(1, 4096, 4096), GEMV),
     "942-gemv": ("gfx942", Problem.gemm(1, 4096, 4096), GEMV),
+    # the FP8 GEMV kernel (A of 1-4 rows): row-wise and blockwise scales, on both vendors (e4m3fnuz on gfx942)
+    "sm90-gemv-fp8row": ("sm_90", Problem.quant("gemm_fp8_rowwise", 1, 4096, 7168), GEMV),
+    "sm90-gemv-fp8block": ("sm_90", Problem.quant("gemm_fp8_blockwise", 2, 1536, 7168), GEMV),
+    "942-gemv-fp8block": ("gfx942", Problem.quant("gemm_fp8_blockwise", 1, 1536, 7168), GEMV),
 }  # fmt: skip
 
 
@@ -189,7 +193,7 @@ def test_nvidia_spills_to_the_stack_frame_are_spills(compiled) -> None:
 
 
 def test_gemv_compiles_without_matrix_instructions_or_spills(compiled) -> None:
-    for name in ("sm90-gemv", "942-gemv"):
+    for name in ("sm90-gemv", "942-gemv", "sm90-gemv-fp8row", "sm90-gemv-fp8block", "942-gemv-fp8block"):
         gemv = compiled[name]
         assert gemv.compiled, gemv.error
         assert not gemv.mma and gemv.spills == 0 and gemv.scratch_bytes == 0, gemv.summary()
