@@ -28,6 +28,7 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.gemv_triton import store_rows
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -48,11 +49,6 @@ def _block_step(acc, b, a_ptr, as_ptr, row, k_offs, K, stride_am, stride_ak, gro
     p = tl.sum(tl.reshape(b * a[None, :], (BLOCK_N, G, GROUP)), axis=2)
     a_s = tl.load(as_ptr + row * stride_asm + groups * stride_ask, mask=groups < n_groups, other=0.0)
     return acc + tl.sum(p * (a_s[None, :] * b_scales), axis=1)
-
-
-@triton.jit
-def _store_row(c_ptr, value, row, cols, N, stride_cm, stride_cn):
-    tl.store(c_ptr + row * stride_cm + cols * stride_cn, value.to(c_ptr.dtype.element_ty), mask=cols < N)
 
 
 @triton.jit
@@ -113,28 +109,16 @@ def gemv_fp8_kernel(
             if M > 3:
                 acc3 += b * _a_row(a_ptr, 3, k + rk, K, stride_am, stride_ak)[None, :]
         b_ptrs += BLOCK_K * stride_bk
-    if BLOCKWISE:
-        _store_row(c_ptr, acc0, 0, cols, N, stride_cm, stride_cn)
-        if M > 1:
-            _store_row(c_ptr, acc1, 1, cols, N, stride_cm, stride_cn)
-        if M > 2:
-            _store_row(c_ptr, acc2, 2, cols, N, stride_cm, stride_cn)
-        if M > 3:
-            _store_row(c_ptr, acc3, 3, cols, N, stride_cm, stride_cn)
-    else:
+    if not BLOCKWISE:  # one scale per row of A and per column
         b_scales = tl.load(bs_ptr + wrapped * stride_bsn)
-        _store_row(
-            c_ptr, _rowwise_out(acc0, as_ptr, 0, stride_asm, b_scales), 0, cols, N, stride_cm, stride_cn
-        )
+        acc0 = _rowwise_out(acc0, as_ptr, 0, stride_asm, b_scales)
         if M > 1:
-            _store_row(c_ptr, _rowwise_out(acc1, as_ptr, 1, stride_asm, b_scales), 1, cols, N, stride_cm,
-                       stride_cn)  # fmt: skip
+            acc1 = _rowwise_out(acc1, as_ptr, 1, stride_asm, b_scales)
         if M > 2:
-            _store_row(c_ptr, _rowwise_out(acc2, as_ptr, 2, stride_asm, b_scales), 2, cols, N, stride_cm,
-                       stride_cn)  # fmt: skip
+            acc2 = _rowwise_out(acc2, as_ptr, 2, stride_asm, b_scales)
         if M > 3:
-            _store_row(c_ptr, _rowwise_out(acc3, as_ptr, 3, stride_asm, b_scales), 3, cols, N, stride_cm,
-                       stride_cn)  # fmt: skip
+            acc3 = _rowwise_out(acc3, as_ptr, 3, stride_asm, b_scales)
+    store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, False)
 
 
 def gemv_fp8_launcher(config: Config, *, blockwise: bool, kernel: Any = None) -> Callable[..., None]:

@@ -23,7 +23,7 @@ from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
-__all__ = ["gemv_kernel", "gemv_launcher"]
+__all__ = ["gemv_kernel", "gemv_launcher", "store_rows"]
 
 
 @triton.jit
@@ -34,12 +34,23 @@ def _row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak):
 
 
 @triton.jit
-def _store_row(c_ptr, acc, row, cols, N, stride_cm, stride_cn):
-    tl.store(
-        c_ptr + row * stride_cm + cols * stride_cn,
-        tl.sum(acc, axis=1).to(c_ptr.dtype.element_ty),
-        mask=cols < N,
-    )
+def _store_row(c_ptr, value, row, cols, N, stride_cm, stride_cn, SUM: tl.constexpr):
+    if SUM:
+        value = tl.sum(value, axis=1)
+    tl.store(c_ptr + row * stride_cm + cols * stride_cn, value.to(c_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def store_rows(c_ptr, v0, v1, v2, v3, cols, N, stride_cm, stride_cn, M: tl.constexpr, SUM: tl.constexpr):
+    """Rows 0 .. M - 1 of C at columns `cols` (masked at N): v0 .. v3, one value per column each, or
+    (SUM) one (columns, K) partial each, summed along K."""
+    _store_row(c_ptr, v0, 0, cols, N, stride_cm, stride_cn, SUM)
+    if M > 1:
+        _store_row(c_ptr, v1, 1, cols, N, stride_cm, stride_cn, SUM)
+    if M > 2:
+        _store_row(c_ptr, v2, 2, cols, N, stride_cm, stride_cn, SUM)
+    if M > 3:
+        _store_row(c_ptr, v3, 3, cols, N, stride_cm, stride_cn, SUM)
 
 
 @triton.jit
@@ -71,13 +82,7 @@ def gemv_kernel(
         if M > 3:
             acc3 = _row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak)
         b_ptrs += BLOCK_K * stride_bk
-    _store_row(c_ptr, acc0, 0, cols, N, stride_cm, stride_cn)
-    if M > 1:
-        _store_row(c_ptr, acc1, 1, cols, N, stride_cm, stride_cn)
-    if M > 2:
-        _store_row(c_ptr, acc2, 2, cols, N, stride_cm, stride_cn)
-    if M > 3:
-        _store_row(c_ptr, acc3, 3, cols, N, stride_cm, stride_cn)
+    store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, True)
 
 
 def gemv_launcher(config: Config, *, kernel: Any = None) -> Callable[..., None]:
