@@ -2,7 +2,8 @@
 
 Shapes: dense GEMMs of one layer of DeepSeek-V3 and Llama-3.1-70B (TP 8, from `autotune.sweeps.catalog`),
 at decode (M 1, 16, 64) and prefill (M 1024, 4096) token counts. Per (op, shape, M): our tuned winner
-(the best of our Triton kernel and, for FP8 blockwise on Hopper, the Gluon one), our heuristic default,
+(the best of our Triton kernel, for the FP8 ops at M <= 4 the GEMV kernel and, for FP8 blockwise on
+Hopper, the Gluon one), our heuristic default,
 torch._scaled_mm where the installed torch runs that scaling mode (probed), and bf16 torch.matmul of the
 same shape, in µs, TFLOP/s and GB/s (the op's minimum bytes: packed data and scales). Decode rows also
 give GB/s as a fraction of a measured device copy bandwidth. All variants of a problem are timed in

@@ -120,7 +120,8 @@ class QuantGemmOp:
     Backends: "triton" (our kernel: `gemm_fp8_triton` or `gemm_mx_triton`), "torch" (torch._scaled_mm,
     where the installed torch runs the scaling mode: probed), "aiter" on AMD (where importable) and
     "gluon" for gemm_fp8_blockwise on Hopper (`gemm_fp8_gluon`, where Triton has Gluon; a gluon config
-    elsewhere is a ValueError at `prepare`).
+    elsewhere is a ValueError at `prepare`) and "triton_gemv" for the FP8 ops (`gemv_fp8_triton`, A of at
+    most 4 rows).
     `native_mx` forces the MX path (None: the target decides, `mx_native`). Stateless and thread-safe.
     """
 

@@ -12,6 +12,10 @@ of one 128-wide scale group), 4 or 8 warps, 3 to 5 stages, PERSISTENT, GROUP_M a
 warp and one partition per consumer warpgroup; its default is 0 until measured); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) where it can run.
+
+"triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
+(A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8
+ops' default at M = 1 on NVIDIA.
 """
 
 from __future__ import annotations
