@@ -23,11 +23,11 @@ from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
-__all__ = ["gemv_kernel", "gemv_launcher", "store_rows"]
+__all__ = ["gemv_kernel", "gemv_launcher", "row_step", "store_rows"]
 
 
 @triton.jit
-def _row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak):
+def row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak):
     """acc + B tile · (row `row` of A at K offsets k_offs), elementwise (summed along K at the end)."""
     a = tl.load(a_ptr + row * stride_am + k_offs * stride_ak, mask=k_offs < K, other=0.0)
     return acc + b * a.to(tl.float32)[None, :]
@@ -74,13 +74,13 @@ def gemv_kernel(
             b = tl.load(b_ptrs).to(tl.float32)
         else:
             b = tl.load(b_ptrs, mask=(k + rk)[None, :] < K, other=0.0).to(tl.float32)
-        acc0 = _row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak)
+        acc0 = row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak)
         if M > 1:
-            acc1 = _row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak)
+            acc1 = row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak)
         if M > 2:
-            acc2 = _row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak)
+            acc2 = row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak)
         if M > 3:
-            acc3 = _row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak)
+            acc3 = row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak)
         b_ptrs += BLOCK_K * stride_bk
     store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, True)
 

@@ -46,10 +46,10 @@ _GL_OUT = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
 
 
 @gluon.constexpr_function
-def _mma_layout(block_m: int, block_n: int, num_warps: int, instr_k: int = 32) -> Any:
+def _mma_layout(block_m: int, block_n: int, num_warps: int) -> Any:
     """The wgmma accumulator layout of a (block_m, block_n) tile: warps along M (16 rows each, a
     warpgroup at least), the rest along N; the widest wgmma N (a multiple of 8, at most 256) that tiles
-    a warp's columns. `instr_k`: the wgmma's K, 32 bytes of operands (32 for FP8, 16 for bf16 / fp16)."""
+    a warp's columns; K 32, FP8's."""
     warps_m = 4
     while warps_m < num_warps and block_m > 16 * warps_m:
         warps_m *= 2
@@ -59,7 +59,7 @@ def _mma_layout(block_m: int, block_n: int, num_warps: int, instr_k: int = 32) -
     while cols % inst_n:
         inst_n -= 8
     return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, inst_n, instr_k]
+        version=[3, 0], warps_per_cta=[warps_m, warps_n], instr_shape=[16, inst_n, 32]
     )
 
 

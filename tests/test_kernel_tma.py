@@ -22,6 +22,13 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((o - ref.double()).norm() / ref.double().norm())
 
 
+def _tma(**knobs: int) -> Config:
+    """A triton_tma config of small interpreter tiles; `knobs` override the defaults."""
+    base = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, PERSISTENT=0, TAIL_SPLIT=0,
+                num_warps=4, num_stages=1)  # fmt: skip
+    return Config(backend="triton_tma", **{**base, **knobs})
+
+
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 @pytest.mark.parametrize("persistent", [0, 1])
@@ -29,18 +36,7 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, split_k: int) -> None:
     # 40 x 48 with 16 x 16 tiles: 9 tiles over 4 "CUs" so the persistent loop takes several turns
     problem = Problem.gemm(40, 48, 72, dtype, layout)
-    config = Config(
-        backend="triton_tma",
-        BLOCK_M=16,
-        BLOCK_N=16,
-        BLOCK_K=32,
-        GROUP_M=4,
-        SPLIT_K=split_k,
-        PERSISTENT=persistent,
-        TAIL_SPLIT=0,
-        num_warps=4,
-        num_stages=1,
-    )
+    config = _tma(GROUP_M=4, SPLIT_K=split_k, PERSISTENT=persistent)
     if split_k == 1:  # (split-K on 9 tiles is pruned from the 4-CU interpreter space; it must still be right)
         space = GEMM.space(problem, INTERP)
         assert space.check(config) is None, space.check(config)
@@ -53,18 +49,7 @@ def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, 
 def test_tma_ragged_edges_are_clipped() -> None:
     problem = Problem.gemm(17, 24, 40, "bf16")  # no dimension a multiple of the 16/32 tiles
     inputs = GEMM.make_inputs(problem, "cpu", seed=2)
-    config = Config(
-        backend="triton_tma",
-        BLOCK_M=32,
-        BLOCK_N=16,
-        BLOCK_K=32,
-        GROUP_M=1,
-        SPLIT_K=2,
-        PERSISTENT=0,
-        TAIL_SPLIT=0,
-        num_warps=4,
-        num_stages=1,
-    )
+    config = _tma(BLOCK_M=32, SPLIT_K=2)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
     GEMM.prepare(problem, config, INTERP, inputs, out)()
     assert _err(out, GEMM.reference(problem, inputs)) < GEMM.tolerance(problem)
@@ -91,18 +76,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
     from autotune.kernels import gemm
 
     problem = Problem.gemm(32, 48, 64, "fp16", "kn")
-    config = Config(
-        backend="triton_tma",
-        BLOCK_M=16,
-        BLOCK_N=16,
-        BLOCK_K=16,
-        GROUP_M=1,
-        SPLIT_K=2,
-        PERSISTENT=1,
-        TAIL_SPLIT=0,
-        num_warps=4,
-        num_stages=1,
-    )
+    config = _tma(BLOCK_K=16, SPLIT_K=2, PERSISTENT=1)
     table = Table.from_winners(INTERP, [(problem, config, 1.0)])
     monkeypatch.setattr(
         "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=INTERP.device_key())
@@ -114,18 +88,7 @@ def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch
 
 
 def _tail_config(bm: int = 16, bn: int = 16, bk: int = 32, group_m: int = 1) -> Config:
-    return Config(
-        backend="triton_tma",
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        BLOCK_K=bk,
-        GROUP_M=group_m,
-        SPLIT_K=1,
-        PERSISTENT=1,
-        TAIL_SPLIT=1,
-        num_warps=4,
-        num_stages=1,
-    )
+    return _tma(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, PERSISTENT=1, TAIL_SPLIT=1)
 
 
 @pytest.mark.parametrize(
@@ -212,8 +175,7 @@ def test_tma_launcher_copies_inputs_and_c_that_descriptors_cannot_take() -> None
     copies (and a dense C it copies back), giving the bits of the dense call."""
     from autotune.kernels.gemm_tma import tma_launcher
 
-    config = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1,
-                    PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=1)  # fmt: skip
+    config = _tma(BLOCK_K=16)
     run = tma_launcher(config, num_sms=4, interpret=True)
     gen = torch.Generator().manual_seed(7)
     a = torch.randn(32, 20, generator=gen).to(torch.bfloat16)  # K x M: A is its transpose
@@ -235,18 +197,7 @@ def test_tile_of_column_parts_matches_reference(
 ) -> None:
     # N = 152: the last tile's second and third parts start past N (clipped loads and stores)
     problem = Problem.gemm(33, 152, 96, "bf16", layout)
-    config = Config(
-        backend="triton_tma",
-        BLOCK_M=16,
-        BLOCK_N=width,
-        BLOCK_K=32,
-        GROUP_M=4,
-        SPLIT_K=split_k,
-        PERSISTENT=persistent,
-        TAIL_SPLIT=0,
-        num_warps=4,
-        num_stages=1,
-    )
+    config = _tma(BLOCK_N=width, GROUP_M=4, SPLIT_K=split_k, PERSISTENT=persistent)
     inputs = GEMM.make_inputs(problem, "cpu", seed=5)
     ref = GEMM.reference(problem, inputs)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
@@ -269,10 +220,7 @@ def test_tile_parts_of_a_width() -> None:
 def test_tail_split_refuses_a_tile_of_parts() -> None:
     from autotune.kernels.gemm_tma import tma_launcher
 
-    config = Config(
-        backend="triton_tma", BLOCK_M=16, BLOCK_N=48, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, PERSISTENT=1,
-        TAIL_SPLIT=1, num_warps=4, num_stages=1,
-    )  # fmt: skip
+    config = _tma(BLOCK_N=48, PERSISTENT=1, TAIL_SPLIT=1)
     with pytest.raises(ValueError, match="power-of-two BLOCK_N"):
         tma_launcher(config, num_sms=4, interpret=True)
 
