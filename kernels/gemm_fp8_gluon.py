@@ -73,6 +73,7 @@ from autotune.kernels.gluon_hopper import (
     _LOADER_REGS,
     _check_tma,
     _cta_barrier,
+    _k_slice,
     _load,
     _load_all,
     _mma_layout,
@@ -83,6 +84,8 @@ from autotune.kernels.gluon_hopper import (
     _wait_ready,
 )
 from autotune.kernels.launch import pinned
+from autotune.kernels.scratch import split_scratch
+from autotune.problem import cdiv
 
 __all__ = [
     "CONFIG_KEYS",
@@ -128,9 +131,9 @@ def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
 
 
 @gluon.jit
-def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, group, it, k_tiles,
-            STAGES: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
-    """Group `group`'s product `done` (load `it`; waited for with one wgmma, group + 1's, left in flight)
+def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, group, it,
+            k_tiles, STAGES: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+    """Group k0 + `group`'s product `done` (load `it`; waited for with one wgmma, group + 1's, left in flight)
     joins `acc`, scaled. Its ring slot is refilled with group + STAGES once every warpgroup is past its
     wait, or (WARP_SPEC) released to the loader. Returns (acc, done), done's registers free for the next
     product."""
@@ -143,7 +146,8 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
         # reading the slot before the TMA (one thread) overwrites it.
         _cta_barrier()
         nxt = group + STAGES
-        _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, nxt, it + STAGES, nxt < k_tiles, STAGES)
+        more = nxt < k_tiles
+        _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + nxt, it + STAGES, more, STAGES)
     acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
     # A pin: LLVM would sink these FMAs below the next wgmma, which reuses `done`'s registers, and copy
     # them while that wgmma is in flight. Passing acc and done through a wait (one wgmma, the one in
@@ -152,22 +156,23 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
 
 
 @gluon.jit
-def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M, k_tiles,
+def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M, k0, k_tiles,
           stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout: gl.constexpr, STAGES: gl.constexpr,
           ROW0: gl.constexpr, ROWS: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
     """The scaled fp32 rows off_m + ROW0 .. + ROWS of the C tile at (off_m, off_n) (all of its rows but
-    under WARP_SPEC); `base` is the number of loads this program made before (the ring's slots and
-    barrier phases continue across the tiles of a persistent program)."""
+    under WARP_SPEC) over the k_tiles K groups from k0; `base` is the number of loads this program made
+    before (the ring's slots and barrier phases continue across the tiles of a persistent program)."""
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     if not WARP_SPEC:  # (the loader partition makes every load of WARP_SPEC)
         # Prologue: the ring is free here (every earlier wgmma has been waited for, then a CTA barrier).
         for i in gl.static_range(STAGES):
-            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, i, base + i, i < k_tiles, STAGES)
+            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + i, base + i, i < k_tiles, STAGES)
 
     offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
     mask_m = offs_m < M
     as_ptrs = as_ptr + offs_m * stride_asm
-    bs_row = bs_ptr + (off_n // 128) * stride_bsn  # B scales per 128x128 block
+    as_ptrs += k0 * stride_ask  # the scales of the slice's groups
+    bs_row = bs_ptr + (off_n // 128) * stride_bsn + k0 * stride_bsk  # B scales per 128x128 block
     acc = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
     d1 = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
 
@@ -182,21 +187,21 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
         s1 = _scales(as_ptrs, mask_m, bs_row, g, stride_ask, stride_bsk)
         p1 = _issue(bars, a_bufs, b_bufs, base + g, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
-        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, g - 1,
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, g - 1,
                           base + g - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
         s0 = _scales(as_ptrs, mask_m, bs_row, g + 1, stride_ask, stride_bsk)
         p0 = _issue(bars, a_bufs, b_bufs, base + g + 1, d0, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d1 = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
-        acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, g, base + g,
-                          k_tiles, STAGES, WARP_SPEC)  # fmt: skip
+        acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, g,
+                          base + g, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
     # Issued so far: groups 0 .. 2·iterations, the last (in p0) still in flight.
     if k_tiles % 2 == 0:
         last = k_tiles - 1
         s1 = _scales(as_ptrs, mask_m, bs_row, last, stride_ask, stride_bsk)
         p1 = _issue(bars, a_bufs, b_bufs, base + last, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
-        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, last - 1,
-                          base + last - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
+        acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0,
+                          last - 1, base + last - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
         d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
         if WARP_SPEC:  # the last group's slot, or the next tile's loads would wait for it forever
             _release(empty.index((base + last) % STAGES))
@@ -210,18 +215,44 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
 
 
 @gluon.jit
-def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem, M, N, K, stride_asm,
-             stride_ask, stride_bsn, stride_bsk, GROUP_M: gl.constexpr, STAGES: gl.constexpr,
-             PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr, CONSUMER: gl.constexpr,
-             mma_layout: gl.constexpr):  # fmt: skip
+def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K: gl.constexpr,
+            mma_layout: gl.constexpr):  # fmt: skip
+    """One K slice's fp32 `acc` of C's block at (off_m, off_n), summed with the other slices in this
+    launch: written to slot program_id(1) of the block's SPLIT_K slots in the workspace, then the block's
+    counter `part` is bumped; the last slice to arrive sums the slots in slice order (deterministic, no
+    waiting), stores C and resets the counter to 0 for the next launch."""
+    ROWS: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+    offs = rows[:, None] * BLOCK_N + cols[None, :]
+    slots = ws_ptr + part * (SPLIT_K * ROWS * BLOCK_N)
+    gl.store(slots + gl.program_id(1) * (ROWS * BLOCK_N) + offs, acc)
+    _cta_barrier()  # every thread's part is written before the counter says so
+    arrived = gl.atomic_add(count_ptr + part, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT_K - 1:
+        _cta_barrier()
+        total = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
+        for sl in gl.static_range(SPLIT_K):
+            total += gl.load(slots + sl * (ROWS * BLOCK_N) + offs, cache_modifier=".cg")
+        _store(c_desc, c_smem, total, off_m, off_n)
+        gl.atomic_xchg(count_ptr + part, 0, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty, a_bufs, b_bufs, c_smem,
+             M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M: gl.constexpr,
+             STAGES: gl.constexpr, PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr,
+             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, mma_layout: gl.constexpr):  # fmt: skip
     """The program's C tiles, one or (PERSISTENT) pid, pid + programs, ...: all of each (the kernel), or
-    (WARP_SPEC) consumer warpgroup CONSUMER's rows of each, c_desc's block."""
+    (WARP_SPEC) consumer warpgroup CONSUMER's rows of each, c_desc's block; over K slice program_id(1)
+    (SPLIT_K > 1, not PERSISTENT), summed in the launch (`_add_up`, a counter per block of C)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     ROWS: gl.constexpr = c_desc.block_type.shape[0]
     ROW0: gl.constexpr = CONSUMER * ROWS
-    k_tiles = gl.cdiv(K, BLOCK_K)
+    k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     if PERSISTENT:
@@ -229,28 +260,34 @@ def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
             acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M,
-                        k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0,
+                        k0, k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0,
                         ROWS, WARP_SPEC)  # fmt: skip
             base += k_tiles
             _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
     else:
         off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, k_tiles,
-                    stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0, ROWS,
+        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, k0,
+                    k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0, ROWS,
                     WARP_SPEC)  # fmt: skip
-        _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+        if SPLIT_K == 1:
+            _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+        else:
+            part = gl.program_id(0) * CONSUMERS + CONSUMER
+            _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m + ROW0, off_n, SPLIT_K, mma_layout)
     tma.store_wait(0)
 
 
 @gluon.jit
 def gluon_fp8_blockwise_kernel(
-    a_desc, b_desc, c_desc, as_ptr, bs_ptr, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk,
-    GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr,
-    CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
+    a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, M, N, K, stride_asm, stride_ask, stride_bsn,
+    stride_bsk, GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
+    WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ...
     WARP_SPEC: num_warps is 4; CONSUMERS (1 or 2) warpgroup partitions compute the rows of c_desc's block
-    each, and a loader warp makes every TMA load."""
+    each, and a loader warp makes every TMA load. SPLIT_K > 1 (not PERSISTENT): a grid of (tiles, SPLIT_K),
+    the K slices summed in the launch through the fp32 workspace ws_ptr (SPLIT_K blocks of c_desc's per
+    block of C) and the zeroed int32 counters count_ptr (one per block of C; left at zero)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -260,6 +297,7 @@ def gluon_fp8_blockwise_kernel(
     gl.static_assert(c_desc.block_type.shape[0] * CONSUMERS == BLOCK_M, "C blocks: one per consumer")
     gl.static_assert(WARP_SPEC or CONSUMERS == 1, "several consumers: WARP_SPEC only")
     gl.static_assert(not WARP_SPEC or num_warps == 4, "WARP_SPEC: one warpgroup per consumer partition")
+    gl.static_assert(SPLIT_K == 1 or not PERSISTENT, "SPLIT_K: one program per tile and K slice")
     mma_layout: gl.constexpr = _mma_layout(BLOCK_M // CONSUMERS, BLOCK_N, num_warps)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
@@ -272,24 +310,25 @@ def gluon_fp8_blockwise_kernel(
     if not WARP_SPEC:
         fence_async_shared()
         _cta_barrier()
-        _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, bars, a_bufs, b_bufs, c_smem, M, N, K,
-                 stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, 0,
-                 mma_layout)  # fmt: skip
+        _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, bars, a_bufs, b_bufs,
+                 c_smem, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT,
+                 WARP_SPEC, SPLIT_K, 0, CONSUMERS, mma_layout)  # fmt: skip
     else:
         # "empty": a slot's phase completes when every consumer warp is past the wait that retired the
         # wgmma reading it (see _release for the count).
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(empty.index(i), count=_release_count(CONSUMERS * num_warps))
-        loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT)
+        loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT, SPLIT_K)
         if CONSUMERS == 1:
             fence_async_shared()
             _cta_barrier()
             gl.warp_specialize(
                 [
-                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem,
-                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
-                                PERSISTENT, WARP_SPEC, 0, mma_layout)),
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
+                                a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
+                                mma_layout)),
                     (_load_all, loads),
                 ],
                 [1],
@@ -301,12 +340,14 @@ def gluon_fp8_blockwise_kernel(
             _cta_barrier()
             gl.warp_specialize(
                 [
-                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem,
-                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
-                                PERSISTENT, WARP_SPEC, 0, mma_layout)),
-                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, c_smem1,
-                                M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES,
-                                PERSISTENT, WARP_SPEC, 1, mma_layout)),
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
+                                a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
+                                mma_layout)),
+                    (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
+                                a_bufs, b_bufs, c_smem1, M, N, K, stride_asm, stride_ask, stride_bsn,
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 1, CONSUMERS,
+                                mma_layout)),
                     (_load_all, loads),
                 ],
                 [num_warps, 1],
@@ -314,8 +355,10 @@ def gluon_fp8_blockwise_kernel(
             )  # fmt: skip
 
 
-def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -> None:
-    """ValueError for a tile, warp count or ring depth the kernel cannot run."""
+def _check_config(
+    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, split_k: int
+) -> None:
+    """ValueError for a tile, warp count, ring depth or K split the kernel cannot run."""
     if SCALE_BLOCK % block_n or block_n < 16:
         raise ValueError(f"BLOCK_N must divide {SCALE_BLOCK} (one B scale per tile), got {block_n}")
     if num_warps not in (4, 8) or block_m % 64 or block_m < 16 * num_warps:
@@ -325,6 +368,14 @@ def _check_config(block_m: int, block_n: int, num_warps: int, num_stages: int) -
         )
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2, got {num_stages}")
+    if split_k < 1 or (split_k > 1 and persistent):
+        raise ValueError(f"SPLIT_K must be at least 1, and 1 with PERSISTENT; got {split_k}")
+
+
+def split_slices(k_groups: int, split_k: int) -> int:
+    """How many non-empty K slices a split of `k_groups` scale groups in `split_k` gives (the kernel's
+    slices are cdiv(k_groups, split_k) groups each, the last the rest): the kernel needs all split_k."""
+    return cdiv(k_groups, cdiv(k_groups, split_k))
 
 
 @cache
@@ -342,28 +393,39 @@ def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype, c_rows: int) ->
 
 def _kernel_args(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
-    block_m: int, block_n: int, consumers: int = 1,
+    block_m: int, block_n: int, consumers: int = 1, split_k: int = 1,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The positional arguments of one launch: descriptors of A, B and C (a block of C per consumer
-    warpgroup: block_m / consumers rows), the scales and their strides."""
+    warpgroup: block_m / consumers rows), the scales, the workspace and counters (split_k > 1; else the
+    scales stand in, unused) and the scales' strides."""
     M, K = a.shape
     N = b.shape[0]
     if K % SCALE_BLOCK or K == 0:  # (K = 0: the first wait for a load would never return)
         raise ValueError(f"K={K} is not a positive multiple of {SCALE_BLOCK}")
+    if split_slices(K // SCALE_BLOCK, split_k) != split_k:
+        raise ValueError(
+            f"SPLIT_K {split_k} over K={K} ({K // SCALE_BLOCK} groups of {SCALE_BLOCK}) leaves a slice empty"
+        )
     for name, t in (("a", a), ("b", b), ("out", out)):
         _check_tma(name, t)
     a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype, block_m // consumers)
     a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
     c_desc = TensorDescriptor.from_tensor(out, [block_m // consumers, block_n], c_layout)
-    return (a_desc, b_desc, c_desc, a_scale, b_scale, M, N, K, *a_scale.stride(), *b_scale.stride())
+    ws, counters = a_scale, b_scale
+    if split_k > 1:
+        tiles = cdiv(M, block_m) * cdiv(N, block_n)
+        ws, counters = split_scratch(out.device, tiles * split_k * block_m * block_n, tiles * consumers)
+    return (a_desc, b_desc, c_desc, a_scale, b_scale, ws, counters, M, N, K, *a_scale.stride(),
+            *b_scale.stride())  # fmt: skip
 
 
 class GluonBlockwiseLauncher:
     """`launch(a, b, a_scale, b_scale, out)`: a (M, K) and b (N, K) e4m3fn, a_scale (M, K/128) and
     b_scale (cdiv(N, 128), K/128) fp32 (any strides), out (M, N) bf16 or fp16 (a, b and out with unit
     column strides and 16-byte aligned rows: TMA), all on one Hopper GPU; descriptors are built per call.
-    `bind(...)` builds them once and returns an argument-less launch.
+    `bind(...)` builds them once and returns an argument-less launch. SPLIT_K > 1 sums its K slices in the
+    launch through the scratch of the device and stream (`scratch.split_scratch`) current at `bind`.
 
     Immutable once built; the launch goes through `launch.pinned` (Triton's argument binding once per
     launch key). `kernel` stands in for the JIT function (a `Recorder` to capture launches). ValueError
@@ -372,9 +434,10 @@ class GluonBlockwiseLauncher:
 
     def __init__(
         self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-        num_sms: int, kernel: Any = None, warp_spec: bool = False,
+        num_sms: int, kernel: Any = None, warp_spec: bool = False, split_k: int = 1,
     ) -> None:  # fmt: skip
-        _check_config(block_m, block_n, num_warps, num_stages)
+        _check_config(block_m, block_n, num_warps, num_stages, persistent, split_k)
+        self.split_k = split_k
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
         self.persistent, self.group_m, self.num_sms, self.warp_spec = persistent, group_m, num_sms, warp_spec
         # WARP_SPEC: num_warps consumer warps are num_warps / 4 partitions of one warpgroup (the kernel's
@@ -382,7 +445,7 @@ class GluonBlockwiseLauncher:
         self.consumers = num_warps // 4 if warp_spec else 1
         self.kernel = pinned(
             gluon_fp8_blockwise_kernel if kernel is None else kernel, GROUP_M=group_m, STAGES=num_stages,
-            PERSISTENT=persistent, WARP_SPEC=warp_spec, CONSUMERS=self.consumers,
+            PERSISTENT=persistent, WARP_SPEC=warp_spec, SPLIT_K=split_k, CONSUMERS=self.consumers,
             num_warps=4 if warp_spec else num_warps, **FP_OPTIONS,
         )  # fmt: skip
 
@@ -394,13 +457,15 @@ class GluonBlockwiseLauncher:
         b_scale: torch.Tensor,
         out: torch.Tensor,
     ) -> Callable[[], None]:
-        args = _kernel_args(a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers)
+        args = _kernel_args(
+            a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers, self.split_k
+        )
         M, N = out.shape
         programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
         if self.persistent:
             sms = self.num_sms or torch.cuda.get_device_properties(out.device).multi_processor_count
             programs = min(programs, sms)
-        grid = (programs,)
+        grid = (programs, self.split_k)
         run = self.kernel.launch
         no_more: dict[str, Any] = {}
 
@@ -431,25 +496,30 @@ def gluon_blockwise_launcher(
     num_sms: int = 0,
     kernel: Any = None,
     warp_spec: bool = False,
+    split_k: int = 1,
 ) -> GluonBlockwiseLauncher:
     """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
     run. `num_sms` (persistent): how many programs, default the device's SM count; `warp_spec`: the
-    WARP_SPEC kernel (num_warps consumer warps, in partitions of a warpgroup, and a loader warp)."""
+    WARP_SPEC kernel (num_warps consumer warps, in partitions of a warpgroup, and a loader warp);
+    `split_k`: K slices summed in the launch (not persistent)."""
     return GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec
+        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec, split_k
     )
 
 
 #: The knobs of a "gluon" config (the op's space), in GluonBlockwiseLauncher's order.
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC")
+CONFIG_KEYS = (
+    "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC", "SPLIT_K"
+)  # fmt: skip
 #: Knobs a config may lack, and the value it then has: configs stored before the knob existed.
-OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0}
+OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0, "SPLIT_K": 1}
 
 
 def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> GluonBlockwiseLauncher:
     """The launcher of a "gluon" config of gemm_fp8_blockwise; ValueError naming what is wrong with a
     config the kernel cannot run (a knob missing or unknown, a tile it has no layout for). A config
-    without a knob of OPTIONAL_KEYS runs with its value there (no WARP_SPEC: the kernel without it)."""
+    without a knob of OPTIONAL_KEYS runs with its value there (no WARP_SPEC: the kernel without it; no
+    SPLIT_K: 1)."""
     missing = [k for k in CONFIG_KEYS if k not in config and k not in OPTIONAL_KEYS]
     unknown = sorted(set(config) - {*CONFIG_KEYS, "backend"})
     if missing or unknown:
@@ -458,9 +528,9 @@ def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> Gluon
             + (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
         )
     values = {**OPTIONAL_KEYS, **config}
-    bm, bn, warps, stages, persistent, group_m, warp_spec = (int(values[k]) for k in CONFIG_KEYS)
+    bm, bn, warps, stages, persistent, group_m, warp_spec, split_k = (int(values[k]) for k in CONFIG_KEYS)
     return GluonBlockwiseLauncher(
-        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec)
+        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec), split_k
     )
 
 
@@ -472,6 +542,7 @@ def compile_for_target(
     persistent: bool = False,
     *,
     warp_spec: bool = False,
+    split_k: int = 1,
     M: int = 2048,
     N: int = 4608,
     K: int = 7168,
@@ -489,7 +560,7 @@ def compile_for_target(
     calls: list[KernelCall] = []
     recorder = Recorder(gluon_fp8_blockwise_kernel, calls)
     launcher = GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec
+        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec, split_k
     )
     fp8 = torch.float8_e4m3fn
     a = torch.empty(M, K, dtype=fp8, device="meta")

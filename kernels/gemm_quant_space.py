@@ -8,8 +8,9 @@ torch._scaled_mm, "aiter" on ROCm) are a single config each, present only where 
 elsewhere their config is pruned with the reason.
 
 "gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
-of one 128-wide scale group), 4 or 8 warps, 3 to 5 stages, PERSISTENT, GROUP_M and WARP_SPEC (a loader
-warp and one partition per consumer warpgroup; its default is 0 until measured); where the installed
+of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, WARP_SPEC (a loader
+warp and one partition per consumer warpgroup) and SPLIT_K (K slices summed in the launch, for grids of
+fewer tiles than SMs; a config stored without it has 1); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) where it can run.
 
@@ -205,17 +206,18 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
 # -- gluon --------------------------------------------------------------------------------------------
 
 #: The least M whose default is the gluon kernel: at M = 2048 the H100 ran it 1.39-1.40x faster than the
-#: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up); it has no split-K, which decode shapes need.
+#: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up).
 GLUON_MIN_M = 256
 #: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
 GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "BLOCK_M": (64, 128),
     "BLOCK_N": (64, 128),
     "num_warps": (4, 8),
-    "num_stages": (3, 4, 5),
+    "num_stages": (3, 4, 5, 6),
     "PERSISTENT": (0, 1),
     "GROUP_M": (1, 8),
     "WARP_SPEC": (0, 1),
+    "SPLIT_K": (1, 2, 3, 4),
 }
 _GLUON_BLOCK_K = 128
 #: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
@@ -246,6 +248,7 @@ def gluon_missing() -> str:
 
 def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, N, cus = problem.M, problem.N, target.cu_count
+    groups = cdiv(problem.K, _GLUON_BLOCK_K)
     out_bytes = int(DTYPE_BYTES[problem.dtype_out])
     aligned = N * out_bytes % 16 == 0  # A and B rows are K bytes, a multiple of 128
 
@@ -298,6 +301,16 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"PERSISTENT with no more tiles than the {cus} SMs: every program does one",
             lambda c: not int(c["PERSISTENT"]) or tiles(c) > cus,
         ),
+        Constraint(  # (and so never with PERSISTENT, which the kernel refuses with SPLIT_K)
+            "gluon_split_needless",
+            f"SPLIT_K {{SPLIT_K}} where the tiles alone (M={M}, N={N}) fill the {cus} SMs",
+            lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) < cus,
+        ),
+        Constraint(
+            "gluon_split_empty",
+            f"SPLIT_K {{SPLIT_K}} over {groups} K groups of {_GLUON_BLOCK_K} leaves a slice empty",
+            lambda c: cdiv(groups, cdiv(groups, int(c.get("SPLIT_K", 1)))) == int(c.get("SPLIT_K", 1)),
+        ),
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
@@ -324,7 +337,7 @@ def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     values: dict[str, Value] = dict(
         BLOCK_M=bm, BLOCK_N=128, num_warps=warps, num_stages=4 if small else 5,
         PERSISTENT=int(tiles > target.cu_count), GROUP_M=8 if cdiv(M, bm) > 1 else 1,
-        WARP_SPEC=int(not small),
+        WARP_SPEC=int(not small), SPLIT_K=1,
     )  # fmt: skip
     try:
         return fit_to_space(

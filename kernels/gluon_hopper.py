@@ -123,14 +123,30 @@ def _store(c_desc, c_smem, acc, off_m, off_n):
 
 
 @gluon.jit
+def _k_slice(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
+    """(first K group, number of K groups) of this program's K slice: all of K, or (SPLIT_K > 1) slice
+    program_id(1) of SPLIT_K, cdiv(groups, SPLIT_K) groups each and the rest in the last (the launcher
+    refuses a split that leaves a slice empty)."""
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    if SPLIT_K == 1:
+        k0 = 0
+        n = k_tiles
+    else:
+        per = gl.cdiv(k_tiles, SPLIT_K)
+        k0 = gl.program_id(1) * per
+        n = gl.minimum(per, k_tiles - k0)
+    return k0, n
+
+
+@gluon.jit
 def _load_all(a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr, PERSISTENT: gl.constexpr):  # fmt: skip
-    """The loader partition (WARP_SPEC, one warp): every load of the program's tiles, in the consumers'
-    order, each into the next ring slot once the consumers have released it."""
+              STAGES: gl.constexpr, PERSISTENT: gl.constexpr, SPLIT_K: gl.constexpr):  # fmt: skip
+    """The loader partition (WARP_SPEC, one warp): every load of the program's tiles (over its K slice),
+    in the consumers' order, each into the next ring slot once the consumers have released it."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    k_tiles = gl.cdiv(K, BLOCK_K)
+    k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     if PERSISTENT:
@@ -147,7 +163,7 @@ def _load_all(a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M: gl.
             # empty barrier's phase of that parity complete. A fresh mbarrier counts the phase before its
             # first (parity 1) as complete: the first use of every slot does not wait.
             mbarrier.wait(empty.index(it % STAGES), ((it // STAGES) & 1) ^ 1)
-            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, True, STAGES)
+            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + group, it, True, STAGES)
             it += 1
 
 

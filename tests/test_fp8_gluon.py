@@ -20,16 +20,19 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec); the first is the main config.
-Cfg = tuple[int, int, int, int, bool, bool]
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k); the first is the main config.
+Cfg = tuple[int, int, int, int, bool, bool, int]
 CONFIGS: list[Cfg] = [
-    (128, 128, 8, 4, False, False),
-    (128, 128, 8, 4, True, False),
-    (64, 128, 4, 4, False, False),
-    (128, 64, 8, 3, False, False),
-    (128, 128, 8, 4, False, True),
-    (128, 128, 8, 4, True, True),
-    (64, 128, 4, 3, True, True),
+    (128, 128, 8, 4, False, False, 1),
+    (128, 128, 8, 4, True, False, 1),
+    (64, 128, 4, 4, False, False, 1),
+    (128, 64, 8, 3, False, False, 1),
+    (128, 128, 8, 4, False, True, 1),
+    (128, 128, 8, 4, True, True, 1),
+    (64, 128, 4, 3, True, True, 1),
+    (64, 128, 4, 4, False, False, 3),
+    (64, 64, 4, 6, False, True, 4),
+    (128, 128, 8, 4, False, True, 2),
 ]
 WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
@@ -54,7 +57,7 @@ facts = {"asm_mbarrier": hasattr(gl, "inline_asm")}
 for cfg in json.loads(sys.argv[1]):
     name = "x".join(str(int(v)) for v in cfg)
     try:
-        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]))
+        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]), split_k=cfg[6])
     except Exception as exc:
         facts[name] = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
         continue
@@ -81,6 +84,7 @@ for cfg in json.loads(sys.argv[1]):
                       arrives=b.count("mbarrier.arrive")) for b in k_loops],
         setmaxnreg=sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
         inits=[int(v) for v in re.findall(r"mbarrier\.init\.shared::cta\.b64\s+\[[^]]*\],\s*(\d+);", ptx)],
+        atoms=re.findall(r"\batom\.[\w.:]+", ptx),
     )
 print(json.dumps(facts))
 """
@@ -136,6 +140,13 @@ def test_compiles_for_sm90_with_a_wgmma_left_in_flight(
     # one K loop per consumer, each retiring two groups with a wgmma left in flight
     assert len(f["k_loops"]) == _consumers(cfg), f["k_loops"]
     assert all(k["wait1"] == 4 and k["wait0"] == 0 for k in f["k_loops"]), f["k_loops"]
+    # SPLIT_K: each consumer bumps its block's counter (acquire-release, GPU scope) and the last resets it
+    if cfg[6] > 1:
+        assert sorted(f["atoms"]) == sorted(
+            ["atom.global.gpu.acq_rel.add.u32", "atom.global.gpu.relaxed.exch.b32"] * _consumers(cfg)
+        ), f["atoms"]
+    else:
+        assert f["atoms"] == [], f["atoms"]
 
 
 def test_main_config_does_not_spill(facts: dict[str, Any]) -> None:
@@ -188,7 +199,9 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
     with pytest.raises(ValueError, match="has unknown WARP"):
         gluon_launcher(old.replace(WARP=1), num_sms=132)
     for warps, consumers in ((8, 2), (4, 1)):
-        ws = Config(backend="gluon", **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1)))
+        ws = Config(
+            backend="gluon", **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1, SPLIT_K=1))
+        )
         assert ws in space
         (call,) = op.kernel_calls(problem, ws, sm90)
         assert call.kwargs["WARP_SPEC"] is True and call.kwargs["CONSUMERS"] == consumers
@@ -196,6 +209,46 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
         assert call.args[2].block_shape == [64, 128]  # C: one block per consumer warpgroup
     (old_call,) = op.kernel_calls(problem, old, sm90)
     assert old_call.kwargs["WARP_SPEC"] is False and old_call.args[2].block_shape == [128, 128]
+    assert old_call.kwargs["SPLIT_K"] == 1 and old_call.grid[1] == 1  # stored before SPLIT_K existed
+
+
+def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
+    """SPLIT_K > 1 is in the gluon space where the tiles number fewer than the SMs (decode), never with
+    PERSISTENT or where a slice would be empty; a split config launches a (tiles, SPLIT_K) grid with the
+    fp32 workspace (SPLIT_K blocks per block of C) and one zeroed counter per block of C."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    from autotune import Config, Problem
+    from autotune.kernels import get_op
+    from autotune.target import Target
+
+    sm90 = Target.for_arch("sm_90")
+    op = get_op("gemm_fp8_blockwise")
+    decode = Problem.quant("gemm_fp8_blockwise", 16, 7168, 8192)
+    space = op.space(decode, sm90)
+    gluon = [c for c in space.configs() if c.backend == "gluon"]
+    assert {c["SPLIT_K"] for c in gluon} == {1, 2, 3, 4}
+    assert all(not c["PERSISTENT"] for c in gluon if c["SPLIT_K"] > 1)
+    split = Config(
+        backend="gluon", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSISTENT=0, GROUP_M=1,
+        WARP_SPEC=1, SPLIT_K=3,
+    )  # fmt: skip
+    assert split in space
+    prefill = op.space(Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168), sm90)
+    assert {c["SPLIT_K"] for c in prefill.configs() if c.backend == "gluon"} == {1}
+    reason = prefill.check(split.replace(BLOCK_M=128, num_warps=8, GROUP_M=8))
+    assert reason is not None and reason.startswith("gluon_split_needless"), reason
+    # 5 K groups in slices of cdiv(5, 4) = 2 make 3 slices, not 4
+    short = op.space(Problem.quant("gemm_fp8_blockwise", 16, 7168, 640), sm90)
+    reason = short.check(split.replace(SPLIT_K=4))
+    assert reason is not None and reason.startswith("gluon_split_empty"), reason
+    assert short.check(split) is None
+
+    (call,) = op.kernel_calls(decode, split, sm90)
+    tiles = 1 * 7168 // 128
+    assert call.grid == (tiles, 3) and call.kwargs["SPLIT_K"] == 3
+    ws, counters = call.args[5], call.args[6]
+    assert ws.dtype.is_floating_point and ws.numel() >= tiles * 3 * 64 * 128
+    assert str(counters.dtype) == "torch.int32" and counters.numel() >= tiles
 
 
 def test_launcher_rejects_configs_it_cannot_run() -> None:
@@ -211,6 +264,20 @@ def test_launcher_rejects_configs_it_cannot_run() -> None:
         gluon_blockwise_launcher(64, 128, num_warps=8, warp_spec=True)  # a warpgroup per 64 rows
     with pytest.raises(ValueError, match="num_stages"):
         gluon_blockwise_launcher(num_stages=1)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        gluon_blockwise_launcher(64, 128, 4, persistent=True, split_k=2)
+    with pytest.raises(ValueError, match="SPLIT_K"):
+        gluon_blockwise_launcher(64, 128, 4, split_k=0)
+    import torch
+
+    launcher = gluon_blockwise_launcher(64, 128, 4, split_k=4)
+    a = torch.empty(16, 640, dtype=torch.float8_e4m3fn, device="meta")
+    b = torch.empty(256, 640, dtype=torch.float8_e4m3fn, device="meta")
+    sa, sb = torch.empty(16, 5, device="meta"), torch.empty(2, 5, device="meta")
+    out = torch.empty(16, 256, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(ValueError, match="leaves a slice empty"):
+        launcher.bind(a, b, sa, sb, out)  # 5 K groups: slices of 2, 2 and 1
+    gluon_blockwise_launcher(64, 128, 4, split_k=3).bind(a, b, sa, sb, out)
 
 
 def test_pinned_launch_keys_the_gluon_descriptors() -> None:

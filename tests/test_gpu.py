@@ -472,6 +472,46 @@ def test_gluon_backend_on_hopper_is_right_and_repeatable(target, mnk, knobs, dty
     _right_and_repeatable(op, problem, config, target, "the gluon kernel")
 
 
+#: SPLIT_K (decode grids of fewer tiles than SMs): K slices summed in the launch through a workspace and a
+#: counter per block of C; even and uneven slices, one and two consumer warpgroups, ragged M and N.
+GLUON_SPLIT = [
+    ((16, 1000, 1152), dict(BLOCK_M=64, num_warps=4, GROUP_M=1, SPLIT_K=3), "bf16"),  # 9 groups: 3 + 3 + 3
+    ((16, 1000, 1280), dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, GROUP_M=1, SPLIT_K=4, WARP_SPEC=1), "bf16"),
+    (
+        (64, 4600, 1024),
+        dict(BLOCK_M=64, num_warps=4, num_stages=6, GROUP_M=1, SPLIT_K=2, WARP_SPEC=1),
+        "fp16",
+    ),
+    ((100, 1000, 1152), dict(GROUP_M=1, SPLIT_K=2, WARP_SPEC=1), "bf16"),  # two consumers, 5 + 4 groups
+]
+
+
+@pytest.mark.parametrize("mnk, knobs, dtype", GLUON_SPLIT)
+def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(target, mnk, knobs, dtype) -> None:
+    """The K slices of a block of C meet across SMs through the workspace and its counter: right, the same
+    bits 50 times over (the last slice resets the counter), and the same bits again from a CUDA graph
+    replayed several times, as the Benchmarker and serving engines run it."""
+    op = _gluon_op_or_skip(target)
+    problem = Problem.quant("gemm_fp8_blockwise", *mnk, dtype=dtype)
+    config = Config(backend="gluon", **(GLUON | knobs))
+    assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
+    _right_and_repeatable(op, problem, config, target, "the split gluon kernel")
+    inputs = op.make_inputs(problem, "cuda", seed=9)
+    out = op.make_output(problem, "cuda").fill_(float("nan"))
+    launch = op.prepare(problem, config, target, inputs, out)
+    launch()
+    torch.cuda.synchronize()
+    eager = out.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch()
+    for _ in range(5):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, eager), "a graph replay of the split gluon kernel gave other bits"
+
+
 @pytest.mark.parametrize("mnk, knobs, dtype", GLUON_WARP_SPEC[:2] + GLUON_WARP_SPEC[4:5])
 def test_gluon_warp_spec_gives_the_bits_of_the_kernel_without(target, mnk, knobs, dtype) -> None:
     """WARP_SPEC moves the loads to a warp of their own and each consumer warpgroup to a partition: every

@@ -327,9 +327,9 @@ needs_gluon = pytest.mark.skipif(not _gluon_imports(), reason="this Triton has n
 
 
 def gcfg(bm: int = 128, bn: int = 128, warps: int = 8, stages: int = 4, persistent: int = 0,
-         group_m: int = 8, warp_spec: int = 0) -> Config:  # fmt: skip
+         group_m: int = 8, warp_spec: int = 0, split_k: int = 1) -> Config:  # fmt: skip
     return Config(backend="gluon", BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
-                  PERSISTENT=persistent, GROUP_M=group_m, WARP_SPEC=warp_spec)  # fmt: skip
+                  PERSISTENT=persistent, GROUP_M=group_m, WARP_SPEC=warp_spec, SPLIT_K=split_k)  # fmt: skip
 
 
 def test_gluon_is_a_backend_of_blockwise_fp8_on_hopper_only() -> None:
@@ -364,7 +364,7 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
     gluon = [c for c in space.configs() if c.backend == "gluon"]
     assert gluon[0] == op.default_config(prefill, SM90) == gcfg(stages=5, persistent=1, warp_spec=1)
     assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in gluon} == {(64, 64), (64, 128), (128, 64), (128, 128)}
-    assert {c["num_stages"] for c in gluon} == {3, 4, 5} and {c["GROUP_M"] for c in gluon} == {1, 8}
+    assert {c["num_stages"] for c in gluon} == {3, 4, 5, 6} and {c["GROUP_M"] for c in gluon} == {1, 8}
     assert {c["PERSISTENT"] for c in gluon} == {0, 1} and {c["WARP_SPEC"] for c in gluon} == {0, 1}
     assert gcfg(warp_spec=1, persistent=1) in space and gcfg(64, 128, 4, warp_spec=1) in space
     # 16 rows a warp: a 64-row tile takes 4 warps; 128x128 on 4 warps spills, 128x64 on 4 does not
@@ -456,17 +456,19 @@ def test_a_gluon_config_the_kernel_cannot_run_is_one_clear_error() -> None:
 def test_gluon_kernel_calls_capture_one_launch_of_the_gluon_kernel() -> None:
     op = get_op(BLOCKWISE)
     problem = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
-    for config, grid in [(gcfg(persistent=1), (SM90.cu_count,)), (gcfg(64, 64, 4, 3), (32 * 72,))]:
+    for config, grid in [(gcfg(persistent=1), (SM90.cu_count, 1)), (gcfg(64, 64, 4, 3), (32 * 72, 1))]:
         (call,) = op.kernel_calls(problem, config, SM90)
         assert call.fn.fn.__name__ == "gluon_fp8_blockwise_kernel" and call.grid == grid
         assert call.kwargs == dict(GROUP_M=8, STAGES=int(config["num_stages"]),
-                                   PERSISTENT=bool(config["PERSISTENT"]), WARP_SPEC=False, CONSUMERS=1,
-                                   num_warps=int(config["num_warps"]), enable_fp_fusion=True)  # fmt: skip
+                                   PERSISTENT=bool(config["PERSISTENT"]), WARP_SPEC=False, SPLIT_K=1,
+                                   CONSUMERS=1, num_warps=int(config["num_warps"]),
+                                   enable_fp_fusion=True)  # fmt: skip
         a_desc, b_desc, c_desc = call.args[:3]
         assert a_desc.block_shape == [config["BLOCK_M"], 128]
         assert b_desc.block_shape == [config["BLOCK_N"], 128]
         assert str(a_desc.base.device) == "meta" and tuple(c_desc.shape) == (2048, 4608)
-        assert call.args[5:] == (2048, 4608, 7168, 56, 1, 56, 1)  # M, N, K and the scales' strides
+        assert call.args[5] is call.args[3] and call.args[6] is call.args[4]  # no split: no workspace
+        assert call.args[7:] == (2048, 4608, 7168, 56, 1, 56, 1)  # M, N, K and the scales' strides
 
 
 def test_a_tuned_gluon_row_where_gluon_cannot_run_is_a_clear_error(monkeypatch) -> None:
