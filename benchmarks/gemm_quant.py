@@ -66,7 +66,7 @@ def shapes(quick: bool, interpret: bool) -> list[tuple[str, int, int]]:
 
 
 def problems(args: argparse.Namespace) -> list[tuple[str, Problem]]:
-    ms = (4,) if args.interpret else QUICK_M if args.quick else DECODE_M + PREFILL_M
+    ms = args.m or ((4,) if args.interpret else QUICK_M if args.quick else DECODE_M + PREFILL_M)
     ops = args.ops.split(",") if args.ops else list(QUANT_OPS)
     out = []
     for op in ops:
@@ -79,10 +79,10 @@ def problems(args: argparse.Namespace) -> list[tuple[str, Problem]]:
     return out
 
 
-def _ours(op: Any, target: Target) -> tuple[str, ...]:
-    """Our kernels' backends of `op` on `target` (Triton, and Gluon for FP8 blockwise on Hopper): the vendor
-    libraries are timed beside them, not tuned."""
-    return tuple(b for b in op.backends(target) if b not in ("torch", "aiter"))
+def _ours(op: Any, target: Target, only: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Our kernels' backends of `op` on `target` (Triton, and Gluon for FP8 blockwise on Hopper), those of
+    `only` where given: the vendor libraries are timed beside them, not tuned."""
+    return tuple(b for b in op.backends(target) if b not in ("torch", "aiter") and (not only or b in only))
 
 
 def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace) -> None:
@@ -102,7 +102,7 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
             runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker)
             t0 = time.perf_counter()
             rep = runner.tune(op, p, strategy=args.strategy, budget=Budget(trials=args.trials),
-                              backends=_ours(op, target))  # fmt: skip
+                              backends=_ours(op, target, args.backends))  # fmt: skip
             best = rep.best.time_us if rep.best else math.nan
             pruned = sum(rep.static_pruned.values())
             print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
@@ -210,6 +210,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the details")
     ap.add_argument("--ops", help=f"comma-separated ops (default all: {','.join(QUANT_OPS)})")
     ap.add_argument("--trials", type=int, help="tuning trials per problem (default 60; 8 with --quick)")
+    ap.add_argument("--m", help="comma-separated token counts M (default decode 1, 16, 64 and prefill "
+                    "1024, 4096)")  # fmt: skip
+    ap.add_argument("--backends", help="comma-separated backends of ours to tune (default all; the "
+                    "measurement takes the best tuned of any of ours in the database)")  # fmt: skip
     ap.add_argument("--strategy", default="optuna", choices=("optuna", "random", "exhaustive"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--quick", action="store_true", help="one layer per model, M 16 and 2048, 8 trials")
@@ -220,6 +224,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [o for o in (args.ops or "").split(",") if o and o not in QUANT_OPS]
     if unknown:
         ap.error(f"unknown op(s) {', '.join(unknown)}; known: {', '.join(QUANT_OPS)}")
+    try:
+        args.m = tuple(int(m) for m in args.m.split(",")) if args.m else ()
+    except ValueError:
+        ap.error(f"--m takes comma-separated integers, not {args.m!r}")
+    if any(m < 1 for m in args.m):
+        ap.error(f"--m must be positive, not {args.m}")
+    args.backends = tuple(b for b in (args.backends or "").split(",") if b)
     if args.trials is None:
         args.trials = 2 if args.interpret else 8 if args.quick else 60
     if args.interpret:
