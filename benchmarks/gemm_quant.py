@@ -85,11 +85,16 @@ def _ours(op: Any, target: Target, only: tuple[str, ...] = ()) -> tuple[str, ...
     return tuple(b for b in op.backends(target) if b not in ("torch", "aiter") and (not only or b in only))
 
 
+def _settings(target: Target, args: argparse.Namespace) -> BenchSettings:
+    """The Benchmarker's settings: the interpreter's, or the GPU's with the timing method of --method."""
+    return BenchSettings.for_interpreter() if target.interpreter else BenchSettings(method=args.method)
+
+
 def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace) -> None:
     """Tunes each problem's kernels of ours (static checks compile ahead on every core on a GPU)."""
     from contextlib import ExitStack
 
-    settings = BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
+    settings = _settings(target, args)
     with ExitStack() as stack:
         checker = None
         if not target.interpreter:
@@ -130,7 +135,7 @@ def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -
 def measure(
     store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace, copy_gbps: float
 ) -> list[dict[str, Any]]:
-    settings = BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
+    settings = _settings(target, args)
     bf16_bench = Benchmarker(GEMM, target, settings=settings)
     rows = []
     for label, p in todo:
@@ -216,6 +221,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "measurement takes the best tuned of any of ours in the database)")  # fmt: skip
     ap.add_argument("--strategy", default="optuna", choices=("optuna", "random", "exhaustive"))
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--method", default="auto", choices=("auto", "graph", "events"),
+                    help="timing method of every problem (default auto: CUDA-graph replay where the first "
+                    "config timed takes under 40 µs, else events)")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="one layer per model, M 16 and 2048, 8 trials")
     ap.add_argument("--interpret", action="store_true",
                     help="Triton's CPU interpreter on one tiny shape: checks the script, "

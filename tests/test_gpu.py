@@ -423,7 +423,9 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
 # -- the gluon backend of gemm_fp8_blockwise (Hopper only) ---------------------------------------------------
 
 #: The gluon kernel's default tile (128x128 on two warpgroups, 4 stages).
-GLUON = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=0, GROUP_M=8, WARP_SPEC=0)
+GLUON = dict(
+    BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=0, GROUP_M=8, WARP_SPEC=0, SPLIT_K=1
+)
 #: WARP_SPEC: each consumer warpgroup in a partition of its own, a loader warp; ragged M and N, even and
 #: odd counts of K groups (one alone), persistent programs whose ring phases run on across their tiles.
 GLUON_WARP_SPEC = [
