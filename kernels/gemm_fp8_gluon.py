@@ -67,7 +67,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_triton import stream_plan
 from autotune.kernels.gluon_hopper import (
     _CONSUMER_REGS,
     _GL_OUT,
@@ -81,9 +80,7 @@ from autotune.kernels.gluon_hopper import (
     _origin,
     _release,
     _release_count,
-    _segment,
     _store,
-    _stream_range,
     _wait_ready,
 )
 from autotune.kernels.launch import pinned
@@ -218,68 +215,47 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
 
 
 @gluon.jit
-def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, block, slot, parts, max_parts, off_m, off_n,
+def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K: gl.constexpr,
             mma_layout: gl.constexpr):  # fmt: skip
-    """One of the `parts` fp32 parts of C's block at (off_m, off_n), summed with the others in this
-    launch: written to slot `slot` of the block's max_parts slots in the workspace, then the block's
-    counter `block` is bumped; the last part to arrive sums the slots in order (deterministic, no
+    """One K slice's fp32 `acc` of C's block at (off_m, off_n), summed with the other slices in this
+    launch: written to slot program_id(1) of the block's SPLIT_K slots in the workspace, then the block's
+    counter `part` is bumped; the last slice to arrive sums the slots in slice order (deterministic, no
     waiting), stores C and resets the counter to 0 for the next launch."""
     ROWS: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
     offs = rows[:, None] * BLOCK_N + cols[None, :]
-    slots = ws_ptr + block * (max_parts * ROWS * BLOCK_N)
-    gl.store(slots + slot * (ROWS * BLOCK_N) + offs, acc)
+    slots = ws_ptr + part * (SPLIT_K * ROWS * BLOCK_N)
+    gl.store(slots + gl.program_id(1) * (ROWS * BLOCK_N) + offs, acc)
     _cta_barrier()  # every thread's part is written before the counter says so
-    arrived = gl.atomic_add(count_ptr + block, 1, sem="acq_rel", scope="gpu")
-    if arrived == parts - 1:
+    arrived = gl.atomic_add(count_ptr + part, 1, sem="acq_rel", scope="gpu")
+    if arrived == SPLIT_K - 1:
         _cta_barrier()
         total = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
-        for sl in range(parts):
+        for sl in gl.static_range(SPLIT_K):
             total += gl.load(slots + sl * (ROWS * BLOCK_N) + offs, cache_modifier=".cg")
         _store(c_desc, c_smem, total, off_m, off_n)
-        gl.atomic_xchg(count_ptr + block, 0, sem="relaxed", scope="gpu")
+        gl.atomic_xchg(count_ptr + part, 0, sem="relaxed", scope="gpu")
 
 
 @gluon.jit
 def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty, a_bufs, b_bufs, c_smem,
              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M: gl.constexpr,
              STAGES: gl.constexpr, PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr,
-             STREAM: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
-             mma_layout: gl.constexpr):  # fmt: skip
+             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, mma_layout: gl.constexpr):  # fmt: skip
     """The program's C tiles, one or (PERSISTENT) pid, pid + programs, ...: all of each (the kernel), or
     (WARP_SPEC) consumer warpgroup CONSUMER's rows of each, c_desc's block; over K slice program_id(1)
-    (SPLIT_K > 1), or (STREAM) the program's run of the flat K groups of all tiles. Parts of a block of C
-    are summed in the launch (`_add_up`, a counter per block of C)."""
+    (SPLIT_K > 1, not PERSISTENT), summed in the launch (`_add_up`, a counter per block of C)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     ROWS: gl.constexpr = c_desc.block_type.shape[0]
     ROW0: gl.constexpr = CONSUMER * ROWS
+    k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
-    if STREAM:
-        per, lo, hi, iters = _stream_range(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-        base = 0
-        while lo < hi:
-            tile, k0, n = _segment(lo, hi, iters)
-            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-            acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M,
-                        k0, n, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0,
-                        ROWS, WARP_SPEC)  # fmt: skip
-            base += n
-            if n == iters:
-                _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
-            else:  # the programs whose runs meet this tile: first .. first + parts - 1, in order
-                first = (tile * iters) // per
-                parts = ((tile + 1) * iters - 1) // per - first + 1
-                _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, tile * CONSUMERS + CONSUMER,
-                        gl.program_id(0) - first, parts, gl.cdiv(iters, per) + 1, off_m + ROW0, off_n,
-                        mma_layout)  # fmt: skip
-            lo += n
-    elif PERSISTENT:
-        k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
+    if PERSISTENT:
         base = 0
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
@@ -289,7 +265,6 @@ def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, em
             base += k_tiles
             _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
     else:
-        k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
         off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, k0,
                     k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0, ROWS,
@@ -297,8 +272,8 @@ def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, em
         if SPLIT_K == 1:
             _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
         else:
-            _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, gl.program_id(0) * CONSUMERS + CONSUMER,
-                    gl.program_id(1), SPLIT_K, SPLIT_K, off_m + ROW0, off_n, mma_layout)  # fmt: skip
+            part = gl.program_id(0) * CONSUMERS + CONSUMER
+            _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m + ROW0, off_n, SPLIT_K, mma_layout)
     tma.store_wait(0)
 
 
@@ -306,17 +281,13 @@ def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, em
 def gluon_fp8_blockwise_kernel(
     a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, M, N, K, stride_asm, stride_ask, stride_bsn,
     stride_bsk, GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
-    WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr, STREAM: gl.constexpr, CONSUMERS: gl.constexpr,
-    num_warps: gl.constexpr,
+    WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ...
     WARP_SPEC: num_warps is 4; CONSUMERS (1 or 2) warpgroup partitions compute the rows of c_desc's block
     each, and a loader warp makes every TMA load. SPLIT_K > 1 (not PERSISTENT): a grid of (tiles, SPLIT_K),
     the K slices summed in the launch through the fp32 workspace ws_ptr (SPLIT_K blocks of c_desc's per
-    block of C) and the zeroed int32 counters count_ptr (one per block of C; left at zero). STREAM (not
-    PERSISTENT, SPLIT_K 1): program p takes the run of K groups [p·per, (p + 1)·per) of all tiles' groups
-    in order, per = cdiv(groups, programs); the parts of a tile meet the same way (cdiv(groups per tile,
-    per) + 1 workspace blocks per block of C)."""
+    block of C) and the zeroed int32 counters count_ptr (one per block of C; left at zero)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
@@ -327,7 +298,6 @@ def gluon_fp8_blockwise_kernel(
     gl.static_assert(WARP_SPEC or CONSUMERS == 1, "several consumers: WARP_SPEC only")
     gl.static_assert(not WARP_SPEC or num_warps == 4, "WARP_SPEC: one warpgroup per consumer partition")
     gl.static_assert(SPLIT_K == 1 or not PERSISTENT, "SPLIT_K: one program per tile and K slice")
-    gl.static_assert(not STREAM or (SPLIT_K == 1 and not PERSISTENT), "STREAM: no SPLIT_K, no PERSISTENT")
     mma_layout: gl.constexpr = _mma_layout(BLOCK_M // CONSUMERS, BLOCK_N, num_warps)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
@@ -342,15 +312,14 @@ def gluon_fp8_blockwise_kernel(
         _cta_barrier()
         _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, bars, a_bufs, b_bufs,
                  c_smem, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT,
-                 WARP_SPEC, SPLIT_K, STREAM, 0, CONSUMERS, mma_layout)  # fmt: skip
+                 WARP_SPEC, SPLIT_K, 0, CONSUMERS, mma_layout)  # fmt: skip
     else:
         # "empty": a slot's phase completes when every consumer warp is past the wait that retired the
         # wgmma reading it (see _release for the count).
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(empty.index(i), count=_release_count(CONSUMERS * num_warps))
-        loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT, SPLIT_K,
-                 STREAM)  # fmt: skip
+        loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT, SPLIT_K)
         if CONSUMERS == 1:
             fence_async_shared()
             _cta_barrier()
@@ -358,8 +327,8 @@ def gluon_fp8_blockwise_kernel(
                 [
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
-                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, STREAM, 0,
-                                CONSUMERS, mma_layout)),
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
+                                mma_layout)),
                     (_load_all, loads),
                 ],
                 [1],
@@ -373,12 +342,12 @@ def gluon_fp8_blockwise_kernel(
                 [
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
-                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, STREAM, 0,
-                                CONSUMERS, mma_layout)),
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
+                                mma_layout)),
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem1, M, N, K, stride_asm, stride_ask, stride_bsn,
-                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, STREAM, 1,
-                                CONSUMERS, mma_layout)),
+                                stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 1, CONSUMERS,
+                                mma_layout)),
                     (_load_all, loads),
                 ],
                 [num_warps, 1],
@@ -387,7 +356,7 @@ def gluon_fp8_blockwise_kernel(
 
 
 def _check_config(
-    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, split_k: int, stream: bool
+    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, split_k: int
 ) -> None:
     """ValueError for a tile, warp count, ring depth or K split the kernel cannot run."""
     if SCALE_BLOCK % block_n or block_n < 16:
@@ -401,8 +370,6 @@ def _check_config(
         raise ValueError(f"num_stages must be at least 2, got {num_stages}")
     if split_k < 1 or (split_k > 1 and persistent):
         raise ValueError(f"SPLIT_K must be at least 1, and 1 with PERSISTENT; got {split_k}")
-    if stream and (persistent or split_k > 1):
-        raise ValueError(f"STREAM_K runs without PERSISTENT and SPLIT_K (got {int(persistent)}, {split_k})")
 
 
 def split_slices(k_groups: int, split_k: int) -> int:
@@ -426,11 +393,11 @@ def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype, c_rows: int) ->
 
 def _kernel_args(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
-    block_m: int, block_n: int, consumers: int = 1, split_k: int = 1, parts: int = 1,
+    block_m: int, block_n: int, consumers: int = 1, split_k: int = 1,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The positional arguments of one launch: descriptors of A, B and C (a block of C per consumer
-    warpgroup: block_m / consumers rows), the scales, the workspace of `parts` blocks per block of C and
-    its counters (where parts > 1; else the scales stand in, unused) and the scales' strides."""
+    warpgroup: block_m / consumers rows), the scales, the workspace and counters (split_k > 1; else the
+    scales stand in, unused) and the scales' strides."""
     M, K = a.shape
     N = b.shape[0]
     if K % SCALE_BLOCK or K == 0:  # (K = 0: the first wait for a load would never return)
@@ -446,9 +413,9 @@ def _kernel_args(
     b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
     c_desc = TensorDescriptor.from_tensor(out, [block_m // consumers, block_n], c_layout)
     ws, counters = a_scale, b_scale
-    if parts > 1:
+    if split_k > 1:
         tiles = cdiv(M, block_m) * cdiv(N, block_n)
-        ws, counters = split_scratch(out.device, tiles * parts * block_m * block_n, tiles * consumers)
+        ws, counters = split_scratch(out.device, tiles * split_k * block_m * block_n, tiles * consumers)
     return (a_desc, b_desc, c_desc, a_scale, b_scale, ws, counters, M, N, K, *a_scale.stride(),
             *b_scale.stride())  # fmt: skip
 
@@ -467,10 +434,10 @@ class GluonBlockwiseLauncher:
 
     def __init__(
         self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-        num_sms: int, kernel: Any = None, warp_spec: bool = False, split_k: int = 1, stream: bool = False,
+        num_sms: int, kernel: Any = None, warp_spec: bool = False, split_k: int = 1,
     ) -> None:  # fmt: skip
-        _check_config(block_m, block_n, num_warps, num_stages, persistent, split_k, stream)
-        self.split_k, self.stream = split_k, stream
+        _check_config(block_m, block_n, num_warps, num_stages, persistent, split_k)
+        self.split_k = split_k
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
         self.persistent, self.group_m, self.num_sms, self.warp_spec = persistent, group_m, num_sms, warp_spec
         # WARP_SPEC: num_warps consumer warps are num_warps / 4 partitions of one warpgroup (the kernel's
@@ -478,8 +445,8 @@ class GluonBlockwiseLauncher:
         self.consumers = num_warps // 4 if warp_spec else 1
         self.kernel = pinned(
             gluon_fp8_blockwise_kernel if kernel is None else kernel, GROUP_M=group_m, STAGES=num_stages,
-            PERSISTENT=persistent, WARP_SPEC=warp_spec, SPLIT_K=split_k, STREAM=stream,
-            CONSUMERS=self.consumers, num_warps=4 if warp_spec else num_warps, **FP_OPTIONS,
+            PERSISTENT=persistent, WARP_SPEC=warp_spec, SPLIT_K=split_k, CONSUMERS=self.consumers,
+            num_warps=4 if warp_spec else num_warps, **FP_OPTIONS,
         )  # fmt: skip
 
     def bind(
@@ -490,20 +457,14 @@ class GluonBlockwiseLauncher:
         b_scale: torch.Tensor,
         out: torch.Tensor,
     ) -> Callable[[], None]:
+        args = _kernel_args(
+            a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers, self.split_k
+        )
         M, N = out.shape
         programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
-        parts = self.split_k
-        if self.persistent or self.stream:
+        if self.persistent:
             sms = self.num_sms or torch.cuda.get_device_properties(out.device).multi_processor_count
-            if self.stream:  # the kernel's runs: per = cdiv(all K groups, programs) each
-                tiles, groups = programs, max(1, cdiv(a.shape[1], SCALE_BLOCK))  # (K = 0: refused below)
-                programs = stream_plan(tiles, groups, sms)[0]
-                parts = cdiv(groups, cdiv(tiles * groups, programs)) + 1
-            else:
-                programs = min(programs, sms)
-        args = _kernel_args(
-            a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers, self.split_k, parts
-        )
+            programs = min(programs, sms)
         grid = (programs, self.split_k)
         run = self.kernel.launch
         no_more: dict[str, Any] = {}
@@ -536,42 +497,29 @@ def gluon_blockwise_launcher(
     kernel: Any = None,
     warp_spec: bool = False,
     split_k: int = 1,
-    stream: bool = False,
 ) -> GluonBlockwiseLauncher:
     """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
     run. `num_sms` (persistent): how many programs, default the device's SM count; `warp_spec`: the
     WARP_SPEC kernel (num_warps consumer warps, in partitions of a warpgroup, and a loader warp);
-    `split_k`: K slices summed in the launch (not persistent); `stream`: num_sms programs share the K
-    groups of all tiles (neither)."""
+    `split_k`: K slices summed in the launch (not persistent)."""
     return GluonBlockwiseLauncher(
-        block_m,
-        block_n,
-        num_warps,
-        num_stages,
-        persistent,
-        group_m,
-        num_sms,
-        kernel,
-        warp_spec,
-        split_k,
-        stream,
+        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec, split_k
     )
 
 
 #: The knobs of a "gluon" config (the op's space), in GluonBlockwiseLauncher's order.
 CONFIG_KEYS = (
-    "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC", "SPLIT_K",
-    "STREAM_K",
+    "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC", "SPLIT_K"
 )  # fmt: skip
 #: Knobs a config may lack, and the value it then has: configs stored before the knob existed.
-OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0, "SPLIT_K": 1, "STREAM_K": 0}
+OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0, "SPLIT_K": 1}
 
 
 def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> GluonBlockwiseLauncher:
     """The launcher of a "gluon" config of gemm_fp8_blockwise; ValueError naming what is wrong with a
     config the kernel cannot run (a knob missing or unknown, a tile it has no layout for). A config
     without a knob of OPTIONAL_KEYS runs with its value there (no WARP_SPEC: the kernel without it; no
-    SPLIT_K: 1; no STREAM_K: 0)."""
+    SPLIT_K: 1)."""
     missing = [k for k in CONFIG_KEYS if k not in config and k not in OPTIONAL_KEYS]
     unknown = sorted(set(config) - {*CONFIG_KEYS, "backend"})
     if missing or unknown:
@@ -580,21 +528,9 @@ def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> Gluon
             + (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
         )
     values = {**OPTIONAL_KEYS, **config}
-    bm, bn, warps, stages, persistent, group_m, warp_spec, split_k, stream = (
-        int(values[k]) for k in CONFIG_KEYS
-    )
+    bm, bn, warps, stages, persistent, group_m, warp_spec, split_k = (int(values[k]) for k in CONFIG_KEYS)
     return GluonBlockwiseLauncher(
-        bm,
-        bn,
-        warps,
-        stages,
-        bool(persistent),
-        group_m,
-        num_sms,
-        kernel,
-        bool(warp_spec),
-        split_k,
-        bool(stream),
+        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec), split_k
     )
 
 
@@ -607,7 +543,6 @@ def compile_for_target(
     *,
     warp_spec: bool = False,
     split_k: int = 1,
-    stream: bool = False,
     M: int = 2048,
     N: int = 4608,
     K: int = 7168,
@@ -625,7 +560,7 @@ def compile_for_target(
     calls: list[KernelCall] = []
     recorder = Recorder(gluon_fp8_blockwise_kernel, calls)
     launcher = GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec, split_k, stream
+        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec, split_k
     )
     fp8 = torch.float8_e4m3fn
     a = torch.empty(M, K, dtype=fp8, device="meta")

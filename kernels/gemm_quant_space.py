@@ -9,9 +9,8 @@ elsewhere their config is pruned with the reason.
 
 "gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
 of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, WARP_SPEC (a loader
-warp and one partition per consumer warpgroup), and for grids of fewer tiles than SMs SPLIT_K (K slices
-summed in the launch) or STREAM_K (one program per SM, each a run of all tiles' K groups; configs stored
-without these knobs have SPLIT_K 1 and STREAM_K 0); where the installed
+warp and one partition per consumer warpgroup) and SPLIT_K (K slices summed in the launch, for grids of
+fewer tiles than SMs; a config stored without it has 1); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) where it can run.
 
@@ -219,7 +218,6 @@ GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "GROUP_M": (1, 8),
     "WARP_SPEC": (0, 1),
     "SPLIT_K": (1, 2, 3, 4),
-    "STREAM_K": (0, 1),
 }
 _GLUON_BLOCK_K = 128
 #: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
@@ -308,16 +306,6 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"SPLIT_K {{SPLIT_K}} where the tiles alone (M={M}, N={N}) fill the {cus} SMs",
             lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) < cus,
         ),
-        Constraint(  # (and so never with PERSISTENT)
-            "gluon_stream_needless",
-            f"STREAM_K where the tiles alone (M={M}, N={N}) fill the {cus} SMs",
-            lambda c: not int(c.get("STREAM_K", 0)) or tiles(c) < cus,
-        ),
-        Constraint(
-            "gluon_split_modes",
-            "SPLIT_K {SPLIT_K} with STREAM_K: K is split one way or the other",
-            lambda c: int(c.get("SPLIT_K", 1)) == 1 or not int(c.get("STREAM_K", 0)),
-        ),
         Constraint(
             "gluon_split_empty",
             f"SPLIT_K {{SPLIT_K}} over {groups} K groups of {_GLUON_BLOCK_K} leaves a slice empty",
@@ -349,7 +337,7 @@ def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     values: dict[str, Value] = dict(
         BLOCK_M=bm, BLOCK_N=128, num_warps=warps, num_stages=4 if small else 5,
         PERSISTENT=int(tiles > target.cu_count), GROUP_M=8 if cdiv(M, bm) > 1 else 1,
-        WARP_SPEC=int(not small), SPLIT_K=1, STREAM_K=0,
+        WARP_SPEC=int(not small), SPLIT_K=1,
     )  # fmt: skip
     try:
         return fit_to_space(

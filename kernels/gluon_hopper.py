@@ -139,73 +139,32 @@ def _k_slice(K, BLOCK_K: gl.constexpr, SPLIT_K: gl.constexpr):
 
 
 @gluon.jit
-def _stream_range(M, N, K, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
-    """(K groups per program, this program's first and end flat K group, K groups per tile) of a stream
-    launch: the K groups of all tiles in order, dealt in runs of cdiv(total, programs) to the programs."""
-    iters = gl.cdiv(K, BLOCK_K)
-    total = gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N) * iters
-    per = gl.cdiv(total, gl.num_programs(0))
-    lo = gl.program_id(0) * per
-    return per, lo, gl.minimum(lo + per, total), iters
-
-
-@gluon.jit
-def _segment(lo, hi, iters):
-    """(tile, its first K group, K groups) of the run of flat K groups that starts at `lo` (< hi)."""
-    tile = lo // iters
-    k0 = lo - tile * iters
-    return tile, k0, gl.minimum(iters - k0, hi - lo)
-
-
-@gluon.jit
 def _load_all(a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M: gl.constexpr,
-              STAGES: gl.constexpr, PERSISTENT: gl.constexpr, SPLIT_K: gl.constexpr,
-              STREAM: gl.constexpr):  # fmt: skip
-    """The loader partition (WARP_SPEC, one warp): every load of the program's tiles (over its K slice, or
-    (STREAM) its run of K groups), in the consumers' order, each into the next ring slot once the
-    consumers have released it."""
+              STAGES: gl.constexpr, PERSISTENT: gl.constexpr, SPLIT_K: gl.constexpr):  # fmt: skip
+    """The loader partition (WARP_SPEC, one warp): every load of the program's tiles (over its K slice),
+    in the consumers' order, each into the next ring slot once the consumers have released it."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
     num_pid_m = gl.cdiv(M, BLOCK_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
-    if STREAM:
-        _, lo, hi, iters = _stream_range(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)
-        it = 0
-        while lo < hi:
-            tile, k0, n = _segment(lo, hi, iters)
-            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-            for group in range(n):
-                _load_after_release(a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0 + group, it,
-                                    STAGES)  # fmt: skip
-                it += 1
-            lo += n
+    if PERSISTENT:
+        stop = num_pid_m * num_pid_n
+        step = gl.num_programs(0)
     else:
-        k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
-        if PERSISTENT:
-            stop = num_pid_m * num_pid_n
-            step = gl.num_programs(0)
-        else:
-            stop = gl.program_id(0) + 1
-            step = 1
-        it = 0
-        for tile in range(gl.program_id(0), stop, step):
-            off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-            for group in range(k_tiles):
-                _load_after_release(a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0 + group, it,
-                                    STAGES)  # fmt: skip
-                it += 1
-
-
-@gluon.jit
-def _load_after_release(a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, group, it,
-                        STAGES: gl.constexpr):  # fmt: skip
-    """Load `it` (K group `group`) once the consumers have released its ring slot's previous load."""
-    # Load `it` is use it // STAGES of its slot; it needs use it // STAGES - 1 released, i.e. the empty
-    # barrier's phase of that parity complete. A fresh mbarrier counts the phase before its first (parity 1)
-    # as complete: the first use of every slot does not wait.
-    mbarrier.wait(empty.index(it % STAGES), ((it // STAGES) & 1) ^ 1)
-    _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, group, it, True, STAGES)
+        stop = gl.program_id(0) + 1
+        step = 1
+    it = 0
+    for tile in range(gl.program_id(0), stop, step):
+        off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        for group in range(k_tiles):
+            # Load `it` is use it // STAGES of its slot; it needs use it // STAGES - 1 released, i.e. the
+            # empty barrier's phase of that parity complete. A fresh mbarrier counts the phase before its
+            # first (parity 1) as complete: the first use of every slot does not wait.
+            mbarrier.wait(empty.index(it % STAGES), ((it // STAGES) & 1) ^ 1)
+            _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + group, it, True, STAGES)
+            it += 1
 
 
 def _check_tma(name: str, t: torch.Tensor) -> None:

@@ -20,23 +20,19 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k, stream); the first is the main
-#: config.
-Cfg = tuple[int, int, int, int, bool, bool, int, bool]
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k); the first is the main config.
+Cfg = tuple[int, int, int, int, bool, bool, int]
 CONFIGS: list[Cfg] = [
-    (128, 128, 8, 4, False, False, 1, False),
-    (128, 128, 8, 4, True, False, 1, False),
-    (64, 128, 4, 4, False, False, 1, False),
-    (128, 64, 8, 3, False, False, 1, False),
-    (128, 128, 8, 4, False, True, 1, False),
-    (128, 128, 8, 4, True, True, 1, False),
-    (64, 128, 4, 3, True, True, 1, False),
-    (64, 128, 4, 4, False, False, 3, False),
-    (64, 64, 4, 6, False, True, 4, False),
-    (128, 128, 8, 4, False, True, 2, False),
-    (64, 64, 4, 6, False, False, 1, True),
-    (64, 64, 4, 6, False, True, 1, True),
-    (128, 128, 8, 4, False, True, 1, True),
+    (128, 128, 8, 4, False, False, 1),
+    (128, 128, 8, 4, True, False, 1),
+    (64, 128, 4, 4, False, False, 1),
+    (128, 64, 8, 3, False, False, 1),
+    (128, 128, 8, 4, False, True, 1),
+    (128, 128, 8, 4, True, True, 1),
+    (64, 128, 4, 3, True, True, 1),
+    (64, 128, 4, 4, False, False, 3),
+    (64, 64, 4, 6, False, True, 4),
+    (128, 128, 8, 4, False, True, 2),
 ]
 WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
@@ -61,8 +57,7 @@ facts = {"asm_mbarrier": hasattr(gl, "inline_asm")}
 for cfg in json.loads(sys.argv[1]):
     name = "x".join(str(int(v)) for v in cfg)
     try:
-        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]), split_k=cfg[6],
-                                    stream=bool(cfg[7]))
+        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]), split_k=cfg[6])
     except Exception as exc:
         facts[name] = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
         continue
@@ -136,7 +131,7 @@ def test_compiles_for_sm90_with_a_wgmma_left_in_flight(
     # The point of the kernel: the scale-and-add of group g runs while group g + 1's wgmma is in flight.
     assert f["wait1"] >= 1
     # waits for 0 only after the last group of a tile (two tails: an even and an odd count of K groups),
-    # in every consumer partition (STREAM: and in the runs' ends that share a tile)
+    # in every consumer partition
     assert f["wait0"] == 2 * _consumers(cfg)
     # ptxas kept the waits as written: it injects waits for 0 where it serializes the wgmmas (C7514).
     assert f["sass_wait0"] == f["wait0"], f
@@ -145,9 +140,8 @@ def test_compiles_for_sm90_with_a_wgmma_left_in_flight(
     # one K loop per consumer, each retiring two groups with a wgmma left in flight
     assert len(f["k_loops"]) == _consumers(cfg), f["k_loops"]
     assert all(k["wait1"] == 4 and k["wait0"] == 0 for k in f["k_loops"]), f["k_loops"]
-    # SPLIT_K and STREAM: each consumer bumps its block's counter (acquire-release, GPU scope) and the last
-    # resets it
-    if cfg[6] > 1 or cfg[7]:
+    # SPLIT_K: each consumer bumps its block's counter (acquire-release, GPU scope) and the last resets it
+    if cfg[6] > 1:
         assert sorted(f["atoms"]) == sorted(
             ["atom.global.gpu.acq_rel.add.u32", "atom.global.gpu.relaxed.exch.b32"] * _consumers(cfg)
         ), f["atoms"]
@@ -206,8 +200,7 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
         gluon_launcher(old.replace(WARP=1), num_sms=132)
     for warps, consumers in ((8, 2), (4, 1)):
         ws = Config(
-            backend="gluon",
-            **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1, SPLIT_K=1, STREAM_K=0)),
+            backend="gluon", **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1, SPLIT_K=1))
         )
         assert ws in space
         (call,) = op.kernel_calls(problem, ws, sm90)
@@ -233,22 +226,17 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
     decode = Problem.quant("gemm_fp8_blockwise", 16, 7168, 8192)
     space = op.space(decode, sm90)
     gluon = [c for c in space.configs() if c.backend == "gluon"]
-    assert {c["SPLIT_K"] for c in gluon} == {1, 2, 3, 4} and {c["STREAM_K"] for c in gluon} == {0, 1}
-    assert all(not c["PERSISTENT"] for c in gluon if int(c["SPLIT_K"]) > 1 or c["STREAM_K"])
-    assert all(c["SPLIT_K"] == 1 for c in gluon if c["STREAM_K"])
+    assert {c["SPLIT_K"] for c in gluon} == {1, 2, 3, 4}
+    assert all(not c["PERSISTENT"] for c in gluon if c["SPLIT_K"] > 1)
     split = Config(
         backend="gluon", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSISTENT=0, GROUP_M=1,
-        WARP_SPEC=1, SPLIT_K=3, STREAM_K=0,
+        WARP_SPEC=1, SPLIT_K=3,
     )  # fmt: skip
-    assert split in space and split.replace(SPLIT_K=1, STREAM_K=1) in space
-    reason = space.check(split.replace(STREAM_K=1))
-    assert reason is not None and reason.startswith("gluon_split_modes"), reason
+    assert split in space
     prefill = op.space(Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168), sm90)
-    assert {(c["SPLIT_K"], c["STREAM_K"]) for c in prefill.configs() if c.backend == "gluon"} == {(1, 0)}
+    assert {c["SPLIT_K"] for c in prefill.configs() if c.backend == "gluon"} == {1}
     reason = prefill.check(split.replace(BLOCK_M=128, num_warps=8, GROUP_M=8))
     assert reason is not None and reason.startswith("gluon_split_needless"), reason
-    reason = prefill.check(split.replace(BLOCK_M=128, num_warps=8, GROUP_M=8, SPLIT_K=1, STREAM_K=1))
-    assert reason is not None and reason.startswith("gluon_stream_needless"), reason
     # 5 K groups in slices of cdiv(5, 4) = 2 make 3 slices, not 4
     short = op.space(Problem.quant("gemm_fp8_blockwise", 16, 7168, 640), sm90)
     reason = short.check(split.replace(SPLIT_K=4))
@@ -261,11 +249,6 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
     ws, counters = call.args[5], call.args[6]
     assert ws.dtype.is_floating_point and ws.numel() >= tiles * 3 * 64 * 128
     assert str(counters.dtype) == "torch.int32" and counters.numel() >= tiles
-    # STREAM_K: one program per SM over the 56 x 64 K groups, 28 groups each, so a tile's 64 groups meet
-    # at most cdiv(64, 28) + 1 = 4 programs
-    (call,) = op.kernel_calls(decode, split.replace(SPLIT_K=1, STREAM_K=1), sm90)
-    assert call.grid == (128, 1) and call.kwargs["STREAM"] is True and call.kwargs["SPLIT_K"] == 1
-    assert call.args[5].numel() >= tiles * 4 * 64 * 128 and call.args[6].numel() >= tiles
 
 
 def test_launcher_rejects_configs_it_cannot_run() -> None:
@@ -285,10 +268,6 @@ def test_launcher_rejects_configs_it_cannot_run() -> None:
         gluon_blockwise_launcher(64, 128, 4, persistent=True, split_k=2)
     with pytest.raises(ValueError, match="SPLIT_K"):
         gluon_blockwise_launcher(64, 128, 4, split_k=0)
-    with pytest.raises(ValueError, match="STREAM_K"):
-        gluon_blockwise_launcher(64, 128, 4, split_k=2, stream=True)
-    with pytest.raises(ValueError, match="STREAM_K"):
-        gluon_blockwise_launcher(64, 128, 4, persistent=True, stream=True)
     import torch
 
     launcher = gluon_blockwise_launcher(64, 128, 4, split_k=4)
