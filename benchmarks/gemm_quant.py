@@ -147,6 +147,10 @@ def measure(
                       if r.config.backend in ours), None)  # fmt: skip
         space = op.space(p, target)
         variants: dict[str, Config] = {"default": op.default_config(p, target)}
+        if variants["default"].backend != "triton" and "triton" in ours:  # our Triton kernel's default too
+            from autotune.kernels.gemm_quant_space import _triton_default
+
+            variants["triton_default"] = _triton_default(p, target)
         if tuned is not None:
             variants["tuned"] = tuned
         vendor = Config(backend="torch")

@@ -39,6 +39,7 @@ from autotune.target import Target
 
 __all__ = [
     "GEMV_OPS",
+    "GLUON_DECODE_M",
     "GLUON_MIN_M",
     "GLUON_PARAMS",
     "VendorCheck",
@@ -107,13 +108,15 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 def quant_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config of a quantized GEMM; always a member of its space.
 
-    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on, where Gluon imports: the gluon kernel's
-    (`gluon_default_config`). The FP8 ops at M = 1 on NVIDIA: the GEMV kernel's (`_gemv_default`).
-    Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
+    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M, where Gluon
+    imports: the gluon kernel's (`gluon_default_config`). The FP8 ops at M = 1 on NVIDIA: the GEMV
+    kernel's (`_gemv_default`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
-    if problem.M >= GLUON_MIN_M and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
+    lo, hi = GLUON_DECODE_M
+    gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
+    if gluon_m and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
         gluon = gluon_default_config(problem, target)
         if gluon is not None:
             return gluon
@@ -208,6 +211,10 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
 #: The least M whose default is the gluon kernel: at M = 2048 the H100 ran it 1.39-1.40x faster than the
 #: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up).
 GLUON_MIN_M = 256
+#: The decode M whose default is the gluon kernel too: at M = 16 and 64 the H100 ran its decode default
+#: 1.06x and 1.14x faster than the Triton kernel's (geomean over 7 layers of DeepSeek-V3 and Llama-3.1-70B,
+#: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel.
+GLUON_DECODE_M = (2, 64)
 #: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
 GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "BLOCK_M": (64, 128),
@@ -327,17 +334,24 @@ def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -
 def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups) with WARP_SPEC and 5 stages,
     the fastest of `benchmarks/fp8_gluon.py`'s configs on both of its M = 2048 shapes (H100, 1.02x and
-    1.05x torch._scaled_mm, persistent); 64x128 on 4 warps, 4 stages, no WARP_SPEC where M <= 64 (not
-    measured there); PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over several rows of tiles;
-    fitted to the space. None where no gluon config fits the problem."""
+    1.05x torch._scaled_mm, persistent); PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over
+    several rows of tiles. Decode (M <= 64): 64x64 tiles on 4 warps, 6 stages, no WARP_SPEC, and the
+    largest SPLIT_K up to 4 whose programs still fit the SMs in one wave (within 7% of the fastest gluon
+    config on each of 14 DeepSeek-V3 and Llama-3.1-70B problems at M = 16 and 64 on the H100, timed over
+    the whole gluon space). Fitted to the space; None where no gluon config fits the problem."""
     M, N = problem.M, problem.N
     small = M <= 64
-    bm, warps = (64, 4) if small else (128, 8)
-    tiles = cdiv(M, bm) * cdiv(N, 128)
+    bm, bn, warps = (64, 64, 4) if small else (128, 128, 8)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
+    groups = cdiv(problem.K, _GLUON_BLOCK_K)
+    split = 1
+    if small:  # whole waves only: a split whose programs overflow the SMs waits for a second wave
+        fits = [s for s in (4, 3, 2) if tiles * s <= target.cu_count and cdiv(groups, cdiv(groups, s)) == s]
+        split = fits[0] if fits else 1
     values: dict[str, Value] = dict(
-        BLOCK_M=bm, BLOCK_N=128, num_warps=warps, num_stages=4 if small else 5,
+        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=6 if small else 5,
         PERSISTENT=int(tiles > target.cu_count), GROUP_M=8 if cdiv(M, bm) > 1 else 1,
-        WARP_SPEC=int(not small), SPLIT_K=1,
+        WARP_SPEC=int(not small), SPLIT_K=split,
     )  # fmt: skip
     try:
         return fit_to_space(

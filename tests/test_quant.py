@@ -385,23 +385,40 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
 
 
 @needs_gluon
-@pytest.mark.parametrize("M, backend", [(16, "triton"), (255, "triton"), (256, "gluon"), (2048, "gluon")])
-def test_hopper_default_is_gluon_for_blockwise_prefill(M: int, backend: str) -> None:
-    """The gluon kernel (warp-specialized, 5 stages) ran 1.6x the Triton kernel at M = 2048 on an H100;
-    decode keeps Triton's split-K."""
+@pytest.mark.parametrize(
+    "M, backend",
+    [(1, "triton_gemv"), (2, "gluon"), (16, "gluon"), (64, "gluon"), (65, "triton"), (255, "triton"),
+     (256, "gluon"), (2048, "gluon")],
+)  # fmt: skip
+def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
+    """On an H100 the gluon kernel (warp-specialized, 5 stages) ran 1.6x the Triton kernel at M = 2048,
+    and its decode config (64x64 tiles, 6 stages, split along K while the programs fit the SMs) beat the
+    Triton kernel's decode default at M = 16 and 64; M = 1 keeps the GEMV, M of 65 to 255 the Triton
+    kernel. The row-wise op has no gluon kernel."""
     from autotune.kernels.gemm_quant_space import gluon_default_config
 
     problem = Problem.quant(BLOCKWISE, M, 4608, 7168)
     default = quant_default_config(problem, SM90)
     assert default.backend == backend and default in get_op(BLOCKWISE).space(problem, SM90)
-    if backend == "gluon":  # 36 columns of 128-wide tiles: persistent once they outnumber the 132 SMs
+    if (
+        backend == "gluon" and M >= 256
+    ):  # 36 columns of 128-wide tiles: persistent once they outnumber the SMs
         tiles = -(-M // 128) * 36
         assert default == gcfg(stages=5, persistent=int(tiles > SM90.cu_count), warp_spec=1)
+    elif backend == "gluon":  # 72 tiles of 64 x 64: a split in 2 would not fit the 132 SMs in one wave
+        assert default == gcfg(64, 64, 4, stages=6, group_m=1)
     else:
         assert gluon_default_config(problem, SM90) in get_op(BLOCKWISE).space(problem, SM90)
     rowwise = Problem.quant("gemm_fp8_rowwise", M, 4608, 7168)
-    assert quant_default_config(rowwise, SM90).backend == "triton"
-    assert gluon_default_config(Problem.quant(BLOCKWISE, 16, 4608, 7168), SM90) == gcfg(64, 128, 4, group_m=1)
+    assert quant_default_config(rowwise, SM90).backend == ("triton_gemv" if M == 1 else "triton")
+
+
+@pytest.mark.parametrize("N, K, split", [(1280, 8192, 4), (1536, 7168, 4), (2560, 7168, 3), (4608, 7168, 1)])
+def test_hopper_decode_default_splits_k_while_the_programs_fit_the_sms(N: int, K: int, split: int) -> None:
+    """The largest SPLIT_K up to 4 with tiles x SPLIT_K <= 132: 20, 24, 40 and 72 tiles of 64 x 64."""
+    default = quant_default_config(Problem.quant(BLOCKWISE, 16, N, K), SM90)
+    assert default.backend == "gluon" and default["SPLIT_K"] == split, default.short()
+    assert default in get_op(BLOCKWISE).space(Problem.quant(BLOCKWISE, 16, N, K), SM90)
 
 
 def test_gluon_without_gluon_is_pruned_with_the_reason(monkeypatch) -> None:
