@@ -14,6 +14,8 @@ interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU wit
     python benchmarks/gemm_quant.py --quick --out quant-quick.json                  # a few minutes
     python benchmarks/gemm_quant.py --phase measure --db quant.db --out ...         # from a tuned database
     python benchmarks/gemm_quant.py --interpret --out /tmp/q.json                   # CPU, tiny, no GPU
+    python benchmarks/gemm_quant.py --ops gemm_fp8_blockwise --m 16,64 --method graph \
+        --backends gluon --strategy exhaustive --trials 100 --out dec.json  # decode, one backend, graphs
 
 Prints a short table last; details go to --out (JSON).
 """
