@@ -176,21 +176,28 @@ def test_warp_spec_has_no_cta_barrier_in_its_k_loops_and_no_spills(facts: dict[s
             assert loop["bars"] and all(b.replace(" ", "").endswith(",128") for b in loop["bars"]), loop
 
 
-def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
-    """WARP_SPEC 0 and 1 are in the gluon space (the default keeps 0); a config stored before the knob
-    existed has none and launches as WARP_SPEC 0; WARP_SPEC 1 launches one warpgroup per partition, each
-    with its own C block."""
+def _gluon_space(M: int, N: int, K: int) -> tuple[Any, Any, Any, Any, list[Any]]:
+    """(gemm_fp8_blockwise, the sm_90 target, the problem, its space, the space's gluon configs)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    from autotune import Config, Problem
+    from autotune import Problem
     from autotune.kernels import get_op
-    from autotune.kernels.gemm_fp8_gluon import gluon_launcher
     from autotune.target import Target
 
     sm90 = Target.for_arch("sm_90")
     op = get_op("gemm_fp8_blockwise")
-    problem = Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168)
+    problem = Problem.quant("gemm_fp8_blockwise", M, N, K)
     space = op.space(problem, sm90)
-    gluon = [c for c in space.configs() if c.backend == "gluon"]
+    return op, sm90, problem, space, [c for c in space.configs() if c.backend == "gluon"]
+
+
+def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
+    """WARP_SPEC 0 and 1 are in the gluon space (the default keeps 0); a config stored before the knob
+    existed has none and launches as WARP_SPEC 0; WARP_SPEC 1 launches one warpgroup per partition, each
+    with its own C block."""
+    op, sm90, problem, space, gluon = _gluon_space(2048, 4608, 7168)
+    from autotune import Config
+    from autotune.kernels.gemm_fp8_gluon import gluon_launcher
+
     assert {c["WARP_SPEC"] for c in gluon} == {0, 1} and gluon[0]["WARP_SPEC"] == 1  # the default
     knobs = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=1, GROUP_M=8)
     old = Config(backend="gluon", **knobs)
@@ -216,18 +223,11 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
     """SPLIT_K > 1 is in the gluon space where the tiles number fewer than the SMs (decode), never with
     PERSISTENT or where a slice would be empty; a split config launches a (tiles, SPLIT_K) grid with the
     fp32 workspace (SPLIT_K blocks per block of C) and one zeroed counter per block of C."""
-    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    op, sm90, decode, space, gluon = _gluon_space(16, 7168, 8192)
     from autotune import Config, Problem
-    from autotune.kernels import get_op
-    from autotune.target import Target
 
-    sm90 = Target.for_arch("sm_90")
-    op = get_op("gemm_fp8_blockwise")
-    decode = Problem.quant("gemm_fp8_blockwise", 16, 7168, 8192)
-    space = op.space(decode, sm90)
-    gluon = [c for c in space.configs() if c.backend == "gluon"]
     assert {c["SPLIT_K"] for c in gluon} == {1, 2, 3, 4}
-    assert all(not c["PERSISTENT"] for c in gluon if c["SPLIT_K"] > 1)
+    assert all(not c["PERSISTENT"] for c in gluon if int(c["SPLIT_K"]) > 1)
     split = Config(
         backend="gluon", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSISTENT=0, GROUP_M=1,
         WARP_SPEC=1, SPLIT_K=3,
