@@ -38,11 +38,15 @@ tiles. On 3.9 the consumers wait and arrive in PTX of their own (`_wait_ready`, 
 put a bar.sync of the partition before each. Registers (setmaxnreg): 240 a thread for each consumer
 warpgroup, 24 for the loader's.
 
+SPLIT_K (decode grids of fewer tiles than SMs): a grid of tiles x K slices; each slice's fp32 part goes to
+a workspace, and the last slice of a block of C to bump its counter sums the parts in slice order and
+stores C (`_add_up`; the counter is left at zero for the next launch, CUDA-graph replays included).
+
 Knobs (the op's space, `gemm_quant_space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
-ring's depth, STAGES), PERSISTENT, GROUP_M and WARP_SPEC (a config without it runs with 0, as stored
-before it existed). `gluon_launcher` builds the launch of one config (its tensor descriptors once per
-`bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no interpreter: the kernel runs
-on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
+ring's depth, STAGES), PERSISTENT, GROUP_M, WARP_SPEC and SPLIT_K (a config without the last two runs
+with 0 and 1, as stored before they existed). `gluon_launcher` builds the launch of one config (its
+tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no
+interpreter: the kernel runs on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
 and 3.9 spell a few Gluon calls differently: the shims below pick whichever the installed Triton has.
 """
 
