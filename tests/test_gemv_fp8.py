@@ -110,12 +110,15 @@ def test_a_gemv_bucket_never_serves_more_rows_than_it_takes(monkeypatch: pytest.
     [
         ("sm_90", "gemm_fp8_rowwise", 1, "triton_gemv"),
         ("sm_90", "gemm_fp8_blockwise", 1, "triton_gemv"),
-        ("sm_90", "gemm_fp8_blockwise", 2, "triton"),
+        ("sm_90", "gemm_fp8_rowwise", 2, "triton"),
+        ("sm_90", "gemm_fp8_blockwise", 2, "gluon"),  # the Gluon kernel's decode default from M = 2
         ("gfx942", "gemm_fp8_blockwise", 1, "triton"),
         ("sm_90", "gemm_mxfp8", 1, "triton"),
     ],
 )
 def test_fp8_gemv_is_the_nvidia_default_at_one_row(arch: str, op: str, M: int, backend: str) -> None:
+    if backend == "gluon":
+        pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     target = Target.for_arch(arch)
     problem = Problem.quant(op, M, 1536, 7168)
     default = QUANT_GEMMS[op].default_config(problem, target)
