@@ -71,6 +71,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.gemm_quant_space import split_slices
 from autotune.kernels.gluon_hopper import (
     _CONSUMER_REGS,
     _GL_OUT,
@@ -374,12 +375,6 @@ def _check_config(
         raise ValueError(f"num_stages must be at least 2, got {num_stages}")
     if split_k < 1 or (split_k > 1 and persistent):
         raise ValueError(f"SPLIT_K must be at least 1, and 1 with PERSISTENT; got {split_k}")
-
-
-def split_slices(k_groups: int, split_k: int) -> int:
-    """How many non-empty K slices a split of `k_groups` scale groups in `split_k` gives (the kernel's
-    slices are cdiv(k_groups, split_k) groups each, the last the rest): the kernel needs all split_k."""
-    return cdiv(k_groups, cdiv(k_groups, split_k))
 
 
 @cache

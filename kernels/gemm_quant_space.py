@@ -51,6 +51,7 @@ __all__ = [
     "quant_default_config",
     "quant_space",
     "quant_triton_params",
+    "split_slices",
 ]
 
 #: Why a vendor backend cannot run a problem on a target ("" when it can).
@@ -253,6 +254,12 @@ def gluon_missing() -> str:
     return ""
 
 
+def split_slices(k_groups: int, split_k: int) -> int:
+    """How many non-empty K slices the gluon kernel's split of `k_groups` scale groups in `split_k` gives
+    (cdiv(k_groups, split_k) groups each, the last the rest): it needs all split_k."""
+    return cdiv(k_groups, cdiv(k_groups, split_k))
+
+
 def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, N, cus = problem.M, problem.N, target.cu_count
     groups = cdiv(problem.K, _GLUON_BLOCK_K)
@@ -316,7 +323,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "gluon_split_empty",
             f"SPLIT_K {{SPLIT_K}} over {groups} K groups of {_GLUON_BLOCK_K} leaves a slice empty",
-            lambda c: cdiv(groups, cdiv(groups, int(c.get("SPLIT_K", 1)))) == int(c.get("SPLIT_K", 1)),
+            lambda c: split_slices(groups, int(c.get("SPLIT_K", 1))) == int(c.get("SPLIT_K", 1)),
         ),
         Constraint(
             "lds_overflow",
@@ -346,7 +353,7 @@ def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     groups = cdiv(problem.K, _GLUON_BLOCK_K)
     split = 1
     if small:  # whole waves only: a split whose programs overflow the SMs waits for a second wave
-        fits = [s for s in (4, 3, 2) if tiles * s <= target.cu_count and cdiv(groups, cdiv(groups, s)) == s]
+        fits = [s for s in (4, 3, 2) if tiles * s <= target.cu_count and split_slices(groups, s) == s]
         split = fits[0] if fits else 1
     values: dict[str, Value] = dict(
         BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=6 if small else 5,

@@ -28,7 +28,7 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
-from autotune.kernels.gemv_triton import row_step, store_rows
+from autotune.kernels.gemv_triton import rows_step, store_rows
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -101,13 +101,8 @@ def gemv_fp8_kernel(
                 acc3 = _block_step(acc3, b, a_ptr, as_ptr, 3, k + rk, K, stride_am, stride_ak, groups,
                                    n_groups, stride_asm, stride_ask, b_s, BLOCK_N, G, GROUP)  # fmt: skip
         else:
-            acc0 = row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak)
-            if M > 1:
-                acc1 = row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak)
-            if M > 2:
-                acc2 = row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak)
-            if M > 3:
-                acc3 = row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak)
+            acc0, acc1, acc2, acc3 = rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am,
+                                               stride_ak, M)  # fmt: skip
         b_ptrs += BLOCK_K * stride_bk
     if not BLOCKWISE:  # one scale per row of A and per column
         b_scales = tl.load(bs_ptr + wrapped * stride_bsn)

@@ -23,7 +23,7 @@ from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
-__all__ = ["gemv_kernel", "gemv_launcher", "row_step", "store_rows"]
+__all__ = ["gemv_kernel", "gemv_launcher", "row_step", "rows_step", "store_rows"]
 
 
 @triton.jit
@@ -38,6 +38,19 @@ def _store_row(c_ptr, value, row, cols, N, stride_cm, stride_cn, SUM: tl.constex
     if SUM:
         value = tl.sum(value, axis=1)
     tl.store(c_ptr + row * stride_cm + cols * stride_cn, value.to(c_ptr.dtype.element_ty), mask=cols < N)
+
+
+@triton.jit
+def rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k_offs, K, stride_am, stride_ak, M: tl.constexpr):
+    """`row_step` for each of the M (1 to 4) rows of A: the four accumulators, those past M untouched."""
+    acc0 = row_step(acc0, b, a_ptr, 0, k_offs, K, stride_am, stride_ak)
+    if M > 1:
+        acc1 = row_step(acc1, b, a_ptr, 1, k_offs, K, stride_am, stride_ak)
+    if M > 2:
+        acc2 = row_step(acc2, b, a_ptr, 2, k_offs, K, stride_am, stride_ak)
+    if M > 3:
+        acc3 = row_step(acc3, b, a_ptr, 3, k_offs, K, stride_am, stride_ak)
+    return acc0, acc1, acc2, acc3
 
 
 @triton.jit
@@ -74,13 +87,9 @@ def gemv_kernel(
             b = tl.load(b_ptrs).to(tl.float32)
         else:
             b = tl.load(b_ptrs, mask=(k + rk)[None, :] < K, other=0.0).to(tl.float32)
-        acc0 = row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak)
-        if M > 1:
-            acc1 = row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak)
-        if M > 2:
-            acc2 = row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak)
-        if M > 3:
-            acc3 = row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak)
+        acc0, acc1, acc2, acc3 = rows_step(
+            acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am, stride_ak, M
+        )
         b_ptrs += BLOCK_K * stride_bk
     store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, True)
 
