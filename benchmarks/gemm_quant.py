@@ -16,6 +16,12 @@ interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU wit
     python benchmarks/gemm_quant.py --interpret --out /tmp/q.json                   # CPU, tiny, no GPU
     python benchmarks/gemm_quant.py --ops gemm_fp8_blockwise --m 16,64 --method graph \
         --backends gluon --strategy exhaustive --trials 100 --out dec.json  # decode, one backend, graphs
+    python benchmarks/gemm_quant.py --ops gemm_mxfp8 --trials 12 --seconds 15 --stop-after 540 \
+        --prune compile,lds --db quant.db --out mx.json  # a bounded step of a long run; run it again to go on
+
+With --stop-after, the run starts no problem (and no trial) past that many seconds: the tuning resumes from
+the database when run again, and the measurement's --out holds the rows measured so far (it is rewritten
+after every row).
 
 Prints a short table last; details go to --out (JSON).
 """
@@ -39,6 +45,7 @@ from autotune.kernels import GEMM, get_op
 from autotune.kernels.gemm_quant_space import mx_native
 from autotune.problem import QUANT_OPS
 from autotune.runner import Runner
+from autotune.static import CHECKS, DEFAULT_CHECKS
 from autotune.strategies import Budget
 from autotune.target import Target, local_target
 
@@ -92,24 +99,39 @@ def _settings(target: Target, args: argparse.Namespace) -> BenchSettings:
     return BenchSettings.for_interpreter() if target.interpreter else BenchSettings(method=args.method)
 
 
+def _past(args: argparse.Namespace) -> bool:
+    """Whether the run is past --stop-after."""
+    return args.deadline is not None and time.monotonic() > args.deadline
+
+
 def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace) -> None:
-    """Tunes each problem's kernels of ours (static checks compile ahead on every core on a GPU)."""
+    """Tunes each problem's kernels of ours (static checks compile ahead on every core on a GPU), until
+    --stop-after; a run again resumes from the database."""
     from contextlib import ExitStack
+
+    from autotune.runner import SweepStopped
 
     settings = _settings(target, args)
     with ExitStack() as stack:
         checker = None
-        if not target.interpreter:
+        if not target.interpreter and args.prune:
             from autotune.checker import StaticChecker
             from autotune.static import StaticPolicy
 
-            checker = stack.enter_context(StaticChecker(target, StaticPolicy(), store=store))
+            policy = StaticPolicy(prune=args.prune)
+            checker = stack.enter_context(StaticChecker(target, policy, store=store))
         for i, (label, p) in enumerate(todo):
             op = get_op(p.op)
-            runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker)
+            runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker,
+                            should_stop=lambda: _past(args))  # fmt: skip
             t0 = time.perf_counter()
-            rep = runner.tune(op, p, strategy=args.strategy, budget=Budget(trials=args.trials),
-                              backends=_ours(op, target, args.backends))  # fmt: skip
+            try:
+                rep = runner.tune(op, p, strategy=args.strategy,
+                                  budget=Budget(trials=args.trials, seconds=args.seconds),
+                                  backends=_ours(op, target, args.backends))  # fmt: skip
+            except SweepStopped:
+                print(f"[tune] stopped at --stop-after, {len(todo) - i} problem(s) left: run again to go on")
+                return
             best = rep.best.time_us if rep.best else math.nan
             pruned = sum(rep.static_pruned.values())
             print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
@@ -137,10 +159,14 @@ def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -
 def measure(
     store: Store, target: Target, todo: list[tuple[str, Problem]], args: argparse.Namespace, copy_gbps: float
 ) -> list[dict[str, Any]]:
+    """Times every problem's variants side by side, until --stop-after; --out is rewritten after each."""
     settings = _settings(target, args)
     bf16_bench = Benchmarker(GEMM, target, settings=settings)
-    rows = []
-    for label, p in todo:
+    rows: list[dict[str, Any]] = []
+    for i, (label, p) in enumerate(todo):
+        if _past(args):
+            print(f"[measure] stopped at --stop-after, {len(todo) - i} row(s) not measured", flush=True)
+            break
         op = get_op(p.op)
         bench = Benchmarker(op, target, settings=settings)
         fingerprint = target.fingerprint()
@@ -182,7 +208,21 @@ def measure(
             row.setdefault("status", {})[name] = status
         rows.append(row)
         print(json.dumps(row), flush=True)
+        write_details(args, target, copy_gbps, rows)
     return rows
+
+
+def write_details(
+    args: argparse.Namespace, target: Target, copy_gbps: float, rows: list[dict[str, Any]]
+) -> None:
+    """--out: the run's settings, versions and rows."""
+    import torch
+
+    details = dict(gpu=target.name, arch=target.arch, toolchain=target.toolchain, torch=torch.__version__,
+                   date=time.strftime("%Y-%m-%d"), copy_gbps=copy_gbps, interpret=args.interpret,
+                   args={k: str(v) for k, v in vars(args).items()}, rows=rows)  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(details, indent=1, default=str))
 
 
 def _fmt(x: float, spec: str = ".1f") -> str:
@@ -221,6 +261,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the details")
     ap.add_argument("--ops", help=f"comma-separated ops (default all: {','.join(QUANT_OPS)})")
     ap.add_argument("--trials", type=int, help="tuning trials per problem (default 60; 8 with --quick)")
+    ap.add_argument("--seconds", type=float, help="tuning wall seconds per problem (default: no limit)")
+    ap.add_argument("--stop-after", type=float, metavar="SECONDS",
+                    help="start no problem or trial after this many seconds of the run (default: no "
+                    "limit)")  # fmt: skip
+    ap.add_argument("--prune", default=",".join(DEFAULT_CHECKS),
+                    help="static checks that prune a config before it runs, comma-separated, or 'none' "
+                    f"(default all: {','.join(DEFAULT_CHECKS)})")  # fmt: skip
     ap.add_argument("--m", help="comma-separated token counts M (default decode 1, 16, 64 and prefill "
                     "1024, 4096)")  # fmt: skip
     ap.add_argument("--backends", help="comma-separated backends of ours to tune (default all; the "
@@ -245,6 +292,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if any(m < 1 for m in args.m):
         ap.error(f"--m must be positive, not {args.m}")
     args.backends = tuple(b for b in (args.backends or "").split(",") if b)
+    args.prune = () if args.prune == "none" else tuple(c for c in args.prune.split(",") if c)
+    bad = [c for c in args.prune if c not in CHECKS]
+    if bad:
+        ap.error(f"unknown static check(s) {', '.join(bad)}; known: {', '.join(CHECKS)} or 'none'")
+    for name in ("seconds", "stop_after"):
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
+            ap.error(f"--{name.replace('_', '-')} must be positive")
+    args.deadline = None if args.stop_after is None else time.monotonic() + args.stop_after
     if args.trials is None:
         args.trials = 2 if args.interpret else 8 if args.quick else 60
     if args.interpret:
@@ -270,13 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             tune(store, target, todo, args)
         if args.phase in ("measure", "all"):
             rows = measure(store, target, todo, args, copy_gbps)
-    import torch
-
-    details = dict(gpu=target.name, arch=target.arch, toolchain=target.toolchain, torch=torch.__version__,
-                   date=time.strftime("%Y-%m-%d"), copy_gbps=copy_gbps, interpret=args.interpret,
-                   args={k: str(v) for k, v in vars(args).items()}, rows=rows)  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(details, indent=1, default=str))
+    write_details(args, target, copy_gbps, rows)
     if rows:
         report(rows, copy_gbps)
     print(f"details: {args.out}")

@@ -598,10 +598,8 @@ def test_strategies_never_ask_a_vendor_backend_that_cannot_run(strategy: str) ->
     assert asked and all(c.backend == "triton" for c in asked)
 
 
-@needs_interpreter
-def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
+def _bench_module():  # type: ignore[no-untyped-def]
     import importlib.util
-    import json
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_quant.py"
@@ -609,6 +607,14 @@ def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@needs_interpreter
+def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
+    import json
+
+    module = _bench_module()
     out = tmp_path / "q.json"
     assert module.main(["--interpret", "--ops", "gemm_mxfp4_bf16a", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
@@ -616,6 +622,48 @@ def test_benchmark_script_runs_under_the_interpreter(tmp_path, capsys) -> None:
     assert rows[0]["status"]["tuned"] == "ok" and rows[0]["tuned_us"] > 0 and rows[0]["bf16_us"] > 0
     assert "quantizes bf16 activations" in rows[0]["scaled_mm"]
     assert "MX emulated" in capsys.readouterr().out
+
+
+@needs_interpreter
+def test_benchmark_script_stops_at_its_deadline_and_resumes(tmp_path, capsys) -> None:
+    """--stop-after: no trial or row starts past it; run again, the tuning resumes from the database."""
+    import json
+
+    module = _bench_module()
+    out, db = tmp_path / "q.json", str(tmp_path / "q.db")
+    argv = ["--interpret", "--ops", "gemm_fp8_rowwise", "--db", db, "--out", str(out)]
+    assert module.main([*argv, "--stop-after", "1e-9"]) == 0
+    text = capsys.readouterr().out
+    assert "[tune] stopped at --stop-after, 1 problem(s) left" in text
+    assert "[measure] stopped at --stop-after, 1 row(s) not measured" in text
+    assert json.loads(out.read_text())["rows"] == []
+    assert module.main([*argv, "--phase", "tune"]) == 0
+    assert "ran 2, cached 0" in capsys.readouterr().out
+    assert module.main(argv) == 0  # the same trials again: from the database, then measured
+    assert "ran 0, cached 2" in capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 1 and rows[0]["status"]["tuned"] == "ok" and rows[0]["tuned_us"] > 0
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--prune", "spills,bogus"], "unknown static check(s) bogus"),
+        (["--seconds", "0"], "--seconds must be positive"),
+        (["--stop-after", "-5"], "--stop-after must be positive"),
+    ],
+)
+def test_benchmark_script_refuses_bad_flags(flags: list[str], message: str, capsys) -> None:
+    module = _bench_module()
+    with pytest.raises(SystemExit):
+        module.parse_args(["--out", "x.json", *flags])
+    assert message in capsys.readouterr().err
+
+
+def test_benchmark_script_prune_none_turns_static_checks_off() -> None:
+    module = _bench_module()
+    assert module.parse_args(["--out", "x.json", "--prune", "none"]).prune == ()
+    assert module.parse_args(["--out", "x.json", "--prune", "compile,lds"]).prune == ("compile", "lds")
 
 
 @needs_interpreter
