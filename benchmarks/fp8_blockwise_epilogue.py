@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import flushed_event_us
+from autotune.bench import L2Flush, flushed_event_us
 
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
@@ -125,10 +125,7 @@ def main() -> int:
 
     target = local_target(0)
     op = get_op("gemm_fp8_blockwise")
-    flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-
-    def flush() -> None:
-        flush_buf.zero_()
+    flush = L2Flush(256 << 20, "cuda")
 
     rows: list[dict[str, Any]] = []
     for label, N, K in SHAPES if args.only in (None, "gemm") else ():

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import flushed_event_us
+from autotune.bench import L2Flush, flushed_event_us
 
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
@@ -193,11 +193,11 @@ def bench_shape(
     variants["copy C"], outs["copy C"] = copy_c, copy_dst
 
     errors = {name: rel_error(outs[name], ref) for name in variants}
-    flush_buf = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = L2Flush(256 << 20, "cuda")
     samples: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(args.rounds):
         for name, launch in variants.items():
-            samples[name].append(flushed_event_us(launch, flush_buf.zero_, args.reps))
+            samples[name].append(flushed_event_us(launch, flush, args.reps))
     for name, ts in samples.items():
         us = statistics.median(ts)
         after = rel_error(outs[name], ref)  # the last timed run's output: a race may show here only

@@ -376,3 +376,18 @@ def test_interleaved_medians_times_others_in_the_same_rounds() -> None:
     assert log == ["a", "b", "c"] * 3
     assert res["a"] == (2.0, "ok") and res["c"] == (8.0, "ok")
     assert res["b"][0] == 4.5 and res["b"][1].startswith("wrong")
+
+
+def test_the_cache_flush_reads_its_buffer_and_writes_nothing_there() -> None:
+    """A flush that wrote its buffer would leave dirty lines for the timed kernel to write back."""
+    from autotune.bench import L2Flush
+
+    flush = L2Flush(1 << 20, "cpu")
+    assert flush.buf.numel() * flush.buf.element_size() == 1 << 20
+    flush.buf[7] = 3  # (a test's own write) the sum shows that the flush read the whole buffer
+    flush.buf[-1] = 4
+    version = flush.buf._version
+    flush()
+    flush()
+    assert flush.buf._version == version  # torch counts every in-place write of a tensor
+    assert int(flush.sink) == 7
