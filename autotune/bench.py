@@ -318,8 +318,10 @@ class Benchmarker:
         precision: float | None = None,
     ) -> tuple[Timing, bool]:
         """Times with one method per problem (so every config of a problem is compared alike): graph
-        replay when the first config timed is shorter than `graph_threshold_us`, else events. With
-        `bound_us`, stops after `min_reps` runs whose median is over it; True then (raced)."""
+        replay when the fastest of the first config's probe runs is shorter than `graph_threshold_us`,
+        else events (the fastest, not the median: a run can only be slowed, by a GPU that is still
+        raising its clocks or a late host, and such runs once sent 15 µs decode launches to events).
+        With `bound_us`, stops after `min_reps` runs whose median is over it; True then (raced)."""
         if not self.on_gpu:
             return self._time_wallclock(launches[0]), False
         for i in range(self.settings.warmup):
@@ -332,7 +334,7 @@ class Benchmarker:
             if s.method in ("graph", "events"):
                 state.method = s.method
             else:
-                state.method = "graph" if probe_us < s.graph_threshold_us else "events"
+                state.method = "graph" if min(probe) < s.graph_threshold_us else "events"
         if state.method == "graph":
             try:
                 sample, n = self._graph_sampler(launches)

@@ -391,3 +391,25 @@ def test_the_cache_flush_reads_its_buffer_and_writes_nothing_there() -> None:
     flush()
     assert flush.buf._version == version  # torch counts every in-place write of a tensor
     assert int(flush.sink) == 7
+
+
+def test_auto_picks_graph_replay_by_the_fastest_probe_run() -> None:
+    """A 20 µs launch whose first probe runs were slowed (clocks still rising) is still timed by graph
+    replay; one whose every run takes 60 µs is timed with events."""
+
+    class SlowStart(_FakeGpuBench):
+        def __init__(self, settings: BenchSettings, slow_runs: int) -> None:
+            super().__init__(settings, jitter=0.0)
+            self.slow_runs = slow_runs
+
+        def _tick(self, launch: Launch) -> float:
+            us = super()._tick(launch)
+            return 3 * us if self.runs <= self.slow_runs else us
+
+    settings = BenchSettings(min_reps=10, max_reps=40, target_time_s=0.001, precision=None)
+    slowed = SlowStart(settings, slow_runs=7)  # 7 of the 10 probe runs at 60 µs: their median is 60
+    result, _ = _timed(slowed, 20.0)
+    assert result.timing.method == "graph" and slowed.method_for(PROBLEM) == "graph"
+    steady = SlowStart(settings, slow_runs=0)
+    result, _ = _timed(steady, 60.0)
+    assert result.timing.method == "events"
