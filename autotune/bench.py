@@ -194,7 +194,7 @@ class Benchmarker:
         #: The problems' states, most recently used last; `KEEP_STATES` are kept (a sweep may have two
         #: problems in flight on one worker, measured in turns).
         self._states: dict[Problem, _ProblemState] = {}
-        self._l2_flush: Any = None
+        self._l2_flush: L2Flush | None = None
         self.on_gpu = self.device != "cpu"
         #: Called with "compile", "check" and "time" as a trial enters each phase (a worker process
         #: reports them, so a crash or hang is stored with the phase it happened in).
@@ -459,7 +459,8 @@ class L2Flush:
     Why reading: a flush that writes the buffer (`zero_()`, the usual way) leaves the cache full of dirty
     lines, and the next kernel's misses write them back to memory while it runs. A memory-bound kernel
     then pays for up to a cache's worth of writes that are not its own: on the H100 the events method
-    timed decode GEMMs 20-40% slower than CUDA-graph replay did after a zeroing flush."""
+    timed decode GEMMs of 59 and 118 MB 1.29-1.43x the CUDA-graph replay time after a zeroing flush
+    (1.06-1.12x after this one; `benchmarks/flush_method.py`)."""
 
     def __init__(self, nbytes: int, device: Any) -> None:
         import torch
