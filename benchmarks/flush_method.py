@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.bench import Benchmarker, BenchSettings, L2Flush, interleaved_medians
 from autotune.kernels import get_op
 from autotune.target import Target, local_target
 
@@ -39,19 +39,20 @@ PROBLEMS = [
 ]
 
 
+class ZeroingL2Flush(L2Flush):
+    """The flush the Benchmarker had before: a write of the whole buffer."""
+
+    def __call__(self) -> None:
+        self.buf.zero_()
+
+
 class ZeroingFlush(Benchmarker):
-    """The Benchmarker with the flush it had before: a write of twice the cache (`zero_()`)."""
+    """The Benchmarker with the zeroing flush (same buffer size, same spin after it)."""
 
     def _flush(self) -> None:
-        import torch
-
-        if self._zeros is None:
-            size = max(2 * self.target.llc_bytes, 64 << 20)
-            self._zeros = torch.empty(size // 4, dtype=torch.int32, device=self.device)
-        self._zeros.zero_()
-        torch.cuda._sleep(self.settings.lead_cycles)
-
-    _zeros: Any = None
+        if self._l2_flush is None:
+            self._l2_flush = ZeroingL2Flush(max(2 * self.target.llc_bytes, 64 << 20), self.device)
+        super()._flush()
 
 
 def problem_of(op: str, M: int, N: int, K: int) -> Problem:
