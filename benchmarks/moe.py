@@ -1,10 +1,11 @@
 """Fused-MoE benchmark (GPU): tune real models' MoE layers, then measure side by side in one run.
 
 Per problem: our tuned config (the sweep's best Triton config), the config vLLM ships for this GPU and
-(E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel, our heuristic default, and
-the PyTorch baseline (a loop over experts with torch matmuls), in µs and TFLOP/s, timed in interleaved
-rounds by one Benchmarker (same method for all). Routing: uniform over the experts (the default) or
-skewed (--zipf).
+(E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel, the config vLLM falls back
+to where it has no file (`autotune.db.vllm.fallback_config`) run through our kernel, our heuristic
+default, and the PyTorch baseline (a loop over experts with torch matmuls), in µs and TFLOP/s, timed in
+interleaved rounds by one Benchmarker (same method for all). Routing: uniform over the experts (the
+default) or skewed (--zipf).
 
     python benchmarks/moe.py --db moe.db --vllm-configs DIR --out results/   # resumable tuning
     python benchmarks/moe.py --phase measure ...                              # from a tuned database
@@ -26,6 +27,7 @@ from typing import Any
 from autotune import Config, Problem
 from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.db import Store
+from autotune.db.vllm import fallback_config
 from autotune.kernels.moe_op import MoeOp
 from autotune.runner import Runner
 from autotune.strategies import Budget
@@ -92,7 +94,12 @@ def measure(
     rows = []
     for label, p in todo:
         best = next((r.config for r in store.best(p, limit=10_000) if r.config.backend == "triton"), None)
-        variants = {"default": op.default_config(p, target), "torch": Config(backend="torch")}
+        fallback = fallback_config(p.M, p.E, p.dtype_b == "fp8e4m3", rocm=target.is_amd)
+        variants = {
+            "default": op.default_config(p, target),
+            "torch": Config(backend="torch"),
+            "fallback": Config(backend="triton", **fallback),
+        }
         if best is not None:
             variants["tuned"] = best
         source = "-"
@@ -117,22 +124,26 @@ def geomean(xs: list[float]) -> float:
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    print(f"{'model':22s} {'M':>5s} {'tuned µs':>9s} {'vLLM µs':>9s} {'default µs':>10s} {'torch µs':>9s} "
-          f"{'vs vLLM':>8s} {'vs default':>10s} {'TFLOP/s':>8s}")  # fmt: skip
-    vs_vllm, vs_default = [], []
+    heads: tuple[str, ...] = ("tuned µs", "vLLM µs", "fallback µs", "default µs", "torch µs")
+    heads += ("vs vLLM", "vs fallback", "vs default")
+    print(f"{'model':22s} {'M':>5s} " + " ".join(f"{h:>11s}" for h in heads) + f" {'TFLOP/s':>8s}")
+    vs_vllm, vs_fallback, vs_default = [], [], []
     failed = []
     for r in rows:
-        t, v, d, base = (r.get(f"{k}_us", math.nan) for k in ("tuned", "vllm", "default", "torch"))
+        kinds = ("tuned", "vllm", "fallback", "default", "torch")
+        t, v, f, d, base = (r.get(f"{k}_us", math.nan) for k in kinds)
         failed += [f"{r['model']} M={r['M']} {k}: {why}" for k, why in r["status"].items() if why != "ok"]
         flops = 6.0 * r["M"] * r["topk"] * r["N"] * r["K"]
         vs_vllm.append(v / t)
+        vs_fallback.append(f / t)
         vs_default.append(d / t)
-        print(f"{r['model']:22s} {r['M']:5d} {t:9.1f} {v:9.1f} {d:10.1f} {base:9.1f} {v / t:8.3f} "
-              f"{d / t:10.3f} {flops / t / 1e6:8.1f}")  # fmt: skip
+        cells = [f"{x:11.1f}" for x in (t, v, f, d, base)] + [f"{x / t:11.3f}" for x in (v, f, d)]
+        print(f"{r['model']:22s} {r['M']:5d} " + " ".join(cells) + f" {flops / t / 1e6:8.1f}")
     for line in failed:
         print(f"  not timed: {line}")
     print(f"geomean: tuned vs vLLM's shipped configs {geomean(vs_vllm):.3f}x (goal >= 1.0), "
-          f"vs our default {geomean(vs_default):.3f}x (goal >= 1.25)")  # fmt: skip
+          f"vs our default {geomean(vs_default):.3f}x (goal >= 1.25), "
+          f"vs vLLM's fallback without a file {geomean(vs_fallback):.3f}x")  # fmt: skip
 
 
 def main() -> int:

@@ -40,6 +40,7 @@ __all__ = [
     "VllmFileName",
     "check_vllm_config",
     "export_vllm",
+    "fallback_config",
     "read_vllm",
     "vllm_json",
 ]
@@ -156,6 +157,23 @@ def _triton_major() -> int | None:
 
 def _pow2(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
+
+
+def fallback_config(M: int, E: int, fp8_block: bool, *, rocm: bool = False) -> dict[str, int]:
+    """The config vLLM's fused MoE runs when no file covers its (E, N, device): the rule of its
+    `get_default_config` (vLLM sources of late 2025) for unquantized and FP8 128x128-block weights, with
+    num_warps and num_stages filled in where the rule names none, as Triton's launch then takes them
+    (4 warps; 3 stages, 2 on ROCm). M is the token count. What a user without a tuned file gets today."""
+    if M < 1 or E < 1:
+        raise ValueError(f"M and E must be positive, got M={M}, E={E}")
+    stages = 2 if rocm else 3
+    if fp8_block:  # BLOCK_SIZE_N and _K are the scale block's
+        tiles = (64, FP8_BLOCK_SHAPE[0], FP8_BLOCK_SHAPE[1], 32)
+    elif M <= E:  # few tokens per expert: narrow tiles
+        tiles = (16, 32, 64, 1)
+    else:
+        tiles = (64, 64, 32, 8)
+    return dict(zip(VLLM_KEYS, (*tiles, 4, stages), strict=True))
 
 
 def check_vllm_config(

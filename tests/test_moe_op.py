@@ -13,6 +13,7 @@ from autotune import Config, Problem, Target
 from autotune.bench import Benchmarker
 from autotune.cli import main
 from autotune.db import Store
+from autotune.db.vllm import fallback_config
 from autotune.kernels import MOE, get_op
 from autotune.kernels.moe_op import MoeOp
 from autotune.kernels.moe_space import moe_default_config
@@ -156,6 +157,29 @@ def test_benchmarker_checks_both_backends(weights: str) -> None:
         result = bench.run(problem, config)
         assert result.ok, (config.short(), result.status, result.error[:500])
         assert result.rel_error is not None and result.rel_error < MOE.tolerance(problem)
+
+
+@needs_interpreter
+@pytest.mark.parametrize(
+    ("problem", "tiles"),
+    [
+        (TINY, (64, 64, 32, 8)),  # 5 tokens for 4 experts: M > E takes the wide tiles
+        (Problem.moe(3, 32, 64, 4, 2), (16, 32, 64, 1)),
+        (Problem.moe(5, 128, 128, 4, 2, weights="fp8e4m3"), (64, 128, 128, 32)),
+    ],
+)
+def test_vllm_fallback_configs_run_right_in_our_kernel(problem: Problem, tiles: tuple[int, ...]) -> None:
+    fallback = fallback_config(problem.M, problem.E, problem.dtype_b == "fp8e4m3")
+    assert tuple(fallback.values())[:4] == tiles and (fallback["num_warps"], fallback["num_stages"]) == (4, 3)
+    result = Benchmarker(MOE, Target.interpreter_target()).run(problem, Config(backend="triton", **fallback))
+    assert result.ok, (result.status, result.error[:500])
+    assert result.rel_error is not None and result.rel_error < MOE.tolerance(problem)
+
+
+def test_vllm_fallback_config_refuses_empty_sizes() -> None:
+    assert fallback_config(8, 8, False, rocm=True)["num_stages"] == 2
+    with pytest.raises(ValueError, match="M and E must be positive"):
+        fallback_config(0, 8, False)
 
 
 @needs_interpreter
