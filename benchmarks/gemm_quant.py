@@ -80,6 +80,8 @@ def problems(args: argparse.Namespace) -> list[tuple[str, Problem]]:
     out = []
     for op in ops:
         for label, n, k in shapes(args.quick, args.interpret):
+            if args.layers and not any(x in label for x in args.layers):
+                continue
             for m in ms:
                 try:
                     out.append((label, Problem.quant(op, m, n, k)))
@@ -270,6 +272,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     f"(default all: {','.join(DEFAULT_CHECKS)})")  # fmt: skip
     ap.add_argument("--m", help="comma-separated token counts M (default decode 1, 16, 64 and prefill "
                     "1024, 4096)")  # fmt: skip
+    ap.add_argument("--layers", help="comma-separated layers to run, each matching part of a label such as "
+                    "'deepseek-v3 tp8 mlp.gate_up' (default every layer)")  # fmt: skip
     ap.add_argument("--backends", help="comma-separated backends of ours to tune (default all; the "
                     "measurement takes the best tuned of any of ours in the database)")  # fmt: skip
     ap.add_argument("--strategy", default="optuna", choices=("optuna", "random", "exhaustive"))
@@ -292,6 +296,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if any(m < 1 for m in args.m):
         ap.error(f"--m must be positive, not {args.m}")
     args.backends = tuple(b for b in (args.backends or "").split(",") if b)
+    args.layers = tuple(x.strip() for x in (args.layers or "").split(",") if x.strip())
+    labels = [label for label, _, _ in shapes(args.quick, args.interpret)]
+    missing = [x for x in args.layers if not any(x in label for label in labels)]
+    if missing:
+        ap.error(f"--layers: no layer matches {', '.join(map(repr, missing))}; known: {'; '.join(labels)}")
     args.prune = () if args.prune == "none" else tuple(c for c in args.prune.split(",") if c)
     bad = [c for c in args.prune if c not in CHECKS]
     if bad:

@@ -651,6 +651,7 @@ def test_benchmark_script_stops_at_its_deadline_and_resumes(tmp_path, capsys) ->
         (["--prune", "spills,bogus"], "unknown static check(s) bogus"),
         (["--seconds", "0"], "--seconds must be positive"),
         (["--stop-after", "-5"], "--stop-after must be positive"),
+        (["--layers", "mlp.gate_up,bogus.proj"], "--layers: no layer matches 'bogus.proj'"),
     ],
 )
 def test_benchmark_script_refuses_bad_flags(flags: list[str], message: str, capsys) -> None:
@@ -658,6 +659,16 @@ def test_benchmark_script_refuses_bad_flags(flags: list[str], message: str, caps
     with pytest.raises(SystemExit):
         module.parse_args(["--out", "x.json", *flags])
     assert message in capsys.readouterr().err
+
+
+def test_benchmark_script_runs_only_the_layers_named() -> None:
+    module = _bench_module()
+    args = module.parse_args(["--out", "x.json", "--ops", "gemm_fp8_rowwise", "--m", "16", "--layers",
+                              "deepseek-v3 tp8 mlp.gate_up, llama-3.1-70b tp8 mlp.down"])  # fmt: skip
+    labels = [label for label, _ in module.problems(args)]
+    assert labels == ["deepseek-v3 tp8 mlp.gate_up", "llama-3.1-70b tp8 mlp.down"]
+    every = module.problems(module.parse_args(["--out", "x.json", "--ops", "gemm_fp8_rowwise", "--m", "16"]))
+    assert len(every) == 7
 
 
 def test_benchmark_script_prune_none_turns_static_checks_off() -> None:
