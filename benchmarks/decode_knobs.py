@@ -1,0 +1,87 @@
+"""Warps and pipeline depth at FP8 decode (GPU): knobs the row-wise space leaves out, timed on the rows
+that stay under 80% of the copy bandwidth.
+
+The row-wise space gives decode tiles 4 warps only (8 warps on a tile under 8192 elements are pruned as
+idle, a rule made for compute) and 2 to 4 stages. A memory-bound kernel may want more loads in flight:
+this times the best config of the whole space (an exhaustive search, 2026-11-22) of each row beside the
+same tiles with 4 or 8 warps and 2 to 6 stages, and the same with half the K tile. Every config passes
+the Benchmarker's correctness gate first; CUDA-graph replay, 3 interleaved rounds, medians.
+
+    python benchmarks/decode_knobs.py --out results/
+
+Prints a short table last; details go to --out (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.kernels import get_op
+from autotune.target import local_target
+
+#: (label, M, N, K, the exhaustive search's winner as (BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K, STREAM_K, stages)).
+ROWS = (
+    ("deepseek-v3 mlp.gate_up", 16, 4608, 7168, (16, 64, 512, 1, 0, 4)),
+    ("deepseek-v3 mlp.gate_up", 64, 4608, 7168, (64, 64, 256, 1, 0, 4)),
+    ("llama-3.1-70b mlp.down", 16, 8192, 3584, (16, 32, 256, 1, 2, 4)),
+    ("llama-3.1-70b mlp.down", 64, 8192, 3584, (64, 64, 256, 1, 0, 4)),
+    ("llama-3.1-70b mlp.gate_up", 64, 7168, 8192, (64, 64, 256, 1, 0, 4)),
+)
+OP = "gemm_fp8_rowwise"
+
+
+def variants(winner: tuple[int, ...]) -> dict[str, Config]:
+    bm, bn, bk, split_k, stream_k, stages = winner
+    out = {}
+    for warps, s, k in itertools.product((4, 8), (2, 3, 4, 5, 6), (bk, bk // 2)):
+        name = f"w{warps} s{s} BK{k}" + (" (space best)" if (warps, s, k) == (4, stages, bk) else "")
+        out[name] = Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=1, SPLIT_K=split_k,
+                           FUSED_SPLIT=0, STREAM_K=stream_k, num_warps=warps, num_stages=s)  # fmt: skip
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for decode_knobs.json")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/decode_knobs.py needs a GPU", file=sys.stderr)
+        return 2
+    target = local_target()
+    op = get_op(OP)
+    bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
+    date = time.strftime("%Y-%m-%d")
+    info: dict[str, object] = dict(gpu=target.name, toolchain=target.toolchain, date=date)
+    rows = []
+    for label, m, n, k, winner in ROWS:
+        p = Problem.quant(OP, m, n, k)
+        res = interleaved_medians(bench, p, variants(winner), args.rounds)
+        best_name = min((v[0], name) for name, v in res.items() if v[1] == "ok")[1]
+        rows.append(dict(layer=label, M=m, N=n, K=k, times={k2: v[0] for k2, v in res.items()},
+                         status={k2: v[1] for k2, v in res.items()}, best=best_name))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    info["rows"] = rows
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "decode_knobs.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
+    print(f"{'layer':26} {'M':>3} {'space best µs':>14} {'best µs':>8} {'gain':>6}  best knobs")
+    for r in rows:
+        times = r["times"]
+        base = next(v for name, v in times.items() if name.endswith("(space best)"))
+        print(f"{r['layer']:26} {r['M']:3d} {base:14.2f} {times[r['best']]:8.2f} "
+              f"{base / times[r['best']]:6.3f}  {r['best']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
