@@ -20,6 +20,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -62,7 +63,7 @@ def main() -> int:
     bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
     date = time.strftime("%Y-%m-%d")
     info: dict[str, object] = dict(gpu=target.name, toolchain=target.toolchain, date=date)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, m, n, k, winner in ROWS:
         p = Problem.quant(OP, m, n, k)
         res = interleaved_medians(bench, p, variants(winner), args.rounds)
