@@ -4,8 +4,10 @@ that stay under 80% of the copy bandwidth.
 The row-wise space gives decode tiles 4 warps only (8 warps on a tile under 8192 elements are pruned as
 idle, a rule made for compute) and 2 to 4 stages. A memory-bound kernel may want more loads in flight:
 this times the best config of the whole space (an exhaustive search, 2026-11-22) of each row beside the
-same tiles with 4 or 8 warps and 2 to 6 stages, and the same with half the K tile. Every config passes
-the Benchmarker's correctness gate first; CUDA-graph replay, 3 interleaved rounds, medians.
+same tiles with 4 or 8 warps and 2 to 6 stages, and the same with half the K tile. Then, for every
+decode layer of the two models at M = 16 and 64, the heuristic default beside the same config with 3
+stages (the default's depth before). Every config passes the Benchmarker's correctness gate first;
+CUDA-graph replay, 3 interleaved rounds, medians.
 
     python benchmarks/decode_knobs.py --out results/
 
@@ -72,6 +74,7 @@ def main() -> int:
                          status={k2: v[1] for k2, v in res.items()}, best=best_name))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
+    info["defaults"] = defaults = check_defaults(bench, target, args.rounds)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "decode_knobs.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
@@ -81,7 +84,33 @@ def main() -> int:
         base = next(v for name, v in times.items() if name.endswith("(space best)"))
         print(f"{r['layer']:26} {r['M']:3d} {base:14.2f} {times[r['best']]:8.2f} "
               f"{base / times[r['best']]:6.3f}  {r['best']}")  # fmt: skip
+    print(f"\n{'layer':26} {'M':>3} {'default':>44} {'µs':>7} {'3 stages µs':>12} {'gain':>6}")
+    for r in defaults:
+        print(f"{r['layer']:26} {r['M']:3d} {r['config']:>44} {r['default_us']:7.2f} {r['stages3_us']:12.2f} "
+              f"{r['stages3_us'] / r['default_us']:6.3f}")  # fmt: skip
     return 0
+
+
+def check_defaults(bench: Benchmarker, target: Any, rounds: int) -> list[dict[str, Any]]:
+    """The default config of every decode layer (M = 16, 64) against the same config with 3 stages."""
+    from autotune.sweeps.catalog import layer_shapes
+
+    op = get_op(OP)
+    out = []
+    for model in ("deepseek-v3", "llama-3.1-70b"):
+        for s in layer_shapes(model, tp=8):
+            if s.op != "gemm":
+                continue
+            for m in (16, 64):
+                p = Problem.quant(OP, m, s.N, s.K)
+                default = op.default_config(p, target)
+                pair = {"default": default, "s3": default.replace(num_stages=3)}
+                res = interleaved_medians(bench, p, pair, rounds)
+                out.append(dict(layer=f"{model} {s.label}", M=m, config=default.short(),
+                                default_us=res["default"][0], stages3_us=res["s3"][0],
+                                status={k: v[1] for k, v in res.items()}))  # fmt: skip
+                print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 if __name__ == "__main__":
