@@ -598,12 +598,12 @@ def test_strategies_never_ask_a_vendor_backend_that_cannot_run(strategy: str) ->
     assert asked and all(c.backend == "triton" for c in asked)
 
 
-def _bench_module():  # type: ignore[no-untyped-def]
+def _bench_module(name: str = "gemm_quant"):  # type: ignore[no-untyped-def]
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gemm_quant.py"
-    spec = importlib.util.spec_from_file_location("gemm_quant_bench", path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -755,3 +755,18 @@ def test_a_vendor_layout_that_refuses_some_m_is_pruned_there_with_the_reason(mon
         assert vendor.vendor_reason("torch", Problem.quant(BLOCKWISE, 16, 256, 384), INTERP) == ""
     finally:
         vendor.probe_rows.cache_clear()
+
+
+def test_decode_knobs_probes_around_configs_of_the_current_space() -> None:
+    """Each row's "space best" of `benchmarks/decode_knobs.py` is a config of today's row-wise space on
+    the H100, and the probe varies only warps, stages and the K tile around it."""
+    module = _bench_module("decode_knobs")
+    target = Target.for_arch("sm_90")
+    op = QUANT_GEMMS[module.OP]
+    for _label, m, n, k, winner in module.ROWS:
+        configs = module.variants(winner)
+        best = [c for name, c in configs.items() if name.endswith("(space best)")]
+        assert len(configs) == 20 and len(best) == 1
+        assert op.space(Problem.quant(module.OP, m, n, k), target).check(best[0]) is None
+        fixed = {key: v for key, v in best[0].items() if key not in ("num_warps", "num_stages", "BLOCK_K")}
+        assert all({key: c[key] for key in fixed} == fixed for c in configs.values())
