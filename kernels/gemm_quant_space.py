@@ -148,8 +148,7 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         bm, bn, bk = max(_MIN_TILE, next_pow2(M)), 64, ks[-2] if len(ks) > 1 else ks[-1]
         # FP8 on NVIDIA: 5 stages keep more of B in flight. H100 (`decode_knobs.py`): 1.031x the same
         # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose)
-        fp8_nvidia = problem.op.startswith("gemm_fp8") and not target.is_amd
-        warps, stages = 4, 2 if target.is_amd else 5 if fp8_nvidia else 3
+        warps, stages = 4, 2 if target.is_amd else 5 if problem.op.startswith("gemm_fp8") else 3
     elif target.is_amd:
         bm, bn, bk, warps, stages = 256, 256, ks[1], 8, 2
     elif problem.op == "gemm_fp8_blockwise":
