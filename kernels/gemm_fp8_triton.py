@@ -12,8 +12,9 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
 
 Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
 deterministic reduce kernel), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own launch, by
-`gemm_fp8_sum_kernel`), NUM_XCDS, num_warps, num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu
-and kpack. `quant_launcher` builds the launch of either quantized kernel (FP8 and MX).
+`gemm_fp8_sum_kernel`), SWAP_AB (row-wise: the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
+num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack. `quant_launcher` builds the launch
+of either quantized kernel (FP8 and MX).
 """
 
 from __future__ import annotations
@@ -264,9 +265,15 @@ def quant_launcher(
     stride_bsk). `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1 and the slices go through the
     reduce kernel (else ignored). The FP8 kernel also sums K parts in its own launch (`sum_kernel`, default
     `gemm_fp8_sum_kernel`, with scratch per device and stream): FUSED_SPLIT sums the SPLIT_K slices there,
-    STREAM_K = s runs s programs per SM (`num_sms`) that share the K steps of all tiles evenly.
+    STREAM_K = s runs s programs per SM (`num_sms`) that share the K steps of all tiles evenly. SWAP_AB
+    (row-wise only) launches the kernel on C^T = B . A^T, the config's BLOCK_M still tiling M and BLOCK_N
+    tiling N: a decode tile of few rows becomes the N side of the matrix instruction, whose M side is at
+    least 64 rows for Hopper's wgmma.
     """
     opts = {**_options(config, is_amd), **constexprs}
+    swap = bool(config.get("SWAP_AB", 0))
+    if swap:  # the kernel computes C^T = B . A^T: its M tile runs along N, its N tile along M
+        opts["BLOCK_M"], opts["BLOCK_N"] = opts["BLOCK_N"], opts["BLOCK_M"]
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
@@ -277,6 +284,11 @@ def quant_launcher(
         raise ValueError(f"FUSED_SPLIT and STREAM_K exist for the FP8 kernel only: {config.short()}")
     if stream and (split_k > 1 or num_sms <= 0):
         raise ValueError(f"STREAM_K needs SPLIT_K 1 and the SM count: {config.short()}")
+    if swap and constexprs.get("BLOCKWISE", True):
+        raise ValueError(f"SWAP_AB exists for the FP8 row-wise kernel only: {config.short()}")
+    if swap and split_k > 1 and not fused:
+        raise ValueError(f"SWAP_AB with SPLIT_K > 1 needs FUSED_SPLIT (the reduce kernel writes C "
+                         f"row-major): {config.short()}")  # fmt: skip
 
     def launch_summed(
         a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, a_scale: torch.Tensor | None,
@@ -300,6 +312,10 @@ def quant_launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
+        if swap:  # row-wise scales are symmetric: swap the operands, their scales and C's strides
+            a, b, a_scale, b_scale, out = b, a, b_scale, a_scale, out.t()
+            scale_strides = (scale_strides[2], scale_strides[3], scale_strides[0], scale_strides[1])
+            M, N = N, M
         if fused or stream:
             launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
             return

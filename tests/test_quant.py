@@ -28,9 +28,11 @@ def tcfg(
     split_k: int = 1,
     fused: int = 0,
     stream: int = 0,
+    swap: int = 0,
 ) -> Config:
-    """A Triton config; FUSED_SPLIT and STREAM_K only where set (the FP8 kernels have them, MX not)."""
-    extra = {k: v for k, v in (("FUSED_SPLIT", fused), ("STREAM_K", stream)) if v}
+    """A Triton config; FUSED_SPLIT, STREAM_K and SWAP_AB only where set (the FP8 kernels have the first
+    two, MX not; SWAP_AB is row-wise only)."""
+    extra = {k: v for k, v in (("FUSED_SPLIT", fused), ("STREAM_K", stream), ("SWAP_AB", swap)) if v}
     return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
                   num_warps=4, num_stages=1, **extra)  # fmt: skip
 
@@ -161,7 +163,10 @@ def test_fp8_flavour_follows_the_target() -> None:
 CASES = [
     ("gemm_fp8_rowwise", 20, 48, 160,
      [tcfg(), tcfg(32, 32, 64, group_m=4, split_k=2), tcfg(bk=16, split_k=4),
-      tcfg(bk=16, split_k=4, fused=1), tcfg(bk=32, stream=1)]),
+      tcfg(bk=16, split_k=4, fused=1), tcfg(bk=32, stream=1),
+      # C^T = B . A^T: edge tiles on both sides, slices summed in the launch, stream-K
+      tcfg(16, 32, 32, swap=1), tcfg(32, 16, 16, split_k=4, fused=1, swap=1),
+      tcfg(16, 16, 32, stream=1, swap=1)]),
     ("gemm_fp8_blockwise", 20, 48, 384,
      [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2),
       tcfg(16, 32, 64, split_k=4, fused=1), tcfg(16, 16, 64, stream=1)]),
@@ -231,10 +236,26 @@ def test_rowwise_takes_per_tensor_scales() -> None:
     b, sb = q.quantize_fp8(torch.randn(32, 96, generator=gen), torch.float8_e4m3fn, (1, 0))
     ref = op.reference(problem, (a, b, sa, sb))
     assert sa.shape == (1, 1)
-    for config in (tcfg(), Config(backend="torch")):
+    for config in (tcfg(), tcfg(swap=1), Config(backend="torch")):
         out = op.make_output(problem, "cpu").fill_(float("nan"))
         op.prepare(problem, config, INTERP, (a, b, sa, sb), out)()
         assert rel_error(out, ref) <= op.tolerance(problem), config.short()
+
+
+@pytest.mark.parametrize(
+    "name, config, message",
+    [
+        ("gemm_fp8_blockwise", tcfg(swap=1), "row-wise kernel only"),
+        ("gemm_mxfp8", tcfg(swap=1), "row-wise kernel only"),
+        ("gemm_fp8_rowwise", tcfg(split_k=2, swap=1), "needs FUSED_SPLIT"),
+    ],
+)
+def test_swap_ab_is_refused_where_the_kernel_cannot_take_it(name: str, config: Config, message: str) -> None:
+    op = get_op(name)
+    problem = Problem.quant(name, 4, 32, 128)
+    with pytest.raises(ValueError, match=message):
+        inputs = op.make_inputs(problem, "cpu", seed=1)
+        op.prepare(problem, config, INTERP, inputs, op.make_output(problem, "cpu"))
 
 
 @needs_interpreter

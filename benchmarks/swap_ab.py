@@ -1,0 +1,140 @@
+"""Swapped operands at FP8 row-wise decode (GPU): the kernel run on C^T = B . A^T (`SWAP_AB`).
+
+At M = 16 the tile of A has 16 rows, and Hopper's wgmma needs 64 rows on its M side, so the kernel falls
+back to the older `mma` instructions, fed through registers. Swapped, the weight's rows are the M side
+(64 or 128 of them) and the 16 tokens are wgmma's N side, read by the tensor cores straight from shared
+memory. This times, on the decode rows that stay under 80% of the copy bandwidth, the best unswapped
+configs (the exhaustive search's winners with 4 to 6 stages) and the heuristic default beside a grid of
+swapped configs, then every dense decode layer's best unswapped config of a small grid beside the best
+swapped one. Every config passes the Benchmarker's correctness gate first; CUDA-graph replay, interleaved
+rounds, medians.
+
+    python benchmarks/swap_ab.py --out results/
+
+Prints a short table last; details go to --out (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune import Config, Problem
+from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.kernels import get_op
+from autotune.target import local_target
+
+OP = "gemm_fp8_rowwise"
+#: (label, M, N, K, the exhaustive search's winner as (BLOCK_M, BLOCK_N, BLOCK_K, STREAM_K)).
+ROWS = (
+    ("deepseek-v3 mlp.gate_up", 16, 4608, 7168, (16, 64, 512, 0)),
+    ("deepseek-v3 mlp.gate_up", 64, 4608, 7168, (64, 64, 256, 0)),
+    ("llama-3.1-70b mlp.down", 16, 8192, 3584, (16, 32, 256, 2)),
+    ("llama-3.1-70b mlp.down", 64, 8192, 3584, (64, 64, 256, 0)),
+    ("llama-3.1-70b mlp.gate_up", 16, 7168, 8192, (16, 64, 512, 0)),
+    ("llama-3.1-70b mlp.gate_up", 64, 7168, 8192, (64, 64, 256, 0)),
+)
+#: Shared memory of an H100 SM that one program may take.
+SMEM = 227 * 1024
+
+
+def cfg(bm: int, bn: int, bk: int, stages: int, *, stream: int = 0, swap: int = 0) -> Config:
+    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0,
+                  STREAM_K=stream, num_warps=4, num_stages=stages, SWAP_AB=swap)  # fmt: skip
+
+
+def fits(c: Config) -> bool:
+    return (int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * int(c["num_stages"]) <= SMEM
+
+
+def swapped(m: int) -> dict[str, Config]:
+    bm = max(16, m)
+    out = {}
+    for bn, bk, stages in itertools.product((64, 128), (256, 512), (4, 5, 6)):
+        c = cfg(bm, bn, bk, stages, swap=1)
+        if fits(c):
+            out[f"swap BN{bn} BK{bk} s{stages}"] = c
+    for bk, stages in ((256, 4), (256, 6), (512, 4)):
+        out[f"swap BN64 BK{bk} s{stages} stream2"] = cfg(bm, 64, bk, stages, stream=2, swap=1)
+    return out
+
+
+def plain(winner: tuple[int, ...]) -> dict[str, Config]:
+    bm, bn, bk, stream = winner
+    return {f"plain BN{bn} BK{bk} s{s}" + (" stream2" if stream else ""): cfg(bm, bn, bk, s, stream=stream)
+            for s in (4, 5, 6)}  # fmt: skip
+
+
+def best(res: dict[str, tuple[float, str]], prefix: str) -> tuple[str, float]:
+    ok = [(t, name) for name, (t, status) in res.items() if status == "ok" and name.startswith(prefix)]
+    if not ok:
+        return "-", float("nan")
+    t, name = min(ok)
+    return name, t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for swap_ab.json")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--layers", action="store_true", help="also every dense decode layer of the two models")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/swap_ab.py needs a GPU", file=sys.stderr)
+        return 2
+    target = local_target()
+    op = get_op(OP)
+    bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
+    info: dict[str, Any] = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"))
+    rows: list[dict[str, Any]] = []
+    problems = [(label, m, n, k, plain(w)) for label, m, n, k, w in ROWS]
+    if args.layers:
+        problems += layer_problems()
+    for label, m, n, k, base in problems:
+        p = Problem.quant(OP, m, n, k)
+        configs = {"default": op.default_config(p, target), **base, **swapped(m)}
+        res = interleaved_medians(bench, p, configs, args.rounds)
+        (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
+        rows.append(dict(layer=label, M=m, N=n, K=k, default_us=res["default"][0], plain=pn, plain_us=pt,
+                         swap=sn, swap_us=st, bytes=p.min_bytes(),
+                         times={name: v[0] for name, v in res.items()},
+                         status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    info["rows"] = rows
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "swap_ab.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
+    print(f"{'layer':26} {'M':>3} {'default':>8} {'plain':>8} {'swapped':>8} {'gain':>6}  best swapped")
+    for r in rows:
+        print(f"{r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['plain_us']:8.2f} {r['swap_us']:8.2f} "
+              f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}")  # fmt: skip
+    return 0
+
+
+def layer_problems() -> list[tuple[str, int, int, int, dict[str, Config]]]:
+    """Every dense layer of the two models at TP 8 outside ROWS, M = 16 and 64, with a small plain grid."""
+    from autotune.sweeps.catalog import layer_shapes
+
+    seen = {(m, n, k) for _, m, n, k, _ in ROWS}
+    out = []
+    for model in ("deepseek-v3", "llama-3.1-70b"):
+        for s in layer_shapes(model, tp=8):
+            for m in (16, 64):
+                if s.op != "gemm" or (m, s.N, s.K) in seen:
+                    continue
+                seen.add((m, s.N, s.K))
+                grid = {f"plain BN{bn} BK{bk} s{st}": cfg(m, bn, bk, st)
+                        for bn, bk, st in itertools.product((32, 64), (256, 512), (4, 6))}  # fmt: skip
+                out.append((f"{model} {s.label}", m, s.N, s.K, {k: c for k, c in grid.items() if fits(c)}))
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
