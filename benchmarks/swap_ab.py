@@ -5,11 +5,12 @@ back to the older `mma` instructions, fed through registers. Swapped, the weight
 (64 or 128 of them) and the 16 tokens are wgmma's N side, read by the tensor cores straight from shared
 memory. This times, on the decode rows that stay under 80% of the copy bandwidth, the best unswapped
 configs (the exhaustive search's winners with 4 to 6 stages) and the heuristic default beside a grid of
-swapped configs, then every dense decode layer's best unswapped config of a small grid beside the best
-swapped one. Every config passes the Benchmarker's correctness gate first; CUDA-graph replay, interleaved
-rounds, medians.
+swapped configs; with --layers also every other dense decode layer of the two models at TP 8, a small
+unswapped grid beside the swapped one; with --defaults the heuristic default (swapped from M = 2 to 32)
+beside the same config unswapped, on every dense layer at M = 2 to 32. Every config passes the
+Benchmarker's correctness gate first; CUDA-graph replay, interleaved rounds, medians.
 
-    python benchmarks/swap_ab.py --out results/
+    python benchmarks/swap_ab.py --out results/ [--layers] [--defaults] [--wide]
 
 Prints a short table last; details go to --out (JSON).
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -54,7 +56,9 @@ def fits(c: Config) -> bool:
     return (int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * int(c["num_stages"]) <= SMEM
 
 
-def swapped(m: int) -> dict[str, Config]:
+def swapped(m: int, wide: bool = False) -> dict[str, Config]:
+    """The swapped grid; `wide` adds K tiles of 128, 7 and 8 stages (outside the space), stream-K with one
+    program per SM and 8 warps."""
     bm = max(16, m)
     out = {}
     for bn, bk, stages in itertools.product((64, 128), (256, 512), (4, 5, 6)):
@@ -63,6 +67,13 @@ def swapped(m: int) -> dict[str, Config]:
             out[f"swap BN{bn} BK{bk} s{stages}"] = c
     for bk, stages in ((256, 4), (256, 6), (512, 4)):
         out[f"swap BN64 BK{bk} s{stages} stream2"] = cfg(bm, 64, bk, stages, stream=2, swap=1)
+    if wide:
+        for bk, stages in ((128, 6), (128, 8), (256, 7), (256, 8)):
+            out[f"swap BN64 BK{bk} s{stages}"] = cfg(bm, 64, bk, stages, swap=1)
+        for bk, stages in ((256, 5), (256, 6), (128, 8)):
+            out[f"swap BN64 BK{bk} s{stages} stream1"] = cfg(bm, 64, bk, stages, stream=1, swap=1)
+        out["swap BN64 BK256 s5 w8"] = cfg(bm, 64, 256, 5, swap=1).replace(num_warps=8)
+        out["swap BN128 BK256 s5 w8"] = cfg(bm, 128, 256, 5, swap=1).replace(num_warps=8)
     return out
 
 
@@ -85,6 +96,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for swap_ab.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--layers", action="store_true", help="also every dense decode layer of the two models")
+    ap.add_argument("--defaults", action="store_true", help="the default against itself unswapped, M = 2-32")
+    ap.add_argument("--wide", action="store_true", help="a wider swapped grid on the rows under 80%%")
+    ap.add_argument("--skip-rows", action="store_true", help="not the rows under 80%% (with --defaults)")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/swap_ab.py needs a GPU", file=sys.stderr)
@@ -94,12 +108,12 @@ def main() -> int:
     bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
     info: dict[str, Any] = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"))
     rows: list[dict[str, Any]] = []
-    problems = [(label, m, n, k, plain(w)) for label, m, n, k, w in ROWS]
+    problems = [] if args.skip_rows else [(label, m, n, k, plain(w), args.wide) for label, m, n, k, w in ROWS]
     if args.layers:
-        problems += layer_problems()
-    for label, m, n, k, base in problems:
+        problems += [(*lp, False) for lp in layer_problems()]
+    for label, m, n, k, base, wide in problems:
         p = Problem.quant(OP, m, n, k)
-        configs = {"default": op.default_config(p, target), **base, **swapped(m)}
+        configs = {"default": op.default_config(p, target), **base, **swapped(m, wide)}
         res = interleaved_medians(bench, p, configs, args.rounds)
         (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
         rows.append(dict(layer=label, M=m, N=n, K=k, default_us=res["default"][0], plain=pn, plain_us=pt,
@@ -108,6 +122,7 @@ def main() -> int:
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
+    info["defaults"] = defaults = check_defaults(bench, target, args.rounds) if args.defaults else []
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "swap_ab.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
@@ -115,7 +130,38 @@ def main() -> int:
     for r in rows:
         print(f"{r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['plain_us']:8.2f} {r['swap_us']:8.2f} "
               f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}")  # fmt: skip
+    if defaults:
+        print(f"\n{'M':>3} {'problems':>8} {'plain / swapped default, geomean':>34} {'min':>6} {'max':>6}")
+        for m in sorted({d["M"] for d in defaults}):
+            gains = [d["plain_us"] / d["default_us"] for d in defaults if d["M"] == m]
+            geo = math.exp(sum(map(math.log, gains)) / len(gains))
+            print(f"{m:3d} {len(gains):8d} {geo:34.3f} {min(gains):6.3f} {max(gains):6.3f}")
     return 0
+
+
+def check_defaults(bench: Benchmarker, target: Any, rounds: int) -> list[dict[str, Any]]:
+    """The default of every dense layer of the two models at TP 8 (swapped from M = 2 to 32) beside the
+    same config unswapped."""
+    from autotune.sweeps.catalog import layer_shapes
+
+    op = get_op(OP)
+    out = []
+    for model in ("deepseek-v3", "llama-3.1-70b"):
+        for s in layer_shapes(model, tp=8):
+            for m in (2, 4, 8, 16, 32):
+                if s.op != "gemm":
+                    continue
+                p = Problem.quant(OP, m, s.N, s.K)
+                default = op.default_config(p, target)
+                if not int(default.get("SWAP_AB", 0)):
+                    continue
+                res = interleaved_medians(bench, p, {"default": default, "plain": default.replace(SWAP_AB=0)},
+                                          rounds)  # fmt: skip
+                out.append(dict(layer=f"{model} {s.label}", M=m, N=s.N, K=s.K, config=default.short(),
+                                default_us=res["default"][0], plain_us=res["plain"][0],
+                                status={k: v[1] for k, v in res.items() if v[1] != "ok"}))  # fmt: skip
+                print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def layer_problems() -> list[tuple[str, int, int, int, dict[str, Config]]]:

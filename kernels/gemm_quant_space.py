@@ -78,10 +78,18 @@ def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
     return (64, 128, 256)  # emulated: every K element is dequantized in registers
 
 
+def swap_ab_target(target: Target) -> bool:
+    """Whether the row-wise kernel's SWAP_AB is in the space of `target`: NVIDIA from sm_90 on, whose
+    wgmma (and Blackwell's MMA) needs at least 64 rows on its M side, so that a decode tile of fewer rows
+    falls back to the older `mma` instructions unless it is swapped. AMD's MFMA takes 16 rows (not offered
+    there: not measured)."""
+    return target.is_nvidia and not target.interpreter and int(target.arch[3:5]) >= 90
+
+
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
-    FP8 ops only)."""
-    return knob_values(
+    FP8 ops only; SWAP_AB: row-wise where `swap_ab_target`)."""
+    params = knob_values(
         target,
         k_tiles=_k_tiles(op, target),
         # 5 and 6: more of B in flight at decode (H100, DeepSeek-V3 gate/up M = 64: 16.85 -> 15.87 µs)
@@ -89,10 +97,39 @@ def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
         interpreter_k_tiles=(32, 64),
         in_launch=op.startswith("gemm_fp8"),
     )
+    if op == "gemm_fp8_rowwise" and swap_ab_target(target):
+        params["SWAP_AB"] = (0, 1)
+    return params
+
+
+def _swap_constraints() -> list[Constraint]:
+    """Where SWAP_AB (the kernel run on C^T = B . A^T, the config's tiles still along M and N) is pruned."""
+    return [
+        Constraint(
+            "swap_ab_wide_m",
+            "SWAP_AB with BLOCK_M {BLOCK_M}: a tile of 64 rows already fills wgmma's M side (H100, M = 64: "
+            "0.996-1.006x swapped on the large layers)",
+            lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_M"]) < 64,
+        ),
+        Constraint(
+            "swap_ab_narrow_n",
+            "SWAP_AB with BLOCK_N {BLOCK_N}: swapped, the N tile is wgmma's M side, which needs 64 rows",
+            lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_N"]) >= 64,
+        ),
+        Constraint(
+            "swap_ab_reduce",
+            "SWAP_AB with SPLIT_K {SPLIT_K} needs FUSED_SPLIT: the reduce kernel writes C row by row",
+            lambda c: (
+                not int(c.get("SWAP_AB", 0)) or int(c.get("SPLIT_K", 1)) == 1 or int(c.get("FUSED_SPLIT", 0))
+            ),
+        ),
+    ]
 
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     out = list(_dense_constraints(problem, target))
+    if "SWAP_AB" in quant_triton_params(problem.op, target):
+        out += _swap_constraints()
     if problem.op == "gemm_mxfp4_bf16a" and not target.interpreter:
         out.append(
             Constraint(
@@ -166,6 +203,9 @@ def _triton_default(problem: Problem, target: Target) -> Config:
     if "STREAM_K" in params:
         values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
         values["STREAM_K"] = 0
+    if "SWAP_AB" in params:
+        # H100, M = 16: swapped 64-wide N tiles ran 1.03-1.13x the best plain config on 13 of 16 layers
+        values["SWAP_AB"] = int(bm < 64 and bn >= 64)
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
