@@ -47,9 +47,10 @@ ROWS = (
 SMEM = 227 * 1024
 
 
-def cfg(bm: int, bn: int, bk: int, stages: int, *, stream: int = 0, swap: int = 0) -> Config:
-    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0,
-                  STREAM_K=stream, num_warps=4, num_stages=stages, SWAP_AB=swap)  # fmt: skip
+def cfg(bm: int, bn: int, bk: int, stages: int, *, stream: int = 0, swap: int = 0, split: int = 1) -> Config:
+    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=split,
+                  FUSED_SPLIT=int(split > 1), STREAM_K=stream, num_warps=4, num_stages=stages,
+                  SWAP_AB=swap)  # fmt: skip
 
 
 def fits(c: Config) -> bool:
@@ -57,8 +58,8 @@ def fits(c: Config) -> bool:
 
 
 def swapped(m: int, wide: bool = False) -> dict[str, Config]:
-    """The swapped grid; `wide` adds K tiles of 128, 7 and 8 stages (outside the space), stream-K with one
-    program per SM and 8 warps."""
+    """The swapped grid; `wide` adds K tiles of 128, 7 and 8 stages and SPLIT_K 3 (outside the space),
+    stream-K with one program per SM and 8 warps (M = 64: the plain 128-wide tiles split 3 ways)."""
     bm = max(16, m)
     out = {}
     for bn, bk, stages in itertools.product((64, 128), (256, 512), (4, 5, 6)):
@@ -74,6 +75,9 @@ def swapped(m: int, wide: bool = False) -> dict[str, Config]:
             out[f"swap BN64 BK{bk} s{stages} stream1"] = cfg(bm, 64, bk, stages, stream=1, swap=1)
         out["swap BN64 BK256 s5 w8"] = cfg(bm, 64, 256, 5, swap=1).replace(num_warps=8)
         out["swap BN128 BK256 s5 w8"] = cfg(bm, 128, 256, 5, swap=1).replace(num_warps=8)
+        for bn, bk, stages, split in ((128, 256, 5, 3), (128, 256, 6, 3), (128, 128, 8, 3), (64, 256, 5, 2)):
+            c = cfg(bm, bn, bk, stages, split=split, swap=int(bm < 64))
+            out[f"{'swap' if bm < 64 else 'plain'} BN{bn} BK{bk} s{stages} SK{split}"] = c
     return out
 
 
