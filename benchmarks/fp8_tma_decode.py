@@ -1,0 +1,127 @@
+"""Would TMA loads read an FP8 decode layer faster? A probe (GPU) of the tensor-descriptor kernel on FP8.
+
+The row-wise FP8 kernel loads its tiles through pointers (`cp.async`). The dense `triton_tma` kernel loads
+them through tensor descriptors (TMA). This runs that dense kernel on the FP8 operands of the decode rows
+still under 80% of the copy bandwidth, without the row-wise scales (an epilogue of a few hundred
+multiplies, left out; its result is checked against the unscaled product), swapped where M < 64 (the
+weight's rows on wgmma's M side, the tokens on its N side). Beside it: the row-wise op's heuristic
+default and tuned-like configs, scales included. Same timing as `read_ceiling.py` (a CUDA graph of 20
+launches cycling over enough input copies to miss L2, 5 replays, median), fractions of a 1 GiB copy.
+
+    PYTHONPATH=$PWD python benchmarks/fp8_tma_decode.py [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune import Config, Problem
+from autotune.bench import rel_error
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gemm_quant import copy_bandwidth_gbps
+from read_ceiling import Layer, copies_for, time_us
+
+OP = "gemm_fp8_rowwise"
+ROWS = (
+    ("deepseek-v3 mlp.gate_up", 16, 4608, 7168),
+    ("deepseek-v3 mlp.gate_up", 64, 4608, 7168),
+    ("llama-3.1-70b mlp.down", 16, 8192, 3584),
+    ("llama-3.1-70b mlp.down", 64, 8192, 3584),
+)
+SMEM = 227 * 1024
+
+
+def tma_configs(m: int) -> list[Config]:
+    out = []
+    if m < 64:  # swapped: the kernel's M tile runs along N
+        grid = itertools.product((64, 128), (16,), (128, 256, 512), (3, 4, 5, 6, 8))
+    else:
+        grid = itertools.product((64,), (64, 128), (128, 256), (3, 4, 5, 6))
+    for bm, bn, bk, stages in grid:
+        if (bm + bn) * bk * stages + bm * bn * 2 <= SMEM:
+            out.append(Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1,
+                              PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=stages))  # fmt: skip
+    return out
+
+
+def time_tma(layer: Layer, config: Config, swap: bool, sms: int) -> float:
+    from autotune.kernels.gemm_tma import tma_launcher
+
+    M, N, K = layer.problem.M, layer.problem.N, layer.problem.K
+    launch = tma_launcher(config, num_sms=sms)
+
+    def run(inputs: Any, out: torch.Tensor) -> None:
+        a, b = inputs[0], inputs[1]
+        if swap:  # C^T (N, M) = B . A^T
+            launch(b, a, out, False, N, M, K)
+        else:
+            launch(a, b, out, False, M, N, K)
+
+    shape = (N, M) if swap else (M, N)
+    first = torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    run(layer.inputs[0], first)
+    a, b = layer.inputs[0][0].float(), layer.inputs[0][1].float()
+    want = (b @ a.t()) if swap else (a @ b.t())
+    err = rel_error(first.float(), want)
+    if not err <= 0.01:
+        raise AssertionError(f"TMA {config.short()}: relative error {err}")
+    outs = [torch.empty(shape, device="cuda", dtype=torch.bfloat16) for _ in layer.inputs]
+    return time_us([functools.partial(run, x, o) for x, o in zip(layer.inputs, outs, strict=True)])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("benchmarks/fp8_tma_decode.py needs a GPU", file=sys.stderr)
+        return 2
+    props = torch.cuda.get_device_properties(0)
+    l2, sms = int(props.L2_cache_size), int(props.multi_processor_count)
+    copy = copy_bandwidth_gbps()
+    rows = []
+    for label, m, n, k in ROWS:
+        p = Problem.quant(OP, m, n, k)
+        layer = Layer(p, l2)
+        default = layer.op.default_config(p, layer.target)
+        times: dict[str, float] = {"default": layer.time_us(default)}
+        errors: dict[str, str] = {}
+        for c in tma_configs(m):
+            name = f"tma {c.short()}"
+            try:
+                times[name] = time_tma(layer, c, m < 64, sms)
+            except Exception as exc:  # out of resources, a wrong result: recorded, not fatal
+                errors[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        best = min((t, name) for name, t in times.items() if name != "default")
+        gb = p.min_bytes() / 1e3
+        rows.append(dict(layer=label, M=m, N=n, K=k, copies=copies_for(int(p.min_bytes()), l2),
+                         default=default.short(), times=times, errors=errors, best=best[1],
+                         default_copy=gb / times["default"] / copy,
+                         best_copy=gb / best[0] / copy))  # fmt: skip
+        print(json.dumps(rows[-1]), flush=True)
+    info = dict(gpu=props.name, torch=torch.__version__, date=time.strftime("%Y-%m-%d"), copy_gbps=copy,
+                rows=rows)  # fmt: skip
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "fp8_tma_decode.json").write_text(json.dumps(info, indent=1))
+    print(f"\n{props.name}, copy {copy:.0f} GB/s")
+    print(f"{'layer':26} {'M':>3} {'default µs':>10} {'copy %':>6} {'TMA µs':>8} {'copy %':>6}  TMA config")
+    for r in rows:
+        t = r["times"]
+        print(f"{r['layer']:26} {r['M']:3d} {t['default']:10.2f} {100 * r['default_copy']:6.0f} "
+              f"{t[r['best']]:8.2f} {100 * r['best_copy']:6.0f}  {r['best']}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
