@@ -48,7 +48,8 @@ def variants(winner: tuple[int, ...]) -> dict[str, Config]:
     for warps, s, k in itertools.product((4, 8), (2, 3, 4, 5, 6), (bk, bk // 2)):
         name = f"w{warps} s{s} BK{k}" + (" (space best)" if (warps, s, k) == (4, stages, bk) else "")
         out[name] = Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=1, SPLIT_K=split_k,
-                           FUSED_SPLIT=0, STREAM_K=stream_k, num_warps=warps, num_stages=s)  # fmt: skip
+                           FUSED_SPLIT=0, STREAM_K=stream_k, SWAP_AB=0, num_warps=warps,
+                           num_stages=s)  # fmt: skip
     return out
 
 

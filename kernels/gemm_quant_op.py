@@ -150,6 +150,8 @@ class QuantGemmOp:
             return _file_hash("quant.py", "gemm_fp8_gluon.py", "gluon_hopper.py")
         if backend == "triton_gemv" and self.name in GEMV_OPS:
             return _file_hash("quant.py", "gemv_fp8_triton.py")
+        if backend == "triton_tma" and self.name == "gemm_fp8_rowwise":
+            return _file_hash("quant.py", "gemm_fp8_tma.py", "gemm_tma.py", "gemm_triton.py", "launch.py")
         if backend in ("torch", "aiter"):
             import torch
 
@@ -244,7 +246,7 @@ class QuantGemmOp:
         if tuple(out.shape) != (problem.M, problem.N) or out.dtype != _out_dtype(problem.dtype_out):
             raise ValueError(f"{self.name}: out must be ({problem.M}, {problem.N}) {problem.dtype_out}")
         backend = config.backend
-        if backend in ("triton", "triton_gemv"):
+        if backend in ("triton", "triton_gemv", "triton_tma"):
             return self._triton_launch(problem, config, target, inputs, out)
         if backend == "gluon":
             return self._gluon_launch(config, target, inputs, out)
@@ -262,7 +264,7 @@ class QuantGemmOp:
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        if config.backend not in ("triton", "gluon", "triton_gemv"):
+        if config.backend not in ("triton", "gluon", "triton_gemv", "triton_tma"):
             return []
         self.check_problem(problem, target)
         inputs: Any = [
@@ -360,6 +362,16 @@ class QuantGemmOp:
             )  # fmt: skip
         from autotune.kernels.gemm_fp8_triton import quant_launcher
         from autotune.kernels.gemm_triton import splitk_reduce_kernel
+
+        if config.backend == "triton_tma":
+            if config.backend not in self.backends(target):
+                raise ValueError(f"{self.name} has no TMA kernel on {_arch(target)}: {config.short()}")
+            from autotune.kernels.gemm_fp8_tma import fp8_tma_launcher, gemm_fp8_tma_kernel
+
+            kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
+                                                  Recorder(splitk_reduce_kernel, calls))  # fmt: skip
+            interpret = target.interpreter
+            return fp8_tma_launcher(config, num_sms=target.cu_count, interpret=interpret, kernels=kernels)
 
         constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
         if self.name.startswith("gemm_fp8"):

@@ -14,6 +14,11 @@ fewer tiles than SMs; a config stored without it has 1); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) where it can run.
 
+"triton_tma" (`gemm_fp8_tma`, gemm_fp8_rowwise where tensor descriptors exist: Hopper and newer, and the
+interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
+num_warps, num_stages. It is the row-wise default at decode (M from 2 to 64) where the tiles alone fill
+the GPU (no split-K).
+
 "triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
 (A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8
 ops' default at M = 1 on NVIDIA.
@@ -29,8 +34,10 @@ from autotune.kernels.gemm_space import _constraints as _dense_constraints
 from autotune.kernels.gemm_space import (
     _gemv_constraints,
     _pick_split_k,
+    _tma_constraints,
     fit_to_space,
     gemv_params,
+    has_tma,
     knob_values,
 )
 from autotune.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
@@ -50,8 +57,10 @@ __all__ = [
     "quant_backends",
     "quant_default_config",
     "quant_space",
+    "quant_tma_params",
     "quant_triton_params",
     "split_slices",
+    "swap_ab_target",
 ]
 
 #: Why a vendor backend cannot run a problem on a target ("" when it can).
@@ -161,7 +170,35 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
             return gluon
     if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
         return _gemv_default(problem, target)
-    return _triton_default(problem, target)
+    pointer = _triton_default(problem, target)
+    if (
+        "triton_tma" in quant_backends(target, problem.op)
+        and not target.interpreter
+        and problem.M <= 64
+        and int(pointer["SPLIT_K"]) == 1
+    ):
+        tma = _tma_default(problem, target)
+        if tma is not None:
+            return tma
+    return pointer
+
+
+def _tma_default(problem: Problem, target: Target) -> Config | None:
+    """The TMA kernel at decode: 64 rows of the weight a tile, swapped below M = 64 (K tiles of 512, 4
+    stages) or not (K tiles of 256, 5 stages). H100 (`benchmarks/fp8_tma_decode.py`): the best of these
+    read DeepSeek-V3 gate/up and Llama-3.1-70B down 3-7% faster than the pointer kernel's default. None
+    where no TMA config fits (rows not 16-byte aligned)."""
+    bm = max(_MIN_TILE, next_pow2(problem.M))
+    swap = bm < 64
+    values: dict[str, Value] = dict(
+        BLOCK_M=bm, BLOCK_N=64, BLOCK_K=512 if swap else 256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0,
+        SWAP_AB=int(swap), num_warps=4, num_stages=4 if swap else 5,
+    )  # fmt: skip
+    try:
+        config = Config(values, backend="triton_tma")
+        return fit_to_space(config, _tma_sub(problem, target), ("num_stages", "BLOCK_K"))
+    except ValueError:
+        return None
 
 
 def _gemv_default(problem: Problem, target: Target) -> Config:
@@ -221,14 +258,75 @@ def _triton_default(problem: Problem, target: Target) -> Config:
 
 def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
     """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, for
-    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, and for the FP8 ops the GEMV kernel (A of at most
-    GEMV_ROWS rows; pruned with the reason otherwise)."""
+    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, for gemm_fp8_rowwise the TMA kernel where tensor
+    descriptors exist, and for the FP8 ops the GEMV kernel (A of at most GEMV_ROWS rows; pruned with the
+    reason otherwise)."""
     gemv = ("triton_gemv",) if op in GEMV_OPS else ()
     if target.is_amd:
         return ("torch", "triton", "aiter", *gemv)
     if op == "gemm_fp8_blockwise" and gluon_target(target):
         return ("torch", "triton", "gluon", *gemv)
+    if op == "gemm_fp8_rowwise" and has_tma(target):
+        return ("torch", "triton", "triton_tma", *gemv)
     return ("torch", "triton", *gemv)
+
+
+# -- triton_tma ---------------------------------------------------------------------------------------
+
+
+def quant_tma_params(target: Target) -> dict[str, Sequence[Value]]:
+    """The knobs of the row-wise TMA kernel: M tiles from 16 (decode, swapped) to 256, N tiles of at least
+    64 rows (wgmma's M side when swapped)."""
+    if target.interpreter:
+        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(32, 64), GROUP_M=(1, 4), SPLIT_K=(1, 2),
+                    PERSISTENT=(0, 1), SWAP_AB=(0, 1), num_warps=(4,), num_stages=(1,))  # fmt: skip
+    return dict(
+        BLOCK_M=(16, 32, 64, 128, 256),
+        BLOCK_N=(64, 128, 256),
+        BLOCK_K=(64, 128, 256, 512),
+        GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 3, 4),
+        PERSISTENT=(0, 1),
+        SWAP_AB=(0, 1),
+        num_warps=(4, 8),
+        num_stages=(2, 3, 4, 5, 6),
+    )
+
+
+_TAIL_ONLY = ("tail_split_alone", "tail_split_pow2", "tail_split_needless", "persistent_needless")
+
+
+def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The dense TMA kernel's constraints (alignment, shared memory, tile waste ...) less those of its
+    split tail, and the row-wise kernel's own."""
+    cus = target.cu_count
+
+    def items(c: Mapping[str, Value]) -> int:
+        return cdiv(problem.M, int(c["BLOCK_M"])) * cdiv(problem.N, int(c["BLOCK_N"])) * int(c["SPLIT_K"])
+
+    out = [c for c in _tma_constraints(problem, target) if c.name not in _TAIL_ONLY]
+    out += [
+        Constraint(
+            "persistent_needless",
+            f"PERSISTENT with no more work items (tiles x SPLIT_K) than the {cus} SMs: each program does one",
+            lambda c: not int(c["PERSISTENT"]) or items(c) > cus,
+        ),
+        _swap_constraints()[0],
+    ]
+    if not target.interpreter:
+        out.append(
+            Constraint(
+                "tma_wgmma_rows",
+                "BLOCK_M {BLOCK_M} unswapped: wgmma needs 64 rows on its M side (SWAP_AB puts N there)",
+                lambda c: int(c["SWAP_AB"]) or int(c["BLOCK_M"]) >= 64,
+            )
+        )
+    return out
+
+
+def _tma_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    constraints = _tma_quant_constraints(problem, target)
+    return SubSpace("triton_tma", quant_tma_params(target), constraints, first=first)
 
 
 #: The quantized GEMMs with a GEMV kernel (`gemv_fp8_triton`).
@@ -440,6 +538,9 @@ def _cached_space(
             subs.append(_gluon_sub(problem, target, () if gluon is None else (gluon,)))
         elif backend == "triton_gemv":
             subs.append(_gemv_sub(problem, target, (default,) if default.backend == "triton_gemv" else ()))
+        elif backend == "triton_tma":
+            tma = default if default.backend == "triton_tma" else None
+            subs.append(_tma_sub(problem, target, () if tma is None else (tma,)))
         else:
             subs.append(SubSpace(backend))
     # vendor baselines, then the default's backend, then the rest
@@ -457,7 +558,7 @@ def quant_space(
     if problem.op not in QUANT_OPS:
         raise ValueError(f"not a quantized GEMM: {problem.op}")
     chosen = tuple(quant_backends(target, problem.op) if backends is None else backends)
-    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3, "triton_gemv": 4}
+    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3, "triton_tma": 3, "triton_gemv": 4}
     chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 4)))
     vendor = tuple((b, vendor_check(b, problem, target)) for b in chosen if b in ("torch", "aiter"))
     if "gluon" in chosen:

@@ -227,6 +227,30 @@ def test_fused_split_sums_every_slice_in_a_fixed_order_and_resets_its_counters()
     assert rel_error(out, ref) > 10 * op.tolerance(problem)
 
 
+def tma_cfg(bm: int = 16, bn: int = 16, bk: int = 32, split_k: int = 1, persistent: int = 0, swap: int = 0,
+            group_m: int = 1) -> Config:  # fmt: skip
+    return Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
+                  PERSISTENT=persistent, SWAP_AB=swap, num_warps=4, num_stages=1)  # fmt: skip
+
+
+@needs_interpreter
+def test_rowwise_tma_kernel_matches_its_reference() -> None:
+    """The descriptor kernel: ragged tiles on both sides and along K, the K slices of SPLIT_K summed by
+    the reduce kernel, persistent programs, grouped order, and each of these swapped (C^T = B . A^T, tiles
+    stored transposed)."""
+    op = get_op("gemm_fp8_rowwise")
+    problem = Problem.quant("gemm_fp8_rowwise", 20, 48, 160)
+    inputs = op.make_inputs(problem, "cpu", seed=6)
+    ref = op.reference(problem, inputs)
+    for swap in (0, 1):
+        for config in (tma_cfg(swap=swap), tma_cfg(32, 16, 64, split_k=2, swap=swap),
+                       tma_cfg(16, 16, 32, persistent=1, group_m=4, swap=swap),
+                       tma_cfg(16, 16, 32, split_k=2, persistent=1, swap=swap)):  # fmt: skip
+            out = op.make_output(problem, "cpu").fill_(float("nan"))
+            op.prepare(problem, config, INTERP, inputs, out)()
+            assert rel_error(out, ref) <= op.tolerance(problem), config.short()
+
+
 @needs_interpreter
 def test_rowwise_takes_per_tensor_scales() -> None:
     op = get_op("gemm_fp8_rowwise")
@@ -236,7 +260,7 @@ def test_rowwise_takes_per_tensor_scales() -> None:
     b, sb = q.quantize_fp8(torch.randn(32, 96, generator=gen), torch.float8_e4m3fn, (1, 0))
     ref = op.reference(problem, (a, b, sa, sb))
     assert sa.shape == (1, 1)
-    for config in (tcfg(), tcfg(swap=1), Config(backend="torch")):
+    for config in (tcfg(), tcfg(swap=1), tma_cfg(), tma_cfg(swap=1, split_k=2), Config(backend="torch")):
         out = op.make_output(problem, "cpu").fill_(float("nan"))
         op.prepare(problem, config, INTERP, (a, b, sa, sb), out)()
         assert rel_error(out, ref) <= op.tolerance(problem), config.short()
@@ -431,7 +455,45 @@ def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
     else:
         assert gluon_default_config(problem, SM90) in get_op(BLOCKWISE).space(problem, SM90)
     rowwise = Problem.quant("gemm_fp8_rowwise", M, 4608, 7168)
-    assert quant_default_config(rowwise, SM90).backend == ("triton_gemv" if M == 1 else "triton")
+    want = "triton_gemv" if M == 1 else "triton_tma" if M <= 64 else "triton"
+    assert quant_default_config(rowwise, SM90).backend == want
+
+
+@pytest.mark.parametrize(
+    "M, N, backend, swap",
+    [(2, 4608, "triton_tma", 1), (16, 8192, "triton_tma", 1), (32, 7168, "triton_tma", 1),
+     (64, 8192, "triton_tma", 0), (16, 576, "triton", 1), (64, 576, "triton", 0), (2048, 4608, "triton", 0)],
+)  # fmt: skip
+def test_hopper_rowwise_decode_default(M: int, N: int, backend: str, swap: int) -> None:
+    """FP8 row-wise on the H100: at decode the TMA kernel where its 64-row tiles fill the GPU without a
+    split (swapped below M = 64); the pointer kernel where split-K is needed (one launch, FUSED_SPLIT),
+    swapped too below M = 64; prefill the pointer kernel. AMD has neither TMA nor SWAP_AB."""
+    problem = Problem.quant("gemm_fp8_rowwise", M, N, 7168)
+    default = quant_default_config(problem, SM90)
+    assert (default.backend, default["SWAP_AB"]) == (backend, swap), default.short()
+    assert default in get_op("gemm_fp8_rowwise").space(problem, SM90)
+    amd = Target.for_arch("gfx942")
+    space = get_op("gemm_fp8_rowwise").space(problem, amd)
+    assert "triton_tma" not in space.backends and all("SWAP_AB" not in c for c in space.configs())
+
+
+def test_swap_ab_and_tma_rows_are_pruned_with_the_reason() -> None:
+    op = get_op("gemm_fp8_rowwise")
+    problem = Problem.quant("gemm_fp8_rowwise", 16, 4608, 7168)
+    space = op.space(problem, SM90)
+    base = quant_default_config(problem, SM90)
+    narrow = Problem.quant("gemm_fp8_rowwise", 16, 576, 7168)
+    pointer = quant_default_config(narrow, SM90)
+    wide = Problem.quant("gemm_fp8_rowwise", 64, 4608, 7168)
+    wide_default = quant_default_config(wide, SM90)
+    assert wide_default.backend == "triton_tma" and wide_default["SWAP_AB"] == 0
+    for config, reason, where in (
+        (base.replace(SWAP_AB=0), "tma_wgmma_rows", space),
+        (wide_default.replace(SWAP_AB=1), "swap_ab_wide_m", op.space(wide, SM90)),
+        (pointer.replace(BLOCK_N=32), "swap_ab_narrow_n", op.space(narrow, SM90)),
+        (pointer.replace(SPLIT_K=2, FUSED_SPLIT=0), "swap_ab_reduce", op.space(narrow, SM90)),
+    ):
+        assert (where.check(config) or "").startswith(reason), (config.short(), where.check(config))
 
 
 @pytest.mark.parametrize("N, K, split", [(1280, 8192, 4), (1536, 7168, 4), (2560, 7168, 3), (4608, 7168, 1)])

@@ -109,3 +109,37 @@ def test_gluon_default_compiles_for_sm90_with_wgmma_and_no_spills() -> None:
         assert features.spills == 0 and features.scratch_bytes == 0, (config.short(), features)
         assert 0 < features.lds_bytes <= target.lds_bytes and "store" in features.tma
         assert check_features(features, config, target) == [], config.short()
+
+
+# -- FP8 row-wise decode: SWAP_AB and the TMA kernel --------------------------------------------------------
+
+
+def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
+    """At M = 16 the row-wise tile of 16 rows cannot be wgmma's M side (64 rows): unswapped it compiles to
+    `mma.sync`; with SWAP_AB the weight's 64 rows are the M side and the tokens its N side (m64n16k32),
+    in the pointer kernel and in the TMA kernel (whose tiles load through `cp.async.bulk.tensor`)."""
+    op = get_op("gemm_fp8_rowwise")
+    target = Target.for_arch("sm_90")
+    problem = Problem.quant("gemm_fp8_rowwise", 16, 4608, 7168)
+    pointer = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
+                     FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0, num_warps=4, num_stages=5)  # fmt: skip
+    default = op.default_config(problem, target)
+    assert default.backend == "triton_tma" and default["SWAP_AB"] == 1, default.short()
+    configs = [pointer, pointer.replace(SWAP_AB=1), default, default.replace(SPLIT_K=2)]
+    space = op.space(problem, target)
+    assert all(c in space for c in configs), [space.check(c) for c in configs]
+    try:
+        pool = CompilePool(target, workers=2)
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    with pool:
+        futures = [pool.submit(op, problem, c) for c in configs]
+        compiled = [f.result(timeout=600) for f in futures]
+    for features in compiled:
+        assert features.compiled, features.error[:2000]
+    wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
+    swapped = "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"
+    assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
+    assert wgmma[1:] == [[swapped]] * 3, wgmma
+    for features in compiled[2:]:
+        assert "load" in features.tma and features.spills == 0, features
