@@ -8,7 +8,11 @@ weight's rows on wgmma's M side, the tokens on its N side). Beside it: the row-w
 default and tuned-like configs, scales included. Same timing as `read_ceiling.py` (a CUDA graph of 20
 launches cycling over enough input copies to miss L2, 5 replays, median), fractions of a 1 GiB copy.
 
-    PYTHONPATH=$PWD python benchmarks/fp8_tma_decode.py [--out DIR]
+With --defaults instead: on every dense layer of the two models at TP 8 and M = 2 to 64 whose default
+is the TMA kernel, that default beside the pointer kernel's default (swapped below M = 64) and the same
+unswapped (the default before either), scales included and checked.
+
+    PYTHONPATH=$PWD python benchmarks/fp8_tma_decode.py [--out DIR] [--defaults]
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ def time_tma(layer: Layer, config: Config, swap: bool, sms: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
+    ap.add_argument("--defaults", action="store_true", help="the TMA default against the pointer kernel's")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/fp8_tma_decode.py needs a GPU", file=sys.stderr)
@@ -90,7 +95,9 @@ def main() -> int:
     props = torch.cuda.get_device_properties(0)
     l2, sms = int(props.L2_cache_size), int(props.multi_processor_count)
     copy = copy_bandwidth_gbps()
-    rows = []
+    if args.defaults:
+        return check_defaults(args.out, l2, copy)
+    rows: list[dict[str, Any]] = []
     for label, m, n, k in ROWS:
         p = Problem.quant(OP, m, n, k)
         layer = Layer(p, l2)
@@ -121,6 +128,48 @@ def main() -> int:
         print(f"{r['layer']:26} {r['M']:3d} {t['default']:10.2f} {100 * r['default_copy']:6.0f} "
               f"{t[r['best']]:8.2f} {100 * r['best_copy']:6.0f}  {r['best']}")  # fmt: skip
     return 0
+
+
+def check_defaults(out_dir: Path, l2: int, copy: float) -> int:
+    from autotune.kernels.gemm_quant_space import _triton_default
+    from autotune.sweeps.catalog import layer_shapes
+
+    rows: list[dict[str, Any]] = []
+    for model in ("deepseek-v3", "llama-3.1-70b"):
+        for s in layer_shapes(model, tp=8):
+            for m in (2, 4, 8, 16, 32, 64):
+                p = Problem.quant(OP, m, s.N, s.K)
+                if s.op != "gemm":
+                    continue
+                layer = Layer(p, l2)
+                default = layer.op.default_config(p, layer.target)
+                if default.backend != "triton_tma":
+                    continue
+                pointer = _triton_default(p, layer.target)
+                configs = {"tma": default, "pointer": pointer, "pointer unswapped": pointer.replace(SWAP_AB=0)}
+                times = {name: layer.time_us(c) for name, c in configs.items()}
+                gb = p.min_bytes() / 1e3
+                rows.append(dict(layer=f"{model} {s.label}", M=m, N=s.N, K=s.K, tma=default.short(),
+                                 pointer=pointer.short(), times=times,
+                                 copy={k: gb / t / copy for k, t in times.items()}))  # fmt: skip
+                print(json.dumps(rows[-1]), flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "fp8_tma_defaults.json").write_text(json.dumps(dict(copy_gbps=copy, rows=rows), indent=1))
+    print(f"\ncopy {copy:.0f} GB/s; geomean speed-up of the TMA default over the pointer kernel's")
+    print(f"{'M':>3} {'problems':>8} {'vs pointer':>10} {'min':>6} {'max':>6} {'vs unswapped':>12}")
+    for m in sorted({r["M"] for r in rows}):
+        sub = [r["times"] for r in rows if r["M"] == m]
+        ratios = [t["pointer"] / t["tma"] for t in sub]
+        old = [t["pointer unswapped"] / t["tma"] for t in sub]
+        print(f"{m:3d} {len(sub):8d} {geomean(ratios):10.3f} {min(ratios):6.3f} {max(ratios):6.3f} "
+              f"{geomean(old):12.3f}")  # fmt: skip
+    return 0
+
+
+def geomean(values: list[float]) -> float:
+    import math
+
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 if __name__ == "__main__":

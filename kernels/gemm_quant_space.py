@@ -129,7 +129,7 @@ def _swap_constraints() -> list[Constraint]:
             "swap_ab_reduce",
             "SWAP_AB with SPLIT_K {SPLIT_K} needs FUSED_SPLIT: the reduce kernel writes C row by row",
             lambda c: (
-                not int(c.get("SWAP_AB", 0)) or int(c.get("SPLIT_K", 1)) == 1 or int(c.get("FUSED_SPLIT", 0))
+                not int(c.get("SWAP_AB", 0)) or int(c.get("SPLIT_K", 1)) == 1 or c.get("FUSED_SPLIT") == 1
             ),
         ),
     ]
@@ -318,7 +318,7 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
             Constraint(
                 "tma_wgmma_rows",
                 "BLOCK_M {BLOCK_M} unswapped: wgmma needs 64 rows on its M side (SWAP_AB puts N there)",
-                lambda c: int(c["SWAP_AB"]) or int(c["BLOCK_M"]) >= 64,
+                lambda c: bool(int(c["SWAP_AB"])) or int(c["BLOCK_M"]) >= 64,
             )
         )
     return out
