@@ -146,7 +146,8 @@ def check_defaults(out_dir: Path, l2: int, copy: float) -> int:
                 if default.backend != "triton_tma":
                     continue
                 pointer = _triton_default(p, layer.target)
-                configs = {"tma": default, "pointer": pointer, "pointer unswapped": pointer.replace(SWAP_AB=0)}
+                unswapped = pointer.replace(SWAP_AB=0)
+                configs = {"tma": default, "pointer": pointer, "pointer unswapped": unswapped}
                 times = {name: layer.time_us(c) for name, c in configs.items()}
                 gb = p.min_bytes() / 1e3
                 rows.append(dict(layer=f"{model} {s.label}", M=m, N=s.N, K=s.K, tma=default.short(),
