@@ -211,6 +211,12 @@ def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
         ("gemm", (7, 1000, 3000), dict(BLOCK_N=32, BLOCK_K=128, STREAM_K=1)),  # ragged N and K
         ("gemm_fp8_blockwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=2)),
         ("gemm_fp8_rowwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=512, SPLIT_K=2, FUSED_SPLIT=1)),
+        (
+            "gemm_fp8_rowwise",
+            (16, 4608, 7168),
+            dict(BLOCK_N=64, BLOCK_K=256, SPLIT_K=2, FUSED_SPLIT=1, SWAP_AB=1),
+        ),
+        ("gemm_fp8_rowwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=1, SWAP_AB=1)),
     ],
 )
 def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, knobs) -> None:
@@ -221,9 +227,35 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
     op = get_op(op_name)
     problem = Problem.gemm(*mnk, "bf16") if op_name == "gemm" else Problem.quant(op_name, *mnk)
     values = dict(BLOCK_M=16, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, num_warps=4, num_stages=3)
+    if op_name == "gemm_fp8_rowwise":
+        values["SWAP_AB"] = 0
     config = Config(backend="triton", **(values | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     _right_and_repeatable(op, problem, config, target, "the in-launch sum")
+
+
+@pytest.mark.parametrize(
+    "mnk, knobs",
+    [
+        ((16, 4608, 7168), {}),  # the decode default: swapped, 64-row weight tiles
+        ((64, 8192, 3584), {}),  # the decode default unswapped
+        ((13, 1000, 3008), dict(SPLIT_K=2)),  # ragged, swapped, K slices through the reduce kernel
+        ((77, 1000, 3008), dict(BLOCK_M=64, SWAP_AB=0, PERSISTENT=1, SPLIT_K=3)),
+        ((2048, 4608, 7168), dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SWAP_AB=0, num_stages=4, GROUP_M=8)),
+    ],
+)
+def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> None:
+    """The row-wise TMA kernel on Hopper: swapped tiles stored transposed, split-K, persistent programs."""
+    from autotune.kernels import get_op
+
+    if "triton_tma" not in get_op("gemm_fp8_rowwise").backends(target):
+        pytest.skip(f"no TMA kernel on {target.arch}")
+    op = get_op("gemm_fp8_rowwise")
+    problem = Problem.quant("gemm_fp8_rowwise", *mnk)
+    base = op.default_config(Problem.quant("gemm_fp8_rowwise", 16, 4608, 7168), target)
+    assert base.backend == "triton_tma", base.short()
+    config = base.replace(**knobs)
+    _right_and_repeatable(op, problem, config, target, "the TMA kernel")
 
 
 @pytest.mark.parametrize(
