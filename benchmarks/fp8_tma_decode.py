@@ -1,12 +1,16 @@
 """Would TMA loads read an FP8 decode layer faster? A probe (GPU) of the tensor-descriptor kernel on FP8.
 
 The row-wise FP8 kernel loads its tiles through pointers (`cp.async`). The dense `triton_tma` kernel loads
-them through tensor descriptors (TMA). This runs that dense kernel on the FP8 operands of the decode rows
-still under 80% of the copy bandwidth, without the row-wise scales (an epilogue of a few hundred
-multiplies, left out; its result is checked against the unscaled product), swapped where M < 64 (the
-weight's rows on wgmma's M side, the tokens on its N side). Beside it: the row-wise op's heuristic
-default and tuned-like configs, scales included. Same timing as `read_ceiling.py` (a CUDA graph of 20
-launches cycling over enough input copies to miss L2, 5 replays, median), fractions of a 1 GiB copy.
+them through tensor descriptors (TMA). On the decode rows still under 80% of the copy bandwidth, for a
+grid of tiles, K tiles and stages, swapped where M < 64 (the weight's rows on wgmma's M side, the tokens
+on its N side), this times:
+- `unscaled`: that dense kernel on the FP8 operands, without the row-wise scales (its result checked
+  against the unscaled product; a swapped C comes out transposed, (N, M));
+- `op`: the row-wise op's own TMA kernel (`triton_tma`, `kernels/gemm_fp8_tma.py`), scales included,
+  C stored transposed into (M, N) where swapped, checked against the op's reference;
+- `pointer`: the op's pointer-kernel default.
+Same timing as `read_ceiling.py` (a CUDA graph of 20 launches cycling over enough input copies to miss
+L2, 5 replays, median), fractions of a 1 GiB copy.
 
 With --defaults instead: on every dense layer of the two models at TP 8 and M = 2 to 64 whose default
 is the TMA kernel, that default beside the pointer kernel's default (swapped below M = 64) and the same
@@ -97,37 +101,55 @@ def main() -> int:
     copy = copy_bandwidth_gbps()
     if args.defaults:
         return check_defaults(args.out, l2, copy)
+    from autotune.kernels.gemm_quant_space import _triton_default
+
     rows: list[dict[str, Any]] = []
     for label, m, n, k in ROWS:
         p = Problem.quant(OP, m, n, k)
         layer = Layer(p, l2)
-        default = layer.op.default_config(p, layer.target)
-        times: dict[str, float] = {"default": layer.time_us(default)}
+        pointer = _triton_default(p, layer.target)
+        times: dict[str, float] = {"pointer": layer.time_us(pointer)}
         errors: dict[str, str] = {}
         for c in tma_configs(m):
-            name = f"tma {c.short()}"
-            try:
-                times[name] = time_tma(layer, c, m < 64, sms)
-            except Exception as exc:  # out of resources, a wrong result: recorded, not fatal
-                errors[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
-        best = min((t, name) for name, t in times.items() if name != "default")
+            for kind in ("unscaled", "op"):
+                name = f"{kind} {c.short()}"
+                try:
+                    if kind == "unscaled":
+                        times[name] = time_tma(layer, c, m < 64, sms)
+                    else:
+                        times[name] = layer.time_us(op_config(c, m < 64))
+                except Exception as exc:  # out of resources, a wrong result: recorded, not fatal
+                    errors[name] = f"{type(exc).__name__}: {str(exc)[:160]}"
         gb = p.min_bytes() / 1e3
+        best = {kind: min((t, name) for name, t in times.items() if name.startswith(kind))
+                for kind in ("unscaled", "op")}  # fmt: skip
         rows.append(dict(layer=label, M=m, N=n, K=k, copies=copies_for(int(p.min_bytes()), l2),
-                         default=default.short(), times=times, errors=errors, best=best[1],
-                         default_copy=gb / times["default"] / copy,
-                         best_copy=gb / best[0] / copy))  # fmt: skip
+                         pointer=pointer.short(), times=times, errors=errors,
+                         best={kind: name for kind, (_, name) in best.items()},
+                         copy={kind: gb / t / copy for kind, (t, _) in best.items()}
+                         | {"pointer": gb / times["pointer"] / copy}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info = dict(gpu=props.name, torch=torch.__version__, date=time.strftime("%Y-%m-%d"), copy_gbps=copy,
                 rows=rows)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fp8_tma_decode.json").write_text(json.dumps(info, indent=1))
     print(f"\n{props.name}, copy {copy:.0f} GB/s")
-    print(f"{'layer':26} {'M':>3} {'default µs':>10} {'copy %':>6} {'TMA µs':>8} {'copy %':>6}  TMA config")
+    print(f"{'layer':26} {'M':>3} {'pointer µs':>10} {'unscaled TMA µs':>15} {'op TMA µs':>9}  "
+          "copy % (pointer / unscaled / op); best op TMA config")  # fmt: skip
     for r in rows:
-        t = r["times"]
-        print(f"{r['layer']:26} {r['M']:3d} {t['default']:10.2f} {100 * r['default_copy']:6.0f} "
-              f"{t[r['best']]:8.2f} {100 * r['best_copy']:6.0f}  {r['best']}")  # fmt: skip
+        t, b, c = r["times"], r["best"], r["copy"]
+        print(f"{r['layer']:26} {r['M']:3d} {t['pointer']:10.2f} {t[b['unscaled']]:15.2f} {t[b['op']]:9.2f}  "
+              f"{100 * c['pointer']:.0f} / {100 * c['unscaled']:.0f} / {100 * c['op']:.0f}; "
+              f"{b['op']}")  # fmt: skip
     return 0
+
+
+def op_config(c: Config, swap: bool) -> Config:
+    """The op's config of a probe config (the kernel's tiles): swapped, BLOCK_M tiles M and BLOCK_N N."""
+    bm, bn = (c["BLOCK_N"], c["BLOCK_M"]) if swap else (c["BLOCK_M"], c["BLOCK_N"])
+    return Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=c["BLOCK_K"], GROUP_M=1, SPLIT_K=1,
+                  PERSISTENT=0, SWAP_AB=int(swap), num_warps=c["num_warps"],
+                  num_stages=c["num_stages"])  # fmt: skip
 
 
 def check_defaults(out_dir: Path, l2: int, copy: float) -> int:

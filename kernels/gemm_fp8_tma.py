@@ -50,14 +50,15 @@ def gemm_fp8_tma_kernel(
         k_first = split * k_per_split
         k_last = min(k_first + k_per_split, k_tiles_all)
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_parts(
-            a_desc, b_desc, None, None, off_m, off_n, k_first, k_last,
-            BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, False, DOT_F32,
-        )[0]  # fmt: skip
+        # the scales are loaded before the K loop, so that their latency hides behind it
         rows = off_m + tl.arange(0, BLOCK_M)
         cols = off_n + tl.arange(0, BLOCK_N)
         a_s = tl.load(as_ptr + rows * stride_as, mask=rows < M, other=0.0)
         b_s = tl.load(bs_ptr + cols * stride_bs, mask=cols < N, other=0.0)
+        acc = _tile_parts(
+            a_desc, b_desc, None, None, off_m, off_n, k_first, k_last,
+            BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, False, DOT_F32,
+        )[0]  # fmt: skip
         acc = acc * a_s[:, None] * b_s[None, :]
         if TRANS_C:
             if SPLIT_K == 1:

@@ -240,7 +240,7 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
         ((16, 4608, 7168), {}),  # the decode default: swapped, 64-row weight tiles
         ((64, 8192, 3584), {}),  # the decode default unswapped
         ((13, 1000, 3008), dict(SPLIT_K=2)),  # ragged, swapped, K slices through the reduce kernel
-        ((77, 1000, 3008), dict(BLOCK_M=64, SWAP_AB=0, PERSISTENT=1, SPLIT_K=3)),
+        ((77, 1000, 3008), dict(BLOCK_M=64, BLOCK_K=256, SWAP_AB=0, PERSISTENT=1, SPLIT_K=3)),
         ((2048, 4608, 7168), dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SWAP_AB=0, num_stages=4, GROUP_M=8)),
     ],
 )
