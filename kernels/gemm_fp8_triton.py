@@ -75,6 +75,10 @@ def _fp8_partial(
         else:
             bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
 
+    if not BLOCKWISE:  # per row (stride 1) or per tensor (stride 0), loaded before the K loop hides them
+        a_row = tl.load(as_ptr + offs_m * stride_asm)
+        b_col = tl.load(bs_ptr + offs_n * stride_bsn)
+
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, n_iters):
         for j in tl.static_range(BLOCK_K // SUB):
@@ -102,10 +106,8 @@ def _fp8_partial(
             else:
                 acc = tl.dot(a, b, acc)
 
-    if not BLOCKWISE:  # per row (stride 1) or per tensor (stride 0)
-        a_s = tl.load(as_ptr + offs_m * stride_asm)
-        b_s = tl.load(bs_ptr + offs_n * stride_bsn)
-        acc = acc * a_s[:, None] * b_s[None, :]
+    if not BLOCKWISE:
+        acc = acc * a_row[:, None] * b_col[None, :]
     return acc
 
 
