@@ -16,8 +16,8 @@ prefill (M >= GLUON_MIN_M) where it can run.
 
 "triton_tma" (`gemm_fp8_tma`, gemm_fp8_rowwise where tensor descriptors exist: Hopper and newer, and the
 interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
-num_warps, num_stages. It is the row-wise default at decode (M from 2 to 64) where the tiles alone fill
-the GPU (no split-K).
+num_warps, num_stages. It is the row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no
+split-K).
 
 "triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
 (A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8
@@ -174,7 +174,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     if (
         "triton_tma" in quant_backends(target, problem.op)
         and not target.interpreter
-        and problem.M <= 64
+        and 32 < problem.M <= 64
         and int(pointer["SPLIT_K"]) == 1
     ):
         tma = _tma_default(problem, target)
@@ -184,15 +184,14 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
 
 
 def _tma_default(problem: Problem, target: Target) -> Config | None:
-    """The TMA kernel at decode: 64 rows of the weight a tile, swapped below M = 64 (K tiles of 512, 4
-    stages) or not (K tiles of 256, 5 stages). H100 (`benchmarks/fp8_tma_decode.py`): the best of these
-    read DeepSeek-V3 gate/up and Llama-3.1-70B down 3-7% faster than the pointer kernel's default. None
-    where no TMA config fits (rows not 16-byte aligned)."""
-    bm = max(_MIN_TILE, next_pow2(problem.M))
-    swap = bm < 64
+    """The TMA kernel at M = 33 to 64: 64 x 64 tiles, K tiles of 256, 5 stages. H100
+    (`benchmarks/fp8_tma_decode.py --defaults`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8
+    whose tiles fill the GPU unsplit): 1.016x the pointer kernel's default at M = 64 (1.001-1.026x, 10
+    layers); at M = 2 to 32 it lost (0.973-0.988x geomean; swapped 64 x 16 tiles), so the pointer kernel,
+    swapped, keeps those. None where no TMA config fits (rows not 16-byte aligned)."""
     values: dict[str, Value] = dict(
-        BLOCK_M=bm, BLOCK_N=64, BLOCK_K=512 if swap else 256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0,
-        SWAP_AB=int(swap), num_warps=4, num_stages=4 if swap else 5,
+        BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0, SWAP_AB=0, num_warps=4,
+        num_stages=5,
     )  # fmt: skip
     try:
         config = Config(values, backend="triton_tma")

@@ -237,10 +237,10 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
 @pytest.mark.parametrize(
     "mnk, knobs",
     [
-        ((16, 4608, 7168), {}),  # the decode default: swapped, 64-row weight tiles
-        ((64, 8192, 3584), {}),  # the decode default unswapped
-        ((13, 1000, 3008), dict(SPLIT_K=2)),  # ragged, swapped, K slices through the reduce kernel
-        ((77, 1000, 3008), dict(BLOCK_M=64, BLOCK_K=256, SWAP_AB=0, PERSISTENT=1, SPLIT_K=3)),
+        ((64, 8192, 3584), {}),  # the default at M = 64
+        ((16, 4608, 7168), dict(BLOCK_M=16, BLOCK_K=512, SWAP_AB=1, num_stages=4)),  # 64-row weight tiles
+        ((13, 1000, 3008), dict(BLOCK_M=16, SWAP_AB=1, SPLIT_K=2)),  # ragged, K slices through the reduce
+        ((77, 1000, 3008), dict(PERSISTENT=1, SPLIT_K=3)),
         ((2048, 4608, 7168), dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SWAP_AB=0, num_stages=4, GROUP_M=8)),
     ],
 )
@@ -252,7 +252,7 @@ def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> N
         pytest.skip(f"no TMA kernel on {target.arch}")
     op = get_op("gemm_fp8_rowwise")
     problem = Problem.quant("gemm_fp8_rowwise", *mnk)
-    base = op.default_config(Problem.quant("gemm_fp8_rowwise", 16, 4608, 7168), target)
+    base = op.default_config(Problem.quant("gemm_fp8_rowwise", 64, 8192, 3584), target)
     assert base.backend == "triton_tma", base.short()
     config = base.replace(**knobs)
     _right_and_repeatable(op, problem, config, target, "the TMA kernel")

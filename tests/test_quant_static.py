@@ -123,9 +123,10 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
     problem = Problem.quant("gemm_fp8_rowwise", 16, 4608, 7168)
     pointer = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
                      FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0, num_warps=4, num_stages=5)  # fmt: skip
-    default = op.default_config(problem, target)
-    assert default.backend == "triton_tma" and default["SWAP_AB"] == 1, default.short()
-    configs = [pointer, pointer.replace(SWAP_AB=1), default, default.replace(SPLIT_K=2)]
+    tma = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1,
+                 PERSISTENT=0, SWAP_AB=1, num_warps=4, num_stages=4)  # fmt: skip
+    assert op.default_config(problem, target) == pointer.replace(SWAP_AB=1)
+    configs = [pointer, pointer.replace(SWAP_AB=1), tma, tma.replace(SPLIT_K=2)]
     space = op.space(problem, target)
     assert all(c in space for c in configs), [space.check(c) for c in configs]
     try:
