@@ -22,7 +22,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, tma_ready
+from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, _work_item, tma_ready
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -45,10 +45,7 @@ def gemm_fp8_tma_kernel(
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True):
-        tile = item % num_tiles
-        split = item // num_tiles
-        k_first = split * k_per_split
-        k_last = min(k_first + k_per_split, k_tiles_all)
+        tile, split, k_first, k_last = _work_item(item, num_tiles, k_per_split, k_tiles_all)
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         # the scales are loaded before the K loop, so that their latency hides behind it
         rows = off_m + tl.arange(0, BLOCK_M)

@@ -42,6 +42,15 @@ def _tile_origin(
 
 
 @triton.jit
+def _work_item(item, num_tiles, k_per_split, k_tiles_all):
+    """(tile, K slice, first K tile, end K tile) of work item `item`: items run tile-major within a slice."""
+    tile = item % num_tiles
+    split = item // num_tiles
+    k_first = split * k_per_split
+    return tile, split, k_first, min(k_first + k_per_split, k_tiles_all)
+
+
+@triton.jit
 def _dot_part(acc, a, b_desc, off_n, off_k, B_KN: tl.constexpr, DOT_F32: tl.constexpr):
     """acc + a · (the B tile of `b_desc` at column off_n and K offset off_k)."""
     if B_KN:
@@ -163,10 +172,7 @@ def gemm_tma_kernel(
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True):
-        tile = item % num_tiles
-        split = item // num_tiles
-        k_first = split * k_per_split
-        k_last = min(k_first + k_per_split, k_tiles_all)
+        tile, split, k_first, k_last = _work_item(item, num_tiles, k_per_split, k_tiles_all)
         off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, WIDTH, GROUP_M)
         acc, acc2, acc3 = _tile_parts(
             a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
