@@ -22,6 +22,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
+from autotune.kernels.gemm_fp8_triton import swap_operands
 from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, _work_item, tma_ready
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
@@ -108,11 +109,11 @@ def fp8_tma_launcher(
         workspace: torch.Tensor | None,
     ) -> None:
         a, b = tma_ready(a), tma_ready(b)
+        km, kn = M, N  # the kernel's sizes; C keeps (M, N), stored transposed where swapped (TRANS_C)
+        if swap:
+            swapped = swap_operands(a, b, a_scale, b_scale, scale_strides, M, N)
+            a, b, a_scale, b_scale, scale_strides, km, kn = swapped
         stride_as, stride_bs = scale_strides[0], scale_strides[2]
-        km, kn = M, N
-        if swap:  # row-wise scales are symmetric: swap the operands and their scales
-            a, b, a_scale, b_scale, km, kn = b, a, b_scale, a_scale, N, M
-            stride_as, stride_bs = stride_bs, stride_as
         c = out
         if not out.is_contiguous() or out.data_ptr() % 16:
             c = torch.empty((M, N), device=out.device, dtype=out.dtype)

@@ -43,7 +43,7 @@ from autotune.kernels.gemm_triton import (
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
-__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher"]
+__all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher", "swap_operands"]
 
 #: The K extent (and B row extent) of one blockwise scale.
 FP8_SCALE_BLOCK = 128
@@ -250,6 +250,16 @@ def _options(config: Config, is_amd: bool) -> dict[str, Any]:
     return opts
 
 
+def swap_operands(
+    a: torch.Tensor, b: torch.Tensor, a_scale: Any, b_scale: Any, scale_strides: tuple[int, int, int, int],
+    M: int, N: int,
+) -> tuple[Any, ...]:  # fmt: skip
+    """The row-wise launch arguments (a, b, a_scale, b_scale, scale_strides, M, N) of C^T = B . A^T (SWAP_AB):
+    row-wise scales are symmetric in A and B, so the operands, their scales and the sizes trade places."""
+    s = scale_strides
+    return b, a, b_scale, a_scale, (s[2], s[3], s[0], s[1]), N, M
+
+
 def quant_launcher(
     kernel: Any,
     config: Config,
@@ -314,10 +324,10 @@ def quant_launcher(
         K: int,
         workspace: torch.Tensor | None,
     ) -> None:
-        if swap:  # row-wise scales are symmetric: swap the operands, their scales and C's strides
-            a, b, a_scale, b_scale, out = b, a, b_scale, a_scale, out.t()
-            scale_strides = (scale_strides[2], scale_strides[3], scale_strides[0], scale_strides[1])
-            M, N = N, M
+        if swap:  # C^T through C's strides swapped
+            swapped = swap_operands(a, b, a_scale, b_scale, scale_strides, M, N)
+            a, b, a_scale, b_scale, scale_strides, M, N = swapped
+            out = out.t()
         if fused or stream:
             launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
             return

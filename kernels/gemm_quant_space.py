@@ -292,26 +292,10 @@ def quant_tma_params(target: Target) -> dict[str, Sequence[Value]]:
     )
 
 
-_TAIL_ONLY = ("tail_split_alone", "tail_split_pow2", "tail_split_needless", "persistent_needless")
-
-
 def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    """The dense TMA kernel's constraints (alignment, shared memory, tile waste ...) less those of its
-    split tail, and the row-wise kernel's own."""
-    cus = target.cu_count
-
-    def items(c: Mapping[str, Value]) -> int:
-        return cdiv(problem.M, int(c["BLOCK_M"])) * cdiv(problem.N, int(c["BLOCK_N"])) * int(c["SPLIT_K"])
-
-    out = [c for c in _tma_constraints(problem, target) if c.name not in _TAIL_ONLY]
-    out += [
-        Constraint(
-            "persistent_needless",
-            f"PERSISTENT with no more work items (tiles x SPLIT_K) than the {cus} SMs: each program does one",
-            lambda c: not int(c["PERSISTENT"]) or items(c) > cus,
-        ),
-        _swap_constraints()[0],
-    ]
+    """The dense TMA kernel's constraints (alignment, shared memory, tile waste, PERSISTENT ...; those of
+    its split tail hold trivially, as this kernel has no TAIL_SPLIT) and the row-wise kernel's own."""
+    out = [*_tma_constraints(problem, target), _swap_constraints()[0]]
     if not target.interpreter:
         out.append(
             Constraint(

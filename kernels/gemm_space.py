@@ -239,19 +239,21 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "tail_split_alone",
             "TAIL_SPLIT is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
-            lambda c: not int(c["TAIL_SPLIT"]) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1),
+            lambda c: (
+                not int(c.get("TAIL_SPLIT", 0)) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1)
+            ),
         ),
         Constraint(
             "tail_split_pow2",
             "TAIL_SPLIT sums whole tiles of one part: its BLOCK_N is a power of two",
-            lambda c: not int(c["TAIL_SPLIT"]) or tile_parts(int(c["BLOCK_N"]))[1] == 0,
+            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tile_parts(int(c["BLOCK_N"]))[1] == 0,
         ),
         Constraint(
             "persistent_needless",
             "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
             lambda c: (
                 not int(c["PERSISTENT"])
-                or int(c["TAIL_SPLIT"]) > 0
+                or int(c.get("TAIL_SPLIT", 0)) > 0
                 or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
             ),
         ),
@@ -259,7 +261,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "tail_split_needless",
             f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
             "too short in K to split",
-            lambda c: not int(c["TAIL_SPLIT"]) or tail_splits(c) > 1,
+            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tail_splits(c) > 1,
         ),
         Constraint(
             "lds_overflow",
