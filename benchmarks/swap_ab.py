@@ -1,4 +1,4 @@
-"""Swapped operands at FP8 row-wise decode (GPU): the kernel run on C^T = B . A^T (`SWAP_AB`).
+"""Swapped operands at FP8 decode (GPU): the kernel run on C^T = B . A^T (`SWAP_AB`), row-wise or blockwise.
 
 At M = 16 the tile of A has 16 rows, and Hopper's wgmma needs 64 rows on its M side, so the kernel falls
 back to the older `mma` instructions, fed through registers. Swapped, the weight's rows are the M side
@@ -6,11 +6,14 @@ back to the older `mma` instructions, fed through registers. Swapped, the weight
 memory. This times, on the decode rows that stay under 80% of the copy bandwidth, the best unswapped
 configs (the exhaustive search's winners with 4 to 6 stages) and the heuristic default beside a grid of
 swapped configs; with --layers also every other dense decode layer of the two models at TP 8, a small
-unswapped grid beside the swapped one; with --defaults the heuristic default (swapped from M = 2 to 32)
-beside the same config unswapped, on every dense layer at M = 2 to 32. Every config passes the
-Benchmarker's correctness gate first; CUDA-graph replay, interleaved rounds, medians.
+unswapped grid beside the swapped one; with --defaults the heuristic default (row-wise: swapped from
+M = 2 to 32) beside the same config unswapped, on every dense layer at M = 2 to 32. With --op
+gemm_fp8_blockwise the rows are the blockwise decode rows under 80%, the unswapped configs their tuned
+Triton winners' tiles, and --defaults puts the op's default (the Gluon kernel on Hopper) beside the
+Triton kernel's default swapped. Every config passes the Benchmarker's correctness gate first; CUDA-graph
+replay, interleaved rounds, medians.
 
-    python benchmarks/swap_ab.py --out results/ [--layers] [--defaults] [--wide]
+    python benchmarks/swap_ab.py --out results/ [--op gemm_fp8_blockwise] [--layers] [--defaults] [--wide]
 
 Prints a short table last; details go to --out (JSON).
 """
@@ -33,9 +36,8 @@ from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.kernels import get_op
 from autotune.target import local_target
 
-OP = "gemm_fp8_rowwise"
 #: (label, M, N, K, the exhaustive search's winner as (BLOCK_M, BLOCK_N, BLOCK_K, STREAM_K)).
-ROWS = (
+ROWWISE_ROWS = (
     ("deepseek-v3 mlp.gate_up", 16, 4608, 7168, (16, 64, 512, 0)),
     ("deepseek-v3 mlp.gate_up", 64, 4608, 7168, (64, 64, 256, 0)),
     ("llama-3.1-70b mlp.down", 16, 8192, 3584, (16, 32, 256, 2)),
@@ -43,6 +45,15 @@ ROWS = (
     ("llama-3.1-70b mlp.gate_up", 16, 7168, 8192, (16, 64, 512, 0)),
     ("llama-3.1-70b mlp.gate_up", 64, 7168, 8192, (64, 64, 256, 0)),
 )
+#: Blockwise: (label, M, N, K, the tiles of the tuned Triton winner at M = 16, else of the pointer default).
+BLOCKWISE_ROWS = (
+    ("deepseek-v3 mlp.gate_up", 16, 4608, 7168, (16, 64, 256, 2)),
+    ("deepseek-v3 mlp.gate_up", 32, 4608, 7168, (32, 64, 256, 2)),
+    ("deepseek-v3 mlp.down", 16, 7168, 2304, (16, 64, 256, 0)),
+    ("llama-3.1-70b mlp.down", 16, 8192, 3584, (16, 64, 256, 0)),
+    ("llama-3.1-70b mlp.gate_up", 16, 7168, 8192, (16, 32, 512, 0)),
+)
+ROWS = {"gemm_fp8_rowwise": ROWWISE_ROWS, "gemm_fp8_blockwise": BLOCKWISE_ROWS}
 #: Shared memory of an H100 SM that one program may take.
 SMEM = 227 * 1024
 
@@ -57,12 +68,12 @@ def fits(c: Config) -> bool:
     return (int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * int(c["num_stages"]) <= SMEM
 
 
-def swapped(m: int, wide: bool = False) -> dict[str, Config]:
+def swapped(m: int, wide: bool = False, k_tiles: tuple[int, ...] = (256, 512)) -> dict[str, Config]:
     """The swapped grid; `wide` adds K tiles of 128, 7 and 8 stages and SPLIT_K 3 (outside the space),
     stream-K with one program per SM and 8 warps (M = 64: the plain 128-wide tiles split 3 ways)."""
     bm = max(16, m)
     out = {}
-    for bn, bk, stages in itertools.product((64, 128), (256, 512), (4, 5, 6)):
+    for bn, bk, stages in itertools.product((64, 128), k_tiles, (4, 5, 6)):
         c = cfg(bm, bn, bk, stages, swap=1)
         if fits(c):
             out[f"swap BN{bn} BK{bk} s{stages}"] = c
@@ -98,6 +109,7 @@ def best(res: dict[str, tuple[float, str]], prefix: str) -> tuple[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for swap_ab.json")
+    ap.add_argument("--op", default="gemm_fp8_rowwise", choices=sorted(ROWS), help="the FP8 op")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--layers", action="store_true", help="also every dense decode layer of the two models")
     ap.add_argument("--defaults", action="store_true", help="the default against itself unswapped, M = 2-32")
@@ -108,16 +120,19 @@ def main() -> int:
         print("benchmarks/swap_ab.py needs a GPU", file=sys.stderr)
         return 2
     target = local_target()
-    op = get_op(OP)
+    op = get_op(args.op)
     bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
-    info: dict[str, Any] = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"))
+    info: dict[str, Any] = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"),
+                                op=args.op)  # fmt: skip
     rows: list[dict[str, Any]] = []
-    problems = [] if args.skip_rows else [(label, m, n, k, plain(w), args.wide) for label, m, n, k, w in ROWS]
+    problems = [] if args.skip_rows else [(label, m, n, k, plain(w), args.wide)
+                                          for label, m, n, k, w in ROWS[args.op]]  # fmt: skip
     if args.layers:
-        problems += [(*lp, False) for lp in layer_problems()]
+        problems += [(*lp, False) for lp in layer_problems(args.op)]
+    k_tiles = (128, 256, 512) if args.op == "gemm_fp8_blockwise" else (256, 512)
     for label, m, n, k, base, wide in problems:
-        p = Problem.quant(OP, m, n, k)
-        configs = {"default": op.default_config(p, target), **base, **swapped(m, wide)}
+        p = Problem.quant(args.op, m, n, k)
+        configs = {"default": op.default_config(p, target), **base, **swapped(m, wide, k_tiles)}
         res = interleaved_medians(bench, p, configs, args.rounds)
         (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
         rows.append(dict(layer=label, M=m, N=n, K=k, default_us=res["default"][0], plain=pn, plain_us=pt,
@@ -126,41 +141,50 @@ def main() -> int:
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
-    info["defaults"] = defaults = check_defaults(bench, target, args.rounds) if args.defaults else []
+    info["defaults"] = defaults = check_defaults(bench, target, args.rounds, args.op) if args.defaults else []
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "swap_ab.json").write_text(json.dumps(info, indent=1))
+    (args.out / f"swap_ab_{args.op}.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
     print(f"{'layer':26} {'M':>3} {'default':>8} {'plain':>8} {'swapped':>8} {'gain':>6}  best swapped")
     for r in rows:
         print(f"{r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['plain_us']:8.2f} {r['swap_us']:8.2f} "
               f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}")  # fmt: skip
     if defaults:
-        print(f"\n{'M':>3} {'problems':>8} {'plain / swapped default, geomean':>34} {'min':>6} {'max':>6}")
+        rowwise = args.op == "gemm_fp8_rowwise"
+        what = "plain / swapped default" if rowwise else "default / swapped Triton default"
+        print(f"\n{'M':>3} {'problems':>8} {what + ', geomean':>42} {'min':>6} {'max':>6}")
         for m in sorted({d["M"] for d in defaults}):
             gains = [d["plain_us"] / d["default_us"] for d in defaults if d["M"] == m]
             geo = math.exp(sum(map(math.log, gains)) / len(gains))
-            print(f"{m:3d} {len(gains):8d} {geo:34.3f} {min(gains):6.3f} {max(gains):6.3f}")
+            print(f"{m:3d} {len(gains):8d} {geo:42.3f} {min(gains):6.3f} {max(gains):6.3f}")
     return 0
 
 
-def check_defaults(bench: Benchmarker, target: Any, rounds: int) -> list[dict[str, Any]]:
-    """The default of every dense layer of the two models at TP 8 (swapped from M = 2 to 32) beside the
-    same config unswapped."""
+def check_defaults(bench: Benchmarker, target: Any, rounds: int, op_name: str) -> list[dict[str, Any]]:
+    """Every dense layer of the two models at TP 8, M = 2 to 32: row-wise, the default (swapped) beside the
+    same config unswapped ("plain"); blockwise, the op's default ("plain") beside the Triton kernel's
+    default swapped ("default")."""
+    from autotune.kernels.gemm_quant_space import _triton_default
     from autotune.sweeps.catalog import layer_shapes
 
-    op = get_op(OP)
+    op = get_op(op_name)
     out = []
     for model in ("deepseek-v3", "llama-3.1-70b"):
         for s in layer_shapes(model, tp=8):
             for m in (2, 4, 8, 16, 32):
                 if s.op != "gemm":
                     continue
-                p = Problem.quant(OP, m, s.N, s.K)
-                default = op.default_config(p, target)
+                p = Problem.quant(op_name, m, s.N, s.K)
+                if op_name == "gemm_fp8_rowwise":
+                    default = op.default_config(p, target)
+                    configs = {"default": default, "plain": default.replace(SWAP_AB=0)}
+                else:
+                    default = _triton_default(p, target)
+                    default = default.replace(SWAP_AB=int(int(default["BLOCK_N"]) >= 64))
+                    configs = {"default": default, "plain": op.default_config(p, target)}
                 if not int(default.get("SWAP_AB", 0)):
                     continue
-                res = interleaved_medians(bench, p, {"default": default, "plain": default.replace(SWAP_AB=0)},
-                                          rounds)  # fmt: skip
+                res = interleaved_medians(bench, p, configs, rounds)
                 out.append(dict(layer=f"{model} {s.label}", M=m, N=s.N, K=s.K, config=default.short(),
                                 default_us=res["default"][0], plain_us=res["plain"][0],
                                 status={k: v[1] for k, v in res.items() if v[1] != "ok"}))  # fmt: skip
@@ -168,11 +192,11 @@ def check_defaults(bench: Benchmarker, target: Any, rounds: int) -> list[dict[st
     return out
 
 
-def layer_problems() -> list[tuple[str, int, int, int, dict[str, Config]]]:
+def layer_problems(op_name: str) -> list[tuple[str, int, int, int, dict[str, Config]]]:
     """Every dense layer of the two models at TP 8 outside ROWS, M = 16 and 64, with a small plain grid."""
     from autotune.sweeps.catalog import layer_shapes
 
-    seen = {(m, n, k) for _, m, n, k, _ in ROWS}
+    seen = {(m, n, k) for _, m, n, k, _ in ROWS[op_name]}
     out = []
     for model in ("deepseek-v3", "llama-3.1-70b"):
         for s in layer_shapes(model, tp=8):

@@ -8,11 +8,12 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
   (cdiv(N, 128), K/128); each K sub-tile of at most 128 lies in one group, and its partial product is
   scaled before it joins the accumulator (one fused multiply-add; with BLOCK_N dividing 128 the B scale
   of a sub-tile is one number, so the scale is a per-row vector). A BLOCK_K over 128 runs several
-  sub-tiles per iteration, so decode shapes still get wide K tiles.
+  sub-tiles per iteration, so decode shapes still get wide K tiles. Swapped (SWAP_AB), the kernel's A is
+  the weight: A_GROUPED reads its scales per 128 rows and B's (the activations') per row.
 
 Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
 deterministic reduce kernel), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own launch, by
-`gemm_fp8_sum_kernel`), SWAP_AB (row-wise: the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
+`gemm_fp8_sum_kernel`), SWAP_AB (the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
 num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack. `quant_launcher` builds the launch
 of either quantized kernel (FP8 and MX).
 """
@@ -55,8 +56,10 @@ def _fp8_partial(
     stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCKWISE: tl.constexpr, SCALE_BLOCK: tl.constexpr, DOT_F32: tl.constexpr, B_SCALE_VECTOR: tl.constexpr,
+    A_GROUPED: tl.constexpr,
 ):  # fmt: skip
-    """The scaled fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them)."""
+    """The scaled fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them).
+    Blockwise, A_GROUPED trades the scale layouts: A's scales per SCALE_BLOCK rows, B's per row (SWAP_AB)."""
     # Rows/columns past the edge wrap around: loads stay in bounds without masks, stores are masked.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -65,15 +68,24 @@ def _fp8_partial(
     offs_k = tl.arange(0, SUB)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + offs_n[None, :] * stride_bn + (k_start + offs_k)[:, None] * stride_bk
-    # Blockwise with BLOCK_N dividing the scale block: the tile's columns share one B scale per K group,
-    # so each partial product is scaled by one per-row vector in a single fused multiply-add.
-    ONE_B: tl.constexpr = SCALE_BLOCK % BLOCK_N == 0 and not B_SCALE_VECTOR
+    # Blockwise with the grouped operand's tile inside one scale block (BLOCK_N, or BLOCK_M where
+    # A_GROUPED, dividing it): the tile shares one grouped scale per K group, so each partial product is
+    # scaled by one vector in a single fused multiply-add.
+    ONE_B: tl.constexpr = SCALE_BLOCK % BLOCK_N == 0 and not B_SCALE_VECTOR and not A_GROUPED
+    ONE_A: tl.constexpr = SCALE_BLOCK % BLOCK_M == 0 and A_GROUPED
     if BLOCKWISE:
-        as_ptrs = as_ptr + offs_m * stride_asm
-        if ONE_B:
-            bs_ptrs = bs_ptr + (pid_n * BLOCK_N // SCALE_BLOCK) * stride_bsn
+        if A_GROUPED:
+            bs_ptrs = bs_ptr + offs_n * stride_bsn
+            if ONE_A:
+                as_ptrs = as_ptr + (pid_m * BLOCK_M // SCALE_BLOCK) * stride_asm
+            else:
+                as_ptrs = as_ptr + (offs_m // SCALE_BLOCK) * stride_asm
         else:
-            bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
+            as_ptrs = as_ptr + offs_m * stride_asm
+            if ONE_B:
+                bs_ptrs = bs_ptr + (pid_n * BLOCK_N // SCALE_BLOCK) * stride_bsn
+            else:
+                bs_ptrs = bs_ptr + (offs_n // SCALE_BLOCK) * stride_bsn
 
     if not BLOCKWISE:  # per row (stride 1) or per tensor (stride 0), loaded before the K loop hides them
         a_row = tl.load(as_ptr + offs_m * stride_asm)
@@ -96,11 +108,16 @@ def _fp8_partial(
             if BLOCKWISE:
                 group = (k_start + kk) // SCALE_BLOCK
                 k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
-                a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
-                if ONE_B:
+                if ONE_A:
+                    a_s = tl.load(as_ptrs + group * stride_ask, mask=k_at < K, other=0.0)
+                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
+                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[None, :], acc)
+                elif ONE_B:
+                    a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
                     b_s = tl.load(bs_ptrs + group * stride_bsk, mask=k_at < K, other=0.0)
                     acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
                 else:
+                    a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
                     b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
                     acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
             else:
@@ -143,6 +160,7 @@ def gemm_fp8_kernel(
     SCALE_BLOCK: tl.constexpr = 128,
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
+    A_GROUPED: tl.constexpr = False,
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
     B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
@@ -152,7 +170,7 @@ def gemm_fp8_kernel(
     acc = _fp8_partial(
         a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
         stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
-        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
+        BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
     )  # fmt: skip
     store_tile(
         acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
@@ -196,6 +214,7 @@ def gemm_fp8_sum_kernel(
     SCALE_BLOCK: tl.constexpr = 128,
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
+    A_GROUPED: tl.constexpr = False,
 ):
     """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
@@ -208,7 +227,7 @@ def gemm_fp8_sum_kernel(
             acc = _fp8_partial(
                 a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
                 stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k0 * BLOCK_K, k1 - k0,
-                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
+                BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
             )  # fmt: skip
             stream_store(
                 acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, PER, pid_m, pid_n, M, N, stride_cm,
@@ -222,7 +241,7 @@ def gemm_fp8_sum_kernel(
         acc = _fp8_partial(
             a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
             stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
-            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR,
+            BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
         )  # fmt: skip
         store_tile(
             acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
@@ -254,8 +273,9 @@ def swap_operands(
     a: torch.Tensor, b: torch.Tensor, a_scale: Any, b_scale: Any, scale_strides: tuple[int, int, int, int],
     M: int, N: int,
 ) -> tuple[Any, ...]:  # fmt: skip
-    """The row-wise launch arguments (a, b, a_scale, b_scale, scale_strides, M, N) of C^T = B . A^T (SWAP_AB):
-    row-wise scales are symmetric in A and B, so the operands, their scales and the sizes trade places."""
+    """The launch arguments (a, b, a_scale, b_scale, scale_strides, M, N) of C^T = B . A^T (SWAP_AB): the
+    operands, their scales and the sizes trade places. Row-wise scales are symmetric in A and B; blockwise
+    ones are not, so the blockwise kernel also trades its scale layouts (A_GROUPED)."""
     s = scale_strides
     return b, a, b_scale, a_scale, (s[2], s[3], s[0], s[1]), N, M
 
@@ -278,14 +298,19 @@ def quant_launcher(
     reduce kernel (else ignored). The FP8 kernel also sums K parts in its own launch (`sum_kernel`, default
     `gemm_fp8_sum_kernel`, with scratch per device and stream): FUSED_SPLIT sums the SPLIT_K slices there,
     STREAM_K = s runs s programs per SM (`num_sms`) that share the K steps of all tiles evenly. SWAP_AB
-    (row-wise only) launches the kernel on C^T = B . A^T, the config's BLOCK_M still tiling M and BLOCK_N
+    (FP8 only) launches the kernel on C^T = B . A^T, the config's BLOCK_M still tiling M and BLOCK_N
     tiling N: a decode tile of few rows becomes the N side of the matrix instruction, whose M side is at
-    least 64 rows for Hopper's wgmma.
+    least 64 rows for Hopper's wgmma. Blockwise, the kernel then reads its A scales per 128 rows and its
+    B scales per row (A_GROUPED).
     """
     opts = {**_options(config, is_amd), **constexprs}
     swap = bool(config.get("SWAP_AB", 0))
     if swap:  # the kernel computes C^T = B . A^T: its M tile runs along N, its N tile along M
         opts["BLOCK_M"], opts["BLOCK_N"] = opts["BLOCK_N"], opts["BLOCK_M"]
+    if swap and "BLOCKWISE" not in constexprs:
+        raise ValueError(f"SWAP_AB exists for the FP8 kernel only: {config.short()}")
+    if swap and constexprs["BLOCKWISE"]:  # swapped, the kernel's A is B: its scales per 128 rows
+        opts["A_GROUPED"] = True
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
@@ -296,8 +321,6 @@ def quant_launcher(
         raise ValueError(f"FUSED_SPLIT and STREAM_K exist for the FP8 kernel only: {config.short()}")
     if stream and (split_k > 1 or num_sms <= 0):
         raise ValueError(f"STREAM_K needs SPLIT_K 1 and the SM count: {config.short()}")
-    if swap and constexprs.get("BLOCKWISE", True):
-        raise ValueError(f"SWAP_AB exists for the FP8 row-wise kernel only: {config.short()}")
     if swap and split_k > 1 and not fused:
         raise ValueError(f"SWAP_AB with SPLIT_K > 1 needs FUSED_SPLIT (the reduce kernel writes C "
                          f"row-major): {config.short()}")  # fmt: skip

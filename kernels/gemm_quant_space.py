@@ -88,7 +88,7 @@ def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
 
 
 def swap_ab_target(target: Target) -> bool:
-    """Whether the row-wise kernel's SWAP_AB is in the space of `target`: NVIDIA from sm_90 on, whose
+    """Whether the FP8 kernel's SWAP_AB is in the space of `target`: NVIDIA from sm_90 on, whose
     wgmma (and Blackwell's MMA) needs at least 64 rows on its M side, so that a decode tile of fewer rows
     falls back to the older `mma` instructions unless it is swapped. AMD's MFMA takes 16 rows (not offered
     there: not measured)."""
@@ -97,7 +97,7 @@ def swap_ab_target(target: Target) -> bool:
 
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
-    FP8 ops only; SWAP_AB: row-wise where `swap_ab_target`)."""
+    FP8 ops only; SWAP_AB: the FP8 ops where `swap_ab_target`)."""
     params = knob_values(
         target,
         k_tiles=_k_tiles(op, target),
@@ -106,7 +106,7 @@ def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
         interpreter_k_tiles=(32, 64),
         in_launch=op.startswith("gemm_fp8"),
     )
-    if op == "gemm_fp8_rowwise" and swap_ab_target(target):
+    if op.startswith("gemm_fp8") and swap_ab_target(target):
         params["SWAP_AB"] = (0, 1)
     return params
 
@@ -241,7 +241,7 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         values["STREAM_K"] = 0
     if "SWAP_AB" in params:
         # H100: swapped, this default ran 1.13x itself unswapped (80 problems at M = 2-32, never slower)
-        values["SWAP_AB"] = int(bm < 64 and bn >= 64)
+        values["SWAP_AB"] = int(bm < 64 and bn >= 64 and problem.op == "gemm_fp8_rowwise")
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0

@@ -30,8 +30,8 @@ def tcfg(
     stream: int = 0,
     swap: int = 0,
 ) -> Config:
-    """A Triton config; FUSED_SPLIT, STREAM_K and SWAP_AB only where set (the FP8 kernels have the first
-    two, MX not; SWAP_AB is row-wise only)."""
+    """A Triton config; FUSED_SPLIT, STREAM_K and SWAP_AB only where set (the FP8 kernels have them, MX
+    not)."""
     extra = {k: v for k, v in (("FUSED_SPLIT", fused), ("STREAM_K", stream), ("SWAP_AB", swap)) if v}
     return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, SPLIT_K=split_k,
                   num_warps=4, num_stages=1, **extra)  # fmt: skip
@@ -169,9 +169,15 @@ CASES = [
       tcfg(16, 16, 32, stream=1, swap=1)]),
     ("gemm_fp8_blockwise", 20, 48, 384,
      [tcfg(bk=64), tcfg(16, 32, 32, split_k=4), tcfg(32, 16, 256, split_k=2),
-      tcfg(16, 32, 64, split_k=4, fused=1), tcfg(16, 16, 64, stream=1)]),
-    # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256)
-    ("gemm_fp8_blockwise", 8, 272, 256, [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2)]),
+      tcfg(16, 32, 64, split_k=4, fused=1), tcfg(16, 16, 64, stream=1),
+      # swapped: the weight's scales per 128 rows on the kernel's A side, K sub-tiles, in-launch sums
+      tcfg(16, 32, 64, swap=1), tcfg(16, 16, 256, split_k=2, fused=1, swap=1),
+      tcfg(16, 32, 64, stream=1, swap=1)]),
+    # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256),
+    # each also swapped (a last tile that wraps past N onto the first scale block)
+    ("gemm_fp8_blockwise", 8, 272, 256,
+     [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2), tcfg(16, 64, 128, swap=1),
+      tcfg(16, 256, 64, split_k=2, fused=1, swap=1)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
     ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
@@ -269,9 +275,9 @@ def test_rowwise_takes_per_tensor_scales() -> None:
 @pytest.mark.parametrize(
     "name, config, message",
     [
-        ("gemm_fp8_blockwise", tcfg(swap=1), "row-wise kernel only"),
-        ("gemm_mxfp8", tcfg(swap=1), "row-wise kernel only"),
+        ("gemm_mxfp8", tcfg(swap=1), "FP8 kernel only"),
         ("gemm_fp8_rowwise", tcfg(split_k=2, swap=1), "needs FUSED_SPLIT"),
+        ("gemm_fp8_blockwise", tcfg(split_k=2, swap=1), "needs FUSED_SPLIT"),
     ],
 )
 def test_swap_ab_is_refused_where_the_kernel_cannot_take_it(name: str, config: Config, message: str) -> None:

@@ -144,3 +144,27 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
     assert wgmma[1:] == [[swapped]] * 3, wgmma
     for features in compiled[2:]:
         assert "load" in features.tma and features.spills == 0, features
+
+
+def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
+    """Blockwise at M = 16 the same: swapped, the weight's 64 rows are wgmma's M side (its scales now one
+    number per tile and K group, A_GROUPED), whole and with slices summed in the launch; no spills."""
+    op = get_op("gemm_fp8_blockwise")
+    target = Target.for_arch("sm_90")
+    problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
+    plain = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
+                   FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0, num_warps=4, num_stages=5)  # fmt: skip
+    configs = [plain, plain.replace(SWAP_AB=1), plain.replace(SWAP_AB=1, SPLIT_K=2, FUSED_SPLIT=1)]
+    space = op.space(problem, target)
+    assert all(c in space for c in configs), [space.check(c) for c in configs]
+    try:
+        pool = CompilePool(target, workers=2)
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    with pool:
+        compiled = [f.result(timeout=600) for f in [pool.submit(op, problem, c) for c in configs]]
+    for features in compiled:
+        assert features.compiled and features.spills == 0, features.error[:2000] or features
+    wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
+    assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
+    assert wgmma[1:] == [["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"]] * 2, wgmma
