@@ -98,8 +98,9 @@ def plain(winner: tuple[int, ...]) -> dict[str, Config]:
             for s in (4, 5, 6)}  # fmt: skip
 
 
-def best(res: dict[str, tuple[float, str]], prefix: str) -> tuple[str, float]:
-    ok = [(t, name) for name, (t, status) in res.items() if status == "ok" and name.startswith(prefix)]
+def best(res: dict[str, tuple[float, str]], prefix: str, ahead: bool = False) -> tuple[str, float]:
+    ok = [(t, name) for name, (t, status) in res.items()
+          if status == "ok" and name.startswith(prefix) and name.endswith(" ahead") == ahead]  # fmt: skip
     if not ok:
         return "-", float("nan")
     t, name = min(ok)
@@ -115,6 +116,11 @@ def main() -> int:
     ap.add_argument("--defaults", action="store_true", help="the default against itself unswapped, M = 2-32")
     ap.add_argument("--wide", action="store_true", help="a wider swapped grid on the rows under 80%%")
     ap.add_argument("--skip-rows", action="store_true", help="not the rows under 80%% (with --defaults)")
+    ap.add_argument(
+        "--ahead",
+        action="store_true",
+        help="blockwise: also every config with SCALES_AHEAD (next K tile's scales loaded ahead)",
+    )
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/swap_ab.py needs a GPU", file=sys.stderr)
@@ -133,10 +139,14 @@ def main() -> int:
     for label, m, n, k, base, wide in problems:
         p = Problem.quant(args.op, m, n, k)
         configs = {"default": op.default_config(p, target), **base, **swapped(m, wide, k_tiles)}
+        if args.ahead:
+            configs |= {f"{name} ahead": c.replace(SCALES_AHEAD=1) for name, c in configs.items()
+                        if c.backend == "triton"}  # fmt: skip
         res = interleaved_medians(bench, p, configs, args.rounds)
         (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
+        (an, at) = min(best(res, "plain", True), best(res, "swap", True), key=lambda x: x[1])
         rows.append(dict(layer=label, M=m, N=n, K=k, default_us=res["default"][0], plain=pn, plain_us=pt,
-                         swap=sn, swap_us=st, bytes=p.min_bytes(),
+                         swap=sn, swap_us=st, ahead=an, ahead_us=at, bytes=p.min_bytes(),
                          times={name: v[0] for name, v in res.items()},
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
@@ -145,10 +155,12 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"swap_ab_{args.op}.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
-    print(f"{'layer':26} {'M':>3} {'default':>8} {'plain':>8} {'swapped':>8} {'gain':>6}  best swapped")
+    print(f"{'layer':26} {'M':>3} {'default':>8} {'plain':>8} {'swapped':>8} {'gain':>6}  best swapped"
+          + ("  | best ahead (µs, config)" if args.ahead else ""))  # fmt: skip
     for r in rows:
         print(f"{r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['plain_us']:8.2f} {r['swap_us']:8.2f} "
-              f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}")  # fmt: skip
+              f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}"
+              + (f"  | {r['ahead_us']:.2f} {r['ahead']}" if args.ahead else ""))  # fmt: skip
     if defaults:
         rowwise = args.op == "gemm_fp8_rowwise"
         what = "plain / swapped default" if rowwise else "default / swapped Triton default"

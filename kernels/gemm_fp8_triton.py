@@ -51,15 +51,40 @@ FP8_SCALE_BLOCK = 128
 
 
 @triton.jit
+def _group_scales(ptrs, k0, K, stride_k, SUB: tl.constexpr, SCALE_BLOCK: tl.constexpr, G: tl.constexpr,
+                  ROWS: tl.constexpr):  # fmt: skip
+    """The blockwise scales of the G sub-tiles of the K tile at k0: a [G] vector from one pointer, or a
+    [rows, G] tile from a vector of row pointers (ROWS); 0 for sub-tiles past K."""
+    kg = k0 + tl.arange(0, G) * SUB
+    group = kg // SCALE_BLOCK
+    if ROWS:
+        scales = tl.load(ptrs[:, None] + group[None, :] * stride_k, mask=(kg < K)[None, :], other=0.0)
+    else:
+        scales = tl.load(ptrs + group * stride_k, mask=kg < K, other=0.0)
+    return scales
+
+
+@triton.jit
+def _pick(scales, j: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr):
+    """Sub-tile j's scale from `_group_scales`: a number, or a vector over the rows (ROWS)."""
+    if ROWS:
+        picked = tl.sum(tl.where(tl.arange(0, G)[None, :] == j, scales, 0.0), axis=1)
+    else:
+        picked = tl.sum(tl.where(tl.arange(0, G) == j, scales, 0.0), axis=0)
+    return picked
+
+
+@triton.jit
 def _fp8_partial(
     a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
     stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCKWISE: tl.constexpr, SCALE_BLOCK: tl.constexpr, DOT_F32: tl.constexpr, B_SCALE_VECTOR: tl.constexpr,
-    A_GROUPED: tl.constexpr,
+    A_GROUPED: tl.constexpr, SCALES_AHEAD: tl.constexpr,
 ):  # fmt: skip
     """The scaled fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them).
-    Blockwise, A_GROUPED trades the scale layouts: A's scales per SCALE_BLOCK rows, B's per row (SWAP_AB)."""
+    Blockwise, A_GROUPED trades the scale layouts: A's scales per SCALE_BLOCK rows, B's per row (SWAP_AB);
+    SCALES_AHEAD loads the scales of K tile k + 1 while tile k runs (their latency off the loop's path)."""
     # Rows/columns past the edge wrap around: loads stay in bounds without masks, stores are masked.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -91,9 +116,22 @@ def _fp8_partial(
         a_row = tl.load(as_ptr + offs_m * stride_asm)
         b_col = tl.load(bs_ptr + offs_n * stride_bsn)
 
+    G: tl.constexpr = BLOCK_K // SUB
+    A_ROWS: tl.constexpr = not ONE_A  # the A scales of a sub-tile: a vector over its rows, or one number
+    B_ROWS: tl.constexpr = not ONE_B
+    if BLOCKWISE and SCALES_AHEAD:
+        a_next = _group_scales(as_ptrs, k_start, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
+        b_next = _group_scales(bs_ptrs, k_start, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
+
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, n_iters):
-        for j in tl.static_range(BLOCK_K // SUB):
+        if BLOCKWISE and SCALES_AHEAD:
+            a_tile = a_next
+            b_tile = b_next
+            k_next = k_start + (k + 1) * BLOCK_K
+            a_next = _group_scales(as_ptrs, k_next, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
+            b_next = _group_scales(bs_ptrs, k_next, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
+        for j in tl.static_range(G):
             kk = k * BLOCK_K + j * SUB
             if EVEN_K:
                 a = tl.load(a_ptrs + kk * stride_ak)
@@ -105,7 +143,16 @@ def _fp8_partial(
             if DOT_F32:  # interpreter only: its fp8 dots are unreliable; the products are exact in fp32
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            if BLOCKWISE:
+            if BLOCKWISE and SCALES_AHEAD:
+                a_s = _pick(a_tile, j, G, A_ROWS)
+                b_s = _pick(b_tile, j, G, B_ROWS)
+                if ONE_A:
+                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[None, :], acc)
+                elif ONE_B:
+                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
+                else:
+                    acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
+            elif BLOCKWISE:
                 group = (k_start + kk) // SCALE_BLOCK
                 k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
                 if ONE_A:
@@ -161,6 +208,7 @@ def gemm_fp8_kernel(
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
     A_GROUPED: tl.constexpr = False,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
     B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
@@ -171,6 +219,7 @@ def gemm_fp8_kernel(
         a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
         stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
         BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
+        SCALES_AHEAD,
     )  # fmt: skip
     store_tile(
         acc, c_ptr, c_ptr, c_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, stride_cs, stride_cm, stride_cn,
@@ -215,6 +264,7 @@ def gemm_fp8_sum_kernel(
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
     A_GROUPED: tl.constexpr = False,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
     """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
@@ -228,6 +278,7 @@ def gemm_fp8_sum_kernel(
                 a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
                 stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k0 * BLOCK_K, k1 - k0,
                 BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
+                SCALES_AHEAD,
             )  # fmt: skip
             stream_store(
                 acc, c_ptr, ws_ptr, count_ptr, tile, k0, k1, iters, PER, pid_m, pid_n, M, N, stride_cm,
@@ -242,6 +293,7 @@ def gemm_fp8_sum_kernel(
             a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
             stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
             BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, BLOCKWISE, SCALE_BLOCK, DOT_F32, B_SCALE_VECTOR, A_GROUPED,
+            SCALES_AHEAD,
         )  # fmt: skip
         store_tile(
             acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
@@ -311,6 +363,10 @@ def quant_launcher(
         raise ValueError(f"SWAP_AB exists for the FP8 kernel only: {config.short()}")
     if swap and constexprs["BLOCKWISE"]:  # swapped, the kernel's A is B: its scales per 128 rows
         opts["A_GROUPED"] = True
+    if int(config.get("SCALES_AHEAD", 0)):
+        if not constexprs.get("BLOCKWISE"):
+            raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
+        opts["SCALES_AHEAD"] = True
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)

@@ -172,12 +172,17 @@ CASES = [
       tcfg(16, 32, 64, split_k=4, fused=1), tcfg(16, 16, 64, stream=1),
       # swapped: the weight's scales per 128 rows on the kernel's A side, K sub-tiles, in-launch sums
       tcfg(16, 32, 64, swap=1), tcfg(16, 16, 256, split_k=2, fused=1, swap=1),
-      tcfg(16, 32, 64, stream=1, swap=1)]),
+      tcfg(16, 32, 64, stream=1, swap=1),
+      # the scales of the next K tile loaded ahead: K tiles narrower and wider than a group, split
+      tcfg(bk=64).replace(SCALES_AHEAD=1), tcfg(32, 16, 256, split_k=2).replace(SCALES_AHEAD=1),
+      tcfg(16, 32, 64, swap=1).replace(SCALES_AHEAD=1),
+      tcfg(16, 16, 256, split_k=2, fused=1, swap=1).replace(SCALES_AHEAD=1)]),
     # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256),
     # each also swapped (a last tile that wraps past N onto the first scale block)
     ("gemm_fp8_blockwise", 8, 272, 256,
      [tcfg(16, 64, 128), tcfg(16, 256, 64, split_k=2), tcfg(16, 64, 128, swap=1),
-      tcfg(16, 256, 64, split_k=2, fused=1, swap=1)]),
+      tcfg(16, 256, 64, split_k=2, fused=1, swap=1), tcfg(16, 64, 256).replace(SCALES_AHEAD=1),
+      tcfg(16, 256, 64, swap=1, stream=1).replace(SCALES_AHEAD=1)]),
     ("gemm_mxfp8", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, group_m=4, split_k=2)]),
     ("gemm_mxfp4", 20, 48, 192, [tcfg(), tcfg(16, 32, 64, split_k=4)]),
     ("gemm_mxfp4_bf16a", 20, 48, 192, [tcfg(), tcfg(32, 16, 64, split_k=2)]),
