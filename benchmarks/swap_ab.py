@@ -92,6 +92,20 @@ def swapped(m: int, wide: bool = False, k_tiles: tuple[int, ...] = (256, 512)) -
     return out
 
 
+def ahead_grid(m: int) -> dict[str, Config]:
+    """Blockwise, swapped with SCALES_AHEAD: 2 to 5 stages, whole tiles, 2 slices summed in the launch, and
+    stream-K over 2 programs per SM."""
+    out = {}
+    for bn, bk, stages, (split, stream) in itertools.product(
+        (64, 128), (128, 256, 512), (2, 3, 4, 5), ((1, 0), (2, 0), (1, 2))
+    ):
+        c = cfg(max(16, m), bn, bk, stages, swap=1, split=split, stream=stream).replace(SCALES_AHEAD=1)
+        if fits(c) and not (bn == 128 and (split > 1 or stream)):
+            parts = f" SK{split}" if split > 1 else " stream2" if stream else ""
+            out[f"swap BN{bn} BK{bk} s{stages}{parts} ahead"] = c
+    return out
+
+
 def plain(winner: tuple[int, ...]) -> dict[str, Config]:
     bm, bn, bk, stream = winner
     return {f"plain BN{bn} BK{bk} s{s}" + (" stream2" if stream else ""): cfg(bm, bn, bk, s, stream=stream)
@@ -140,8 +154,8 @@ def main() -> int:
         p = Problem.quant(args.op, m, n, k)
         configs = {"default": op.default_config(p, target), **base, **swapped(m, wide, k_tiles)}
         if args.ahead:
-            configs |= {f"{name} ahead": c.replace(SCALES_AHEAD=1) for name, c in configs.items()
-                        if c.backend == "triton"}  # fmt: skip
+            configs |= {f"{name} ahead": c.replace(SCALES_AHEAD=1) for name, c in base.items()}
+            configs |= ahead_grid(m)
         res = interleaved_medians(bench, p, configs, args.rounds)
         (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
         (an, at) = min(best(res, "plain", True), best(res, "swap", True), key=lambda x: x[1])
@@ -175,7 +189,7 @@ def main() -> int:
 def check_defaults(bench: Benchmarker, target: Any, rounds: int, op_name: str) -> list[dict[str, Any]]:
     """Every dense layer of the two models at TP 8, M = 2 to 32: row-wise, the default (swapped) beside the
     same config unswapped ("plain"); blockwise, the op's default ("plain") beside the Triton kernel's
-    default swapped ("default")."""
+    default swapped, with SCALES_AHEAD and 4 stages ("default")."""
     from autotune.kernels.gemm_quant_space import _triton_default
     from autotune.sweeps.catalog import layer_shapes
 
@@ -192,7 +206,8 @@ def check_defaults(bench: Benchmarker, target: Any, rounds: int, op_name: str) -
                     configs = {"default": default, "plain": default.replace(SWAP_AB=0)}
                 else:
                     default = _triton_default(p, target)
-                    default = default.replace(SWAP_AB=int(int(default["BLOCK_N"]) >= 64))
+                    swap = int(int(default["BLOCK_N"]) >= 64)
+                    default = default.replace(SWAP_AB=swap, SCALES_AHEAD=swap, num_stages=4)
                     configs = {"default": default, "plain": op.default_config(p, target)}
                 if not int(default.get("SWAP_AB", 0)):
                     continue
