@@ -49,6 +49,7 @@ __all__ = [
     "GLUON_DECODE_M",
     "GLUON_MIN_M",
     "GLUON_PARAMS",
+    "SWAPPED_MAX_M",
     "VendorCheck",
     "gluon_default_config",
     "gluon_missing",
@@ -97,7 +98,8 @@ def swap_ab_target(target: Target) -> bool:
 
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
-    FP8 ops only; SWAP_AB: the FP8 ops where `swap_ab_target`)."""
+    FP8 ops only; SWAP_AB: the FP8 ops where `swap_ab_target`; SCALES_AHEAD: blockwise, the next K tile's
+    scales loaded while this one runs)."""
     params = knob_values(
         target,
         k_tiles=_k_tiles(op, target),
@@ -108,6 +110,8 @@ def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     )
     if op.startswith("gemm_fp8") and swap_ab_target(target):
         params["SWAP_AB"] = (0, 1)
+    if op == "gemm_fp8_blockwise":
+        params["SCALES_AHEAD"] = (0, 1)
     return params
 
 
@@ -156,13 +160,16 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 def quant_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config of a quantized GEMM; always a member of its space.
 
-    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M, where Gluon
-    imports: the gluon kernel's (`gluon_default_config`). The FP8 ops at M = 1 on NVIDIA: the GEMV
+    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M above
+    SWAPPED_MAX_M, where Gluon imports: the gluon kernel's (`gluon_default_config`); below, the Triton
+    kernel's, swapped, with SCALES_AHEAD. The FP8 ops at M = 1 on NVIDIA: the GEMV
     kernel's (`_gemv_default`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
     lo, hi = GLUON_DECODE_M
+    if swap_ab_target(target):
+        lo = SWAPPED_MAX_M + 1  # the Triton kernel, swapped, below
     gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
     if gluon_m and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
         gluon = gluon_default_config(problem, target)
@@ -220,8 +227,11 @@ def _triton_default(problem: Problem, target: Target) -> Config:
     elif M <= 64:
         bm, bn, bk = max(_MIN_TILE, next_pow2(M)), 64, ks[-2] if len(ks) > 1 else ks[-1]
         # FP8 on NVIDIA: 5 stages keep more of B in flight. H100 (`decode_knobs.py`): 1.031x the same
-        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose)
+        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose).
+        # Blockwise swapped with SCALES_AHEAD (below): 4 stages beat 5 on every row of `swap_ab.py --ahead`
         warps, stages = 4, 2 if target.is_amd else 5 if problem.op.startswith("gemm_fp8") else 3
+        if problem.op == "gemm_fp8_blockwise" and swap_ab_target(target) and bm < 64:
+            stages = 4
     elif target.is_amd:
         bm, bn, bk, warps, stages = 256, 256, ks[1], 8, 2
     elif problem.op == "gemm_fp8_blockwise":
@@ -240,8 +250,12 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
         values["STREAM_K"] = 0
     if "SWAP_AB" in params:
-        # H100: swapped, this default ran 1.13x itself unswapped (80 problems at M = 2-32, never slower)
-        values["SWAP_AB"] = int(bm < 64 and bn >= 64 and problem.op == "gemm_fp8_rowwise")
+        # H100: swapped, this default ran 1.13x itself unswapped (row-wise, 80 problems at M = 2-32, never
+        # slower); blockwise, swapped with SCALES_AHEAD, 1.12-1.25x the gluon kernel's default (geomean
+        # per M over the same 80, `swap_ab.py --op gemm_fp8_blockwise --defaults`; 0.966x at worst)
+        values["SWAP_AB"] = int(bm < 64 and bn >= 64)
+    if "SCALES_AHEAD" in params:
+        values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
@@ -340,6 +354,11 @@ GLUON_MIN_M = 256
 #: 1.06x and 1.14x faster than the Triton kernel's (geomean over 7 layers of DeepSeek-V3 and Llama-3.1-70B,
 #: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel.
 GLUON_DECODE_M = (2, 64)
+#: Where the Triton kernel swapped (SWAP_AB, `swap_ab_target`) takes over the blockwise decode default from
+#: the gluon kernel: M = 2 to 32, whose 16- or 32-row tiles leave wgmma's 64-row side to the weight (H100:
+#: 1.24x, 1.25x, 1.23x, 1.19x and 1.13x the gluon default at M = 2, 4, 8, 16 and 32, geomean over 16
+#: layers of DeepSeek-V3 and Llama-3.1-70B at TP 8; 79 of 80 problems faster, the worst 0.966x).
+SWAPPED_MAX_M = 32
 #: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
 GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "BLOCK_M": (64, 128),

@@ -443,14 +443,15 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
 @needs_gluon
 @pytest.mark.parametrize(
     "M, backend",
-    [(1, "triton_gemv"), (2, "gluon"), (16, "gluon"), (64, "gluon"), (65, "triton"), (255, "triton"),
-     (256, "gluon"), (2048, "gluon")],
+    [(1, "triton_gemv"), (2, "triton"), (16, "triton"), (32, "triton"), (33, "gluon"), (64, "gluon"),
+     (65, "triton"), (255, "triton"), (256, "gluon"), (2048, "gluon")],
 )  # fmt: skip
 def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
     """On an H100 the gluon kernel (warp-specialized, 5 stages) ran 1.6x the Triton kernel at M = 2048,
     and its decode config (64x64 tiles, 6 stages, split along K while the programs fit the SMs) beat the
-    Triton kernel's decode default at M = 16 and 64; M = 1 keeps the GEMV, M of 65 to 255 the Triton
-    kernel. The row-wise op has no gluon kernel."""
+    Triton kernel's decode default at M = 16 and 64; the Triton kernel swapped with the scales loaded
+    ahead beat it in turn at M = 2 to 32. M = 1 keeps the GEMV, M of 65 to 255 the Triton kernel. The
+    row-wise op has no gluon kernel."""
     from autotune.kernels.gemm_quant_space import gluon_default_config
 
     problem = Problem.quant(BLOCKWISE, M, 4608, 7168)
@@ -463,10 +464,13 @@ def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
         assert default == gcfg(stages=5, persistent=int(tiles > SM90.cu_count), warp_spec=1)
     elif backend == "gluon":  # 72 tiles of 64 x 64: a split in 2 would not fit the 132 SMs in one wave
         assert default == gcfg(64, 64, 4, stages=6, group_m=1)
+    elif 2 <= M <= 32:  # the weight's 64 rows on wgmma's M side, 4 stages
+        assert (default["SWAP_AB"], default["SCALES_AHEAD"], default["num_stages"]) == (1, 1, 4)
+        assert default["BLOCK_M"] == max(16, M) and default["BLOCK_N"] == 64, default.short()
     else:
         assert gluon_default_config(problem, SM90) in get_op(BLOCKWISE).space(problem, SM90)
     rowwise = Problem.quant("gemm_fp8_rowwise", M, 4608, 7168)
-    want = "triton_gemv" if M == 1 else "triton_tma" if M == 64 else "triton"
+    want = "triton_gemv" if M == 1 else "triton_tma" if 32 < M <= 64 else "triton"
     assert quant_default_config(rowwise, SM90).backend == want
 
 
@@ -511,9 +515,9 @@ def test_swap_ab_and_tma_rows_are_pruned_with_the_reason() -> None:
 @pytest.mark.parametrize("N, K, split", [(1280, 8192, 4), (1536, 7168, 4), (2560, 7168, 3), (4608, 7168, 1)])
 def test_hopper_decode_default_splits_k_while_the_programs_fit_the_sms(N: int, K: int, split: int) -> None:
     """The largest SPLIT_K up to 4 with tiles x SPLIT_K <= 132: 20, 24, 40 and 72 tiles of 64 x 64."""
-    default = quant_default_config(Problem.quant(BLOCKWISE, 16, N, K), SM90)
+    default = quant_default_config(Problem.quant(BLOCKWISE, 64, N, K), SM90)
     assert default.backend == "gluon" and default["SPLIT_K"] == split, default.short()
-    assert default in get_op(BLOCKWISE).space(Problem.quant(BLOCKWISE, 16, N, K), SM90)
+    assert default in get_op(BLOCKWISE).space(Problem.quant(BLOCKWISE, 64, N, K), SM90)
 
 
 def test_gluon_without_gluon_is_pruned_with_the_reason(monkeypatch) -> None:

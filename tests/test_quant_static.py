@@ -39,6 +39,9 @@ CASES = {
     "942-fp8row-16": ("gemm_fp8_rowwise", "gfx942", amd(16, "gfx942"), "v_mfma_f32_16x16x32_fp8_fp8"),
     "942-fp8block-32": ("gemm_fp8_blockwise", "gfx942", amd(32, "gfx942", BLOCK_K=256),
                         "v_mfma_f32_32x32x16_fp8_fp8"),
+    # the next K tile's scales loaded ahead (in the space on AMD too)
+    "942-fp8block-ahead": ("gemm_fp8_blockwise", "gfx942", amd(16, "gfx942", BLOCK_K=256, SCALES_AHEAD=1),
+                           "v_mfma_f32_16x16x32_fp8_fp8"),
     # MI300X has no MX instructions: the tiles are dequantized to bf16 (the README's "emulated")
     "942-mxfp4-emulated": ("gemm_mxfp4", "gfx942", amd(16, "gfx942"), "v_mfma_f32_16x16x16_bf16"),
     "sm90-fp8block": ("gemm_fp8_blockwise", "sm_90", SM90, WGMMA_FP8),
@@ -148,13 +151,16 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
 
 def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
     """Blockwise at M = 16 the same: swapped, the weight's 64 rows are wgmma's M side (its scales now one
-    number per tile and K group, A_GROUPED), whole and with slices summed in the launch; no spills."""
+    number per tile and K group, A_GROUPED), whole and with slices summed in the launch, with the scales
+    loaded ahead (the op's default there) or not; no spills."""
     op = get_op("gemm_fp8_blockwise")
     target = Target.for_arch("sm_90")
     problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
-    plain = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
-                   FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0, num_warps=4, num_stages=5)  # fmt: skip
-    configs = [plain, plain.replace(SWAP_AB=1), plain.replace(SWAP_AB=1, SPLIT_K=2, FUSED_SPLIT=1)]
+    plain = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0,
+                   STREAM_K=0, SWAP_AB=0, SCALES_AHEAD=0, num_warps=4, num_stages=4)  # fmt: skip
+    default = plain.replace(SWAP_AB=1, SCALES_AHEAD=1)
+    assert op.default_config(problem, target) == default
+    configs = [plain, plain.replace(SWAP_AB=1), default.replace(SPLIT_K=2, FUSED_SPLIT=1), default]
     space = op.space(problem, target)
     assert all(c in space for c in configs), [space.check(c) for c in configs]
     try:
@@ -167,4 +173,4 @@ def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
         assert features.compiled and features.spills == 0, features.error[:2000] or features
     wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
     assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
-    assert wgmma[1:] == [["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"]] * 2, wgmma
+    assert wgmma[1:] == [["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"]] * 3, wgmma
