@@ -218,11 +218,16 @@ def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
         ),
         ("gemm_fp8_rowwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=1, SWAP_AB=1)),
         ("gemm_fp8_blockwise", (16, 4608, 7168), dict(BLOCK_N=64, BLOCK_K=256, STREAM_K=2, SWAP_AB=1)),
-        # ragged: the last weight tile crosses into a partial scale block
+        # ragged: the last weight tile crosses into a partial scale block; the scales loaded ahead
         (
             "gemm_fp8_blockwise",
             (13, 1000, 3072),
-            dict(BLOCK_N=128, BLOCK_K=128, SPLIT_K=2, FUSED_SPLIT=1, SWAP_AB=1),
+            dict(BLOCK_N=128, BLOCK_K=128, SPLIT_K=2, FUSED_SPLIT=1, SWAP_AB=1, SCALES_AHEAD=1),
+        ),
+        (
+            "gemm_fp8_blockwise",
+            (16, 4608, 7168),
+            dict(BLOCK_N=128, BLOCK_K=256, SPLIT_K=4, FUSED_SPLIT=1, SWAP_AB=1, SCALES_AHEAD=1),
         ),
     ],
 )
@@ -236,6 +241,8 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
     values = dict(BLOCK_M=16, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, num_warps=4, num_stages=3)
     if op_name.startswith("gemm_fp8"):
         values["SWAP_AB"] = 0
+    if op_name == "gemm_fp8_blockwise":
+        values["SCALES_AHEAD"] = 0
     config = Config(backend="triton", **(values | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     _right_and_repeatable(op, problem, config, target, "the in-launch sum")
