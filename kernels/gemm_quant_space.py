@@ -12,7 +12,8 @@ of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, 
 warp and one partition per consumer warpgroup) and SPLIT_K (K slices summed in the launch, for grids of
 fewer tiles than SMs; a config stored without it has 1); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
-prefill (M >= GLUON_MIN_M) where it can run.
+prefill (M >= GLUON_MIN_M) and at M = 33 to 64 where it can run; at M = 2 to 32 (SWAPPED_MAX_M) the Triton
+kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile loaded while this one runs).
 
 "triton_tma" (`gemm_fp8_tma`, gemm_fp8_rowwise where tensor descriptors exist: Hopper and newer, and the
 interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
@@ -352,7 +353,8 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
 GLUON_MIN_M = 256
 #: The decode M whose default is the gluon kernel too: at M = 16 and 64 the H100 ran its decode default
 #: 1.06x and 1.14x faster than the Triton kernel's (geomean over 7 layers of DeepSeek-V3 and Llama-3.1-70B,
-#: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel.
+#: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel. Where SWAP_AB
+#: exists, the swapped Triton kernel takes M up to SWAPPED_MAX_M.
 GLUON_DECODE_M = (2, 64)
 #: Where the Triton kernel swapped (SWAP_AB, `swap_ab_target`) takes over the blockwise decode default from
 #: the gluon kernel: M = 2 to 32, whose 16- or 32-row tiles leave wgmma's 64-row side to the weight (H100:
