@@ -4,6 +4,8 @@ matrix_instr_nonkdim asks for on MI355X, FP8 MFMAs on MI300X, FP8 wgmma on the H
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from autotune import Config, Problem
@@ -114,7 +116,23 @@ def test_gluon_default_compiles_for_sm90_with_wgmma_and_no_spills() -> None:
         assert check_features(features, config, target) == [], config.short()
 
 
-# -- FP8 row-wise decode: SWAP_AB and the TMA kernel --------------------------------------------------------
+# -- FP8 decode: SWAP_AB, the scales ahead and the TMA kernel ------------------------------------------------
+
+
+def _compile_in_space(op: Any, problem: Problem, configs: list[Config]) -> list[StaticFeatures]:
+    """Each config, checked to be in the sm_90 space, compiled for sm_90 (skips where Triton cannot)."""
+    target = Target.for_arch("sm_90")
+    space = op.space(problem, target)
+    assert all(c in space for c in configs), [space.check(c) for c in configs]
+    try:
+        pool = CompilePool(target, workers=2)
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    with pool:
+        compiled = [f.result(timeout=600) for f in [pool.submit(op, problem, c) for c in configs]]
+    for features in compiled:
+        assert features.compiled, features.error[:2000]
+    return compiled
 
 
 def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
@@ -129,18 +147,9 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
     tma = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1,
                  PERSISTENT=0, SWAP_AB=1, num_warps=4, num_stages=4)  # fmt: skip
     assert op.default_config(problem, target) == pointer.replace(SWAP_AB=1)
-    configs = [pointer, pointer.replace(SWAP_AB=1), tma, tma.replace(SPLIT_K=2)]
-    space = op.space(problem, target)
-    assert all(c in space for c in configs), [space.check(c) for c in configs]
-    try:
-        pool = CompilePool(target, workers=2)
-    except TargetError as exc:
-        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
-    with pool:
-        futures = [pool.submit(op, problem, c) for c in configs]
-        compiled = [f.result(timeout=600) for f in futures]
-    for features in compiled:
-        assert features.compiled, features.error[:2000]
+    compiled = _compile_in_space(
+        op, problem, [pointer, pointer.replace(SWAP_AB=1), tma, tma.replace(SPLIT_K=2)]
+    )
     wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
     swapped = "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"
     assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
@@ -161,16 +170,8 @@ def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
     default = plain.replace(SWAP_AB=1, SCALES_AHEAD=1)
     assert op.default_config(problem, target) == default
     configs = [plain, plain.replace(SWAP_AB=1), default.replace(SPLIT_K=2, FUSED_SPLIT=1), default]
-    space = op.space(problem, target)
-    assert all(c in space for c in configs), [space.check(c) for c in configs]
-    try:
-        pool = CompilePool(target, workers=2)
-    except TargetError as exc:
-        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
-    with pool:
-        compiled = [f.result(timeout=600) for f in [pool.submit(op, problem, c) for c in configs]]
-    for features in compiled:
-        assert features.compiled and features.spills == 0, features.error[:2000] or features
+    compiled = _compile_in_space(op, problem, configs)
+    assert all(f.spills == 0 for f in compiled), compiled
     wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
     assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
     assert wgmma[1:] == [["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"]] * 3, wgmma
