@@ -143,29 +143,26 @@ def _fp8_partial(
             if DOT_F32:  # interpreter only: its fp8 dots are unreliable; the products are exact in fp32
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
-            if BLOCKWISE and SCALES_AHEAD:
-                a_s = _pick(a_tile, j, G, A_ROWS)
-                b_s = _pick(b_tile, j, G, B_ROWS)
+            if BLOCKWISE:
+                if SCALES_AHEAD:
+                    a_s = _pick(a_tile, j, G, A_ROWS)
+                    b_s = _pick(b_tile, j, G, B_ROWS)
+                else:
+                    group = (k_start + kk) // SCALE_BLOCK
+                    k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
+                    if A_ROWS:
+                        a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
+                    else:
+                        a_s = tl.load(as_ptrs + group * stride_ask, mask=k_at < K, other=0.0)
+                    if B_ROWS:
+                        b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
+                    else:
+                        b_s = tl.load(bs_ptrs + group * stride_bsk, mask=k_at < K, other=0.0)
                 if ONE_A:
                     acc = tl.fma(tl.dot(a, b), (a_s * b_s)[None, :], acc)
                 elif ONE_B:
                     acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
                 else:
-                    acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
-            elif BLOCKWISE:
-                group = (k_start + kk) // SCALE_BLOCK
-                k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
-                if ONE_A:
-                    a_s = tl.load(as_ptrs + group * stride_ask, mask=k_at < K, other=0.0)
-                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
-                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[None, :], acc)
-                elif ONE_B:
-                    a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
-                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=k_at < K, other=0.0)
-                    acc = tl.fma(tl.dot(a, b), (a_s * b_s)[:, None], acc)
-                else:
-                    a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
-                    b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
                     acc = tl.fma(tl.dot(a, b), a_s[:, None] * b_s[None, :], acc)
             else:
                 acc = tl.dot(a, b, acc)
