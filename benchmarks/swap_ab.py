@@ -158,7 +158,8 @@ def main() -> int:
             configs |= ahead_grid(m)
         res = interleaved_medians(bench, p, configs, args.rounds)
         (pn, pt), (sn, st) = best(res, "plain"), best(res, "swap")
-        (an, at) = min(best(res, "plain", True), best(res, "swap", True), key=lambda x: x[1])
+        ahead = [x for x in (best(res, "plain", True), best(res, "swap", True)) if x[1] == x[1]]  # not NaN
+        an, at = min(ahead, key=lambda x: x[1]) if ahead else ("-", float("nan"))
         rows.append(dict(layer=label, M=m, N=n, K=k, default_us=res["default"][0], plain=pn, plain_us=pt,
                          swap=sn, swap_us=st, ahead=an, ahead_us=at, bytes=p.min_bytes(),
                          times={name: v[0] for name, v in res.items()},

@@ -228,11 +228,8 @@ def _triton_default(problem: Problem, target: Target) -> Config:
     elif M <= 64:
         bm, bn, bk = max(_MIN_TILE, next_pow2(M)), 64, ks[-2] if len(ks) > 1 else ks[-1]
         # FP8 on NVIDIA: 5 stages keep more of B in flight. H100 (`decode_knobs.py`): 1.031x the same
-        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose).
-        # Blockwise swapped with SCALES_AHEAD (below): 4 stages beat 5 on every row of `swap_ab.py --ahead`
+        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose)
         warps, stages = 4, 2 if target.is_amd else 5 if problem.op.startswith("gemm_fp8") else 3
-        if problem.op == "gemm_fp8_blockwise" and swap_ab_target(target) and bm < 64:
-            stages = 4
     elif target.is_amd:
         bm, bn, bk, warps, stages = 256, 256, ks[1], 8, 2
     elif problem.op == "gemm_fp8_blockwise":
@@ -257,6 +254,8 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         values["SWAP_AB"] = int(bm < 64 and bn >= 64)
     if "SCALES_AHEAD" in params:
         values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
+        if values["SCALES_AHEAD"]:  # 4 stages beat 5 on every row of `swap_ab.py --ahead` (H100)
+            values["num_stages"] = 4
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
