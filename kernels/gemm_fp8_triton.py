@@ -51,26 +51,48 @@ FP8_SCALE_BLOCK = 128
 
 
 @triton.jit
-def _group_scales(ptrs, k0, K, stride_k, SUB: tl.constexpr, SCALE_BLOCK: tl.constexpr, G: tl.constexpr,
-                  ROWS: tl.constexpr):  # fmt: skip
-    """The blockwise scales of the G sub-tiles of the K tile at k0: a [G] vector from one pointer, or a
-    [rows, G] tile from a vector of row pointers (ROWS); 0 for sub-tiles past K."""
-    kg = k0 + tl.arange(0, G) * SUB
-    group = kg // SCALE_BLOCK
+def _sub_scales(ptrs, rows, k, K, stride_k, SCALE_BLOCK: tl.constexpr, ROWS: tl.constexpr):
+    """The blockwise scale of the K sub-tile at k: one number, or a vector over the rows (ROWS: `ptrs` a
+    vector of row pointers, `rows` the row offsets of the same shape); 0 for a sub-tile past K."""
+    group = k // SCALE_BLOCK
     if ROWS:
-        scales = tl.load(ptrs[:, None] + group[None, :] * stride_k, mask=(kg < K)[None, :], other=0.0)
+        scales = tl.load(ptrs + group * stride_k, mask=rows * 0 + k < K, other=0.0)
     else:
-        scales = tl.load(ptrs + group * stride_k, mask=kg < K, other=0.0)
+        scales = tl.load(ptrs + group * stride_k, mask=k < K, other=0.0)
     return scales
 
 
 @triton.jit
-def _pick(scales, j: tl.constexpr, G: tl.constexpr, ROWS: tl.constexpr):
-    """Sub-tile j's scale from `_group_scales`: a number, or a vector over the rows (ROWS)."""
-    if ROWS:
-        picked = tl.sum(tl.where(tl.arange(0, G)[None, :] == j, scales, 0.0), axis=1)
+def _tile_scales(ptrs, rows, k0, K, stride_k, SUB: tl.constexpr, SCALE_BLOCK: tl.constexpr, G: tl.constexpr,
+                 ROWS: tl.constexpr):  # fmt: skip
+    """The scales of the G (at most 4) sub-tiles of the K tile at k0, as four values (those past G repeat
+    the first). Separate values, not one [rows, G] tile: each loads straight into the layout that scales
+    the product, where picking a column out of a tile would cost a shared-memory exchange per sub-tile."""
+    tl.static_assert(G <= 4, "SCALES_AHEAD holds at most 4 sub-tiles (BLOCK_K <= 4 scale groups)")
+    s0 = _sub_scales(ptrs, rows, k0, K, stride_k, SCALE_BLOCK, ROWS)
+    s1 = s0
+    s2 = s0
+    s3 = s0
+    if G > 1:
+        s1 = _sub_scales(ptrs, rows, k0 + SUB, K, stride_k, SCALE_BLOCK, ROWS)
+    if G > 2:
+        s2 = _sub_scales(ptrs, rows, k0 + 2 * SUB, K, stride_k, SCALE_BLOCK, ROWS)
+    if G > 3:
+        s3 = _sub_scales(ptrs, rows, k0 + 3 * SUB, K, stride_k, SCALE_BLOCK, ROWS)
+    return s0, s1, s2, s3
+
+
+@triton.jit
+def _nth(s0, s1, s2, s3, j: tl.constexpr):
+    """Sub-tile j's value of `_tile_scales`."""
+    if j == 0:
+        picked = s0
+    elif j == 1:
+        picked = s1
+    elif j == 2:
+        picked = s2
     else:
-        picked = tl.sum(tl.where(tl.arange(0, G) == j, scales, 0.0), axis=0)
+        picked = s3
     return picked
 
 
@@ -119,18 +141,19 @@ def _fp8_partial(
     G: tl.constexpr = BLOCK_K // SUB
     A_ROWS: tl.constexpr = not ONE_A  # the A scales of a sub-tile: a vector over its rows, or one number
     B_ROWS: tl.constexpr = not ONE_B
-    if BLOCKWISE and SCALES_AHEAD:
-        a_next = _group_scales(as_ptrs, k_start, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
-        b_next = _group_scales(bs_ptrs, k_start, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
+    if BLOCKWISE and SCALES_AHEAD:  # the scales of the first K tile
+        kn = k_start
+        an0, an1, an2, an3 = _tile_scales(as_ptrs, offs_m, kn, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
+        bn0, bn1, bn2, bn3 = _tile_scales(bs_ptrs, offs_n, kn, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, n_iters):
-        if BLOCKWISE and SCALES_AHEAD:
-            a_tile = a_next
-            b_tile = b_next
-            k_next = k_start + (k + 1) * BLOCK_K
-            a_next = _group_scales(as_ptrs, k_next, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
-            b_next = _group_scales(bs_ptrs, k_next, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
+        if BLOCKWISE and SCALES_AHEAD:  # this tile's scales; the next tile's load goes out now
+            a0, a1, a2, a3 = an0, an1, an2, an3
+            b0, b1, b2, b3 = bn0, bn1, bn2, bn3
+            kn = k_start + (k + 1) * BLOCK_K
+            an0, an1, an2, an3 = _tile_scales(as_ptrs, offs_m, kn, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
+            bn0, bn1, bn2, bn3 = _tile_scales(bs_ptrs, offs_n, kn, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
         for j in tl.static_range(G):
             kk = k * BLOCK_K + j * SUB
             if EVEN_K:
@@ -145,19 +168,11 @@ def _fp8_partial(
                 b = b.to(tl.float32)
             if BLOCKWISE:
                 if SCALES_AHEAD:
-                    a_s = _pick(a_tile, j, G, A_ROWS)
-                    b_s = _pick(b_tile, j, G, B_ROWS)
-                else:
-                    group = (k_start + kk) // SCALE_BLOCK
-                    k_at = k_start + kk  # a sub-tile past K (the last K slice) reads no scale
-                    if A_ROWS:
-                        a_s = tl.load(as_ptrs + group * stride_ask, mask=offs_m * 0 + k_at < K, other=0.0)
-                    else:
-                        a_s = tl.load(as_ptrs + group * stride_ask, mask=k_at < K, other=0.0)
-                    if B_ROWS:
-                        b_s = tl.load(bs_ptrs + group * stride_bsk, mask=offs_n * 0 + k_at < K, other=0.0)
-                    else:
-                        b_s = tl.load(bs_ptrs + group * stride_bsk, mask=k_at < K, other=0.0)
+                    a_s = _nth(a0, a1, a2, a3, j)
+                    b_s = _nth(b0, b1, b2, b3, j)
+                else:  # a sub-tile past K (the last K slice) reads no scale
+                    a_s = _sub_scales(as_ptrs, offs_m, k_start + kk, K, stride_ask, SCALE_BLOCK, A_ROWS)
+                    b_s = _sub_scales(bs_ptrs, offs_n, k_start + kk, K, stride_bsk, SCALE_BLOCK, B_ROWS)
                 if ONE_A:
                     acc = tl.fma(tl.dot(a, b), (a_s * b_s)[None, :], acc)
                 elif ONE_B:

@@ -176,7 +176,9 @@ CASES = [
       # the scales of the next K tile loaded ahead: K tiles narrower and wider than a group, split
       tcfg(bk=64).replace(SCALES_AHEAD=1), tcfg(32, 16, 256, split_k=2).replace(SCALES_AHEAD=1),
       tcfg(16, 32, 64, swap=1).replace(SCALES_AHEAD=1),
-      tcfg(16, 16, 256, split_k=2, fused=1, swap=1).replace(SCALES_AHEAD=1)]),
+      tcfg(16, 16, 256, split_k=2, fused=1, swap=1).replace(SCALES_AHEAD=1),
+      # four sub-tiles a K tile (the most the kernel holds ahead), K smaller than one tile
+      tcfg(16, 16, 512, swap=1).replace(SCALES_AHEAD=1)]),
     # three B scale blocks along N: one B scale per tile (BLOCK_N 64) and several per tile (BLOCK_N 256),
     # each also swapped (a last tile that wraps past N onto the first scale block)
     ("gemm_fp8_blockwise", 8, 272, 256,
