@@ -131,6 +131,13 @@ def main() -> int:
     ap.add_argument("--wide", action="store_true", help="a wider swapped grid on the rows under 80%%")
     ap.add_argument("--skip-rows", action="store_true", help="not the rows under 80%% (with --defaults)")
     ap.add_argument(
+        "--candidate",
+        default="",
+        metavar="KEY=VALUE,...",
+        help="with --defaults: the op's default against itself with these knobs changed, where the default "
+        "is swapped (blockwise: with SCALES_AHEAD) and the changed config is in the space",
+    )
+    ap.add_argument(
         "--ahead",
         action="store_true",
         help="blockwise: also every config with SCALES_AHEAD (next K tile's scales loaded ahead)",
@@ -166,7 +173,11 @@ def main() -> int:
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
-    info["defaults"] = defaults = check_defaults(bench, target, args.rounds, args.op) if args.defaults else []
+    candidate = {k: int(v) for k, v in (kv.split("=") for kv in args.candidate.split(",") if kv)}
+    info["candidate"] = candidate
+    info["defaults"] = defaults = (
+        check_defaults(bench, target, args.rounds, args.op, candidate) if args.defaults else []
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"swap_ab_{args.op}.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}")
@@ -179,6 +190,8 @@ def main() -> int:
     if defaults:
         rowwise = args.op == "gemm_fp8_rowwise"
         what = "plain / swapped default" if rowwise else "default / swapped Triton default"
+        if candidate:
+            what = "default / candidate"
         print(f"\n{'M':>3} {'problems':>8} {what + ', geomean':>42} {'min':>6} {'max':>6}")
         for m in sorted({d["M"] for d in defaults}):
             gains = [d["plain_us"] / d["default_us"] for d in defaults if d["M"] == m]
@@ -187,10 +200,14 @@ def main() -> int:
     return 0
 
 
-def check_defaults(bench: Benchmarker, target: Any, rounds: int, op_name: str) -> list[dict[str, Any]]:
+def check_defaults(
+    bench: Benchmarker, target: Any, rounds: int, op_name: str, candidate: dict[str, int] | None = None
+) -> list[dict[str, Any]]:
     """Every dense layer of the two models at TP 8, M = 2 to 32: row-wise, the default (swapped) beside the
     same config unswapped ("plain"); blockwise, the op's default ("plain") beside the Triton kernel's
-    default swapped, with SCALES_AHEAD and 4 stages ("default")."""
+    default swapped, with SCALES_AHEAD and 4 stages ("default"). With `candidate`, the op's default
+    ("plain") beside itself with those knobs changed ("default"), where the default is swapped and the
+    changed config is in the space."""
     from autotune.kernels.gemm_quant_space import _triton_default
     from autotune.sweeps.catalog import layer_shapes
 
@@ -202,7 +219,13 @@ def check_defaults(bench: Benchmarker, target: Any, rounds: int, op_name: str) -
                 if s.op != "gemm":
                     continue
                 p = Problem.quant(op_name, m, s.N, s.K)
-                if op_name == "gemm_fp8_rowwise":
+                if candidate:
+                    plain = op.default_config(p, target)
+                    default = plain.replace(**candidate)
+                    if default == plain or default not in op.space(p, target):
+                        continue
+                    configs = {"default": default, "plain": plain}
+                elif op_name == "gemm_fp8_rowwise":
                     default = op.default_config(p, target)
                     configs = {"default": default, "plain": default.replace(SWAP_AB=0)}
                 else:
