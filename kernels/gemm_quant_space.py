@@ -218,6 +218,24 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
     return fit_to_space(config, _gemv_sub(problem, target), ("BLOCK_K", "BLOCK_N", "num_stages"))
 
 
+#: The K tile of the swapped blockwise default with its scales ahead where `_long_single_wave` holds.
+_AHEAD_LONG_K = 512
+
+
+def _long_single_wave(
+    problem: Problem, target: Target, bm: int, bn: int, split_k: int, ks: list[int]
+) -> bool:
+    """Whether the swapped blockwise decode default takes K tiles of 512 with 3 stages instead of 256 with 4:
+    its tiles, unsplit, fit in one wave and K holds at least 4 such tiles. H100 (`swap_ab.py --defaults
+    --candidate BLOCK_K=512,num_stages=3`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8,
+    M = 2 to 32): on the 25 problems of the rule (the MLP layers, DeepSeek-V3 attn.o) 0.999-1.084x; off it,
+    0.91-0.97x where the default splits K, 0.95-0.99x with K of 512 or 1024, 0.96-0.99x on the lm_heads
+    (more than one wave)."""
+    tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
+    long_k = problem.K >= 4 * _AHEAD_LONG_K and _AHEAD_LONG_K in ks
+    return split_k == 1 and tiles <= target.cu_count and long_k
+
+
 def _triton_default(problem: Problem, target: Target) -> Config:
     """The heuristic config of the Triton kernel (see `quant_default_config`)."""
     params = quant_triton_params(problem.op, target)
@@ -256,6 +274,8 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
         if values["SCALES_AHEAD"]:  # 4 stages beat 5 on every row of `swap_ab.py --ahead` (H100)
             values["num_stages"] = 4
+            if _long_single_wave(problem, target, bm, bn, int(values["SPLIT_K"]), ks):
+                values["BLOCK_K"], values["num_stages"] = _AHEAD_LONG_K, 3
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0

@@ -466,14 +466,35 @@ def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
         assert default == gcfg(stages=5, persistent=int(tiles > SM90.cu_count), warp_spec=1)
     elif backend == "gluon":  # 72 tiles of 64 x 64: a split in 2 would not fit the 132 SMs in one wave
         assert default == gcfg(64, 64, 4, stages=6, group_m=1)
-    elif 2 <= M <= 32:  # the weight's 64 rows on wgmma's M side, 4 stages
-        assert (default["SWAP_AB"], default["SCALES_AHEAD"], default["num_stages"]) == (1, 1, 4)
+    elif 2 <= M <= 32:  # the weight's 64 rows on wgmma's M side; 72 tiles, one wave: K tiles of 512
+        assert (default["SWAP_AB"], default["SCALES_AHEAD"], default["num_stages"]) == (1, 1, 3)
         assert default["BLOCK_M"] == max(16, M) and default["BLOCK_N"] == 64, default.short()
+        assert (default["BLOCK_K"], default["SPLIT_K"]) == (512, 1), default.short()
     else:
         assert gluon_default_config(problem, SM90) in get_op(BLOCKWISE).space(problem, SM90)
     rowwise = Problem.quant("gemm_fp8_rowwise", M, 4608, 7168)
     want = "triton_gemv" if M == 1 else "triton_tma" if 32 < M <= 64 else "triton"
     assert quant_default_config(rowwise, SM90).backend == want
+
+
+@pytest.mark.parametrize(
+    "M, N, K, long_k",
+    [(16, 4608, 7168, True), (32, 8192, 3584, True),  # unsplit, one wave, at least 4 K tiles of 512
+     (16, 3072, 1536, False),  # 48 tiles: the default splits K
+     (16, 16160, 7168, False),  # an lm_head: 253 tiles, more than one wave
+     (16, 8192, 1024, False), (16, 4096, 512, False)],  # K of 2 and 1 tiles of 512
+)  # fmt: skip
+def test_swapped_blockwise_default_takes_long_k_tiles_on_one_unsplit_wave(
+    M: int, N: int, K: int, long_k: bool
+) -> None:
+    """The swapped blockwise default with its scales ahead: K tiles of 512 and 3 stages where its tiles fit
+    one wave unsplit and K holds 4 such tiles (H100: 1.00-1.08x on those layers), else 256 and 4 stages."""
+    default = quant_default_config(Problem.quant(BLOCKWISE, M, N, K), SM90)
+    assert (default["SWAP_AB"], default["SCALES_AHEAD"]) == (1, 1), default.short()
+    want = (512, 3, 1) if long_k else (256, 4)
+    got = (default["BLOCK_K"], default["num_stages"], default["SPLIT_K"])
+    assert got[: len(want)] == want, default.short()
+    assert long_k or (int(default["SPLIT_K"]) > 1) == (N == 3072), default.short()
 
 
 @pytest.mark.parametrize(

@@ -158,6 +158,57 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
         assert "load" in features.tma and features.spills == 0, features
 
 
+# Compiles the swapped blockwise decode tile for sm_90 with and without SCALES_AHEAD, in a process of its own
+# (the tests run under the interpreter), and prints per config: bar.sync, st.shared, ld.shared, shared bytes.
+_AHEAD_PTX = """
+import json
+from autotune import Config, Problem
+from autotune.compile import compile_call
+from autotune.kernels import get_op
+from autotune.target import Target
+target, op = Target.for_arch("sm_90"), get_op("gemm_fp8_blockwise")
+problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
+out = []
+for bk, stages in ((256, 4), (512, 3)):
+    for ahead in (0, 1):
+        config = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=bk, GROUP_M=1, SPLIT_K=1,
+                        FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=1, SCALES_AHEAD=ahead, num_warps=4,
+                        num_stages=stages)
+        kernel = compile_call(op.kernel_calls(problem, config, target)[0], target)
+        ptx = kernel.asm["ptx"]
+        out.append([bk, stages, ahead, ptx.count("bar.sync"), ptx.count("st.shared"), ptx.count("ld.shared"),
+                    int(kernel.metadata.shared)])
+print(json.dumps(out))
+"""
+
+
+def test_blockwise_scales_ahead_add_no_barrier_and_keep_the_pipeline_on_sm90() -> None:
+    """The scales loaded one K tile ahead are one value per sub-tile, each loaded in the layout that scales
+    its product: the kernel has no more barriers and shared-memory traffic than without them (picking a
+    column out of a [rows, G] tile cost an exchange through shared memory and two barriers per sub-tile),
+    and the tiles keep their multi-buffered shared memory (Triton's pipeliner still applies)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autotune.compile import check_compilable
+
+    try:
+        check_compilable(Target.for_arch("sm_90"))
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-c", _AHEAD_PTX]
+    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    for plain, ahead in zip(rows[0::2], rows[1::2], strict=True):
+        bk, stages = plain[0], plain[1]
+        assert ahead[3:] == plain[3:], (plain, ahead)  # barriers, shared stores and loads, shared bytes
+        assert ahead[6] >= (64 + 16) * bk * (stages - 1), ahead  # the ring of K tiles in shared memory
+
+
 def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
     """Blockwise at M = 16 the same: swapped, the weight's 64 rows are wgmma's M side (its scales now one
     number per tile and K group, A_GROUPED), whole and with slices summed in the launch, with the scales
@@ -167,7 +218,7 @@ def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
     problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
     plain = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0,
                    STREAM_K=0, SWAP_AB=0, SCALES_AHEAD=0, num_warps=4, num_stages=4)  # fmt: skip
-    default = plain.replace(SWAP_AB=1, SCALES_AHEAD=1)
+    default = plain.replace(SWAP_AB=1, SCALES_AHEAD=1, BLOCK_K=512, num_stages=3)
     assert op.default_config(problem, target) == default
     configs = [plain, plain.replace(SWAP_AB=1), default.replace(SPLIT_K=2, FUSED_SPLIT=1), default]
     compiled = _compile_in_space(op, problem, configs)
