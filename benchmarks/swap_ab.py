@@ -191,7 +191,7 @@ def main() -> int:
         rowwise = args.op == "gemm_fp8_rowwise"
         what = "plain / swapped default" if rowwise else "default / swapped Triton default"
         if candidate:
-            what = "default / candidate"
+            what = "default µs / candidate µs"
         print(f"\n{'M':>3} {'problems':>8} {what + ', geomean':>42} {'min':>6} {'max':>6}")
         for m in sorted({d["M"] for d in defaults}):
             gains = [d["plain_us"] / d["default_us"] for d in defaults if d["M"] == m]
