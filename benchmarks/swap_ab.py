@@ -138,6 +138,11 @@ def main() -> int:
         "is swapped (blockwise: with SCALES_AHEAD) and the changed config is in the space",
     )
     ap.add_argument(
+        "--m64",
+        action="store_true",
+        help="blockwise: at M = 64 the op's default beside the Triton kernel unswapped, scales ahead or not",
+    )
+    ap.add_argument(
         "--ahead",
         action="store_true",
         help="blockwise: also every config with SCALES_AHEAD (next K tile's scales loaded ahead)",
@@ -173,6 +178,7 @@ def main() -> int:
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
+    info["m64"] = m64 = check_m64(bench, target, args.rounds) if args.m64 else []
     candidate = {k: int(v) for k, v in (kv.split("=") for kv in args.candidate.split(",") if kv)}
     info["candidate"] = candidate
     info["defaults"] = defaults = (
@@ -187,6 +193,11 @@ def main() -> int:
         print(f"{r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['plain_us']:8.2f} {r['swap_us']:8.2f} "
               f"{r['plain_us'] / r['swap_us']:6.3f}  {r['swap']}"
               + (f"  | {r['ahead_us']:.2f} {r['ahead']}" if args.ahead else ""))  # fmt: skip
+    for r in m64:
+        print(
+            f"M = 64 {r['layer']:26} default {r['default_us']:6.2f}  best Triton {r['best_us']:6.2f} "
+            f"({r['best']})  best without the scales ahead {r['plain_us']:6.2f} ({r['plain']})"
+        )
     if defaults:
         rowwise = args.op == "gemm_fp8_rowwise"
         what = "plain / swapped default" if rowwise else "default / swapped Triton default"
@@ -198,6 +209,30 @@ def main() -> int:
             geo = math.exp(sum(map(math.log, gains)) / len(gains))
             print(f"{m:3d} {len(gains):8d} {geo:42.3f} {min(gains):6.3f} {max(gains):6.3f}")
     return 0
+
+
+def check_m64(bench: Benchmarker, target: Any, rounds: int) -> list[dict[str, Any]]:
+    """Blockwise at M = 64, the gate/up and down layers of the two models: the op's default beside the
+    Triton kernel unswapped on 64 x 64 tiles, K tiles of 256 or 512, 3 to 5 stages, scales ahead or not."""
+    op = get_op("gemm_fp8_blockwise")
+    out = []
+    layers = (("deepseek-v3 mlp.gate_up", 4608, 7168), ("deepseek-v3 mlp.down", 7168, 2304),
+              ("llama-3.1-70b mlp.gate_up", 7168, 8192), ("llama-3.1-70b mlp.down", 8192, 3584))  # fmt: skip
+    for label, n, k in layers:
+        p = Problem.quant("gemm_fp8_blockwise", 64, n, k)
+        configs = {"default": op.default_config(p, target)}
+        for bk, stages, ahead in itertools.product((256, 512), (3, 4, 5), (0, 1)):
+            c = cfg(64, 64, bk, stages).replace(SCALES_AHEAD=ahead)
+            if fits(c):
+                configs[f"plain BN64 BK{bk} s{stages}" + (" ahead" if ahead else "")] = c
+        res = interleaved_medians(bench, p, configs, rounds)
+        (pn, pt), (an, at) = best(res, "plain"), best(res, "plain", True)
+        out.append(dict(layer=label, M=64, N=n, K=k, default=configs["default"].short(),
+                        default_us=res["default"][0], plain=pn, plain_us=pt, best=an, best_us=at,
+                        times={name: v[0] for name, v in res.items()},
+                        status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
+        print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def check_defaults(
