@@ -10,10 +10,13 @@ unswapped grid beside the swapped one; with --defaults the heuristic default (ro
 M = 2 to 32) beside the same config unswapped, on every dense layer at M = 2 to 32. With --op
 gemm_fp8_blockwise the rows are the blockwise decode rows under 80%, the unswapped configs their tuned
 Triton winners' tiles, and --defaults puts the op's default (the Gluon kernel on Hopper) beside the
-Triton kernel's default swapped. Every config passes the Benchmarker's correctness gate first; CUDA-graph
-replay, interleaved rounds, medians.
+Triton kernel's default swapped; --defaults --candidate KEY=VALUE,... puts the op's default beside itself
+with those knobs changed; --m64 (blockwise) the op's default at M = 64 beside the Triton kernel unswapped,
+with the scales loaded ahead or not. Every config passes the Benchmarker's correctness gate first;
+CUDA-graph replay, interleaved rounds, medians.
 
-    python benchmarks/swap_ab.py --out results/ [--op gemm_fp8_blockwise] [--layers] [--defaults] [--wide]
+    python benchmarks/swap_ab.py --out results/ [--op gemm_fp8_blockwise] [--layers] [--defaults]
+        [--candidate BLOCK_K=512,num_stages=3] [--wide] [--ahead] [--m64] [--skip-rows]
 
 Prints a short table last; details go to --out (JSON).
 """
