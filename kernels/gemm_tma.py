@@ -100,7 +100,7 @@ def gemm_tma_tail_kernel(
     a_desc, b_desc, c_desc, ws_ptr, count_ptr,
     M, N, K, NUM_PROGRAMS, DP_TILES, SPLITS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    B_KN: tl.constexpr, DOT_F32: tl.constexpr,
+    B_KN: tl.constexpr, DOT_F32: tl.constexpr, EPI_N: tl.constexpr = 0,
 ):  # fmt: skip
     """Whole waves, then a split tail. Tiles 0 .. DP_TILES - 1 (whole waves of NUM_PROGRAMS) go whole to
     programs pid, pid + NUM_PROGRAMS, ...; the tiles left over are each split along K into SPLITS slices,
@@ -117,7 +117,7 @@ def gemm_tma_tail_kernel(
         acc = _tile_parts(
             a_desc, b_desc, None, None, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, B_KN, DOT_F32
         )[0]
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        _store_c(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
     tail = num_pid_m * num_pid_n - DP_TILES
     if pid < tail * SPLITS:
         ts = pid % tail
@@ -143,13 +143,13 @@ def gemm_tma_tail_kernel(
             DOT_F32,
         )[0]
         if SPLITS == 1:
-            c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+            _store_c(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
         else:
             # slot of (slice, tail tile) = slice * tail + ts: a tile's slices are `tail` slots apart
             publish_part(acc, ws_ptr, pid, BLOCK_M, BLOCK_N)
             if arrives_last(count_ptr, ts, SPLITS):
                 acc = sum_parts(ws_ptr, ts, tail, SPLITS, BLOCK_M, BLOCK_N)
-                c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+                _store_c(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
                 release_tile(count_ptr, ts)
 
 
@@ -160,11 +160,13 @@ def gemm_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
     BN2: tl.constexpr = 0, BN3: tl.constexpr = 0, b2_desc=None, b3_desc=None, c2_desc=None, c3_desc=None,
+    EPI_N: tl.constexpr = 0,
 ):  # fmt: skip
     """Work items pid, pid + NUM_PROGRAMS, ... (a C tile and a K slice) in grouped order; B is (N, K)
     unless B_KN. With SPLIT_K > 1, c_desc describes the (SPLIT_K, M, N) fp32 workspace. A tile is
     BLOCK_N + BN2 + BN3 columns wide: parts 2 and 3 (when not 0 wide) load and store through their own
-    descriptors (b2_desc, c2_desc, ...), whose blocks are BN2 and BN3 wide."""
+    descriptors (b2_desc, c2_desc, ...), whose blocks are BN2 and BN3 wide. EPI_N > 0 stores each part of C
+    in column slices at most EPI_N wide (`_store_c`), so the C descriptors' blocks are that narrow."""
     WIDTH: tl.constexpr = BLOCK_N + BN2 + BN3
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, WIDTH)
@@ -178,21 +180,55 @@ def gemm_tma_kernel(
             a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
             BLOCK_M, BLOCK_N, BN2, BN3, BLOCK_K, B_KN, DOT_F32,
         )  # fmt: skip
-        _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K)
+        _store_part(c_desc, acc, split, off_m, off_n, BLOCK_M, BLOCK_N, SPLIT_K, EPI_N)
         if BN2 > 0:
-            _store_part(c2_desc, acc2, split, off_m, off_n + BLOCK_N, BLOCK_M, BN2, SPLIT_K)
+            _store_part(c2_desc, acc2, split, off_m, off_n + BLOCK_N, BLOCK_M, BN2, SPLIT_K, EPI_N)
         if BN3 > 0:
-            _store_part(c3_desc, acc3, split, off_m, off_n + BLOCK_N + BN2, BLOCK_M, BN3, SPLIT_K)
+            _store_part(c3_desc, acc3, split, off_m, off_n + BLOCK_N + BN2, BLOCK_M, BN3, SPLIT_K, EPI_N)
+
+
+@triton.jit
+def _halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """(acc[:, :BLOCK_N // 2], acc[:, BLOCK_N // 2:]) of a (BLOCK_M, BLOCK_N) tensor."""
+    return acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1).split()
+
+
+@triton.jit
+def _store_pair(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPI_N: tl.constexpr):
+    """Stores a (BLOCK_M, BLOCK_N) tile of C, BLOCK_N at most 2 * EPI_N, in stores at most EPI_N wide."""
+    if BLOCK_N <= EPI_N:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    else:
+        left, right = _halves(acc, BLOCK_M, BLOCK_N)
+        c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+
+
+@triton.jit
+def _store_c(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPI_N: tl.constexpr):
+    """Stores a (BLOCK_M, BLOCK_N) tile of C through `c_desc`: whole (EPI_N = 0), or in column slices EPI_N
+    wide (up to 4), so that the shared-memory buffer of a C store is a slice, not the tile; `c_desc`'s block
+    is (BLOCK_M, min(BLOCK_N, EPI_N or BLOCK_N))."""
+    if EPI_N == 0:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    elif BLOCK_N <= 2 * EPI_N:
+        _store_pair(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
+    else:
+        tl.static_assert(BLOCK_N <= 4 * EPI_N, "EPILOGUE_N: at most 4 C stores per tile part")
+        left, right = _halves(acc, BLOCK_M, BLOCK_N)
+        _store_pair(c_desc, left, off_m, off_n, BLOCK_M, BLOCK_N // 2, EPI_N)
+        _store_pair(c_desc, right, off_m, off_n + BLOCK_N // 2, BLOCK_M, BLOCK_N // 2, EPI_N)
 
 
 @triton.jit
 def _store_part(
-    c_desc, acc, split, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr
+    c_desc, acc, split, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    EPI_N: tl.constexpr = 0,
 ):  # fmt: skip
-    """Stores one fp32 (BLOCK_M, BLOCK_N) part at (off_m, off_n): into C, or with SPLIT_K > 1 into slice
-    `split` of the fp32 workspace."""
+    """Stores one fp32 (BLOCK_M, BLOCK_N) part at (off_m, off_n): into C (in slices EPI_N wide, see
+    `_store_c`), or with SPLIT_K > 1 into slice `split` of the fp32 workspace."""
     if SPLIT_K == 1:
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        _store_c(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
     else:
         c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
@@ -222,6 +258,7 @@ def tma_launcher(
     persistent = bool(config.get("PERSISTENT", 0))
     split_k = int(config.get("SPLIT_K", 1))
     tail_split = int(config.get("TAIL_SPLIT", 0))
+    epi = int(config.get("EPILOGUE_N", 0))
     if tail_split and split_k > 1:
         raise ValueError(f"TAIL_SPLIT and SPLIT_K > 1 exclude each other; config: {config.short()}")
     if tail_split and bn2:
@@ -234,8 +271,14 @@ def tma_launcher(
         DOT_F32=interpret,
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)),
+        **({"EPI_N": epi} if epi else {}),
         **FP_OPTIONS,
     )
+
+    def c_block(n: int) -> list[int]:
+        """The block of a C descriptor for a tile part n wide: the slice each store writes."""
+        return [bm, min(n, epi) if epi else n]
+
     kernel, reduce_kernel, tail_kernel = kernels or (
         gemm_tma_kernel,
         splitk_reduce_kernel,
@@ -254,7 +297,7 @@ def tma_launcher(
         ws, counts = split_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
         b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-        c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+        c_desc = TensorDescriptor.from_tensor(out, c_block(bn))
         tail[(programs,)](a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn)
 
     def launch(
@@ -293,7 +336,7 @@ def tma_launcher(
         else:
             b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
             if split_k == 1:
-                c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+                c_desc = TensorDescriptor.from_tensor(out, c_block(bn))
             else:
                 c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
             main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
@@ -309,7 +352,7 @@ def tma_launcher(
         widths = [n for n in (bn, bn2, bn3) if n]
         b_descs = [TensorDescriptor.from_tensor(b, [bk, n] if b_kn else [n, bk]) for n in widths]
         if split_k == 1:
-            c_descs = [TensorDescriptor.from_tensor(out, [bm, n]) for n in widths]
+            c_descs = [TensorDescriptor.from_tensor(out, c_block(n)) for n in widths]
         else:
             c_descs = [
                 TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, n]) for n in widths
