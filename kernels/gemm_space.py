@@ -88,6 +88,15 @@ def knob_values(
     return {**common, "num_stages": tuple(nvidia_stages), **streams}
 
 
+#: Columns of C per store with EPILOGUE_N > 0: the TMA kernel stores each tile part in slices this wide
+#: through one shared-memory buffer, instead of one buffer the size of the tile that Triton does not share
+#: with the K loop's ring (a 128 x 256 bf16 tile: 16 KB instead of 64 KB).
+EPILOGUE_SLICE = 64
+#: Accumulator registers a lane may hold in the TMA kernel on NVIDIA: 128 x 384 on 8 warps (192) compiles
+#: without spilling on sm_90 (218 registers in all), where the pointer kernel keeps the limit of 128.
+TMA_ACC_LIMIT = 192
+
+
 def tma_params(target: Target) -> dict[str, Sequence[Value]]:
     """Knobs of the tensor-descriptor (TMA) kernel: NVIDIA sm_90+ and the interpreter."""
     if target.interpreter:
@@ -99,19 +108,23 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
             SPLIT_K=(1, 2),
             PERSISTENT=(0, 1),
             TAIL_SPLIT=(0, 1),
+            EPILOGUE_N=(0, 16),
             num_warps=(4,),
             num_stages=(1,),
         )
     return dict(
         BLOCK_M=(64, 128, 256),
-        # 96, 160, 192: tiles of two column parts (`tile_parts`), for grids that fill the SMs where powers of
-        # two cannot (H100: 64 x 160 on 1024 x 1280 x 8192, 0.943 of cuBLAS against 0.849 for 128 x 128)
-        BLOCK_N=(64, 96, 128, 160, 192, 256),
+        # 96, 160, 192, 320, 384: tiles of two column parts (`tile_parts`), for grids that fill the SMs where
+        # powers of two cannot (H100: 64 x 160 on 1024 x 1280 x 8192, 0.943 of cuBLAS against 0.849 for
+        # 128 x 128; 128 x 320 on 4096 x 1280 x 8192 and 128 x 384 on 1024 x 6144 x 4096, 1.046 and 1.070
+        # times the best whole-C config, benchmarks/epilogue_slices.py)
+        BLOCK_N=(64, 96, 128, 160, 192, 256, 320, 384),
         BLOCK_K=(32, 64, 128),
         GROUP_M=(1, 8),
         SPLIT_K=(1, 2, 3, 4),  # 3: 40 tiles x 3 = 120 programs on 132 SMs beat 2 or 4 slices (H100)
         PERSISTENT=(0, 1),
         TAIL_SPLIT=(0, 1),
+        EPILOGUE_N=(0, EPILOGUE_SLICE),
         num_warps=(4, 8),
         num_stages=(2, 3, 4, 5),
     )
@@ -226,8 +239,13 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         return tail_split_schedule(tiles(c), cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
 
     def smem(c: Mapping[str, Value]) -> int:
+        """The ring of A and B tiles, and the C store's buffer: the tile (fp32 slices of the workspace
+        with SPLIT_K > 1), or one EPILOGUE_N-wide slice that every store of the tile reuses."""
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
-        return int((bm + bn) * bk * elem * int(c["num_stages"]) + bm * bn * out_elem)
+        ring = (bm + bn) * bk * elem * int(c["num_stages"])
+        if int(c.get("SPLIT_K", 1)) > 1:
+            return ring + bm * bn * 4
+        return ring + bm * _c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem
 
     extra = [
         Constraint(
@@ -264,13 +282,43 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: not int(c.get("TAIL_SPLIT", 0)) or tail_splits(c) > 1,
         ),
         Constraint(
+            "epilogue_needless",
+            "EPILOGUE_N {EPILOGUE_N} slices nothing: no tile part is wider, or SPLIT_K > 1 (the fp32 "
+            "workspace is stored whole)",
+            lambda c: (
+                not int(c.get("EPILOGUE_N", 0))
+                or (int(c.get("SPLIT_K", 1)) == 1 and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"]))
+            ),
+        ),
+        Constraint(
             "lds_overflow",
-            f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
+            f"A and B tiles x stages + the C store's buffer need more than the {target.lds_bytes} bytes of "
             "shared memory",
             lambda c: target.interpreter or smem(c) <= target.lds_bytes,
         ),
     ]
-    return extra + [c for c in _constraints(problem, target) if c.name != "lds_overflow"]
+    if not target.is_amd:
+        extra.append(
+            Constraint(
+                "accumulator_spill",
+                f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {TMA_ACC_LIMIT} registers "
+                "a lane",
+                lambda c: (
+                    int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= TMA_ACC_LIMIT * int(c["num_warps"]) * 32
+                    or target.interpreter
+                ),
+            )
+        )
+    replaced = {x.name for x in extra}
+    return extra + [c for c in _constraints(problem, target) if c.name not in replaced]
+
+
+def _c_store_cols(width: int, epilogue: int) -> int:
+    """Columns of the C store's shared-memory buffer for a tile `width` wide: the whole tile (all its parts),
+    or with EPILOGUE_N > 0 one slice, as wide as the widest part at most."""
+    if not epilogue:
+        return width
+    return min(max(tile_parts(width)), epilogue)
 
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
@@ -403,6 +451,13 @@ GEMV_DEFAULT_ROWS = 2
 #: The time of a 128 x 256 tile of the TMA kernel over that of a 128 x 128 tile (twice the work), as the
 #: default's tile rule assumes: fitted to which tile won on 24 H100 problems (between 5/3 and 9/5).
 WIDE_TILE_COST = 1.75
+#: What a tile of two column parts (128 x 320: 256 + 64; 128 x 384: 256 + 128) costs beyond its width's
+#: share of WIDE_TILE_COST: its second part's wgmma reads the A tile again (H100, sliced C stores: a wave of
+#: 128 x 384 tiles took 2.80 and one of 128 x 320 about 2.4 waves of 128 x 128 tiles,
+#: benchmarks/epilogue_slices.py).
+PARTS_TILE_COST = 1.07
+#: The widths of two parts the default may take, on 8 warps with C stored in EPILOGUE_SLICE slices.
+_PARTS_WIDTHS = (320, 384)
 
 
 def _tma_default(problem: Problem, target: Target) -> Config | None:
@@ -410,17 +465,29 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
     # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
     # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
     # 128 x 128 on 4 warps with 5 stages (split along K where even those underfill the SMs); the last
-    # wave's tiles split along K where it is at most half full.
+    # wave's tiles split along K where it is at most half full. A 128 x 320 or 128 x 384 tile (8 warps,
+    # sliced C) where its waves, costed the same way and PARTS_TILE_COST more, finish strictly earlier.
     cus = target.cu_count
     rows = cdiv(problem.M, 128)
     wide, square = rows * cdiv(problem.N, 256), rows * cdiv(problem.N, 128)
     big = problem.N >= 256 and WIDE_TILE_COST * cdiv(wide, cus) <= cdiv(square, cus)
     bm, bn, bk = 128, 256 if big else 128, 64
-    split_k = 1 if big else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
-    items = (wide if big else square) * split_k
-    tail_split = split_k == 1 and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
+    cost = WIDE_TILE_COST * cdiv(wide, cus) if big else cdiv(square, cus)
+    for width in _PARTS_WIDTHS:
+        tiles = rows * cdiv(problem.N, width)
+        parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * cdiv(tiles, cus)
+        if problem.N >= width and parts_cost < cost:
+            bn, cost = width, parts_cost
+    wide_tile = bn > 128
+    split_k = 1 if wide_tile else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
+    items = rows * cdiv(problem.N, bn) * split_k
+    tail_split = (
+        split_k == 1
+        and tile_parts(bn)[1] == 0
+        and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
+    )
     sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
-    for stages in (3,) if big else (5, 4):
+    for stages in (3,) if wide_tile else (5, 4):
         config = Config(
             backend="triton_tma",
             BLOCK_M=bm,
@@ -430,7 +497,8 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
             SPLIT_K=split_k,
             PERSISTENT=1 if items > cus or tail_split else 0,
             TAIL_SPLIT=int(tail_split),
-            num_warps=8 if big else 4,
+            EPILOGUE_N=EPILOGUE_SLICE if tile_parts(bn)[1] else 0,
+            num_warps=8 if wide_tile else 4,
             num_stages=stages,
         )
         if sub.check(config) is None:

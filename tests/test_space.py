@@ -125,7 +125,9 @@ def test_split_modes_exclude_each_other_with_reasons() -> None:
     "mnk, tile, stages",
     [
         ((1024, 4096, 14336), (128, 256), 3),  # 128 wide tiles: one wave; 256 square ones: two
-        ((1024, 6144, 4096), (128, 128), 5),  # 192 wide tiles: two waves (3.5); 384 square: three
+        ((1024, 6144, 4096), (128, 384), 3),  # 128 tiles of 256 + 128 columns: one wave (2.8); 384 square: 3
+        ((4096, 6144, 4096), (128, 256), 3),  # 4 waves of 384-wide tiles (11.2) lose to 6 wide ones (10.5)
+        ((4096, 1280, 8192), (128, 320), 3),  # 128 tiles of 256 + 64 columns: one wave; 320 square: three
         ((4096, 28672, 4096), (128, 256), 3),  # many waves either way: wide
         ((256, 7168, 8192), (128, 128), 5),  # 56 wide tiles underfill the SMs as much as 112 square
     ],
@@ -138,4 +140,30 @@ def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) 
     config = gemm_default_config(problem, target)
     assert config.backend == "triton_tma" and (config["BLOCK_M"], config["BLOCK_N"]) == tile
     assert config["num_stages"] == stages and config in GEMM.space(problem, target)
+    # a tile of two parts stores C in slices: whole, its C buffer would leave no room for 3 stages
+    assert config["EPILOGUE_N"] == (64 if tile[1] in (320, 384) else 0)
+    assert config["num_warps"] == (4 if tile[1] == 128 else 8)
     assert 5 / 3 < WIDE_TILE_COST <= 9 / 5  # the window the H100 measurements allow (BENCHMARKS.md)
+
+
+def test_tma_space_prices_the_c_buffer_of_each_epilogue() -> None:
+    """The shared-memory rule counts the C store's buffer: the whole tile, one EPILOGUE_N slice, or the fp32
+    workspace tile with SPLIT_K > 1 (sizes the sm_90 compiles report, barriers aside)."""
+    target = Target.for_arch("sm_90")
+    space = GEMM.space(Problem.gemm(4096, 1280, 8192), target, ("triton_tma",))
+    base = dict(BLOCK_M=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, PERSISTENT=0, TAIL_SPLIT=0, num_warps=8)
+
+    def why(**knobs: int) -> str | None:
+        return space.check(Config(backend="triton_tma", **{**base, **knobs}))
+
+    assert why(BLOCK_N=320, EPILOGUE_N=64, num_stages=3) is None  # 172 KB ring + 16 KB slice
+    assert str(why(BLOCK_N=320, EPILOGUE_N=0, num_stages=3)).startswith("lds_overflow")  # + 80 KB tile
+    assert why(BLOCK_N=256, EPILOGUE_N=64, num_stages=4) is None  # a stage more than whole C allows
+    assert str(why(BLOCK_N=256, EPILOGUE_N=0, num_stages=4)).startswith("lds_overflow")
+    # split along K, the workspace tile is stored whole in fp32: 144 KB ring + 128 KB
+    assert str(why(BLOCK_N=256, SPLIT_K=2, EPILOGUE_N=0, num_stages=3)).startswith("lds_overflow")
+    assert str(why(BLOCK_N=256, SPLIT_K=2, EPILOGUE_N=64, num_stages=2)).startswith("epilogue_needless")
+    assert str(why(BLOCK_N=96, EPILOGUE_N=64, num_stages=3)).startswith("epilogue_needless")  # 64 + 32
+    # 128 x 384 on 8 warps holds 192 accumulators a lane (compiles unspilled); on 4 warps, 384
+    assert why(BLOCK_N=384, EPILOGUE_N=64, num_stages=3) is None
+    assert str(why(BLOCK_N=384, EPILOGUE_N=64, num_stages=3, num_warps=4)).startswith("accumulator_spill")

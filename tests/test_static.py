@@ -39,6 +39,9 @@ MOE_DECODE = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")
 MOE_SPLIT = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                    SPLIT_K=8, num_warps=4)  # fmt: skip
 
+TMA_WIDE = Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
+                  PERSISTENT=0, TAIL_SPLIT=0, EPILOGUE_N=0, num_warps=8, num_stages=3)  # fmt: skip
+
 # (name, arch, problem, config): every config compiled once for the whole module.
 CASES = {
     "942-mfma16": ("gfx942", PROBLEM, amd_config(kpack=1)),
@@ -62,6 +65,10 @@ CASES = {
     "sm90-tail": ("sm_90", Problem.gemm(4096, 1280, 8192),
                   Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                          PERSISTENT=1, TAIL_SPLIT=1, num_warps=4, num_stages=4)),
+    # C stored whole or in 64-column slices: 128 x 256 tiles with 3 stages; a 128 x 384 tile of two parts
+    "sm90-c-whole": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE),
+    "sm90-c-sliced": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE.replace(EPILOGUE_N=64)),
+    "sm90-384": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE.replace(BLOCK_N=384, EPILOGUE_N=64)),
     # the K parts of a tile summed in the launch (gemm_sum_kernel): split-K slices on MI300X, stream-K on H100
     "942-fused": ("gfx942", Problem.gemm(16, 4096, 4096), amd_config(BLOCK_M=16, SPLIT_K=4, FUSED_SPLIT=1,
                                                                       kpack=1)),
@@ -537,3 +544,21 @@ def test_every_launch_pins_fp_contraction() -> None:
                 values["SPLIT_K"] = split_k
             calls = op.kernel_calls(problem, Config(values, backend=config.backend), target)
             assert calls and all(c.kwargs.get("enable_fp_fusion") is True for c in calls), problem
+
+
+def test_sliced_c_stores_share_one_small_buffer_on_sm90(compiled) -> None:
+    """EPILOGUE_N = 64 stores a 128 x 256 tile in four slices through one 16 KB buffer, where the whole
+    store takes 64 KB: 48 KB of shared memory freed, the same wgmma and registers. A 128 x 384 tile (parts
+    256 + 128) then fits 3 stages, on 8 warps without spilling its 192 accumulators a lane."""
+    whole, sliced, wide = compiled["sm90-c-whole"], compiled["sm90-c-sliced"], compiled["sm90-384"]
+    for f in (whole, sliced, wide):
+        assert f.compiled, f.error
+        assert f.tma == ("load", "store") and f.spills == 0 and f.scratch_bytes == 0, f.summary()
+    assert whole.lds_bytes - sliced.lds_bytes == 128 * (256 - 64) * 2
+    assert whole.mma == sliced.mma == ("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",)
+    assert sorted(wide.mma) == [
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+    ]
+    assert wide.lds_bytes <= Target.for_arch("sm_90").lds_bytes
+    assert findings(compiled, "sm90-384") == []
