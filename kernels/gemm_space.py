@@ -244,8 +244,8 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
         ring = (bm + bn) * bk * elem * int(c["num_stages"])
         if int(c.get("SPLIT_K", 1)) > 1:
-            return ring + bm * bn * 4
-        return ring + bm * _c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem
+            return int(ring + bm * bn * 4)
+        return int(ring + bm * _c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
 
     extra = [
         Constraint(
@@ -287,7 +287,10 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "workspace is stored whole)",
             lambda c: (
                 not int(c.get("EPILOGUE_N", 0))
-                or (int(c.get("SPLIT_K", 1)) == 1 and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"]))
+                or (
+                    int(c.get("SPLIT_K", 1)) == 1
+                    and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"])
+                )
             ),
         ),
         Constraint(
@@ -476,7 +479,7 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
     for width in _PARTS_WIDTHS:
         tiles = rows * cdiv(problem.N, width)
         parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * cdiv(tiles, cus)
-        if problem.N >= width and parts_cost < cost:
+        if width <= problem.N and parts_cost < cost:
             bn, cost = width, parts_cost
     wide_tile = bn > 128
     split_k = 1 if wide_tile else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
