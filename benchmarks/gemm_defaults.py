@@ -3,7 +3,9 @@
 From M = 128 up on Hopper the default is a TMA-kernel config. Its tile rule was read off the tuned winners
 of `benchmarks/gemm.py`'s shapes (Llama-3.1-8B QKV and down, Llama-3.1-70B TP8 QKV and gate/up), and its
 choice between 128 x 256 and 128 x 128 tiles (`WIDE_TILE_COST`) was set with the first group of layers
-here (`LAYERS`); the second group (`HELD_OUT`) played no part. Each layer is timed side by side with the
+here (`LAYERS`); the second group (`HELD_OUT`) played no part. The tiles of two column parts (128 x 320
+and 128 x 384, `PARTS_TILE_COST`) were read off `benchmarks/epilogue_slices.py`'s two shapes, and both
+groups here are new to them; "previous" is the rule without them. Each layer is timed side by side with the
 previous rule's config and the vendor library by one Benchmarker, interleaved rounds, every config gated
 on correctness first.
 
@@ -26,8 +28,7 @@ from typing import Any
 from autotune import Config, Problem
 from autotune.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import tail_split_schedule
-from autotune.problem import cdiv
+from autotune.kernels.gemm_space import _tma_default
 from autotune.target import Target, local_target
 
 # (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
@@ -54,30 +55,20 @@ MS = [256, 1024, 4096]
 
 
 def previous_default(problem: Problem, target: Target) -> Config:
-    """The rule the TMA default had before: 128 x 256 tiles on 8 warps (3 stages) where they alone make at
-    least one whole wave, with the split tail where the last wave is at most half full; 128 x 128 on 4
-    warps (4 stages) otherwise, split along K (1, 2 or 4 slices) where even those underfill the SMs."""
-    cus = target.cu_count
-    big = problem.N >= 256 and cdiv(problem.M, 128) * cdiv(problem.N, 256) >= cus
-    bm, bn, bk = 128, 256 if big else 128, 64
-    split_k = 1
-    if not big:
-        tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
-        for sk in (1, 2, 4):
-            if tiles * sk <= cus and problem.K // sk >= 2 * bk:
-                split_k = sk
-    items = cdiv(problem.M, bm) * cdiv(problem.N, bn) * split_k
-    tail_split = big and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
-    return Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                  GROUP_M=8 if cdiv(problem.M, bm) > 1 else 1, SPLIT_K=split_k,
-                  PERSISTENT=1 if items > cus else 0, TAIL_SPLIT=int(tail_split),
-                  num_warps=8 if big else 4, num_stages=3 if big else 4)  # fmt: skip
+    """The rule the TMA default had before tiles of two parts: 128 x 256 tiles on 8 warps (3 stages) where
+    their waves, each WIDE_TILE_COST waves of 128 x 128 tiles, finish no later; else 128 x 128 on 4 warps,
+    split along K where even those underfill the SMs; the split tail where the last wave is at most half
+    full (the current rule without its 128 x 320 and 128 x 384 tiles)."""
+    config = _tma_default(problem, target, parts_widths=())
+    assert config is not None, problem
+    return config
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, help="folder for gemm_defaults.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--changed-only", action="store_true", help="only the layers whose two rules differ")
     args = ap.parse_args()
     target = local_target()
     if target.interpreter or not target.is_nvidia:
@@ -90,6 +81,8 @@ def main() -> int:
             problem = Problem.gemm(m, n, k, "bf16")
             current = GEMM.default_config(problem, target)
             previous = previous_default(problem, target)
+            if args.changed_only and previous == current:
+                continue
             variants = {"vendor": Config(backend="torch"), "current": current}
             if previous != current:
                 variants["previous"] = previous

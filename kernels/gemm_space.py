@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from functools import lru_cache
 
 from autotune.config import Config, Value
@@ -463,7 +464,9 @@ PARTS_TILE_COST = 1.07
 _PARTS_WIDTHS = (320, 384)
 
 
-def _tma_default(problem: Problem, target: Target) -> Config | None:
+def _tma_default(
+    problem: Problem, target: Target, parts_widths: Sequence[int] = _PARTS_WIDTHS
+) -> Config | None:
     # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
     # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
     # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
@@ -476,7 +479,7 @@ def _tma_default(problem: Problem, target: Target) -> Config | None:
     big = problem.N >= 256 and WIDE_TILE_COST * cdiv(wide, cus) <= cdiv(square, cus)
     bm, bn, bk = 128, 256 if big else 128, 64
     cost = WIDE_TILE_COST * cdiv(wide, cus) if big else cdiv(square, cus)
-    for width in _PARTS_WIDTHS:
+    for width in parts_widths:
         tiles = rows * cdiv(problem.N, width)
         parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * cdiv(tiles, cus)
         if width <= problem.N and parts_cost < cost:
@@ -604,8 +607,55 @@ def gemm_space(problem: Problem, target: Target, backends: tuple[str, ...] | Non
                 )
             )
         else:
+            sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
             tma_first = (default,) if default.backend == "triton_tma" else ()
-            subs.append(
-                SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target), first=tma_first)
-            )
+            subs.append(replace(sub, first=(*tma_first, *wave_filling_tiles(problem, target, sub))))
     return SearchSpace(subs)
+
+
+#: A tile grid whose last wave is at least this full counts as filling the GPU (`wave_filling_tiles`).
+WAVE_FILL = 0.8
+#: At most this many wave-filling tiles go first in a TMA search.
+MAX_FILLING_TILES = 6
+
+
+def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple[Config, ...]:
+    """TMA configs whose tile grids fill their last wave of SMs at least WAVE_FILL full, in at most 4
+    waves: the tiles a search should see first, since a grid that leaves SMs idle loses whatever the tile
+    (H100, 1024 x 1280 x 8192: 64 x 160 and 64 x 192, 128 and 112 tiles on 132 SMs, were the fastest
+    configs; a TPE search of 100 trials had not found them). Fullest grids first, then larger tiles; each
+    with K tiles of 64, the most stages (5 at most) that shared memory allows with sliced C stores where
+    a part is wider than the slice, and the fewest warps that hold the accumulator. Only members of `sub`."""
+    if target.interpreter:
+        return ()
+    params = sub.params
+    cus = target.cu_count
+    found: list[tuple[float, int, Config]] = []
+    for bm in params["BLOCK_M"]:
+        for width in params["BLOCK_N"]:
+            bm_, w = int(bm), int(width)
+            tiles = cdiv(problem.M, bm_) * cdiv(problem.N, w)
+            waves = cdiv(tiles, cus)
+            fill = tiles / (waves * cus)
+            if fill < WAVE_FILL or waves > 4:
+                continue
+            sliced = max(tile_parts(w)) > EPILOGUE_SLICE
+            for stages in (5, 4, 3):
+                config = Config(
+                    backend="triton_tma",
+                    BLOCK_M=bm_,
+                    BLOCK_N=w,
+                    BLOCK_K=64,
+                    GROUP_M=8 if cdiv(problem.M, bm_) > 1 else 1,
+                    SPLIT_K=1,
+                    PERSISTENT=int(tiles > cus),
+                    TAIL_SPLIT=0,
+                    EPILOGUE_N=EPILOGUE_SLICE if sliced else 0,
+                    num_warps=4 if bm_ * w <= TMA_ACC_LIMIT * 4 * 32 else 8,
+                    num_stages=stages,
+                )
+                if sub.check(config) is None:
+                    found.append((-fill, -bm_ * w, config))
+                    break
+    found.sort(key=lambda t: (t[0], t[1]))
+    return tuple(c for _, _, c in found[:MAX_FILLING_TILES])

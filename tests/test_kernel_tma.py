@@ -25,7 +25,7 @@ def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
 def _tma(**knobs: int) -> Config:
     """A triton_tma config of small interpreter tiles; `knobs` override the defaults."""
     base = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, PERSISTENT=0, TAIL_SPLIT=0,
-                num_warps=4, num_stages=1)  # fmt: skip
+                EPILOGUE_N=0, num_warps=4, num_stages=1)  # fmt: skip
     return Config(backend="triton_tma", **{**base, **knobs})
 
 
