@@ -460,8 +460,14 @@ WIDE_TILE_COST = 1.75
 #: 128 x 384 tiles took 2.80 and one of 128 x 320 about 2.4 waves of 128 x 128 tiles,
 #: benchmarks/epilogue_slices.py).
 PARTS_TILE_COST = 1.07
-#: The widths of two parts the default may take, on 8 warps with C stored in EPILOGUE_SLICE slices.
+#: The widths of two parts the default may take, on 8 warps with C stored in EPILOGUE_SLICE slices, and
+#: only where the problem is compute-bound (M >= PARTS_MIN_M), the grid's last wave at least PARTS_FILL full
+#: and at least PARTS_FILL_N of the tiles' columns inside N (H100, benchmarks/gemm_defaults.py: 128 x 320
+#: lost 4% at M = 256, a weight-bound problem, and 9% where its tiles ran 10% past N).
 _PARTS_WIDTHS = (320, 384)
+PARTS_MIN_M = 1024
+PARTS_FILL = 0.9
+PARTS_FILL_N = 0.95
 
 
 def _tma_default(
@@ -479,10 +485,14 @@ def _tma_default(
     big = problem.N >= 256 and WIDE_TILE_COST * cdiv(wide, cus) <= cdiv(square, cus)
     bm, bn, bk = 128, 256 if big else 128, 64
     cost = WIDE_TILE_COST * cdiv(wide, cus) if big else cdiv(square, cus)
-    for width in parts_widths:
+    for width in parts_widths if problem.M >= PARTS_MIN_M else ():
         tiles = rows * cdiv(problem.N, width)
-        parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * cdiv(tiles, cus)
-        if width <= problem.N and parts_cost < cost:
+        waves = cdiv(tiles, cus)
+        parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * waves
+        fills = (
+            tiles >= PARTS_FILL * waves * cus and problem.N >= PARTS_FILL_N * cdiv(problem.N, width) * width
+        )
+        if fills and parts_cost < cost:
             bn, cost = width, parts_cost
     wide_tile = bn > 128
     split_k = 1 if wide_tile else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
