@@ -489,9 +489,8 @@ def _tma_default(
         tiles = rows * cdiv(problem.N, width)
         waves = cdiv(tiles, cus)
         parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * waves
-        fills = (
-            tiles >= PARTS_FILL * waves * cus and problem.N >= PARTS_FILL_N * cdiv(problem.N, width) * width
-        )
+        used = problem.N / (cdiv(problem.N, width) * width)  # of the tiles' columns, those inside N
+        fills = tiles >= PARTS_FILL * waves * cus and used >= PARTS_FILL_N
         if fills and parts_cost < cost:
             bn, cost = width, parts_cost
     wide_tile = bn > 128
