@@ -211,6 +211,18 @@ class Benchmarker:
         state = self._states.get(problem)
         return state.method if state is not None else None
 
+    def share_problem(self, other: Benchmarker, problem: Problem) -> None:
+        """Times `problem` from now on with `other`'s inputs, outputs, reference and timing method (the same
+        tensors, not copies), so that two ops, or two launch paths of one op, are compared on the very same
+        buffers. Both must be on one device."""
+        if other.device != self.device:
+            raise ValueError(f"cannot share a problem's buffers between {other.device} and {self.device}")
+        state = other._state_for(problem)
+        self._states.pop(problem, None)
+        while len(self._states) >= KEEP_STATES:
+            del self._states[next(iter(self._states))]
+        self._states[problem] = state
+
     def _state_for(self, problem: Problem) -> _ProblemState:
         state = self._states.pop(problem, None)
         if state is None:

@@ -113,9 +113,9 @@ def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | N
 
 class _Dispatched:
     """A TunableOp facade whose launch is the real `autotune.kernels.gemm(a, b, out=out)` call (lookup
-    included). C goes into the Benchmarker's output, as the vendor variant's `torch.mm(..., out=out)` does:
-    where the table dispatches to the vendor library the two are then the same GPU work on the same kind
-    of buffers, and their ratio shows the measurement's spread (BENCHMARKS.md, 2026-11-26)."""
+    included). It is timed on the vendor variant's own inputs and outputs (`Benchmarker.share_problem`), and
+    C goes into the Benchmarker's output, as the vendor's `torch.mm(..., out=out)` does: where the table
+    dispatches to the vendor library the two are then the same GPU work on the same buffers."""
 
     name = "gemm"
 
@@ -154,6 +154,7 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
         dbench = Benchmarker(
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
         )
+        dbench.share_problem(bench, p)  # the vendor's very inputs and output buffers
         dispatched = {"dispatched": (dbench, Config(backend="dispatched"))}
         res = interleaved_medians(bench, p, variants, rounds, others=dispatched)
         timed = {k: (*v, method) for k, v in res.items()}

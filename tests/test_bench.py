@@ -413,3 +413,29 @@ def test_auto_picks_graph_replay_by_the_fastest_probe_run() -> None:
     steady = SlowStart(settings, slow_runs=0)
     result, _ = _timed(steady, 60.0)
     assert result.timing.method == "events"
+
+
+def test_a_shared_problem_is_timed_on_the_same_buffers(interp: Target) -> None:
+    """Two Benchmarkers (two launch paths of one op) sharing a problem see the very same input and output
+    tensors, reference and timing method; the other problems of each stay their own."""
+    first = FakeGemm()
+    seen: list[tuple[int, int]] = []
+
+    class Recording(FakeGemm):
+        def prepare(self, problem: Problem, config: Config, target: Target, inputs: Any, out: Any) -> Launch:
+            seen.append((inputs[0].data_ptr(), out.data_ptr()))
+            return FakeGemm.prepare(self, problem, config, target, inputs, out)
+
+    main = Benchmarker(first, interp)  # type: ignore[arg-type]
+    other = Benchmarker(Recording(), interp)  # type: ignore[arg-type]
+    assert main.run(PROBLEM, fake_config("real")).ok
+    other.share_problem(main, PROBLEM)
+    assert other.run(PROBLEM, fake_config("real")).ok
+    state = main._states[PROBLEM]
+    assert other._states[PROBLEM] is state
+    assert seen == [(state.inputs[0][0].data_ptr(), state.outputs[0].data_ptr())]
+    elsewhere = Problem.gemm(16, 48, 32, "bf16")
+    assert other.run(elsewhere, fake_config("real")).ok
+    assert elsewhere not in main._states and other._states[elsewhere] is not state
+    with pytest.raises(ValueError, match="cannot share"):
+        Benchmarker(first, interp, device="meta").share_problem(main, PROBLEM)  # type: ignore[arg-type]
