@@ -5,9 +5,10 @@ that Triton does not share with the K loop's ring, so a 128 x 256 tile fits 3 st
 (parts 256 + 64, cuBLAS's tile for 4096 x 1280) none with 64-wide K tiles. With `EPILOGUE_N = 64` the
 tile is stored in 64-column slices through one 16 KB buffer: a stage more, and the wide tiles fit.
 
-For each shape this times a grid of tiles (BLOCK_M x width on 4 or 8 warps, K tiles of 64, 3 to 5 stages,
-persistent where the tiles outnumber the SMs, the split tail for power-of-two tiles whose last wave it
-splits), each with whole and with sliced C stores where it fits in shared memory, all compiled ahead. The
+For each shape this times a grid of tiles (BLOCK_M x width on 4 or 8 warps, K tiles of 64, 3 to 5 stages
+or those of `--stages`, persistent where the tiles outnumber the SMs, the split tail for power-of-two
+tiles whose last wave it splits), each with whole and with sliced C stores where it fits in shared
+memory, all compiled ahead. The
 best three of each kind (whole, sliced) and the op's heuristic default then run again with cuBLAS in 3
 interleaved rounds. Every config passes the Benchmarker's correctness gate first; times are its medians
 (CUDA-graph replay or events by the vendor's time, cold inputs).
@@ -53,9 +54,9 @@ SHAPES = (
 )
 #: (BLOCK_M, width, warps) of the grid.
 TILES = (
-    (64, 128, 4), (64, 160, 4), (64, 192, 4), (64, 256, 4),
-    (128, 128, 4), (128, 160, 8), (128, 192, 8), (128, 256, 8), (128, 320, 8), (128, 384, 8),
-    (256, 128, 8),
+    (64, 96, 4), (64, 128, 4), (64, 160, 4), (64, 192, 4), (64, 256, 4),
+    (128, 96, 4), (128, 112, 4), (128, 128, 4), (128, 160, 8), (128, 192, 8), (128, 256, 8), (128, 320, 8),
+    (128, 384, 8), (256, 128, 8),
 )  # fmt: skip
 SMEM = 232448  # bytes of shared memory a block may use on sm_90
 SLICE = 64
@@ -67,7 +68,7 @@ def smem_bytes(bm: int, width: int, bk: int, stages: int, epilogue: int) -> int:
     return (bm + width) * bk * 2 * stages + bm * c_cols * 2
 
 
-def configs(M: int, N: int, K: int, cus: int) -> list[Config]:
+def configs(M: int, N: int, K: int, cus: int, stages_grid: tuple[int, ...] = (3, 4, 5)) -> list[Config]:
     out = []
     for bm, width, warps in TILES:
         if bm > max(64, M):
@@ -75,7 +76,7 @@ def configs(M: int, N: int, K: int, cus: int) -> list[Config]:
         tiles = cdiv(M, bm) * cdiv(N, width)
         pow2 = width & (width - 1) == 0
         tails = (0, 1) if pow2 and tail_split_schedule(tiles, cdiv(K, 64), cus)[2] > 1 else (0,)
-        for stages in (3, 4, 5):
+        for stages in stages_grid:
             for epilogue in (0, SLICE):
                 if epilogue and max(tile_parts(width)) <= epilogue:
                     continue  # nothing to slice
@@ -111,6 +112,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=400.0, help="start no new shape after this")
     ap.add_argument("--only", choices=("prefill", "decode"), help="M >= 1024 or M = 256 shapes only")
     ap.add_argument(
+        "--stages", default="3,4,5", help="comma-separated pipeline depths of the grid (default 3,4,5)"
+    )
+    ap.add_argument(
         "--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="compile processes"
     )
     args = ap.parse_args()
@@ -121,7 +125,8 @@ def main() -> int:
 
     target = local_target()
     shapes = [s for s in SHAPES if args.only is None or (s[1] >= 1024) == (args.only == "prefill")]
-    grids = {(M, N, K): configs(M, N, K, target.cu_count) for _, M, N, K in shapes}
+    stages = tuple(int(x) for x in args.stages.split(","))
+    grids = {(M, N, K): configs(M, N, K, target.cu_count, stages) for _, M, N, K in shapes}
     t_start = time.perf_counter()
     with CompilePool(target, workers=args.workers) as pool:  # fills Triton's cache for the timing below
         futures = [pool.submit(GEMM, Problem.gemm(*mnk), c) for mnk, grid in grids.items() for c in grid]
