@@ -4,8 +4,9 @@ From M = 128 up on Hopper the default is a TMA-kernel config. Its tile rule was 
 of `benchmarks/gemm.py`'s shapes (Llama-3.1-8B QKV and down, Llama-3.1-70B TP8 QKV and gate/up), and its
 choice between 128 x 256 and 128 x 128 tiles (`WIDE_TILE_COST`) was set with the first group of layers
 here (`LAYERS`); the second group (`HELD_OUT`) played no part. The tiles of two column parts (128 x 320
-and 128 x 384, `PARTS_TILE_COST`) were read off `benchmarks/epilogue_slices.py`'s two shapes, and both
-groups here are new to them; "previous" is the rule without them. Each layer is timed side by side with the
+and 128 x 384, `PARTS_TILE_COST`) and the 6-stage ring at M <= 256 (`DEEP_RING_MAX_M`) were read off
+`benchmarks/epilogue_slices.py`'s shapes, and these groups are new to them; "previous" is the rule
+without them. Each layer is timed side by side with the
 previous rule's config and the vendor library by one Benchmarker, interleaved rounds, every config gated
 on correctness first.
 
@@ -65,11 +66,12 @@ MS = [256, 1024, 4096]
 
 
 def previous_default(problem: Problem, target: Target) -> Config:
-    """The rule the TMA default had before tiles of two parts: 128 x 256 tiles on 8 warps (3 stages) where
-    their waves, each WIDE_TILE_COST waves of 128 x 128 tiles, finish no later; else 128 x 128 on 4 warps,
-    split along K where even those underfill the SMs; the split tail where the last wave is at most half
-    full (the current rule without its 128 x 320 and 128 x 384 tiles)."""
-    config = _tma_default(problem, target, parts_widths=())
+    """The rule the TMA default had before tiles of two parts and deeper rings: 128 x 256 tiles on 8 warps
+    (3 stages) where their waves, each WIDE_TILE_COST waves of 128 x 128 tiles, finish no later; else
+    128 x 128 on 4 warps with 5 stages (4 where 5 do not fit), split along K where even those underfill the
+    SMs; the split tail where the last wave is at most half full (the current rule without its 128 x 320
+    and 128 x 384 tiles and without 6 stages at M <= 256)."""
+    config = _tma_default(problem, target, parts_widths=(), depths=(5, 4))
     assert config is not None, problem
     return config
 

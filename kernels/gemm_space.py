@@ -127,7 +127,9 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
         TAIL_SPLIT=(0, 1),
         EPILOGUE_N=(0, EPILOGUE_SLICE),
         num_warps=(4, 8),
-        num_stages=(2, 3, 4, 5),
+        # 6 and 7: at M = 256 the deeper rings won on three of four layers (1.05-1.12x over 5 stages, H100,
+        # benchmarks/epilogue_slices.py --only decode --stages 3,4,5,6,7)
+        num_stages=(2, 3, 4, 5, 6, 7),
     )
 
 
@@ -471,8 +473,13 @@ PARTS_FILL_N = 0.95
 
 
 def _tma_default(
-    problem: Problem, target: Target, parts_widths: Sequence[int] = _PARTS_WIDTHS
+    problem: Problem,
+    target: Target,
+    parts_widths: Sequence[int] = _PARTS_WIDTHS,
+    depths: Sequence[int] | None = None,
 ) -> Config | None:
+    """The TMA default (None where no config of the rule fits); `parts_widths` and `depths` (the square
+    tiles' pipeline depths, first that fits) replace the rule's, for comparing it with earlier rules."""
     # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
     # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
     # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
@@ -502,7 +509,9 @@ def _tma_default(
         and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
     )
     sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
-    for stages in (3,) if wide_tile else (5, 4):
+    if depths is None:
+        depths = _ring_depths(problem)[:-1]
+    for stages in (3,) if wide_tile else depths:
         config = Config(
             backend="triton_tma",
             BLOCK_M=bm,
@@ -519,6 +528,18 @@ def _tma_default(
         if sub.check(config) is None:
             return config
     return None
+
+
+#: Up to this M the TMA kernel's tiles are mostly waiting on memory, and a deeper ring of loads pays: the
+#: default's 128 x 128 tiles take 6 stages (H100, M = 256: 25.73 against 28.94 µs for 5 on 256 x 6144 x
+#: 4096, 50.91 against 53.25 µs on 256 x 7168 x 8192).
+DEEP_RING_MAX_M = 256
+
+
+def _ring_depths(problem: Problem) -> tuple[int, ...]:
+    """The TMA kernel's pipeline depths for a default or wave-filling tile, deepest first: the first one
+    that fits in shared memory is taken."""
+    return (7, 6, 5, 4, 3) if problem.M <= DEEP_RING_MAX_M else (5, 4, 3)
 
 
 def _pointer_default(problem: Problem, target: Target) -> Config:
@@ -649,7 +670,7 @@ def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple
             if fill < WAVE_FILL or waves > 4:
                 continue
             sliced = max(tile_parts(w)) > EPILOGUE_SLICE
-            for stages in (5, 4, 3):
+            for stages in _ring_depths(problem):
                 config = Config(
                     backend="triton_tma",
                     BLOCK_M=bm_,

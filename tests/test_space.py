@@ -129,7 +129,9 @@ def test_split_modes_exclude_each_other_with_reasons() -> None:
         ((4096, 6144, 4096), (128, 256), 3),  # 4 waves of 384-wide tiles (11.2) lose to 6 wide ones (10.5)
         ((4096, 1280, 8192), (128, 320), 3),  # 128 tiles of 256 + 64 columns: one wave; 320 square: three
         ((4096, 28672, 4096), (128, 256), 3),  # many waves either way: wide
-        ((256, 7168, 8192), (128, 128), 5),  # 56 wide tiles underfill the SMs as much as 112 square
+        ((256, 7168, 8192), (128, 128), 6),  # 56 wide tiles underfill the SMs as much as 112 square;
+        # at M <= 256 a square tile's ring is 6 deep (7 do not fit beside its C buffer)
+        ((1024, 1280, 8192), (128, 128), 5),  # from M = 1024 up, 5
     ],
 )
 def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) -> None:
