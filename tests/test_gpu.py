@@ -114,6 +114,36 @@ def test_tma_backend_on_gpu(target, split_k: int, persistent: int, width: int, w
     assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
 
 
+@pytest.mark.parametrize(
+    "width, stages, persistent, tail",
+    [(256, 4, 0, 0), (320, 3, 0, 0), (384, 3, 1, 0), (256, 3, 1, 1)],  # a stage freed, two parts, split tail
+)
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_sliced_c_stores_on_gpu(
+    target, width: int, stages: int, persistent: int, tail: int, layout: str
+) -> None:
+    """C stored in 64-column slices through one shared-memory buffer (EPILOGUE_N = 64), on ragged M and N:
+    right, and bit-identical to the same tile stored whole where that fits."""
+    from autotune.kernels.gemm_space import has_tma
+
+    if not has_tma(target):
+        pytest.skip("no tensor-memory accelerator on this GPU")
+    problem = Problem.gemm(1000 if persistent else 200, 3000, 4096, "bf16", layout)
+    knobs = dict(BLOCK_M=128, BLOCK_N=width, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, PERSISTENT=persistent,
+                 TAIL_SPLIT=tail, num_warps=8, num_stages=stages)  # fmt: skip
+    inputs = GEMM.make_inputs(problem, "cuda", seed=9)
+    ref = GEMM.reference(problem, inputs)
+    out = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+    GEMM.prepare(problem, Config(backend="triton_tma", EPILOGUE_N=64, **knobs), target, inputs, out)()
+    torch.cuda.synchronize()
+    assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
+    if width == 256 and stages == 3:  # the whole store fits beside 3 stages of 128 x 256
+        whole = GEMM.make_output(problem, "cuda").fill_(float("nan"))
+        GEMM.prepare(problem, Config(backend="triton_tma", EPILOGUE_N=0, **knobs), target, inputs, whole)()
+        torch.cuda.synchronize()
+        assert torch.equal(out, whole)
+
+
 @pytest.mark.parametrize("M", [1, 2, 3, 4])
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_gemv_backend_on_gpu(target, M: int, layout: str) -> None:
