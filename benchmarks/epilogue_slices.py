@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -31,7 +32,7 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker
+from autotune.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import gemm_default_config, tail_split_schedule, tile_parts
 from autotune.problem import cdiv
@@ -102,8 +103,9 @@ def configs(M: int, N: int, K: int, cus: int, stages_grid: tuple[int, ...] = (3,
 
 
 def _best(group: list[Config], med: dict[str, float]) -> tuple[float, str]:
-    got = [(med[c.canonical()], c.short()) for c in group if c.canonical() in med]
-    return min(got) if got else (float("nan"), "-")
+    """(time, name) of the fastest config of `group` that ran (NaN when none did)."""
+    got = [(med[c.canonical()], c.short()) for c in group if not math.isnan(med[c.canonical()])]
+    return min(got) if got else (math.nan, "-")
 
 
 def main() -> int:
@@ -155,15 +157,9 @@ def main() -> int:
         whole = [c for _, c in timed if not int(c["EPILOGUE_N"])][:3]
         sliced = [c for _, c in timed if int(c["EPILOGUE_N"])][:3]
         default = gemm_default_config(problem, target)
-        finals: dict[str, list[float]] = {}
-        for _ in range(3):  # interleaved rounds
-            for config in (vendor_cfg, default, *whole, *sliced):
-                r = bench.run(problem, config, full=True)
-                if r.ok and r.time_us is not None:
-                    finals.setdefault(config.canonical(), []).append(r.time_us)
-        med = {k: sorted(v)[len(v) // 2] for k, v in finals.items()}
-        vendor = med.get(vendor_cfg.canonical(), float("nan"))
-        dflt = med.get(default.canonical(), float("nan"))
+        contenders = {c.canonical(): c for c in (vendor_cfg, default, *whole, *sliced)}
+        med = {k: t for k, (t, _) in interleaved_medians(bench, problem, contenders, 3).items()}
+        vendor, dflt = med[vendor_cfg.canonical()], med[default.canonical()]
         bw, bs = _best(whole, med), _best(sliced, med)
         rows.append(dict(M=M, N=N, K=K, final=med, default=default.canonical()))
         winners.append(f"{name} M={M}: whole {bw[1]}; sliced {bs[1]}")
