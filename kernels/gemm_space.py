@@ -483,7 +483,8 @@ def _tma_default(
     # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
     # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
     # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
-    # 128 x 128 on 4 warps with 5 stages (split along K where even those underfill the SMs); the last
+    # 128 x 128 on 4 warps with 5 stages, 6 up to DEEP_RING_MAX_M (split along K where even those
+    # underfill the SMs); the last
     # wave's tiles split along K where it is at most half full. A 128 x 320 or 128 x 384 tile (8 warps,
     # sliced C) where its waves, costed the same way and PARTS_TILE_COST more, finish strictly earlier.
     cus = target.cu_count
@@ -654,8 +655,9 @@ def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple
     waves: the tiles a search should see first, since a grid that leaves SMs idle loses whatever the tile
     (H100, 1024 x 1280 x 8192: 64 x 160 and 64 x 192, 128 and 112 tiles on 132 SMs, were the fastest
     configs; a TPE search of 100 trials had not found them). Fullest grids first, then larger tiles; each
-    with K tiles of 64, the most stages (5 at most) that shared memory allows with sliced C stores where
-    a part is wider than the slice, and the fewest warps that hold the accumulator. Only members of `sub`."""
+    with K tiles of 64, the deepest ring of `_ring_depths` that shared memory allows with sliced C stores
+    where a part is wider than the slice, and the fewest warps that hold the accumulator. Only members of
+    `sub`."""
     if target.interpreter:
         return ()
     params = sub.params

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune import Config, Problem, Target
+from autotune import Config, Problem, Target, TrialResult, TrialStatus
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import gemm_default_config, triton_params
 
@@ -169,3 +169,36 @@ def test_tma_space_prices_the_c_buffer_of_each_epilogue() -> None:
     # 128 x 384 on 8 warps holds 192 accumulators a lane (compiles unspilled); on 4 warps, 384
     assert why(BLOCK_N=384, EPILOGUE_N=64, num_stages=3) is None
     assert str(why(BLOCK_N=384, EPILOGUE_N=64, num_stages=3, num_warps=4)).startswith("accumulator_spill")
+
+
+def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
+    """After the default, a TMA search first sees the tiles whose grids fill their last wave of SMs (1024 x
+    1280 on 132 SMs: 64 x 160 makes 128 tiles, 64 x 192 112), each a member of the space, at most six; the
+    strategies ask them right after the default. The interpreter's space has none."""
+    from autotune.kernels.gemm_space import WAVE_FILL, wave_filling_tiles
+    from autotune.problem import cdiv
+    from autotune.strategies import make_strategy
+
+    target = Target.for_arch("sm_90")
+    problem = Problem.gemm(1024, 1280, 8192)
+    space = GEMM.space(problem, target, ("triton_tma",))
+    sub = space.subspaces[0]
+    filling = wave_filling_tiles(problem, target, sub)
+    assert 0 < len(filling) <= 6 and all(sub.check(c) is None for c in filling)
+    assert [(c["BLOCK_M"], c["BLOCK_N"]) for c in filling[:2]] == [(64, 160), (64, 192)]
+    assert filling[0]["EPILOGUE_N"] == 64 and filling[0]["num_stages"] == 5
+    for c in filling:
+        tiles = cdiv(1024, int(c["BLOCK_M"])) * cdiv(1280, int(c["BLOCK_N"]))
+        assert tiles >= WAVE_FILL * cdiv(tiles, 132) * 132
+    assert sub.first == (gemm_default_config(problem, target), *filling)
+    strategy = make_strategy("optuna", space)
+    asked = []
+    for _ in range(1 + len(filling)):
+        config = strategy.ask()
+        assert config is not None
+        asked.append(config)
+        strategy.tell(config, TrialResult(config, TrialStatus.COMPILE_ERROR, error="not run"))
+    assert asked == list(sub.first)
+    interp = Target.interpreter_target()
+    small = Problem.gemm(64, 64, 64)
+    assert wave_filling_tiles(small, interp, GEMM.space(small, interp, ("triton_tma",)).subspaces[0]) == ()
