@@ -219,15 +219,18 @@ class Benchmarker:
             raise ValueError(f"cannot share a problem's buffers between {other.device} and {self.device}")
         state = other._state_for(problem)
         self._states.pop(problem, None)
+        self._make_room()
+        self._states[problem] = state
+
+    def _make_room(self) -> None:
+        """Drops the least recently used problems' states (their tensors) until one more fits."""
         while len(self._states) >= KEEP_STATES:
             del self._states[next(iter(self._states))]
-        self._states[problem] = state
 
     def _state_for(self, problem: Problem) -> _ProblemState:
         state = self._states.pop(problem, None)
         if state is None:
-            while len(self._states) >= KEEP_STATES:  # free the oldest problem's tensors first
-                del self._states[next(iter(self._states))]
+            self._make_room()
             n_sets = 1
             if self.on_gpu and self.target.llc_bytes > 0:
                 n_sets = math.ceil(2 * self.target.llc_bytes / max(problem.min_bytes(), 1))

@@ -34,7 +34,7 @@ import torch
 from autotune import Config, Problem
 from autotune.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import gemm_default_config, tail_split_schedule, tile_parts
+from autotune.kernels.gemm_space import c_store_cols, gemm_default_config, tail_split_schedule, tile_parts
 from autotune.problem import cdiv
 from autotune.target import local_target
 
@@ -65,8 +65,7 @@ SLICE = 64
 
 def smem_bytes(bm: int, width: int, bk: int, stages: int, epilogue: int) -> int:
     """The ring of A and B tiles plus the C buffer: the whole tile, or one slice shared by every store."""
-    c_cols = min(max(tile_parts(width)), epilogue) if epilogue else width
-    return (bm + width) * bk * 2 * stages + bm * c_cols * 2
+    return (bm + width) * bk * 2 * stages + bm * c_store_cols(width, epilogue) * 2
 
 
 def configs(M: int, N: int, K: int, cus: int, stages_grid: tuple[int, ...] = (3, 4, 5)) -> list[Config]:

@@ -12,6 +12,7 @@ from autotune.space import Constraint, SearchSpace, SubSpace
 from autotune.target import Target
 
 __all__ = [
+    "c_store_cols",
     "gemm_backends",
     "gemm_default_config",
     "gemm_space",
@@ -248,7 +249,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ring = (bm + bn) * bk * elem * int(c["num_stages"])
         if int(c.get("SPLIT_K", 1)) > 1:
             return int(ring + bm * bn * 4)
-        return int(ring + bm * _c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
+        return int(ring + bm * c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
 
     extra = [
         Constraint(
@@ -319,9 +320,10 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     return extra + [c for c in _constraints(problem, target) if c.name not in replaced]
 
 
-def _c_store_cols(width: int, epilogue: int) -> int:
-    """Columns of the C store's shared-memory buffer for a tile `width` wide: the whole tile (all its parts),
-    or with EPILOGUE_N > 0 one slice, as wide as the widest part at most."""
+def c_store_cols(width: int, epilogue: int) -> int:
+    """Columns of the C store's shared-memory buffer for a TMA tile (or tile part) `width` wide: the whole
+    width (all its parts), or with EPILOGUE_N > 0 one slice, as wide as the widest part at most; for one
+    part this is also the block of its C descriptor."""
     if not epilogue:
         return width
     return min(max(tile_parts(width)), epilogue)
@@ -672,8 +674,9 @@ def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple
             if fill < WAVE_FILL or waves > 4:
                 continue
             sliced = max(tile_parts(w)) > EPILOGUE_SLICE
-            for stages in _ring_depths(problem):
-                config = Config(
+            # the fewest warps that hold the accumulator, then the deepest ring: the first member of `sub`
+            candidates = (
+                Config(
                     backend="triton_tma",
                     BLOCK_M=bm_,
                     BLOCK_N=w,
@@ -683,11 +686,14 @@ def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple
                     PERSISTENT=int(tiles > cus),
                     TAIL_SPLIT=0,
                     EPILOGUE_N=EPILOGUE_SLICE if sliced else 0,
-                    num_warps=4 if bm_ * w <= TMA_ACC_LIMIT * 4 * 32 else 8,
+                    num_warps=warps,
                     num_stages=stages,
                 )
-                if sub.check(config) is None:
-                    found.append((-fill, -bm_ * w, config))
-                    break
+                for warps in (4, 8)
+                for stages in _ring_depths(problem)
+            )
+            config = next((c for c in candidates if sub.check(c) is None), None)
+            if config is not None:
+                found.append((-fill, -bm_ * w, config))
     found.sort(key=lambda t: (t[0], t[1]))
     return tuple(c for _, _, c in found[:MAX_FILLING_TILES])

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_space import tail_split_schedule, tile_parts
+from autotune.kernels.gemm_space import c_store_cols, tail_split_schedule, tile_parts
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
 from autotune.kernels.launch import pinned
 from autotune.kernels.scratch import split_scratch
@@ -277,7 +277,7 @@ def tma_launcher(
 
     def c_block(n: int) -> list[int]:
         """The block of a C descriptor for a tile part n wide: the slice each store writes."""
-        return [bm, min(n, epi) if epi else n]
+        return [bm, c_store_cols(n, epi)]
 
     kernel, reduce_kernel, tail_kernel = kernels or (
         gemm_tma_kernel,
