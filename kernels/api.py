@@ -23,6 +23,8 @@ __all__ = ["gemm", "launch_config", "linear"]
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYOUTS = ("nk", "kn")
+# Plain tensors and module weights take the fast check; other subclasses the full one.
+_TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
 
 # Per-process caches: heuristic defaults per shape, the running target.
 _defaults: dict[tuple[int, int, int, str, str], Config] = {}
@@ -44,7 +46,7 @@ def _running() -> Target:
 def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
     # Fast path for valid input (every attribute read costs host time); anything unusual falls through to
     # the checks that explain the problem.
-    if type(a) is torch.Tensor and type(b) is torch.Tensor:
+    if type(a) in _TENSOR_TYPES and type(b) in _TENSOR_TYPES:
         dt = a.dtype
         dtype = _DTYPE_NAMES.get(dt)
         if dtype is not None and b.dtype is dt:
@@ -103,7 +105,7 @@ def launch_config(
 
 
 def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
-    if type(out) is torch.Tensor and out.dtype is a.dtype:
+    if type(out) in _TENSOR_TYPES and out.dtype is a.dtype:
         so = out.shape
         if len(so) == 2 and so[0] == M and so[1] == N:
             device = out.get_device()

@@ -24,7 +24,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_fp8_triton import swap_operands
 from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, _work_item, tma_ready
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import descriptor, pinned, tensor_key
 from autotune.problem import cdiv
 
 __all__ = ["fp8_tma_launcher", "gemm_fp8_tma_kernel"]
@@ -77,8 +77,6 @@ def fp8_tma_launcher(
     `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1. Inputs whose rows are not dense and 16-byte
     aligned are copied first, and C goes through a dense temporary where `out` is not dense. `kernels`
     replaces (gemm_fp8_tma_kernel, splitk_reduce_kernel) (the compile-only checks record launches)."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
 
     swap = bool(config.get("SWAP_AB", 0))
@@ -117,16 +115,21 @@ def fp8_tma_launcher(
         c = out
         if not out.is_contiguous() or out.data_ptr() % 16:
             c = torch.empty((M, N), device=out.device, dtype=out.dtype)
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(b, [bn, bk])
+        a_desc = descriptor(a, [km, K], [K, 1], [bm, bk])
+        b_desc = descriptor(b, [kn, K], [K, 1], [bn, bk])
         if split_k == 1:
-            c_desc = TensorDescriptor.from_tensor(c, c_block)
+            c_base, c_desc = c, descriptor(c, [M, N], [N, 1], c_block)
         else:
             assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
-            c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, *c_block])
+            c_base, c_desc = workspace, descriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, *c_block])
         items = cdiv(km, bm) * cdiv(kn, bn) * split_k
         programs = min(items, num_sms) if persistent else items
-        main[(programs,)](a_desc, b_desc, c_desc, a_scale, b_scale, km, kn, K, stride_as, stride_bs, programs)
+        # the launch key: the descriptors' fields follow from the sizes and dtypes (`descriptor` checks
+        # each base's alignment); the scales are keyed like any tensor argument
+        key = (km, kn, K, stride_as, stride_bs, programs, a.dtype, b.dtype, c_base.dtype,
+               *tensor_key(a_scale), *tensor_key(b_scale))  # fmt: skip
+        args = (a_desc, b_desc, c_desc, a_scale, b_scale, km, kn, K, stride_as, stride_bs, programs)
+        main.launch_keyed((programs,), key, args, {})
         if split_k > 1:
             reduce[(cdiv(M * N, REDUCE_BLOCK),)](workspace, c, M * N)
         if c is not out:

@@ -25,7 +25,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import c_store_cols, tail_split_schedule, tile_parts
 from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.scratch import split_scratch
 from autotune.problem import cdiv
 
@@ -243,14 +243,13 @@ def tma_ready(t: torch.Tensor) -> torch.Tensor:
 def tma_launcher(
     config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, ...] | None = None
 ) -> Callable[..., None]:
-    """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`; descriptors are built per
-    call, from dense copies of inputs whose rows are not dense and 16-byte aligned, and through a dense
-    temporary C where `out` is not (copied into `out`). `workspace` is an fp32 tensor of SPLIT_K·M·N
+    """A function `launch(a, b, out, b_kn, M, N, K, workspace)` for `config`, with A (M, K), B (N, K) or
+    (K, N) for `b_kn`, and `out` (M, N); descriptors are built per call (`launch.descriptor`), from dense
+    copies of inputs whose rows are not dense and 16-byte aligned, and through a dense temporary C where
+    `out` is not (copied into `out`). `workspace` is an fp32 tensor of SPLIT_K·M·N
     elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT keeps its own scratch per device and stream.
     `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel), as in
     `gemm_triton.launcher`."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
 
     bm, width, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
@@ -295,9 +294,9 @@ def tma_launcher(
         tiles = cdiv(M, bm) * cdiv(N, bn)
         programs, dp_tiles, splits = tail_split_schedule(tiles, cdiv(K, bk), num_sms)
         ws, counts = split_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
-        b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-        c_desc = TensorDescriptor.from_tensor(out, c_block(bn))
+        a_desc = descriptor(a, [M, K], [K, 1], [bm, bk])
+        b_desc = b_descriptor(b, b_kn, N, K, bn)
+        c_desc = descriptor(out, [M, N], [N, 1], c_block(bn))
         tail[(programs,)](a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn)
 
     def launch(
@@ -328,38 +327,52 @@ def tma_launcher(
     ) -> None:  # fmt: skip
         items = cdiv(M, bm) * cdiv(N, width) * split_k
         programs = min(items, num_sms) if persistent else items
-        a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+        a_desc = descriptor(a, [M, K], [K, 1], [bm, bk])
+        c_base = out
         if split_k > 1:
             assert workspace is not None, "SPLIT_K > 1 needs an fp32 workspace of SPLIT_K * M * N"
+            c_base = workspace
+        # the launch key: with the options, these fix every argument's specialization (the descriptors'
+        # fields follow from M, N, K, b_kn and the dtypes; `descriptor` checks each base's alignment)
+        key = (M, N, K, programs, b_kn, a.dtype, b.dtype, c_base.dtype)
         if bn2:
-            launch_parts(a_desc, b, out, b_kn, M, N, K, programs, workspace)
+            launch_parts(a_desc, b, c_base, b_kn, M, N, K, programs, key)
         else:
-            b_desc = TensorDescriptor.from_tensor(b, [bk, bn] if b_kn else [bn, bk])
-            if split_k == 1:
-                c_desc = TensorDescriptor.from_tensor(out, c_block(bn))
-            else:
-                c_desc = TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, bn])
-            main[(programs,)](a_desc, b_desc, c_desc, M, N, K, programs, B_KN=b_kn)
+            args = (
+                a_desc,
+                b_descriptor(b, b_kn, N, K, bn),
+                c_descriptor(c_base, M, N, bn),
+                M,
+                N,
+                K,
+                programs,
+            )
+            main.launch_keyed((programs,), key, args, {"B_KN": b_kn})
         if split_k > 1:
             mn = M * N
             reduce[(cdiv(mn, REDUCE_BLOCK),)](workspace, out, mn)
 
+    def b_descriptor(b: torch.Tensor, b_kn: bool, N: int, K: int, n: int) -> Any:
+        """The descriptor of dense B, (K, N) for `b_kn` else (N, K), for a tile part n wide."""
+        return descriptor(b, [K, N], [N, 1], [bk, n]) if b_kn else descriptor(b, [N, K], [K, 1], [n, bk])
+
+    def c_descriptor(c_base: torch.Tensor, M: int, N: int, n: int) -> Any:
+        """The descriptor of dense C, or (SPLIT_K > 1) of the fp32 workspace, for a tile part n wide."""
+        if split_k == 1:
+            return descriptor(c_base, [M, N], [N, 1], c_block(n))
+        return descriptor(c_base, [split_k, M, N], [M * N, N, 1], [1, bm, n])
+
     def launch_parts(
-        a_desc: Any, b: torch.Tensor, out: torch.Tensor, b_kn: bool, M: int, N: int, K: int, programs: int,
-        workspace: torch.Tensor | None,
+        a_desc: Any, b: torch.Tensor, c_base: torch.Tensor, b_kn: bool, M: int, N: int, K: int, programs: int,
+        key: tuple[Any, ...],
     ) -> None:  # fmt: skip
         """A tile of two or three column parts: a B and a C (or workspace) descriptor per part."""
         widths = [n for n in (bn, bn2, bn3) if n]
-        b_descs = [TensorDescriptor.from_tensor(b, [bk, n] if b_kn else [n, bk]) for n in widths]
-        if split_k == 1:
-            c_descs = [TensorDescriptor.from_tensor(out, c_block(n)) for n in widths]
-        else:
-            c_descs = [
-                TensorDescriptor(workspace, [split_k, M, N], [M * N, N, 1], [1, bm, n]) for n in widths
-            ]
-        more = {"b2_desc": b_descs[1], "c2_desc": c_descs[1]}
+        b_descs = [b_descriptor(b, b_kn, N, K, n) for n in widths]
+        c_descs = [c_descriptor(c_base, M, N, n) for n in widths]
+        more = {"B_KN": b_kn, "b2_desc": b_descs[1], "c2_desc": c_descs[1]}
         if bn3:
             more.update(b3_desc=b_descs[2], c3_desc=c_descs[2])
-        main[(programs,)](a_desc, b_descs[0], c_descs[0], M, N, K, programs, B_KN=b_kn, **more)
+        main.launch_keyed((programs,), key, (a_desc, b_descs[0], c_descs[0], M, N, K, programs), more)
 
     return launch

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
 from typing import Any
 
 import torch
 
-__all__ = ["PINNED_LAUNCH_ENV", "Pinned", "pinned", "pinning"]
+__all__ = ["PINNED_LAUNCH_ENV", "Pinned", "descriptor", "pinned", "pinning", "tensor_key"]
 
 #: The environment variable that turns the shortcut off ("0"); read at every `pinned` call.
 PINNED_LAUNCH_ENV = "AUTOTUNE_PINNED_LAUNCH"
@@ -37,6 +37,8 @@ _HIP = torch.version.hip is not None
 _MAX_I32 = 2**31 - 1
 _DESC_FIELDS: dict[type, Callable[[Any], tuple[Any, ...]]] = {}
 _memo: dict[tuple[Any, ...], Pinned] = {}
+#: Marks the keys that `Pinned.launch_keyed` callers give (no `_launch_key` entry is this object).
+_KEYED = object()
 
 
 def pinning() -> str:
@@ -66,11 +68,44 @@ def pinned(fn: Any, **options: Any) -> Pinned:
     return found
 
 
+#: (class, fields) of a host tensor descriptor built and checked, by (dtype, shape, strides, block).
+_desc_fields: dict[tuple[Any, ...], tuple[type, dict[str, Any]]] = {}
+
+
+def descriptor(base: torch.Tensor, shape: list[int], strides: list[int], block: list[int]) -> Any:
+    """Triton's host `TensorDescriptor(base, shape, strides, block)`, without re-running its checks.
+
+    The constructor checks ranks, block shape, alignment and strides on every call: µs of host time per
+    descriptor, per launch. Those checks depend only on (dtype, shape, strides, block) and on the base's
+    16-byte alignment, so after one checked build per key, later descriptors copy that build's fields
+    and take their own base, whose alignment is checked here. The copies share `shape`, `strides` and
+    `block`: nobody may change them afterwards."""
+    key = (base.dtype, tuple(shape), tuple(strides), tuple(block))
+    found = _desc_fields.get(key)
+    if found is None or base.data_ptr() % 16:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        made = TensorDescriptor(base, shape, strides, block)  # checks, and raises on bad input
+        cls = type(made)
+        if is_dataclass(made) and hasattr(made, "__dict__") and cls.__setattr__ is object.__setattr__:
+            if len(_desc_fields) >= MAX_KEYS:
+                _desc_fields.clear()
+            _desc_fields[key] = (cls, dict(vars(made)))
+        return made
+    cls, values = found
+    made = object.__new__(cls)
+    made.__dict__.update(values)
+    made.base = base
+    return made
+
+
 class _Uncacheable(Exception):
     """An argument whose specialization the launch key cannot pin down."""
 
 
-def _tensor_key(x: torch.Tensor) -> tuple[Any, ...]:
+def tensor_key(x: torch.Tensor) -> tuple[Any, ...]:
+    """What Triton specializes a tensor argument on, and more: dtype, 16-byte alignment (and on ROCm
+    whether its storage fits in 2 GiB)."""
     ptr = x.data_ptr()
     if _HIP:
         return (x.dtype, ptr % 16 == 0, x.untyped_storage().size() <= _MAX_I32)
@@ -88,7 +123,7 @@ def _launch_key(device: int, args: tuple[Any, ...], more: dict[str, Any]) -> tup
         if t is int:
             add(x)
         elif t is torch.Tensor:
-            key.extend(_tensor_key(x))
+            key.extend(tensor_key(x))
         else:
             add(_arg_key(x))
     for name, x in more.items():
@@ -102,7 +137,7 @@ def _arg_key(x: Any) -> Any:
     if t is int or t is bool or t is float or x is None:
         return (t, x)
     if t is torch.Tensor:
-        return _tensor_key(x)
+        return tensor_key(x)
     fields_of = _DESC_FIELDS.get(t)
     if fields_of is None and t.__name__ == "TensorDescriptor" and is_dataclass(x):  # Triton's host descriptor
         names = [f.name for f in fields(x)]
@@ -113,7 +148,7 @@ def _arg_key(x: Any) -> Any:
         for v in fields_of(x):  # one C call for all the fields
             tv = type(v)
             if tv is torch.Tensor:
-                parts.append(_tensor_key(v))
+                parts.append(tensor_key(v))
             elif tv is list:
                 parts.append(tuple(v))
             else:  # torch.Size, tuples, strings, bools: hashable as they are
@@ -188,18 +223,36 @@ class Pinned:
         api = self._api
         if api is None:
             return self.fn[grid](*args, **self.options, **more)
-        knobs, driver = api
-        device = driver.active.get_current_device()
+        device = api[1].active.get_current_device()
         try:
             key = _launch_key(device, args, more)
         except _Uncacheable:
             return self.fn[grid](*args, **self.options, **more)
+        return self._launch(api, device, key, grid, args, more)
+
+    def launch_keyed(
+        self, grid: tuple[int, ...], key: Hashable, args: tuple[Any, ...], more: dict[str, Any]
+    ) -> Any:
+        """`launch` with a launch key the caller vouches for: with the current device, `key` must tell
+        apart every two calls that `_launch_key` tells apart (a launcher that builds its own tensor
+        descriptors knows them from a few integers and dtypes, where keying the descriptors costs µs)."""
+        api = self._api
+        if api is None:
+            return self.fn[grid](*args, **self.options, **more)
+        device = api[1].active.get_current_device()
+        return self._launch(api, device, (device, _KEYED, key), grid, args, more)
+
+    def _launch(
+        self, api: tuple[Any, Any], device: int, key: tuple[Any, ...], grid: tuple[int, ...],
+        args: tuple[Any, ...], more: dict[str, Any],
+    ) -> Any:  # fmt: skip
         entry = self._cache.get(key)
         if entry is None:
             kernel = self.fn[grid](*args, **self.options, **more)
             if kernel is not None:
                 self._remember(key, kernel, len(args), more)
             return kernel
+        knobs, driver = api
         kernel, tail, runtime_more = entry
         if runtime_more:  # runtime (not constexpr) arguments given by name: their values change per call
             values = list(tail)

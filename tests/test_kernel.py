@@ -486,3 +486,21 @@ def test_linear_rejects_bad_inputs(fresh_dispatch: Path) -> None:
         linear(rand(3, 5), w)
     with pytest.raises(TypeError, match="bf16 or fp16"):
         linear(rand(3, 4), w.float())
+
+
+def test_a_module_weight_takes_the_fast_check(fresh_dispatch: Path, monkeypatch) -> None:
+    """nn.Linear's weight is an nn.Parameter: its calls must not fall through to the slow explaining check
+    (the rejects above show that the explaining check still runs for bad input)."""
+    from autotune.kernels import api
+
+    weight = torch.nn.Parameter(rand(16, 24, seed=19), requires_grad=False)
+    x = rand(3, 24, seed=20)
+
+    def explain(*args: Any) -> None:
+        raise AssertionError("the fast check refused a valid call")
+
+    monkeypatch.setattr(api, "_explain", explain)
+    with pytest.warns(UntunedShapeWarning):
+        y = linear(x, weight)
+    assert_close_to(y, x.float() @ weight.float().t(), 1e-2)
+    assert gemm(x, weight, out=torch.empty(3, 16, dtype=torch.bfloat16)).shape == (3, 16)

@@ -6,6 +6,7 @@ test_gpu.py checks the real thing against Triton's own launch.
 
 from __future__ import annotations
 
+import inspect
 from types import SimpleNamespace
 from typing import Any
 
@@ -252,3 +253,106 @@ def test_a_triton_that_launches_otherwise_gets_no_shortcut(monkeypatch) -> None:
     monkeypatch.setattr(launch_mod, "_api", [])
     assert launch_mod._launch_api() is None
     monkeypatch.setattr(launch_mod, "_api", [])
+
+
+def test_keyed_launches_reuse_a_kernel_per_key_and_never_meet_argument_keys() -> None:
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    a, b, out = tensors()
+    k.launch_keyed((1,), ("m", 16), (a, b, out, 16, 64, 8), {})
+    fresh = tensors()
+    k.launch_keyed((2,), ("m", 16), (*fresh, 16, 64, 8), {})
+    assert len(jit.jit_calls) == 1
+    grid, _, args = jit.compiled[0].runs[0]
+    assert grid == (2, 1, 1) and all(x is y for x, y in zip(args[:3], fresh, strict=True))
+    k.launch_keyed((1,), ("m", 17), (a, b, out, 17, 64, 8), {})  # the caller's key tells M apart
+    k[(1,)](a, b, out, 16, 64, 8)  # the same call keyed from its arguments: a key of its own
+    assert len(jit.jit_calls) == 3
+
+
+def test_keyed_launches_without_the_shortcut_are_triton_s_every_time(monkeypatch) -> None:
+    monkeypatch.setenv("AUTOTUNE_PINNED_LAUNCH", "0")
+    jit = FakeJit()
+    k = pinned(jit, BLOCK=32, EVEN=False)
+    for _ in range(2):
+        k.launch_keyed((1,), "same", (*tensors(), 16, 64, 8), {})
+    assert len(jit.jit_calls) == 2
+
+
+def test_descriptors_copied_after_a_checked_build_equal_triton_s_own() -> None:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    launch_mod._desc_fields.clear()
+    first = torch.randn(64, 32, dtype=torch.bfloat16)
+    made = launch_mod.descriptor(first, [64, 32], [32, 1], [16, 32])  # checked by Triton's constructor
+    second = torch.randn(64, 32, dtype=torch.bfloat16)
+    copied = launch_mod.descriptor(second, [64, 32], [32, 1], [16, 32])
+    own = TensorDescriptor(second, [64, 32], [32, 1], [16, 32])
+    assert type(copied) is TensorDescriptor and copied == own and copied.base is second
+    assert made.base is first and made is not copied
+
+
+@pytest.mark.parametrize("bad", ["misaligned base", "misaligned stride", "rank", "block"])
+def test_descriptors_fail_as_triton_s_own_do_even_after_a_checked_build(bad: str) -> None:
+    pytest.importorskip("triton")
+    launch_mod._desc_fields.clear()
+    launch_mod.descriptor(torch.randn(64, 32), [64, 32], [32, 1], [16, 32])
+    base, shape, strides, block = torch.randn(64, 32), [64, 32], [32, 1], [16, 32]
+    if bad == "misaligned base":  # the same key as the build above, on a base 4 bytes off
+        base = torch.randn(64 * 32 + 1)[1:].view(64, 32)
+    elif bad == "misaligned stride":
+        base, shape, strides = torch.randn(64, 33), [64, 33], [33, 1]
+    elif bad == "rank":
+        strides = [32, 1, 1]
+    else:
+        block = [16, 24]  # not a power of two
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    with pytest.raises(Exception) as own:
+        TensorDescriptor(base, shape, strides, block)
+    with pytest.raises(type(own.value)):
+        launch_mod.descriptor(base, shape, strides, block)
+
+
+def test_tma_launches_rekey_on_every_size_and_pass_each_call_s_tensors(monkeypatch) -> None:
+    """The TMA launcher keys its launches itself: a new M, N or K or B layout compiles (Triton's launch),
+    new tensors of the same sizes reuse the kernel and reach it in new descriptors."""
+    pytest.importorskip("triton")
+    from autotune import Config
+    from autotune.kernels import gemm_tma, gemm_triton
+
+    monkeypatch.setattr(launch_mod, "_is_jit", lambda fn: True)
+    monkeypatch.setattr(launch_mod, "_launch_api", fake_api)
+    monkeypatch.setattr(launch_mod, "_memo", {})
+
+    class TmaJit(FakeJit):
+        def __init__(self, real: Any) -> None:
+            super().__init__()
+            self.fn = real.fn
+            params = inspect.signature(real.fn).parameters.values()  # constexprs by their annotation
+            self.params = [SimpleNamespace(name=p.name, is_constexpr="constexpr" in str(p.annotation))
+                           for p in params]  # fmt: skip
+
+    jits = [TmaJit(k) for k in (gemm_tma.gemm_tma_kernel, gemm_triton.splitk_reduce_kernel,
+                                gemm_tma.gemm_tma_tail_kernel)]  # fmt: skip
+    config = Config(backend="triton_tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
+                    PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=3)  # fmt: skip
+    run = gemm_tma.tma_launcher(config, num_sms=132, kernels=tuple(jits))
+
+    def call(M: int, N: int, K: int, b_kn: bool = False) -> tuple[torch.Tensor, ...]:
+        a = torch.randn(M, K, dtype=torch.bfloat16)
+        b = torch.randn((K, N) if b_kn else (N, K), dtype=torch.bfloat16)
+        out = torch.empty(M, N, dtype=torch.bfloat16)
+        run(a, b, out, b_kn, M, N, K)
+        return a, b, out
+
+    main = jits[0]
+    call(64, 128, 64)
+    tensors_now = call(64, 128, 64)
+    assert len(main.jit_calls) == 1
+    _, _, args = main.compiled[0].runs[0]
+    assert [d.base for d in args[:3]] == list(tensors_now)
+    assert [d.shape for d in args[:3]] == [[64, 64], [128, 64], [64, 128]]
+    for sizes in [(80, 128, 64), (64, 192, 64), (64, 128, 128), (64, 128, 64, True)]:
+        call(*sizes)
+    assert len(main.jit_calls) == 5
