@@ -513,18 +513,33 @@ def interleaved_medians(
     configs: dict[str, Config],
     rounds: int,
     others: Mapping[str, tuple[Benchmarker, Config]] | None = None,
+    *,
+    precision: float | None = None,
+    max_rounds: int | None = None,
 ) -> dict[str, tuple[float, str]]:
     """Times every named config `rounds` times, interleaved (so drift hits all alike), and gives per name
     the median of its medians (NaN if it never ran) and "ok", or the status and error of a failed run.
-    `others` are timed in the same rounds, after `configs`, each by its own Benchmarker."""
+    `others` are timed in the same rounds, after `configs`, each by its own Benchmarker. With `precision`,
+    rounds go on (up to `max_rounds`) while some name's round medians spread so much that the standard
+    error of their median exceeds `precision` × the median (`runs_for_precision`): a kernel whose speed
+    varies from run to run (on the H100, cuBLAS's clustered tiles placed differently per launch) then
+    gets as many rounds as its spread needs, and the others no more than `rounds`."""
     runs = {name: (bench, config) for name, config in configs.items()} | dict(others or {})
     samples: dict[str, list[float]] = {k: [] for k in runs}
     status = dict.fromkeys(runs, "ok")
-    for _ in range(rounds):
+
+    def spread_out() -> bool:
+        return precision is not None and any(
+            len(v) >= 2 and runs_for_precision(v, precision) > len(v) for v in samples.values()
+        )
+
+    done = 0
+    while done < rounds or (done < (max_rounds or rounds) and spread_out()):
         for name, (timer, config) in runs.items():
             r = timer.run(problem, config, full=True)
             if r.ok and r.time_us is not None:
                 samples[name].append(r.time_us)
             else:
                 status[name] = f"{r.status.value}: {r.error[:200]}"
+        done += 1
     return {k: (statistics.median(v) if v else math.nan, status[k]) for k, v in samples.items()}

@@ -4,6 +4,10 @@ Per shape: the vendor library (torch.mm → cuBLAS/hipBLASLt), our heuristic def
 winner and the dispatched best-of-backends (the real `autotune.kernels.gemm` call reading an emitted
 table), in µs, TFLOP/s, GB/s and fraction of the roofline; the sweep's cost; the regret of each M-bucket
 policy on M values that were not tuned; and the host cost of a dispatched call and of a lookup.
+A control times the vendor call a second time on the same buffers (`control`): vendor/control is what
+two identical calls differ by, the yardstick for a dispatched call that runs the vendor library itself.
+Rounds go on past --rounds (up to --max-rounds) while a variant's run-to-run spread leaves its median
+less precise than --precision.
 
     python benchmarks/gemm.py --db bench.db --out results/      # resumable: the tuning is stored
     python benchmarks/gemm.py --phase measure ...               # measure only, from a tuned database
@@ -133,7 +137,14 @@ class _Dispatched:
         return launch
 
 
-def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int, out: dict) -> Table:
+def measure(
+    store: Store,
+    problems: list[tuple[str, str, Problem]],
+    rounds: int,
+    out: dict,
+    precision: float | None = None,
+    max_rounds: int | None = None,
+) -> Table:
     target = local_target()
     fp = target.fingerprint()
     table = emit_table(store, fingerprint=fp)  # exactly what `autotune emit` writes
@@ -155,8 +166,15 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
             _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
         )
         dbench.share_problem(bench, p)  # the vendor's very inputs and output buffers
-        dispatched = {"dispatched": (dbench, Config(backend="dispatched"))}
-        res = interleaved_medians(bench, p, variants, rounds, others=dispatched)
+        control = Benchmarker(GEMM, target, settings=dbench.settings)
+        control.share_problem(bench, p)
+        others = {
+            "dispatched": (dbench, Config(backend="dispatched")),
+            "control": (control, variants["vendor"]),  # the vendor call again: identical GPU work
+        }
+        res = interleaved_medians(
+            bench, p, variants, rounds, others=others, precision=precision, max_rounds=max_rounds
+        )
         timed = {k: (*v, method) for k, v in res.items()}
         roof = target.roofline_us(p.flops(), p.min_bytes())
         row = dict(
@@ -170,6 +188,7 @@ def measure(store: Store, problems: list[tuple[str, str, Problem]], rounds: int,
             if table.lookup("gemm", p.M, p.N, p.K)
             else "default",
             tuned_config=tuned.canonical() if tuned else None,
+            dispatched_backend=entry.backend if (entry := table.lookup("gemm", p.M, p.N, p.K)) else "default",
         )
         for name, (t, st, how) in timed.items():
             row[f"{name}_us"] = t
@@ -312,7 +331,14 @@ def main() -> int:
     )
     ap.add_argument("--trials", type=int, default=40, help="trial budget per shape")
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
-    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (at least)")
+    ap.add_argument(
+        "--precision",
+        type=float,
+        default=0.005,
+        help="more rounds while a variant's median is less precise than this fraction (0: never)",
+    )
+    ap.add_argument("--max-rounds", type=int, default=30, help="rounds at most, with --precision")
     ap.add_argument("--quick", action="store_true", help="one (N, K), three M: a smoke run")
     ap.add_argument(
         "--regime",
@@ -356,7 +382,7 @@ def main() -> int:
             tune(store, [p for _, _, p in to_tune], args, tune_log)
             info["tune"] = dict(per_shape=tune_log, wall_s=time.perf_counter() - t0)
         if args.phase in ("measure", "all"):
-            measure(store, problems, args.rounds, info)
+            measure(store, problems, args.rounds, info, args.precision or None, args.max_rounds)
             if args.regime == "all":  # the M policies are judged on untuned M across all regimes
                 policy_regret(store, info, args.quick)
         if args.phase in ("measure", "host", "all"):
@@ -390,13 +416,14 @@ def _print_summary(info: dict) -> None:
         return
     print(
         f"{'model/layer':28} {'M':>5} {'N':>6} {'K':>6} {'vendor':>8} {'default':>8} {'tuned':>8} "
-        f"{'disp':>8} {'tun/ven':>7} {'dis/ven':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}"
+        f"{'disp':>8} {'tun/ven':>7} {'dis/ven':>7} {'ven/ctl':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}"
     )
     for r in info["shapes"]:
         v, t, d = r["vendor_us"], r.get("tuned_us", math.nan), r["dispatched_us"]
         print(
             f"{r['model'] + ' ' + r['layer']:28} {r['M']:>5} {r['N']:>6} {r['K']:>6} {v:8.2f} "
             f"{r['default_us']:8.2f} {t:8.2f} {d:8.2f} {v / t:7.3f} {v / d:7.3f} "
+            f"{v / r.get('control_us', math.nan):7.3f} "
             f"{r['dispatched_tflops']:6.0f} {r['dispatched_gbps']:6.0f} {r['dispatched_roofline']:5.2f}"
         )
     for regime in ("decode", "prefill"):
@@ -408,8 +435,12 @@ def _print_summary(info: dict) -> None:
         if rs:
             g = math.exp(statistics.fmean(math.log(r["vendor_us"] / r["tuned_us"]) for r in rs))
             worst = min(r["vendor_us"] / r["dispatched_us"] for r in rs)
+            ours = [r["vendor_us"] / r["dispatched_us"] for r in rs if r.get("dispatched_backend") != "torch"]
+            noise = max(abs(1 - r["vendor_us"] / r.get("control_us", math.nan)) for r in rs)
             print(
-                f"{regime}: tuned Triton vs vendor geomean {g:.3f}x; dispatched vs vendor worst {worst:.3f}x"
+                f"{regime}: tuned Triton vs vendor geomean {g:.3f}x; dispatched vs vendor worst {worst:.3f}x "
+                f"(rows dispatched to our kernels: worst {min(ours, default=math.nan):.3f}x; "
+                f"vendor vs itself up to {noise:.3f} apart)"
             )
     if "m_policy" in info:
         print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -439,3 +440,21 @@ def test_a_shared_problem_is_timed_on_the_same_buffers(interp: Target) -> None:
     assert elsewhere not in main._states and other._states[elsewhere] is not state
     with pytest.raises(ValueError, match="cannot share"):
         Benchmarker(first, interp, device="meta").share_problem(main, PROBLEM)  # type: ignore[arg-type]
+
+
+def test_interleaved_medians_add_rounds_until_the_spread_allows_the_precision() -> None:
+    from autotune.bench import interleaved_medians
+
+    log: list[str] = []
+    steady = [10.0, 10.01, 9.99, 10.0, 10.0, 10.01, 9.99, 10.0, 10.0, 10.0]
+    jumpy = [10.0, 12.0, 9.0, 11.5, 9.5, 10.2, 10.1, 9.9, 10.0, 10.05]
+    timer = _ScriptedTimer({"steady": list(steady), "jumpy": list(jumpy)}, log)
+    configs = {"steady": Config(backend="x", name="steady"), "jumpy": Config(backend="x", name="jumpy")}
+    p = Problem.gemm(1, 16, 16)
+    res = interleaved_medians(timer, p, configs, 3, precision=0.01, max_rounds=8)  # type: ignore[arg-type]
+    assert log == ["steady", "jumpy"] * 8  # the jumpy one's spread asked for more than 8 rounds: capped
+    assert res["jumpy"] == (statistics.median(jumpy[:8]), "ok")
+    log.clear()
+    timer = _ScriptedTimer({"steady": list(steady), "jumpy": list(steady)}, log)
+    interleaved_medians(timer, p, configs, 3, precision=0.01, max_rounds=8)  # type: ignore[arg-type]
+    assert log == ["steady", "jumpy"] * 3  # both steady: the first rounds were enough
