@@ -38,12 +38,21 @@ class TrialStatus(str, enum.Enum):
         return self is not TrialStatus.OK
 
 
+#: The vendor library's backend (torch.mm: cuBLAS, hipBLASLt): the baseline every winner is compared with.
+VENDOR_BACKEND = "torch"
+
+
 class Source(str, enum.Enum):
     """Where a stored result came from; never mixed when picking winners."""
 
     MEASURED = "measured"
     MODEL = "model"
     IMPORTED = "imported"
+    #: The final round of a search: its finalists and the vendor library timed again head to head, in
+    #: interleaved rounds (`Runner`), each stored with the median of its rounds. Picking the fastest of
+    #: many noisy single timings favours a config that was timed lucky; the final round's times are
+    #: what the emitted table and the export compare.
+    FINAL = "final"
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 from autotune.bench import DeviceFault
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.result import Source, TrialResult, TrialStatus
+from autotune.result import VENDOR_BACKEND, Source, Timing, TrialResult, TrialStatus
 from autotune.space import SearchSpace
 from autotune.strategies import Budget, Strategy, make_strategy
 from autotune.target import Target
@@ -55,6 +56,15 @@ class TrialStore(Protocol):
         source: Source = ...,
     ) -> bool: ...
 
+    def record_final(
+        self,
+        *,
+        target: Target,
+        problem: Problem,
+        results: Sequence[tuple[str, str, TrialResult]],
+        sweep_id: int | None = None,
+    ) -> None: ...
+
 
 @dataclass
 class ProblemReport:
@@ -73,20 +83,22 @@ class ProblemReport:
     seeded: int = 0
     best: TrialResult | None = None
     vendor: TrialResult | None = None
+    #: The final round's results (medians of its rounds), fastest first; empty where it did not run.
+    final: list[TrialResult] = field(default_factory=list)
     compile_s: float = 0.0
     measure_s: float = 0.0
     wall_s: float = 0.0
 
     @property
     def speedup(self) -> float | None:
-        if (
-            self.best is None
-            or self.vendor is None
-            or self.vendor.time_us is None
-            or self.best.time_us is None
-        ):
+        """The vendor library's time over the best one: of the final round where it ran."""
+        best, vendor = self.best, self.vendor
+        if self.final:
+            best = self.final[0]
+            vendor = next((r for r in self.final if r.config.backend == VENDOR_BACKEND), None)
+        if best is None or vendor is None or vendor.time_us is None or best.time_us is None:
             return None
-        return self.vendor.time_us / self.best.time_us
+        return vendor.time_us / best.time_us
 
 
 #: Called after every trial: (problem, config, result).
@@ -104,8 +116,13 @@ class Runner:
     being run. With `should_stop`, tune() raises SweepStopped before the next trial once it returns
     True. With `warm_start` (the default) and a store that knows configs (`Store.known_configs`), the
     search tries first, after the vendor baseline and the heuristic default, the imported config of the
-    nearest M and the winners on this GPU at the nearest other M of the same shape. Not thread-safe: one
-    Runner per thread (sweeps on several GPUs run one per worker).
+    nearest M and the winners on this GPU at the nearest other M of the same shape. With `final_rounds`
+    > 0, a search that ends (not one stopped) times its `finalists` fastest configs of other backends
+    and the vendor library's fastest again in that many interleaved rounds, and stores each median as a
+    `Source.FINAL` trial: the best of many single timings is biased towards a lucky run, and the
+    head-to-head medians decide the emitted winner (`emit_table`). A resumed sweep reuses a stored final
+    round. The final round is not counted in the budget. Not thread-safe: one Runner per thread (sweeps
+    on several GPUs run one per worker).
     """
 
     def __init__(
@@ -119,7 +136,12 @@ class Runner:
         checker: StaticChecker | None = None,
         should_stop: Callable[[], bool] | None = None,
         warm_start: bool = True,
+        final_rounds: int = 0,
+        finalists: int = 2,
     ) -> None:
+        if final_rounds < 0 or finalists < 1:
+            raise ValueError(f"final_rounds must be >= 0 and finalists >= 1, got {final_rounds}, {finalists}")
+        self.final_rounds, self.finalists = final_rounds, finalists
         self.store = store
         self.warm_start = warm_start
         self.checker = checker
@@ -160,6 +182,7 @@ class Runner:
         kernels = kernel_versions(op, space.backends)
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         search = make_strategy(strategy, space, budget, seed=seed, clock=clock)
+        timed: list[TrialResult] = []  # the OK results, for the final round
         try:
             while True:
                 if self.should_stop is not None and self.should_stop():
@@ -191,15 +214,54 @@ class Runner:
                     report.measure_s += result.measure_s
                 search.tell(config, result)
                 report.failed += int(not result.ok)
-                if result.ok and config.backend == "torch":
-                    report.vendor = result
+                if result.ok:
+                    timed.append(result)
+                    if config.backend == VENDOR_BACKEND:
+                        report.vendor = result
                 if self.on_trial is not None:
                     self.on_trial(problem, config, result)
+            report.final = self._final_round(problem, kernels, timed)
         finally:  # interrupted too: self.current then tells what finished
             best = search.best
             report.best = best[1] if best else None
             report.wall_s = time.perf_counter() - t0
         return report
+
+    def _final_round(
+        self, problem: Problem, kernels: dict[str, tuple[str, str]], timed: list[TrialResult]
+    ) -> list[TrialResult]:
+        """The finalists (the `finalists` fastest configs of other backends than the vendor library's, and
+        its fastest where it ran) timed `final_rounds` times each, interleaved, each stored with its median
+        (`Source.FINAL`); a final round already stored for them is returned instead. Fastest first; []
+        for fewer than two finalists."""
+        if self.final_rounds == 0:
+            return []
+        ranked = sorted(timed, key=lambda r: r.score())
+        finalists = [r.config for r in ranked if r.config.backend != VENDOR_BACKEND][: self.finalists]
+        vendor = next((r.config for r in ranked if r.config.backend == VENDOR_BACKEND), None)
+        if vendor is not None:
+            finalists.append(vendor)
+        if len(finalists) < 2:
+            return []
+        stored = self.store.finished(
+            target=self.target, problem=problem, kernels=kernels, source=Source.FINAL
+        )
+        if all(c.digest() in stored for c in finalists):
+            return sorted((stored[c.digest()] for c in finalists), key=lambda r: r.score())
+        runs: dict[Config, list[TrialResult]] = {c: [] for c in finalists}
+        for _ in range(self.final_rounds):
+            for config in finalists:
+                if self.should_stop is not None and self.should_stop():
+                    raise SweepStopped  # nothing of an unfinished round is stored
+                runs[config].append(self.bench.run(problem, config))
+        final = [_median_result(config, results, self.final_rounds) for config, results in runs.items()]
+        self.store.record_final(
+            target=self.target,
+            problem=problem,
+            results=[(*kernels[r.config.backend], r) for r in final],
+            sweep_id=self.sweep_id,
+        )
+        return sorted(final, key=lambda r: r.score())
 
     def _known_configs(self, problem: Problem) -> list[Config]:
         known = getattr(self.store, "known_configs", None)
@@ -248,6 +310,25 @@ class Runner:
         name, source_hash = kernel
         self.store.record(target=self.target, kernel=name, source_hash=source_hash, problem=problem,
                           result=result, sweep_id=self.sweep_id)  # fmt: skip
+
+
+def _median_result(config: Config, results: list[TrialResult], rounds: int) -> TrialResult:
+    """One final-round result of `config`: the median of its rounds' medians (spread from the same), or
+    the first failure of a round that failed (a config that failed once is out of the final)."""
+    failed = next((r for r in results if not r.ok or r.timing is None), None)
+    if failed is not None:
+        return replace(failed, extra={**failed.extra, "final_rounds": rounds})
+    timings = [r.timing for r in results if r.timing is not None]
+    times = sorted(t.median_us for t in timings)
+    n = len(times)
+    timing = Timing(
+        median_us=statistics.median(times), min_us=times[0], p20_us=times[round(0.2 * (n - 1))],
+        p80_us=times[round(0.8 * (n - 1))], mean_us=statistics.fmean(times),
+        std_us=statistics.stdev(times) if n > 1 else 0.0, runs=n, method=timings[0].method,
+    )  # fmt: skip
+    return TrialResult(
+        config, TrialStatus.OK, timing=timing, extra={"final_rounds": rounds, "round_us": times}
+    )
 
 
 def with_seeds(space: SearchSpace, seeds: Sequence[Config]) -> tuple[SearchSpace, int]:

@@ -72,7 +72,7 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
         from autotune.checker import StaticChecker
 
         checker = StaticChecker(target, workers=args.compile_ahead)
-    runner = Runner(store, target, bench, sweep_id=sweep_id, checker=checker)
+    runner = Runner(store, target, bench, sweep_id=sweep_id, checker=checker, final_rounds=args.final_rounds)
     for i, p in enumerate(problems):
         strategy = args.strategy
         if strategy == "auto":  # small spaces are swept whole; large ones searched by TPE
@@ -331,6 +331,12 @@ def main() -> int:
     )
     ap.add_argument("--trials", type=int, default=40, help="trial budget per shape")
     ap.add_argument("--seconds", type=float, default=60.0, help="time budget per shape")
+    ap.add_argument(
+        "--final-rounds",
+        type=int,
+        default=3,
+        help="rounds of each search's final head-to-head of finalists and vendor (0: none)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds (at least)")
     ap.add_argument(
         "--precision",

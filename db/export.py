@@ -105,7 +105,7 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
     Returns the paths written. Raises StoreError if there is no winner to export or `out_dir` cannot be
     written. Each file is written to a temporary name and renamed, so a reader never sees half a file.
     """
-    winners = store.winners(fingerprint)
+    winners = store.winners(fingerprint, final=True)
     if not winners:
         which = f" for GPU {fingerprint}" if fingerprint else ""
         raise StoreError(f"nothing to export: {store.display_url} holds no successful trials{which}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -15,14 +16,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, case, func, insert, inspect, select
+from sqlalchemy import ColumnElement, Engine, Select, and_, case, delete, func, insert, inspect, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.result import Source, TrialResult, TrialStatus
+from autotune.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
 from autotune.static import FEATURES_VERSION, StaticFeatures, StaticFinding
 from autotune.target import Target
 
@@ -60,8 +61,6 @@ __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "r
 
 logger = logging.getLogger(__name__)
 
-#: The backend whose best trial is the vendor-library baseline of a Winner.
-VENDOR_BACKEND = "torch"
 #: Minimum length of a GPU fingerprint prefix.
 MIN_PREFIX = 6
 #: Waits, in seconds, before each retry of a write that failed with a transient database error (a
@@ -506,9 +505,33 @@ class Store:
         extras = [_extra_json(t.result) for t in items]
         if not items:
             return []
+        return self._record_many(items, extras, sweep_id, replace_final=False)
+
+    @_retrying
+    def record_final(
+        self,
+        *,
+        target: Target,
+        problem: Problem,
+        results: Sequence[tuple[str, str, TrialResult]],
+        sweep_id: int | None = None,
+    ) -> None:
+        """Stores a final round of `problem` on `target` ((kernel, source hash, result) per finalist, as
+        `Source.FINAL` trials) in one transaction that first deletes the GPU's earlier final round of
+        the problem: the final times stored together are always of one head-to-head round."""
+        items = [
+            NewTrial(target, kernel, source_hash, problem, r, Source.FINAL)
+            for kernel, source_hash, r in results
+        ]
+        if items:
+            self._record_many(items, [_extra_json(t.result) for t in items], sweep_id, replace_final=True)
+
+    def _record_many(
+        self, items: list[NewTrial], extras: list[str], sweep_id: int | None, *, replace_final: bool
+    ) -> list[bool]:
         for attempt in range(3):
             try:
-                written, ids = self._record_many_once(items, extras, sweep_id)
+                written, ids = self._record_many_once(items, extras, sweep_id, replace_final)
             except StoreError as exc:
                 # Another process inserted one of the same rows at the same moment: look again.
                 if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
@@ -523,7 +546,7 @@ class Store:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _record_many_once(
-        self, items: list[NewTrial], extras: list[str], sweep_id: int | None
+        self, items: list[NewTrial], extras: list[str], sweep_id: int | None, replace_final: bool = False
     ) -> tuple[list[bool], tuple[dict[str, int], dict[tuple[str, str], int], dict[str, int]]]:
         targets = {t.target.fingerprint(): t.target for t in items}
         problems = {t.problem.key(): t.problem for t in items}
@@ -551,8 +574,16 @@ class Store:
                     session.flush()
                     found = row.id
                 kernel_ids[(name, source_hash)] = int(found)
-            existing: set[tuple[int, int, int, str, str]] = set()
             pids = sorted(set(problem_ids.values()))
+            if replace_final:  # the earlier final round of these GPUs and problems
+                session.execute(
+                    delete(t).where(
+                        t.gpu_id.in_(sorted(set(gpu_ids.values()))),
+                        t.problem_id.in_(pids),
+                        t.source == Source.FINAL.value,
+                    )
+                )
+            existing: set[tuple[int, int, int, str, str]] = set()
             for start in range(0, len(pids), _IN_CHUNK):
                 stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
                     t.gpu_id.in_(sorted(set(gpu_ids.values()))),
@@ -798,13 +829,28 @@ class Store:
         return out
 
     def winners(
-        self, fingerprint: str | None = None, source: Source | None = Source.MEASURED
+        self, fingerprint: str | None = None, source: Source | None = Source.MEASURED, *, final: bool = False
     ) -> list[Winner]:
         """One Winner per (GPU, problem) with an OK trial, ordered by GPU then problem.
 
         Of each backend only the trials of its newest kernel version (the most recently created kernel
-        row with trials for that GPU and problem) are considered.
+        row with trials for that GPU and problem) are considered. With `final` (measured winners only),
+        a (GPU, problem) whose final round (`Source.FINAL`, the finalists timed head to head) was stored
+        after its fastest measured trial takes its best and vendor trials from that round.
         """
+        found = self._winners(fingerprint, source)
+        if not final or source is not Source.MEASURED or not found:
+            return found
+        rounds = {(w.gpu.id, w.problem): w for w in self._winners(fingerprint, Source.FINAL)}
+        out = []
+        for w in found:
+            last = rounds.get((w.gpu.id, w.problem))
+            if last is not None and last.best.id > w.best.id:
+                w = dataclasses.replace(w, best=last.best, vendor=last.vendor)
+            out.append(w)
+        return out
+
+    def _winners(self, fingerprint: str | None, source: Source | None) -> list[Winner]:
         gpu_ids = self._match_gpus(fingerprint)
         if gpu_ids == []:
             return []

@@ -50,7 +50,9 @@ def emit_table(
 
     Per problem the fastest config is pinned, except that the vendor library is kept unless another
     backend beats it by more than `vendor_margin` (a fraction of the vendor's time); both times come from
-    the chosen winner, so from one fingerprint and one source.
+    the chosen winner, so from one fingerprint and one source: the search's final round where one ran
+    after its fastest trial (`Store.winners(final=True)`: the finalists and the vendor library timed
+    head to head), else the search's own timings.
 
     Raises:
         ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
@@ -69,7 +71,7 @@ def emit_table(
     winners = [
         (w, source is Source.MODEL)
         for source in (Source.MEASURED, Source.MODEL)
-        for w in store.winners(source=source)
+        for w in store.winners(source=source, final=True)
         if device is None or w.gpu.target.device_key() == device
     ]
     if not winners:

@@ -328,6 +328,7 @@ def _run_on_workers(
                         checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
                         should_stop=stop.is_set,
                         warm_start=entry.warm_start,
+                        final_rounds=entry.final_rounds_on(worker.target),
                     )
                     result = runner.tune(
                         op,

@@ -16,6 +16,9 @@ seconds = 60                   # budget per problem, in seconds (optional)
 seed = 0
 backends = ["torch", "triton"] # default: every backend of the op
 warm_start = true              # try known configs first (imported, winners at nearby M); default true
+final_rounds = 3               # the 2 fastest configs and the vendor library's, timed again head to head
+                               # in this many interleaved rounds: their medians pick the winner (0: off;
+                               # default 3 on a GPU, 0 in the interpreter, whose timings pick nothing)
 
 [[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
 op = "moe"
@@ -58,21 +61,33 @@ from typing import Any
 from autotune.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dtype
 from autotune.static import StaticPolicy
 from autotune.strategies import STRATEGIES, Budget
+from autotune.target import Target
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["SpecError", "SweepEntry", "SweepSpec", "load_spec", "parse_spec", "spec_from_untuned"]
+#: Final rounds of a search on a GPU where the spec does not say (`SweepEntry.final_rounds`).
+DEFAULT_FINAL_ROUNDS = 3
+
+__all__ = [
+    "DEFAULT_FINAL_ROUNDS",
+    "SpecError",
+    "SweepEntry",
+    "SweepSpec",
+    "load_spec",
+    "parse_spec",
+    "spec_from_untuned",
+]
 
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends",
-               "warm_start"}  # fmt: skip
+               "warm_start", "final_rounds"}  # fmt: skip
 _MOE_KEYS = {"e", "topk", "weights", "zipf"}
 _FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
-               "warm_start", "weights", "zipf"}  # fmt: skip
+               "warm_start", "final_rounds", "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
 
 
@@ -99,6 +114,15 @@ class SweepEntry:
     seed: int = 0
     backends: tuple[str, ...] | None = None
     warm_start: bool = True  # try known configs first (Store.known_configs)
+    final_rounds: int | None = None  # the finalists timed again head to head (Runner); None: the default
+
+    def final_rounds_on(self, target: Target) -> int:
+        """The final rounds on `target`: as the spec says, else DEFAULT_FINAL_ROUNDS on a GPU and none in
+        the interpreter (its wall-clock timings pick no GPU's winner; a final round there only costs)."""
+        if self.final_rounds is not None:
+            return self.final_rounds
+        return 0 if target.interpreter else DEFAULT_FINAL_ROUNDS
+
     es: tuple[int, ...] = ()  # moe: expert counts
     topk: int = 0  # moe: experts per token
     weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
@@ -369,7 +393,7 @@ def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
 
 
 def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """strategy, budget, seed, backends and warm_start of an entry."""
+    """strategy, budget, seed, backends, warm_start and final_rounds of an entry."""
     strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
     if strategy not in STRATEGIES:
         raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
@@ -386,7 +410,13 @@ def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
             raise SpecError(f"{where}: `backends` must be a non-empty list of names")
         backends = tuple(backends)
     warm_start = _typed(table.get("warm_start", True), bool, "warm_start", where)
-    return dict(strategy=strategy, budget=budget, seed=seed, backends=backends, warm_start=warm_start)
+    final_rounds = table.get("final_rounds")
+    if final_rounds is not None and _typed(final_rounds, int, "final_rounds", where) < 0:
+        raise SpecError(f"{where}: `final_rounds` must be 0 (off) or more, got {final_rounds}")
+    return dict(
+        strategy=strategy, budget=budget, seed=seed, backends=backends, warm_start=warm_start,
+        final_rounds=final_rounds,
+    )  # fmt: skip
 
 
 def _ms(value: Any, where: str) -> tuple[int, ...]:

@@ -22,7 +22,7 @@ import torch
 
 import autotune.dispatch.dispatcher as dispatcher_mod
 import autotune.kernels.api as api
-from autotune import Problem, Target
+from autotune import Config, Problem, Target
 from autotune.bench import Benchmarker
 from autotune.cli import main
 from autotune.db import Store
@@ -232,6 +232,33 @@ def test_status_prints_counts(smoke_db: Path, capsys: pytest.CaptureFixture[str]
     for pattern in (r"gpus\s+1\b", r"problems\s+2\b", r"sweeps\s+1 \(finished 1\)", r"trials\s+12 \(ok 12\)"):
         assert re.search(pattern, out), (pattern, out)
     assert "2 problems tuned, 12 trials (12 ok)" in out
+
+
+@needs_interpreter
+def test_a_spec_s_final_rounds_time_the_finalists_again_and_export_their_medians(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`final_rounds` set in the spec runs the final round even in the interpreter (off there by
+    default): our two fastest configs and torch's timed again per problem, their medians exported."""
+    from autotune.result import Source
+
+    spec = write(tmp_path / "final.toml", SMOKE.replace("m = [1, 16]", "m = [16]") + "final_rounds = 2\n")
+    db = tmp_path / "f.db"
+    assert main(["sweep", str(spec), "--interpret", "--db", str(db), "--no-progress"]) == 0
+    with Store(str(db)) as store:
+        measured = store.trials(source=Source.MEASURED)
+        finals = store.trials(source=Source.FINAL)
+        winner = store.winners(final=True)[0]
+    ours = sorted((t for t in measured if t.backend != "torch"), key=lambda t: t.time_us or 0.0)
+    assert len(measured) == 6
+    assert {t.config for t in finals} == {ours[0].config, ours[1].config, Config(backend="torch")}
+    assert all(t.ok and len(t.extra["round_us"]) == 2 for t in finals)
+    assert winner.best.source is Source.FINAL
+    out_dir = tmp_path / "csv"
+    assert main(["export", "--out", str(out_dir), "--db", str(db)]) == 0
+    with next(out_dir.iterdir()).open(newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert float(row["time_us"]) == pytest.approx(winner.best.time_us)
 
 
 # -- bad input ----------------------------------------------------------------------------------------

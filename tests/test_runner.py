@@ -111,3 +111,110 @@ def test_promote_changes_the_order_never_the_configs() -> None:
     assert asked[0] == planned[3] and set(asked) == set(planned) and len(asked) == 5
     optuna = make_strategy("optuna", space, Budget(trials=5))
     assert not optuna.promote(planned[0])  # a learning strategy keeps its own order
+
+
+class LuckyBench(FakeBench):
+    """The vendor takes 10 µs every time; `lucky` took 9 µs the first time it ran and 12 µs after that;
+    every other config 11 µs or more."""
+
+    def __init__(self, lucky: Config | None = None) -> None:
+        super().__init__()
+        self.lucky = lucky
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        self.calls.append(config)
+        if config.backend == "torch":
+            t = 10.0
+        elif config == self.lucky:
+            t = 9.0 if self.calls.count(config) == 1 else 12.0
+        else:
+            t = 11.0 + (hash(config.canonical()) % 100) / 100
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "events"))
+
+
+def _lucky_setup(store: Store, rounds: int = 3) -> tuple[LuckyBench, Config]:
+    from autotune.strategies import make_strategy
+
+    order = make_strategy("exhaustive", GEMM.space(PROBLEM, TARGET), Budget(trials=6)).upcoming(6)
+    lucky = next(c for c in order if c.backend != "torch")
+    bench = LuckyBench(lucky)
+    runner = Runner(store, TARGET, bench, final_rounds=rounds)  # type: ignore[arg-type]
+    report = runner.tune(GEMM, PROBLEM, strategy="exhaustive", budget=Budget(trials=6))
+    assert report.best is not None and report.best.config == lucky  # the search's pick: a lucky timing
+    return bench, lucky
+
+
+def test_the_final_round_times_the_finalists_again_and_its_medians_pick_the_winner(tmp_path: Path) -> None:
+    from autotune.dispatch.emit import emit_table
+    from autotune.result import Source
+
+    with Store(str(tmp_path / "f.db")) as store:
+        bench, lucky = _lucky_setup(store)
+        finals = store.trials(source=Source.FINAL)
+        second = sorted(store.trials(source=Source.MEASURED), key=lambda t: t.time_us or 0.0)[2].config
+        assert {t.config for t in finals} == {lucky, Config(backend="torch"), second}
+        assert bench.calls[6:] == [lucky, second, Config(backend="torch")] * 3  # interleaved rounds
+        by_config = {t.config: t for t in finals}
+        assert by_config[lucky].time_us == 12.0 and by_config[lucky].extra["round_us"] == [12.0] * 3
+        assert by_config[Config(backend="torch")].time_us == 10.0
+        winner = next(iter(store.winners(final=True)))
+        assert winner.best.config == Config(backend="torch") and winner.best.source is Source.FINAL
+        assert store.winners()[0].best.config == lucky  # the search's own timings alone
+        assert emit_table(store).lookup("gemm", 16, 4096, 4096) == Config(backend="torch")
+
+
+def test_without_a_final_round_the_lucky_config_is_emitted(tmp_path: Path) -> None:
+    from autotune.dispatch.emit import emit_table
+    from autotune.result import Source
+
+    with Store(str(tmp_path / "n.db")) as store:
+        bench, lucky = _lucky_setup(store, rounds=0)
+        assert len(bench.calls) == 6 and store.trials(source=Source.FINAL) == []
+        assert emit_table(store).lookup("gemm", 16, 4096, 4096) == lucky
+
+
+def test_a_stored_final_round_is_reused_and_a_new_one_replaces_it(tmp_path: Path) -> None:
+    from autotune.result import Source
+
+    with Store(str(tmp_path / "r.db")) as store:
+        _lucky_setup(store)
+        first = {t.id for t in store.trials(source=Source.FINAL)}
+        again = LuckyBench()
+        report = Runner(store, TARGET, again, final_rounds=3).tune(  # type: ignore[arg-type]
+            GEMM, PROBLEM, strategy="exhaustive", budget=Budget(trials=6)
+        )
+        assert again.calls == [] and report.final and report.final[0].config == Config(backend="torch")
+        assert {t.id for t in store.trials(source=Source.FINAL)} == first
+        # a longer search with other finalists: its final round replaces the whole earlier one
+        more = LuckyBench()
+        Runner(store, TARGET, more, final_rounds=2).tune(  # type: ignore[arg-type]
+            GEMM, PROBLEM, strategy="exhaustive", budget=Budget(trials=40)
+        )
+        finals = store.trials(source=Source.FINAL)
+        assert not {t.id for t in finals} & first and all(t.extra["final_rounds"] == 2 for t in finals)
+
+
+def test_a_sweep_stopped_in_its_final_round_stores_none_of_it(tmp_path: Path) -> None:
+    from autotune.result import Source
+    from autotune.runner import SweepStopped
+
+    with Store(str(tmp_path / "s.db")) as store:
+        bench = FakeBench()
+        runner = Runner(store, TARGET, bench, final_rounds=3, should_stop=lambda: len(bench.calls) >= 8)  # type: ignore[arg-type]
+        with pytest.raises(SweepStopped):
+            runner.tune(GEMM, PROBLEM, strategy="exhaustive", budget=Budget(trials=6))
+        assert len(store.trials(source=Source.MEASURED)) == 6 and store.trials(source=Source.FINAL) == []
+
+
+def test_a_newer_measured_best_outranks_an_older_final_round(tmp_path: Path) -> None:
+    from autotune.result import Source
+
+    with Store(str(tmp_path / "w.db")) as store:
+        _lucky_setup(store)
+        fast = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=9)  # a later sweep's
+        old = next(t for t in store.trials() if t.backend == "triton")
+        result = TrialResult(fast, TrialStatus.OK, timing=Timing(5.0, 5.0, 5.0, 5.0, 5.0, 0.0, 5, "events"))
+        store.record(target=TARGET, kernel=old.kernel, source_hash=old.source_hash, problem=PROBLEM,
+                     result=result)  # fmt: skip
+        winner = store.winners(final=True)[0]
+        assert winner.best.config == fast and winner.best.source is Source.MEASURED

@@ -124,6 +124,9 @@ def test_shipped_specs_parse() -> None:
         (spec(ENTRY + 'seconds = "60"\n'), "`seconds` must be a positive number, got '60'"),
         (spec(ENTRY + "seconds = -1.5\n"), "`seconds` must be a positive number, got -1.5"),
         (spec(ENTRY + "seed = true\n"), "`seed` must be a int, got True"),
+        (spec(ENTRY + "final_rounds = -1\n"), "`final_rounds` must be 0 (off) or more, got -1"),
+        (spec(ENTRY + "final_rounds = 2.5\n"), "`final_rounds` must be a int, got 2.5"),
+        (spec(ENTRY + "final_rounds = true\n"), "`final_rounds` must be a int, got True"),
         (spec('op = "gemm"\nm = [1]\nnk = [[64, 64, 64]]\n'), "each `nk` item must be an [N, K] pair"),
         (spec('op = "gemm"\nm = [1]\nnk = [64, 64]\n'), "each `nk` item must be an [N, K] pair, got 64"),
         (spec('op = "gemm"\nm = [1]\nnk = []\n'), "`nk` must be a non-empty list"),
@@ -213,3 +216,14 @@ def test_spec_from_untuned_log_groups_shapes_and_skips_other_gpus() -> None:
     assert all(e.strategy == "random" and e.budget.trials == 5 for e in spec.entries)
     with pytest.raises(SpecError, match="no untuned shapes"):
         spec_from_untuned(records, device_key="nobody-else")
+
+
+def test_final_rounds_default_to_three_on_a_gpu_and_none_in_the_interpreter() -> None:
+    from autotune import Target
+
+    gpu, interpreter = Target.for_arch("sm_90"), Target.interpreter_target()
+    extras = ("", "final_rounds = 0\n", "final_rounds = 2\n")
+    default, off, two = (parse_spec(spec(ENTRY + extra)).entries[0] for extra in extras)
+    assert default.final_rounds is None
+    assert (default.final_rounds_on(gpu), default.final_rounds_on(interpreter)) == (3, 0)
+    assert (off.final_rounds_on(gpu), two.final_rounds_on(interpreter)) == (0, 2)
