@@ -182,7 +182,6 @@ class Runner:
         kernels = kernel_versions(op, space.backends)
         done = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         search = make_strategy(strategy, space, budget, seed=seed, clock=clock)
-        timed: list[TrialResult] = []  # the OK results, for the final round
         try:
             while True:
                 if self.should_stop is not None and self.should_stop():
@@ -214,26 +213,40 @@ class Runner:
                     report.measure_s += result.measure_s
                 search.tell(config, result)
                 report.failed += int(not result.ok)
-                if result.ok:
-                    timed.append(result)
-                    if config.backend == VENDOR_BACKEND:
-                        report.vendor = result
+                if result.ok and config.backend == VENDOR_BACKEND:
+                    report.vendor = result
                 if self.on_trial is not None:
                     self.on_trial(problem, config, result)
-            report.final = self._final_round(problem, kernels, timed)
+            # over every stored trial of these kernels: earlier sweeps' too, not only this search's
+            stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
+            report.final = self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
         finally:  # interrupted too: self.current then tells what finished
             best = search.best
             report.best = best[1] if best else None
             report.wall_s = time.perf_counter() - t0
         return report
 
+    def final_round(
+        self, op: TunableOp, problem: Problem, backends: Sequence[str] | None = None
+    ) -> list[TrialResult]:
+        """The final round of `problem` over the trials stored for this GPU and the current kernels of
+        `backends` (default: all of the op's on this target), whichever searches ran them: the finalists
+        (the `finalists` fastest configs of other backends than the vendor library's, and its fastest
+        where it ran) timed `final_rounds` times each, interleaved, each stored with its median
+        (`Source.FINAL`, replacing the problem's earlier final round); a final round already stored for
+        the same finalists is returned instead. Fastest first; [] for fewer than two finalists. `tune`
+        runs one over its own backends; call this after searches that split the backends between them."""
+        from autotune.kernels.base import kernel_versions
+
+        if self.final_rounds == 0:
+            return []
+        kernels = kernel_versions(op, tuple(backends or op.backends(self.target)))
+        stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
+        return self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
+
     def _final_round(
         self, problem: Problem, kernels: dict[str, tuple[str, str]], timed: list[TrialResult]
     ) -> list[TrialResult]:
-        """The finalists (the `finalists` fastest configs of other backends than the vendor library's, and
-        its fastest where it ran) timed `final_rounds` times each, interleaved, each stored with its median
-        (`Source.FINAL`); a final round already stored for them is returned instead. Fastest first; []
-        for fewer than two finalists."""
         if self.final_rounds == 0:
             return []
         ranked = sorted(timed, key=lambda r: r.score())

@@ -10,6 +10,7 @@ Rounds go on past --rounds (up to --max-rounds) while a variant's run-to-run spr
 less precise than --precision.
 
     python benchmarks/gemm.py --db bench.db --out results/      # resumable: the tuning is stored
+    python benchmarks/gemm.py --phase final ...                 # final rounds over all backends' trials
     python benchmarks/gemm.py --phase measure ...               # measure only, from a tuned database
 
 Prints a short table last; details go to --out (JSON and CSV).
@@ -106,6 +107,23 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
     store.finish_sweep(sweep_id)
     if checker is not None:
         checker.close()
+
+
+def final_rounds(store: Store, problems: list[Problem], rounds: int, log: list[dict]) -> None:
+    """Each problem's final round over every backend's stored trials (`Runner.final_round`): the tuning
+    splits M >= 256 between two searches of other backends, whose own final rounds each saw half."""
+    target = local_target()
+    runner = Runner(store, target, Benchmarker(GEMM, target), final_rounds=rounds)
+    for i, p in enumerate(problems):
+        t0 = time.perf_counter()
+        final = runner.final_round(GEMM, p)
+        log.append(dict(problem=p.key(), final={r.config.short(): r.time_us for r in final}))
+        print(
+            f"[final {i + 1}/{len(problems)}] {p}: "
+            + ", ".join(f"{r.config.short()} {r.time_us:.2f}us" for r in final if r.time_us)
+            + f" ({time.perf_counter() - t0:.1f}s)",
+            flush=True,
+        )
 
 
 def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | None:
@@ -323,7 +341,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
     ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
-    ap.add_argument("--phase", choices=("tune", "measure", "host", "all"), default="all")
+    ap.add_argument(
+        "--phase",
+        choices=("tune", "final", "measure", "host", "all"),
+        default="all",
+        help="tune: the searches (each ends with its own final round); final: each problem's final round "
+        "over every backend's trials; measure and host: the tables below",
+    )
     ap.add_argument(
         "--strategy",
         default="auto",
@@ -387,6 +411,9 @@ def main() -> int:
         if args.phase in ("tune", "all"):
             tune(store, [p for _, _, p in to_tune], args, tune_log)
             info["tune"] = dict(per_shape=tune_log, wall_s=time.perf_counter() - t0)
+        if args.phase in ("final", "all"):
+            info["final"] = []
+            final_rounds(store, [p for _, _, p in to_tune], args.final_rounds, info["final"])
         if args.phase in ("measure", "all"):
             measure(store, problems, args.rounds, info, args.precision or None, args.max_rounds)
             if args.regime == "all":  # the M policies are judged on untuned M across all regimes

@@ -835,18 +835,24 @@ class Store:
 
         Of each backend only the trials of its newest kernel version (the most recently created kernel
         row with trials for that GPU and problem) are considered. With `final` (measured winners only),
-        a (GPU, problem) whose final round (`Source.FINAL`, the finalists timed head to head) was stored
-        after its fastest measured trial takes its best and vendor trials from that round.
+        a (GPU, problem) whose final round (`Source.FINAL`: the finalists timed head to head) counts its
+        fastest measured config among the finalists takes its best and vendor trials from that round; a
+        final round without it (a later sweep found a faster config, or the round covered other backends)
+        is passed over.
         """
         found = self._winners(fingerprint, source)
         if not final or source is not Source.MEASURED or not found:
             return found
-        rounds = {(w.gpu.id, w.problem): w for w in self._winners(fingerprint, Source.FINAL)}
+        rounds: dict[tuple[int, Problem], dict[str, TrialRecord]] = {}
+        for t in self.trials(fingerprint=fingerprint, status=TrialStatus.OK, source=Source.FINAL):
+            rounds.setdefault((t.gpu.id, t.problem), {})[t.config.digest()] = t
         out = []
         for w in found:
-            last = rounds.get((w.gpu.id, w.problem))
-            if last is not None and last.best.id > w.best.id:
-                w = dataclasses.replace(w, best=last.best, vendor=last.vendor)
+            last = rounds.get((w.gpu.id, w.problem), {})
+            if w.best.config.digest() in last:
+                ranked = sorted(last.values(), key=lambda t: (t.time_us, t.id))
+                vendor = next((t for t in ranked if t.backend == VENDOR_BACKEND), None)
+                w = dataclasses.replace(w, best=ranked[0], vendor=vendor)
             out.append(w)
         return out
 

@@ -218,3 +218,33 @@ def test_a_newer_measured_best_outranks_an_older_final_round(tmp_path: Path) -> 
                      result=result)  # fmt: skip
         winner = store.winners(final=True)[0]
         assert winner.best.config == fast and winner.best.source is Source.MEASURED
+
+
+def test_a_final_round_after_searches_that_split_the_backends_takes_finalists_from_all(
+    tmp_path: Path,
+) -> None:
+    from autotune.result import Source
+
+    LARGE = Problem.gemm(256, 4096, 4096)  # the TMA kernel's space is empty at M = 16
+    with Store(str(tmp_path / "b.db")) as store:
+        for backends in (
+            ("torch", "triton"),
+            ("torch", "triton_tma"),
+        ):  # as benchmarks/gemm.py tunes M >= 256
+            Runner(store, TARGET, FakeBench(), final_rounds=2).tune(  # type: ignore[arg-type]
+                GEMM, LARGE, strategy="exhaustive", budget=Budget(trials=6), backends=backends
+            )
+        measured = sorted(store.trials(source=Source.MEASURED), key=lambda t: t.time_us or 0.0)
+        ours = [t.config for t in measured if t.backend != "torch"]
+        last = {t.config for t in store.trials(source=Source.FINAL)}  # the second search's round
+        assert last == {*[c for c in ours if c.backend == "triton_tma"][:2], Config(backend="torch")}
+        winner = store.winners(final=True)[0]
+        if ours[0].backend == "triton_tma":  # the round holds the fastest measured config: it decides
+            assert winner.best.source is Source.FINAL
+        else:  # it does not: passed over, the measured timings decide
+            assert winner.best.source is Source.MEASURED and winner.best.config == ours[0]
+        bench = FakeBench()
+        final = Runner(store, TARGET, bench, final_rounds=2).final_round(GEMM, LARGE)  # type: ignore[arg-type]
+        assert {r.config for r in final} == {ours[0], ours[1], Config(backend="torch")} == set(bench.calls)
+        assert {t.config for t in store.trials(source=Source.FINAL)} == set(bench.calls)
+        assert store.winners(final=True)[0].best.source is Source.FINAL
