@@ -86,6 +86,7 @@ m = [16, 32]
 nk = [[4096, 4096]]
 strategy = "random"
 trials = 6
+final_rounds = 0
 """
 
 
