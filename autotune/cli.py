@@ -678,7 +678,8 @@ def _print_sweep_report(report: Any) -> None:
     timed = "predicted µs" if report.predicted else "best µs"
     rows = [("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")]
     for p in report.problems:
-        best = p.best
+        best, vendor = p.picks()  # the final round's where one ran (marked *)
+        mark = "*" if p.final else ""
         rows.append(
             (
                 _problem_label(p.problem),
@@ -686,13 +687,15 @@ def _print_sweep_report(report: Any) -> None:
                 str(p.ran),
                 str(p.cached),
                 str(p.failed),
-                best.config.short() if best else "-",
+                best.config.short() + mark if best else "-",
                 _fmt_us(best.time_us if best else None),
-                _fmt_us(p.vendor.time_us if p.vendor else None),
+                _fmt_us(vendor.time_us if vendor else None),
                 "-" if p.speedup is None else f"{p.speedup:.2f}x",
             )
         )
     _print_table(rows)
+    if any(p.final for p in report.problems):
+        print("* the final round's pick: medians of its finalists timed again head to head")
     print(
         f"{report.trials_run} {'configs compiled' if report.predicted else 'trials run'}, "
         f"{report.trials_cached} read back from the database, "
@@ -923,6 +926,11 @@ def _best(args: argparse.Namespace) -> int:
         try:
             source = Source.MODEL if args.predicted else Source.MEASURED
             records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)
+            finals = (
+                []
+                if args.predicted
+                else store.best(problem, fingerprint=args.gpu, limit=64, source=Source.FINAL)
+            )
             predictions = (
                 bool(records)
                 or args.predicted
@@ -952,6 +960,20 @@ def _best(args: argparse.Namespace) -> int:
             tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
             rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
         _print_table(rows)
+        final = sorted((r for r in finals if r.gpu.fingerprint == fp), key=lambda r: r.time_us or 0.0)
+        if final:
+            vendor_final = next((r for r in final if r.config.backend == "torch"), None)
+            print(f"final round ({final[0].extra.get('final_rounds', '?')} rounds, head to head; "
+                  "`autotune emit` picks from it where it holds the fastest config above):")  # fmt: skip
+            rows = [("rank", "backend", "config", "median µs", "TFLOP/s", "vs vendor")]
+            for i, r in enumerate(final):
+                t = r.time_us
+                vs = (
+                    f"{vendor_final.time_us / t:.2f}x" if vendor_final and vendor_final.time_us and t else "-"
+                )
+                tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
+                rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
+            _print_table(rows)
         print()
     return EXIT_OK
 

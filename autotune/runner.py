@@ -89,13 +89,16 @@ class ProblemReport:
     measure_s: float = 0.0
     wall_s: float = 0.0
 
+    def picks(self) -> tuple[TrialResult | None, TrialResult | None]:
+        """(best result, vendor library's best): the final round's where one ran, else the search's."""
+        if self.final:
+            return self.final[0], next((r for r in self.final if r.config.backend == VENDOR_BACKEND), None)
+        return self.best, self.vendor
+
     @property
     def speedup(self) -> float | None:
         """The vendor library's time over the best one: of the final round where it ran."""
-        best, vendor = self.best, self.vendor
-        if self.final:
-            best = self.final[0]
-            vendor = next((r for r in self.final if r.config.backend == VENDOR_BACKEND), None)
+        best, vendor = self.picks()
         if best is None or vendor is None or vendor.time_us is None or best.time_us is None:
             return None
         return vendor.time_us / best.time_us

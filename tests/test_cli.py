@@ -245,6 +245,9 @@ def test_a_spec_s_final_rounds_time_the_finalists_again_and_export_their_medians
     spec = write(tmp_path / "final.toml", SMOKE.replace("m = [1, 16]", "m = [16]") + "final_rounds = 2\n")
     db = tmp_path / "f.db"
     assert main(["sweep", str(spec), "--interpret", "--db", str(db), "--no-progress"]) == 0
+    assert "* the final round's pick" in capsys.readouterr().out
+    assert main(["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64", "--db", str(db)]) == 0
+    assert "final round (2 rounds, head to head" in capsys.readouterr().out
     with Store(str(db)) as store:
         measured = store.trials(source=Source.MEASURED)
         finals = store.trials(source=Source.FINAL)
