@@ -16,7 +16,7 @@ with the scales loaded ahead or not. Every config passes the Benchmarker's corre
 CUDA-graph replay, interleaved rounds, medians.
 
     python benchmarks/swap_ab.py --out results/ [--op gemm_fp8_blockwise] [--layers] [--defaults]
-        [--candidate BLOCK_K=512,num_stages=3] [--wide] [--ahead] [--m64] [--skip-rows]
+        [--candidate BLOCK_K=512,num_stages=3] [--wide] [--ahead] [--m64] [--m64-layers] [--skip-rows]
 
 Prints a short table last; details go to --out (JSON).
 """
@@ -146,6 +146,11 @@ def main() -> int:
         help="blockwise: at M = 64 the op's default beside the Triton kernel unswapped, scales ahead or not",
     )
     ap.add_argument(
+        "--m64-layers",
+        action="store_true",
+        help="blockwise: as --m64 on every dense layer of the two models at M = 48 and 64 (3 Triton configs)",
+    )
+    ap.add_argument(
         "--ahead",
         action="store_true",
         help="blockwise: also every config with SCALES_AHEAD (next K tile's scales loaded ahead)",
@@ -181,7 +186,8 @@ def main() -> int:
                          status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
-    info["m64"] = m64 = check_m64(bench, target, args.rounds) if args.m64 else []
+    m64_on = args.m64 or args.m64_layers
+    info["m64"] = m64 = check_m64(bench, target, args.rounds, args.m64_layers) if m64_on else []
     candidate = {k: int(v) for k, v in (kv.split("=") for kv in args.candidate.split(",") if kv)}
     info["candidate"] = candidate
     info["defaults"] = defaults = (
@@ -198,9 +204,17 @@ def main() -> int:
               + (f"  | {r['ahead_us']:.2f} {r['ahead']}" if args.ahead else ""))  # fmt: skip
     for r in m64:
         print(
-            f"M = 64 {r['layer']:26} default {r['default_us']:6.2f}  best Triton {r['best_us']:6.2f} "
+            f"M = {r['M']} {r['layer']:26} default {r['default_us']:6.2f}  best Triton {r['best_us']:6.2f} "
             f"({r['best']})  best without the scales ahead {r['plain_us']:6.2f} ({r['plain']})"
         )
+    for m in sorted({r["M"] for r in m64}):
+        for name in sorted({n for r in m64 if r["M"] == m for n in r["times"] if n != "default"}):
+            gains = [r["default_us"] / r["times"][name] for r in m64 if r["M"] == m and name in r["times"]]
+            gains = [g for g in gains if g == g]
+            if gains:
+                geo = math.exp(sum(map(math.log, gains)) / len(gains))
+                print(f"M = {m} {name:28} default / it: geomean {geo:.3f} over {len(gains)}, "
+                      f"{min(gains):.3f}-{max(gains):.3f}")  # fmt: skip
     if defaults:
         rowwise = args.op == "gemm_fp8_rowwise"
         what = "plain / swapped default" if rowwise else "default / swapped Triton default"
@@ -214,23 +228,33 @@ def main() -> int:
     return 0
 
 
-def check_m64(bench: Benchmarker, target: Any, rounds: int) -> list[dict[str, Any]]:
+def check_m64(bench: Benchmarker, target: Any, rounds: int, all_layers: bool = False) -> list[dict[str, Any]]:
     """Blockwise at M = 64, the gate/up and down layers of the two models: the op's default beside the
-    Triton kernel unswapped on 64 x 64 tiles, K tiles of 256 or 512, 3 to 5 stages, scales ahead or not."""
+    Triton kernel unswapped on 64 x 64 tiles, K tiles of 256 or 512, 3 to 5 stages, scales ahead or not.
+    With `all_layers`, every dense layer of the two models at TP 8 at M = 48 and 64, and of the Triton
+    configs only the three that led at M = 64 (K tiles of 512 with 3 or 4 stages, 256 with 4, ahead)."""
     op = get_op("gemm_fp8_blockwise")
     out = []
-    layers = (("deepseek-v3 mlp.gate_up", 4608, 7168), ("deepseek-v3 mlp.down", 7168, 2304),
-              ("llama-3.1-70b mlp.gate_up", 7168, 8192), ("llama-3.1-70b mlp.down", 8192, 3584))  # fmt: skip
-    for label, n, k in layers:
-        p = Problem.quant("gemm_fp8_blockwise", 64, n, k)
+    layers = [("deepseek-v3 mlp.gate_up", 64, 4608, 7168), ("deepseek-v3 mlp.down", 64, 7168, 2304),
+              ("llama-3.1-70b mlp.gate_up", 64, 7168, 8192),
+              ("llama-3.1-70b mlp.down", 64, 8192, 3584)]  # fmt: skip
+    grid = list(itertools.product((256, 512), (3, 4, 5), (0, 1)))
+    if all_layers:
+        from autotune.sweeps.catalog import layer_shapes
+
+        layers = [(f"{model} {s.label}", m, s.N, s.K) for model in ("deepseek-v3", "llama-3.1-70b")
+                  for s in layer_shapes(model, tp=8) if s.op == "gemm" for m in (48, 64)]  # fmt: skip
+        grid = [(512, 3, 1), (512, 4, 1), (256, 4, 1)]
+    for label, m, n, k in layers:
+        p = Problem.quant("gemm_fp8_blockwise", m, n, k)
         configs = {"default": op.default_config(p, target)}
-        for bk, stages, ahead in itertools.product((256, 512), (3, 4, 5), (0, 1)):
+        for bk, stages, ahead in grid:
             c = cfg(64, 64, bk, stages).replace(SCALES_AHEAD=ahead)
-            if fits(c):
+            if fits(c) and c in op.space(p, target):
                 configs[f"plain BN64 BK{bk} s{stages}" + (" ahead" if ahead else "")] = c
         res = interleaved_medians(bench, p, configs, rounds)
         (pn, pt), (an, at) = best(res, "plain"), best(res, "plain", True)
-        out.append(dict(layer=label, M=64, N=n, K=k, default=configs["default"].short(),
+        out.append(dict(layer=label, M=m, N=n, K=k, default=configs["default"].short(),
                         default_us=res["default"][0], plain=pn, plain_us=pt, best=an, best_us=at,
                         times={name: v[0] for name, v in res.items()},
                         status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
