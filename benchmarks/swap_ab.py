@@ -248,6 +248,13 @@ def check_m64(bench: Benchmarker, target: Any, rounds: int, all_layers: bool = F
     for label, m, n, k in layers:
         p = Problem.quant("gemm_fp8_blockwise", m, n, k)
         configs = {"default": op.default_config(p, target)}
+        if (
+            all_layers
+        ):  # the gluon kernel's default: the op's default at M = 33 to 64 before the unswapped rule
+            from autotune.kernels.gemm_quant_space import gluon_default_config
+
+            if (gluon := gluon_default_config(p, target)) is not None and gluon != configs["default"]:
+                configs["gluon"] = gluon
         for bk, stages, ahead in grid:
             c = cfg(64, 64, bk, stages).replace(SCALES_AHEAD=ahead)
             if fits(c) and c in op.space(p, target):

@@ -171,6 +171,8 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     lo, hi = GLUON_DECODE_M
     if swap_ab_target(target):
         lo = SWAPPED_MAX_M + 1  # the Triton kernel, swapped, below
+        if lo <= problem.M <= hi and _ahead_wide(problem, target):
+            return _ahead_unswapped(problem, target)
     gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
     if gluon_m and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
         gluon = gluon_default_config(problem, target)
@@ -189,6 +191,38 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         if tma is not None:
             return tma
     return pointer
+
+
+#: Where the blockwise default at M = 33 to 64 is the Triton kernel unswapped with its scales ahead: at
+#: least this many 64-wide column tiles (so that the unsplit grid fills most of the SMs) ...
+_AHEAD_MIN_TILES = 64
+#: ... and K of at least this (7 K tiles of 512).
+_AHEAD_MIN_K = 3584
+
+
+def _ahead_wide(problem: Problem, target: Target) -> bool:
+    """Whether blockwise FP8 at M = 33 to 64 takes `_ahead_unswapped` rather than the gluon kernel. H100
+    (`swap_ab.py --m64-layers`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8, M = 48 and 64):
+    on the 10 problems of this rule (the MLP layers and lm_heads) 1.028-1.081x the gluon default; off it
+    the gluon kernel won where the unsplit grid underfills the GPU (N of 256 to 1536: 0.56-0.69x) and
+    on the short-K attn.o and DeepSeek-V3 down (0.96-0.99x)."""
+    return (
+        problem.op == "gemm_fp8_blockwise"
+        and not target.interpreter
+        and cdiv(problem.N, 64) >= _AHEAD_MIN_TILES
+        and problem.K >= _AHEAD_MIN_K
+    )
+
+
+def _ahead_unswapped(problem: Problem, target: Target) -> Config:
+    """The Triton kernel unswapped on 64 x 64 tiles, K tiles of 512, 3 stages, the next K tile's scales
+    loaded ahead (the fastest of `swap_ab.py --m64`'s configs on these layers)."""
+    values: dict[str, Value] = dict(
+        BLOCK_M=64, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0,
+        SCALES_AHEAD=1, num_warps=4, num_stages=3,
+    )  # fmt: skip
+    sub = SubSpace("triton", quant_triton_params(problem.op, target), _constraints(problem, target))
+    return fit_to_space(Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K"))
 
 
 def _tma_default(problem: Problem, target: Target) -> Config | None:

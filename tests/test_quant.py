@@ -445,7 +445,7 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
 @needs_gluon
 @pytest.mark.parametrize(
     "M, backend",
-    [(1, "triton_gemv"), (2, "triton"), (16, "triton"), (32, "triton"), (33, "gluon"), (64, "gluon"),
+    [(1, "triton_gemv"), (2, "triton"), (16, "triton"), (32, "triton"), (33, "triton"), (64, "triton"),
      (65, "triton"), (255, "triton"), (256, "gluon"), (2048, "gluon")],
 )  # fmt: skip
 def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
@@ -464,8 +464,19 @@ def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
     ):  # 36 columns of 128-wide tiles: persistent once they outnumber the SMs
         tiles = -(-M // 128) * 36
         assert default == gcfg(stages=5, persistent=int(tiles > SM90.cu_count), warp_spec=1)
-    elif backend == "gluon":  # 72 tiles of 64 x 64: a split in 2 would not fit the 132 SMs in one wave
-        assert default == gcfg(64, 64, 4, stages=6, group_m=1)
+    elif 33 <= M <= 64:  # 72 column tiles and K of 7168: unswapped, K tiles of 512, the scales ahead
+        assert (default["SWAP_AB"], default["SCALES_AHEAD"], default["BLOCK_K"]) == (0, 1, 512)
+        assert (default["BLOCK_M"], default["BLOCK_N"], default["num_stages"], default["SPLIT_K"]) == (
+            64,
+            64,
+            3,
+            1,
+        )
+        # the gluon kernel's decode config where the unsplit grid would underfill the GPU (DeepSeek-V3
+        # attn.q_a: 24 tiles) or K is short (attn.o): 64 x 64 tiles, 6 stages
+        for n, k in ((1536, 7168), (7168, 2048)):
+            narrow = quant_default_config(Problem.quant(BLOCKWISE, M, n, k), SM90)
+            assert narrow.backend == "gluon" and (narrow["BLOCK_N"], narrow["num_stages"]) == (64, 6)
     elif 2 <= M <= 32:  # the weight's 64 rows on wgmma's M side; 72 tiles, one wave: K tiles of 512
         assert (default["SWAP_AB"], default["SCALES_AHEAD"], default["num_stages"]) == (1, 1, 3)
         assert default["BLOCK_M"] == max(16, M) and default["BLOCK_N"] == 64, default.short()
@@ -537,9 +548,12 @@ def test_swap_ab_and_tma_rows_are_pruned_with_the_reason() -> None:
 
 @pytest.mark.parametrize("N, K, split", [(1280, 8192, 4), (1536, 7168, 4), (2560, 7168, 3), (4608, 7168, 1)])
 def test_hopper_decode_default_splits_k_while_the_programs_fit_the_sms(N: int, K: int, split: int) -> None:
-    """The largest SPLIT_K up to 4 with tiles x SPLIT_K <= 132: 20, 24, 40 and 72 tiles of 64 x 64."""
-    default = quant_default_config(Problem.quant(BLOCKWISE, 64, N, K), SM90)
-    assert default.backend == "gluon" and default["SPLIT_K"] == split, default.short()
+    """The gluon kernel's decode config takes the largest SPLIT_K up to 4 with tiles x SPLIT_K <= 132: 20,
+    24, 40 and 72 tiles of 64 x 64 (the last is not the op's default: see `_ahead_wide`)."""
+    from autotune.kernels.gemm_quant_space import gluon_default_config
+
+    default = gluon_default_config(Problem.quant(BLOCKWISE, 64, N, K), SM90)
+    assert default is not None and default.backend == "gluon" and default["SPLIT_K"] == split, default
     assert default in get_op(BLOCKWISE).space(Problem.quant(BLOCKWISE, 64, N, K), SM90)
 
 
