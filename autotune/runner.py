@@ -220,9 +220,9 @@ class Runner:
                     report.vendor = result
                 if self.on_trial is not None:
                     self.on_trial(problem, config, result)
-            # over every stored trial of these kernels: earlier sweeps' too, not only this search's
-            stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
-            report.final = self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
+            if self.final_rounds:  # over every stored trial of these kernels, earlier sweeps' too
+                stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
+                report.final = self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
         finally:  # interrupted too: self.current then tells what finished
             best = search.best
             report.best = best[1] if best else None
