@@ -125,7 +125,8 @@ def classify_error(exc: BaseException) -> TrialStatus:
     return TrialStatus.RUNTIME_ERROR
 
 
-def _stats(samples_us: Sequence[float], method: str) -> Timing:
+def timing_of(samples_us: Sequence[float], method: str) -> Timing:
+    """The statistics of timed runs (µs) taken by `method`."""
     xs = sorted(samples_us)
     n = len(xs)
 
@@ -376,10 +377,10 @@ class Benchmarker:
             t = time.perf_counter()
             launch()
             samples.append((time.perf_counter() - t) * 1e6)
-        return _stats(samples, "wallclock")
+        return timing_of(samples, "wallclock")
 
     def _time_events(self, launches: Sequence[Launch], reps: int) -> Timing:
-        return _stats(self._event_samples(launches, reps), "events")
+        return timing_of(self._event_samples(launches, reps), "events")
 
     def _event_samples(self, launches: Sequence[Launch], reps: int) -> list[float]:
         """`reps` timed runs (µs), each after a cache flush, rotating over the input sets."""
@@ -414,13 +415,13 @@ def _staged(
     their median is already over `bound_us` (then True: raced)."""
     samples = list(first)
     if bound_us is not None and statistics.median(samples) > bound_us:
-        return _stats(samples, method), True
+        return timing_of(samples, method), True
     want = total
     if precision is not None:
         want = min(total, max(2 * len(samples), runs_for_precision(samples, precision)))
     if want > len(samples):
         samples += sample(want - len(samples))
-    return _stats(samples, method), False
+    return timing_of(samples, method), False
 
 
 def runs_for_precision(samples: Sequence[float], precision: float) -> int:

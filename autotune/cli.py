@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.bench import DeviceFault
 from autotune.executors import EXECUTORS
+from autotune.result import VENDOR_BACKEND
 
 if TYPE_CHECKING:
     from autotune.db import Store
@@ -948,34 +949,31 @@ def _best(args: argparse.Namespace) -> int:
         by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
     for fp, recs in by_gpu.items():
         gpu = recs[0].gpu
-        vendor = next((r for r in recs if r.config.backend == "torch"), None)
         tag = " [interpreter: timings are not a GPU's]" if gpu.interpreter else ""
         if args.predicted:
             tag += " [predicted by the cost model, not measured]"
         print(f"{problem} on {gpu.target} [{fp}]{tag}")
-        rows = [("rank", "backend", "config", "µs", "TFLOP/s", "vs vendor")]
-        for i, r in enumerate(recs[: args.limit]):
-            t = r.time_us
-            vs = f"{vendor.time_us / t:.2f}x" if vendor and t else "-"
-            tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
-            rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
-        _print_table(rows)
-        final = sorted((r for r in finals if r.gpu.fingerprint == fp), key=lambda r: r.time_us or 0.0)
+        _print_ranking(problem, recs[: args.limit], recs, "µs")
+        final = [r for r in finals if r.gpu.fingerprint == fp]  # fastest first, as `store.best` gives them
         if final:
-            vendor_final = next((r for r in final if r.config.backend == "torch"), None)
             print(f"final round ({final[0].extra.get('final_rounds', '?')} rounds, head to head; "
                   "`autotune emit` picks from it where it holds the fastest config above):")  # fmt: skip
-            rows = [("rank", "backend", "config", "median µs", "TFLOP/s", "vs vendor")]
-            for i, r in enumerate(final):
-                t = r.time_us
-                vs = (
-                    f"{vendor_final.time_us / t:.2f}x" if vendor_final and vendor_final.time_us and t else "-"
-                )
-                tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
-                rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
-            _print_table(rows)
+            _print_ranking(problem, final, final, "median µs")
         print()
     return EXIT_OK
+
+
+def _print_ranking(problem: Any, shown: list[Any], ranked: list[Any], us_header: str) -> None:
+    """A table of the trial records `shown`, with their speed against the vendor library's fastest of
+    `ranked`."""
+    vendor = next((r for r in ranked if r.config.backend == VENDOR_BACKEND), None)
+    rows = [("rank", "backend", "config", us_header, "TFLOP/s", "vs vendor")]
+    for i, r in enumerate(shown):
+        t = r.time_us
+        vs = f"{vendor.time_us / t:.2f}x" if vendor and vendor.time_us and t else "-"
+        tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
+        rows.append((str(i + 1), r.config.backend, r.config.canonical(), _fmt_us(t), tflops, vs))
+    _print_table(rows)
 
 
 # -- export / emit / status ---------------------------------------------------------------------------

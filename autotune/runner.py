@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
-from autotune.bench import DeviceFault
+from autotune.bench import DeviceFault, timing_of
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.result import VENDOR_BACKEND, Source, Timing, TrialResult, TrialStatus
+from autotune.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
 from autotune.space import SearchSpace
 from autotune.strategies import Budget, Strategy, make_strategy
 from autotune.target import Target
@@ -220,9 +219,8 @@ class Runner:
                     report.vendor = result
                 if self.on_trial is not None:
                     self.on_trial(problem, config, result)
-            if self.final_rounds:  # over every stored trial of these kernels, earlier sweeps' too
-                stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
-                report.final = self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
+            if self.final_rounds:
+                report.final = self._final_round(problem, kernels)
         finally:  # interrupted too: self.current then tells what finished
             best = search.best
             report.best = best[1] if best else None
@@ -243,16 +241,12 @@ class Runner:
 
         if self.final_rounds == 0:
             return []
-        kernels = kernel_versions(op, tuple(backends or op.backends(self.target)))
-        stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
-        return self._final_round(problem, kernels, [r for r in stored.values() if r.ok])
+        return self._final_round(problem, kernel_versions(op, tuple(backends or op.backends(self.target))))
 
-    def _final_round(
-        self, problem: Problem, kernels: dict[str, tuple[str, str]], timed: list[TrialResult]
-    ) -> list[TrialResult]:
-        if self.final_rounds == 0:
-            return []
-        ranked = sorted(timed, key=lambda r: r.score())
+    def _final_round(self, problem: Problem, kernels: dict[str, tuple[str, str]]) -> list[TrialResult]:
+        """`final_round` over the stored trials of `kernels` (earlier sweeps' too, not only this search's)."""
+        stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
+        ranked = sorted((r for r in stored.values() if r.ok), key=lambda r: r.score())
         finalists = [r.config for r in ranked if r.config.backend != VENDOR_BACKEND][: self.finalists]
         vendor = next((r.config for r in ranked if r.config.backend == VENDOR_BACKEND), None)
         if vendor is not None:
@@ -329,21 +323,18 @@ class Runner:
 
 
 def _median_result(config: Config, results: list[TrialResult], rounds: int) -> TrialResult:
-    """One final-round result of `config`: the median of its rounds' medians (spread from the same), or
-    the first failure of a round that failed (a config that failed once is out of the final)."""
+    """One final-round result of `config`: the statistics of its rounds' medians, or the first failure of
+    a round that failed (a config that failed once is out of the final)."""
     failed = next((r for r in results if not r.ok or r.timing is None), None)
     if failed is not None:
         return replace(failed, extra={**failed.extra, "final_rounds": rounds})
     timings = [r.timing for r in results if r.timing is not None]
     times = sorted(t.median_us for t in timings)
-    n = len(times)
-    timing = Timing(
-        median_us=statistics.median(times), min_us=times[0], p20_us=times[round(0.2 * (n - 1))],
-        p80_us=times[round(0.8 * (n - 1))], mean_us=statistics.fmean(times),
-        std_us=statistics.stdev(times) if n > 1 else 0.0, runs=n, method=timings[0].method,
-    )  # fmt: skip
     return TrialResult(
-        config, TrialStatus.OK, timing=timing, extra={"final_rounds": rounds, "round_us": times}
+        config,
+        TrialStatus.OK,
+        timing=timing_of(times, timings[0].method),
+        extra={"final_rounds": rounds, "round_us": times},
     )
 
 

@@ -50,9 +50,9 @@ def emit_table(
 
     Per problem the fastest config is pinned, except that the vendor library is kept unless another
     backend beats it by more than `vendor_margin` (a fraction of the vendor's time); both times come from
-    the chosen winner, so from one fingerprint and one source: the search's final round where one ran
-    after its fastest trial (`Store.winners(final=True)`: the finalists and the vendor library timed
-    head to head), else the search's own timings.
+    the chosen winner, so from one fingerprint and one source: the final round where it holds the fastest
+    measured config (`Store.winners(final=True)`: the finalists and the vendor library timed head to
+    head), else the searches' own timings.
 
     Raises:
         ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or

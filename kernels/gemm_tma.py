@@ -296,7 +296,7 @@ def tma_launcher(
         ws, counts = split_scratch(out.device, programs * bm * bn if splits > 1 else 1, tiles - dp_tiles + 1)
         a_desc = descriptor(a, [M, K], [K, 1], [bm, bk])
         b_desc = b_descriptor(b, b_kn, N, K, bn)
-        c_desc = descriptor(out, [M, N], [N, 1], c_block(bn))
+        c_desc = c_descriptor(out, M, N, bn)  # SPLIT_K is 1 with TAIL_SPLIT
         tail[(programs,)](a_desc, b_desc, c_desc, ws, counts, M, N, K, programs, dp_tiles, splits, B_KN=b_kn)
 
     def launch(

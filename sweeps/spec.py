@@ -115,14 +115,6 @@ class SweepEntry:
     backends: tuple[str, ...] | None = None
     warm_start: bool = True  # try known configs first (Store.known_configs)
     final_rounds: int | None = None  # the finalists timed again head to head (Runner); None: the default
-
-    def final_rounds_on(self, target: Target) -> int:
-        """The final rounds on `target`: as the spec says, else DEFAULT_FINAL_ROUNDS on a GPU and none in
-        the interpreter (its wall-clock timings pick no GPU's winner; a final round there only costs)."""
-        if self.final_rounds is not None:
-            return self.final_rounds
-        return 0 if target.interpreter else DEFAULT_FINAL_ROUNDS
-
     es: tuple[int, ...] = ()  # moe: expert counts
     topk: int = 0  # moe: experts per token
     weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
@@ -130,6 +122,13 @@ class SweepEntry:
     model: str = ""  # a catalog model (sweeps/catalog.py) instead of op and nks
     tps: tuple[int, ...] = (1,)  # model: tensor-parallel degrees
     eps: tuple[int, ...] = (1,)  # model: expert-parallel degrees
+
+    def final_rounds_on(self, target: Target) -> int:
+        """The final rounds on `target`: as the spec says, else DEFAULT_FINAL_ROUNDS on a GPU and none in
+        the interpreter (its wall-clock timings pick no GPU's winner; a final round there only costs)."""
+        if self.final_rounds is not None:
+            return self.final_rounds
+        return 0 if target.interpreter else DEFAULT_FINAL_ROUNDS
 
     def labeled_problems(self) -> list[tuple[str, Problem]]:
         """(label, problem) pairs without duplicates; a model entry's labels name the layer and split
