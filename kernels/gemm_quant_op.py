@@ -371,7 +371,10 @@ class QuantGemmOp:
             kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
                                                   Recorder(splitk_reduce_kernel, calls))  # fmt: skip
             interpret = target.interpreter
-            return fp8_tma_launcher(config, num_sms=target.cu_count, interpret=interpret, kernels=kernels)
+            blockwise = self.name == "gemm_fp8_blockwise"
+            return fp8_tma_launcher(
+                config, num_sms=target.cu_count, interpret=interpret, kernels=kernels, blockwise=blockwise
+            )
 
         constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
         if self.name.startswith("gemm_fp8"):

@@ -182,7 +182,8 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         return _gemv_default(problem, target)
     pointer = _triton_default(problem, target)
     if (
-        "triton_tma" in quant_backends(target, problem.op)
+        problem.op == "gemm_fp8_rowwise"
+        and "triton_tma" in quant_backends(target, problem.op)
         and not target.interpreter
         and 32 < problem.M <= 64
         and int(pointer["SPLIT_K"]) == 1
@@ -325,17 +326,15 @@ def _triton_default(problem: Problem, target: Target) -> Config:
 
 def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
     """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, for
-    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, for gemm_fp8_rowwise the TMA kernel where tensor
-    descriptors exist, and for the FP8 ops the GEMV kernel (A of at most GEMV_ROWS rows; pruned with the
-    reason otherwise)."""
+    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, for the FP8 ops the TMA kernel where tensor
+    descriptors exist and the GEMV kernel (A of at most GEMV_ROWS rows; pruned with the reason
+    otherwise)."""
     gemv = ("triton_gemv",) if op in GEMV_OPS else ()
     if target.is_amd:
         return ("torch", "triton", "aiter", *gemv)
-    if op == "gemm_fp8_blockwise" and gluon_target(target):
-        return ("torch", "triton", "gluon", *gemv)
-    if op == "gemm_fp8_rowwise" and has_tma(target):
-        return ("torch", "triton", "triton_tma", *gemv)
-    return ("torch", "triton", *gemv)
+    gluon = ("gluon",) if op == "gemm_fp8_blockwise" and gluon_target(target) else ()
+    tma = ("triton_tma",) if op in GEMV_OPS and has_tma(target) else ()
+    return ("torch", "triton", *gluon, *tma, *gemv)
 
 
 # -- triton_tma ---------------------------------------------------------------------------------------
@@ -364,6 +363,14 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
     """The dense TMA kernel's constraints (alignment, shared memory, tile waste, PERSISTENT ...; those of
     its split tail hold trivially, as this kernel has no TAIL_SPLIT) and the row-wise kernel's own."""
     out = [*_tma_constraints(problem, target), _swap_constraints()[0]]
+    if problem.op == "gemm_fp8_blockwise":
+        out.append(
+            Constraint(
+                "tma_weight_scale_block",
+                "BLOCK_N {BLOCK_N}: the weight's tile must lie in one 128-row scale block",
+                lambda c: 128 % int(c["BLOCK_N"]) == 0,
+            )
+        )
     if not target.interpreter:
         out.append(
             Constraint(

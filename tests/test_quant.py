@@ -265,6 +265,40 @@ def test_rowwise_tma_kernel_matches_its_reference() -> None:
 
 
 @needs_interpreter
+def test_blockwise_tma_kernel_matches_its_reference() -> None:
+    """The descriptor kernel with blockwise scales: K tiles narrower than a scale group and wider (up to
+    four sub-tiles, the next tile's scales loaded ahead), a last K tile past K, ragged tiles, three weight
+    scale blocks along N, SPLIT_K, persistent programs, grouped order, each also swapped (the weight's
+    scales on the kernel's A side)."""
+    op = get_op(BLOCKWISE)
+    for M, N, K in ((20, 48, 384), (8, 272, 256)):
+        problem = Problem.quant(BLOCKWISE, M, N, K)
+        inputs = op.make_inputs(problem, "cpu", seed=7)
+        ref = op.reference(problem, inputs)
+        for swap in (0, 1):
+            # BLOCK_N tiles the weight's rows, swapped or not: 64 of them lie in one scale block
+            for config in (tma_cfg(16, 64, 64, swap=swap), tma_cfg(16, 64, 256, swap=swap),
+                           tma_cfg(16, 64, 512, swap=swap), tma_cfg(32, 16, 128, split_k=2, swap=swap),
+                           tma_cfg(16, 16, 64, split_k=2, persistent=1, group_m=4, swap=swap)):  # fmt: skip
+                out = op.make_output(problem, "cpu").fill_(float("nan"))
+                op.prepare(problem, config, INTERP, inputs, out)()
+                assert rel_error(out, ref) <= op.tolerance(problem), (M, N, K, config.short())
+
+
+def test_blockwise_tma_refuses_a_weight_tile_across_scale_blocks() -> None:
+    op = get_op(BLOCKWISE)
+    problem = Problem.quant(BLOCKWISE, 64, 512, 1024)
+    inputs = op.make_inputs(problem, "cpu", seed=1)
+    for config in (tma_cfg(64, 256, 128), tma_cfg(16, 256, 128, swap=1), tma_cfg(64, 64, 1024)):
+        with pytest.raises(ValueError, match="one 128-row scale block"):
+            op.prepare(problem, config, INTERP, inputs, op.make_output(problem, "cpu"))
+    space = op.space(Problem.quant(BLOCKWISE, 64, 4608, 7168), SM90)
+    wide = tma_cfg(64, 256, 128).replace(num_stages=3)
+    assert (space.check(wide) or "").startswith("tma_weight_scale_block"), space.check(wide)
+    assert space.check(wide.replace(BLOCK_N=128)) is None, space.check(wide.replace(BLOCK_N=128))
+
+
+@needs_interpreter
 def test_rowwise_takes_per_tensor_scales() -> None:
     op = get_op("gemm_fp8_rowwise")
     problem = Problem.quant("gemm_fp8_rowwise", 5, 32, 96)
@@ -395,7 +429,7 @@ def test_gluon_is_a_backend_of_blockwise_fp8_on_hopper_only() -> None:
 
     op = get_op(BLOCKWISE)
     prefill = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
-    assert op.backends(SM90) == ("torch", "triton", "gluon", "triton_gemv")
+    assert op.backends(SM90) == ("torch", "triton", "gluon", "triton_tma", "triton_gemv")
     assert all("gluon" not in get_op(name).backends(SM90) for name in QUANT_OPS if name != BLOCKWISE)
     blackwell = replace(SM90, arch="sm_100")  # no wgmma
     for target in (Target.for_arch("gfx942"), Target.for_arch("gfx950"), INTERP, blackwell):
@@ -418,7 +452,7 @@ def test_gluon_space_on_hopper_prunes_what_the_kernel_cannot_do_with_the_reason(
     prefill = Problem.quant(BLOCKWISE, 2048, 4608, 7168)
     space = op.space(prefill, SM90)
     # the default's backend right after the vendor's; the GEMV's (pruned at this M) last
-    assert space.backends == ("torch", "gluon", "triton", "triton_gemv")
+    assert space.backends == ("torch", "gluon", "triton", "triton_tma", "triton_gemv")
     gluon = [c for c in space.configs() if c.backend == "gluon"]
     assert gluon[0] == op.default_config(prefill, SM90) == gcfg(stages=5, persistent=1, warp_spec=1)
     assert {(c["BLOCK_M"], c["BLOCK_N"]) for c in gluon} == {(64, 64), (64, 128), (128, 64), (128, 128)}
