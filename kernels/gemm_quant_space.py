@@ -15,10 +15,11 @@ Triton has no Gluon for Hopper its one config is pruned with the reason. It is t
 prefill (M >= GLUON_MIN_M) and at M = 33 to 64 where it can run; at M = 2 to 32 (SWAPPED_MAX_M) the Triton
 kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile loaded while this one runs).
 
-"triton_tma" (`gemm_fp8_tma`, gemm_fp8_rowwise where tensor descriptors exist: Hopper and newer, and the
+"triton_tma" (`gemm_fp8_tma`, the FP8 ops where tensor descriptors exist: Hopper and newer, and the
 interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
-num_warps, num_stages. It is the row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no
-split-K).
+num_warps, num_stages (blockwise: BLOCK_N, the weight's rows, inside one 128-row scale block). It is the
+row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no split-K); blockwise it is only
+searched.
 
 "triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
 (A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8

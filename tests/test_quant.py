@@ -285,6 +285,15 @@ def test_blockwise_tma_kernel_matches_its_reference() -> None:
                 assert rel_error(out, ref) <= op.tolerance(problem), (M, N, K, config.short())
 
 
+def test_every_backend_of_every_op_has_a_source_hash() -> None:
+    """The runner keys stored trials by each backend's source hash: a backend without one cannot tune."""
+    for target in (SM90, INTERP, Target.for_arch("gfx942"), Target.for_arch("gfx950")):
+        for name in QUANT_OPS:
+            op = get_op(name)
+            hashes = {backend: op.source_hash(backend) for backend in op.backends(target)}
+            assert len(set(hashes.values())) == len(hashes), (name, target.arch, hashes)
+
+
 def test_blockwise_tma_refuses_a_weight_tile_across_scale_blocks() -> None:
     op = get_op(BLOCKWISE)
     problem = Problem.quant(BLOCKWISE, 64, 512, 1024)
