@@ -62,8 +62,7 @@ def restaged(default: Config, ahead2: bool = False) -> dict[str, Config]:
         if c != default and rows * bk * stages <= SMEM:
             out[f"BK{bk} s{stages}"] = c
     if ahead2 and int(default.get("SCALES_AHEAD", 0)):
-        both = [("default", default), *out.items()]
-        out |= {f"{name} ahead2": c.replace(SCALES_AHEAD=2) for name, c in both}
+        out |= {f"{name} ahead2": c.replace(SCALES_AHEAD=2) for name, c in [("default", default), *out.items()]}
     return out
 
 
