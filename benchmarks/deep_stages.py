@@ -5,15 +5,12 @@ the program multiplies one tile, the slot it reads cannot be refilled; with 3 st
 that is a third of the ring, and the blockwise kernel's multiplies are long (each 128-wide K group waits
 for its product to be scaled). Narrower K tiles in more stages keep more of the same shared memory in
 flight. This times, on the decode rows under 80% of the copy bandwidth, the op's default beside the same
-config with K tiles of 128 or 256 and 6 to 16 stages (all that fit 227 KiB of shared memory). With
---ahead2 (blockwise) each config also loads its scales two K tiles ahead instead of one (SCALES_AHEAD=2),
-and the grid adds K tiles of 256 with 3 to 5 stages and of 512 with 3 and 4.
+config with K tiles of 128 or 256 and 6 to 16 stages (all that fit 227 KiB of shared memory).
 
 Every config passes the Benchmarker's correctness gate first; CUDA-graph replay, interleaved rounds,
 medians; the copy bandwidth of a 1 GiB copy measured in the same run.
 
     python benchmarks/deep_stages.py --out results/ [--ops gemm_fp8_blockwise,gemm_fp8_rowwise] [--m 16,32,64]
-        [--ahead2]
 
 Prints a short table last; details go to --out (deep_stages.json).
 """
@@ -48,21 +45,14 @@ SMEM = 227 * 1024
 DEPTHS = ((128, 6), (128, 8), (128, 10), (128, 12), (128, 16), (256, 6), (256, 7), (256, 8), (256, 10))
 
 
-#: Added with --ahead2.
-AHEAD2_DEPTHS = ((256, 3), (256, 4), (256, 5), (512, 3), (512, 4))
-
-
-def restaged(default: Config, ahead2: bool = False) -> dict[str, Config]:
-    """The default with each (BLOCK_K, num_stages) of DEPTHS whose ring fits the shared memory; with
-    `ahead2`, also each of those and the default with the scales two K tiles ahead."""
+def restaged(default: Config) -> dict[str, Config]:
+    """The default with each (BLOCK_K, num_stages) of DEPTHS whose ring fits the shared memory."""
     rows = int(default["BLOCK_M"]) + int(default["BLOCK_N"])
     out = {}
-    for bk, stages in DEPTHS + (AHEAD2_DEPTHS if ahead2 else ()):
+    for bk, stages in DEPTHS:
         c = default.replace(BLOCK_K=bk, num_stages=stages)
         if c != default and rows * bk * stages <= SMEM:
             out[f"BK{bk} s{stages}"] = c
-    if ahead2 and int(default.get("SCALES_AHEAD", 0)):
-        out |= {f"{name} ahead2": c.replace(SCALES_AHEAD=2) for name, c in [("default", default), *out.items()]}
     return out
 
 
@@ -72,7 +62,6 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--ops", default="gemm_fp8_blockwise,gemm_fp8_rowwise", help="comma-separated FP8 ops")
     ap.add_argument("--m", default="16,32,64", help="comma-separated M values")
-    ap.add_argument("--ahead2", action="store_true", help="blockwise: also the scales two K tiles ahead")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/deep_stages.py needs a GPU", file=sys.stderr)
@@ -91,16 +80,15 @@ def main() -> int:
                 default = op.default_config(p, target)
                 if default.backend not in ("triton", "triton_tma"):
                     continue
-                configs = {"default": default, **restaged(default, args.ahead2)}
+                configs = {"default": default, **restaged(default)}
                 res = interleaved_medians(bench, p, configs, args.rounds)
                 ok = [(t, name) for name, (t, st) in res.items() if st == "ok" and name != "default"]
                 best_t, best = min(ok) if ok else (math.nan, "-")
-                a2 = res.get("default ahead2", (math.nan, ""))[0]
                 d = res["default"][0]
                 pct = 100 * p.min_bytes() / 1e3 / copy  # copy % = this / µs
                 rows.append(dict(op=op_name, layer=label, M=m, N=n, K=k, default=default.short(),
                                  default_us=d, best=best, best_us=best_t, gain=d / best_t,
-                                 default_pct=pct / d, best_pct=pct / best_t, default_ahead2_us=a2,
+                                 default_pct=pct / d, best_pct=pct / best_t,
                                  times={name: v[0] for name, v in res.items()},
                                  status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
                 print(json.dumps(rows[-1]), flush=True)
@@ -109,11 +97,10 @@ def main() -> int:
     (args.out / "deep_stages.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}, copy {copy:.0f} GB/s")
     head = f"{'op':19} {'layer':26} {'M':>3} {'default':>8} {'copy%':>5} {'best':>8} {'copy%':>5} {'gain':>6}"
-    print(head + " ahead2  best")
+    print(head + "  best")
     for r in rows:
         print(f"{r['op']:19} {r['layer']:26} {r['M']:3d} {r['default_us']:8.2f} {r['default_pct']:5.0f} "
-              f"{r['best_us']:8.2f} {r['best_pct']:5.0f} {r['gain']:6.3f} {r['default_ahead2_us']:6.2f}  "
-              f"{r['best']}")  # fmt: skip
+              f"{r['best_us']:8.2f} {r['best_pct']:5.0f} {r['gain']:6.3f}  {r['best']}")  # fmt: skip
     return 0
 
 

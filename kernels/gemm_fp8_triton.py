@@ -141,34 +141,19 @@ def _fp8_partial(
     G: tl.constexpr = BLOCK_K // SUB
     A_ROWS: tl.constexpr = not ONE_A  # the A scales of a sub-tile: a vector over its rows, or one number
     B_ROWS: tl.constexpr = not ONE_B
-    if BLOCKWISE and SCALES_AHEAD:  # the scales of the first K tile (and of the second, two ahead)
+    if BLOCKWISE and SCALES_AHEAD:  # the scales of the first K tile
         kn = k_start
         an0, an1, an2, an3 = _tile_scales(as_ptrs, offs_m, kn, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
         bn0, bn1, bn2, bn3 = _tile_scales(bs_ptrs, offs_n, kn, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
-        if SCALES_AHEAD > 1:
-            kf = k_start + BLOCK_K
-            af0, af1, af2, af3 = _tile_scales(as_ptrs, offs_m, kf, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
-            bf0, bf1, bf2, bf3 = _tile_scales(bs_ptrs, offs_n, kf, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, n_iters):
-        if BLOCKWISE and SCALES_AHEAD:  # this tile's scales; the load SCALES_AHEAD tiles on goes out now
+        if BLOCKWISE and SCALES_AHEAD:  # this tile's scales; the next tile's load goes out now
             a0, a1, a2, a3 = an0, an1, an2, an3
             b0, b1, b2, b3 = bn0, bn1, bn2, bn3
-            if SCALES_AHEAD > 1:
-                an0, an1, an2, an3 = af0, af1, af2, af3
-                bn0, bn1, bn2, bn3 = bf0, bf1, bf2, bf3
-                kf = k_start + (k + 2) * BLOCK_K
-                af0, af1, af2, af3 = _tile_scales(as_ptrs, offs_m, kf, K, stride_ask, SUB, SCALE_BLOCK, G,
-                                                  A_ROWS)  # fmt: skip
-                bf0, bf1, bf2, bf3 = _tile_scales(bs_ptrs, offs_n, kf, K, stride_bsk, SUB, SCALE_BLOCK, G,
-                                                  B_ROWS)  # fmt: skip
-            else:
-                kn = k_start + (k + 1) * BLOCK_K
-                an0, an1, an2, an3 = _tile_scales(as_ptrs, offs_m, kn, K, stride_ask, SUB, SCALE_BLOCK, G,
-                                                  A_ROWS)  # fmt: skip
-                bn0, bn1, bn2, bn3 = _tile_scales(bs_ptrs, offs_n, kn, K, stride_bsk, SUB, SCALE_BLOCK, G,
-                                                  B_ROWS)  # fmt: skip
+            kn = k_start + (k + 1) * BLOCK_K
+            an0, an1, an2, an3 = _tile_scales(as_ptrs, offs_m, kn, K, stride_ask, SUB, SCALE_BLOCK, G, A_ROWS)
+            bn0, bn1, bn2, bn3 = _tile_scales(bs_ptrs, offs_n, kn, K, stride_bsk, SUB, SCALE_BLOCK, G, B_ROWS)
         for j in tl.static_range(G):
             kk = k * BLOCK_K + j * SUB
             if EVEN_K:
@@ -235,7 +220,7 @@ def gemm_fp8_kernel(
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
     A_GROUPED: tl.constexpr = False,
-    SCALES_AHEAD: tl.constexpr = 0,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
     B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
@@ -291,7 +276,7 @@ def gemm_fp8_sum_kernel(
     DOT_F32: tl.constexpr = False,
     B_SCALE_VECTOR: tl.constexpr = False,
     A_GROUPED: tl.constexpr = False,
-    SCALES_AHEAD: tl.constexpr = 0,
+    SCALES_AHEAD: tl.constexpr = False,
 ):
     """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
@@ -390,13 +375,10 @@ def quant_launcher(
         raise ValueError(f"SWAP_AB exists for the FP8 kernel only: {config.short()}")
     if swap and constexprs["BLOCKWISE"]:  # swapped, the kernel's A is B: its scales per 128 rows
         opts["A_GROUPED"] = True
-    ahead = int(config.get("SCALES_AHEAD", 0))
-    if ahead:
+    if int(config.get("SCALES_AHEAD", 0)):
         if not constexprs.get("BLOCKWISE"):
             raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
-        if ahead not in (1, 2):
-            raise ValueError(f"SCALES_AHEAD loads the scales 1 or 2 K tiles ahead: {config.short()}")
-        opts["SCALES_AHEAD"] = ahead
+        opts["SCALES_AHEAD"] = True
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
