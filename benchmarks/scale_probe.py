@@ -82,7 +82,8 @@ def main() -> int:
         pct = 100 * p.min_bytes() / 1e3 / copy
         rows.append(dict(layer=label, M=M, N=N, K=K, config=default.short(), blockwise_us=real,
                          probe_us=probed, rowwise_us=rowwise, rowwise_config=rowwise_config.short(),
-                         blockwise_pct=pct / real, probe_pct=pct / probed, rowwise_pct=pct / rowwise))  # fmt: skip
+                         blockwise_pct=pct / real, probe_pct=pct / probed,
+                         rowwise_pct=pct / rowwise))  # fmt: skip
         print(json.dumps(rows[-1]), flush=True)
     info = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, date=time.strftime("%Y-%m-%d"),
                 copy_gbps=copy, rows=rows)  # fmt: skip
