@@ -152,8 +152,8 @@ class QuantGemmOp:
             return _file_hash("quant.py", "gemv_fp8_triton.py")
         if backend == "triton_tma" and self.name in GEMV_OPS:  # the FP8 ops (the blockwise scales' helpers
             # live in gemm_fp8_triton)
-            files = ("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py", "gemm_triton.py")
-            return _file_hash(*files, "launch.py")
+            tma = ("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py", "gemm_triton.py")
+            return _file_hash(*tma, "launch.py")
         if backend in ("torch", "aiter"):
             import torch
 
