@@ -303,6 +303,31 @@ def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> N
 
 
 @pytest.mark.parametrize(
+    "mnk, knobs",
+    [
+        ((64, 8192, 3584), dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, SWAP_AB=0, num_stages=4)),
+        ((16, 4608, 7168), dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, SWAP_AB=1, num_stages=3)),  # 4 sub-tiles
+        # ragged; the K slices summed by the reduce kernel
+        ((13, 1000, 3072), dict(BLOCK_M=16, BLOCK_N=128, BLOCK_K=128, SWAP_AB=1, SPLIT_K=2)),
+        ((77, 1000, 3072), dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, SWAP_AB=0, PERSISTENT=1, SPLIT_K=3)),
+    ],
+)
+def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> None:
+    """The TMA kernel with blockwise scales on Hopper: K sub-tiles of one scale group, the next tile's
+    scales loaded ahead, swapped tiles (the weight's scales on the kernel's A side) stored transposed,
+    a last weight tile in a partial scale block, split-K, persistent programs."""
+    from autotune.kernels import get_op
+
+    op = get_op("gemm_fp8_blockwise")
+    if "triton_tma" not in op.backends(target):
+        pytest.skip(f"no TMA kernel on {target.arch}")
+    problem = Problem.quant("gemm_fp8_blockwise", *mnk)
+    config = Config(backend="triton_tma", GROUP_M=1, PERSISTENT=0, SPLIT_K=1, num_warps=4, **knobs)
+    assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
+    _right_and_repeatable(op, problem, config, target, "the blockwise TMA kernel")
+
+
+@pytest.mark.parametrize(
     "mnk, e, topk, weights, split",
     [
         ((1, 128, 7168), 256, 8, "fp8e4m3", 8),  # DeepSeek-V3 TP16 decode: 16 gate/up tiles in 8 slices

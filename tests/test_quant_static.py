@@ -226,3 +226,19 @@ def test_swapped_blockwise_decode_tiles_reach_wgmma_on_sm90() -> None:
     wgmma = [[m for m in f.mma if m.startswith("wgmma")] for f in compiled]
     assert wgmma[0] == [] and any(m.startswith("mma.sync") for m in compiled[0].mma), compiled[0].mma
     assert wgmma[1:] == [["wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3"]] * 3, wgmma
+
+
+def test_blockwise_tma_decode_tiles_reach_wgmma_through_tma_loads_on_sm90() -> None:
+    """The blockwise TMA kernel at M = 16, swapped (K tiles of 512 in four scale-group sub-tiles) and at
+    M = 64 unswapped: FP8 wgmma with the weight's 64 rows on its M side, TMA loads, no spills."""
+    op = get_op("gemm_fp8_blockwise")
+    swapped = Config(backend="triton_tma", BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1,
+                     PERSISTENT=0, SWAP_AB=1, num_warps=4, num_stages=3)  # fmt: skip
+    plain = swapped.replace(BLOCK_M=64, BLOCK_K=256, SWAP_AB=0, num_stages=4)
+    (small,) = _compile_in_space(op, Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168), [swapped])
+    (wide,) = _compile_in_space(op, Problem.quant("gemm_fp8_blockwise", 64, 4608, 7168), [plain])
+    for features, mma in ((small, "m64n16k32"), (wide, "m64n64k32")):
+        wgmma = [m for m in features.mma if m.startswith("wgmma")]
+        assert wgmma == [f"wgmma.mma_async.sync.aligned.{mma}.f32.e4m3.e4m3"], features.mma
+        assert "load" in features.tma and features.spills == 0, features
+
