@@ -241,4 +241,3 @@ def test_blockwise_tma_decode_tiles_reach_wgmma_through_tma_loads_on_sm90() -> N
         wgmma = [m for m in features.mma if m.startswith("wgmma")]
         assert wgmma == [f"wgmma.mma_async.sync.aligned.{mma}.f32.e4m3.e4m3"], features.mma
         assert "load" in features.tma and features.spills == 0, features
-
