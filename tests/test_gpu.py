@@ -322,7 +322,8 @@ def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) ->
     if "triton_tma" not in op.backends(target):
         pytest.skip(f"no TMA kernel on {target.arch}")
     problem = Problem.quant("gemm_fp8_blockwise", *mnk)
-    config = Config(backend="triton_tma", GROUP_M=1, PERSISTENT=0, SPLIT_K=1, num_warps=4, **knobs)
+    base = dict(GROUP_M=1, PERSISTENT=0, SPLIT_K=1, num_warps=4, num_stages=3)
+    config = Config(backend="triton_tma", **(base | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     _right_and_repeatable(op, problem, config, target, "the blockwise TMA kernel")
 
