@@ -7,7 +7,10 @@ Hopper, the Gluon one), our heuristic default,
 torch._scaled_mm where the installed torch runs that scaling mode (probed), and bf16 torch.matmul of the
 same shape, in µs, TFLOP/s and GB/s (the op's minimum bytes: packed data and scales). Decode rows also
 give GB/s as a fraction of a measured device copy bandwidth. All variants of a problem are timed in
-interleaved rounds by one Benchmarker (same method for all). MX ops on a GPU without MX instructions
+interleaved rounds by one Benchmarker (same method for all). Each search ends with a final round
+(--final-rounds, default 3 on a GPU): its two fastest configs timed again head to head, the faster of
+which is the tuned winner (where the round holds the fastest measured config), so that one lucky timing
+does not pick it. MX ops on a GPU without MX instructions
 (H100, MI300X) are emulated (tiles dequantized to bf16 in the kernel): their rows say so.
 
     python benchmarks/gemm_quant.py --db quant.db --out results/quant.json          # resumable tuning
@@ -125,7 +128,7 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
         for i, (label, p) in enumerate(todo):
             op = get_op(p.op)
             runner = Runner(store, target, Benchmarker(op, target, settings=settings), checker=checker,
-                            should_stop=lambda: _past(args))  # fmt: skip
+                            should_stop=lambda: _past(args), final_rounds=args.final_rounds)  # fmt: skip
             t0 = time.perf_counter()
             try:
                 rep = runner.tune(op, p, strategy=args.strategy,
@@ -139,6 +142,22 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
             print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
                   f"ran {rep.ran}, cached {rep.cached}, failed {rep.failed}, static-pruned {pruned}, "
                   f"best {best:.2f} µs, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+
+
+def tuned_config(store: Store, p: Problem, fingerprint: str, ours: tuple[str, ...]) -> Config | None:
+    """Our tuned winner of `p`: the fastest of our configs in its final round (the finalists timed head to
+    head) where that round holds our fastest measured config, else our fastest measured config."""
+    from autotune.result import Source, TrialStatus
+
+    measured = [r for r in store.best(p, fingerprint=fingerprint, limit=10_000) if r.config.backend in ours]
+    if not measured:
+        return None
+    final = [t for t in store.trials(fingerprint=fingerprint, problem=p, status=TrialStatus.OK,
+                                     source=Source.FINAL)
+             if t.config.backend in ours and t.time_us is not None]  # fmt: skip
+    if measured[0].config.digest() in {t.config.digest() for t in final}:
+        return min(final, key=lambda t: (t.time_us, t.id)).config
+    return measured[0].config
 
 
 def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -> float:
@@ -173,8 +192,7 @@ def measure(
         bench = Benchmarker(op, target, settings=settings)
         fingerprint = target.fingerprint()
         ours = _ours(op, target)
-        tuned = next((r.config for r in store.best(p, fingerprint=fingerprint, limit=10_000)
-                      if r.config.backend in ours), None)  # fmt: skip
+        tuned = tuned_config(store, p, fingerprint, ours)
         space = op.space(p, target)
         variants: dict[str, Config] = {"default": op.default_config(p, target)}
         if variants["default"].backend != "triton" and "triton" in ours:  # our Triton kernel's default too
@@ -277,6 +295,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--backends", help="comma-separated backends of ours to tune (default all; the "
                     "measurement takes the best tuned of any of ours in the database)")  # fmt: skip
     ap.add_argument("--strategy", default="optuna", choices=("optuna", "random", "exhaustive"))
+    ap.add_argument("--final-rounds", type=int, help="rounds of each search's final head-to-head of its two "
+                    "fastest configs, whose fastest is then the tuned winner (default 3 on a GPU, 0 with "
+                    "--interpret; 0: none)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--method", default="auto", choices=("auto", "graph", "events"),
                     help="timing method of every problem (default auto: CUDA-graph replay where the first "
@@ -311,6 +332,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.deadline = None if args.stop_after is None else time.monotonic() + args.stop_after
     if args.trials is None:
         args.trials = 2 if args.interpret else 8 if args.quick else 60
+    if args.final_rounds is None:
+        args.final_rounds = 0 if args.interpret else 3
     if args.interpret:
         args.rounds = 1
     return args

@@ -850,6 +850,41 @@ def test_benchmark_script_runs_only_the_layers_named() -> None:
     assert len(every) == 7
 
 
+def test_benchmark_script_takes_the_final_rounds_pick_as_the_tuned_winner(tmp_path) -> None:
+    """The measurement's "tuned" config is the fastest of ours in the final round where that round holds
+    our fastest measured config (the selection bias of one timing each corrected), else our fastest."""
+    from autotune.db import Store
+    from autotune.result import Timing, TrialResult, TrialStatus
+
+    module = _bench_module()
+    assert module.parse_args(["--out", "x.json"]).final_rounds == 3
+    assert module.parse_args(["--out", "x.json", "--interpret"]).final_rounds == 0
+    problem = Problem.quant(BLOCKWISE, 16, 4608, 7168)
+    fast, slow, vendor = tcfg(16, 64, 512), tcfg(16, 64, 256), Config(backend="torch")
+    ours = ("triton", "triton_tma")
+
+    def result(config: Config, us: float) -> TrialResult:
+        return TrialResult(config, TrialStatus.OK, timing=Timing(us, us, us, us, us, 0.1, 20, "graph"))
+
+    with Store(str(tmp_path / "q.db")) as store:
+        fp = SM90.fingerprint()
+        for config, us in ((fast, 16.0), (slow, 16.3), (vendor, 15.0)):
+            store.record(target=SM90, kernel=f"{BLOCKWISE}.{config.backend}", source_hash="h",
+                         problem=problem, result=result(config, us))  # fmt: skip
+        assert module.tuned_config(store, problem, fp, ours) == fast  # no final round: the fastest of ours
+        kernel = f"{BLOCKWISE}.triton"
+        final = [(kernel, "h", result(fast, 16.4)), (kernel, "h", result(slow, 16.2)),
+                 (f"{BLOCKWISE}.torch", "h", result(vendor, 15.1))]  # fmt: skip
+        store.record_final(target=SM90, problem=problem, results=final)
+        assert module.tuned_config(store, problem, fp, ours) == slow  # the head-to-head's pick of ours
+        other = tcfg(16, 32, 512)
+        store.record_final(
+            target=SM90, problem=problem, results=[(kernel, "h", result(other, 15.5)), final[1]]
+        )
+        # a round without our fastest measured config is passed over
+        assert module.tuned_config(store, problem, fp, ours) == fast
+
+
 def test_benchmark_script_prune_none_turns_static_checks_off() -> None:
     module = _bench_module()
     assert module.parse_args(["--out", "x.json", "--prune", "none"]).prune == ()
