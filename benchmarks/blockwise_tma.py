@@ -21,17 +21,17 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from config_grid import beside_default
 from gemm_quant import copy_bandwidth_gbps
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.bench import Benchmarker, BenchSettings
 from autotune.kernels import get_op
 from autotune.target import local_target
 
@@ -86,15 +86,8 @@ def main() -> int:
         for m in map(int, args.m.split(",")):
             p = Problem.quant(OP, m, n, k)
             configs = {"default": op.default_config(p, target), **grid(m)}
-            res = interleaved_medians(bench, p, configs, args.rounds)
-            ok = [(t, name) for name, (t, st) in res.items() if st == "ok" and name != "default"]
-            best_t, best = min(ok) if ok else (math.nan, "-")
-            d = res["default"][0]
-            pct = 100 * p.min_bytes() / 1e3 / copy  # copy % = this / µs
-            rows.append(dict(layer=label, M=m, N=n, K=k, default=configs["default"].short(), default_us=d,
-                             best=best, best_us=best_t, gain=d / best_t, default_pct=pct / d,
-                             best_pct=pct / best_t, times={name: v[0] for name, v in res.items()},
-                             status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
+            row = beside_default(bench, p, configs, args.rounds, copy)
+            rows.append(dict(layer=label, M=m, N=n, K=k, **row))
             print(json.dumps(rows[-1]), flush=True)
     info["rows"] = rows
     args.out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from gemm_quant import copy_bandwidth_gbps
 
-from autotune import Problem
+from autotune import Config, Problem
 from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.kernels import get_op
 from autotune.target import local_target
@@ -41,6 +41,21 @@ def overrides(sets: list[str], grids: list[str]) -> list[dict[str, Any]]:
     if axes:
         out += [dict(combo) for combo in itertools.product(*axes)]
     return out
+
+
+def beside_default(
+    bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int, copy_gbps: float
+) -> dict[str, Any]:
+    """`configs` (one of them named "default") timed in `rounds` interleaved rounds: the default's time,
+    the fastest other's, each as µs and as % of `copy_gbps`, and every config's time and failure."""
+    res = interleaved_medians(bench, problem, configs, rounds)
+    ok = [(t, name) for name, (t, status) in res.items() if status == "ok" and name != "default"]
+    best_t, best = min(ok) if ok else (math.nan, "-")
+    d = res["default"][0]
+    pct = 100 * problem.min_bytes() / 1e3 / copy_gbps  # copy % = this / µs
+    return dict(default=configs["default"].short(), default_us=d, best=best, best_us=best_t, gain=d / best_t,
+                default_pct=pct / d, best_pct=pct / best_t, times={name: v[0] for name, v in res.items()},
+                status={name: v[1] for name, v in res.items() if v[1] != "ok"})  # fmt: skip
 
 
 def main() -> int:
@@ -69,14 +84,7 @@ def main() -> int:
         for change in changes:
             c = default.replace(**change)
             configs.setdefault(c.short(), c)
-        res = interleaved_medians(bench, p, configs, args.rounds)
-        ok = [(t, name) for name, (t, st) in res.items() if st == "ok" and name != "default"]
-        best_t, best = min(ok) if ok else (math.nan, "-")
-        pct = 100 * p.min_bytes() / 1e3 / copy
-        rows.append(dict(M=m, N=n, K=k, default=default.short(), default_us=res["default"][0], best=best,
-                         best_us=best_t, default_pct=pct / res["default"][0], best_pct=pct / best_t,
-                         times={name: v[0] for name, v in res.items()},
-                         status={name: v[1] for name, v in res.items() if v[1] != "ok"}))  # fmt: skip
+        rows.append(dict(M=m, N=n, K=k, **beside_default(bench, p, configs, args.rounds, copy)))
         print(json.dumps(rows[-1]), flush=True)
     info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), copy_gbps=copy,
                 op=args.op, sets=args.set, grids=args.grid, rows=rows)  # fmt: skip
