@@ -19,7 +19,7 @@ kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile load
 interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
 num_warps, num_stages (blockwise: BLOCK_N, the weight's rows, inside one 128-row scale block). It is the
 row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no split-K); blockwise it is only
-searched.
+searched, and where the gluon kernel runs only at decode (M <= TMA_BLOCKWISE_MAX_M).
 
 "triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
 (A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8
@@ -360,6 +360,10 @@ def quant_tma_params(target: Target) -> dict[str, Sequence[Value]]:
     )
 
 
+#: The largest M at which the blockwise TMA kernel is searched where the gluon kernel runs (decode).
+TMA_BLOCKWISE_MAX_M = 64
+
+
 def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The dense TMA kernel's constraints (alignment, shared memory, tile waste, PERSISTENT ...; those of
     its split tail hold trivially, as this kernel has no TAIL_SPLIT) and the row-wise kernel's own."""
@@ -372,6 +376,18 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
                 lambda c: 128 % int(c["BLOCK_N"]) == 0,
             )
         )
+        if gluon_target(target) and problem.M > TMA_BLOCKWISE_MAX_M:  # first: the reason for every config
+            out.insert(
+                0,
+                Constraint(
+                    "tma_blockwise_prefill",
+                    f"M {problem.M} > {TMA_BLOCKWISE_MAX_M}: like the pointer kernel, the blockwise TMA "
+                    "kernel waits for every scale group's product before the next multiply, where the "
+                    "gluon kernel's stay in flight (H100, a TMA prototype of it at M = 2048: 0.64-0.66x "
+                    "the gluon kernel)",
+                    lambda c: False,
+                ),
+            )
     if not target.interpreter:
         out.append(
             Constraint(

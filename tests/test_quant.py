@@ -305,6 +305,11 @@ def test_blockwise_tma_refuses_a_weight_tile_across_scale_blocks() -> None:
     wide = tma_cfg(64, 256, 128).replace(num_stages=3)
     assert (space.check(wide) or "").startswith("tma_weight_scale_block"), space.check(wide)
     assert space.check(wide.replace(BLOCK_N=128)) is None, space.check(wide.replace(BLOCK_N=128))
+    # at prefill, where the gluon kernel runs, the blockwise TMA kernel is not searched, with the reason
+    prefill = op.space(Problem.quant(BLOCKWISE, 2048, 4608, 7168), SM90)
+    assert prefill.prune_summary()["tma_blockwise_prefill"] == prefill.subspace("triton_tma").raw_size()
+    assert not any(c.backend == "triton_tma" for c in prefill.configs())
+    assert any(c.backend == "triton_tma" for c in space.configs())
 
 
 @needs_interpreter
