@@ -42,7 +42,7 @@ def _blockwise_tile(
     a_desc, b_desc, as_ptr, bs_ptr, M, N, K, stride_asm, stride_ask, stride_bsm, stride_bsk,
     off_m, off_n, k_first, k_last,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr,
-    A_GROUPED: tl.constexpr, DOT_F32: tl.constexpr, WARP_SPEC: tl.constexpr = False,
+    A_GROUPED: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     """The blockwise-scaled fp32 sum of one C tile over K tiles k_first .. k_last - 1, in sub-tiles of SUB
     (at most one scale group). A_GROUPED (swapped): A is the weight, one scale per group for the tile,
@@ -66,7 +66,7 @@ def _blockwise_tile(
     wn0, wn1, wn2, wn3 = _tile_scales(w_ptr, 0, k0, K, stride_w, SUB, 128, G, False)
     xn0, xn1, xn2, xn3 = _tile_scales(x_ptrs, x_offs, k0, K, stride_x, SUB, 128, G, True)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kt in tl.range(k_first, k_last, warp_specialize=WARP_SPEC):
+    for kt in range(k_first, k_last):
         w0, w1, w2, w3 = wn0, wn1, wn2, wn3
         x0, x1, x2, x3 = xn0, xn1, xn2, xn3
         kn = (kt + 1) * BLOCK_K  # the next tile's scales load while this one runs
@@ -94,7 +94,6 @@ def gemm_fp8_tma_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, TRANS_C: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCKWISE: tl.constexpr = False, SUB: tl.constexpr = 128, A_GROUPED: tl.constexpr = False,
-    WARP_SPEC: tl.constexpr = False,
 ):  # fmt: skip
     """Work items pid, pid + NUM_PROGRAMS, ... (a C tile and a K slice) in grouped order, each tile scaled
     by its rows' A scales and its columns' B scales (blockwise: `_blockwise_tile`, the K stride of the
@@ -111,7 +110,7 @@ def gemm_fp8_tma_kernel(
         if BLOCKWISE:
             acc = _blockwise_tile(
                 a_desc, b_desc, as_ptr, bs_ptr, M, N, K, stride_as, stride_ask, stride_bs, stride_bsk,
-                off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, SUB, A_GROUPED, DOT_F32, WARP_SPEC,
+                off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, SUB, A_GROUPED, DOT_F32,
             )  # fmt: skip
         else:
             # the scales are loaded before the K loop, so that their latency hides behind it
@@ -163,7 +162,6 @@ def fp8_tma_launcher(
     main = pinned(
         kernel, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(config.get("GROUP_M", 1)), SPLIT_K=split_k,
         TRANS_C=swap, DOT_F32=interpret, BLOCKWISE=blockwise, SUB=sub, A_GROUPED=blockwise and swap,
-        WARP_SPEC=bool(config.get("WARP_SPEC", 0)),
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)), **FP_OPTIONS,
     )  # fmt: skip
