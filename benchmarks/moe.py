@@ -1,11 +1,12 @@
 """Fused-MoE benchmark (GPU): tune real models' MoE layers, then measure side by side in one run.
 
-Per problem: our tuned config (the sweep's best Triton config), the config vLLM ships for this GPU and
-(E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel, the config vLLM falls back
-to where it has no file (`autotune.db.vllm.fallback_config`) run through our kernel, our heuristic
-default, and the PyTorch baseline (a loop over experts with torch matmuls), in µs and TFLOP/s, timed in
-interleaved rounds by one Benchmarker (same method for all). Routing: uniform over the experts (the
-default) or skewed (--zipf).
+Per problem: our tuned config (the sweep's best Triton config; with --final-rounds, default 3, each
+search's two fastest configs are timed again head to head and the faster is taken), the config vLLM
+ships for this GPU and (E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel,
+the config vLLM falls back to where it has no file (`autotune.db.vllm.fallback_config`) run through our
+kernel, our heuristic default, and the PyTorch baseline (a loop over experts with torch matmuls), in µs
+and TFLOP/s, timed in interleaved rounds by one Benchmarker (same method for all). Routing: uniform over
+the experts (the default) or skewed (--zipf).
 
     python benchmarks/moe.py --db moe.db --vllm-configs DIR --out results/   # resumable tuning
     python benchmarks/moe.py --phase measure ...                              # from a tuned database
@@ -23,6 +24,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from gemm_quant import tuned_config
 
 from autotune import Config, Problem
 from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
@@ -69,14 +72,16 @@ def vllm_config(folder: Path, problem: Problem, device_name: str) -> tuple[Confi
     return Config(backend="triton", **{k: int(table[m][k]) for k in VLLM_KEYS}), f"{name} M={m}"
 
 
-def tune(store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int) -> None:
+def tune(
+    store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int, final_rounds: int = 3
+) -> None:
     from autotune.checker import StaticChecker
     from autotune.static import StaticPolicy
 
     target = local_target()
     bench = Benchmarker(op, target, settings=SETTINGS)
     with StaticChecker(target, StaticPolicy(), store=store) as checker:
-        runner = Runner(store, target, bench, checker=checker)
+        runner = Runner(store, target, bench, checker=checker, final_rounds=final_rounds)
         for label, p in todo:
             t0 = time.perf_counter()
             report = runner.tune(op, p, strategy="optuna", budget=Budget(trials=trials), backends=("triton",))
@@ -93,7 +98,7 @@ def measure(
     bench = Benchmarker(op, target, settings=SETTINGS)
     rows = []
     for label, p in todo:
-        best = next((r.config for r in store.best(p, limit=10_000) if r.config.backend == "triton"), None)
+        best = tuned_config(store, p, target.fingerprint(), ("triton",))
         fallback = fallback_config(p.M, p.E, p.dtype_b == "fp8e4m3", rocm=target.is_amd)
         variants = {
             "default": op.default_config(p, target),
@@ -154,6 +159,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, help="folder for moe.json")
     ap.add_argument("--trials", type=int, default=60, help="tuning trials per problem")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    ap.add_argument("--final-rounds", type=int, default=3, help="rounds of each search's final "
+                    "head-to-head of its two fastest configs, whose fastest is then the tuned config "
+                    "(0: none)")  # fmt: skip
     ap.add_argument("--zipf", type=float, default=0.0, help="routing skew (0: uniform)")
     ap.add_argument("--quick", action="store_true", help="one model, two token counts")
     ap.add_argument("--only", help="only models whose name contains this")
@@ -162,7 +170,7 @@ def main() -> int:
     todo = [(label, p) for label, p in problems(args.quick) if not args.only or args.only in label]
     with Store(args.db) as store:
         if args.phase in ("tune", "all"):
-            tune(store, op, todo, args.trials)
+            tune(store, op, todo, args.trials, args.final_rounds)
         if args.phase in ("measure", "all"):
             rows = measure(store, op, todo, args.vllm_configs, args.rounds)
             if args.out:
