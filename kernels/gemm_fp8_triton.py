@@ -44,6 +44,11 @@ from autotune.kernels.gemm_triton import (
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
+try:  # programmatic dependent launch (NVIDIA sm_90+): PDL
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - a Triton without them never compiles PDL
+    gdc_launch_dependents = gdc_wait = None
+
 __all__ = ["FP8_SCALE_BLOCK", "gemm_fp8_kernel", "gemm_fp8_sum_kernel", "quant_launcher", "swap_operands"]
 
 #: The K extent (and B row extent) of one blockwise scale.
@@ -94,6 +99,18 @@ def _nth(s0, s1, s2, s3, j: tl.constexpr):
     else:
         picked = s3
     return picked
+
+
+@triton.jit
+def _prefetch_l2(ptr, row0, n_rows, stride_row, k0, K, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """Asks L2 for COLS columns from k0 of ROWS rows from row0 (wrapping) of a row-major byte operand whose
+    K stride is 1, a 128-byte line at a time (`prefetch.global.L2`: no registers, nothing waits)."""
+    rows = (row0 + tl.arange(0, ROWS)) % n_rows
+    cols = tl.minimum(k0 + tl.arange(0, COLS // 128) * 128, K - 1)
+    ptrs = ptr + rows[:, None] * stride_row + cols[None, :]
+    tl.inline_asm_elementwise(
+        "prefetch.global.L2 [$1]; mov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32, is_pure=False, pack=1
+    )
 
 
 @triton.jit
@@ -221,12 +238,26 @@ def gemm_fp8_kernel(
     B_SCALE_VECTOR: tl.constexpr = False,
     A_GROUPED: tl.constexpr = False,
     SCALES_AHEAD: tl.constexpr = False,
+    PDL: tl.constexpr = False,
+    PREFETCH_K: tl.constexpr = 0,
+    WEIGHT_A: tl.constexpr = False,
 ):
     """One (BLOCK_M, BLOCK_N) tile of C over one K slice. With SPLIT_K > 1, c_ptr is the fp32 workspace.
-    B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it)."""
+    B_SCALE_VECTOR forces the per-column B scale path (benchmarks compare the two paths with it). PDL
+    (launched as a programmatic dependent launch): the next launch may start at once, and this one asks
+    L2 for PREFETCH_K columns of its weight tile (A where WEIGHT_A, else B) before it waits for the
+    previous kernel's memory; nothing else is read or written before the wait."""
     pid_m, pid_n, pid_k, k_start, n_iters, num_pid_n = split_coords(
         M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K, NUM_XCDS
     )
+    if PDL:
+        gdc_launch_dependents()
+        if PREFETCH_K > 0:
+            if WEIGHT_A:
+                _prefetch_l2(a_ptr, pid_m * BLOCK_M, M, stride_am, k_start, K, BLOCK_M, PREFETCH_K)
+            else:
+                _prefetch_l2(b_ptr, pid_n * BLOCK_N, N, stride_bn, k_start, K, BLOCK_N, PREFETCH_K)
+        gdc_wait()
     acc = _fp8_partial(
         a_ptr, b_ptr, as_ptr, bs_ptr, M, N, K, stride_am, stride_ak, stride_bn, stride_bk,
         stride_asm, stride_ask, stride_bsn, stride_bsk, pid_m, pid_n, k_start, n_iters,
@@ -379,10 +410,17 @@ def quant_launcher(
         if not constexprs.get("BLOCKWISE"):
             raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
         opts["SCALES_AHEAD"] = True
+    if int(config.get("PDL", 0)):  # the plain kernel only (a probe: `benchmarks/pdl_decode.py`)
+        if is_amd or constexprs.get("DOT_F32") or "BLOCKWISE" not in constexprs:
+            raise ValueError(f"PDL exists for the FP8 kernel on NVIDIA only: {config.short()}")
+        if int(config.get("SPLIT_K", 1)) > 1 or int(config.get("STREAM_K", 0)):
+            raise ValueError(f"PDL exists for the unsplit kernel only: {config.short()}")
+        opts.update(PDL=True, PREFETCH_K=int(config.get("PREFETCH_K", 0)), WEIGHT_A=swap, launch_pdl=True)
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
-    summer = pinned(sum_kernel or gemm_fp8_sum_kernel, **opts)
+    pdl_keys = ("PDL", "PREFETCH_K", "WEIGHT_A", "launch_pdl")
+    summer = pinned(sum_kernel or gemm_fp8_sum_kernel, **{k: v for k, v in opts.items() if k not in pdl_keys})
     fused = bool(config.get("FUSED_SPLIT", 0)) and split_k > 1
     stream = int(config.get("STREAM_K", 0))
     if (fused or stream) and "BLOCKWISE" not in constexprs:
