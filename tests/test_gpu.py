@@ -328,6 +328,37 @@ def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) ->
     _right_and_repeatable(op, problem, config, target, "the blockwise TMA kernel")
 
 
+@pytest.mark.parametrize("op_name", ["gemm_fp8_blockwise", "gemm_fp8_rowwise"])
+def test_fp8_pdl_waits_for_the_kernel_that_writes_its_activations_on_gpu(target, op_name) -> None:
+    """PDL: launched as a programmatic dependent launch, the kernel may start before the previous kernel
+    in the stream ends. It reads only its weight before it waits: right after a kernel that rewrites its
+    activations (and their scales), every one of 20 launches computes the product of the new ones."""
+    from autotune.kernels import get_op
+
+    op = get_op(op_name)
+    problem = Problem.quant(op_name, 16, 4608, 7168)
+    config = op.default_config(problem, target).replace(PDL=1, PREFETCH_K=512)
+    a, b, sa, sb = op.make_inputs(problem, "cuda", seed=9)
+    a2, _, sa2, _ = op.make_inputs(problem, "cuda", seed=10)
+    sources = [(a, sa), (a2, sa2)]
+    refs = [op.reference(problem, (x, b, sx, sb)) for x, sx in sources]
+    live_a, live_sa = a.clone(), sa.clone()
+    out = op.make_output(problem, "cuda")
+    launch = op.prepare(problem, config, target, (live_a, b, live_sa, sb), out)
+    outs = []
+    for i in range(20):
+        x, sx = sources[i % 2]
+        live_a.copy_(x)
+        live_sa.copy_(sx)
+        launch()
+        outs.append(out.clone())
+    torch.cuda.synchronize()
+    for i, got in enumerate(outs):
+        ref = refs[i % 2]
+        err = float((got.double() - ref.double()).norm() / ref.double().norm())
+        assert err < op.tolerance(problem), (i, err)
+
+
 @pytest.mark.parametrize(
     "mnk, e, topk, weights, split",
     [

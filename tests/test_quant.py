@@ -285,6 +285,22 @@ def test_blockwise_tma_kernel_matches_its_reference() -> None:
                 assert rel_error(out, ref) <= op.tolerance(problem), (M, N, K, config.short())
 
 
+def test_pdl_is_refused_where_it_cannot_run() -> None:
+    """PDL (a programmatic dependent launch, a probe knob of the FP8 pointer kernel): NVIDIA only, the
+    unsplit kernel only, never the interpreter."""
+    op = get_op(BLOCKWISE)
+    problem = Problem.quant(BLOCKWISE, 16, 4608, 7168)
+    pdl = tcfg(16, 64, 512, swap=1).replace(PDL=1, PREFETCH_K=512)
+    for config, target, message in (
+        (pdl, INTERP, "on NVIDIA only"),
+        (pdl, Target.for_arch("gfx942"), "on NVIDIA only"),
+        (pdl.replace(SPLIT_K=2, FUSED_SPLIT=1), SM90, "unsplit kernel only"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            op.kernel_calls(problem, config, target)
+    assert len(op.kernel_calls(problem, pdl, SM90)) == 1
+
+
 def test_every_backend_of_every_op_has_a_source_hash() -> None:
     """The runner keys stored trials by each backend's source hash: a backend without one cannot tune."""
     for target in (SM90, INTERP, Target.for_arch("gfx942"), Target.for_arch("gfx950")):

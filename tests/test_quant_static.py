@@ -241,3 +241,55 @@ def test_blockwise_tma_decode_tiles_reach_wgmma_through_tma_loads_on_sm90() -> N
         wgmma = [m for m in features.mma if m.startswith("wgmma")]
         assert wgmma == [f"wgmma.mma_async.sync.aligned.{mma}.f32.e4m3.e4m3"], features.mma
         assert "load" in features.tma and features.spills == 0, features
+
+
+# Compiles the FP8 decode defaults for sm_90 with PDL (with and without the weight's L2 prefetch) in a process
+# of its own (the tests run under the interpreter) and prints per config: griddepcontrol instructions,
+# prefetch.global.L2 instructions, and whether the kernel launches as a programmatic dependent launch.
+_PDL_PTX = """
+import json
+from autotune import Problem
+from autotune.compile import compile_call
+from autotune.kernels import get_op
+from autotune.target import Target
+target, out = Target.for_arch("sm_90"), []
+for name in ("gemm_fp8_blockwise", "gemm_fp8_rowwise"):
+    op, problem = get_op(name), Problem.quant(name, 16, 4608, 7168)
+    for prefetch in (0, 512):
+        config = op.default_config(problem, target).replace(PDL=1, PREFETCH_K=prefetch)
+        kernel = compile_call(op.kernel_calls(problem, config, target)[0], target)
+        ptx = kernel.asm["ptx"]
+        out.append([name, prefetch, ptx.count("griddepcontrol"), ptx.count("prefetch.global.L2"),
+                    bool(kernel.metadata.launch_pdl)])
+print(json.dumps(out))
+"""
+
+
+def test_pdl_compiles_to_griddepcontrol_and_an_l2_prefetch_on_sm90() -> None:
+    """PDL: the kernel lets the next launch start (griddepcontrol.launch_dependents) and waits for the
+    previous one (griddepcontrol.wait), launches with the programmatic attribute, and with PREFETCH_K
+    asks L2 for its weight tile's first columns before the wait: 64 rows x 512 columns, 256 lines of 128
+    bytes, 2 a thread."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autotune.compile import check_compilable
+
+    try:
+        check_compilable(Target.for_arch("sm_90"))
+    except TargetError as exc:
+        pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run(
+        [sys.executable, "-c", _PDL_PTX], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [(r[0], r[1]) for r in rows] == [
+        (n, k) for n in ("gemm_fp8_blockwise", "gemm_fp8_rowwise") for k in (0, 512)
+    ]
+    for name, prefetch, griddep, prefetches, launch_pdl in rows:
+        assert griddep == 2 and launch_pdl, (name, prefetch, griddep, launch_pdl)
+        assert prefetches == (2 if prefetch else 0), (name, prefetch, prefetches)
