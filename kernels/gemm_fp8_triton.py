@@ -416,6 +416,7 @@ def quant_launcher(
         if int(config.get("SPLIT_K", 1)) > 1 or int(config.get("STREAM_K", 0)):
             raise ValueError(f"PDL exists for the unsplit kernel only: {config.short()}")
         opts.update(PDL=True, PREFETCH_K=int(config.get("PREFETCH_K", 0)), WEIGHT_A=swap, launch_pdl=True)
+    prefetch = int(opts.get("PREFETCH_K", 0)) > 0
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
     main = pinned(kernel, **opts)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
@@ -457,6 +458,8 @@ def quant_launcher(
             swapped = swap_operands(a, b, a_scale, b_scale, scale_strides, M, N)
             a, b, a_scale, b_scale, scale_strides, M, N = swapped
             out = out.t()
+        if prefetch and (a if swap else b).stride(1) != 1:  # the prefetch walks the weight's rows bytewise
+            raise ValueError(f"PREFETCH_K needs the weight's K stride 1: {config.short()}")
         if fused or stream:
             launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
             return

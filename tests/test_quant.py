@@ -299,6 +299,14 @@ def test_pdl_is_refused_where_it_cannot_run() -> None:
         with pytest.raises(ValueError, match=message):
             op.kernel_calls(problem, config, target)
     assert len(op.kernel_calls(problem, pdl, SM90)) == 1
+    # the L2 prefetch walks the weight's rows a byte a column: a weight whose K stride is not 1 is refused
+    launch = op._launcher(pdl, SM90, [])  # type: ignore[attr-defined]
+    a = torch.empty(16, 7168, device="meta", dtype=torch.float8_e4m3fn)
+    b = torch.empty(7168, 4608, device="meta", dtype=torch.float8_e4m3fn).t()  # (N, K), K stride 4608
+    sa, sb = torch.empty(16, 56, device="meta"), torch.empty(36, 56, device="meta")
+    out = torch.empty(16, 4608, device="meta", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="K stride 1"):
+        launch(a, b, out, sa, sb, (56, 1, 56, 1), 16, 4608, 7168, None)
 
 
 def test_every_backend_of_every_op_has_a_source_hash() -> None:
