@@ -42,7 +42,7 @@ def _blockwise_tile(
     a_desc, b_desc, as_ptr, bs_ptr, M, N, K, stride_asm, stride_ask, stride_bsm, stride_bsk,
     off_m, off_n, k_first, k_last,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SUB: tl.constexpr,
-    A_GROUPED: tl.constexpr, DOT_F32: tl.constexpr,
+    SCALE_BLOCK: tl.constexpr, A_GROUPED: tl.constexpr, DOT_F32: tl.constexpr,
 ):  # fmt: skip
     """The blockwise-scaled fp32 sum of one C tile over K tiles k_first .. k_last - 1, in sub-tiles of SUB
     (at most one scale group). A_GROUPED (swapped): A is the weight, one scale per group for the tile,
@@ -51,27 +51,27 @@ def _blockwise_tile(
     rows = (off_m + tl.arange(0, BLOCK_M)) % M
     cols = (off_n + tl.arange(0, BLOCK_N)) % N
     if A_GROUPED:  # w: the weight's scale row of this tile; x: the other side's scale rows
-        w_ptr = as_ptr + (off_m // 128) * stride_asm
+        w_ptr = as_ptr + (off_m // SCALE_BLOCK) * stride_asm
         x_ptrs = bs_ptr + cols * stride_bsm
         stride_w = stride_ask
         stride_x = stride_bsk
         x_offs = cols
     else:
-        w_ptr = bs_ptr + (off_n // 128) * stride_bsm
+        w_ptr = bs_ptr + (off_n // SCALE_BLOCK) * stride_bsm
         x_ptrs = as_ptr + rows * stride_asm
         stride_w = stride_bsk
         stride_x = stride_ask
         x_offs = rows
     k0 = k_first * BLOCK_K
-    wn0, wn1, wn2, wn3 = _tile_scales(w_ptr, 0, k0, K, stride_w, SUB, 128, G, False)
-    xn0, xn1, xn2, xn3 = _tile_scales(x_ptrs, x_offs, k0, K, stride_x, SUB, 128, G, True)
+    wn0, wn1, wn2, wn3 = _tile_scales(w_ptr, 0, k0, K, stride_w, SUB, SCALE_BLOCK, G, False)
+    xn0, xn1, xn2, xn3 = _tile_scales(x_ptrs, x_offs, k0, K, stride_x, SUB, SCALE_BLOCK, G, True)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in range(k_first, k_last):
         w0, w1, w2, w3 = wn0, wn1, wn2, wn3
         x0, x1, x2, x3 = xn0, xn1, xn2, xn3
         kn = (kt + 1) * BLOCK_K  # the next tile's scales load while this one runs
-        wn0, wn1, wn2, wn3 = _tile_scales(w_ptr, 0, kn, K, stride_w, SUB, 128, G, False)
-        xn0, xn1, xn2, xn3 = _tile_scales(x_ptrs, x_offs, kn, K, stride_x, SUB, 128, G, True)
+        wn0, wn1, wn2, wn3 = _tile_scales(w_ptr, 0, kn, K, stride_w, SUB, SCALE_BLOCK, G, False)
+        xn0, xn1, xn2, xn3 = _tile_scales(x_ptrs, x_offs, kn, K, stride_x, SUB, SCALE_BLOCK, G, True)
         for j in tl.static_range(G):
             off_k = kt * BLOCK_K + j * SUB
             a = a_desc.load([off_m, off_k])
@@ -93,7 +93,8 @@ def gemm_fp8_tma_kernel(
     M, N, K, stride_as, stride_bs, stride_ask, stride_bsk, NUM_PROGRAMS,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     SPLIT_K: tl.constexpr, TRANS_C: tl.constexpr, DOT_F32: tl.constexpr,
-    BLOCKWISE: tl.constexpr = False, SUB: tl.constexpr = 128, A_GROUPED: tl.constexpr = False,
+    BLOCKWISE: tl.constexpr = False, SUB: tl.constexpr = 128, SCALE_BLOCK: tl.constexpr = 128,
+    A_GROUPED: tl.constexpr = False,
 ):  # fmt: skip
     """Work items pid, pid + NUM_PROGRAMS, ... (a C tile and a K slice) in grouped order, each tile scaled
     by its rows' A scales and its columns' B scales (blockwise: `_blockwise_tile`, the K stride of the
@@ -110,7 +111,8 @@ def gemm_fp8_tma_kernel(
         if BLOCKWISE:
             acc = _blockwise_tile(
                 a_desc, b_desc, as_ptr, bs_ptr, M, N, K, stride_as, stride_ask, stride_bs, stride_bsk,
-                off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, SUB, A_GROUPED, DOT_F32,
+                off_m, off_n, k_first, k_last, BLOCK_M, BLOCK_N, BLOCK_K, SUB, SCALE_BLOCK, A_GROUPED,
+                DOT_F32,
             )  # fmt: skip
         else:
             # the scales are loaded before the K loop, so that their latency hides behind it
@@ -161,7 +163,8 @@ def fp8_tma_launcher(
     kernel, reduce_kernel = kernels or (gemm_fp8_tma_kernel, splitk_reduce_kernel)
     main = pinned(
         kernel, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=int(config.get("GROUP_M", 1)), SPLIT_K=split_k,
-        TRANS_C=swap, DOT_F32=interpret, BLOCKWISE=blockwise, SUB=sub, A_GROUPED=blockwise and swap,
+        TRANS_C=swap, DOT_F32=interpret, BLOCKWISE=blockwise, SUB=sub, SCALE_BLOCK=FP8_SCALE_BLOCK,
+        A_GROUPED=blockwise and swap,
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 3)), **FP_OPTIONS,
     )  # fmt: skip

@@ -410,18 +410,18 @@ def quant_launcher(
         if not constexprs.get("BLOCKWISE"):
             raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
         opts["SCALES_AHEAD"] = True
-    if int(config.get("PDL", 0)):  # the plain kernel only (a probe: `benchmarks/pdl_decode.py`)
+    pdl: dict[str, Any] = {}  # the plain kernel's only (a probe: `benchmarks/pdl_probe.py`, `pdl_chain.py`)
+    if int(config.get("PDL", 0)):
         if is_amd or constexprs.get("DOT_F32") or "BLOCKWISE" not in constexprs:
             raise ValueError(f"PDL exists for the FP8 kernel on NVIDIA only: {config.short()}")
         if int(config.get("SPLIT_K", 1)) > 1 or int(config.get("STREAM_K", 0)):
             raise ValueError(f"PDL exists for the unsplit kernel only: {config.short()}")
-        opts.update(PDL=True, PREFETCH_K=int(config.get("PREFETCH_K", 0)), WEIGHT_A=swap, launch_pdl=True)
-    prefetch = int(opts.get("PREFETCH_K", 0)) > 0
+        pdl = dict(PDL=True, PREFETCH_K=int(config.get("PREFETCH_K", 0)), WEIGHT_A=swap, launch_pdl=True)
+    prefetch = pdl.get("PREFETCH_K", 0) > 0
     bm, bn, bk, split_k = opts["BLOCK_M"], opts["BLOCK_N"], opts["BLOCK_K"], opts["SPLIT_K"]
-    main = pinned(kernel, **opts)
+    main = pinned(kernel, **opts, **pdl)
     reduce = pinned(reduce_kernel or splitk_reduce_kernel, SPLIT_K=split_k, BLOCK=REDUCE_BLOCK, **FP_OPTIONS)
-    pdl_keys = ("PDL", "PREFETCH_K", "WEIGHT_A", "launch_pdl")
-    summer = pinned(sum_kernel or gemm_fp8_sum_kernel, **{k: v for k, v in opts.items() if k not in pdl_keys})
+    summer = pinned(sum_kernel or gemm_fp8_sum_kernel, **opts)
     fused = bool(config.get("FUSED_SPLIT", 0)) and split_k > 1
     stream = int(config.get("STREAM_K", 0))
     if (fused or stream) and "BLOCKWISE" not in constexprs:

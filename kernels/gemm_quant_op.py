@@ -150,10 +150,9 @@ class QuantGemmOp:
             return _file_hash("quant.py", "gemm_fp8_gluon.py", "gluon_hopper.py")
         if backend == "triton_gemv" and self.name in GEMV_OPS:
             return _file_hash("quant.py", "gemv_fp8_triton.py")
-        if backend == "triton_tma" and self.name in GEMV_OPS:  # the FP8 ops (the blockwise scales' helpers
-            # live in gemm_fp8_triton)
-            tma = ("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py", "gemm_triton.py")
-            return _file_hash(*tma, "launch.py")
+        if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: gemm_fp8_triton
+            return _file_hash("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py",
+                              "gemm_triton.py", "launch.py")  # fmt: skip
         if backend in ("torch", "aiter"):
             import torch
 

@@ -334,7 +334,7 @@ def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
     if target.is_amd:
         return ("torch", "triton", "aiter", *gemv)
     gluon = ("gluon",) if op == "gemm_fp8_blockwise" and gluon_target(target) else ()
-    tma = ("triton_tma",) if op in GEMV_OPS and has_tma(target) else ()
+    tma = ("triton_tma",) if op is not None and op.startswith("gemm_fp8") and has_tma(target) else ()
     return ("torch", "triton", *gluon, *tma, *gemv)
 
 
