@@ -8,6 +8,7 @@ medians; the copy bandwidth of a 1 GiB copy measured in the same run gives each 
     python benchmarks/config_grid.py --op gemm_fp8_blockwise --rows 16,4608,7168 64,8192,3584 \\
         --grid num_warps=4,8 --grid BLOCK_N=64,128 --set '{"SPLIT_K": 2, "FUSED_SPLIT": 1}' --out results/
 
+--base '{"backend": "gluon", ...}' starts the overrides from a config of another backend.
 Prints the best override per row last; details go to --out (config_grid.json).
 """
 
@@ -64,6 +65,12 @@ def main() -> int:
     ap.add_argument("--rows", nargs="+", required=True, metavar="M,N,K")
     ap.add_argument("--set", action="append", default=[], help="a JSON object of knobs (repeatable)")
     ap.add_argument("--grid", action="append", default=[], help="KEY=v1,v2,... (repeatable; their product)")
+    ap.add_argument(
+        "--base",
+        default="",
+        help="a JSON config (backend included) the overrides replace "
+        "knobs of, instead of the default's (the default is still timed as the control)",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for config_grid.json")
     args = ap.parse_args()
@@ -81,8 +88,9 @@ def main() -> int:
         p = Problem.quant(args.op, m, n, k) if args.op != "gemm" else Problem("gemm", m, n, k)
         default = op.default_config(p, target)
         configs = {"default": default}
+        base = Config.from_json(args.base) if args.base else default
         for change in changes:
-            c = default.replace(**change)
+            c = base.replace(**change)
             configs.setdefault(c.short(), c)
         rows.append(dict(M=m, N=n, K=k, **beside_default(bench, p, configs, args.rounds, copy)))
         print(json.dumps(rows[-1]), flush=True)

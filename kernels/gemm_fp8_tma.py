@@ -31,6 +31,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, _nth, _tile_scales, swap_operands
 from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, _work_item, tma_ready
+from autotune.kernels.gemm_triton import edge_clamped
 from autotune.kernels.launch import descriptor, pinned, tensor_key
 from autotune.problem import cdiv
 
@@ -48,8 +49,8 @@ def _blockwise_tile(
     (at most one scale group). A_GROUPED (swapped): A is the weight, one scale per group for the tile,
     and B's scales are per row (the kernel's columns); else the other way round."""
     G: tl.constexpr = BLOCK_K // SUB
-    rows = (off_m + tl.arange(0, BLOCK_M)) % M
-    cols = (off_n + tl.arange(0, BLOCK_N)) % N
+    rows = edge_clamped(off_m, BLOCK_M, M)
+    cols = edge_clamped(off_n, BLOCK_N, N)
     if A_GROUPED:  # w: the weight's scale row of this tile; x: the other side's scale rows
         w_ptr = as_ptr + (off_m // SCALE_BLOCK) * stride_asm
         x_ptrs = bs_ptr + cols * stride_bsm

@@ -32,6 +32,7 @@ from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_triton import (
     AMD_LAUNCH_OPTIONS,
     REDUCE_BLOCK,
+    edge_clamped,
     split_coords,
     splitk_reduce_kernel,
     store_tile,
@@ -124,9 +125,8 @@ def _fp8_partial(
     """The scaled fp32 sum of one C tile over K tiles k_start, k_start + BLOCK_K, ... (n_iters of them).
     Blockwise, A_GROUPED trades the scale layouts: A's scales per SCALE_BLOCK rows, B's per row (SWAP_AB);
     SCALES_AHEAD loads the scales of K tile k + 1 while tile k runs (their latency off the loop's path)."""
-    # Rows/columns past the edge wrap around: loads stay in bounds without masks, stores are masked.
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m = edge_clamped(pid_m * BLOCK_M, BLOCK_M, M)
+    offs_n = edge_clamped(pid_n * BLOCK_N, BLOCK_N, N)
     # Blockwise: sub-tiles of at most one scale group along K.
     SUB: tl.constexpr = BLOCK_K if not BLOCKWISE or BLOCK_K <= SCALE_BLOCK else SCALE_BLOCK
     offs_k = tl.arange(0, SUB)

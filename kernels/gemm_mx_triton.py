@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.gemm_triton import _remap_xcd
+from autotune.kernels.gemm_triton import _remap_xcd, edge_clamped
 
 __all__ = ["gemm_mx_kernel"]
 
@@ -153,8 +153,8 @@ def gemm_mx_kernel(
     A_PACK: tl.constexpr = 2 if A_FMT == "e2m1" else 1
     B_PACK: tl.constexpr = 2 if B_FMT == "e2m1" else 1
     DOT_A_FMT: tl.constexpr = "e2m1" if A_FMT == "bf16" else A_FMT
-    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
-    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_m = edge_clamped(pid_m * BLOCK_M, BLOCK_M, M)
+    offs_n = edge_clamped(pid_n * BLOCK_N, BLOCK_N, N)
     k_span = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
     k_start = pid_k * k_span
     offs_ka = tl.arange(0, BLOCK_K // A_PACK)

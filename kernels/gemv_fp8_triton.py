@@ -4,7 +4,7 @@ instructions.
 Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`gemv_triton`):
 each program reads BLOCK_N rows of B (columns of C) in BLOCK_K-wide steps and multiplies them by the rows
 of A in registers, so that many programs stream the weight where the tiled kernel's 64-column tiles leave
-SMs idle on narrow layers (`benchmarks/read_ceiling.py`). Rows of B past N wrap around (modulo), so B's
+SMs idle on narrow layers (`benchmarks/read_ceiling.py`). Rows of B past N read row N - 1, so B's
 loads need no mask; stores are masked.
 
 - row-wise: one fp32 (BLOCK_N, BLOCK_K) partial per row of A, summed along K at the end and scaled once
@@ -28,6 +28,7 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.gemm_triton import edge_clamped
 from autotune.kernels.gemv_triton import rows_step, store_rows
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
@@ -65,7 +66,7 @@ def gemv_fp8_kernel(
     """C[m, n] for the M (1..4) rows of A and BLOCK_N columns of C per program; B is (N, K) at
     b_ptr + n·stride_bn + k·stride_bk."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    wrapped = cols % N
+    wrapped = edge_clamped(tl.program_id(0) * BLOCK_N, BLOCK_N, N)
     rk = tl.arange(0, BLOCK_K)
     b_ptrs = b_ptr + wrapped[:, None] * stride_bn + rk[None, :] * stride_bk
     if BLOCKWISE:

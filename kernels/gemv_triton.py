@@ -4,8 +4,8 @@ Backend "triton_gemv". With one to four rows of A, a matrix instruction spends m
 that are not there, and the GEMM is a stream of B from memory. Here each program reads BLOCK_N rows of B
 (columns of C) in BLOCK_K-wide steps, multiplies them by the A rows in registers and keeps one fp32
 (BLOCK_N, BLOCK_K) partial per row of A, summed along K once at the end; no shared memory, no split-K
-(the grid is N / BLOCK_N programs, already many). Rows past N wrap around (modulo) so that loads need no
-mask; stores are masked. Imported lazily (it imports triton).
+(the grid is N / BLOCK_N programs, already many). Rows past N read row N - 1 (`edge_clamped`) so that
+loads need no mask; stores are masked. Imported lazily (it imports triton).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import triton.language as tl
 from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.gemm_triton import edge_clamped
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -77,7 +78,8 @@ def gemv_kernel(
     fp32 already); it is accepted so that every dense launcher passes the same options."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    b_ptrs = b_ptr + (cols % N)[:, None] * stride_bn + rk[None, :] * stride_bk
+    rows = edge_clamped(tl.program_id(0) * BLOCK_N, BLOCK_N, N)
+    b_ptrs = b_ptr + rows[:, None] * stride_bn + rk[None, :] * stride_bk
     acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
     acc1 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
     acc2 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from autotune.config import Value
 from autotune.kernels.base import FP_OPTIONS
-from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts
+from autotune.kernels.gemm_triton import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
 from autotune.kernels.launch import pinned
 from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
@@ -89,8 +89,7 @@ def _moe_tile(
     row_mask = ids < num_valid
     a_rows = ids // A_ROW_DIV
     expert = tl.load(expert_ids_ptr + pid_m).to(tl.int64)
-    # Columns past N wrap around (modulo): weight loads stay in bounds without masks, stores are masked.
-    offs_n = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_n = edge_clamped(pid_n * BLOCK_SIZE_N, BLOCK_SIZE_N, N)
     chunk = tl.arange(0, BLOCK_SIZE_K)
     offs_k = first_step * BLOCK_SIZE_K + chunk
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
