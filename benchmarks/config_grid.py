@@ -44,6 +44,16 @@ def overrides(sets: list[str], grids: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+def grid_configs(default: Config, base: Config | None, changes: list[dict[str, Any]]) -> dict[str, Config]:
+    """{"default": default} and each change applied to `base` (the default where None), by short name;
+    a change that gives a config already named is timed once."""
+    configs = {"default": default}
+    for change in changes:
+        c = (base or default).replace(**change)
+        configs.setdefault(c.short(), c)
+    return configs
+
+
 def beside_default(
     bench: Benchmarker, problem: Problem, configs: dict[str, Config], rounds: int, copy_gbps: float
 ) -> dict[str, Any]:
@@ -87,11 +97,7 @@ def main() -> int:
         m, n, k = map(int, spec.split(","))
         p = Problem.quant(args.op, m, n, k) if args.op != "gemm" else Problem("gemm", m, n, k)
         default = op.default_config(p, target)
-        configs = {"default": default}
-        base = Config.from_json(args.base) if args.base else default
-        for change in changes:
-            c = base.replace(**change)
-            configs.setdefault(c.short(), c)
+        configs = grid_configs(default, Config.from_json(args.base) if args.base else None, changes)
         rows.append(dict(M=m, N=n, K=k, **beside_default(bench, p, configs, args.rounds, copy)))
         print(json.dumps(rows[-1]), flush=True)
     info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), copy_gbps=copy,

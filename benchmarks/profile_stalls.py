@@ -42,12 +42,12 @@ def top_lines(path: Path, top: int) -> list[tuple[float, float, str]]:
     return sorted(lines, reverse=True)[:top]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", type=Path)
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--name", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     try:
         lines = top_lines(args.csv, args.top)
     except (ValueError, StopIteration) as exc:

@@ -88,15 +88,17 @@ def copies_for(nbytes: int) -> int:
     return max(2, -(-2 * l2 // nbytes))
 
 
-def run_row(m: int, n: int, k: int, copy_gbps: float) -> list[dict[str, Any]]:
+def run_row(m: int, n: int, k: int, copy_gbps: float, quick: bool) -> list[dict[str, Any]]:
     from read_ceiling import read_us, time_us
 
     fp8 = torch.float8_e4m3fn
     gen = torch.Generator(device="cuda").manual_seed(0)
-    a = (torch.randn(m, k, device="cuda", generator=gen) * 0.5).to(fp8)
+    copies = copies_for(n * k)
+    acts = [(torch.randn(m, k, device="cuda", generator=gen) * 0.5).to(fp8) for _ in range(copies)]
+    a = acts[0]
     sa = torch.rand(m, device="cuda", generator=gen) + 0.5
     sw = torch.rand(n, device="cuda", generator=gen) + 0.5
-    ws = [(torch.randn(n, k, device="cuda", generator=gen) * 0.5).to(fp8) for _ in range(copies_for(n * k))]
+    ws = [(torch.randn(n, k, device="cuda", generator=gen) * 0.5).to(fp8) for _ in range(copies)]
     ref = (a.float() @ ws[0].float().T) * sa[:, None] * sw[None, :]
     pct = 100 * (n * k + m * k) / 1e3 / copy_gbps  # copy % = this / µs
     out: list[dict[str, Any]] = []
@@ -108,9 +110,9 @@ def run_row(m: int, n: int, k: int, copy_gbps: float) -> list[dict[str, Any]]:
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     record("read", read_us(n * k + m * k, sms, l2)[0])
-    for bn, bk, want, split in TILES:
+    for bn, bk, want, split in TILES[:1] if quick else TILES:
         stages = min(want, SHARED_BYTES // ((max(16, m) + bn) * bk))  # what fits (M = 64 takes more)
-        for shuffled in (0, 1):
+        for shuffled in (0,) if quick else (0, 1):
             bufs = [shuffle(w, bn, bk) if shuffled else w for w in ws]
             c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             part = torch.empty(split, m, n, device="cuda", dtype=torch.float32)
@@ -118,9 +120,9 @@ def run_row(m: int, n: int, k: int, copy_gbps: float) -> list[dict[str, Any]]:
             knobs = dict(SHUFFLED=shuffled, BLOCK_M=max(16, m), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split,
                          num_warps=4, num_stages=stages)  # fmt: skip
 
-            def launch(w: torch.Tensor, c: Any = c, part: Any = part, grid: Any = (n // bn, split),
-                       knobs: Any = knobs) -> None:  # fmt: skip
-                probe_kernel[grid](a, w, sa, sw, c, part, m, n, k, **knobs)
+            def launch(w: torch.Tensor, x: torch.Tensor = a, c: Any = c, part: Any = part,
+                       grid: Any = (n // bn, split), knobs: Any = knobs) -> None:  # fmt: skip
+                probe_kernel[grid](x, w, sa, sw, c, part, m, n, k, **knobs)
 
             launch(bufs[0])
             torch.cuda.synchronize()
@@ -130,19 +132,61 @@ def run_row(m: int, n: int, k: int, copy_gbps: float) -> list[dict[str, Any]]:
                 raise AssertionError(f"probe {knobs}: error {err}")
             record("probe", time_us([functools.partial(launch, w) for w in bufs]), BLOCK_N=bn, BLOCK_K=bk,
                    stages=want, ran_stages=stages, split=split, shuffled=shuffled)  # fmt: skip
+            if not shuffled:  # each launch with its own activations, as the op's benchmarks time it
+                rotated = [functools.partial(launch, w, x) for w, x in zip(bufs, acts, strict=True)]
+                record("probe, activations rotated", time_us(rotated), BLOCK_N=bn, BLOCK_K=bk, stages=want,
+                       ran_stages=stages, split=split, shuffled=0)  # fmt: skip
+                outs = [torch.empty_like(c) for _ in bufs]  # each launch its own output too, as the op's
+                if split == 1:
+                    own = [
+                        functools.partial(launch, w, x, o) for w, x, o in zip(bufs, acts, outs, strict=True)
+                    ]
+                    record("probe, activations and outputs rotated", time_us(own), BLOCK_N=bn, BLOCK_K=bk,
+                           stages=want, ran_stages=stages, split=split, shuffled=0)  # fmt: skip
     op = get_op("gemm_fp8_rowwise")
     p = Problem.quant("gemm_fp8_rowwise", m, n, k)
     target = local_target()
     cfg = op.default_config(p, target)
-    inputs = [op.make_inputs(p, "cuda", seed=s) for s in range(copies_for(n * k))]
+    inputs = [op.make_inputs(p, "cuda", seed=s) for s in range(copies)]
     calls = [op.prepare(p, cfg, target, x, op.make_output(p, "cuda")) for x in inputs]
     record("rowwise default", time_us(calls), config=cfg.short())
+    # The activations and their scales of the first copy in every launch (the weight still rotates):
+    # what a model's layer sees right after the kernel that wrote them, which leaves them in L2.
+    shared = [[inputs[0][0], x[1], inputs[0][2], x[3]] for x in inputs]
+    calls = [op.prepare(p, cfg, target, x, op.make_output(p, "cuda")) for x in shared]
+    record("rowwise default, activations shared", time_us(calls), config=cfg.short())
+    one = op.make_output(p, "cuda")
+    calls = [op.prepare(p, cfg, target, x, one) for x in shared]
+    record("rowwise default, activations and output shared", time_us(calls), config=cfg.short())
     return out
+
+
+def profile_launches(m: int, n: int, k: int) -> None:
+    """The first tile's probe and the row-wise default, 3 launches each, over fresh inputs."""
+    fp8 = torch.float8_e4m3fn
+    a = torch.randn(m, k, device="cuda").to(fp8)
+    w = torch.randn(n, k, device="cuda").to(fp8)
+    sa, sw = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    bn, bk, stages, _ = TILES[0]
+    knobs = dict(BLOCK_M=max(16, m), BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=1, num_warps=4, num_stages=stages)
+    op, p, target = get_op("gemm_fp8_rowwise"), Problem.quant("gemm_fp8_rowwise", m, n, k), local_target()
+    call = op.prepare(
+        p, op.default_config(p, target), target, op.make_inputs(p, "cuda", 0), op.make_output(p, "cuda")
+    )
+    for _ in range(3):
+        probe_kernel[(n // bn, 1)](a, w, sa, sw, c, c, m, n, k, SHUFFLED=0, **knobs)
+        call()
+    torch.cuda.synchronize()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
+    ap.add_argument("--quick", action="store_true", help="the first tile only, row-major only")
+    ap.add_argument("--profile", default="", metavar="M,N,K",
+                    help="no timing: launch the first tile's probe and the row-wise default 3 times each on "
+                    "one row, for a profiler (ncu -k regex:'probe|gemm_fp8')")  # fmt: skip
     args = ap.parse_args()
     if not torch.cuda.is_available():
         print("benchmarks/tile_layout.py needs a GPU", file=sys.stderr)
@@ -150,36 +194,28 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from gemm_quant import copy_bandwidth_gbps
 
+    if args.profile:
+        profile_launches(*map(int, args.profile.split(",")))
+        return 0
     copy = copy_bandwidth_gbps()
-    results = [r for row in ROWS for r in run_row(*row, copy)]
+    results = [r for row in ROWS for r in run_row(*row, copy, args.quick)]
     target = local_target()
     info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), copy_gbps=copy,
                 results=results)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "tile_layout.json").write_text(json.dumps(info, indent=1))
     print(f"\n{info['gpu']} {info['toolchain']} {info['date']}, copy {copy:.0f} GB/s")
-    print("M N K | read | probe tile: row-major µs -> shuffled µs (copy %) | row-wise default")
     for m, n, k in ROWS:
-        rs = [r for r in results if (r["M"], r["N"], r["K"]) == (m, n, k)]
-        read = next(r for r in rs if r["kind"] == "read")
-        dflt = next(r for r in rs if r["kind"] == "rowwise default")
-        parts = []
-        for bn, bk, stages, split in TILES:
-            key = (bn, bk, stages, split)
-            pair = [
-                r
-                for r in rs
-                if r["kind"] == "probe" and (r["BLOCK_N"], r["BLOCK_K"], r["stages"], r["split"]) == key
-            ]
-            rm, sh = (next(r for r in pair if r["shuffled"] == s) for s in (0, 1))
-            parts.append(
-                f"{bn}x{bk} s{stages} k{split}: {rm['us']:.2f} -> {sh['us']:.2f} ({sh['copy_pct']:.0f}%)"
-            )
-        print(
-            f"{m} {n} {k} | {read['us']:.2f} ({read['copy_pct']:.0f}%) | "
-            + "; ".join(parts)
-            + f" | {dflt['us']:.2f} ({dflt['copy_pct']:.0f}%)"
-        )
+        print(f"M={m} N={n} K={k}")
+        for r in results:
+            if (r["M"], r["N"], r["K"]) == (m, n, k):
+                tile = (
+                    f" {r['BLOCK_N']}x{r['BLOCK_K']} s{r['stages']} split {r['split']}"
+                    if "BLOCK_N" in r
+                    else ""
+                )
+                layout = " shuffled" if r.get("shuffled") else ""
+                print(f"  {r['kind']}{tile}{layout}: {r['us']:.2f} µs ({r['copy_pct']:.1f}%)")
     return 0
 
 
