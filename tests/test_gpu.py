@@ -8,7 +8,7 @@ import torch
 from autotune import Config, Problem
 from autotune.bench import Benchmarker
 from autotune.kernels import GEMM
-from autotune.result import TrialStatus
+from autotune.result import Source, TrialStatus
 
 pytestmark = pytest.mark.gpu
 
@@ -544,9 +544,13 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
     argv = ["sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", str(tmp_path / "logs")]
     assert main(argv) == 0
     with Store(str(db)) as store:
-        trials = [t for t in store.trials() if t.status is not TrialStatus.PRUNED]
+        stored = [t for t in store.trials() if t.status is not TrialStatus.PRUNED]
         [sweep] = store.sweeps()
+    trials = [t for t in stored if t.source is Source.MEASURED]
+    final = [t for t in stored if t.source is Source.FINAL]  # each problem's finalists, timed again
     assert len(trials) == 8 and all(t.extra.get("worker", "").startswith("gpu") for t in trials)
+    assert {t.problem.M for t in final} == {16, 64} and all(t.extra["final_rounds"] >= 1 for t in final)
+    assert len(trials) + len(final) == len(stored)
     if torch.cuda.device_count() > 1:  # two problems on two or more GPUs: each on its own worker
         assert len({t.extra["worker"] for t in trials}) == 2
     assert sweep.status == "finished" and sweep.workers == torch.cuda.device_count()
