@@ -42,12 +42,18 @@ SPLIT_K (decode grids of fewer tiles than SMs): a grid of tiles x K slices; each
 a workspace, and the last slice of a block of C to bump its counter sums the parts in slice order and
 stores C (`_add_up`; the counter is left at zero for the next launch, CUDA-graph replays included).
 
+SWAP_AB (decode, `SWAP`): the kernel runs on Cᵀ = B · Aᵀ, the weight as its A (BLOCK_N rows, 64 or 128,
+on wgmma's M side: one weight scale per tile and group) and the activations as its B (BLOCK_M rows, 16
+to 64, its N side), so a decode tile wastes no wgmma rows; the activations' scales then run along the
+accumulator's columns, and C is stored transposed through shared memory.
+
 Knobs (the op's space, `gemm_quant_space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
-ring's depth, STAGES), PERSISTENT, GROUP_M, WARP_SPEC and SPLIT_K (a config without the last two runs
-with 0 and 1, as stored before they existed). `gluon_launcher` builds the launch of one config (its
-tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU. Gluon has no
-interpreter: the kernel runs on Hopper only. Imported lazily (it imports triton and Gluon). Triton 3.6
-and 3.9 spell a few Gluon calls differently: the shims below pick whichever the installed Triton has.
+ring's depth, STAGES), PERSISTENT, GROUP_M, WARP_SPEC, SPLIT_K and SWAP_AB (a config without the last
+three runs with 0, 1 and 0, as stored before they existed). `gluon_launcher` builds the launch of one
+config (its tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU.
+Gluon has no interpreter: the kernel runs on Hopper only. Imported lazily (it imports triton and
+Gluon). Triton 3.6 and 3.9 spell a few Gluon calls differently: the shims below pick whichever the
+installed Triton has.
 """
 
 from __future__ import annotations
@@ -137,7 +143,7 @@ def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
 
 @gluon.jit
 def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, group, it,
-            k_tiles, STAGES: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+            k_tiles, STAGES: gl.constexpr, WARP_SPEC: gl.constexpr, SWAP: gl.constexpr):  # fmt: skip
     """Group k0 + `group`'s product `done` (load `it`; waited for with one wgmma, group + 1's, left in flight)
     joins `acc`, scaled. Its ring slot is refilled with group + STAGES once every warpgroup is past its
     wait, or (WARP_SPEC) released to the loader. Returns (acc, done), done's registers free for the next
@@ -153,7 +159,10 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
         nxt = group + STAGES
         more = nxt < k_tiles
         _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + nxt, it + STAGES, more, STAGES)
-    acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
+    if SWAP:  # the activations' scales run along the tile's columns
+        acc = acc + done * scale[None, :]
+    else:
+        acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
     # A pin: LLVM would sink these FMAs below the next wgmma, which reuses `done`'s registers, and copy
     # them while that wgmma is in flight. Passing acc and done through a wait (one wgmma, the one in
     # flight, may stay outstanding: it does not stall) keeps the FMAs before it.
@@ -161,9 +170,9 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
 
 
 @gluon.jit
-def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M, k0, k_tiles,
+def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M, N, k0, k_tiles,
           stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout: gl.constexpr, STAGES: gl.constexpr,
-          ROW0: gl.constexpr, ROWS: gl.constexpr, WARP_SPEC: gl.constexpr):  # fmt: skip
+          ROW0: gl.constexpr, ROWS: gl.constexpr, WARP_SPEC: gl.constexpr, SWAP: gl.constexpr):  # fmt: skip
     """The scaled fp32 rows off_m + ROW0 .. + ROWS of the C tile at (off_m, off_n) (all of its rows but
     under WARP_SPEC) over the k_tiles K groups from k0; `base` is the number of loads this program made
     before (the ring's slots and barrier phases continue across the tiles of a persistent program)."""
@@ -173,15 +182,24 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
         for i in gl.static_range(STAGES):
             _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + i, base + i, i < k_tiles, STAGES)
 
-    offs_m = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
-    mask_m = offs_m < M
-    as_ptrs = as_ptr + offs_m * stride_asm
-    as_ptrs += k0 * stride_ask  # the scales of the slice's groups
-    bs_row = bs_ptr + (off_n // 128) * stride_bsn + k0 * stride_bsk  # B scales per 128x128 block
+    if SWAP:  # A is the weight: one scale per 128x128 block; B's (the activations') per row: per column
+        offs_v = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
+        mask_v = offs_v < N
+        vec_ptrs = bs_ptr + offs_v * stride_bsn + k0 * stride_bsk
+        one_row = as_ptr + (off_m // 128) * stride_asm + k0 * stride_ask
+        stride_vk = stride_bsk
+        stride_1k = stride_ask
+    else:  # A's scales per row, B's per 128x128 block
+        offs_v = off_m + ROW0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
+        mask_v = offs_v < M
+        vec_ptrs = as_ptr + offs_v * stride_asm + k0 * stride_ask  # the scales of the slice's groups
+        one_row = bs_ptr + (off_n // 128) * stride_bsn + k0 * stride_bsk
+        stride_vk = stride_ask
+        stride_1k = stride_bsk
     acc = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
     d1 = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
 
-    s0 = _scales(as_ptrs, mask_m, bs_row, 0, stride_ask, stride_bsk)
+    s0 = _scales(vec_ptrs, mask_v, one_row, 0, stride_vk, stride_1k)
     no = k_tiles < 0  # False, but not a constant (see _issue)
     p0 = _issue(bars, a_bufs, b_bufs, base, gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout), no, STAGES,
                 ROW0, ROWS, WARP_SPEC)  # fmt: skip
@@ -189,45 +207,61 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
     # registers once retired. At the back edge p0 is in flight and d1 is free, always in the same
     # registers. The scales of a group are loaded when its wgmma is issued, one K step before their use.
     for g in range(1, k_tiles - 1, 2):
-        s1 = _scales(as_ptrs, mask_m, bs_row, g, stride_ask, stride_bsk)
+        s1 = _scales(vec_ptrs, mask_v, one_row, g, stride_vk, stride_1k)
         p1 = _issue(bars, a_bufs, b_bufs, base + g, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
         acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, g - 1,
-                          base + g - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
-        s0 = _scales(as_ptrs, mask_m, bs_row, g + 1, stride_ask, stride_bsk)
+                          base + g - 1, k_tiles, STAGES, WARP_SPEC, SWAP)  # fmt: skip
+        s0 = _scales(vec_ptrs, mask_v, one_row, g + 1, stride_vk, stride_1k)
         p0 = _issue(bars, a_bufs, b_bufs, base + g + 1, d0, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d1 = warpgroup_mma_wait(num_outstanding=1, deps=(p1,))
         acc, d1 = _retire(acc, d1, s1, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, g,
-                          base + g, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
+                          base + g, k_tiles, STAGES, WARP_SPEC, SWAP)  # fmt: skip
     # Issued so far: groups 0 .. 2·iterations, the last (in p0) still in flight.
     if k_tiles % 2 == 0:
         last = k_tiles - 1
-        s1 = _scales(as_ptrs, mask_m, bs_row, last, stride_ask, stride_bsk)
+        s1 = _scales(vec_ptrs, mask_v, one_row, last, stride_vk, stride_1k)
         p1 = _issue(bars, a_bufs, b_bufs, base + last, d1, no, STAGES, ROW0, ROWS, WARP_SPEC)
         d0 = warpgroup_mma_wait(num_outstanding=1, deps=(p0,))
         acc, d0 = _retire(acc, d0, s0, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0,
-                          last - 1, base + last - 1, k_tiles, STAGES, WARP_SPEC)  # fmt: skip
+                          last - 1, base + last - 1, k_tiles, STAGES, WARP_SPEC, SWAP)  # fmt: skip
         d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
         if WARP_SPEC:  # the last group's slot, or the next tile's loads would wait for it forever
             _release(empty.index((base + last) % STAGES))
-        acc = acc + d1 * s1[:, None]
+        if SWAP:
+            acc = acc + d1 * s1[None, :]
+        else:
+            acc = acc + d1 * s1[:, None]
     else:
         d0 = warpgroup_mma_wait(num_outstanding=0, deps=(p0,))
         if WARP_SPEC:
             _release(empty.index((base + k_tiles - 1) % STAGES))
-        acc = acc + d0 * s0[:, None]
+        if SWAP:
+            acc = acc + d0 * s0[None, :]
+        else:
+            acc = acc + d0 * s0[:, None]
     return acc
 
 
 @gluon.jit
+def _store_c(c_desc, c_smem, acc, off_m, off_n, SWAP: gl.constexpr):
+    """The tile at (off_m, off_n) of the kernel's C, or (SWAP) of its transpose: C's block at
+    (off_n, off_m)."""
+    if SWAP:
+        _store(c_desc, c_smem, gl.permute(acc, [1, 0]), off_n, off_m)
+    else:
+        _store(c_desc, c_smem, acc, off_m, off_n)
+
+
+@gluon.jit
 def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K: gl.constexpr,
-            mma_layout: gl.constexpr):  # fmt: skip
+            mma_layout: gl.constexpr, SWAP: gl.constexpr):  # fmt: skip
     """One K slice's fp32 `acc` of C's block at (off_m, off_n), summed with the other slices in this
     launch: written to slot program_id(1) of the block's SPLIT_K slots in the workspace, then the block's
     counter `part` is bumped; the last slice to arrive sums the slots in slice order (deterministic, no
     waiting), stores C and resets the counter to 0 for the next launch."""
-    ROWS: gl.constexpr = c_desc.block_type.shape[0]
-    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    ROWS: gl.constexpr = acc.shape[0]
+    BLOCK_N: gl.constexpr = acc.shape[1]
     rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, mma_layout))
     cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_layout))
     offs = rows[:, None] * BLOCK_N + cols[None, :]
@@ -240,7 +274,7 @@ def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K:
         total = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
         for sl in gl.static_range(SPLIT_K):
             total += gl.load(slots + sl * (ROWS * BLOCK_N) + offs, cache_modifier=".cg")
-        _store(c_desc, c_smem, total, off_m, off_n)
+        _store_c(c_desc, c_smem, total, off_m, off_n, SWAP)
         gl.atomic_xchg(count_ptr + part, 0, sem="relaxed", scope="gpu")
 
 
@@ -248,14 +282,15 @@ def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K:
 def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty, a_bufs, b_bufs, c_smem,
              M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M: gl.constexpr,
              STAGES: gl.constexpr, PERSISTENT: gl.constexpr, WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr,
-             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, mma_layout: gl.constexpr):  # fmt: skip
+             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, mma_layout: gl.constexpr,
+             SWAP: gl.constexpr):  # fmt: skip
     """The program's C tiles, one or (PERSISTENT) pid, pid + programs, ...: all of each (the kernel), or
     (WARP_SPEC) consumer warpgroup CONSUMER's rows of each, c_desc's block; over K slice program_id(1)
     (SPLIT_K > 1, not PERSISTENT), summed in the launch (`_add_up`, a counter per block of C)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    ROWS: gl.constexpr = c_desc.block_type.shape[0]
+    ROWS: gl.constexpr = BLOCK_M // CONSUMERS
     ROW0: gl.constexpr = CONSUMER * ROWS
     k0, k_tiles = _k_slice(K, BLOCK_K, SPLIT_K)
     num_pid_m = gl.cdiv(M, BLOCK_M)
@@ -265,20 +300,21 @@ def _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, em
         for tile in range(gl.program_id(0), num_pid_m * num_pid_n, gl.num_programs(0)):
             off_m, off_n = _origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
             acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, base, M,
-                        k0, k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0,
-                        ROWS, WARP_SPEC)  # fmt: skip
+                        N, k0, k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES,
+                        ROW0, ROWS, WARP_SPEC, SWAP)  # fmt: skip
             base += k_tiles
-            _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+            _store_c(c_desc, c_smem, acc, off_m + ROW0, off_n, SWAP)
     else:
         off_m, off_n = _origin(gl.program_id(0), num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, k0,
+        acc = _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, off_n, 0, M, N, k0,
                     k_tiles, stride_asm, stride_ask, stride_bsn, stride_bsk, mma_layout, STAGES, ROW0, ROWS,
-                    WARP_SPEC)  # fmt: skip
+                    WARP_SPEC, SWAP)  # fmt: skip
         if SPLIT_K == 1:
-            _store(c_desc, c_smem, acc, off_m + ROW0, off_n)
+            _store_c(c_desc, c_smem, acc, off_m + ROW0, off_n, SWAP)
         else:
             part = gl.program_id(0) * CONSUMERS + CONSUMER
-            _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m + ROW0, off_n, SPLIT_K, mma_layout)
+            _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m + ROW0, off_n, SPLIT_K, mma_layout,
+                    SWAP)  # fmt: skip
     tma.store_wait(0)
 
 
@@ -287,6 +323,7 @@ def gluon_fp8_blockwise_kernel(
     a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, M, N, K, stride_asm, stride_ask, stride_bsn,
     stride_bsk, GROUP_M: gl.constexpr, STAGES: gl.constexpr, PERSISTENT: gl.constexpr,
     WARP_SPEC: gl.constexpr, SPLIT_K: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
+    SWAP: gl.constexpr = False,
 ):  # fmt: skip
     """C tiles of blockwise-scaled A · Bᵀ: one per program, or (PERSISTENT) pid, pid + programs, ...
     WARP_SPEC: num_warps is 4; CONSUMERS (1 or 2) warpgroup partitions compute the rows of c_desc's block
@@ -297,9 +334,13 @@ def gluon_fp8_blockwise_kernel(
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     gl.static_assert(BLOCK_K == 128, "BLOCK_K must be one scale group (128)")
-    gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must divide 128 (one B scale per tile and group)")
+    if SWAP:  # A is the weight
+        gl.static_assert(128 % BLOCK_M == 0, "SWAP: BLOCK_M must divide 128 (one A scale per tile and group)")
+        gl.static_assert(c_desc.block_type.shape[1] * CONSUMERS == BLOCK_M, "C blocks: one per consumer")
+    else:
+        gl.static_assert(128 % BLOCK_N == 0, "BLOCK_N must divide 128 (one B scale per tile and group)")
+        gl.static_assert(c_desc.block_type.shape[0] * CONSUMERS == BLOCK_M, "C blocks: one per consumer")
     gl.static_assert(STAGES >= 2, "the ring needs a slot for the wgmma in flight and one being refilled")
-    gl.static_assert(c_desc.block_type.shape[0] * CONSUMERS == BLOCK_M, "C blocks: one per consumer")
     gl.static_assert(WARP_SPEC or CONSUMERS == 1, "several consumers: WARP_SPEC only")
     gl.static_assert(not WARP_SPEC or num_warps == 4, "WARP_SPEC: one warpgroup per consumer partition")
     gl.static_assert(SPLIT_K == 1 or not PERSISTENT, "SPLIT_K: one program per tile and K slice")
@@ -317,7 +358,7 @@ def gluon_fp8_blockwise_kernel(
         _cta_barrier()
         _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, bars, a_bufs, b_bufs,
                  c_smem, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT,
-                 WARP_SPEC, SPLIT_K, 0, CONSUMERS, mma_layout)  # fmt: skip
+                 WARP_SPEC, SPLIT_K, 0, CONSUMERS, mma_layout, SWAP)  # fmt: skip
     else:
         # "empty": a slot's phase completes when every consumer warp is past the wait that retired the
         # wgmma reading it (see _release for the count).
@@ -333,7 +374,7 @@ def gluon_fp8_blockwise_kernel(
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
                                 stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
-                                mma_layout)),
+                                mma_layout, SWAP)),
                     (_load_all, loads),
                 ],
                 [1],
@@ -348,11 +389,11 @@ def gluon_fp8_blockwise_kernel(
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem, M, N, K, stride_asm, stride_ask, stride_bsn,
                                 stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 0, CONSUMERS,
-                                mma_layout)),
+                                mma_layout, SWAP)),
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
                                 a_bufs, b_bufs, c_smem1, M, N, K, stride_asm, stride_ask, stride_bsn,
                                 stride_bsk, GROUP_M, STAGES, PERSISTENT, WARP_SPEC, SPLIT_K, 1, CONSUMERS,
-                                mma_layout)),
+                                mma_layout, SWAP)),
                     (_load_all, loads),
                 ],
                 [num_warps, 1],
@@ -361,16 +402,27 @@ def gluon_fp8_blockwise_kernel(
 
 
 def _check_config(
-    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, split_k: int
-) -> None:
-    """ValueError for a tile, warp count, ring depth or K split the kernel cannot run."""
-    if SCALE_BLOCK % block_n or block_n < 16:
-        raise ValueError(f"BLOCK_N must divide {SCALE_BLOCK} (one B scale per tile), got {block_n}")
-    if num_warps not in (4, 8) or block_m % 64 or block_m < 16 * num_warps:
-        raise ValueError(
-            f"BLOCK_M {block_m} with {num_warps} warps: want a multiple of 64, 4 or 8 warps and 16 rows "
-            "per warp (the wgmma layout stacks warps along M)"
-        )
+    block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, split_k: int,
+    swap: bool = False,
+) -> None:  # fmt: skip
+    """ValueError for a tile, warp count, ring depth or K split the kernel cannot run (the config's tiles:
+    swapped, BLOCK_N is the kernel's M side and BLOCK_M its N side)."""
+    if swap:
+        if SCALE_BLOCK % block_n or block_n < 64 or num_warps != 4:
+            raise ValueError(
+                f"SWAP_AB: BLOCK_N {block_n} is wgmma's M side, one weight scale a tile: want 64 or 128, and "
+                f"4 warps (got {num_warps})"
+            )
+        if block_m not in (16, 32, 64):
+            raise ValueError(f"SWAP_AB: BLOCK_M {block_m} is wgmma's N side: want 16, 32 or 64")
+    else:
+        if SCALE_BLOCK % block_n or block_n < 16:
+            raise ValueError(f"BLOCK_N must divide {SCALE_BLOCK} (one B scale per tile), got {block_n}")
+        if num_warps not in (4, 8) or block_m % 64 or block_m < 16 * num_warps:
+            raise ValueError(
+                f"BLOCK_M {block_m} with {num_warps} warps: want a multiple of 64, 4 or 8 warps and 16 rows "
+                "per warp (the wgmma layout stacks warps along M)"
+            )
     if num_stages < 2:
         raise ValueError(f"num_stages must be at least 2, got {num_stages}")
     if split_k < 1 or (split_k > 1 and persistent):
@@ -378,25 +430,28 @@ def _check_config(
 
 
 @cache
-def _layouts(block_m: int, block_n: int, out_dtype: torch.dtype, c_rows: int) -> tuple[Any, Any, Any]:
-    """The shared-memory layouts of the A, B and C tiles (the TMA boxes; C's of c_rows rows)."""
+def _layouts(
+    block_m: int, block_n: int, out_dtype: torch.dtype, c_block: tuple[int, int]
+) -> tuple[Any, Any, Any]:
+    """The shared-memory layouts of the A, B and C tiles (the TMA boxes; C's `c_block`)."""
     if out_dtype not in _GL_OUT:
         raise ValueError(f"the gluon backend writes bf16 or fp16, not {out_dtype}")
     fp8 = gl.float8e4nv
     return (
         gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8),
         gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8),
-        gl.NVMMASharedLayout.get_default_for([c_rows, block_n], _GL_OUT[out_dtype]),
+        gl.NVMMASharedLayout.get_default_for(list(c_block), _GL_OUT[out_dtype]),
     )
 
 
 def _kernel_args(
     a: torch.Tensor, b: torch.Tensor, a_scale: torch.Tensor, b_scale: torch.Tensor, out: torch.Tensor,
-    block_m: int, block_n: int, consumers: int = 1, split_k: int = 1,
+    block_m: int, block_n: int, consumers: int = 1, split_k: int = 1, swap: bool = False,
 ) -> tuple[Any, ...]:  # fmt: skip
     """The positional arguments of one launch: descriptors of A, B and C (a block of C per consumer
     warpgroup: block_m / consumers rows), the scales, the workspace and counters (split_k > 1; else the
-    scales stand in, unused) and the scales' strides."""
+    scales stand in, unused) and the scales' strides. `swap`: a is the weight and b the activations (the
+    kernel computes Cᵀ), out is C (b's rows by a's), and its blocks are (block_n, block_m)."""
     M, K = a.shape
     N = b.shape[0]
     if K % SCALE_BLOCK or K == 0:  # (K = 0: the first wait for a load would never return)
@@ -407,10 +462,11 @@ def _kernel_args(
         )
     for name, t in (("a", a), ("b", b), ("out", out)):
         _check_tma(name, t)
-    a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype, block_m // consumers)
+    c_block = (block_n, block_m // consumers) if swap else (block_m // consumers, block_n)
+    a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype, c_block)
     a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)
     b_desc = TensorDescriptor.from_tensor(b, [block_n, SCALE_BLOCK], b_layout)
-    c_desc = TensorDescriptor.from_tensor(out, [block_m // consumers, block_n], c_layout)
+    c_desc = TensorDescriptor.from_tensor(out, list(c_block), c_layout)
     ws, counters = a_scale, b_scale
     if split_k > 1:
         tiles = cdiv(M, block_m) * cdiv(N, block_n)
@@ -433,10 +489,12 @@ class GluonBlockwiseLauncher:
 
     def __init__(
         self, block_m: int, block_n: int, num_warps: int, num_stages: int, persistent: bool, group_m: int,
-        num_sms: int, kernel: Any = None, warp_spec: bool = False, split_k: int = 1,
+        num_sms: int, kernel: Any = None, warp_spec: bool = False, split_k: int = 1, swap: bool = False,
     ) -> None:  # fmt: skip
-        _check_config(block_m, block_n, num_warps, num_stages, persistent, split_k)
-        self.split_k = split_k
+        _check_config(block_m, block_n, num_warps, num_stages, persistent, split_k, swap)
+        self.split_k, self.swap = split_k, swap
+        if swap:  # the kernel's tiles: the weight's rows (its M side), the activations' (its N side)
+            block_m, block_n = block_n, block_m
         self.block_m, self.block_n, self.num_warps, self.num_stages = block_m, block_n, num_warps, num_stages
         self.persistent, self.group_m, self.num_sms, self.warp_spec = persistent, group_m, num_sms, warp_spec
         # WARP_SPEC: num_warps consumer warps are num_warps / 4 partitions of one warpgroup (the kernel's
@@ -445,7 +503,7 @@ class GluonBlockwiseLauncher:
         self.kernel = pinned(
             gluon_fp8_blockwise_kernel if kernel is None else kernel, GROUP_M=group_m, STAGES=num_stages,
             PERSISTENT=persistent, WARP_SPEC=warp_spec, SPLIT_K=split_k, CONSUMERS=self.consumers,
-            num_warps=4 if warp_spec else num_warps, **FP_OPTIONS,
+            num_warps=4 if warp_spec else num_warps, SWAP=swap, **FP_OPTIONS,
         )  # fmt: skip
 
     def bind(
@@ -456,11 +514,12 @@ class GluonBlockwiseLauncher:
         b_scale: torch.Tensor,
         out: torch.Tensor,
     ) -> Callable[[], None]:
+        if self.swap:  # the kernel runs on Cᵀ = B · Aᵀ
+            a, b, a_scale, b_scale = b, a, b_scale, a_scale
         args = _kernel_args(
-            a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers, self.split_k
+            a, b, a_scale, b_scale, out, self.block_m, self.block_n, self.consumers, self.split_k, self.swap
         )
-        M, N = out.shape
-        programs = triton.cdiv(M, self.block_m) * triton.cdiv(N, self.block_n)
+        programs = triton.cdiv(a.shape[0], self.block_m) * triton.cdiv(b.shape[0], self.block_n)
         if self.persistent:
             sms = self.num_sms or torch.cuda.get_device_properties(out.device).multi_processor_count
             programs = min(programs, sms)
@@ -496,22 +555,26 @@ def gluon_blockwise_launcher(
     kernel: Any = None,
     warp_spec: bool = False,
     split_k: int = 1,
+    swap: bool = False,
 ) -> GluonBlockwiseLauncher:
     """The launcher of one config (see GluonBlockwiseLauncher); ValueError for a config the kernel cannot
     run. `num_sms` (persistent): how many programs, default the device's SM count; `warp_spec`: the
     WARP_SPEC kernel (num_warps consumer warps, in partitions of a warpgroup, and a loader warp);
-    `split_k`: K slices summed in the launch (not persistent)."""
+    `split_k`: K slices summed in the launch (not persistent); `swap`: the kernel on Cᵀ = B · Aᵀ (decode:
+    the weight's BLOCK_N rows on wgmma's M side, the activations' BLOCK_M on its N side)."""
     return GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec, split_k
-    )
+        block_m, block_n, num_warps, num_stages, persistent, group_m, num_sms, kernel, warp_spec, split_k,
+        swap,
+    )  # fmt: skip
 
 
 #: The knobs of a "gluon" config (the op's space), in GluonBlockwiseLauncher's order.
 CONFIG_KEYS = (
-    "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC", "SPLIT_K"
+    "BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "PERSISTENT", "GROUP_M", "WARP_SPEC", "SPLIT_K",
+    "SWAP_AB",
 )  # fmt: skip
 #: Knobs a config may lack, and the value it then has: configs stored before the knob existed.
-OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0, "SPLIT_K": 1}
+OPTIONAL_KEYS: dict[str, int] = {"WARP_SPEC": 0, "SPLIT_K": 1, "SWAP_AB": 0}
 
 
 def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> GluonBlockwiseLauncher:
@@ -527,9 +590,21 @@ def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> Gluon
             + (f"lacks {', '.join(missing)}" if missing else f"has unknown {', '.join(unknown)}")
         )
     values = {**OPTIONAL_KEYS, **config}
-    bm, bn, warps, stages, persistent, group_m, warp_spec, split_k = (int(values[k]) for k in CONFIG_KEYS)
+    bm, bn, warps, stages, persistent, group_m, warp_spec, split_k, swap = (
+        int(values[k]) for k in CONFIG_KEYS
+    )
     return GluonBlockwiseLauncher(
-        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec), split_k
+        bm,
+        bn,
+        warps,
+        stages,
+        bool(persistent),
+        group_m,
+        num_sms,
+        kernel,
+        bool(warp_spec),
+        split_k,
+        bool(swap),
     )
 
 
@@ -542,6 +617,7 @@ def compile_for_target(
     *,
     warp_spec: bool = False,
     split_k: int = 1,
+    swap: bool = False,
     M: int = 2048,
     N: int = 4608,
     K: int = 7168,
@@ -559,7 +635,7 @@ def compile_for_target(
     calls: list[KernelCall] = []
     recorder = Recorder(gluon_fp8_blockwise_kernel, calls)
     launcher = GluonBlockwiseLauncher(
-        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec, split_k
+        block_m, block_n, num_warps, num_stages, persistent, 8, 132, recorder, warp_spec, split_k, swap
     )
     fp8 = torch.float8_e4m3fn
     a = torch.empty(M, K, dtype=fp8, device="meta")

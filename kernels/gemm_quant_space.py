@@ -9,8 +9,10 @@ elsewhere their config is pruned with the reason.
 
 "gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
 of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, WARP_SPEC (a loader
-warp and one partition per consumer warpgroup) and SPLIT_K (K slices summed in the launch, for grids of
-fewer tiles than SMs; a config stored without it has 1); where the installed
+warp and one partition per consumer warpgroup), SPLIT_K (K slices summed in the launch, for grids of
+fewer tiles than SMs; a config stored without it has 1) and at decode (M <= GLUON_SWAP_MAX_M) SWAP_AB
+(the weight's 64 or 128 rows on wgmma's M side, the activations' 16 to 64 on its N side; 0 for a config
+stored without it); where the installed
 Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
 prefill (M >= GLUON_MIN_M) and at M = 33 to 64 where it can run; at M = 2 to 32 (SWAPPED_MAX_M) the Triton
 kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile loaded while this one runs).
@@ -51,6 +53,7 @@ __all__ = [
     "GLUON_DECODE_M",
     "GLUON_MIN_M",
     "GLUON_PARAMS",
+    "GLUON_SWAP_MAX_M",
     "SWAPPED_MAX_M",
     "VendorCheck",
     "gluon_default_config",
@@ -440,7 +443,7 @@ GLUON_DECODE_M = (2, 64)
 SWAPPED_MAX_M = 32
 #: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
 GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
-    "BLOCK_M": (64, 128),
+    "BLOCK_M": (16, 32, 64, 128),
     "BLOCK_N": (64, 128),
     "num_warps": (4, 8),
     "num_stages": (3, 4, 5, 6),
@@ -448,8 +451,11 @@ GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "GROUP_M": (1, 8),
     "WARP_SPEC": (0, 1),
     "SPLIT_K": (1, 2, 3, 4),
+    "SWAP_AB": (0, 1),
 }
 _GLUON_BLOCK_K = 128
+#: The largest M the gluon kernel runs swapped (SWAP_AB: the activations' rows on wgmma's N side).
+GLUON_SWAP_MAX_M = 64
 #: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
 #: the product in flight). Compiled for sm_90 (Triton 3.9): 192 took 224-241 registers, no spills; 384
 #: (128x128 on 4 warps) spilled 1000 bytes of stack and serialized the wgmmas.
@@ -491,6 +497,9 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     def tiles(c: Mapping[str, Value]) -> int:
         return cdiv(M, int(c["BLOCK_M"])) * cdiv(N, int(c["BLOCK_N"]))
 
+    def swapped(c: Mapping[str, Value]) -> bool:
+        return bool(int(c.get("SWAP_AB", 0)))
+
     def smem(c: Mapping[str, Value]) -> int:  # the ring of A and B tiles, the C tile, the mbarriers
         bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
         barriers = 2 if int(c.get("WARP_SPEC", 0)) else 1  # WARP_SPEC: "ready" and "empty" per slot
@@ -503,10 +512,29 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: aligned,
         ),
         Constraint(
+            "gluon_swap_decode",
+            f"SWAP_AB at M={M} > {GLUON_SWAP_MAX_M}: swapped, the activations' rows are wgmma's N side, a "
+            "decode tile of 16 to 64 rows",
+            lambda c: not swapped(c) or M <= GLUON_SWAP_MAX_M,
+        ),
+        Constraint(
+            "gluon_swap_tiles",
+            "SWAP_AB with BLOCK_M {BLOCK_M}, BLOCK_N {BLOCK_N}, {num_warps} warps: swapped, the weight's "
+            "BLOCK_N rows (64 or 128, one scale a tile) are wgmma's M side over one warpgroup, the "
+            "activations' BLOCK_M (16, 32 or 64) its N side (the kernel refuses others)",
+            lambda c: (
+                not swapped(c)
+                or (int(c["BLOCK_M"]) <= 64 and int(c["BLOCK_N"]) >= 64 and int(c["num_warps"]) == 4)
+            ),
+        ),
+        Constraint(
             "gluon_warp_rows",
-            "the kernel's wgmma layout stacks warps along M, 16 rows each: {num_warps} warps need "
-            "BLOCK_M >= 16 x {num_warps}, not {BLOCK_M} (the kernel refuses it)",
-            lambda c: int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]),
+            "the kernel's wgmma layout stacks warps along M in 64-row warpgroups, 16 rows a warp: "
+            "{num_warps} warps need a multiple of 64 rows, at least 16 x {num_warps}, not BLOCK_M {BLOCK_M} "
+            "(unswapped; the kernel refuses it)",
+            lambda c: (
+                swapped(c) or (int(c["BLOCK_M"]) % 64 == 0 and int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]))
+            ),
         ),
         Constraint(
             "gluon_register_spill",
@@ -519,8 +547,9 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "block_m_waste",
-            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
-            lambda c: int(c["BLOCK_M"]) <= max(64, next_pow2(M)),
+            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing (wgmma's least: 64 rows "
+            "unswapped, 16 swapped)",
+            lambda c: int(c["BLOCK_M"]) <= max(16 if swapped(c) else 64, next_pow2(M)),
         ),
         Constraint(
             "block_n_waste",
@@ -580,7 +609,7 @@ def gluon_default_config(problem: Problem, target: Target) -> Config | None:
     values: dict[str, Value] = dict(
         BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=6 if small else 5,
         PERSISTENT=int(tiles > target.cu_count), GROUP_M=8 if cdiv(M, bm) > 1 else 1,
-        WARP_SPEC=int(not small), SPLIT_K=split,
+        WARP_SPEC=int(not small), SPLIT_K=split, SWAP_AB=0,
     )  # fmt: skip
     try:
         return fit_to_space(

@@ -20,19 +20,23 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k); the first is the main config.
-Cfg = tuple[int, int, int, int, bool, bool, int]
+#: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k, swap); the first is the main
+#: config. Swapped (decode, compiled at M = 16): BLOCK_M is the activations' tile, wgmma's N side.
+Cfg = tuple[int, int, int, int, bool, bool, int, bool]
 CONFIGS: list[Cfg] = [
-    (128, 128, 8, 4, False, False, 1),
-    (128, 128, 8, 4, True, False, 1),
-    (64, 128, 4, 4, False, False, 1),
-    (128, 64, 8, 3, False, False, 1),
-    (128, 128, 8, 4, False, True, 1),
-    (128, 128, 8, 4, True, True, 1),
-    (64, 128, 4, 3, True, True, 1),
-    (64, 128, 4, 4, False, False, 3),
-    (64, 64, 4, 6, False, True, 4),
-    (128, 128, 8, 4, False, True, 2),
+    (128, 128, 8, 4, False, False, 1, False),
+    (128, 128, 8, 4, True, False, 1, False),
+    (64, 128, 4, 4, False, False, 1, False),
+    (128, 64, 8, 3, False, False, 1, False),
+    (128, 128, 8, 4, False, True, 1, False),
+    (128, 128, 8, 4, True, True, 1, False),
+    (64, 128, 4, 3, True, True, 1, False),
+    (64, 128, 4, 4, False, False, 3, False),
+    (64, 64, 4, 6, False, True, 4, False),
+    (128, 128, 8, 4, False, True, 2, False),
+    (16, 64, 4, 6, False, False, 2, True),
+    (32, 128, 4, 4, False, True, 1, True),
+    (64, 64, 4, 5, True, False, 1, True),
 ]
 WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
@@ -57,7 +61,8 @@ facts = {"asm_mbarrier": hasattr(gl, "inline_asm")}
 for cfg in json.loads(sys.argv[1]):
     name = "x".join(str(int(v)) for v in cfg)
     try:
-        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]), split_k=cfg[6])
+        kernel = compile_for_target(*cfg[:4], persistent=bool(cfg[4]), warp_spec=bool(cfg[5]), split_k=cfg[6],
+                                    swap=bool(cfg[7]), M=16 if cfg[7] else 2048)
     except Exception as exc:
         facts[name] = {"error": f"{type(exc).__name__}: {exc}"[-2000:]}
         continue
@@ -207,7 +212,8 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
         gluon_launcher(old.replace(WARP=1), num_sms=132)
     for warps, consumers in ((8, 2), (4, 1)):
         ws = Config(
-            backend="gluon", **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1, SPLIT_K=1))
+            backend="gluon",
+            **(knobs | dict(BLOCK_M=64 * consumers, num_warps=warps, WARP_SPEC=1, SPLIT_K=1, SWAP_AB=0)),
         )
         assert ws in space
         (call,) = op.kernel_calls(problem, ws, sm90)
@@ -217,6 +223,7 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
     (old_call,) = op.kernel_calls(problem, old, sm90)
     assert old_call.kwargs["WARP_SPEC"] is False and old_call.args[2].block_shape == [128, 128]
     assert old_call.kwargs["SPLIT_K"] == 1 and old_call.grid[1] == 1  # stored before SPLIT_K existed
+    assert old_call.kwargs["SWAP"] is False  # and before SWAP_AB
 
 
 def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
@@ -230,7 +237,7 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
     assert all(not c["PERSISTENT"] for c in gluon if int(c["SPLIT_K"]) > 1)
     split = Config(
         backend="gluon", BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=4, PERSISTENT=0, GROUP_M=1,
-        WARP_SPEC=1, SPLIT_K=3,
+        WARP_SPEC=1, SPLIT_K=3, SWAP_AB=0,
     )  # fmt: skip
     assert split in space
     prefill = op.space(Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168), sm90)
@@ -251,6 +258,40 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
     assert str(counters.dtype) == "torch.int32" and counters.numel() >= tiles
 
 
+def test_the_space_swaps_at_decode_only() -> None:
+    """SWAP_AB 1 is in the gluon space at M <= 64 with the activations' 16 to 64 rows on wgmma's N side and
+    the weight's 64 or 128 on its M side (4 warps); pruned with the reason at prefill and for tiles the
+    kernel refuses; a swapped config launches the kernel on Cᵀ: the weight's descriptor first, C's blocks
+    (BLOCK_M, BLOCK_N), one program per tile and K slice."""
+    op, sm90, decode, space, gluon = _gluon_space(16, 4608, 7168)
+    from autotune import Config, Problem
+
+    swapped = [c for c in gluon if c["SWAP_AB"]]
+    assert swapped and {c["BLOCK_M"] for c in swapped} == {16}  # M = 16: no wider activation tile
+    assert all(c["num_warps"] == 4 and c["BLOCK_N"] in (64, 128) for c in swapped)
+    assert {c["BLOCK_M"] for c in gluon if not c["SWAP_AB"]} == {64}
+    cfg = Config(
+        backend="gluon", BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=6, PERSISTENT=0, GROUP_M=1,
+        WARP_SPEC=0, SPLIT_K=2, SWAP_AB=1,
+    )  # fmt: skip
+    assert cfg in space
+    (call,) = op.kernel_calls(decode, cfg, sm90)
+    assert call.kwargs["SWAP"] is True and call.grid == (4608 // 64, 2)
+    a_desc, b_desc, c_desc = call.args[:3]
+    assert a_desc.block_shape == [64, 128] and list(a_desc.shape) == [4608, 7168]  # the weight
+    assert b_desc.block_shape == [16, 128] and list(b_desc.shape) == [16, 7168]  # the activations
+    assert c_desc.block_shape == [16, 64] and list(c_desc.shape) == [16, 4608]
+    assert call.args[7:9] == (4608, 16)  # the kernel's M and N: Cᵀ's
+    prefill = op.space(Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168), sm90)
+    reason = prefill.check(cfg.replace(BLOCK_M=64, SPLIT_K=1))
+    assert reason is not None and reason.startswith("gluon_swap_decode"), reason
+    for bad in (dict(BLOCK_N=32), dict(num_warps=8), dict(BLOCK_M=128)):
+        reason = space.check(cfg.replace(**bad))
+        assert reason is not None, bad
+    unswapped_narrow = space.check(cfg.replace(SWAP_AB=0))
+    assert unswapped_narrow is not None and unswapped_narrow.startswith("gluon_warp_rows"), unswapped_narrow
+
+
 def test_launcher_rejects_configs_it_cannot_run() -> None:
     pytest.importorskip("triton")
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
@@ -258,6 +299,12 @@ def test_launcher_rejects_configs_it_cannot_run() -> None:
 
     with pytest.raises(ValueError, match="BLOCK_N"):
         gluon_blockwise_launcher(128, 256)  # two B scales per tile and group
+    with pytest.raises(ValueError, match="SWAP_AB: BLOCK_N 32"):
+        gluon_blockwise_launcher(16, 32, 4, swap=True)  # wgmma's M side: 64 rows at least
+    with pytest.raises(ValueError, match="SWAP_AB: BLOCK_M 128"):
+        gluon_blockwise_launcher(128, 64, 4, swap=True)
+    with pytest.raises(ValueError, match="4 warps"):
+        gluon_blockwise_launcher(16, 128, 8, swap=True)
     with pytest.raises(ValueError, match="BLOCK_M"):
         gluon_blockwise_launcher(64, 128, num_warps=8)  # 8 warps need 128 rows
     with pytest.raises(ValueError, match="BLOCK_M"):

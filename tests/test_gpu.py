@@ -561,7 +561,15 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
 
 #: The gluon kernel's default tile (128x128 on two warpgroups, 4 stages).
 GLUON = dict(
-    BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=0, GROUP_M=8, WARP_SPEC=0, SPLIT_K=1
+    BLOCK_M=128,
+    BLOCK_N=128,
+    num_warps=8,
+    num_stages=4,
+    PERSISTENT=0,
+    GROUP_M=8,
+    WARP_SPEC=0,
+    SPLIT_K=1,
+    SWAP_AB=0,
 )
 #: WARP_SPEC: each consumer warpgroup in a partition of its own, a loader warp; ragged M and N, even and
 #: odd counts of K groups (one alone), persistent programs whose ring phases run on across their tiles.
@@ -649,6 +657,28 @@ def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(target, mnk, k
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager), "a graph replay of the split gluon kernel gave other bits"
+
+
+#: SWAP_AB (decode): the kernel on Cᵀ, the weight's rows on wgmma's M side and the activations' on its N
+#: side, C stored transposed through shared memory; ragged M and N, odd and even K groups, two tiles along
+#: M, split, warp-specialized and persistent programs.
+_SWAP = dict(num_warps=4, GROUP_M=1, SWAP_AB=1)
+GLUON_SWAP = [
+    ((5, 1000, 1152), dict(_SWAP, BLOCK_M=16, BLOCK_N=64, num_stages=6), "bf16"),
+    ((16, 1000, 1280), dict(_SWAP, BLOCK_M=16, BLOCK_N=128, SPLIT_K=2, WARP_SPEC=1), "fp16"),
+    ((40, 4600, 1024), dict(_SWAP, BLOCK_M=32, BLOCK_N=64, num_stages=5), "bf16"),
+    ((64, 9200, 1152), dict(_SWAP, BLOCK_M=64, BLOCK_N=64, num_stages=5, PERSISTENT=1), "bf16"),
+    ((16, 4608, 7168), dict(_SWAP, BLOCK_M=16, BLOCK_N=64, num_stages=6, SPLIT_K=2), "bf16"),
+]
+
+
+@pytest.mark.parametrize("mnk, knobs, dtype", GLUON_SWAP)
+def test_gluon_swapped_is_right_and_repeatable(target, mnk, knobs, dtype) -> None:
+    op = _gluon_op_or_skip(target)
+    problem = Problem.quant("gemm_fp8_blockwise", *mnk, dtype=dtype)
+    config = Config(backend="gluon", **(GLUON | knobs))
+    assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
+    _right_and_repeatable(op, problem, config, target, "the swapped gluon kernel")
 
 
 @pytest.mark.parametrize("mnk, knobs, dtype", GLUON_WARP_SPEC[:2] + GLUON_WARP_SPEC[4:5])
