@@ -36,7 +36,7 @@ CONFIGS: list[Cfg] = [
     (128, 128, 8, 4, False, True, 2, False),
     (16, 64, 4, 6, False, False, 2, True),
     (32, 128, 4, 4, False, True, 1, True),
-    (64, 64, 4, 5, True, False, 1, True),
+    (32, 64, 4, 5, True, False, 1, True),
 ]
 WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
@@ -259,7 +259,7 @@ def test_the_space_splits_k_where_the_tiles_leave_sms_idle() -> None:
 
 
 def test_the_space_swaps_at_decode_only() -> None:
-    """SWAP_AB 1 is in the gluon space at M <= 64 with the activations' 16 to 64 rows on wgmma's N side and
+    """SWAP_AB 1 is in the gluon space at M <= 32 with the activations' 16 or 32 rows on wgmma's N side and
     the weight's 64 or 128 on its M side (4 warps); pruned with the reason at prefill and for tiles the
     kernel refuses; a swapped config launches the kernel on Cᵀ: the weight's descriptor first, C's blocks
     (BLOCK_M, BLOCK_N), one program per tile and K slice."""
@@ -282,9 +282,10 @@ def test_the_space_swaps_at_decode_only() -> None:
     assert b_desc.block_shape == [16, 128] and list(b_desc.shape) == [16, 7168]  # the activations
     assert c_desc.block_shape == [16, 64] and list(c_desc.shape) == [16, 4608]
     assert call.args[7:9] == (4608, 16)  # the kernel's M and N: Cᵀ's
-    prefill = op.space(Problem.quant("gemm_fp8_blockwise", 2048, 4608, 7168), sm90)
-    reason = prefill.check(cfg.replace(BLOCK_M=64, SPLIT_K=1))
-    assert reason is not None and reason.startswith("gluon_swap_decode"), reason
+    for m in (64, 2048):
+        wider = op.space(Problem.quant("gemm_fp8_blockwise", m, 4608, 7168), sm90)
+        reason = wider.check(cfg.replace(BLOCK_M=64, SPLIT_K=1))
+        assert reason is not None and reason.startswith("gluon_swap_decode"), reason
     for bad in (dict(BLOCK_N=32), dict(num_warps=8), dict(BLOCK_M=128)):
         reason = space.check(cfg.replace(**bad))
         assert reason is not None, bad

@@ -660,14 +660,14 @@ def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(target, mnk, k
 
 
 #: SWAP_AB (decode): the kernel on Cᵀ, the weight's rows on wgmma's M side and the activations' on its N
-#: side, C stored transposed through shared memory; ragged M and N, odd and even K groups, two tiles along
-#: M, split, warp-specialized and persistent programs.
+#: side, C stored transposed through shared memory; ragged M and N, odd and even K groups, split,
+#: warp-specialized and persistent programs (two tiles along M, 288 tiles over the SMs).
 _SWAP = dict(num_warps=4, GROUP_M=1, SWAP_AB=1)
 GLUON_SWAP = [
     ((5, 1000, 1152), dict(_SWAP, BLOCK_M=16, BLOCK_N=64, num_stages=6), "bf16"),
     ((16, 1000, 1280), dict(_SWAP, BLOCK_M=16, BLOCK_N=128, SPLIT_K=2, WARP_SPEC=1), "fp16"),
-    ((40, 4600, 1024), dict(_SWAP, BLOCK_M=32, BLOCK_N=64, num_stages=5), "bf16"),
-    ((64, 9200, 1152), dict(_SWAP, BLOCK_M=64, BLOCK_N=64, num_stages=5, PERSISTENT=1), "bf16"),
+    ((27, 4600, 1024), dict(_SWAP, BLOCK_M=32, BLOCK_N=64, num_stages=5), "bf16"),
+    ((32, 9200, 1152), dict(_SWAP, BLOCK_M=16, BLOCK_N=64, num_stages=5, PERSISTENT=1), "bf16"),
     ((16, 4608, 7168), dict(_SWAP, BLOCK_M=16, BLOCK_N=64, num_stages=6, SPLIT_K=2), "bf16"),
 ]
 
