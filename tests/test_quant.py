@@ -457,9 +457,10 @@ needs_gluon = pytest.mark.skipif(not _gluon_imports(), reason="this Triton has n
 
 
 def gcfg(bm: int = 128, bn: int = 128, warps: int = 8, stages: int = 4, persistent: int = 0,
-         group_m: int = 8, warp_spec: int = 0, split_k: int = 1) -> Config:  # fmt: skip
+         group_m: int = 8, warp_spec: int = 0, split_k: int = 1, swap: int = 0) -> Config:  # fmt: skip
     return Config(backend="gluon", BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages,
-                  PERSISTENT=persistent, GROUP_M=group_m, WARP_SPEC=warp_spec, SPLIT_K=split_k)  # fmt: skip
+                  PERSISTENT=persistent, GROUP_M=group_m, WARP_SPEC=warp_spec, SPLIT_K=split_k,
+                  SWAP_AB=swap)  # fmt: skip
 
 
 def test_gluon_is_a_backend_of_blockwise_fp8_on_hopper_only() -> None:
@@ -686,7 +687,7 @@ def test_gluon_kernel_calls_capture_one_launch_of_the_gluon_kernel() -> None:
         assert call.fn.fn.__name__ == "gluon_fp8_blockwise_kernel" and call.grid == grid
         assert call.kwargs == dict(GROUP_M=8, STAGES=int(config["num_stages"]),
                                    PERSISTENT=bool(config["PERSISTENT"]), WARP_SPEC=False, SPLIT_K=1,
-                                   CONSUMERS=1, num_warps=int(config["num_warps"]),
+                                   CONSUMERS=1, num_warps=int(config["num_warps"]), SWAP=False,
                                    enable_fp_fusion=True)  # fmt: skip
         a_desc, b_desc, c_desc = call.args[:3]
         assert a_desc.block_shape == [config["BLOCK_M"], 128]
