@@ -142,6 +142,17 @@ def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
 
 
 @gluon.jit
+def _scaled_add(acc, done, scale, SWAP: gl.constexpr):
+    """acc + done · scale, one FMA per element (fp fusion): `scale` runs along the tile's rows, or (SWAP:
+    the activations' scales) along its columns."""
+    if SWAP:
+        total = acc + done * scale[None, :]
+    else:
+        total = acc + done * scale[:, None]
+    return total
+
+
+@gluon.jit
 def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m, off_n, k0, group, it,
             k_tiles, STAGES: gl.constexpr, WARP_SPEC: gl.constexpr, SWAP: gl.constexpr):  # fmt: skip
     """Group k0 + `group`'s product `done` (load `it`; waited for with one wgmma, group + 1's, left in flight)
@@ -159,10 +170,7 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
         nxt = group + STAGES
         more = nxt < k_tiles
         _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + nxt, it + STAGES, more, STAGES)
-    if SWAP:  # the activations' scales run along the tile's columns
-        acc = acc + done * scale[None, :]
-    else:
-        acc = acc + done * scale[:, None]  # one FMA per element (fp fusion)
+    acc = _scaled_add(acc, done, scale, SWAP)
     # A pin: LLVM would sink these FMAs below the next wgmma, which reuses `done`'s registers, and copy
     # them while that wgmma is in flight. Passing acc and done through a wait (one wgmma, the one in
     # flight, may stay outstanding: it does not stall) keeps the FMAs before it.
@@ -228,18 +236,12 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
         d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
         if WARP_SPEC:  # the last group's slot, or the next tile's loads would wait for it forever
             _release(empty.index((base + last) % STAGES))
-        if SWAP:
-            acc = acc + d1 * s1[None, :]
-        else:
-            acc = acc + d1 * s1[:, None]
+        acc = _scaled_add(acc, d1, s1, SWAP)
     else:
         d0 = warpgroup_mma_wait(num_outstanding=0, deps=(p0,))
         if WARP_SPEC:
             _release(empty.index((base + k_tiles - 1) % STAGES))
-        if SWAP:
-            acc = acc + d0 * s0[None, :]
-        else:
-            acc = acc + d0 * s0[:, None]
+        acc = _scaled_add(acc, d0, s0, SWAP)
     return acc
 
 
