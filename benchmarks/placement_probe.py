@@ -35,26 +35,12 @@ def time_configs(
     op_name: str, mnk: tuple[int, int, int], configs: dict[str, Config], pad_mb: int
 ) -> dict[str, float]:
     """µs of each config over inputs allocated after `pad_mb` MB of padding."""
-    from read_ceiling import copies_for, time_us
+    from read_ceiling import Layer
 
     pad = torch.empty(pad_mb << 20, dtype=torch.uint8, device="cuda") if pad_mb else None
-    op, target = get_op(op_name), local_target()
-    problem = Problem.quant(op_name, *mnk)
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    inputs = [
-        op.make_inputs(problem, "cuda", seed=s) for s in range(copies_for(int(problem.min_bytes()), l2))
-    ]
-    ref = op.reference(problem, inputs[0])
-    out: dict[str, float] = {}
-    for name, config in configs.items():
-        got = op.make_output(problem, "cuda").fill_(float("nan"))
-        op.prepare(problem, config, target, inputs[0], got)()
-        err = float((got.float() - ref).abs().max() / ref.abs().max())
-        if not err <= op.tolerance(problem):
-            raise AssertionError(f"{name}: relative error {err}")
-        calls = [op.prepare(problem, config, target, x, op.make_output(problem, "cuda")) for x in inputs]
-        out[name] = time_us(calls)
-    del pad
+    layer = Layer(Problem.quant(op_name, *mnk), torch.cuda.get_device_properties(0).L2_cache_size)
+    out = {name: layer.time_us(config) for name, config in configs.items()}  # each checked first
+    del pad, layer
     return out
 
 

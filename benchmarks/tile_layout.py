@@ -83,17 +83,14 @@ def shuffle(w: torch.Tensor, bn: int, bk: int) -> torch.Tensor:
     return w.view(n // bn, bn, k // bk, bk).permute(0, 2, 1, 3).contiguous()
 
 
-def copies_for(nbytes: int) -> int:
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    return max(2, -(-2 * l2 // nbytes))
-
-
 def run_row(m: int, n: int, k: int, copy_gbps: float, quick: bool) -> list[dict[str, Any]]:
-    from read_ceiling import read_us, time_us
+    from read_ceiling import Layer, copies_for, read_us, time_us
 
+    props = torch.cuda.get_device_properties(0)
+    l2, sms = props.L2_cache_size, props.multi_processor_count
     fp8 = torch.float8_e4m3fn
     gen = torch.Generator(device="cuda").manual_seed(0)
-    copies = copies_for(n * k)
+    copies = copies_for(n * k, l2)
     acts = [(torch.randn(m, k, device="cuda", generator=gen) * 0.5).to(fp8) for _ in range(copies)]
     a = acts[0]
     sa = torch.rand(m, device="cuda", generator=gen) + 0.5
@@ -107,8 +104,6 @@ def run_row(m: int, n: int, k: int, copy_gbps: float, quick: bool) -> list[dict[
         out.append(dict(M=m, N=n, K=k, kind=kind, us=us, copy_pct=pct / us, **more))
         print(json.dumps(out[-1]), flush=True)
 
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
     record("read", read_us(n * k + m * k, sms, l2)[0])
     for bn, bk, want, split in TILES[:1] if quick else TILES:
         stages = min(want, SHARED_BYTES // ((max(16, m) + bn) * bk))  # what fits (M = 64 takes more)
@@ -143,13 +138,11 @@ def run_row(m: int, n: int, k: int, copy_gbps: float, quick: bool) -> list[dict[
                     ]
                     record("probe, activations and outputs rotated", time_us(own), BLOCK_N=bn, BLOCK_K=bk,
                            stages=want, ran_stages=stages, split=split, shuffled=0)  # fmt: skip
-    op = get_op("gemm_fp8_rowwise")
     p = Problem.quant("gemm_fp8_rowwise", m, n, k)
-    target = local_target()
+    layer = Layer(p, l2)  # the default's inputs in copies, and its correctness check
+    op, target, inputs = layer.op, layer.target, layer.inputs
     cfg = op.default_config(p, target)
-    inputs = [op.make_inputs(p, "cuda", seed=s) for s in range(copies)]
-    calls = [op.prepare(p, cfg, target, x, op.make_output(p, "cuda")) for x in inputs]
-    record("rowwise default", time_us(calls), config=cfg.short())
+    record("rowwise default", layer.time_us(cfg), config=cfg.short())
     # The activations and their scales of the first copy in every launch (the weight still rotates):
     # what a model's layer sees right after the kernel that wrote them, which leaves them in L2.
     shared = [[inputs[0][0], x[1], inputs[0][2], x[3]] for x in inputs]

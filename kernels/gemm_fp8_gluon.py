@@ -134,11 +134,12 @@ def _issue(bars, a_bufs, b_bufs, it, regs, no: gl.tensor, STAGES: gl.constexpr, 
 
 
 @gluon.jit
-def _scales(as_ptrs, mask_m, bs_row, group, stride_ask, stride_bsk):
-    """a_scale[rows, group] · b_scale[tile column block, group]: one fp32 per row of the tile."""
-    a_s = gl.load(as_ptrs + group * stride_ask, mask=mask_m, other=0.0)
-    b_s = gl.load(bs_row + group * stride_bsk)
-    return a_s * b_s
+def _scales(vec_ptrs, mask, one_row, group, stride_vk, stride_1k):
+    """The scales of K group `group`: one per row of the tile (SWAP: per column; `vec_ptrs`, the
+    activations' per-row scales) times the weight's one scale of its 128x128 block (`one_row`)."""
+    per_row = gl.load(vec_ptrs + group * stride_vk, mask=mask, other=0.0)
+    block = gl.load(one_row + group * stride_1k)
+    return per_row * block
 
 
 @gluon.jit
@@ -596,18 +597,9 @@ def gluon_launcher(config: Config, *, num_sms: int, kernel: Any = None) -> Gluon
         int(values[k]) for k in CONFIG_KEYS
     )
     return GluonBlockwiseLauncher(
-        bm,
-        bn,
-        warps,
-        stages,
-        bool(persistent),
-        group_m,
-        num_sms,
-        kernel,
-        bool(warp_spec),
-        split_k,
+        bm, bn, warps, stages, bool(persistent), group_m, num_sms, kernel, bool(warp_spec), split_k,
         bool(swap),
-    )
+    )  # fmt: skip
 
 
 def compile_for_target(

@@ -104,9 +104,9 @@ def _nth(s0, s1, s2, s3, j: tl.constexpr):
 
 @triton.jit
 def _prefetch_l2(ptr, row0, n_rows, stride_row, k0, K, ROWS: tl.constexpr, COLS: tl.constexpr):
-    """Asks L2 for COLS columns from k0 of ROWS rows from row0 (wrapping) of a row-major byte operand whose
-    K stride is 1, a 128-byte line at a time (`prefetch.global.L2`: no registers, nothing waits)."""
-    rows = (row0 + tl.arange(0, ROWS)) % n_rows
+    """Asks L2 for COLS columns from k0 of ROWS rows from row0 (`edge_clamped`) of a row-major byte operand
+    whose K stride is 1, a 128-byte line at a time (`prefetch.global.L2`: no registers, nothing waits)."""
+    rows = edge_clamped(row0, ROWS, n_rows)
     cols = tl.minimum(k0 + tl.arange(0, COLS // 128) * 128, K - 1)
     ptrs = ptr + rows[:, None] * stride_row + cols[None, :]
     tl.inline_asm_elementwise(

@@ -66,14 +66,14 @@ def gemv_fp8_kernel(
     """C[m, n] for the M (1..4) rows of A and BLOCK_N columns of C per program; B is (N, K) at
     b_ptr + n·stride_bn + k·stride_bk."""
     cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    wrapped = edge_clamped(tl.program_id(0) * BLOCK_N, BLOCK_N, N)
+    clamped = edge_clamped(tl.program_id(0) * BLOCK_N, BLOCK_N, N)
     rk = tl.arange(0, BLOCK_K)
-    b_ptrs = b_ptr + wrapped[:, None] * stride_bn + rk[None, :] * stride_bk
+    b_ptrs = b_ptr + clamped[:, None] * stride_bn + rk[None, :] * stride_bk
     if BLOCKWISE:
         G: tl.constexpr = BLOCK_K // SCALE_BLOCK if BLOCK_K > SCALE_BLOCK else 1
         GROUP: tl.constexpr = BLOCK_K // G
         n_groups = tl.cdiv(K, SCALE_BLOCK)
-        bs_ptrs = bs_ptr + (wrapped // SCALE_BLOCK)[:, None] * stride_bsn
+        bs_ptrs = bs_ptr + (clamped // SCALE_BLOCK)[:, None] * stride_bsn
         acc0 = tl.zeros((BLOCK_N,), tl.float32)
     else:
         acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
@@ -106,7 +106,7 @@ def gemv_fp8_kernel(
                                                stride_ak, M)  # fmt: skip
         b_ptrs += BLOCK_K * stride_bk
     if not BLOCKWISE:  # one scale per row of A and per column
-        b_scales = tl.load(bs_ptr + wrapped * stride_bsn)
+        b_scales = tl.load(bs_ptr + clamped * stride_bsn)
         acc0 = _rowwise_out(acc0, as_ptr, 0, stride_asm, b_scales)
         if M > 1:
             acc1 = _rowwise_out(acc1, as_ptr, 1, stride_asm, b_scales)
