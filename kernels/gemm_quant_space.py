@@ -24,8 +24,8 @@ row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no split-K)
 searched, and where the gluon kernel runs only at decode (M <= TMA_BLOCKWISE_MAX_M).
 
 "triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
-(A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups`; it is the FP8
-ops' default at M = 1 on NVIDIA.
+(A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups` (blockwise) or
+STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at M = 1 on NVIDIA.
 """
 
 from __future__ import annotations
@@ -254,6 +254,8 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
     at worst) and ran 1.15-1.65x faster than the tiled kernel's default. At M = 2 the GEMV lost on half
     of those rows, so the tiled kernel keeps M >= 2; AMD keeps it too (not measured)."""
     config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
+    if problem.op == "gemm_fp8_rowwise":
+        config = config.replace(STEP_SUM=0)
     return fit_to_space(config, _gemv_sub(problem, target), ("BLOCK_K", "BLOCK_N", "num_stages"))
 
 
@@ -412,9 +414,12 @@ GEMV_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
 
 
 def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
-    """The FP8 GEMV kernel's knobs (the dense GEMV's) and constraints; blockwise K steps lie in one scale
-    group or cover whole groups."""
+    """The FP8 GEMV kernel's knobs (the dense GEMV's; row-wise also STEP_SUM, `gemv_fp8_triton`) and
+    constraints; blockwise K steps lie in one scale group or cover whole groups."""
     constraints = list(_gemv_constraints(problem, target))
+    params = gemv_params(target)
+    if problem.op == "gemm_fp8_rowwise":
+        params["STEP_SUM"] = (0, 1)
     if problem.op == "gemm_fp8_blockwise":
         constraints.append(
             Constraint(
@@ -423,7 +428,7 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
                 lambda c: (int(c["BLOCK_K"]) % 128 == 0) or (128 % int(c["BLOCK_K"]) == 0),
             )
         )
-    return SubSpace("triton_gemv", gemv_params(target), constraints, first=first)
+    return SubSpace("triton_gemv", params, constraints, first=first)
 
 
 # -- gluon --------------------------------------------------------------------------------------------

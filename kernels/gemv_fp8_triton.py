@@ -8,7 +8,11 @@ SMs idle on narrow layers (`benchmarks/read_ceiling.py`). Rows of B past N read 
 loads need no mask; stores are masked.
 
 - row-wise: one fp32 (BLOCK_N, BLOCK_K) partial per row of A, summed along K at the end and scaled once
-  by the row's scale and each column's (a scale stride of 0: one scale for the tensor);
+  by the row's scale and each column's (a scale stride of 0: one scale for the tensor); with STEP_SUM,
+  one fp32 value per (row, column) instead, to which each K step's products are summed. Per-step sums
+  cost a cross-lane reduction each step and hold fewer registers: on the H100 they made DeepSeek-V3
+  gate/up (N = 4608) 1.07x faster at M = 1 and the narrow attention layers (N = 1280, 1536) 1.2-1.3x
+  slower (BENCHMARKS.md), so the tuner picks;
 - blockwise: per K step, each 128-wide group's products are summed first, then scaled by the A row's
   scale of the group times the B block's, and added to one fp32 value per (row, column); a step of less
   than 128 lies in one group.
@@ -29,7 +33,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.gemm_triton import edge_clamped
-from autotune.kernels.gemv_triton import rows_step, store_rows
+from autotune.kernels.gemv_triton import row_step, store_rows
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -53,8 +57,20 @@ def _block_step(acc, b, a_ptr, as_ptr, row, k_offs, K, stride_am, stride_ak, gro
 
 
 @triton.jit
-def _rowwise_out(acc, as_ptr, row, stride_asm, b_scales):
-    return tl.sum(acc, axis=1) * tl.load(as_ptr + row * stride_asm) * b_scales
+def _row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak, STEP_SUM: tl.constexpr):
+    """acc + B·A[row] over the step's K columns: summed along K (STEP_SUM), or elementwise."""
+    if STEP_SUM:
+        acc = acc + tl.sum(b * _a_row(a_ptr, row, k_offs, K, stride_am, stride_ak)[None, :], axis=1)
+    else:
+        acc = row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak)
+    return acc
+
+
+@triton.jit
+def _rowwise_out(acc, as_ptr, row, stride_asm, b_scales, STEP_SUM: tl.constexpr):
+    if not STEP_SUM:
+        acc = tl.sum(acc, axis=1)
+    return acc * tl.load(as_ptr + row * stride_asm) * b_scales
 
 
 @triton.jit
@@ -62,6 +78,7 @@ def gemv_fp8_kernel(
     a_ptr, b_ptr, c_ptr, as_ptr, bs_ptr, N, K, stride_am, stride_ak, stride_bn, stride_bk, stride_cm,
     stride_cn, stride_asm, stride_ask, stride_bsn, stride_bsk, M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, BLOCKWISE: tl.constexpr, SCALE_BLOCK: tl.constexpr = 128,
+    STEP_SUM: tl.constexpr = False,
 ):  # fmt: skip
     """C[m, n] for the M (1..4) rows of A and BLOCK_N columns of C per program; B is (N, K) at
     b_ptr + n·stride_bn + k·stride_bk."""
@@ -74,6 +91,8 @@ def gemv_fp8_kernel(
         GROUP: tl.constexpr = BLOCK_K // G
         n_groups = tl.cdiv(K, SCALE_BLOCK)
         bs_ptrs = bs_ptr + (clamped // SCALE_BLOCK)[:, None] * stride_bsn
+        acc0 = tl.zeros((BLOCK_N,), tl.float32)
+    elif STEP_SUM:
         acc0 = tl.zeros((BLOCK_N,), tl.float32)
     else:
         acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
@@ -102,26 +121,32 @@ def gemv_fp8_kernel(
                 acc3 = _block_step(acc3, b, a_ptr, as_ptr, 3, k + rk, K, stride_am, stride_ak, groups,
                                    n_groups, stride_asm, stride_ask, b_s, BLOCK_N, G, GROUP)  # fmt: skip
         else:
-            acc0, acc1, acc2, acc3 = rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am,
-                                               stride_ak, M)  # fmt: skip
+            acc0 = _row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak, STEP_SUM)
+            if M > 1:
+                acc1 = _row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak, STEP_SUM)
+            if M > 2:
+                acc2 = _row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak, STEP_SUM)
+            if M > 3:
+                acc3 = _row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak, STEP_SUM)
         b_ptrs += BLOCK_K * stride_bk
     if not BLOCKWISE:  # one scale per row of A and per column
         b_scales = tl.load(bs_ptr + clamped * stride_bsn)
-        acc0 = _rowwise_out(acc0, as_ptr, 0, stride_asm, b_scales)
+        acc0 = _rowwise_out(acc0, as_ptr, 0, stride_asm, b_scales, STEP_SUM)
         if M > 1:
-            acc1 = _rowwise_out(acc1, as_ptr, 1, stride_asm, b_scales)
+            acc1 = _rowwise_out(acc1, as_ptr, 1, stride_asm, b_scales, STEP_SUM)
         if M > 2:
-            acc2 = _rowwise_out(acc2, as_ptr, 2, stride_asm, b_scales)
+            acc2 = _rowwise_out(acc2, as_ptr, 2, stride_asm, b_scales, STEP_SUM)
         if M > 3:
-            acc3 = _rowwise_out(acc3, as_ptr, 3, stride_asm, b_scales)
+            acc3 = _rowwise_out(acc3, as_ptr, 3, stride_asm, b_scales, STEP_SUM)
     store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, False)
 
 
 def gemv_fp8_launcher(config: Config, *, blockwise: bool, kernel: Any = None) -> Callable[..., None]:
     """A function `launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K[, workspace])` for `config`
-    (BLOCK_N, BLOCK_K, num_warps, num_stages), the call of `gemm_fp8_triton.quant_launcher`'s launches;
-    `scale_strides` is (A's along M, along K, B's along N, along K), 0 for a broadcast scale. `kernel`
-    replaces `gemv_fp8_kernel` (a Recorder for compile-only runs)."""
+    (BLOCK_N, BLOCK_K, num_warps, num_stages; row-wise also STEP_SUM, 0 where absent), the call of
+    `gemm_fp8_triton.quant_launcher`'s launches; `scale_strides` is (A's along M, along K, B's along N,
+    along K), 0 for a broadcast scale. `kernel` replaces `gemv_fp8_kernel` (a Recorder for compile-only
+    runs)."""
     bn, bk = int(config["BLOCK_N"]), int(config["BLOCK_K"])
     if blockwise and (bk % 128 if bk > 128 else 128 % bk):
         raise ValueError(f"a blockwise FP8 GEMV's BLOCK_K must divide 128 or be a multiple of it, got {bk}")
@@ -130,6 +155,7 @@ def gemv_fp8_launcher(config: Config, *, blockwise: bool, kernel: Any = None) ->
         BLOCK_N=bn,
         BLOCK_K=bk,
         BLOCKWISE=blockwise,
+        STEP_SUM=bool(int(config.get("STEP_SUM", 0))) and not blockwise,
         num_warps=int(config.get("num_warps", 4)),
         num_stages=int(config.get("num_stages", 1)),
         **FP_OPTIONS,

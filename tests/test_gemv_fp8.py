@@ -19,8 +19,8 @@ H100 = Target.for_arch("sm_90")
 FP8_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
 
 
-def _config(bn: int = 4, bk: int = 64) -> Config:
-    return Config(backend="triton_gemv", BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=1)
+def _config(bn: int = 4, bk: int = 64, **knobs: int) -> Config:
+    return Config(backend="triton_gemv", BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=1, **knobs)
 
 
 def _run(problem: Problem, config: Config, inputs: list[torch.Tensor]) -> torch.Tensor:
@@ -50,6 +50,32 @@ def test_fp8_gemv_matches_reference(op: str, M: int, N: int, K: int, bn: int, bk
     inputs = QUANT_GEMMS[op].make_inputs(problem, "cpu", seed=M)
     out = _run(problem, _config(bn, bk), inputs)
     assert _rel(out, QUANT_GEMMS[op].reference(problem, inputs)) < QUANT_GEMMS[op].tolerance(problem)
+
+
+@pytest.mark.parametrize(
+    ("M", "N", "K", "bn", "bk"),
+    [(1, 37, 256, 4, 64), (3, 20, 384, 8, 256), (4, 9, 200, 4, 128)],  # the last: K steps half masked
+)
+def test_fp8_gemv_step_sums_match_reference(M: int, N: int, K: int, bn: int, bk: int) -> None:
+    """Row-wise with STEP_SUM: each K step summed into one value per (row, column) as it comes."""
+    problem = Problem.quant("gemm_fp8_rowwise", M, N, K)
+    op = QUANT_GEMMS["gemm_fp8_rowwise"]
+    inputs = op.make_inputs(problem, "cpu", seed=10 + M)
+    out = _run(problem, _config(bn, bk, STEP_SUM=1), inputs)
+    assert _rel(out, op.reference(problem, inputs)) < op.tolerance(problem)
+
+
+def test_fp8_gemv_step_sum_is_a_row_wise_knob() -> None:
+    """Row-wise GEMV configs come with and without STEP_SUM, the default without; blockwise has no such
+    knob (its K steps are summed per scale group already)."""
+    rowwise, blockwise = (QUANT_GEMMS[op] for op in FP8_OPS)
+    problem = Problem.quant("gemm_fp8_rowwise", 1, 7168, 4096)
+    configs = list(rowwise.space(problem, H100, ("triton_gemv",)).configs())
+    assert {int(c["STEP_SUM"]) for c in configs} == {0, 1}
+    assert len([c for c in configs if c["STEP_SUM"] == 1]) == len(configs) // 2
+    assert rowwise.default_config(problem, H100)["STEP_SUM"] == 0
+    block = Problem.quant("gemm_fp8_blockwise", 1, 7168, 4096)
+    assert all("STEP_SUM" not in c for c in blockwise.space(block, H100, ("triton_gemv",)).configs())
 
 
 def test_fp8_gemv_per_tensor_scales() -> None:
@@ -124,7 +150,8 @@ def test_fp8_gemv_is_the_nvidia_default_at_one_row(arch: str, op: str, M: int, b
     default = QUANT_GEMMS[op].default_config(problem, target)
     assert default.backend == backend
     if backend == "triton_gemv":
-        assert default == _config(4, 1024).replace(num_stages=3)
+        knobs = {"STEP_SUM": 0} if op == "gemm_fp8_rowwise" else {}
+        assert default == _config(4, 1024, **knobs).replace(num_stages=3)
     space = QUANT_GEMMS[op].space(problem, target)
     assert default in space and next(iter(space.configs())).backend in ("torch", backend)
     interp = Problem.quant(op, 1, 64, 256)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -175,8 +177,10 @@ def test_fp8_gemv_backend_on_gpu(target, op_name: str, M: int) -> None:
     problem = Problem.quant(op_name, M, 1000, 4224)
     inputs = op.make_inputs(problem, "cuda", seed=M)
     ref = op.reference(problem, inputs)
-    for bn, bk, warps, stages in [(4, 1024, 8, 3), (16, 256, 4, 1)]:
-        config = Config(backend="triton_gemv", BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    step_sum = [{"STEP_SUM": 0}, {"STEP_SUM": 1}] if op_name == "gemm_fp8_rowwise" else [{}]
+    for (bn, bk, warps, stages), knobs in itertools.product([(4, 1024, 8, 3), (16, 256, 4, 1)], step_sum):
+        config = Config(backend="triton_gemv", BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages,
+                        **knobs)  # fmt: skip
         out = op.make_output(problem, "cuda").fill_(float("nan"))
         op.prepare(problem, config, target, inputs, out)()
         torch.cuda.synchronize()

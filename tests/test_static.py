@@ -90,6 +90,9 @@ CASES = {
     "sm90-gemv-fp8row": ("sm_90", Problem.quant("gemm_fp8_rowwise", 1, 4096, 7168), GEMV),
     "sm90-gemv-fp8block": ("sm_90", Problem.quant("gemm_fp8_blockwise", 2, 1536, 7168), GEMV),
     "942-gemv-fp8block": ("gfx942", Problem.quant("gemm_fp8_blockwise", 1, 1536, 7168), GEMV),
+    # row-wise with each K step summed as it comes (STEP_SUM)
+    "sm90-gemv-fp8sum": ("sm_90", Problem.quant("gemm_fp8_rowwise", 4, 4096, 7168), GEMV.replace(STEP_SUM=1)),
+    "942-gemv-fp8sum": ("gfx942", Problem.quant("gemm_fp8_rowwise", 1, 4096, 7168), GEMV.replace(STEP_SUM=1)),
 }  # fmt: skip
 
 
@@ -200,7 +203,9 @@ def test_nvidia_spills_to_the_stack_frame_are_spills(compiled) -> None:
 
 
 def test_gemv_compiles_without_matrix_instructions_or_spills(compiled) -> None:
-    for name in ("sm90-gemv", "942-gemv", "sm90-gemv-fp8row", "sm90-gemv-fp8block", "942-gemv-fp8block"):
+    names = ("sm90-gemv", "942-gemv", "sm90-gemv-fp8row", "sm90-gemv-fp8block", "942-gemv-fp8block",
+             "sm90-gemv-fp8sum", "942-gemv-fp8sum")  # fmt: skip
+    for name in names:
         gemv = compiled[name]
         assert gemv.compiled, gemv.error
         assert not gemv.mma and gemv.spills == 0 and gemv.scratch_bytes == 0, gemv.summary()
