@@ -62,7 +62,7 @@ class GemmOp:
         if backend == "triton_tma":
             return _file_hash("gemm_tma.py", "gemm_triton.py", "scratch.py")  # + split-K reduce, scratch
         if backend == "triton_gemv":
-            return _file_hash("gemv_triton.py")
+            return _file_hash("gemv_triton.py", "gemm_triton.py")  # + edge_clamped
         if backend == "torch":
             import torch
 

@@ -148,8 +148,8 @@ class QuantGemmOp:
             return digest
         if backend == "gluon" and self.name == "gemm_fp8_blockwise":
             return _file_hash("quant.py", "gemm_fp8_gluon.py", "gluon_hopper.py")
-        if backend == "triton_gemv" and self.name in GEMV_OPS:
-            return _file_hash("quant.py", "gemv_fp8_triton.py")
+        if backend == "triton_gemv" and self.name in GEMV_OPS:  # + the dense GEMV's helpers, edge_clamped
+            return _file_hash("quant.py", "gemv_fp8_triton.py", "gemv_triton.py", "gemm_triton.py")
         if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: gemm_fp8_triton
             return _file_hash("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py",
                               "gemm_triton.py", "launch.py")  # fmt: skip

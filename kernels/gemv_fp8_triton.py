@@ -33,7 +33,7 @@ from autotune.config import Config
 from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.kernels.gemm_triton import edge_clamped
-from autotune.kernels.gemv_triton import row_step, store_rows
+from autotune.kernels.gemv_triton import rows_step, store_rows
 from autotune.kernels.launch import pinned
 from autotune.problem import cdiv
 
@@ -54,16 +54,6 @@ def _block_step(acc, b, a_ptr, as_ptr, row, k_offs, K, stride_am, stride_ak, gro
     p = tl.sum(tl.reshape(b * a[None, :], (BLOCK_N, G, GROUP)), axis=2)
     a_s = tl.load(as_ptr + row * stride_asm + groups * stride_ask, mask=groups < n_groups, other=0.0)
     return acc + tl.sum(p * (a_s[None, :] * b_scales), axis=1)
-
-
-@triton.jit
-def _row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak, STEP_SUM: tl.constexpr):
-    """acc + B·A[row] over the step's K columns: summed along K (STEP_SUM), or elementwise."""
-    if STEP_SUM:
-        acc = acc + tl.sum(b * _a_row(a_ptr, row, k_offs, K, stride_am, stride_ak)[None, :], axis=1)
-    else:
-        acc = row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak)
-    return acc
 
 
 @triton.jit
@@ -121,13 +111,8 @@ def gemv_fp8_kernel(
                 acc3 = _block_step(acc3, b, a_ptr, as_ptr, 3, k + rk, K, stride_am, stride_ak, groups,
                                    n_groups, stride_asm, stride_ask, b_s, BLOCK_N, G, GROUP)  # fmt: skip
         else:
-            acc0 = _row_step(acc0, b, a_ptr, 0, k + rk, K, stride_am, stride_ak, STEP_SUM)
-            if M > 1:
-                acc1 = _row_step(acc1, b, a_ptr, 1, k + rk, K, stride_am, stride_ak, STEP_SUM)
-            if M > 2:
-                acc2 = _row_step(acc2, b, a_ptr, 2, k + rk, K, stride_am, stride_ak, STEP_SUM)
-            if M > 3:
-                acc3 = _row_step(acc3, b, a_ptr, 3, k + rk, K, stride_am, stride_ak, STEP_SUM)
+            acc0, acc1, acc2, acc3 = rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am,
+                                               stride_ak, M, STEP_SUM)  # fmt: skip
         b_ptrs += BLOCK_K * stride_bk
     if not BLOCKWISE:  # one scale per row of A and per column
         b_scales = tl.load(bs_ptr + clamped * stride_bsn)

@@ -28,10 +28,15 @@ __all__ = ["gemv_kernel", "gemv_launcher", "row_step", "rows_step", "store_rows"
 
 
 @triton.jit
-def row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak):
-    """acc + B tile · (row `row` of A at K offsets k_offs), elementwise (summed along K at the end)."""
+def row_step(acc, b, a_ptr, row, k_offs, K, stride_am, stride_ak, STEP_SUM: tl.constexpr):
+    """acc + B tile · (row `row` of A at K offsets k_offs): elementwise (summed along K at the end), or
+    (STEP_SUM) summed along K now, into one value per column."""
     a = tl.load(a_ptr + row * stride_am + k_offs * stride_ak, mask=k_offs < K, other=0.0)
-    return acc + b * a.to(tl.float32)[None, :]
+    if STEP_SUM:
+        acc = acc + tl.sum(b * a.to(tl.float32)[None, :], axis=1)
+    else:
+        acc = acc + b * a.to(tl.float32)[None, :]
+    return acc
 
 
 @triton.jit
@@ -42,15 +47,16 @@ def _store_row(c_ptr, value, row, cols, N, stride_cm, stride_cn, SUM: tl.constex
 
 
 @triton.jit
-def rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k_offs, K, stride_am, stride_ak, M: tl.constexpr):
+def rows_step(acc0, acc1, acc2, acc3, b, a_ptr, k_offs, K, stride_am, stride_ak, M: tl.constexpr,
+              STEP_SUM: tl.constexpr):  # fmt: skip
     """`row_step` for each of the M (1 to 4) rows of A: the four accumulators, those past M untouched."""
-    acc0 = row_step(acc0, b, a_ptr, 0, k_offs, K, stride_am, stride_ak)
+    acc0 = row_step(acc0, b, a_ptr, 0, k_offs, K, stride_am, stride_ak, STEP_SUM)
     if M > 1:
-        acc1 = row_step(acc1, b, a_ptr, 1, k_offs, K, stride_am, stride_ak)
+        acc1 = row_step(acc1, b, a_ptr, 1, k_offs, K, stride_am, stride_ak, STEP_SUM)
     if M > 2:
-        acc2 = row_step(acc2, b, a_ptr, 2, k_offs, K, stride_am, stride_ak)
+        acc2 = row_step(acc2, b, a_ptr, 2, k_offs, K, stride_am, stride_ak, STEP_SUM)
     if M > 3:
-        acc3 = row_step(acc3, b, a_ptr, 3, k_offs, K, stride_am, stride_ak)
+        acc3 = row_step(acc3, b, a_ptr, 3, k_offs, K, stride_am, stride_ak, STEP_SUM)
     return acc0, acc1, acc2, acc3
 
 
@@ -81,16 +87,16 @@ def gemv_kernel(
     rows = edge_clamped(tl.program_id(0) * BLOCK_N, BLOCK_N, N)
     b_ptrs = b_ptr + rows[:, None] * stride_bn + rk[None, :] * stride_bk
     acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc1 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc2 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
-    acc3 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
+    acc1 = tl.zeros_like(acc0)
+    acc2 = tl.zeros_like(acc0)
+    acc3 = tl.zeros_like(acc0)
     for k in range(0, K, BLOCK_K):
         if EVEN_K:
             b = tl.load(b_ptrs).to(tl.float32)
         else:
             b = tl.load(b_ptrs, mask=(k + rk)[None, :] < K, other=0.0).to(tl.float32)
         acc0, acc1, acc2, acc3 = rows_step(
-            acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am, stride_ak, M
+            acc0, acc1, acc2, acc3, b, a_ptr, k + rk, K, stride_am, stride_ak, M, False
         )
         b_ptrs += BLOCK_K * stride_bk
     store_rows(c_ptr, acc0, acc1, acc2, acc3, cols, N, stride_cm, stride_cn, M, True)

@@ -138,3 +138,53 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
         pytest.skip(proc.stderr.strip()[:200])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == GEMM.source_hash("triton"), sys.version
+
+
+def test_kernel_hashes_cover_the_jitted_code_their_modules_import(monkeypatch) -> None:
+    """Stored times are keyed by their kernel's source hash: every kernels module with jitted code that a
+    hashed module imports (edge_clamped, the GEMV helpers, ...) must be hashed too, so that an edit there
+    retires the times measured before it."""
+    import ast
+    from pathlib import Path
+
+    import autotune.kernels.gemm_op as gemm_op
+    import autotune.kernels.gemm_quant_op as quant_op
+    import autotune.kernels.moe_op as moe_op
+
+    here = Path(gemm_op.__file__).parent
+    hashed: list[set[str]] = []
+
+    def record(*paths: Path) -> str:
+        hashed.append({Path(p).name for p in paths})
+        return "h"
+
+    for module in (gemm_op, quant_op, moe_op):
+        monkeypatch.setattr(module, "code_hash", record)
+    gemm_op._file_hash.cache_clear()
+    quant_op._file_hash.cache_clear()
+
+    def jitted(name: str) -> bool:
+        text = (here / name).read_text()
+        return "@triton.jit" in text or "@gluon.jit" in text
+
+    def imported(name: str) -> set[str]:
+        tree = ast.parse((here / name).read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        return {m.rsplit(".", 1)[1] + ".py" for m in mods if m.startswith("autotune.kernels.")}
+
+    hopper = Target.for_arch("sm_90")
+    ops = [gemm_op.GEMM, moe_op.MOE, *quant_op.QUANT_GEMMS.values()]
+    checked = 0
+    for op in ops:
+        for backend in op.backends(hopper):
+            if backend in ("torch", "aiter"):
+                continue
+            hashed.clear()
+            op.source_hash(backend)
+            files = set().union(*hashed)
+            missing = {m for f in files for m in imported(f) if jitted(m)} - files
+            assert not missing, f"{op.name}.{backend} hashes {sorted(files)} but not {sorted(missing)}"
+            checked += 1
+    gemm_op._file_hash.cache_clear()
+    quant_op._file_hash.cache_clear()
+    assert checked >= 12
