@@ -251,7 +251,10 @@ _PTX_MEM = re.compile(
 _PTX_CP_ASYNC = re.compile(
     _PTX_PRED + r"cp\.async\.c[ag]\.shared\.global\s*\[[^]]*\],\s*\[[^]]*\],\s*(0x[0-9a-f]+|\d+)"
 )
-_PTX_TMA = re.compile(_PTX_PRED + r"cp\.async\.bulk\.tensor\.\w+\.(shared::cta\.global|global\.shared)")
+# loads name their destination shared::cta (newer Triton) or shared::cluster (3.6); stores global.shared::cta
+_PTX_TMA = re.compile(
+    _PTX_PRED + r"cp\.async\.bulk\.tensor\.\w+\.(shared::(?:cta|cluster)\.global|global\.shared)"
+)
 _PTX_MMA = re.compile(_PTX_PRED + r"((?:wgmma\.mma_async|mma)\.[\w.]+)")
 _CUOBJDUMP_USAGE = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 _SASS_SPILL = re.compile(r"\bSTL(\.\w+)*\s")  # a store of registers to local memory (the stack frame)

@@ -48,11 +48,13 @@ CASES = {
     "942-mfma32": ("gfx942", PROBLEM, amd_config(matrix_instr_nonkdim=32, kpack=1)),
     "950-mfma16": ("gfx950", PROBLEM, amd_config()),
     "950-mfma32": ("gfx950", PROBLEM, amd_config(matrix_instr_nonkdim=32)),
-    # 256x256 tiles: the accumulator spills on gfx942; 2 stages of 256x128 A and B tiles need 256 KiB of LDS
+    # 256x256 tiles on 4 warps: the accumulator spills on gfx942 (on 8 warps Triton 3.6 fits it in 216
+    # VGPRs, 3.9 spills); 3 stages of 256x128 A and B tiles overflow the 160 KiB of LDS (Triton 3.6 keeps
+    # 128 KiB with 2 stages, 3.9 263 KiB)
     "942-spill": ("gfx942", Problem.gemm(512, 512, 512),
-                  amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=8, kpack=2)),
+                  amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=4, kpack=2)),
     "950-lds": ("gfx950", Problem.gemm(512, 512, 512),
-                amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8)),
+                amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=3)),
     # BLOCK_K = 8 is below what an MFMA needs: the compiler falls back to plain FMA
     "942-fma": ("gfx942", PROBLEM, amd_config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=8, kpack=1)),
     # BLOCK_M = 48 is no power of two: tl.arange refuses it
@@ -138,7 +140,7 @@ def test_nonkdim_gives_the_matching_mfma(compiled, name: str, mfma: str) -> None
 
 def test_oversized_tiles_are_flagged_with_the_reason(compiled) -> None:
     spill = findings(compiled, "942-spill")
-    assert compiled["942-spill"].spills > 0 and compiled["942-spill"].scratch_bytes > 0
+    assert compiled["942-spill"].spills > 0  # to scratch memory on 3.6, to AGPRs on 3.9
     assert [f.check for f in spill] == ["spills"], spill
     lds = findings(compiled, "950-lds")
     assert compiled["950-lds"].lds_bytes > 160 * 1024
@@ -287,6 +289,18 @@ def test_nvidia_instructions_from_ptx(monkeypatch) -> None:
     assert f.mma == ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16")  # fmt: skip
     assert (f.vgprs, f.spills, f.scratch_bytes, f.lds_bytes) == (96, 4, 16, 40 * 1024)
+
+
+@pytest.mark.parametrize("space", ["shared::cta", "shared::cluster"])  # newer Triton, Triton 3.6
+def test_nvidia_tma_loads_and_stores_from_ptx(monkeypatch, space: str) -> None:
+    import autotune.compile as comp
+
+    monkeypatch.setattr(comp, "_cubin_usage", lambda cubin: (96, 0, 0, 0))
+    load = f"@%p4 cp.async.bulk.tensor.2d.{space}.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {{%r2}}];"
+    store = "@%p9 cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd2, {%r5, %r6}], [%r7];"
+    target = Target.for_arch("sm_90")
+    assert nvidia_features(_Kernel(f"\t{load}\n\t{store}\n", 0), target, num_warps=4).tma == ("load", "store")
+    assert nvidia_features(_Kernel(f"\t{store}\n", 0), target, num_warps=4).tma == ("store",)
 
 
 def test_features_json_round_trip() -> None:
