@@ -167,8 +167,9 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
 
     gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M above
     SWAPPED_MAX_M, where Gluon imports: the gluon kernel's (`gluon_default_config`); below, the Triton
-    kernel's, swapped, with SCALES_AHEAD. The FP8 ops at M = 1 on NVIDIA: the GEMV
-    kernel's (`_gemv_default`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
+    kernel's, swapped, with SCALES_AHEAD. The FP8 ops at M = 1 on NVIDIA: the GEMV kernel's
+    (`_gemv_default`), but row-wise where the weight's tiles fill half the SMs the TMA kernel's, swapped
+    (`_tma_fills_at_one_row`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
@@ -183,6 +184,10 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         if gluon is not None:
             return gluon
     if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
+        if problem.op == "gemm_fp8_rowwise" and _tma_fills_at_one_row(problem, target):
+            tma = _tma_default(problem, target, swapped=True)
+            if tma is not None:
+                return tma
         return _gemv_default(problem, target)
     pointer = _triton_default(problem, target)
     if (
@@ -230,15 +235,25 @@ def _ahead_unswapped(problem: Problem, target: Target) -> Config:
     return fit_to_space(Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K"))
 
 
-def _tma_default(problem: Problem, target: Target) -> Config | None:
+def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
+    """Whether row-wise FP8 at M = 1 takes the TMA kernel swapped rather than the GEMV: where the weight's
+    64-row tiles number at least half the SMs. H100 (`config_grid.py`, the 7 dense layers of DeepSeek-V3
+    and Llama-3.1-70B at TP 8, one process): on the 5 layers of N = 4608 to 8192 (72 to 128 tiles)
+    1.107x the GEMV default (geomean; 1.017-1.17x); on N = 1280 and 1536 (20 and 24 tiles) 0.79-0.83x."""
+    return "triton_tma" in quant_backends(target, problem.op) and 2 * cdiv(problem.N, 64) >= target.cu_count
+
+
+def _tma_default(problem: Problem, target: Target, swapped: bool = False) -> Config | None:
     """The TMA kernel at M = 33 to 64: 64 x 64 tiles, K tiles of 256, 5 stages. H100
     (`benchmarks/fp8_tma_decode.py --defaults`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8
     whose tiles fill the GPU unsplit): 1.016x the pointer kernel's default at M = 64 (1.001-1.026x, 10
     layers); at M = 2 to 32 it lost (0.973-0.988x geomean; swapped 64 x 16 tiles), so the pointer kernel,
-    swapped, keeps those. None where no TMA config fits (rows not 16-byte aligned)."""
+    swapped, keeps those. `swapped` (row-wise at M = 1, `_tma_fills_at_one_row`): the same with the
+    weight's 64 rows on wgmma's M side and 16-row activation tiles. None where no TMA config fits (rows
+    not 16-byte aligned)."""
     values: dict[str, Value] = dict(
-        BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0, SWAP_AB=0, num_warps=4,
-        num_stages=5,
+        BLOCK_M=16 if swapped else 64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0,
+        SWAP_AB=int(swapped), num_warps=4, num_stages=5,
     )  # fmt: skip
     try:
         config = Config(values, backend="triton_tma")
