@@ -184,7 +184,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         if gluon is not None:
             return gluon
     if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
-        if problem.op == "gemm_fp8_rowwise" and _tma_fills_at_one_row(problem, target):
+        if _tma_fills_at_one_row(problem, target):
             tma = _tma_default(problem, target, swapped=True)
             if tma is not None:
                 return tma
@@ -240,7 +240,11 @@ def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
     64-row tiles number at least half the SMs. H100 (`config_grid.py`, the 7 dense layers of DeepSeek-V3
     and Llama-3.1-70B at TP 8, one process): on the 5 layers of N = 4608 to 8192 (72 to 128 tiles)
     1.107x the GEMV default (geomean; 1.017-1.17x); on N = 1280 and 1536 (20 and 24 tiles) 0.79-0.83x."""
-    return "triton_tma" in quant_backends(target, problem.op) and 2 * cdiv(problem.N, 64) >= target.cu_count
+    return (
+        problem.op == "gemm_fp8_rowwise"
+        and "triton_tma" in quant_backends(target, problem.op)
+        and 2 * cdiv(problem.N, 64) >= target.cu_count
+    )
 
 
 def _tma_default(problem: Problem, target: Target, swapped: bool = False) -> Config | None:
@@ -268,10 +272,11 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
     TP 8 layers, both scalings) it came within 1.08x of each row's fastest GEMV config (geomean; 1.15x
     at worst) and ran 1.15-1.65x faster than the tiled kernel's default. At M = 2 the GEMV lost on half
     of those rows, so the tiled kernel keeps M >= 2; AMD keeps it too (not measured)."""
+    sub = _gemv_sub(problem, target)
     config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
-    if problem.op == "gemm_fp8_rowwise":
+    if "STEP_SUM" in sub.params:  # row-wise: K steps summed at the end
         config = config.replace(STEP_SUM=0)
-    return fit_to_space(config, _gemv_sub(problem, target), ("BLOCK_K", "BLOCK_N", "num_stages"))
+    return fit_to_space(config, sub, ("BLOCK_K", "BLOCK_N", "num_stages"))
 
 
 #: The K tile of the swapped blockwise default with its scales ahead where `_long_single_wave` holds.

@@ -81,8 +81,7 @@ def gemv_fp8_kernel(
         GROUP: tl.constexpr = BLOCK_K // G
         n_groups = tl.cdiv(K, SCALE_BLOCK)
         bs_ptrs = bs_ptr + (clamped // SCALE_BLOCK)[:, None] * stride_bsn
-        acc0 = tl.zeros((BLOCK_N,), tl.float32)
-    elif STEP_SUM:
+    if BLOCKWISE or STEP_SUM:  # one value per (row, column)
         acc0 = tl.zeros((BLOCK_N,), tl.float32)
     else:
         acc0 = tl.zeros((BLOCK_N, BLOCK_K), tl.float32)
