@@ -27,6 +27,7 @@ __all__ = [
     "Benchmarker",
     "DeviceFault",
     "L2Flush",
+    "ServedTiming",
     "classify_error",
     "flushed_event_us",
     "graph_replays",
@@ -78,6 +79,14 @@ class BenchSettings:
     #: what `target_time_s` and `max_reps` allow). None times every config to that most.
     precision: float | None = 0.003
 
+    def as_served(self) -> BenchSettings:
+        """These settings for timing configs the way they run when served (`ServedTiming`): every launch
+        in CUDA-graph replays, back to back over rotating input sets (no cache flush, no idle spin between
+        launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
+        spin before each launch ranked configs differently from the same launches run back to back, as
+        a serving engine runs them (docs/notes/2026-11-27-served-timing.md)."""
+        return dataclasses.replace(self, method="graph")
+
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
         return cls(
@@ -91,6 +100,39 @@ class BenchSettings:
             race=None,
             precision=None,
         )
+
+
+class ServedTiming:
+    """`op` timed the way its configs run when served: a worker or `Benches` gives it a Benchmarker of its
+    own with `BenchSettings.as_served()` (its own inputs too). Everything else is `op`'s: the wrapper
+    delegates every attribute, so kernel versions, spaces and launches are the op's. Immutable; pickles
+    with its op (worker processes receive it)."""
+
+    def __init__(self, op: TunableOp) -> None:
+        object.__setattr__(self, "op", op)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "op":  # while unpickling, before __setstate__: no recursion
+            raise AttributeError(name)
+        return getattr(self.op, name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ServedTiming is immutable")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"op": self.op}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "op", state["op"])
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServedTiming) and other.op == self.op
+
+    def __hash__(self) -> int:
+        return hash(("served", self.op))
+
+    def __repr__(self) -> str:
+        return f"ServedTiming({self.op!r})"
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -146,6 +146,14 @@ def _parser() -> argparse.ArgumentParser:
         help="time budget for the whole sweep, e.g. 8h, 90m, 1h30m, 600s: shared across the problems "
         "(each gets an equal share of what is left); when spent the sweep stops, resumable",
     )
+    p.add_argument(
+        "--profile-m",
+        metavar="LADDER",
+        help="after tuning, time each shape's finalists, the vendor library and the default at these M "
+        "(for every [[sweep]] table, overriding its profile_m): 'serving' (1, 2, 3, 4, 6, 8, every 8 to "
+        "512, then log-spaced up to the shape's largest M; the default on a GPU), 'none', or M values "
+        "and ranges LO-HI:STEP, e.g. 1,2,4,8-512:8,1024. `autotune emit` serves M ranges from it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
@@ -294,9 +302,63 @@ def _parser() -> argparse.ArgumentParser:
         default=0.01,
         metavar="FRACTION",
         help="keep the vendor library unless another backend is faster by more than this fraction "
-        "(default 0.01: smaller wins are within run-to-run noise)",
+        "(default 0.01: smaller wins are within run-to-run noise); at every profiled M too",
+    )
+    p.add_argument(
+        "--no-ranges",
+        action="store_true",
+        help="ignore stored M profiles: serve every shape from its tuned M buckets by the M policy",
     )
     _db_arg(p)
+
+    p = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="time the served call of a table against the vendor library at every M, on this GPU",
+        description="On the local GPU, time the call a serving process gets (autotune.kernels' entry "
+        "points with TABLE loaded; for a shape TABLE does not cover, the op's fallback) against the "
+        "vendor library at every M of a ladder, both timed as served (CUDA-graph replays over "
+        "rotating inputs, interleaved rounds), each output checked first. Prints the worst rows and "
+        "a summary per shape, writes every row as JSON, and exits 1 when a row's ratio (vendor "
+        "time / served time) is under --min-ratio: run it before deploying a table.",
+    )
+    p.add_argument("table", metavar="TABLE.json", nargs="?", help="the table to verify (none: the fallbacks)")
+    p.add_argument(
+        "--problems",
+        metavar="SPEC.toml",
+        help="verify the shapes of this sweep spec (with or without TABLE) instead of TABLE's entries",
+    )
+    p.add_argument(
+        "--m",
+        metavar="LADDER",
+        help="the M values: 'serving' (default: 1, 2, 3, 4, 6, 8, every 8 to 512, then log-spaced to each "
+        "shape's largest tuned M) or M values and ranges LO-HI:STEP, e.g. 1-16,24,4096",
+    )
+    p.add_argument("--max-m", type=int, metavar="M", help="the serving ladder up to this M for every shape")
+    p.add_argument(
+        "--min-ratio",
+        type=float,
+        default=0.98,
+        metavar="R",
+        help="fail (exit 1) when a row's vendor time / served time is under R (default 0.98)",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=3, metavar="N", help="interleaved rounds per row (default 3)"
+    )
+    p.add_argument("--worst", type=int, default=15, metavar="N", help="worst rows to print (default 15)")
+    p.add_argument(
+        "--out",
+        default="autotune-verify.json",
+        metavar="FILE",
+        help="JSON of every row (default %(default)s)",
+    )
+    p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument(
+        "--interpret",
+        action="store_true",
+        help="run in Triton's CPU interpreter (checks the pipeline; its timings mean nothing)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     p = sub.add_parser(
         "status",
@@ -343,6 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         console.setLevel(level)
     handlers = {"sweep": _sweep, "plan": _plan, "check": _check, "best": _best, "export": _export}
     handlers["emit"] = _emit
+    handlers["verify"] = _verify
     handlers["import"] = _import
     handlers["db"] = _db
     handler = {**handlers, "status": _status}[args.verb]
@@ -412,6 +475,8 @@ def _sweep(args: argparse.Namespace) -> int:
             spec = load_spec(args.spec)
         except SpecError as exc:
             raise CliError(str(exc)) from None
+        if args.profile_m is not None:
+            spec = _with_profile_m(spec, args.profile_m)
     compile_only = bool(args.target)
     target: Target | None = None
     if args.interpret:
@@ -438,6 +503,23 @@ def _sweep(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         return _predict(args, spec, _open_store(args.db), target, len(planned))
     return _measure(args, spec if args.spec is not None else None, target, gpus, budget_s)
+
+
+def _with_profile_m(spec: Any, text: str) -> Any:
+    """`spec` with every entry's profile_m set from --profile-m."""
+    import dataclasses
+
+    from autotune.ladder import SERVING, parse_ladder
+
+    if text.strip().lower() == SERVING:
+        value: str | tuple[int, ...] = SERVING
+    else:
+        try:
+            value = parse_ladder(text, max_m=1)
+        except ValueError as exc:
+            raise CliError(f"--profile-m: {exc}") from None
+    entries = tuple(dataclasses.replace(e, profile_m=value) for e in spec.entries)
+    return dataclasses.replace(spec, entries=entries)
 
 
 def _untuned_spec(args: argparse.Namespace, target: Any) -> Any:
@@ -491,6 +573,8 @@ def _measure(
                 target = workers[0].target
             if spec is None:
                 spec = _untuned_spec(args, target)
+                if args.profile_m is not None:
+                    spec = _with_profile_m(spec, args.profile_m)
             try:
                 planned = plan(spec, target)
             except SpecError as exc:
@@ -702,6 +786,15 @@ def _print_sweep_report(report: Any) -> None:
         f"{report.trials_cached} read back from the database, "
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
+    if report.profiles:
+        ran = sum(p.ran for p in report.profiles)
+        cached = sum(p.cached for p in report.profiles)
+        points = sum(p.points for p in report.profiles)
+        share = report.profile_s / report.wall_s if report.wall_s > 0 else 0.0
+        print(
+            f"profiled {len(report.profiles)} shapes at {points} M values: {ran} timings run, {cached} read "
+            f"back, {report.profile_s:.1f} s ({share:.0%} of the sweep); `autotune emit` serves M ranges"
+        )
     for what, attr in (
         ("by constraints before compiling ('space' is valid/all)", "pruned"),
         ("by static checks after compiling (no GPU time)", "static_pruned"),
@@ -1031,16 +1124,171 @@ def _emit(args: argparse.Namespace) -> int:
         raise CliError(f"unknown --m-policy {policy!r}; known: {', '.join(M_POLICIES)}")
     with _open_store(args.db) as store:
         try:
-            table = emit_table(store, fingerprint=args.gpu, m_policy=policy, vendor_margin=args.vendor_margin)
+            table = emit_table(
+                store,
+                fingerprint=args.gpu,
+                m_policy=policy,
+                vendor_margin=args.vendor_margin,
+                profiles=not args.no_ranges,
+            )
             table.save(Path(args.out))
         except (TableError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None
     kind = "predicted" if table.predicted else "measured"
-    print(
-        f"wrote {args.out}: {len(table)} M buckets over {len(table.entries)} (N, K) shapes ({kind}) for "
-        f"{table.target} [{table.fingerprint}], M policy {table.m_policy}"
-    )
+    ranged = table.ranged
+    bucketed = len(table.entries) - ranged
+    parts = []
+    if ranged:
+        n_ranges = sum(len(e.ranges) for e in table.entries)
+        parts.append(f"{ranged} shape{'s' * (ranged != 1)} served by {n_ranges} M ranges (profiled)")
+    if bucketed:
+        n_buckets = sum(len(e.buckets) for e in table.entries)
+        parts.append(
+            f"{bucketed} shape{'s' * (bucketed != 1)} by {n_buckets} M buckets (M policy {table.m_policy})"
+        )
+    print(f"wrote {args.out}: {'; '.join(parts)} ({kind}) for {table.target} [{table.fingerprint}]")
     return EXIT_OK
+
+
+# -- verify -----------------------------------------------------------------------------------------
+def _verify(args: argparse.Namespace) -> int:
+    from autotune.dispatch import Dispatcher, Table, TableError, install_dispatcher
+    from autotune.target import Target, TargetError, local_target
+    from autotune.verify import verify
+
+    if args.table is None and args.problems is None:
+        raise CliError("give a TABLE.json, --problems SPEC.toml, or both")
+    if args.min_ratio <= 0:
+        raise CliError("--min-ratio must be positive")
+    if args.rounds < 1:
+        raise CliError("--rounds must be at least 1")
+    if args.max_m is not None and (args.max_m < 1 or args.m is not None):
+        raise CliError("--max-m takes a positive M and excludes --m")
+    table = None
+    if args.table is not None:
+        try:
+            table = Table.load(args.table)
+        except TableError as exc:
+            raise CliError(str(exc)) from None
+    if args.interpret or os.environ.get("TRITON_INTERPRET") == "1":
+        os.environ["TRITON_INTERPRET"] = "1"
+        target = Target.interpreter_target()
+    else:
+        try:
+            target = local_target(args.device)
+        except TargetError as exc:
+            raise CliError(f"verify times on a GPU: {exc}") from None
+    if table is not None and table.device_key != target.device_key():
+        raise CliError(
+            f"{args.table} was tuned on {table.target}, but this is {target}: verify it on that GPU"
+        )
+    families = _verify_families(args, table)
+    dispatcher = Dispatcher([table] if table else [], device_key=target, untuned_log=os.devnull)
+    previous = install_dispatcher(dispatcher)
+    total = sum(len(f.ladder) for f in families)
+    print(
+        f"verify: {len(families)} shapes, {total} rows on {target}"
+        + (f"; table {args.table}" if table else "; no table")
+    )
+    bar = _progress(total, disabled=args.no_progress, unit="row")
+    try:
+        report = verify(
+            families,
+            target=target,
+            rounds=args.rounds,
+            min_ratio=args.min_ratio,
+            on_row=lambda row: bar.update(1),
+        )
+    finally:
+        bar.close()
+        install_dispatcher(previous)
+    report.table = args.table or ""
+    try:
+        Path(args.out).write_text(report.to_json() + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"--out {args.out}: cannot write it ({exc.strerror})") from None
+    _print_verify(report, args.worst)
+    print(f"wrote {args.out}")
+    return EXIT_OK if report.ok else EXIT_FAIL
+
+
+def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
+    """The shape families to verify: the spec's (labelled by layer where it names a model), else the
+    table's entries; each with its ladder."""
+    from autotune.kernels import get_op
+    from autotune.ladder import parse_ladder, serving_ladder
+    from autotune.profile import family_of
+    from autotune.sweeps import SpecError, load_spec
+    from autotune.verify import Family, family_of_entry
+
+    def ladder(max_m: int, tuned: Sequence[int]) -> tuple[int, ...]:
+        try:
+            if args.m is not None:
+                return parse_ladder(args.m, max_m)
+        except ValueError as exc:
+            raise CliError(f"--m: {exc}") from None
+        return serving_ladder(args.max_m or max_m, tuned)
+
+    out = []
+    if args.problems is not None:
+        try:
+            spec = load_spec(args.problems)
+        except SpecError as exc:
+            raise CliError(str(exc)) from None
+        grouped: dict[Any, tuple[Any, str, list[int]]] = {}
+        for entry in spec.entries:
+            for label, p in entry.labeled_problems():
+                fam = family_of(p)
+                grouped.setdefault(fam, (entry.op_for(p), label, []))[2].append(p.M)
+        for fam, (op, label, ms) in grouped.items():
+            out.append(Family(op, fam, ladder(max(ms), ms), f"{label} {_family_label(fam)}"))
+        return out
+    for entry in table.entries:
+        fam = family_of_entry(entry)
+        if entry.ranges:
+            top = entry.ranges[-1].lo - 1 if entry.ranges[-1].lo > 1 else 512
+            tuned: list[int] = []
+        else:
+            tuned = [b.m for b in entry.buckets]
+            top = max(tuned)
+        out.append(Family(get_op(entry.op), fam, ladder(top, tuned), _family_label(fam)))
+    return out
+
+
+def _family_label(p: Any) -> str:
+    if p.op == "moe":
+        return f"moe N={p.N} K={p.K} E={p.E} topk={p.topk} {p.dtype_a}"
+    if p.op == "gemm":
+        return f"gemm N={p.N} K={p.K} {p.dtype_a}" + ("" if p.layout == "nk" else f" B:{p.layout}")
+    return f"{p.op} N={p.N} K={p.K}"
+
+
+def _print_verify(report: Any, worst: int) -> None:
+    from autotune.verify import rows_text
+
+    rows = report.worst(worst)
+    if rows:
+        print(f"worst {len(rows)} rows (ratio = vendor µs / served µs):")
+        for line in rows_text(rows):
+            print("  " + line)
+    table = [("shape", "rows", "timed", "vendor", "geomean", "min", "at M", f"< {report.min_ratio:g}")]
+    for s in report.summary():
+        table.append(
+            (
+                s["family"],
+                str(s["rows"]),
+                str(s["compared"] - s["vendor_rows"]),
+                str(s["vendor_rows"]),
+                "-" if s["geomean"] is None else f"{s['geomean']:.3f}",
+                "-" if s["min"] is None else f"{s['min']:.3f}",
+                "-" if s["min_m"] is None else str(s["min_m"]),
+                str(s["under"]),
+            )
+        )
+    _print_table(table)
+    failing = report.failing()
+    verdict = "ok" if not failing else f"FAIL: {len(failing)} rows under {report.min_ratio:g}"
+    print(f"{verdict} ({report.wall_s:.0f} s; 'vendor' rows serve the vendor's own call: ratio 1, not timed)")
 
 
 def _status(args: argparse.Namespace) -> int:

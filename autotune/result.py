@@ -53,6 +53,9 @@ class Source(str, enum.Enum):
     #: many noisy single timings favours a config that was timed lucky; the final round's times are
     #: what the emitted table and the export compare.
     FINAL = "final"
+    #: A shape family's candidates timed at a ladder of M after its buckets were tuned
+    #: (`autotune.profile`), the way they run when served: what `autotune emit` builds M ranges from.
+    PROFILE = "profile"
 
 
 @dataclass(frozen=True)

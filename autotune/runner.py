@@ -120,9 +120,10 @@ class Runner:
     search tries first, after the vendor baseline and the heuristic default, the imported config of the
     nearest M and the winners on this GPU at the nearest other M of the same shape. With `final_rounds`
     > 0, a search that ends (not one stopped) times its `finalists` fastest configs of other backends
-    and the vendor library's fastest again in that many interleaved rounds, and stores each median as a
-    `Source.FINAL` trial: the best of many single timings is biased towards a lucky run, and the
-    head-to-head medians decide the emitted winner (`emit_table`). A resumed sweep reuses a stored final
+    and the vendor library's fastest again in that many interleaved rounds, the way they run when served
+    (`served_measurer`: CUDA-graph replays back to back), and stores each median as a `Source.FINAL`
+    trial: the best of many single timings is biased towards a lucky run, and the head-to-head medians
+    decide the emitted winner (`emit_table`). A resumed sweep reuses a stored final
     round. The final round is not counted in the budget. Not thread-safe: one Runner per thread (sweeps
     on several GPUs run one per worker).
     """
@@ -140,6 +141,7 @@ class Runner:
         warm_start: bool = True,
         final_rounds: int = 0,
         finalists: int = 2,
+        served: Measurer | None = None,
     ) -> None:
         if final_rounds < 0 or finalists < 1:
             raise ValueError(f"final_rounds must be >= 0 and finalists >= 1, got {final_rounds}, {finalists}")
@@ -149,6 +151,8 @@ class Runner:
         self.checker = checker
         self.target = target
         self.bench = benchmarker
+        self.served = served
+        self._served_benches: dict[int, Measurer] = {}
         self.sweep_id = sweep_id
         self.on_trial = on_trial
         self.should_stop = should_stop
@@ -220,7 +224,7 @@ class Runner:
                 if self.on_trial is not None:
                     self.on_trial(problem, config, result)
             if self.final_rounds:
-                report.final = self._final_round(problem, kernels)
+                report.final = self._final_round(op, problem, kernels)
         finally:  # interrupted too: self.current then tells what finished
             best = search.best
             report.best = best[1] if best else None
@@ -241,9 +245,35 @@ class Runner:
 
         if self.final_rounds == 0:
             return []
-        return self._final_round(problem, kernel_versions(op, tuple(backends or op.backends(self.target))))
+        return self._final_round(
+            op, problem, kernel_versions(op, tuple(backends or op.backends(self.target)))
+        )
 
-    def _final_round(self, problem: Problem, kernels: dict[str, tuple[str, str]]) -> list[TrialResult]:
+    def served_measurer(self, op: TunableOp) -> Measurer:
+        """What the final round (and a profile) times `op`'s configs with: as they run when served
+        (`ServedTiming`): the `served` measurer given, else one derived from the runner's own Benchmarker
+        or bound worker, else the runner's measurer itself."""
+        if self.served is not None:
+            return self.served
+        found = self._served_benches.get(id(op))
+        if found is None:
+            from autotune.bench import Benchmarker, ServedTiming
+            from autotune.workers import BoundWorker
+
+            bench = self.bench
+            if isinstance(bench, Benchmarker):
+                found = Benchmarker(ServedTiming(op), bench.target, device=bench.device,
+                                    settings=bench.settings.as_served(), seed=bench.seed)  # fmt: skip
+            elif isinstance(bench, BoundWorker):
+                found = BoundWorker(bench.worker, ServedTiming(op))
+            else:
+                found = bench
+            self._served_benches[id(op)] = found
+        return found
+
+    def _final_round(
+        self, op: TunableOp, problem: Problem, kernels: dict[str, tuple[str, str]]
+    ) -> list[TrialResult]:
         """`final_round` over the stored trials of `kernels` (earlier sweeps' too, not only this search's)."""
         stored = self.store.finished(target=self.target, problem=problem, kernels=kernels)
         ranked = sorted((r for r in stored.values() if r.ok), key=lambda r: r.score())
@@ -259,11 +289,12 @@ class Runner:
         if all(c.digest() in stored for c in finalists):
             return sorted((stored[c.digest()] for c in finalists), key=lambda r: r.score())
         runs: dict[Config, list[TrialResult]] = {c: [] for c in finalists}
+        measure = self.served_measurer(op)
         for _ in range(self.final_rounds):
             for config in finalists:
                 if self.should_stop is not None and self.should_stop():
                     raise SweepStopped  # nothing of an unfinished round is stored
-                runs[config].append(self.bench.run(problem, config))
+                runs[config].append(measure.run(problem, config))
         final = [_median_result(config, results, self.final_rounds) for config, results in runs.items()]
         self.store.record_final(
             target=self.target,

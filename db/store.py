@@ -958,7 +958,12 @@ class Store:
                     t.gpu_id,
                     func.count(),
                     func.sum(case((is_ok, 1), else_=0)),
-                    func.count(func.distinct(case((is_ok, t.problem_id), else_=None))),
+                    # problems tuned: a profile's problems (its ladder's M) are not tuned ones
+                    func.count(
+                        func.distinct(
+                            case((is_ok & (t.source != Source.PROFILE.value), t.problem_id), else_=None)
+                        )
+                    ),
                 ).group_by(t.gpu_id)
             )
             per_gpu_counts = {g: (int(n), int(ok or 0), int(p)) for g, n, ok, p in per_gpu_rows}

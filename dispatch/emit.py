@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from autotune.config import Config
-from autotune.dispatch.table import Table
-from autotune.problem import Problem
-from autotune.result import Source
+from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
+from autotune.dispatch.table import Key, Table, _describe
+from autotune.problem import Problem, normalize_dtype
+from autotune.result import VENDOR_BACKEND, Source, TrialStatus
 
 if TYPE_CHECKING:
-    from autotune.db import Store, Winner
+    from autotune.db import Store, TrialRecord, Winner
 
-__all__ = ["DEFAULT_M_POLICY", "DEFAULT_VENDOR_MARGIN", "emit_table"]
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_M_POLICY", "DEFAULT_VENDOR_MARGIN", "emit_table", "profiles_of"]
 
 #: How an M between tuned buckets is served unless told otherwise: chosen by the regret measured on
 #: untuned M values on the H100 (benchmarks/gemm.py, BENCHMARKS.md).
@@ -31,6 +35,7 @@ def emit_table(
     fingerprint: str | None = None,
     m_policy: str = DEFAULT_M_POLICY,
     vendor_margin: float = DEFAULT_VENDOR_MARGIN,
+    profiles: bool = True,
 ) -> Table:
     """The winners of one device as a Table.
 
@@ -53,6 +58,11 @@ def emit_table(
     the chosen winner, so from one fingerprint and one source: the final round where it holds the fastest
     measured config (`Store.winners(final=True)`: the finalists and the vendor library timed head to
     head), else the searches' own timings.
+
+    A shape family with a stored M profile (`autotune.profile`, on this device) is served by M ranges
+    built from it instead (`ranges_from_profile`, with the same vendor margin): each M gets the config
+    measured fastest there, the vendor library unless another beats it by the margin, and the vendor
+    library above the profile's largest M. `profiles=False` emits buckets for every family.
 
     Raises:
         ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
@@ -102,7 +112,52 @@ def emit_table(
             pick = w.vendor
         picks.append((w.problem, pick.config, pick.time_us, predicted))
     newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
-    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy)
+    ranges: dict[Key, tuple[Range, ...]] = {}
+    if profiles:
+        device_key = newest.gpu.target.device_key()
+        for key, profile in profiles_of(store, device_key).items():
+            try:
+                ranges[key] = ranges_from_profile(profile, is_vendor=_is_vendor, margin=vendor_margin)
+            except ValueError as exc:  # nothing measured: the family keeps its buckets
+                log.warning("no M ranges for %s: %s", _describe(key), exc)
+    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+
+
+def _is_vendor(config: Config) -> bool:
+    return config.backend == VENDOR_BACKEND
+
+
+def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
+    """The stored M profiles of one device, per shape family: M → {config: time in µs}.
+
+    Only OK profile trials count. Per family, the profile of one fingerprint of the device is used (the
+    one whose latest profile trial is newest), and per backend only its newest kernel version (the
+    source hash of its latest trial): a profile measured with older code or software is not mixed in.
+    """
+    trials = [
+        t
+        for t in store.trials(status=TrialStatus.OK, source=Source.PROFILE)
+        if t.gpu.target.device_key() == device_key and t.time_us is not None
+    ]
+    by_family: dict[Key, list[TrialRecord]] = {}
+    for t in trials:
+        p = t.problem
+        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk)
+        by_family.setdefault(key, []).append(t)
+    out: dict[Key, Profile] = {}
+    for key, rows in by_family.items():
+        newest_gpu = max(rows, key=lambda t: t.id).gpu.id
+        rows = [t for t in rows if t.gpu.id == newest_gpu]
+        current: dict[str, tuple[int, str]] = {}
+        for t in rows:
+            if t.backend not in current or t.id > current[t.backend][0]:
+                current[t.backend] = (t.id, t.source_hash)
+        profile: dict[int, dict[Config, float]] = {}
+        for t in rows:
+            if t.source_hash == current[t.backend][1] and t.time_us is not None:
+                profile.setdefault(t.problem.M, {})[t.config] = t.time_us
+        out[key] = profile
+    return out
 
 
 def _describe_device(winners: list[Winner]) -> str:

@@ -1,12 +1,14 @@
 """Table: the pinned, immutable lookup of tuned configs for one GPU.
 
-A Table maps a shape family ``(op, dtype, layout, N, K, E, topk)`` to a sorted list of M buckets, each with
-the config that won at that M. A lookup is one dict get on a tuple key and one bisect; an M between tuned
-buckets is served by the table's M policy (see `M_POLICIES`).
+A Table maps a shape family ``(op, dtype, layout, N, K, E, topk)`` either to **M ranges** (contiguous
+intervals covering every M from 1 up, each with the config measured fastest there: built from a profile
+at a ladder of M, see `autotune.dispatch.ranges`) or, for a family that was not profiled, to a sorted list
+of **M buckets**, each with the config that won at that tuned M, an M between buckets being served by the
+table's M policy (see `M_POLICIES`). A lookup is one dict get on a tuple key and one bisect either way.
 
 File format (JSON, UTF-8; written by `Table.save`, read with the standard library only)::
 
-    {"format": "autotune-table", "version": 1,
+    {"format": "autotune-table", "version": 2,
      "fingerprint": "<Target.fingerprint()>",   # hardware + toolchain the configs were measured with
      "device_key": "<Target.device_key()>",     # hardware alone: what the dispatch guard compares
      "target": { ...Target.to_dict()... },
@@ -15,8 +17,17 @@ File format (JSON, UTF-8; written by `Table.save`, read with the standard librar
      "created": "2026-11-21T19:00:00Z", "generator": "autotune 0.1.0",
      "entries": [
        {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096, "e": 0, "topk": 0,
-        "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]}
+        "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]},
+       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 8192, "k": 4096, "e": 0, "topk": 0,
+        "ranges": [{"lo": 1, "hi": 2, "config": {"backend": "triton_gemv", ...}, "speedup": 1.1, "points": 2},
+                   {"lo": 3, "hi": null, "config": {"backend": "torch"}, "speedup": 1.0, "points": 70}]}
      ]}
+
+An entry has either "buckets" or "ranges". Ranges start at M = 1, follow each other without a gap, and
+the last has ``"hi": null``; ``speedup`` is the vendor library's time over the config's, geometric mean
+over the profiled M inside (null where not profiled against the vendor), ``points`` how many profiled M
+lie inside. A file without ranges is written as version 1 (what older readers read); one with ranges as
+version 2. Both are read.
 
 A bucket whose config a cost model predicted (nothing measured it) carries ``"predicted": true``; a bucket
 without the field is measured. The top-level ``predicted`` is true when any bucket is (or when the whole
@@ -43,15 +54,32 @@ from pathlib import Path
 from typing import Any
 
 from autotune.config import Config
+from autotune.dispatch.ranges import Range, check_ranges
 from autotune.problem import Problem, normalize_dtype
 from autotune.target import Target
 
-__all__ = ["FORMAT", "M_POLICIES", "VERSION", "Bucket", "Entry", "Key", "Table", "TableError"]
+__all__ = [
+    "FORMAT",
+    "M_POLICIES",
+    "RANGES",
+    "VERSION",
+    "Bucket",
+    "Entry",
+    "Key",
+    "Range",
+    "Table",
+    "TableError",
+]
 
 #: The value of the "format" field of every table file.
 FORMAT = "autotune-table"
-#: The newest table file version this code reads and the one it writes.
-VERSION = 1
+#: The newest table file version this code reads; written where a table has M ranges (else version 1).
+VERSION = 2
+#: The file versions this code reads.
+VERSIONS = (1, 2)
+#: The lookup rule of an entry with M ranges: the range whose lo is the largest <= M (an index policy, not
+#: one of `M_POLICIES`, which say how an M between tuned buckets is served).
+RANGES = "ranges"
 
 #: How an M between tuned buckets is served.
 #: round_up: the smallest tuned M >= M (the largest bucket if M is above all);
@@ -61,6 +89,7 @@ M_POLICIES: tuple[str, ...] = ("round_up", "round_down", "nearest", "nearest_log
 
 #: Index key of a shape family: (op, dtype, layout, N, K, E, topk).
 Key = tuple[str, str, str, int, int, int, int]
+_Hit = tuple[tuple[int, ...], tuple[Config, ...], tuple[Any, ...], str]
 
 
 class TableError(ValueError):
@@ -78,7 +107,7 @@ def pick(ms: tuple[int, ...], M: int, policy: str) -> int:
     if policy == "round_up":
         i = bisect_left(ms, M)
         return i if i < len(ms) else i - 1
-    if policy == "round_down":
+    if policy == "round_down" or policy == RANGES:
         i = bisect_right(ms, M) - 1
         return i if i >= 0 else 0
     if policy == "nearest" or policy == "nearest_log":
@@ -145,10 +174,12 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Entry:
-    """The M buckets of one shape family (op, dtype, layout, N, K, E, topk).
+    """How one shape family (op, dtype, layout, N, K, E, topk) is served: its M ranges or its M buckets.
 
-    Immutable. `buckets` is stored sorted by m; `dtype` is normalized to its canonical short name.
-    Raises ValueError on an empty bucket list, a repeated m or an invalid field.
+    Immutable. An entry has `ranges` (contiguous from M = 1, the last open-ended: built from a profile) or
+    `buckets` (tuned M values, served by the table's M policy), not both. `buckets` is stored sorted by m;
+    `dtype` is normalized to its canonical short name. Raises ValueError on neither or both, a repeated
+    m, ranges that leave a gap, or an invalid field.
     """
 
     op: str
@@ -158,7 +189,8 @@ class Entry:
     k: int
     e: int
     topk: int
-    buckets: tuple[Bucket, ...]
+    buckets: tuple[Bucket, ...] = ()
+    ranges: tuple[Range, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, str) or not self.op:
@@ -171,12 +203,18 @@ class Entry:
         _check_int("e", self.e, 0)
         _check_int("topk", self.topk, 0)
         buckets = tuple(sorted(self.buckets, key=lambda b: b.m))
-        if not buckets:
-            raise ValueError("an entry needs at least one bucket")
+        ranges = tuple(sorted(self.ranges, key=lambda r: r.lo))
+        if not buckets and not ranges:
+            raise ValueError("an entry needs buckets or ranges")
+        if buckets and ranges:
+            raise ValueError("an entry has buckets or ranges, not both")
         for a, b in itertools.pairwise(buckets):
             if a.m == b.m:
                 raise ValueError(f"two buckets for m={a.m}")
+        if ranges:
+            check_ranges(ranges)
         object.__setattr__(self, "buckets", buckets)
+        object.__setattr__(self, "ranges", ranges)
 
     @property
     def key(self) -> Key:
@@ -196,8 +234,16 @@ class Entry:
             "k": self.k,
             "e": self.e,
             "topk": self.topk,
-            "buckets": [b.to_dict() for b in self.buckets],
+            **(
+                {"ranges": [r.to_dict() for r in self.ranges]}
+                if self.ranges
+                else {"buckets": [b.to_dict() for b in self.buckets]}
+            ),
         }
+
+    def rows(self) -> tuple[Bucket, ...] | tuple[Range, ...]:
+        """Its ranges, or its buckets where it has none."""
+        return self.ranges or self.buckets
 
 
 def _describe(key: Key) -> str:
@@ -240,7 +286,8 @@ class Table:
     generator: str  # the tool that wrote the file read, "" for a table built in memory
     source: str  # the file it was read from, or "<memory>" / "<string>"
     entries: tuple[Entry, ...]
-    _index: dict[Key, tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]]]
+    #: key → (starts: tuned M values or range los, their configs, the entry's rows, the entry's policy)
+    _index: dict[Key, _Hit]
 
     def __init__(
         self,
@@ -255,18 +302,22 @@ class Table:
         if not isinstance(target, Target):
             raise ValueError(f"target must be a Target, got {target!r}")
         ordered = sorted(entries, key=lambda entry: entry.key)
-        index: dict[Key, tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]]] = {}
+        policy = _check_policy(m_policy)
+        index: dict[Key, _Hit] = {}
         for entry in ordered:
             if not isinstance(entry, Entry):
                 raise ValueError(f"entries must be Entry values, got {entry!r}")
             if entry.key in index:
                 raise ValueError(f"two entries for {entry.describe()}")
-            ms = tuple(b.m for b in entry.buckets)
-            configs = tuple(b.config for b in entry.buckets)
-            index[entry.key] = (ms, configs, entry.buckets)
+            if entry.ranges:
+                starts = tuple(r.lo for r in entry.ranges)
+                index[entry.key] = (starts, tuple(r.config for r in entry.ranges), entry.ranges, RANGES)
+            else:
+                ms = tuple(b.m for b in entry.buckets)
+                index[entry.key] = (ms, tuple(b.config for b in entry.buckets), entry.buckets, policy)
         init = object.__setattr__
         init(self, "target", target)
-        init(self, "m_policy", _check_policy(m_policy))
+        init(self, "m_policy", policy)
         any_predicted = any(b.predicted for entry in ordered for b in entry.buckets)
         init(self, "predicted", bool(predicted) or any_predicted)
         init(self, "created", created or _utc_now())
@@ -300,12 +351,14 @@ class Table:
         *,
         m_policy: str = "round_up",
         predicted: bool = False,
+        ranges: Mapping[Key, Iterable[Range]] | None = None,
     ) -> Table:
         """Builds a table from (problem, winning config, time in µs or None[, predicted]) tuples.
 
         Problems are grouped by (op, dtype, layout, N, K, E, topk), one bucket per M; `dtype` is the
         problem's A dtype. A bucket is predicted where its tuple's fourth item is true, or every bucket
-        where `predicted` is true; the table is predicted when any bucket is.
+        where `predicted` is true; the table is predicted when any bucket is. A family with `ranges`
+        (key → its M ranges, e.g. from `ranges_from_profile`) is served by them instead of its buckets.
 
         Raises:
             ValueError: two winners for the same shape and M, or an invalid policy.
@@ -327,7 +380,11 @@ class Table:
             if problem.M in group:
                 raise ValueError(f"two winners for {_describe(key)} M={problem.M}; pass one per M")
             group[problem.M] = Bucket(problem.M, config, time_us, guessed)
-        entries = [Entry(*key, buckets=tuple(group.values())) for key, group in groups.items()]
+        ranged = {key: tuple(rows) for key, rows in (ranges or {}).items()}
+        entries = [
+            Entry(*key, buckets=tuple(group.values())) for key, group in groups.items() if key not in ranged
+        ]
+        entries += [Entry(*key, ranges=rows) for key, rows in ranged.items()]
         return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted)
 
     # -- serialization --------------------------------------------------------------------------------
@@ -374,10 +431,11 @@ class Table:
         version = data.get("version")
         if isinstance(version, bool) or not isinstance(version, int):
             raise TableError(f"{source}: malformed table: 'version' must be an integer, got {version!r}")
-        if version != VERSION:
+        if version not in VERSIONS:
             hint = "; upgrade autotune to read it" if version > VERSION else ""
             raise TableError(
-                f"{source}: unsupported table version {version} (this autotune reads version {VERSION}){hint}"
+                f"{source}: unsupported table version {version} (this autotune reads versions "
+                f"{', '.join(map(str, VERSIONS))}){hint}"
             )
         return cls._from_dict(data, source)
 
@@ -431,7 +489,7 @@ class Table:
         """The JSON-ready form (see the module docstring)."""
         return {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if self.ranged else 1,  # readable by older autotune where it can be
             "fingerprint": self.fingerprint,
             "device_key": self.device_key,
             "target": self.target.to_dict(),
@@ -443,19 +501,20 @@ class Table:
         }
 
     def to_json(self) -> str:
-        """The file form: header fields one per line, one bucket per line (diff-friendly)."""
+        """The file form: header fields one per line, one bucket or range per line (diff-friendly)."""
         data = self.to_dict()
         entries = data.pop("entries")
         lines = ["{"]
         lines += [f" {json.dumps(k)}: {json.dumps(v, sort_keys=True)}," for k, v in data.items()]
         lines.append(' "entries": [')
         for i, entry in enumerate(entries):
-            buckets = entry.pop("buckets")
+            name = "ranges" if "ranges" in entry else "buckets"
+            rows = entry.pop(name)
             head = json.dumps(entry)[:-1]
-            lines.append(f"  {head}, " + '"buckets": [')
+            lines.append(f"  {head}, " + f'"{name}": [')
             lines += [
-                f"   {json.dumps(b, sort_keys=False)}" + ("," if j < len(buckets) - 1 else "")
-                for j, b in enumerate(buckets)
+                f"   {json.dumps(b, sort_keys=False)}" + ("," if j < len(rows) - 1 else "")
+                for j, b in enumerate(rows)
             ]
             lines.append("  ]}" + ("," if i < len(entries) - 1 else ""))
         lines.append(" ]")
@@ -496,18 +555,42 @@ class Table:
     ) -> Config | None:
         """The config for this shape, or None when (op, dtype, layout, N, K, E, topk) is not in the table.
 
-        `m_policy` overrides the table's policy for this call.
+        `m_policy` overrides the table's policy for this call, for entries with buckets (an entry with
+        M ranges always serves the range that holds M).
         """
         hit = self._index.get((op, dtype, layout, N, K, E, topk))
         if hit is None:
             hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
             if hit is None:
                 return None
-        policy = m_policy or self.m_policy
+        policy = hit[3] if hit[3] == RANGES else m_policy or hit[3]
         if policy == "round_up":  # the common case, inlined
             i = bisect_left(hit[0], M)
             return hit[1][i] if i < len(hit[0]) else hit[1][-1]
         return hit[1][pick(hit[0], M, policy)]
+
+    def lookup_row(
+        self,
+        op: str,
+        M: int,
+        N: int,
+        K: int,
+        E: int = 0,
+        *,
+        dtype: str = "bf16",
+        layout: str = "nk",
+        topk: int = 0,
+        m_policy: str | None = None,
+    ) -> Bucket | Range | None:
+        """Like `lookup`, but returns the row that serves M: its Range, or its Bucket (tuned m, time)."""
+        hit = self._index.get((op, dtype, layout, N, K, E, topk))
+        if hit is None:
+            hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
+            if hit is None:
+                return None
+        policy = hit[3] if hit[3] == RANGES else m_policy or hit[3]
+        row: Bucket | Range = hit[2][pick(hit[0], M, policy)]
+        return row
 
     def lookup_bucket(
         self,
@@ -522,17 +605,12 @@ class Table:
         topk: int = 0,
         m_policy: str | None = None,
     ) -> Bucket | None:
-        """Like `lookup`, but returns the whole bucket (its tuned m and time as well)."""
-        hit = self._index.get((op, dtype, layout, N, K, E, topk))
-        if hit is None:
-            hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
-            if hit is None:
-                return None
-        return hit[2][pick(hit[0], M, m_policy or self.m_policy)]
+        """Like `lookup`, but returns the whole bucket (its tuned m and time as well); None for a shape
+        that is not in the table or is served by M ranges (see `lookup_row`)."""
+        row = self.lookup_row(op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, m_policy=m_policy)
+        return row if isinstance(row, Bucket) else None
 
-    def _alias_hit(
-        self, op: str, dtype: str, layout: str, N: int, K: int, E: int, topk: int
-    ) -> tuple[tuple[int, ...], tuple[Config, ...], tuple[Bucket, ...]] | None:
+    def _alias_hit(self, op: str, dtype: str, layout: str, N: int, K: int, E: int, topk: int) -> _Hit | None:
         # Miss path only: retry with the canonical dtype name ("bfloat16", torch.bfloat16 -> "bf16").
         canon = canonical_dtype(dtype)
         if canon == dtype:
@@ -547,12 +625,17 @@ class Table:
         return key in self._index
 
     def __len__(self) -> int:
-        """Number of buckets over all entries."""
-        return sum(len(entry.buckets) for entry in self.entries)
+        """Number of rows (buckets and ranges) over all entries."""
+        return sum(len(entry.rows()) for entry in self.entries)
+
+    @property
+    def ranged(self) -> int:
+        """How many entries are served by M ranges."""
+        return sum(1 for entry in self.entries if entry.ranges)
 
     def __repr__(self) -> str:
         return (
-            f"Table({self.target}, {len(self.entries)} shapes, {len(self)} buckets, "
+            f"Table({self.target}, {len(self.entries)} shapes ({self.ranged} ranged), {len(self)} rows, "
             f"m_policy={self.m_policy!r}{', predicted' if self.predicted else ''}, source={self.source!r})"
         )
 
@@ -570,22 +653,40 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
         raise bad(f"{where} must be an object, got {type(raw).__name__}")
     fields = ("op", "dtype", "layout", "n", "k", "e", "topk")
     shape = " (" + " ".join(f"{f}={raw[f]}" for f in fields if f in raw) + ")"
-    missing = [f for f in ("op", "dtype", "layout", "n", "k", "buckets") if f not in raw]
+    missing = [f for f in ("op", "dtype", "layout", "n", "k") if f not in raw]
+    if "buckets" not in raw and "ranges" not in raw:
+        missing.append("buckets")
     if missing:
         raise bad(f"{where}{shape} lacks {', '.join(repr(f) for f in missing)}")
-    raw_buckets = raw["buckets"]
-    if not isinstance(raw_buckets, list):
-        raise bad(f"{where}.buckets{shape} must be a list")
+    if "buckets" in raw and "ranges" in raw:
+        raise bad(f"{where}{shape} has both 'buckets' and 'ranges'; an entry has one of them")
     buckets = []
-    for j, rb in enumerate(raw_buckets):
-        at = f"{where}.buckets[{j}]{shape}"
-        if not isinstance(rb, dict) or "m" not in rb or not isinstance(rb.get("config"), dict):
-            raise bad(f"{at} must be an object with 'm' and a 'config' object")
-        try:
-            predicted = rb.get("predicted", False)  # absent: measured (files before per-bucket markers)
-            buckets.append(Bucket(rb["m"], Config(rb["config"]), rb.get("time_us"), predicted))
-        except (TypeError, ValueError) as exc:
-            raise bad(f"{at}: {exc}") from None
+    ranges = []
+    if "ranges" in raw:
+        raw_ranges = raw["ranges"]
+        if not isinstance(raw_ranges, list):
+            raise bad(f"{where}.ranges{shape} must be a list")
+        for j, rr in enumerate(raw_ranges):
+            at = f"{where}.ranges[{j}]{shape}"
+            if not isinstance(rr, dict) or "lo" not in rr:
+                raise bad(f"{at} must be an object with 'lo', 'hi' and a 'config' object")
+            try:
+                ranges.append(Range.from_dict(rr))
+            except (TypeError, ValueError) as exc:
+                raise bad(f"{at}: {exc}") from None
+    else:
+        raw_buckets = raw["buckets"]
+        if not isinstance(raw_buckets, list):
+            raise bad(f"{where}.buckets{shape} must be a list")
+        for j, rb in enumerate(raw_buckets):
+            at = f"{where}.buckets[{j}]{shape}"
+            if not isinstance(rb, dict) or "m" not in rb or not isinstance(rb.get("config"), dict):
+                raise bad(f"{at} must be an object with 'm' and a 'config' object")
+            try:
+                predicted = rb.get("predicted", False)  # absent: measured (files before per-bucket markers)
+                buckets.append(Bucket(rb["m"], Config(rb["config"]), rb.get("time_us"), predicted))
+            except (TypeError, ValueError) as exc:
+                raise bad(f"{at}: {exc}") from None
     try:
         return Entry(
             raw["op"],
@@ -596,6 +697,7 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
             raw.get("e", 0),
             raw.get("topk", 0),
             tuple(buckets),
+            tuple(ranges),
         )
     except (TypeError, ValueError) as exc:
         raise bad(f"{where}{shape}: {exc}") from None

@@ -11,8 +11,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.bench import ServedTiming
 from autotune.config import Config
 from autotune.problem import Problem
+from autotune.profile import FamilyProfile, ProfileReport, family_of, profile_family
 from autotune.result import TrialResult
 from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.kernels.base import TunableOp
 
-__all__ = ["SweepReport", "plan", "predict_sweep", "run_sweep"]
+__all__ = ["SweepReport", "families", "plan", "predict_sweep", "run_sweep"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class SweepReport:
     wall_s: float = 0.0
     predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
     budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
+    #: The M profiles made after tuning (one per shape family with a ladder), and the seconds they took.
+    profiles: list[ProfileReport] = field(default_factory=list)
+    profile_s: float = 0.0
 
     @property
     def trials_run(self) -> int:
@@ -97,6 +102,12 @@ def run_sweep(
     capped by its own `seconds`. When it is spent the sweep stops like an interrupted one
     (`report.budget_spent`); running it again resumes.
 
+    Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
+    by default the serving ladder on a GPU) is profiled (`autotune.profile`): its candidates timed at
+    every ladder M the way they run when served, stored as profile trials, so that `autotune emit`
+    builds M ranges; on the workers, a family at a time each. A sweep stopped or out of budget profiles
+    nothing; running it again does.
+
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
     stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
     says so. Any other error marks it "failed" and propagates. Running the same spec again resumes:
@@ -116,18 +127,35 @@ def run_sweep(
     queue = _ProblemQueue(todo, budget_s, len(workers))
     if checker is not None:
         checker.warm_up()  # the compile processes start while the GPU workers do
+    jobs = families(spec, target)
     with _sweep_row(spec, store, target, problems_total=len(todo), workers=n_workers, log_path=log_path) as (
         report,
         progress,
     ):
         counted = progress.wrap(on_trial)
         try:
-            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker)
+            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker, jobs)
         finally:
             report.budget_spent = queue.budget_spent
             if queue.budget_spent:
                 report.interrupted = True
     return report
+
+
+def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
+    """The shape families of `spec` to profile on `target`: per family (problems differing only in M),
+    its tuned problems and the ladder of the entry that holds its first problem; families with an empty
+    ladder are left out."""
+    grouped: dict[Problem, tuple[SweepEntry, list[Problem]]] = {}
+    for entry, problem in spec.problems():
+        grouped.setdefault(family_of(problem), (entry, []))[1].append(problem)
+    out = []
+    for entry, problems in grouped.values():
+        buckets = tuple(sorted(problems, key=lambda p: p.M))
+        ladder = entry.ladder_on(target, tuple(p.M for p in buckets))
+        if ladder:
+            out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder))
+    return out
 
 
 class _ProblemQueue:
@@ -291,9 +319,11 @@ def _run_on_workers(
     on_trial: TrialCallback | None,
     on_problem: Callable[[ProblemReport], None] | None,
     checker: StaticChecker | None,
+    jobs: Sequence[FamilyProfile] = (),
 ) -> None:
-    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one); Ctrl-C here
-    aborts the running trials and stops them all."""
+    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one), then, once every
+    problem is tuned, the profile `jobs`, one thread per worker; Ctrl-C here aborts the running trials
+    and stops them all."""
     stop = threading.Event()
     lock = threading.Lock()  # the report and the callbacks
     errors: list[BaseException] = []
@@ -323,6 +353,7 @@ def _run_on_workers(
                         store,
                         worker.target,
                         _InLane(lane, ticket, op),
+                        served=_InLane(lane, ticket, ServedTiming(op)),
                         sweep_id=report.sweep_id,
                         on_trial=locked_on_trial,
                         checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
@@ -365,37 +396,90 @@ def _run_on_workers(
                 with lock:
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
-    per_worker = IN_FLIGHT if checker is not None else 1
-    if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
+    profile_jobs = list(jobs)
+
+    def profile(lane: _Lane) -> None:
+        worker = lane.worker
+        job: FamilyProfile | None = None
         try:
-            drain(lanes[0])
-        finally:
-            workers[0].close()
-        threads: list[threading.Thread] = []
-    else:
+            while not stop.is_set():
+                with lock:
+                    if not profile_jobs:
+                        return
+                    job = profile_jobs.pop(0)
+                ticket = lane.join()
+                try:
+                    done = profile_family(
+                        job,
+                        store=store,
+                        target=worker.target,
+                        measurer=_InLane(lane, ticket, ServedTiming(job.op)),
+                        sweep_id=report.sweep_id,
+                        should_stop=stop.is_set,
+                        on_point=lambda *_: progress.beat(),
+                    )
+                finally:
+                    lane.leave(ticket)
+                job = None
+                with lock:
+                    report.profiles.append(done)
+        except (SweepStopped, WorkerAborted):
+            pass
+        except WorkerError as exc:  # this worker cannot go on; the others take its family
+            log.error("%s stopped: %s", worker.name, exc)
+            with lock:
+                if job is not None:
+                    profile_jobs.insert(0, job)
+                errors.append(exc)
+        except BaseException as exc:  # a bug or a database error: stop the sweep
+            with lock:
+                errors.append(exc)
+            stop.set()
+
+    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
+        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
+            body(lanes[0])
+            return
         threads = [
-            threading.Thread(target=drain, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
+            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
             for i in range(per_worker)
             for lane in lanes
         ]
-    for t in threads:
-        t.start()
-    try:
-        while any(t.is_alive() for t in threads):
-            for t in threads:
-                t.join(0.2)
-    except KeyboardInterrupt:
-        stop.set()
-        for w in workers:
-            w.close()  # a running trial is cut short, and not stored
         for t in threads:
-            t.join()
-        raise
-    fatal = [e for e in errors if not isinstance(e, WorkerError)]
-    if fatal:
-        raise fatal[0]
-    if queue.todo and not stop.is_set() and not queue.budget_spent:
-        raise errors[0] if errors else RuntimeError("problems left with no worker to run them")
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()
+            for w in workers:
+                w.close()  # a running trial is cut short, and not stored
+            for t in threads:
+                t.join()
+            raise
+
+    def check_errors(left: bool) -> None:
+        fatal = [e for e in errors if not isinstance(e, WorkerError)]
+        if fatal:
+            raise fatal[0]
+        if left and not stop.is_set() and not queue.budget_spent:
+            raise errors[0] if errors else RuntimeError("work left with no worker to do it")
+
+    one_thread = len(workers) == 1 and checker is None
+    try:
+        run_phase(drain, IN_FLIGHT if checker is not None else 1)
+        check_errors(bool(queue.todo))
+        if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
+            t0 = time.perf_counter()
+            try:
+                run_phase(profile, 1)
+            finally:
+                report.profile_s = time.perf_counter() - t0
+            check_errors(bool(profile_jobs))
+    finally:
+        if one_thread:
+            workers[0].close()
 
 
 def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:

@@ -19,6 +19,11 @@ warm_start = true              # try known configs first (imported, winners at n
 final_rounds = 3               # the 2 fastest configs and the vendor library's, timed again head to head
                                # in this many interleaved rounds: their medians pick the winner (0: off;
                                # default 3 on a GPU, 0 in the interpreter, whose timings pick nothing)
+profile_m = "serving"          # after the buckets of a shape are tuned, time their finalists, the vendor
+                               # and the default at these M ("serving": 1, 2, 3, 4, 6, 8, every 8 to 512,
+                               # then log-spaced up to the largest M; a list of ints; false: none). The
+                               # emitted table serves M ranges from it. Default "serving" on a GPU, none
+                               # in the interpreter
 
 [[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
 op = "moe"
@@ -83,11 +88,11 @@ __all__ = [
 
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends",
-               "warm_start", "final_rounds"}  # fmt: skip
+               "warm_start", "final_rounds", "profile_m"}  # fmt: skip
 _MOE_KEYS = {"e", "topk", "weights", "zipf"}
 _FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
-               "warm_start", "final_rounds", "weights", "zipf"}  # fmt: skip
+               "warm_start", "final_rounds", "profile_m", "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
 
 
@@ -115,6 +120,10 @@ class SweepEntry:
     backends: tuple[str, ...] | None = None
     warm_start: bool = True  # try known configs first (Store.known_configs)
     final_rounds: int | None = None  # the finalists timed again head to head (Runner); None: the default
+    #: The M ladder its shape families are profiled at once tuned (autotune.profile): None the default
+    #: (the serving ladder on a GPU, none in the interpreter), "serving" that ladder everywhere, a tuple
+    #: of M values, or () for none.
+    profile_m: str | tuple[int, ...] | None = None
     es: tuple[int, ...] = ()  # moe: expert counts
     topk: int = 0  # moe: experts per token
     weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
@@ -129,6 +138,17 @@ class SweepEntry:
         if self.final_rounds is not None:
             return self.final_rounds
         return 0 if target.interpreter else DEFAULT_FINAL_ROUNDS
+
+    def ladder_on(self, target: Target, tuned: tuple[int, ...]) -> tuple[int, ...]:
+        """The M ladder a shape family of this entry with tuned M values `tuned` is profiled at on
+        `target` (empty: no profile). The default ladder runs up to the family's largest tuned M."""
+        from autotune.ladder import serving_ladder
+
+        if self.profile_m is None:
+            return () if target.interpreter or not tuned else serving_ladder(max(tuned), tuned)
+        if isinstance(self.profile_m, str):
+            return serving_ladder(max(tuned), tuned) if tuned else ()
+        return self.profile_m
 
     def labeled_problems(self) -> list[tuple[str, Problem]]:
         """(label, problem) pairs without duplicates; a model entry's labels name the layer and split
@@ -392,7 +412,7 @@ def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
 
 
 def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """strategy, budget, seed, backends, warm_start and final_rounds of an entry."""
+    """strategy, budget, seed, backends, warm_start, final_rounds and profile_m of an entry."""
     strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
     if strategy not in STRATEGIES:
         raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
@@ -414,8 +434,29 @@ def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
         raise SpecError(f"{where}: `final_rounds` must be 0 (off) or more, got {final_rounds}")
     return dict(
         strategy=strategy, budget=budget, seed=seed, backends=backends, warm_start=warm_start,
-        final_rounds=final_rounds,
+        final_rounds=final_rounds, profile_m=_profile_m(table.get("profile_m"), where),
     )  # fmt: skip
+
+
+def _profile_m(value: Any, where: str) -> str | tuple[int, ...] | None:
+    """`profile_m`: absent (None: the default), "serving", false or "none" (no profile), or a list of M."""
+    from autotune.ladder import SERVING, parse_ladder
+
+    if value is None:
+        return None
+    if value is False or value == "none":
+        return ()
+    if value == SERVING:
+        return SERVING
+    if isinstance(value, list) and value:
+        try:
+            return parse_ladder([v for v in value], max_m=1)
+        except ValueError as exc:
+            raise SpecError(f"{where}: `profile_m`: {exc}") from None
+    raise SpecError(
+        f'{where}: `profile_m` must be "serving", false or a non-empty list of positive integers, '
+        f"got {value!r}"
+    )
 
 
 def _ms(value: Any, where: str) -> tuple[int, ...]:

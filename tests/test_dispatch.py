@@ -188,7 +188,7 @@ def test_invalid_tables_are_refused(interp: Target) -> None:
         Table.from_winners(interp, [(Problem.gemm(1, 64, 64), cfg(1), 1.0)] * 2)
     with pytest.raises(ValueError, match="two buckets for m=4"):
         Entry("gemm", "bf16", "nk", 64, 64, 0, 0, (Bucket(4, cfg(4)), Bucket(4, cfg(5))))
-    with pytest.raises(ValueError, match="at least one bucket"):
+    with pytest.raises(ValueError, match="needs buckets or ranges"):
         Entry("gemm", "bf16", "nk", 64, 64, 0, 0, ())
     with pytest.raises(ValueError, match="two entries"):
         Table(target=interp, entries=[*hand_table(interp).entries, *hand_table(interp).entries])
@@ -211,7 +211,7 @@ def _valid_dict(target: Target) -> dict[str, Any]:
         (b"[1, 2, 3]", r"is not an autotune table .*got list"),
         (b"\xff\xfe\x00\x13garbage", r"is not an autotune table: not UTF-8"),
         (b"{not json at all", r"is not an autotune table: not valid JSON"),
-        ("version", r"unsupported table version 2 \(this autotune reads version 1\); upgrade autotune"),
+        ("version", r"unsupported table version 3 \(this autotune reads versions 1, 2\); upgrade autotune"),
         (
             "bad_m",
             r"malformed table: entries\[0\]\.buckets\[1\] \(op=gemm .*n=4096.*\): m must be a positive",
@@ -231,7 +231,7 @@ def test_not_our_file_raises_table_error(
         data = _valid_dict(interp)
         entry = data["entries"][0]
         if content == "version":
-            data["version"] = 2
+            data["version"] = 3
         elif content == "bad_m":
             entry["buckets"][1]["m"] = -1
         elif content == "no_n":

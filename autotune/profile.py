@@ -1,0 +1,198 @@
+"""M profiles: after a shape family's M buckets are tuned, its candidates timed at a ladder of M.
+
+A shape family is every problem that differs only in M (op, N, K, E, topk, dtypes, layout). Once its
+buckets are tuned, `profile_family` times, at each M of a ladder (`autotune.ladder`), the vendor
+library, the op's heuristic default at that M and the finalists of the tuned buckets on either side of
+that M (the configs the final round timed, else the searches' fastest), the way they run when served
+(`ServedTiming`). Each time is stored as a `Source.PROFILE` trial of the problem at that M, so a sweep
+that stops resumes its profile, and `autotune emit` turns the profile into the M ranges a table serves
+(`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's space at an M is not timed
+there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from autotune.config import Config
+from autotune.problem import Problem
+from autotune.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
+from autotune.runner import SweepStopped
+from autotune.target import Target
+
+if TYPE_CHECKING:
+    from autotune.kernels.base import TunableOp
+
+__all__ = [
+    "FamilyProfile",
+    "ProfileReport",
+    "bucket_candidates",
+    "family_of",
+    "point_candidates",
+    "profile_family",
+]
+
+log = logging.getLogger(__name__)
+
+
+class _Measurer(Protocol):
+    def run(self, problem: Problem, config: Config) -> TrialResult: ...
+
+
+class _Store(Protocol):
+    def finished(
+        self, *, target: Target, problem: Problem, kernels: dict[str, tuple[str, str]], source: Source = ...
+    ) -> dict[str, TrialResult]: ...
+
+    def record(
+        self,
+        *,
+        target: Target,
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        result: TrialResult,
+        sweep_id: int | None = None,
+        source: Source = ...,
+    ) -> bool: ...
+
+
+def family_of(problem: Problem) -> Problem:
+    """The family's identity: the problem at M = 1 (every problem that differs only in M has the same)."""
+    return problem.with_m(1)
+
+
+@dataclass(frozen=True)
+class FamilyProfile:
+    """A family to profile: its tuned problems (one per tuned M), the ladder, and its op."""
+
+    op: TunableOp
+    buckets: tuple[Problem, ...]
+    ladder: tuple[int, ...]
+
+    @property
+    def family(self) -> Problem:
+        return family_of(self.buckets[0])
+
+
+@dataclass
+class ProfileReport:
+    """What profiling one family did."""
+
+    family: Problem
+    points: int = 0
+    ran: int = 0
+    cached: int = 0
+    failed: int = 0
+    skipped: int = 0  # (M, config) pairs outside the op's space at that M
+    wall_s: float = 0.0
+
+
+def bucket_candidates(
+    store: _Store,
+    target: Target,
+    op: TunableOp,
+    buckets: Sequence[Problem],
+    kernels: dict[str, tuple[str, str]],
+    finalists: int = 2,
+) -> tuple[dict[int, list[Config]], Config | None]:
+    """Per tuned M, the configs of other backends than the vendor's to profile: its final round's where
+    one is stored, else the `finalists` fastest measured; and the vendor library's fastest config of
+    any bucket (None where it never ran)."""
+    per_m: dict[int, list[Config]] = {}
+    vendor: tuple[float, Config] | None = None
+    for problem in buckets:
+        final = [
+            r
+            for r in store.finished(
+                target=target, problem=problem, kernels=kernels, source=Source.FINAL
+            ).values()
+            if r.ok
+        ]
+        measured = [
+            r for r in store.finished(target=target, problem=problem, kernels=kernels).values() if r.ok
+        ]
+        pool = final or measured
+        ranked = sorted(pool, key=lambda r: (r.score(), r.config.canonical()))
+        per_m[problem.M] = [r.config for r in ranked if r.config.backend != VENDOR_BACKEND][:finalists]
+        for r in measured:
+            if r.config.backend == VENDOR_BACKEND and (vendor is None or r.score() < vendor[0]):
+                vendor = (r.score(), r.config)
+    return per_m, None if vendor is None else vendor[1]
+
+
+def point_candidates(
+    M: int, per_m: dict[int, list[Config]], vendor: Config | None, default: Config | None
+) -> list[Config]:
+    """The configs to time at `M`: the vendor's, the default, then the finalists of the nearest tuned M at
+    or below `M` and at or above it (the nearest one only, outside the tuned range); no config twice."""
+    ms = sorted(per_m)
+    below = [m for m in ms if m <= M]
+    above = [m for m in ms if m >= M]
+    near = ([below[-1]] if below else []) + ([above[0]] if above else [])
+    out: list[Config] = []
+    for config in [vendor, default, *(c for m in near for c in per_m[m])]:
+        if config is not None and config not in out:
+            out.append(config)
+    return out
+
+
+def profile_family(
+    job: FamilyProfile,
+    *,
+    store: _Store,
+    target: Target,
+    measurer: _Measurer,
+    finalists: int = 2,
+    sweep_id: int | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    on_point: Callable[[Problem, int, int], None] | None = None,
+) -> ProfileReport:
+    """Times `job`'s candidates at every M of its ladder with `measurer` (served timing), storing each as a
+    `Source.PROFILE` trial; what is stored already is read back, not run. `on_point(problem, ran,
+    candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
+    timing (a stopped profile keeps what it stored)."""
+    from autotune.kernels.base import kernel_versions
+
+    t0 = time.perf_counter()
+    op = job.op
+    report = ProfileReport(job.family)
+    kernels = kernel_versions(op, op.backends(target))
+    per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
+    for M in job.ladder:
+        problem = job.buckets[0].with_m(M)
+        space = op.space(problem, target)
+        try:
+            default: Config | None = op.default_config(problem, target)
+        except ValueError:
+            default = None
+        done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
+        ran = 0
+        todo = point_candidates(M, per_m, vendor, default)
+        for config in todo:
+            if config.backend not in kernels or space.check(config) is not None:
+                report.skipped += 1
+                continue
+            if config.digest() in done:
+                report.cached += 1
+                continue
+            if should_stop is not None and should_stop():
+                raise SweepStopped
+            result = measurer.run(problem, config)
+            name, source_hash = kernels[config.backend]
+            store.record(target=target, kernel=name, source_hash=source_hash, problem=problem, result=result,
+                         sweep_id=sweep_id, source=Source.PROFILE)  # fmt: skip
+            ran += 1
+            report.failed += int(result.status is not TrialStatus.OK)
+        report.ran += ran
+        report.points += 1
+        if on_point is not None:
+            on_point(problem, ran, len(todo))
+    report.wall_s = time.perf_counter() - t0
+    log.info("profiled %s at %d M: %d timed, %d read back, %d failed, %.1f s", job.family, report.points,
+             report.ran, report.cached, report.failed, report.wall_s)  # fmt: skip
+    return report
