@@ -84,8 +84,15 @@ class BenchSettings:
         in CUDA-graph replays, back to back over rotating input sets (no cache flush, no idle spin between
         launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
         spin before each launch ranked configs differently from the same launches run back to back, as
-        a serving engine runs them (docs/notes/2026-11-27-served-timing.md)."""
-        return dataclasses.replace(self, method="graph")
+        a serving engine runs them (docs/notes/2026-11-27-served-timing.md). Each timed run is a replay of
+        `graph_launches` launches, so fewer runs reach the same precision: at most 5 are required and about
+        50 ms of replays are aimed at (a final round and an M profile time many configs)."""
+        return dataclasses.replace(
+            self,
+            method="graph",
+            min_reps=min(self.min_reps, 5),
+            target_time_s=min(self.target_time_s, 0.05),
+        )
 
     @classmethod
     def for_interpreter(cls) -> BenchSettings:

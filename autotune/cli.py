@@ -354,6 +354,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="verify only every N-th shape starting at the K-th (0-based), e.g. 0/4 on GPU 0 and 1/4 on "
+        "GPU 1 to spread one verification over several GPUs (each writes its own --out)",
+    )
+    p.add_argument(
         "--interpret",
         action="store_true",
         help="run in Triton's CPU interpreter (checks the pipeline; its timings mean nothing)",
@@ -1183,6 +1189,11 @@ def _verify(args: argparse.Namespace) -> int:
             f"{args.table} was tuned on {table.target}, but this is {target}: verify it on that GPU"
         )
     families = _verify_families(args, table)
+    if args.shard is not None:
+        k, _, n = args.shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 0 <= int(k) < int(n)):
+            raise CliError(f"--shard takes K/N with 0 <= K < N, got {args.shard!r}")
+        families = families[int(k) :: int(n)]
     dispatcher = Dispatcher([table] if table else [], device_key=target, untuned_log=os.devnull)
     previous = install_dispatcher(dispatcher)
     total = sum(len(f.ladder) for f in families)
@@ -1239,7 +1250,8 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
         for entry in spec.entries:
             for label, p in entry.labeled_problems():
                 fam = family_of(p)
-                grouped.setdefault(fam, (entry.op_for(p), label, []))[2].append(p.M)
+                name = f"{entry.model} {label}" if entry.model else label
+                grouped.setdefault(fam, (entry.op_for(p), name, []))[2].append(p.M)
         for fam, (op, label, ms) in grouped.items():
             out.append(Family(op, fam, ladder(max(ms), ms), f"{label} {_family_label(fam)}"))
         return out

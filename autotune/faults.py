@@ -60,6 +60,9 @@ class FaultyOp:
         params: dict[str, list[Value]] = {"fault": list(self.faults), "rep": list(range(self.repeats))}
         return SearchSpace([SubSpace("faulty", params)])
 
+    def fallback_config(self, problem: Problem, target: Target) -> Config:
+        return self.default_config(problem, target)  # no vendor library in this op's space
+
     def default_config(self, problem: Problem, target: Target) -> Config:
         return Config(backend="faulty", fault="none", rep=0)
 

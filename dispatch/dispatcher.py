@@ -3,8 +3,12 @@
 A serving process calls `lookup(op, M, N, K, ...)`; the first call builds the process-wide `Dispatcher`
 from ``$AUTOTUNE_TABLES`` (an ``os.pathsep``-separated list of table files and folders of ``*.json``
 tables). A table tuned on another GPU is refused with one warning. A shape that no table covers returns
-None (the kernel then uses its heuristic default), is warned about once, and is appended to the
-untuned-shapes log (JSON lines) so that a later ``autotune sweep`` can tune it.
+None, is warned about once, and is appended to the untuned-shapes log (JSON lines) so that a later
+``autotune sweep`` can tune it. The caller then runs the op's `fallback_config`
+(`autotune.kernels.serve`): the vendor library (torch.mm, torch._scaled_mm where it runs the mode),
+except where the heuristic default is measured ahead of it (gemm on NVIDIA GPUs at M <=
+GEMV_DEFAULT_ROWS, the FP8 GEMMs on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M, moe) or the vendor library
+cannot run the problem.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import logging
 import os
 import threading
 import warnings
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -22,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from autotune.config import Config
-from autotune.dispatch.table import Key, Table, TableError, _describe, canonical_dtype, pick
+from autotune.dispatch.table import RANGES, Key, Table, TableError, _describe, canonical_dtype, pick
 from autotune.target import Target
 
 __all__ = [
@@ -31,6 +35,7 @@ __all__ = [
     "Dispatcher",
     "UntunedShapeWarning",
     "default_dispatcher",
+    "install_dispatcher",
     "load_tables",
     "lookup",
     "read_untuned_log",
@@ -47,12 +52,13 @@ ENV_UNTUNED_LOG = "AUTOTUNE_UNTUNED_LOG"
 #: What a Dispatcher is told about the running GPU: its device key, its Target, or None for no GPU.
 DeviceKeySource: TypeAlias = "str | Target | Callable[[], str | Target | None] | None"
 
-_IndexValue = tuple[tuple[int, ...], tuple[Config, ...], str]  # (tuned ms, their configs, m_policy)
+# (tuned ms or range starts, their configs, the M policy or RANGES)
+_IndexValue = tuple[tuple[int, ...], tuple[Config, ...], str]
 _LOG_FIELDS = ("op", "m", "n", "k", "e", "topk", "dtype", "layout", "device_key")
 
 
 class UntunedShapeWarning(UserWarning):
-    """A shape that no loaded table covers was looked up; heuristic defaults are used for it."""
+    """A shape that no loaded table covers was looked up; the op's fallback config runs it."""
 
 
 def untuned_log_path() -> Path:
@@ -188,7 +194,7 @@ class Dispatcher:
                 return True
             warnings.warn(
                 f"autotune table {table.source} was tuned on {table.target}, but no GPU is visible to this "
-                f"process; the table is not used and heuristic defaults are used for its {shapes}.",
+                f"process; the table is not used and its {shapes} run the fallback (the vendor library).",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -197,8 +203,8 @@ class Dispatcher:
             running = str(running_target) if running_target else f"another GPU (device key {running_key})"
             warnings.warn(
                 f"autotune table {table.source} was tuned on {table.target} (device key "
-                f"{table.device_key}), but this process runs on {running}; the table is not used and "
-                f"heuristic defaults are used for its {shapes}. Emit a table on this GPU "
+                f"{table.device_key}), but this process runs on {running}; the table is not used and its "
+                f"{shapes} run the fallback (the vendor library). Emit a table on this GPU "
                 f"(`autotune emit`) or point ${ENV_TABLES} at the right one.",
                 RuntimeWarning,
                 stacklevel=3,
@@ -244,6 +250,8 @@ class Dispatcher:
         hit = self._index.get((op, dtype, layout, N, K, E, topk))
         if hit is not None:
             ms, configs, policy = hit
+            if policy == RANGES:
+                return configs[bisect_right(ms, M) - 1]
             if policy == "round_up":
                 i = bisect_left(ms, M)
                 return configs[i] if i < len(ms) else configs[-1]
@@ -287,7 +295,8 @@ class Dispatcher:
         if first:
             warnings.warn(
                 f"autotune: no tuned config for {_describe(key)} on this GPU (first seen at M={M}); "
-                f"heuristic defaults are used. Run `autotune sweep` on it; the untuned-shapes log is at "
+                f"the fallback runs (the vendor library). Run `autotune sweep` on it; the untuned-shapes "
+                f"log is at "
                 f"{path if path is not None else '<unwritable>'}",
                 UntunedShapeWarning,
                 stacklevel=stacklevel,
@@ -346,7 +355,7 @@ def _format_toolchain(toolchain: dict[str, str]) -> str:
 
 
 def _index_of(table: Table) -> dict[Key, _IndexValue]:
-    return {key: (ms, configs, table.m_policy) for key, (ms, configs, _) in table._index.items()}
+    return {key: (ms, configs, policy) for key, (ms, configs, _, policy) in table._index.items()}
 
 
 # -- the untuned-shapes log ---------------------------------------------------------------------------
@@ -454,6 +463,8 @@ def lookup(
     hit = d._index.get((op, dtype, layout, N, K, E, topk))  # Dispatcher.lookup, inlined: one call less
     if hit is not None:
         ms, configs, policy = hit
+        if policy == RANGES:
+            return configs[bisect_right(ms, M) - 1]
         if policy == "round_up":
             i = bisect_left(ms, M)
             return configs[i] if i < len(ms) else configs[-1]
@@ -497,3 +508,13 @@ def _read_tables(path: Path, strict: bool) -> list[Table]:
                 raise
             warnings.warn(f"autotune: {exc}; skipped", RuntimeWarning, stacklevel=5)
     return tables
+
+
+def install_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher | None:
+    """Makes `dispatcher` the process-wide one that `lookup` and the kernels' entry points use (None: the
+    next lookup builds one from $AUTOTUNE_TABLES again); returns the one it replaces. For tools that serve
+    chosen tables (`autotune verify`) and for tests."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, dispatcher
+    return previous

@@ -1,8 +1,9 @@
 """Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
 
-`gemm` and `linear` are the run-time entry points a serving process calls; they dispatch through the
-pinned tables of `autotune.dispatch`. Importing this package pulls in torch but not triton (imported
-on first launch), sqlalchemy, optuna or pandas.
+`gemm`, `linear` and `gemm_quant` are the run-time entry points a serving process calls; they dispatch
+through the pinned tables of `autotune.dispatch`, and a shape no table covers runs the op's
+`fallback_config` (`served_config` says which config a call runs). Importing this package pulls in torch
+but not triton (imported on first launch), sqlalchemy, optuna or pandas.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from autotune.kernels.gemm_op import GEMM, GemmOp
 from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.moe_op import MOE, MoeOp
 from autotune.kernels.quant_api import gemm_quant
+from autotune.kernels.serve import served_config, served_launch
 
 __all__ = [
     "GEMM",
@@ -30,6 +32,8 @@ __all__ = [
     "get_op",
     "launch_config",
     "linear",
+    "served_config",
+    "served_launch",
 ]
 
 #: Every tunable op by name: the dense GEMM, the fused MoE and the quantized GEMMs (gemm_fp8_rowwise,

@@ -1,9 +1,11 @@
 """Run-time entry points: `gemm(a, b)` and `linear(x, weight, bias)` dispatch through the pinned tables.
 
 No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
-$AUTOTUNE_TABLES or `autotune.dispatch.load_tables`), launches the chosen backend and config, and for a
-shape nobody tuned uses the heuristic default config (the dispatcher warns once per shape and logs it for
-a later sweep).
+$AUTOTUNE_TABLES or `autotune.dispatch.load_tables`) and launches the chosen backend and config. A shape
+that no table covers runs `GemmOp.fallback_config`: the vendor library (torch.mm: cuBLAS, hipBLASLt; on
+the interpreter too), except on NVIDIA GPUs at M <= GEMV_DEFAULT_ROWS, where the heuristic default (the
+GEMV kernel) is measured ahead of cuBLAS. The dispatcher warns once per such shape and logs it for a
+later sweep.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ _LAYOUTS = ("nk", "kn")
 # Plain tensors and module weights take the fast check; other subclasses the full one.
 _TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
 
-# Per-process caches: heuristic defaults per shape, the running target.
-_defaults: dict[tuple[int, int, int, str, str], Config] = {}
+# Per-process caches: the config of each shape no table covers, the running target.
+_fallbacks: dict[tuple[int, int, int, str, str], Config] = {}
 _target: list[Target] = []
 
 
@@ -183,14 +185,14 @@ def _launch(
     return c
 
 
-def _default(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:
+def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:
     key = (M, N, K, dtype, b_layout)
-    config = _defaults.get(key)
+    config = _fallbacks.get(key)
     if config is None:
-        from autotune.kernels.gemm_space import gemm_default_config
+        from autotune.kernels.gemm_op import GEMM
 
-        config = gemm_default_config(Problem.gemm(M, N, K, dtype, b_layout), target)
-        _defaults[key] = config
+        config = GEMM.fallback_config(Problem.gemm(M, N, K, dtype, b_layout), target)
+        _fallbacks[key] = config
     return config
 
 
@@ -200,9 +202,10 @@ def gemm(
     """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
 
     A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
-    from the loaded tuned table, else the heuristic default. `out`, an (M, N) tensor of A's dtype on A's
-    device (any strides), receives C and is returned: a caller that keeps its buffers saves the
-    allocation's host time. It must not overlap A or B.
+    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm, or the GEMV kernel on NVIDIA at
+    M <= GEMV_DEFAULT_ROWS). `out`, an (M, N) tensor of A's dtype on A's device (any strides), receives C
+    and is returned: a caller that keeps its buffers saves the allocation's host time. It must not overlap
+    A or B.
     """
     M, N, K, dtype = _check(a, b, b_layout)
     if out is not None:
@@ -210,9 +213,9 @@ def gemm(
     target = _target[0] if _target else _running()
     config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
     # a GEMV table entry serves no larger M than the kernel takes (a policy other than round-up can land
-    # there): the default does
+    # there): the fallback does
     if config is None or (M > GEMV_ROWS and config.backend == "triton_gemv"):
-        config = _default(M, N, K, dtype, b_layout, target)
+        config = _fallback(M, N, K, dtype, b_layout, target)
     return _launch(config, a, b, M, N, K, b_layout, target, out)
 
 

@@ -76,7 +76,18 @@ class TunableOp(Protocol):
         ...
 
     def default_config(self, problem: Problem, target: Target) -> Config:
-        """The heuristic config used for shapes nobody tuned."""
+        """The heuristic config: the first our kernels' search tries, and what `fallback_config` picks
+        where it is known to be ahead of the vendor library."""
+        ...
+
+    def fallback_config(self, problem: Problem, target: Target) -> Config:
+        """The config a call that no table covers runs (see `autotune.kernels.serve`).
+
+        The vendor library is the safe default: the vendor backend ("torch") where this op has one that
+        runs `problem` on `target`, except in the regimes where the heuristic default is measured ahead
+        of it (each op documents its own); else the heuristic default. No GPU work of its own and no
+        tensors (a quantized GEMM asks its search space whether the vendor library runs the problem,
+        which probes torch._scaled_mm on the GPU once per process, mode and M)."""
         ...
 
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:

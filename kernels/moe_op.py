@@ -79,6 +79,11 @@ class MoeOp:
     def default_config(self, problem: Problem, target: Target) -> Config:
         return moe_default_config(problem, target)
 
+    def fallback_config(self, problem: Problem, target: Target) -> Config:
+        """Always the heuristic default: the "torch" backend is a per-expert loop, a baseline to measure
+        against, not a vendor library to fall back on."""
+        return moe_default_config(problem, target)
+
     def check_problem(self, problem: Problem) -> None:
         if problem.op != "moe":
             raise ValueError(f"MoeOp got a {problem.op} problem")

@@ -1,9 +1,12 @@
 """Run-time entry point of the quantized GEMMs: `gemm_quant(op, a, b, a_scale, b_scale)`.
 
-Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket), else uses
-the op's heuristic default, and launches that config. Inputs are checked on every call (one ValueError
-before any launch); the launch is prepared per call (its launcher is cached per config), so this costs
-more host time than `gemm` does.
+Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket) and
+launches that config. A shape that no table covers runs `QuantGemmOp.fallback_config`: torch._scaled_mm
+where the installed torch runs the op's scaling mode on this GPU (probed), except for the FP8 ops on
+NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M (decode), where our kernels are measured ahead; the heuristic
+default where _scaled_mm cannot run it (MX formats on sm_90, gemm_mxfp4_bf16a, ...). Inputs are checked
+on every call (one ValueError before any launch); the launch is prepared per call (its launcher is cached
+per config), so this costs more host time than `gemm` does.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from autotune.target import Target
 __all__ = ["gemm_quant"]
 
 _OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-_defaults: dict[Problem, Config] = {}
+# The config of each (problem, target) no table covers.
+_fallbacks: dict[tuple[Problem, Target], Config] = {}
 # The problem of each (op, M, N, K, dtypes, arch) seen: building one validates it, which costs host time.
 _problems: dict[tuple[Any, ...], Problem] = {}
 
@@ -65,22 +69,46 @@ def gemm_quant(
     *,
     out_dtype: torch.dtype = torch.bfloat16,
     target: Target | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """C (M, N) of quantized GEMM `op` (see `gemm_quant_op` for the inputs of each), through the tuned
-    table when one holds the shape."""
+    table when one holds the shape, else the op's `fallback_config`.
+
+    `out`, a contiguous (M, N) tensor of `out_dtype` on A's device, receives C and is returned; another
+    shape, dtype, device or layout is a ValueError (a non-tensor a TypeError) before any launch. Without
+    it C is allocated."""
     from autotune.kernels.api import _running
     from autotune.kernels.gemm_quant_op import QUANT_GEMMS
 
     tgt = target or _running()
     problem = _problem(op, a, b, out_dtype, tgt)
+    if out is not None:
+        _check_out(op, out, problem, out_dtype, a)
     config: Any = _lookup(op, problem.M, problem.N, problem.K, dtype=problem.dtype)
     # a GEMV table entry serves no larger M than the kernel takes (a lookup policy other than round-up can
-    # land there): the default does
+    # land there): the fallback does
     if config is None or (problem.M > GEMV_ROWS and config.backend == "triton_gemv"):
-        config = _defaults.get(problem)
+        config = _fallbacks.get((problem, tgt))
         if config is None:
-            config = _defaults[problem] = QUANT_GEMMS[op].default_config(problem, tgt)
-    out = torch.empty(problem.M, problem.N, device=a.device, dtype=out_dtype)
+            config = QUANT_GEMMS[op].fallback_config(problem, tgt)
+            if len(_fallbacks) >= 4096:
+                _fallbacks.clear()
+            _fallbacks[(problem, tgt)] = config
+    if out is None:
+        out = torch.empty(problem.M, problem.N, device=a.device, dtype=out_dtype)
     inputs: Any = (a, b, a_scale, b_scale)  # a_scale None: gemm_mxfp4_bf16a
     QUANT_GEMMS[op].prepare(problem, config, tgt, inputs, out)()
     return out
+
+
+def _check_out(op: str, out: Any, problem: Problem, out_dtype: torch.dtype, a: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
+    M, N = problem.M, problem.N
+    dense = out.is_contiguous()
+    if tuple(out.shape) != (M, N) or out.dtype != out_dtype or out.device != a.device or not dense:
+        strides = "" if dense else f" with strides {out.stride()}"
+        raise ValueError(
+            f"{op}: out must be a contiguous ({M}, {N}) {out_dtype} tensor on {a.device} (the shape and "
+            f"dtype of C), got {tuple(out.shape)} {out.dtype} on {out.device}{strides}"
+        )

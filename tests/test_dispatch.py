@@ -270,7 +270,7 @@ def test_guard_refuses_another_gpu_with_one_warning(tmp_path: Path, h100: Target
     (warning,) = runtime_warnings(record)
     text = str(warning.message)
     assert "NVIDIA H100 80GB HBM3 (sm_90, 132 CUs)" in text and "NVIDIA H200 (sm_90, 132 CUs)" in text
-    assert "heuristic defaults" in text and "not used" in text
+    assert "run the fallback" in text and "not used" in text
     assert warning.filename == __file__  # points at the caller of add()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Callable, Iterator
@@ -275,9 +276,10 @@ def rand(*shape: int, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> tor
     return torch.randn(*shape, generator=gen).to(dtype)
 
 
-def test_gemm_untuned_uses_default_warns_once_and_logs(
+def test_gemm_untuned_runs_the_fallback_warns_once_and_logs(
     fresh_dispatch: Path, launched: list[Config], target: Target
 ) -> None:
+    """No table covers the shape: the fallback runs (torch.mm on the interpreter), warned about once."""
     a, b = rand(6, 40, seed=1), rand(24, 40, seed=2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -291,7 +293,8 @@ def test_gemm_untuned_uses_default_warns_once_and_logs(
     ref = a.float() @ b.float().t()
     assert_close_to(c, ref, 1e-2)
     problem = Problem.gemm(6, 24, 40, "bf16", "nk")
-    assert launched[0] == GEMM.default_config(problem, target)
+    assert GEMM.fallback_config(problem, target) == Config(backend="torch")
+    assert launched == [] and torch.equal(c, torch.mm(a, b.t()))  # torch.mm ran, no Triton launcher
     lines = [json.loads(line) for line in fresh_dispatch.read_text().splitlines()]
     assert [(r["op"], r["m"], r["n"], r["k"], r["dtype"], r["layout"]) for r in lines] == [
         ("gemm", 6, 24, 40, "bf16", "nk"),
@@ -299,21 +302,39 @@ def test_gemm_untuned_uses_default_warns_once_and_logs(
     ]
 
 
-def test_gemm_kn_layout_fp16(fresh_dispatch: Path) -> None:
+def tuned_or_not(
+    monkeypatch: pytest.MonkeyPatch, target: Target, problem: Problem, config: Config | None
+) -> contextlib.AbstractContextManager[Any]:
+    """Installs a table holding `config` for `problem` (the Triton path of `gemm`) and expects no warning;
+    None: no table, the fallback runs and the shape is warned about."""
+    if config is None:
+        return pytest.warns(UntunedShapeWarning)
+    table = Table.from_winners(target, [(problem, config, 1.0)])
+    monkeypatch.setattr(dispatcher_mod, "_default", Dispatcher([table], device_key=target.device_key()))
+    return contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("config", [None, tcfg(split_k=2)], ids=["untuned", "triton"])
+def test_gemm_kn_layout_fp16(
+    fresh_dispatch: Path, monkeypatch: pytest.MonkeyPatch, target: Target, config: Config | None
+) -> None:
     a, b = rand(9, 33, dtype=torch.float16, seed=4), rand(33, 20, dtype=torch.float16, seed=5)
-    with pytest.warns(UntunedShapeWarning):
+    with tuned_or_not(monkeypatch, target, Problem.gemm(9, 20, 33, "fp16", "kn"), config):
         c = gemm(a, b, b_layout="kn")
     assert c.dtype == torch.float16 and c.shape == (9, 20)
     assert_close_to(c, a.float() @ b.float(), 2e-3)
 
 
-def test_gemm_non_contiguous_inputs(fresh_dispatch: Path) -> None:
+@pytest.mark.parametrize("config", [None, tcfg()], ids=["untuned", "triton"])
+def test_gemm_non_contiguous_inputs(
+    fresh_dispatch: Path, monkeypatch: pytest.MonkeyPatch, target: Target, config: Config | None
+) -> None:
     """A as a transposed view, B (N x K) as a transposed (K x N) tensor: strides are honoured."""
     at = rand(30, 7, seed=6)  # (K, M)
     bt = rand(30, 18, seed=7)  # (K, N)
     a, b = at.t(), bt.t()
     assert not a.is_contiguous() and not b.is_contiguous()
-    with pytest.warns(UntunedShapeWarning):
+    with tuned_or_not(monkeypatch, target, Problem.gemm(7, 18, 30), config):
         c = gemm(a, b)
     assert_close_to(c, a.float() @ b.float().t(), 1e-2)
 

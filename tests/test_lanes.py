@@ -87,6 +87,7 @@ nk = [[4096, 4096]]
 strategy = "random"
 trials = 6
 final_rounds = 0
+profile_m = false
 """
 
 

@@ -1,0 +1,171 @@
+"""Serve every M: sweep a spec as the README says, emit its table, and verify the served call against the
+vendor library at every ladder M, with the table and without one, in one run on this host's GPUs.
+
+    python benchmarks/serve_every_m.py --out results/            # benchmarks/serve_every_m.toml
+    python benchmarks/serve_every_m.py --phase verify --db results/serve.db --out results/
+
+Phases: `sweep` (`autotune sweep SPEC`: tuning, final rounds, the M profile), `verify` (`autotune emit`,
+then `autotune verify TABLE --problems SPEC` and `autotune verify --problems SPEC`, each shared out over
+the GPUs with --shard), or `all`. Prints the profile's share of the sweep's time and, per model and
+overall, the served call's ratio to the vendor library (geometric mean, lowest, rows under 0.98) with the
+table and without; writes the logs, the table and every verify row to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+CLI = [sys.executable, "-m", "autotune.cli"]
+
+
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Runs `cmd`, appending its output to `log`; (exit code, output)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    text = proc.stdout + proc.stderr
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}\n{text}\n[exit {proc.returncode}, {time.perf_counter() - t0:.0f} s]\n")
+    return proc.returncode, text
+
+
+def sweep(spec: Path, db: Path, out: Path) -> dict[str, Any]:
+    code, text = run([*CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"],
+                     out / "sweep.log")  # fmt: skip
+    if code != 0:
+        print(text[-3000:])
+        raise SystemExit(f"sweep failed with exit code {code}")
+    total = re.search(r"trials run, (\d+) read back from the database, ([\d.]+) s", text)
+    prof = re.search(
+        r"profiled (\d+) shapes at (\d+) M values: (\d+) timings run, (\d+) read back, ([\d.]+) s", text
+    )
+    out_ = {"wall_s": float(total[2]) if total else math.nan}
+    if prof:
+        out_ |= {"profile_shapes": int(prof[1]), "profile_points": int(prof[2]), "profile_runs": int(prof[3]),
+                 "profile_s": float(prof[5])}  # fmt: skip
+    print(text.strip().splitlines()[-2] if text.strip() else "")
+    return out_
+
+
+def verify(
+    spec: Path, table: Path | None, name: str, out: Path, gpus: int, min_ratio: float
+) -> dict[str, Any]:
+    """`autotune verify` shared out over `gpus` processes, one per GPU; their rows merged."""
+    procs = []
+    for k in range(gpus):
+        cmd = [*CLI, "verify", *([str(table)] if table else []), "--problems", str(spec), "--device", str(k),
+               "--shard", f"{k}/{gpus}", "--out", str(out / f".{name}.{k}.json"), "--no-progress",
+               "--min-ratio", str(min_ratio)]  # fmt: skip
+        procs.append(
+            (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        )
+    rows: list[dict[str, Any]] = []
+    with (out / f"{name}.log").open("w", encoding="utf-8") as log:
+        for k, (cmd, p) in enumerate(procs):
+            text, _ = p.communicate()
+            log.write(f"$ {' '.join(cmd)}\n{text}\n[exit {p.returncode}]\n")
+            if p.returncode not in (0, 1):
+                print(text[-3000:])
+                raise SystemExit(f"verify shard {k} failed with exit code {p.returncode}")
+            part = out / f".{name}.{k}.json"
+            rows += json.loads(part.read_text())["rows"]
+            part.unlink()
+    (out / f"{name}.json").write_text(json.dumps({"min_ratio": min_ratio, "rows": rows}, indent=1) + "\n")
+    return {"rows": rows}
+
+
+def summarize(rows: list[dict[str, Any]], min_ratio: float) -> dict[str, Any]:
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    positive = [x for x in ratios if x > 0]
+    return {
+        "rows": len(rows),
+        "timed": sum(1 for r in rows if r["status"] == "timed"),
+        "geomean": math.exp(sum(map(math.log, positive)) / len(positive)) if positive else math.nan,
+        "min": min(ratios, default=math.nan),
+        "under": sum(1 for x in ratios if x < min_ratio),
+    }
+
+
+def group_of(row: dict[str, Any]) -> str:
+    """'llama-3.1-8b tp1' from a family label 'llama-3.1-8b mlp.down tp1 gemm N=...'."""
+    words = row["family"].split()
+    tp = next((w for w in words if re.fullmatch(r"tp\d+", w)), "")
+    return f"{words[0]} {tp}".strip()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--spec", type=Path, default=HERE / "serve_every_m.toml", help="the sweep spec")
+    ap.add_argument("--db", type=Path, help="the database (default OUT/serve.db)")
+    ap.add_argument(
+        "--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")), help="results folder"
+    )
+    ap.add_argument("--phase", choices=("all", "sweep", "verify"), default="all")
+    ap.add_argument("--min-ratio", type=float, default=0.98)
+    ap.add_argument("--gpus", type=int, help="GPUs to verify on at once (default: all visible)")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    db = args.db or args.out / "serve.db"
+    gpus = args.gpus or max(1, gpu_count())
+    results: dict[str, Any] = {"spec": str(args.spec), "gpus": gpus}
+    t0 = time.perf_counter()
+    if args.phase in ("all", "sweep"):
+        results["sweep"] = sweep(args.spec, db, args.out)
+        print(f"sweep: {results['sweep']}", flush=True)
+    if args.phase in ("all", "verify"):
+        table = args.out / "table.json"
+        code, text = run([*CLI, "emit", "--db", str(db), "--out", str(table)], args.out / "emit.log")
+        print(text.strip(), flush=True)
+        if code != 0:
+            raise SystemExit(f"emit failed with exit code {code}")
+        for name, path in (("verify_table", table), ("verify_none", None)):
+            t1 = time.perf_counter()
+            rows = verify(args.spec, path, name, args.out, gpus, args.min_ratio)["rows"]
+            groups: dict[str, list[dict[str, Any]]] = {}
+            for r in rows:
+                groups.setdefault(group_of(r), []).append(r)
+            results[name] = {g: summarize(rs, args.min_ratio) for g, rs in sorted(groups.items())}
+            results[name]["all"] = summarize(rows, args.min_ratio)
+            results[name]["wall_s"] = time.perf_counter() - t1
+            worst = sorted((r for r in rows if r["ratio"] is not None), key=lambda r: r["ratio"])[:8]
+            print(f"\n{name}: worst rows")
+            for r in worst:
+                print(f"  {r['ratio']:.3f}  M={r['M']:<5} {r['family']}: {r['served']}  [{r['status']}]")
+    results["wall_s"] = time.perf_counter() - t0
+    (args.out / "summary.json").write_text(json.dumps(results, indent=1) + "\n")
+    if "sweep" in results and "profile_s" in results["sweep"]:
+        s = results["sweep"]
+        tuning = s["wall_s"] - s["profile_s"]
+        share = s["profile_s"] / tuning
+        print(f"\nprofile: {s['profile_s']:.0f} s after {tuning:.0f} s of tuning: +{share:.0%}")
+    for name in ("verify_table", "verify_none"):
+        if name not in results:
+            continue
+        print(f"\n{name} (ratio = vendor µs / served µs; {results[name]['wall_s']:.0f} s)")
+        print(f"  {'group':<22} {'rows':>5} {'timed':>5} {'geomean':>8} {'min':>6} {'under':>5}")
+        for g, s in results[name].items():
+            if isinstance(s, dict):
+                cells = (
+                    f"{s['rows']:>5} {s['timed']:>5} {s['geomean']:>8.3f} {s['min']:>6.3f} {s['under']:>5}"
+                )
+                print(f"  {g:<22} {cells}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

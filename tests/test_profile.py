@@ -1,0 +1,174 @@
+"""M profiles: a sweep times each shape family's finalists, the vendor and the default at a ladder of M
+after tuning, the way they run when served; `emit` serves M ranges from what it measured."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune.bench import ServedTiming
+from autotune.db import Store
+from autotune.dispatch.emit import emit_table
+from autotune.ladder import serving_ladder
+from autotune.profile import bucket_candidates, point_candidates
+from autotune.result import Source
+from autotune.sweeps import run_sweep
+from autotune.sweeps.run import families
+from autotune.sweeps.spec import SpecError, parse_spec
+
+GPU = Target.for_arch("sm_90")
+
+
+class TimedWorker:
+    """Measures nothing: the vendor takes 10 + M/10 µs, our configs 8 + M/5 (they win below M = 20)
+    plus a per-config offset, so the fastest config is deterministic. Logs (served?, M, config)."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.log: list[tuple[bool, int, Config]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def target(self) -> Target:
+        return GPU
+
+    def start(self) -> None:
+        pass
+
+    def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
+        with self._lock:
+            self.log.append((isinstance(op, ServedTiming), problem.M, config))
+        if config.backend == "torch":
+            t = 10.0 + problem.M / 10
+        else:
+            t = 8.0 + problem.M / 5 + (int(config.digest()[:4], 16) % 100) / 1000
+        method = "graph" if isinstance(op, ServedTiming) else "events"
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, method))
+
+    def close(self) -> None:
+        pass
+
+
+SPEC = """\
+name = "profiled"
+
+[[sweep]]
+op = "gemm"
+m = [1, 64]
+nk = [[256, 512]]
+backends = ["torch", "triton"]
+strategy = "exhaustive"
+trials = 6
+profile_m = [1, 2, 8, 16, 24, 64]
+"""
+
+
+def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_path: Path) -> None:
+    worker = TimedWorker()
+    with Store(str(tmp_path / "p.db")) as store:
+        report = run_sweep(parse_spec(SPEC), store, GPU, workers=[worker])
+        assert len(report.problems) == 2 and len(report.profiles) == 1
+        prof = report.profiles[0]
+        assert prof.points == 6 and prof.ran > 6 and prof.failed == 0
+        assert report.profile_s > 0
+        profile_trials = store.trials(source=Source.PROFILE)
+        assert sorted({t.problem.M for t in profile_trials}) == [1, 2, 8, 16, 24, 64]
+        assert all(t.problem.with_m(1) == Problem.gemm(1, 256, 512) for t in profile_trials)
+        # the vendor is timed at every point; the final round and the profile are timed as served, the
+        # searches are not
+        assert all(any(m == t.problem.M and t.backend == "torch" for t in profile_trials) for m in (1, 8, 64))
+        assert sum(not served for served, _, _ in worker.log) == 12  # 2 problems x 6 trials: not as served
+        assert (
+            sum(served for served, _, _ in worker.log)
+            == len(store.trials(source=Source.FINAL)) * 3 + prof.ran
+        )
+        final = store.trials(source=Source.FINAL)
+        assert final and all(t.timing is not None and t.timing.method == "graph" for t in final)
+        assert all(t.timing is not None and t.timing.method == "graph" for t in profile_trials)
+
+        table = emit_table(store)
+        entry = table.entries[0]
+        assert entry.ranges and not entry.buckets
+        # our configs win below M = 20 (by far more than the margin), the vendor above; the vendor above
+        # the last profiled M
+        assert table.lookup("gemm", 1, 256, 512).backend == "triton"
+        assert table.lookup("gemm", 16, 256, 512).backend == "triton"
+        assert table.lookup("gemm", 24, 256, 512).backend == "torch"
+        assert table.lookup("gemm", 64, 256, 512).backend == "torch"
+        assert table.lookup("gemm", 65, 256, 512).backend == "torch" and entry.ranges[-1].lo == 65
+        # the gap (16, 24): our config is slower than the vendor at 24, so the vendor serves it
+        assert table.lookup("gemm", 17, 256, 512).backend == "torch"
+        # without profiles: buckets, served by the M policy
+        assert emit_table(store, profiles=False).entries[0].buckets
+
+        # a second run reads everything back: nothing is timed again
+        n = len(worker.log)
+        again = run_sweep(parse_spec(SPEC), store, GPU, workers=[worker])
+        assert len(worker.log) == n
+        assert again.profiles[0].ran == 0 and again.profiles[0].cached == prof.ran
+
+
+def test_candidates_per_point_are_the_neighbouring_buckets_finalists() -> None:
+    a, b, c = (Config(backend="triton", BLOCK_M=m) for m in (16, 32, 64))
+    vendor, default = Config(backend="torch"), Config(backend="triton", BLOCK_M=128)
+    per_m = {1: [a], 64: [b], 1024: [c]}
+    assert point_candidates(8, per_m, vendor, default) == [vendor, default, a, b]
+    assert point_candidates(64, per_m, vendor, default) == [vendor, default, b]
+    assert point_candidates(4096, per_m, vendor, default) == [vendor, default, c]
+    assert point_candidates(8, per_m, None, a) == [a, b]
+
+
+def test_bucket_candidates_prefer_the_final_round(tmp_path: Path) -> None:
+    from autotune.kernels import GEMM
+    from autotune.kernels.base import kernel_versions
+
+    p = Problem.gemm(16, 256, 512)
+    kernels = kernel_versions(GEMM, ("torch", "triton"))
+    configs = [Config(backend="triton", BLOCK_M=m) for m in (16, 32, 64)]
+
+    def ok(config: Config, t: float) -> TrialResult:
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "events"))
+
+    with Store(str(tmp_path / "c.db")) as store:
+        for t, config in zip((5.0, 6.0, 7.0), configs, strict=True):
+            store.record(target=GPU, kernel=kernels["triton"][0], source_hash=kernels["triton"][1], problem=p,
+                         result=ok(config, t))  # fmt: skip
+        store.record(target=GPU, kernel=kernels["torch"][0], source_hash=kernels["torch"][1], problem=p,
+                     result=ok(Config(backend="torch"), 9.0))  # fmt: skip
+        per_m, vendor = bucket_candidates(store, GPU, GEMM, [p], kernels, finalists=2)
+        assert per_m == {16: configs[:2]} and vendor == Config(backend="torch")
+        store.record_final(target=GPU, problem=p, results=[(*kernels["triton"], ok(configs[2], 4.0))])
+        per_m, _ = bucket_candidates(store, GPU, GEMM, [p], kernels, finalists=2)
+        assert per_m == {16: [configs[2]]}
+
+
+def test_ladders_per_entry() -> None:
+    spec = parse_spec(SPEC.replace("profile_m = [1, 2, 8, 16, 24, 64]\n", ""))
+    (job,) = families(spec, GPU)
+    assert job.ladder == serving_ladder(64, [1, 64]) and [p.M for p in job.buckets] == [1, 64]
+    assert families(spec, Target.interpreter_target()) == []  # the interpreter profiles only when asked
+    off = parse_spec(SPEC.replace("profile_m = [1, 2, 8, 16, 24, 64]", "profile_m = false"))
+    assert families(off, GPU) == []
+    serving = parse_spec(SPEC.replace("profile_m = [1, 2, 8, 16, 24, 64]", 'profile_m = "serving"'))
+    assert families(serving, Target.interpreter_target())[0].ladder == serving_ladder(64, [1, 64])
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [('"every"', "must be"), ("[0, 4]", "positive integers"), ("[]", "must be"), ("3", "must be")],
+)
+def test_bad_profile_m_is_one_clear_error(value: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        parse_spec(SPEC.replace("[1, 2, 8, 16, 24, 64]", value))
+
+
+def test_cli_profile_m_overrides_the_spec(tmp_path: Path) -> None:
+    from autotune.cli import _with_profile_m
+
+    spec = _with_profile_m(parse_spec(SPEC), "1,4-12:4")
+    assert families(spec, GPU)[0].ladder == (1, 4, 8, 12)
+    assert families(_with_profile_m(spec, "none"), GPU) == []

@@ -1,0 +1,149 @@
+"""`autotune verify`: the served call against the vendor library at every ladder M (a fake benchmarker)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune.dispatch import Table
+from autotune.dispatch.ranges import Range
+from autotune.dispatch.table import Entry
+from autotune.kernels import GEMM
+from autotune.verify import SERVED, Family, family_of_entry, vendor_config, verify
+
+INTERP = Target.interpreter_target()
+VENDOR = Config(backend="torch")
+OURS = Config(backend="triton", BLOCK_M=16)
+
+
+class FakeBench:
+    """Times SERVED at `served_us(M)` and the vendor at `vendor_us(M)`; counts the runs."""
+
+    def __init__(self, served_us: object, vendor_us: object, fail_at: int | None = None) -> None:
+        self.served_us, self.vendor_us, self.fail_at = served_us, vendor_us, fail_at
+        self.runs: list[tuple[int, Config, bool]] = []
+
+    def run(self, problem: Problem, config: Config, *, full: bool = False) -> TrialResult:
+        self.runs.append((problem.M, config, full))
+        if config == SERVED and self.fail_at == problem.M:
+            return TrialResult(config, TrialStatus.WRONG_RESULT, error="wrong result: 0.5 > 0.01")
+        t = (self.served_us if config == SERVED else self.vendor_us)(problem.M)  # type: ignore[operator]
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph"))
+
+
+def served_by_m(op: object, problem: Problem, target: Target) -> Config:
+    return OURS if problem.M <= 16 else VENDOR
+
+
+def test_rows_ratio_and_the_vendor_rows_not_timed() -> None:
+    bench = FakeBench(served_us=lambda m: 8.0, vendor_us=lambda m: 10.0)
+    fam = Family(GEMM, Problem.gemm(1, 256, 512), (1, 8, 16, 64, 512))
+    report = verify([fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m, rounds=3)
+    by_m = {r.M: r for r in report.rows}
+    assert [r.M for r in report.rows] == [1, 8, 16, 64, 512]
+    assert by_m[8].ratio == pytest.approx(1.25) and by_m[8].status == "timed"
+    assert by_m[8].served == OURS.to_dict() and by_m[8].served_us == 8.0 and by_m[8].vendor_us == 10.0
+    assert by_m[64].ratio == 1.0 and by_m[64].status == "vendor" and by_m[64].served_us is None
+    # only the rows served by another config are timed: both sides, 3 interleaved rounds each, fully
+    assert sorted({m for m, _, _ in bench.runs}) == [1, 8, 16]
+    assert len(bench.runs) == 3 * 2 * 3 and all(full for _, _, full in bench.runs)
+    assert report.ok and not report.failing()
+    summary = {s["family"]: s for s in report.summary()}
+    assert summary["all"]["rows"] == 5 and summary["all"]["vendor_rows"] == 2
+    assert summary["all"]["geomean"] == pytest.approx(1.25 ** (3 / 5))
+    assert summary["all"]["min"] == 1.0
+
+
+def test_a_slow_row_or_a_wrong_result_fails() -> None:
+    bench = FakeBench(served_us=lambda m: 10.0 if m != 8 else 12.0, vendor_us=lambda m: 10.0, fail_at=16)
+    fam = Family(GEMM, Problem.gemm(1, 256, 512), (1, 8, 16))
+    report = verify(
+        [fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m, min_ratio=0.98
+    )
+    failing = report.failing()
+    assert [r.M for r in failing] == [16, 8]  # worst first: the failed call has ratio 0
+    assert failing[0].ratio == 0.0 and failing[0].status.startswith("served: wrong_result")
+    assert failing[1].ratio == pytest.approx(10 / 12)
+    assert not report.ok
+    data = json.loads(report.to_json())
+    assert data["ok"] is False and len(data["rows"]) == 3 and data["summary"][-1]["under"] == 2
+
+
+def test_no_vendor_rows_are_not_compared() -> None:
+    class NoVendor:
+        name = "gemm"
+
+        def space(self, problem: Problem, target: Target) -> object:
+            return GEMM.space(problem, target, ("triton",))
+
+    fam = Family(NoVendor(), Problem.gemm(1, 256, 512), (1, 2))  # type: ignore[arg-type]
+    bench = FakeBench(served_us=lambda m: 1.0, vendor_us=lambda m: 1.0)
+    report = verify([fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m)
+    assert [r.status for r in report.rows] == ["no vendor", "no vendor"] and report.ok and not bench.runs
+
+
+def test_vendor_config_and_family_of_entry() -> None:
+    assert vendor_config(GEMM, Problem.gemm(4, 256, 512), INTERP) == VENDOR
+    entry = Entry("gemm", "bf16", "kn", 256, 512, 0, 0, ranges=(Range(1, None, VENDOR),))
+    assert family_of_entry(entry) == Problem.gemm(1, 256, 512, "bf16", "kn")
+    quant = Entry("gemm_fp8_rowwise", "fp8e4m3", "nk", 256, 512, 0, 0, ranges=(Range(1, None, VENDOR),))
+    assert family_of_entry(quant) == Problem.quant("gemm_fp8_rowwise", 1, 256, 512, "bf16", "fp8e4m3")
+
+
+def _table(path: Path) -> Path:
+    entry = Entry("gemm", "bf16", "nk", 256, 512, 0, 0, ranges=(Range(1, 16, OURS), Range(17, None, VENDOR)))
+    Table(target=INTERP, entries=[entry]).save(path)
+    return path
+
+
+@pytest.mark.parametrize("served_us, code", [(8.0, 0), (12.0, 1)])
+def test_cli_exit_code_json_and_worst_rows(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    served_us: float,
+    code: int,
+) -> None:
+    import autotune.verify
+    from autotune.cli import main
+
+    bench = FakeBench(served_us=lambda m: served_us, vendor_us=lambda m: 10.0)
+    monkeypatch.setattr(autotune.verify, "_default_bench", lambda target: lambda op: bench)
+    out = tmp_path / "v.json"
+    argv = [
+        "verify",
+        str(_table(tmp_path / "t.json")),
+        "--interpret",
+        "--m",
+        "1,8,16,17,64",
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--no-progress"]) == code
+    text = capsys.readouterr().out
+    assert "worst" in text and "gemm N=256 K=512 bf16" in text
+    data = json.loads(out.read_text())
+    assert [r["M"] for r in data["rows"]] == [1, 8, 16, 17, 64]
+    # the table's ranges are what the entry point served: ours up to 16, the vendor's call above
+    assert [r["status"] for r in data["rows"]] == ["timed"] * 3 + ["vendor"] * 2
+    assert data["ok"] is (code == 0)
+    assert ("FAIL: 3 rows under 0.98" in text) is (code == 1)
+
+
+def test_cli_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.cli import main
+
+    assert main(["verify", "--interpret"]) == 2
+    assert "give a TABLE.json" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "missing.json"), "--interpret"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    table = _table(tmp_path / "t.json")
+    assert main(["verify", str(table), "--interpret", "--m", "1,x"]) == 2
+    assert "--m: bad M ladder item" in capsys.readouterr().err
+    other = Table(target=Target.for_arch("sm_90"), entries=Table.load(table).entries)
+    other.save(tmp_path / "h100.json")
+    assert main(["verify", str(tmp_path / "h100.json"), "--interpret"]) == 2
+    assert "verify it on that GPU" in capsys.readouterr().err
