@@ -92,6 +92,12 @@ class ProfileReport:
     wall_s: float = 0.0
 
 
+#: A bucket's finalist other than its fastest is profiled only within this factor of the fastest's time:
+#: a config that loses by more at its own M seldom wins at the M next to it, and each costs a timing at
+#: every M of the ladder near its bucket.
+CONTENDER = 1.05
+
+
 def bucket_candidates(
     store: _Store,
     target: Target,
@@ -100,9 +106,9 @@ def bucket_candidates(
     kernels: dict[str, tuple[str, str]],
     finalists: int = 2,
 ) -> tuple[dict[int, list[Config]], Config | None]:
-    """Per tuned M, the configs of other backends than the vendor's to profile: its final round's where
-    one is stored, else the `finalists` fastest measured; and the vendor library's fastest config of
-    any bucket (None where it never ran)."""
+    """Per tuned M, the configs of other backends than the vendor's to profile: of its final round's
+    where one is stored, else of the measured ones, the `finalists` fastest, those within `CONTENDER` of
+    the fastest; and the vendor library's fastest config of any bucket (None where it never ran)."""
     per_m: dict[int, list[Config]] = {}
     vendor: tuple[float, Config] | None = None
     for problem in buckets:
@@ -117,8 +123,13 @@ def bucket_candidates(
             r for r in store.finished(target=target, problem=problem, kernels=kernels).values() if r.ok
         ]
         pool = final or measured
-        ranked = sorted(pool, key=lambda r: (r.score(), r.config.canonical()))
-        per_m[problem.M] = [r.config for r in ranked if r.config.backend != VENDOR_BACKEND][:finalists]
+        ranked = sorted(
+            (r for r in pool if r.config.backend != VENDOR_BACKEND),
+            key=lambda r: (r.score(), r.config.canonical()),
+        )
+        per_m[problem.M] = [
+            r.config for r in ranked[:finalists] if r.score() <= ranked[0].score() * CONTENDER
+        ]
         for r in measured:
             if r.config.backend == VENDOR_BACKEND and (vendor is None or r.score() < vendor[0]):
                 vendor = (r.score(), r.config)
@@ -141,6 +152,72 @@ def point_candidates(
     return out
 
 
+def family_plan(
+    job: FamilyProfile, *, store: _Store, target: Target, finalists: int = 2
+) -> tuple[list[tuple[Problem, list[Config]]], int]:
+    """Per ladder M, the problem there and the configs to time (in that order); and how many candidates
+    were left out for being outside the op's space at their M."""
+    from autotune.kernels.base import kernel_versions
+
+    op = job.op
+    kernels = kernel_versions(op, op.backends(target))
+    per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
+    plan: list[tuple[Problem, list[Config]]] = []
+    skipped = 0
+    for M in job.ladder:
+        problem = job.buckets[0].with_m(M)
+        space = op.space(problem, target)
+        try:
+            default: Config | None = op.default_config(problem, target)
+        except ValueError:
+            default = None
+        todo = []
+        for config in point_candidates(M, per_m, vendor, default):
+            if config.backend in kernels and space.check(config) is None:
+                todo.append(config)
+            else:
+                skipped += 1
+        plan.append((problem, todo))
+    return plan, skipped
+
+
+def _variant(M: int) -> tuple[bool, bool]:
+    """What a Triton kernel specializes an integer argument on: equal to 1, divisible by 16. Two M with
+    the same variant run the same compiled kernel."""
+    return M == 1, M % 16 == 0
+
+
+def compile_once(
+    plan: Sequence[tuple[Problem, list[Config]]],
+) -> dict[tuple[Config, tuple[bool, bool]], Problem]:
+    """Per (config, specialization variant of M), the first problem of `plan` that needs it: what to
+    compile ahead (compiling it compiles the kernel every other M of that variant runs)."""
+    out: dict[tuple[Config, tuple[bool, bool]], Problem] = {}
+    for problem, configs in plan:
+        for config in configs:
+            out.setdefault((config, _variant(problem.M)), problem)
+    return out
+
+
+class Compiler(Protocol):
+    """What a profile compiles ahead with: the sweep's StaticChecker."""
+
+    def prefetch(self, op: TunableOp, problem: Problem, configs: Sequence[Config]) -> None: ...
+
+    def findings(self, op: TunableOp, problem: Problem, config: Config) -> Sequence[object]: ...
+
+
+def prefetch_family(job: FamilyProfile, compiler: Compiler, *, store: _Store, target: Target) -> None:
+    """Queues, on `compiler`'s processes, the compiles `job`'s profile will need (one per config and
+    specialization variant of M), in ladder order; returns at once."""
+    plan, _ = family_plan(job, store=store, target=target)
+    by_problem: dict[Problem, list[Config]] = {}
+    for (config, _v), problem in compile_once(plan).items():
+        by_problem.setdefault(problem, []).append(config)
+    for problem, configs in by_problem.items():
+        compiler.prefetch(job.op, problem, configs)
+
+
 def profile_family(
     job: FamilyProfile,
     *,
@@ -151,9 +228,12 @@ def profile_family(
     sweep_id: int | None = None,
     should_stop: Callable[[], bool] | None = None,
     on_point: Callable[[Problem, int, int], None] | None = None,
+    compiler: Compiler | None = None,
 ) -> ProfileReport:
     """Times `job`'s candidates at every M of its ladder with `measurer` (served timing), storing each as a
-    `Source.PROFILE` trial; what is stored already is read back, not run. `on_point(problem, ran,
+    `Source.PROFILE` trial; what is stored already is read back, not run. With a `compiler` (the sweep's
+    StaticChecker, after `prefetch_family`), each config is measured once its compile for that M's
+    specialization is done, and one the static checks flag is left out. `on_point(problem, ran,
     candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
     timing (a stopped profile keeps what it stored)."""
     from autotune.kernels.base import kernel_versions
@@ -162,26 +242,20 @@ def profile_family(
     op = job.op
     report = ProfileReport(job.family)
     kernels = kernel_versions(op, op.backends(target))
-    per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    for M in job.ladder:
-        problem = job.buckets[0].with_m(M)
-        space = op.space(problem, target)
-        try:
-            default: Config | None = op.default_config(problem, target)
-        except ValueError:
-            default = None
+    plan, report.skipped = family_plan(job, store=store, target=target, finalists=finalists)
+    first = compile_once(plan)
+    for problem, todo in plan:
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
         ran = 0
-        todo = point_candidates(M, per_m, vendor, default)
         for config in todo:
-            if config.backend not in kernels or space.check(config) is not None:
-                report.skipped += 1
-                continue
             if config.digest() in done:
                 report.cached += 1
                 continue
             if should_stop is not None and should_stop():
                 raise SweepStopped
+            if compiler is not None and compiler.findings(op, first[(config, _variant(problem.M))], config):
+                report.skipped += 1  # flagged by the static checks (spills, LDS, ...): not served
+                continue
             result = measurer.run(problem, config)
             name, source_hash = kernels[config.backend]
             store.record(target=target, kernel=name, source_hash=source_hash, problem=problem, result=result,

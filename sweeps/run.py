@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.bench import ServedTiming
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.profile import FamilyProfile, ProfileReport, family_of, profile_family
+from autotune.profile import FamilyProfile, ProfileReport, family_of, prefetch_family, profile_family
 from autotune.result import TrialResult
 from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
@@ -417,6 +417,7 @@ def _run_on_workers(
                         sweep_id=report.sweep_id,
                         should_stop=stop.is_set,
                         on_point=lambda *_: progress.beat(),
+                        compiler=checker,
                     )
                 finally:
                     lane.leave(ticket)
@@ -472,6 +473,9 @@ def _run_on_workers(
         check_errors(bool(queue.todo))
         if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
             t0 = time.perf_counter()
+            if checker is not None:  # every family's compiles queued at once, in order: the first ones first
+                for job in profile_jobs:
+                    prefetch_family(job, checker, store=store, target=workers[0].target)
             try:
                 run_phase(profile, 1)
             finally:

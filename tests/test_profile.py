@@ -134,13 +134,15 @@ def test_bucket_candidates_prefer_the_final_round(tmp_path: Path) -> None:
         return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "events"))
 
     with Store(str(tmp_path / "c.db")) as store:
-        for t, config in zip((5.0, 6.0, 7.0), configs, strict=True):
+        for t, config in zip((5.0, 5.1, 7.0), configs, strict=True):
             store.record(target=GPU, kernel=kernels["triton"][0], source_hash=kernels["triton"][1], problem=p,
                          result=ok(config, t))  # fmt: skip
         store.record(target=GPU, kernel=kernels["torch"][0], source_hash=kernels["torch"][1], problem=p,
                      result=ok(Config(backend="torch"), 9.0))  # fmt: skip
         per_m, vendor = bucket_candidates(store, GPU, GEMM, [p], kernels, finalists=2)
         assert per_m == {16: configs[:2]} and vendor == Config(backend="torch")
+        # a finalist more than 5% slower than the fastest is not profiled
+        assert bucket_candidates(store, GPU, GEMM, [p], kernels, finalists=3)[0] == {16: configs[:2]}
         store.record_final(target=GPU, problem=p, results=[(*kernels["triton"], ok(configs[2], 4.0))])
         per_m, _ = bucket_candidates(store, GPU, GEMM, [p], kernels, finalists=2)
         assert per_m == {16: [configs[2]]}
@@ -172,3 +174,57 @@ def test_cli_profile_m_overrides_the_spec(tmp_path: Path) -> None:
     spec = _with_profile_m(parse_spec(SPEC), "1,4-12:4")
     assert families(spec, GPU)[0].ladder == (1, 4, 8, 12)
     assert families(_with_profile_m(spec, "none"), GPU) == []
+
+
+class FakeCompiler:
+    """Records what is queued and waited for; flags one config (as a spill would be)."""
+
+    def __init__(self, flagged: Config | None = None) -> None:
+        self.queued: list[tuple[int, Config]] = []
+        self.waited: list[tuple[int, Config]] = []
+        self.flagged = flagged
+
+    def prefetch(self, op: object, problem: Problem, configs: list[Config]) -> None:
+        self.queued += [(problem.M, c) for c in configs]
+
+    def findings(self, op: object, problem: Problem, config: Config) -> list[str]:
+        self.waited.append((problem.M, config))
+        return ["spills"] if config == self.flagged else []
+
+
+def test_profile_compiles_each_specialization_once_ahead_and_skips_flagged_configs(tmp_path: Path) -> None:
+    from autotune.profile import compile_once, family_plan, prefetch_family, profile_family
+
+    spec = parse_spec(SPEC.replace("profile_m = [1, 2, 8, 16, 24, 64]", "profile_m = false"))
+    worker = TimedWorker()
+    with Store(str(tmp_path / "c.db")) as store:
+        run_sweep(spec, store, GPU, workers=[worker])
+        (job,) = families(parse_spec(SPEC), GPU)
+        plan, _ = family_plan(job, store=store, target=GPU)
+        once = compile_once(plan)
+        # M = 2, 8 and 24 share a specialization (not 1, not a multiple of 16); 16 and 64 share another
+        for problem, configs in plan:
+            for config in configs:
+                rep = once[(config, (problem.M == 1, problem.M % 16 == 0))]
+                assert (rep.M == 1) == (problem.M == 1) and (rep.M % 16 == 0) == (problem.M % 16 == 0)
+                assert rep.M <= problem.M
+        compiler = FakeCompiler()
+        prefetch_family(job, compiler, store=store, target=GPU)
+        assert sorted(compiler.queued, key=lambda x: (x[0], x[1].canonical())) == sorted(
+            ((p.M, c) for (c, _), p in once.items()), key=lambda x: (x[0], x[1].canonical())
+        )
+        flagged = next(c for _, configs in plan for c in configs if c.backend != "torch")
+        compiler = FakeCompiler(flagged)
+        report = profile_family(job, store=store, target=GPU, measurer=BoundTimed(worker), compiler=compiler)
+        assert report.skipped >= 1 and report.ran > 0
+        stored = store.trials(source=Source.PROFILE)
+        assert all(t.config != flagged for t in stored)
+        assert {m for m, _ in compiler.waited} <= {p.M for p in once.values()}
+
+
+class BoundTimed:
+    def __init__(self, worker: TimedWorker) -> None:
+        self.worker = worker
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        return self.worker.run(ServedTiming(object()), problem, config)  # type: ignore[arg-type]
