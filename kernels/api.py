@@ -3,7 +3,7 @@
 No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
 $AUTOTUNE_TABLES or `autotune.dispatch.load_tables`) and launches the chosen backend and config. A shape
 that no table covers runs `GemmOp.fallback_config`: the vendor library (torch.mm: cuBLAS, hipBLASLt; on
-the interpreter too), except on NVIDIA GPUs at M <= GEMV_DEFAULT_ROWS, where the heuristic default (the
+the interpreter too), except on NVIDIA GPUs at M <= FALLBACK_GEMV_ROWS (1), where the heuristic default (the
 GEMV kernel) is measured ahead of cuBLAS. The dispatcher warns once per such shape and logs it for a
 later sweep.
 """
@@ -203,7 +203,7 @@ def gemm(
 
     A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
     from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm, or the GEMV kernel on NVIDIA at
-    M <= GEMV_DEFAULT_ROWS). `out`, an (M, N) tensor of A's dtype on A's device (any strides), receives C
+    M <= FALLBACK_GEMV_ROWS (1)). `out`, an (M, N) tensor of A's dtype on A's device (any strides), receives C
     and is returned: a caller that keeps its buffers saves the allocation's host time. It must not overlap
     A or B.
     """

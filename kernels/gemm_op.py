@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.codehash import code_hash
 from autotune.config import Config
 from autotune.kernels.base import Inputs, KernelCall, Launch, Recorder
-from autotune.kernels.gemm_space import GEMV_DEFAULT_ROWS, gemm_backends, gemm_default_config, gemm_space
+from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
 from autotune.problem import Problem
 from autotune.space import SearchSpace
 from autotune.target import Target
@@ -44,6 +44,13 @@ def _file_hash(*names: str) -> str:
     """Hash of the code in these modules over their tokens, so that formatting and comments don't count
     (and, unlike a syntax-tree dump, the same on every Python version)."""
     return code_hash(*(_HERE / name for name in names))
+
+
+#: Up to this M an untuned gemm on an NVIDIA GPU runs the heuristic default (the GEMV kernel), above it
+#: torch.mm. Timed as served on the H100 (CUDA-graph replays back to back), the GEMV default was 1.04-1.70x
+#: cuBLAS at M = 1 on Llama-3.1-8B's layers at TP 8, but 0.965-0.99x at M = 2 on three of the five
+#: (BENCHMARKS.md, "Serve every M").
+FALLBACK_GEMV_ROWS = 1
 
 
 class GemmOp:
@@ -79,10 +86,9 @@ class GemmOp:
         return gemm_default_config(problem, target)
 
     def fallback_config(self, problem: Problem, target: Target) -> Config:
-        """torch.mm, except on NVIDIA GPUs at M <= GEMV_DEFAULT_ROWS: there the heuristic default (the
-        GEMV kernel, measured 1.07-1.22x as fast as cuBLAS at M = 1 on the H100). AMD and the interpreter:
-        torch.mm at every M."""
-        if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
+        """torch.mm, except on NVIDIA GPUs at M <= FALLBACK_GEMV_ROWS: there the heuristic default (the
+        GEMV kernel). AMD and the interpreter: torch.mm at every M."""
+        if target.is_nvidia and not target.interpreter and problem.M <= FALLBACK_GEMV_ROWS:
             return gemm_default_config(problem, target)
         return _VENDOR
 

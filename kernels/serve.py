@@ -5,7 +5,7 @@
 entry points key it), else `op.fallback_config(problem, target)`. The vendor library is the safe default;
 the heuristic default runs only where it is measured ahead (see each op's `fallback_config`):
 
-- gemm: torch.mm, except on NVIDIA GPUs at M <= GEMV_DEFAULT_ROWS (the GEMV kernel).
+- gemm: torch.mm, except on NVIDIA GPUs at M <= FALLBACK_GEMV_ROWS (1) (the GEMV kernel).
 - quantized GEMMs: torch._scaled_mm where the op's space on the target holds it, except for the FP8 ops
   on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M; else the heuristic default.
 - moe: the heuristic default (its "torch" backend is a baseline loop, not a vendor library).

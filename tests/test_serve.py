@@ -21,8 +21,9 @@ from autotune import Config, Problem, Target
 from autotune.bench import rel_error
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm_quant, served_config, served_launch
+from autotune.kernels.gemm_op import FALLBACK_GEMV_ROWS
 from autotune.kernels.gemm_quant_op import QUANT_DEFAULT_MAX_M
-from autotune.kernels.gemm_space import GEMV_DEFAULT_ROWS, GEMV_ROWS
+from autotune.kernels.gemm_space import GEMV_ROWS
 from autotune.target import interpreting
 
 TORCH = Config(backend="torch")
@@ -101,10 +102,10 @@ def quiet() -> Iterator[None]:
 
 @pytest.mark.parametrize("M", [1, 2, 3, 96, 4096])
 @pytest.mark.parametrize("layout", ["nk", "kn"])
-def test_gemm_fallback_on_nvidia_is_the_gemv_default_up_to_two_rows_then_torch(M: int, layout: str) -> None:
+def test_gemm_fallback_on_nvidia_is_the_gemv_default_at_one_row_then_torch(M: int, layout: str) -> None:
     problem = Problem.gemm(M, 4096, 4096, "bf16", layout)
     fallback = GEMM.fallback_config(problem, SM90)
-    if M <= GEMV_DEFAULT_ROWS:
+    if M <= FALLBACK_GEMV_ROWS:
         assert fallback == GEMM.default_config(problem, SM90) and fallback.backend == "triton_gemv"
     else:
         assert fallback == TORCH
