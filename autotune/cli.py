@@ -302,7 +302,15 @@ def _parser() -> argparse.ArgumentParser:
         default=0.01,
         metavar="FRACTION",
         help="keep the vendor library unless another backend is faster by more than this fraction "
-        "(default 0.01: smaller wins are within run-to-run noise); at every profiled M too",
+        "(default 0.01: smaller wins are within run-to-run noise), at a shape's tuned M buckets",
+    )
+    p.add_argument(
+        "--range-margin",
+        type=float,
+        default=0.03,
+        metavar="FRACTION",
+        help="the same at every profiled M of a shape served by M ranges (default 0.03: launches timed "
+        "back to back, as served, vary more between runs)",
     )
     p.add_argument(
         "--no-ranges",
@@ -1122,8 +1130,8 @@ def _emit(args: argparse.Namespace) -> int:
     from autotune.dispatch import M_POLICIES, TableError
     from autotune.dispatch.emit import DEFAULT_M_POLICY, emit_table
 
-    if args.vendor_margin < 0:
-        raise CliError("--vendor-margin must be >= 0")
+    if args.vendor_margin < 0 or args.range_margin < 0:
+        raise CliError("--vendor-margin and --range-margin must be >= 0")
 
     policy = args.m_policy or DEFAULT_M_POLICY
     if policy not in M_POLICIES:
@@ -1136,6 +1144,7 @@ def _emit(args: argparse.Namespace) -> int:
                 m_policy=policy,
                 vendor_margin=args.vendor_margin,
                 profiles=not args.no_ranges,
+                range_margin=args.range_margin,
             )
             table.save(Path(args.out))
         except (TableError, ValueError, OSError) as exc:
@@ -1158,7 +1167,9 @@ def _emit(args: argparse.Namespace) -> int:
 
 # -- verify -----------------------------------------------------------------------------------------
 def _verify(args: argparse.Namespace) -> int:
-    from autotune.dispatch import Dispatcher, Table, TableError, install_dispatcher
+    import warnings
+
+    from autotune.dispatch import Dispatcher, Table, TableError, UntunedShapeWarning, install_dispatcher
     from autotune.target import Target, TargetError, local_target
     from autotune.verify import verify
 
@@ -1203,13 +1214,15 @@ def _verify(args: argparse.Namespace) -> int:
     )
     bar = _progress(total, disabled=args.no_progress, unit="row")
     try:
-        report = verify(
-            families,
-            target=target,
-            rounds=args.rounds,
-            min_ratio=args.min_ratio,
-            on_row=lambda row: bar.update(1),
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UntunedShapeWarning)  # every fallback row would warn once
+            report = verify(
+                families,
+                target=target,
+                rounds=args.rounds,
+                min_ratio=args.min_ratio,
+                on_row=lambda row: bar.update(1),
+            )
     finally:
         bar.close()
         install_dispatcher(previous)
@@ -1250,10 +1263,10 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
         for entry in spec.entries:
             for label, p in entry.labeled_problems():
                 fam = family_of(p)
-                name = f"{entry.model} {label}" if entry.model else label
+                name = f"{entry.model} {label} " if entry.model else ""
                 grouped.setdefault(fam, (entry.op_for(p), name, []))[2].append(p.M)
         for fam, (op, label, ms) in grouped.items():
-            out.append(Family(op, fam, ladder(max(ms), ms), f"{label} {_family_label(fam)}"))
+            out.append(Family(op, fam, ladder(max(ms), ms), f"{label}{_family_label(fam)}"))
         return out
     for entry in table.entries:
         fam = family_of_entry(entry)

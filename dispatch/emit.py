@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_M_POLICY", "DEFAULT_VENDOR_MARGIN", "emit_table", "profiles_of"]
+__all__ = ["DEFAULT_M_POLICY", "DEFAULT_RANGE_MARGIN", "DEFAULT_VENDOR_MARGIN", "emit_table", "profiles_of"]
 
 #: How an M between tuned buckets is served unless told otherwise: chosen by the regret measured on
 #: untuned M values on the H100 (benchmarks/gemm.py, BENCHMARKS.md).
@@ -28,6 +28,13 @@ DEFAULT_M_POLICY = "round_up"
 #: and could make the dispatched call slower than the vendor library.
 DEFAULT_VENDOR_MARGIN = 0.01
 
+#: At a profiled M, a config must beat the vendor library by more than this fraction to serve there (and
+#: at both ends of a gap to serve between two profiled M). The profile and every served call time launches
+#: back to back, as a serving engine runs them; there the H100 sits at its power cap and the same launches
+#: timed in two runs of one process differed by up to 3% at prefill sizes
+#: (docs/notes/2026-11-27-served-timing.md): a smaller win could turn into a loss when served.
+DEFAULT_RANGE_MARGIN = 0.03
+
 
 def emit_table(
     store: Store,
@@ -36,6 +43,7 @@ def emit_table(
     m_policy: str = DEFAULT_M_POLICY,
     vendor_margin: float = DEFAULT_VENDOR_MARGIN,
     profiles: bool = True,
+    range_margin: float = DEFAULT_RANGE_MARGIN,
 ) -> Table:
     """The winners of one device as a Table.
 
@@ -60,16 +68,16 @@ def emit_table(
     head), else the searches' own timings.
 
     A shape family with a stored M profile (`autotune.profile`, on this device) is served by M ranges
-    built from it instead (`ranges_from_profile`, with the same vendor margin): each M gets the config
-    measured fastest there, the vendor library unless another beats it by the margin, and the vendor
+    built from it instead (`ranges_from_profile`, with `range_margin`): each M gets the config measured
+    fastest there, the vendor library unless another beats it by that margin, and the vendor
     library above the profile's largest M. `profiles=False` emits buckets for every family.
 
     Raises:
         ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
             naming no GPU; or several devices and no `fingerprint` to pick one.
     """
-    if vendor_margin < 0:
-        raise ValueError(f"vendor_margin must be >= 0, got {vendor_margin}")
+    if vendor_margin < 0 or range_margin < 0:
+        raise ValueError(f"vendor_margin and range_margin must be >= 0, got {vendor_margin}, {range_margin}")
     device: str | None = None
     if fingerprint is not None:
         named = store.match_gpus(fingerprint)
@@ -117,7 +125,7 @@ def emit_table(
         device_key = newest.gpu.target.device_key()
         for key, profile in profiles_of(store, device_key).items():
             try:
-                ranges[key] = ranges_from_profile(profile, is_vendor=_is_vendor, margin=vendor_margin)
+                ranges[key] = ranges_from_profile(profile, is_vendor=_is_vendor, margin=range_margin)
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)

@@ -5,13 +5,12 @@ library, the heuristic default, the tuned buckets' finalists). `ranges_from_prof
 contiguous, non-overlapping M ranges that cover every M from 1 up, with these rules:
 
 - **At a profiled M** the fastest candidate is served if it beats the vendor library by more than the
-  vendor margin there (time × (1 + margin) < vendor time); else the vendor library. Where the previous M's
+  margin there (time × (1 + margin) < vendor time); else the vendor library. Where the previous M's
   pick is among those that beat the vendor and within the margin of the fastest, it is kept (fewer
   ranges, no switching on noise).
-- **Between two profiled M** (the M nobody measured) the pick of one end is served only if it was
-  measured at both ends and is no slower than the vendor at either; of two such, the one whose worse end
-  is better. Otherwise the vendor library (which is what the end that did not pick it chose, or no
-  slower). A config that won at one isolated M is thus served at that M alone.
+- **Between two profiled M** (the M nobody measured) the pick of one end is served only if it beats the
+  vendor by the margin at both ends (of two such, the one whose worse end is better); else the vendor
+  library. A config that won at one isolated M is thus served at that M alone.
 - **Above the largest profiled M** the vendor library, as a range of its own (its `lo` - 1 is the largest
   profiled M).
 - Where the op has no vendor library (no vendor config measured at an M), the fastest candidate there
@@ -159,6 +158,7 @@ def ranges_from_profile(
     vendor_config = next((v[0] for m in reversed(points) if (v := vendor_at(m)) is not None), None)
 
     def worst(c: Config, a: int, b: int) -> float:
+        """The larger of `c`'s time over the reference at the two ends (inf where it is not measured)."""
         ends = [times[x].get(c) for x in (a, b)]
         if any(t is None for t in ends):
             return math.inf
@@ -170,7 +170,7 @@ def ranges_from_profile(
         options = [c for c in (picks[a], picks[b]) if not is_vendor(c)]
         scored = sorted((worst(c, a, b), i, c) for i, c in enumerate(options))
         if vendor_config is not None:
-            if scored and scored[0][0] <= 1.0:
+            if scored and scored[0][0] * (1 + margin) < 1.0:  # beats the vendor by the margin at both ends
                 return scored[0][2]
             return vendor_config
         if scored and math.isfinite(scored[0][0]):

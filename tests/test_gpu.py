@@ -552,9 +552,12 @@ def test_sweep_cli_on_every_gpu_of_the_host(tmp_path) -> None:
         [sweep] = store.sweeps()
     trials = [t for t in stored if t.source is Source.MEASURED]
     final = [t for t in stored if t.source is Source.FINAL]  # each problem's finalists, timed again
+    profile = [t for t in stored if t.source is Source.PROFILE]  # the shape at its serving ladder of M
     assert len(trials) == 8 and all(t.extra.get("worker", "").startswith("gpu") for t in trials)
     assert {t.problem.M for t in final} == {16, 64} and all(t.extra["final_rounds"] >= 1 for t in final)
-    assert len(trials) + len(final) == len(stored)
+    assert {t.problem.M for t in profile} == {1, 2, 3, 4, 6, 8, 16, 24, 32, 40, 48, 56, 64}
+    assert all(t.timing is not None and t.timing.method == "graph" for t in final + profile if t.ok)
+    assert len(trials) + len(final) + len(profile) == len(stored)
     if torch.cuda.device_count() > 1:  # two problems on two or more GPUs: each on its own worker
         assert len({t.extra["worker"] for t in trials}) == 2
     assert sweep.status == "finished" and sweep.workers == torch.cuda.device_count()
