@@ -85,13 +85,15 @@ class BenchSettings:
         launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
         spin before each launch ranked configs differently from the same launches run back to back, as
         a serving engine runs them (docs/notes/2026-11-27-served-timing.md). Each timed run is a replay of
-        `graph_launches` launches, so fewer runs reach the same precision: at most 5 are required and about
-        50 ms of replays are aimed at (a final round and an M profile time many configs)."""
+        10 launches, at least 3 runs and about 20 ms of replays: a final round and an M profile time many
+        configs, and what varies between runs of back-to-back launches is the clock, which more samples
+        of one run do not average out."""
         return dataclasses.replace(
             self,
             method="graph",
-            min_reps=min(self.min_reps, 5),
-            target_time_s=min(self.target_time_s, 0.05),
+            min_reps=min(self.min_reps, 3),
+            graph_launches=min(self.graph_launches, 10),
+            target_time_s=min(self.target_time_s, 0.02),
         )
 
     @classmethod

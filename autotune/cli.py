@@ -1195,6 +1195,9 @@ def _verify(args: argparse.Namespace) -> int:
             target = local_target(args.device)
         except TargetError as exc:
             raise CliError(f"verify times on a GPU: {exc}") from None
+        import torch
+
+        torch.cuda.set_device(args.device)  # every launch and buffer on that GPU, the entry points' too
     if table is not None and table.device_key != target.device_key():
         raise CliError(
             f"{args.table} was tuned on {table.target}, but this is {target}: verify it on that GPU"

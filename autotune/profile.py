@@ -152,6 +152,30 @@ def point_candidates(
     return out
 
 
+def _record(
+    store: _Store,
+    target: Target,
+    kernels: dict[str, tuple[str, str]],
+    problem: Problem,
+    results: Sequence[TrialResult],
+    sweep_id: int | None,
+) -> None:
+    """Stores one M's profile timings, in one transaction where the store can (`record_many`)."""
+    if not results:
+        return
+    many = getattr(store, "record_many", None)
+    if many is not None:
+        from autotune.db import NewTrial
+
+        trials = [NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results]
+        many(trials, sweep_id=sweep_id)
+        return
+    for r in results:
+        name, source_hash = kernels[r.config.backend]
+        store.record(target=target, kernel=name, source_hash=source_hash, problem=problem, result=r,
+                     sweep_id=sweep_id, source=Source.PROFILE)  # fmt: skip
+
+
 def family_plan(
     job: FamilyProfile, *, store: _Store, target: Target, finalists: int = 2
 ) -> tuple[list[tuple[Problem, list[Config]]], int]:
@@ -247,6 +271,7 @@ def profile_family(
     for problem, todo in plan:
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
         ran = 0
+        results: list[TrialResult] = []
         for config in todo:
             if config.digest() in done:
                 report.cached += 1
@@ -257,11 +282,10 @@ def profile_family(
                 report.skipped += 1  # flagged by the static checks (spills, LDS, ...): not served
                 continue
             result = measurer.run(problem, config)
-            name, source_hash = kernels[config.backend]
-            store.record(target=target, kernel=name, source_hash=source_hash, problem=problem, result=result,
-                         sweep_id=sweep_id, source=Source.PROFILE)  # fmt: skip
+            results.append(result)
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
+        _record(store, target, kernels, problem, results, sweep_id)  # one transaction per M
         report.ran += ran
         report.points += 1
         if on_point is not None:

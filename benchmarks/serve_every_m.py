@@ -68,11 +68,12 @@ def verify(
     """`autotune verify` shared out over `gpus` processes, one per GPU; their rows merged."""
     procs = []
     for k in range(gpus):
-        cmd = [*CLI, "verify", *([str(table)] if table else []), "--problems", str(spec), "--device", str(k),
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(k)}  # each shard alone on its GPU
+        cmd = [*CLI, "verify", *([str(table)] if table else []), "--problems", str(spec), "--device", "0",
                "--shard", f"{k}/{gpus}", "--out", str(out / f".{name}.{k}.json"), "--no-progress",
                "--min-ratio", str(min_ratio)]  # fmt: skip
         procs.append(
-            (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+            (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         )
     rows: list[dict[str, Any]] = []
     with (out / f"{name}.log").open("w", encoding="utf-8") as log:
