@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 from autotune.config import Config
 from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe
 from autotune.problem import Problem, normalize_dtype
-from autotune.result import VENDOR_BACKEND, Source, TrialStatus
+from autotune.result import VENDOR_BACKEND, Source
 
 if TYPE_CHECKING:
     from autotune.db import Store, TrialRecord, Winner
@@ -138,15 +139,12 @@ def _is_vendor(config: Config) -> bool:
 def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
     """The stored M profiles of one device, per shape family: M → {config: time in µs}.
 
-    Only OK profile trials count. Per family, the profile of one fingerprint of the device is used (the
-    one whose latest profile trial is newest), and per backend only its newest kernel version (the
-    source hash of its latest trial): a profile measured with older code or software is not mixed in.
+    A failed trial is kept with an infinite time (a vendor that failed at an M is not taken for one that
+    cannot run there). Per family, the profile of one fingerprint of the device is used (the one whose
+    latest profile trial is newest), and per backend only its newest kernel version (the source hash of
+    its latest trial): a profile measured with older code or software is not mixed in.
     """
-    trials = [
-        t
-        for t in store.trials(status=TrialStatus.OK, source=Source.PROFILE)
-        if t.gpu.target.device_key() == device_key and t.time_us is not None
-    ]
+    trials = [t for t in store.trials(source=Source.PROFILE) if t.gpu.target.device_key() == device_key]
     by_family: dict[Key, list[TrialRecord]] = {}
     for t in trials:
         p = t.problem
@@ -162,8 +160,8 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
                 current[t.backend] = (t.id, t.source_hash)
         profile: dict[int, dict[Config, float]] = {}
         for t in rows:
-            if t.source_hash == current[t.backend][1] and t.time_us is not None:
-                profile.setdefault(t.problem.M, {})[t.config] = t.time_us
+            if t.source_hash == current[t.backend][1]:
+                profile.setdefault(t.problem.M, {})[t.config] = math.inf if t.time_us is None else t.time_us
         out[key] = profile
     return out
 

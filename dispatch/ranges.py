@@ -11,6 +11,10 @@ contiguous, non-overlapping M ranges that cover every M from 1 up, with these ru
 - **Between two profiled M** (the M nobody measured) the pick of one end is served only if it beats the
   vendor by the margin at both ends (of two such, the one whose worse end is better); else the vendor
   library. A config that won at one isolated M is thus served at that M alone.
+- **The vendor's time at a profiled M** is capped at the larger of its times at the two neighbouring
+  profiled M (time grows with M: a vendor time above both is noise, or a slow kernel the vendor need not
+  pick again). Where the vendor was timed and failed, that cap stands for its time, else no other config
+  may serve there. Both only ever favour the vendor.
 - **Above the largest profiled M** the vendor library, as a range of its own (its `lo` - 1 is the largest
   profiled M).
 - Where the op has no vendor library (no vendor config measured at an M), the fastest candidate there
@@ -119,16 +123,38 @@ def ranges_from_profile(
     times = {
         m: {c: float(t) for c, t in row.items() if math.isfinite(t) and t > 0} for m, row in profile.items()
     }
-    points = sorted(m for m, row in times.items() if row)
+    failed = {  # M where a vendor config was timed and failed (a crashed worker, say): the vendor, untimed
+        m: min((c for c in row if is_vendor(c)), key=Config.canonical)
+        for m, row in profile.items()
+        if any(is_vendor(c) and not (math.isfinite(t) and t > 0) for c, t in row.items())
+    }
+    points = sorted(m for m, row in times.items() if row or m in failed)
     if not points:
         raise ValueError("the profile holds no measured time")
+    measured: dict[int, tuple[Config, float]] = {}
+    for m in points:
+        found = [(t, c) for c, t in times[m].items() if is_vendor(c)]
+        if found:
+            t, c = min(found, key=lambda x: (x[0], x[1].canonical()))
+            measured[m] = (c, t)
+    vendors: dict[int, tuple[Config, float] | None] = {}
+    for i, m in enumerate(points):
+        # A vendor time above its times at both neighbouring M is taken as noise (time grows with M) and
+        # capped at the larger of them: that only makes the vendor look faster, never another config.
+        below = measured.get(points[i - 1]) if i > 0 else None
+        above = measured.get(points[i + 1]) if i + 1 < len(points) else None
+        cap = max(below[1], above[1]) if below is not None and above is not None else None
+        own = measured.get(m)
+        if own is not None:
+            vendors[m] = (own[0], own[1] if cap is None else min(own[1], cap))
+        elif m in failed:  # no time of its own: its neighbours', else no other config may beat it there
+            floor = min(times[m].values(), default=1.0)
+            vendors[m] = (failed[m], cap if cap is not None else floor)
+        else:
+            vendors[m] = None
 
     def vendor_at(m: int) -> tuple[Config, float] | None:
-        found = [(t, c) for c, t in times[m].items() if is_vendor(c)]
-        if not found:
-            return None
-        t, c = min(found, key=lambda x: (x[0], x[1].canonical()))
-        return c, t
+        return vendors[m]
 
     def reference(m: int) -> float:
         v = vendor_at(m)

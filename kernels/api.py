@@ -3,9 +3,8 @@
 No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
 $AUTOTUNE_TABLES or `autotune.dispatch.load_tables`) and launches the chosen backend and config. A shape
 that no table covers runs `GemmOp.fallback_config`: the vendor library (torch.mm: cuBLAS, hipBLASLt; on
-the interpreter too), except on NVIDIA GPUs at M <= FALLBACK_GEMV_ROWS (1), where the heuristic default (the
-GEMV kernel) is measured ahead of cuBLAS. The dispatcher warns once per such shape and logs it for a
-later sweep.
+the interpreter too) at every M (`FALLBACK_GEMV_ROWS`: the heuristic GEMV default was not safe untuned).
+The dispatcher warns once per such shape and logs it for a later sweep.
 """
 
 from __future__ import annotations
@@ -202,10 +201,9 @@ def gemm(
     """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
 
     A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
-    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm, or the GEMV kernel on NVIDIA at
-    M <= FALLBACK_GEMV_ROWS (1)). `out`, an (M, N) tensor of A's dtype on A's device (any strides), receives C
-    and is returned: a caller that keeps its buffers saves the allocation's host time. It must not overlap
-    A or B.
+    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm). `out`, an (M, N) tensor of A's
+    dtype on A's device (any strides), receives C and is returned: a caller that keeps its buffers saves
+    the allocation's host time. It must not overlap A or B.
     """
     M, N, K, dtype = _check(a, b, b_layout)
     if out is not None:

@@ -46,10 +46,12 @@ _HERE = Path(__file__).resolve().parent
 _OUT = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
 _FP8_BLOCK = 128
-#: Up to this M the FP8 GEMMs (row-wise, blockwise) on NVIDIA GPUs run their heuristic default for a shape
-#: no table covers, not torch._scaled_mm: at decode our FP8 kernels measured 1.1-2.9x as fast as a tuned
-#: _scaled_mm on the H100. Above it the vendor library is the safe default. To be measured again on the GPU.
-QUANT_DEFAULT_MAX_M = 64
+#: Up to this M (per op) the FP8 GEMMs on NVIDIA GPUs run their heuristic default for a shape no table
+#: covers, not torch._scaled_mm; above it the vendor library is the safe default. Timed as served on the
+#: H200 (`autotune verify`, Llama-3.1-70B's four layers at TP 8, every M of the serving ladder up to 64;
+#: BENCHMARKS.md, "Serve every M"): the row-wise default was 1.0-2.5x `_scaled_mm` at every M; the
+#: blockwise default 1.08-2.01x up to M = 32, but 0.83x and 0.88x at M = 40 on two of the four layers.
+QUANT_DEFAULT_MAX_M = {"gemm_fp8_rowwise": 64, "gemm_fp8_blockwise": 32}
 _VENDOR = Config(backend="torch")
 _MX = {"gemm_mxfp8": ("e4m3", "e4m3"), "gemm_mxfp4": ("e2m1", "e2m1"), "gemm_mxfp4_bf16a": ("bf16", "e2m1")}
 
@@ -194,8 +196,9 @@ class QuantGemmOp:
     def fallback_config(self, problem: Problem, target: Target) -> Config:
         """torch._scaled_mm where this op's space on `target` holds it (the installed torch runs the op's
         scaling mode at this M: probed), except for the FP8 ops on NVIDIA GPUs at M <=
-        QUANT_DEFAULT_MAX_M; else (MX formats on sm_90, gemm_mxfp4_bf16a, ...) the heuristic default."""
-        if problem.op.startswith("gemm_fp8") and target.is_nvidia and problem.M <= QUANT_DEFAULT_MAX_M:
+        QUANT_DEFAULT_MAX_M[op]; else (MX formats on sm_90, gemm_mxfp4_bf16a, ...) the heuristic default."""
+        decode_max = QUANT_DEFAULT_MAX_M.get(problem.op, 0)
+        if target.is_nvidia and decode_max >= problem.M:
             return quant_default_config(problem, target)
         if _VENDOR in self.space(problem, target, ("torch",)):
             return _VENDOR

@@ -3,7 +3,7 @@
 Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket) and
 launches that config. A shape that no table covers runs `QuantGemmOp.fallback_config`: torch._scaled_mm
 where the installed torch runs the op's scaling mode on this GPU (probed), except for the FP8 ops on
-NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M (decode), where our kernels are measured ahead; the heuristic
+NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op] (decode), where our kernels are measured ahead; the heuristic
 default where _scaled_mm cannot run it (MX formats on sm_90, gemm_mxfp4_bf16a, ...). Inputs are checked
 on every call (one ValueError before any launch); the launch is prepared per call (its launcher is cached
 per config), so this costs more host time than `gemm` does.

@@ -5,9 +5,9 @@
 entry points key it), else `op.fallback_config(problem, target)`. The vendor library is the safe default;
 the heuristic default runs only where it is measured ahead (see each op's `fallback_config`):
 
-- gemm: torch.mm, except on NVIDIA GPUs at M <= FALLBACK_GEMV_ROWS (1) (the GEMV kernel).
+- gemm: torch.mm, at every M (FALLBACK_GEMV_ROWS: the GEMV kernel was not safe).
 - quantized GEMMs: torch._scaled_mm where the op's space on the target holds it, except for the FP8 ops
-  on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M; else the heuristic default.
+  on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op]; else the heuristic default.
 - moe: the heuristic default (its "torch" backend is a baseline loop, not a vendor library).
 
 `served_launch` is the entry point's own call on given inputs, so that a benchmark times exactly what a

@@ -146,6 +146,37 @@ def test_failed_or_unmeasured_configs_never_serve() -> None:
     assert all(served(ranges, m) == VENDOR for m in (2, 3, 4, 5))
 
 
+def test_a_vendor_time_above_both_neighbours_is_capped() -> None:
+    # the vendor's 24.5 at M = 448 is above its 20.9 and 22.4 at the neighbouring M: noise, capped at 22.4,
+    # so 23.7 does not beat it (it did by 3.4% uncapped)
+    profile = {
+        440: {VENDOR: 20.9, TILE: 23.7},
+        448: {VENDOR: 24.5, TILE: 23.7},
+        456: {VENDOR: 22.4, TILE: 23.6},
+    }
+    ranges = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.03)
+    assert all(r.config == VENDOR for r in ranges)
+    # a real win stays: below the neighbours' times the cap changes nothing
+    profile[448] = {VENDOR: 22.0, TILE: 20.0}
+    assert served(ranges_from_profile(profile, is_vendor=is_vendor, margin=0.03), 448) == TILE
+
+
+def test_a_vendor_that_failed_at_an_m_is_not_taken_for_none() -> None:
+    nan = float("inf")  # a failed trial's time, as `profiles_of` passes it
+    profile = {
+        272: {VENDOR: 800.0, BIG: 1127.0},
+        280: {VENDOR: nan, BIG: 1007.0},
+        288: {VENDOR: 850.0, BIG: 1096.0},
+    }
+    ranges = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.03)
+    assert all(r.config == VENDOR for r in ranges)  # the neighbours' 850 stands for the vendor at 280
+    # failed at the last M, no cap: nothing may beat it there
+    ranges = ranges_from_profile(
+        {8: {VENDOR: 5.0, SPLIT: 4.0}, 16: {VENDOR: nan, SPLIT: 1.0}}, is_vendor=is_vendor
+    )
+    assert served(ranges, 8) == SPLIT and served(ranges, 16) == VENDOR
+
+
 def test_without_a_vendor_the_fastest_serves() -> None:
     profile = {1: {SPLIT: 5.0, TILE: 6.0}, 16: {SPLIT: 9.0, TILE: 7.0}}
     ranges = ranges_from_profile(profile, is_vendor=is_vendor)

@@ -102,10 +102,16 @@ def quiet() -> Iterator[None]:
 
 @pytest.mark.parametrize("M", [1, 2, 3, 96, 4096])
 @pytest.mark.parametrize("layout", ["nk", "kn"])
-def test_gemm_fallback_on_nvidia_is_the_gemv_default_at_one_row_then_torch(M: int, layout: str) -> None:
+def test_gemm_fallback_on_nvidia_is_torch_at_every_m(
+    M: int, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     problem = Problem.gemm(M, 4096, 4096, "bf16", layout)
+    assert FALLBACK_GEMV_ROWS == 0  # the GEMV default lost to cuBLAS at M = 1 on an H200
+    assert GEMM.fallback_config(problem, SM90) == TORCH
+    # where a regime of the heuristic were set, it would run there
+    monkeypatch.setattr("autotune.kernels.gemm_op.FALLBACK_GEMV_ROWS", 2)
     fallback = GEMM.fallback_config(problem, SM90)
-    if M <= FALLBACK_GEMV_ROWS:
+    if M <= 2:
         assert fallback == GEMM.default_config(problem, SM90) and fallback.backend == "triton_gemv"
     else:
         assert fallback == TORCH
@@ -131,11 +137,13 @@ def test_fp8_fallback_on_nvidia_keeps_the_heuristic_at_decode(
     """With a _scaled_mm that runs every M: our kernels up to QUANT_DEFAULT_MAX_M, torch above."""
     _vendor_runs(monkeypatch, lambda backend, problem, target: "")
     quant = QUANT_GEMMS[op]
-    for M in (1, 16, QUANT_DEFAULT_MAX_M):
+    top = QUANT_DEFAULT_MAX_M[op]
+    assert top == (64 if op == ROWWISE else 32)
+    for M in (1, 16, top):
         problem = Problem.quant(op, M, 4096, 4096)
         fallback = quant.fallback_config(problem, SM90)
         assert fallback == quant.default_config(problem, SM90) and fallback.backend != "torch", M
-    for M in (QUANT_DEFAULT_MAX_M + 1, 2048):
+    for M in (top + 1, 2048):
         problem = Problem.quant(op, M, 4096, 4096)
         assert TORCH in quant.space(problem, SM90)
         assert quant.fallback_config(problem, SM90) == TORCH, M
@@ -159,7 +167,8 @@ def test_fp8_rowwise_fallback_on_sm90_follows_its_space(M: int) -> None:
     quant = QUANT_GEMMS[ROWWISE]
     problem = Problem.quant(ROWWISE, M, 4096, 4096)
     fallback = quant.fallback_config(problem, SM90)
-    if M > QUANT_DEFAULT_MAX_M and TORCH in quant.space(problem, SM90):
+    top = QUANT_DEFAULT_MAX_M[ROWWISE]
+    if top < M and TORCH in quant.space(problem, SM90):
         assert fallback == TORCH
     else:
         assert fallback == quant.default_config(problem, SM90) and fallback.backend != "torch"
@@ -229,7 +238,7 @@ def test_served_config_reads_the_table_else_the_fallback(install: Callable[..., 
         assert served_config(GEMM, Problem.gemm(16, 64, 32, "fp16"), SM90) == TORCH  # another dtype
         assert served_config(GEMM, Problem.gemm(16, 64, 32, "bf16", "kn"), SM90) == TORCH  # another layout
         untuned_one = Problem.gemm(1, 64, 33)
-        assert served_config(GEMM, untuned_one, SM90) == GEMM.default_config(untuned_one, SM90)
+        assert served_config(GEMM, untuned_one, SM90) == GEMM.fallback_config(untuned_one, SM90) == TORCH
 
 
 def test_served_config_never_serves_a_gemv_config_above_its_rows(install: Callable[..., Dispatcher]) -> None:
@@ -287,8 +296,9 @@ def test_served_config_caches_the_fallback(no_tables: Path, monkeypatch: pytest.
     problem = Problem.gemm(8, 48, 48)
     with quiet():
         assert served_config(GEMM, problem, GFX942) == served_config(GEMM, problem, GFX942) == TORCH
-        assert served_config(GEMM, problem.with_m(1), SM90).backend == "triton_gemv"
-    assert calls == [problem, problem.with_m(1)]
+        assert served_config(GEMM, problem.with_m(1), SM90) == TORCH
+        assert served_config(GEMM, problem.with_m(1), SM90) == TORCH
+    assert calls == [problem, problem.with_m(1)]  # once per (problem, target)
 
 
 # -- served_launch -------------------------------------------------------------------------------------------
