@@ -307,9 +307,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--range-margin",
         type=float,
-        default=0.03,
+        default=0.05,
         metavar="FRACTION",
-        help="the same at every profiled M of a shape served by M ranges (default 0.03: launches timed "
+        help="the same at every profiled M of a shape served by M ranges (default 0.05: launches timed "
         "back to back, as served, vary more between runs)",
     )
     p.add_argument(
