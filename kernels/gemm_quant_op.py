@@ -49,8 +49,8 @@ _FP8_BLOCK = 128
 #: Up to this M (per op) the FP8 GEMMs on NVIDIA GPUs run their heuristic default for a shape no table
 #: covers, not torch._scaled_mm; above it the vendor library is the safe default. Timed as served on the
 #: H200 (`autotune verify`, Llama-3.1-70B's four layers at TP 8, every M of the serving ladder up to 64;
-#: BENCHMARKS.md, "Serve every M"): the row-wise default was 1.0-2.5x `_scaled_mm` at every M; the
-#: blockwise default 1.08-2.01x up to M = 32, but 0.83x and 0.88x at M = 40 on two of the four layers.
+#: BENCHMARKS.md, "Serve every M"): the row-wise default was 1.32-3.32x `_scaled_mm` at every M; the
+#: blockwise default 1.07-2.00x up to M = 32, but 0.83x and 0.88x at M = 40 on two of the four layers.
 QUANT_DEFAULT_MAX_M = {"gemm_fp8_rowwise": 64, "gemm_fp8_blockwise": 32}
 _VENDOR = Config(backend="torch")
 _MX = {"gemm_mxfp8": ("e4m3", "e4m3"), "gemm_mxfp4": ("e2m1", "e2m1"), "gemm_mxfp4_bf16a": ("bf16", "e2m1")}
