@@ -1159,7 +1159,8 @@ def _emit(args: argparse.Namespace) -> int:
     if bucketed:
         n_buckets = sum(len(e.buckets) for e in table.entries)
         parts.append(
-            f"{bucketed} shape{'s' * (bucketed != 1)} by {n_buckets} M buckets (M policy {table.m_policy})"
+            f"{bucketed} shape{'s' * (bucketed != 1)} served by {n_buckets} M buckets (M policy "
+            f"{table.m_policy})"
         )
     print(f"wrote {args.out}: {'; '.join(parts)} ({kind}) for {table.target} [{table.fingerprint}]")
     return EXIT_OK

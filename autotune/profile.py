@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from autotune.config import Config
 from autotune.problem import Problem
 from autotune.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
-from autotune.runner import SweepStopped
+from autotune.runner import Measurer, SweepStopped, TrialStore
 from autotune.target import Target
 
 if TYPE_CHECKING:
@@ -37,28 +37,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class _Measurer(Protocol):
-    def run(self, problem: Problem, config: Config) -> TrialResult: ...
-
-
-class _Store(Protocol):
-    def finished(
-        self, *, target: Target, problem: Problem, kernels: dict[str, tuple[str, str]], source: Source = ...
-    ) -> dict[str, TrialResult]: ...
-
-    def record(
-        self,
-        *,
-        target: Target,
-        kernel: str,
-        source_hash: str,
-        problem: Problem,
-        result: TrialResult,
-        sweep_id: int | None = None,
-        source: Source = ...,
-    ) -> bool: ...
 
 
 def family_of(problem: Problem) -> Problem:
@@ -99,7 +77,7 @@ CONTENDER = 1.05
 
 
 def bucket_candidates(
-    store: _Store,
+    store: TrialStore,
     target: Target,
     op: TunableOp,
     buckets: Sequence[Problem],
@@ -153,7 +131,7 @@ def point_candidates(
 
 
 def _record(
-    store: _Store,
+    store: TrialStore,
     target: Target,
     kernels: dict[str, tuple[str, str]],
     problem: Problem,
@@ -177,7 +155,7 @@ def _record(
 
 
 def family_plan(
-    job: FamilyProfile, *, store: _Store, target: Target, finalists: int = 2
+    job: FamilyProfile, *, store: TrialStore, target: Target, finalists: int = 2
 ) -> tuple[list[tuple[Problem, list[Config]]], int]:
     """Per ladder M, the problem there and the configs to time (in that order); and how many candidates
     were left out for being outside the op's space at their M."""
@@ -231,7 +209,7 @@ class Compiler(Protocol):
     def findings(self, op: TunableOp, problem: Problem, config: Config) -> Sequence[object]: ...
 
 
-def prefetch_family(job: FamilyProfile, compiler: Compiler, *, store: _Store, target: Target) -> None:
+def prefetch_family(job: FamilyProfile, compiler: Compiler, *, store: TrialStore, target: Target) -> None:
     """Queues, on `compiler`'s processes, the compiles `job`'s profile will need (one per config and
     specialization variant of M), in ladder order; returns at once."""
     plan, _ = family_plan(job, store=store, target=target)
@@ -245,9 +223,9 @@ def prefetch_family(job: FamilyProfile, compiler: Compiler, *, store: _Store, ta
 def profile_family(
     job: FamilyProfile,
     *,
-    store: _Store,
+    store: TrialStore,
     target: Target,
-    measurer: _Measurer,
+    measurer: Measurer,
     finalists: int = 2,
     sweep_id: int | None = None,
     should_stop: Callable[[], bool] | None = None,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -63,3 +64,19 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "autotune.db")
     url: str = request.getfixturevalue("pg_url")
     return url
+
+
+@pytest.fixture
+def launched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Records the config of every Triton GEMM launcher built (the entry point caches one per config)."""
+    import autotune.kernels.gemm_triton as gemm_triton
+
+    seen: list[Any] = []
+    real: Callable[..., Any] = gemm_triton.launcher
+
+    def spy(config: Any, **kwargs: Any) -> Any:
+        seen.append(config)
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(gemm_triton, "launcher", spy)
+    return seen

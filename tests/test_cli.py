@@ -203,7 +203,10 @@ def test_emit_table_serves_the_best_config(
 ) -> None:
     path = tmp_path / "t.json"
     assert main(["emit", "--out", str(path), "--db", str(smoke_db)]) == 0
-    assert f"wrote {path}: 2 M buckets over 1 (N, K) shapes (measured)" in capsys.readouterr().out
+    assert (
+        f"wrote {path}: 1 shape served by 2 M buckets (M policy round_up) (measured)"
+        in capsys.readouterr().out
+    )
     table = Table.load(path)
     assert table.target.interpreter and table.fingerprint == Target.interpreter_target().fingerprint()
     with Store(str(smoke_db)) as store:

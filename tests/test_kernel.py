@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -255,20 +255,6 @@ def fresh_dispatch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
     monkeypatch.setattr(dispatcher_mod, "_default", None)
     monkeypatch.setattr(api, "_plans", {})
     yield log
-
-
-@pytest.fixture
-def launched(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
-    """Records the config of every Triton launcher built (api caches one per config)."""
-    seen: list[Config] = []
-    real: Callable[..., Any] = gemm_triton.launcher
-
-    def spy(config: Config, **kwargs: Any) -> Any:
-        seen.append(config)
-        return real(config, **kwargs)
-
-    monkeypatch.setattr(gemm_triton, "launcher", spy)
-    return seen
 
 
 def rand(*shape: int, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> torch.Tensor:

@@ -230,3 +230,20 @@ class BoundTimed:
 
     def run(self, problem: Problem, config: Config) -> TrialResult:
         return self.worker.run(ServedTiming(object()), problem, config)  # type: ignore[arg-type]
+
+
+def test_a_quantized_op_is_profiled_and_served_by_ranges_through_the_same_path(tmp_path: Path) -> None:
+    spec = parse_spec(
+        'name = "fp8"\n[[sweep]]\nop = "gemm_fp8_rowwise"\nm = [1, 64]\nnk = [[256, 512]]\n'
+        'strategy = "random"\ntrials = 4\nprofile_m = [1, 8, 64]\n'
+    )
+    worker = TimedWorker()
+    with Store(str(tmp_path / "q.db")) as store:
+        report = run_sweep(spec, store, GPU, workers=[worker])
+        assert len(report.profiles) == 1 and report.profiles[0].points == 3 and report.profiles[0].ran >= 3
+        table = emit_table(store)
+    (entry,) = table.entries
+    assert entry.op == "gemm_fp8_rowwise" and entry.ranges
+    for M in (1, 8, 64):
+        served = table.lookup("gemm_fp8_rowwise", M, 256, 512, dtype="fp8e4m3")
+        assert served is not None and served in [c for _, m, c in worker.log if m == M]

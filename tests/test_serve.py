@@ -15,7 +15,6 @@ import torch
 import autotune.dispatch.dispatcher as dispatcher_mod
 import autotune.kernels.api as api
 import autotune.kernels.gemm_quant_vendor as vendor
-import autotune.kernels.gemm_triton as gemm_triton
 import autotune.kernels.serve as serve
 from autotune import Config, Problem, Target
 from autotune.bench import rel_error
@@ -73,20 +72,6 @@ def install(no_tables: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., D
         return d
 
     return make
-
-
-@pytest.fixture
-def launched(monkeypatch: pytest.MonkeyPatch) -> list[Config]:
-    """The config of every Triton GEMM launcher built (api caches one per config: `no_tables` empties it)."""
-    seen: list[Config] = []
-    real: Callable[..., Any] = gemm_triton.launcher
-
-    def spy(config: Config, **kwargs: Any) -> Any:
-        seen.append(config)
-        return real(config, **kwargs)
-
-    monkeypatch.setattr(gemm_triton, "launcher", spy)
-    return seen
 
 
 @contextmanager
