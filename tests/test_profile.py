@@ -232,9 +232,18 @@ class BoundTimed:
         return self.worker.run(ServedTiming(object()), problem, config)  # type: ignore[arg-type]
 
 
-def test_a_quantized_op_is_profiled_and_served_by_ranges_through_the_same_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "op, extra, key",
+    [
+        ("gemm_fp8_rowwise", "", {"dtype": "fp8e4m3"}),
+        ("moe", "e = 8\ntopk = 2\n", {"E": 8, "topk": 2, "dtype": "bf16"}),
+    ],
+)
+def test_other_ops_are_profiled_and_served_by_ranges_through_the_same_path(
+    tmp_path: Path, op: str, extra: str, key: dict[str, object]
+) -> None:
     spec = parse_spec(
-        'name = "fp8"\n[[sweep]]\nop = "gemm_fp8_rowwise"\nm = [1, 64]\nnk = [[256, 512]]\n'
+        f'name = "other"\n[[sweep]]\nop = "{op}"\nm = [1, 64]\nnk = [[256, 512]]\n{extra}'
         'strategy = "random"\ntrials = 4\nprofile_m = [1, 8, 64]\n'
     )
     worker = TimedWorker()
@@ -243,7 +252,7 @@ def test_a_quantized_op_is_profiled_and_served_by_ranges_through_the_same_path(t
         assert len(report.profiles) == 1 and report.profiles[0].points == 3 and report.profiles[0].ran >= 3
         table = emit_table(store)
     (entry,) = table.entries
-    assert entry.op == "gemm_fp8_rowwise" and entry.ranges
+    assert entry.op == op and entry.ranges
     for M in (1, 8, 64):
-        served = table.lookup("gemm_fp8_rowwise", M, 256, 512, dtype="fp8e4m3")
+        served = table.lookup(op, M, 256, 512, **key)  # type: ignore[arg-type]
         assert served is not None and served in [c for _, m, c in worker.log if m == M]
