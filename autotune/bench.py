@@ -112,10 +112,11 @@ class BenchSettings:
 
 
 class ServedTiming:
-    """`op` timed the way its configs run when served: a worker or `Benches` gives it a Benchmarker of its
-    own with `BenchSettings.as_served()` (its own inputs too). Everything else is `op`'s: the wrapper
-    delegates every attribute, so kernel versions, spaces and launches are the op's. Immutable; pickles
-    with its op (worker processes receive it)."""
+    """`op` timed the way its configs run when served: a Benchmarker of it times with
+    `BenchSettings.as_served()` whatever settings it is given, and a worker keeps one of its own (its own
+    inputs too) beside `op`'s. Everything else is `op`'s: the wrapper delegates every attribute, so kernel
+    versions, spaces and launches are the op's. Immutable; pickles with its op (worker processes receive
+    it)."""
 
     def __init__(self, op: TunableOp) -> None:
         object.__setattr__(self, "op", op)
@@ -242,6 +243,8 @@ class Benchmarker:
         self.settings = settings or (
             BenchSettings.for_interpreter() if target.interpreter else BenchSettings()
         )
+        if isinstance(op, ServedTiming):  # its configs are timed the way they run when served
+            self.settings = self.settings.as_served()
         self.seed = seed
         #: The problems' states, most recently used last; `KEEP_STATES` are kept (a sweep may have two
         #: problems in flight on one worker, measured in turns).

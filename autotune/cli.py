@@ -1245,8 +1245,8 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
     table's entries; each with its ladder."""
     from autotune.kernels import get_op
     from autotune.ladder import parse_ladder, serving_ladder
-    from autotune.profile import family_of
     from autotune.sweeps import SpecError, load_spec
+    from autotune.sweeps.profile import family_of
     from autotune.verify import Family, family_of_entry
 
     def ladder(max_m: int, tuned: Sequence[int]) -> tuple[int, ...]:
@@ -1270,7 +1270,7 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
                 name = f"{entry.model} {label} " if entry.model else ""
                 grouped.setdefault(fam, (entry.op_for(p), name, []))[2].append(p.M)
         for fam, (op, label, ms) in grouped.items():
-            out.append(Family(op, fam, ladder(max(ms), ms), f"{label}{_family_label(fam)}"))
+            out.append(Family(op, fam, ladder(max(ms), ms), label))
         return out
     for entry in table.entries:
         fam = family_of_entry(entry)
@@ -1280,16 +1280,8 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
         else:
             tuned = [b.m for b in entry.buckets]
             top = max(tuned)
-        out.append(Family(get_op(entry.op), fam, ladder(top, tuned), _family_label(fam)))
+        out.append(Family(get_op(entry.op), fam, ladder(top, tuned)))
     return out
-
-
-def _family_label(p: Any) -> str:
-    if p.op == "moe":
-        return f"moe N={p.N} K={p.K} E={p.E} topk={p.topk} {p.dtype_a}"
-    if p.op == "gemm":
-        return f"gemm N={p.N} K={p.K} {p.dtype_a}" + ("" if p.layout == "nk" else f" B:{p.layout}")
-    return f"{p.op} N={p.N} K={p.K}"
 
 
 def _print_verify(report: Any, worst: int) -> None:

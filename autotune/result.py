@@ -54,7 +54,7 @@ class Source(str, enum.Enum):
     #: what the emitted table and the export compare.
     FINAL = "final"
     #: A shape family's candidates timed at a ladder of M after its buckets were tuned
-    #: (`autotune.profile`), the way they run when served: what `autotune emit` builds M ranges from.
+    #: (`autotune.sweeps.profile`), the way they run when served: what `autotune emit` builds M ranges from.
     PROFILE = "profile"
 
 

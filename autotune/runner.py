@@ -250,25 +250,20 @@ class Runner:
         )
 
     def served_measurer(self, op: TunableOp) -> Measurer:
-        """What the final round (and a profile) times `op`'s configs with: as they run when served
-        (`ServedTiming`): the `served` measurer given, else one derived from the runner's own Benchmarker
-        or bound worker, else the runner's measurer itself."""
+        """What the final round times `op`'s configs with: as they run when served (`ServedTiming`): the
+        `served` measurer given, else a Benchmarker beside the runner's own, else the runner's measurer."""
         if self.served is not None:
             return self.served
+        from autotune.bench import Benchmarker, ServedTiming
+
+        bench = self.bench
+        if not isinstance(bench, Benchmarker):
+            return bench
         found = self._served_benches.get(id(op))
         if found is None:
-            from autotune.bench import Benchmarker, ServedTiming
-            from autotune.workers import BoundWorker
-
-            bench = self.bench
-            if isinstance(bench, Benchmarker):
-                found = Benchmarker(ServedTiming(op), bench.target, device=bench.device,
-                                    settings=bench.settings.as_served(), seed=bench.seed)  # fmt: skip
-            elif isinstance(bench, BoundWorker):
-                found = BoundWorker(bench.worker, ServedTiming(op))
-            else:
-                found = bench
-            self._served_benches[id(op)] = found
+            found = self._served_benches[id(op)] = Benchmarker(
+                ServedTiming(op), bench.target, device=bench.device, settings=bench.settings, seed=bench.seed
+            )
         return found
 
     def _final_round(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from autotune.bench import BenchSettings, interleaved_medians
+from autotune.bench import BenchSettings, ServedTiming, interleaved_medians
 from autotune.config import Config
 from autotune.problem import QUANT_OPS, Problem
 from autotune.result import VENDOR_BACKEND
@@ -52,22 +52,13 @@ log = logging.getLogger(__name__)
 DEFAULT_MIN_RATIO = 0.98
 #: The pseudo-config that `EntryPoint` launches as the run-time entry point's own call.
 SERVED = Config({"backend": "served"})
-#: How verify times each side of a row: as served, shorter per run than a search's timing (many rows).
+#: How verify times each side of a row (made served by `EntryPoint`): shorter per run than a search's.
 VERIFY_SETTINGS = BenchSettings(min_reps=5, max_reps=60, target_time_s=0.04, race=None, precision=0.004)
 
 
-class EntryPoint:
-    """`op` whose config `SERVED` launches the run-time entry point's call (`autotune.kernels.serve`);
-    every other config is `op`'s own launch. Everything else is delegated to `op`."""
-
-    def __init__(self, op: TunableOp) -> None:
-        self.op = op
-        self.name = op.name
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "op":
-            raise AttributeError(name)
-        return getattr(self.op, name)
+class EntryPoint(ServedTiming):
+    """`op`, timed as served, whose config `SERVED` launches the run-time entry point's call
+    (`autotune.kernels.serve`); every other config is `op`'s own launch."""
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
@@ -81,7 +72,8 @@ class EntryPoint:
 
 @dataclass(frozen=True)
 class Family:
-    """One shape family to verify: its op, its problem at any M, the ladder and a label."""
+    """One shape family to verify: its op, its problem at any M, the ladder, and a label put before the
+    shape in its name (the layer of a model, say)."""
 
     op: TunableOp
     problem: Problem
@@ -90,8 +82,7 @@ class Family:
 
     @property
     def name(self) -> str:
-        p = self.problem.with_m(1)
-        return self.label or str(p).replace(" M=1 ", " ")
+        return self.label + str(self.problem.with_m(1)).replace(" M=1 ", " ")
 
 
 @dataclass(frozen=True)
@@ -253,7 +244,7 @@ def _default_bench(target: Target) -> Callable[[TunableOp], Benchmarker]:
     def make(op: TunableOp) -> Benchmarker:
         from autotune.bench import Benchmarker
 
-        settings = BenchSettings.for_interpreter() if target.interpreter else VERIFY_SETTINGS.as_served()
+        settings = None if target.interpreter else VERIFY_SETTINGS  # timed as served (EntryPoint)
         return Benchmarker(EntryPoint(op), target, settings=settings)
 
     return make

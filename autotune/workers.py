@@ -112,19 +112,13 @@ class Benches:
         self.on_phase: Callable[[str], None] | None = None
 
     def get(self, op: TunableOp) -> Benchmarker:
-        """The Benchmarker of `op`, made on first use; a `ServedTiming` op gets one with served timing."""
-        from autotune.bench import Benchmarker, ServedTiming
+        """The Benchmarker of `op`, made on first use (a `ServedTiming` op's times as served)."""
+        from autotune.bench import Benchmarker
 
         key = pickle.dumps(op)
         bench = self._by_op.get(key)
         if bench is None:
-            if self.make:
-                made = self.make(op)
-            elif isinstance(op, ServedTiming):
-                base = self.settings or Benchmarker(op, self.target).settings
-                made = Benchmarker(op, self.target, settings=base.as_served())
-            else:
-                made = Benchmarker(op, self.target, settings=self.settings)
+            made = self.make(op) if self.make else Benchmarker(op, self.target, settings=self.settings)
             bench = self._by_op[key] = made
             bench.on_phase = self.on_phase
         return bench

@@ -69,7 +69,7 @@ def emit_table(
     measured config (`Store.winners(final=True)`: the finalists and the vendor library timed head to
     head), else the searches' own timings.
 
-    A shape family with a stored M profile (`autotune.profile`, on this device) is served by M ranges
+    A shape family with a stored M profile (`autotune.sweeps.profile`, on this device) is served by M ranges
     built from it instead (`ranges_from_profile`, with `range_margin`): each M gets the config measured
     fastest there, the vendor library unless another beats it by that margin, and the vendor
     library above the profile's largest M. `profiles=False` emits buckets for every family.

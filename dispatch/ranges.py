@@ -28,83 +28,14 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
 from autotune.config import Config
+from autotune.dispatch.table import Range, check_ranges
 
-__all__ = ["Profile", "Range", "check_ranges", "ranges_from_profile"]
+__all__ = ["Profile", "ranges_from_profile"]
 
 #: M → {config: measured time in µs}; a config missing at an M was not measured there or failed.
 Profile = Mapping[int, Mapping[Config, float]]
-
-
-@dataclass(frozen=True)
-class Range:
-    """The config that serves every M in [lo, hi] (hi None: no upper end).
-
-    `speedup` is the geometric mean, over the profiled M inside the range, of the vendor library's time
-    over the served config's (1.0 for the vendor itself; None where nothing inside was profiled against
-    the vendor). `points` counts the profiled M inside. Immutable; ValueError on bad bounds.
-    """
-
-    lo: int
-    hi: int | None
-    config: Config
-    speedup: float | None = None
-    points: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.lo, bool) or not isinstance(self.lo, int) or self.lo < 1:
-            raise ValueError(f"a range's lo must be a positive integer, got {self.lo!r}")
-        if self.hi is not None and (
-            isinstance(self.hi, bool) or not isinstance(self.hi, int) or self.hi < self.lo
-        ):
-            raise ValueError(f"a range's hi must be an integer >= lo ({self.lo}) or null, got {self.hi!r}")
-        if not isinstance(self.config, Config):
-            if not isinstance(self.config, Mapping):
-                raise ValueError(f"config must be a Config or a mapping, got {self.config!r}")
-            object.__setattr__(self, "config", Config(self.config))
-        if self.speedup is not None:
-            if isinstance(self.speedup, bool) or not isinstance(self.speedup, (int, float)):
-                raise ValueError(f"speedup must be a number or null, got {self.speedup!r}")
-            if not math.isfinite(self.speedup) or self.speedup <= 0:
-                raise ValueError(f"speedup must be finite and positive, got {self.speedup!r}")
-            object.__setattr__(self, "speedup", float(self.speedup))
-        if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 0:
-            raise ValueError(f"points must be a non-negative integer, got {self.points!r}")
-
-    def __contains__(self, M: object) -> bool:
-        return isinstance(M, int) and self.lo <= M and (self.hi is None or self.hi >= M)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "lo": self.lo,
-            "hi": self.hi,
-            "config": self.config.to_dict(),
-            "speedup": None if self.speedup is None else round(self.speedup, 4),
-            "points": self.points,
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> Range:
-        """Inverse of `to_dict`. Raises ValueError (or TypeError) on a malformed mapping."""
-        if not isinstance(raw.get("config"), dict):
-            raise ValueError("a range needs a 'config' object")
-        return cls(raw["lo"], raw.get("hi"), Config(raw["config"]), raw.get("speedup"), raw.get("points", 0))
-
-
-def check_ranges(ranges: tuple[Range, ...]) -> None:
-    """ValueError unless `ranges` are contiguous from M = 1 and the last has no upper end."""
-    if not ranges:
-        raise ValueError("no ranges")
-    if ranges[0].lo != 1:
-        raise ValueError(f"the first range must start at M = 1, got {ranges[0].lo}")
-    for a, b in itertools.pairwise(ranges):
-        if a.hi is None or b.lo != a.hi + 1:
-            raise ValueError(f"ranges must be contiguous: [{a.lo}, {a.hi}] is followed by [{b.lo}, {b.hi}]")
-    if ranges[-1].hi is not None:
-        raise ValueError(f"the last range must have no upper end (hi null), got {ranges[-1].hi}")
 
 
 def ranges_from_profile(

@@ -15,17 +15,13 @@ from typing import Any
 
 import torch
 
-from autotune.config import Config
-from autotune.dispatch import lookup as _lookup
-from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.serve import served_config
 from autotune.problem import QUANT_OPS, Problem
 from autotune.target import Target
 
 __all__ = ["gemm_quant"]
 
 _OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
-# The config of each (problem, target) no table covers.
-_fallbacks: dict[tuple[Problem, Target], Config] = {}
 # The problem of each (op, M, N, K, dtypes, arch) seen: building one validates it, which costs host time.
 _problems: dict[tuple[Any, ...], Problem] = {}
 
@@ -84,16 +80,7 @@ def gemm_quant(
     problem = _problem(op, a, b, out_dtype, tgt)
     if out is not None:
         _check_out(op, out, problem, out_dtype, a)
-    config: Any = _lookup(op, problem.M, problem.N, problem.K, dtype=problem.dtype)
-    # a GEMV table entry serves no larger M than the kernel takes (a lookup policy other than round-up can
-    # land there): the fallback does
-    if config is None or (problem.M > GEMV_ROWS and config.backend == "triton_gemv"):
-        config = _fallbacks.get((problem, tgt))
-        if config is None:
-            config = QUANT_GEMMS[op].fallback_config(problem, tgt)
-            if len(_fallbacks) >= 4096:
-                _fallbacks.clear()
-            _fallbacks[(problem, tgt)] = config
+    config = served_config(QUANT_GEMMS[op], problem, tgt)  # the table's, else the op's fallback
     if out is None:
         out = torch.empty(problem.M, problem.N, device=a.device, dtype=out_dtype)
     inputs: Any = (a, b, a_scale, b_scale)  # a_scale None: gemm_mxfp4_bf16a

@@ -14,10 +14,18 @@ from typing import TYPE_CHECKING, Any
 from autotune.bench import ServedTiming
 from autotune.config import Config
 from autotune.problem import Problem
-from autotune.profile import FamilyProfile, ProfileReport, family_of, prefetch_family, profile_family
 from autotune.result import TrialResult
 from autotune.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.strategies import Budget
+from autotune.sweeps.profile import (
+    FamilyProfile,
+    Plan,
+    ProfileReport,
+    family_of,
+    family_plan,
+    prefetch_family,
+    profile_family,
+)
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
 from autotune.target import Target
 from autotune.workers import InlineWorker, Worker, WorkerAborted, WorkerError
@@ -103,7 +111,7 @@ def run_sweep(
     (`report.budget_spent`); running it again resumes.
 
     Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
-    by default the serving ladder on a GPU) is profiled (`autotune.profile`): its candidates timed at
+    by default the serving ladder on a GPU) is profiled (`autotune.sweeps.profile`): its candidates timed at
     every ladder M the way they run when served, stored as profile trials, so that `autotune emit`
     builds M ranges; on the workers, a family at a time each. A sweep stopped or out of budget profiles
     nothing; running it again does.
@@ -396,11 +404,11 @@ def _run_on_workers(
                 with lock:
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
-    profile_jobs = list(jobs)
+    profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
 
     def profile(lane: _Lane) -> None:
         worker = lane.worker
-        job: FamilyProfile | None = None
+        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
             while not stop.is_set():
                 with lock:
@@ -410,14 +418,15 @@ def _run_on_workers(
                 ticket = lane.join()
                 try:
                     done = profile_family(
-                        job,
+                        job[0],
                         store=store,
                         target=worker.target,
-                        measurer=_InLane(lane, ticket, ServedTiming(job.op)),
+                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op)),
                         sweep_id=report.sweep_id,
                         should_stop=stop.is_set,
                         on_point=lambda *_: progress.beat(),
                         compiler=checker,
+                        plan=job[1],
                     )
                 finally:
                     lane.leave(ticket)
@@ -474,8 +483,13 @@ def _run_on_workers(
         if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
             t0 = time.perf_counter()
             if checker is not None:  # every family's compiles queued at once, in order: the first ones first
-                for job in profile_jobs:
-                    prefetch_family(job, checker, store=store, target=workers[0].target)
+                target = workers[0].target
+                profile_jobs = [
+                    (job, family_plan(job, store=store, target=target)) for job, _ in profile_jobs
+                ]
+                for job, plan in profile_jobs:
+                    assert plan is not None
+                    prefetch_family(job.op, plan[0], checker)
             try:
                 run_phase(profile, 1)
             finally:

@@ -120,7 +120,7 @@ class SweepEntry:
     backends: tuple[str, ...] | None = None
     warm_start: bool = True  # try known configs first (Store.known_configs)
     final_rounds: int | None = None  # the finalists timed again head to head (Runner); None: the default
-    #: The M ladder its shape families are profiled at once tuned (autotune.profile): None the default
+    #: The M ladder its shape families are profiled at once tuned (autotune.sweeps.profile): None the default
     #: (the serving ladder on a GPU, none in the interpreter), "serving" that ladder everywhere, a tuple
     #: of M values, or () for none.
     profile_m: str | tuple[int, ...] | None = None
@@ -450,7 +450,7 @@ def _profile_m(value: Any, where: str) -> str | tuple[int, ...] | None:
         return SERVING
     if isinstance(value, list) and value:
         try:
-            return parse_ladder([v for v in value], max_m=1)
+            return parse_ladder(value, max_m=1)
         except ValueError as exc:
             raise SpecError(f"{where}: `profile_m`: {exc}") from None
     raise SpecError(

@@ -13,9 +13,9 @@ from autotune.bench import ServedTiming
 from autotune.db import Store
 from autotune.dispatch.emit import emit_table
 from autotune.ladder import serving_ladder
-from autotune.profile import bucket_candidates, point_candidates
 from autotune.result import Source
 from autotune.sweeps import run_sweep
+from autotune.sweeps.profile import bucket_candidates, point_candidates
 from autotune.sweeps.run import families
 from autotune.sweeps.spec import SpecError, parse_spec
 
@@ -195,7 +195,7 @@ class FakeCompiler:
 
 
 def test_profile_compiles_each_specialization_once_ahead_and_skips_flagged_configs(tmp_path: Path) -> None:
-    from autotune.profile import compile_once, family_plan, prefetch_family, profile_family
+    from autotune.sweeps.profile import compile_once, family_plan, prefetch_family, profile_family
 
     spec = parse_spec(SPEC.replace("profile_m = [1, 2, 8, 16, 24, 64]", "profile_m = false"))
     worker = TimedWorker()
@@ -211,7 +211,7 @@ def test_profile_compiles_each_specialization_once_ahead_and_skips_flagged_confi
                 assert (rep.M == 1) == (problem.M == 1) and (rep.M % 16 == 0) == (problem.M % 16 == 0)
                 assert rep.M <= problem.M
         compiler = FakeCompiler()
-        prefetch_family(job, compiler, store=store, target=GPU)
+        prefetch_family(job.op, plan, compiler)
         assert sorted(compiler.queued, key=lambda x: (x[0], x[1].canonical())) == sorted(
             ((p.M, c) for (c, _), p in once.items()), key=lambda x: (x[0], x[1].canonical())
         )

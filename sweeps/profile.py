@@ -25,11 +25,14 @@ from autotune.runner import Measurer, SweepStopped, TrialStore
 from autotune.target import Target
 
 if TYPE_CHECKING:
+    from autotune.db import NewTrial
     from autotune.kernels.base import TunableOp
 
 __all__ = [
     "FamilyProfile",
+    "Plan",
     "ProfileReport",
+    "ProfileStore",
     "bucket_candidates",
     "family_of",
     "point_candidates",
@@ -66,7 +69,7 @@ class ProfileReport:
     ran: int = 0
     cached: int = 0
     failed: int = 0
-    skipped: int = 0  # (M, config) pairs outside the op's space at that M
+    skipped: int = 0  # (M, config) pairs outside the op's space at that M, or flagged by static checks
     wall_s: float = 0.0
 
 
@@ -130,41 +133,26 @@ def point_candidates(
     return out
 
 
-def _record(
-    store: TrialStore,
-    target: Target,
-    kernels: dict[str, tuple[str, str]],
-    problem: Problem,
-    results: Sequence[TrialResult],
-    sweep_id: int | None,
-) -> None:
-    """Stores one M's profile timings, in one transaction where the store can (`record_many`)."""
-    if not results:
-        return
-    many = getattr(store, "record_many", None)
-    if many is not None:
-        from autotune.db import NewTrial
+class ProfileStore(TrialStore, Protocol):
+    """What a profile needs of a store (autotune.db.Store implements it): the runner's, and `record_many`."""
 
-        trials = [NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results]
-        many(trials, sweep_id=sweep_id)
-        return
-    for r in results:
-        name, source_hash = kernels[r.config.backend]
-        store.record(target=target, kernel=name, source_hash=source_hash, problem=problem, result=r,
-                     sweep_id=sweep_id, source=Source.PROFILE)  # fmt: skip
+    def record_many(self, trials: Sequence[NewTrial], *, sweep_id: int | None = None) -> list[bool]: ...
+
+
+#: Per ladder M, the problem there and the configs to time there, in that order (`family_plan`).
+Plan = list[tuple[Problem, list[Config]]]
 
 
 def family_plan(
     job: FamilyProfile, *, store: TrialStore, target: Target, finalists: int = 2
-) -> tuple[list[tuple[Problem, list[Config]]], int]:
-    """Per ladder M, the problem there and the configs to time (in that order); and how many candidates
-    were left out for being outside the op's space at their M."""
+) -> tuple[Plan, int]:
+    """`job`'s plan, and how many candidates were left out for being outside the op's space at their M."""
     from autotune.kernels.base import kernel_versions
 
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    plan: list[tuple[Problem, list[Config]]] = []
+    plan: Plan = []
     skipped = 0
     for M in job.ladder:
         problem = job.buckets[0].with_m(M)
@@ -209,21 +197,20 @@ class Compiler(Protocol):
     def findings(self, op: TunableOp, problem: Problem, config: Config) -> Sequence[object]: ...
 
 
-def prefetch_family(job: FamilyProfile, compiler: Compiler, *, store: TrialStore, target: Target) -> None:
-    """Queues, on `compiler`'s processes, the compiles `job`'s profile will need (one per config and
+def prefetch_family(op: TunableOp, plan: Plan, compiler: Compiler) -> None:
+    """Queues, on `compiler`'s processes, the compiles a profile of `plan` will need (one per config and
     specialization variant of M), in ladder order; returns at once."""
-    plan, _ = family_plan(job, store=store, target=target)
     by_problem: dict[Problem, list[Config]] = {}
     for (config, _v), problem in compile_once(plan).items():
         by_problem.setdefault(problem, []).append(config)
     for problem, configs in by_problem.items():
-        compiler.prefetch(job.op, problem, configs)
+        compiler.prefetch(op, problem, configs)
 
 
 def profile_family(
     job: FamilyProfile,
     *,
-    store: TrialStore,
+    store: ProfileStore,
     target: Target,
     measurer: Measurer,
     finalists: int = 2,
@@ -231,22 +218,25 @@ def profile_family(
     should_stop: Callable[[], bool] | None = None,
     on_point: Callable[[Problem, int, int], None] | None = None,
     compiler: Compiler | None = None,
+    plan: tuple[Plan, int] | None = None,
 ) -> ProfileReport:
     """Times `job`'s candidates at every M of its ladder with `measurer` (served timing), storing each as a
     `Source.PROFILE` trial; what is stored already is read back, not run. With a `compiler` (the sweep's
     StaticChecker, after `prefetch_family`), each config is measured once its compile for that M's
     specialization is done, and one the static checks flag is left out. `on_point(problem, ran,
     candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
-    timing (a stopped profile keeps what it stored)."""
+    timing (a stopped profile keeps what it stored). `plan` is `family_plan`'s, where the caller made it
+    already (to compile ahead)."""
+    from autotune.db import NewTrial
     from autotune.kernels.base import kernel_versions
 
     t0 = time.perf_counter()
     op = job.op
     report = ProfileReport(job.family)
     kernels = kernel_versions(op, op.backends(target))
-    plan, report.skipped = family_plan(job, store=store, target=target, finalists=finalists)
-    first = compile_once(plan)
-    for problem, todo in plan:
+    points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
+    first = compile_once(points)
+    for problem, todo in points:
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
         ran = 0
         results: list[TrialResult] = []
@@ -263,7 +253,11 @@ def profile_family(
             results.append(result)
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
-        _record(store, target, kernels, problem, results, sweep_id)  # one transaction per M
+        if results:  # one transaction per M
+            trials = [
+                NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results
+            ]
+            store.record_many(trials, sweep_id=sweep_id)
         report.ran += ran
         report.points += 1
         if on_point is not None:
