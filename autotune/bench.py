@@ -85,15 +85,18 @@ class BenchSettings:
         launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
         spin before each launch ranked configs differently from the same launches run back to back, as
         a serving engine runs them (docs/notes/2026-11-27-served-timing.md). Each timed run is a replay of
-        10 launches, at least 3 runs and about 20 ms of replays: a final round and an M profile time many
-        configs, and what varies between runs of back-to-back launches is the clock, which more samples
-        of one run do not average out."""
+        10 launches, at least 3 runs, at most about 20 ms of replays, and runs stop once the median is
+        known to 1%: a final round and an M profile time many configs, what varies between runs of
+        back-to-back launches is the clock, which more samples of one run do not average out, and the
+        M ranges a table serves switch configs only at a 5% margin (`autotune.dispatch.ranges`). No
+        flushed event runs come first: the method is fixed, and the replays' first runs size the rest."""
         return dataclasses.replace(
             self,
             method="graph",
             min_reps=min(self.min_reps, 3),
             graph_launches=min(self.graph_launches, 10),
             target_time_s=min(self.target_time_s, 0.02),
+            precision=None if self.precision is None else max(self.precision, 0.01),
         )
 
     @classmethod
@@ -398,6 +401,9 @@ class Benchmarker:
             launches[i % len(launches)]()
         self._sync()
         s = self.settings
+        if s.method == "graph" and state.method in (None, "graph"):  # no probe: the replays size themselves
+            state.method = "graph"
+            return self._time_graph(launches, None, bound_us, precision)
         probe = self._event_samples(launches, s.min_reps)
         probe_us = statistics.median(probe)
         if state.method is None:
@@ -406,17 +412,32 @@ class Benchmarker:
             else:
                 state.method = "graph" if min(probe) < s.graph_threshold_us else "events"
         if state.method == "graph":
-            try:
-                sample, n = self._graph_sampler(launches)
-            except Exception as exc:  # this launch cannot be captured: time it with events, and say so
-                log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
-                t = self._time_events(launches, self._reps(probe_us))
-                return dataclasses.replace(t, method="events (graph capture failed)"), False
-            total = max(s.min_reps, min(s.max_reps, self._reps(probe_us * n)))
-            return _staged(sample, sample(s.min_reps), total, bound_us, "graph", precision)
+            return self._time_graph(launches, probe_us, bound_us, precision)
         # The probe's runs are the first runs of the events method: cold, one launch each.
         more = functools.partial(self._event_samples, launches)
         return _staged(more, probe, self._reps(probe_us), bound_us, "events", precision)
+
+    def _time_graph(
+        self,
+        launches: Sequence[Launch],
+        probe_us: float | None,
+        bound_us: float | None,
+        precision: float | None,
+    ) -> tuple[Timing, bool]:
+        """Graph replays: `min_reps` first, then as many as the time target allows at the launch time
+        `probe_us` (µs a launch; without it, the first replays' median)."""
+        s = self.settings
+        try:
+            sample, n = self._graph_sampler(launches)
+        except Exception as exc:  # this launch cannot be captured: time it with events, and say so
+            log.warning("graph capture failed (%s: %s); timing with events", type(exc).__name__, exc)
+            reps = self._reps(probe_us) if probe_us is not None else s.min_reps
+            t = self._time_events(launches, reps)
+            return dataclasses.replace(t, method="events (graph capture failed)"), False
+        first = sample(s.min_reps)
+        per_launch = statistics.median(first) if probe_us is None else probe_us
+        total = max(s.min_reps, min(s.max_reps, self._reps(per_launch * n)))
+        return _staged(sample, first, total, bound_us, "graph", precision)
 
     def _reps(self, est_us: float) -> int:
         s = self.settings

@@ -115,7 +115,7 @@ def _partial(
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("M",))
 def gemm_kernel(
     a_ptr,
     b_ptr,
@@ -154,7 +154,7 @@ def gemm_kernel(
     )  # fmt: skip
 
 
-@triton.jit
+@triton.jit(do_not_specialize=("M",))
 def gemm_sum_kernel(
     a_ptr,
     b_ptr,

@@ -172,8 +172,10 @@ def family_plan(
 
 
 def _variant(M: int) -> tuple[bool, bool]:
-    """What a Triton kernel specializes an integer argument on: equal to 1, divisible by 16. Two M with
-    the same variant run the same compiled kernel."""
+    """What a Triton kernel may specialize an integer argument on: equal to 1, divisible by 16. Two M
+    with the same variant run the same compiled kernel. The dense GEMM's `triton` kernels specialize on
+    neither (their M is `do_not_specialize`): a compile queued for another variant of those finds
+    Triton's cache."""
     return M == 1, M % 16 == 0
 
 

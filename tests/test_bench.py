@@ -458,3 +458,22 @@ def test_interleaved_medians_add_rounds_until_the_spread_allows_the_precision() 
     timer = _ScriptedTimer({"steady": list(steady), "jumpy": list(steady)}, log)
     interleaved_medians(timer, p, configs, 3, precision=0.01, max_rounds=8)  # type: ignore[arg-type]
     assert log == ["steady", "jumpy"] * 3  # both steady: the first rounds were enough
+
+
+@pytest.mark.parametrize("jitter, runs", [(0.002, (6, 6)), (0.2, (7, 50))])
+def test_served_timing_replays_graphs_only_until_the_median_is_known_to_one_percent(
+    jitter: float, runs: tuple[int, int]
+) -> None:
+    """As served: no flushed event runs (the method is fixed), at least 2 x 3 replays, and more only
+    while the spread leaves the median less precise than 1%, up to the time target (20 ms at 400 µs a
+    replay of 4 launches: 50)."""
+    settings = BenchSettings().as_served()
+    assert settings.method == "graph" and settings.precision == 0.01 and settings.min_reps == 3
+    bench = _FakeGpuBench(settings, jitter=jitter)
+    events: list[int] = []
+    sample_events = bench._event_samples
+    bench._event_samples = lambda launches, reps: events.append(reps) or sample_events(launches, reps)  # type: ignore[method-assign]
+    result, _ = _timed(bench, 100.0)
+    assert events == [] and result.timing.method == "graph"
+    assert runs[0] <= result.timing.runs <= runs[1]
+    assert result.time_us == pytest.approx(100.0, rel=jitter + 0.01)
