@@ -79,7 +79,8 @@ def descriptor(base: torch.Tensor, shape: list[int], strides: list[int], block: 
     descriptor, per launch. Those checks depend only on (dtype, shape, strides, block) and on the base's
     16-byte alignment, so after one checked build per key, later descriptors copy that build's fields
     and take their own base, whose alignment is checked here. The copies share `shape`, `strides` and
-    `block`: nobody may change them afterwards."""
+    `block`: nobody may change them afterwards. The cache keeps no base: a tensor a descriptor was made
+    of is freed with its last user (a new M is a new key, and a serving process sees every M)."""
     key = (base.dtype, tuple(shape), tuple(strides), tuple(block))
     found = _desc_fields.get(key)
     if found is None or base.data_ptr() % 16:
@@ -90,7 +91,7 @@ def descriptor(base: torch.Tensor, shape: list[int], strides: list[int], block: 
         if is_dataclass(made) and hasattr(made, "__dict__") and cls.__setattr__ is object.__setattr__:
             if len(_desc_fields) >= MAX_KEYS:
                 _desc_fields.clear()
-            _desc_fields[key] = (cls, dict(vars(made)))
+            _desc_fields[key] = (cls, {k: v for k, v in vars(made).items() if k != "base"})
         return made
     cls, values = found
     made = object.__new__(cls)

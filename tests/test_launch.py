@@ -292,6 +292,27 @@ def test_descriptors_copied_after_a_checked_build_equal_triton_s_own() -> None:
     assert made.base is first and made is not copied
 
 
+def test_the_descriptor_cache_keeps_no_tensor_alive() -> None:
+    """A descriptor per new shape (every M a server sees) must not keep its tensor: the cache once held
+    each key's first base, and an M profile ran a worker out of GPU memory."""
+    import gc
+    import weakref
+
+    pytest.importorskip("triton")
+    launch_mod._desc_fields.clear()
+    refs = []
+    for m in (16, 24, 32):
+        x = torch.randn(m, 32, dtype=torch.bfloat16)
+        made = launch_mod.descriptor(x, [m, 32], [32, 1], [16, 32])
+        again = launch_mod.descriptor(torch.randn(m, 32, dtype=torch.bfloat16), [m, 32], [32, 1], [16, 32])
+        assert again.base is not x and again.shape == made.shape
+        refs.append(weakref.ref(x))
+        del x, made, again
+    gc.collect()
+    assert len(launch_mod._desc_fields) == 3
+    assert all(r() is None for r in refs)
+
+
 @pytest.mark.parametrize("bad", ["misaligned base", "misaligned stride", "rank", "block"])
 def test_descriptors_fail_as_triton_s_own_do_even_after_a_checked_build(bad: str) -> None:
     pytest.importorskip("triton")
