@@ -512,12 +512,27 @@ def runs_for_precision(samples: Sequence[float], precision: float) -> int:
     return math.ceil((1.2533 * sigma / (precision * med)) ** 2)
 
 
+_side_streams: dict[int, Any] = {}
+
+
+def _side_stream() -> Any:
+    """One side stream per device for the warm-up before a capture. Not a new stream per capture:
+    buffers kept per stream (`autotune.kernels.scratch`) would pile up, one set per config timed."""
+    import torch
+
+    device = torch.cuda.current_device()
+    stream = _side_streams.get(device)
+    if stream is None:
+        stream = _side_streams[device] = torch.cuda.Stream()
+    return stream
+
+
 def graph_replays(launches: Sequence[Callable[[], object]], n: int) -> Callable[[int], list[float]]:
     """Captures `n` calls of `launches` (cycled) in one CUDA graph, after a warm-up on a side stream as
     capture requires; returns a function timing `count` replays with events, in µs per call each."""
     import torch
 
-    stream = torch.cuda.Stream()
+    stream = _side_stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         for launch in launches:

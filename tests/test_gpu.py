@@ -54,6 +54,30 @@ def test_benchmarker_times_both_backends(target) -> None:
     assert 50 < r2.time_us < 1e6
 
 
+def test_served_timing_at_many_m_holds_no_memory(target) -> None:
+    """Timing split-K and TMA configs as served at one M after another (an M profile) keeps no buffer per
+    timing: no scratch per capture stream, no tensor in the descriptor cache."""
+    from autotune.bench import ServedTiming
+    from autotune.kernels import scratch
+
+    bench = Benchmarker(ServedTiming(GEMM), target)
+    fam = Problem.gemm(1, 4096, 4096)
+    split = GEMM.default_config(fam.with_m(64), target)
+    configs = [c for c in (split, GEMM.default_config(fam.with_m(2048), target)) if c.backend != "torch"]
+    for M in (8, 16, 24):  # the first M allocate what every later one reuses
+        for c in configs:
+            assert bench.run(fam.with_m(M), c).ok
+    torch.cuda.synchronize()
+    before, streams = torch.cuda.memory_allocated(), len(scratch._scratch)
+    for M in (32, 40, 48, 56, 64):
+        for c in configs:
+            assert bench.run(fam.with_m(M), c).ok
+    torch.cuda.synchronize()
+    assert len(scratch._scratch) == streams
+    # two problems' states are kept (KEEP_STATES): inputs of M = 64 rows weigh 0.5 MB each
+    assert torch.cuda.memory_allocated() - before < 64 << 20
+
+
 def test_out_of_resources_is_a_status(target) -> None:
     bench = Benchmarker(GEMM, target)
     problem = Problem.gemm(256, 256, 1024)
