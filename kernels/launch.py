@@ -279,8 +279,10 @@ class Pinned:
         runtime_more: list[tuple[int, str]] = []
         for i, (name, default) in enumerate(self._params[n_args:]):
             if name in more:
-                tail.append(more[name])
-                if name not in self._constexpr:
+                if name in self._constexpr:
+                    tail.append(more[name])
+                else:  # replaced by each call's value: the cache keeps no argument (no tensor) alive
+                    tail.append(None)
                     runtime_more.append((i, name))
             elif name in self.options:
                 tail.append(self.options[name])

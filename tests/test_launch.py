@@ -157,6 +157,27 @@ def test_descriptors_are_keyed_by_every_field() -> None:
     assert len(jit.jit_calls) == 3
 
 
+def test_the_launch_cache_keeps_no_runtime_argument_given_by_name() -> None:
+    """A runtime argument given by name (a sliced C's descriptor, a tensor) is each call's own: the
+    launch cache keeps a placeholder, not the first call's value (that kept one C tensor per M alive)."""
+    import gc
+    import weakref
+
+    jit = FakeJit()
+    k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
+    a, b, out = tensors()
+    first = torch.randn(64)
+    ref = weakref.ref(first)
+    k[(1,)](a, b, out, 16, 64, 8, SCALE=first)
+    del first
+    jit.jit_calls.clear()  # the stand-in's record of Triton's own launch
+    gc.collect()
+    assert ref() is None
+    second = torch.randn(64)
+    compiled = k[(1,)](a, b, out, 16, 64, 8, SCALE=second)
+    assert not jit.jit_calls and compiled.runs[-1][2][8] is second
+
+
 def test_arguments_of_unknown_types_always_take_triton_s_launch() -> None:
     jit = FakeJit()
     k = Pinned(jit, {"BLOCK": 32, "EVEN": False}, api=fake_api())
