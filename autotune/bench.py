@@ -85,18 +85,18 @@ class BenchSettings:
         launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
         spin before each launch ranked configs differently from the same launches run back to back, as
         a serving engine runs them (docs/notes/2026-11-27-served-timing.md). Each timed run is a replay of
-        10 launches, at least 3 runs, at most about 20 ms of replays, and runs stop once the median is
-        known to 1%: a final round and an M profile time many configs, what varies between runs of
-        back-to-back launches is the clock, which more samples of one run do not average out, and the
-        M ranges a table serves switch configs only at a 5% margin (`autotune.dispatch.ranges`). No
-        flushed event runs come first: the method is fixed, and the replays' first runs size the rest."""
+        10 launches, at least 3 runs and about 20 ms of replays: a final round and an M profile time many
+        configs, and what varies between runs of back-to-back launches is the clock, which more samples
+        of one run do not average out. Fewer replays (runs stopped once the median was known to 1%)
+        left a table serving a config 8% slower than cuBLAS at an M its profile had it 5% faster
+        (docs/notes/2026-11-27-profile-cost.md). No flushed event runs come first: the method is fixed,
+        and the replays' first runs size the rest."""
         return dataclasses.replace(
             self,
             method="graph",
             min_reps=min(self.min_reps, 3),
             graph_launches=min(self.graph_launches, 10),
             target_time_s=min(self.target_time_s, 0.02),
-            precision=None if self.precision is None else max(self.precision, 0.01),
         )
 
     @classmethod
