@@ -9,15 +9,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from autotune.config import Config
-from autotune.problem import Problem
-from autotune.result import Source, Timing, TrialResult, TrialStatus
-from autotune.space import Constraint, SearchSpace, SubSpace
-from autotune.target import Target, TargetError
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.target import Target, TargetError
 
 if TYPE_CHECKING:
-    from autotune.bench import Benchmarker
-    from autotune.strategies import Budget, Exhaustive, OptunaTPE, RandomSearch, Strategy, make_strategy
+    from autotune.engine.bench import Benchmarker
+    from autotune.engine.strategies import (
+        Budget,
+        Exhaustive,
+        OptunaTPE,
+        RandomSearch,
+        Strategy,
+        make_strategy,
+    )
 
 __version__ = "0.1.0"
 
@@ -43,13 +50,13 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Benchmarker": "autotune.bench",
-    "Budget": "autotune.strategies",
-    "Exhaustive": "autotune.strategies",
-    "OptunaTPE": "autotune.strategies",
-    "RandomSearch": "autotune.strategies",
-    "Strategy": "autotune.strategies",
-    "make_strategy": "autotune.strategies",
+    "Benchmarker": "autotune.engine.bench",
+    "Budget": "autotune.engine.strategies",
+    "Exhaustive": "autotune.engine.strategies",
+    "OptunaTPE": "autotune.engine.strategies",
+    "RandomSearch": "autotune.engine.strategies",
+    "Strategy": "autotune.engine.strategies",
+    "make_strategy": "autotune.engine.strategies",
 }
 
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.bench import DeviceFault
-from autotune.executors import EXECUTORS
-from autotune.result import VENDOR_BACKEND
+from autotune.core.result import VENDOR_BACKEND
+from autotune.engine.bench import DeviceFault
+from autotune.engine.executors import EXECUTORS
 
 if TYPE_CHECKING:
     from autotune.db import Store
@@ -73,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
         "for the target and checked, and the predictions are stored (source 'model'), never mixed "
         "with measurements; a later measured sweep on that GPU supersedes them.",
     )
-    p.add_argument("spec", metavar="SPEC.toml", nargs="?", help="sweep spec (see sweeps/smoke.toml)")
+    p.add_argument(
+        "spec", metavar="SPEC", nargs="?",
+        help="sweep spec: a TOML file, or the name of one that ships with the package (smoke, ...)",
+    )  # fmt: skip
     p.add_argument(
         "--untuned",
         metavar="LOG",
@@ -458,9 +461,9 @@ def _open_store(url: str | None) -> Store:
 def _sweep(args: argparse.Namespace) -> int:
     if args.interpret:
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
-    from autotune.executors import parse_gpus
+    from autotune.core.target import Target, TargetError, local_target
+    from autotune.engine.executors import parse_gpus
     from autotune.sweeps import SpecError, load_spec, plan
-    from autotune.target import Target, TargetError, local_target
 
     if (args.spec is None) == (args.untuned is None):
         raise CliError("give either a SPEC.toml or --untuned [LOG] (one of the two)")
@@ -523,7 +526,7 @@ def _with_profile_m(spec: Any, text: str) -> Any:
     """`spec` with every entry's profile_m set from --profile-m."""
     import dataclasses
 
-    from autotune.ladder import SERVING, parse_ladder
+    from autotune.core.ladder import SERVING, parse_ladder
 
     if text.strip().lower() == SERVING:
         value: str | tuple[int, ...] = SERVING
@@ -556,9 +559,9 @@ def _measure(
     args: argparse.Namespace, spec: Any, target: Any, gpus: list[int] | None, budget_s: float | None
 ) -> int:
     """A measured sweep on worker processes (or Ray actors), with its log file and progress bar."""
-    from autotune.executors import log_stem, make_workers, sweep_log
+    from autotune.engine.executors import log_stem, make_workers, sweep_log
+    from autotune.engine.workers import WorkerError
     from autotune.sweeps import SpecError, plan
-    from autotune.workers import WorkerError
 
     stem = (
         None if args.log_dir.lower() == "none" else log_stem(args.log_dir, spec.name if spec else "untuned")
@@ -664,7 +667,7 @@ def _run_measured(
 
     checker = None
     if not target.interpreter:
-        from autotune.checker import StaticChecker
+        from autotune.engine.checker import StaticChecker
 
         # One core per local GPU worker is left to measuring; the compile processes get the others.
         measuring_here = len(workers) if args.executor == "local" else 0
@@ -720,8 +723,8 @@ def _no_gpu() -> bool:
 
 def _compile_target(name: str) -> Any:
     """The published-limits Target of `name` for compile-only work; CliError if unknown or unbuildable."""
-    from autotune.compile import check_compilable
-    from autotune.target import Target, TargetError
+    from autotune.core.target import Target, TargetError
+    from autotune.engine.compile import check_compilable
 
     try:
         target = Target.for_arch(name)
@@ -735,7 +738,7 @@ def _compile_target(name: str) -> Any:
 
 def _predict(args: argparse.Namespace, spec: Any, store: Any, target: Any, n_problems: int) -> int:
     """The compile-only sweep: model predictions for `target`, stored as such."""
-    from autotune.checker import StaticChecker
+    from autotune.engine.checker import StaticChecker
     from autotune.sweeps import predict_sweep
 
     print(
@@ -843,9 +846,9 @@ def _print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
 def _plan(args: argparse.Namespace) -> int:
     import json
 
-    from autotune.plan import makespan, plan_sweep
+    from autotune.core.target import TargetError, local_target
     from autotune.sweeps import SpecError, load_spec
-    from autotune.target import TargetError, local_target
+    from autotune.sweeps.estimate import makespan, plan_sweep
 
     _check_workers(args)
     if args.gpus is not None and args.gpus < 1:
@@ -880,7 +883,7 @@ def _plan(args: argparse.Namespace) -> int:
     if compile_only:
         gpus = 1
     else:
-        from autotune.workers import visible_devices
+        from autotune.engine.workers import visible_devices
 
         gpus = args.gpus or max(1, len(visible_devices()))
     wall = makespan([r.est_s for r in rows], gpus)
@@ -926,8 +929,8 @@ def _check(args: argparse.Namespace) -> int:
     import json
     from dataclasses import replace
 
-    from autotune.checker import StaticChecker
-    from autotune.predict import check_problem
+    from autotune.engine.checker import StaticChecker
+    from autotune.engine.predict import check_problem
     from autotune.sweeps import SpecError, load_spec, plan
 
     _check_workers(args)
@@ -1005,8 +1008,8 @@ def _print_check(c: Any) -> None:
 
 # -- best -------------------------------------------------------------------------------------------
 def _best(args: argparse.Namespace) -> int:
-    from autotune.problem import QUANT_OPS, Problem
-    from autotune.result import Source
+    from autotune.core.problem import QUANT_OPS, Problem
+    from autotune.core.result import Source
 
     try:
         if args.op in QUANT_OPS:  # the op fixes its input formats; --dtype is the output's
@@ -1170,9 +1173,9 @@ def _emit(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     import warnings
 
+    from autotune.core.target import Target, TargetError, local_target
     from autotune.dispatch import Dispatcher, Table, TableError, UntunedShapeWarning, install_dispatcher
-    from autotune.target import Target, TargetError, local_target
-    from autotune.verify import verify
+    from autotune.sweeps.verify import verify
 
     if args.table is None and args.problems is None:
         raise CliError("give a TABLE.json, --problems SPEC.toml, or both")
@@ -1243,11 +1246,11 @@ def _verify(args: argparse.Namespace) -> int:
 def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
     """The shape families to verify: the spec's (labelled by layer where it names a model), else the
     table's entries; each with its ladder."""
+    from autotune.core.ladder import parse_ladder, serving_ladder
     from autotune.kernels import get_op
-    from autotune.ladder import parse_ladder, serving_ladder
     from autotune.sweeps import SpecError, load_spec
     from autotune.sweeps.profile import family_of
-    from autotune.verify import Family, family_of_entry
+    from autotune.sweeps.verify import Family, family_of_entry
 
     def ladder(max_m: int, tuned: Sequence[int]) -> tuple[int, ...]:
         try:
@@ -1285,7 +1288,7 @@ def _verify_families(args: argparse.Namespace, table: Any) -> list[Any]:
 
 
 def _print_verify(report: Any, worst: int) -> None:
-    from autotune.verify import rows_text
+    from autotune.sweeps.verify import rows_text
 
     rows = report.worst(worst)
     if rows:

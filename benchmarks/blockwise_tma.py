@@ -31,9 +31,9 @@ from config_grid import beside_default
 from gemm_quant import copy_bandwidth_gbps
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 OP = "gemm_fp8_blockwise"
 #: (label, N, K) of the decode layers under 80%.

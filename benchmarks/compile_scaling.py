@@ -50,7 +50,7 @@ def _busy(n: int) -> float:
 
 def _timed_compile(op_name: str, problem: Any, config: Any, target: Any) -> dict[str, float]:
     """One compile in a pool process: its wall seconds and CPU seconds (own and children's)."""
-    from autotune.compile import _compile_job
+    from autotune.engine.compile import _compile_job
 
     before, t0 = os.times(), time.perf_counter()
     features = _compile_job(None, op_name, problem, config, target)
@@ -79,7 +79,7 @@ def _threads() -> int:
 def _pinned_init(env: dict[str, str], slots: Any, from_top: bool) -> None:
     """A compile process as CompilePool starts one, then pinned to a core of its own: the first cores up
     (core 0 first), or from the top down."""
-    from autotune.compile import _worker_init
+    from autotune.engine.compile import _worker_init
 
     _worker_init(env)
     with slots.get_lock():
@@ -90,7 +90,7 @@ def _pinned_init(env: dict[str, str], slots: Any, from_top: bool) -> None:
 
 
 def _warm() -> int:
-    from autotune.compile import _warm_job
+    from autotune.engine.compile import _warm_job
 
     return _warm_job()
 
@@ -181,7 +181,7 @@ def compile_scaling(
     """Configs per second of pools of k processes, each on a cold cache; the first and last k also
     pinned to a core each (where there are cores to go round), from core 0 up ("low") and from the last
     core down ("high")."""
-    from autotune.compile import _pool_context, start_processes
+    from autotune.engine.compile import _pool_context, start_processes
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
     ends = sorted({procs[0], procs[-1]})
@@ -241,7 +241,7 @@ def main() -> int:
 
     import triton
 
-    from autotune.target import Target, local_target
+    from autotune.core.target import Target, local_target
 
     try:
         target = local_target(0)

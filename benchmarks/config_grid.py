@@ -27,9 +27,9 @@ import torch
 from gemm_quant import copy_bandwidth_gbps
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 
 def overrides(sets: list[str], grids: list[str]) -> list[dict[str, Any]]:

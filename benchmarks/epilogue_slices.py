@@ -32,11 +32,11 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, interleaved_medians
+from autotune.core.problem import cdiv
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import c_store_cols, gemm_default_config, tail_split_schedule, tile_parts
-from autotune.problem import cdiv
-from autotune.target import local_target
 
 #: (name, M, N, K): the dense benchmark's prefill rows and its M = 256 rows.
 SHAPES = (
@@ -122,7 +122,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/epilogue_slices.py needs a GPU", file=sys.stderr)
         return 2
-    from autotune.compile import CompilePool
+    from autotune.engine.compile import CompilePool
 
     target = local_target()
     shapes = [s for s in SHAPES if args.only is None or (s[1] >= 1024) == (args.only == "prefill")]

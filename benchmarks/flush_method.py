@@ -2,7 +2,7 @@
 
 The Benchmarker's events method evicts the last-level cache before each timed run. It used to write a
 buffer twice the cache's size (`zero_()`), which leaves the cache full of dirty lines that the timed
-kernel's misses write back while it runs; it now reads the buffer (`autotune.bench.L2Flush`). This
+kernel's misses write back while it runs; it now reads the buffer (`autotune.engine.bench.L2Flush`). This
 script times the heuristic default config of a few problems three ways, side by side in interleaved
 rounds: CUDA-graph replay over rotating inputs (no flush: the reference for short launches), events
 after the reading flush, and events after a zeroing flush. Memory-bound decode rows are where the two
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Problem
-from autotune.bench import Benchmarker, BenchSettings, L2Flush, interleaved_medians
+from autotune.core.target import Target, local_target
+from autotune.engine.bench import Benchmarker, BenchSettings, L2Flush, interleaved_medians
 from autotune.kernels import get_op
-from autotune.target import Target, local_target
 
 #: (label, op, M, N, K): decode rows of 58.7 MB (Llama-3.1-70B TP8 gate/up) and 14.7 MB (DeepSeek-V3
 #: attn.o) FP8 weights and of the same bf16 layer, and one compute-bound prefill row.

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import L2Flush, flushed_event_us
+from autotune.engine.bench import L2Flush, flushed_event_us
 
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]
@@ -119,9 +119,9 @@ def main() -> int:
         print("needs a GPU", file=sys.stderr)
         return 2
     from autotune import Config, Problem
+    from autotune.core.target import local_target
     from autotune.kernels import get_op
     from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, gemm_fp8_kernel, quant_launcher
-    from autotune.target import local_target
 
     target = local_target(0)
     op = get_op("gemm_fp8_blockwise")

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from autotune.bench import L2Flush, flushed_event_us
+from autotune.engine.bench import L2Flush, flushed_event_us
 
 #: (label, N, K): the MLP gate/up projections of DeepSeek-V3 and Llama-3.1-70B at TP 8.
 SHAPES = [("deepseek-v3 tp8 gate_up", 4608, 7168), ("llama-3.1-70b tp8 gate_up", 7168, 8192)]

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import rel_error
+from autotune.engine.bench import rel_error
 
 sys.path.insert(0, str(Path(__file__).parent))
 from gemm_quant import copy_bandwidth_gbps

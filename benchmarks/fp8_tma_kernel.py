@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from autotune.config import Config
-from autotune.kernels.base import FP_OPTIONS
+from autotune.core.config import Config
+from autotune.core.op import FP_OPTIONS
 
 __all__ = ["fp8_tma_launcher", "gemm_fp8_tma_kernel"]
 

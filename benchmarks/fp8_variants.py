@@ -109,7 +109,7 @@ def _prefill_shape(
 def prefill(args: argparse.Namespace) -> list[dict[str, Any]]:
     import torch
 
-    from autotune.target import local_target
+    from autotune.core.target import local_target
 
     target = local_target(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count

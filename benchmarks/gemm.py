@@ -31,15 +31,15 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.target import local_target
 from autotune.db import Store
 from autotune.dispatch import M_POLICIES, Dispatcher, Table
 from autotune.dispatch.emit import emit_table
 from autotune.dispatch.table import pick
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.engine.runner import Runner
+from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM
-from autotune.runner import Runner
-from autotune.strategies import Budget
-from autotune.target import local_target
 
 # (model, layer, N, K): bf16 linear layers of real models, N and K per GPU shard.
 SHAPES = [
@@ -70,7 +70,7 @@ def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: l
     sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args)), target)
     checker = None
     if args.compile_ahead:  # compile the strategy's upcoming configs on other cores while the GPU measures
-        from autotune.checker import StaticChecker
+        from autotune.engine.checker import StaticChecker
 
         checker = StaticChecker(target, workers=args.compile_ahead)
     runner = Runner(store, target, bench, sweep_id=sweep_id, checker=checker, final_rounds=args.final_rounds)

@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, interleaved_medians
+from autotune.core.target import Target, local_target
+from autotune.engine.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import _tma_default
-from autotune.target import Target, local_target
 
 # (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
 LAYERS = [

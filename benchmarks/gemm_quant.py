@@ -42,15 +42,15 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.problem import QUANT_OPS
+from autotune.core.static import CHECKS, DEFAULT_CHECKS
+from autotune.core.target import Target, local_target
 from autotune.db import Store
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.engine.runner import Runner
+from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM, get_op
 from autotune.kernels.gemm_quant_space import mx_native
-from autotune.problem import QUANT_OPS
-from autotune.runner import Runner
-from autotune.static import CHECKS, DEFAULT_CHECKS
-from autotune.strategies import Budget
-from autotune.target import Target, local_target
 
 #: (model, TP) whose dense layers are benchmarked, and the layers (catalog labels) of each.
 MODELS = [("deepseek-v3", 8), ("llama-3.1-70b", 8)]
@@ -114,14 +114,14 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
     --stop-after; a run again resumes from the database."""
     from contextlib import ExitStack
 
-    from autotune.runner import SweepStopped
+    from autotune.engine.runner import SweepStopped
 
     settings = _settings(target, args)
     with ExitStack() as stack:
         checker = None
         if not target.interpreter and args.prune:
-            from autotune.checker import StaticChecker
-            from autotune.static import StaticPolicy
+            from autotune.core.static import StaticPolicy
+            from autotune.engine.checker import StaticChecker
 
             policy = StaticPolicy(prune=args.prune)
             checker = stack.enter_context(StaticChecker(target, policy, store=store))
@@ -147,7 +147,7 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
 def tuned_config(store: Store, p: Problem, fingerprint: str, ours: tuple[str, ...]) -> Config | None:
     """Our tuned winner of `p`: the fastest of our configs in its final round (the finalists timed head to
     head) where that round holds our fastest measured config, else our fastest measured config."""
-    from autotune.result import Source, TrialStatus
+    from autotune.core.result import Source, TrialStatus
 
     measured = [r for r in store.best(p, fingerprint=fingerprint, limit=10_000) if r.config.backend in ours]
     if not measured:

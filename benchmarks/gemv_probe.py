@@ -25,9 +25,9 @@ import torch
 import triton
 
 from autotune import Problem
-from autotune.bench import graph_replays
+from autotune.core.op import FP_OPTIONS
+from autotune.engine.bench import graph_replays
 from autotune.kernels import GEMM
-from autotune.kernels.base import FP_OPTIONS
 from autotune.kernels.gemv_triton import gemv_kernel
 
 SHAPES = (("llama-3.1-8b qkv", 6144, 4096), ("llama-3.1-8b down", 4096, 14336),
@@ -47,8 +47,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gemv_probe.py needs a GPU", file=sys.stderr)
         return 2
+    from autotune.core.target import local_target
     from autotune.kernels import launch_config
-    from autotune.target import local_target
 
     target = local_target()
     torch.manual_seed(0)

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
+from autotune.core.target import local_target
 from autotune.dispatch import Dispatcher, Table
 from autotune.dispatch import dispatcher as dispatcher_module
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
@@ -40,7 +41,6 @@ from autotune.kernels.gemm_tma import tma_launcher
 from autotune.kernels.gemm_triton import launcher
 from autotune.kernels.gemv_triton import gemv_launcher
 from autotune.kernels.launch import PINNED_LAUNCH_ENV as ENV
-from autotune.target import local_target
 
 #: (problem, config, None) of every case: the table the dispatched calls read.
 WINNERS: list[tuple[Problem, Config, None]] = []

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Problem
+from autotune.core.result import Source, TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store
-from autotune.result import Source, TrialStatus
-from autotune.target import Target
 
 # (label, N, K): bf16 linear layers (Llama-3.1-8B qkv and down, Llama-3.1-70B qkv and gate_up under TP 8).
 SHAPES = [("l8b.qkv", 6144, 4096), ("l8b.down", 4096, 14336), ("l70b-tp8.qkv", 1280, 8192),
@@ -49,13 +49,13 @@ def problems(labels: str | None = None) -> list[tuple[str, Problem]]:
 
 
 def measure(args: argparse.Namespace) -> None:
-    from autotune.bench import Benchmarker, BenchSettings
-    from autotune.checker import StaticChecker
+    from autotune.core.static import StaticPolicy
+    from autotune.core.target import local_target
+    from autotune.engine.bench import Benchmarker, BenchSettings
+    from autotune.engine.checker import StaticChecker
+    from autotune.engine.runner import Runner
+    from autotune.engine.strategies import Budget
     from autotune.kernels import GEMM
-    from autotune.runner import Runner
-    from autotune.static import StaticPolicy
-    from autotune.strategies import Budget
-    from autotune.target import local_target
 
     target = local_target()
     deadline = time.monotonic() + args.minutes * 60
@@ -110,9 +110,9 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 
 def report(args: argparse.Namespace) -> int:
+    from autotune.core.static import check_features
+    from autotune.engine.model import MODEL_VERSION, predict_us
     from autotune.kernels import GEMM
-    from autotune.model import MODEL_VERSION, predict_us
-    from autotune.static import check_features
 
     rows: list[dict[str, Any]] = []
     with Store(args.db) as store:

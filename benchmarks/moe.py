@@ -28,13 +28,13 @@ from typing import Any
 from gemm_quant import tuned_config
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.target import local_target
 from autotune.db import Store
 from autotune.db.vllm import fallback_config
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.engine.runner import Runner
+from autotune.engine.strategies import Budget
 from autotune.kernels.moe_op import MoeOp
-from autotune.runner import Runner
-from autotune.strategies import Budget
-from autotune.target import local_target
 
 #: CUDA-graph replay, as serving engines run MoE layers: the call's few small host-side ops (routing
 #: weights, FP8 activation quantization, the top-k sum) would otherwise be timed as GPU idle time.
@@ -75,8 +75,8 @@ def vllm_config(folder: Path, problem: Problem, device_name: str) -> tuple[Confi
 def tune(
     store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int, final_rounds: int = 3
 ) -> None:
-    from autotune.checker import StaticChecker
-    from autotune.static import StaticPolicy
+    from autotune.core.static import StaticPolicy
+    from autotune.engine.checker import StaticChecker
 
     target = local_target()
     bench = Benchmarker(op, target, settings=SETTINGS)

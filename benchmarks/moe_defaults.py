@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.problem import next_pow2
+from autotune.core.target import Target, local_target
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.kernels.moe_op import MoeOp
 from autotune.kernels.moe_space import tokens_per_expert
-from autotune.problem import next_pow2
-from autotune.target import Target, local_target
 
 # (model, deployment, E, N, K, topk, weights): MoE layers that benchmarks/moe.py does not tune.
 MODELS = [

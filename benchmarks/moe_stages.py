@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from autotune import Config
+from autotune.core.target import local_target
 from autotune.kernels.moe_op import MoeOp
-from autotune.target import local_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm_quant import copy_bandwidth_gbps

@@ -32,9 +32,9 @@ import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents
 
 from autotune import Problem
-from autotune.bench import graph_replays
+from autotune.core.target import local_target
+from autotune.engine.bench import graph_replays
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 #: (label, M, N, K)
 ROWS = (

@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from autotune.bench import graph_replays
+from autotune.engine.bench import graph_replays
 
 #: (label, bytes): the FP8 weight bytes of decode layers.
 LAYERS = (("deepseek-v3 mlp.gate_up", 4608 * 7168), ("llama-3.1-70b mlp.down", 8192 * 3584))

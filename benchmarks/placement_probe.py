@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
+from autotune.core.target import local_target
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 #: Bytes allocated before the inputs: none, odd megabytes, and a few gigabytes apart.
 PADDINGS_MB = (0, 1, 3, 17, 100, 1000, 2049, 4099)

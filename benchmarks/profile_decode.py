@@ -16,9 +16,9 @@ import sys
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import rel_error
+from autotune.core.target import local_target
+from autotune.engine.bench import rel_error
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 
 def main() -> int:

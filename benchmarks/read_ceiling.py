@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from autotune.bench import graph_replays
+from autotune.engine.bench import graph_replays
 
 #: Launches per graph, and replays timed.
 GRAPH_CALLS = 20
@@ -108,8 +108,8 @@ class Layer:
     """One problem's inputs (copies enough to miss L2) and reference, built once for all its configs."""
 
     def __init__(self, problem: Any, l2_bytes: int) -> None:
+        from autotune.core.target import local_target
         from autotune.kernels import get_op
-        from autotune.target import local_target
 
         self.problem, self.op, self.target = problem, get_op(problem.op), local_target()
         first = self.op.make_inputs(problem, "cuda", seed=0)

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import GEMM
-from autotune.target import local_target
 
 SHAPES = ((256, 1280, 8192), (1024, 1280, 8192), (256, 6144, 4096), (256, 7168, 8192), (4096, 1280, 8192))
 TILES = ((128, 64), (128, 128), (128, 256), (64, 128))

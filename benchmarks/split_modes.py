@@ -60,7 +60,7 @@ def _problems(only: str | None) -> list[tuple[str, str, Any]]:
 
 def _configs(kind: str, problem: Any, op: Any, target: Any) -> dict[str, Any]:
     from autotune import Config
-    from autotune.problem import next_pow2
+    from autotune.core.problem import next_pow2
 
     space = op.space(problem, target)
     configs: dict[str, Any] = {}
@@ -96,9 +96,9 @@ def main() -> int:
         return 2
     from gemm_quant import copy_bandwidth_gbps
 
-    from autotune.bench import Benchmarker, interleaved_medians
+    from autotune.core.target import local_target
+    from autotune.engine.bench import Benchmarker, interleaved_medians
     from autotune.kernels import get_op
-    from autotune.target import local_target
 
     target = local_target(0)
     meta = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,

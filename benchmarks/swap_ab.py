@@ -35,9 +35,9 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 #: (label, M, N, K, the exhaustive search's winner as (BLOCK_M, BLOCK_N, BLOCK_K, STREAM_K)).
 ROWWISE_ROWS = (

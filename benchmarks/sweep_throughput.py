@@ -123,16 +123,16 @@ def run_mode(mode: str, spec_text: str, cores: int, root: Path, settings: str = 
     cache.mkdir(parents=True)
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # inherited by the worker and the compile pool
 
-    from autotune.checker import StaticChecker
+    from autotune.core.target import local_target
     from autotune.db import Store
+    from autotune.engine.checker import StaticChecker
+    from autotune.engine.workers import ProcessWorker, device_env, visible_devices
     from autotune.sweeps import run_sweep
     from autotune.sweeps.spec import parse_spec
-    from autotune.target import local_target
-    from autotune.workers import ProcessWorker, device_env, visible_devices
 
     spec = parse_spec(spec_text)
     target = local_target(0)
-    from autotune.bench import BenchSettings
+    from autotune.engine.bench import BenchSettings
 
     bench_settings = BenchSettings(**SETTINGS[settings])
     if mode == "ahead-full":

@@ -23,9 +23,9 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, interleaved_medians
+from autotune.core.target import Target, local_target
+from autotune.engine.bench import Benchmarker, interleaved_medians
 from autotune.kernels import GEMM
-from autotune.target import Target, local_target
 
 # (label, M, N, K): the shapes of benchmarks/gemm.py where the TMA kernel competes (M >= 256).
 SHAPES = [

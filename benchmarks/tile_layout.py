@@ -30,8 +30,8 @@ import triton
 import triton.language as tl
 
 from autotune import Problem
+from autotune.core.target import local_target
 from autotune.kernels import get_op
-from autotune.target import local_target
 
 #: (M, N, K) rows: DeepSeek-V3 gate/up and Llama-3.1-70B down at TP 8.
 ROWS = [(16, 4608, 7168), (64, 4608, 7168), (16, 8192, 3584), (64, 8192, 3584)]

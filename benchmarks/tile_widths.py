@@ -27,11 +27,11 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker
+from autotune.core.problem import cdiv
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import GEMM
 from autotune.kernels.gemm_space import tile_parts
-from autotune.problem import cdiv
-from autotune.target import local_target
 
 #: (name, M, N, K): the rows of the dense benchmark where tuned Triton trails cuBLAS most.
 SHAPES = (
@@ -96,7 +96,7 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/tile_widths.py needs a GPU", file=sys.stderr)
         return 2
-    from autotune.compile import CompilePool
+    from autotune.engine.compile import CompilePool
 
     target = local_target()
     bench = Benchmarker(GEMM, target)

@@ -41,13 +41,13 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     from gemm import SHAPES
 
     from autotune import Problem
-    from autotune.bench import Benchmarker
-    from autotune.checker import StaticChecker
+    from autotune.core.target import local_target
     from autotune.db import Store
+    from autotune.engine.bench import Benchmarker
+    from autotune.engine.checker import StaticChecker
+    from autotune.engine.runner import Runner
+    from autotune.engine.strategies import Budget, OptunaTPE, Strategy
     from autotune.kernels import GEMM
-    from autotune.runner import Runner
-    from autotune.strategies import Budget, OptunaTPE, Strategy
-    from autotune.target import local_target
 
     if mode == "none":
         OptunaTPE.upcoming = Strategy.upcoming  # type: ignore[method-assign]

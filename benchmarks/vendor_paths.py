@@ -11,9 +11,9 @@ import sys
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.core.target import local_target
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels import GEMM, gemm
-from autotune.target import local_target
 
 
 class _Path:

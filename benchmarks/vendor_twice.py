@@ -31,11 +31,11 @@ from typing import Any
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker, BenchSettings
+from autotune.core.target import local_target
 from autotune.dispatch import Dispatcher, Table
 from autotune.dispatch import dispatcher as dispatcher_module
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels import GEMM
-from autotune.target import local_target
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gemm import _Dispatched  # the very facade gemm.py times

@@ -13,10 +13,10 @@ from triton.compiler.errors import CompilationError
 from triton.runtime.errors import OutOfResources
 
 from autotune import Config, Problem, Target
-from autotune.bench import Benchmarker, BenchSettings, DeviceFault, classify_error, rel_error
+from autotune.core.result import TrialStatus
+from autotune.core.target import interpreting
+from autotune.engine.bench import Benchmarker, BenchSettings, DeviceFault, classify_error, rel_error
 from autotune.kernels import GEMM, Launch
-from autotune.result import TrialStatus
-from autotune.target import interpreting
 
 needs_interpreter = pytest.mark.skipif(
     not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"
@@ -322,7 +322,7 @@ def test_timing_stops_once_the_median_is_precise_enough(method: str) -> None:
 
 
 def test_runs_for_precision() -> None:
-    from autotune.bench import runs_for_precision
+    from autotune.engine.bench import runs_for_precision
 
     flat = [100.0] * 10
     assert runs_for_precision(flat, 0.003) == 0
@@ -362,7 +362,7 @@ class _ScriptedTimer:
 
 
 def test_interleaved_medians_times_others_in_the_same_rounds() -> None:
-    from autotune.bench import interleaved_medians
+    from autotune.engine.bench import interleaved_medians
 
     log: list[str] = []
     main = _ScriptedTimer({"a": [3.0, 1.0, 2.0], "b": [5.0, math.nan, 4.0]}, log)
@@ -381,7 +381,7 @@ def test_interleaved_medians_times_others_in_the_same_rounds() -> None:
 
 def test_the_cache_flush_reads_its_buffer_and_writes_nothing_there() -> None:
     """A flush that wrote its buffer would leave dirty lines for the timed kernel to write back."""
-    from autotune.bench import L2Flush
+    from autotune.engine.bench import L2Flush
 
     flush = L2Flush(1 << 20, "cpu")
     assert flush.buf.numel() * flush.buf.element_size() == 1 << 20
@@ -443,7 +443,7 @@ def test_a_shared_problem_is_timed_on_the_same_buffers(interp: Target) -> None:
 
 
 def test_interleaved_medians_add_rounds_until_the_spread_allows_the_precision() -> None:
-    from autotune.bench import interleaved_medians
+    from autotune.engine.bench import interleaved_medians
 
     log: list[str] = []
     steady = [10.0, 10.01, 9.99, 10.0, 10.0, 10.01, 9.99, 10.0, 10.0, 10.0]

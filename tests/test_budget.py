@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import CliError, main, parse_duration
+from autotune.core.target import Target, interpreting
 from autotune.db import Store
 from autotune.sweeps import parse_spec, run_sweep
-from autotune.target import Target, interpreting
 
 SPEC = (
     'name = "b"\n[[sweep]]\nop = "gemm"\nm = [1, 2, 3]\nnk = [[32, 32]]\n'

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune import Problem
+from autotune.core.target import Target
 from autotune.sweeps import M_PRESETS, MODELS, SpecError, load_spec, model_problems, parse_spec, plan
 from autotune.sweeps.catalog import ModelSpec, layer_shapes
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -190,18 +190,18 @@ def test_model_and_op_entries_dedupe_across_entries() -> None:
 
 
 def test_every_shipped_spec_parses() -> None:
-    specs = sorted((REPO / "sweeps").glob("*.toml"))
+    specs = sorted((REPO / "autotune" / "sweeps").glob("*.toml"))
     assert len(specs) >= 8
     for path in specs:
         s = load_spec(path)
         assert s.problems(), path
-    llama = load_spec(REPO / "sweeps" / "llama-3.1-70b-mi300x.toml")
+    llama = load_spec(REPO / "autotune" / "sweeps" / "llama-3.1-70b-mi300x.toml")
     assert {(p.N, p.K) for _, p in llama.problems()} >= {(1280, 8192), (10240, 8192), (16032, 8192)}
     assert len(llama.problems()) == 5 * 2 * 14
-    ds = load_spec(REPO / "sweeps" / "deepseek-v3-mi300x.toml")
+    ds = load_spec(REPO / "autotune" / "sweeps" / "deepseek-v3-mi300x.toml")
     moe = {p for _, p in ds.problems() if p.op == "moe"}
     assert {(p.N, p.K, p.E, p.topk, p.dtype_b) for p in moe} == {(2048, 7168, 32, 8, "fp8e4m3")}
-    qwen = load_spec(REPO / "sweeps" / "qwen3-235b-a22b-h100.toml")
+    qwen = load_spec(REPO / "autotune" / "sweeps" / "qwen3-235b-a22b-h100.toml")
     assert {(p.N, p.E) for _, p in qwen.problems() if p.op == "moe"} == {(192, 128), (1536, 16)}
 
 

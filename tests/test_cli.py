@@ -23,13 +23,13 @@ import torch
 import autotune.dispatch.dispatcher as dispatcher_mod
 import autotune.kernels.api as api
 from autotune import Config, Problem, Target
-from autotune.bench import Benchmarker
 from autotune.cli import main
+from autotune.core.result import TrialStatus
+from autotune.core.target import interpreting
 from autotune.db import Store
 from autotune.dispatch import Dispatcher, Table
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import launch_config
-from autotune.result import TrialStatus
-from autotune.target import interpreting
 
 needs_interpreter = pytest.mark.skipif(
     not interpreting(), reason="runs sweeps in-process in the CPU interpreter (TRITON_INTERPRET=1)"
@@ -243,7 +243,7 @@ def test_a_spec_s_final_rounds_time_the_finalists_again_and_export_their_medians
 ) -> None:
     """`final_rounds` set in the spec runs the final round even in the interpreter (off there by
     default): our two fastest configs and torch's timed again per problem, their medians exported."""
-    from autotune.result import Source
+    from autotune.core.result import Source
 
     spec = write(tmp_path / "final.toml", SMOKE.replace("m = [1, 16]", "m = [16]") + "final_rounds = 2\n")
     db = tmp_path / "f.db"

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from autotune.cli import main
+from autotune.core.target import Target, interpreting
 from autotune.db import Store
-from autotune.target import Target, interpreting
 
 TINY = """\
 name = "tiny"

@@ -12,9 +12,9 @@ import pytest
 
 from autotune import Problem, Target
 from autotune.cli import main
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.db import Store
 from autotune.dispatch import Table
-from autotune.result import Source, Timing, TrialResult, TrialStatus
 
 pytest.importorskip("triton")
 

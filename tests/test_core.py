@@ -102,7 +102,7 @@ def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path, monkeypatc
 
 
 def test_code_tokens_keep_an_fstring_whole_on_every_python() -> None:
-    from autotune.codehash import code_tokens
+    from autotune.core.codehash import code_tokens
 
     src = 'x = f"{a!r:>{w}} and {f\'{b}\'}" + g(1)\ny = f"""\n{c}\n"""\n'
     strings = [text for kind, text in code_tokens(src) if kind == "STRING"]
@@ -119,13 +119,13 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
     import sys
     from pathlib import Path
 
-    import autotune.codehash as codehash
+    import autotune.core.codehash as codehash
     from autotune.kernels import GEMM
 
     exe = shutil.which(other)
     if exe is None:
         pytest.skip(f"{other} is not installed")
-    kernels = Path(codehash.__file__).resolve().parent / "kernels"
+    kernels = Path(codehash.__file__).resolve().parent.parent / "kernels"
     script = (
         "import importlib.util, sys; spec = importlib.util.spec_from_file_location('h', sys.argv[1]); "
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "

@@ -17,11 +17,11 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import SCHEMA_VERSION, Store, StoreError, resolve_url
-from autotune.problem import Problem
-from autotune.result import Source, Timing, TrialResult, TrialStatus
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -272,11 +272,11 @@ def test_concurrent_processes_record_each_trial_once(db_url: str) -> None:
     every trial lands once, and exactly one writer wins each."""
     script = """
 import json, sys
-from autotune.config import Config
+from autotune.core.config import Config
 from autotune.db import Store
-from autotune.problem import Problem
-from autotune.result import Timing, TrialResult, TrialStatus
-from autotune.target import Target
+from autotune.core.problem import Problem
+from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 url, target = sys.argv[1], Target.from_dict(json.loads(sys.argv[2]))
 wins = 0
 with Store(url) as store:
@@ -352,11 +352,11 @@ def test_a_killed_process_keeps_every_trial_it_recorded(tmp_path: Path) -> None:
     db = tmp_path / "crash.db"
     script = """
 import json, os, sys
-from autotune.config import Config
+from autotune.core.config import Config
 from autotune.db import Store
-from autotune.problem import Problem
-from autotune.result import TrialResult, TrialStatus
-from autotune.target import Target
+from autotune.core.problem import Problem
+from autotune.core.result import TrialResult, TrialStatus
+from autotune.core.target import Target
 store = Store(sys.argv[1])
 target = Target.from_dict(json.loads(sys.argv[2]))
 for bm in (16, 32, 64):

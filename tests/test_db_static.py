@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.static import StaticFeatures, StaticFinding
+from autotune.core.target import Target
 from autotune.db import SCHEMA_VERSION, Store, StoreError, resolve_url
 from autotune.dispatch.emit import emit_table
 from autotune.dispatch.table import Table
-from autotune.problem import Problem
-from autotune.result import Source, Timing, TrialResult, TrialStatus
-from autotune.static import StaticFeatures, StaticFinding
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -262,10 +262,10 @@ def test_concurrent_openers_add_the_table_once(db_url: str) -> None:
     engine.dispose()
     script = """
 import sys
-from autotune.config import Config
+from autotune.core.config import Config
 from autotune.db import Store
-from autotune.problem import Problem
-from autotune.static import StaticFeatures
+from autotune.core.problem import Problem
+from autotune.core.static import StaticFeatures
 wins = 0
 with Store(sys.argv[1]) as store:
     for bm in range(1, 21):

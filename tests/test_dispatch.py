@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 import autotune.dispatch.dispatcher as dispatcher_mod
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.target import Target
 from autotune.dispatch import (
     M_POLICIES,
     Bucket,
@@ -31,8 +33,6 @@ from autotune.dispatch import (
     read_untuned_log,
 )
 from autotune.dispatch.table import pick
-from autotune.problem import Problem
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 MS = (1, 16, 64, 256)

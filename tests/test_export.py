@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store, StoreError, export_csv
-from autotune.problem import Problem
-from autotune.result import Timing, TrialResult, TrialStatus
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = Target.for_arch("sm_90")

@@ -45,7 +45,7 @@ import json, re, subprocess, sys, tempfile, os
 from triton import knobs
 from triton.experimental.gluon import language as gl
 from autotune.kernels.gemm_fp8_gluon import compile_for_target
-from autotune.compile import _cubin_usage
+from autotune.engine.compile import _cubin_usage
 
 def inner_loops(ptx):
     # the innermost loops of the PTX: from a label LLVM marks "Inner Loop Header" to its last branch back
@@ -185,8 +185,8 @@ def _gluon_space(M: int, N: int, K: int) -> tuple[Any, Any, Any, Any, list[Any]]
     """(gemm_fp8_blockwise, the sm_90 target, the problem, its space, the space's gluon configs)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     from autotune import Problem
+    from autotune.core.target import Target
     from autotune.kernels import get_op
-    from autotune.target import Target
 
     sm90 = Target.for_arch("sm_90")
     op = get_op("gemm_fp8_blockwise")

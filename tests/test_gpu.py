@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from autotune import Config, Problem
-from autotune.bench import Benchmarker
+from autotune.core.result import Source, TrialStatus
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import GEMM
-from autotune.result import Source, TrialStatus
 
 pytestmark = pytest.mark.gpu
 
@@ -19,7 +19,7 @@ CASES = [(1, 4096, 4096, "nk"), (16, 6144, 4096, "kn"), (77, 1000, 3000, "nk"), 
 
 @pytest.fixture(scope="module")
 def target():
-    from autotune.target import local_target
+    from autotune.core.target import local_target
 
     return local_target()
 
@@ -57,7 +57,7 @@ def test_benchmarker_times_both_backends(target) -> None:
 def test_served_timing_at_many_m_holds_no_memory(target) -> None:
     """Timing split-K and TMA configs as served at one M after another (an M profile) keeps no buffer per
     timing: no scratch per capture stream, no tensor in the descriptor cache."""
-    from autotune.bench import ServedTiming
+    from autotune.engine.bench import ServedTiming
     from autotune.kernels import scratch
 
     bench = Benchmarker(ServedTiming(GEMM), target)
@@ -524,7 +524,7 @@ def _cached_kernels(cache_dir) -> set[str]:
 def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, monkeypatch) -> None:
     """Features of the local GPU's binary, compiled in worker processes; the launch that follows in this
     process loads that binary from Triton's cache instead of compiling another one."""
-    from autotune.compile import CompilePool
+    from autotune.engine.compile import CompilePool
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     problem = Problem.gemm(64, 2048, 1024)
@@ -546,8 +546,8 @@ def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, mon
 def test_worker_process_on_the_gpu_survives_a_gpu_fault_and_a_segfault(tmp_path) -> None:
     """An illegal memory access makes the device unusable to its process: the worker answers `crashed`,
     exits, and a new worker on the same GPU measures the next config."""
-    from autotune.faults import FaultyOp
-    from autotune.workers import ProcessWorker, device_env, visible_devices
+    from autotune.engine.faults import FaultyOp
+    from autotune.engine.workers import ProcessWorker, device_env, visible_devices
 
     op = FaultyOp(("none", "illegal_address", "segv"))
     problem = Problem.gemm(64, 256, 256)
@@ -737,8 +737,8 @@ def test_gemm_quant_launches_gluon_configs_tuned_and_default(target, monkeypatch
     (`_scaled_mm` where it runs the mode, not the gluon default)."""
     import warnings
 
-    from autotune.bench import rel_error
     from autotune.dispatch import Dispatcher, Table
+    from autotune.engine.bench import rel_error
     from autotune.kernels.gemm_quant_op import QuantGemmOp
     from autotune.kernels.quant_api import gemm_quant
 

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files
 from autotune.db import store as store_module
 from autotune.db.aiter import AITER_COLUMNS
@@ -24,9 +27,6 @@ from autotune.db.interop import (
     read_imports,
 )
 from autotune.db.vllm import AMD_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config, vllm_json
-from autotune.problem import Problem
-from autotune.result import Source, Timing, TrialResult, TrialStatus
-from autotune.target import Target
 
 H100 = Target.for_arch("sm_90")
 MI300X = Target.for_arch("gfx942")

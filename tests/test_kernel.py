@@ -16,10 +16,10 @@ import autotune.dispatch.dispatcher as dispatcher_mod
 import autotune.kernels.api as api
 import autotune.kernels.gemm_triton as gemm_triton
 from autotune import Config, Problem, Target
-from autotune.bench import rel_error
+from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
+from autotune.engine.bench import rel_error
 from autotune.kernels import GEMM, gemm, launch_config, linear
-from autotune.target import interpreting
 
 pytestmark = pytest.mark.skipif(
     not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"

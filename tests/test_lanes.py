@@ -186,7 +186,7 @@ def test_a_problem_behind_counts_only_its_own_trials_against_its_time_budget() -
 
 def test_two_problems_in_flight_on_a_real_worker_process(tmp_path: Path) -> None:
     """Both threads of the lane share one ProcessWorker (started without waiting, as a sweep does)."""
-    from autotune.workers import ProcessWorker
+    from autotune.engine.workers import ProcessWorker
 
     cpu = Target.interpreter_target()
     spec = parse_spec(
@@ -215,7 +215,7 @@ class BrokenWorker(RecordingWorker):
     name = "broken"
 
     def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
-        from autotune.workers import WorkerError
+        from autotune.engine.workers import WorkerError
 
         time.sleep(0.01)
         raise WorkerError("broken: 5 trials in a row crashed")

@@ -19,9 +19,9 @@ pytest.importorskip("triton")
 SCRIPT = r"""
 import json
 from autotune import Problem
-from autotune.compile import gpu_target
+from autotune.engine.compile import gpu_target
 from autotune.kernels import get_op
-from autotune.target import Target
+from autotune.core.target import Target
 from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 

@@ -25,14 +25,14 @@ from sqlalchemy import Engine, MetaData, create_engine, inspect, text
 from sqlalchemy.engine import make_url
 
 from autotune.cli import main
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store, StoreError
 from autotune.db.engine import mask_url, resolve_url
 from autotune.db.migrations import alembic_config
 from autotune.db.models import BASE_VERSION, HEAD_REVISION, REVISIONS, SCHEMA_VERSION, Base
-from autotune.problem import Problem
-from autotune.result import Timing, TrialResult, TrialStatus
-from autotune.target import Target
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from autotune import Config, Problem, Target
+from autotune.core.problem import cdiv
+from autotune.core.static import StaticFeatures
+from autotune.engine.model import MODEL_VERSION, predict_us, rank
 from autotune.kernels import get_op
-from autotune.model import MODEL_VERSION, predict_us, rank
-from autotune.problem import cdiv
-from autotune.static import StaticFeatures
 
 GPU_ARCHS = ("sm_90", "gfx942", "gfx950")
 DECODE = Problem.gemm(16, 4096, 4096)
@@ -285,6 +285,6 @@ def test_unknown_backend_is_an_error() -> None:
 
 
 def test_the_model_imports_neither_torch_nor_triton() -> None:
-    code = "import sys, autotune.model; print(sorted({'torch', 'triton'} & set(sys.modules)))"
+    code = "import sys, autotune.engine.model; print(sorted({'torch', 'triton'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
-from autotune.bench import rel_error
-from autotune.kernels.base import KernelCall
+from autotune.core.op import KernelCall
+from autotune.core.target import interpreting
+from autotune.engine.bench import rel_error
 from autotune.kernels.moe_ref import (
     align_block_size,
     dequantize_blockwise,
@@ -20,7 +21,6 @@ from autotune.kernels.moe_ref import (
     route,
     routing_logits,
 )
-from autotune.target import interpreting
 
 needs_interpreter = pytest.mark.skipif(
     not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"

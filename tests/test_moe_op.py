@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from autotune import Config, Problem, Target
-from autotune.bench import Benchmarker
 from autotune.cli import main
+from autotune.core.result import Source, TrialStatus
+from autotune.core.target import interpreting
 from autotune.db import Store
 from autotune.db.vllm import fallback_config
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
 from autotune.kernels.moe_op import MoeOp
 from autotune.kernels.moe_space import moe_default_config
-from autotune.result import Source, TrialStatus
 from autotune.sweeps import SpecError, parse_spec
-from autotune.target import interpreting
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
 
@@ -218,7 +218,7 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     launch on real tensors with the same routing does: same launches, arguments and constexprs."""
     import torch
 
-    from autotune.kernels.base import KernelCall
+    from autotune.core.op import KernelCall
     from autotune.kernels.moe_op import _triton_launch, main_first
     from autotune.kernels.moe_ref import route, routing_logits
 

@@ -16,20 +16,21 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 VERBS = ("sweep", "best", "export", "emit", "status")
 
-# Files that must be in the wheel, each with the file of the checkout it must be a copy of (the
-# autotune/{kernels,db,sweeps,dispatch} symlinks resolved into real files).
-WHEEL_FILES = {
-    "autotune/kernels/gemm_triton.py": "kernels/gemm_triton.py",
-    "autotune/db/store.py": "db/store.py",
+# Files that must be in the wheel, each a copy of the checkout's file at the same path.
+WHEEL_FILES = [
+    "autotune/kernels/gemm_triton.py",
+    "autotune/db/store.py",
     # The Alembic environment and revisions that `autotune db upgrade` runs.
-    "autotune/db/migrations/env.py": "db/migrations/env.py",
-    "autotune/db/migrations/script.py.mako": "db/migrations/script.py.mako",
-    "autotune/db/migrations/versions/v1_baseline.py": "db/migrations/versions/v1_baseline.py",
-    "autotune/db/migrations/versions/v2_trials_host.py": "db/migrations/versions/v2_trials_host.py",
-    "autotune/dispatch/table.py": "dispatch/table.py",
-    "autotune/sweeps/spec.py": "sweeps/spec.py",
-    "autotune/sweeps/smoke.toml": "sweeps/smoke.toml",
-}
+    "autotune/db/migrations/env.py",
+    "autotune/db/migrations/script.py.mako",
+    "autotune/db/migrations/versions/v1_baseline.py",
+    "autotune/db/migrations/versions/v2_trials_host.py",
+    "autotune/dispatch/table.py",
+    "autotune/sweeps/spec.py",
+    "autotune/sweeps/smoke.toml",
+    "autotune/core/config.py",
+    "autotune/engine/bench.py",
+]
 
 # Left out of the copy the wheel is built from: environments, caches and build outputs.
 _SKIP_TOP = {".git", ".venv", "build", "dist", "out", ".whl", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
@@ -97,8 +98,8 @@ def test_wheel_contains_every_part(tmp_path: Path) -> None:
         names = set(wheel.namelist())
         missing = [name for name in WHEEL_FILES if name not in names]
         assert not missing, f"the wheel lacks {missing}; it holds {sorted(names)}"
-        for name, source in WHEEL_FILES.items():
-            assert wheel.read(name) == (src / source).read_bytes(), f"{name} differs from {source}"
+        for name in WHEEL_FILES:
+            assert wheel.read(name) == (src / name).read_bytes(), f"{name} differs from the checkout's"
         tops = {name.split("/", 1)[0] for name in names}
     # Only the autotune package and its metadata: no top-level kernels/, db/, tests/ or benchmarks/.
     assert {t for t in tops if not t.endswith(".dist-info")} == {"autotune"}, sorted(tops)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from autotune import Problem, Target
-from autotune.bench import BenchSettings
 from autotune.cli import main
+from autotune.core.result import Timing, TrialResult, TrialStatus
 from autotune.db import Store
-from autotune.plan import FIXED_TRIAL_S, plan_sweep, trial_seconds
-from autotune.result import Timing, TrialResult, TrialStatus
+from autotune.engine.bench import BenchSettings
 from autotune.sweeps import parse_spec
+from autotune.sweeps.estimate import FIXED_TRIAL_S, plan_sweep, trial_seconds
 
 SPEC = """\
 name = "p"
@@ -103,7 +103,7 @@ def test_vendor_configs_cost_no_compile() -> None:
 
 
 def test_makespan_shares_problems_longest_first() -> None:
-    from autotune.plan import makespan
+    from autotune.sweeps.estimate import makespan
 
     assert makespan([2.0, 2.0, 2.0, 2.0], 4) == 2.0
     assert makespan([5.0, 4.0, 3.0, 3.0, 3.0], 2) == 10.0  # 5+3 and 4+3+3, as the sweep's queue does it

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from autotune import Config
-from autotune.target import interpreting
+from autotune.core.target import interpreting
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
-from autotune.bench import ServedTiming
+from autotune.core.ladder import serving_ladder
+from autotune.core.result import Source
 from autotune.db import Store
 from autotune.dispatch.emit import emit_table
-from autotune.ladder import serving_ladder
-from autotune.result import Source
+from autotune.engine.bench import ServedTiming
 from autotune.sweeps import run_sweep
 from autotune.sweeps.profile import bucket_candidates, point_candidates
 from autotune.sweeps.run import families
@@ -125,8 +125,8 @@ def test_candidates_per_point_are_the_neighbouring_buckets_finalists() -> None:
 
 
 def test_bucket_candidates_prefer_the_final_round(tmp_path: Path) -> None:
+    from autotune.core.op import kernel_versions
     from autotune.kernels import GEMM
-    from autotune.kernels.base import kernel_versions
 
     p = Problem.gemm(16, 256, 512)
     kernels = kernel_versions(GEMM, ("torch", "triton"))

@@ -7,14 +7,14 @@ import pytest
 import torch
 
 from autotune import Config, Problem, Target
-from autotune.bench import Benchmarker, rel_error
+from autotune.core.problem import QUANT_OPS
+from autotune.core.target import interpreting
+from autotune.engine.bench import Benchmarker, rel_error
 from autotune.kernels import OPS, QUANT_GEMMS, get_op
 from autotune.kernels import quant as q
 from autotune.kernels.gemm_quant_op import QuantGemmOp
 from autotune.kernels.gemm_quant_space import _triton_default, mx_native, quant_default_config
-from autotune.problem import QUANT_OPS
 from autotune.sweeps import SpecError, parse_spec
-from autotune.target import interpreting
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
 INTERP = Target.interpreter_target()
@@ -823,8 +823,8 @@ def test_kernel_calls_capture_the_mode_of_each_op() -> None:
 
 @pytest.mark.parametrize("strategy", ["exhaustive", "random", "optuna"])
 def test_strategies_never_ask_a_vendor_backend_that_cannot_run(strategy: str) -> None:
-    from autotune.result import TrialResult, TrialStatus
-    from autotune.strategies import Budget, make_strategy
+    from autotune.core.result import TrialResult, TrialStatus
+    from autotune.engine.strategies import Budget, make_strategy
 
     problem = Problem.quant("gemm_mxfp4_bf16a", 1, 64, 128)
     space = get_op(problem.op).space(problem, INTERP)
@@ -912,8 +912,8 @@ def test_benchmark_script_runs_only_the_layers_named() -> None:
 def test_benchmark_script_takes_the_final_rounds_pick_as_the_tuned_winner(tmp_path) -> None:
     """The measurement's "tuned" config is the fastest of ours in the final round where that round holds
     our fastest measured config (the selection bias of one timing each corrected), else our fastest."""
+    from autotune.core.result import Timing, TrialResult, TrialStatus
     from autotune.db import Store
-    from autotune.result import Timing, TrialResult, TrialStatus
 
     module = _bench_module()
     assert module.parse_args(["--out", "x.json"]).final_rounds == 3
@@ -970,11 +970,11 @@ def test_gemm_quant_runs_the_default_for_an_untuned_shape() -> None:
 def test_best_finds_a_quantized_problem_by_op(tmp_path, capsys) -> None:
     """`autotune best --op gemm_fp8_blockwise`: the op fixes the input formats, --dtype names the output."""
     from autotune.cli import main
-    from autotune.config import Config
+    from autotune.core.config import Config
+    from autotune.core.problem import Problem
+    from autotune.core.result import Timing, TrialResult, TrialStatus
+    from autotune.core.target import Target
     from autotune.db import Store
-    from autotune.problem import Problem
-    from autotune.result import Timing, TrialResult, TrialStatus
-    from autotune.target import Target
 
     db = str(tmp_path / "q.db")
     problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from autotune import Config, Problem
-from autotune.compile import CompilePool
+from autotune.core.static import StaticFeatures, check_features
+from autotune.core.target import Target, TargetError
+from autotune.engine.compile import CompilePool
 from autotune.kernels import get_op
-from autotune.static import StaticFeatures, check_features
-from autotune.target import Target, TargetError
 
 pytest.importorskip("triton")
 
@@ -163,9 +163,9 @@ def test_swapped_decode_tiles_reach_wgmma_on_sm90() -> None:
 _AHEAD_PTX = """
 import json
 from autotune import Config, Problem
-from autotune.compile import compile_call
+from autotune.engine.compile import compile_call
 from autotune.kernels import get_op
-from autotune.target import Target
+from autotune.core.target import Target
 target, op = Target.for_arch("sm_90"), get_op("gemm_fp8_blockwise")
 problem = Problem.quant("gemm_fp8_blockwise", 16, 4608, 7168)
 out = []
@@ -192,7 +192,7 @@ def test_blockwise_scales_ahead_add_no_barrier_and_keep_the_pipeline_on_sm90() -
     import subprocess
     import sys
 
-    from autotune.compile import check_compilable
+    from autotune.engine.compile import check_compilable
 
     try:
         check_compilable(Target.for_arch("sm_90"))
@@ -249,9 +249,9 @@ def test_blockwise_tma_decode_tiles_reach_wgmma_through_tma_loads_on_sm90() -> N
 _PDL_PTX = """
 import json
 from autotune import Problem
-from autotune.compile import compile_call
+from autotune.engine.compile import compile_call
 from autotune.kernels import get_op
-from autotune.target import Target
+from autotune.core.target import Target
 target, out = Target.for_arch("sm_90"), []
 for name in ("gemm_fp8_blockwise", "gemm_fp8_rowwise"):
     op, problem = get_op(name), Problem.quant(name, 16, 4608, 7168)
@@ -275,7 +275,7 @@ def test_pdl_compiles_to_griddepcontrol_and_an_l2_prefetch_on_sm90() -> None:
     import subprocess
     import sys
 
-    from autotune.compile import check_compilable
+    from autotune.engine.compile import check_compilable
 
     try:
         check_compilable(Target.for_arch("sm_90"))

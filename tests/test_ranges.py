@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from autotune import Config, Problem, Target
+from autotune.core.ladder import parse_ladder, serving_ladder
 from autotune.dispatch import Dispatcher, Entry, Table, TableError
 from autotune.dispatch.ranges import Range, ranges_from_profile
-from autotune.ladder import parse_ladder, serving_ladder
 
 VENDOR = Config(backend="torch")
 GEMV = Config(backend="triton_gemv", BLOCK_N=32)

@@ -7,21 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store
-from autotune.faults import FaultyOp
-from autotune.problem import Problem
-from autotune.result import TrialStatus
-from autotune.runner import Runner
+from autotune.engine.faults import FaultyOp
+from autotune.engine.runner import Runner
+from autotune.engine.workers import BoundWorker
 from autotune.sweeps import run_sweep
 from autotune.sweeps.spec import parse_spec
-from autotune.target import Target
-from autotune.workers import BoundWorker
 
 ray = pytest.importorskip("ray", reason="the Ray executor's tests need Ray (pip install ray)")
 
-from autotune.executors import make_workers  # noqa: E402
-from autotune.rayworker import RayWorker  # noqa: E402
+from autotune.engine.executors import make_workers  # noqa: E402
+from autotune.engine.rayworker import RayWorker  # noqa: E402
 
 SPEC = """
 name = "on-ray"

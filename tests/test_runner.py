@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
-from autotune.bench import DeviceFault
 from autotune.db import Store
+from autotune.engine.bench import DeviceFault
+from autotune.engine.runner import Runner
+from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM
-from autotune.runner import Runner
-from autotune.strategies import Budget
 
 TARGET = Target.for_arch("sm_90")
 PROBLEM = Problem.gemm(16, 4096, 4096)
@@ -82,7 +82,7 @@ class FakeChecker:
 
 
 def test_a_compiled_config_is_measured_before_one_still_compiling(tmp_path: Path) -> None:
-    from autotune.strategies import make_strategy
+    from autotune.engine.strategies import make_strategy
 
     space = GEMM.space(PROBLEM, TARGET)
     order = make_strategy("exhaustive", space, Budget(trials=6)).upcoming(6)
@@ -98,7 +98,7 @@ def test_a_compiled_config_is_measured_before_one_still_compiling(tmp_path: Path
 
 
 def test_promote_changes_the_order_never_the_configs() -> None:
-    from autotune.strategies import make_strategy
+    from autotune.engine.strategies import make_strategy
 
     space = GEMM.space(PROBLEM, TARGET)
     search = make_strategy("random", space, Budget(trials=5), seed=3)
@@ -142,7 +142,7 @@ class FastBench(FakeBench):
 
 
 def _lucky_setup(store: Store, rounds: int = 3) -> tuple[LuckyBench, Config]:
-    from autotune.strategies import make_strategy
+    from autotune.engine.strategies import make_strategy
 
     order = make_strategy("exhaustive", GEMM.space(PROBLEM, TARGET), Budget(trials=6)).upcoming(6)
     lucky = next(c for c in order if c.backend != "torch")
@@ -154,8 +154,8 @@ def _lucky_setup(store: Store, rounds: int = 3) -> tuple[LuckyBench, Config]:
 
 
 def test_the_final_round_times_the_finalists_again_and_its_medians_pick_the_winner(tmp_path: Path) -> None:
+    from autotune.core.result import Source
     from autotune.dispatch.emit import emit_table
-    from autotune.result import Source
 
     with Store(str(tmp_path / "f.db")) as store:
         bench, lucky = _lucky_setup(store)
@@ -173,8 +173,8 @@ def test_the_final_round_times_the_finalists_again_and_its_medians_pick_the_winn
 
 
 def test_without_a_final_round_the_lucky_config_is_emitted(tmp_path: Path) -> None:
+    from autotune.core.result import Source
     from autotune.dispatch.emit import emit_table
-    from autotune.result import Source
 
     with Store(str(tmp_path / "n.db")) as store:
         bench, lucky = _lucky_setup(store, rounds=0)
@@ -183,7 +183,7 @@ def test_without_a_final_round_the_lucky_config_is_emitted(tmp_path: Path) -> No
 
 
 def test_a_stored_final_round_is_reused_and_a_new_one_replaces_it(tmp_path: Path) -> None:
-    from autotune.result import Source
+    from autotune.core.result import Source
 
     with Store(str(tmp_path / "r.db")) as store:
         _lucky_setup(store)
@@ -205,8 +205,8 @@ def test_a_stored_final_round_is_reused_and_a_new_one_replaces_it(tmp_path: Path
 
 
 def test_a_sweep_stopped_in_its_final_round_stores_none_of_it(tmp_path: Path) -> None:
-    from autotune.result import Source
-    from autotune.runner import SweepStopped
+    from autotune.core.result import Source
+    from autotune.engine.runner import SweepStopped
 
     with Store(str(tmp_path / "s.db")) as store:
         bench = FakeBench()
@@ -217,7 +217,7 @@ def test_a_sweep_stopped_in_its_final_round_stores_none_of_it(tmp_path: Path) ->
 
 
 def test_a_newer_measured_best_outranks_an_older_final_round(tmp_path: Path) -> None:
-    from autotune.result import Source
+    from autotune.core.result import Source
 
     with Store(str(tmp_path / "w.db")) as store:
         _lucky_setup(store)
@@ -233,7 +233,7 @@ def test_a_newer_measured_best_outranks_an_older_final_round(tmp_path: Path) -> 
 def test_a_final_round_after_searches_that_split_the_backends_takes_finalists_from_all(
     tmp_path: Path,
 ) -> None:
-    from autotune.result import Source
+    from autotune.core.result import Source
 
     LARGE = Problem.gemm(256, 4096, 4096)  # the TMA kernel's space is empty at M = 16
     with Store(str(tmp_path / "b.db")) as store:

@@ -17,13 +17,13 @@ import autotune.kernels.api as api
 import autotune.kernels.gemm_quant_vendor as vendor
 import autotune.kernels.serve as serve
 from autotune import Config, Problem, Target
-from autotune.bench import rel_error
+from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
+from autotune.engine.bench import rel_error
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm_quant, served_config, served_launch
 from autotune.kernels.gemm_op import FALLBACK_GEMV_ROWS
 from autotune.kernels.gemm_quant_op import QUANT_DEFAULT_MAX_M
 from autotune.kernels.gemm_space import GEMV_ROWS
-from autotune.target import interpreting
 
 TORCH = Config(backend="torch")
 SM90 = Target.for_arch("sm_90")

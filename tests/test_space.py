@@ -175,9 +175,9 @@ def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
     """After the default, a TMA search first sees the tiles whose grids fill their last wave of SMs (1024 x
     1280 on 132 SMs: 64 x 160 makes 128 tiles, 64 x 192 112), each a member of the space, at most six; the
     strategies ask them right after the default. The interpreter's space has none."""
+    from autotune.core.problem import cdiv
+    from autotune.engine.strategies import make_strategy
     from autotune.kernels.gemm_space import WAVE_FILL, wave_filling_tiles
-    from autotune.problem import cdiv
-    from autotune.strategies import make_strategy
 
     target = Target.for_arch("sm_90")
     problem = Problem.gemm(1024, 1280, 8192)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune import Problem
-from autotune.strategies import Budget
+from autotune.engine.strategies import Budget
 from autotune.sweeps import SpecError, SweepEntry, load_spec, parse_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,11 +89,11 @@ def test_duplicate_problems_across_entries_are_tuned_once() -> None:
 
 
 def test_shipped_specs_parse() -> None:
-    smoke = load_spec(REPO / "sweeps" / "smoke.toml")
+    smoke = load_spec(REPO / "autotune" / "sweeps" / "smoke.toml")
     assert smoke.name == "smoke" and smoke.path.endswith("smoke.toml")
     assert [p for _, p in smoke.problems()] == [Problem.gemm(1, 4096, 4096), Problem.gemm(16, 4096, 4096)]
     assert smoke.entries[0].strategy == "exhaustive" and smoke.entries[0].budget.trials == 6
-    llama = load_spec(REPO / "sweeps" / "llama3-8b.toml")
+    llama = load_spec(REPO / "autotune" / "sweeps" / "llama3-8b.toml")
     assert len(llama.problems()) == 9 * 4
 
 
@@ -227,3 +227,17 @@ def test_final_rounds_default_to_three_on_a_gpu_and_none_in_the_interpreter() ->
     assert default.final_rounds is None
     assert (default.final_rounds_on(gpu), default.final_rounds_on(interpreter)) == (3, 0)
     assert (off.final_rounds_on(gpu), two.final_rounds_on(interpreter)) == (0, 2)
+
+
+def test_a_shipped_spec_loads_by_name_where_no_such_file_exists(tmp_path: Path, monkeypatch) -> None:
+    from autotune.sweeps.spec import EMBEDDED, embedded_specs
+
+    monkeypatch.chdir(tmp_path)
+    assert {"smoke", "llama3-8b"} <= set(embedded_specs())
+    smoke = load_spec("smoke")
+    assert smoke.path == str(EMBEDDED / "smoke.toml") and smoke.problems()
+    assert load_spec("smoke.toml").problems() == smoke.problems()
+    (tmp_path / "smoke").write_text('name = "mine"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\n')
+    assert load_spec("smoke").name == "mine"  # a file of that name here wins
+    with pytest.raises(SpecError, match=r"the specs that ship by name: .*smoke"):
+        load_spec("no-such-spec")

@@ -10,7 +10,10 @@ from __future__ import annotations
 import pytest
 
 from autotune import Config, Problem
-from autotune.compile import (
+from autotune.core.result import TrialStatus
+from autotune.core.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
+from autotune.core.target import Target, TargetError
+from autotune.engine.compile import (
     CompilePool,
     amd_features,
     check_compilable,
@@ -19,9 +22,6 @@ from autotune.compile import (
     occupancy_nvidia,
 )
 from autotune.kernels import GEMM, get_op
-from autotune.result import TrialStatus
-from autotune.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
-from autotune.target import Target, TargetError
 
 pytest.importorskip("triton")
 
@@ -273,7 +273,7 @@ class _Kernel:
 
 
 def test_nvidia_instructions_from_ptx(monkeypatch) -> None:
-    import autotune.compile as comp
+    import autotune.engine.compile as comp
 
     monkeypatch.setattr(comp, "_cubin_usage", lambda cubin: (96, 8, 0, 16))
     ptx = """
@@ -293,7 +293,7 @@ def test_nvidia_instructions_from_ptx(monkeypatch) -> None:
 
 @pytest.mark.parametrize("space", ["shared::cta", "shared::cluster"])  # newer Triton, Triton 3.6
 def test_nvidia_tma_loads_and_stores_from_ptx(monkeypatch, space: str) -> None:
-    import autotune.compile as comp
+    import autotune.engine.compile as comp
 
     monkeypatch.setattr(comp, "_cubin_usage", lambda cubin: (96, 0, 0, 0))
     load = f"@%p4 cp.async.bulk.tensor.2d.{space}.global.mbarrier::complete_tx::bytes [%r1], [%rd1, {{%r2}}];"
@@ -366,10 +366,10 @@ class _FakeChecker:
 
 
 def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) -> None:
-    from autotune.bench import Benchmarker
     from autotune.db import Store
-    from autotune.runner import Runner
-    from autotune.strategies import Budget
+    from autotune.engine.bench import Benchmarker
+    from autotune.engine.runner import Runner
+    from autotune.engine.strategies import Budget
 
     target = Target.interpreter_target()
     problem = Problem.gemm(16, 32, 64)
@@ -395,7 +395,7 @@ def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) 
 
 
 def test_candidates_spread_over_configs_the_model_can_tell_apart() -> None:
-    from autotune.predict import _spread
+    from autotune.engine.predict import _spread
 
     def cfg(bk: int, wpe: int) -> Config:
         return amd_config(BLOCK_K=bk, waves_per_eu=wpe)
@@ -427,7 +427,7 @@ def test_a_broken_pool_is_replaced(monkeypatch) -> None:
 def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> None:
     from concurrent.futures import Future
 
-    from autotune.checker import StaticChecker, compile_weight
+    from autotune.engine.checker import StaticChecker, compile_weight
     from autotune.kernels import GEMM
 
     class RecordingPool:
@@ -462,7 +462,7 @@ def test_compile_processes_run_niced_on_every_core() -> None:
     the sweep may use: a compile runs threads of its own, which one pinned core would serialize."""
     import os
 
-    from autotune.compile import COMPILE_NICENESS, CompilePool
+    from autotune.engine.compile import COMPILE_NICENESS, CompilePool
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("needs sched_getaffinity")
@@ -480,7 +480,7 @@ def test_compile_processes_get_the_environment_of_their_pool_start(monkeypatch: 
     environment as it was when that pool started (TRITON_CACHE_DIR above all), never TRITON_INTERPRET."""
     import os
 
-    from autotune.compile import CompilePool
+    from autotune.engine.compile import CompilePool
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     for value in ("first", "second"):
@@ -504,7 +504,7 @@ def test_the_fork_server_preload_starts_no_thread() -> None:
 
     if not Path("/proc/self/task").exists():
         pytest.skip("counts threads through /proc")
-    from autotune.compile import PRELOAD
+    from autotune.engine.compile import PRELOAD
 
     script = (
         "import importlib, os\n"
@@ -525,7 +525,7 @@ def test_compile_pool_spawns_where_no_fork_server_starts(monkeypatch: pytest.Mon
     import os
     from multiprocessing import forkserver
 
-    from autotune.compile import CompilePool
+    from autotune.engine.compile import CompilePool
 
     if "forkserver" not in multiprocessing.get_all_start_methods():
         pytest.skip("no fork server on this platform")

@@ -10,12 +10,12 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store, StoreError
 from autotune.db.store import _retrying
-from autotune.problem import Problem
-from autotune.result import Timing, TrialResult, TrialStatus
-from autotune.target import Target
 
 H100 = Target.for_arch("sm_90")
 PROBLEM = Problem.gemm(16, 64, 64)

@@ -9,9 +9,9 @@ import random
 import pytest
 
 from autotune import Config, Problem, Target, TrialResult, TrialStatus
-from autotune.result import Timing
-from autotune.space import Constraint, SearchSpace, SubSpace
-from autotune.strategies import Budget, Exhaustive, OptunaTPE, RandomSearch, make_strategy
+from autotune.core.result import Timing
+from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.engine.strategies import Budget, Exhaustive, OptunaTPE, RandomSearch, make_strategy
 
 
 def _space() -> SearchSpace:

@@ -12,7 +12,7 @@ from autotune.dispatch import Table
 from autotune.dispatch.ranges import Range
 from autotune.dispatch.table import Entry
 from autotune.kernels import GEMM
-from autotune.verify import SERVED, Family, family_of_entry, vendor_config, verify
+from autotune.sweeps.verify import SERVED, Family, family_of_entry, vendor_config, verify
 
 INTERP = Target.interpreter_target()
 VENDOR = Config(backend="torch")
@@ -107,11 +107,11 @@ def test_cli_exit_code_json_and_worst_rows(
     served_us: float,
     code: int,
 ) -> None:
-    import autotune.verify
+    import autotune.sweeps.verify
     from autotune.cli import main
 
     bench = FakeBench(served_us=lambda m: served_us, vendor_us=lambda m: 10.0)
-    monkeypatch.setattr(autotune.verify, "_default_bench", lambda target: lambda op: bench)
+    monkeypatch.setattr(autotune.sweeps.verify, "_default_bench", lambda target: lambda op: bench)
     out = tmp_path / "v.json"
     argv = [
         "verify",

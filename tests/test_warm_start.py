@@ -6,11 +6,11 @@ import dataclasses
 from pathlib import Path
 
 from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune.core.result import Source
 from autotune.db import Store
+from autotune.engine.runner import Runner, with_seeds
+from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM
-from autotune.result import Source
-from autotune.runner import Runner, with_seeds
-from autotune.strategies import Budget
 from autotune.sweeps.spec import parse_spec
 
 TARGET = Target.for_arch("sm_90")

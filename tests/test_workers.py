@@ -8,17 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from autotune.config import Config
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import TrialResult, TrialStatus
+from autotune.core.target import Target
 from autotune.db import Store
-from autotune.executors import make_workers, parse_gpus
-from autotune.faults import FaultyOp
-from autotune.problem import Problem
-from autotune.result import TrialResult, TrialStatus
-from autotune.runner import Runner
-from autotune.sweeps import run_sweep
-from autotune.sweeps.spec import parse_spec
-from autotune.target import Target
-from autotune.workers import (
+from autotune.engine.executors import make_workers, parse_gpus
+from autotune.engine.faults import FaultyOp
+from autotune.engine.runner import Runner
+from autotune.engine.workers import (
     MAX_CONSECUTIVE_CRASHES,
     BoundWorker,
     ProcessWorker,
@@ -26,6 +24,8 @@ from autotune.workers import (
     WorkerError,
     check_devices,
 )
+from autotune.sweeps import run_sweep
+from autotune.sweeps.spec import parse_spec
 
 PROBLEM = Problem.gemm(8, 32, 32)
 CPU = Target.interpreter_target()
@@ -176,7 +176,7 @@ class FlakyWorker:
 
     def __init__(self, name: str, broken: bool) -> None:
         self.name, self.broken, self.runs = name, broken, 0
-        from autotune.bench import Benchmarker
+        from autotune.engine.bench import Benchmarker
         from autotune.kernels import GEMM
 
         self.bench = Benchmarker(GEMM, CPU)

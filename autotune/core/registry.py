@@ -1,0 +1,69 @@
+"""The op registry: every tunable op by name.
+
+Ops live in plug-in packages that call `register` when imported: `autotune.kernels` holds the built-in
+ops (the dense GEMM, the quantized GEMMs, MoE), and another package can add its own through the
+`autotune.ops` entry-point group (each entry point names a module to import). The layers below the
+kernels (the engine, the database) find an op here by name and never import a kernel module themselves;
+the first lookup imports the plug-ins.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from autotune.core.op import TunableOp
+
+__all__ = ["PLUGINS", "get_op", "load_plugins", "ops", "register"]
+
+#: Modules imported on the first lookup, before the entry points of the `autotune.ops` group.
+PLUGINS: tuple[str, ...] = ("autotune.kernels",)
+ENTRY_POINT_GROUP = "autotune.ops"
+
+_ops: dict[str, TunableOp] = {}
+_loaded = False
+_lock = threading.Lock()
+
+
+def register(op: TunableOp) -> TunableOp:
+    """Makes `op` known by its name (to specs, the CLI, the database, tables and compile-only checks);
+    returns it. ValueError if another op has that name."""
+    known = _ops.get(op.name)
+    if known is not None and known is not op:
+        raise ValueError(f"an op called {op.name!r} is registered already ({type(known).__name__})")
+    _ops[op.name] = op
+    return op
+
+
+def load_plugins() -> None:
+    """Imports the plug-ins (once): `PLUGINS`, then the modules of the `autotune.ops` entry points."""
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        for name in PLUGINS:
+            importlib.import_module(name)
+        from importlib.metadata import entry_points
+
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            importlib.import_module(entry.value.split(":", 1)[0])
+        _loaded = True
+
+
+def ops() -> dict[str, TunableOp]:
+    """Every registered op by name, in registration order."""
+    load_plugins()
+    return dict(_ops)
+
+
+def get_op(name: str) -> TunableOp:
+    """The op called `name`; ValueError naming the known ops otherwise."""
+    load_plugins()
+    try:
+        return _ops[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}; known: {', '.join(_ops)}") from None

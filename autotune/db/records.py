@@ -1,0 +1,205 @@
+"""Records: immutable values the Store returns (no SQLAlchemy objects escape the Store)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
+
+__all__ = ["GpuRecord", "GpuSummary", "Summary", "SweepRecord", "TrialRecord", "Winner"]
+
+
+@dataclass(frozen=True)
+class GpuRecord:
+    """One stored GPU: its fingerprint and the Target it was recorded with."""
+
+    id: int
+    fingerprint: str
+    target: Target
+    interpreter: bool
+    created_at: datetime
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    @property
+    def arch(self) -> str:
+        return self.target.arch
+
+    def __str__(self) -> str:
+        return f"{self.target} [{self.fingerprint[:8]}]"
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One stored trial with its GPU, problem, kernel version and config.
+
+    `timing` is None where nothing was timed; `time_us` is the median of OK trials only.
+    """
+
+    gpu: GpuRecord
+    problem: Problem
+    kernel: str
+    source_hash: str
+    config: Config
+    status: TrialStatus
+    source: Source
+    timing: Timing | None
+    rel_error: float | None
+    error: str
+    compile_s: float
+    measure_s: float
+    created_at: datetime
+    sweep_id: int | None
+    extra: dict[str, Any] = field(default_factory=dict)
+    id: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is TrialStatus.OK
+
+    @property
+    def backend(self) -> str:
+        return self.config.backend
+
+    @property
+    def time_us(self) -> float | None:
+        return self.timing.median_us if self.timing is not None and self.ok else None
+
+    def to_result(self) -> TrialResult:
+        """The TrialResult this record stores, marked `cached`."""
+        return TrialResult(
+            config=self.config,
+            status=self.status,
+            timing=self.timing,
+            rel_error=self.rel_error,
+            error=self.error,
+            compile_s=self.compile_s,
+            measure_s=self.measure_s,
+            cached=True,
+            extra=dict(self.extra),
+        )
+
+
+@dataclass(frozen=True)
+class Winner:
+    """The fastest OK trial of one (GPU, problem), with the vendor library's best for comparison.
+
+    `vendor` is the fastest OK trial of backend "torch" (hipBLASLt / cuBLAS), None if there is none.
+    `n_ok` and `n_failed` count the trials considered (the newest kernel version of each backend).
+    """
+
+    gpu: GpuRecord
+    problem: Problem
+    best: TrialRecord
+    vendor: TrialRecord | None
+    n_ok: int
+    n_failed: int
+
+    @property
+    def config(self) -> Config:
+        return self.best.config
+
+    @property
+    def time_us(self) -> float:
+        t = self.best.time_us
+        assert t is not None  # a winner is always an OK trial
+        return t
+
+    @property
+    def speedup_vs_vendor(self) -> float | None:
+        """Vendor time / best time (1.0 when the vendor library wins), or None without a vendor trial."""
+        if self.vendor is None or self.vendor.time_us is None or self.time_us <= 0:
+            return None
+        return self.vendor.time_us / self.time_us
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """One stored sweep: where it runs, how far it got and whether it is still alive.
+
+    `state` is the status, except that a "running" sweep whose heartbeat is older than `stale_after_s`
+    reads "stale" (killed without a chance to say so; run its command again to resume it).
+    """
+
+    id: int
+    name: str
+    host: str
+    status: str
+    gpu: str
+    started_at: datetime
+    finished_at: datetime | None
+    heartbeat_at: datetime | None
+    pid: int | None
+    problems_total: int | None
+    problems_done: int | None
+    trials_done: int | None
+    workers: int | None
+    log_path: str | None
+
+    def state(self, now: datetime, stale_after_s: float = 600.0) -> str:
+        if self.status != "running":
+            return self.status
+        last = self.heartbeat_at or self.started_at
+        if last.tzinfo is None:  # SQLite hands back naive datetimes
+            last = last.replace(tzinfo=now.tzinfo)
+        return "stale" if (now - last).total_seconds() > stale_after_s else "running"
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """Per-GPU counts of a Summary."""
+
+    gpu: GpuRecord
+    n_trials: int
+    n_ok: int
+    n_problems_tuned: int  # problems with at least one OK trial
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Counts over the whole database, for ``autotune status``."""
+
+    url: str
+    schema_version: int
+    n_gpus: int
+    n_problems: int
+    n_kernels: int
+    sweeps_by_status: dict[str, int]
+    trials_by_status: dict[str, int]
+    trials_by_source: dict[str, int]
+    per_gpu: tuple[GpuSummary, ...] = ()
+
+    @property
+    def n_sweeps(self) -> int:
+        return sum(self.sweeps_by_status.values())
+
+    @property
+    def n_trials(self) -> int:
+        return sum(self.trials_by_status.values())
+
+    def lines(self) -> list[str]:
+        """Human-readable lines, one fact each."""
+
+        def counts(d: dict[str, int]) -> str:
+            return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: (-kv[1], kv[0])))
+
+        out = [
+            f"database  {self.url} (schema {self.schema_version})",
+            f"gpus      {self.n_gpus}",
+            f"problems  {self.n_problems}",
+            f"kernels   {self.n_kernels}",
+            f"sweeps    {self.n_sweeps}" + (f" ({counts(self.sweeps_by_status)})" if self.n_sweeps else ""),
+            f"trials    {self.n_trials}" + (f" ({counts(self.trials_by_status)})" if self.n_trials else ""),
+        ]
+        if self.n_trials:
+            out.append(f"sources   {counts(self.trials_by_source)}")
+        for g in self.per_gpu:
+            out.append(f"  {g.gpu}: {g.n_problems_tuned} problems tuned, {g.n_trials} trials ({g.n_ok} ok)")
+        return out

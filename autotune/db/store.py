@@ -1,0 +1,1171 @@
+"""Store: the tuned-config database. SQLite by default, PostgreSQL for a fleet of hosts."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import logging
+import math
+import shlex
+import socket
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import ColumnElement, Engine, Select, and_, case, delete, func, insert, inspect, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
+from autotune.core.static import FEATURES_VERSION, StaticFeatures, StaticFinding
+from autotune.core.target import Target
+
+from .convert import gpu_record, result_of, trial_records
+from .engine import (
+    WRITE_OPTION,
+    StoreError,
+    check_sqlite_path,
+    error_cause,
+    make_engine,
+    mask_url,
+    resolve_url,
+)
+from .models import (
+    ADDITIVE_TABLES,
+    ALEMBIC_VERSION,
+    BASE_VERSION,
+    HEAD_REVISION,
+    REVISIONS,
+    SCHEMA_VERSION,
+    SWEEP_STATUSES,
+    Base,
+    GpuModel,
+    KernelModel,
+    MetaModel,
+    ProblemModel,
+    StaticFeaturesModel,
+    SweepModel,
+    TrialModel,
+    utcnow,
+)
+from .records import GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
+
+__all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
+
+logger = logging.getLogger(__name__)
+
+#: Minimum length of a GPU fingerprint prefix.
+MIN_PREFIX = 6
+#: Waits, in seconds, before each retry of a write that failed with a transient database error (a
+#: dropped connection, a server restarting, SQLite locked past its busy timeout): about 1 min in all.
+RETRY_DELAYS_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _transient(exc: StoreError) -> bool:
+    """Whether a failed write may succeed if tried again (the connection or a lock, not the data)."""
+    cause = exc.__cause__
+    if isinstance(cause, DBAPIError) and cause.connection_invalidated:
+        return True
+    return isinstance(cause, OperationalError)
+
+
+def _retrying(method: _F) -> _F:
+    """Retries `method` with back-off (`RETRY_DELAYS_S`) on transient database errors. Safe for the
+    Store's writes: each is one transaction, rolled back on error, and idempotent on its key."""
+
+    @functools.wraps(method)
+    def wrapped(self: Store, *args: Any, **kwargs: Any) -> Any:
+        for delay in (*self.retry_delays_s, None):
+            try:
+                return method(self, *args, **kwargs)
+            except StoreError as exc:
+                if delay is None or not _transient(exc):
+                    raise
+                logger.warning("%s; retrying in %g s", exc, delay)
+                time.sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    return cast(_F, wrapped)
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """One trial for `Store.record_many`: what `Store.record` takes as arguments, as a value."""
+
+    target: Target
+    kernel: str
+    source_hash: str
+    problem: Problem
+    result: TrialResult
+    source: Source = Source.MEASURED
+
+
+class Store:
+    """The database of GPUs, kernels, problems, sweeps, trials and static features.
+
+    Opening creates the schema in an empty database (at the current schema version, stamped with its
+    Alembic revision) and otherwise checks its schema version (and creates the tables of `ADDITIVE_TABLES`
+    that a database of this version lacks); a database of an older version is refused with the command
+    that upgrades it (``autotune db upgrade``). Every failure to open raises StoreError with the
+    (password-masked) URL and the reason. Each write runs in its own transaction and
+    is committed before the call returns, so a crash loses nothing that was recorded; `record_many`
+    writes a whole batch (an import) in one transaction, all or nothing. `record` and `record_many` are
+    idempotent on the trial key (GPU fingerprint, kernel name + source hash, problem, config hash,
+    source), `record_features` on its key (arch, toolchain, kernel name + source hash, problem, config
+    hash), also when processes race.
+
+    Writes that fail with a transient error (a dropped connection, a restarting server, SQLite locked past
+    its busy timeout) are retried with back-off for about a minute (`retry_delays_s`) before StoreError.
+
+    Thread safety: a Store may be shared by threads (each call has its own session and pooled connection;
+    the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
+    database, each with its own Store. Errors inside the database surface as
+    StoreError; bad arguments as ValueError.
+    """
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url: str = resolve_url(url)
+        self._display_url = mask_url(self.url)
+        try:
+            parsed = make_url(self.url)
+        except ArgumentError as exc:
+            raise StoreError(f"invalid database URL {self._display_url!r}: {exc}") from exc
+        if parsed.get_backend_name() == "sqlite":
+            check_sqlite_path(parsed)
+        self._engine: Engine | None = make_engine(parsed)
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._gpu_ids: dict[str, int] = {}
+        self._kernel_ids: dict[tuple[str, str], int] = {}
+        self._problem_ids: dict[str, int] = {}
+        self.retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S
+        try:
+            self._open_schema()
+        except BaseException:
+            self.close()
+            raise
+        logger.debug("opened %s", self._display_url)
+
+    # -- opening and closing -------------------------------------------------------------------------
+
+    @property
+    def display_url(self) -> str:
+        """The URL with its password masked."""
+        return self._display_url
+
+    def _open_schema(self) -> None:
+        engine = self._require_engine()
+        try:
+            tables = set(inspect(engine).get_table_names())
+            if not tables:
+                self._create_schema(engine)
+            else:
+                self._check_schema(engine, tables)
+        except StoreError:
+            raise
+        except SQLAlchemyError as exc:
+            reason = error_cause(exc)
+            if "file is not a database" in reason:
+                raise StoreError(f"{self._display_url} is not an autotune database ({reason})") from exc
+            raise StoreError(f"cannot open database {self._display_url}: {reason}") from exc
+
+    def _create_schema(self, engine: Engine) -> None:
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{WRITE_OPTION: True})
+                with conn.begin():
+                    Base.metadata.create_all(conn)
+                    conn.execute(insert(MetaModel).values(key="schema_version", value=str(SCHEMA_VERSION)))
+                    # Stamped at the head revision, as `alembic stamp head` would: nothing to migrate.
+                    ALEMBIC_VERSION.create(conn)
+                    conn.execute(insert(ALEMBIC_VERSION).values(version_num=HEAD_REVISION))
+        except SQLAlchemyError:
+            # Another process may have created the schema at the same moment: accept its work if whole.
+            tables = set(inspect(engine).get_table_names())
+            if "meta" not in tables:
+                raise
+            self._check_schema(engine, tables)
+            return
+        logger.info("created autotune database %s (schema version %d)", self._display_url, SCHEMA_VERSION)
+
+    def _check_schema(self, engine: Engine, tables: set[str]) -> None:
+        where = self._display_url
+        if "meta" not in tables:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise StoreError(
+                f"{where} is not an autotune database (it has tables {shown} but no `meta` table); "
+                "give another path or URL with --db or $AUTOTUNE_DB"
+            )
+        with engine.connect() as conn:
+            # meta first, then alembic_version: an upgrade that commits in between is then seen as the
+            # older version (and the message says to upgrade), never as a damaged database.
+            value = conn.scalar(select(MetaModel.value).where(MetaModel.key == "schema_version"))
+            revisions = (
+                list(conn.scalars(select(ALEMBIC_VERSION.c.version_num)))
+                if inspect(conn).has_table(ALEMBIC_VERSION.name)
+                else None
+            )
+        try:
+            found = int(value) if value is not None else None
+        except ValueError:
+            found = None
+        if found is None:
+            raise StoreError(f"{where} is not an autotune database (its `meta` table has no schema_version)")
+        if found < BASE_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, this autotune expects {SCHEMA_VERSION} "
+                "and has no migration from it: open it with the autotune version that wrote it"
+            )
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, newer than this autotune supports "
+                f"({SCHEMA_VERSION}): upgrade autotune"
+            )
+        if found < SCHEMA_VERSION:
+            raise StoreError(
+                f"database {where} has schema version {found}, this autotune needs {SCHEMA_VERSION}: "
+                f"run `autotune db upgrade --db {shlex.quote(where)}` (back it up first)"
+            )
+        if revisions != [HEAD_REVISION]:
+            said = "no alembic_version table" if revisions is None else f"alembic_version {revisions}"
+            raise StoreError(
+                f"database {where} says schema version {found} but has {said} (expected "
+                f"[{REVISIONS[found]!r}]): it is damaged; `autotune db upgrade` cannot tell what it holds"
+            )
+        missing = set(Base.metadata.tables) - tables
+        damaged = sorted(missing - set(ADDITIVE_TABLES))
+        if damaged:
+            raise StoreError(
+                f"database {where} (schema version {found}) lacks tables {', '.join(damaged)}: "
+                "it is damaged or not an autotune database"
+            )
+        if missing:
+            self._add_tables(engine, sorted(missing))
+
+    def _add_tables(self, engine: Engine, names: list[str]) -> None:
+        """Creates the additive tables `names` that a database of the current schema version lacks."""
+        wanted = [Base.metadata.tables[name] for name in names]
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{WRITE_OPTION: True})
+                with conn.begin():
+                    Base.metadata.create_all(conn, tables=wanted, checkfirst=True)
+        except SQLAlchemyError:
+            # Another process may have added them at the same moment: accept its work if whole.
+            if set(names) - set(inspect(engine).get_table_names()):
+                raise
+            return
+        logger.info("added tables %s to %s", ", ".join(names), self._display_url)
+
+    def close(self) -> None:
+        """Releases the connections. The Store cannot be used afterwards; closing twice is harmless."""
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self._display_url!r})"
+
+    def _require_engine(self) -> Engine:
+        if self._engine is None:
+            raise StoreError(f"the store of {self._display_url} is closed")
+        return self._engine
+
+    @contextmanager
+    def _session(self, *, write: bool = False) -> Iterator[Session]:
+        """One transaction: commits on success, rolls back on any error, raises database errors as
+        StoreError. `write` takes SQLite's write lock at the start."""
+        self._require_engine()
+        session = self._sessions()
+        try:
+            if write:
+                session.connection(execution_options={WRITE_OPTION: True})
+            yield session
+            session.commit()
+        except SQLAlchemyError as exc:
+            session.rollback()
+            raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+    # -- identities ----------------------------------------------------------------------------------
+
+    def _get_or_create(self, model: Any, lookup: dict[str, Any], values: dict[str, Any]) -> int:
+        for _ in range(3):
+            with self._session(write=True) as session:
+                existing = session.scalar(select(model.id).filter_by(**lookup))
+                if existing is not None:
+                    return int(existing)
+                row = model(**lookup, **values)
+                session.add(row)
+                try:
+                    session.flush()
+                except IntegrityError:
+                    session.rollback()  # another process inserted it first: look again
+                    continue
+                return int(row.id)
+        raise StoreError(f"cannot create {model.__tablename__} row {lookup} in {self._display_url}")
+
+    def gpu_id(self, target: Target) -> int:
+        """The id of `target`'s row (by fingerprint), created on first use."""
+        fingerprint = target.fingerprint()
+        cached = self._gpu_ids.get(fingerprint)
+        if cached is not None:
+            return cached
+        row_id = self._get_or_create(GpuModel, {"fingerprint": fingerprint}, _gpu_values(target))
+        self._gpu_ids[fingerprint] = row_id
+        return row_id
+
+    def kernel_id(self, name: str, source_hash: str) -> int:
+        """The id of the kernel version (name, source hash), created on first use."""
+        key = (name, source_hash)
+        cached = self._kernel_ids.get(key)
+        if cached is None:
+            cached = self._get_or_create(KernelModel, {"name": name, "source_hash": source_hash}, {})
+            self._kernel_ids[key] = cached
+        return cached
+
+    def problem_id(self, problem: Problem) -> int:
+        """The id of `problem`'s row (by `Problem.key()`), created on first use."""
+        key = problem.key()
+        cached = self._problem_ids.get(key)
+        if cached is None:
+            cached = self._get_or_create(ProblemModel, {"key": key}, _problem_values(problem))
+            self._problem_ids[key] = cached
+        return cached
+
+    # -- sweeps --------------------------------------------------------------------------------------
+
+    @_retrying
+    def start_sweep(
+        self,
+        name: str,
+        spec_text: str,
+        target: Target,
+        *,
+        problems_total: int | None = None,
+        workers: int | None = None,
+        log_path: str | None = None,
+    ) -> int:
+        """Records a sweep as running on this host (this process) and `target`; returns its id.
+
+        Sweeps of this host left "running" by a process that no longer exists (killed with -9, a power
+        cut) are marked "interrupted" first."""
+        import os
+
+        gpu = self.gpu_id(target)
+        now = utcnow()
+        with self._session(write=True) as session:
+            for row in session.scalars(
+                select(SweepModel).where(SweepModel.host == _host(), SweepModel.status == "running")
+            ):
+                if row.pid is not None and row.pid != os.getpid() and not _pid_alive(row.pid):
+                    row.status = "interrupted"
+                    row.finished_at = row.heartbeat_at or now
+            row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu,
+                             pid=os.getpid(), heartbeat_at=now, problems_total=problems_total,
+                             problems_done=0, trials_done=0, workers=workers, log_path=log_path)  # fmt: skip
+            session.add(row)
+            session.flush()
+            return int(row.id)
+
+    @_retrying
+    def touch_sweep(
+        self, sweep_id: int, *, trials_done: int | None = None, problems_done: int | None = None
+    ) -> None:
+        """The sweep's heartbeat (now) and progress counts."""
+        with self._session(write=True) as session:
+            row = session.get(SweepModel, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
+            row.heartbeat_at = utcnow()
+            if trials_done is not None:
+                row.trials_done = trials_done
+            if problems_done is not None:
+                row.problems_done = problems_done
+
+    @_retrying
+    def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
+        """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
+        if status not in SWEEP_STATUSES:
+            raise ValueError(f"unknown sweep status {status!r}; known: {', '.join(SWEEP_STATUSES)}")
+        with self._session(write=True) as session:
+            row = session.get(SweepModel, sweep_id)
+            if row is None:
+                raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
+            row.status = status
+            row.finished_at = row.heartbeat_at = utcnow()
+
+    def sweeps(self, *, limit: int = 20, status: str | None = None) -> list[SweepRecord]:
+        """The latest `limit` sweeps of every host, newest first (only those of `status` if given)."""
+        query = (
+            select(SweepModel, GpuModel.name)
+            .join(GpuModel, GpuModel.id == SweepModel.gpu_id)
+            .order_by(SweepModel.id.desc())
+            .limit(limit)
+        )
+        if status is not None:
+            query = query.where(SweepModel.status == status)
+        with self._session() as session:
+            return [
+                SweepRecord(
+                    id=r.id,
+                    name=r.name,
+                    host=r.host,
+                    status=r.status,
+                    gpu=gpu,
+                    started_at=r.started_at,
+                    finished_at=r.finished_at,
+                    heartbeat_at=r.heartbeat_at,
+                    pid=r.pid,
+                    problems_total=r.problems_total,
+                    problems_done=r.problems_done,
+                    trials_done=r.trials_done,
+                    workers=r.workers,
+                    log_path=r.log_path,
+                )
+                for r, gpu in session.execute(query)
+            ]
+
+    # -- trials --------------------------------------------------------------------------------------
+
+    @_retrying
+    def record(
+        self,
+        *,
+        target: Target,
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        result: TrialResult,
+        sweep_id: int | None = None,
+        source: Source = Source.MEASURED,
+    ) -> bool:
+        """Writes one trial and commits it. Returns False (writing nothing) if its key is already stored."""
+        source = Source(source)
+        config = result.config
+        extra = _extra_json(result)
+        gpu, kernel_row, problem_row = (
+            self.gpu_id(target),
+            self.kernel_id(kernel, source_hash),
+            self.problem_id(problem),
+        )
+        digest = config.digest()
+        key = (
+            TrialModel.gpu_id == gpu,
+            TrialModel.kernel_id == kernel_row,
+            TrialModel.problem_id == problem_row,
+            TrialModel.config_hash == digest,
+            TrialModel.source == source.value,
+        )
+        with self._session(write=True) as session:
+            if session.scalar(select(TrialModel.id).where(*key)) is not None:
+                return False
+            session.add(_trial_row(result, source, extra, gpu, kernel_row, problem_row, sweep_id))
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                session.rollback()
+                if session.scalar(select(TrialModel.id).where(*key)) is not None:
+                    return False  # another process recorded the same trial first
+                raise StoreError(
+                    f"cannot record trial {config.short()} of {problem}: {error_cause(exc)}"
+                ) from exc
+        logger.debug("recorded %s %s %s: %s", kernel, problem, config.short(), result.status.value)
+        return True
+
+    @_retrying
+    def record_many(self, trials: Sequence[NewTrial], *, sweep_id: int | None = None) -> list[bool]:
+        """Writes every trial of `trials` in ONE transaction: all of them or, on any error, none.
+
+        The GPU, kernel and problem rows they need are created in the same transaction. Trials whose key
+        is already stored, or repeated within `trials`, are skipped, so writing the same batch twice
+        writes nothing the second time. Returns, per trial in order, True if it was written. Raises
+        ValueError (before writing) for an extra that is not JSON-serializable, StoreError for an error in
+        the database; either way nothing is written.
+        """
+        items = list(trials)
+        extras = [_extra_json(t.result) for t in items]
+        if not items:
+            return []
+        return self._record_many(items, extras, sweep_id, replace_final=False)
+
+    @_retrying
+    def record_final(
+        self,
+        *,
+        target: Target,
+        problem: Problem,
+        results: Sequence[tuple[str, str, TrialResult]],
+        sweep_id: int | None = None,
+    ) -> None:
+        """Stores a final round of `problem` on `target` ((kernel, source hash, result) per finalist, as
+        `Source.FINAL` trials) in one transaction that first deletes the GPU's earlier final round of
+        the problem: the final times stored together are always of one head-to-head round."""
+        items = [
+            NewTrial(target, kernel, source_hash, problem, r, Source.FINAL)
+            for kernel, source_hash, r in results
+        ]
+        if items:
+            self._record_many(items, [_extra_json(t.result) for t in items], sweep_id, replace_final=True)
+
+    def _record_many(
+        self, items: list[NewTrial], extras: list[str], sweep_id: int | None, *, replace_final: bool
+    ) -> list[bool]:
+        for attempt in range(3):
+            try:
+                written, ids = self._record_many_once(items, extras, sweep_id, replace_final)
+            except StoreError as exc:
+                # Another process inserted one of the same rows at the same moment: look again.
+                if attempt == 2 or not isinstance(exc.__cause__, IntegrityError):
+                    raise
+                continue
+            gpu_ids, kernel_ids, problem_ids = ids
+            self._gpu_ids.update(gpu_ids)
+            self._kernel_ids.update(kernel_ids)
+            self._problem_ids.update(problem_ids)
+            logger.debug("recorded %d of %d trials in one transaction", sum(written), len(items))
+            return written
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _record_many_once(
+        self, items: list[NewTrial], extras: list[str], sweep_id: int | None, replace_final: bool = False
+    ) -> tuple[list[bool], tuple[dict[str, int], dict[tuple[str, str], int], dict[str, int]]]:
+        targets = {t.target.fingerprint(): t.target for t in items}
+        problems = {t.problem.key(): t.problem for t in items}
+        kernels = {(t.kernel, t.source_hash) for t in items}
+        t = TrialModel
+        with self._session(write=True) as session:
+            gpu_ids = _ensure_rows(
+                session,
+                GpuModel,
+                GpuModel.fingerprint,
+                {fp: {"fingerprint": fp, **_gpu_values(target)} for fp, target in targets.items()},
+            )
+            problem_ids = _ensure_rows(
+                session,
+                ProblemModel,
+                ProblemModel.key,
+                {key: {"key": key, **_problem_values(problem)} for key, problem in problems.items()},
+            )
+            kernel_ids: dict[tuple[str, str], int] = {}
+            for name, source_hash in sorted(kernels):
+                found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
+                if found is None:
+                    row = KernelModel(name=name, source_hash=source_hash)
+                    session.add(row)
+                    session.flush()
+                    found = row.id
+                kernel_ids[(name, source_hash)] = int(found)
+            pids = sorted(set(problem_ids.values()))
+            if replace_final:  # the earlier final round of these GPUs and problems
+                session.execute(
+                    delete(t).where(
+                        t.gpu_id.in_(sorted(set(gpu_ids.values()))),
+                        t.problem_id.in_(pids),
+                        t.source == Source.FINAL.value,
+                    )
+                )
+            existing: set[tuple[int, int, int, str, str]] = set()
+            for start in range(0, len(pids), _IN_CHUNK):
+                stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
+                    t.gpu_id.in_(sorted(set(gpu_ids.values()))),
+                    t.kernel_id.in_(sorted(set(kernel_ids.values()))),
+                    t.problem_id.in_(pids[start : start + _IN_CHUNK]),
+                )
+                existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
+            written: list[bool] = []
+            for item, extra in zip(items, extras, strict=True):
+                source = Source(item.source)
+                gpu = gpu_ids[item.target.fingerprint()]
+                kernel_row = kernel_ids[(item.kernel, item.source_hash)]
+                problem_row = problem_ids[item.problem.key()]
+                key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+                if key in existing:
+                    written.append(False)
+                    continue
+                existing.add(key)
+                session.add(_trial_row(item.result, source, extra, gpu, kernel_row, problem_row, sweep_id))
+                written.append(True)
+            session.flush()
+        return written, (gpu_ids, kernel_ids, problem_ids)
+
+    @_retrying
+    def finished(
+        self,
+        *,
+        target: Target,
+        problem: Problem,
+        kernels: dict[str, tuple[str, str]],
+        source: Source = Source.MEASURED,
+    ) -> dict[str, TrialResult]:
+        """Stored trials (ok or failed) of `problem` on `target`, as config hash → TrialResult (cached).
+
+        `kernels` maps backend → (kernel name, source hash); only trials of that kernel version count, so a
+        changed kernel source is tuned afresh. Used to resume a sweep without re-running anything.
+        """
+        if not kernels:
+            return {}
+        stmt = (
+            select(TrialModel, KernelModel.name, KernelModel.source_hash)
+            .join(KernelModel, TrialModel.kernel_id == KernelModel.id)
+            .join(GpuModel, TrialModel.gpu_id == GpuModel.id)
+            .join(ProblemModel, TrialModel.problem_id == ProblemModel.id)
+            .where(
+                GpuModel.fingerprint == target.fingerprint(),
+                ProblemModel.key == problem.key(),
+                TrialModel.source == Source(source).value,
+                KernelModel.name.in_({name for name, _ in kernels.values()}),
+            )
+            .order_by(TrialModel.id)
+        )
+        out: dict[str, TrialResult] = {}
+        with self._session() as session:
+            for trial, name, source_hash in session.execute(stmt):
+                if kernels.get(trial.backend) == (name, source_hash):
+                    out[trial.config_hash] = result_of(trial)
+        return out
+
+    # -- static features -----------------------------------------------------------------------------
+
+    @_retrying
+    def record_features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        kernel: str,
+        source_hash: str,
+        problem: Problem,
+        config: Config,
+        features: StaticFeatures,
+        findings: Sequence[tuple[str, str] | StaticFinding] = (),
+    ) -> bool:
+        """Writes the static features of one config compiled for `arch` with `toolchain`, and the findings
+        of the static checks on them (``(check, reason)`` pairs or StaticFindings), and commits.
+
+        Returns False (writing nothing) if the key (arch, toolchain, kernel name + source hash, problem,
+        config hash) is already stored, also when another process stored it first. Raises ValueError
+        when `features` are of another arch or an argument cannot be stored.
+        """
+        if not arch or features.arch != arch:
+            raise ValueError(f"features of arch {features.arch!r} cannot be recorded for arch {arch!r}")
+        toolchain_json, toolchain_hash = _toolchain_key(toolchain)
+        pairs = _finding_pairs(findings)
+        kernel_row, problem_row = self.kernel_id(kernel, source_hash), self.problem_id(problem)
+        digest = config.digest()
+        m = StaticFeaturesModel
+        key = (
+            m.arch == arch,
+            m.toolchain_hash == toolchain_hash,
+            m.kernel_id == kernel_row,
+            m.problem_id == problem_row,
+            m.config_hash == digest,
+        )
+        with self._session(write=True) as session:
+            if session.scalar(select(m.id).where(*key)) is not None:
+                return False
+            session.add(
+                m(
+                    arch=arch,
+                    toolchain=toolchain_json,
+                    toolchain_hash=toolchain_hash,
+                    kernel_id=kernel_row,
+                    problem_id=problem_row,
+                    backend=config.backend,
+                    config_json=config.canonical(),
+                    config_hash=digest,
+                    compiled=bool(features.compiled),
+                    features_json=features.to_json(),
+                    findings_json=json.dumps(pairs),
+                    compile_s=float(features.compile_s),
+                )
+            )
+            try:
+                session.flush()
+            except IntegrityError as exc:
+                session.rollback()
+                if session.scalar(select(m.id).where(*key)) is not None:
+                    return False  # another process recorded the same features first
+                raise StoreError(
+                    f"cannot record static features of {config.short()} of {problem}: {error_cause(exc)}"
+                ) from exc
+        logger.debug("recorded static features %s %s %s on %s", kernel, problem, config.short(), arch)
+        return True
+
+    @_retrying
+    def features(
+        self,
+        *,
+        arch: str,
+        toolchain: Mapping[str, str],
+        problem: Problem,
+        kernels: Mapping[str, tuple[str, str]],
+    ) -> dict[str, tuple[StaticFeatures, list[tuple[str, str]]]]:
+        """Stored static features of `problem` on `arch` with `toolchain`, as config hash → (features,
+        findings).
+
+        `kernels` maps backend → (kernel name, source hash); only features of that kernel version count,
+        as in `finished`, so a changed kernel source is compiled afresh.
+        """
+        if not kernels:
+            return {}
+        _, toolchain_hash = _toolchain_key(toolchain)
+        m = StaticFeaturesModel
+        stmt = (
+            select(m, KernelModel.name, KernelModel.source_hash)
+            .join(KernelModel, m.kernel_id == KernelModel.id)
+            .join(ProblemModel, m.problem_id == ProblemModel.id)
+            .where(
+                m.arch == arch,
+                m.toolchain_hash == toolchain_hash,
+                ProblemModel.key == problem.key(),
+                KernelModel.name.in_({name for name, _ in kernels.values()}),
+            )
+            .order_by(m.id)
+        )
+        out: dict[str, tuple[StaticFeatures, list[tuple[str, str]]]] = {}
+        with self._session() as session:
+            for row, name, source_hash in session.execute(stmt):
+                if kernels.get(row.backend) == (name, source_hash):
+                    found = [(str(c), str(r)) for c, r in json.loads(row.findings_json or "[]")]
+                    out[row.config_hash] = (StaticFeatures.from_json(row.features_json), found)
+        return out
+
+    # -- reading trials ------------------------------------------------------------------------------
+
+    def best(
+        self,
+        problem: Problem,
+        *,
+        fingerprint: str | None = None,
+        limit: int = 5,
+        source: Source | None = Source.MEASURED,
+    ) -> list[TrialRecord]:
+        """The fastest OK trials of `problem` (of every kernel version), fastest first.
+
+        `fingerprint` (or a prefix of at least 6 characters) restricts them to one GPU; `source` None
+        takes every source.
+        """
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == [] or limit <= 0:
+            return []
+        stmt = _trial_query().where(
+            ProblemModel.key == problem.key(),
+            TrialModel.status == TrialStatus.OK.value,
+            TrialModel.time_us.is_not(None),
+        )
+        if gpu_ids is not None:
+            stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
+        if source is not None:
+            stmt = stmt.where(TrialModel.source == Source(source).value)
+        stmt = stmt.order_by(TrialModel.time_us, TrialModel.id).limit(limit)
+        with self._session() as session:
+            return trial_records(session.execute(stmt))
+
+    def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
+        """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the
+        nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners
+        measured on the GPU `fingerprint` names for the same shape at other M, nearest M (on a log scale)
+        first; at most `limit` measured ones, no config twice. Empty where nothing of the shape is known."""
+        t, p = TrialModel, ProblemModel
+        stmt = (
+            select(p.m, t.source, t.gpu_id, t.time_us, t.config_json)
+            .join(p, t.problem_id == p.id)
+            .where(
+                p.op == problem.op,
+                p.n == problem.N,
+                p.k == problem.K,
+                p.e == problem.E,
+                p.topk == problem.topk,
+                p.dtype_a == problem.dtype_a,
+                p.dtype_b == problem.dtype_b,
+                p.dtype_out == problem.dtype_out,
+                p.layout == problem.layout,
+                t.status == TrialStatus.OK.value,
+                # vLLM's files carry no times: an imported config counts untimed
+                (t.source == Source.IMPORTED.value)
+                | ((t.source == Source.MEASURED.value) & t.time_us.is_not(None)),
+            )
+        )
+        gpu_ids = self._match_gpus(fingerprint)
+        best: dict[tuple[str, int], tuple[float, str]] = {}  # (source, M) -> fastest (time, config)
+        with self._session() as session:
+            for m, source, gpu_id, time_us, config_json in session.execute(stmt):
+                measured = source == Source.MEASURED.value
+                if measured and (m == problem.M or (gpu_ids is not None and gpu_id not in gpu_ids)):
+                    continue
+                key, us = (source, int(m)), float(time_us or 0.0)  # measured ones are all timed
+                if key not in best or us < best[key][0]:
+                    best[key] = (us, config_json)
+
+        def by_distance(source: str) -> list[str]:
+            ms = sorted((m for s, m in best if s == source), key=lambda m: (abs(math.log(m / problem.M)), m))
+            return [best[(source, m)][1] for m in ms]
+
+        imported = by_distance(Source.IMPORTED.value)[:1]
+        out: list[Config] = []
+        for text in imported + by_distance(Source.MEASURED.value)[:limit]:
+            config = Config.from_json(text)
+            if config not in out:
+                out.append(config)
+        return out
+
+    def winners(
+        self, fingerprint: str | None = None, source: Source | None = Source.MEASURED, *, final: bool = False
+    ) -> list[Winner]:
+        """One Winner per (GPU, problem) with an OK trial, ordered by GPU then problem.
+
+        Of each backend only the trials of its newest kernel version (the most recently created kernel
+        row with trials for that GPU and problem) are considered. With `final` (measured winners only),
+        a (GPU, problem) whose final round (`Source.FINAL`: the finalists timed head to head) counts its
+        fastest measured config among the finalists takes its best and vendor trials from that round; a
+        final round without it (a later sweep found a faster config, or the round covered other backends)
+        is passed over.
+        """
+        found = self._winners(fingerprint, source)
+        if not final or source is not Source.MEASURED or not found:
+            return found
+        rounds: dict[tuple[int, Problem], dict[str, TrialRecord]] = {}
+        for t in self.trials(fingerprint=fingerprint, status=TrialStatus.OK, source=Source.FINAL):
+            rounds.setdefault((t.gpu.id, t.problem), {})[t.config.digest()] = t
+        out = []
+        for w in found:
+            last = rounds.get((w.gpu.id, w.problem), {})
+            if w.best.config.digest() in last:
+                ranked = sorted(last.values(), key=lambda t: (t.time_us, t.id))
+                vendor = next((t for t in ranked if t.backend == VENDOR_BACKEND), None)
+                w = dataclasses.replace(w, best=ranked[0], vendor=vendor)
+            out.append(w)
+        return out
+
+    def _winners(self, fingerprint: str | None, source: Source | None) -> list[Winner]:
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == []:
+            return []
+        t = TrialModel
+        conds: list[ColumnElement[bool]] = []
+        if gpu_ids is not None:
+            conds.append(t.gpu_id.in_(gpu_ids))
+        if source is not None:
+            conds.append(t.source == Source(source).value)
+        current = (
+            select(t.gpu_id, t.problem_id, t.backend, func.max(t.kernel_id).label("kernel_id"))
+            .where(*conds)
+            .group_by(t.gpu_id, t.problem_id, t.backend)
+            .subquery("current")
+        )
+        on_current = and_(
+            t.gpu_id == current.c.gpu_id,
+            t.problem_id == current.c.problem_id,
+            t.backend == current.c.backend,
+            t.kernel_id == current.c.kernel_id,
+        )
+        is_ok = t.status == TrialStatus.OK.value
+        counts_stmt = (
+            select(t.gpu_id, t.problem_id, func.count(), func.sum(case((is_ok, 1), else_=0)))
+            .join(current, on_current)
+            .where(*conds)
+            .group_by(t.gpu_id, t.problem_id)
+        )
+        rank = (
+            func.row_number()
+            .over(partition_by=(t.gpu_id, t.problem_id, t.backend), order_by=(t.time_us, t.id))
+            .label("rank")
+        )
+        ranked = (
+            select(t.id.label("trial_id"), rank)
+            .join(current, on_current)
+            .where(*conds, is_ok, t.time_us.is_not(None))
+            .subquery("ranked")
+        )
+        best_stmt = _trial_query().join(ranked, ranked.c.trial_id == t.id).where(ranked.c.rank == 1)
+        with self._session() as session:
+            counts = {(g, p): (int(n), int(ok or 0)) for g, p, n, ok in session.execute(counts_stmt)}
+            per_backend = session.execute(best_stmt.order_by(t.id)).all()
+            records = trial_records(per_backend)
+        groups: dict[tuple[int, int], list[TrialRecord]] = {}
+        for row, record in zip(per_backend, records, strict=True):
+            groups.setdefault((row[0].gpu_id, row[0].problem_id), []).append(record)
+        winners: list[Winner] = []
+        for key, candidates in groups.items():
+            best = min(candidates, key=lambda r: (r.time_us, r.id))
+            vendor = next((r for r in candidates if r.backend == VENDOR_BACKEND), None)
+            n, n_ok = counts.get(key, (len(candidates), len(candidates)))
+            winners.append(Winner(best.gpu, best.problem, best, vendor, n_ok=n_ok, n_failed=n - n_ok))
+        winners.sort(key=lambda w: (w.gpu.id, w.problem))
+        return winners
+
+    def trials(
+        self,
+        *,
+        fingerprint: str | None = None,
+        problem: Problem | None = None,
+        status: TrialStatus | None = None,
+        source: Source | None = None,
+    ) -> list[TrialRecord]:
+        """Stored trials, oldest first, filtered by GPU (fingerprint or prefix), problem, status, source."""
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == []:
+            return []
+        stmt = _trial_query()
+        if gpu_ids is not None:
+            stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
+        if problem is not None:
+            stmt = stmt.where(ProblemModel.key == problem.key())
+        if status is not None:
+            stmt = stmt.where(TrialModel.status == TrialStatus(status).value)
+        if source is not None:
+            stmt = stmt.where(TrialModel.source == Source(source).value)
+        with self._session() as session:
+            return trial_records(session.execute(stmt.order_by(TrialModel.id)))
+
+    def gpus(self) -> list[GpuRecord]:
+        """Every stored GPU, in the order they were first seen."""
+        with self._session() as session:
+            return [gpu_record(row) for row in session.scalars(select(GpuModel).order_by(GpuModel.id))]
+
+    def summary(self) -> Summary:
+        """Counts over the whole database."""
+        t = TrialModel
+        is_ok = t.status == TrialStatus.OK.value
+        with self._session() as session:
+            n_gpus = session.scalar(select(func.count()).select_from(GpuModel)) or 0
+            n_problems = session.scalar(select(func.count()).select_from(ProblemModel)) or 0
+            n_kernels = session.scalar(select(func.count()).select_from(KernelModel)) or 0
+            sweeps = session.execute(select(SweepModel.status, func.count()).group_by(SweepModel.status))
+            by_status = session.execute(select(t.status, func.count()).group_by(t.status))
+            by_source = session.execute(select(t.source, func.count()).group_by(t.source))
+            per_gpu_rows = session.execute(
+                select(
+                    t.gpu_id,
+                    func.count(),
+                    func.sum(case((is_ok, 1), else_=0)),
+                    # problems tuned: a profile's problems (its ladder's M) are not tuned ones
+                    func.count(
+                        func.distinct(
+                            case((is_ok & (t.source != Source.PROFILE.value), t.problem_id), else_=None)
+                        )
+                    ),
+                ).group_by(t.gpu_id)
+            )
+            per_gpu_counts = {g: (int(n), int(ok or 0), int(p)) for g, n, ok, p in per_gpu_rows}
+            gpu_rows = [gpu_record(row) for row in session.scalars(select(GpuModel).order_by(GpuModel.id))]
+            return Summary(
+                url=self._display_url,
+                schema_version=SCHEMA_VERSION,
+                n_gpus=int(n_gpus),
+                n_problems=int(n_problems),
+                n_kernels=int(n_kernels),
+                sweeps_by_status={s: int(n) for s, n in sweeps},
+                trials_by_status={s: int(n) for s, n in by_status},
+                trials_by_source={s: int(n) for s, n in by_source},
+                per_gpu=tuple(GpuSummary(g, *per_gpu_counts.get(g.id, (0, 0, 0))) for g in gpu_rows),
+            )
+
+    def match_gpus(self, fingerprint: str) -> list[GpuRecord]:
+        """The stored GPUs `fingerprint` names: the one with exactly that fingerprint, else the one it is
+        a unique prefix (of at least 6 characters) of; empty when none. ValueError for a prefix that is
+        too short or ambiguous."""
+        gpu_ids = self._match_gpus(fingerprint) or []
+        if not gpu_ids:
+            return []
+        with self._session() as session:
+            rows = session.scalars(select(GpuModel).where(GpuModel.id.in_(gpu_ids)).order_by(GpuModel.id))
+            return [gpu_record(row) for row in rows]
+
+    def _match_gpus(self, fingerprint: str | None) -> list[int] | None:
+        """Ids of the GPUs `fingerprint` names (exactly, or as a unique prefix); None for no filter."""
+        if fingerprint is None:
+            return None
+        fp = fingerprint.strip().lower()
+        if len(fp) < MIN_PREFIX:
+            raise ValueError(
+                f"GPU fingerprint {fingerprint!r} is too short: give at least {MIN_PREFIX} characters"
+            )
+        with self._session() as session:
+            rows = session.execute(
+                select(GpuModel.id, GpuModel.fingerprint).where(
+                    GpuModel.fingerprint.startswith(fp, autoescape=True)
+                )
+            ).all()
+        exact = [gid for gid, f in rows if f == fp]
+        if exact:
+            return exact
+        if len(rows) > 1:
+            found = ", ".join(sorted(f for _, f in rows))
+            raise ValueError(f"GPU fingerprint prefix {fingerprint!r} is ambiguous: it matches {found}")
+        return [gid for gid, _ in rows]
+
+
+# -- helpers ---------------------------------------------------------------------------------------------
+
+
+#: Largest IN (...) list of one query (SQLite allows 32766 parameters; PostgreSQL 65535).
+_IN_CHUNK = 500
+
+
+def _extra_json(result: TrialResult) -> str:
+    """The JSON of `result.extra`; ValueError naming the trial when it is not JSON-serializable."""
+    try:
+        return json.dumps(result.extra, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"extra of trial {result.config.short()} is not JSON-serializable: {exc}") from exc
+
+
+def _gpu_values(target: Target) -> dict[str, Any]:
+    """The columns of a `gpus` row of `target`, but its fingerprint."""
+    return dict(
+        vendor=target.vendor,
+        arch=target.arch,
+        name=target.name,
+        cu_count=target.cu_count,
+        xcds=target.xcds,
+        memory_bytes=target.memory_bytes,
+        llc_bytes=target.llc_bytes,
+        interpreter=target.interpreter,
+        toolchain=json.dumps(target.toolchain, sort_keys=True),
+        target_json=json.dumps(target.to_dict(), sort_keys=True),
+    )
+
+
+def _problem_values(problem: Problem) -> dict[str, Any]:
+    """The columns of a `problems` row of `problem`, but its key."""
+    return dict(
+        op=problem.op,
+        m=problem.M,
+        n=problem.N,
+        k=problem.K,
+        e=problem.E,
+        topk=problem.topk,
+        dtype_a=problem.dtype_a,
+        dtype_b=problem.dtype_b,
+        dtype_out=problem.dtype_out,
+        layout=problem.layout,
+    )
+
+
+@functools.cache
+def _host() -> str:
+    """This host's name, as `trials.host` and `sweeps.host` record it."""
+    return socket.gethostname()
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _trial_row(
+    result: TrialResult,
+    source: Source,
+    extra: str,
+    gpu: int,
+    kernel: int,
+    problem: int,
+    sweep_id: int | None,
+) -> TrialModel:
+    """A new `trials` row of `result` (not yet added to a session)."""
+    config, timing = result.config, result.timing
+    return TrialModel(
+        sweep_id=sweep_id,
+        gpu_id=gpu,
+        kernel_id=kernel,
+        problem_id=problem,
+        backend=config.backend,
+        config_json=config.canonical(),
+        config_hash=config.digest(),
+        status=TrialStatus(result.status).value,
+        source=source.value,
+        time_us=timing.median_us if timing else None,
+        min_us=timing.min_us if timing else None,
+        p20_us=timing.p20_us if timing else None,
+        p80_us=timing.p80_us if timing else None,
+        mean_us=timing.mean_us if timing else None,
+        std_us=timing.std_us if timing else None,
+        runs=timing.runs if timing else None,
+        timing_method=timing.method if timing else None,
+        rel_error=result.rel_error,
+        error=result.error or "",
+        compile_s=result.compile_s,
+        measure_s=result.measure_s,
+        extra=extra,
+        host=_host(),
+    )
+
+
+def _ensure_rows(
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]]
+) -> dict[str, int]:
+    """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
+    inserted (not committed) from their column values in `wanted`."""
+    ids: dict[str, int] = {}
+    keys = sorted(wanted)
+    for start in range(0, len(keys), _IN_CHUNK):
+        chunk = keys[start : start + _IN_CHUNK]
+        ids.update(
+            (str(k), int(i)) for i, k in session.execute(select(model.id, column).where(column.in_(chunk)))
+        )
+    missing = [model(**wanted[k]) for k in keys if k not in ids]
+    if missing:
+        session.add_all(missing)
+        session.flush()
+        ids.update((str(getattr(row, column.key)), int(row.id)) for row in missing)
+    return ids
+
+
+def _toolchain_key(toolchain: Mapping[str, str]) -> tuple[str, str]:
+    """The canonical JSON of `toolchain` (keys sorted), and the first 16 hex digits of the sha256 of that
+    JSON with the version of the features' extraction added (`FEATURES_VERSION`): the key under which
+    features are stored, so that features an older extraction read are compiled again."""
+    try:
+        text = json.dumps(dict(toolchain), sort_keys=True)
+        keyed = json.dumps({**toolchain, "features": FEATURES_VERSION}, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"toolchain {toolchain!r} is not a JSON-serializable mapping: {exc}") from exc
+    return text, hashlib.sha256(keyed.encode()).hexdigest()[:16]
+
+
+def _finding_pairs(findings: Sequence[tuple[str, str] | StaticFinding]) -> list[tuple[str, str]]:
+    """`findings` as (check, reason) pairs of strings."""
+    pairs: list[tuple[str, str]] = []
+    for finding in findings:
+        pair = (finding.check, finding.reason) if isinstance(finding, StaticFinding) else tuple(finding)
+        if len(pair) != 2 or not all(isinstance(x, str) for x in pair):
+            raise ValueError(f"a finding must be a (check, reason) pair of strings, got {finding!r}")
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def _trial_query() -> Select:
+    return (
+        select(TrialModel, GpuModel, KernelModel, ProblemModel)
+        .join(GpuModel, TrialModel.gpu_id == GpuModel.id)
+        .join(KernelModel, TrialModel.kernel_id == KernelModel.id)
+        .join(ProblemModel, TrialModel.problem_id == ProblemModel.id)
+    )

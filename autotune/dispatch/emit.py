@@ -1,0 +1,174 @@
+"""Emit a pinned Table from the database's winners (imports autotune.db: not for serving processes)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.result import VENDOR_BACKEND, Source
+from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
+from autotune.dispatch.table import Key, Table, _describe
+
+if TYPE_CHECKING:
+    from autotune.db import Store, TrialRecord, Winner
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_M_POLICY", "DEFAULT_RANGE_MARGIN", "DEFAULT_VENDOR_MARGIN", "emit_table", "profiles_of"]
+
+#: How an M between tuned buckets is served unless told otherwise: chosen by the regret measured on
+#: untuned M values on the H100 (benchmarks/gemm.py, BENCHMARKS.md).
+DEFAULT_M_POLICY = "round_up"
+
+
+#: A backend must beat the vendor library by more than this fraction to be chosen over it: measured
+#: run-to-run differences of the same kernel reach about 1% on the H100, so a smaller "win" is noise
+#: and could make the dispatched call slower than the vendor library.
+DEFAULT_VENDOR_MARGIN = 0.01
+
+#: At a profiled M, a config must beat the vendor library by more than this fraction to serve there (and
+#: at both ends of a gap to serve between two profiled M). The profile and every served call time launches
+#: back to back, as a serving engine runs them, and there the GPU runs at its power cap: on the H200 the
+#: same served config against cuBLAS at the same M differed by up to 4.7% between two `autotune verify`
+#: runs, and with a 3% margin 3 of 1500 rows came out under 0.98 of cuBLAS (BENCHMARKS.md, "Serve every
+#: M"): a smaller win can turn into a loss when served.
+DEFAULT_RANGE_MARGIN = 0.05
+
+
+def emit_table(
+    store: Store,
+    *,
+    fingerprint: str | None = None,
+    m_policy: str = DEFAULT_M_POLICY,
+    vendor_margin: float = DEFAULT_VENDOR_MARGIN,
+    profiles: bool = True,
+    range_margin: float = DEFAULT_RANGE_MARGIN,
+) -> Table:
+    """The winners of one device as a Table.
+
+    A device is a hardware identity (`Target.device_key()`: vendor, arch, name, CU count); the database
+    may hold it under several fingerprints (one per toolchain), e.g. the cost model's picks of a
+    compile-only sweep for ``Target.for_arch("gfx942")`` and the measurements of a later sweep on the
+    MI300X itself. All of them make one device. `fingerprint` (or a unique prefix of at least 6
+    characters) names one stored GPU and selects its device, with every fingerprint of that device;
+    without it the database must hold exactly one device.
+
+    Per problem, a measured winner supersedes a model winner. Where several fingerprints of the device
+    have a winner of the same source, the newest one is used (the one whose best trial was stored last):
+    a newer toolchain's measurements replace an older one's rather than competing on times taken with
+    other software. A problem with only a model winner is still emitted, its bucket marked predicted,
+    and then the table is predicted too. The table's target is the GPU of the newest measured pick
+    (of the newest model pick where nothing is measured); its device key is the same for every pick.
+
+    Per problem the fastest config is pinned, except that the vendor library is kept unless another
+    backend beats it by more than `vendor_margin` (a fraction of the vendor's time); both times come from
+    the chosen winner, so from one fingerprint and one source: the final round where it holds the fastest
+    measured config (`Store.winners(final=True)`: the finalists and the vendor library timed head to
+    head), else the searches' own timings.
+
+    A shape family with a stored M profile (`autotune.sweeps.profile`, on this device) is served by M ranges
+    built from it instead (`ranges_from_profile`, with `range_margin`): each M gets the config measured
+    fastest there, the vendor library unless another beats it by that margin, and the vendor
+    library above the profile's largest M. `profiles=False` emits buckets for every family.
+
+    Raises:
+        ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
+            naming no GPU; or several devices and no `fingerprint` to pick one.
+    """
+    if vendor_margin < 0 or range_margin < 0:
+        raise ValueError(f"vendor_margin and range_margin must be >= 0, got {vendor_margin}, {range_margin}")
+    device: str | None = None
+    if fingerprint is not None:
+        named = store.match_gpus(fingerprint)
+        if not named:
+            raise ValueError(
+                f"no tuned results for GPU {fingerprint} in the database; run `autotune sweep` first"
+            )
+        device = named[0].target.device_key()
+    winners = [
+        (w, source is Source.MODEL)
+        for source in (Source.MEASURED, Source.MODEL)
+        for w in store.winners(source=source, final=True)
+        if device is None or w.gpu.target.device_key() == device
+    ]
+    if not winners:
+        where = f" for GPU {fingerprint}" if fingerprint else ""
+        raise ValueError(f"no tuned results{where} in the database; run `autotune sweep` first")
+    devices: dict[str, list[Winner]] = {}
+    for w, _ in winners:
+        devices.setdefault(w.gpu.target.device_key(), []).append(w)
+    if len(devices) > 1:
+        listing = "; ".join(_describe_device(ws) for ws in devices.values())
+        raise ValueError(f"the database holds {len(devices)} GPUs; pick one with --gpu: {listing}")
+
+    # Per problem: measured before model, then the newest winner (its best trial stored last).
+    chosen: dict[Problem, tuple[Winner, bool]] = {}
+    for w, predicted in winners:
+        held = chosen.get(w.problem)
+        if held is None or (predicted, -w.best.id) < (held[1], -held[0].best.id):
+            chosen[w.problem] = (w, predicted)
+    picks: list[tuple[Problem, Config, float | None, bool]] = []
+    for w, predicted in chosen.values():
+        pick = w.best
+        if (
+            w.vendor is not None
+            and w.vendor.time_us is not None
+            and pick.time_us is not None
+            and pick.time_us * (1 + vendor_margin) >= w.vendor.time_us
+        ):
+            pick = w.vendor
+        picks.append((w.problem, pick.config, pick.time_us, predicted))
+    newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
+    ranges: dict[Key, tuple[Range, ...]] = {}
+    if profiles:
+        device_key = newest.gpu.target.device_key()
+        for key, profile in profiles_of(store, device_key).items():
+            try:
+                ranges[key] = ranges_from_profile(profile, is_vendor=_is_vendor, margin=range_margin)
+            except ValueError as exc:  # nothing measured: the family keeps its buckets
+                log.warning("no M ranges for %s: %s", _describe(key), exc)
+    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+
+
+def _is_vendor(config: Config) -> bool:
+    return config.backend == VENDOR_BACKEND
+
+
+def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
+    """The stored M profiles of one device, per shape family: M → {config: time in µs}.
+
+    A failed trial is kept with an infinite time (a vendor that failed at an M is not taken for one that
+    cannot run there). Per family, the profile of one fingerprint of the device is used (the one whose
+    latest profile trial is newest), and per backend only its newest kernel version (the source hash of
+    its latest trial): a profile measured with older code or software is not mixed in.
+    """
+    trials = [t for t in store.trials(source=Source.PROFILE) if t.gpu.target.device_key() == device_key]
+    by_family: dict[Key, list[TrialRecord]] = {}
+    for t in trials:
+        p = t.problem
+        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk)
+        by_family.setdefault(key, []).append(t)
+    out: dict[Key, Profile] = {}
+    for key, rows in by_family.items():
+        newest_gpu = max(rows, key=lambda t: t.id).gpu.id
+        rows = [t for t in rows if t.gpu.id == newest_gpu]
+        current: dict[str, tuple[int, str]] = {}
+        for t in rows:
+            if t.backend not in current or t.id > current[t.backend][0]:
+                current[t.backend] = (t.id, t.source_hash)
+        profile: dict[int, dict[Config, float]] = {}
+        for t in rows:
+            if t.source_hash == current[t.backend][1]:
+                profile.setdefault(t.problem.M, {})[t.config] = math.inf if t.time_us is None else t.time_us
+        out[key] = profile
+    return out
+
+
+def _describe_device(winners: list[Winner]) -> str:
+    """One device of the listing: its fingerprints (newest last) and its target."""
+    gpus = {w.gpu.fingerprint: w.gpu for w in sorted(winners, key=lambda w: w.gpu.id)}
+    last = list(gpus.values())[-1]
+    return f"{', '.join(gpus)} ({last.target})"

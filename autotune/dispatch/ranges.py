@@ -1,0 +1,166 @@
+"""M ranges: which config serves each M of a shape family, built from a profile measured at a ladder of M.
+
+A profile holds, for each profiled M, the measured time of every candidate config there (the vendor
+library, the heuristic default, the tuned buckets' finalists). `ranges_from_profile` turns it into
+contiguous, non-overlapping M ranges that cover every M from 1 up, with these rules:
+
+- **At a profiled M** the fastest candidate is served if it beats the vendor library by more than the
+  margin there (time × (1 + margin) < vendor time); else the vendor library. Where the previous M's
+  pick is among those that beat the vendor and within the margin of the fastest, it is kept (fewer
+  ranges, no switching on noise).
+- **Between two profiled M** (the M nobody measured) the pick of one end is served only if it beats the
+  vendor by the margin at both ends (of two such, the one whose worse end is better); else the vendor
+  library. A config that won at one isolated M is thus served at that M alone.
+- **The vendor's time at a profiled M** is capped at the larger of its times at the two neighbouring
+  profiled M (time grows with M: a vendor time above both is noise, or a slow kernel the vendor need not
+  pick again). Where the vendor was timed and failed, that cap stands for its time, else no other config
+  may serve there. Both only ever favour the vendor.
+- **Above the largest profiled M** the vendor library, as a range of its own (its `lo` - 1 is the largest
+  profiled M).
+- Where the op has no vendor library (no vendor config measured at an M), the fastest candidate there
+  competes with no margin, and the ends of a gap are compared with the fastest time at each end.
+
+Pure logic, standard library only: the dispatch side reads the resulting ranges from table files.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping
+
+from autotune.core.config import Config
+from autotune.dispatch.table import Range, check_ranges
+
+__all__ = ["Profile", "ranges_from_profile"]
+
+#: M → {config: measured time in µs}; a config missing at an M was not measured there or failed.
+Profile = Mapping[int, Mapping[Config, float]]
+
+
+def ranges_from_profile(
+    profile: Profile, *, is_vendor: Callable[[Config], bool], margin: float = 0.01
+) -> tuple[Range, ...]:
+    """The served ranges of one shape family from its profile (rules in the module docstring).
+
+    `is_vendor` tells the vendor library's configs. Profiled M values where nothing was measured are
+    ignored.
+
+    Raises:
+        ValueError: a negative margin, or a profile where nothing was measured at all.
+    """
+    if margin < 0:
+        raise ValueError(f"the vendor margin must be >= 0, got {margin}")
+    times = {
+        m: {c: float(t) for c, t in row.items() if math.isfinite(t) and t > 0} for m, row in profile.items()
+    }
+    failed = {  # M where a vendor config was timed and failed (a crashed worker, say): the vendor, untimed
+        m: min((c for c in row if is_vendor(c)), key=Config.canonical)
+        for m, row in profile.items()
+        if any(is_vendor(c) and not (math.isfinite(t) and t > 0) for c, t in row.items())
+    }
+    points = sorted(m for m, row in times.items() if row or m in failed)
+    if not points:
+        raise ValueError("the profile holds no measured time")
+    measured: dict[int, tuple[Config, float]] = {}
+    for m in points:
+        found = [(t, c) for c, t in times[m].items() if is_vendor(c)]
+        if found:
+            t, c = min(found, key=lambda x: (x[0], x[1].canonical()))
+            measured[m] = (c, t)
+    vendors: dict[int, tuple[Config, float] | None] = {}
+    for i, m in enumerate(points):
+        # A vendor time above its times at both neighbouring M is taken as noise (time grows with M) and
+        # capped at the larger of them: that only makes the vendor look faster, never another config.
+        below = measured.get(points[i - 1]) if i > 0 else None
+        above = measured.get(points[i + 1]) if i + 1 < len(points) else None
+        cap = max(below[1], above[1]) if below is not None and above is not None else None
+        own = measured.get(m)
+        if own is not None:
+            vendors[m] = (own[0], own[1] if cap is None else min(own[1], cap))
+        elif m in failed:  # no time of its own: its neighbours', else no other config may beat it there
+            floor = min(times[m].values(), default=1.0)
+            vendors[m] = (failed[m], cap if cap is not None else floor)
+        else:
+            vendors[m] = None
+
+    def vendor_at(m: int) -> tuple[Config, float] | None:
+        return vendors[m]
+
+    def reference(m: int) -> float:
+        v = vendor_at(m)
+        return v[1] if v is not None else min(times[m].values())
+
+    picks: dict[int, Config] = {}
+    previous: Config | None = None
+    for m in points:
+        row, vendor = times[m], vendor_at(m)
+        if vendor is None:
+            beats = dict(row)
+        else:
+            beats = {c: t for c, t in row.items() if not is_vendor(c) and t * (1 + margin) < vendor[1]}
+        if not beats:
+            assert vendor is not None
+            pick = vendor[0]
+        else:
+            fastest = min(beats, key=lambda c: (beats[c], c.canonical()))
+            keep = (
+                previous is not None
+                and previous in beats
+                and beats[previous] <= beats[fastest] * (1 + margin)
+            )
+            pick = previous if keep and previous is not None else fastest
+        picks[m] = pick
+        previous = pick
+    vendor_config = next((v[0] for m in reversed(points) if (v := vendor_at(m)) is not None), None)
+
+    def worst(c: Config, a: int, b: int) -> float:
+        """The larger of `c`'s time over the reference at the two ends (inf where it is not measured)."""
+        ends = [times[x].get(c) for x in (a, b)]
+        if any(t is None for t in ends):
+            return math.inf
+        return max(t / reference(x) for t, x in zip(ends, (a, b), strict=True) if t is not None)
+
+    def gap_pick(a: int, b: int) -> Config:
+        if picks[a] == picks[b]:
+            return picks[a]
+        options = [c for c in (picks[a], picks[b]) if not is_vendor(c)]
+        scored = sorted((worst(c, a, b), i, c) for i, c in enumerate(options))
+        if vendor_config is not None:
+            if scored and scored[0][0] * (1 + margin) < 1.0:  # beats the vendor by the margin at both ends
+                return scored[0][2]
+            return vendor_config
+        if scored and math.isfinite(scored[0][0]):
+            return scored[0][2]
+        return picks[
+            b
+        ]  # no vendor, neither measured at both ends: the upper end's (valid at fewer M more often)
+
+    segments: list[tuple[int, int | None, Config]] = []
+    if points[0] > 1:
+        segments.append((1, points[0] - 1, vendor_config or picks[points[0]]))
+    for a, b in itertools.pairwise(points):
+        segments.append((a, a, picks[a]))
+        if b > a + 1:
+            segments.append((a + 1, b - 1, gap_pick(a, b)))
+    last = points[-1]
+    segments.append((last, last, picks[last]))
+    segments.append((last + 1, None, vendor_config or picks[last]))
+
+    merged: list[tuple[int, int | None, Config]] = []
+    for lo, hi, config in segments:
+        if merged and merged[-1][2] == config and hi is not None:  # the range above the profile stays apart
+            merged[-1] = (merged[-1][0], hi, config)
+        else:
+            merged.append((lo, hi, config))
+    out = []
+    for lo, hi, config in merged:
+        inside = [m for m in points if m >= lo and (hi is None or m <= hi)]
+        ratios = [
+            reference(m) / times[m][config] for m in inside if vendor_at(m) is not None and config in times[m]
+        ]
+        speedup = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
+        out.append(Range(lo, hi, config, speedup, len(inside)))
+    ranges = tuple(out)
+    check_ranges(ranges)
+    return ranges

@@ -1,0 +1,36 @@
+"""What the compile pool's fork server loads once (Linux): each compile process, a fork of the server,
+starts with it in memory instead of loading it at its first compile.
+
+Imported for this side effect only (`autotune.engine.compile.PRELOAD`): the kernels and their ops, Triton's
+compiler and its backends and Triton's own key (a hash of its files that every compile looks up). Nothing
+here may start a thread: the server forks (torch's meta kernels, which pull in torch._dynamo, do start
+threads, so recording a launch is left to the compile processes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import pkgutil
+
+import autotune.kernels
+
+#: Every module of the kernels package, then Triton's compiler and its backends.
+MODULES = (
+    *(f"autotune.kernels.{m.name}" for m in pkgutil.iter_modules(autotune.kernels.__path__)),
+    "triton.compiler.compiler",
+    "triton.backends.nvidia.compiler",
+    "triton.backends.amd.compiler",
+)
+
+# Nothing here may fail either: an exception would stop the fork server, and with it every compile.
+for _name in MODULES:
+    with contextlib.suppress(Exception):  # e.g. a backend this Triton lacks
+        importlib.import_module(_name)
+
+for _name in ("triton.runtime.cache", "triton.compiler.compiler"):  # where it lives, by release
+    with contextlib.suppress(Exception):
+        _key = getattr(importlib.import_module(_name), "triton_key", None)
+        if _key is not None:
+            _key()
+            break

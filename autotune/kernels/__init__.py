@@ -1,0 +1,49 @@
+"""Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
+
+`gemm`, `linear` and `gemm_quant` are the run-time entry points a serving process calls; they dispatch
+through the pinned tables of `autotune.dispatch`, and a shape no table covers runs the op's
+`fallback_config` (`served_config` says which config a call runs). Importing this package pulls in torch
+but not triton (imported on first launch), sqlalchemy, optuna or pandas.
+"""
+
+from __future__ import annotations
+
+from autotune.core.op import Inputs, Launch, TunableOp
+from autotune.kernels.api import gemm, launch_config, linear
+from autotune.kernels.gemm_op import GEMM, GemmOp
+from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
+from autotune.kernels.moe_op import MOE, MoeOp
+from autotune.kernels.quant_api import gemm_quant
+from autotune.kernels.serve import served_config, served_launch
+
+__all__ = [
+    "GEMM",
+    "MOE",
+    "OPS",
+    "QUANT_GEMMS",
+    "GemmOp",
+    "Inputs",
+    "Launch",
+    "MoeOp",
+    "QuantGemmOp",
+    "TunableOp",
+    "gemm",
+    "gemm_quant",
+    "get_op",
+    "launch_config",
+    "linear",
+    "served_config",
+    "served_launch",
+]
+
+#: Every tunable op by name: the dense GEMM, the fused MoE and the quantized GEMMs (gemm_fp8_rowwise,
+#: gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a).
+OPS: dict[str, TunableOp] = {"gemm": GEMM, "moe": MOE, **QUANT_GEMMS}
+
+
+def get_op(name: str) -> TunableOp:
+    """The TunableOp called `name`; ValueError naming the known ops otherwise."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise ValueError(f"unknown op {name!r}; known: {', '.join(OPS)}") from None

@@ -1,0 +1,233 @@
+"""Run-time entry points: `gemm(a, b)` and `linear(x, weight, bias)` dispatch through the pinned tables.
+
+No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
+$AUTOTUNE_TABLES or `autotune.dispatch.load_tables`) and launches the chosen backend and config. A shape
+that no table covers runs `GemmOp.fallback_config`: the vendor library (torch.mm: cuBLAS, hipBLASLt; on
+the interpreter too) at every M (`FALLBACK_GEMV_ROWS`: the heuristic GEMV default was not safe untuned).
+The dispatcher warns once per such shape and logs it for a later sweep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.target import Target, TargetError, running_target
+from autotune.dispatch import lookup as _lookup
+from autotune.kernels.gemm_space import GEMV_ROWS
+
+__all__ = ["gemm", "launch_config", "linear"]
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+_LAYOUTS = ("nk", "kn")
+# Plain tensors and module weights take the fast check; other subclasses the full one.
+_TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
+
+# Per-process caches: the config of each shape no table covers, the running target.
+_fallbacks: dict[tuple[int, int, int, str, str], Config] = {}
+_target: list[Target] = []
+
+
+def _running() -> Target:
+    if not _target:
+        target = running_target()
+        if target is None:
+            raise TargetError(
+                "autotune.kernels.gemm needs a GPU; on a CPU-only machine set TRITON_INTERPRET=1 "
+                "to run the Triton kernels in the interpreter"
+            )
+        _target.append(target)
+    return _target[0]
+
+
+def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
+    # Fast path for valid input (every attribute read costs host time); anything unusual falls through to
+    # the checks that explain the problem.
+    if type(a) in _TENSOR_TYPES and type(b) in _TENSOR_TYPES:
+        dt = a.dtype
+        dtype = _DTYPE_NAMES.get(dt)
+        if dtype is not None and b.dtype is dt:
+            sa, sb = a.shape, b.shape
+            if len(sa) == 2 and len(sb) == 2:
+                M, K = sa
+                N, kb = sb if b_layout == "nk" else (sb[1], sb[0])
+                if kb == K and M and N and K and b_layout in _LAYOUTS:
+                    device = a.get_device()  # -1 on the CPU (and meta: told apart below)
+                    if device == b.get_device() and (device >= 0 or (a.is_cpu and b.is_cpu)):
+                        return M, N, K, dtype
+    return _explain(a, b, b_layout)
+
+
+def _explain(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"gemm expects two torch.Tensors, got {type(a).__name__} and {type(b).__name__}")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"gemm expects 2-D tensors, got A {tuple(a.shape)} and B {tuple(b.shape)}")
+    dtype = _DTYPE_NAMES.get(a.dtype)
+    if dtype is None or b.dtype != a.dtype:
+        raise TypeError(f"gemm supports bf16 or fp16 A and B of one dtype, got A {a.dtype} and B {b.dtype}")
+    if a.device != b.device:
+        raise ValueError(f"A is on {a.device} but B is on {b.device}; put both on one device")
+    M, K = a.shape
+    if b_layout == "nk":
+        N, kb = b.shape
+    elif b_layout == "kn":
+        kb, N = b.shape
+    else:
+        raise ValueError(f"b_layout must be 'nk' (B is N x K, nn.Linear's weight) or 'kn', got {b_layout!r}")
+    if kb != K:
+        raise ValueError(
+            f"inner dimensions differ: A is {tuple(a.shape)} (M x K) but B is {tuple(b.shape)} "
+            f"({'N x K' if b_layout == 'nk' else 'K x N'})"
+        )
+    if M == 0 or N == 0 or K == 0:
+        raise ValueError(f"empty GEMM: M={M}, N={N}, K={K}")
+    return M, N, K, dtype
+
+
+def launch_config(
+    config: Config,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    b_layout: str = "nk",
+    target: Target | None = None,
+    *,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Runs one explicit config (no lookup) and returns C. Validates the inputs like `gemm`."""
+    M, N, K, _ = _check(a, b, b_layout)
+    if out is not None:
+        _check_out(out, a, M, N)
+    return _launch(config, a, b, M, N, K, b_layout, target or _running(), out)
+
+
+def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
+    if type(out) in _TENSOR_TYPES and out.dtype is a.dtype:
+        so = out.shape
+        if len(so) == 2 and so[0] == M and so[1] == N:
+            device = out.get_device()
+            if device == a.get_device() and (device >= 0 or out.is_cpu == a.is_cpu):
+                return
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    raise ValueError(
+        f"out must be a ({M}, {N}) {a.dtype} tensor on {a.device} (the shape and dtype of C), got "
+        f"{tuple(out.shape)} {out.dtype} on {out.device}"
+    )
+
+
+# A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace);
+# kind 0 = torch, 1 = triton, 2 = triton_tma.
+_Plan = tuple[int, Callable[..., None] | None, int]
+_plans: dict[Config, _Plan] = {}
+
+
+def _plan(config: Config, target: Target) -> _Plan:
+    plan = _plans.get(config)
+    if plan is None:
+        backend = config.backend
+        if backend == "torch":
+            plan = (0, None, 1)
+        elif backend == "triton":
+            from autotune.kernels.gemm_triton import launcher
+
+            run = launcher(
+                config, is_amd=target.is_amd, interpret=target.interpreter, num_sms=target.cu_count
+            )
+            fused = bool(config.get("FUSED_SPLIT", 0))  # no workspace: the launch sums its K slices
+            plan = (1, run, 1 if fused else int(config.get("SPLIT_K", 1)))
+        elif backend == "triton_gemv":
+            from autotune.kernels.gemv_triton import gemv_launcher
+
+            plan = (1, gemv_launcher(config), 1)  # the pointer kernel's call, without a workspace
+        elif backend == "triton_tma":
+            from autotune.kernels.gemm_tma import tma_launcher
+
+            run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
+            plan = (2, run, int(config.get("SPLIT_K", 1)))
+        else:
+            raise ValueError(f"unknown gemm backend {backend!r} in config {config!r}")
+        _plans[config] = plan
+    return plan
+
+
+def _launch(
+    config: Config,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    M: int,
+    N: int,
+    K: int,
+    b_layout: str,
+    target: Target,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    kind, run, split_k = _plans.get(config) or _plan(config, target)
+    if kind == 0:  # the very call the tuner timed (F.linear can pick another cuBLAS path)
+        bt = b.t() if b_layout == "nk" else b
+        return torch.mm(a, bt) if out is None else torch.mm(a, bt, out=out)
+    assert run is not None
+    c = a.new_empty((M, N)) if out is None else out
+    workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
+    if kind == 2:  # the launcher makes dense, aligned copies where descriptors need them
+        run(a, b, c, b_layout == "kn", M, N, K, workspace)
+    else:
+        sb = b.stride()
+        if b_layout == "nk":
+            run(a, b, c, sb[1], sb[0], M, N, K, workspace)
+        else:
+            run(a, b, c, sb[0], sb[1], M, N, K, workspace)
+    return c
+
+
+def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:
+    key = (M, N, K, dtype, b_layout)
+    config = _fallbacks.get(key)
+    if config is None:
+        from autotune.kernels.gemm_op import GEMM
+
+        config = GEMM.fallback_config(Problem.gemm(M, N, K, dtype, b_layout), target)
+        _fallbacks[key] = config
+    return config
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk", out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
+
+    A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
+    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm). `out`, an (M, N) tensor of A's
+    dtype on A's device (any strides), receives C and is returned: a caller that keeps its buffers saves
+    the allocation's host time. It must not overlap A or B.
+    """
+    M, N, K, dtype = _check(a, b, b_layout)
+    if out is not None:
+        _check_out(out, a, M, N)
+    target = _target[0] if _target else _running()
+    config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
+    # a GEMV table entry serves no larger M than the kernel takes (a policy other than round-up can land
+    # there): the fallback does
+    if config is None or (M > GEMV_ROWS and config.backend == "triton_gemv"):
+        config = _fallback(M, N, K, dtype, b_layout, target)
+    return _launch(config, a, b, M, N, K, b_layout, target, out)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 1:
+        raise ValueError("linear expects x as a tensor of shape (..., K)")
+    if bias is not None and isinstance(weight, torch.Tensor) and bias.shape != (weight.shape[0],):
+        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")  # no launch
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, x.shape[-1])
+    if not x2.is_contiguous():
+        x2 = x2.contiguous()
+    y = gemm(x2, weight, b_layout="nk")
+    if bias is not None:
+        y += bias
+    return y.reshape(*lead, weight.shape[0])

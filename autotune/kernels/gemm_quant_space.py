@@ -1,0 +1,704 @@
+"""Search spaces and heuristic defaults of the quantized GEMMs (FP8 row-wise/blockwise, MXFP8, MXFP4).
+
+The Triton knobs are the dense GEMM's (tiles, GROUP_M, SPLIT_K, num_warps, num_stages and on AMD
+matrix_instr_nonkdim, waves_per_eu, NUM_XCDS, kpack on gfx942) with K tiles for one-byte and half-byte
+elements: decode shapes (M up to 64) are memory-bound, so narrow BLOCK_M, K tiles up to 512 and split-K
+up to 16 are all in the space; prefill gets the full tile range. Vendor backends ("torch":
+torch._scaled_mm, "aiter" on ROCm) are a single config each, present only where they can run the problem;
+elsewhere their config is pruned with the reason.
+
+"gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
+of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, WARP_SPEC (a loader
+warp and one partition per consumer warpgroup), SPLIT_K (K slices summed in the launch, for grids of
+fewer tiles than SMs; a config stored without it has 1) and at decode (M <= GLUON_SWAP_MAX_M) SWAP_AB
+(the weight's 64 or 128 rows on wgmma's M side, the activations' 16 or 32 on its N side; 0 for a config
+stored without it); where the installed
+Triton has no Gluon for Hopper its one config is pruned with the reason. It is the op's default for
+prefill (M >= GLUON_MIN_M) and at M = 33 to 64 where it can run; at M = 2 to 32 (SWAPPED_MAX_M) the Triton
+kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile loaded while this one runs).
+
+"triton_tma" (`gemm_fp8_tma`, the FP8 ops where tensor descriptors exist: Hopper and newer, and the
+interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
+num_warps, num_stages (blockwise: BLOCK_N, the weight's rows, inside one 128-row scale block). It is the
+row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no split-K); blockwise it is only
+searched, and where the gluon kernel runs only at decode (M <= TMA_BLOCKWISE_MAX_M).
+
+"triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
+(A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups` (blockwise) or
+STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at M = 1 on NVIDIA.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache, lru_cache
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
+from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.target import Target
+from autotune.kernels.gemm_space import _constraints as _dense_constraints
+from autotune.kernels.gemm_space import (
+    _gemv_constraints,
+    _pick_split_k,
+    _tma_constraints,
+    fit_to_space,
+    gemv_params,
+    has_tma,
+    knob_values,
+)
+
+__all__ = [
+    "GEMV_OPS",
+    "GLUON_DECODE_M",
+    "GLUON_MIN_M",
+    "GLUON_PARAMS",
+    "GLUON_SWAP_MAX_M",
+    "SWAPPED_MAX_M",
+    "VendorCheck",
+    "gluon_default_config",
+    "gluon_missing",
+    "gluon_target",
+    "mx_native",
+    "quant_backends",
+    "quant_default_config",
+    "quant_space",
+    "quant_tma_params",
+    "quant_triton_params",
+    "split_slices",
+    "swap_ab_target",
+]
+
+#: Why a vendor backend cannot run a problem on a target ("" when it can).
+VendorCheck = Callable[[str, Problem, Target], str]
+
+_MIN_TILE = 16
+
+
+def mx_native(target: Target) -> bool:
+    """Whether `target` has MX matrix instructions (tl.dot_scaled runs natively): gfx950 and Blackwell.
+    Elsewhere (gfx942, Hopper, the interpreter) MX tiles are dequantized to bf16 in the kernel."""
+    if target.arch == "gfx950":
+        return True
+    if target.is_nvidia and target.arch.startswith("sm_"):
+        return int(target.arch[3:].rstrip("a")) >= 100
+    return False
+
+
+def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
+    if op.startswith("gemm_fp8"):
+        return (64, 128, 256, 512)
+    if mx_native(target):
+        return (128, 256, 512)  # a 16x16x128 scaled MFMA needs 128 K per tile
+    return (64, 128, 256)  # emulated: every K element is dequantized in registers
+
+
+def swap_ab_target(target: Target) -> bool:
+    """Whether the FP8 kernel's SWAP_AB is in the space of `target`: NVIDIA from sm_90 on, whose
+    wgmma (and Blackwell's MMA) needs at least 64 rows on its M side, so that a decode tile of fewer rows
+    falls back to the older `mma` instructions unless it is swapped. AMD's MFMA takes 16 rows (not offered
+    there: not measured)."""
+    return has_tma(target) and not target.interpreter  # the same archs: NVIDIA sm_90 and newer
+
+
+def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
+    """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
+    FP8 ops only; SWAP_AB: the FP8 ops where `swap_ab_target`; SCALES_AHEAD: blockwise, the next K tile's
+    scales loaded while this one runs)."""
+    params = knob_values(
+        target,
+        k_tiles=_k_tiles(op, target),
+        # 5 and 6: more of B in flight at decode (H100, DeepSeek-V3 gate/up M = 64: 16.85 -> 15.87 µs)
+        nvidia_stages=(2, 3, 4, 5, 6),
+        interpreter_k_tiles=(32, 64),
+        in_launch=op.startswith("gemm_fp8"),
+    )
+    if op.startswith("gemm_fp8") and swap_ab_target(target):
+        params["SWAP_AB"] = (0, 1)
+    if op == "gemm_fp8_blockwise":
+        params["SCALES_AHEAD"] = (0, 1)
+    return params
+
+
+def _swap_constraints() -> list[Constraint]:
+    """Where SWAP_AB (the kernel run on C^T = B . A^T, the config's tiles still along M and N) is pruned."""
+    return [
+        Constraint(
+            "swap_ab_wide_m",
+            "SWAP_AB with BLOCK_M {BLOCK_M}: a tile of 64 rows already fills wgmma's M side (H100, M = 64: "
+            "0.996-1.006x swapped on the large layers)",
+            lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_M"]) < 64,
+        ),
+        Constraint(
+            "swap_ab_narrow_n",
+            "SWAP_AB with BLOCK_N {BLOCK_N}: swapped, the N tile is wgmma's M side, which needs 64 rows",
+            lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_N"]) >= 64,
+        ),
+        Constraint(
+            "swap_ab_reduce",
+            "SWAP_AB with SPLIT_K {SPLIT_K} needs FUSED_SPLIT: the reduce kernel writes C row by row",
+            lambda c: (
+                not int(c.get("SWAP_AB", 0)) or int(c.get("SPLIT_K", 1)) == 1 or c.get("FUSED_SPLIT") == 1
+            ),
+        ),
+    ]
+
+
+def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+    out = list(_dense_constraints(problem, target))
+    if "SWAP_AB" in quant_triton_params(problem.op, target):
+        out += _swap_constraints()
+    if problem.op == "gemm_mxfp4_bf16a" and not target.interpreter:
+        out.append(
+            Constraint(
+                "quantize_registers",
+                "quantizing a {BLOCK_M}x{BLOCK_K} bf16 tile in registers over {num_warps} warps needs "
+                "more than 64 values a lane",
+                lambda c: (
+                    int(c["BLOCK_M"]) * int(c["BLOCK_K"]) <= 64 * int(c["num_warps"]) * target.wave_size
+                ),
+            )
+        )
+    return out
+
+
+def quant_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config of a quantized GEMM; always a member of its space.
+
+    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M above
+    SWAPPED_MAX_M, where Gluon imports: the gluon kernel's (`gluon_default_config`); below, the Triton
+    kernel's, swapped, with SCALES_AHEAD. The FP8 ops at M = 1 on NVIDIA: the GEMV kernel's
+    (`_gemv_default`), but row-wise where the weight's tiles fill half the SMs the TMA kernel's, swapped
+    (`_tma_fills_at_one_row`). Otherwise the Triton kernel's: decode (M <= 64) the narrowest M tile that
+    covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
+    dense GEMM.
+    """
+    lo, hi = GLUON_DECODE_M
+    if swap_ab_target(target):
+        lo = SWAPPED_MAX_M + 1  # the Triton kernel, swapped, below
+        if lo <= problem.M <= hi and _ahead_wide(problem, target):
+            return _ahead_unswapped(problem, target)
+    gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
+    if gluon_m and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
+        gluon = gluon_default_config(problem, target)
+        if gluon is not None:
+            return gluon
+    if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
+        if _tma_fills_at_one_row(problem, target):
+            tma = _tma_default(problem, target, swapped=True)
+            if tma is not None:
+                return tma
+        return _gemv_default(problem, target)
+    pointer = _triton_default(problem, target)
+    if (
+        problem.op == "gemm_fp8_rowwise"
+        and "triton_tma" in quant_backends(target, problem.op)
+        and not target.interpreter
+        and 32 < problem.M <= 64
+        and int(pointer["SPLIT_K"]) == 1
+    ):
+        tma = _tma_default(problem, target)
+        if tma is not None:
+            return tma
+    return pointer
+
+
+#: Where the blockwise default at M = 33 to 64 is the Triton kernel unswapped with its scales ahead: at
+#: least this many 64-wide column tiles (so that the unsplit grid fills most of the SMs) ...
+_AHEAD_MIN_TILES = 64
+#: ... and K of at least this (7 K tiles of 512).
+_AHEAD_MIN_K = 3584
+
+
+def _ahead_wide(problem: Problem, target: Target) -> bool:
+    """Whether blockwise FP8 at M = 33 to 64 takes `_ahead_unswapped` rather than the gluon kernel. H100
+    (`swap_ab.py --m64-layers`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8, M = 48 and 64):
+    on the 10 problems of this rule (the MLP layers and lm_heads) 1.028-1.081x the gluon default; off it
+    the gluon kernel won where the unsplit grid underfills the GPU (N of 256 to 1536: 0.56-0.69x) and
+    on the short-K attn.o and DeepSeek-V3 down (0.96-0.99x)."""
+    return (
+        problem.op == "gemm_fp8_blockwise"
+        and not target.interpreter
+        and cdiv(problem.N, 64) >= _AHEAD_MIN_TILES
+        and problem.K >= _AHEAD_MIN_K
+    )
+
+
+def _ahead_unswapped(problem: Problem, target: Target) -> Config:
+    """The Triton kernel unswapped on 64 x 64 tiles, K tiles of 512, 3 stages, the next K tile's scales
+    loaded ahead (the fastest of `swap_ab.py --m64`'s configs on these layers)."""
+    values: dict[str, Value] = dict(
+        BLOCK_M=64, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0,
+        SCALES_AHEAD=1, num_warps=4, num_stages=3,
+    )  # fmt: skip
+    sub = SubSpace("triton", quant_triton_params(problem.op, target), _constraints(problem, target))
+    return fit_to_space(Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K"))
+
+
+def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
+    """Whether row-wise FP8 at M = 1 takes the TMA kernel swapped rather than the GEMV: where the weight's
+    64-row tiles number at least half the SMs. H100 (`config_grid.py`, the 7 dense layers of DeepSeek-V3
+    and Llama-3.1-70B at TP 8, one process): on the 5 layers of N = 4608 to 8192 (72 to 128 tiles)
+    1.107x the GEMV default (geomean; 1.017-1.17x); on N = 1280 and 1536 (20 and 24 tiles) 0.79-0.83x."""
+    return (
+        problem.op == "gemm_fp8_rowwise"
+        and "triton_tma" in quant_backends(target, problem.op)
+        and 2 * cdiv(problem.N, 64) >= target.cu_count
+    )
+
+
+def _tma_default(problem: Problem, target: Target, swapped: bool = False) -> Config | None:
+    """The TMA kernel at M = 33 to 64: 64 x 64 tiles, K tiles of 256, 5 stages. H100
+    (`benchmarks/fp8_tma_decode.py --defaults`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8
+    whose tiles fill the GPU unsplit): 1.016x the pointer kernel's default at M = 64 (1.001-1.026x, 10
+    layers); at M = 2 to 32 it lost (0.973-0.988x geomean; swapped 64 x 16 tiles), so the pointer kernel,
+    swapped, keeps those. `swapped` (row-wise at M = 1, `_tma_fills_at_one_row`): the same with the
+    weight's 64 rows on wgmma's M side and 16-row activation tiles. None where no TMA config fits (rows
+    not 16-byte aligned)."""
+    values: dict[str, Value] = dict(
+        BLOCK_M=16 if swapped else 64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0,
+        SWAP_AB=int(swapped), num_warps=4, num_stages=5,
+    )  # fmt: skip
+    try:
+        config = Config(values, backend="triton_tma")
+        return fit_to_space(config, _tma_sub(problem, target), ("num_stages", "BLOCK_K"))
+    except ValueError:
+        return None
+
+
+def _gemv_default(problem: Problem, target: Target) -> Config:
+    """The FP8 GEMV kernel at M = 1 on NVIDIA: 4 columns of C per program, K steps of 1024, 4 warps,
+    3 stages. In `benchmarks/read_ceiling.py` on the H100 (all 36 GEMV configs of the four DeepSeek-V3
+    TP 8 layers, both scalings) it came within 1.08x of each row's fastest GEMV config (geomean; 1.15x
+    at worst) and ran 1.15-1.65x faster than the tiled kernel's default. At M = 2 the GEMV lost on half
+    of those rows, so the tiled kernel keeps M >= 2; AMD keeps it too (not measured)."""
+    sub = _gemv_sub(problem, target)
+    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
+    if "STEP_SUM" in sub.params:  # row-wise: K steps summed at the end
+        config = config.replace(STEP_SUM=0)
+    return fit_to_space(config, sub, ("BLOCK_K", "BLOCK_N", "num_stages"))
+
+
+#: The K tile of the swapped blockwise default with its scales ahead where `_long_single_wave` holds.
+_AHEAD_LONG_K = 512
+
+
+def _long_single_wave(
+    problem: Problem, target: Target, bm: int, bn: int, split_k: int, ks: list[int]
+) -> bool:
+    """Whether the swapped blockwise decode default takes K tiles of 512 with 3 stages instead of 256 with 4:
+    its tiles, unsplit, fit in one wave and K holds at least 4 such tiles. H100 (`swap_ab.py --defaults
+    --candidate BLOCK_K=512,num_stages=3`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8,
+    M = 2 to 32): on the 25 problems of the rule (the MLP layers, DeepSeek-V3 attn.o) 0.999-1.084x; off it,
+    0.91-0.97x where the default splits K, 0.95-0.99x with K of 512 or 1024, 0.96-0.99x on the lm_heads
+    (more than one wave)."""
+    tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
+    long_k = problem.K >= 4 * _AHEAD_LONG_K and _AHEAD_LONG_K in ks
+    return split_k == 1 and tiles <= target.cu_count and long_k
+
+
+def _triton_default(problem: Problem, target: Target) -> Config:
+    """The heuristic config of the Triton kernel (see `quant_default_config`)."""
+    params = quant_triton_params(problem.op, target)
+    ks = [int(v) for v in params["BLOCK_K"]]
+    M, N = problem.M, problem.N
+    if target.interpreter:
+        bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
+    elif M <= 64:
+        bm, bn, bk = max(_MIN_TILE, next_pow2(M)), 64, ks[-2] if len(ks) > 1 else ks[-1]
+        # FP8 on NVIDIA: 5 stages keep more of B in flight. H100 (`decode_knobs.py`): 1.031x the same
+        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose)
+        warps, stages = 4, 2 if target.is_amd else 5 if problem.op.startswith("gemm_fp8") else 3
+    elif target.is_amd:
+        bm, bn, bk, warps, stages = 256, 256, ks[1], 8, 2
+    elif problem.op == "gemm_fp8_blockwise":
+        # each K group's product is scaled before it is added: with 4 warps the H100 ran 128x128 tiles
+        # 2.2x slower than with 8 (468 against 213 µs on DeepSeek-V3 gate/up at M = 2048, two runs of a day)
+        bm, bn, bk, warps, stages = 128, 128, ks[1], 8, 4
+    else:
+        bm, bn, bk, warps, stages = 128, 128, ks[1], 4, 3
+    bm = min(bm, max(_MIN_TILE, next_pow2(M)))
+    bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
+    bk = max(ks[0], min(bk, next_pow2(problem.K)))
+    values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
+    values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    if "STREAM_K" in params:
+        values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
+        values["STREAM_K"] = 0
+    if "SWAP_AB" in params:
+        # H100: swapped, this default ran 1.13x itself unswapped (row-wise, 80 problems at M = 2-32, never
+        # slower); blockwise, swapped with SCALES_AHEAD, 1.12-1.25x the gluon kernel's default (geomean
+        # per M over the same 80, `swap_ab.py --op gemm_fp8_blockwise --defaults`; 0.966x at worst)
+        values["SWAP_AB"] = int(bm < 64 and bn >= 64)
+    if "SCALES_AHEAD" in params:
+        values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
+        if values["SCALES_AHEAD"]:  # 4 stages beat 5 on every row of `swap_ab.py --ahead` (H100)
+            values["num_stages"] = 4
+            if _long_single_wave(problem, target, bm, bn, int(values["SPLIT_K"]), ks):
+                values["BLOCK_K"], values["num_stages"] = _AHEAD_LONG_K, 3
+    if target.is_amd:
+        values["matrix_instr_nonkdim"] = 16
+        values["waves_per_eu"] = 0
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
+        if "kpack" in params:
+            values["kpack"] = 2 if problem.op.startswith("gemm_fp8") else 1
+    sub = SubSpace("triton", params, _constraints(problem, target))
+    return fit_to_space(
+        Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M", "num_warps")
+    )
+
+
+def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
+    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, for
+    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, for the FP8 ops the TMA kernel where tensor
+    descriptors exist and the GEMV kernel (A of at most GEMV_ROWS rows; pruned with the reason
+    otherwise)."""
+    gemv = ("triton_gemv",) if op in GEMV_OPS else ()
+    if target.is_amd:
+        return ("torch", "triton", "aiter", *gemv)
+    gluon = ("gluon",) if op == "gemm_fp8_blockwise" and gluon_target(target) else ()
+    tma = ("triton_tma",) if op is not None and op.startswith("gemm_fp8") and has_tma(target) else ()
+    return ("torch", "triton", *gluon, *tma, *gemv)
+
+
+# -- triton_tma ---------------------------------------------------------------------------------------
+
+
+def quant_tma_params(target: Target) -> dict[str, Sequence[Value]]:
+    """The knobs of the row-wise TMA kernel: M tiles from 16 (decode, swapped) to 256, N tiles of at least
+    64 rows (wgmma's M side when swapped)."""
+    if target.interpreter:
+        return dict(BLOCK_M=(16, 32), BLOCK_N=(16, 32), BLOCK_K=(32, 64), GROUP_M=(1, 4), SPLIT_K=(1, 2),
+                    PERSISTENT=(0, 1), SWAP_AB=(0, 1), num_warps=(4,), num_stages=(1,))  # fmt: skip
+    return dict(
+        BLOCK_M=(16, 32, 64, 128, 256),
+        BLOCK_N=(64, 128, 256),
+        BLOCK_K=(64, 128, 256, 512),
+        GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 3, 4),
+        PERSISTENT=(0, 1),
+        SWAP_AB=(0, 1),
+        num_warps=(4, 8),
+        num_stages=(2, 3, 4, 5, 6),
+    )
+
+
+#: The largest M at which the blockwise TMA kernel is searched where the gluon kernel runs (decode).
+TMA_BLOCKWISE_MAX_M = 64
+
+
+def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The dense TMA kernel's constraints (alignment, shared memory, tile waste, PERSISTENT ...; those of
+    its split tail hold trivially, as this kernel has no TAIL_SPLIT) and the row-wise kernel's own."""
+    out = [*_tma_constraints(problem, target), _swap_constraints()[0]]
+    if problem.op == "gemm_fp8_blockwise":
+        out.append(
+            Constraint(
+                "tma_weight_scale_block",
+                "BLOCK_N {BLOCK_N}: the weight's tile must lie in one 128-row scale block",
+                lambda c: 128 % int(c["BLOCK_N"]) == 0,
+            )
+        )
+        if gluon_target(target) and problem.M > TMA_BLOCKWISE_MAX_M:  # first: the reason for every config
+            out.insert(
+                0,
+                Constraint(
+                    "tma_blockwise_prefill",
+                    f"M {problem.M} > {TMA_BLOCKWISE_MAX_M}: like the pointer kernel, the blockwise TMA "
+                    "kernel waits for every scale group's product before the next multiply, where the "
+                    "gluon kernel's stay in flight (H100, a TMA prototype of it at M = 2048: 0.64-0.66x "
+                    "the gluon kernel)",
+                    lambda c: False,
+                ),
+            )
+    if not target.interpreter:
+        out.append(
+            Constraint(
+                "tma_wgmma_rows",
+                "BLOCK_M {BLOCK_M} unswapped: wgmma needs 64 rows on its M side (SWAP_AB puts N there)",
+                lambda c: bool(int(c["SWAP_AB"])) or int(c["BLOCK_M"]) >= 64,
+            )
+        )
+    return out
+
+
+def _tma_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    constraints = _tma_quant_constraints(problem, target)
+    return SubSpace("triton_tma", quant_tma_params(target), constraints, first=first)
+
+
+#: The quantized GEMMs with a GEMV kernel (`gemv_fp8_triton`).
+GEMV_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
+
+
+def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    """The FP8 GEMV kernel's knobs (the dense GEMV's; row-wise also STEP_SUM, `gemv_fp8_triton`) and
+    constraints; blockwise K steps lie in one scale group or cover whole groups."""
+    constraints = list(_gemv_constraints(problem, target))
+    params = gemv_params(target)
+    if problem.op == "gemm_fp8_rowwise":
+        params["STEP_SUM"] = (0, 1)
+    if problem.op == "gemm_fp8_blockwise":
+        constraints.append(
+            Constraint(
+                "gemv_scale_groups",
+                "a blockwise K step must divide the 128-wide scale group or cover whole groups",
+                lambda c: (int(c["BLOCK_K"]) % 128 == 0) or (128 % int(c["BLOCK_K"]) == 0),
+            )
+        )
+    return SubSpace("triton_gemv", params, constraints, first=first)
+
+
+# -- gluon --------------------------------------------------------------------------------------------
+
+#: The least M whose default is the gluon kernel: at M = 2048 the H100 ran it 1.39-1.40x faster than the
+#: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up).
+GLUON_MIN_M = 256
+#: The decode M whose default is the gluon kernel too: at M = 16 and 64 the H100 ran its decode default
+#: 1.06x and 1.14x faster than the Triton kernel's (geomean over 7 layers of DeepSeek-V3 and Llama-3.1-70B,
+#: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel. Where SWAP_AB
+#: exists, the swapped Triton kernel takes M up to SWAPPED_MAX_M.
+GLUON_DECODE_M = (2, 64)
+#: Where the Triton kernel swapped (SWAP_AB, `swap_ab_target`) takes over the blockwise decode default from
+#: the gluon kernel: M = 2 to 32, whose 16- or 32-row tiles leave wgmma's 64-row side to the weight (H100:
+#: 1.24x, 1.25x, 1.23x, 1.19x and 1.13x the gluon default at M = 2, 4, 8, 16 and 32, geomean over 16
+#: layers of DeepSeek-V3 and Llama-3.1-70B at TP 8; 79 of 80 problems faster, the worst 0.966x).
+SWAPPED_MAX_M = 32
+#: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
+GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
+    "BLOCK_M": (16, 32, 64, 128),
+    "BLOCK_N": (64, 128),
+    "num_warps": (4, 8),
+    "num_stages": (3, 4, 5, 6),
+    "PERSISTENT": (0, 1),
+    "GROUP_M": (1, 8),
+    "WARP_SPEC": (0, 1),
+    "SPLIT_K": (1, 2, 3, 4),
+    "SWAP_AB": (0, 1),
+}
+_GLUON_BLOCK_K = 128
+#: The largest M the gluon kernel runs swapped (SWAP_AB: the activations' rows on wgmma's N side). At
+#: M = 64 the best swapped config of a 24-config grid lost to the op's default on all 7 dense layers of
+#: DeepSeek-V3 and Llama-3.1-70B at TP 8, H100 and H200 alike (0.87-0.97x; M = 16 and 32: 0.96-1.18x).
+GLUON_SWAP_MAX_M = 32
+#: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
+#: the product in flight). Compiled for sm_90 (Triton 3.9): 192 took 224-241 registers, no spills; 384
+#: (128x128 on 4 warps) spilled 1000 bytes of stack and serialized the wgmmas.
+_GLUON_TILE_VALUES = 192
+
+
+def gluon_target(target: Target) -> bool:
+    """Hopper (sm_90, sm_90a): the one arch the gluon kernel's wgmma exists on (not Blackwell, not AMD,
+    not the interpreter: Gluon has none)."""
+    return target.is_nvidia and target.arch.rstrip("a") == "sm_90"
+
+
+@cache
+def gluon_missing() -> str:
+    """Why the gluon kernel cannot be imported here ("" when it can): it needs a Triton with Gluon for
+    Hopper (triton.experimental.gluon). Imports it, once per process."""
+    try:
+        import autotune.kernels.gemm_fp8_gluon  # noqa: F401
+    except Exception as exc:  # no Triton, or one without Gluon or with other names for its calls
+        return (
+            "the gluon kernel needs a Triton with Gluon for Hopper (triton.experimental.gluon), and it "
+            f"does not import here: {type(exc).__name__}: {exc}"
+        )
+    return ""
+
+
+def split_slices(k_groups: int, split_k: int) -> int:
+    """How many non-empty K slices the gluon kernel's split of `k_groups` scale groups in `split_k` gives
+    (cdiv(k_groups, split_k) groups each, the last the rest): it needs all split_k."""
+    return cdiv(k_groups, cdiv(k_groups, split_k))
+
+
+def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, N, cus = problem.M, problem.N, target.cu_count
+    groups = cdiv(problem.K, _GLUON_BLOCK_K)
+    out_bytes = int(DTYPE_BYTES[problem.dtype_out])
+    aligned = N * out_bytes % 16 == 0  # A and B rows are K bytes, a multiple of 128
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return cdiv(M, int(c["BLOCK_M"])) * cdiv(N, int(c["BLOCK_N"]))
+
+    def swapped(c: Mapping[str, Value]) -> bool:
+        return bool(int(c.get("SWAP_AB", 0)))
+
+    def smem(c: Mapping[str, Value]) -> int:  # the ring of A and B tiles, the C tile, the mbarriers
+        bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
+        barriers = 2 if int(c.get("WARP_SPEC", 0)) else 1  # WARP_SPEC: "ready" and "empty" per slot
+        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages * barriers
+
+    return [
+        Constraint(
+            "gluon_tma_alignment",
+            f"C is stored by TMA: its rows need 16-byte alignment (N={N} in {problem.dtype_out})",
+            lambda c: aligned,
+        ),
+        Constraint(
+            "gluon_swap_decode",
+            f"SWAP_AB at M={M} > {GLUON_SWAP_MAX_M}: swapped, the activations' rows are wgmma's N side, a "
+            "decode tile of 16 or 32 rows (at M = 64 the swapped kernel lost to the default on every layer "
+            "measured, H100 and H200)",
+            lambda c: not swapped(c) or M <= GLUON_SWAP_MAX_M,
+        ),
+        Constraint(
+            "gluon_swap_tiles",
+            "SWAP_AB with BLOCK_M {BLOCK_M}, BLOCK_N {BLOCK_N}, {num_warps} warps: swapped, the weight's "
+            "BLOCK_N rows (64 or 128, one scale a tile) are wgmma's M side over one warpgroup, the "
+            "activations' BLOCK_M (16, 32 or 64) its N side (the kernel refuses others)",
+            lambda c: (
+                not swapped(c)
+                or (int(c["BLOCK_M"]) <= 64 and int(c["BLOCK_N"]) >= 64 and int(c["num_warps"]) == 4)
+            ),
+        ),
+        Constraint(
+            "gluon_warp_rows",
+            "the kernel's wgmma layout stacks warps along M in 64-row warpgroups, 16 rows a warp: "
+            "{num_warps} warps need a multiple of 64 rows, at least 16 x {num_warps}, not BLOCK_M {BLOCK_M} "
+            "(unswapped; the kernel refuses it)",
+            lambda c: (
+                swapped(c) or (int(c["BLOCK_M"]) % 64 == 0 and int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]))
+            ),
+        ),
+        Constraint(
+            "gluon_register_spill",
+            "three fp32 {BLOCK_M}x{BLOCK_N} tiles (accumulator, product being scaled, product in flight) "
+            f"over {{num_warps}} warps exceed {_GLUON_TILE_VALUES} values a lane: ptxas spills",
+            lambda c: (
+                3 * int(c["BLOCK_M"]) * int(c["BLOCK_N"])
+                <= _GLUON_TILE_VALUES * int(c["num_warps"]) * target.wave_size
+            ),
+        ),
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing (wgmma's least: 64 rows "
+            "unswapped, 16 swapped)",
+            lambda c: int(c["BLOCK_M"]) <= max(16 if swapped(c) else 64, next_pow2(M)),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
+            lambda c: int(c["BLOCK_N"]) <= max(64, next_pow2(N)),
+        ),
+        Constraint(
+            "group_m_redundant",
+            f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
+            lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
+        ),
+        Constraint(
+            "persistent_needless",
+            f"PERSISTENT with no more tiles than the {cus} SMs: every program does one",
+            lambda c: not int(c["PERSISTENT"]) or tiles(c) > cus,
+        ),
+        Constraint(  # (and so never with PERSISTENT, which the kernel refuses with SPLIT_K)
+            "gluon_split_needless",
+            f"SPLIT_K {{SPLIT_K}} where the tiles alone (M={M}, N={N}) fill the {cus} SMs",
+            lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) < cus,
+        ),
+        Constraint(
+            "gluon_split_empty",
+            f"SPLIT_K {{SPLIT_K}} over {groups} K groups of {_GLUON_BLOCK_K} leaves a slice empty",
+            lambda c: split_slices(groups, int(c.get("SPLIT_K", 1))) == int(c.get("SPLIT_K", 1)),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
+            "shared memory",
+            lambda c: smem(c) <= target.lds_bytes,
+        ),
+    ]
+
+
+def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
+    return SubSpace("gluon", GLUON_PARAMS, _gluon_constraints(problem, target), first=first)
+
+
+def gluon_default_config(problem: Problem, target: Target) -> Config | None:
+    """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups) with WARP_SPEC and 5 stages,
+    the fastest of `benchmarks/fp8_gluon.py`'s configs on both of its M = 2048 shapes (H100, 1.02x and
+    1.05x torch._scaled_mm, persistent); PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over
+    several rows of tiles. Decode (M <= 64): 64x64 tiles on 4 warps, 6 stages, no WARP_SPEC, and the
+    largest SPLIT_K up to 4 whose programs still fit the SMs in one wave (within 7% of the fastest gluon
+    config on each of 14 DeepSeek-V3 and Llama-3.1-70B problems at M = 16 and 64 on the H100, timed over
+    the whole gluon space). Fitted to the space; None where no gluon config fits the problem."""
+    M, N = problem.M, problem.N
+    small = M <= 64
+    bm, bn, warps = (64, 64, 4) if small else (128, 128, 8)
+    tiles = cdiv(M, bm) * cdiv(N, bn)
+    groups = cdiv(problem.K, _GLUON_BLOCK_K)
+    split = 1
+    if small:  # whole waves only: a split whose programs overflow the SMs waits for a second wave
+        fits = [s for s in (4, 3, 2) if tiles * s <= target.cu_count and split_slices(groups, s) == s]
+        split = fits[0] if fits else 1
+    values: dict[str, Value] = dict(
+        BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=6 if small else 5,
+        PERSISTENT=int(tiles > target.cu_count), GROUP_M=8 if cdiv(M, bm) > 1 else 1,
+        WARP_SPEC=int(not small), SPLIT_K=split, SWAP_AB=0,
+    )  # fmt: skip
+    try:
+        return fit_to_space(
+            Config(values, backend="gluon"), _gluon_sub(problem, target), ("num_stages", "BLOCK_N", "BLOCK_M")
+        )
+    except ValueError:  # every config breaks a constraint (C rows not 16-byte aligned)
+        return None
+
+
+def _absent(backend: str, reason: str) -> SubSpace:
+    """A vendor backend that cannot run the problem: its one config, pruned with the reason."""
+    return SubSpace(backend, constraints=(Constraint(f"{backend}_unsupported", reason, lambda c: False),))
+
+
+@lru_cache(maxsize=256)
+def _cached_space(
+    problem: Problem, target: Target, backends: tuple[str, ...], vendor: tuple[tuple[str, str], ...]
+) -> SearchSpace:
+    available = quant_backends(target, problem.op)
+    reasons = dict(vendor)
+    default = quant_default_config(problem, target)
+    subs = []
+    for backend in backends:
+        if backend not in available:
+            raise ValueError(
+                f"unknown {problem.op} backend {backend!r} on {target.arch}; known: {', '.join(available)}"
+            )
+        if backend == "triton":
+            params = quant_triton_params(problem.op, target)
+            first = default if default.backend == "triton" else _triton_default(problem, target)
+            subs.append(SubSpace("triton", params, _constraints(problem, target), first=(first,)))
+        elif reasons.get(backend):
+            subs.append(_absent(backend, reasons[backend]))
+        elif backend == "gluon":
+            gluon = default if default.backend == "gluon" else gluon_default_config(problem, target)
+            subs.append(_gluon_sub(problem, target, () if gluon is None else (gluon,)))
+        elif backend == "triton_gemv":
+            subs.append(_gemv_sub(problem, target, (default,) if default.backend == "triton_gemv" else ()))
+        elif backend == "triton_tma":
+            tma = default if default.backend == "triton_tma" else None
+            subs.append(_tma_sub(problem, target, () if tma is None else (tma,)))
+        else:
+            subs.append(SubSpace(backend))
+    # vendor baselines, then the default's backend, then the rest
+    rank = {"torch": 0, "aiter": 1, default.backend: 2}
+    return SearchSpace(sorted(subs, key=lambda sub: rank.get(sub.backend, 3)))
+
+
+def quant_space(
+    problem: Problem, target: Target, backends: Sequence[str] | None, vendor_check: VendorCheck
+) -> SearchSpace:
+    """Vendor backends first (each one config, or pruned with the reason `vendor_check` gives), then the
+    backend of the heuristic default with the default first, then the other kernels (each with its
+    heuristic default first; gluon pruned with the reason where it does not import). Cached per (problem,
+    target, backends, reasons)."""
+    if problem.op not in QUANT_OPS:
+        raise ValueError(f"not a quantized GEMM: {problem.op}")
+    chosen = tuple(quant_backends(target, problem.op) if backends is None else backends)
+    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3, "triton_tma": 3, "triton_gemv": 4}
+    chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 4)))
+    vendor = tuple((b, vendor_check(b, problem, target)) for b in chosen if b in ("torch", "aiter"))
+    if "gluon" in chosen:
+        vendor += (("gluon", gluon_missing()),)
+    return _cached_space(problem, target, chosen, vendor)

@@ -1,0 +1,699 @@
+"""Arch-aware search space and heuristic default config of the dense GEMM."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from functools import lru_cache
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
+from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.target import Target
+
+__all__ = [
+    "c_store_cols",
+    "gemm_backends",
+    "gemm_default_config",
+    "gemm_space",
+    "gemv_params",
+    "has_tma",
+    "tail_split_schedule",
+    "tile_parts",
+    "tma_params",
+    "triton_params",
+]
+
+_MIN_TILE = 16  # tl.dot needs every dimension >= 16
+
+
+def triton_params(target: Target) -> dict[str, Sequence[Value]]:
+    """The Triton knobs and their values on `target` (AMD knobs exist only on AMD)."""
+    return knob_values(
+        target,
+        k_tiles=(32, 64, 128, 256),
+        nvidia_stages=(2, 3, 4, 5),
+        interpreter_k_tiles=(16, 32),
+        in_launch=True,
+    )
+
+
+def knob_values(
+    target: Target,
+    *,
+    k_tiles: Sequence[int],
+    nvidia_stages: Sequence[int],
+    interpreter_k_tiles: Sequence[int],
+    in_launch: bool = False,
+) -> dict[str, Sequence[Value]]:
+    """The tile, split-K, warp and stage knobs of a Triton GEMM on `target`, with the AMD knobs
+    (matrix_instr_nonkdim, waves_per_eu, XCD remap, kpack on gfx942) only on AMD; the dense and the
+    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths. `in_launch` adds the knobs of
+    the kernels that sum K parts in their own launch: FUSED_SPLIT (the SPLIT_K slices) and STREAM_K
+    (programs per CU that share the K steps of all tiles evenly; 0 = one program per tile and K slice)."""
+    streams: dict[str, Sequence[Value]] = {}
+    if in_launch:
+        streams = {"FUSED_SPLIT": (0, 1), "STREAM_K": (0, 1) if target.interpreter else (0, 1, 2)}
+    if target.interpreter:
+        return (
+            dict(
+                BLOCK_M=(16, 32),
+                BLOCK_N=(16, 32),
+                BLOCK_K=tuple(interpreter_k_tiles),
+                GROUP_M=(1, 4),
+                SPLIT_K=(1, 2, 4),
+                num_warps=(4,),
+                num_stages=(1,),
+            )
+            | streams
+        )
+    tiles = (16, 32, 64, 128, 256)
+    common: dict[str, Sequence[Value]] = dict(
+        BLOCK_M=tiles,
+        BLOCK_N=tiles[1:],
+        BLOCK_K=tuple(k_tiles),
+        GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 4, 8, 16),
+        num_warps=(4, 8),
+    )
+    if target.is_amd:
+        amd: dict[str, Sequence[Value]] = dict(
+            BLOCK_N=tiles,
+            num_stages=(1, 2),
+            matrix_instr_nonkdim=(16, 32),
+            waves_per_eu=(0, 1, 2),
+            NUM_XCDS=(1, target.xcds) if target.xcds > 1 else (1,),
+        )
+        if target.arch == "gfx942":
+            amd["kpack"] = (1, 2)
+        return {**common, **amd, **streams}
+    return {**common, "num_stages": tuple(nvidia_stages), **streams}
+
+
+#: Columns of C per store with EPILOGUE_N > 0: the TMA kernel stores each tile part in slices this wide
+#: through one shared-memory buffer, instead of one buffer the size of the tile that Triton does not share
+#: with the K loop's ring (a 128 x 256 bf16 tile: 16 KB instead of 64 KB).
+EPILOGUE_SLICE = 64
+#: Accumulator registers a lane may hold in the TMA kernel on NVIDIA: 128 x 384 on 8 warps (192) compiles
+#: without spilling on sm_90 (218 registers in all), where the pointer kernel keeps the limit of 128.
+TMA_ACC_LIMIT = 192
+
+
+def tma_params(target: Target) -> dict[str, Sequence[Value]]:
+    """Knobs of the tensor-descriptor (TMA) kernel: NVIDIA sm_90+ and the interpreter."""
+    if target.interpreter:
+        return dict(
+            BLOCK_M=(16, 32),
+            BLOCK_N=(16, 32),
+            BLOCK_K=(16, 32),
+            GROUP_M=(1, 4),
+            SPLIT_K=(1, 2),
+            PERSISTENT=(0, 1),
+            TAIL_SPLIT=(0, 1),
+            EPILOGUE_N=(0, 16),
+            num_warps=(4,),
+            num_stages=(1,),
+        )
+    return dict(
+        BLOCK_M=(64, 128, 256),
+        # 96, 160, 192, 320, 384: tiles of two column parts (`tile_parts`), for grids that fill the SMs where
+        # powers of two cannot (H100: 64 x 160 on 1024 x 1280 x 8192, 0.943 of cuBLAS against 0.849 for
+        # 128 x 128; 128 x 320 on 4096 x 1280 x 8192 and 128 x 384 on 1024 x 6144 x 4096, 1.046 and 1.070
+        # times the best whole-C config, benchmarks/epilogue_slices.py)
+        BLOCK_N=(64, 96, 128, 160, 192, 256, 320, 384),
+        BLOCK_K=(32, 64, 128),
+        GROUP_M=(1, 8),
+        SPLIT_K=(1, 2, 3, 4),  # 3: 40 tiles x 3 = 120 programs on 132 SMs beat 2 or 4 slices (H100)
+        PERSISTENT=(0, 1),
+        TAIL_SPLIT=(0, 1),
+        EPILOGUE_N=(0, EPILOGUE_SLICE),
+        num_warps=(4, 8),
+        # 6 and 7: at M = 256 the deeper rings won on three of four layers (1.05-1.12x over 5 stages, H100,
+        # benchmarks/epilogue_slices.py --only decode --stages 3,4,5,6,7)
+        num_stages=(2, 3, 4, 5, 6, 7),
+    )
+
+
+def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
+    """Knobs of the GEMV kernel (`triton_gemv`, A of at most 4 rows): columns of C and K step per
+    program, warps, and stages (1: no software pipelining of the loads)."""
+    if target.interpreter:
+        return dict(BLOCK_N=(4, 8), BLOCK_K=(32, 64), num_warps=(4,), num_stages=(1,))
+    return dict(BLOCK_N=(4, 8, 16), BLOCK_K=(256, 512, 1024), num_warps=(4, 8), num_stages=(1, 3))
+
+
+#: Register partials of the GEMV kernel: BLOCK_N x BLOCK_K x M fp32 values per program at most (the
+#: H100 probe's fastest configs sit at or under it; more spills).
+GEMV_PARTIALS = 16384
+#: The most rows of A the GEMV kernel takes (one register partial per row); its launcher refuses more, and
+#: `autotune.kernels.gemm` gives a larger M the default instead of a GEMV table entry.
+GEMV_ROWS = 4
+
+
+def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, K = problem.M, problem.K
+    smallest_k = min(int(v) for v in gemv_params(target)["BLOCK_K"])
+    return [
+        Constraint(
+            "gemv_rows",
+            f"the GEMV kernel keeps one register partial per row of A: M <= {GEMV_ROWS} (M={M})",
+            lambda c: M <= GEMV_ROWS,
+        ),
+        Constraint(
+            "gemv_registers",
+            f"BLOCK_N x BLOCK_K x M fp32 partials exceed {GEMV_PARTIALS} per program (they would spill)",
+            lambda c: int(c["BLOCK_N"]) * int(c["BLOCK_K"]) * M <= GEMV_PARTIALS,
+        ),
+        Constraint(
+            "gemv_k_tile_needless",
+            f"BLOCK_K beyond K={K} rounded up to a power of two: masked lanes only",
+            lambda c: int(c["BLOCK_K"]) <= max(smallest_k, next_pow2(K)),
+        ),
+    ]
+
+
+def _gemv_default(problem: Problem, target: Target) -> Config:
+    """4 columns of C per program, K steps of 1024, 3 stages; 8 warps at M = 1, 4 at M = 2. At M = 1, in
+    the H100 sweep of the four M = 1 problems of `benchmarks/gemm.py` (all 36 GEMV configs each), 8 warps
+    came within 2.1% of each problem's fastest GEMV config, where 4 warps were 17% off on Llama-3.1-8B's
+    down projection; at M = 2, in `benchmarks/gemv_probe.py`, 8 warps lost to cuBLAS on three of the four
+    shapes and 4 warps beat it on all four. Fitted on those four (N, K)."""
+    warps = 8 if problem.M == 1 else 4
+    config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=warps, num_stages=3)
+    return fit_to_space(
+        config,
+        SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),
+        ("BLOCK_K", "BLOCK_N", "num_stages"),
+    )
+
+
+#: The fewest K iterations a slice of a split tail tile gets.
+MIN_SLICE_ITERS = 4
+
+
+def tail_split_schedule(tiles: int, iters: int, num_sms: int) -> tuple[int, int, int]:
+    """(programs, whole-wave tiles, slices per tail tile) for `tiles` C tiles of `iters` K iterations on
+    `num_sms` SMs: the tiles past the last whole wave are split along K into as many slices as the SMs
+    hold (each of at least MIN_SLICE_ITERS iterations); 1 slice means no split."""
+    waves, rem = divmod(tiles, num_sms)
+    if rem == 0:
+        return num_sms, tiles, 1
+    splits = max(1, min(num_sms // rem, iters // MIN_SLICE_ITERS))
+    return (num_sms if waves else rem * splits), waves * num_sms, splits
+
+
+def tile_parts(width: int, smallest: int = _MIN_TILE) -> tuple[int, int, int]:
+    """`width` as up to three powers of two, widest first, 0 for a part not there (96 -> (64, 32, 0)):
+    the column parts of a TMA kernel tile whose width is not a power of two. ValueError for a width that
+    needs more parts or a part under `smallest`."""
+    bits = [1 << b for b in range(max(width, 0).bit_length() - 1, -1, -1) if width >> b & 1]
+    if not bits or len(bits) > 3 or bits[-1] < smallest:
+        raise ValueError(
+            f"a TMA tile width must be the sum of at most 3 powers of two of at least {smallest}, got {width}"
+        )
+    first, second, third = [*bits, 0, 0][:3]
+    return first, second, third
+
+
+def has_tma(target: Target) -> bool:
+    """Tensor descriptors with hardware TMA: NVIDIA Hopper and newer (and the interpreter, for tests)."""
+    if target.interpreter:
+        return True
+    if not target.is_nvidia or not target.arch.startswith("sm_"):
+        return False
+    return int(target.arch[3:].rstrip("a")) >= 90
+
+
+def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:
+    """The C tiles of `problem` in `c`'s BLOCK_M x BLOCK_N tiles."""
+    return cdiv(problem.M, int(c["BLOCK_M"])) * cdiv(problem.N, int(c["BLOCK_N"]))
+
+
+def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    elem = DTYPE_BYTES[problem.dtype_a]
+    out_elem = DTYPE_BYTES[problem.dtype_out]
+    aligned = (
+        (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
+    )
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return _tile_count(problem, c)
+
+    def tail_splits(c: Mapping[str, Value]) -> int:
+        return tail_split_schedule(tiles(c), cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
+
+    def smem(c: Mapping[str, Value]) -> int:
+        """The ring of A and B tiles, and the C store's buffer: the tile (fp32 slices of the workspace
+        with SPLIT_K > 1), or one EPILOGUE_N-wide slice that every store of the tile reuses."""
+        bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
+        ring = (bm + bn) * bk * elem * int(c["num_stages"])
+        if int(c.get("SPLIT_K", 1)) > 1:
+            return int(ring + bm * bn * 4)
+        return int(ring + bm * c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
+
+    extra = [
+        Constraint(
+            "tma_alignment",
+            f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
+            f"N={problem.N} in {problem.dtype_a})",
+            lambda c: aligned,
+        ),
+        Constraint(
+            "tail_split_alone",
+            "TAIL_SPLIT is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
+            lambda c: (
+                not int(c.get("TAIL_SPLIT", 0)) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1)
+            ),
+        ),
+        Constraint(
+            "tail_split_pow2",
+            "TAIL_SPLIT sums whole tiles of one part: its BLOCK_N is a power of two",
+            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tile_parts(int(c["BLOCK_N"]))[1] == 0,
+        ),
+        Constraint(
+            "persistent_needless",
+            "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
+            lambda c: (
+                not int(c["PERSISTENT"])
+                or int(c.get("TAIL_SPLIT", 0)) > 0
+                or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
+            ),
+        ),
+        Constraint(
+            "tail_split_needless",
+            f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
+            "too short in K to split",
+            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tail_splits(c) > 1,
+        ),
+        Constraint(
+            "epilogue_needless",
+            "EPILOGUE_N {EPILOGUE_N} slices nothing: no tile part is wider, or SPLIT_K > 1 (the fp32 "
+            "workspace is stored whole)",
+            lambda c: (
+                not int(c.get("EPILOGUE_N", 0))
+                or (
+                    int(c.get("SPLIT_K", 1)) == 1
+                    and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"])
+                )
+            ),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages + the C store's buffer need more than the {target.lds_bytes} bytes of "
+            "shared memory",
+            lambda c: target.interpreter or smem(c) <= target.lds_bytes,
+        ),
+    ]
+    if not target.is_amd:
+        extra.append(
+            Constraint(
+                "accumulator_spill",
+                f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {TMA_ACC_LIMIT} registers "
+                "a lane",
+                lambda c: (
+                    int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= TMA_ACC_LIMIT * int(c["num_warps"]) * 32
+                    or target.interpreter
+                ),
+            )
+        )
+    replaced = {x.name for x in extra}
+    return extra + [c for c in _constraints(problem, target) if c.name not in replaced]
+
+
+def c_store_cols(width: int, epilogue: int) -> int:
+    """Columns of the C store's shared-memory buffer for a TMA tile (or tile part) `width` wide: the whole
+    width (all its parts), or with EPILOGUE_N > 0 one slice, as wide as the widest part at most; for one
+    part this is also the block of its C descriptor."""
+    if not epilogue:
+        return width
+    return min(max(tile_parts(width)), epilogue)
+
+
+def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+    M, N, K = problem.M, problem.N, problem.K
+    narrowest_n = min(int(v) for v in triton_params(target)["BLOCK_N"])
+    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
+    cus = target.cu_count
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return _tile_count(problem, c)
+
+    def lds_bytes(c: Mapping[str, Value]) -> int:
+        stages = int(c["num_stages"])
+        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+        return int((int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * elem * buffers)
+
+    acc_limit = 256 if target.is_amd else 128
+    out = [
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
+            lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M)),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
+            # the narrowest tile of the space always stays (a router GEMM has N = 8 experts)
+            lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N), narrowest_n),
+        ),
+        Constraint(
+            "block_k_waste",
+            f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
+            lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(_MIN_TILE, next_pow2(K)),
+        ),
+        Constraint(
+            "split_k_needless",
+            f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
+            lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
+        ),
+        Constraint(
+            "fused_split_alone",
+            "FUSED_SPLIT sums K slices in the GEMM's launch: it needs SPLIT_K > 1",
+            lambda c: not int(c.get("FUSED_SPLIT", 0)) or int(c.get("SPLIT_K", 1)) > 1,
+        ),
+        Constraint(
+            "stream_k_alone",
+            "STREAM_K deals the K steps itself: it goes with SPLIT_K 1",
+            lambda c: not int(c.get("STREAM_K", 0)) or int(c.get("SPLIT_K", 1)) == 1,
+        ),
+        Constraint(
+            "stream_k_needless",
+            f"STREAM_K on a tile grid that already fills {cus} CUs twice (tiles > 2 x CUs)",
+            lambda c: not int(c.get("STREAM_K", 0)) or tiles(c) <= 2 * cus,
+        ),
+        Constraint(
+            "group_m_redundant",
+            f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
+            lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes,
+        ),
+        Constraint(
+            "accumulator_spill",
+            f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {acc_limit} registers a lane",
+            lambda c: (
+                int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= acc_limit * int(c["num_warps"]) * target.wave_size
+                or target.interpreter
+            ),
+        ),
+        Constraint(
+            "idle_warps",
+            "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
+            lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192,
+        ),
+    ]
+    if target.is_amd:
+        out += [
+            Constraint(
+                "mfma_32_small_tile",
+                "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
+                lambda c: (
+                    int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32
+                ),
+            ),
+            Constraint(
+                "xcd_remap_redundant",
+                f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
+                lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds,
+            ),
+        ]
+    return out
+
+
+def _pick_split_k(
+    problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]
+) -> int:
+    tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
+    best = 1
+    for sk in sorted(int(v) for v in choices):
+        if tiles * sk <= target.cu_count and problem.K // sk >= 2 * bk:
+            best = sk
+    return best
+
+
+def gemm_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned. Always a member of `gemm_space(problem, target)`.
+
+    On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in our H100
+    sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not 16-byte
+    aligned) the pointer kernel with a tile for the regime and split-K when the tile grid underfills the
+    GPU.
+    """
+    if has_tma(target) and not target.interpreter and problem.M >= 128:
+        tma = _tma_default(problem, target)
+        if tma is not None:
+            return tma
+    if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
+        return _gemv_default(problem, target)
+    return _pointer_default(problem, target)
+
+
+#: Up to this M the NVIDIA default is the GEMV kernel: on the H100 probe it beat cuBLAS and the pointer
+#: kernel's default at M = 1 and 2 on every shape, and lost at M = 4. (AMD: not measured, pointer kernel.)
+GEMV_DEFAULT_ROWS = 2
+
+
+#: The time of a 128 x 256 tile of the TMA kernel over that of a 128 x 128 tile (twice the work), as the
+#: default's tile rule assumes: fitted to which tile won on 24 H100 problems (between 5/3 and 9/5).
+WIDE_TILE_COST = 1.75
+#: What a tile of two column parts (128 x 320: 256 + 64; 128 x 384: 256 + 128) costs beyond its width's
+#: share of WIDE_TILE_COST: its second part's wgmma reads the A tile again (H100, sliced C stores: a wave of
+#: 128 x 384 tiles took 2.80 and one of 128 x 320 about 2.4 waves of 128 x 128 tiles,
+#: benchmarks/epilogue_slices.py).
+PARTS_TILE_COST = 1.07
+#: The widths of two parts the default may take, on 8 warps with C stored in EPILOGUE_SLICE slices, and
+#: only where the problem is compute-bound (M >= PARTS_MIN_M), the grid's last wave at least PARTS_FILL full
+#: and at least PARTS_FILL_N of the tiles' columns inside N (H100, benchmarks/gemm_defaults.py: 128 x 320
+#: lost 4% at M = 256, a weight-bound problem, and 9% where its tiles ran 10% past N).
+_PARTS_WIDTHS = (320, 384)
+PARTS_MIN_M = 1024
+PARTS_FILL = 0.9
+PARTS_FILL_N = 0.95
+
+
+def _tma_default(
+    problem: Problem,
+    target: Target,
+    parts_widths: Sequence[int] = _PARTS_WIDTHS,
+    depths: Sequence[int] | None = None,
+) -> Config | None:
+    """The TMA default (None where no config of the rule fits); `parts_widths` and `depths` (the square
+    tiles' pipeline depths, first that fits) replace the rule's, for comparing it with earlier rules."""
+    # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
+    # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
+    # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
+    # 128 x 128 on 4 warps with 5 stages, 6 up to DEEP_RING_MAX_M (split along K where even those
+    # underfill the SMs); the last
+    # wave's tiles split along K where it is at most half full. A 128 x 320 or 128 x 384 tile (8 warps,
+    # sliced C) where its waves, costed the same way and PARTS_TILE_COST more, finish strictly earlier.
+    cus = target.cu_count
+    rows = cdiv(problem.M, 128)
+    wide, square = rows * cdiv(problem.N, 256), rows * cdiv(problem.N, 128)
+    big = problem.N >= 256 and WIDE_TILE_COST * cdiv(wide, cus) <= cdiv(square, cus)
+    bm, bn, bk = 128, 256 if big else 128, 64
+    cost = WIDE_TILE_COST * cdiv(wide, cus) if big else cdiv(square, cus)
+    for width in parts_widths if problem.M >= PARTS_MIN_M else ():
+        tiles = rows * cdiv(problem.N, width)
+        waves = cdiv(tiles, cus)
+        parts_cost = WIDE_TILE_COST * width / 256 * PARTS_TILE_COST * waves
+        used = problem.N / (cdiv(problem.N, width) * width)  # of the tiles' columns, those inside N
+        fills = tiles >= PARTS_FILL * waves * cus and used >= PARTS_FILL_N
+        if fills and parts_cost < cost:
+            bn, cost = width, parts_cost
+    wide_tile = bn > 128
+    split_k = 1 if wide_tile else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
+    items = rows * cdiv(problem.N, bn) * split_k
+    tail_split = (
+        split_k == 1
+        and tile_parts(bn)[1] == 0
+        and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
+    )
+    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    if depths is None:
+        depths = _ring_depths(problem)[:-1]
+    for stages in (3,) if wide_tile else depths:
+        config = Config(
+            backend="triton_tma",
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=bk,
+            GROUP_M=8 if rows > 1 else 1,
+            SPLIT_K=split_k,
+            PERSISTENT=1 if items > cus or tail_split else 0,
+            TAIL_SPLIT=int(tail_split),
+            EPILOGUE_N=EPILOGUE_SLICE if tile_parts(bn)[1] else 0,
+            num_warps=8 if wide_tile else 4,
+            num_stages=stages,
+        )
+        if sub.check(config) is None:
+            return config
+    return None
+
+
+#: Up to this M the TMA kernel's tiles are mostly waiting on memory, and a deeper ring of loads pays: the
+#: default's 128 x 128 tiles take 6 stages (H100, M = 256: 25.73 against 28.94 µs for 5 on 256 x 6144 x
+#: 4096, 50.91 against 53.25 µs on 256 x 7168 x 8192).
+DEEP_RING_MAX_M = 256
+
+
+def _ring_depths(problem: Problem) -> tuple[int, ...]:
+    """The TMA kernel's pipeline depths for a default or wave-filling tile, deepest first: the first one
+    that fits in shared memory is taken."""
+    return (7, 6, 5, 4, 3) if problem.M <= DEEP_RING_MAX_M else (5, 4, 3)
+
+
+def _pointer_default(problem: Problem, target: Target) -> Config:
+    params = triton_params(target)
+    M, N = problem.M, problem.N
+    if target.interpreter:
+        bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
+    elif M <= 64:  # decode: memory-bound, narrow M tile, long K tile
+        bm = max(_MIN_TILE, min(64, next_pow2(M)))
+        bn, bk = 64, 256 if target.is_amd else 128
+        warps, stages = 4, 2 if target.is_amd else 4
+    elif target.is_amd:
+        bm, bn, bk, warps, stages = 256, 256, 64, 8, 2
+    else:
+        bm, bn, bk, warps, stages = 128, 128, 64, 4, 4
+    bm = min(bm, max(_MIN_TILE, next_pow2(M)))
+    bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
+    bk = min(bk, max(_MIN_TILE, next_pow2(problem.K)))
+    values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
+    values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
+    values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
+    values["STREAM_K"] = 0
+    if target.is_amd:
+        values["matrix_instr_nonkdim"] = 16
+        values["waves_per_eu"] = 0
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
+        if "kpack" in params:
+            values["kpack"] = 2
+    return fit_to_space(
+        Config(values, backend="triton"), SubSpace("triton", params, _constraints(problem, target))
+    )
+
+
+def fit_to_space(
+    config: Config, sub: SubSpace, shrink: Sequence[str] = ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M")
+) -> Config:
+    """`config` if `sub` holds it; else `config` with the first knob of `shrink` that can be made smaller
+    and fit; else the first config of `sub`; ValueError when `sub` holds none. Heuristic defaults go
+    through this, so they always belong to their space."""
+    if sub.check(config) is None:
+        return config
+    for smaller in shrink:
+        for value in sorted((int(v) for v in sub.params[smaller]), reverse=True):
+            candidate = config.replace(**{smaller: value})
+            if int(value) < int(config[smaller]) and sub.check(candidate) is None:
+                return candidate
+    for values, broken in sub.walk():
+        if broken is None:
+            return Config(values)
+    raise ValueError(f"no {sub.backend} config fits this problem: each breaks a constraint of its space")
+
+
+def gemm_backends(target: Target) -> tuple[str, ...]:
+    """The backends of the GEMM on `target`: the vendor library, our kernel, the GEMV kernel (A of at most 4
+    rows; pruned with its reason otherwise), and on Hopper+ the TMA kernel."""
+    return (
+        ("torch", "triton", "triton_gemv", "triton_tma")
+        if has_tma(target)
+        else ("torch", "triton", "triton_gemv")
+    )
+
+
+@lru_cache(maxsize=256)
+def gemm_space(problem: Problem, target: Target, backends: tuple[str, ...] | None = None) -> SearchSpace:
+    """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`.
+
+    Cached: a space is immutable, and planning, tuning and reporting ask for the same one.
+    """
+    available = gemm_backends(target)
+    default = gemm_default_config(problem, target)
+    chosen = list(available if backends is None else backends)
+    if default.backend in chosen and "torch" in chosen:  # vendor baseline, then the default's backend
+        chosen.remove(default.backend)
+        chosen.insert(chosen.index("torch") + 1, default.backend)
+    subs = []
+    for backend in chosen:
+        if backend not in available:
+            raise ValueError(
+                f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}"
+            )
+        if backend == "torch":
+            subs.append(SubSpace("torch"))
+        elif backend == "triton":
+            first = default if default.backend == "triton" else _pointer_default(problem, target)
+            subs.append(
+                SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
+            )
+        elif backend == "triton_gemv":
+            gemv_first = (default,) if default.backend == "triton_gemv" else ()
+            subs.append(
+                SubSpace(
+                    "triton_gemv", gemv_params(target), _gemv_constraints(problem, target), first=gemv_first
+                )
+            )
+        else:
+            sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+            tma_first = (default,) if default.backend == "triton_tma" else ()
+            subs.append(replace(sub, first=(*tma_first, *wave_filling_tiles(problem, target, sub))))
+    return SearchSpace(subs)
+
+
+#: A tile grid whose last wave is at least this full counts as filling the GPU (`wave_filling_tiles`).
+WAVE_FILL = 0.8
+#: At most this many wave-filling tiles go first in a TMA search.
+MAX_FILLING_TILES = 6
+
+
+def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple[Config, ...]:
+    """TMA configs whose tile grids fill their last wave of SMs at least WAVE_FILL full, in at most 4
+    waves: the tiles a search should see first, since a grid that leaves SMs idle loses whatever the tile
+    (H100, 1024 x 1280 x 8192: 64 x 160 and 64 x 192, 128 and 112 tiles on 132 SMs, were the fastest
+    configs; a TPE search of 100 trials had not found them). Fullest grids first, then larger tiles; each
+    with K tiles of 64, the deepest ring of `_ring_depths` that shared memory allows with sliced C stores
+    where a part is wider than the slice, and the fewest warps that hold the accumulator. Only members of
+    `sub`."""
+    if target.interpreter:
+        return ()
+    params = sub.params
+    cus = target.cu_count
+    found: list[tuple[float, int, Config]] = []
+    for bm in params["BLOCK_M"]:
+        for width in params["BLOCK_N"]:
+            bm_, w = int(bm), int(width)
+            tiles = cdiv(problem.M, bm_) * cdiv(problem.N, w)
+            waves = cdiv(tiles, cus)
+            fill = tiles / (waves * cus)
+            if fill < WAVE_FILL or waves > 4:
+                continue
+            sliced = max(tile_parts(w)) > EPILOGUE_SLICE
+            # the fewest warps that hold the accumulator, then the deepest ring: the first member of `sub`
+            candidates = (
+                Config(
+                    backend="triton_tma",
+                    BLOCK_M=bm_,
+                    BLOCK_N=w,
+                    BLOCK_K=64,
+                    GROUP_M=8 if cdiv(problem.M, bm_) > 1 else 1,
+                    SPLIT_K=1,
+                    PERSISTENT=int(tiles > cus),
+                    TAIL_SPLIT=0,
+                    EPILOGUE_N=EPILOGUE_SLICE if sliced else 0,
+                    num_warps=warps,
+                    num_stages=stages,
+                )
+                for warps in (4, 8)
+                for stages in _ring_depths(problem)
+            )
+            config = next((c for c in candidates if sub.check(c) is None), None)
+            if config is not None:
+                found.append((-fill, -bm_ * w, config))
+    found.sort(key=lambda t: (t[0], t[1]))
+    return tuple(c for _, _, c in found[:MAX_FILLING_TILES])

@@ -1,0 +1,242 @@
+"""Arch-aware search space and heuristic default config of the fused MoE (vLLM's parameter names)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import DTYPE_BYTES, Problem, next_pow2
+from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.target import Target
+
+__all__ = ["FP8_BLOCK", "moe_backends", "moe_default_config", "moe_params", "moe_space", "tokens_per_expert"]
+
+#: The block of the FP8 weight scales (rows of N x columns of K), and of the activation groups along K.
+FP8_BLOCK = 128
+_MIN_TILE = 16
+
+
+def tokens_per_expert(problem: Problem) -> float:
+    """Mean (token, expert) pairs per expert under uniform routing: the M of each expert's GEMM."""
+    return problem.M * problem.topk / problem.E
+
+
+def moe_backends(target: Target) -> tuple[str, ...]:
+    """ "torch" (a loop over experts with torch matmuls: the baseline) and "triton" (the fused kernel)."""
+    return ("torch", "triton")
+
+
+def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
+    """The knobs of the fused MoE kernel on `target`: vLLM's six, SPLIT_K (K slices of each GEMM, summed
+    in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs) and AMD's three
+    on AMD."""
+    fp8 = problem.dtype_b.startswith("fp8")
+    if target.interpreter:
+        return dict(
+            BLOCK_SIZE_M=(16, 32),
+            BLOCK_SIZE_N=(32,),
+            BLOCK_SIZE_K=(32, 64),
+            GROUP_SIZE_M=(1, 4),
+            SPLIT_K=(1, 2),
+            num_warps=(4,),
+            num_stages=(1,),
+        )
+    common: dict[str, Sequence[Value]] = dict(
+        BLOCK_SIZE_M=(16, 32, 64, 128),
+        BLOCK_SIZE_N=(32, 64, 128, 256),
+        BLOCK_SIZE_K=(64, 128) if fp8 else (32, 64, 128, 256),
+        GROUP_SIZE_M=(1, 16, 32, 64),
+        SPLIT_K=(1, 2, 4, 8),
+        num_warps=(4, 8),
+    )
+    if target.is_amd:
+        amd: dict[str, Sequence[Value]] = dict(
+            num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2)
+        )
+        if target.arch == "gfx942":
+            amd["kpack"] = (1, 2)
+        return {**common, **amd}
+    return {**common, "num_stages": (2, 3, 4, 5)}
+
+
+def _max_row_blocks(problem: Problem, bm: int) -> int:
+    """The most row blocks of `bm` rows any routing can give: every busy expert's rows padded to bm."""
+    pairs = problem.M * problem.topk
+    return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
+
+
+def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
+    """The most tiles of the gate/up GEMM's grid (row blocks x column tiles of bn) over any routing."""
+    return _max_row_blocks(problem, bm) * -(-problem.N // bn)
+
+
+def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+    tpe = tokens_per_expert(problem)
+    fp8 = problem.dtype_b.startswith("fp8")
+    # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
+    elem = 1 if fp8 else max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
+
+    def lds(c: Mapping[str, Value]) -> int:
+        stages = int(c["num_stages"])
+        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+        # the gate/up GEMM loads two B tiles (gate rows and up rows) per step
+        rows = int(c["BLOCK_SIZE_M"]) + 2 * int(c["BLOCK_SIZE_N"])
+        return int(rows * int(c["BLOCK_SIZE_K"]) * elem * buffers)
+
+    # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
+    # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
+    # walks them in one order. At most min(E, M·topk) experts are busy.
+    groups = sorted(int(v) for v in moe_params(problem, target)["GROUP_SIZE_M"])
+
+    def max_row_blocks(bm: int) -> int:
+        return _max_row_blocks(problem, bm)
+
+    def gate_up_tiles(c: Mapping[str, Value]) -> int:
+        return _gate_up_tiles(problem, int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"]))
+
+    out = [
+        Constraint(
+            "split_k_needless",
+            f"SPLIT_K {{SPLIT_K}} x the gate/up GEMM's tiles (at most, over any routing) exceeds 2 x the "
+            f"{target.cu_count} CUs: the grid is full without slices",
+            lambda c: int(c["SPLIT_K"]) == 1 or gate_up_tiles(c) * int(c["SPLIT_K"]) <= 2 * target.cu_count,
+        ),
+        Constraint(
+            "split_k_steps",
+            f"SPLIT_K {{SPLIT_K}} exceeds the K steps of the gate/up GEMM (K={problem.K} / BLOCK_SIZE_K "
+            "{BLOCK_SIZE_K})",
+            lambda c: int(c["SPLIT_K"]) <= -(-problem.K // int(c["BLOCK_SIZE_K"])),
+        ),
+        Constraint(
+            "block_m_waste",
+            f"BLOCK_SIZE_M {{BLOCK_SIZE_M}} > 2 x next_pow2({tpe:.1f} tokens per expert): padded rows",
+            lambda c: int(c["BLOCK_SIZE_M"]) <= max(_MIN_TILE, 2 * next_pow2(max(1, round(tpe)))),
+        ),
+        Constraint(
+            "block_n_waste",
+            f"BLOCK_SIZE_N {{BLOCK_SIZE_N}} > next_pow2(N={problem.N})",
+            lambda c: int(c["BLOCK_SIZE_N"]) <= max(32, next_pow2(problem.N)),
+        ),
+        Constraint(
+            "group_m_redundant",
+            "GROUP_SIZE_M {GROUP_SIZE_M} exceeds the row blocks of the routed tokens: a smaller group "
+            "walks them in the same order",
+            lambda c: (
+                not any(
+                    h < int(c["GROUP_SIZE_M"]) and h >= max_row_blocks(int(c["BLOCK_SIZE_M"])) for h in groups
+                )
+            ),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"A and two B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: target.interpreter or lds(c) <= target.lds_bytes,
+        ),
+        Constraint(
+            "idle_warps",
+            "{num_warps} warps on a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} tile leave warps idle",
+            lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_SIZE_M"]) * int(c["BLOCK_SIZE_N"]) >= 8192,
+        ),
+    ]
+    if fp8:
+        out.append(
+            Constraint(
+                "fp8_block_k",
+                f"BLOCK_SIZE_K {{BLOCK_SIZE_K}} must divide the {FP8_BLOCK}-wide scale blocks",
+                lambda c: FP8_BLOCK % int(c["BLOCK_SIZE_K"]) == 0,
+            )
+        )
+    if target.is_amd:
+        out.append(
+            Constraint(
+                "mfma_32_small_tile",
+                "matrix_instr_nonkdim 32 needs BLOCK_SIZE_M and BLOCK_SIZE_N >= 32",
+                lambda c: (
+                    int(c["matrix_instr_nonkdim"]) == 16
+                    or min(int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"])) >= 32
+                ),
+            )
+        )
+    return out
+
+
+def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) -> int:
+    """K slices for a gate/up grid of at most a quarter of the CUs' worth of tiles: the most (up to 8, and
+    at most the K steps) that keep tiles x slices within the CUs. On the H100, DeepSeek-V3 TP16 at M = 1
+    (16 tiles of 16 x 64) ran in 22.2 µs with 8 slices against 44.0 µs unsplit (device time per call)."""
+    tiles = _gate_up_tiles(problem, bm, bn)
+    if 4 * tiles > target.cu_count:
+        return 1
+    split = 1
+    while split < 8 and 2 * split * tiles <= target.cu_count and 2 * split <= -(-problem.K // bk):
+        split *= 2
+    return split
+
+
+def moe_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned. Always a member of `moe_space(problem, target)`.
+
+    The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
+    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
+    on 8 warps from 256 tokens per expert); the row blocks of all experts are walked in the largest
+    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`).
+    """
+    params = moe_params(problem, target)
+    if target.interpreter:
+        values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+                                        SPLIT_K=1, num_warps=4, num_stages=1)  # fmt: skip
+        return Config(backend="triton", **values)
+    tpe = tokens_per_expert(problem)
+    fp8 = problem.dtype_b.startswith("fp8")
+    # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step. From 16 tokens per expert
+    # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
+    # the tuned winners of benchmarks/moe.py's 18 problems took on the H100 (see `moe_defaults.py`).
+    wide_k = 128 if fp8 else 64
+    if tpe <= 16:
+        bm, bn, bk, warps = 16, 64, 128, 4
+    elif tpe < 256:
+        bm, bn, bk, warps = 64, 128, wide_k, 4
+    else:
+        bm, bn, bk, warps = 128, 128, wide_k, 8
+    bn = min(bn, max(32, next_pow2(problem.N)))
+    split = _default_split(problem, target, bm, bn, bk)
+    values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split, num_warps=warps,
+                  num_stages=2 if target.is_amd else 3)  # fmt: skip
+    if target.is_amd:
+        values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
+        if "kpack" in params:
+            values["kpack"] = 2
+    sub = SubSpace("triton", params, _constraints(problem, target))
+    # The largest GROUP_SIZE_M that still changes the order. On the H100 (benchmarks/moe.py, 18 problems)
+    # this default ran 1.015x the previous one (GROUP_SIZE_M 16 only where an expert had several row
+    # blocks, else 1) in geomean: up to 1.18x faster (Mixtral M = 64), at worst 1.7% slower (M = 4096).
+    for group in sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True):
+        config = Config(backend="triton", GROUP_SIZE_M=group, **values)
+        if sub.check(config) is None:
+            return config
+    # Small targets (less LDS) or odd shapes: the first valid config of the space
+    return next(Config({**v}) for v, broken in sub.walk() if broken is None)
+
+
+@lru_cache(maxsize=256)
+def moe_space(problem: Problem, target: Target, backends: tuple[str, ...]) -> SearchSpace:
+    """The search space of `problem`: the torch baseline first, then the Triton kernel (default first)."""
+    known = moe_backends(target)
+    unknown = [b for b in backends if b not in known]
+    if unknown:
+        raise ValueError(
+            f"unknown moe backend(s) {', '.join(unknown)}; known on {target.arch}: {', '.join(known)}"
+        )
+    subs = []
+    for backend in known:
+        if backend not in backends:
+            continue
+        if backend == "torch":
+            subs.append(SubSpace("torch"))
+        else:
+            default = moe_default_config(problem, target)
+            subs.append(
+                SubSpace("triton", moe_params(problem, target), _constraints(problem, target), (default,))
+            )
+    return SearchSpace(subs)

@@ -1,0 +1,101 @@
+"""Run-time entry point of the quantized GEMMs: `gemm_quant(op, a, b, a_scale, b_scale)`.
+
+Looks the shape up in the pinned tables of `autotune.dispatch` (op, A's dtype, N, K, M bucket) and
+launches that config. A shape that no table covers runs `QuantGemmOp.fallback_config`: torch._scaled_mm
+where the installed torch runs the op's scaling mode on this GPU (probed), except for the FP8 ops on
+NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op] (decode), where our kernels are measured ahead; the heuristic
+default where _scaled_mm cannot run it (MX formats on sm_90, gemm_mxfp4_bf16a, ...). Inputs are checked
+on every call (one ValueError before any launch); the launch is prepared per call (its launcher is cached
+per config), so this costs more host time than `gemm` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.target import Target
+from autotune.kernels.serve import served_config
+
+__all__ = ["gemm_quant"]
+
+_OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+# The problem of each (op, M, N, K, dtypes, arch) seen: building one validates it, which costs host time.
+_problems: dict[tuple[Any, ...], Problem] = {}
+
+
+def _problem(op: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, target: Target) -> Problem:
+    if type(a) is torch.Tensor and type(b) is torch.Tensor and a.dim() == 2 and b.dim() == 2:
+        key = (op, a.shape[0], b.shape[0], b.shape[1], a.dtype, out_dtype, target.arch)
+        found = _problems.get(key)
+        if found is None:
+            found = _new_problem(op, a, b, out_dtype, target)
+            if len(_problems) >= 4096:
+                _problems.clear()
+            _problems[key] = found
+        return found
+    return _new_problem(op, a, b, out_dtype, target)
+
+
+def _new_problem(
+    op: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, target: Target
+) -> Problem:
+    if op not in QUANT_OPS:
+        raise ValueError(f"unknown quantized GEMM {op!r}; known: {', '.join(QUANT_OPS)}")
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"{op} takes 2-D tensors a (M, K) and b (N, K)")
+    if out_dtype not in _OUT_NAMES:
+        raise ValueError(f"{op} writes bf16 or fp16, not {out_dtype}")
+    M, N = a.shape[0], b.shape[0]
+    K = b.shape[1] * (2 if op in ("gemm_mxfp4", "gemm_mxfp4_bf16a") else 1)
+    fp8 = "fp8e4m3"  # the target's own e4m3; e4m3fnuz named only where it is not the target's own
+    if op.startswith("gemm_fp8") and a.dtype == torch.float8_e4m3fnuz and target.arch != "gfx942":
+        fp8 = "fp8e4m3fnuz"
+    return Problem.quant(op, M, N, K, _OUT_NAMES[out_dtype], fp8)
+
+
+def gemm_quant(
+    op: str,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    a_scale: torch.Tensor | None,
+    b_scale: torch.Tensor,
+    *,
+    out_dtype: torch.dtype = torch.bfloat16,
+    target: Target | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """C (M, N) of quantized GEMM `op` (see `gemm_quant_op` for the inputs of each), through the tuned
+    table when one holds the shape, else the op's `fallback_config`.
+
+    `out`, a contiguous (M, N) tensor of `out_dtype` on A's device, receives C and is returned; another
+    shape, dtype, device or layout is a ValueError (a non-tensor a TypeError) before any launch. Without
+    it C is allocated."""
+    from autotune.kernels.api import _running
+    from autotune.kernels.gemm_quant_op import QUANT_GEMMS
+
+    tgt = target or _running()
+    problem = _problem(op, a, b, out_dtype, tgt)
+    if out is not None:
+        _check_out(op, out, problem, out_dtype, a)
+    config = served_config(QUANT_GEMMS[op], problem, tgt)  # the table's, else the op's fallback
+    if out is None:
+        out = torch.empty(problem.M, problem.N, device=a.device, dtype=out_dtype)
+    inputs: Any = (a, b, a_scale, b_scale)  # a_scale None: gemm_mxfp4_bf16a
+    QUANT_GEMMS[op].prepare(problem, config, tgt, inputs, out)()
+    return out
+
+
+def _check_out(op: str, out: Any, problem: Problem, out_dtype: torch.dtype, a: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
+    M, N = problem.M, problem.N
+    dense = out.is_contiguous()
+    if tuple(out.shape) != (M, N) or out.dtype != out_dtype or out.device != a.device or not dense:
+        strides = "" if dense else f" with strides {out.stride()}"
+        raise ValueError(
+            f"{op}: out must be a contiguous ({M}, {N}) {out_dtype} tensor on {a.device} (the shape and "
+            f"dtype of C), got {tuple(out.shape)} {out.dtype} on {out.device}{strides}"
+        )

@@ -1,0 +1,140 @@
+"""Plan a sweep before running it: per problem the space after pruning, the trials left to run, and an
+estimated duration from the cost model and the benchmarker's settings."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.problem import Problem
+from autotune.core.result import Source
+from autotune.core.target import Target
+from autotune.engine.bench import BenchSettings
+
+if TYPE_CHECKING:
+    from autotune.db import Store
+    from autotune.sweeps.spec import SweepSpec
+
+__all__ = ["PlanRow", "makespan", "plan_sweep", "trial_seconds"]
+
+#: Per measured trial, besides timed runs: correctness check against the reference, graph capture or
+#: event set-up, Python bookkeeping and the database write (seen on the H100: 20-40 ms).
+FIXED_TRIAL_S = 0.03
+#: Per timed run: the GPU spin that hides launch latency (`lead_cycles` at ~2 GHz) plus launch cost.
+RUN_OVERHEAD_S = 110e-6
+#: One config compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; AMD's compiler is
+#: slower, ~1 s seen cross-compiling): compiles run ahead on every core while the GPU measures.
+COMPILE_S = {"nvidia": 0.3, "amd": 1.0}
+#: A compile-only sweep compiles this many rounds of candidates at most per problem.
+PREDICT_ROUNDS = 1
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One problem of a planned sweep."""
+
+    problem: Problem
+    valid: int  # configs left after the space's constraints
+    raw: int  # configs of the full product of knobs
+    trials: int  # configs the sweep will try (the budget caps it)
+    done: int  # of those, already stored (a resumed sweep skips them)
+    est_s: float  # estimated seconds for what is left
+
+    def to_dict(self) -> dict[str, Any]:
+        p = self.problem
+        return dict(problem=p.key(), M=p.M, N=p.N, K=p.K, valid=self.valid, raw=self.raw, trials=self.trials,
+                    done=self.done, est_s=round(self.est_s, 1))  # fmt: skip
+
+
+def trial_seconds(kernel_us: float, settings: BenchSettings, flush_s: float, raced: bool = False) -> float:
+    """Wall time of measuring one config whose launch takes `kernel_us`: warm-up and the timed runs the
+    benchmarker's settings ask for (`min_reps` when `raced`; with a precision target, 2 × `min_reps`, what
+    a steady kernel gets), each with its cache flush and spin, plus a fixed cost."""
+    t = max(kernel_us, 1.0) * 1e-6
+    reps = max(settings.min_reps, min(settings.max_reps, int(settings.target_time_s / t)))
+    if settings.precision is not None:
+        reps = min(reps, 2 * settings.min_reps)
+    if raced:
+        reps = settings.min_reps
+    per_run = t + RUN_OVERHEAD_S + (flush_s if settings.flush else 0.0)
+    return FIXED_TRIAL_S + (settings.warmup + 1) * t + reps * per_run
+
+
+def plan_sweep(
+    spec: SweepSpec,
+    target: Target,
+    *,
+    store: Store | None = None,
+    workers: int | None = None,
+    compile_only: bool = False,
+    settings: BenchSettings | None = None,
+) -> list[PlanRow]:
+    """Every problem of `spec` on `target` with its estimated duration (SpecError for a bad backend).
+
+    Measured sweeps: each config costs the larger of its measurement (the cost model's time for the
+    kernel, timed as the settings say; a config the model puts over `settings.race` times the problem's
+    best counts as raced) and its share of compiling on `workers` cores. Compile-only sweeps:
+    `candidates` compiles per problem on `workers` cores. With a `store`, configs already stored for this
+    target and kernel version count as done and cost nothing.
+    """
+    from autotune.core.op import kernel_versions
+    from autotune.engine.model import predict_us
+    from autotune.sweeps.run import plan
+    from autotune.sweeps.spec import SpecError
+
+    plan(spec, target)  # the clear errors first
+    settings = settings or BenchSettings()
+    cores = max(1, workers or os.cpu_count() or 1)
+    compile_s = COMPILE_S.get(target.vendor, 1.0)
+    flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
+    rows: list[PlanRow] = []
+    for entry, problem in spec.problems():
+        op = entry.op_for(problem)
+        try:
+            space = op.space(problem, target, entry.backends)
+        except ValueError as exc:  # pragma: no cover - plan() above raised already
+            raise SpecError(str(exc)) from None
+        configs = space.configs()
+        kernels = kernel_versions(op, space.backends)
+        source = Source.MODEL if compile_only else Source.MEASURED
+        stored = (
+            store.finished(target=target, problem=problem, kernels=kernels, source=source) if store else {}
+        )
+        if compile_only:
+            n = min(len(configs), spec.static.candidates * PREDICT_ROUNDS)
+            done = n if stored else 0
+            est = 0.0 if stored else n * compile_s / cores
+            rows.append(PlanRow(problem, len(space), space.raw_size(), n, done, est))
+            continue
+        n = min(len(configs), entry.budget.trials or len(configs))
+        todo = [c for c in configs[:n] if c.digest() not in stored]
+        est = 0.0
+        predicted = [predict_us(problem, config, target) for config in todo]
+        best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
+        bound_us = math.inf if settings.race is None else settings.race * best_us
+        for config, kernel_us in zip(todo, predicted, strict=True):
+            # A config the model says cannot launch fails fast (out of resources): the fixed cost only.
+            measure = (
+                trial_seconds(kernel_us, settings, flush_s, raced=kernel_us > bound_us)
+                if math.isfinite(kernel_us)
+                else FIXED_TRIAL_S
+            )
+            est += max(measure, compile_s / cores if config.backend != "torch" else 0.0)
+        if entry.budget.seconds is not None:
+            est = min(est, entry.budget.seconds)
+        rows.append(PlanRow(problem, len(space), space.raw_size(), n, n - len(todo), est))
+    return rows
+
+
+def makespan(durations: list[float], workers: int) -> float:
+    """Wall time of `durations` (seconds per problem) shared out on `workers` GPUs the way a sweep does
+    it: longest first, each to the worker that frees up first."""
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    loads = [0.0] * workers
+    for d in sorted(durations, reverse=True):
+        i = loads.index(min(loads))
+        loads[i] += d
+    return max(loads) if durations else 0.0

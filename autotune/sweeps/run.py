@@ -1,0 +1,719 @@
+"""Sweep orchestration: every problem of a spec through the Runner, the sweep's row kept up to date."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.result import TrialResult
+from autotune.core.target import Target
+from autotune.engine.bench import ServedTiming
+from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
+from autotune.engine.strategies import Budget
+from autotune.engine.workers import InlineWorker, Worker, WorkerAborted, WorkerError
+from autotune.sweeps.profile import (
+    FamilyProfile,
+    Plan,
+    ProfileReport,
+    family_of,
+    family_plan,
+    prefetch_family,
+    profile_family,
+)
+from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
+
+if TYPE_CHECKING:
+    from autotune.core.op import TunableOp
+    from autotune.db import Store
+    from autotune.engine.bench import Benchmarker
+    from autotune.engine.checker import StaticChecker
+
+__all__ = ["SweepReport", "families", "plan", "predict_sweep", "run_sweep"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did; `interrupted` when Ctrl-C stopped it (everything finished is stored)."""
+
+    sweep_id: int
+    name: str
+    target: Target
+    problems: list[ProblemReport] = field(default_factory=list)
+    interrupted: bool = False
+    wall_s: float = 0.0
+    predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
+    budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
+    #: The M profiles made after tuning (one per shape family with a ladder), and the seconds they took.
+    profiles: list[ProfileReport] = field(default_factory=list)
+    profile_s: float = 0.0
+
+    @property
+    def trials_run(self) -> int:
+        return sum(p.ran for p in self.problems)
+
+    @property
+    def trials_cached(self) -> int:
+        return sum(p.cached for p in self.problems)
+
+
+def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
+    """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend."""
+
+    out = []
+    for entry, problem in spec.problems():
+        op = entry.op_for(problem)
+        try:
+            space = op.space(problem, target, entry.backends)
+        except ValueError as exc:
+            raise SpecError(f"{spec.path}: {exc}") from None
+        out.append((problem, len(space), space.raw_size()))
+    return out
+
+
+def run_sweep(
+    spec: SweepSpec,
+    store: Store,
+    target: Target,
+    *,
+    benchmarker_for: Callable[[str], Benchmarker] | None = None,
+    workers: Sequence[Worker] | None = None,
+    on_trial: TrialCallback | None = None,
+    on_problem: Callable[[ProblemReport], None] | None = None,
+    checker: StaticChecker | None = None,
+    budget_s: float | None = None,
+    log_path: str | None = None,
+) -> SweepReport:
+    """Tunes every problem of `spec` on `target`, writing each trial to `store` as it finishes.
+
+    Where trials run: with `workers` (a ProcessWorker per GPU, or Ray actors), each worker has a thread
+    here that takes the next problem from a shared queue, longest estimated first, so that the workers
+    finish together; a config that crashes or hangs a worker costs that trial (stored as `crashed` or
+    `timeout`), and a worker that cannot work at all hands its problem back to the others. Results are
+    recorded under the target each worker reports. Without workers, trials run in this process (an
+    InlineWorker) on a Benchmarker per op (`benchmarker_for(op name)` makes them; tests inject fakes).
+
+    With a `checker` (a GPU target), configs compile ahead on the CPU cores and those the spec's static
+    checks flag are stored as `pruned` without GPU time.
+
+    `budget_s` is a time budget for the whole sweep, shared across the problems: each problem gets an
+    equal share of what is left per worker (time a problem does not use goes to the ones after it),
+    capped by its own `seconds`. When it is spent the sweep stops like an interrupted one
+    (`report.budget_spent`); running it again resumes.
+
+    Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
+    by default the serving ladder on a GPU) is profiled (`autotune.sweeps.profile`): its candidates timed at
+    every ladder M the way they run when served, stored as profile trials, so that `autotune emit`
+    builds M ranges; on the workers, a family at a time each. A sweep stopped or out of budget profiles
+    nothing; running it again does.
+
+    Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
+    stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
+    says so. Any other error marks it "failed" and propagates. Running the same spec again resumes:
+    stored trials are not re-run. The sweep's row keeps a heartbeat and progress counts, which
+    ``autotune status`` shows from any host; `log_path` is recorded with it.
+    """
+    for worker in workers or ():
+        worker.start()  # worker processes import torch and open their GPUs while the sweep sets up
+    planned = plan(spec, target)  # validate everything before any work
+    todo = spec.problems()
+    n_workers = len(workers) if workers else None  # as the sweep's row records it
+    if not workers:
+        make = (lambda op: benchmarker_for(op.name)) if benchmarker_for else None
+        workers = [InlineWorker(target, make=make)]
+    if len(workers) > 1:
+        todo = _longest_first(spec, target, store, todo, planned)
+    queue = _ProblemQueue(todo, budget_s, len(workers))
+    if checker is not None:
+        checker.warm_up()  # the compile processes start while the GPU workers do
+    jobs = families(spec, target)
+    with _sweep_row(spec, store, target, problems_total=len(todo), workers=n_workers, log_path=log_path) as (
+        report,
+        progress,
+    ):
+        counted = progress.wrap(on_trial)
+        try:
+            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker, jobs)
+        finally:
+            report.budget_spent = queue.budget_spent
+            if queue.budget_spent:
+                report.interrupted = True
+    return report
+
+
+def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
+    """The shape families of `spec` to profile on `target`: per family (problems differing only in M),
+    its tuned problems and the ladder of the entry that holds its first problem; families with an empty
+    ladder are left out."""
+    grouped: dict[Problem, tuple[SweepEntry, list[Problem]]] = {}
+    for entry, problem in spec.problems():
+        grouped.setdefault(family_of(problem), (entry, []))[1].append(problem)
+    out = []
+    for entry, problems in grouped.values():
+        buckets = tuple(sorted(problems, key=lambda p: p.M))
+        ladder = entry.ladder_on(target, tuple(p.M for p in buckets))
+        if ladder:
+            out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder))
+    return out
+
+
+class _ProblemQueue:
+    """The problems left, handed out one at a time with their share of the time budget. Thread-safe."""
+
+    def __init__(self, todo: list[tuple[SweepEntry, Problem]], budget_s: float | None, workers: int) -> None:
+        self.todo = list(todo)
+        self.total = len(todo)
+        self.workers = workers
+        self.deadline = None if budget_s is None else time.monotonic() + budget_s
+        self.budget_spent = False
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[SweepEntry, Problem, Budget] | None:
+        with self._lock:
+            if not self.todo:
+                return None
+            entry, problem = self.todo[0]
+            budget = entry.budget
+            if self.deadline is not None:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    if not self.budget_spent:
+                        log.warning(
+                            "time budget spent: %d of %d problems not started", len(self.todo), self.total
+                        )
+                    self.budget_spent = True
+                    return None
+                # Equal shares of what is left, running `workers` problems at a time.
+                share = left * min(self.workers, len(self.todo)) / len(self.todo)
+                budget = Budget(
+                    budget.trials, share if budget.seconds is None else min(budget.seconds, share)
+                )
+            self.todo.pop(0)
+            return entry, problem, budget
+
+    def peek(self) -> tuple[SweepEntry, Problem] | None:
+        """The problem `take` would hand out next, left in the queue."""
+        with self._lock:
+            return self.todo[0] if self.todo else None
+
+    def put_back(self, entry: SweepEntry, problem: Problem) -> None:
+        with self._lock:
+            self.todo.insert(0, (entry, problem))
+
+
+#: Problems in flight per worker while configs compile ahead: the one taken first measures whenever one of
+#: its configs is ready; the one behind it measures while the first waits on a slow compile.
+IN_FLIGHT = 2
+
+
+class _Lane:
+    """One worker shared by the problems in flight on it, one trial at a time. The problem taken first
+    (the front) has the worker whenever it asks; a problem behind it gets the worker only while the
+    front waits on a compile. A problem's time budget counts its own time only: all of it while in
+    front, its trials while behind. Thread-safe."""
+
+    def __init__(self, worker: Worker, tickets: Iterator[int]) -> None:
+        self.worker = worker
+        self._tickets = tickets
+        self._cv = threading.Condition()
+        self._busy = False
+        self._order: list[int] = []  # problems in flight, front first
+        self._compiling: set[int] = set()  # problems waiting on a compile
+        self._own: dict[int, float] = {}  # seconds counted so far per problem
+        self._front_since = 0.0
+
+    def join(self) -> int:
+        with self._cv:
+            ticket = next(self._tickets)
+            self._order.append(ticket)
+            self._own[ticket] = 0.0
+            if len(self._order) == 1:
+                self._front_since = time.monotonic()
+            return ticket
+
+    def leave(self, ticket: int) -> None:
+        with self._cv:
+            was_front = self._order[0] == ticket
+            self._order.remove(ticket)
+            self._own.pop(ticket, None)
+            self._compiling.discard(ticket)
+            if was_front and self._order:
+                self._front_since = time.monotonic()
+            self._cv.notify_all()
+
+    def clock(self, ticket: int) -> Callable[[], float]:
+        """Seconds counted for `ticket`'s problem (monotonic), for its strategy's time budget."""
+
+        def now() -> float:
+            with self._cv:
+                own = self._own.get(ticket, 0.0)
+                if self._order and self._order[0] == ticket:
+                    own += time.monotonic() - self._front_since
+                return own
+
+        return now
+
+    @contextmanager
+    def compiling(self, ticket: int) -> Iterator[None]:
+        """`ticket`'s problem waits on a compile meanwhile: a problem behind it may use the worker."""
+        with self._cv:
+            self._compiling.add(ticket)
+            self._cv.notify_all()
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._compiling.discard(ticket)
+
+    def run(self, ticket: int, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
+        with self._cv:
+            while self._busy or (self._order[0] != ticket and self._order[0] not in self._compiling):
+                self._cv.wait()
+            self._busy = True
+        t0 = time.monotonic()
+        try:
+            return self.worker.run(op, problem, config)
+        finally:
+            with self._cv:
+                self._busy = False
+                if self._order and self._order[0] != ticket and ticket in self._own:
+                    self._own[ticket] += time.monotonic() - t0
+                self._cv.notify_all()
+
+
+@dataclass
+class _InLane:
+    """The Runner's measurer for one problem on a lane."""
+
+    lane: _Lane
+    ticket: int
+    op: TunableOp
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        return self.lane.run(self.ticket, self.op, problem, config)
+
+
+class _LaneChecker:
+    """The sweep's checker as one problem's Runner sees it: a wait on a compile tells the lane."""
+
+    def __init__(self, checker: StaticChecker, lane: _Lane, ticket: int) -> None:
+        self.checker, self.lane, self.ticket = checker, lane, ticket
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.checker, name)
+
+    def findings(self, op: TunableOp, problem: Problem, config: Config) -> Any:
+        if self.checker.ready(problem, config):
+            return self.checker.findings(op, problem, config)
+        with self.lane.compiling(self.ticket):
+            return self.checker.findings(op, problem, config)
+
+
+def _run_on_workers(
+    queue: _ProblemQueue,
+    workers: Sequence[Worker],
+    store: Store,
+    report: SweepReport,
+    progress: _Progress,
+    on_trial: TrialCallback | None,
+    on_problem: Callable[[ProblemReport], None] | None,
+    checker: StaticChecker | None,
+    jobs: Sequence[FamilyProfile] = (),
+) -> None:
+    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one), then, once every
+    problem is tuned, the profile `jobs`, one thread per worker; Ctrl-C here aborts the running trials
+    and stops them all."""
+    stop = threading.Event()
+    lock = threading.Lock()  # the report and the callbacks
+    errors: list[BaseException] = []
+    tickets = itertools.count()
+    lanes = [_Lane(w, tickets) for w in workers]
+
+    def locked_on_trial(problem: Problem, config: Any, result: Any) -> None:
+        if on_trial is not None:
+            with lock:
+                on_trial(problem, config, result)
+
+    def drain(lane: _Lane) -> None:
+        worker = lane.worker
+        runner: Runner | None = None
+        item = None
+        try:
+            while not stop.is_set() and (item := queue.take()) is not None:
+                entry, problem, budget = item
+                op = entry.op_for(problem)
+                if checker is not None:  # this problem's first compiles, then the next problem's
+                    _compile_ahead(checker, entry, problem)  # (queued first, so they are compiled first)
+                    if (following := queue.peek()) is not None:
+                        _compile_ahead(checker, *following)
+                ticket = lane.join()
+                try:
+                    runner = Runner(
+                        store,
+                        worker.target,
+                        _InLane(lane, ticket, op),
+                        served=_InLane(lane, ticket, ServedTiming(op)),
+                        sweep_id=report.sweep_id,
+                        on_trial=locked_on_trial,
+                        checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
+                        should_stop=stop.is_set,
+                        warm_start=entry.warm_start,
+                        final_rounds=entry.final_rounds_on(worker.target),
+                    )
+                    result = runner.tune(
+                        op,
+                        problem,
+                        strategy=entry.strategy,
+                        budget=budget,
+                        seed=entry.seed,
+                        backends=entry.backends,
+                        clock=lane.clock(ticket),
+                    )
+                finally:
+                    lane.leave(ticket)
+                item = None
+                with lock:
+                    report.problems.append(result)
+                    progress.problem_done(result)
+                    if on_problem is not None:
+                        on_problem(result)
+        except (SweepStopped, WorkerAborted):
+            pass
+        except WorkerError as exc:  # this worker cannot go on; the others take its problem
+            log.error("%s stopped: %s", worker.name, exc)
+            if item is not None:
+                queue.put_back(item[0], item[1])
+                item = None
+            with lock:
+                errors.append(exc)
+        except BaseException as exc:  # a bug or a database error: stop the sweep
+            with lock:
+                errors.append(exc)
+            stop.set()
+        finally:
+            if item is not None and runner is not None and runner.current is not None:
+                with lock:
+                    report.problems.append(runner.current)  # stopped mid-way: its stored trials count
+
+    profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
+
+    def profile(lane: _Lane) -> None:
+        worker = lane.worker
+        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
+        try:
+            while not stop.is_set():
+                with lock:
+                    if not profile_jobs:
+                        return
+                    job = profile_jobs.pop(0)
+                ticket = lane.join()
+                try:
+                    done = profile_family(
+                        job[0],
+                        store=store,
+                        target=worker.target,
+                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op)),
+                        sweep_id=report.sweep_id,
+                        should_stop=stop.is_set,
+                        on_point=lambda *_: progress.beat(),
+                        compiler=checker,
+                        plan=job[1],
+                    )
+                finally:
+                    lane.leave(ticket)
+                job = None
+                with lock:
+                    report.profiles.append(done)
+        except (SweepStopped, WorkerAborted):
+            pass
+        except WorkerError as exc:  # this worker cannot go on; the others take its family
+            log.error("%s stopped: %s", worker.name, exc)
+            with lock:
+                if job is not None:
+                    profile_jobs.insert(0, job)
+                errors.append(exc)
+        except BaseException as exc:  # a bug or a database error: stop the sweep
+            with lock:
+                errors.append(exc)
+            stop.set()
+
+    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
+        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
+            body(lanes[0])
+            return
+        threads = [
+            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
+            for i in range(per_worker)
+            for lane in lanes
+        ]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(0.2)
+        except KeyboardInterrupt:
+            stop.set()
+            for w in workers:
+                w.close()  # a running trial is cut short, and not stored
+            for t in threads:
+                t.join()
+            raise
+
+    def check_errors(left: bool) -> None:
+        fatal = [e for e in errors if not isinstance(e, WorkerError)]
+        if fatal:
+            raise fatal[0]
+        if left and not stop.is_set() and not queue.budget_spent:
+            raise errors[0] if errors else RuntimeError("work left with no worker to do it")
+
+    one_thread = len(workers) == 1 and checker is None
+    try:
+        run_phase(drain, IN_FLIGHT if checker is not None else 1)
+        check_errors(bool(queue.todo))
+        if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
+            t0 = time.perf_counter()
+            if checker is not None:  # every family's compiles queued at once, in order: the first ones first
+                target = workers[0].target
+                profile_jobs = [
+                    (job, family_plan(job, store=store, target=target)) for job, _ in profile_jobs
+                ]
+                for job, plan in profile_jobs:
+                    assert plan is not None
+                    prefetch_family(job.op, plan[0], checker)
+            try:
+                run_phase(profile, 1)
+            finally:
+                report.profile_s = time.perf_counter() - t0
+            check_errors(bool(profile_jobs))
+    finally:
+        if one_thread:
+            workers[0].close()
+
+
+def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
+    """Queues compiles of the configs `problem`'s strategy will ask first (where the strategy can say),
+    so that they run while the GPU is still busy with the problem before it, or still starting."""
+    from autotune.engine.strategies import make_strategy
+
+    op = entry.op_for(problem)
+    try:
+        space = op.space(problem, checker.target, entry.backends)
+        first = make_strategy(entry.strategy, space, entry.budget, seed=entry.seed).upcoming(
+            checker.lookahead
+        )
+    except Exception as exc:  # only an optimisation: the runner compiles what it needs anyway
+        log.debug("no compile-ahead for %s: %s", problem, exc)
+        return
+    checker.prefetch(op, problem, first)
+
+
+def _longest_first(
+    spec: SweepSpec,
+    target: Target,
+    store: Store,
+    todo: list[tuple[SweepEntry, Problem]],
+    planned: list[tuple[Problem, int, int]],
+) -> list[tuple[SweepEntry, Problem]]:
+    """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
+    together); by trial count where the estimate cannot be made."""
+    try:
+        from autotune.sweeps.estimate import plan_sweep
+
+        est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
+    except Exception as exc:  # the estimate is an optimisation only
+        log.debug("no duration estimate (%s): ordering by trials", exc)
+        sizes = {p: n for p, n, _ in planned}
+        est = {p: float(min(sizes[p], e.budget.trials or sizes[p])) for e, p in todo}
+    return sorted(todo, key=lambda item: -est.get(item[1], 0.0))
+
+
+class _Progress:
+    """The sweep's heartbeat and progress counts in its row, written at most every `every_s` seconds as
+    trials finish, when a problem finishes, and by a background thread every `6 * every_s` seconds while
+    `running()` (so a long trial never makes a live sweep look dead). Thread-safe; a failed write is
+    logged, never fatal."""
+
+    def __init__(self, store: Store, sweep_id: int, every_s: float = 10.0) -> None:
+        self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
+        self.trials = 0
+        self.problems = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        stop = threading.Event()
+
+        def heartbeat() -> None:
+            while not stop.wait(6 * self.every_s):
+                self.beat(force=True)
+
+        thread = threading.Thread(target=heartbeat, name="sweep-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join(5)
+
+    def wrap(self, on_trial: TrialCallback | None) -> TrialCallback:
+        def counted(problem: Problem, config: Any, result: Any) -> None:
+            with self._lock:
+                self.trials += 1
+            what = f"{result.time_us:.2f} us" if result.ok else f"{result.status.value} {result.error[:300]}"
+            where = result.extra.get("worker", "")
+            log.info("%s | %s | %s%s", problem, config.short(), what, f" [{where}]" if where else "")
+            self.beat()
+            if on_trial is not None:
+                on_trial(problem, config, result)
+
+        return counted
+
+    def problem_done(self, report: ProblemReport) -> None:
+        with self._lock:
+            self.problems += 1
+        best = report.best.config.short() if report.best else "-"
+        speedup = "" if report.speedup is None else f", {report.speedup:.2f}x the vendor library"
+        log.info("done %s: %d trials run, %d read back, %d failed; best %s%s",
+                 report.problem, report.ran, report.cached, report.failed, best, speedup)  # fmt: skip
+        self.beat(force=True)
+
+    def beat(self, force: bool = False) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if not force and now - self._last < self.every_s:
+                return
+            self._last = now
+            trials, problems = self.trials, self.problems
+        try:
+            self.store.touch_sweep(self.sweep_id, trials_done=trials, problems_done=problems)
+        except Exception as exc:  # the heartbeat must never stop a sweep
+            log.warning("cannot update the sweep's progress: %s", exc)
+
+
+@contextmanager
+def _sweep_row(
+    spec: SweepSpec,
+    store: Store,
+    target: Target,
+    predicted: bool = False,
+    *,
+    problems_total: int | None = None,
+    workers: int | None = None,
+    log_path: str | None = None,
+) -> Iterator[tuple[SweepReport, _Progress]]:
+    """The sweep's row, report and progress: "finished" when the body completes, "interrupted" on
+    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates)."""
+    t0 = time.perf_counter()
+    sweep_id = store.start_sweep(
+        spec.name, spec.text, target, problems_total=problems_total, workers=workers, log_path=log_path
+    )
+    report = SweepReport(sweep_id=sweep_id, name=spec.name, target=target, predicted=predicted)
+    progress = _Progress(store, sweep_id)
+    status = "failed"
+    try:
+        with progress.running():
+            yield report, progress
+        status = "interrupted" if report.interrupted else "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        report.interrupted = True
+        log.warning("sweep %s interrupted; everything finished is stored", spec.name)
+    finally:
+        report.wall_s = time.perf_counter() - t0
+        progress.beat(force=True)
+        store.finish_sweep(sweep_id, status)
+
+
+def predict_sweep(
+    spec: SweepSpec,
+    store: Store,
+    checker: StaticChecker,
+    *,
+    keep: int = 5,
+    on_trial: TrialCallback | None = None,
+    on_problem: Callable[[ProblemReport], None] | None = None,
+) -> SweepReport:
+    """The compile-only sweep: every problem of `spec` on the checker's target, no GPU needed.
+
+    Per problem the cost model ranks the space, the best `spec.static.candidates` configs are compiled on
+    all CPU cores, the static checks prune (stored as `pruned` with the reason) and the `keep` best
+    survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
+    never mixed with measurements. A problem already predicted for this target and kernel version is
+    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted".
+    """
+    from autotune.core.op import kernel_versions
+    from autotune.core.result import Source
+    from autotune.engine.predict import check_problem, model_result
+
+    target = checker.target
+    plan(spec, target)
+    with _sweep_row(spec, store, target, predicted=True, problems_total=len(spec.problems())) as (
+        report,
+        progress,
+    ):
+        for entry, problem in spec.problems():
+            op = entry.op_for(problem)
+            p0 = time.perf_counter()
+            space = op.space(problem, target, entry.backends)
+            kernels = kernel_versions(op, space.backends)
+            done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
+            result = ProblemReport(
+                problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+            )
+            if any(r.ok for r in done.values()):
+                result.cached = len(done)
+                ok = [r for r in done.values() if r.ok]
+                result.best = min(ok, key=lambda r: r.score())
+                result.vendor = next((r for r in ok if r.config.backend == "torch"), None)
+            else:
+                found = check_problem(
+                    op,
+                    problem,
+                    checker,
+                    candidates=spec.static.candidates,
+                    keep=keep,
+                    backends=entry.backends,
+                )
+                best = found.best(keep)
+                if found.vendor is not None and found.vendor not in best:
+                    best.append(found.vendor)
+                picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
+                for candidate, rank in picks:
+                    trial = model_result(candidate, None if rank is None else {"rank": rank})
+                    name, source_hash = kernels[candidate.config.backend]
+                    store.record(
+                        target=target,
+                        kernel=name,
+                        source_hash=source_hash,
+                        problem=problem,
+                        result=trial,
+                        sweep_id=report.sweep_id,
+                        source=Source.MODEL,
+                    )
+                    if on_trial is not None:
+                        on_trial(problem, candidate.config, trial)
+                    if trial.ok and (result.best is None or trial.score() < result.best.score()):
+                        result.best = trial
+                    if trial.ok and candidate.config.backend == "torch":
+                        result.vendor = trial
+                result.ran = len(found.compiled)
+                result.failed = found.n_pruned
+                result.static_pruned = found.static_pruned
+                result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
+            result.wall_s = time.perf_counter() - p0
+            report.problems.append(result)
+            progress.problem_done(result)
+            if on_problem is not None:
+                on_problem(result)
+    return report

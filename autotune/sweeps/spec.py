@@ -1,0 +1,606 @@
+"""The sweep-spec format (TOML): what to tune, parsed strictly with one clear error per mistake.
+
+```toml
+name = "smoke"                 # required
+description = "..."            # optional
+
+[[sweep]]                      # one or more
+op = "gemm"                    # required; a known op
+dtype = "bf16"                 # bf16 (default) or fp16
+m = [1, 16]                    # required: M values (token counts)
+nk = [[64, 64]]                # required: (N, K) pairs
+layout = "nk"                  # B as (N, K) ("nk", default) or (K, N) ("kn"); or a list of both
+strategy = "exhaustive"        # exhaustive | random | optuna (default)
+trials = 6                     # budget per problem, in trials (optional)
+seconds = 60                   # budget per problem, in seconds (optional)
+seed = 0
+backends = ["torch", "triton"] # default: every backend of the op
+warm_start = true              # try known configs first (imported, winners at nearby M); default true
+final_rounds = 3               # the 2 fastest configs and the vendor library's, timed again head to head
+                               # in this many interleaved rounds: their medians pick the winner (0: off;
+                               # default 3 on a GPU, 0 in the interpreter, whose timings pick nothing)
+profile_m = "serving"          # after the buckets of a shape are tuned, time their finalists, the vendor
+                               # and the default at these M ("serving": 1, 2, 3, 4, 6, 8, every 8 to 512,
+                               # then log-spaced up to the largest M; a list of ints; false: none). The
+                               # emitted table serves M ranges from it. Default "serving" on a GPU, none
+                               # in the interpreter
+
+[[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
+op = "moe"
+m = [1, 16, 256]               # token counts
+nk = [[2048, 7168]]
+e = 32                         # experts on this rank (a list for several)
+topk = 8
+weights = "fp8e4m3"            # FP8 weights with 128x128 block scales (default: dtype)
+zipf = 1.0                     # routing skew: 0 (default) uniform, s > 0 load of the r-th expert ~ 1/r^s
+
+[[sweep]]                      # a quantized GEMM (gemm_fp8_rowwise, gemm_fp8_blockwise, gemm_mxfp8,
+op = "gemm_fp8_blockwise"      # gemm_mxfp4, gemm_mxfp4_bf16a); B is (N, K), `dtype` is C's (bf16/fp16)
+m = [1, 16, 512]
+nk = [[7168, 2048]]            # K a multiple of the scale block (128 blockwise, 32 MX)
+fp8 = "fp8e4m3"                # FP8 ops: "fp8e4m3" (the target's e4m3, default) or "fp8e4m3fnuz" (gfx942)
+
+[[sweep]]                      # a model from the catalog (sweeps/catalog.py) instead of op and nk:
+model = "deepseek-v3"          # every GEMM and MoE problem of one layer, plus the LM head, per shard
+tp = [1, 8]                    # tensor-parallel degrees (an int or a list; default 1)
+ep = 8                         # expert-parallel degrees, MoE models only (an int or a list; default 1)
+m = ["decode", 16384]          # M values: presets "decode" (1..256) and "prefill" (512..8192) and/or ints
+weights = "bf16"               # MoE models: the routed experts' weights (default: the model's own)
+zipf = 1.0                     # MoE models: routing skew of the routed experts
+
+[static]                       # optional: compile-only checks before any GPU time
+prune = ["compile", "mfma_shape", "spills", "lds", "occupancy"]   # default: all; [] or false: none
+min_occupancy = 1              # waves per SIMD (AMD) or blocks per SM (NVIDIA)
+candidates = 8                 # compile-only sweeps: the cost model's top configs compiled per problem
+```
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune.core.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dtype
+from autotune.core.static import StaticPolicy
+from autotune.core.target import Target
+from autotune.engine.strategies import STRATEGIES, Budget
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: Final rounds of a search on a GPU where the spec does not say (`SweepEntry.final_rounds`).
+DEFAULT_FINAL_ROUNDS = 3
+
+__all__ = [
+    "DEFAULT_FINAL_ROUNDS",
+    "SpecError",
+    "SweepEntry",
+    "SweepSpec",
+    "load_spec",
+    "parse_spec",
+    "spec_from_untuned",
+]
+
+_TOP_KEYS = {"name", "description", "sweep", "static"}
+_ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends",
+               "warm_start", "final_rounds", "profile_m"}  # fmt: skip
+_MOE_KEYS = {"e", "topk", "weights", "zipf"}
+_FP8_KEYS = {"fp8"}
+_MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
+               "warm_start", "final_rounds", "profile_m", "weights", "zipf"}  # fmt: skip
+_REQUIRED = ("op", "m", "nk")
+
+
+class SpecError(ValueError):
+    """A malformed sweep spec; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class SweepEntry:
+    """One [[sweep]] table: a set of problems and how to tune them.
+
+    Either an op entry (`op` with `nks`: the product of M values, (N, K) pairs and layouts) or a model
+    entry (`model`, with `tps` and `eps`: the catalog's problems of that model, gemm and moe alike; its
+    `op` is ""). Each problem's TunableOp is `op_for(problem)`.
+    """
+
+    op: str
+    dtype: str
+    ms: tuple[int, ...]
+    nks: tuple[tuple[int, int], ...]
+    layouts: tuple[str, ...] = ("nk",)
+    strategy: str = "optuna"
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    backends: tuple[str, ...] | None = None
+    warm_start: bool = True  # try known configs first (Store.known_configs)
+    final_rounds: int | None = None  # the finalists timed again head to head (Runner); None: the default
+    #: The M ladder its shape families are profiled at once tuned (autotune.sweeps.profile): None the default
+    #: (the serving ladder on a GPU, none in the interpreter), "serving" that ladder everywhere, a tuple
+    #: of M values, or () for none.
+    profile_m: str | tuple[int, ...] | None = None
+    es: tuple[int, ...] = ()  # moe: expert counts
+    topk: int = 0  # moe: experts per token
+    weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
+    zipf: float = 0.0  # moe: routing skew
+    model: str = ""  # a catalog model (sweeps/catalog.py) instead of op and nks
+    tps: tuple[int, ...] = (1,)  # model: tensor-parallel degrees
+    eps: tuple[int, ...] = (1,)  # model: expert-parallel degrees
+
+    def final_rounds_on(self, target: Target) -> int:
+        """The final rounds on `target`: as the spec says, else DEFAULT_FINAL_ROUNDS on a GPU and none in
+        the interpreter (its wall-clock timings pick no GPU's winner; a final round there only costs)."""
+        if self.final_rounds is not None:
+            return self.final_rounds
+        return 0 if target.interpreter else DEFAULT_FINAL_ROUNDS
+
+    def ladder_on(self, target: Target, tuned: tuple[int, ...]) -> tuple[int, ...]:
+        """The M ladder a shape family of this entry with tuned M values `tuned` is profiled at on
+        `target` (empty: no profile). The default ladder runs up to the family's largest tuned M."""
+        from autotune.core.ladder import serving_ladder
+
+        if self.profile_m is None:
+            return () if target.interpreter or not tuned else serving_ladder(max(tuned), tuned)
+        if isinstance(self.profile_m, str):
+            return serving_ladder(max(tuned), tuned) if tuned else ()
+        return self.profile_m
+
+    def labeled_problems(self) -> list[tuple[str, Problem]]:
+        """(label, problem) pairs without duplicates; a model entry's labels name the layer and split
+        ("attn.qkv tp8"), an op entry's are its op."""
+        if not self.model:
+            return [(self.op, p) for p in self.problems()]
+        from autotune.sweeps.catalog import model_problems
+
+        seen: dict[Problem, str] = {}
+        for tp in self.tps:
+            for ep in self.eps:
+                split = f"tp{tp}" + (f" ep{ep}" if ep > 1 else "")
+                for label, p in model_problems(
+                    self.model, tp=tp, ep=ep, ms=self.ms, dtype=self.dtype, weights=self.weights or None
+                ):
+                    seen.setdefault(p, f"{label} {split}")
+        return [(label, p) for p, label in seen.items()]
+
+    def problems(self) -> list[Problem]:
+        if self.model:
+            return [p for _, p in self.labeled_problems()]
+        if self.op == "moe":
+            return [
+                Problem.moe(m, n, k, e, self.topk, self.dtype, self.weights or None)
+                for e in self.es
+                for n, k in self.nks
+                for m in self.ms
+            ]
+        if self.op in QUANT_OPS:
+            fp8 = self.weights or "fp8e4m3"
+            return [Problem.quant(self.op, m, n, k, self.dtype, fp8) for n, k in self.nks for m in self.ms]
+        return [
+            Problem.gemm(m, n, k, self.dtype, layout)
+            for layout in self.layouts
+            for n, k in self.nks
+            for m in self.ms
+        ]
+
+    def op_for(self, problem: Problem) -> Any:
+        """The TunableOp that tunes `problem` of this entry (a moe problem's op carries the routing skew)."""
+        return self._op(problem.op)
+
+    def make_op(self) -> Any:
+        """The TunableOp of an op entry; a model entry has problems of several ops: use `op_for`."""
+        if self.model:
+            raise ValueError(f"model entry {self.model!r} has gemm and moe problems: use op_for(problem)")
+        return self._op(self.op)
+
+    def _op(self, name: str) -> Any:
+        from autotune.kernels import get_op
+
+        if name == "moe" and self.zipf:
+            from autotune.kernels.moe_op import MoeOp
+
+            return MoeOp(zipf=self.zipf)
+        return get_op(name)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A parsed spec: a name and its entries. `text` is the source, stored with the sweep."""
+
+    name: str
+    entries: tuple[SweepEntry, ...]
+    description: str = ""
+    text: str = ""
+    path: str = ""
+    static: StaticPolicy = field(default_factory=StaticPolicy)
+
+    def problems(self) -> list[tuple[SweepEntry, Problem]]:
+        """Every (entry, problem) pair, duplicates across entries removed (first wins)."""
+        seen: set[Problem] = set()
+        out = []
+        for entry in self.entries:
+            for p in entry.problems():
+                if p not in seen:
+                    seen.add(p)
+                    out.append((entry, p))
+        return out
+
+
+#: The specs that ship with the package (this folder's *.toml), loadable by name: `autotune sweep smoke`.
+EMBEDDED = Path(__file__).resolve().parent
+
+
+def embedded_specs() -> list[str]:
+    """The names of the specs that ship with the package."""
+    return sorted(p.stem for p in EMBEDDED.glob("*.toml"))
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Reads and validates a spec file, or a spec that ships with the package named without its folder
+    and ".toml" (`smoke`, `llama3-8b`) where no such file exists here; SpecError on any problem."""
+    p = Path(path)
+    if not p.exists() and p.parent == Path(".") and (EMBEDDED / p.with_suffix(".toml").name).is_file():
+        p = EMBEDDED / p.with_suffix(".toml").name
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        shipped = ", ".join(embedded_specs())
+        raise SpecError(f"{p}: no such spec file (the specs that ship by name: {shipped})") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{p}: not UTF-8 text") from None
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return parse_spec(text, source=str(p))
+
+
+def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"{source}: not valid TOML: {exc}") from None
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise SpecError(
+            f"{source}: unknown top-level field(s) {', '.join(sorted(unknown))}; "
+            f"allowed: {', '.join(sorted(_TOP_KEYS))}"
+        )
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SpecError(f"{source}: missing or empty `name` (a string naming the sweep)")
+    tables = data.get("sweep")
+    if not isinstance(tables, list) or not tables:
+        raise SpecError(f"{source}: no [[sweep]] tables; add at least one with op, m and nk")
+    entries = tuple(_entry(t, f"{source}: [[sweep]] #{i + 1}") for i, t in enumerate(tables))
+    description = data.get("description", "")
+    if not isinstance(description, str):
+        raise SpecError(f"{source}: `description` must be a string")
+    static = data.get("static", {})
+    if not isinstance(static, Mapping):
+        raise SpecError(f"{source}: [static] must be a table")
+    try:
+        policy = StaticPolicy.from_mapping(static)
+    except ValueError as exc:
+        raise SpecError(f"{source}: {exc}") from None
+    return SweepSpec(
+        name=name.strip(), entries=entries, description=description, text=text, path=source, static=policy
+    )
+
+
+def _entry(table: Any, where: str) -> SweepEntry:
+    if not isinstance(table, Mapping):
+        raise SpecError(f"{where}: must be a table")
+    if "model" in table:
+        return _model_entry(table, where)
+    allowed = _ENTRY_KEYS | (_MOE_KEYS if table.get("op") == "moe" else set())
+    if str(table.get("op", "")).startswith("gemm_fp8"):
+        allowed |= _FP8_KEYS
+    unknown = set(table) - allowed
+    if unknown:
+        hint = f' ({", ".join(sorted(_MOE_KEYS))} belong to op "moe")' if unknown & _MOE_KEYS else ""
+        if "fp8" in unknown:
+            hint = " (`fp8` belongs to the FP8 ops gemm_fp8_rowwise and gemm_fp8_blockwise)"
+        raise SpecError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"allowed: {', '.join(sorted(allowed))}{hint}"
+        )
+    for key in _REQUIRED:
+        if key not in table:
+            raise SpecError(f"{where}: missing field `{key}`")
+    op = table["op"]
+    if op not in OPS:
+        raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(OPS)}")
+    dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
+    try:
+        dtype = normalize_dtype(dtype_name)
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if dtype not in ("bf16", "fp16"):
+        raise SpecError(f"{where}: op {op} supports dtype bf16 or fp16, not {dtype}")
+    ms_t = _ms(table["m"], where)
+    nk = table["nk"]
+    if not isinstance(nk, list) or not nk:
+        raise SpecError(f"{where}: `nk` must be a non-empty list of [N, K] pairs")
+    nks = []
+    for pair in nk:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise SpecError(f"{where}: each `nk` item must be an [N, K] pair, got {pair!r}")
+        nks.append((_positive(pair[0], "N", where), _positive(pair[1], "K", where)))
+    layout = table.get("layout", "nk")
+    layouts = tuple(layout) if isinstance(layout, list) else (layout,)
+    if not layouts:
+        raise SpecError(f"{where}: `layout` must be one of {', '.join(LAYOUTS)} or a non-empty list of them")
+    for lay in layouts:
+        if lay not in LAYOUTS:
+            raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")
+    tuning = _tuning(table, where)
+    moe: dict[str, Any] = {}
+    if op in QUANT_OPS:
+        if layouts != ("nk",):
+            raise SpecError(f"{where}: op {op} takes B as (N, K) only (layout nk): its scales run along K")
+        if "fp8" in table:
+            fp8 = _typed(table["fp8"], str, "fp8", where)
+            if fp8 not in ("fp8e4m3", "fp8e4m3fnuz"):
+                raise SpecError(f'{where}: `fp8` is "fp8e4m3" or "fp8e4m3fnuz", not {fp8!r}')
+            moe["weights"] = fp8
+    if op == "moe":
+        moe = _moe_fields(table, dtype, where)
+        if "layout" in table and layouts != ("nk",):
+            raise SpecError(f"{where}: op moe has no `layout` (its weights are (E, N, K))")
+    entry = SweepEntry(
+        op=op,
+        dtype=dtype,
+        ms=ms_t,
+        nks=tuple(nks),
+        layouts=layouts,
+        **tuning,
+        **moe,
+    )
+    try:
+        entry.problems()
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return entry
+
+
+def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
+    """A [[sweep]] table naming a catalog model: its problems come from `sweeps/catalog.py`."""
+    from autotune.sweeps.catalog import MODELS
+
+    clash = sorted({"op", "nk", "e", "topk", "layout"} & set(table))
+    if clash:
+        fields = ", ".join(f"`{k}`" for k in clash)
+        raise SpecError(
+            f"{where}: `model` does not mix with {fields}: a model entry takes its shapes from the catalog; "
+            "use a separate [[sweep]] table for explicit shapes"
+        )
+    unknown = set(table) - _MODEL_KEYS
+    if unknown:
+        raise SpecError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"allowed with `model`: {', '.join(sorted(_MODEL_KEYS))}"
+        )
+    name = table["model"]
+    if not isinstance(name, str) or name not in MODELS:
+        raise SpecError(f"{where}: unknown model {name!r}; known: {', '.join(MODELS)}")
+    model = MODELS[name]
+    if "m" not in table:
+        raise SpecError(f'{where}: missing field `m` (token counts: "decode", "prefill" or a list)')
+    dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
+    try:
+        dtype = normalize_dtype(dtype_name)
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if dtype not in ("bf16", "fp16"):
+        raise SpecError(f"{where}: model entries take activations in bf16 or fp16, not {dtype}")
+    tps = _degrees(table.get("tp", 1), "tp", where)
+    eps = _degrees(table.get("ep", 1), "ep", where)
+    if not model.is_moe:
+        extra = sorted(k for k in ("weights", "zipf") if k in table) + (["ep"] if eps != (1,) else [])
+        if extra:
+            fields = ", ".join(f"`{k}`" for k in extra)
+            raise SpecError(f"{where}: model {name} is dense; drop {fields} (for MoE models only)")
+    weights = _weights(table["weights"], dtype, where) if "weights" in table else ""
+    zipf = _zipf(table, where)
+    entry = SweepEntry(
+        op="",
+        dtype=dtype,
+        ms=_ms(table["m"], where),
+        nks=(),
+        **_tuning(table, where),
+        weights=weights,
+        zipf=float(zipf),
+        model=name,
+        tps=tps,
+        eps=eps,
+    )
+    try:
+        entry.problems()  # every split checked here, before any work
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    return entry
+
+
+def _tuning(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """strategy, budget, seed, backends, warm_start, final_rounds and profile_m of an entry."""
+    strategy = _typed(table.get("strategy", "optuna"), str, "strategy", where)
+    if strategy not in STRATEGIES:
+        raise SpecError(f"{where}: unknown strategy {strategy!r}; known: {', '.join(sorted(STRATEGIES))}")
+    trials = table.get("trials")
+    seconds = table.get("seconds")
+    budget = Budget(
+        trials=None if trials is None else _positive(trials, "trials", where),
+        seconds=None if seconds is None else _positive_number(seconds, "seconds", where),
+    )
+    seed = _typed(table.get("seed", 0), int, "seed", where)
+    backends = table.get("backends")
+    if backends is not None:
+        if not isinstance(backends, list) or not backends or not all(isinstance(b, str) for b in backends):
+            raise SpecError(f"{where}: `backends` must be a non-empty list of names")
+        backends = tuple(backends)
+    warm_start = _typed(table.get("warm_start", True), bool, "warm_start", where)
+    final_rounds = table.get("final_rounds")
+    if final_rounds is not None and _typed(final_rounds, int, "final_rounds", where) < 0:
+        raise SpecError(f"{where}: `final_rounds` must be 0 (off) or more, got {final_rounds}")
+    return dict(
+        strategy=strategy, budget=budget, seed=seed, backends=backends, warm_start=warm_start,
+        final_rounds=final_rounds, profile_m=_profile_m(table.get("profile_m"), where),
+    )  # fmt: skip
+
+
+def _profile_m(value: Any, where: str) -> str | tuple[int, ...] | None:
+    """`profile_m`: absent (None: the default), "serving", false or "none" (no profile), or a list of M."""
+    from autotune.core.ladder import SERVING, parse_ladder
+
+    if value is None:
+        return None
+    if value is False or value == "none":
+        return ()
+    if value == SERVING:
+        return SERVING
+    if isinstance(value, list) and value:
+        try:
+            return parse_ladder(value, max_m=1)
+        except ValueError as exc:
+            raise SpecError(f"{where}: `profile_m`: {exc}") from None
+    raise SpecError(
+        f'{where}: `profile_m` must be "serving", false or a non-empty list of positive integers, '
+        f"got {value!r}"
+    )
+
+
+def _ms(value: Any, where: str) -> tuple[int, ...]:
+    """M values: a list of positive integers and preset names ("decode", "prefill"), or one preset name;
+    in order, duplicates dropped."""
+    from autotune.sweeps.catalog import M_PRESETS
+
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise SpecError(
+            f"{where}: `m` must be a non-empty list of positive integers "
+            f"(or preset names: {', '.join(M_PRESETS)})"
+        )
+    out: list[int] = []
+    for v in items:
+        if isinstance(v, str):
+            if v not in M_PRESETS:
+                presets = ", ".join(M_PRESETS)
+                raise SpecError(f"{where}: `m` values must be integers, got {v!r} (or a preset: {presets})")
+            out.extend(M_PRESETS[v])
+        else:
+            out.append(_positive(v, "m", where))
+    return tuple(dict.fromkeys(out))
+
+
+def _degrees(value: Any, name: str, where: str) -> tuple[int, ...]:
+    items = value if isinstance(value, list) else [value]
+    if not items:
+        raise SpecError(f"{where}: `{name}` must be a positive integer or a non-empty list of them")
+    return tuple(dict.fromkeys(_positive(v, name, where) for v in items))
+
+
+def _moe_fields(table: Mapping[str, Any], dtype: str, where: str) -> dict[str, Any]:
+    for key in ("e", "topk"):
+        if key not in table:
+            raise SpecError(f"{where}: op moe needs `{key}`")
+    es = table["e"] if isinstance(table["e"], list) else [table["e"]]
+    if not es:
+        raise SpecError(f"{where}: `e` must be a positive integer or a non-empty list of them")
+    es_t = tuple(_positive(v, "e", where) for v in es)
+    topk = _positive(table["topk"], "topk", where)
+    for e in es_t:
+        if e < topk:
+            raise SpecError(f"{where}: topk {topk} is more than the {e} experts (`e`)")
+    weights = _weights(table.get("weights", dtype), dtype, where)
+    return dict(es=es_t, topk=topk, weights="" if weights == dtype else weights, zipf=_zipf(table, where))
+
+
+def _weights(value: Any, dtype: str, where: str) -> str:
+    """The expert weights' dtype: the activations' or fp8e4m3 (128x128 block scales)."""
+    try:
+        weights = normalize_dtype(_typed(value, str, "weights", where))
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if weights not in (dtype, "fp8e4m3"):
+        raise SpecError(f"{where}: moe `weights` are {dtype} or fp8e4m3, not {weights}")
+    return weights
+
+
+def _zipf(table: Mapping[str, Any], where: str) -> float:
+    zipf = table.get("zipf", 0.0)
+    if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
+        raise SpecError(f"{where}: `zipf` must be a number >= 0, got {zipf!r}")
+    return float(zipf)
+
+
+def _typed(value: Any, kind: type, name: str, where: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SpecError(f"{where}: `{name}` must be a {kind.__name__}, got {value!r}")
+    return value
+
+
+def _positive(value: Any, name: str, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"{where}: `{name}` values must be integers, got {value!r}")
+    if value <= 0:
+        raise SpecError(f"{where}: `{name}` must be positive, got {value}")
+    return value
+
+
+def _positive_number(value: Any, name: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError(f"{where}: `{name}` must be a positive number, got {value!r}")
+    return float(value)
+
+
+def spec_from_untuned(
+    records: list[dict[str, Any]],
+    *,
+    device_key: str | None = None,
+    strategy: str = "optuna",
+    trials: int | None = 60,
+    seconds: float | None = None,
+    source: str = "untuned-shapes log",
+) -> SweepSpec:
+    """A spec that tunes the shapes a serving process logged as untuned (`autotune.dispatch` writes them).
+
+    Records of another GPU (a different `device_key`) and of ops this version cannot tune are skipped.
+    SpecError when nothing is left.
+    """
+    groups: dict[tuple[str, str, str, int, int], set[int]] = {}
+    for r in records:
+        if device_key is not None and r.get("device_key") not in (None, device_key):
+            continue
+        # quantized GEMMs are logged by A's dtype alone (not C's): tune them from a spec instead
+        if r.get("op") not in OPS or r.get("op") in QUANT_OPS or int(r.get("e", 0) or 0):
+            continue
+        try:
+            dtype = normalize_dtype(str(r.get("dtype", "bf16")))
+            key = (str(r["op"]), dtype, str(r.get("layout", "nk")), int(r["n"]), int(r["k"]))
+            m = int(r["m"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if m > 0 and key[3] > 0 and key[4] > 0:
+            groups.setdefault(key, set()).add(m)
+    if not groups:
+        raise SpecError(f"{source}: no untuned shapes of this GPU to tune")
+    lines = ['name = "untuned"', f'description = "shapes from the {source}"']
+    for (op, dtype, layout, n, k), ms in sorted(groups.items()):
+        lines += [
+            "",
+            "[[sweep]]",
+            f'op = "{op}"',
+            f'dtype = "{dtype}"',
+            f'layout = "{layout}"',
+            f"m = {sorted(ms)}",
+            f"nk = [[{n}, {k}]]",
+            f'strategy = "{strategy}"',
+        ]
+        if trials is not None:
+            lines.append(f"trials = {trials}")
+        if seconds is not None:
+            lines.append(f"seconds = {seconds}")
+    return parse_spec("\n".join(lines) + "\n", source=source)
