@@ -12,7 +12,7 @@ from autotune.core.problem import Problem
 from autotune.core.result import TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store
-from autotune.engine.faults import FaultyOp
+from autotune.kernels.faults import FaultyOp
 from autotune.engine.runner import Runner
 from autotune.engine.workers import BoundWorker
 from autotune.sweeps import run_sweep

@@ -14,7 +14,7 @@ from autotune.core.result import TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store
 from autotune.engine.executors import make_workers, parse_gpus
-from autotune.engine.faults import FaultyOp
+from autotune.kernels.faults import FaultyOp
 from autotune.engine.runner import Runner
 from autotune.engine.workers import (
     MAX_CONSECUTIVE_CRASHES,

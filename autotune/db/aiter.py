@@ -19,7 +19,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 
-from .interop import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
+from .foreign import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
 from .store import NewTrial
 
 __all__ = ["AITER_BACKEND", "AITER_COLUMNS", "AITER_CU_DEVICES", "AITER_KERNEL", "read_aiter"]

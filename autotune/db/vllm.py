@@ -26,7 +26,7 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, TrialResult, TrialStatus
 from autotune.core.target import Target
 
-from .interop import ImportedFile, InteropError, device_name_of, device_target, infer_moe_shape
+from .foreign import ImportedFile, InteropError, device_name_of, device_target, infer_moe_shape
 from .records import GpuRecord, TrialRecord
 from .store import NewTrial, Store, StoreError
 

@@ -345,7 +345,6 @@ PRELOAD = (
     "torch",
     "triton",
     "autotune.engine.compile",
-    "autotune.kernels",
     "autotune.engine.compile_preload",
 )
 
@@ -409,21 +408,13 @@ def _warm_job() -> int:
     """Imports what a compile needs, so that the first real compile does not pay for it."""
     import triton  # noqa: F401
 
-    import autotune.kernels  # noqa: F401
+    from autotune.core.registry import load_plugins
 
+    load_plugins()
     return os.getpid()
 
 
-def _compile_job(
-    zipf: float | None, op_name: str, problem: Problem, config: Config, target: Target
-) -> StaticFeatures:
-    from autotune.kernels import get_op
-
-    op = get_op(op_name)
-    if zipf:  # an moe op with skewed routing: the routing decides the launches' padded lengths
-        from autotune.kernels.moe_op import MoeOp
-
-        op = MoeOp(zipf=zipf)
+def _compile_job(op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures:
     return compile_features(op, problem, config, target)
 
 
@@ -459,13 +450,12 @@ class CompilePool:
         was compiling with it, as a failed compile) is replaced, so the compiles after it go on."""
         from concurrent.futures.process import BrokenProcessPool
 
-        zipf = getattr(op, "zipf", None)
-        try:
-            return self._pool.submit(_compile_job, zipf, op.name, problem, config, self.target)
+        try:  # the op travels pickled (an moe op with skewed routing keeps its routing)
+            return self._pool.submit(_compile_job, op, problem, config, self.target)
         except BrokenProcessPool:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = self._start()
-            return self._pool.submit(_compile_job, zipf, op.name, problem, config, self.target)
+            return self._pool.submit(_compile_job, op, problem, config, self.target)
 
     def map(
         self, op: TunableOp, problem: Problem, configs: Iterable[Config]

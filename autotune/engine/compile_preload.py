@@ -1,10 +1,10 @@
 """What the compile pool's fork server loads once (Linux): each compile process, a fork of the server,
 starts with it in memory instead of loading it at its first compile.
 
-Imported for this side effect only (`autotune.engine.compile.PRELOAD`): the kernels and their ops, Triton's
-compiler and its backends and Triton's own key (a hash of its files that every compile looks up). Nothing
-here may start a thread: the server forks (torch's meta kernels, which pull in torch._dynamo, do start
-threads, so recording a launch is left to the compile processes).
+Imported for this side effect only (`autotune.engine.compile.PRELOAD`): the op plug-ins and their
+kernels, Triton's compiler and its backends and Triton's own key (a hash of its files that every compile
+looks up). Nothing here may start a thread: the server forks (torch's meta kernels, which pull in
+torch._dynamo, do start threads, so recording a launch is left to the compile processes).
 """
 
 from __future__ import annotations
@@ -13,11 +13,23 @@ import contextlib
 import importlib
 import pkgutil
 
-import autotune.kernels
+from autotune.core.registry import PLUGINS, load_plugins
 
-#: Every module of the kernels package, then Triton's compiler and its backends.
+with contextlib.suppress(Exception):
+    load_plugins()
+
+
+def _package_modules(name: str) -> list[str]:
+    """Every module of the plug-in package `name`."""
+    with contextlib.suppress(Exception):
+        package = importlib.import_module(name)
+        return [f"{name}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+    return []
+
+
+#: Every module of the op plug-ins' packages, then Triton's compiler and its backends.
 MODULES = (
-    *(f"autotune.kernels.{m.name}" for m in pkgutil.iter_modules(autotune.kernels.__path__)),
+    *(m for name in PLUGINS for m in _package_modules(name)),
     "triton.compiler.compiler",
     "triton.backends.nvidia.compiler",
     "triton.backends.amd.compiler",

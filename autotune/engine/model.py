@@ -243,11 +243,12 @@ def _library_us(problem: Problem, target: Target) -> float:
 
 #: GEMV programs per CU that keep enough loads in flight to stream at full bandwidth (fewer stretch it).
 GEMV_PROGRAMS_PER_CU = 4
+#: Register partials of the GEMV kernel: BLOCK_N x BLOCK_K x M fp32 values per program at most (the
+#: fastest configs sit at or under it; more spills). The GEMV space's limit too.
+GEMV_PARTIALS = 16384
 
 
 def _gemv_us(problem: Problem, config: Config, target: Target) -> float:
-    from autotune.kernels.gemm_space import GEMV_PARTIALS  # the space's register budget of the kernel
-
     bn, bk = max(1, int(config.get("BLOCK_N", 4))), max(1, int(config.get("BLOCK_K", 256)))
     fill = min(1.0, cdiv(problem.N, bn) / (GEMV_PROGRAMS_PER_CU * target.cu_count))
     memory = problem.min_bytes() / (target.mem_gbps * 1e3 * MEMORY_EFF * fill)

@@ -529,8 +529,10 @@ def _child_main(
 def _warm_up(target: Target) -> None:
     """What every first trial would do anyway, done while the parent sets up: the kernels' modules
     imported, and on a GPU the vendor library's handle created."""
-    import autotune.engine.bench
-    import autotune.kernels  # noqa: F401  (the ops and their Triton kernels)
+    import autotune.engine.bench  # noqa: F401
+    from autotune.core.registry import load_plugins
+
+    load_plugins()  # the ops and their Triton kernels
 
     if not target.interpreter:
         import torch

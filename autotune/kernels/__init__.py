@@ -9,12 +9,14 @@ but not triton (imported on first launch), sqlalchemy, optuna or pandas.
 from __future__ import annotations
 
 from autotune.core.op import Inputs, Launch, TunableOp
+from autotune.core.registry import get_op, register
 from autotune.kernels.api import gemm, launch_config, linear
 from autotune.kernels.gemm_op import GEMM, GemmOp
 from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.moe_op import MOE, MoeOp
 from autotune.kernels.quant_api import gemm_quant
-from autotune.kernels.serve import served_config, served_launch
+from autotune.kernels.serve import served_config
+from autotune.kernels.served import served_launch
 
 __all__ = [
     "GEMM",
@@ -36,14 +38,8 @@ __all__ = [
     "served_launch",
 ]
 
-#: Every tunable op by name: the dense GEMM, the fused MoE and the quantized GEMMs (gemm_fp8_rowwise,
-#: gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a).
-OPS: dict[str, TunableOp] = {"gemm": GEMM, "moe": MOE, **QUANT_GEMMS}
-
-
-def get_op(name: str) -> TunableOp:
-    """The TunableOp called `name`; ValueError naming the known ops otherwise."""
-    try:
-        return OPS[name]
-    except KeyError:
-        raise ValueError(f"unknown op {name!r}; known: {', '.join(OPS)}") from None
+#: The built-in tunable ops by name: the dense GEMM, the fused MoE and the quantized GEMMs
+#: (gemm_fp8_rowwise, gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a), each registered
+#: (`autotune.core.registry`): what makes an op known to specs, the CLI, the database and tables.
+_BUILT_IN: tuple[TunableOp, ...] = (GEMM, MOE, *QUANT_GEMMS.values())
+OPS: dict[str, TunableOp] = {op.name: register(op) for op in _BUILT_IN}

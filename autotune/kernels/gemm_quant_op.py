@@ -207,7 +207,7 @@ class QuantGemmOp:
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
-        from autotune.kernels import quant
+        import autotune.kernels.quant as quant
 
         self.check_problem(problem)
         M, N, K, op = problem.M, problem.N, problem.K, problem.op
@@ -237,7 +237,7 @@ class QuantGemmOp:
     def dequantized(self, problem: Problem, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """A and B in fp32 exactly as the kernel reads them (bf16 activations quantized as the kernel
         quantizes them)."""
-        from autotune.kernels import quant
+        import autotune.kernels.quant as quant
 
         a, b, sa, sb = inputs
         op = problem.op

@@ -30,6 +30,7 @@ STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at 
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import cache, lru_cache
 
@@ -500,7 +501,7 @@ def gluon_missing() -> str:
     """Why the gluon kernel cannot be imported here ("" when it can): it needs a Triton with Gluon for
     Hopper (triton.experimental.gluon). Imports it, once per process."""
     try:
-        import autotune.kernels.gemm_fp8_gluon  # noqa: F401
+        importlib.import_module("autotune.kernels.gemm_fp8_gluon")
     except Exception as exc:  # no Triton, or one without Gluon or with other names for its calls
         return (
             "the gluon kernel needs a Triton with Gluon for Hopper (triton.experimental.gluon), and it "

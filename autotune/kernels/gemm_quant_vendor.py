@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+import autotune.kernels.quant as quant
 from autotune.core.problem import Problem
 from autotune.core.target import Target
-from autotune.kernels import quant
 
 __all__ = [
     "SCALED_MM_MODES",

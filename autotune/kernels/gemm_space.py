@@ -10,6 +10,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
+from autotune.engine.model import GEMV_PARTIALS
 
 __all__ = [
     "c_store_cols",
@@ -142,9 +143,6 @@ def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
     return dict(BLOCK_N=(4, 8, 16), BLOCK_K=(256, 512, 1024), num_warps=(4, 8), num_stages=(1, 3))
 
 
-#: Register partials of the GEMV kernel: BLOCK_N x BLOCK_K x M fp32 values per program at most (the
-#: H100 probe's fastest configs sit at or under it; more spills).
-GEMV_PARTIALS = 16384
 #: The most rows of A the GEMV kernel takes (one register partial per row); its launcher refuses more, and
 #: `autotune.kernels.gemm` gives a larger M the default instead of a GEMV table entry.
 GEMV_ROWS = 4

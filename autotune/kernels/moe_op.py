@@ -224,7 +224,7 @@ def _triton_launch(
     calls: list[KernelCall] | None = None,
     alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
 ) -> Launch:
-    from autotune.kernels import moe_triton
+    import autotune.kernels.moe_triton as moe_triton
     from autotune.kernels.moe_ref import align_block_size
 
     x, w1, w2, weights, ids, w1s, w2s = inputs

@@ -10,32 +10,26 @@ the heuristic default runs only where it is measured ahead (see each op's `fallb
   on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op]; else the heuristic default.
 - moe: the heuristic default (its "torch" backend is a baseline loop, not a vendor library).
 
-`served_launch` is the entry point's own call on given inputs, so that a benchmark times exactly what a
-serving process gets. Like the entry points, a lookup that misses warns once per shape and appends the
-shape to the untuned-shapes log.
+Like the entry points, a lookup that misses warns once per shape and appends the shape to the
+untuned-shapes log. `autotune.kernels.served.served_launch` launches the entry points' own calls.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from autotune.core.config import Config
-from autotune.core.op import Inputs, Launch, TunableOp
-from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.op import TunableOp
+from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.dispatch import lookup
 from autotune.kernels.gemm_space import GEMV_ROWS
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["served_config", "served_launch"]
+__all__ = ["check_op", "served_config"]
 
 # The fallback of each (op, problem, target) looked up.
 _fallbacks: dict[tuple[str, Problem, Target], Config] = {}
 
 
-def _check_op(op: TunableOp, problem: Problem) -> None:
+def check_op(op: TunableOp, problem: Problem) -> None:
     if problem.op != op.name:
         raise ValueError(f"{op.name} cannot serve a {problem.op} problem: {problem}")
 
@@ -47,7 +41,7 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
     Raises:
         ValueError: `problem` is another op's.
     """
-    _check_op(op, problem)
+    check_op(op, problem)
     config = lookup(
         op.name, problem.M, problem.N, problem.K, problem.E,
         dtype=problem.dtype, layout=problem.layout, topk=problem.topk,
@@ -61,69 +55,3 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
                 _fallbacks.clear()
             _fallbacks[key] = config
     return config
-
-
-def served_launch(
-    op: TunableOp, problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor
-) -> Launch:
-    """A zero-argument launch of the run-time entry point's own call on `inputs` (`op.make_inputs`'s
-    layout), writing C into `out`: lookup and fallback included, on every call.
-
-    gemm: `autotune.kernels.gemm(a, b, b_layout=problem.layout, out=out)`, which runs on the process's
-    running target (`target` must be that GPU). Quantized GEMMs: `gemm_quant(op.name, a, b, a_scale,
-    b_scale, out_dtype=out.dtype, out=out, target=target)` (the registered op of that name). Others (moe,
-    which has no run-time entry point yet): `op.prepare` of `served_config`, chosen once, here.
-
-    Raises:
-        ValueError: `problem` is another op's, the inputs or `out` do not fit it, or (gemm) `target` is
-            not the GPU the entry point runs on.
-    """
-    _check_op(op, problem)
-    if op.name == "gemm":
-        return _gemm_launch(problem, target, inputs, out)
-    if op.name in QUANT_OPS:
-        return _quant_launch(problem, target, inputs, out)
-    return op.prepare(problem, served_config(op, problem, target), target, inputs, out)
-
-
-def _gemm_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
-    from autotune.kernels.api import _check, _check_out, _running, gemm
-
-    running = _running()
-    if running.device_key() != target.device_key():
-        raise ValueError(f"gemm runs on {running}, not on {target}: its served config would be another's")
-    a, b = inputs
-    layout = problem.layout
-    M, N, K, dtype = _check(a, b, layout)
-    given = Problem.gemm(M, N, K, dtype, layout)
-    if given != problem:
-        raise ValueError(f"the inputs are those of {given}, not {problem}")
-    _check_out(out, a, M, N)
-
-    def launch() -> None:
-        gemm(a, b, b_layout=layout, out=out)
-
-    return launch
-
-
-def _quant_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
-    import torch
-
-    from autotune.kernels.quant_api import _check_out, _problem, gemm_quant
-
-    op = problem.op
-    if len(inputs) != 4:
-        raise ValueError(f"{op} takes (a, b, a_scale, b_scale), got {len(inputs)} inputs")
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
-    a, b, a_scale, b_scale = inputs
-    dtype = out.dtype
-    given = _problem(op, a, b, dtype, target)
-    if given != problem:
-        raise ValueError(f"the inputs are those of {given}, not {problem}")
-    _check_out(op, out, problem, dtype, a)
-
-    def launch() -> None:
-        gemm_quant(op, a, b, a_scale, b_scale, out_dtype=dtype, target=target, out=out)
-
-    return launch

@@ -4,7 +4,8 @@ runs a spec through the Runner."""
 from __future__ import annotations
 
 from autotune.sweeps.catalog import M_PRESETS, MODELS, ModelSpec, model_problems
-from autotune.sweeps.run import SweepReport, plan, predict_sweep, run_sweep
+from autotune.sweeps.estimate import plan
+from autotune.sweeps.run import SweepReport, predict_sweep, run_sweep
 from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec, load_spec, parse_spec, spec_from_untuned
 
 __all__ = [

@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autotune.core.problem import Problem, normalize_dtype
-from autotune.sweeps.spec import SpecError
+from autotune.sweeps.errors import SpecError
 
 __all__ = [
     "FP8_BLOCK",

@@ -12,12 +12,13 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source
 from autotune.core.target import Target
 from autotune.engine.bench import BenchSettings
+from autotune.sweeps.errors import SpecError
 
 if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.sweeps.spec import SweepSpec
 
-__all__ = ["PlanRow", "makespan", "plan_sweep", "trial_seconds"]
+__all__ = ["PlanRow", "makespan", "plan", "plan_sweep", "trial_seconds"]
 
 #: Per measured trial, besides timed runs: correctness check against the reference, graph capture or
 #: event set-up, Python bookkeeping and the database write (seen on the H100: 20-40 ms).
@@ -81,8 +82,6 @@ def plan_sweep(
     """
     from autotune.core.op import kernel_versions
     from autotune.engine.model import predict_us
-    from autotune.sweeps.run import plan
-    from autotune.sweeps.spec import SpecError
 
     plan(spec, target)  # the clear errors first
     settings = settings or BenchSettings()
@@ -138,3 +137,17 @@ def makespan(durations: list[float], workers: int) -> float:
         i = loads.index(min(loads))
         loads[i] += d
     return max(loads) if durations else 0.0
+
+
+def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
+    """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend."""
+
+    out = []
+    for entry, problem in spec.problems():
+        op = entry.op_for(problem)
+        try:
+            space = op.space(problem, target, entry.backends)
+        except ValueError as exc:
+            raise SpecError(f"{spec.path}: {exc}") from None
+        out.append((problem, len(space), space.raw_size()))
+    return out

@@ -19,6 +19,7 @@ from autotune.engine.bench import ServedTiming
 from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.engine.strategies import Budget
 from autotune.engine.workers import InlineWorker, Worker, WorkerAborted, WorkerError
+from autotune.sweeps.estimate import plan, plan_sweep
 from autotune.sweeps.profile import (
     FamilyProfile,
     Plan,
@@ -28,7 +29,7 @@ from autotune.sweeps.profile import (
     prefetch_family,
     profile_family,
 )
-from autotune.sweeps.spec import SpecError, SweepEntry, SweepSpec
+from autotune.sweeps.spec import SweepEntry, SweepSpec
 
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
@@ -64,20 +65,6 @@ class SweepReport:
     @property
     def trials_cached(self) -> int:
         return sum(p.cached for p in self.problems)
-
-
-def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
-    """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend."""
-
-    out = []
-    for entry, problem in spec.problems():
-        op = entry.op_for(problem)
-        try:
-            space = op.space(problem, target, entry.backends)
-        except ValueError as exc:
-            raise SpecError(f"{spec.path}: {exc}") from None
-        out.append((problem, len(space), space.raw_size()))
-    return out
 
 
 def run_sweep(
@@ -527,8 +514,6 @@ def _longest_first(
     """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
     together); by trial count where the estimate cannot be made."""
     try:
-        from autotune.sweeps.estimate import plan_sweep
-
         est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
     except Exception as exc:  # the estimate is an optimisation only
         log.debug("no duration estimate (%s): ordering by trials", exc)

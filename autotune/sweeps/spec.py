@@ -67,6 +67,7 @@ from autotune.core.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dt
 from autotune.core.static import StaticPolicy
 from autotune.core.target import Target
 from autotune.engine.strategies import STRATEGIES, Budget
+from autotune.sweeps.errors import SpecError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -94,10 +95,6 @@ _FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
                "warm_start", "final_rounds", "profile_m", "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
-
-
-class SpecError(ValueError):
-    """A malformed sweep spec; the message names the file, the entry and the field."""
 
 
 @dataclass(frozen=True)

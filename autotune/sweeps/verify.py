@@ -64,7 +64,7 @@ class EntryPoint(ServedTiming):
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
         if config == SERVED:
-            from autotune.kernels.serve import served_launch
+            from autotune.kernels.served import served_launch
 
             return served_launch(self.op, problem, target, inputs, out)
         return self.op.prepare(problem, config, target, inputs, out)

@@ -1,0 +1,218 @@
+"""What the importers of other projects' tuned configs share (`autotune.db.vllm`, `autotune.db.aiter`,
+`autotune.db.interop`): their errors, the Target of a device name, the shape of a known MoE model, the
+source hash of imported trials, and `ImportedFile`, what one file holds.
+
+Imported results are never mixed with measured ones: they are stored with source "imported" under a
+Target whose toolchain is ``{"source": "imported"}``, so its fingerprint never equals a local GPU's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.core.result import TrialStatus
+from autotune.core.target import _NAME_OVERRIDES, ARCH_LIMITS, Target
+
+from .store import NewTrial
+
+__all__ = [
+    "IMPORTED_SOURCE_HASH",
+    "IMPORTED_TOOLCHAIN",
+    "KNOWN_MOE_MODELS",
+    "ImportedFile",
+    "InteropError",
+    "MoeModel",
+    "device_name_of",
+    "device_target",
+    "infer_moe_shape",
+    "moe_source_hash",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The toolchain of every imported Target: its fingerprint never equals a locally measured GPU's.
+IMPORTED_TOOLCHAIN: dict[str, str] = {"source": "imported"}
+#: The kernel source hash of imported trials where our own kernel's cannot be had.
+IMPORTED_SOURCE_HASH = "imported"
+
+
+class InteropError(ValueError):
+    """A file that cannot be imported, or winners that cannot be exported; the message names the file
+    (and the key or row) and says what is wrong."""
+
+
+# -- devices -----------------------------------------------------------------------------------------------
+
+#: Device-name parts we know, first match wins: (part, arch, fields that differ from the arch's flagship).
+_DEVICES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("H100 PCIe", "sm_90", {"cu_count": 114}),
+    ("H100", "sm_90", {}),
+    ("H200", "sm_90", {}),
+    ("MI308X", "gfx942", {"cu_count": 80}),
+    ("MI300X", "gfx942", {}),
+    ("MI325X", "gfx942", {}),
+    ("MI355X", "gfx950", {}),
+    ("MI350X", "gfx950", {}),
+)
+
+
+def device_target(device_name: str) -> Target:
+    """The Target of a vLLM device name (``torch.cuda.get_device_name()`` with spaces as ``_``).
+
+    Named after the device (underscores back to spaces), with the published limits of its arch (H100 and
+    H200: sm_90; MI300X, MI325X and MI308X: gfx942; MI355X and MI350X: gfx950), toolchain
+    `IMPORTED_TOOLCHAIN` and `present` False. Raises InteropError for a device it does not know.
+    """
+    name = " ".join(device_name.replace("_", " ").split())
+    for part, arch, fixed in _DEVICES:
+        if part in name:
+            fields = dict(ARCH_LIMITS[arch])
+            for key, over in _NAME_OVERRIDES.items():
+                if key in name:
+                    fields.update(over)
+            fields.update(fixed, name=name)
+            return Target(arch=arch, toolchain=dict(IMPORTED_TOOLCHAIN), present=False, **fields)
+    known = ", ".join(part for part, _, _ in _DEVICES)
+    raise InteropError(f"unknown device {device_name!r}: known devices contain one of {known}")
+
+
+def device_name_of(target: Target) -> str:
+    """The vLLM device name of `target`: its name with spaces as underscores."""
+    return "_".join(target.name.split())
+
+
+# -- models whose hidden size and top-k a vLLM file name implies --------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    """An MoE model: its routed experts, top-k, hidden size and expert intermediate size, and the tensor
+    (TP) and expert (EP) parallel degrees it is served with (E = experts / EP, N = intermediate / TP)."""
+
+    name: str
+    experts: int
+    topk: int
+    hidden: int
+    intermediate: int
+    tp: tuple[int, ...] = (1, 2, 4, 8)
+    ep: tuple[int, ...] = (1,)
+
+    def shapes(self) -> Iterable[tuple[int, int, str]]:
+        """(E, N, "TPx[ EPy]") of every way it is served."""
+        for ep in self.ep:
+            for tp in self.tp:
+                if self.experts % ep == 0 and self.intermediate % tp == 0:
+                    how = f"TP{tp}" + (f" EP{ep}" if ep > 1 else "")
+                    yield self.experts // ep, self.intermediate // tp, how
+
+
+#: The models `infer_moe_shape` knows.
+KNOWN_MOE_MODELS: tuple[MoeModel, ...] = (
+    MoeModel("Mixtral-8x7B", experts=8, topk=2, hidden=4096, intermediate=14336),
+    # also served at TP16 over two 8-GPU hosts: vLLM ships its E=256, N=128 files
+    MoeModel(
+        "DeepSeek-V3",
+        experts=256,
+        topk=8,
+        hidden=7168,
+        intermediate=2048,
+        tp=(1, 2, 4, 8, 16),
+        ep=(1, 8, 16, 32),
+    ),
+    MoeModel("Qwen3-30B-A3B", experts=128, topk=8, hidden=2048, intermediate=768),
+    MoeModel("Qwen3-235B-A22B", experts=128, topk=8, hidden=4096, intermediate=1536),
+    MoeModel("gpt-oss-120b", experts=128, topk=4, hidden=2880, intermediate=2880),
+)
+
+
+def infer_moe_shape(
+    E: int, N: int, *, k: int | None = None, topk: int | None = None, where: str = ""
+) -> tuple[int, int, str]:
+    """(K, topk, how) of a vLLM file of `E` experts and intermediate size `N`.
+
+    `k` and `topk` given win; what is missing comes from the one known model (`KNOWN_MOE_MODELS`) served
+    with these E and N (and agreeing with what was given), `how` naming it ("" when nothing was inferred).
+    Raises InteropError, prefixed with `where`, when no known model or several with different K or top-k
+    fit, or when the result is no valid MoE (topk < 1, E < topk).
+    """
+    prefix = f"{where}: " if where else ""
+    _check_moe(E, k, topk, prefix)
+    how = ""
+    if k is None or topk is None:
+        fits = [
+            (m, served)
+            for m in KNOWN_MOE_MODELS
+            for e, n, served in m.shapes()
+            if (e, n) == (E, N) and k in (None, m.hidden) and topk in (None, m.topk)
+        ]
+        answers = {(m.hidden, m.topk) for m, _ in fits}
+        if not answers:
+            known = ", ".join(m.name for m in KNOWN_MOE_MODELS)
+            raise InteropError(
+                f"{prefix}E={E}, N={N} is no known model's MoE layer ({known}): give the hidden size and "
+                "the experts per token with --k and --topk"
+            )
+        if len(answers) > 1:
+            shown = "; ".join(f"{m.name} {served} (K={m.hidden}, topk={m.topk})" for m, served in fits)
+            raise InteropError(
+                f"{prefix}E={E}, N={N} is ambiguous, it fits {shown}: give --k and --topk to choose"
+            )
+        (k, topk), served_by = answers.pop(), sorted({f"{m.name} {served}" for m, served in fits})
+        how = ", ".join(served_by)
+    assert k is not None and topk is not None
+    _check_moe(E, k, topk, prefix)
+    return k, topk, how
+
+
+def _check_moe(E: int, k: int | None, topk: int | None, prefix: str) -> None:
+    if k is not None and k <= 0:
+        raise InteropError(f"{prefix}K (hidden size) must be a positive integer, got {k}")
+    if topk is not None and topk < 1:
+        raise InteropError(f"{prefix}topk (experts per token) must be at least 1, got {topk}")
+    if topk is not None and topk > E:
+        raise InteropError(f"{prefix}E={E} experts cannot route each token to topk={topk} of them")
+
+
+def moe_source_hash(backend: str = "triton") -> str:
+    """The source hash of our moe op's `backend`, or `IMPORTED_SOURCE_HASH` if that op cannot be had."""
+    try:
+        from autotune.core.registry import get_op
+
+        return str(get_op("moe").source_hash(backend))
+    except Exception as exc:  # the op is missing or broken here: imported configs are still worth keeping
+        logger.debug("no source hash of moe.%s (%s): using %r", backend, exc, IMPORTED_SOURCE_HASH)
+        return IMPORTED_SOURCE_HASH
+
+
+@dataclass(frozen=True)
+class ImportedFile:
+    """What one file holds, ready to be written: its trials, and why some entries are flagged or skipped.
+
+    Flagged entries are among `trials`, stored with status pruned and the reason as their error;
+    skipped entries (a quantization or MLP variant our problems cannot express) are not stored at all.
+    `written` is None until `import_files` has written the trials, then how many were new.
+    """
+
+    path: Path
+    format: str  # "vllm" or "aiter"
+    summary: str
+    trials: tuple[NewTrial, ...]
+    flagged: tuple[tuple[str, str], ...] = ()  # (entry, reason)
+    skipped: tuple[tuple[str, str], ...] = ()  # (entry, reason)
+    written: int | None = None
+
+    @property
+    def n_entries(self) -> int:
+        return len(self.trials) + len(self.skipped)
+
+    @property
+    def n_ok(self) -> int:
+        return sum(1 for t in self.trials if t.result.status is TrialStatus.OK)
+
+    @property
+    def n_flagged(self) -> int:
+        return sum(1 for t in self.trials if t.result.status is not TrialStatus.OK)

@@ -1,0 +1,84 @@
+"""The run-time entry points' own calls as launches: `served_launch(op, problem, target, inputs, out)`
+runs exactly what a serving process gets for `problem` (lookup and fallback included, on every call), so
+that a benchmark or `autotune verify` times the served call itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autotune.core.op import Inputs, Launch, TunableOp
+from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.target import Target
+from autotune.kernels.api import _check, _check_out, _running, gemm
+from autotune.kernels.quant_api import _check_out as _check_quant_out
+from autotune.kernels.quant_api import _problem as _quant_problem
+from autotune.kernels.quant_api import gemm_quant
+from autotune.kernels.serve import check_op, served_config
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["served_launch"]
+
+
+def served_launch(
+    op: TunableOp, problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor
+) -> Launch:
+    """A zero-argument launch of the run-time entry point's own call on `inputs` (`op.make_inputs`'s
+    layout), writing C into `out`: lookup and fallback included, on every call.
+
+    gemm: `autotune.kernels.gemm(a, b, b_layout=problem.layout, out=out)`, which runs on the process's
+    running target (`target` must be that GPU). Quantized GEMMs: `gemm_quant(op.name, a, b, a_scale,
+    b_scale, out_dtype=out.dtype, out=out, target=target)` (the registered op of that name). Others (moe,
+    which has no run-time entry point yet): `op.prepare` of `served_config`, chosen once, here.
+
+    Raises:
+        ValueError: `problem` is another op's, the inputs or `out` do not fit it, or (gemm) `target` is
+            not the GPU the entry point runs on.
+    """
+    check_op(op, problem)
+    if op.name == "gemm":
+        return _gemm_launch(problem, target, inputs, out)
+    if op.name in QUANT_OPS:
+        return _quant_launch(problem, target, inputs, out)
+    return op.prepare(problem, served_config(op, problem, target), target, inputs, out)
+
+
+def _gemm_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
+    running = _running()
+    if running.device_key() != target.device_key():
+        raise ValueError(f"gemm runs on {running}, not on {target}: its served config would be another's")
+    a, b = inputs
+    layout = problem.layout
+    M, N, K, dtype = _check(a, b, layout)
+    given = Problem.gemm(M, N, K, dtype, layout)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    _check_out(out, a, M, N)
+
+    def launch() -> None:
+        gemm(a, b, b_layout=layout, out=out)
+
+    return launch
+
+
+def _quant_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
+    import torch
+
+    op = problem.op
+    if len(inputs) != 4:
+        raise ValueError(f"{op} takes (a, b, a_scale, b_scale), got {len(inputs)} inputs")
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
+    a, b, a_scale, b_scale = inputs
+    dtype = out.dtype
+    given = _quant_problem(op, a, b, dtype, target)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    _check_quant_out(op, out, problem, dtype, a)
+
+    def launch() -> None:
+        gemm_quant(op, a, b, a_scale, b_scale, out_dtype=dtype, target=target, out=out)
+
+    return launch
