@@ -48,6 +48,7 @@ from autotune.kernels.gemm_space import (
     has_tma,
     knob_values,
 )
+from autotune.kernels.gluon_split import split_slices
 
 __all__ = [
     "GEMV_OPS",
@@ -508,12 +509,6 @@ def gluon_missing() -> str:
             f"does not import here: {type(exc).__name__}: {exc}"
         )
     return ""
-
-
-def split_slices(k_groups: int, split_k: int) -> int:
-    """How many non-empty K slices the gluon kernel's split of `k_groups` scale groups in `split_k` gives
-    (cdiv(k_groups, split_k) groups each, the last the rest): it needs all split_k."""
-    return cdiv(k_groups, cdiv(k_groups, split_k))
 
 
 def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
