@@ -19,22 +19,21 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_M_POLICY", "DEFAULT_RANGE_MARGIN", "DEFAULT_VENDOR_MARGIN", "emit_table", "profiles_of"]
 
-#: How an M between tuned buckets is served unless told otherwise: chosen by the regret measured on
-#: untuned M values on the H100 (benchmarks/gemm.py, BENCHMARKS.md).
+#: How an M between tuned buckets is served unless told otherwise: the policy with the least regret on
+#: untuned M values in `benchmarks/gemm.py`'s measurements.
 DEFAULT_M_POLICY = "round_up"
 
 
-#: A backend must beat the vendor library by more than this fraction to be chosen over it: measured
-#: run-to-run differences of the same kernel reach about 1% on the H100, so a smaller "win" is noise
-#: and could make the dispatched call slower than the vendor library.
+#: A backend must beat the vendor library by more than this fraction to be chosen over it: run-to-run
+#: differences of the same kernel reach about that much, so a smaller "win" is noise and could make the
+#: dispatched call slower than the vendor library.
 DEFAULT_VENDOR_MARGIN = 0.01
 
 #: At a profiled M, a config must beat the vendor library by more than this fraction to serve there (and
 #: at both ends of a gap to serve between two profiled M). The profile and every served call time launches
-#: back to back, as a serving engine runs them, and there the GPU runs at its power cap: on the H200 the
-#: same served config against cuBLAS at the same M differed by up to 4.7% between two `autotune verify`
-#: runs, and with a 3% margin 3 of 1500 rows came out under 0.98 of cuBLAS (BENCHMARKS.md, "Serve every
-#: M"): a smaller win can turn into a loss when served.
+#: back to back, as a serving engine runs them, and there the GPU runs at its power cap, where the same
+#: launches vary by several percent from run to run: a smaller win can turn into a loss when served
+#: (docs/notes/2026-11-27-served-timing.md, 2026-11-27-serve-every-m-rules.md).
 DEFAULT_RANGE_MARGIN = 0.05
 
 

@@ -82,15 +82,14 @@ class BenchSettings:
     def as_served(self) -> BenchSettings:
         """These settings for timing configs the way they run when served (`ServedTiming`): every launch
         in CUDA-graph replays, back to back over rotating input sets (no cache flush, no idle spin between
-        launches), whatever its length. On the H100 a long prefill GEMM timed with a flush and an idle
-        spin before each launch ranked configs differently from the same launches run back to back, as
-        a serving engine runs them (docs/notes/2026-11-27-served-timing.md). Each timed run is a replay of
-        10 launches, at least 3 runs and about 20 ms of replays: a final round and an M profile time many
-        configs, and what varies between runs of back-to-back launches is the clock, which more samples
-        of one run do not average out. Fewer replays (runs stopped once the median was known to 1%)
-        left a table serving a config 8% slower than cuBLAS at an M its profile had it 5% faster
-        (docs/notes/2026-11-27-profile-cost.md). No flushed event runs come first: the method is fixed,
-        and the replays' first runs size the rest."""
+        launches), whatever its length: a flush and an idle spin before each launch let the GPU run at
+        another clock than launches back to back, as a serving engine runs them, and configs of long
+        kernels rank differently at the two (docs/notes/2026-11-27-served-timing.md). Each timed run is a
+        replay of 10 launches, at least 3 runs and about 20 ms of replays: a final round and an M profile
+        time many configs, and what varies between runs of back-to-back launches is the clock, which more
+        samples of one run do not average out. Fewer replays (stopped at 1% precision) let configs that
+        lose to the vendor when served look faster in a profile (docs/notes/2026-11-27-profile-cost.md).
+        No flushed event runs come first: the method is fixed, and the replays' first runs size the rest."""
         return dataclasses.replace(
             self,
             method="graph",
@@ -393,7 +392,7 @@ class Benchmarker:
         """Times with one method per problem (so every config of a problem is compared alike): graph
         replay when the fastest of the first config's probe runs is shorter than `graph_threshold_us`,
         else events (the fastest, not the median: a run can only be slowed, by a GPU that is still
-        raising its clocks or a late host, and such runs once sent 15 µs decode launches to events).
+        raising its clocks or a late host, and slowed runs would send short launches to events).
         With `bound_us`, stops after `min_reps` runs whose median is over it; True then (raced)."""
         if not self.on_gpu:
             return self._time_wallclock(launches[0]), False
@@ -564,9 +563,8 @@ class L2Flush:
 
     Why reading: a flush that writes the buffer (`zero_()`, the usual way) leaves the cache full of dirty
     lines, and the next kernel's misses write them back to memory while it runs. A memory-bound kernel
-    then pays for up to a cache's worth of writes that are not its own: on the H100 the events method
-    timed decode GEMMs of 59 and 118 MB 1.29-1.43x the CUDA-graph replay time after a zeroing flush
-    (1.06-1.12x after this one; `benchmarks/flush_method.py`)."""
+    then pays for up to a cache's worth of writes that are not its own
+    (docs/notes/2026-11-22-flush-method.md)."""
 
     def __init__(self, nbytes: int, device: Any) -> None:
         import torch
@@ -613,7 +611,7 @@ def interleaved_medians(
     `others` are timed in the same rounds, after `configs`, each by its own Benchmarker. With `precision`,
     rounds go on (up to `max_rounds`) while some name's round medians spread so much that the standard
     error of their median exceeds `precision` × the median (`runs_for_precision`): a kernel whose speed
-    varies from run to run (on the H100, cuBLAS's clustered tiles placed differently per launch) then
+    varies from run to run (e.g. cuBLAS's clustered tiles, placed differently per launch) then
     gets as many rounds as its spread needs, and the others no more than `rounds`."""
     runs = {name: (bench, config) for name, config in configs.items()} | dict(others or {})
     samples: dict[str, list[float]] = {k: [] for k in runs}

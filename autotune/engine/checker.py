@@ -216,9 +216,8 @@ class StaticChecker:
 
 
 def compile_weight(config: Config) -> float:
-    """How long `config` looks to compile, relatively: its accumulator elements per warp (seen on the
-    H100's host with Triton 3.6: MoE configs of 128x128 or 128x256 tiles on 4 warps took 4-8 s, most
-    others 1-2 s)."""
+    """How long `config` looks to compile, relatively: its accumulator elements per warp (large tiles on
+    few warps, such as 128x128 or 128x256 on 4, compile several times longer than most configs)."""
     rows = config.get("BLOCK_M", config.get("BLOCK_SIZE_M", 1))
     cols = config.get("BLOCK_N", config.get("BLOCK_SIZE_N", 1))
     warps = config.get("num_warps", 4)

@@ -364,8 +364,7 @@ def _worker_init(env: dict[str, str] | None = None) -> None:
     """Each compile process takes the sweep's environment as it was when the pool started (a fork
     server's children would inherit the server's), without TRITON_INTERPRET, and runs niced: compiling
     ahead is background work. It is not pinned to a core: a compile runs some threads of its own, which
-    one core serializes (`benchmarks/compile_scaling.py` on the H100 host: 15 processes compiled 3.82
-    configs/s unpinned, 3.36 to 3.42 pinned)."""
+    one core serializes (docs/notes/2026-11-22-compile-ahead.md)."""
     if env is not None:
         os.environ.clear()
         os.environ.update(env)

@@ -4,9 +4,9 @@ C (M, N) = Σ_g a_scale[:, g] · b_scale[n // 128, g] · (A[:, g] · B[:, g]ᵀ)
 A (M, K) and B (N, K) in e4m3 with fp32 scales per 1x128 (A) and 128x128 (B) block, fp32 accumulation.
 
 Why: each K group's product must be scaled before it joins the accumulator. Plain Triton (`gemm_fp8_triton`,
-`benchmarks/fp8_tma_kernel.py`) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA,
-so the tensor cores idle while it runs (0.64-0.71x of cuBLAS at M = 2048). Here every K step issues the
-wgmma of group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`)
+and a TMA prototype) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA, so the
+tensor cores idle while it runs (docs/notes/2026-11-22-fp8-blockwise-prefill.md). Here every K step issues
+the wgmma of group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`)
 makes group g's product ready, and acc += p_g · a_scale[:, None] · b_scale runs in registers while g + 1's
 wgmma does. TMA loads run STAGES - 1 groups ahead of the wgmma issued through a ring of mbarriers.
 

@@ -7,8 +7,8 @@ in the dense `gemm_tma` kernel (whose K loop it shares), which zero-fill past th
 GROUP_M, SPLIT_K (fp32 slices summed by the dense reduce kernel), PERSISTENT, SWAP_AB, num_warps,
 num_stages. SWAP_AB runs the kernel on Cᵀ = B·Aᵀ (the config's BLOCK_M still tiles M and BLOCK_N tiles N)
 and stores each tile transposed into C: at decode the weight's rows become wgmma's M side, which needs 64.
-On the H100 the descriptor loads read the decode layers 3-7% faster than the pointer kernel's
-(`benchmarks/fp8_tma_decode.py`).
+The descriptor loads read decode layers faster than the pointer kernel's
+(docs/notes/2026-11-22-fp8-rowwise-decode.md).
 
 Blockwise (BLOCKWISE): the scales per 1x128 (activations) and 128x128 (weight) blocks, applied to each
 128-wide K group's product before it joins the accumulator, as in `gemm_fp8_triton`: the descriptors load

@@ -410,7 +410,7 @@ def quant_launcher(
         if not constexprs.get("BLOCKWISE"):
             raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
         opts["SCALES_AHEAD"] = True
-    pdl: dict[str, Any] = {}  # the plain kernel's only (a probe: `benchmarks/pdl_probe.py`, `pdl_chain.py`)
+    pdl: dict[str, Any] = {}  # the plain kernel's only (a probe: docs/notes/2026-11-26-pdl.md)
     if int(config.get("PDL", 0)):
         if is_amd or constexprs.get("DOT_F32") or "BLOCKWISE" not in constexprs:
             raise ValueError(f"PDL exists for the FP8 kernel on NVIDIA only: {config.short()}")

@@ -47,10 +47,8 @@ def _file_hash(*names: str) -> str:
 
 
 #: Up to this M an untuned gemm on an NVIDIA GPU would run the heuristic default (the GEMV kernel), above it
-#: torch.mm. None: timed as served (CUDA-graph replays back to back), the GEMV default was 1.04-1.70x cuBLAS
-#: at M = 1 on Llama-3.1-8B's five layers at TP 8 on an H100, but 0.87-0.99x on 7 of 20 layers of
-#: Llama-3.1-8B and 70B at TP 1 and 8 on an H200, and 0.965-0.99x at M = 2 on the H100 (BENCHMARKS.md,
-#: "Serve every M"): not safe untuned.
+#: torch.mm. None: timed as served (CUDA-graph replays back to back), the GEMV default lost to cuBLAS on
+#: some layers at M = 1 (docs/notes/2026-11-27-serve-every-m-rules.md) and at M = 2: not safe untuned.
 FALLBACK_GEMV_ROWS = 0
 
 

@@ -47,10 +47,9 @@ _OUT = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
 _FP8_BLOCK = 128
 #: Up to this M (per op) the FP8 GEMMs on NVIDIA GPUs run their heuristic default for a shape no table
-#: covers, not torch._scaled_mm; above it the vendor library is the safe default. Timed as served on the
-#: H200 (`autotune verify`, Llama-3.1-70B's four layers at TP 8, every M of the serving ladder up to 64;
-#: BENCHMARKS.md, "Serve every M"): the row-wise default was 1.32-3.32x `_scaled_mm` at every M; the
-#: blockwise default 1.07-2.00x up to M = 32, but 0.83x and 0.88x at M = 40 on two of the four layers.
+#: covers, not torch._scaled_mm; above it the vendor library is the safe default. Timed as served, the
+#: row-wise default beat `_scaled_mm` at every M up to 64, the blockwise default up to M = 32 but not at
+#: M = 40 (BENCHMARKS.md, "Serve every M"; docs/notes/2026-11-27-serve-every-m-rules.md).
 QUANT_DEFAULT_MAX_M = {"gemm_fp8_rowwise": 64, "gemm_fp8_blockwise": 32}
 _VENDOR = Config(backend="torch")
 _MX = {"gemm_mxfp8": ("e4m3", "e4m3"), "gemm_mxfp4": ("e2m1", "e2m1"), "gemm_mxfp4_bf16a": ("bf16", "e2m1")}

@@ -110,7 +110,7 @@ def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     params = knob_values(
         target,
         k_tiles=_k_tiles(op, target),
-        # 5 and 6: more of B in flight at decode (H100, DeepSeek-V3 gate/up M = 64: 16.85 -> 15.87 µs)
+        # 5 and 6: more of B in flight at decode (docs/notes/2026-11-22-fp8-rowwise-decode.md)
         nvidia_stages=(2, 3, 4, 5, 6),
         interpreter_k_tiles=(32, 64),
         in_launch=op.startswith("gemm_fp8"),
@@ -213,11 +213,10 @@ _AHEAD_MIN_K = 3584
 
 
 def _ahead_wide(problem: Problem, target: Target) -> bool:
-    """Whether blockwise FP8 at M = 33 to 64 takes `_ahead_unswapped` rather than the gluon kernel. H100
-    (`swap_ab.py --m64-layers`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8, M = 48 and 64):
-    on the 10 problems of this rule (the MLP layers and lm_heads) 1.028-1.081x the gluon default; off it
-    the gluon kernel won where the unsplit grid underfills the GPU (N of 256 to 1536: 0.56-0.69x) and
-    on the short-K attn.o and DeepSeek-V3 down (0.96-0.99x)."""
+    """Whether blockwise FP8 at M = 33 to 64 takes `_ahead_unswapped` rather than the gluon kernel: N of
+    at least _AHEAD_MIN_TILES 64-wide tiles and K of at least _AHEAD_MIN_K. Narrower, the unsplit grid
+    underfills the GPU and the gluon kernel's split wins; on shorter K the gluon kernel wins too
+    (docs/notes/2026-11-23-fp8-blockwise-decode.md)."""
     return (
         problem.op == "gemm_fp8_blockwise"
         and not target.interpreter
@@ -228,7 +227,8 @@ def _ahead_wide(problem: Problem, target: Target) -> bool:
 
 def _ahead_unswapped(problem: Problem, target: Target) -> Config:
     """The Triton kernel unswapped on 64 x 64 tiles, K tiles of 512, 3 stages, the next K tile's scales
-    loaded ahead (the fastest of `swap_ab.py --m64`'s configs on these layers)."""
+    loaded ahead (the fastest of the unswapped configs timed on these layers:
+    docs/notes/2026-11-23-fp8-blockwise-decode.md)."""
     values: dict[str, Value] = dict(
         BLOCK_M=64, BLOCK_N=64, BLOCK_K=512, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, SWAP_AB=0,
         SCALES_AHEAD=1, num_warps=4, num_stages=3,
@@ -239,9 +239,8 @@ def _ahead_unswapped(problem: Problem, target: Target) -> Config:
 
 def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
     """Whether row-wise FP8 at M = 1 takes the TMA kernel swapped rather than the GEMV: where the weight's
-    64-row tiles number at least half the SMs. H100 (`config_grid.py`, the 7 dense layers of DeepSeek-V3
-    and Llama-3.1-70B at TP 8, one process): on the 5 layers of N = 4608 to 8192 (72 to 128 tiles)
-    1.107x the GEMV default (geomean; 1.017-1.17x); on N = 1280 and 1536 (20 and 24 tiles) 0.79-0.83x."""
+    64-row tiles number at least half the SMs. On narrower layers the GEMV's many programs fill the GPU
+    better (docs/notes/2026-11-26-fp8-decode-gap.md)."""
     return (
         problem.op == "gemm_fp8_rowwise"
         and "triton_tma" in quant_backends(target, problem.op)
@@ -250,13 +249,11 @@ def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
 
 
 def _tma_default(problem: Problem, target: Target, swapped: bool = False) -> Config | None:
-    """The TMA kernel at M = 33 to 64: 64 x 64 tiles, K tiles of 256, 5 stages. H100
-    (`benchmarks/fp8_tma_decode.py --defaults`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8
-    whose tiles fill the GPU unsplit): 1.016x the pointer kernel's default at M = 64 (1.001-1.026x, 10
-    layers); at M = 2 to 32 it lost (0.973-0.988x geomean; swapped 64 x 16 tiles), so the pointer kernel,
-    swapped, keeps those. `swapped` (row-wise at M = 1, `_tma_fills_at_one_row`): the same with the
-    weight's 64 rows on wgmma's M side and 16-row activation tiles. None where no TMA config fits (rows
-    not 16-byte aligned)."""
+    """The TMA kernel at M = 33 to 64: 64 x 64 tiles, K tiles of 256, 5 stages. It beats the pointer
+    kernel's default there where the tiles fill the GPU unsplit, but not at M = 2 to 32, which the pointer
+    kernel, swapped, keeps (docs/notes/2026-11-22-fp8-rowwise-decode.md). `swapped` (row-wise at M = 1,
+    `_tma_fills_at_one_row`): the same with the weight's 64 rows on wgmma's M side and 16-row activation
+    tiles. None where no TMA config fits (rows not 16-byte aligned)."""
     values: dict[str, Value] = dict(
         BLOCK_M=16 if swapped else 64, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1, PERSISTENT=0,
         SWAP_AB=int(swapped), num_warps=4, num_stages=5,
@@ -270,10 +267,9 @@ def _tma_default(problem: Problem, target: Target, swapped: bool = False) -> Con
 
 def _gemv_default(problem: Problem, target: Target) -> Config:
     """The FP8 GEMV kernel at M = 1 on NVIDIA: 4 columns of C per program, K steps of 1024, 4 warps,
-    3 stages. In `benchmarks/read_ceiling.py` on the H100 (all 36 GEMV configs of the four DeepSeek-V3
-    TP 8 layers, both scalings) it came within 1.08x of each row's fastest GEMV config (geomean; 1.15x
-    at worst) and ran 1.15-1.65x faster than the tiled kernel's default. At M = 2 the GEMV lost on half
-    of those rows, so the tiled kernel keeps M >= 2; AMD keeps it too (not measured)."""
+    3 stages: close to the fastest GEMV config of each layer, and faster than the tiled kernel's default
+    at M = 1. From M = 2 the tiled kernel wins, so it keeps M >= 2
+    (docs/notes/2026-11-22-fp8-decode-ceiling.md); on AMD it keeps M = 1 too (not measured)."""
     sub = _gemv_sub(problem, target)
     config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=4, num_stages=3)
     if "STEP_SUM" in sub.params:  # row-wise: K steps summed at the end
@@ -289,11 +285,9 @@ def _long_single_wave(
     problem: Problem, target: Target, bm: int, bn: int, split_k: int, ks: list[int]
 ) -> bool:
     """Whether the swapped blockwise decode default takes K tiles of 512 with 3 stages instead of 256 with 4:
-    its tiles, unsplit, fit in one wave and K holds at least 4 such tiles. H100 (`swap_ab.py --defaults
-    --candidate BLOCK_K=512,num_stages=3`, every dense layer of DeepSeek-V3 and Llama-3.1-70B at TP 8,
-    M = 2 to 32): on the 25 problems of the rule (the MLP layers, DeepSeek-V3 attn.o) 0.999-1.084x; off it,
-    0.91-0.97x where the default splits K, 0.95-0.99x with K of 512 or 1024, 0.96-0.99x on the lm_heads
-    (more than one wave)."""
+    its tiles, unsplit, fit in one wave and K holds at least 4 such tiles. Elsewhere (a split K, K of 512
+    or 1024, more than one wave of tiles) the longer K tile loses
+    (docs/notes/2026-11-23-fp8-blockwise-decode.md)."""
     tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
     long_k = problem.K >= 4 * _AHEAD_LONG_K and _AHEAD_LONG_K in ks
     return split_k == 1 and tiles <= target.cu_count and long_k
@@ -308,14 +302,14 @@ def _triton_default(problem: Problem, target: Target) -> Config:
         bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
     elif M <= 64:
         bm, bn, bk = max(_MIN_TILE, next_pow2(M)), 64, ks[-2] if len(ks) > 1 else ks[-1]
-        # FP8 on NVIDIA: 5 stages keep more of B in flight. H100 (`decode_knobs.py`): 1.031x the same
-        # config with 3 stages over 32 decode layers (0.956-1.198x; large layers gain, lm_heads lose)
+        # FP8 on NVIDIA: 5 stages keep more of B in flight; large layers gain, small ones and the lm_heads
+        # lose a little (docs/notes/2026-11-22-fp8-rowwise-decode.md)
         warps, stages = 4, 2 if target.is_amd else 5 if problem.op.startswith("gemm_fp8") else 3
     elif target.is_amd:
         bm, bn, bk, warps, stages = 256, 256, ks[1], 8, 2
     elif problem.op == "gemm_fp8_blockwise":
-        # each K group's product is scaled before it is added: with 4 warps the H100 ran 128x128 tiles
-        # 2.2x slower than with 8 (468 against 213 µs on DeepSeek-V3 gate/up at M = 2048, two runs of a day)
+        # each K group's product is scaled before it is added: 128x128 tiles need 8 warps for that, 4 run
+        # them at about half the speed
         bm, bn, bk, warps, stages = 128, 128, ks[1], 8, 4
     else:
         bm, bn, bk, warps, stages = 128, 128, ks[1], 4, 3
@@ -326,16 +320,16 @@ def _triton_default(problem: Problem, target: Target) -> Config:
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     if "STREAM_K" in params:
-        values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
+        values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch beats a reduce kernel
         values["STREAM_K"] = 0
     if "SWAP_AB" in params:
-        # H100: swapped, this default ran 1.13x itself unswapped (row-wise, 80 problems at M = 2-32, never
-        # slower); blockwise, swapped with SCALES_AHEAD, 1.12-1.25x the gluon kernel's default (geomean
-        # per M over the same 80, `swap_ab.py --op gemm_fp8_blockwise --defaults`; 0.966x at worst)
+        # swapped where the M tile is narrower than wgmma's 64 rows and the N tile fills them: faster than
+        # unswapped (row-wise) and than the gluon kernel's default (blockwise, with SCALES_AHEAD) at
+        # M = 2 to 32 (docs/notes/2026-11-22-fp8-rowwise-decode.md, 2026-11-23-fp8-blockwise-decode.md)
         values["SWAP_AB"] = int(bm < 64 and bn >= 64)
     if "SCALES_AHEAD" in params:
         values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
-        if values["SCALES_AHEAD"]:  # 4 stages beat 5 on every row of `swap_ab.py --ahead` (H100)
+        if values["SCALES_AHEAD"]:  # with the scales ahead, 4 stages beat 5
             values["num_stages"] = 4
             if _long_single_wave(problem, target, bm, bn, int(values["SPLIT_K"]), ks):
                 values["BLOCK_K"], values["num_stages"] = _AHEAD_LONG_K, 3
@@ -455,18 +449,17 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
 
 # -- gluon --------------------------------------------------------------------------------------------
 
-#: The least M whose default is the gluon kernel: at M = 2048 the H100 ran it 1.39-1.40x faster than the
-#: Triton kernel (DeepSeek-V3 and Llama-3.1-70B gate/up).
+#: The least M whose default is the gluon kernel: at prefill it keeps the next K group's multiply in flight
+#: while scaling this one, where the Triton kernel waits for each
+#: (docs/notes/2026-11-22-fp8-blockwise-prefill.md).
 GLUON_MIN_M = 256
-#: The decode M whose default is the gluon kernel too: at M = 16 and 64 the H100 ran its decode default
-#: 1.06x and 1.14x faster than the Triton kernel's (geomean over 7 layers of DeepSeek-V3 and Llama-3.1-70B,
-#: BENCHMARKS.md). M = 1 keeps the GEMV; M of 65 to 255 (not measured) the Triton kernel. Where SWAP_AB
-#: exists, the swapped Triton kernel takes M up to SWAPPED_MAX_M.
+#: The decode M whose default is the gluon kernel too, faster there than the Triton kernel's unswapped
+#: default (docs/notes/2026-11-23-fp8-blockwise-decode.md). M = 1 keeps the GEMV; M of 65 to 255 (not
+#: measured) the Triton kernel. Where SWAP_AB exists, the swapped Triton kernel takes M up to SWAPPED_MAX_M.
 GLUON_DECODE_M = (2, 64)
 #: Where the Triton kernel swapped (SWAP_AB, `swap_ab_target`) takes over the blockwise decode default from
-#: the gluon kernel: M = 2 to 32, whose 16- or 32-row tiles leave wgmma's 64-row side to the weight (H100:
-#: 1.24x, 1.25x, 1.23x, 1.19x and 1.13x the gluon default at M = 2, 4, 8, 16 and 32, geomean over 16
-#: layers of DeepSeek-V3 and Llama-3.1-70B at TP 8; 79 of 80 problems faster, the worst 0.966x).
+#: the gluon kernel: M = 2 to 32, whose 16- or 32-row tiles leave wgmma's 64-row side to the weight
+#: (docs/notes/2026-11-23-fp8-blockwise-decode.md).
 SWAPPED_MAX_M = 32
 #: The gluon kernel's knobs; each K step is one 128-wide scale group (BLOCK_K is fixed).
 GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
@@ -481,13 +474,13 @@ GLUON_PARAMS: Mapping[str, Sequence[Value]] = {
     "SWAP_AB": (0, 1),
 }
 _GLUON_BLOCK_K = 128
-#: The largest M the gluon kernel runs swapped (SWAP_AB: the activations' rows on wgmma's N side). At
-#: M = 64 the best swapped config of a 24-config grid lost to the op's default on all 7 dense layers of
-#: DeepSeek-V3 and Llama-3.1-70B at TP 8, H100 and H200 alike (0.87-0.97x; M = 16 and 32: 0.96-1.18x).
+#: The largest M the gluon kernel runs swapped (SWAP_AB: the activations' rows on wgmma's N side): a
+#: decode tile of 16 or 32 rows. At M = 64 the swapped kernel lost to the op's default on every layer
+#: measured (docs/notes/2026-11-26-gluon-swapped-decode.md).
 GLUON_SWAP_MAX_M = 32
 #: fp32 values a lane holds of the three tiles in its K loop (the accumulator, the product being scaled,
-#: the product in flight). Compiled for sm_90 (Triton 3.9): 192 took 224-241 registers, no spills; 384
-#: (128x128 on 4 warps) spilled 1000 bytes of stack and serialized the wgmmas.
+#: the product in flight). 192 compiles for sm_90 without spills; 384 (128x128 on 4 warps) spills and
+#: serializes the wgmmas.
 _GLUON_TILE_VALUES = 192
 
 
@@ -614,13 +607,12 @@ def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -
 
 
 def gluon_default_config(problem: Problem, target: Target) -> Config | None:
-    """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups) with WARP_SPEC and 5 stages,
-    the fastest of `benchmarks/fp8_gluon.py`'s configs on both of its M = 2048 shapes (H100, 1.02x and
-    1.05x torch._scaled_mm, persistent); PERSISTENT where the tiles outnumber the SMs, GROUP_M 8 over
-    several rows of tiles. Decode (M <= 64): 64x64 tiles on 4 warps, 6 stages, no WARP_SPEC, and the
-    largest SPLIT_K up to 4 whose programs still fit the SMs in one wave (within 7% of the fastest gluon
-    config on each of 14 DeepSeek-V3 and Llama-3.1-70B problems at M = 16 and 64 on the H100, timed over
-    the whole gluon space). Fitted to the space; None where no gluon config fits the problem."""
+    """The heuristic gluon config: 128x128 tiles on 8 warps (two warpgroups) with WARP_SPEC and 5 stages
+    (the fastest prefill config: docs/notes/2026-11-22-fp8-blockwise-prefill.md), PERSISTENT where the
+    tiles outnumber the SMs, GROUP_M 8 over several rows of tiles. Decode (M <= 64): 64x64 tiles on 4
+    warps, 6 stages, no WARP_SPEC, and the largest SPLIT_K up to 4 whose programs still fit the SMs in one
+    wave (close to the fastest gluon config at decode: docs/notes/2026-11-23-fp8-blockwise-decode.md).
+    Fitted to the space; None where no gluon config fits the problem."""
     M, N = problem.M, problem.N
     small = M <= 64
     bm, bn, warps = (64, 64, 4) if small else (128, 128, 8)

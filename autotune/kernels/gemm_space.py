@@ -118,19 +118,18 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
     return dict(
         BLOCK_M=(64, 128, 256),
         # 96, 160, 192, 320, 384: tiles of two column parts (`tile_parts`), for grids that fill the SMs where
-        # powers of two cannot (H100: 64 x 160 on 1024 x 1280 x 8192, 0.943 of cuBLAS against 0.849 for
-        # 128 x 128; 128 x 320 on 4096 x 1280 x 8192 and 128 x 384 on 1024 x 6144 x 4096, 1.046 and 1.070
-        # times the best whole-C config, benchmarks/epilogue_slices.py)
+        # powers of two cannot (docs/notes/2026-11-22-dense-tma-tiles.md, 2026-11-26-epilogue-slices.md)
         BLOCK_N=(64, 96, 128, 160, 192, 256, 320, 384),
         BLOCK_K=(32, 64, 128),
         GROUP_M=(1, 8),
-        SPLIT_K=(1, 2, 3, 4),  # 3: 40 tiles x 3 = 120 programs on 132 SMs beat 2 or 4 slices (H100)
+        # 3: for grids that 2 slices underfill and 4 overfill (docs/notes/2026-11-22-dense-tma-tiles.md)
+        SPLIT_K=(1, 2, 3, 4),
         PERSISTENT=(0, 1),
         TAIL_SPLIT=(0, 1),
         EPILOGUE_N=(0, EPILOGUE_SLICE),
         num_warps=(4, 8),
-        # 6 and 7: at M = 256 the deeper rings won on three of four layers (1.05-1.12x over 5 stages, H100,
-        # benchmarks/epilogue_slices.py --only decode --stages 3,4,5,6,7)
+        # 6 and 7: deeper rings of loads for memory-bound M (DEEP_RING_MAX_M;
+        # docs/notes/2026-11-26-epilogue-slices.md)
         num_stages=(2, 3, 4, 5, 6, 7),
     )
 
@@ -171,11 +170,9 @@ def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 
 def _gemv_default(problem: Problem, target: Target) -> Config:
-    """4 columns of C per program, K steps of 1024, 3 stages; 8 warps at M = 1, 4 at M = 2. At M = 1, in
-    the H100 sweep of the four M = 1 problems of `benchmarks/gemm.py` (all 36 GEMV configs each), 8 warps
-    came within 2.1% of each problem's fastest GEMV config, where 4 warps were 17% off on Llama-3.1-8B's
-    down projection; at M = 2, in `benchmarks/gemv_probe.py`, 8 warps lost to cuBLAS on three of the four
-    shapes and 4 warps beat it on all four. Fitted on those four (N, K)."""
+    """4 columns of C per program, K steps of 1024, 3 stages; 8 warps at M = 1, 4 at M = 2. At M = 1,
+    8 warps stay close to each problem's fastest GEMV config where 4 can fall well behind; at M = 2,
+    8 warps lose to cuBLAS where 4 beat it. Fitted on four (N, K) (docs/notes/2026-11-22-gemv.md)."""
     warps = 8 if problem.M == 1 else 4
     config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=warps, num_stages=3)
     return fit_to_space(
@@ -435,10 +432,10 @@ def _pick_split_k(
 def gemm_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config for shapes nobody tuned. Always a member of `gemm_space(problem, target)`.
 
-    On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in our H100
-    sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not 16-byte
-    aligned) the pointer kernel with a tile for the regime and split-K when the tile grid underfills the
-    GPU.
+    On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in the dense
+    benchmark's sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not
+    16-byte aligned) the pointer kernel with a tile for the regime and split-K when the tile grid
+    underfills the GPU.
     """
     if has_tma(target) and not target.interpreter and problem.M >= 128:
         tma = _tma_default(problem, target)
@@ -449,23 +446,23 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     return _pointer_default(problem, target)
 
 
-#: Up to this M the NVIDIA default is the GEMV kernel: on the H100 probe it beat cuBLAS and the pointer
-#: kernel's default at M = 1 and 2 on every shape, and lost at M = 4. (AMD: not measured, pointer kernel.)
+#: Up to this M the NVIDIA default is the GEMV kernel: it beats cuBLAS and the pointer kernel's default at
+#: M = 1 and 2 and loses at M = 4 (docs/notes/2026-11-22-gemv.md). (AMD: not measured, pointer kernel.)
 GEMV_DEFAULT_ROWS = 2
 
 
 #: The time of a 128 x 256 tile of the TMA kernel over that of a 128 x 128 tile (twice the work), as the
-#: default's tile rule assumes: fitted to which tile won on 24 H100 problems (between 5/3 and 9/5).
+#: default's tile rule assumes: fitted to which tile won on 24 problems (any value from 5/3 to 9/5 fits
+#: all 24; docs/notes/2026-11-22-dense-tma-tiles.md).
 WIDE_TILE_COST = 1.75
 #: What a tile of two column parts (128 x 320: 256 + 64; 128 x 384: 256 + 128) costs beyond its width's
-#: share of WIDE_TILE_COST: its second part's wgmma reads the A tile again (H100, sliced C stores: a wave of
-#: 128 x 384 tiles took 2.80 and one of 128 x 320 about 2.4 waves of 128 x 128 tiles,
-#: benchmarks/epilogue_slices.py).
+#: share of WIDE_TILE_COST: its second part's wgmma reads the A tile again
+#: (docs/notes/2026-11-26-epilogue-slices.md).
 PARTS_TILE_COST = 1.07
 #: The widths of two parts the default may take, on 8 warps with C stored in EPILOGUE_SLICE slices, and
 #: only where the problem is compute-bound (M >= PARTS_MIN_M), the grid's last wave at least PARTS_FILL full
-#: and at least PARTS_FILL_N of the tiles' columns inside N (H100, benchmarks/gemm_defaults.py: 128 x 320
-#: lost 4% at M = 256, a weight-bound problem, and 9% where its tiles ran 10% past N).
+#: and at least PARTS_FILL_N of the tiles' columns inside N: on a weight-bound problem, or with tiles
+#: running well past N, they lose (docs/notes/2026-11-26-epilogue-slices.md).
 _PARTS_WIDTHS = (320, 384)
 PARTS_MIN_M = 1024
 PARTS_FILL = 0.9
@@ -480,13 +477,13 @@ def _tma_default(
 ) -> Config | None:
     """The TMA default (None where no config of the rule fits); `parts_widths` and `depths` (the square
     tiles' pipeline depths, first that fits) replace the rule's, for comparing it with earlier rules."""
-    # Fitted to the tuned winners of the dense benchmark on the H100 (2026-11-22) and to
-    # benchmarks/gemm_defaults.py's layers: 128 x 256 tiles on 8 warps where their waves, each taking
-    # WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later than the 128 x 128 tiles' waves; else
-    # 128 x 128 on 4 warps with 5 stages, 6 up to DEEP_RING_MAX_M (split along K where even those
-    # underfill the SMs); the last
-    # wave's tiles split along K where it is at most half full. A 128 x 320 or 128 x 384 tile (8 warps,
-    # sliced C) where its waves, costed the same way and PARTS_TILE_COST more, finish strictly earlier.
+    # Fitted to the dense benchmark's tuned winners and to benchmarks/gemm_defaults.py's layers
+    # (docs/notes/2026-11-22-dense-tma-tiles.md, 2026-11-26-epilogue-slices.md): 128 x 256 tiles on 8
+    # warps where their waves, each taking WIDE_TILE_COST times a wave of 128 x 128 tiles, finish no later
+    # than the 128 x 128 tiles' waves; else 128 x 128 on 4 warps with 5 stages, 6 up to DEEP_RING_MAX_M
+    # (split along K where even those underfill the SMs); the last wave's tiles split along K where it is
+    # at most half full. A 128 x 320 or 128 x 384 tile (8 warps, sliced C) where its waves, costed the
+    # same way and PARTS_TILE_COST more, finish strictly earlier.
     cus = target.cu_count
     rows = cdiv(problem.M, 128)
     wide, square = rows * cdiv(problem.N, 256), rows * cdiv(problem.N, 128)
@@ -532,8 +529,7 @@ def _tma_default(
 
 
 #: Up to this M the TMA kernel's tiles are mostly waiting on memory, and a deeper ring of loads pays: the
-#: default's 128 x 128 tiles take 6 stages (H100, M = 256: 25.73 against 28.94 µs for 5 on 256 x 6144 x
-#: 4096, 50.91 against 53.25 µs on 256 x 7168 x 8192).
+#: default's 128 x 128 tiles take 6 stages (docs/notes/2026-11-26-epilogue-slices.md).
 DEEP_RING_MAX_M = 256
 
 
@@ -562,7 +558,7 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
-    values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch: 1-4% faster (H100)
+    values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch beats a reduce kernel
     values["STREAM_K"] = 0
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
@@ -652,9 +648,9 @@ MAX_FILLING_TILES = 6
 
 def wave_filling_tiles(problem: Problem, target: Target, sub: SubSpace) -> tuple[Config, ...]:
     """TMA configs whose tile grids fill their last wave of SMs at least WAVE_FILL full, in at most 4
-    waves: the tiles a search should see first, since a grid that leaves SMs idle loses whatever the tile
-    (H100, 1024 x 1280 x 8192: 64 x 160 and 64 x 192, 128 and 112 tiles on 132 SMs, were the fastest
-    configs; a TPE search of 100 trials had not found them). Fullest grids first, then larger tiles; each
+    waves: the tiles a search should see first, since a grid that leaves SMs idle loses whatever the tile,
+    and a sampled search can miss the few tiles whose grids fill the SMs
+    (docs/notes/2026-11-22-dense-tma-tiles.md). Fullest grids first, then larger tiles; each
     with K tiles of 64, the deepest ring of `_ring_depths` that shared memory allows with sliced C stores
     where a part is wider than the slice, and the fewest warps that hold the accumulator. Only members of
     `sub`."""

@@ -4,15 +4,15 @@ instructions.
 Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`gemv_triton`):
 each program reads BLOCK_N rows of B (columns of C) in BLOCK_K-wide steps and multiplies them by the rows
 of A in registers, so that many programs stream the weight where the tiled kernel's 64-column tiles leave
-SMs idle on narrow layers (`benchmarks/read_ceiling.py`). Rows of B past N read row N - 1, so B's
-loads need no mask; stores are masked.
+SMs idle on narrow layers (docs/notes/2026-11-22-fp8-decode-ceiling.md). Rows of B past N read row
+N - 1, so B's loads need no mask; stores are masked.
 
 - row-wise: one fp32 (BLOCK_N, BLOCK_K) partial per row of A, summed along K at the end and scaled once
   by the row's scale and each column's (a scale stride of 0: one scale for the tensor); with STEP_SUM,
   one fp32 value per (row, column) instead, to which each K step's products are summed. Per-step sums
-  cost a cross-lane reduction each step and hold fewer registers: on the H100 they made DeepSeek-V3
-  gate/up (N = 4608) 1.07x faster at M = 1 and the narrow attention layers (N = 1280, 1536) 1.2-1.3x
-  slower (BENCHMARKS.md), so the tuner picks;
+  cost a cross-lane reduction each step and hold fewer registers: they pay on wide, long layers and lose
+  on narrow ones, whose few programs per SM wait on each step's reduction
+  (docs/notes/2026-11-22-fp8-decode-ceiling.md), so the tuner picks;
 - blockwise: per K step, each 128-wide group's products are summed first, then scaled by the A row's
   scale of the group times the B block's, and added to one fp32 value per (row, column); a step of less
   than 128 lies in one group.

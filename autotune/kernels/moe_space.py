@@ -163,8 +163,8 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) -> int:
     """K slices for a gate/up grid of at most a quarter of the CUs' worth of tiles: the most (up to 8, and
-    at most the K steps) that keep tiles x slices within the CUs. On the H100, DeepSeek-V3 TP16 at M = 1
-    (16 tiles of 16 x 64) ran in 22.2 µs with 8 slices against 44.0 µs unsplit (device time per call)."""
+    at most the K steps) that keep tiles x slices within the CUs. Unsplit, such a grid leaves most CUs
+    idle (docs/notes/2026-11-22-moe.md)."""
     tiles = _gate_up_tiles(problem, bm, bn)
     if 4 * tiles > target.cu_count:
         return 1
@@ -191,7 +191,7 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     fp8 = problem.dtype_b.startswith("fp8")
     # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step. From 16 tokens per expert
     # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
-    # the tuned winners of benchmarks/moe.py's 18 problems took on the H100 (see `moe_defaults.py`).
+    # the tuned winners of benchmarks/moe.py took (docs/notes/2026-11-22-moe.md).
     wide_k = 128 if fp8 else 64
     if tpe <= 16:
         bm, bn, bk, warps = 16, 64, 128, 4
@@ -208,9 +208,8 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
         if "kpack" in params:
             values["kpack"] = 2
     sub = SubSpace("triton", params, _constraints(problem, target))
-    # The largest GROUP_SIZE_M that still changes the order. On the H100 (benchmarks/moe.py, 18 problems)
-    # this default ran 1.015x the previous one (GROUP_SIZE_M 16 only where an expert had several row
-    # blocks, else 1) in geomean: up to 1.18x faster (Mixtral M = 64), at worst 1.7% slower (M = 4096).
+    # The largest GROUP_SIZE_M that still changes the order: walking the row blocks grouped was faster
+    # wherever both were measured (docs/notes/2026-11-22-moe.md).
     for group in sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True):
         config = Config(backend="triton", GROUP_SIZE_M=group, **values)
         if sub.check(config) is None:
