@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import CliError, main, parse_duration
+from autotune.cli import main
+from autotune.cli.common import CliError
+from autotune.cli.sweep import parse_duration
 from autotune.core.target import Target, interpreting
 from autotune.db import Store
 from autotune.sweeps import parse_spec, run_sweep

@@ -546,8 +546,8 @@ def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, mon
 def test_worker_process_on_the_gpu_survives_a_gpu_fault_and_a_segfault(tmp_path) -> None:
     """An illegal memory access makes the device unusable to its process: the worker answers `crashed`,
     exits, and a new worker on the same GPU measures the next config."""
-    from autotune.kernels.faults import FaultyOp
     from autotune.engine.workers import ProcessWorker, device_env, visible_devices
+    from autotune.kernels.faults import FaultyOp
 
     op = FaultyOp(("none", "illegal_address", "segv"))
     problem = Problem.gemm(64, 256, 256)

@@ -171,7 +171,7 @@ def test_bad_profile_m_is_one_clear_error(value: str, message: str) -> None:
 
 
 def test_cli_profile_m_overrides_the_spec(tmp_path: Path) -> None:
-    from autotune.cli import _with_profile_m
+    from autotune.cli.sweep_spec import with_profile_m as _with_profile_m
 
     spec = _with_profile_m(parse_spec(SPEC), "1,4-12:4")
     assert families(spec, GPU)[0].ladder == (1, 4, 8, 12)

@@ -12,9 +12,9 @@ from autotune.core.problem import Problem
 from autotune.core.result import TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store
-from autotune.kernels.faults import FaultyOp
 from autotune.engine.runner import Runner
 from autotune.engine.workers import BoundWorker
+from autotune.kernels.faults import FaultyOp
 from autotune.sweeps import run_sweep
 from autotune.sweeps.spec import parse_spec
 

@@ -14,7 +14,6 @@ from autotune.core.result import TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store
 from autotune.engine.executors import make_workers, parse_gpus
-from autotune.kernels.faults import FaultyOp
 from autotune.engine.runner import Runner
 from autotune.engine.workers import (
     MAX_CONSECUTIVE_CRASHES,
@@ -24,6 +23,7 @@ from autotune.engine.workers import (
     WorkerError,
     check_devices,
 )
+from autotune.kernels.faults import FaultyOp
 from autotune.sweeps import run_sweep
 from autotune.sweeps.spec import parse_spec
 

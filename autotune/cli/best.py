@@ -1,0 +1,143 @@
+"""`autotune best`: the fastest configs of one problem, per GPU in the database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.tables import fmt_us, print_table
+from autotune.core.result import VENDOR_BACKEND
+
+if TYPE_CHECKING:
+    import argparse
+
+    from autotune.cli.common import Subparsers
+    from autotune.core.problem import Problem
+    from autotune.db.records import TrialRecord
+
+NAME = "best"
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    p = add_verb(
+        subparsers,
+        NAME,
+        help="the winning config of one shape and its runner-ups",
+        description="Show the fastest measured configs of one problem, per GPU in the database.",
+    )
+    p.add_argument("--op", default="gemm", help="op (default gemm)")
+    p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
+    p.add_argument("--n", type=int, required=True, help="N (columns of C)")
+    p.add_argument("--k", type=int, required=True, help="K (the reduction dimension)")
+    p.add_argument("--e", type=int, default=0, help="experts of a moe problem (default 0: dense)")
+    p.add_argument(
+        "--topk", type=int, default=0, help="experts per token of a moe problem (default 0: dense)"
+    )
+    p.add_argument(
+        "--dtype",
+        default="bf16",
+        help="input dtype (default bf16); for the quantized gemm_* ops, whose op fixes the inputs, the "
+        "output dtype",
+    )
+    p.add_argument(
+        "--weights",
+        help="weight (B) dtype if not --dtype, e.g. fp8e4m3 for FP8 MoE weights with block scales; for "
+        "gemm_fp8_rowwise/blockwise the FP8 flavour (fp8e4m3fnuz names MI300X's)",
+    )
+    p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
+    p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
+    p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
+    p.add_argument(
+        "--predicted",
+        action="store_true",
+        help="show the cost model's predictions of compile-only sweeps instead of measurements",
+    )
+    db_arg(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ranking per GPU, with the final round's where one ran; exit 1 when nothing is stored (saying
+    so, and whether predictions are)."""
+    from autotune.core.result import Source
+
+    problem = _problem(args)
+    if args.limit <= 0:
+        raise CliError("--limit must be positive")
+    with open_store(args.db) as store:
+        try:
+            source = Source.MODEL if args.predicted else Source.MEASURED
+            records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)
+            finals = (
+                []
+                if args.predicted
+                else store.best(problem, fingerprint=args.gpu, limit=64, source=Source.FINAL)
+            )
+            predictions = (
+                bool(records)
+                or args.predicted
+                or bool(store.best(problem, fingerprint=args.gpu, limit=1, source=Source.MODEL))
+            )
+        except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
+            raise CliError(str(exc)) from None
+    if not records:
+        what = "predicted" if args.predicted else "measured"
+        hint = " (the database holds predictions: add --predicted)" if predictions else ""
+        print(f"no {what} results for {problem}; tune it with `autotune sweep`{hint}")
+        return EXIT_FAIL
+    by_gpu: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
+    for fp, recs in by_gpu.items():
+        gpu = recs[0].gpu
+        tag = " [interpreter: timings are not a GPU's]" if gpu.interpreter else ""
+        if args.predicted:
+            tag += " [predicted by the cost model, not measured]"
+        print(f"{problem} on {gpu.target} [{fp}]{tag}")
+        _print_ranking(problem, recs[: args.limit], recs, "µs")
+        final = [r for r in finals if r.gpu.fingerprint == fp]  # fastest first, as `store.best` gives them
+        if final:
+            print(f"final round ({final[0].extra.get('final_rounds', '?')} rounds, head to head; "
+                  "`autotune emit` picks from it where it holds the fastest config above):")  # fmt: skip
+            _print_ranking(problem, final, final, "median µs")
+        print()
+    return EXIT_OK
+
+
+def _problem(args: argparse.Namespace) -> Problem:
+    """The problem the flags name; a quantized op fixes its inputs (--dtype is then the output's)."""
+    from autotune.core.problem import QUANT_OPS, Problem
+
+    try:
+        if args.op in QUANT_OPS:
+            if args.e or args.topk or args.layout != "nk":
+                raise ValueError(f"{args.op} takes no --e, --topk or --layout")
+            return Problem.quant(args.op, args.m, args.n, args.k, args.dtype, args.weights or "fp8e4m3")
+        return Problem(
+            args.op,
+            args.m,
+            args.n,
+            args.k,
+            E=args.e,
+            topk=args.topk,
+            dtype_a=args.dtype,
+            dtype_b=args.weights or args.dtype,
+            dtype_out=args.dtype,
+            layout=args.layout,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _print_ranking(
+    problem: Problem, shown: list[TrialRecord], ranked: list[TrialRecord], us_header: str
+) -> None:
+    """A table of the trial records `shown`, with their speed against the vendor library's fastest of
+    `ranked`."""
+    vendor = next((r for r in ranked if r.config.backend == VENDOR_BACKEND), None)
+    rows = [("rank", "backend", "config", us_header, "TFLOP/s", "vs vendor")]
+    for i, r in enumerate(shown):
+        t = r.time_us
+        vs = f"{vendor.time_us / t:.2f}x" if vendor and vendor.time_us and t else "-"
+        tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
+        rows.append((str(i + 1), r.config.backend, r.config.canonical(), fmt_us(t), tflops, vs))
+    print_table(rows)

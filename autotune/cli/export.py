@@ -1,0 +1,52 @@
+"""`autotune export`: tuned tables as one CSV per GPU, or as vLLM/SGLang fused-MoE config files."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autotune.cli.common import EXIT_OK, CliError, add_verb, db_arg, open_store
+
+if TYPE_CHECKING:
+    import argparse
+
+    from autotune.cli.common import Subparsers
+
+NAME = "export"
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    p = add_verb(
+        subparsers,
+        NAME,
+        help="write tuned tables (one CSV per GPU, or vLLM/SGLang fused-MoE configs)",
+        description="--format csv (default): one CSV per GPU fingerprint, a row per winning (problem, "
+        "backend, config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
+        "library, the GPU's arch and CU count, and the toolchain versions. --format vllm (or sglang): "
+        "the moe winners as fused-MoE config files, one per (GPU, E, N, weights), mapping M to the "
+        "Triton config (where another backend won, the best Triton config of that M; imported configs "
+        "where nothing was measured). vllm and sglang differ only in the file name: vLLM writes "
+        "block_shape=[128,128] and NVIDIA_H200 for every H200, SGLang block_shape=[128, 128].",
+    )
+    p.add_argument(
+        "--format", default="csv", choices=("csv", "vllm", "sglang"), help="output format (default csv)"
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
+    p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
+    db_arg(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Writes the files and prints each path."""
+    from autotune.db import StoreError, export_csv, export_vllm
+
+    with open_store(args.db) as store:
+        try:
+            if args.format == "csv":
+                paths = export_csv(store, args.out, fingerprint=args.gpu)
+            else:
+                paths = export_vllm(store, args.out, fingerprint=args.gpu, flavor=args.format)
+        except (StoreError, ValueError, OSError) as exc:
+            raise CliError(str(exc)) from None
+    for path in paths:
+        print(f"wrote {path}")
+    return EXIT_OK

@@ -1,0 +1,154 @@
+"""`autotune plan`: what a sweep would do and how long it would take, without running it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from autotune.cli.common import (
+    DEFAULT_COMPILE_TARGET,
+    EXIT_OK,
+    CliError,
+    add_verb,
+    check_workers,
+    compile_target,
+    db_arg,
+    no_gpu,
+    open_store,
+)
+from autotune.cli.tables import print_table, problem_label
+
+if TYPE_CHECKING:
+    import argparse
+
+    from autotune.cli.common import Subparsers
+    from autotune.core.target import Target
+    from autotune.sweeps.estimate import PlanRow
+
+NAME = "plan"
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    p = add_verb(
+        subparsers,
+        NAME,
+        help="what a sweep would do and how long it would take, without running it",
+        description="For every problem of SPEC.toml: the space size after the constraints (valid/all), the "
+        "trials the sweep would run (the budget caps them), how many are already in the database (a "
+        "resumed sweep skips them) and an estimated duration, from the cost model's kernel times, the "
+        "benchmarker's settings and compilation ahead on every CPU core. On the local GPU, else for "
+        "--target (a compile-only sweep's plan; gfx942 when there is no GPU). Estimates, not promises.",
+    )
+    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
+    p.add_argument("--target", metavar="ARCH", help="plan a compile-only sweep for ARCH")
+    p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs the sweep will run on, for the wall-time estimate (default: the GPUs visible here, or 1)",
+    )
+    p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    db_arg(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    """The plan of every problem on the local GPU, else compile-only for --target (or the default
+    compile target where there is no GPU); reads the database only where one is named or exists."""
+    import json
+
+    from autotune.sweeps import SpecError, load_spec
+    from autotune.sweeps.estimate import makespan, plan_sweep
+
+    check_workers(args)
+    if args.gpus is not None and args.gpus < 1:
+        raise CliError("--gpus must be at least 1")
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    target, compile_only = _target(args)
+    store = (
+        open_store(args.db)
+        if args.db or os.environ.get("AUTOTUNE_DB") or Path("autotune.db").exists()
+        else None
+    )
+    try:
+        rows = plan_sweep(spec, target, store=store, workers=args.workers, compile_only=compile_only)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        if store is not None:
+            store.close()
+    total = sum(r.est_s for r in rows)
+    if compile_only:
+        gpus = 1
+    else:
+        from autotune.engine.workers import visible_devices
+
+        gpus = args.gpus or max(1, len(visible_devices()))
+    wall = makespan([r.est_s for r in rows], gpus)
+    if args.json:
+        doc = {
+            "spec": spec.name,
+            "target": target.arch,
+            "compile_only": compile_only,
+            "est_s": round(total, 1),
+            "gpus": gpus,
+            "wall_s": round(wall, 1),
+            "problems": [r.to_dict() for r in rows],
+        }
+        print(json.dumps(doc, indent=2))
+        return EXIT_OK
+    kind = "compile-only sweep" if compile_only else "sweep"
+    print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
+    _print_rows(rows, total, wall, gpus)
+    return EXIT_OK
+
+
+def _target(args: argparse.Namespace) -> tuple[Target, bool]:
+    """(the target, whether the plan is compile-only): --target, else the local GPU, else (no GPU here)
+    the default compile target."""
+    from autotune.core.target import TargetError, local_target
+
+    if args.target:
+        return compile_target(args.target), True
+    try:
+        return local_target(args.device), False
+    except TargetError as exc:
+        if not no_gpu():
+            raise CliError(str(exc)) from None
+        return compile_target(DEFAULT_COMPILE_TARGET), True
+
+
+def _print_rows(rows: list[PlanRow], total: float, wall: float, gpus: int) -> None:
+    """A row per problem, then the trials left and the estimates: `total` on one GPU, `wall` on `gpus`."""
+    table = [("problem", "space", "trials", "done", "estimate")]
+    for r in rows:
+        table.append(
+            (
+                problem_label(r.problem),
+                f"{r.valid}/{r.raw}",
+                str(r.trials),
+                str(r.done),
+                fmt_duration(r.est_s),
+            )
+        )
+    print_table(table)
+    left = sum(r.trials - r.done for r in rows)
+    on = f" on one GPU, {fmt_duration(wall)} on {gpus} (problems shared longest first)" if gpus > 1 else ""
+    print(
+        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {fmt_duration(total)}{on} "
+        "(the static checks may prune more once configs are compiled)"
+    )
+
+
+def fmt_duration(seconds: float) -> str:
+    """Seconds under 90 s, minutes under 90 min, else hours."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,0 +1,267 @@
+"""Running a sweep once its flags are checked: measured on worker processes (or Ray actors) with a log
+file, or compile-only (the cost model's predictions); either with a progress bar, then its report."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from autotune.cli.common import EXIT_INTERRUPTED, EXIT_OK, CliError, open_store, progress
+from autotune.cli.tables import fmt_us, print_table, problem_label
+
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from autotune.core.config import Config
+    from autotune.core.problem import Problem
+    from autotune.core.result import TrialResult
+    from autotune.core.target import Target
+    from autotune.db import Store
+    from autotune.engine.runner import ProblemReport
+    from autotune.engine.workers import Worker
+    from autotune.sweeps import SweepReport, SweepSpec
+
+
+def measure(
+    args: argparse.Namespace,
+    spec: SweepSpec | None,
+    target: Target | None,
+    gpus: list[int] | None,
+    budget_s: float | None,
+) -> int:
+    """A measured sweep on worker processes (or Ray actors), with its log file and progress bar.
+
+    `spec` None: the shapes of the untuned log; `target` None (Ray): the GPU the first actor landed on.
+    """
+    from autotune.cli.sweep_spec import untuned_spec, with_profile_m
+    from autotune.engine.executors import make_workers, sweep_log
+    from autotune.engine.workers import WorkerError
+    from autotune.sweeps import SpecError, plan
+
+    stem = _log_stem(args.log_dir, spec.name if spec else "untuned")
+    log_file = None if stem is None else stem.with_suffix(".log")
+    try:
+        workers = make_workers(
+            args.executor,
+            gpus=gpus,
+            interpret=args.interpret,
+            timeout_s=args.trial_timeout,
+            stem=stem,
+            target=target,
+            address=args.address,
+        )
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    try:
+        with sweep_log(log_file):
+            if target is None:  # Ray: the GPU the first actor landed on
+                target = workers[0].target
+            if spec is None:
+                spec = untuned_spec(args, target)
+                if args.profile_m is not None:
+                    spec = with_profile_m(spec, args.profile_m)
+            try:
+                planned = plan(spec, target)
+            except SpecError as exc:
+                raise CliError(str(exc)) from None
+            store = open_store(args.db)
+            where = f"{len(workers)} workers ({args.executor})" if len(workers) > 1 else str(target)
+            print(f"sweep {spec.name!r}: {len(planned)} problems on {where}; database {store.display_url}")
+            if log_file is not None:
+                print(f"log: {log_file}")
+            if target.interpreter:
+                print(
+                    "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under "
+                    "the 'interpreter' target and say nothing about GPU speed"
+                )
+            report = _run_measured(args, spec, store, target, workers, planned, budget_s, log_file)
+    except WorkerError as exc:
+        raise CliError(f"{exc} (everything finished is stored; run the same command to resume)") from None
+    finally:
+        for worker in workers:
+            worker.close()
+    print_sweep_report(report)
+    return _measured_exit(report, len(spec.problems()))
+
+
+def _log_stem(log_dir: str, name: str) -> Path | None:
+    """The path, without suffix, of the sweep's log files in --log-dir, created if missing; None for
+    'none' (no log files)."""
+    from autotune.engine.executors import log_stem
+
+    if log_dir.lower() == "none":
+        return None
+    stem = log_stem(log_dir, name)
+    try:
+        stem.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CliError(f"--log-dir {log_dir}: cannot create it ({exc.strerror})") from None
+    return stem
+
+
+def _measured_exit(report: SweepReport, n_problems: int) -> int:
+    """The exit status of a measured sweep (0, or 130 when interrupted), saying on stderr how to go on
+    where its budget ran out or Ctrl-C stopped it."""
+    if report.budget_spent:
+        print(
+            f"time budget spent: {report.trials_run} trials run and stored, "
+            f"{n_problems - len(report.problems)} problems not started; "
+            "run the same command (with a budget) to go on",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    if report.interrupted:
+        print(
+            f"interrupted: {report.trials_run} trials run and stored; run the same command to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_OK
+
+
+def _run_measured(
+    args: argparse.Namespace,
+    spec: SweepSpec,
+    store: Store,
+    target: Target,
+    workers: Sequence[Worker],
+    planned: list[tuple[Problem, int, int]],
+    budget_s: float | None,
+    log_file: Path | None,
+) -> SweepReport:
+    """`run_sweep` with the progress bar, its tally of problems, vendor wins and crashes, and the static
+    checker compiling on the CPU cores the local GPU workers leave free."""
+    from autotune.sweeps import run_sweep
+
+    budgets = {p: e.budget.trials for e, p in spec.problems()}
+    total = sum(min(n, budgets[p] or n) for p, n, _ in planned)
+    bar = progress(total, disabled=args.no_progress)
+    tally = {"problems": 0, "wins": 0, "crashed": 0}
+
+    def postfix(last: str) -> None:
+        crashed = f", {tally['crashed']} crashed/timeout" if tally["crashed"] else ""
+        bar.set_postfix_str(
+            f"{tally['problems']}/{len(planned)} problems, {tally['wins']} beat vendor{crashed} | {last}",
+            refresh=False,
+        )
+
+    def on_trial(problem: Problem, config: Config, result: TrialResult) -> None:
+        bar.update(1)
+        if result.status.value in ("crashed", "timeout"):
+            tally["crashed"] += 1
+        postfix(f"{problem.M}x{problem.N}x{problem.K} {result.status.value}")
+
+    def on_problem(report: ProblemReport) -> None:
+        tally["problems"] += 1
+        tally["wins"] += int(report.speedup is not None and report.speedup > 1.0)
+        postfix(f"{problem_label(report.problem)} done")
+
+    checker = None
+    if not target.interpreter:
+        from autotune.engine.checker import StaticChecker
+
+        # One core per local GPU worker is left to measuring; the compile processes get the others.
+        measuring_here = len(workers) if args.executor == "local" else 0
+        compilers = args.workers or max(1, (os.cpu_count() or 1) - measuring_here)
+        checker = StaticChecker(target, spec.static, store=store, workers=compilers)
+    with store:
+        try:
+            report = run_sweep(
+                spec,
+                store,
+                target,
+                workers=workers,
+                on_trial=on_trial,
+                on_problem=on_problem,
+                checker=checker,
+                budget_s=budget_s,
+                log_path=None if log_file is None else str(log_file.resolve()),
+            )
+        finally:
+            if checker is not None:
+                checker.close()
+            bar.close()
+    return report
+
+
+def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Target, n_problems: int) -> int:
+    """The compile-only sweep: model predictions for `target`, stored as such."""
+    from autotune.engine.checker import StaticChecker
+    from autotune.sweeps import predict_sweep
+
+    print(
+        f"compile-only sweep {spec.name!r}: {n_problems} problems for {target}; "
+        f"database {store.display_url}\n"
+        f"note: nothing runs on a GPU; the times below are the cost model's predictions, stored as "
+        f"source 'model' and superseded by a measured sweep on a {target.arch} GPU"
+    )
+    bar = progress(n_problems, disabled=args.no_progress, unit="problem")
+
+    def on_problem(report: ProblemReport) -> None:
+        bar.update(1)
+        p = report.problem
+        bar.set_postfix_str(f"{p.M}x{p.N}x{p.K}: {report.ran} compiled", refresh=False)
+
+    with store, StaticChecker(target, spec.static, store=store, workers=args.workers) as checker:
+        report = predict_sweep(spec, store, checker, on_problem=on_problem)
+    bar.close()
+    print_sweep_report(report)
+    if report.interrupted:
+        print("interrupted: finished problems are stored; run the same command to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(f"next: autotune emit --out table.json  (a table marked predicted for {target.arch})")
+    return EXIT_OK
+
+
+def print_sweep_report(report: SweepReport) -> None:
+    """A row per problem (its best config, the vendor library's time, the speedup), then the totals, the
+    M profiles and what was pruned, by reason."""
+    ran = "compiled" if report.predicted else "ran"
+    timed = "predicted µs" if report.predicted else "best µs"
+    rows = [("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")]
+    for p in report.problems:
+        best, vendor = p.picks()  # the final round's where one ran (marked *)
+        mark = "*" if p.final else ""
+        rows.append(
+            (
+                problem_label(p.problem),
+                f"{p.space_size}/{p.raw_size}",
+                str(p.ran),
+                str(p.cached),
+                str(p.failed),
+                best.config.short() + mark if best else "-",
+                fmt_us(best.time_us if best else None),
+                fmt_us(vendor.time_us if vendor else None),
+                "-" if p.speedup is None else f"{p.speedup:.2f}x",
+            )
+        )
+    print_table(rows)
+    if any(p.final for p in report.problems):
+        print("* the final round's pick: medians of its finalists timed again head to head")
+    print(
+        f"{report.trials_run} {'configs compiled' if report.predicted else 'trials run'}, "
+        f"{report.trials_cached} read back from the database, "
+        f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
+    )
+    if report.profiles:
+        n_ran = sum(p.ran for p in report.profiles)
+        cached = sum(p.cached for p in report.profiles)
+        points = sum(p.points for p in report.profiles)
+        share = report.profile_s / report.wall_s if report.wall_s > 0 else 0.0
+        print(
+            f"profiled {len(report.profiles)} shapes at {points} M values: {n_ran} timings run, {cached} "
+            f"read back, {report.profile_s:.1f} s ({share:.0%} of the sweep); `autotune emit` serves M ranges"
+        )
+    for what, attr in (
+        ("by constraints before compiling ('space' is valid/all)", "pruned"),
+        ("by static checks after compiling (no GPU time)", "static_pruned"),
+    ):
+        counts: Counter[str] = Counter()
+        for p in report.problems:
+            counts.update(getattr(p, attr))
+        if counts:
+            print(f"pruned {what}: " + ", ".join(f"{r} {n}" for r, n in counts.most_common()))

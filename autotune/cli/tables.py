@@ -1,0 +1,35 @@
+"""Tables on the terminal: aligned columns under a ruled header, and the cells several verbs print."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from autotune.core.problem import Problem
+
+
+def print_table(rows: Sequence[Sequence[str]], indent: str = "") -> None:
+    """`rows` in left-aligned columns, the first row the header, ruled below it."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for j, row in enumerate(rows):
+        print(indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+        if j == 0:
+            print(indent + "  ".join("-" * w for w in widths))
+
+
+def fmt_us(t: float | None) -> str:
+    """Microseconds with two decimals; "-" for none."""
+    return "-" if t is None else f"{t:.2f}"
+
+
+def problem_label(p: Problem) -> str:
+    """A problem in one table cell: M x N x K, dtype and layout; for moe its experts and weights too."""
+    if p.op == "moe":
+        weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
+        return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
+    if p.op != "gemm":  # the quantized GEMMs: the op tells the scaling apart
+        b = "" if p.dtype_b == p.dtype_a else f"/{p.dtype_b}"
+        return f"{p.op} {p.M}x{p.N}x{p.K} {p.dtype_a}{b}"
+    return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
