@@ -13,7 +13,7 @@ less precise than --precision.
     python benchmarks/gemm.py --phase final ...                 # final rounds over all backends' trials
     python benchmarks/gemm.py --phase measure ...               # measure only, from a tuned database
 
-Prints a short table last; details go to --out (JSON and CSV).
+Prints a short table last; details go to --out (JSON).
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ import math
 import statistics
 import sys
 import time
-from pathlib import Path
-from typing import Any
 
+import harness
 import torch
 
 from autotune import Config, Problem
 from autotune.core.target import local_target
 from autotune.db import Store
-from autotune.dispatch import M_POLICIES, Dispatcher, Table
+from autotune.dispatch import M_POLICIES, Dispatcher, Table, install_dispatcher
 from autotune.dispatch.emit import emit_table
 from autotune.dispatch.table import pick
 from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
@@ -54,7 +53,7 @@ PREFILL_M = [1024, 4096]
 UNTUNED_M = [4, 8, 32, 48, 128, 192, 512, 768, 2048, 3072]
 
 
-def _problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]]:
+def problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]]:
     shapes = SHAPES[:1] if quick else SHAPES
     ms = [1, 64, 1024] if quick else DECODE_M + PREFILL_M
     if regime == "large":
@@ -67,7 +66,7 @@ def _problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]
 def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: list[dict]) -> None:
     target = local_target()
     bench = Benchmarker(GEMM, target)
-    sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args)), target)
+    sweep_id = store.start_sweep("benchmarks/gemm.py", json.dumps(vars(args), default=str), target)
     checker = None
     if args.compile_ahead:  # compile the strategy's upcoming configs on other cores while the GPU measures
         from autotune.engine.checker import StaticChecker
@@ -126,33 +125,12 @@ def final_rounds(store: Store, problems: list[Problem], rounds: int, log: list[d
         )
 
 
-def _best_triton(store: Store, problem: Problem, fingerprint: str) -> Config | None:
+def best_of_ours(store: Store, problem: Problem, fingerprint: str) -> Config | None:
+    """Our fastest measured config of `problem` (any backend but the vendor's)."""
     for rec in store.best(problem, fingerprint=fingerprint, limit=10_000):
         if rec.config.backend != "torch":  # our kernels: triton or triton_tma
             return rec.config
     return None
-
-
-class _Dispatched:
-    """A TunableOp facade whose launch is the real `autotune.kernels.gemm(a, b, out=out)` call (lookup
-    included). It is timed on the vendor variant's own inputs and outputs (`Benchmarker.share_problem`), and
-    C goes into the Benchmarker's output, as the vendor's `torch.mm(..., out=out)` does: where the table
-    dispatches to the vendor library the two are then the same GPU work on the same buffers."""
-
-    name = "gemm"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(GEMM, name)
-
-    def prepare(self, problem: Problem, config: Config, target: Any, inputs: Any, out: torch.Tensor) -> Any:
-        from autotune.kernels import gemm
-
-        a, b = inputs
-
-        def launch() -> None:
-            gemm(a, b, out=out)
-
-        return launch
 
 
 def measure(
@@ -166,24 +144,23 @@ def measure(
     target = local_target()
     fp = target.fingerprint()
     table = emit_table(store, fingerprint=fp)  # exactly what `autotune emit` writes
-    from autotune.dispatch import dispatcher as dmod
-
-    dmod._default = Dispatcher([table], device_key=target.device_key())
+    install_dispatcher(Dispatcher([table], device_key=target.device_key()))
     bench = Benchmarker(GEMM, target)
     rows = []
     for model, layer, p in problems:
-        tuned = _best_triton(store, p, fp)
+        tuned = best_of_ours(store, p, fp)
         variants = {"vendor": Config(backend="torch"), "default": GEMM.default_config(p, target)}
         if tuned is not None:
             variants["tuned"] = tuned
-        # the dispatched call is timed by the same method as the variants it is compared with, in the same
-        # rounds: each round times every variant and then the dispatched call
+        # The dispatched call (`autotune.kernels.gemm(a, b, out=out)`, lookup included) is timed by the same
+        # method as the variants it is compared with, in the same rounds, on the vendor variant's very inputs
+        # and output (`share_problem`): where the table dispatches to the vendor library the two are the
+        # same GPU work on the same buffers. Each round times every variant and then the dispatched call.
         interleaved_medians(bench, p, {"vendor": variants["vendor"]}, 1)  # fixes the timing method
         method = bench.method_for(p) or "auto"
-        dbench = Benchmarker(
-            _Dispatched(), target, settings=dataclasses.replace(BenchSettings(), method=method)
-        )
-        dbench.share_problem(bench, p)  # the vendor's very inputs and output buffers
+        settings = dataclasses.replace(BenchSettings(), method=method)
+        dbench = Benchmarker(harness.ServedCall(GEMM), target, settings=settings)
+        dbench.share_problem(bench, p)
         control = Benchmarker(GEMM, target, settings=dbench.settings)
         control.share_problem(bench, p)
         others = {
@@ -284,10 +261,8 @@ def host_overhead(out: dict) -> None:
     target = local_target()
     p = Problem.gemm(1, 256, 256, "bf16")  # tiny: the GPU keeps up, so the host is what is measured
     config = GEMM.default_config(p, target)
-    t2 = Table.from_winners(target, [(p, config, None)])
-    from autotune.dispatch import dispatcher as dmod
-
-    dmod._default = Dispatcher([t2], device_key=target.device_key())
+    install_dispatcher(Dispatcher([Table.from_winners(target, [(p, config, None)])],
+                                  device_key=target.device_key()))  # fmt: skip
     a, b = GEMM.make_inputs(p, "cuda", seed=0)
     if config.backend == "triton_gemv":  # the NVIDIA default at M = 1; the same call as the pointer kernel's
         from autotune.kernels.gemv_triton import gemv_launcher
@@ -305,42 +280,25 @@ def host_overhead(out: dict) -> None:
     def dispatched() -> None:
         gemm(a, b)
 
-    # Paired batches, alternating, so that drifts of the host (clock, other load) hit both alike; the
-    # overhead is the median of the per-pair differences.
-    per_call: dict[str, list[float]] = {"direct": [], "dispatched": []}
-    n = 200
-    for fn in (direct, dispatched):
-        for _ in range(100):
-            fn()
-    torch.cuda.synchronize()
-    for i in range(60):
-        order = (("direct", direct), ("dispatched", dispatched))
-        for name, fn in order if i % 2 == 0 else order[::-1]:
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            per_call[name].append((time.perf_counter() - t) / n * 1e6)
-    torch.cuda.synchronize()
-    diffs = [d - di for d, di in zip(per_call["dispatched"], per_call["direct"], strict=True)]
+    # Paired batches, alternating; the overhead is the median of the per-pair differences.
+    per_call = harness.host_us_per_call({"direct": direct, "dispatched": dispatched}, 60, 200, warmup=100)
     lk = min(timeit.repeat(lambda: lookup("gemm", 1, 256, 256), number=200_000, repeat=5)) / 200_000 * 1e6
-    d, di = statistics.median(per_call["dispatched"]), statistics.median(per_call["direct"])
-    q = sorted(diffs)
+    over = harness.paired_overhead(per_call["dispatched"], per_call["direct"])
     out["host"] = dict(
-        direct_us=di,
-        dispatched_us=d,
-        overhead_us=statistics.median(diffs),
-        overhead_p20_us=q[len(q) // 5],
-        overhead_p80_us=q[4 * len(q) // 5],
+        direct_us=statistics.median(per_call["direct"]),
+        dispatched_us=statistics.median(per_call["dispatched"]),
+        overhead_us=over["median"],
+        overhead_p20_us=over["p20"],
+        overhead_p80_us=over["p80"],
         lookup_us=lk,
         config=config.canonical(),
     )
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--db", default="bench-gemm.db", help="SQLite file or URL (resumable)")
-    ap.add_argument("--out", default="bench-out", help="folder for the JSON and CSV details")
+    harness.add_out(ap)
     ap.add_argument(
         "--phase",
         choices=("tune", "final", "measure", "host", "all"),
@@ -391,20 +349,10 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("benchmarks/gemm.py needs a GPU", file=sys.stderr)
         return 2
-    outdir = Path(args.out)
-    outdir.mkdir(parents=True, exist_ok=True)
     target = local_target()
-    info: dict[str, Any] = dict(
-        gpu=target.name,
-        arch=target.arch,
-        cus=target.cu_count,
-        toolchain=target.toolchain,
-        date=time.strftime("%Y-%m-%d"),
-        fingerprint=target.fingerprint(),
-        args=vars(args),
-    )
-    to_tune = _problems(args.quick, args.regime)
-    problems = _problems(args.quick) if args.regime == "all" else to_tune  # measured: the regime's shapes
+    info = harness.run_info(target, fingerprint=target.fingerprint(), args=vars(args))
+    to_tune = problems(args.quick, args.regime)
+    measured = problems(args.quick) if args.regime == "all" else to_tune  # the regime's shapes
     tune_log: list[dict] = []
     with Store(args.db) as store:
         t0 = time.perf_counter()
@@ -415,27 +363,20 @@ def main() -> int:
             info["final"] = []
             final_rounds(store, [p for _, _, p in to_tune], args.final_rounds, info["final"])
         if args.phase in ("measure", "all"):
-            measure(store, problems, args.rounds, info, args.precision or None, args.max_rounds)
+            measure(store, measured, args.rounds, info, args.precision or None, args.max_rounds)
             if args.regime == "all":  # the M policies are judged on untuned M across all regimes
                 policy_regret(store, info, args.quick)
         if args.phase in ("measure", "host", "all"):
             host_overhead(info)
-    (outdir / f"gemm-{args.phase}-{args.regime}.json").write_text(json.dumps(info, indent=1, default=str))
-    _print_summary(info)
+    harness.write_json(args.out, f"gemm-{args.phase}-{args.regime}", info)
+    print_summary(info)
     return 0
 
 
-def _print_host(h: dict) -> None:
-    print(
-        f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us; overhead "
-        f"median +{h['overhead_us']:.2f}us "
-        f"(p20 {h['overhead_p20_us']:.2f}, p80 {h['overhead_p80_us']:.2f}); "
-        f"lookup {h['lookup_us'] * 1000:.0f}ns"
-    )
-
-
-def _print_summary(info: dict) -> None:
-    print(f"\n{info['gpu']} ({info['arch']}, {info['cus']} SMs) {info['toolchain']} {info['date']}")
+def print_summary(info: dict) -> None:
+    """The short table, last: per shape the four variants and their ratios to the vendor, then per regime
+    the geomeans, the sweep's cost, the host cost and the M policies' regret."""
+    print(f"\n{harness.describe(info)}")
     if "tune" in info:
         t = info["tune"]["per_shape"]
         print(
@@ -444,29 +385,30 @@ def _print_summary(info: dict) -> None:
             f"wall {info['tune']['wall_s']:.0f}s"
         )
     if "host" in info:
-        _print_host(info["host"])
+        h = info["host"]
+        print(
+            f"host per call: direct {h['direct_us']:.2f}us, dispatched {h['dispatched_us']:.2f}us; overhead "
+            f"median +{h['overhead_us']:.2f}us (p20 {h['overhead_p20_us']:.2f}, "
+            f"p80 {h['overhead_p80_us']:.2f}); lookup {h['lookup_us'] * 1000:.0f}ns"
+        )
     if "shapes" not in info:
         return
-    print(
-        f"{'model/layer':28} {'M':>5} {'N':>6} {'K':>6} {'vendor':>8} {'default':>8} {'tuned':>8} "
-        f"{'disp':>8} {'tun/ven':>7} {'dis/ven':>7} {'ven/ctl':>7} {'TF/s':>6} {'GB/s':>6} {'roof':>5}"
-    )
+    rows = []
     for r in info["shapes"]:
         v, t, d = r["vendor_us"], r.get("tuned_us", math.nan), r["dispatched_us"]
-        print(
-            f"{r['model'] + ' ' + r['layer']:28} {r['M']:>5} {r['N']:>6} {r['K']:>6} {v:8.2f} "
-            f"{r['default_us']:8.2f} {t:8.2f} {d:8.2f} {v / t:7.3f} {v / d:7.3f} "
-            f"{v / r.get('control_us', math.nan):7.3f} "
-            f"{r['dispatched_tflops']:6.0f} {r['dispatched_gbps']:6.0f} {r['dispatched_roofline']:5.2f}"
-        )
+        ctl = r.get("control_us", math.nan)
+        rows.append((f"{r['model']} {r['layer']}", r["M"], r["N"], r["K"], v, r["default_us"], t, d,
+                     v / t, v / d, v / ctl,
+                     r["dispatched_tflops"], r["dispatched_gbps"], r["dispatched_roofline"]))  # fmt: skip
+    cols = ("model/layer", "M", "N", "K", "vendor", "default", "tuned", "disp",
+            "tun/ven", "dis/ven", "ven/ctl", "TF/s", "GB/s", "roof")  # fmt: skip
+    harness.print_table(cols, rows, digits=(0, 0, 0, 0, 2, 2, 2, 2, 3, 3, 3, 0, 0, 2))
     for regime in ("decode", "prefill"):
         rs = [
-            r
-            for r in info["shapes"]
-            if r["regime"] == regime and r.get("tuned_us", math.nan) == r.get("tuned_us")
+            r for r in info["shapes"] if r["regime"] == regime and not math.isnan(r.get("tuned_us", math.nan))
         ]
         if rs:
-            g = math.exp(statistics.fmean(math.log(r["vendor_us"] / r["tuned_us"]) for r in rs))
+            g = harness.geomean(r["vendor_us"] / r["tuned_us"] for r in rs)
             worst = min(r["vendor_us"] / r["dispatched_us"] for r in rs)
             ours = [r["vendor_us"] / r["dispatched_us"] for r in rs if r.get("dispatched_backend") != "torch"]
             noise = max(abs(1 - r["vendor_us"] / r.get("control_us", math.nan)) for r in rs)

@@ -4,33 +4,31 @@ From M = 128 up on Hopper the default is a TMA-kernel config. Its tile rule was 
 of `benchmarks/gemm.py`'s shapes (Llama-3.1-8B QKV and down, Llama-3.1-70B TP8 QKV and gate/up), and its
 choice between 128 x 256 and 128 x 128 tiles (`WIDE_TILE_COST`) was set with the first group of layers
 here (`LAYERS`); the second group (`HELD_OUT`) played no part. The tiles of two column parts (128 x 320
-and 128 x 384, `PARTS_TILE_COST`) and the 6-stage ring at M <= 256 (`DEEP_RING_MAX_M`) were read off
-`benchmarks/epilogue_slices.py`'s shapes, and these groups are new to them; "previous" is the rule
-without them. Each layer is timed side by side with the
-previous rule's config and the vendor library by one Benchmarker, interleaved rounds, every config gated
-on correctness first.
+and 128 x 384, `PARTS_TILE_COST`) and the 6-stage ring at M <= 256 (`DEEP_RING_MAX_M`) were read off the
+dense benchmark's shapes (docs/notes/2026-11-26-epilogue-slices.md), and these groups are new to them;
+"previous" is the rule without them. Each layer is timed side by side with the previous rule's config and
+the vendor library by one Benchmarker, interleaved rounds, every config gated on correctness first.
 
-    python benchmarks/gemm_defaults.py --out results/
+    python benchmarks/gemm_defaults.py --out results/ [--changed-only]
 
-Prints a short table last; details go to OUT/gemm_defaults.json.
+Prints a short table last; details go to --out (gemm_defaults.json).
 """
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
 import sys
-import time
-from pathlib import Path
 from typing import Any
+
+import harness
 
 from autotune import Config, Problem
 from autotune.core.target import Target, local_target
-from autotune.engine.bench import Benchmarker, interleaved_medians
+from autotune.engine.bench import Benchmarker
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import _tma_default
+from autotune.kernels.gemm_space import tma_default  # the rule with some of its tiles left out
 
 # (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
 LAYERS = [
@@ -71,14 +69,14 @@ def previous_default(problem: Problem, target: Target) -> Config:
     128 x 128 on 4 warps with 5 stages (4 where 5 do not fit), split along K where even those underfill the
     SMs; the split tail where the last wave is at most half full (the current rule without its 128 x 320
     and 128 x 384 tiles and without 6 stages at M <= 256)."""
-    config = _tma_default(problem, target, parts_widths=(), depths=(5, 4))
+    config = tma_default(problem, target, parts_widths=(), depths=(5, 4))
     assert config is not None, problem
     return config
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="folder for gemm_defaults.json")
+    ap = harness.parser(__doc__)
+    harness.add_out(ap, "folder for gemm_defaults.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--changed-only", action="store_true", help="only the layers whose two rules differ")
     args = ap.parse_args()
@@ -98,36 +96,29 @@ def main() -> int:
             variants = {"vendor": Config(backend="torch"), "current": current}
             if previous != current:
                 variants["previous"] = previous
-            res = interleaved_medians(bench, problem, variants, args.rounds)
-            row = dict(group=group, model=model, layer=layer, M=m, N=n, K=k)
-            row |= {f"{name}_config": c.short() for name, c in variants.items()}
-            row |= {f"{name}_us": t for name, (t, _) in res.items()}
-            row["status"] = {name: s for name, (_, s) in res.items()}
-            if previous == current:
-                row["previous_us"], row["previous_config"] = row["current_us"], row["current_config"]
+            row: dict[str, Any] = dict(group=group, model=model, layer=layer, M=m, N=n, K=k)
+            row |= harness.side_by_side(bench, problem, variants, args.rounds)
+            if previous == current:  # one config: timed once, as both
+                row["previous_us"] = row["current_us"]
+                row["configs"]["previous"] = row["configs"]["current"]
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), rows=rows)
-        (args.out / "gemm_defaults.json").write_text(json.dumps(info, indent=1))
-    print(f"\n{target.name} {target.toolchain}")
-    head = f"{'layer':34s} {'M':>5s} {'vendor':>8s} {'previous':>9s} {'current':>8s} {'speed-up':>8s}"
-    print(head + "  configs")
+    info = harness.run_info(target, rows=rows)
+    harness.write_json(args.out, "gemm_defaults", info)
+    table = []
     ratios: dict[str, list[float]] = {"fit": [], "held out": [], "fresh": []}
     for r in rows:
         prev, cur, ven = r["previous_us"], r["current_us"], r["vendor_us"]
-        same = r["previous_config"] == r["current_config"]
+        same = r["configs"]["previous"] == r["configs"]["current"]
         if not same and math.isfinite(prev) and math.isfinite(cur):
             ratios[r["group"]].append(prev / cur)
-        what = "same config" if same else f"{r['previous_config']} -> {r['current_config']}"
-        print(
-            f"{r['model'] + ' ' + r['layer']:34s} {r['M']:5d} {ven:8.1f} {prev:9.1f} {cur:8.1f} "
-            f"{prev / cur:8.3f}  {what}"
-        )
+        what = "same config" if same else f"{r['configs']['previous']} -> {r['configs']['current']}"
+        table.append((f"{r['model']} {r['layer']}", r["M"], ven, prev, cur, prev / cur, what))
+    cols = ("layer", "M", "vendor", "previous", "current", "speed-up", "configs")
+    harness.print_table(cols, table, digits=(0, 0, 1, 1, 1, 3, 0), title=harness.describe(info))
     for group, values in ratios.items():
         if values:
-            geo = math.exp(sum(math.log(x) for x in values) / len(values))
+            geo = harness.geomean(values)
             print(f"{group}: geomean over the {len(values)} problems where the configs differ: {geo:.3f}x")
     return 0
 

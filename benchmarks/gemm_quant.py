@@ -13,7 +13,7 @@ which is the tuned winner (where the round holds the fastest measured config), s
 does not pick it. MX ops on a GPU without MX instructions
 (H100, MI300X) are emulated (tiles dequantized to bf16 in the kernel): their rows say so.
 
-    python benchmarks/gemm_quant.py --db quant.db --out results/quant.json          # resumable tuning
+    python benchmarks/gemm_quant.py --db quant.db --out results/                    # resumable tuning
     python benchmarks/gemm_quant.py --quick --out quant-quick.json                  # a few minutes
     python benchmarks/gemm_quant.py --phase measure --db quant.db --out ...         # from a tuned database
     python benchmarks/gemm_quant.py --interpret --out /tmp/q.json                   # CPU, tiny, no GPU
@@ -26,7 +26,7 @@ With --stop-after, the run starts no problem (and no trial) past that many secon
 the database when run again, and the measurement's --out holds the rows measured so far (it is rewritten
 after every row).
 
-Prints a short table last; details go to --out (JSON).
+Prints a short table last; details go to --out (OUT/gemm_quant.json, or the .json file named).
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import harness
+from harness import tuned_config
 
 from autotune import Config, Problem
 from autotune.core.problem import QUANT_OPS
@@ -144,22 +147,6 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
                   f"best {best:.2f} µs, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
 
 
-def tuned_config(store: Store, p: Problem, fingerprint: str, ours: tuple[str, ...]) -> Config | None:
-    """Our tuned winner of `p`: the fastest of our configs in its final round (the finalists timed head to
-    head) where that round holds our fastest measured config, else our fastest measured config."""
-    from autotune.core.result import Source, TrialStatus
-
-    measured = [r for r in store.best(p, fingerprint=fingerprint, limit=10_000) if r.config.backend in ours]
-    if not measured:
-        return None
-    final = [t for t in store.trials(fingerprint=fingerprint, problem=p, status=TrialStatus.OK,
-                                     source=Source.FINAL)
-             if t.config.backend in ours and t.time_us is not None]  # fmt: skip
-    if measured[0].config.digest() in {t.config.digest() for t in final}:
-        return min(final, key=lambda t: (t.time_us, t.id)).config
-    return measured[0].config
-
-
 def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -> float:
     """Device-to-device copy bandwidth (read + write bytes per second), median of `reps` copies."""
     import torch
@@ -196,9 +183,9 @@ def measure(
         space = op.space(p, target)
         variants: dict[str, Config] = {"default": op.default_config(p, target)}
         if variants["default"].backend != "triton" and "triton" in ours:  # our Triton kernel's default too
-            from autotune.kernels.gemm_quant_space import _triton_default
+            from autotune.kernels.gemm_quant_space import triton_default
 
-            variants["triton_default"] = _triton_default(p, target)
+            variants["triton_default"] = triton_default(p, target)
         if tuned is not None:
             variants["tuned"] = tuned
         vendor = Config(backend="torch")
@@ -234,51 +221,42 @@ def measure(
 
 def write_details(
     args: argparse.Namespace, target: Target, copy_gbps: float, rows: list[dict[str, Any]]
-) -> None:
+) -> Path:
     """--out: the run's settings, versions and rows."""
-    import torch
-
-    details = dict(gpu=target.name, arch=target.arch, toolchain=target.toolchain, torch=torch.__version__,
-                   date=time.strftime("%Y-%m-%d"), copy_gbps=copy_gbps, interpret=args.interpret,
-                   args={k: str(v) for k, v in vars(args).items()}, rows=rows)  # fmt: skip
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(details, indent=1, default=str))
-
-
-def _fmt(x: float, spec: str = ".1f") -> str:
-    return "-" if x != x else format(x, spec)
+    details = harness.run_info(target, copy_gbps=copy_gbps, interpret=args.interpret,
+                               args={k: str(v) for k, v in vars(args).items()}, rows=rows)  # fmt: skip
+    return harness.write_json(args.out, "gemm_quant", details)
 
 
 def report(rows: list[dict[str, Any]], copy_gbps: float) -> None:
     """The short table: per row, the tuned winner against scaled_mm and bf16, with speed-ups."""
-    print()
     if copy_gbps > 0:
-        print(f"device copy bandwidth: {copy_gbps:.0f} GB/s (decode GB/s also as a fraction of it)")
-    head = (f"{'op':<18} {'shape':<30} {'M':>5}  {'tuned µs':>9} {'TFLOP/s':>8} {'GB/s':>7} {'copy%':>6}  "
-            f"{'scaled_mm µs':>12} {'bf16 µs':>8} {'vs mm':>6} {'vs bf16':>7}")  # fmt: skip
-    print(head)
-    print("-" * len(head))
+        print(f"\ndevice copy bandwidth: {copy_gbps:.0f} GB/s (decode GB/s also as a fraction of it)")
+    table = []
     for r in rows:
         best = r.get("tuned_us", math.nan)
-        best = r["default_us"] if best != best else best
+        best = r["default_us"] if math.isnan(best) else best
         mm, bf = r.get("scaled_mm_us", math.nan), r["bf16_us"]
         copy = r.get("tuned_copy_frac", r.get("default_copy_frac", math.nan))
         tflops = r.get("tuned_tflops", r["default_tflops"])
         gbps = r.get("tuned_gbps", r["default_gbps"])
         name = r["op"] + ("*" if r["emulated_mx"] else "")
-        print(f"{name:<18} {r['shape'][:30]:<30} {r['M']:>5}  {_fmt(best, '.2f'):>9} {_fmt(tflops):>8} "
-              f"{_fmt(gbps, '.0f'):>7} {_fmt(100 * copy, '.0f'):>6}  {_fmt(mm, '.2f'):>12} "
-              f"{_fmt(bf, '.2f'):>8} {_fmt(mm / best, '.2f'):>6} {_fmt(bf / best, '.2f'):>7}")  # fmt: skip
+        table.append(
+            (name, r["shape"][:30], r["M"], best, tflops, gbps, 100 * copy, mm, bf, mm / best, bf / best)
+        )
+    cols = ("op", "shape", "M", "tuned µs", "TFLOP/s", "GB/s", "copy%", "scaled_mm µs", "bf16 µs", "vs mm",
+            "vs bf16")  # fmt: skip
+    harness.print_table(cols, table, digits=(0, 0, 0, 2, 1, 0, 0, 2, 2, 2, 2))
     if any(r["emulated_mx"] for r in rows):
         print("* MX emulated: this GPU has no MX instructions; the kernel dequantizes tiles to bf16")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
     ap.add_argument("--db", help="database of the tuning (resumable); default quant_bench.db (a temporary "
                     "file with --interpret)")  # fmt: skip
-    ap.add_argument("--out", type=Path, required=True, help="JSON file for the details")
+    harness.add_out(ap, "folder for gemm_quant.json, or a .json file")
     ap.add_argument("--ops", help=f"comma-separated ops (default all: {','.join(QUANT_OPS)})")
     ap.add_argument("--trials", type=int, help="tuning trials per problem (default 60; 8 with --quick)")
     ap.add_argument("--seconds", type=float, help="tuning wall seconds per problem (default: no limit)")
@@ -357,10 +335,10 @@ def main(argv: list[str] | None = None) -> int:
             tune(store, target, todo, args)
         if args.phase in ("measure", "all"):
             rows = measure(store, target, todo, args, copy_gbps)
-    write_details(args, target, copy_gbps, rows)
+    path = write_details(args, target, copy_gbps, rows)
     if rows:
         report(rows, copy_gbps)
-    print(f"details: {args.out}")
+    print(f"details: {path}")
     return 0
 
 

@@ -20,22 +20,18 @@ Prints a short table last; details go to --out (JSON).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+import harness
 import torch
 
 from autotune import Config, Problem
 from autotune.core.target import local_target
-from autotune.dispatch import Dispatcher, Table
-from autotune.dispatch import dispatcher as dispatcher_module
+from autotune.dispatch import Dispatcher, Table, install_dispatcher
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
 from autotune.kernels.gemm_tma import tma_launcher
 from autotune.kernels.gemm_triton import launcher
@@ -44,26 +40,6 @@ from autotune.kernels.launch import PINNED_LAUNCH_ENV as ENV
 
 #: (problem, config, None) of every case: the table the dispatched calls read.
 WINNERS: list[tuple[Problem, Config, None]] = []
-
-
-def per_call_us(variants: dict[str, Callable[[], Any]], batches: int, n: int) -> dict[str, list[float]]:
-    """Host µs per call of each variant, one value per batch; variants alternate in rotating order."""
-    names = list(variants)
-    for fn in variants.values():  # compile, allocate, fill caches
-        for _ in range(20):
-            fn()
-    torch.cuda.synchronize()
-    out: dict[str, list[float]] = {k: [] for k in names}
-    for i in range(batches):
-        for name in names[i % len(names) :] + names[: i % len(names)]:
-            fn = variants[name]
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            out[name].append((time.perf_counter() - t) / n * 1e6)
-    torch.cuda.synchronize()
-    return out
 
 
 class EnvSwitch:
@@ -187,8 +163,8 @@ def profile(name: str, variants: dict[str, Callable[[], Any]], calls: int = 2000
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="bench-out", help="folder for the JSON details")
+    ap = harness.parser(__doc__)
+    harness.add_out(ap, "folder for launch_host.json")
     ap.add_argument("--batches", type=int, default=40, help="batches per variant")
     ap.add_argument("--n", type=int, default=200, help="calls per batch")
     ap.add_argument("--profile", action="store_true", help="print where each variant's host time goes")
@@ -198,9 +174,7 @@ def main() -> int:
         print("benchmarks/launch_host.py needs a GPU", file=sys.stderr)
         return 2
     target = local_target()
-    info: dict[str, Any] = dict(
-        gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), cases=[]
-    )
+    info = harness.run_info(target, cases=[])
     cases = [dense_case(target, "triton"), quant_case(target), moe_case(target)]
     from autotune.kernels.gemm_space import has_tma
 
@@ -208,35 +182,28 @@ def main() -> int:
         cases.insert(1, dense_case(target, "triton_tma"))
     if target.is_nvidia:  # the GEMV kernel is the default at M = 1 there
         cases.insert(1, dense_case(target, "triton_gemv"))
-    table = Table.from_winners(target, WINNERS)
-    dispatcher_module._default = Dispatcher([table], device_key=target.device_key())
+    install_dispatcher(Dispatcher([Table.from_winners(target, WINNERS)], device_key=target.device_key()))
     for name, variants in cases:
         if args.only not in name:
             continue
         if args.profile:
             profile(name, variants)
-        times = per_call_us(variants, args.batches, args.n)
+        times = harness.host_us_per_call(variants, args.batches, args.n)
         row: dict[str, Any] = dict(case=name, per_batch=times)
         row["median_us"] = {k: statistics.median(v) for k, v in times.items()}
-        base = "pinned" if "pinned" in times else "triton"
-        if "dispatched" in times and base == "pinned":
-            diffs = sorted(d - p for d, p in zip(times["dispatched"], times["pinned"], strict=True))
-            row["dispatch_overhead_us"] = dict(
-                median=statistics.median(diffs), p20=diffs[len(diffs) // 5], p80=diffs[4 * len(diffs) // 5]
-            )
+        if "dispatched" in times and "pinned" in times:
+            row["dispatch_overhead_us"] = harness.paired_overhead(times["dispatched"], times["pinned"])
         info["cases"].append(row)
-    outdir = Path(args.out)
-    outdir.mkdir(parents=True, exist_ok=True)
-    (outdir / "launch_host.json").write_text(json.dumps(info, indent=1, default=str))
-    print(f"\n{info['gpu']} {info['toolchain']} {info['date']}; host µs per call, median of {args.batches}")
+    harness.write_json(args.out, "launch_host", info)
     cols = ("triton", "pinned", "no lookup", "dispatched", "torch.mm")
-    print(f"{'case':44} " + " ".join(f"{c:>10}" for c in cols) + f" {'overhead':>14}")
+    table = []
     for row in info["cases"]:
         med = row["median_us"]
-        cells = " ".join(f"{med[c]:10.2f}" if c in med else f"{'-':>10}" for c in cols)
         o = row.get("dispatch_overhead_us")
         over = f"{o['median']:+.2f} ({o['p20']:+.2f}..{o['p80']:+.2f})" if o else "-"
-        print(f"{row['case'][:44]:44} {cells} {over:>14}")
+        table.append((row["case"][:44], *(med.get(c, float("nan")) for c in cols), over))
+    title = f"{harness.describe(info)}; host µs per call, median of {args.batches} batches"
+    harness.print_table(("case", *cols, "overhead"), table, title=title)
     return 0
 
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+import harness
 
 from autotune import Problem
 from autotune.core.result import Source, TrialStatus
@@ -199,21 +199,15 @@ def report(args: argparse.Namespace) -> int:
                 top5_within_5pct=sum(r["top5_ratio"] <= 1 + GOAL for r in members),
                 median_spearman=statistics.median(r["spearman"] for r in members),
             )  # fmt: skip
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "model_check.json").write_text(json.dumps({"summary": summary, "rows": rows}, indent=2))
-    print(f"cost model {MODEL_VERSION} vs exhaustive measurement on {target}")
-    print(
-        f"{'shape (* held out)':18s} {'M':>5s} {'space':>5s} {'pruned':>6s} {'rho':>5s} {'opt µs':>8s} "
-        f"{'top1':>6s} {'top5':>6s}"
-    )
-    for r in rows:
-        label = r["shape"] + ("" if r["calibration"] else " *")
-        print(
-            f"{label:18s} {r['M']:5d} {r['space']:5d} {r['pruned']:6d} {r['spearman']:5.2f} "
-            f"{r['optimum_us']:8.2f} {r['top1_ratio']:6.3f} {r['top5_ratio']:6.3f}"
-        )
+    harness.write_json(args.out, "model_check", {"summary": summary, "rows": rows})
+    table = [
+        (r["shape"] + ("" if r["calibration"] else " *"), r["M"], r["space"], r["pruned"], r["spearman"],
+         r["optimum_us"], r["top1_ratio"], r["top5_ratio"])
+        for r in rows
+    ]  # fmt: skip
+    cols = ("shape (* held out)", "M", "space", "pruned", "rho", "opt µs", "top1", "top5")
+    title = f"cost model {MODEL_VERSION} vs exhaustive measurement on {target}"
+    harness.print_table(cols, table, digits=(0, 0, 0, 0, 2, 2, 3, 3), title=title)
     for group in ("calibration", "held_out"):
         if group in summary:
             g = summary[group]
@@ -228,12 +222,10 @@ def report(args: argparse.Namespace) -> int:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = harness.parser(__doc__)
     parser.add_argument("--phase", choices=("measure", "report", "all"), default="all")
     parser.add_argument("--db", default="model_check.db", help="database (resumable)")
-    parser.add_argument("--out", help="directory for model_check.json")
+    harness.add_out(parser, "folder for model_check.json (report)")
     parser.add_argument("--minutes", type=float, default=9.0, help="stop starting new configs after this")
     parser.add_argument("--workers", type=int, help="compiler processes (default: one per core)")
     parser.add_argument("--only", help="only these shape labels (comma-separated)")

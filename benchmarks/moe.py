@@ -12,12 +12,12 @@ the experts (the default) or skewed (--zipf).
     python benchmarks/moe.py --phase measure ...                              # from a tuned database
 
 `--vllm-configs` is a folder holding vLLM's shipped config files (vllm/model_executor/layers/fused_moe/
-configs in a vLLM checkout); files are read, never copied into this project. Prints a short table last.
+configs in a vLLM checkout); files are read, never copied into this project. Prints a short table last;
+details go to --out (moe.json).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gemm_quant import tuned_config
+import harness
 
 from autotune import Config, Problem
 from autotune.core.target import local_target
 from autotune.db import Store
 from autotune.db.vllm import fallback_config
-from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.engine.runner import Runner
 from autotune.engine.strategies import Budget
 from autotune.kernels.moe_op import MoeOp
@@ -98,7 +98,7 @@ def measure(
     bench = Benchmarker(op, target, settings=SETTINGS)
     rows = []
     for label, p in todo:
-        best = tuned_config(store, p, target.fingerprint(), ("triton",))
+        best = harness.tuned_config(store, p, target.fingerprint(), ("triton",))
         fallback = fallback_config(p.M, p.E, p.dtype_b == "fp8e4m3", rocm=target.is_amd)
         variants = {
             "default": op.default_config(p, target),
@@ -112,26 +112,18 @@ def measure(
             shipped, source = vllm_config(folder, p, target.name)
             if shipped is not None:
                 variants["vllm"] = shipped
-        res = interleaved_medians(bench, p, variants, rounds)
         row: dict[str, Any] = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b)
+        row |= harness.side_by_side(bench, p, variants, rounds)
         row |= dict(vllm_file=source, method=bench.method_for(p))
-        row["configs"] = {k: c.short() for k, c in variants.items()}
-        row |= {f"{k}_us": v[0] for k, v in res.items()}
-        row["status"] = {k: v[1] for k, v in res.items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else math.nan
-
-
 def report(rows: list[dict[str, Any]]) -> None:
-    heads: tuple[str, ...] = ("tuned µs", "vLLM µs", "fallback µs", "default µs", "torch µs")
-    heads += ("vs vLLM", "vs fallback", "vs default")
-    print(f"{'model':22s} {'M':>5s} " + " ".join(f"{h:>11s}" for h in heads) + f" {'TFLOP/s':>8s}")
+    """The short table: per problem the five variants, the tuned config's speed-ups and TFLOP/s; then the
+    geomeans against vLLM's shipped configs, our default and vLLM's fallback."""
+    table = []
     vs_vllm, vs_fallback, vs_default = [], [], []
     failed = []
     for r in rows:
@@ -142,21 +134,23 @@ def report(rows: list[dict[str, Any]]) -> None:
         vs_vllm.append(v / t)
         vs_fallback.append(f / t)
         vs_default.append(d / t)
-        cells = [f"{x:11.1f}" for x in (t, v, f, d, base)] + [f"{x / t:11.3f}" for x in (v, f, d)]
-        print(f"{r['model']:22s} {r['M']:5d} " + " ".join(cells) + f" {flops / t / 1e6:8.1f}")
+        table.append((r["model"], r["M"], t, v, f, d, base, v / t, f / t, d / t, flops / t / 1e6))
+    cols = ("model", "M", "tuned µs", "vLLM µs", "fallback µs", "default µs", "torch µs", "vs vLLM",
+            "vs fallback", "vs default", "TFLOP/s")  # fmt: skip
+    harness.print_table(cols, table, digits=(0, 0, 1, 1, 1, 1, 1, 3, 3, 3, 1))
     for line in failed:
         print(f"  not timed: {line}")
-    print(f"geomean: tuned vs vLLM's shipped configs {geomean(vs_vllm):.3f}x (goal >= 1.0), "
-          f"vs our default {geomean(vs_default):.3f}x (goal >= 1.25), "
-          f"vs vLLM's fallback without a file {geomean(vs_fallback):.3f}x")  # fmt: skip
+    print(f"geomean: tuned vs vLLM's shipped configs {harness.geomean(vs_vllm):.3f}x (goal >= 1.0), "
+          f"vs our default {harness.geomean(vs_default):.3f}x (goal >= 1.25), "
+          f"vs vLLM's fallback without a file {harness.geomean(vs_fallback):.3f}x")  # fmt: skip
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
     ap.add_argument("--db", default="moe_bench.db", help="database of the tuning (resumable)")
     ap.add_argument("--vllm-configs", type=Path, help="folder with vLLM's shipped fused-MoE config files")
-    ap.add_argument("--out", type=Path, help="folder for moe.json")
+    harness.add_out(ap, "folder for moe.json")
     ap.add_argument("--trials", type=int, default=60, help="tuning trials per problem")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--final-rounds", type=int, default=3, help="rounds of each search's final "
@@ -173,9 +167,7 @@ def main() -> int:
             tune(store, op, todo, args.trials, args.final_rounds)
         if args.phase in ("measure", "all"):
             rows = measure(store, op, todo, args.vllm_configs, args.rounds)
-            if args.out:
-                args.out.mkdir(parents=True, exist_ok=True)
-                (args.out / "moe.json").write_text(json.dumps(rows, indent=2))
+            harness.write_json(args.out, "moe", harness.run_info(local_target(), args=vars(args), rows=rows))
             report(rows)
     return 0
 

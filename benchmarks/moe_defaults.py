@@ -12,18 +12,17 @@ Prints a short table last; details go to OUT/moe_defaults.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
-import time
-from pathlib import Path
 from typing import Any
+
+import harness
 
 from autotune import Config, Problem
 from autotune.core.problem import next_pow2
 from autotune.core.target import Target, local_target
-from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_medians
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels.moe_op import MoeOp
 from autotune.kernels.moe_space import tokens_per_expert
 
@@ -53,8 +52,8 @@ def previous_default(problem: Problem, target: Target, current: Config) -> Confi
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, help="folder for moe_defaults.json")
+    ap = harness.parser(__doc__)
+    harness.add_out(ap, "folder for moe_defaults.json")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     args = ap.parse_args()
     op = MoeOp()
@@ -66,28 +65,27 @@ def main() -> int:
             problem = Problem.moe(m, n, k, e, topk, "bf16", weights)
             current = op.default_config(problem, target)
             variants = {"current": current, "previous": previous_default(problem, target, current)}
-            res = interleaved_medians(bench, problem, variants, args.rounds)
-            row = dict(model=f"{model} {deploy}", M=m, E=e, N=n, K=k, topk=topk, weights=weights)
-            row |= {f"{name}_config": c.short() for name, c in variants.items()}
-            row |= {f"{name}_us": t for name, (t, _) in res.items()}
-            row["status"] = {name: s for name, (_, s) in res.items()}
+            row: dict[str, Any] = dict(
+                model=f"{model} {deploy}", M=m, E=e, N=n, K=k, topk=topk, weights=weights
+            )
+            row |= harness.side_by_side(bench, problem, variants, args.rounds)
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        info = dict(gpu=target.name, toolchain=target.toolchain, date=time.strftime("%Y-%m-%d"), rows=rows)
-        (args.out / "moe_defaults.json").write_text(json.dumps(info, indent=1))
-    print(f"\n{'model':22s} {'M':>5s} {'previous µs':>11s} {'current µs':>10s} {'speed-up':>8s}  configs")
-    ratios = []
+    harness.write_json(args.out, "moe_defaults", harness.run_info(target, rows=rows))
+    table, ratios = [], []
     for r in rows:
         prev, cur = r["previous_us"], r["current_us"]
-        same = r["previous_config"] == r["current_config"]
+        same = r["configs"]["previous"] == r["configs"]["current"]
         if not same and math.isfinite(prev) and math.isfinite(cur):
             ratios.append(prev / cur)
-        what = "same config" if same else f"{r['previous_config']} -> {r['current_config']}"
-        print(f"{r['model']:22s} {r['M']:5d} {prev:11.1f} {cur:10.1f} {prev / cur:8.3f}  {what}")
+        what = "same config" if same else f"{r['configs']['previous']} -> {r['configs']['current']}"
+        table.append((r["model"], r["M"], prev, cur, prev / cur, what))
+    cols = ("model", "M", "previous µs", "current µs", "speed-up", "configs")
+    harness.print_table(
+        cols, table, digits=(0, 0, 1, 1, 3, 0), title=harness.describe(harness.run_info(target))
+    )
     if ratios:
-        geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        geo = harness.geomean(ratios)
         print(f"geomean over the {len(ratios)} problems where the configs differ: {geo:.3f}x")
     return 0
 

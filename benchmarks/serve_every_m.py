@@ -13,7 +13,6 @@ table and without; writes the logs, the table and every verify row to --out.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -23,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import harness
 
 HERE = Path(__file__).resolve().parent
 CLI = [sys.executable, "-m", "autotune.cli"]
@@ -96,7 +97,7 @@ def summarize(rows: list[dict[str, Any]], min_ratio: float) -> dict[str, Any]:
     return {
         "rows": len(rows),
         "timed": sum(1 for r in rows if r["status"] == "timed"),
-        "geomean": math.exp(sum(map(math.log, positive)) / len(positive)) if positive else math.nan,
+        "geomean": harness.geomean(positive),
         "min": min(ratios, default=math.nan),
         "under": sum(1 for x in ratios if x < min_ratio),
     }
@@ -110,12 +111,10 @@ def group_of(row: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--spec", type=Path, default=HERE / "serve_every_m.toml", help="the sweep spec")
     ap.add_argument("--db", type=Path, help="the database (default OUT/serve.db)")
-    ap.add_argument(
-        "--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")), help="results folder"
-    )
+    harness.add_out(ap, "results folder")
     ap.add_argument("--phase", choices=("all", "sweep", "verify"), default="all")
     ap.add_argument("--min-ratio", type=float, default=0.98)
     ap.add_argument("--gpus", type=int, help="GPUs to verify on at once (default: all visible)")
@@ -171,14 +170,13 @@ def main() -> int:
     for name in ("verify_table", "verify_none", "verify_none_2"):
         if name not in results:
             continue
-        print(f"\n{name} (ratio = vendor µs / served µs; {results[name]['wall_s']:.0f} s)")
-        print(f"  {'group':<22} {'rows':>5} {'timed':>5} {'geomean':>8} {'min':>6} {'under':>5}")
-        for g, s in results[name].items():
-            if isinstance(s, dict):
-                cells = (
-                    f"{s['rows']:>5} {s['timed']:>5} {s['geomean']:>8.3f} {s['min']:>6.3f} {s['under']:>5}"
-                )
-                print(f"  {g:<22} {cells}")
+        table = [
+            (g, s["rows"], s["timed"], s["geomean"], s["min"], s["under"])
+            for g, s in results[name].items()
+            if isinstance(s, dict)
+        ]
+        title = f"{name} (ratio = vendor µs / served µs; {results[name]['wall_s']:.0f} s)"
+        harness.print_table(("group", "rows", "timed", "geomean", "min", "under"), table, 3, title)
     return 0
 
 

@@ -10,17 +10,17 @@ and a fresh database, through the real sweep path (`run_sweep` on a ProcessWorke
 
 Static pruning is off in both, so both measure exactly the same configs (a random sample of each space,
 same seed). Throughput = configs measured / wall minutes of the sweep (start-up of the worker and the
-compile pool included). Prints a short table last; details go to OUT/sweep_throughput.json.
+compile pool included). Prints a short table last; details go to --out (sweep_throughput.json).
 
     python benchmarks/sweep_throughput.py --out results/ [--configs 40] [--cores 15]
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import itertools
 import json
+import math
 import os
 import statistics
 import sys
@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import harness
 
 SPECS = {
     # Dense bf16 GEMMs of Llama-3-8B (the QKV/O projection and the MLP's gate/up).
@@ -108,7 +110,7 @@ class _TimedWorker:
 
 
 #: Timing settings: the benchmarker's defaults (what `autotune sweep` uses), or the short screening
-#: settings of benchmarks/model_check.py (fewer timed runs per config).
+#: settings of `model_check.py` (fewer timed runs per config).
 SETTINGS: dict[str, dict[str, Any]] = {
     "default": {},
     "screening": {"target_time_s": 0.02, "min_reps": 5, "max_reps": 50},
@@ -232,15 +234,9 @@ def _record_compiles(checker: Any, out: list[list[float]], t0: float) -> None:
     pool.submit = recorded
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.3f}"
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--out", required=True, help="directory for sweep_throughput.json")
+    parser = harness.parser(__doc__)
+    harness.add_out(parser, "folder for sweep_throughput.json")
     parser.add_argument("--configs", type=int, default=40, help="configs per problem (default 40)")
     parser.add_argument("--ms", default="16,4096", help="M values, comma-separated (default 16,4096)")
     parser.add_argument(
@@ -265,22 +261,18 @@ def main() -> int:
     unknown = set(ops) - set(SPECS)
     if unknown:
         parser.error(f"unknown --ops {sorted(unknown)}; known: {', '.join(SPECS)}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     results: list[dict[str, Any]] = []
-    meta = {
-        "gpu": torch.cuda.get_device_name(0),
-        "cpu_cores": os.cpu_count(),
-        "compile_processes": args.cores,
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": sys.version.split()[0],
-        "date": time.strftime("%Y-%m-%d"),
-        "ms": ms,
-        "configs_per_problem": args.configs,
-        "settings": {"name": args.settings, **SETTINGS[args.settings]},
-        "specs": {op: SPECS[op].format(ms=json.dumps(ms), configs=args.configs) for op in ops},
-    }
+    meta = harness.run_info(
+        gpu=torch.cuda.get_device_name(0),
+        cpu_cores=os.cpu_count(),
+        compile_processes=args.cores,
+        torch=torch.__version__,
+        triton=triton.__version__,
+        ms=ms,
+        configs_per_problem=args.configs,
+        settings={"name": args.settings, **SETTINGS[args.settings]},
+        specs={op: SPECS[op].format(ms=json.dumps(ms), configs=args.configs) for op in ops},
+    )
     with tempfile.TemporaryDirectory(prefix="autotune-throughput-") as tmp:
         for op in ops:
             spec_text = SPECS[op].format(ms=json.dumps(ms), configs=args.configs)
@@ -289,21 +281,18 @@ def main() -> int:
                 brief = {k: v for k, v in results[-1].items() if k not in ("trial_ends_s", "roundtrips_s")}
                 print(json.dumps(brief), flush=True)
                 # Written after every sweep: a run cut off by a time limit keeps what it measured.
-                dump = {"meta": meta, "results": results}
-                (out / "sweep_throughput.json").write_text(json.dumps(dump, indent=2))
-    print(f"\n{meta['gpu']}, {meta['cpu_cores']} CPU cores, torch {meta['torch']}, triton {meta['triton']}")
-    print(
-        f"{'op':5} {'mode':7} {'configs':>7} {'ok':>4} {'wall s':>7} {'cfg/min':>8} {'1st launch s':>12} "
-        f"{'to 1st trial s':>14} {'per trial s':>11} {'in worker s':>11} {'raced':>5} {'worker up s':>11}"
-    )
-    for r in results:
-        keys = ("first_launch_s_median", "first_trial_s", "gap_s_median", "worker_roundtrip_s_median")
-        cells = [_fmt(r[k]) for k in keys]
-        print(
-            f"{r['op']:5} {r['mode']:7} {r['configs']:>7} {r['ok']:>4} {r['wall_s']:>7.1f} "
-            f"{r['configs_per_min']:>8.1f} {cells[0]:>12} {cells[1]:>14} {cells[2]:>11} {cells[3]:>11} "
-            f"{r['raced']:>5} {_fmt(r['worker_start_s']):>11}"
-        )
+                harness.write_json(args.out, "sweep_throughput", {"meta": meta, "results": results})
+    keys = ("first_launch_s_median", "first_trial_s", "gap_s_median", "worker_roundtrip_s_median")
+    table = [
+        (r["op"], r["mode"], r["configs"], r["ok"], r["wall_s"], r["configs_per_min"],
+         *(math.nan if r[k] is None else r[k] for k in keys), r["raced"],
+         math.nan if r["worker_start_s"] is None else r["worker_start_s"])
+        for r in results
+    ]  # fmt: skip
+    cols = ("op", "mode", "configs", "ok", "wall s", "cfg/min", "1st launch s", "to 1st trial s",
+            "per trial s", "in worker s", "raced", "worker up s")  # fmt: skip
+    title = f"{meta['gpu']}, {meta['cpu_cores']} CPU cores, torch {meta['torch']}, triton {meta['triton']}"
+    harness.print_table(cols, table, digits=(0, 0, 0, 0, 1, 1, 3, 3, 3, 3, 0, 3), title=title)
     for op in ops:
         by_mode = {r["mode"]: r for r in results if r["op"] == op}
         if {"ahead", "ahead-full"} <= set(by_mode):  # did racing cost a winner?

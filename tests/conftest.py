@@ -80,3 +80,11 @@ def launched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(gemm_triton, "launcher", spy)
     return seen
+
+
+@pytest.fixture(scope="module")
+def target() -> Any:
+    """The local GPU's Target (GPU tests)."""
+    from autotune.core.target import local_target
+
+    return local_target()

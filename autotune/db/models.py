@@ -17,7 +17,7 @@ revision ``v1_baseline`` when ``meta`` says 1 and their tables are version 1's.
 
 Changing the tables: edit the models, bump `SCHEMA_VERSION`, add a revision to `autotune.db.migrations`
 (its ``schema_version`` attribute says which version it makes, and it updates ``meta``), and add it to
-`REVISIONS`; tests/test_migrations.py checks that they all agree. `ADDITIVE_TABLES` predates Alembic:
+`REVISIONS`; tests/db/test_migrations.py checks that they all agree. `ADDITIVE_TABLES` predates Alembic:
 static_features joined version 1 after it first shipped, so a Store still creates it where a database of
 the current version lacks it (older code ignores tables it does not know); new tables get a revision.
 """

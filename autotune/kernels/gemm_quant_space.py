@@ -69,6 +69,7 @@ __all__ = [
     "quant_triton_params",
     "split_slices",
     "swap_ab_target",
+    "triton_default",
 ]
 
 #: Why a vendor backend cannot run a problem on a target ("" when it can).
@@ -191,7 +192,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
             if tma is not None:
                 return tma
         return _gemv_default(problem, target)
-    pointer = _triton_default(problem, target)
+    pointer = triton_default(problem, target)
     if (
         problem.op == "gemm_fp8_rowwise"
         and "triton_tma" in quant_backends(target, problem.op)
@@ -293,7 +294,7 @@ def _long_single_wave(
     return split_k == 1 and tiles <= target.cu_count and long_k
 
 
-def _triton_default(problem: Problem, target: Target) -> Config:
+def triton_default(problem: Problem, target: Target) -> Config:
     """The heuristic config of the Triton kernel (see `quant_default_config`)."""
     params = quant_triton_params(problem.op, target)
     ks = [int(v) for v in params["BLOCK_K"]]
@@ -655,7 +656,7 @@ def _cached_space(
             )
         if backend == "triton":
             params = quant_triton_params(problem.op, target)
-            first = default if default.backend == "triton" else _triton_default(problem, target)
+            first = default if default.backend == "triton" else triton_default(problem, target)
             subs.append(SubSpace("triton", params, _constraints(problem, target), first=(first,)))
         elif reasons.get(backend):
             subs.append(_absent(backend, reasons[backend]))

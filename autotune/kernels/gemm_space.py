@@ -21,6 +21,7 @@ __all__ = [
     "has_tma",
     "tail_split_schedule",
     "tile_parts",
+    "tma_default",
     "tma_params",
     "triton_params",
 ]
@@ -438,7 +439,7 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     underfills the GPU.
     """
     if has_tma(target) and not target.interpreter and problem.M >= 128:
-        tma = _tma_default(problem, target)
+        tma = tma_default(problem, target)
         if tma is not None:
             return tma
     if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
@@ -469,7 +470,7 @@ PARTS_FILL = 0.9
 PARTS_FILL_N = 0.95
 
 
-def _tma_default(
+def tma_default(
     problem: Problem,
     target: Target,
     parts_widths: Sequence[int] = _PARTS_WIDTHS,

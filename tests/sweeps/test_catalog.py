@@ -12,7 +12,7 @@ from autotune.core.target import Target
 from autotune.sweeps import M_PRESETS, MODELS, SpecError, load_spec, model_problems, parse_spec, plan
 from autotune.sweeps.catalog import ModelSpec, layer_shapes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def shapes(name: str, **split: int) -> dict[str, tuple[str, int, int, int, int]]:

@@ -24,7 +24,7 @@ from autotune.db import SCHEMA_VERSION, Store, StoreError, resolve_url
 from autotune.dispatch.emit import emit_table
 from autotune.dispatch.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 ARCH = "gfx942"
 TOOLCHAIN = {"triton": "3.6.0", "torch": "2.13.0", "hip": "7.0"}

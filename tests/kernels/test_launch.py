@@ -1,7 +1,7 @@
 """The pinned launch: which calls reuse a compiled kernel, and what its launcher receives.
 
 Triton's JIT function, compiled kernel, knobs and driver are stand-ins here (no GPU); the GPU test in
-test_gpu.py checks the real thing against Triton's own launch.
+tests/kernels/gemm/test_gemm_gpu.py checks the real thing against Triton's own launch.
 """
 
 from __future__ import annotations

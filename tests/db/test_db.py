@@ -23,7 +23,7 @@ from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import SCHEMA_VERSION, Store, StoreError, resolve_url
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 TRITON = ("gemm.triton", "src-v1")
 TORCH = ("gemm.torch", "torch-v1")

@@ -5,7 +5,7 @@ in the SASS beyond the PTX's own). WARP_SPEC=1 (a loader warp, one partition per
 compiles on Triton 3.6 and 3.9 alike, without spills and without a CTA barrier in its consumers' K loops.
 
 Compiles in a subprocess: the test session may have TRITON_INTERPRET=1. Numerics need a Hopper GPU
-(`tests/test_gpu.py -k gluon`, `benchmarks/fp8_gluon.py`); Gluon does not run in the interpreter.
+(`tests/kernels/quant/test_quant_gpu.py -k gluon`); Gluon does not run in the interpreter.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k, swap); the first is the main
 #: config. Swapped (decode, compiled at M = 16): BLOCK_M is the activations' tile, wgmma's N side.
 Cfg = tuple[int, int, int, int, bool, bool, int, bool]

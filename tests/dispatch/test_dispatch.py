@@ -34,7 +34,7 @@ from autotune.dispatch import (
 )
 from autotune.dispatch.table import pick
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MS = (1, 16, 64, 256)
 
 

@@ -18,7 +18,7 @@ from autotune.core.result import Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store, StoreError, export_csv
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 H100 = Target.for_arch("sm_90")
 NO_PEAKS = dataclasses.replace(H100, name="Lab GPU #2 (x)", peak_tflops=0.0, mem_gbps=0.0)
 SMALL = Problem.gemm(16, 64, 64)

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.db import Store
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 SPEC = """
 name = "killed"

@@ -11,7 +11,7 @@ from autotune import Problem
 from autotune.engine.strategies import Budget
 from autotune.sweeps import SpecError, SweepEntry, load_spec, parse_spec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 ENTRY = 'op = "gemm"\nm = [1, 16]\nnk = [[64, 64]]\n'
 

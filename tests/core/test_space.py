@@ -145,7 +145,9 @@ def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) 
     # a tile of two parts stores C in slices: whole, its C buffer would leave no room for 3 stages
     assert config["EPILOGUE_N"] == (64 if tile[1] in (320, 384) else 0)
     assert config["num_warps"] == (4 if tile[1] == 128 else 8)
-    assert 5 / 3 < WIDE_TILE_COST <= 9 / 5  # the window the H100 measurements allow (BENCHMARKS.md)
+    assert (
+        5 / 3 < WIDE_TILE_COST <= 9 / 5
+    )  # the window the H100 measurements allow (docs/notes/2026-11-22-dense-tma-tiles.md)
 
 
 def test_tma_space_prices_the_c_buffer_of_each_epilogue() -> None:

@@ -34,7 +34,7 @@ from autotune.db.engine import mask_url, resolve_url
 from autotune.db.migrations import alembic_config
 from autotune.db.models import BASE_VERSION, HEAD_REVISION, REVISIONS, SCHEMA_VERSION, Base
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # -- a version-1 database, exactly as autotune created it before Alembic ---------------------------------
 

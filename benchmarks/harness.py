@@ -1,0 +1,211 @@
+"""What the benchmark scripts share: the --out argument and the JSON details written under it, the run's
+header, variants timed side by side as one row, host time per call, the tuned winner read from a
+database, the served call as a variant, and the short table each script prints last.
+
+The scripts import it by name (`import harness`): a script's own folder is on `sys.path` when it runs.
+Timing goes through the package's public helpers (`autotune.engine.bench.interleaved_medians`,
+`autotune.kernels.served_launch`); nothing here times a kernel another way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from autotune import Config, Problem
+    from autotune.core.target import Target
+    from autotune.db import Store
+    from autotune.engine.bench import Benchmarker
+
+__all__ = [
+    "ServedCall",
+    "add_out",
+    "describe",
+    "geomean",
+    "host_us_per_call",
+    "json_path",
+    "paired_overhead",
+    "parser",
+    "print_table",
+    "run_info",
+    "side_by_side",
+    "tuned_config",
+    "write_json",
+]
+
+
+def parser(doc: str | None) -> argparse.ArgumentParser:
+    """An argument parser whose --help prints the script's docstring as written."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def add_out(ap: argparse.ArgumentParser, help: str = "folder for the JSON details") -> None:
+    """Adds --out: a folder (default $OUT, else bench-out); a path ending in .json names the file."""
+    default = Path(os.environ.get("OUT", "bench-out"))
+    ap.add_argument("--out", type=Path, default=default, help=f"{help} (default: $OUT, else bench-out)")
+
+
+def json_path(out: Path | str, name: str) -> Path:
+    """Where a script's JSON goes: `out` itself if it ends in .json, else OUT/NAME.json."""
+    out = Path(out)
+    return out if out.suffix == ".json" else out / f"{name}.json"
+
+
+def write_json(out: Path | str, name: str, data: Any) -> Path:
+    """Writes `data` as JSON to `json_path(out, name)`, making its folder; returns the path."""
+    path = json_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def run_info(target: Target | None = None, **extra: Any) -> dict[str, Any]:
+    """The run's header: GPU, architecture, SMs (or CUs), toolchain versions, Python, date; then `extra`."""
+    info: dict[str, Any] = {}
+    if target is not None:
+        info |= dict(gpu=target.name, arch=target.arch, cus=target.cu_count, toolchain=target.toolchain)
+    info |= dict(python=sys.version.split()[0], date=time.strftime("%Y-%m-%d"))
+    return info | extra
+
+
+def describe(info: Mapping[str, Any]) -> str:
+    """One line of `run_info`'s header: 'NVIDIA H100 80GB HBM3 (sm_90, 132 SMs) {...} 2026-11-27'."""
+    where = f" ({info['arch']}, {info['cus']} SMs)" if "arch" in info else ""
+    return f"{info.get('gpu', '?')}{where} {info.get('toolchain', '')} {info.get('date', '')}".strip()
+
+
+def geomean(xs: Iterable[float]) -> float:
+    """Geometric mean of the positive, finite values of `xs`; NaN if there are none."""
+    vals = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(statistics.fmean(math.log(x) for x in vals)) if vals else math.nan
+
+
+def side_by_side(
+    bench: Benchmarker,
+    problem: Problem,
+    variants: Mapping[str, Config],
+    rounds: int,
+    others: Mapping[str, tuple[Benchmarker, Config]] | None = None,
+) -> dict[str, Any]:
+    """Times `variants` (and `others`, each by its own Benchmarker) side by side in `rounds` interleaved
+    rounds (`interleaved_medians`), as a row's fields: `configs` (name: short config), `NAME_us` (the
+    median of the round medians, NaN if it never ran) and `status` (name: "ok" or why not)."""
+    from autotune.engine.bench import interleaved_medians
+
+    res = interleaved_medians(bench, problem, dict(variants), rounds, others=others)
+    configs = {**{k: c for k, c in variants.items()}, **{k: c for k, (_, c) in (others or {}).items()}}
+    row: dict[str, Any] = {"configs": {k: c.short() for k, c in configs.items()}}
+    row |= {f"{k}_us": us for k, (us, _) in res.items()}
+    row["status"] = {k: status for k, (_, status) in res.items()}
+    return row
+
+
+def host_us_per_call(
+    variants: Mapping[str, Callable[[], object]], batches: int, n: int, warmup: int = 20
+) -> dict[str, list[float]]:
+    """Host µs per call of each variant, one value per batch of `n` calls. The variants take turns in
+    rotating order and each batch starts with the GPU idle, so that drifts of the host hit all alike.
+    The problems should be tiny, so that the GPU keeps up and the host is what is timed."""
+    import torch
+
+    names = list(variants)
+    for fn in variants.values():  # compile, allocate, fill caches
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    out: dict[str, list[float]] = {k: [] for k in names}
+    for i in range(batches):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn = variants[name]
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out[name].append((time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    return out
+
+
+def paired_overhead(slow: Sequence[float], fast: Sequence[float]) -> dict[str, float]:
+    """Median, 20th and 80th percentile of the per-batch differences `slow - fast` (µs)."""
+    diffs = sorted(s - f for s, f in zip(slow, fast, strict=True))
+    return dict(median=statistics.median(diffs), p20=diffs[len(diffs) // 5], p80=diffs[4 * len(diffs) // 5])
+
+
+def tuned_config(store: Store, p: Problem, fingerprint: str, ours: tuple[str, ...]) -> Config | None:
+    """Our tuned winner of `p`: the fastest of our configs in its final round (the finalists timed head to
+    head) where that round holds our fastest measured config, else our fastest measured config."""
+    from autotune.core.result import Source, TrialStatus
+
+    measured = [r for r in store.best(p, fingerprint=fingerprint, limit=10_000) if r.config.backend in ours]
+    if not measured:
+        return None
+    final = [t for t in store.trials(fingerprint=fingerprint, problem=p, status=TrialStatus.OK,
+                                     source=Source.FINAL)
+             if t.config.backend in ours and t.time_us is not None]  # fmt: skip
+    if measured[0].config.digest() in {t.config.digest() for t in final}:
+        return min(final, key=lambda t: (t.time_us, t.id)).config
+    return measured[0].config
+
+
+class ServedCall:
+    """`op`, whose every config launches the run-time entry point's own call on the Benchmarker's inputs
+    and output (`autotune.kernels.served_launch`: lookup and fallback included, on every call). Unlike
+    `autotune.sweeps.verify.EntryPoint` it keeps its Benchmarker's timing method, so the served call is
+    timed exactly as the variants it is compared with."""
+
+    def __init__(self, op: Any) -> None:
+        self.op = op
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
+
+    def prepare(
+        self, problem: Problem, config: Config, target: Target, inputs: Any, out: torch.Tensor
+    ) -> Callable[[], None]:
+        from autotune.kernels import served_launch
+
+        return served_launch(self.op, problem, target, inputs, out)
+
+
+def _cell(x: Any, digits: int) -> str:
+    if isinstance(x, float):
+        return "-" if math.isnan(x) else f"{x:.{digits}f}"
+    return str(x)
+
+
+def print_table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    digits: int | Sequence[int] = 2,
+    title: str | None = None,
+) -> None:
+    """The short table a script prints last: columns of numbers right-aligned, the others left-aligned;
+    floats with `digits` decimals (one number, or one per column), NaN as '-'."""
+    rows = [list(r) for r in rows]
+    per = [digits] * len(columns) if isinstance(digits, int) else list(digits)
+    cells = [[_cell(x, d) for x, d in zip(row, per, strict=True)] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    numeric = [bool(rows) and all(isinstance(r[i], int | float) for r in rows) for i in range(len(columns))]
+
+    def line(values: Sequence[str]) -> str:
+        return " ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
+
+    if title:
+        print(f"\n{title}")
+    print(line(list(columns)))
+    for r in cells:
+        print(line(r))
