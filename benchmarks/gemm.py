@@ -256,7 +256,7 @@ def host_overhead(out: dict) -> None:
 
     from autotune.dispatch import lookup
     from autotune.kernels import gemm
-    from autotune.kernels.gemm_triton import launcher
+    from autotune.kernels.dense.kernel import launcher
 
     target = local_target()
     p = Problem.gemm(1, 256, 256, "bf16")  # tiny: the GPU keeps up, so the host is what is measured
@@ -265,7 +265,7 @@ def host_overhead(out: dict) -> None:
                                   device_key=target.device_key()))  # fmt: skip
     a, b = GEMM.make_inputs(p, "cuda", seed=0)
     if config.backend == "triton_gemv":  # the NVIDIA default at M = 1; the same call as the pointer kernel's
-        from autotune.kernels.gemv_triton import gemv_launcher
+        from autotune.kernels.dense.gemv import gemv_launcher
 
         run = gemv_launcher(config)
     else:

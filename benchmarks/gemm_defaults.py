@@ -28,7 +28,7 @@ from autotune import Config, Problem
 from autotune.core.target import Target, local_target
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import tma_default  # the rule with some of its tiles left out
+from autotune.kernels.dense.space import tma_default  # the rule with some of its tiles left out
 
 # (model, layer, N, K): bf16 linear layers (weights N x K, per GPU shard) that gemm.py does not tune.
 LAYERS = [

@@ -53,7 +53,7 @@ from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_median
 from autotune.engine.runner import Runner
 from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM, get_op
-from autotune.kernels.gemm_quant_space import mx_native
+from autotune.kernels.quant.space import mx_native
 
 #: (model, TP) whose dense layers are benchmarked, and the layers (catalog labels) of each.
 MODELS = [("deepseek-v3", 8), ("llama-3.1-70b", 8)]
@@ -183,7 +183,7 @@ def measure(
         space = op.space(p, target)
         variants: dict[str, Config] = {"default": op.default_config(p, target)}
         if variants["default"].backend != "triton" and "triton" in ours:  # our Triton kernel's default too
-            from autotune.kernels.gemm_quant_space import triton_default
+            from autotune.kernels.quant.space import triton_default
 
             variants["triton_default"] = triton_default(p, target)
         if tuned is not None:

@@ -33,9 +33,9 @@ from autotune import Config, Problem
 from autotune.core.target import local_target
 from autotune.dispatch import Dispatcher, Table, install_dispatcher
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
-from autotune.kernels.gemm_tma import tma_launcher
-from autotune.kernels.gemm_triton import launcher
-from autotune.kernels.gemv_triton import gemv_launcher
+from autotune.kernels.dense.gemv import gemv_launcher
+from autotune.kernels.dense.kernel import launcher
+from autotune.kernels.dense.tma import tma_launcher
 from autotune.kernels.launch import PINNED_LAUNCH_ENV as ENV
 
 #: (problem, config, None) of every case: the table the dispatched calls read.
@@ -176,7 +176,7 @@ def main() -> int:
     target = local_target()
     info = harness.run_info(target, cases=[])
     cases = [dense_case(target, "triton"), quant_case(target), moe_case(target)]
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense.space import has_tma
 
     if has_tma(target):
         cases.insert(1, dense_case(target, "triton_tma"))

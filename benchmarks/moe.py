@@ -34,7 +34,7 @@ from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.engine.runner import Runner
 from autotune.engine.strategies import Budget
-from autotune.kernels.moe_op import MoeOp
+from autotune.kernels.moe.op import MoeOp
 
 #: CUDA-graph replay, as serving engines run MoE layers: the call's few small host-side ops (routing
 #: weights, FP8 activation quantization, the top-k sum) would otherwise be timed as GPU idle time.

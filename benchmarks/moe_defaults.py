@@ -23,8 +23,8 @@ from autotune import Config, Problem
 from autotune.core.problem import next_pow2
 from autotune.core.target import Target, local_target
 from autotune.engine.bench import Benchmarker, BenchSettings
-from autotune.kernels.moe_op import MoeOp
-from autotune.kernels.moe_space import tokens_per_expert
+from autotune.kernels.moe.op import MoeOp
+from autotune.kernels.moe.space import tokens_per_expert
 
 # (model, deployment, E, N, K, topk, weights): MoE layers that benchmarks/moe.py does not tune.
 MODELS = [

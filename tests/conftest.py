@@ -69,7 +69,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture
 def launched(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Records the config of every Triton GEMM launcher built (the entry point caches one per config)."""
-    import autotune.kernels.gemm_triton as gemm_triton
+    import autotune.kernels.dense.kernel as gemm_triton
 
     seen: list[Any] = []
     real: Callable[..., Any] = gemm_triton.launcher

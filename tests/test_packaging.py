@@ -18,7 +18,7 @@ VERBS = ("sweep", "best", "export", "emit", "status")
 
 # Files that must be in the wheel, each a copy of the checkout's file at the same path.
 WHEEL_FILES = [
-    "autotune/kernels/gemm_triton.py",
+    "autotune/kernels/dense/kernel.py",
     "autotune/db/store.py",
     # The Alembic environment and revisions that `autotune db upgrade` runs.
     "autotune/db/migrations/env.py",

@@ -5,12 +5,14 @@ Standard library only, so that it can be loaded on its own (tests compare it acr
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import io
 import tokenize
 from pathlib import Path
 
-__all__ = ["code_hash", "code_tokens"]
+__all__ = ["code_hash", "code_tokens", "module_files", "modules_hash"]
 
 _SKIP_TOKENS = {tokenize.COMMENT, tokenize.NL, tokenize.ENCODING, tokenize.TYPE_COMMENT}
 _LAYOUT_TOKENS = {tokenize.INDENT, tokenize.DEDENT, tokenize.NEWLINE}
@@ -55,3 +57,58 @@ def code_hash(*paths: str | Path) -> str:
         for kind, text in code_tokens(Path(path).read_text(encoding="utf-8")):
             h.update(f"{kind}:{text}\x00".encode())
     return h.hexdigest()[:16]
+
+
+def _file_of(module: str) -> Path | None:
+    """The source file of `module` (a package: None; its __init__ only re-exports)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a name imported from a module, not a module of its own
+        return None
+    if spec is None or spec.origin is None or spec.submodule_search_locations is not None:
+        return None
+    return Path(spec.origin)
+
+
+def _imported(path: Path, module: str) -> set[str]:
+    """The modules `path` (module `module`) imports anywhere in it: absolute names, and relative ones
+    resolved; `from P import name` counts P.name, which is kept where it is a module."""
+    package = module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def module_files(*roots: str, within: str) -> list[Path]:
+    """The files of the modules `roots` and of every module under the package `within` that they import,
+    directly or not (imports inside functions too), sorted by module name; packages' __init__ files are
+    left out. What a backend's code is: its kernels and launcher, and the helpers they use."""
+    seen: dict[str, Path] = {}
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        path = _file_of(name)
+        if path is None:
+            if name in roots:
+                raise ValueError(f"{name!r} is not a module with a source file")
+            continue
+        seen[name] = path
+        todo.extend(m for m in _imported(path, name) if m.startswith(within + ".") and m not in seen)
+    return [seen[name] for name in sorted(seen)]
+
+
+def modules_hash(*roots: str, within: str) -> str:
+    """`code_hash` of `module_files(*roots, within=within)`: a backend's version, which changes with
+    the code of its kernels and of every helper they import, and with nothing else."""
+    return code_hash(*module_files(*roots, within=within))

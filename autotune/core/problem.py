@@ -66,13 +66,24 @@ QUANT_OPS: dict[str, QuantFormat] = {
     "gemm_mxfp4_bf16a": QuantFormat(("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32),
 }
 
-#: Ops the pipeline knows. "moe": the fused mixture-of-experts MLP, M tokens routed to `topk` of `E`
+#: The built-in ops (a plug-in may register more: `autotune.core.registry`). "moe": the fused
+#: mixture-of-experts MLP, M tokens routed to `topk` of `E`
 #: experts, each an up projection of 2·N rows (gate and up, K = hidden size) and a down projection.
 #: The quantized GEMMs of QUANT_OPS.
 OPS: tuple[str, ...] = ("gemm", "moe", *QUANT_OPS)
 
 #: B operand layouts: "nk" is B given as (N, K) (the nn.Linear weight, C = A·Bᵀ); "kn" is B as (K, N).
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
+
+
+def _registered(name: str) -> bool:
+    """An op a plug-in registered (`autotune.core.registry`): its problems use these same fields."""
+    from autotune.core.registry import is_known
+
+    try:
+        return is_known(name)
+    except ImportError:  # a plug-in that cannot be imported here: not known
+        return False
 
 
 def normalize_dtype(name: str) -> str:
@@ -104,7 +115,7 @@ class Problem:
     layout: str = "nk"
 
     def __post_init__(self) -> None:
-        if self.op not in OPS:
+        if self.op not in OPS and not _registered(self.op):
             raise ValueError(f"unknown op {self.op!r}; known ops: {', '.join(OPS)}")
         for name in ("M", "N", "K"):
             value = getattr(self, name)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
 
-__all__ = ["PLUGINS", "get_op", "load_plugins", "ops", "register"]
+__all__ = ["PLUGINS", "get_op", "is_known", "load_plugins", "ops", "register"]
 
 #: Modules imported on the first lookup, before the entry points of the `autotune.ops` group.
 PLUGINS: tuple[str, ...] = ("autotune.kernels",)
@@ -58,6 +58,14 @@ def ops() -> dict[str, TunableOp]:
     """Every registered op by name, in registration order."""
     load_plugins()
     return dict(_ops)
+
+
+def is_known(name: str) -> bool:
+    """Whether an op called `name` is registered (the plug-ins are imported first if it is not yet)."""
+    if name in _ops:
+        return True
+    load_plugins()
+    return name in _ops
 
 
 def get_op(name: str) -> TunableOp:

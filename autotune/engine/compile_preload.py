@@ -23,7 +23,8 @@ def _package_modules(name: str) -> list[str]:
     """Every module of the plug-in package `name`."""
     with contextlib.suppress(Exception):
         package = importlib.import_module(name)
-        return [f"{name}.{m.name}" for m in pkgutil.iter_modules(getattr(package, "__path__", []))]
+        found = pkgutil.walk_packages(getattr(package, "__path__", []), prefix=f"{name}.")
+        return [m.name for m in found]
     return []
 
 

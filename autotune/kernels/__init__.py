@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.registry import get_op, register
-from autotune.kernels.api import gemm, launch_config, linear
-from autotune.kernels.gemm_op import GEMM, GemmOp
-from autotune.kernels.gemm_quant_op import QUANT_GEMMS, QuantGemmOp
-from autotune.kernels.moe_op import MOE, MoeOp
-from autotune.kernels.quant_api import gemm_quant
+from autotune.kernels.dense.api import gemm, launch_config, linear
+from autotune.kernels.dense.op import GEMM, GemmOp
+from autotune.kernels.moe.op import MOE, MoeOp
+from autotune.kernels.quant.api import gemm_quant
+from autotune.kernels.quant.op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.serve import served_config
 from autotune.kernels.served import served_launch
 

@@ -26,7 +26,7 @@ from autotune.core.target import Target
 if TYPE_CHECKING:
     import torch
 
-    from autotune.kernels.gemm_op import GemmOp
+    from autotune.kernels.dense.op import GemmOp
 
 __all__ = ["FAULTS", "FaultyOp"]
 

@@ -21,7 +21,7 @@ from autotune.core.op import TunableOp
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.dispatch import lookup
-from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.dense.geometry import GEMV_ROWS
 
 __all__ = ["check_op", "served_config"]
 

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dtype
+from autotune.core.registry import is_known
 from autotune.core.static import StaticPolicy
 from autotune.core.target import Target
 from autotune.engine.strategies import STRATEGIES, Budget
@@ -177,8 +178,10 @@ class SweepEntry:
         if self.op in QUANT_OPS:
             fp8 = self.weights or "fp8e4m3"
             return [Problem.quant(self.op, m, n, k, self.dtype, fp8) for n, k in self.nks for m in self.ms]
-        return [
-            Problem.gemm(m, n, k, self.dtype, layout)
+        return [  # the dense GEMM, or a GEMM-shaped op a plug-in registered
+            Problem(
+                self.op, m, n, k, dtype_a=self.dtype, dtype_b=self.dtype, dtype_out=self.dtype, layout=layout
+            )
             for layout in self.layouts
             for n, k in self.nks
             for m in self.ms
@@ -198,7 +201,7 @@ class SweepEntry:
         from autotune.kernels import get_op
 
         if name == "moe" and self.zipf:
-            from autotune.kernels.moe_op import MoeOp
+            from autotune.kernels.moe.op import MoeOp
 
             return MoeOp(zipf=self.zipf)
         return get_op(name)
@@ -308,7 +311,7 @@ def _entry(table: Any, where: str) -> SweepEntry:
         if key not in table:
             raise SpecError(f"{where}: missing field `{key}`")
     op = table["op"]
-    if op not in OPS:
+    if op not in OPS and not is_known(op):
         raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(OPS)}")
     dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
     try:

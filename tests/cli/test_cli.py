@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import autotune.dispatch.dispatcher as dispatcher_mod
-import autotune.kernels.api as api
+import autotune.kernels.dense.api as api
 from autotune import Config, Problem, Target
 from autotune.cli import main
 from autotune.core.result import TrialStatus

@@ -84,21 +84,16 @@ def test_roofline() -> None:
     assert h100.roofline_us(p.flops(), p.min_bytes()) == pytest.approx(p.min_bytes() / 3350e3)
 
 
-def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path, monkeypatch) -> None:
-    import autotune.kernels.gemm_op as gemm_op
+def test_kernel_source_hash_ignores_formatting_but_not_code(tmp_path) -> None:
+    from autotune.core.codehash import code_hash
 
-    src = "def f(x):\n    return x + 1\n"
-    (tmp_path / "k.py").write_text(src)
-    monkeypatch.setattr(gemm_op, "_HERE", tmp_path)
-    gemm_op._file_hash.cache_clear()
-    h1 = gemm_op._file_hash("k.py")
-    (tmp_path / "k.py").write_text("# a comment\ndef f(x ):\n\n        return x+1  # same code\n")
-    gemm_op._file_hash.cache_clear()
-    assert gemm_op._file_hash("k.py") == h1
-    (tmp_path / "k.py").write_text("def f(x):\n    return x + 2\n")
-    gemm_op._file_hash.cache_clear()
-    assert gemm_op._file_hash("k.py") != h1
-    gemm_op._file_hash.cache_clear()
+    k = tmp_path / "k.py"
+    k.write_text("def f(x):\n    return x + 1\n")
+    h1 = code_hash(k)
+    k.write_text("# a comment\ndef f(x ):\n\n        return x+1  # same code\n")
+    assert code_hash(k) == h1
+    k.write_text("def f(x):\n    return x + 2\n")
+    assert code_hash(k) != h1
 
 
 def test_code_tokens_keep_an_fstring_whole_on_every_python() -> None:
@@ -117,7 +112,6 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     import autotune.core.codehash as codehash
     from autotune.kernels import GEMM
@@ -125,13 +119,14 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
     exe = shutil.which(other)
     if exe is None:
         pytest.skip(f"{other} is not installed")
-    kernels = Path(codehash.__file__).resolve().parent.parent / "kernels"
     script = (
         "import importlib.util, sys; spec = importlib.util.spec_from_file_location('h', sys.argv[1]); "
         "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
         "print(m.code_hash(*sys.argv[2:]))"
     )
-    files = [str(kernels / "gemm_triton.py"), str(kernels / "scratch.py")]
+    files = [
+        str(f) for f in codehash.module_files("autotune.kernels.dense.kernel", within="autotune.kernels")
+    ]
     proc = subprocess.run([exe, "-c", script, codehash.__file__, *files],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     if proc.returncode != 0 and "not found" in proc.stderr:  # a version manager's shim without it
@@ -143,48 +138,88 @@ def test_kernel_hash_is_the_same_on_other_pythons(other: str) -> None:
 def test_kernel_hashes_cover_the_jitted_code_their_modules_import(monkeypatch) -> None:
     """Stored times are keyed by their kernel's source hash: every kernels module with jitted code that a
     hashed module imports (edge_clamped, the GEMV helpers, ...) must be hashed too, so that an edit there
-    retires the times measured before it."""
+    retires the times measured before it; and a Triton backend's hash covers jitted code."""
     import ast
     from pathlib import Path
 
-    import autotune.kernels.gemm_op as gemm_op
-    import autotune.kernels.gemm_quant_op as quant_op
-    import autotune.kernels.moe_op as moe_op
+    import autotune.core.codehash as codehash
+    import autotune.kernels.dense.op as gemm_op
+    import autotune.kernels.moe.op as moe_op
+    import autotune.kernels.quant.op as quant_op
 
-    here = Path(gemm_op.__file__).parent
-    hashed: list[set[str]] = []
+    hashed: list[set[Path]] = []
+    real = codehash.code_hash
 
     def record(*paths: Path) -> str:
-        hashed.append({Path(p).name for p in paths})
-        return "h"
+        hashed.append({Path(p) for p in paths})
+        return real(*paths)
 
-    for module in (gemm_op, quant_op, moe_op):
-        monkeypatch.setattr(module, "code_hash", record)
-    gemm_op._file_hash.cache_clear()
-    quant_op._file_hash.cache_clear()
+    monkeypatch.setattr(codehash, "code_hash", record)
+    monkeypatch.setattr(moe_op, "code_hash", record)
 
-    def jitted(name: str) -> bool:
-        text = (here / name).read_text()
+    def jitted(path: Path) -> bool:
+        text = path.read_text()
         return "@triton.jit" in text or "@gluon.jit" in text
 
-    def imported(name: str) -> set[str]:
-        tree = ast.parse((here / name).read_text())
+    def imported(path: Path) -> set[Path]:
+        tree = ast.parse(path.read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-        return {m.rsplit(".", 1)[1] + ".py" for m in mods if m.startswith("autotune.kernels.")}
+        root = Path(codehash.__file__).resolve().parents[2]
+        return {root / (m.replace(".", "/") + ".py") for m in mods if m.startswith("autotune.kernels.")}
 
-    hopper = Target.for_arch("sm_90")
     ops = [gemm_op.GEMM, moe_op.MOE, *quant_op.QUANT_GEMMS.values()]
     checked = 0
-    for op in ops:
-        for backend in op.backends(hopper):
-            if backend in ("torch", "aiter"):
-                continue
-            hashed.clear()
-            op.source_hash(backend)
-            files = set().union(*hashed)
-            missing = {m for f in files for m in imported(f) if jitted(m)} - files
-            assert not missing, f"{op.name}.{backend} hashes {sorted(files)} but not {sorted(missing)}"
-            checked += 1
-    gemm_op._file_hash.cache_clear()
-    quant_op._file_hash.cache_clear()
-    assert checked >= 12
+    for target in (Target.for_arch("sm_90"), Target.for_arch("gfx950")):
+        for op in ops:
+            for backend in op.backends(target):
+                if backend in ("torch", "aiter"):
+                    continue
+                gemm_op._kernel_hash.cache_clear()
+                quant_op._modules_hash.cache_clear()
+                moe_op._code_hash.cache_clear()
+                hashed.clear()
+                op.source_hash(backend)
+                files = set().union(*hashed)
+                assert any(jitted(f) for f in files), (op.name, backend, sorted(files))
+                missing = {m for f in files for m in imported(f) if m.is_file() and jitted(m)} - files
+                assert not missing, f"{op.name}.{backend} hashes {sorted(files)} but not {sorted(missing)}"
+                checked += 1
+    gemm_op._kernel_hash.cache_clear()
+    quant_op._modules_hash.cache_clear()
+    moe_op._code_hash.cache_clear()
+    assert checked >= 20
+
+
+def test_a_backend_s_files_are_its_module_and_the_kernel_modules_it_imports(tmp_path, monkeypatch) -> None:
+    """`module_files` follows imports (top-level, inside functions, relative) within the package named,
+    leaves other packages and __init__ files out, and `modules_hash` changes with any file it covers."""
+    import sys
+
+    from autotune.core.codehash import module_files, modules_hash
+
+    pkg = tmp_path / "fakepkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("import fakepkg.unused\n")
+    (pkg / "kernel.py").write_text(
+        "import os\nfrom fakepkg import helper\n\ndef f():\n    from .sub import deep\n"
+    )
+    (pkg / "helper.py").write_text("X = 1\n")
+    (pkg / "sub" / "deep.py").write_text("from fakepkg.helper import X\n")
+    (pkg / "unused.py").write_text("Y = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        names = [p.relative_to(tmp_path).as_posix() for p in module_files("fakepkg.kernel", within="fakepkg")]
+        assert names == ["fakepkg/helper.py", "fakepkg/kernel.py", "fakepkg/sub/deep.py"]
+        before = modules_hash("fakepkg.kernel", within="fakepkg")
+        (pkg / "sub" / "deep.py").write_text("from fakepkg.helper import X\nZ = X\n")
+        assert modules_hash("fakepkg.kernel", within="fakepkg") != before
+        (pkg / "unused.py").write_text("Y = 3\n")  # not imported by the kernel: no change
+        after = modules_hash("fakepkg.kernel", within="fakepkg")
+        (pkg / "unused.py").write_text("Y = 4\n")
+        assert modules_hash("fakepkg.kernel", within="fakepkg") == after
+        with pytest.raises(ValueError, match="not a module"):
+            module_files("fakepkg.sub", within="fakepkg")
+    finally:
+        for name in [m for m in sys.modules if m == "fakepkg" or m.startswith("fakepkg.")]:
+            del sys.modules[name]

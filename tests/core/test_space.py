@@ -4,7 +4,7 @@ import pytest
 
 from autotune import Config, Problem, Target, TrialResult, TrialStatus
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import gemm_default_config, triton_params
+from autotune.kernels.dense.space import gemm_default_config, triton_params
 
 AMD_KNOBS = {"matrix_instr_nonkdim", "waves_per_eu", "kpack", "NUM_XCDS"}
 
@@ -135,7 +135,7 @@ def test_split_modes_exclude_each_other_with_reasons() -> None:
     ],
 )
 def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) -> None:
-    from autotune.kernels.gemm_space import WIDE_TILE_COST
+    from autotune.kernels.dense.space import WIDE_TILE_COST
 
     target = Target.for_arch("sm_90")
     problem = Problem.gemm(*mnk)
@@ -179,7 +179,7 @@ def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
     strategies ask them right after the default. The interpreter's space has none."""
     from autotune.core.problem import cdiv
     from autotune.engine.strategies import make_strategy
-    from autotune.kernels.gemm_space import WAVE_FILL, wave_filling_tiles
+    from autotune.kernels.dense.space import WAVE_FILL, wave_filling_tiles
 
     target = Target.for_arch("sm_90")
     problem = Problem.gemm(1024, 1280, 8192)

@@ -1,7 +1,7 @@
 """The pinned launch: which calls reuse a compiled kernel, and what its launcher receives.
 
 Triton's JIT function, compiled kernel, knobs and driver are stand-ins here (no GPU); the GPU test in
-tests/kernels/gemm/test_gemm_gpu.py checks the real thing against Triton's own launch.
+tests/kernels/dense/test_gemm_gpu.py checks the real thing against Triton's own launch.
 """
 
 from __future__ import annotations
@@ -361,7 +361,8 @@ def test_tma_launches_rekey_on_every_size_and_pass_each_call_s_tensors(monkeypat
     new tensors of the same sizes reuse the kernel and reach it in new descriptors."""
     pytest.importorskip("triton")
     from autotune import Config
-    from autotune.kernels import gemm_tma, gemm_triton
+    from autotune.kernels.dense import kernel as gemm_triton
+    from autotune.kernels.dense import tma as gemm_tma
 
     monkeypatch.setattr(launch_mod, "_is_jit", lambda fn: True)
     monkeypatch.setattr(launch_mod, "_launch_api", fake_api)

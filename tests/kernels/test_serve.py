@@ -13,17 +13,17 @@ import pytest
 import torch
 
 import autotune.dispatch.dispatcher as dispatcher_mod
-import autotune.kernels.api as api
-import autotune.kernels.gemm_quant_vendor as vendor
+import autotune.kernels.dense.api as api
+import autotune.kernels.quant.vendor as vendor
 import autotune.kernels.serve as serve
 from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
 from autotune.engine.bench import rel_error
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm_quant, served_config, served_launch
-from autotune.kernels.gemm_op import FALLBACK_GEMV_ROWS
-from autotune.kernels.gemm_quant_op import QUANT_DEFAULT_MAX_M
-from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.dense.op import FALLBACK_GEMV_ROWS
+from autotune.kernels.dense.space import GEMV_ROWS
+from autotune.kernels.quant.op import QUANT_DEFAULT_MAX_M
 
 TORCH = Config(backend="torch")
 SM90 = Target.for_arch("sm_90")
@@ -94,7 +94,7 @@ def test_gemm_fallback_on_nvidia_is_torch_at_every_m(
     assert FALLBACK_GEMV_ROWS == 0  # the GEMV default lost to cuBLAS at M = 1 on an H200
     assert GEMM.fallback_config(problem, SM90) == TORCH
     # where a regime of the heuristic were set, it would run there
-    monkeypatch.setattr("autotune.kernels.gemm_op.FALLBACK_GEMV_ROWS", 2)
+    monkeypatch.setattr("autotune.kernels.dense.op.FALLBACK_GEMV_ROWS", 2)
     fallback = GEMM.fallback_config(problem, SM90)
     if M <= 2:
         assert fallback == GEMM.default_config(problem, SM90) and fallback.backend == "triton_gemv"

@@ -12,7 +12,7 @@ import torch
 from autotune.core.op import KernelCall
 from autotune.core.target import interpreting
 from autotune.engine.bench import rel_error
-from autotune.kernels.moe_ref import (
+from autotune.kernels.moe.ref import (
     align_block_size,
     dequantize_blockwise,
     moe_reference,
@@ -66,7 +66,7 @@ def make_case(
 
 def run_kernel(args: tuple[torch.Tensor, ...], kw: dict[str, Any], config: dict[str, int]) -> torch.Tensor:
     """fused_moe into a NaN-poisoned output; checks that the output given is the one returned."""
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     x = args[0]
     out = torch.full_like(x, float("nan"))
@@ -108,7 +108,7 @@ def test_fused_moe_bf16_matches_reference(
 
 @needs_interpreter
 def test_fused_moe_fp16_without_out_argument() -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     args, _ = make_case(5, 4, 32, 64, 2, dtype=torch.float16, seed=3)
     out = fused_moe(*args, cfg(), interpret=True)
@@ -176,7 +176,7 @@ def test_split_k_sums_in_the_launch_and_matches(
 @needs_interpreter
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
 def test_activation_quantization_kernel_matches_the_torch_quantizer_bitwise(fp8_dtype: torch.dtype) -> None:
-    from autotune.kernels.moe_triton import _quantize_act, act_quant_kernel
+    from autotune.kernels.moe.kernel import _quantize_act, act_quant_kernel
 
     g = torch.Generator().manual_seed(4)
     # magnitudes over 6 decades within rows, so groups hold values that land on FP8 subnormals
@@ -203,7 +203,7 @@ def test_group_size_m_only_reorders_tiles() -> None:
 
 @needs_interpreter
 def test_precomputed_alignment_gives_the_same_output() -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     args, kw = make_case(33, 8, 64, 64, 2, zipf=1.0, seed=6)
     config = cfg(bm=32)
@@ -247,7 +247,7 @@ class Recorder:
 
 def recorders(calls: list[KernelCall]) -> tuple[Recorder, ...]:
     """One Recorder per JIT kernel of fused_moe, all appending to `calls`."""
-    from autotune.kernels.moe_triton import JIT_KERNELS
+    from autotune.kernels.moe.kernel import JIT_KERNELS
 
     return tuple(Recorder(calls) for _ in JIT_KERNELS)
 
@@ -257,7 +257,7 @@ AMD_OPTS = dict(matrix_instr_nonkdim=16, waves_per_eu=2, kpack=2)
 
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 def test_every_launch_goes_through_the_recorders_with_amd_options(device: str) -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     args, kw = make_case(5, 4, 128, 128, 2, fp8=True)
     args = tuple(t.to(device) for t in args)
@@ -287,7 +287,7 @@ def test_every_launch_goes_through_the_recorders_with_amd_options(device: str) -
 def test_split_k_launches_the_split_kernel_with_scratch_per_gemm() -> None:
     """SPLIT_K slices each GEMM's K (at most one slice per K step) in a second grid axis, with a workspace
     of slices x (gate, up) tiles and a counter per tile."""
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     args, kw = make_case(5, 4, 128, 256, 2, fp8=True)
     calls: list[KernelCall] = []
@@ -304,7 +304,7 @@ def test_split_k_launches_the_split_kernel_with_scratch_per_gemm() -> None:
 
 
 def test_amd_launch_options_are_refused_on_nvidia() -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     args, kw = make_case(5, 4, 32, 64, 2)
     with pytest.raises(ValueError, match="waves_per_eu exist only on AMD"):
@@ -357,7 +357,7 @@ def _bad_cases() -> list[tuple[str, Callable[[list[Any], dict[str, Any]], None],
 def test_bad_input_raises_a_clear_value_error(
     mutate: Callable[[list[Any], dict[str, Any]], None], match: str
 ) -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     base, kw = make_case(5, 4, 128, 128, 2, fp8=True)
     args = list(base)
@@ -369,7 +369,7 @@ def test_bad_input_raises_a_clear_value_error(
 
 
 def test_bad_bf16_input_and_config_raise() -> None:
-    from autotune.kernels.moe_triton import fused_moe
+    from autotune.kernels.moe.kernel import fused_moe
 
     (x, w1, w2, weights, ids), _ = make_case(5, 4, 32, 64, 2)
     rec = recorders([])

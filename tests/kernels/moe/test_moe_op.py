@@ -17,8 +17,8 @@ from autotune.db import Store
 from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
-from autotune.kernels.moe_op import MoeOp
-from autotune.kernels.moe_space import moe_default_config
+from autotune.kernels.moe.op import MoeOp
+from autotune.kernels.moe.space import moe_default_config
 from autotune.sweeps import SpecError, parse_spec
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
@@ -219,8 +219,8 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     import torch
 
     from autotune.core.op import KernelCall
-    from autotune.kernels.moe_op import _triton_launch, main_first
-    from autotune.kernels.moe_ref import route, routing_logits
+    from autotune.kernels.moe.op import _triton_launch, main_first
+    from autotune.kernels.moe.ref import route, routing_logits
 
     target = Target.for_arch("sm_90")
     problem = Problem.moe(40, 256, 384, 8, 2, weights=weights)

@@ -44,7 +44,7 @@ SCRIPT = r"""
 import json, re, subprocess, sys, tempfile, os
 from triton import knobs
 from triton.experimental.gluon import language as gl
-from autotune.kernels.gemm_fp8_gluon import compile_for_target
+from autotune.kernels.quant.gluon import compile_for_target
 from autotune.engine.compile import _cubin_usage
 
 def inner_loops(ptx):
@@ -201,7 +201,7 @@ def test_the_space_holds_warp_spec_and_old_configs_still_launch() -> None:
     with its own C block."""
     op, sm90, problem, space, gluon = _gluon_space(2048, 4608, 7168)
     from autotune import Config
-    from autotune.kernels.gemm_fp8_gluon import gluon_launcher
+    from autotune.kernels.quant.gluon import gluon_launcher
 
     assert {c["WARP_SPEC"] for c in gluon} == {0, 1} and gluon[0]["WARP_SPEC"] == 1  # the default
     knobs = dict(BLOCK_M=128, BLOCK_N=128, num_warps=8, num_stages=4, PERSISTENT=1, GROUP_M=8)
@@ -296,7 +296,7 @@ def test_the_space_swaps_at_decode_only() -> None:
 def test_launcher_rejects_configs_it_cannot_run() -> None:
     pytest.importorskip("triton")
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    from autotune.kernels.gemm_fp8_gluon import gluon_blockwise_launcher
+    from autotune.kernels.quant.gluon import gluon_blockwise_launcher
 
     with pytest.raises(ValueError, match="BLOCK_N"):
         gluon_blockwise_launcher(128, 256)  # two B scales per tile and group
@@ -335,8 +335,8 @@ def test_pinned_launch_keys_the_gluon_descriptors() -> None:
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     import torch
 
-    from autotune.kernels.gemm_fp8_gluon import _kernel_args
     from autotune.kernels.launch import _launch_key
+    from autotune.kernels.quant.gluon import _kernel_args
 
     def key(M: int, block_n: int = 128, consumers: int = 1) -> tuple[Any, ...]:
         a = torch.empty(M, 256, dtype=torch.float8_e4m3fn)

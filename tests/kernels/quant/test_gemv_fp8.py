@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from autotune import Config, Problem, Target
-from autotune.kernels.gemm_quant_op import QUANT_GEMMS
+from autotune.kernels.quant.op import QUANT_GEMMS
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests")
 
@@ -104,7 +104,7 @@ def test_fp8_gemv_space_rows_and_scale_groups() -> None:
 
 
 def test_fp8_gemv_launcher_refusals() -> None:
-    from autotune.kernels.gemv_fp8_triton import gemv_fp8_launcher
+    from autotune.kernels.quant.gemv import gemv_fp8_launcher
 
     with pytest.raises(ValueError, match="BLOCK_K must divide 128 or be a multiple"):
         gemv_fp8_launcher(_config(bk=192), blockwise=True)

@@ -13,9 +13,9 @@ from autotune.core.problem import QUANT_OPS
 from autotune.core.target import interpreting
 from autotune.engine.bench import Benchmarker, rel_error
 from autotune.kernels import OPS, QUANT_GEMMS, get_op
-from autotune.kernels import quant as q
-from autotune.kernels.gemm_quant_op import QuantGemmOp
-from autotune.kernels.gemm_quant_space import mx_native, quant_default_config, triton_default
+from autotune.kernels.quant import formats as q
+from autotune.kernels.quant.op import QuantGemmOp
+from autotune.kernels.quant.space import mx_native, quant_default_config, triton_default
 from autotune.sweeps import SpecError, parse_spec
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
@@ -427,7 +427,7 @@ def test_vendor_backends_are_absent_with_their_reason() -> None:
 
 def test_torch_scaled_mm_support_is_probed() -> None:
     """On the CPU torch runs per-row FP8 but not blockwise: the probe finds out; nothing is assumed."""
-    from autotune.kernels.gemm_quant_vendor import probe_scaled_mm
+    from autotune.kernels.quant.vendor import probe_scaled_mm
 
     row = probe_scaled_mm("cpu", "row")
     block = probe_scaled_mm("cpu", "blockwise")
@@ -450,7 +450,7 @@ BLOCKWISE = "gemm_fp8_blockwise"
 
 
 def _gluon_imports() -> bool:
-    from autotune.kernels.gemm_quant_space import gluon_missing
+    from autotune.kernels.quant.space import gluon_missing
 
     return not gluon_missing()
 
@@ -529,7 +529,7 @@ def test_hopper_default_of_blockwise_fp8_by_m(M: int, backend: str) -> None:
     Triton kernel's decode default at M = 16 and 64; the Triton kernel swapped with the scales loaded
     ahead beat it in turn at M = 2 to 32. M = 1 keeps the GEMV, M of 65 to 255 the Triton kernel. The
     row-wise op has no gluon kernel."""
-    from autotune.kernels.gemm_quant_space import gluon_default_config
+    from autotune.kernels.quant.space import gluon_default_config
 
     problem = Problem.quant(BLOCKWISE, M, 4608, 7168)
     default = quant_default_config(problem, SM90)
@@ -654,7 +654,7 @@ def test_swap_ab_and_tma_rows_are_pruned_with_the_reason() -> None:
 def test_hopper_decode_default_splits_k_while_the_programs_fit_the_sms(N: int, K: int, split: int) -> None:
     """The gluon kernel's decode config takes the largest SPLIT_K up to 4 with tiles x SPLIT_K <= 132: 20,
     24, 40 and 72 tiles of 64 x 64 (the last is not the op's default: see `_ahead_wide`)."""
-    from autotune.kernels.gemm_quant_space import gluon_default_config
+    from autotune.kernels.quant.space import gluon_default_config
 
     default = gluon_default_config(Problem.quant(BLOCKWISE, 64, N, K), SM90)
     assert default is not None and default.backend == "gluon" and default["SPLIT_K"] == split, default
@@ -662,7 +662,7 @@ def test_hopper_decode_default_splits_k_while_the_programs_fit_the_sms(N: int, K
 
 
 def test_gluon_without_gluon_is_pruned_with_the_reason(monkeypatch) -> None:
-    from autotune.kernels import gemm_quant_space
+    from autotune.kernels.quant import space as gemm_quant_space
 
     monkeypatch.setattr(gemm_quant_space, "gluon_missing", lambda: "no Gluon in this Triton (test)")
     op = get_op(BLOCKWISE)
@@ -731,8 +731,8 @@ def test_gluon_kernel_calls_capture_one_launch_of_the_gluon_kernel() -> None:
 def test_a_tuned_gluon_row_where_gluon_cannot_run_is_a_clear_error(monkeypatch) -> None:
     """A table row of backend gluon on a machine that cannot run it fails as an unknown backend does."""
     from autotune.dispatch import Dispatcher, Table
-    from autotune.kernels import gemm_quant_space
-    from autotune.kernels.quant_api import gemm_quant
+    from autotune.kernels.quant import space as gemm_quant_space
+    from autotune.kernels.quant.api import gemm_quant
 
     op = get_op(BLOCKWISE)
     problem = Problem.quant(BLOCKWISE, 300, 1000, 1024)
@@ -766,7 +766,7 @@ def _bad_inputs() -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize("name, index, how", _bad_inputs())
 def test_bad_inputs_fail_before_any_launch(name: str, index: int, how: str, monkeypatch) -> None:
-    import autotune.kernels.gemm_fp8_triton as launcher_mod
+    import autotune.kernels.quant.kernel as launcher_mod
 
     problem = Problem.quant(name, 4, 256, 256)
     op = get_op(name)
@@ -958,7 +958,7 @@ def test_benchmark_script_prune_none_turns_static_checks_off() -> None:
 def test_gemm_quant_runs_the_default_for_an_untuned_shape() -> None:
     import warnings
 
-    from autotune.kernels.quant_api import gemm_quant
+    from autotune.kernels.quant.api import gemm_quant
 
     op = get_op("gemm_fp8_blockwise")
     problem = Problem.quant("gemm_fp8_blockwise", 3, 32, 256)
@@ -998,7 +998,7 @@ def test_best_finds_a_quantized_problem_by_op(tmp_path, capsys) -> None:
 @pytest.mark.parametrize("M", [1, 2, 7])
 def test_blockwise_a_scales_for_cublas_are_m_major_at_every_m(M: int) -> None:
     """cuBLAS's blockwise A scales have strides exactly (1, M); at M = 1 a transposed copy kept (G, 1)."""
-    from autotune.kernels.gemm_quant_vendor import m_major
+    from autotune.kernels.quant.vendor import m_major
 
     s = torch.rand(M, 56) + 0.5
     out = m_major(s)
@@ -1007,7 +1007,7 @@ def test_blockwise_a_scales_for_cublas_are_m_major_at_every_m(M: int) -> None:
 
 def test_a_vendor_layout_that_refuses_some_m_is_pruned_there_with_the_reason(monkeypatch) -> None:
     """cuBLAS has blockwise kernels for some M only: the space asks the found layout at the problem's M."""
-    from autotune.kernels import gemm_quant_vendor as vendor
+    from autotune.kernels.quant import vendor
 
     def build(a, b, sa, sb):
         def call(out):

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("M", [1, 4])
 def test_fp8_gemv_backend_on_gpu(target, op_name: str, M: int) -> None:
     """The FP8 GEMV kernel on ragged N and a K off its steps, against the dequantized reference."""
-    from autotune.kernels.gemm_quant_op import QUANT_GEMMS
+    from autotune.kernels.quant.op import QUANT_GEMMS
 
     op = QUANT_GEMMS[op_name]
     problem = Problem.quant(op_name, M, 1000, 4224)
@@ -171,7 +171,7 @@ GLUON_WARP_SPEC = [
 
 def _gluon_op_or_skip(target):
     from autotune.kernels import get_op
-    from autotune.kernels.gemm_quant_space import gluon_missing
+    from autotune.kernels.quant.space import gluon_missing
 
     op = get_op("gemm_fp8_blockwise")
     if "gluon" not in op.backends(target):
@@ -292,8 +292,8 @@ def test_gemm_quant_launches_gluon_configs_tuned_and_default(target, monkeypatch
 
     from autotune.dispatch import Dispatcher, Table
     from autotune.engine.bench import rel_error
-    from autotune.kernels.gemm_quant_op import QuantGemmOp
-    from autotune.kernels.quant_api import gemm_quant
+    from autotune.kernels.quant.api import gemm_quant
+    from autotune.kernels.quant.op import QuantGemmOp
 
     op = _gluon_op_or_skip(target)
     tuned = Problem.quant("gemm_fp8_blockwise", 300, 1000, 1024)

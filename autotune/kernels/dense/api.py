@@ -18,7 +18,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target, TargetError, running_target
 from autotune.dispatch import lookup as _lookup
-from autotune.kernels.gemm_space import GEMV_ROWS
+from autotune.kernels.dense.geometry import GEMV_ROWS
 
 __all__ = ["gemm", "launch_config", "linear"]
 
@@ -133,7 +133,7 @@ def _plan(config: Config, target: Target) -> _Plan:
         if backend == "torch":
             plan = (0, None, 1)
         elif backend == "triton":
-            from autotune.kernels.gemm_triton import launcher
+            from autotune.kernels.dense.kernel import launcher
 
             run = launcher(
                 config, is_amd=target.is_amd, interpret=target.interpreter, num_sms=target.cu_count
@@ -141,11 +141,11 @@ def _plan(config: Config, target: Target) -> _Plan:
             fused = bool(config.get("FUSED_SPLIT", 0))  # no workspace: the launch sums its K slices
             plan = (1, run, 1 if fused else int(config.get("SPLIT_K", 1)))
         elif backend == "triton_gemv":
-            from autotune.kernels.gemv_triton import gemv_launcher
+            from autotune.kernels.dense.gemv import gemv_launcher
 
             plan = (1, gemv_launcher(config), 1)  # the pointer kernel's call, without a workspace
         elif backend == "triton_tma":
-            from autotune.kernels.gemm_tma import tma_launcher
+            from autotune.kernels.dense.tma import tma_launcher
 
             run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
             plan = (2, run, int(config.get("SPLIT_K", 1)))
@@ -188,7 +188,7 @@ def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target)
     key = (M, N, K, dtype, b_layout)
     config = _fallbacks.get(key)
     if config is None:
-        from autotune.kernels.gemm_op import GEMM
+        from autotune.kernels.dense.op import GEMM
 
         config = GEMM.fallback_config(Problem.gemm(M, N, K, dtype, b_layout), target)
         _fallbacks[key] = config

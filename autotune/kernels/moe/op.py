@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.codehash import code_hash
+from autotune.core.codehash import code_hash, module_files, modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.moe_space import FP8_BLOCK, moe_backends, moe_default_config, moe_space
+from autotune.kernels.moe.space import FP8_BLOCK, moe_backends, moe_default_config, moe_space
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["MOE", "MoeOp"]
 
-_HERE = Path(__file__).resolve().parent
 _ACT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
 _FP8_TOLERANCE = 5e-2
@@ -33,6 +33,20 @@ def _act_dtype(name: str) -> torch.dtype:
         return getattr(torch, _ACT_DTYPES[name])
     except KeyError:
         raise ValueError(f"moe takes bf16 or fp16 activations, not {name}") from None
+
+
+@cache
+def _code_hash(backend: str) -> str:
+    """The code's part of a backend's version: the fused kernel and the helpers it imports ("triton");
+    the baseline loop of this module and the reference, with torch's version ("torch")."""
+    if backend == "triton":
+        return modules_hash(
+            "autotune.kernels.moe.kernel", "autotune.kernels.moe.ref", within="autotune.kernels"
+        )
+    import torch
+
+    ref = module_files("autotune.kernels.moe.ref", within="autotune.kernels")
+    return code_hash(Path(__file__), *ref) + torch.__version__
 
 
 class MoeOp:
@@ -58,14 +72,8 @@ class MoeOp:
     def source_hash(self, backend: str) -> str:
         """The code's hash; the routing skew is part of it (timings under another routing are other
         results), so a uniform and a skewed sweep of one problem never mix."""
-        if backend == "triton":
-            # gemm_triton and scratch: the in-launch sum of SPLIT_K
-            files = ("moe_triton.py", "moe_ref.py", "gemm_triton.py", "scratch.py")
-            digest = code_hash(*(_HERE / name for name in files))
-        elif backend == "torch":
-            import torch
-
-            digest = code_hash(_HERE / "moe_op.py", _HERE / "moe_ref.py") + torch.__version__
+        if backend in ("triton", "torch"):
+            digest = _code_hash(backend)
         else:
             raise ValueError(f"unknown moe backend {backend!r}")
         if self.zipf or backend == "torch":
@@ -103,7 +111,7 @@ class MoeOp:
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
-        from autotune.kernels.moe_ref import quantize_fp8_weight_blockwise, route, routing_logits
+        from autotune.kernels.moe.ref import quantize_fp8_weight_blockwise, route, routing_logits
 
         self.check_problem(problem)
         M, N, K, E = problem.M, problem.N, problem.K, problem.E
@@ -133,7 +141,7 @@ class MoeOp:
         return torch.empty(problem.M, problem.K, device=device, dtype=_act_dtype(problem.dtype_out))
 
     def reference(self, problem: Problem, inputs: Inputs) -> torch.Tensor:
-        from autotune.kernels.moe_ref import moe_reference
+        from autotune.kernels.moe.ref import moe_reference
 
         x, w1, w2, weights, ids, w1s, w2s = inputs
         block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
@@ -161,7 +169,7 @@ class MoeOp:
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        from autotune.kernels.moe_ref import align_block_size, route, routing_logits
+        from autotune.kernels.moe.ref import align_block_size, route, routing_logits
 
         if config.backend == "torch":
             return []
@@ -194,7 +202,7 @@ def main_first(calls: list[KernelCall]) -> list[KernelCall]:
     """`calls` in launch order, except that the GEMMs come before the activation quantizations: the first
     call is the main kernel, the one whose registers, shared memory and matrix instructions a
     compile-only check reads."""
-    from autotune.kernels.moe_triton import act_quant_kernel
+    from autotune.kernels.moe.kernel import act_quant_kernel
 
     return sorted(calls, key=lambda call: call.fn is act_quant_kernel)
 
@@ -224,8 +232,8 @@ def _triton_launch(
     calls: list[KernelCall] | None = None,
     alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
 ) -> Launch:
-    import autotune.kernels.moe_triton as moe_triton
-    from autotune.kernels.moe_ref import align_block_size
+    import autotune.kernels.moe.kernel as moe_triton
+    from autotune.kernels.moe.ref import align_block_size
 
     x, w1, w2, weights, ids, w1s, w2s = inputs
     block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
@@ -256,7 +264,7 @@ def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2
     import torch
     import torch.nn.functional as F
 
-    from autotune.kernels.moe_ref import dequantize_blockwise, quantize_fp8_act_groupwise
+    from autotune.kernels.moe.ref import dequantize_blockwise, quantize_fp8_act_groupwise
 
     E = w1.shape[0]
     topk = ids.shape[1]

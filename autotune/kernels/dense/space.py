@@ -11,6 +11,13 @@ from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
+from autotune.kernels.dense.geometry import (
+    GEMV_ROWS,
+    MIN_TILE,
+    c_store_cols,
+    tail_split_schedule,
+    tile_parts,
+)
 
 __all__ = [
     "c_store_cols",
@@ -25,8 +32,6 @@ __all__ = [
     "tma_params",
     "triton_params",
 ]
-
-_MIN_TILE = 16  # tl.dot needs every dimension >= 16
 
 
 def triton_params(target: Target) -> dict[str, Sequence[Value]]:
@@ -143,11 +148,6 @@ def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
     return dict(BLOCK_N=(4, 8, 16), BLOCK_K=(256, 512, 1024), num_warps=(4, 8), num_stages=(1, 3))
 
 
-#: The most rows of A the GEMV kernel takes (one register partial per row); its launcher refuses more, and
-#: `autotune.kernels.gemm` gives a larger M the default instead of a GEMV table entry.
-GEMV_ROWS = 4
-
-
 def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, K = problem.M, problem.K
     smallest_k = min(int(v) for v in gemv_params(target)["BLOCK_K"])
@@ -181,34 +181,6 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
         SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),
         ("BLOCK_K", "BLOCK_N", "num_stages"),
     )
-
-
-#: The fewest K iterations a slice of a split tail tile gets.
-MIN_SLICE_ITERS = 4
-
-
-def tail_split_schedule(tiles: int, iters: int, num_sms: int) -> tuple[int, int, int]:
-    """(programs, whole-wave tiles, slices per tail tile) for `tiles` C tiles of `iters` K iterations on
-    `num_sms` SMs: the tiles past the last whole wave are split along K into as many slices as the SMs
-    hold (each of at least MIN_SLICE_ITERS iterations); 1 slice means no split."""
-    waves, rem = divmod(tiles, num_sms)
-    if rem == 0:
-        return num_sms, tiles, 1
-    splits = max(1, min(num_sms // rem, iters // MIN_SLICE_ITERS))
-    return (num_sms if waves else rem * splits), waves * num_sms, splits
-
-
-def tile_parts(width: int, smallest: int = _MIN_TILE) -> tuple[int, int, int]:
-    """`width` as up to three powers of two, widest first, 0 for a part not there (96 -> (64, 32, 0)):
-    the column parts of a TMA kernel tile whose width is not a power of two. ValueError for a width that
-    needs more parts or a part under `smallest`."""
-    bits = [1 << b for b in range(max(width, 0).bit_length() - 1, -1, -1) if width >> b & 1]
-    if not bits or len(bits) > 3 or bits[-1] < smallest:
-        raise ValueError(
-            f"a TMA tile width must be the sum of at most 3 powers of two of at least {smallest}, got {width}"
-        )
-    first, second, third = [*bits, 0, 0][:3]
-    return first, second, third
 
 
 def has_tma(target: Target) -> bool:
@@ -316,15 +288,6 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     return extra + [c for c in _constraints(problem, target) if c.name not in replaced]
 
 
-def c_store_cols(width: int, epilogue: int) -> int:
-    """Columns of the C store's shared-memory buffer for a TMA tile (or tile part) `width` wide: the whole
-    width (all its parts), or with EPILOGUE_N > 0 one slice, as wide as the widest part at most; for one
-    part this is also the block of its C descriptor."""
-    if not epilogue:
-        return width
-    return min(max(tile_parts(width)), epilogue)
-
-
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     M, N, K = problem.M, problem.N, problem.K
     narrowest_n = min(int(v) for v in triton_params(target)["BLOCK_N"])
@@ -344,18 +307,18 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "block_m_waste",
             f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
-            lambda c: int(c["BLOCK_M"]) <= max(_MIN_TILE, next_pow2(M)),
+            lambda c: int(c["BLOCK_M"]) <= max(MIN_TILE, next_pow2(M)),
         ),
         Constraint(
             "block_n_waste",
             f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
             # the narrowest tile of the space always stays (a router GEMM has N = 8 experts)
-            lambda c: int(c["BLOCK_N"]) <= max(_MIN_TILE, next_pow2(N), narrowest_n),
+            lambda c: int(c["BLOCK_N"]) <= max(MIN_TILE, next_pow2(N), narrowest_n),
         ),
         Constraint(
             "block_k_waste",
             f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
-            lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(_MIN_TILE, next_pow2(K)),
+            lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(MIN_TILE, next_pow2(K)),
         ),
         Constraint(
             "split_k_needless",
@@ -546,16 +509,16 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     if target.interpreter:
         bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
     elif M <= 64:  # decode: memory-bound, narrow M tile, long K tile
-        bm = max(_MIN_TILE, min(64, next_pow2(M)))
+        bm = max(MIN_TILE, min(64, next_pow2(M)))
         bn, bk = 64, 256 if target.is_amd else 128
         warps, stages = 4, 2 if target.is_amd else 4
     elif target.is_amd:
         bm, bn, bk, warps, stages = 256, 256, 64, 8, 2
     else:
         bm, bn, bk, warps, stages = 128, 128, 64, 4, 4
-    bm = min(bm, max(_MIN_TILE, next_pow2(M)))
+    bm = min(bm, max(MIN_TILE, next_pow2(M)))
     bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
-    bk = min(bk, max(_MIN_TILE, next_pow2(problem.K)))
+    bk = min(bk, max(MIN_TILE, next_pow2(problem.K)))
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])

@@ -78,7 +78,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gluon_hopper import (
+from autotune.kernels.launch import pinned
+from autotune.kernels.quant.gluon_hopper import (
     _CONSUMER_REGS,
     _GL_OUT,
     _LOADER_REGS,
@@ -94,8 +95,7 @@ from autotune.kernels.gluon_hopper import (
     _store,
     _wait_ready,
 )
-from autotune.kernels.gluon_split import split_slices
-from autotune.kernels.launch import pinned
+from autotune.kernels.quant.gluon_split import split_slices
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [

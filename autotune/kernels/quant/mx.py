@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.gemm_triton import _remap_xcd, edge_clamped
+from autotune.kernels.dense.kernel import _remap_xcd, edge_clamped
 
 __all__ = ["gemm_mx_kernel"]
 

@@ -38,8 +38,8 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
-from autotune.kernels.gemm_space import _constraints as _dense_constraints
-from autotune.kernels.gemm_space import (
+from autotune.kernels.dense.space import _constraints as _dense_constraints
+from autotune.kernels.dense.space import (
     _gemv_constraints,
     _pick_split_k,
     _tma_constraints,
@@ -48,7 +48,7 @@ from autotune.kernels.gemm_space import (
     has_tma,
     knob_values,
 )
-from autotune.kernels.gluon_split import split_slices
+from autotune.kernels.quant.gluon_split import split_slices
 
 __all__ = [
     "GEMV_OPS",
@@ -496,7 +496,7 @@ def gluon_missing() -> str:
     """Why the gluon kernel cannot be imported here ("" when it can): it needs a Triton with Gluon for
     Hopper (triton.experimental.gluon). Imports it, once per process."""
     try:
-        importlib.import_module("autotune.kernels.gemm_fp8_gluon")
+        importlib.import_module("autotune.kernels.quant.gluon")
     except Exception as exc:  # no Triton, or one without Gluon or with other names for its calls
         return (
             "the gluon kernel needs a Triton with Gluon for Hopper (triton.experimental.gluon), and it "

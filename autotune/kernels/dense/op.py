@@ -5,23 +5,21 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.codehash import code_hash
+from autotune.core.codehash import modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.gemm_space import gemm_backends, gemm_default_config, gemm_space
+from autotune.kernels.dense.space import gemm_backends, gemm_default_config, gemm_space
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["GEMM", "TORCH_DTYPES", "GemmOp"]
 
-_HERE = Path(__file__).resolve().parent
 
 #: The vendor backend's one config (torch.mm: cuBLAS or hipBLASLt).
 _VENDOR = Config(backend="torch")
@@ -39,11 +37,18 @@ def torch_dtype(name: str) -> torch.dtype:
         raise ValueError(f"gemm supports bf16 and fp16 inputs, not {name}") from None
 
 
+#: Each Triton backend's kernel module: its version is the hash of that module's code and of every module
+#: of the kernels package it imports (`modules_hash`).
+_KERNEL_MODULES = {
+    "triton": "autotune.kernels.dense.kernel",
+    "triton_tma": "autotune.kernels.dense.tma",
+    "triton_gemv": "autotune.kernels.dense.gemv",
+}
+
+
 @cache
-def _file_hash(*names: str) -> str:
-    """Hash of the code in these modules over their tokens, so that formatting and comments don't count
-    (and, unlike a syntax-tree dump, the same on every Python version)."""
-    return code_hash(*(_HERE / name for name in names))
+def _kernel_hash(backend: str) -> str:
+    return modules_hash(_KERNEL_MODULES[backend], within="autotune.kernels")
 
 
 #: Up to this M an untuned gemm on an NVIDIA GPU would run the heuristic default (the GEMV kernel), above it
@@ -66,12 +71,8 @@ class GemmOp:
         return gemm_backends(target)
 
     def source_hash(self, backend: str) -> str:
-        if backend == "triton":
-            return _file_hash("gemm_triton.py", "scratch.py")
-        if backend == "triton_tma":
-            return _file_hash("gemm_tma.py", "gemm_triton.py", "scratch.py")  # + split-K reduce, scratch
-        if backend == "triton_gemv":
-            return _file_hash("gemv_triton.py", "gemm_triton.py")  # + edge_clamped
+        if backend in _KERNEL_MODULES:
+            return _kernel_hash(backend)
         if backend == "torch":
             import torch
 
@@ -150,8 +151,8 @@ class GemmOp:
         out = torch.empty(problem.M, problem.N, device="meta", dtype=torch_dtype(problem.dtype_out))
         calls: list[KernelCall] = []
         if config.backend == "triton_tma":
-            from autotune.kernels.gemm_tma import gemm_tma_kernel, gemm_tma_tail_kernel
-            from autotune.kernels.gemm_triton import splitk_reduce_kernel
+            from autotune.kernels.dense.kernel import splitk_reduce_kernel
+            from autotune.kernels.dense.tma import gemm_tma_kernel, gemm_tma_tail_kernel
 
             tma_recorders = (
                 Recorder(gemm_tma_kernel, calls),
@@ -160,11 +161,11 @@ class GemmOp:
             )
             _tma_launch(problem, config, target, a, b, out, tma_recorders)()
         elif config.backend == "triton_gemv":
-            from autotune.kernels.gemv_triton import gemv_kernel
+            from autotune.kernels.dense.gemv import gemv_kernel
 
             _gemv_launch(problem, config, a, b, out, Recorder(gemv_kernel, calls))()
         elif config.backend == "triton":
-            from autotune.kernels.gemm_triton import gemm_kernel, gemm_sum_kernel, splitk_reduce_kernel
+            from autotune.kernels.dense.kernel import gemm_kernel, gemm_sum_kernel, splitk_reduce_kernel
 
             recorders = (
                 Recorder(gemm_kernel, calls),
@@ -213,7 +214,7 @@ def _triton_launch(
     kernels: tuple[Any, ...] | None = None,
 ) -> Launch:
 
-    from autotune.kernels.gemm_triton import launcher
+    from autotune.kernels.dense.kernel import launcher
 
     M, N, K = problem.M, problem.N, problem.K
     stride_bk, stride_bn = (
@@ -239,7 +240,7 @@ def _gemv_launch(
     out: torch.Tensor,
     kernel: Any = None,
 ) -> Launch:
-    from autotune.kernels.gemv_triton import gemv_launcher
+    from autotune.kernels.dense.gemv import gemv_launcher
 
     M, N, K = problem.M, problem.N, problem.K
     stride_bk, stride_bn = (
@@ -263,7 +264,7 @@ def _tma_launch(
     kernels: tuple[Any, ...] | None = None,
 ) -> Launch:
 
-    from autotune.kernels.gemm_tma import tma_launcher
+    from autotune.kernels.dense.tma import tma_launcher
 
     M, N, K = problem.M, problem.N, problem.K
     workspace = _workspace(config, out)

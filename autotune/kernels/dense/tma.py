@@ -24,8 +24,8 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gemm_space import c_store_cols, tail_split_schedule, tile_parts
-from autotune.kernels.gemm_triton import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
+from autotune.kernels.dense.geometry import c_store_cols, tail_split_schedule, tile_parts
+from autotune.kernels.dense.kernel import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.scratch import split_scratch
 
@@ -250,7 +250,7 @@ def tma_launcher(
     elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT keeps its own scratch per device and stream.
     `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel), as in
     `gemm_triton.launcher`."""
-    from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
+    from autotune.kernels.dense.kernel import REDUCE_BLOCK, splitk_reduce_kernel
 
     bm, width, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     bn, bn2, bn3 = tile_parts(width)

@@ -73,8 +73,8 @@ def gemm_quant(
     `out`, a contiguous (M, N) tensor of `out_dtype` on A's device, receives C and is returned; another
     shape, dtype, device or layout is a ValueError (a non-tensor a TypeError) before any launch. Without
     it C is allocated."""
-    from autotune.kernels.api import _running
-    from autotune.kernels.gemm_quant_op import QUANT_GEMMS
+    from autotune.kernels.dense.api import _running
+    from autotune.kernels.quant.op import QUANT_GEMMS
 
     tgt = target or _running()
     problem = _problem(op, a, b, out_dtype, tgt)

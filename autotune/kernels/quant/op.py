@@ -20,16 +20,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.codehash import code_hash
+from autotune.core.codehash import modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import QUANT_OPS, Problem, cdiv
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.gemm_quant_space import (
+from autotune.kernels.quant.space import (
     GEMV_OPS,
     mx_native,
     quant_backends,
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 
 __all__ = ["QUANT_DEFAULT_MAX_M", "QUANT_GEMMS", "QuantGemmOp", "check_inputs"]
 
-_HERE = Path(__file__).resolve().parent
 _OUT = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 1e-2, "fp16": 5e-3}
 _FP8_BLOCK = 128
@@ -56,8 +54,10 @@ _MX = {"gemm_mxfp8": ("e4m3", "e4m3"), "gemm_mxfp4": ("e2m1", "e2m1"), "gemm_mxf
 
 
 @cache
-def _file_hash(*names: str) -> str:
-    return code_hash(*(_HERE / name for name in names))
+def _modules_hash(*names: str) -> str:
+    """The version of a backend whose code is in these modules of the quantized GEMMs' package and in
+    every kernels module they import (`modules_hash`)."""
+    return modules_hash(*(f"autotune.kernels.quant.{n}" for n in names), within="autotune.kernels")
 
 
 def _out_dtype(name: str) -> torch.dtype:
@@ -74,7 +74,7 @@ def _expected(problem: Problem, arch: str) -> list[tuple[str, tuple[tuple[int, .
     """(name, allowed shapes, dtype) of a, b, a_scale and b_scale; dtype None for a_scale: must be None."""
     import torch
 
-    from autotune.kernels.quant import MX_BLOCK, fp8_dtype
+    from autotune.kernels.quant.formats import MX_BLOCK, fp8_dtype
 
     M, N, K, op = problem.M, problem.N, problem.K, problem.op
     if op.startswith("gemm_fp8"):
@@ -145,20 +145,17 @@ class QuantGemmOp:
 
     def source_hash(self, backend: str) -> str:
         if backend == "triton":
-            files = ["quant.py", "gemm_fp8_triton.py", "gemm_triton.py", "scratch.py"]
-            if self.name in _MX:
-                files.append("gemm_mx_triton.py")
-            digest = _file_hash(*files)
+            modules = ["formats", "kernel", *(["mx"] if self.name in _MX else [])]
+            digest = _modules_hash(*modules)
             if self.native_mx is not None:
                 digest = hashlib.sha256(f"{digest} native={self.native_mx}".encode()).hexdigest()[:16]
             return digest
         if backend == "gluon" and self.name == "gemm_fp8_blockwise":
-            return _file_hash("quant.py", "gemm_fp8_gluon.py", "gluon_hopper.py")
+            return _modules_hash("formats", "gluon")
         if backend == "triton_gemv" and self.name in GEMV_OPS:  # + the dense GEMV's helpers, edge_clamped
-            return _file_hash("quant.py", "gemv_fp8_triton.py", "gemv_triton.py", "gemm_triton.py")
+            return _modules_hash("formats", "gemv")
         if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: gemm_fp8_triton
-            return _file_hash("quant.py", "gemm_fp8_tma.py", "gemm_fp8_triton.py", "gemm_tma.py",
-                              "gemm_triton.py", "launch.py")  # fmt: skip
+            return _modules_hash("formats", "tma")
         if backend in ("torch", "aiter"):
             import torch
 
@@ -170,7 +167,7 @@ class QuantGemmOp:
                     version = metadata.version("aiter")
                 except metadata.PackageNotFoundError:
                     version = "absent"
-            text = f"{backend} {self.name} {version} {_file_hash('gemm_quant_vendor.py', 'quant.py')}"
+            text = f"{backend} {self.name} {version} {_modules_hash('formats', 'vendor')}"
             return hashlib.sha256(text.encode()).hexdigest()[:16]
         raise ValueError(f"unknown {self.name} backend {backend!r}")
 
@@ -179,12 +176,12 @@ class QuantGemmOp:
         if problem.op != self.name:
             raise ValueError(f"{self.name} got a {problem.op} problem")
         if target is not None and problem.op.startswith("gemm_fp8"):
-            from autotune.kernels.quant import fp8_dtype
+            from autotune.kernels.quant.formats import fp8_dtype
 
             fp8_dtype(problem.dtype_a, _arch(target))
 
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
-        from autotune.kernels.gemm_quant_vendor import vendor_reason
+        from autotune.kernels.quant.vendor import vendor_reason
 
         self.check_problem(problem, target)
         return quant_space(problem, target, backends, vendor_reason)
@@ -206,7 +203,7 @@ class QuantGemmOp:
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
-        import autotune.kernels.quant as quant
+        import autotune.kernels.quant.formats as quant
 
         self.check_problem(problem)
         M, N, K, op = problem.M, problem.N, problem.K, problem.op
@@ -236,7 +233,7 @@ class QuantGemmOp:
     def dequantized(self, problem: Problem, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """A and B in fp32 exactly as the kernel reads them (bf16 activations quantized as the kernel
         quantizes them)."""
-        import autotune.kernels.quant as quant
+        import autotune.kernels.quant.formats as quant
 
         a, b, sa, sb = inputs
         op = problem.op
@@ -270,11 +267,11 @@ class QuantGemmOp:
             return self._gluon_launch(config, target, inputs, out)
         a, b, sa, sb = inputs
         if backend == "torch":
-            from autotune.kernels.gemm_quant_vendor import scaled_mm_launch
+            from autotune.kernels.quant.vendor import scaled_mm_launch
 
             return scaled_mm_launch(problem, a, b, sa, sb, out)
         if backend == "aiter":
-            from autotune.kernels.gemm_quant_vendor import aiter_launch
+            from autotune.kernels.quant.vendor import aiter_launch
 
             return aiter_launch(problem, a, b, sa, sb, out)
         raise ValueError(f"unknown {self.name} backend {backend!r}")
@@ -308,12 +305,12 @@ class QuantGemmOp:
                 f"the gluon backend runs gemm_fp8_blockwise on NVIDIA Hopper (sm_90) only, not {self.name} "
                 f"on {_arch(target)}: {config.short()}"
             )
-        from autotune.kernels.gemm_quant_space import gluon_missing
+        from autotune.kernels.quant.space import gluon_missing
 
         missing = gluon_missing()
         if missing:
             raise ValueError(f"{self.name} config {config.short()}: {missing}")
-        from autotune.kernels.gemm_fp8_gluon import gluon_fp8_blockwise_kernel, gluon_launcher
+        from autotune.kernels.quant.gluon import gluon_fp8_blockwise_kernel, gluon_launcher
 
         kernel = None if calls is None else Recorder(gluon_fp8_blockwise_kernel, calls)
         launcher = gluon_launcher(config, num_sms=target.cu_count, kernel=kernel)
@@ -372,19 +369,19 @@ class QuantGemmOp:
         if config.backend == "triton_gemv":
             if config.backend not in self.backends(target):
                 raise ValueError(f"{self.name} has no GEMV kernel: {config.short()}")
-            from autotune.kernels.gemv_fp8_triton import gemv_fp8_kernel, gemv_fp8_launcher
+            from autotune.kernels.quant.gemv import gemv_fp8_kernel, gemv_fp8_launcher
 
             return gemv_fp8_launcher(
                 config, blockwise=self.name == "gemm_fp8_blockwise",
                 kernel=None if calls is None else Recorder(gemv_fp8_kernel, calls),
             )  # fmt: skip
-        from autotune.kernels.gemm_fp8_triton import quant_launcher
-        from autotune.kernels.gemm_triton import splitk_reduce_kernel
+        from autotune.kernels.dense.kernel import splitk_reduce_kernel
+        from autotune.kernels.quant.kernel import quant_launcher
 
         if config.backend == "triton_tma":
             if config.backend not in self.backends(target):
                 raise ValueError(f"{self.name} has no TMA kernel on {_arch(target)}: {config.short()}")
-            from autotune.kernels.gemm_fp8_tma import fp8_tma_launcher, gemm_fp8_tma_kernel
+            from autotune.kernels.quant.tma import fp8_tma_launcher, gemm_fp8_tma_kernel
 
             kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
                                                   Recorder(splitk_reduce_kernel, calls))  # fmt: skip
@@ -396,12 +393,12 @@ class QuantGemmOp:
 
         constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
         if self.name.startswith("gemm_fp8"):
-            from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, gemm_fp8_kernel
+            from autotune.kernels.quant.kernel import FP8_SCALE_BLOCK, gemm_fp8_kernel
 
             kernel: Any = gemm_fp8_kernel
             constexprs.update(BLOCKWISE=self.name == "gemm_fp8_blockwise", SCALE_BLOCK=FP8_SCALE_BLOCK)
         else:
-            from autotune.kernels.gemm_mx_triton import gemm_mx_kernel
+            from autotune.kernels.quant.mx import gemm_mx_kernel
 
             kernel = gemm_mx_kernel
             a_fmt, b_fmt = _MX[self.name]
@@ -410,7 +407,7 @@ class QuantGemmOp:
         reduce: Any = splitk_reduce_kernel
         summer: Any = None
         if calls is not None:
-            from autotune.kernels.gemm_fp8_triton import gemm_fp8_sum_kernel
+            from autotune.kernels.quant.kernel import gemm_fp8_sum_kernel
 
             kernel, reduce = Recorder(kernel, calls), Recorder(splitk_reduce_kernel, calls)
             summer = Recorder(gemm_fp8_sum_kernel, calls)

@@ -62,7 +62,7 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_tma_backend_on_gpu(target, split_k: int, persistent: int, width: int, warps: int, stages: int,
                             layout: str) -> None:  # fmt: skip
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense.space import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -87,7 +87,7 @@ def test_sliced_c_stores_on_gpu(
 ) -> None:
     """C stored in 64-column slices through one shared-memory buffer (EPILOGUE_N = 64), on ragged M and N:
     right, and bit-identical to the same tile stored whole where that fits."""
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense.space import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -161,7 +161,7 @@ def _right_and_repeatable(op, problem, config, target, what: str) -> None:
 def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
     """The slices of a split tile meet through a counter and a workspace across SMs: a missing fence shows
     as a wrong or run-to-run different result, so the kernel runs many times and every result must match."""
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense.space import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -220,8 +220,8 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
 
 def _launchers(config, target, monkeypatch):
     """(pinned, plain) launch functions of `config`: the plain one with the pinned shortcut off."""
-    from autotune.kernels.gemm_tma import tma_launcher
-    from autotune.kernels.gemm_triton import launcher
+    from autotune.kernels.dense.kernel import launcher
+    from autotune.kernels.dense.tma import tma_launcher
 
     def make():
         if config.backend == "triton_tma":
@@ -250,8 +250,9 @@ def _launchers(config, target, monkeypatch):
 def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -> None:
     """Launches after a key's first skip Triton's binder: over new inputs, another M and (pointer kernel)
     an A that is not 16-byte aligned, each result must equal Triton's own launch bit for bit."""
-    from autotune.kernels import gemm_tma, gemm_triton
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense import kernel as gemm_triton
+    from autotune.kernels.dense import tma as gemm_tma
+    from autotune.kernels.dense.space import has_tma
 
     if knobs["backend"] == "triton_tma" and not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -308,7 +309,7 @@ def test_out_gets_the_bits_of_a_fresh_c_on_gpu(target, knobs) -> None:
     """`gemm(..., out=)` into a dense and into a transposed buffer (through a temporary where the kernel
     needs a dense C) equals the C the call would have allocated."""
     from autotune.kernels import launch_config
-    from autotune.kernels.gemm_space import has_tma
+    from autotune.kernels.dense.space import has_tma
 
     if knobs["backend"] == "triton_tma" and not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")

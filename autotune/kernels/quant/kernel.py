@@ -30,7 +30,7 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gemm_triton import (
+from autotune.kernels.dense.kernel import (
     AMD_LAUNCH_OPTIONS,
     REDUCE_BLOCK,
     edge_clamped,

@@ -54,7 +54,7 @@ def test_gemv_writes_only_its_rows_and_columns_of_a_strided_out() -> None:
 
 
 def test_gemv_launcher_refuses_more_rows_than_it_keeps() -> None:
-    from autotune.kernels.gemv_triton import gemv_launcher
+    from autotune.kernels.dense.gemv import gemv_launcher
 
     run = gemv_launcher(_config())
     a, b = torch.randn(5, 32).to(torch.bfloat16), torch.randn(8, 32).to(torch.bfloat16)

@@ -30,10 +30,10 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gemm_fp8_triton import FP8_SCALE_BLOCK, _nth, _tile_scales, swap_operands
-from autotune.kernels.gemm_tma import _tile_origin, _tile_parts, _work_item, tma_ready
-from autotune.kernels.gemm_triton import edge_clamped
+from autotune.kernels.dense.kernel import edge_clamped
+from autotune.kernels.dense.tma import _tile_origin, _tile_parts, _work_item, tma_ready
 from autotune.kernels.launch import descriptor, pinned, tensor_key
+from autotune.kernels.quant.kernel import FP8_SCALE_BLOCK, _nth, _tile_scales, swap_operands
 
 __all__ = ["fp8_tma_launcher", "gemm_fp8_tma_kernel"]
 
@@ -147,7 +147,7 @@ def fp8_tma_launcher(
     `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1. Inputs whose rows are not dense and 16-byte
     aligned are copied first, and C goes through a dense temporary where `out` is not dense. `kernels`
     replaces (gemm_fp8_tma_kernel, splitk_reduce_kernel) (the compile-only checks record launches)."""
-    from autotune.kernels.gemm_triton import REDUCE_BLOCK, splitk_reduce_kernel
+    from autotune.kernels.dense.kernel import REDUCE_BLOCK, splitk_reduce_kernel
 
     swap = bool(config.get("SWAP_AB", 0))
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])

@@ -9,7 +9,7 @@ import torch
 
 from autotune import Config, Problem, Target
 from autotune.kernels import GEMM
-from autotune.kernels.gemm_space import gemm_backends, tile_parts
+from autotune.kernels.dense.space import gemm_backends, tile_parts
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests")
 
@@ -140,7 +140,7 @@ def test_tail_slices_are_summed_not_overwritten() -> None:
 
 
 def test_tail_split_schedule() -> None:
-    from autotune.kernels.gemm_space import tail_split_schedule
+    from autotune.kernels.dense.space import tail_split_schedule
 
     assert tail_split_schedule(320, 128, 132) == (132, 264, 2)  # 2 whole waves, 56 tiles split in 2
     assert tail_split_schedule(160, 128, 132) == (132, 132, 4)  # 1 whole wave, 28 tiles split in 4
@@ -173,7 +173,7 @@ def test_tail_split_space_constraints() -> None:
 def test_tma_launcher_copies_inputs_and_c_that_descriptors_cannot_take() -> None:
     """A transposed A, a B 2 bytes past a 16-byte boundary and a transposed C: the launcher runs on dense
     copies (and a dense C it copies back), giving the bits of the dense call."""
-    from autotune.kernels.gemm_tma import tma_launcher
+    from autotune.kernels.dense.tma import tma_launcher
 
     config = _tma(BLOCK_K=16)
     run = tma_launcher(config, num_sms=4, interpret=True)
@@ -218,7 +218,7 @@ def test_tile_parts_of_a_width() -> None:
 
 
 def test_tail_split_refuses_a_tile_of_parts() -> None:
-    from autotune.kernels.gemm_tma import tma_launcher
+    from autotune.kernels.dense.tma import tma_launcher
 
     config = _tma(BLOCK_N=48, PERSISTENT=1, TAIL_SPLIT=1)
     with pytest.raises(ValueError, match="power-of-two BLOCK_N"):

@@ -32,9 +32,9 @@ import triton.language as tl
 from autotune.core.config import Value
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gemm_triton import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
+from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
 from autotune.kernels.launch import pinned
-from autotune.kernels.moe_ref import FP8_BLOCK, align_block_size, validate_moe_inputs
+from autotune.kernels.moe.ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [

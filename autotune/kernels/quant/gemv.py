@@ -32,9 +32,9 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.gemm_space import GEMV_ROWS
-from autotune.kernels.gemm_triton import edge_clamped
-from autotune.kernels.gemv_triton import rows_step, store_rows
+from autotune.kernels.dense.gemv import rows_step, store_rows
+from autotune.kernels.dense.geometry import GEMV_ROWS
+from autotune.kernels.dense.kernel import edge_clamped
 from autotune.kernels.launch import pinned
 
 __all__ = ["gemv_fp8_kernel", "gemv_fp8_launcher"]

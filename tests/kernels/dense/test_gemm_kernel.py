@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import autotune.dispatch.dispatcher as dispatcher_mod
-import autotune.kernels.api as api
-import autotune.kernels.gemm_triton as gemm_triton
+import autotune.kernels.dense.api as api
+import autotune.kernels.dense.kernel as gemm_triton
 from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
@@ -498,7 +498,7 @@ def test_linear_rejects_bad_inputs(fresh_dispatch: Path) -> None:
 def test_a_module_weight_takes_the_fast_check(fresh_dispatch: Path, monkeypatch) -> None:
     """nn.Linear's weight is an nn.Parameter: its calls must not fall through to the slow explaining check
     (the rejects above show that the explaining check still runs for bad input)."""
-    from autotune.kernels import api
+    from autotune.kernels.dense import api
 
     weight = torch.nn.Parameter(rand(16, 24, seed=19), requires_grad=False)
     x = rand(3, 24, seed=20)
