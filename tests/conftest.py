@@ -88,3 +88,29 @@ def target() -> Any:
     from autotune.core.target import local_target
 
     return local_target()
+
+
+@pytest.fixture
+def right_and_repeatable() -> Any:
+    """GPU tests: `check(op, problem, config, target, what)` asserts that `config` computes `problem`
+    within tolerance, then gives bit-identical results 50 times over."""
+
+    def check(op: Any, problem: Any, config: Any, target: Any, what: str) -> None:
+        """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
+        of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
+        last-arriver test as a wrong or run-to-run different result."""
+        inputs = op.make_inputs(problem, "cuda", seed=9)
+        ref = op.reference(problem, inputs)
+        out = op.make_output(problem, "cuda").fill_(float("nan"))
+        launch = op.prepare(problem, config, target, inputs, out)
+        launch()
+        torch.cuda.synchronize()
+        first = out.clone()
+        assert float((first.double() - ref.double()).norm() / ref.double().norm()) < op.tolerance(problem)
+        for _ in range(50):
+            out.fill_(float("nan"))
+            launch()
+            torch.cuda.synchronize()
+            assert torch.equal(out, first), f"{what} gave a different result on a repeat"
+
+    return check

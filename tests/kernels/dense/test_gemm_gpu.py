@@ -130,25 +130,6 @@ def test_gemv_backend_on_gpu(target, M: int, layout: str) -> None:
         assert float((out.double() - ref.double()).norm() / ref.double().norm()) < GEMM.tolerance(problem)
 
 
-def _right_and_repeatable(op, problem, config, target, what: str) -> None:
-    """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
-    of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
-    last-arriver test as a wrong or run-to-run different result."""
-    inputs = op.make_inputs(problem, "cuda", seed=9)
-    ref = op.reference(problem, inputs)
-    out = op.make_output(problem, "cuda").fill_(float("nan"))
-    launch = op.prepare(problem, config, target, inputs, out)
-    launch()
-    torch.cuda.synchronize()
-    first = out.clone()
-    assert float((first.double() - ref.double()).norm() / ref.double().norm()) < op.tolerance(problem)
-    for _ in range(50):
-        out.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first), f"{what} gave a different result on a repeat"
-
-
 @pytest.mark.parametrize(
     "mnk, tile",
     [
@@ -158,7 +139,7 @@ def _right_and_repeatable(op, problem, config, target, what: str) -> None:
         ((1000, 1000, 3000), (128, 128, 64)),  # ragged edges: 64 tiles split in 2
     ],
 )
-def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
+def test_tail_split_on_gpu_is_right_and_repeatable(right_and_repeatable, target, mnk, tile) -> None:
     """The slices of a split tile meet through a counter and a workspace across SMs: a missing fence shows
     as a wrong or run-to-run different result, so the kernel runs many times and every result must match."""
     from autotune.kernels.dense.space import has_tma
@@ -170,7 +151,7 @@ def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
     config = Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1,
                     PERSISTENT=1, TAIL_SPLIT=1, num_warps=8 if bm * bn > 128 * 128 else 4,
                     num_stages=3)  # fmt: skip
-    _right_and_repeatable(GEMM, problem, config, target, "the split tail")
+    right_and_repeatable(GEMM, problem, config, target, "the split tail")
 
 
 @pytest.mark.parametrize(
@@ -201,7 +182,9 @@ def test_tail_split_on_gpu_is_right_and_repeatable(target, mnk, tile) -> None:
         ),
     ],
 )
-def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, knobs) -> None:
+def test_in_launch_sums_on_gpu_are_right_and_repeatable(
+    right_and_repeatable, target, op_name, mnk, knobs
+) -> None:
     """FUSED_SPLIT and STREAM_K parts of a tile meet through a counter and a workspace across SMs: a
     missing fence or a wrong last-arriver test shows as a wrong or run-to-run different result."""
     from autotune.kernels import get_op
@@ -215,7 +198,7 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(target, op_name, mnk, kn
         values["SCALES_AHEAD"] = 0
     config = Config(backend="triton", **(values | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the in-launch sum")
+    right_and_repeatable(op, problem, config, target, "the in-launch sum")
 
 
 def _launchers(config, target, monkeypatch):

@@ -3,30 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from autotune import Config, Problem
 
 pytestmark = pytest.mark.gpu
-
-
-def _right_and_repeatable(op, problem, config, target, what: str) -> None:
-    """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
-    of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
-    last-arriver test as a wrong or run-to-run different result."""
-    inputs = op.make_inputs(problem, "cuda", seed=9)
-    ref = op.reference(problem, inputs)
-    out = op.make_output(problem, "cuda").fill_(float("nan"))
-    launch = op.prepare(problem, config, target, inputs, out)
-    launch()
-    torch.cuda.synchronize()
-    first = out.clone()
-    assert float((first.double() - ref.double()).norm() / ref.double().norm()) < op.tolerance(problem)
-    for _ in range(50):
-        out.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first), f"{what} gave a different result on a repeat"
 
 
 @pytest.mark.parametrize(
@@ -36,7 +16,9 @@ def _right_and_repeatable(op, problem, config, target, what: str) -> None:
         ((1, 768, 2048), 128, 8, "bf16", 2),  # Qwen3-30B-A3B: the down GEMM (K = 768) is split too
     ],
 )
-def test_moe_split_k_on_gpu_is_right_and_repeatable(target, mnk, e, topk, weights, split) -> None:
+def test_moe_split_k_on_gpu_is_right_and_repeatable(
+    right_and_repeatable, target, mnk, e, topk, weights, split
+) -> None:
     """The fused MoE's K slices meet through a counter and a workspace across SMs (gate and up parts):
     the result must match the reference and be bit-identical on every repeat."""
     from autotune.kernels import get_op
@@ -46,4 +28,4 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(target, mnk, e, topk, weight
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                     SPLIT_K=split, num_warps=4, num_stages=3)  # fmt: skip
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
+    right_and_repeatable(op, problem, config, target, "the MoE split-K sum")

@@ -41,25 +41,6 @@ def test_fp8_gemv_backend_on_gpu(target, op_name: str, M: int) -> None:
         assert float((out.float() - ref).abs().max() / ref.abs().max()) < op.tolerance(problem)
 
 
-def _right_and_repeatable(op, problem, config, target, what: str) -> None:
-    """`config` computes `problem` within tolerance, then gives bit-identical results 50 times over: parts
-    of a tile that meet across SMs through a counter and a workspace show a missing fence or a wrong
-    last-arriver test as a wrong or run-to-run different result."""
-    inputs = op.make_inputs(problem, "cuda", seed=9)
-    ref = op.reference(problem, inputs)
-    out = op.make_output(problem, "cuda").fill_(float("nan"))
-    launch = op.prepare(problem, config, target, inputs, out)
-    launch()
-    torch.cuda.synchronize()
-    first = out.clone()
-    assert float((first.double() - ref.double()).norm() / ref.double().norm()) < op.tolerance(problem)
-    for _ in range(50):
-        out.fill_(float("nan"))
-        launch()
-        torch.cuda.synchronize()
-        assert torch.equal(out, first), f"{what} gave a different result on a repeat"
-
-
 @pytest.mark.parametrize(
     "mnk, knobs",
     [
@@ -70,7 +51,7 @@ def _right_and_repeatable(op, problem, config, target, what: str) -> None:
         ((2048, 4608, 7168), dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, SWAP_AB=0, num_stages=4, GROUP_M=8)),
     ],
 )
-def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> None:
+def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(right_and_repeatable, target, mnk, knobs) -> None:
     """The row-wise TMA kernel on Hopper: swapped tiles stored transposed, split-K, persistent programs."""
     from autotune.kernels import get_op
 
@@ -81,7 +62,7 @@ def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> N
     base = op.default_config(Problem.quant("gemm_fp8_rowwise", 64, 8192, 3584), target)
     assert base.backend == "triton_tma", base.short()
     config = base.replace(**knobs)
-    _right_and_repeatable(op, problem, config, target, "the TMA kernel")
+    right_and_repeatable(op, problem, config, target, "the TMA kernel")
 
 
 @pytest.mark.parametrize(
@@ -94,7 +75,7 @@ def test_fp8_rowwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> N
         ((64, 8208, 3072), dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, SWAP_AB=0, PERSISTENT=1, SPLIT_K=2)),
     ],
 )
-def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) -> None:
+def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(right_and_repeatable, target, mnk, knobs) -> None:
     """The TMA kernel with blockwise scales on Hopper: K sub-tiles of one scale group, the next tile's
     scales loaded ahead, swapped tiles (the weight's scales on the kernel's A side) stored transposed,
     a last weight tile in a partial scale block, split-K, persistent programs."""
@@ -107,7 +88,7 @@ def test_fp8_blockwise_tma_on_gpu_is_right_and_repeatable(target, mnk, knobs) ->
     base = dict(GROUP_M=1, PERSISTENT=0, SPLIT_K=1, num_warps=4, num_stages=3)
     config = Config(backend="triton_tma", **(base | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the blockwise TMA kernel")
+    right_and_repeatable(op, problem, config, target, "the blockwise TMA kernel")
 
 
 @pytest.mark.parametrize("op_name", ["gemm_fp8_blockwise", "gemm_fp8_rowwise"])
@@ -192,7 +173,9 @@ def _gluon_op_or_skip(target):
         *[(mnk, dict(knobs, WARP_SPEC=1), dtype) for mnk, knobs, dtype in GLUON_WARP_SPEC],
     ],
 )
-def test_gluon_backend_on_hopper_is_right_and_repeatable(target, mnk, knobs, dtype) -> None:
+def test_gluon_backend_on_hopper_is_right_and_repeatable(
+    right_and_repeatable, target, mnk, knobs, dtype
+) -> None:
     """Gluon configs of the op's space through `prepare`, against the op's reference; the repeats (the
     pinned launch's shortcut) must give the same bits."""
     op = _gluon_op_or_skip(target)
@@ -200,7 +183,7 @@ def test_gluon_backend_on_hopper_is_right_and_repeatable(target, mnk, knobs, dty
     problem = Problem.quant("gemm_fp8_blockwise", M, N, K, dtype=dtype)
     config = Config(backend="gluon", **(GLUON | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the gluon kernel")
+    right_and_repeatable(op, problem, config, target, "the gluon kernel")
 
 
 #: SPLIT_K (decode grids of fewer tiles than SMs): K slices summed in the launch through a workspace and a
@@ -218,7 +201,9 @@ GLUON_SPLIT = [
 
 
 @pytest.mark.parametrize("mnk, knobs, dtype", GLUON_SPLIT)
-def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(target, mnk, knobs, dtype) -> None:
+def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(
+    right_and_repeatable, target, mnk, knobs, dtype
+) -> None:
     """The K slices of a block of C meet across SMs through the workspace and its counter: right, the same
     bits 50 times over (the last slice resets the counter), and the same bits again from a CUDA graph
     replayed several times, as the Benchmarker and serving engines run it."""
@@ -226,7 +211,7 @@ def test_gluon_split_k_is_right_repeatable_and_replays_in_a_graph(target, mnk, k
     problem = Problem.quant("gemm_fp8_blockwise", *mnk, dtype=dtype)
     config = Config(backend="gluon", **(GLUON | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the split gluon kernel")
+    right_and_repeatable(op, problem, config, target, "the split gluon kernel")
     inputs = op.make_inputs(problem, "cuda", seed=9)
     out = op.make_output(problem, "cuda").fill_(float("nan"))
     launch = op.prepare(problem, config, target, inputs, out)
@@ -259,12 +244,12 @@ GLUON_SWAP = [
 
 
 @pytest.mark.parametrize("mnk, knobs, dtype", GLUON_SWAP)
-def test_gluon_swapped_is_right_and_repeatable(target, mnk, knobs, dtype) -> None:
+def test_gluon_swapped_is_right_and_repeatable(right_and_repeatable, target, mnk, knobs, dtype) -> None:
     op = _gluon_op_or_skip(target)
     problem = Problem.quant("gemm_fp8_blockwise", *mnk, dtype=dtype)
     config = Config(backend="gluon", **(GLUON | knobs))
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
-    _right_and_repeatable(op, problem, config, target, "the swapped gluon kernel")
+    right_and_repeatable(op, problem, config, target, "the swapped gluon kernel")
 
 
 @pytest.mark.parametrize("mnk, knobs, dtype", GLUON_WARP_SPEC[:2] + GLUON_WARP_SPEC[4:5])
