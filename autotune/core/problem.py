@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass
 
@@ -230,6 +231,21 @@ class Problem:
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+    def params(self) -> dict[str, object]:
+        """Every field but op, M, N and K: what the database stores of a problem as JSON
+        (`params_json`), beside its indexed op, M, N and K."""
+        return {k: v for k, v in asdict(self).items() if k not in ("op", "M", "N", "K")}
+
+    def params_json(self) -> str:
+        """`params()` as canonical JSON (sorted keys, no spaces): equal problems give equal text."""
+        return json.dumps(self.params(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_params(cls, op: str, M: int, N: int, K: int, params: str | dict[str, object]) -> Problem:
+        """The problem of `op`, M, N, K and the fields of `params` (a dict or `params_json` text)."""
+        fields = json.loads(params) if isinstance(params, str) else dict(params)
+        return cls(op, M, N, K, **fields)
 
     def with_m(self, M: int) -> Problem:
         """The same problem with another M."""

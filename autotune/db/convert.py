@@ -36,19 +36,8 @@ def gpu_record(row: GpuModel) -> GpuRecord:
 
 
 def problem_of(row: ProblemModel) -> Problem:
-    """The Problem of a `problems` row."""
-    return Problem(
-        op=row.op,
-        M=int(row.m),
-        N=int(row.n),
-        K=int(row.k),
-        E=int(row.e),
-        topk=int(row.topk),
-        dtype_a=row.dtype_a,
-        dtype_b=row.dtype_b,
-        dtype_out=row.dtype_out,
-        layout=row.layout,
-    )
+    """The Problem of a `problems` row: its op, M, N and K, and the other fields from its params."""
+    return Problem.from_params(row.op, int(row.m), int(row.n), int(row.k), row.params)
 
 
 def timing_of(row: TrialModel) -> Timing | None:

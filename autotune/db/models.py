@@ -9,6 +9,8 @@ Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alemb
     version 1  ``v1_baseline``     the tables as first shipped, static_features included
     version 2  ``v2_trials_host``  ``trials.host``: the host that recorded the trial (nullable)
     version 3  ``v3_sweep_progress``  ``sweeps``: pid, heartbeat, progress counts, workers and log file
+    version 4  ``v4_problem_params``  ``problems``: op, m, n, k (indexed) and ``params`` (JSON) in place
+                                      of the columns e, topk, dtype_a, dtype_b, dtype_out and layout
 
 A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
 transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
@@ -63,11 +65,16 @@ __all__ = [
 ]
 
 #: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
 BASE_VERSION = 1
 #: The Alembic revision of each schema version (``alembic_version.version_num``).
-REVISIONS: dict[int, str] = {1: "v1_baseline", 2: "v2_trials_host", 3: "v3_sweep_progress"}
+REVISIONS: dict[int, str] = {
+    1: "v1_baseline",
+    2: "v2_trials_host",
+    3: "v3_sweep_progress",
+    4: "v4_problem_params",
+}
 #: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
 HEAD_REVISION = REVISIONS[SCHEMA_VERSION]
 
@@ -140,9 +147,12 @@ class KernelModel(Base):
 
 
 class ProblemModel(Base):
-    """One problem shape, keyed by `Problem.key()`."""
+    """One problem, keyed by `Problem.key()`: its op, M, N and K (indexed: the shape families of an op),
+    and every other field as canonical JSON (`Problem.params_json`), whatever fields the op's problems
+    have (schema version 4)."""
 
     __tablename__ = "problems"
+    __table_args__ = (Index("ix_problems_shape", "op", "n", "k"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(255), unique=True)
@@ -150,12 +160,7 @@ class ProblemModel(Base):
     m: Mapped[int] = mapped_column(BigInteger)
     n: Mapped[int] = mapped_column(BigInteger)
     k: Mapped[int] = mapped_column(BigInteger)
-    e: Mapped[int] = mapped_column(Integer)
-    topk: Mapped[int] = mapped_column(Integer)
-    dtype_a: Mapped[str] = mapped_column(String(32))
-    dtype_b: Mapped[str] = mapped_column(String(32))
-    dtype_out: Mapped[str] = mapped_column(String(32))
-    layout: Mapped[str] = mapped_column(String(16))
+    params: Mapped[str] = mapped_column(Text)
 
 
 class SweepModel(Base):

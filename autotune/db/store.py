@@ -793,12 +793,7 @@ class Store:
                 p.op == problem.op,
                 p.n == problem.N,
                 p.k == problem.K,
-                p.e == problem.E,
-                p.topk == problem.topk,
-                p.dtype_a == problem.dtype_a,
-                p.dtype_b == problem.dtype_b,
-                p.dtype_out == problem.dtype_out,
-                p.layout == problem.layout,
+                p.params == problem.params_json(),
                 t.status == TrialStatus.OK.value,
                 # vLLM's files carry no times: an imported config counts untimed
                 (t.source == Source.IMPORTED.value)
@@ -1047,19 +1042,9 @@ def _gpu_values(target: Target) -> dict[str, Any]:
 
 
 def _problem_values(problem: Problem) -> dict[str, Any]:
-    """The columns of a `problems` row of `problem`, but its key."""
-    return dict(
-        op=problem.op,
-        m=problem.M,
-        n=problem.N,
-        k=problem.K,
-        e=problem.E,
-        topk=problem.topk,
-        dtype_a=problem.dtype_a,
-        dtype_b=problem.dtype_b,
-        dtype_out=problem.dtype_out,
-        layout=problem.layout,
-    )
+    """The columns of a `problems` row of `problem`, but its key: op, M, N and K, and the other fields as
+    canonical JSON (`Problem.params_json`)."""
+    return dict(op=problem.op, m=problem.M, n=problem.N, k=problem.K, params=problem.params_json())
 
 
 @functools.cache

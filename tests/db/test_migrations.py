@@ -325,7 +325,13 @@ def test_upgrade_migrates_a_version1_database_and_keeps_its_data(
     assert counts(v1_db) == TRIAL_COUNTS
     for name, old in before.items():
         new = rows(v1_db, name)
-        assert [{k: r[k] for k in old[0]} for r in new] == old, name  # every old column, unchanged
+        if name == "problems":  # version 4: the fields other than op, m, n and k moved into params
+            moved = {"e": "E", "topk": "topk", "dtype_a": "dtype_a", "dtype_b": "dtype_b",
+                     "dtype_out": "dtype_out", "layout": "layout"}  # fmt: skip
+            new = [{**{k: v for k, v in r.items() if k != "params"},
+                    **{col: json.loads(r["params"])[field] for col, field in moved.items()}}
+                   for r in new]  # fmt: skip
+        assert [{k: r[k] for k in old[0]} for r in new] == old, name  # every old value, unchanged
     assert [r["host"] for r in rows(v1_db, "trials")] == [None, None, None]
     assert meta_version(v1_db) == str(SCHEMA_VERSION)
     assert schema_differences(v1_db) == (HEAD_REVISION, [])
@@ -389,7 +395,8 @@ def test_a_damaged_version1_database_is_refused(v1_db: str, capsys: pytest.Captu
 
 
 def test_downgrade_then_upgrade_again(db_url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Versions 2 and 3 are reversible (SQLite drops columns by copying the table in batch mode)."""
+    """Versions 2, 3 and 4 are reversible (SQLite drops columns by copying the table in batch mode, or in
+    place for ``problems``)."""
     with Store(db_url) as store:
         result = TrialResult(
             Config(backend="torch"), TrialStatus.OK, timing=Timing(5.0, 5, 5, 5, 5, 0, 3, "events")
@@ -398,6 +405,7 @@ def test_downgrade_then_upgrade_again(db_url: str, capsys: pytest.CaptureFixture
         sweep = store.start_sweep("s", "", H100, problems_total=3, workers=2, log_path="s.log")
         store.touch_sweep(sweep, trials_done=7, problems_done=1)
     command.downgrade(alembic_config(url=db_url), REVISIONS[2])
+    assert "params" not in columns(db_url, "problems") and "layout" in columns(db_url, "problems")
     assert "heartbeat_at" not in columns(db_url, "sweeps") and "host" in columns(db_url, "trials")
     assert meta_version(db_url) == "2"
     command.downgrade(alembic_config(url=db_url), REVISIONS[1])
@@ -498,3 +506,52 @@ def test_a_current_database_with_a_wrong_revision_is_damaged(
         Store(db_url)
     code, _, err = run_cli(capsys, "db", "upgrade", "--db", db_url)
     assert code == 2 and "it is damaged" in err
+
+
+def test_a_version3_database_upgrades_and_answers_best_the_same(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A database of schema version 3 (the release before problems were stored generically), holding a
+    dense, an MoE and a quantized problem, made by downgrading one written now: `autotune best` prints
+    the same after `autotune db upgrade` as before the downgrade, and every field of every problem is
+    carried over."""
+    problems = [
+        Problem.gemm(16, 4096, 4096),
+        Problem.gemm(64, 1024, 512, "fp16", "kn"),
+        Problem.moe(32, 1536, 4096, 128, 8, weights="fp8e4m3"),
+        Problem.quant("gemm_fp8_blockwise", 16, 7168, 2048),
+    ]
+    with Store(db_url) as store:
+        for i, problem in enumerate(problems):
+            for backend, us in (("torch", 20.0 + i), ("triton", 12.5 + i)):
+                result = TrialResult(Config(backend=backend, BLOCK_M=16 * (i + 1)), TrialStatus.OK,
+                                     timing=Timing(us, us, us, us, us, 0.0, 3, "graph"))  # fmt: skip
+                store.record(target=H100, kernel=f"{problem.op}.{backend}", source_hash="v",
+                             problem=problem, result=result)  # fmt: skip
+
+    def best(problem: Problem) -> str:
+        flags = ["--op", problem.op, "--m", str(problem.M), "--n", str(problem.N), "--k", str(problem.K)]
+        if problem.op == "moe":
+            flags += ["--e", str(problem.E), "--topk", str(problem.topk), "--weights", problem.dtype_b]
+        elif problem.op == "gemm":
+            flags += ["--dtype", problem.dtype_a, "--layout", problem.layout]
+        code, out, err = run_cli(capsys, "best", "--db", db_url, *flags)
+        assert code == 0 and "triton" in out, err
+        return out
+
+    before = [best(p) for p in problems]
+    command.downgrade(alembic_config(url=db_url), REVISIONS[3])
+    assert meta_version(db_url) == "3" and "layout" in columns(db_url, "problems")
+    v3 = {r["key"]: r for r in rows(db_url, "problems")}
+    assert set(v3) == {p.key() for p in problems}
+    with pytest.raises(StoreError, match="autotune db upgrade"):
+        Store(db_url)
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and "from schema version 3 to 4" in out
+    assert [best(p) for p in problems] == before
+    for row in rows(db_url, "problems"):
+        old = v3[row["key"]]
+        assert json.loads(row["params"]) == {
+            "E": old["e"], "topk": old["topk"], "dtype_a": old["dtype_a"], "dtype_b": old["dtype_b"],
+            "dtype_out": old["dtype_out"], "layout": old["layout"],
+        }  # fmt: skip
