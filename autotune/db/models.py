@@ -147,12 +147,12 @@ class KernelModel(Base):
 
 
 class ProblemModel(Base):
-    """One problem, keyed by `Problem.key()`: its op, M, N and K (indexed: the shape families of an op),
-    and every other field as canonical JSON (`Problem.params_json`), whatever fields the op's problems
-    have (schema version 4)."""
+    """One problem, keyed by `Problem.key()`: its op, M, N and K (indexed on op, N, K, M: an op's shape
+    families), and every other field as canonical JSON (`Problem.params_json`), whatever fields the op's
+    problems have (schema version 4)."""
 
     __tablename__ = "problems"
-    __table_args__ = (Index("ix_problems_shape", "op", "n", "k"),)
+    __table_args__ = (Index("ix_problems_shape", "op", "n", "k", "m"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     key: Mapped[str] = mapped_column(String(255), unique=True)

@@ -1,6 +1,6 @@
 """Schema version 4: a problem is stored generically, whatever fields its op's problems have.
 
-``problems`` keeps ``key``, ``op``, ``m``, ``n`` and ``k`` (now indexed on op, n, k: an op's shape
+``problems`` keeps ``key``, ``op``, ``m``, ``n`` and ``k`` (now indexed on op, n, k, m: an op's shape
 families) and holds every other field in ``params``, canonical JSON (sorted keys, no spaces), in place of
 the columns ``e``, ``topk``, ``dtype_a``, ``dtype_b``, ``dtype_out`` and ``layout``. Every row is carried
 over, its values unchanged; the downgrade puts the columns back from the JSON. SQLite changes the table in
@@ -71,7 +71,7 @@ def upgrade() -> None:
         op.alter_column("problems", "params", existing_type=sa.Text(), server_default=None)
     for column, _, _ in _COLUMNS:
         _drop_column("problems", column)
-    op.create_index(_INDEX, "problems", ["op", "n", "k"])
+    op.create_index(_INDEX, "problems", ["op", "n", "k", "m"])
     _set_schema_version(schema_version)
 
 
