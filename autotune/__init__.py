@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import autotune.core.registry  # noqa: F401  (problems of registered ops validate)
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus

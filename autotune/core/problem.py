@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 __all__ = ["DTYPE_BYTES", "LAYOUTS", "OPS", "QUANT_OPS", "Problem", "QuantFormat", "normalize_dtype"]
@@ -77,12 +78,20 @@ OPS: tuple[str, ...] = ("gemm", "moe", *QUANT_OPS)
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
 
 
-def _registered(name: str) -> bool:
-    """An op a plug-in registered (`autotune.core.registry`): its problems use these same fields."""
-    from autotune.core.registry import is_known
+#: Whether an op of another name is known: `autotune.core.registry` installs its `is_known` here when it
+#: is imported (which importing `autotune` does), so that problems of a plug-in's ops validate; this
+#: module does not import the registry (which depends on it).
+def _no_other_ops(name: str) -> bool:
+    return False
 
+
+op_is_known: Callable[[str], bool] = _no_other_ops
+
+
+def _registered(name: str) -> bool:
+    """An op a plug-in registered: its problems use these same fields."""
     try:
-        return is_known(name)
+        return op_is_known(name)
     except ImportError:  # a plug-in that cannot be imported here: not known
         return False
 

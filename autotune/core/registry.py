@@ -13,6 +13,8 @@ import importlib
 import threading
 from typing import TYPE_CHECKING
 
+from autotune.core import problem
+
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
 
@@ -66,6 +68,9 @@ def is_known(name: str) -> bool:
         return True
     load_plugins()
     return name in _ops
+
+
+problem.op_is_known = is_known  # Problem validates the names of registered ops
 
 
 def get_op(name: str) -> TunableOp:
