@@ -4,7 +4,7 @@ Backend "triton_tma", for NVIDIA sm_90 and newer. The tile loads and the C store
 tensor descriptors, which handle the ragged edges (no masks, no wrap-around). With PERSISTENT = 1 the grid
 is one program per SM and each program walks the tiles with a stride of the grid; with PERSISTENT = 0 there
 is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item and the partial sums go
-through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `gemm_triton` sums in a
+through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `dense.kernel` sums in a
 fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
 partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
 `tail_split_schedule`). BLOCK_N need not be a power of two: a 96-wide tile runs as a 64- and a 32-wide part
@@ -249,7 +249,7 @@ def tma_launcher(
     `out` is not (copied into `out`). `workspace` is an fp32 tensor of SPLIT_K·M·N
     elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT keeps its own scratch per device and stream.
     `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel), as in
-    `gemm_triton.launcher`."""
+    `dense.kernel.launcher`."""
     from autotune.kernels.dense.kernel import REDUCE_BLOCK, splitk_reduce_kernel
 
     bm, width, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])

@@ -1,6 +1,6 @@
 """Triton fused MoE MLP: out = Σ_topk weight · (silu(x·w1_gateᵀ) · x·w1_upᵀ)·w2ᵀ, bf16/fp16 or FP8 weights.
 
-Imported lazily (it imports triton). `align_block_size` (moe_ref) sorts the M·topk (token, slot) pairs by
+Imported lazily (it imports triton). `align_block_size` (moe.ref) sorts the M·topk (token, slot) pairs by
 expert and pads every expert's group to a multiple of BLOCK_SIZE_M, so each block of BLOCK_SIZE_M sorted
 rows belongs to one expert. One grouped-GEMM kernel then runs twice over (row blocks × N tiles), walked in
 GROUP_SIZE_M swizzle order:
@@ -11,7 +11,7 @@ GROUP_SIZE_M swizzle order:
    topk = 1 straight into `out`); a sum over the topk slots of each token gives out (M, K).
 
 FP8 weights carry fp32 scales per [128, 128] block; activations (x, then the intermediate) are quantized
-per 1×128 group by `act_quant_kernel` (the bits of moe_ref's quantizer, in one launch) and every
+per 1×128 group by `act_quant_kernel` (the bits of moe.ref's quantizer, in one launch) and every
 BLOCK_SIZE_K chunk (a divisor of 128) of the K loop is scaled by a_scale[row, k // 128] ·
 b_scale[e, n // 128, k // 128] before it joins the fp32 accumulator. With SPLIT_K > 1 each GEMM's K runs
 in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet in a workspace and the last
@@ -324,7 +324,7 @@ def act_quant_kernel(
 ):  # fmt: skip
     """ROWS rows × one GROUP-wide group of K of x → FP8 `q` and one fp32 scale per row and group in `s`:
     scale = amax / FP8_MAX (1 for an all-zero group), q = x / scale, both divisions correctly rounded, so
-    the bits equal `moe_ref.quantize_fp8_act_groupwise`'s. EXACT_CAST (the interpreter): `_round_fp8`
+    the bits equal `moe.ref.quantize_fp8_act_groupwise`'s. EXACT_CAST (the interpreter): `_round_fp8`
     before the cast."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.program_id(1) * GROUP + tl.arange(0, GROUP)
@@ -428,7 +428,7 @@ def fused_moe(
 ) -> torch.Tensor:
     """The MoE MLP of `x` (M, K) with experts w1 (E, 2N, K) and w2 (E, K, N) → (M, K) in x's dtype.
 
-    `topk_weights`/`topk_ids` (M, topk) come from `moe_ref.route`. FP8 weights (e4m3fn or e4m3fnuz) need
+    `topk_weights`/`topk_ids` (M, topk) come from `moe.ref.route`. FP8 weights (e4m3fn or e4m3fnuz) need
     `w1_scale` (E, cdiv(2N, 128), cdiv(K, 128)), `w2_scale` (E, cdiv(K, 128), cdiv(N, 128)), fp32, and
     `block_shape=[128, 128]`. `config` holds MOE_PARAMS, optionally SPLIT_K (default 1), and on AMD
     AMD_LAUNCH_OPTIONS (ValueError for those elsewhere). `interpret` works around Triton's CPU

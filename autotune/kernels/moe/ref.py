@@ -2,7 +2,7 @@
 
 Shapes: x (M, K) activations; w1 (E, 2N, K), rows [0, N) the gate projection and rows [N, 2N) the up
 projection; w2 (E, K, N) the down projection; topk_weights (M, topk) and topk_ids (M, topk) from `route`.
-Torch only (no triton): `moe_triton` uses `align_block_size`, the quantizers and `validate_moe_inputs`, and
+Torch only (no triton): `moe.kernel` uses `align_block_size`, the quantizers and `validate_moe_inputs`, and
 the tests compare its output with `moe_reference`.
 """
 

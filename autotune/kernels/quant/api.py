@@ -67,7 +67,7 @@ def gemm_quant(
     target: Target | None = None,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """C (M, N) of quantized GEMM `op` (see `gemm_quant_op` for the inputs of each), through the tuned
+    """C (M, N) of quantized GEMM `op` (see `quant.op` for the inputs of each), through the tuned
     table when one holds the shape, else the op's `fallback_config`.
 
     `out`, a contiguous (M, N) tensor of `out_dtype` on A's device, receives C and is returned; another

@@ -1,7 +1,7 @@
 """Triton FP8 GEMV for decode: C = (A·a_scale) · (B·b_scale)ᵀ for A of at most 4 rows, without matrix
 instructions.
 
-Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`gemv_triton`):
+Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`dense.gemv`):
 each program reads BLOCK_N rows of B (columns of C) in BLOCK_K-wide steps and multiplies them by the rows
 of A in registers, so that many programs stream the weight where the tiled kernel's 64-column tiles leave
 SMs idle on narrow layers (docs/notes/2026-11-22-fp8-decode-ceiling.md). Rows of B past N read row
@@ -128,7 +128,7 @@ def gemv_fp8_kernel(
 def gemv_fp8_launcher(config: Config, *, blockwise: bool, kernel: Any = None) -> Callable[..., None]:
     """A function `launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K[, workspace])` for `config`
     (BLOCK_N, BLOCK_K, num_warps, num_stages; row-wise also STEP_SUM, 0 where absent), the call of
-    `gemm_fp8_triton.quant_launcher`'s launches; `scale_strides` is (A's along M, along K, B's along N,
+    `quant.kernel.quant_launcher`'s launches; `scale_strides` is (A's along M, along K, B's along N,
     along K), 0 for a broadcast scale. `kernel` replaces `gemv_fp8_kernel` (a Recorder for compile-only
     runs)."""
     bn, bk = int(config["BLOCK_N"]), int(config["BLOCK_K"])

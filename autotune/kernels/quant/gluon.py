@@ -3,7 +3,7 @@
 C (M, N) = Σ_g a_scale[:, g] · b_scale[n // 128, g] · (A[:, g] · B[:, g]ᵀ) over the 128-wide K groups g,
 A (M, K) and B (N, K) in e4m3 with fp32 scales per 1x128 (A) and 128x128 (B) block, fp32 accumulation.
 
-Why: each K group's product must be scaled before it joins the accumulator. Plain Triton (`gemm_fp8_triton`,
+Why: each K group's product must be scaled before it joins the accumulator. Plain Triton (`quant.kernel`,
 and a TMA prototype) waits for every group's wgmma (`wgmma.wait_group 0`) before the scale FMA, so the
 tensor cores idle while it runs (docs/notes/2026-11-22-fp8-blockwise-prefill.md). Here every K step issues
 the wgmma of group g + 1 asynchronously, then `warpgroup_mma_wait(num_outstanding=1)` (`wgmma.wait_group 1`)
@@ -47,7 +47,7 @@ on wgmma's M side: one weight scale per tile and group) and the activations as i
 to 64, its N side), so a decode tile wastes no wgmma rows; the activations' scales then run along the
 accumulator's columns, and C is stored transposed through shared memory.
 
-Knobs (the op's space, `gemm_quant_space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
+Knobs (the op's space, `quant.space.GLUON_PARAMS`): BLOCK_M, BLOCK_N, num_warps, num_stages (the
 ring's depth, STAGES), PERSISTENT, GROUP_M, WARP_SPEC, SPLIT_K and SWAP_AB (a config without the last
 three runs with 0, 1 and 0, as stored before they existed). `gluon_launcher` builds the launch of one
 config (its tensor descriptors once per `bind`); `compile_for_target` cross-compiles one without a GPU.

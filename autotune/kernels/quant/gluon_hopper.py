@@ -3,7 +3,7 @@
 Shims for the Gluon calls Triton 3.6 and 3.9 spell differently; the wgmma accumulator layout of a tile;
 the grouped order of C tiles; the TMA loads of a K step into a ring of shared-memory slots and the loader
 partition that makes all of a program's loads under warp specialization (ready / empty mbarriers, see
-`gemm_fp8_gluon` for the protocol); the epilogue through shared memory and a TMA store; and the host's
+`quant.gluon` for the protocol); the epilogue through shared memory and a TMA store; and the host's
 check that a tensor can back a tensor descriptor. Imported lazily (it imports triton and Gluon).
 """
 

@@ -1,5 +1,5 @@
-"""How the gluon blockwise FP8 kernel splits K: shared by the kernel (`gemm_fp8_gluon`) and its space
-(`gemm_quant_space`), which must not import the kernel module (it needs a Triton with Gluon)."""
+"""How the gluon blockwise FP8 kernel splits K: shared by the kernel (`quant.gluon`) and its space
+(`quant.space`), which must not import the kernel module (it needs a Triton with Gluon)."""
 
 from __future__ import annotations
 

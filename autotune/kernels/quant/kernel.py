@@ -11,7 +11,7 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
   sub-tiles per iteration, so decode shapes still get wide K tiles. Swapped (SWAP_AB), the kernel's A is
   the weight: A_GROUPED reads its scales per 128 rows and B's (the activations') per row.
 
-Knobs as in the dense GEMM (`gemm_triton`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
+Knobs as in the dense GEMM (`dense.kernel`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
 deterministic reduce kernel), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own launch, by
 `gemm_fp8_sum_kernel`), SWAP_AB (the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
 num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack. `quant_launcher` builds the launch
@@ -309,7 +309,7 @@ def gemm_fp8_sum_kernel(
     A_GROUPED: tl.constexpr = False,
     SCALES_AHEAD: tl.constexpr = False,
 ):
-    """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `gemm_triton.gemm_sum_kernel`:
+    """`gemm_fp8_kernel` with the K parts of a tile summed in this launch, as `dense.kernel.gemm_sum_kernel`:
     SPLIT_K slices summed by the last to finish, or (STREAM) program p taking the flat K steps
     [p·PER, (p + 1)·PER) of all tiles."""
     if STREAM:

@@ -13,7 +13,7 @@ Two paths, chosen by the target (`NATIVE`):
   e2m1 times a power of two fit bf16) and multiplied with tl.dot. This is what MX costs on such GPUs.
 
 Knobs as in the dense GEMM: BLOCK_M/N/K (BLOCK_K a multiple of 32), GROUP_M, SPLIT_K, NUM_XCDS,
-num_warps, num_stages and the AMD compile options; `gemm_fp8_triton.quant_launcher` launches it.
+num_warps, num_stages and the AMD compile options; `quant.kernel.quant_launcher` launches it.
 """
 
 from __future__ import annotations

@@ -123,10 +123,10 @@ def check_inputs(problem: Problem, arch: str, inputs: Inputs) -> None:
 class QuantGemmOp:
     """A quantized GEMM C (M, N) = dequant(A) · dequant(B)ᵀ in bf16 or fp16 (see the module docstring).
 
-    Backends: "triton" (our kernel: `gemm_fp8_triton` or `gemm_mx_triton`), "torch" (torch._scaled_mm,
+    Backends: "triton" (our kernel: `quant.kernel` or `quant.mx`), "torch" (torch._scaled_mm,
     where the installed torch runs the scaling mode: probed), "aiter" on AMD (where importable) and
-    "gluon" for gemm_fp8_blockwise on Hopper (`gemm_fp8_gluon`, where Triton has Gluon; a gluon config
-    elsewhere is a ValueError at `prepare`) and "triton_gemv" for the FP8 ops (`gemv_fp8_triton`, A of at
+    "gluon" for gemm_fp8_blockwise on Hopper (`quant.gluon`, where Triton has Gluon; a gluon config
+    elsewhere is a ValueError at `prepare`) and "triton_gemv" for the FP8 ops (`quant.gemv`, A of at
     most 4 rows).
     `native_mx` forces the MX path (None: the target decides, `mx_native`). Stateless and thread-safe.
     """
@@ -154,7 +154,7 @@ class QuantGemmOp:
             return _modules_hash("formats", "gluon")
         if backend == "triton_gemv" and self.name in GEMV_OPS:  # + the dense GEMV's helpers, edge_clamped
             return _modules_hash("formats", "gemv")
-        if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: gemm_fp8_triton
+        if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: quant.kernel
             return _modules_hash("formats", "tma")
         if backend in ("torch", "aiter"):
             import torch

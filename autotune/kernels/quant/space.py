@@ -7,7 +7,7 @@ up to 16 are all in the space; prefill gets the full tile range. Vendor backends
 torch._scaled_mm, "aiter" on ROCm) are a single config each, present only where they can run the problem;
 elsewhere their config is pruned with the reason.
 
-"gluon" (`gemm_fp8_gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
+"gluon" (`quant.gluon`, gemm_fp8_blockwise on Hopper only) has tiles of 64 or 128 by 64 or 128 (K steps
 of one 128-wide scale group), 4 or 8 warps, 3 to 6 stages, PERSISTENT, GROUP_M, WARP_SPEC (a loader
 warp and one partition per consumer warpgroup), SPLIT_K (K slices summed in the launch, for grids of
 fewer tiles than SMs; a config stored without it has 1) and at decode (M <= GLUON_SWAP_MAX_M) SWAP_AB
@@ -17,13 +17,13 @@ Triton has no Gluon for Hopper its one config is pruned with the reason. It is t
 prefill (M >= GLUON_MIN_M) and at M = 33 to 64 where it can run; at M = 2 to 32 (SWAPPED_MAX_M) the Triton
 kernel, swapped, with SCALES_AHEAD (the blockwise scales of the next K tile loaded while this one runs).
 
-"triton_tma" (`gemm_fp8_tma`, the FP8 ops where tensor descriptors exist: Hopper and newer, and the
+"triton_tma" (`quant.tma`, the FP8 ops where tensor descriptors exist: Hopper and newer, and the
 interpreter) loads its tiles through TMA; knobs BLOCK_M/N/K, GROUP_M, SPLIT_K, PERSISTENT, SWAP_AB,
 num_warps, num_stages (blockwise: BLOCK_N, the weight's rows, inside one 128-row scale block). It is the
 row-wise default at M = 33 to 64 where the tiles alone fill the GPU (no split-K); blockwise it is only
 searched, and where the gluon kernel runs only at decode (M <= TMA_BLOCKWISE_MAX_M).
 
-"triton_gemv" (`gemv_fp8_triton`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
+"triton_gemv" (`quant.gemv`, the FP8 ops on every target) has the dense GEMV's knobs and constraints
 (A of at most GEMV_ROWS rows; pruned with the reason otherwise) plus `gemv_scale_groups` (blockwise) or
 STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at M = 1 on NVIDIA.
 """
@@ -426,12 +426,12 @@ def _tma_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> 
     return SubSpace("triton_tma", quant_tma_params(target), constraints, first=first)
 
 
-#: The quantized GEMMs with a GEMV kernel (`gemv_fp8_triton`).
+#: The quantized GEMMs with a GEMV kernel (`quant.gemv`).
 GEMV_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
 
 
 def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
-    """The FP8 GEMV kernel's knobs (the dense GEMV's; row-wise also STEP_SUM, `gemv_fp8_triton`) and
+    """The FP8 GEMV kernel's knobs (the dense GEMV's; row-wise also STEP_SUM, `quant.gemv`) and
     constraints; blockwise K steps lie in one scale group or cover whole groups."""
     constraints = list(_gemv_constraints(problem, target))
     params = gemv_params(target)

@@ -3,7 +3,7 @@ and gemm_fp8_blockwise.
 
 C = (A·a_scale) · (B·b_scale)ᵀ with A (M, K) and B (N, K) in e4m3 and fp32 scales per row (or per tensor,
 a scale stride of 0), applied to each tile in the epilogue. The tiles load through tensor descriptors as
-in the dense `gemm_tma` kernel (whose K loop it shares), which zero-fill past the edges. Knobs: BLOCK_M/N/K,
+in the dense `dense.tma` kernel (whose K loop it shares), which zero-fill past the edges. Knobs: BLOCK_M/N/K,
 GROUP_M, SPLIT_K (fp32 slices summed by the dense reduce kernel), PERSISTENT, SWAP_AB, num_warps,
 num_stages. SWAP_AB runs the kernel on Cᵀ = B·Aᵀ (the config's BLOCK_M still tiles M and BLOCK_N tiles N)
 and stores each tile transposed into C: at decode the weight's rows become wgmma's M side, which needs 64.
@@ -11,7 +11,7 @@ The descriptor loads read decode layers faster than the pointer kernel's
 (docs/notes/2026-11-22-fp8-rowwise-decode.md).
 
 Blockwise (BLOCKWISE): the scales per 1x128 (activations) and 128x128 (weight) blocks, applied to each
-128-wide K group's product before it joins the accumulator, as in `gemm_fp8_triton`: the descriptors load
+128-wide K group's product before it joins the accumulator, as in `quant.kernel`: the descriptors load
 K sub-tiles of at most one group, and the scales of the next K tile load while this one runs (as that
 kernel's SCALES_AHEAD). The weight's tile (BLOCK_N, or BLOCK_M swapped) must lie in one 128-row scale block,
 so its scale is one number per group. The TMA loads need no proxy fence before each wgmma, which the
@@ -142,7 +142,7 @@ def fp8_tma_launcher(
     blockwise: bool = False,
 ) -> Callable[..., None]:  # fmt: skip
     """`launch(a, b, out, a_scale, b_scale, scale_strides, M, N, K, workspace)` for `config`, the signature
-    of `gemm_fp8_triton.quant_launcher`'s launches (`scale_strides`: (stride_asm, stride_ask, stride_bsn,
+    of `quant.kernel.quant_launcher`'s launches (`scale_strides`: (stride_asm, stride_ask, stride_bsn,
     stride_bsk), the K strides used where `blockwise`).
     `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1. Inputs whose rows are not dense and 16-byte
     aligned are copied first, and C goes through a dense temporary where `out` is not dense. `kernels`
