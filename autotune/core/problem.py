@@ -171,9 +171,11 @@ class Problem:
             )
 
     @classmethod
-    def gemm(cls, M: int, N: int, K: int, dtype: str = "bf16", layout: str = "nk") -> Problem:
-        """A dense GEMM with the same dtype for A, B and C."""
-        return cls("gemm", M, N, K, dtype_a=dtype, dtype_b=dtype, dtype_out=dtype, layout=layout)
+    def gemm(
+        cls, M: int, N: int, K: int, dtype: str = "bf16", layout: str = "nk", op: str = "gemm"
+    ) -> Problem:
+        """A dense GEMM with the same dtype for A, B and C (`op`: another GEMM-shaped op's problem)."""
+        return cls(op, M, N, K, dtype_a=dtype, dtype_b=dtype, dtype_out=dtype, layout=layout)
 
     @classmethod
     def moe(

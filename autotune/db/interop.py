@@ -2,7 +2,7 @@
 
 The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON configs of vLLM and
 SGLang, read and written) and `autotune.db.aiter` (aiter's tuned fused-MoE CSV, read); what they share
-is in `autotune.db.foreign` (re-exported here). Files are imported all or nothing: every file is read
+is in `autotune.db.foreign`. Files are imported all or nothing: every file is read
 and checked first, then every trial is written in one transaction (`Store.record_many`).
 """
 
@@ -14,36 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .foreign import (
-    IMPORTED_SOURCE_HASH,
-    IMPORTED_TOOLCHAIN,
-    KNOWN_MOE_MODELS,
-    ImportedFile,
-    InteropError,
-    MoeModel,
-    device_name_of,
-    device_target,
-    infer_moe_shape,
-    moe_source_hash,
-)
+from .foreign import ImportedFile, InteropError, moe_source_hash
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = [
-    "IMPORTED_SOURCE_HASH",
-    "IMPORTED_TOOLCHAIN",
-    "KNOWN_MOE_MODELS",
-    "ImportedFile",
-    "InteropError",
-    "MoeModel",
-    "device_name_of",
-    "device_target",
-    "import_files",
-    "infer_moe_shape",
-    "moe_source_hash",
-    "read_imports",
-]
+__all__ = ["ImportedFile", "InteropError", "import_files", "read_imports"]
 
 logger = logging.getLogger(__name__)
 

@@ -179,9 +179,7 @@ class SweepEntry:
             fp8 = self.weights or "fp8e4m3"
             return [Problem.quant(self.op, m, n, k, self.dtype, fp8) for n, k in self.nks for m in self.ms]
         return [  # the dense GEMM, or a GEMM-shaped op a plug-in registered
-            Problem(
-                self.op, m, n, k, dtype_a=self.dtype, dtype_b=self.dtype, dtype_out=self.dtype, layout=layout
-            )
+            Problem.gemm(m, n, k, self.dtype, layout, op=self.op)
             for layout in self.layouts
             for n, k in self.nks
             for m in self.ms

@@ -19,13 +19,8 @@ from autotune.core.target import Target
 from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files
 from autotune.db import store as store_module
 from autotune.db.aiter import AITER_COLUMNS
-from autotune.db.interop import (
-    IMPORTED_TOOLCHAIN,
-    InteropError,
-    device_target,
-    infer_moe_shape,
-    read_imports,
-)
+from autotune.db.foreign import IMPORTED_TOOLCHAIN, device_target, infer_moe_shape
+from autotune.db.interop import InteropError, read_imports
 from autotune.db.vllm import AMD_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config, vllm_json
 
 H100 = Target.for_arch("sm_90")

@@ -20,14 +20,11 @@ from autotune.kernels.dense.geometry import (
 )
 
 __all__ = [
-    "c_store_cols",
     "gemm_backends",
     "gemm_default_config",
     "gemm_space",
     "gemv_params",
     "has_tma",
-    "tail_split_schedule",
-    "tile_parts",
     "tma_default",
     "tma_params",
     "triton_params",
