@@ -45,7 +45,6 @@ import harness
 from harness import tuned_config
 
 from autotune import Config, Problem
-from autotune.core.problem import QUANT_OPS
 from autotune.core.static import CHECKS, DEFAULT_CHECKS
 from autotune.core.target import Target, local_target
 from autotune.db import Store
@@ -53,6 +52,7 @@ from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_median
 from autotune.engine.runner import Runner
 from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM, get_op
+from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.quant.space import mx_native
 
 #: (model, TP) whose dense layers are benchmarked, and the layers (catalog labels) of each.

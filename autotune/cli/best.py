@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import argparse
 
     from autotune.cli.common import Subparsers
-    from autotune.core.problem import Problem
+    from autotune.core.problem import ParamValue, Problem
     from autotune.db.records import TrialRecord
 
 NAME = "best"
@@ -41,10 +41,17 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument(
         "--weights",
-        help="weight (B) dtype if not --dtype, e.g. fp8e4m3 for FP8 MoE weights with block scales; for "
-        "gemm_fp8_rowwise/blockwise the FP8 flavour (fp8e4m3fnuz names MI300X's)",
+        help="the op's other operand dtype if not --dtype: e.g. fp8e4m3 for FP8 MoE weights with block "
+        "scales; for gemm_fp8_rowwise/blockwise the FP8 flavour (fp8e4m3fnuz names MI300X's)",
     )
     p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="one of the op's own problem parameters, for an op that has them (repeat for each)",
+    )
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU (fingerprint or a prefix of 6+ chars)")
     p.add_argument("--limit", type=int, default=5, help="how many configs to list (default 5)")
     p.add_argument(
@@ -104,28 +111,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _problem(args: argparse.Namespace) -> Problem:
-    """The problem the flags name; a quantized op fixes its inputs (--dtype is then the output's)."""
-    from autotune.core.problem import QUANT_OPS, Problem
+    """The problem the flags name, its dtypes as the op's rules give them (a quantized op fixes its
+    inputs: --dtype is then the output's)."""
+    from autotune.core.problem import Problem
+    from autotune.core.registry import rules_of
 
     try:
-        if args.op in QUANT_OPS:
-            if args.e or args.topk or args.layout != "nk":
-                raise ValueError(f"{args.op} takes no --e, --topk or --layout")
-            return Problem.quant(args.op, args.m, args.n, args.k, args.dtype, args.weights or "fp8e4m3")
-        return Problem(
-            args.op,
-            args.m,
-            args.n,
-            args.k,
-            E=args.e,
-            topk=args.topk,
-            dtype_a=args.dtype,
-            dtype_b=args.weights or args.dtype,
-            dtype_out=args.dtype,
-            layout=args.layout,
-        )
+        own = rules_of(args.op).params
+        extra = dict(_param(text, own) for text in args.param)
+        return Problem.of(
+            args.op, args.m, args.n, args.k, args.dtype, args.weights,
+            E=args.e, topk=args.topk, layout=args.layout, **extra,
+        )  # fmt: skip
     except ValueError as exc:
         raise CliError(str(exc)) from None
+
+
+def _param(text: str, own: dict[str, type]) -> tuple[str, ParamValue]:
+    """One `--param NAME=VALUE`, its value of the type the op declares for NAME."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--param takes NAME=VALUE, got {text!r}")
+    kind = own.get(name, str)
+    try:
+        return name, kind(value)
+    except ValueError:
+        raise ValueError(f"--param {name} must be {kind.__name__}, got {value!r}") from None
 
 
 def _print_ranking(

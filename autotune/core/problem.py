@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, ClassVar
 
-__all__ = ["DTYPE_BYTES", "LAYOUTS", "OPS", "QUANT_OPS", "Problem", "QuantFormat", "normalize_dtype"]
+__all__ = [
+    "DTYPE_BYTES",
+    "GEMM_SHAPED",
+    "LAYOUTS",
+    "ParamValue",
+    "Problem",
+    "ProblemRules",
+    "normalize_dtype",
+    "rules_of",
+]
 
 #: Bytes per element of every dtype name we accept (canonical short names).
 DTYPE_BYTES: dict[str, float] = {
@@ -30,70 +41,122 @@ _DTYPE_ALIASES = {
 }
 
 
-@dataclass(frozen=True)
-class QuantFormat:
-    """How a quantized GEMM stores its operands: the allowed dtypes of A and B, and the scales.
-
-    `block_a` and `block_b` are the (rows, K) extent one scale covers: (1, 0) is one scale per row over
-    the whole of K (0: all of K), (128, 128) a 128x128 block. `scale_bytes` is the size of one scale
-    (fp32 4, e8m0 1). K must be a multiple of `k_multiple`.
-    """
-
-    a_dtypes: tuple[str, ...]
-    b_dtypes: tuple[str, ...]
-    block_a: tuple[int, int]
-    block_b: tuple[int, int]
-    scale_bytes: int
-    k_multiple: int
-
-    def scale_count(self, rows: int, K: int, block: tuple[int, int]) -> int:
-        """How many scales an operand of `rows` x K has."""
-        br, bk = block
-        per_k = 1 if bk == 0 else -(-K // bk)
-        return -(-rows // br) * per_k
-
-
-_FP8 = ("fp8e4m3", "fp8e4m3fnuz")
-
-#: The quantized GEMM ops: C (M, N) = dequant(A) · dequant(B)ᵀ with B as (N, K), C in bf16 or fp16.
-#: "fp8e4m3" is the target's e4m3 (e4m3fnuz on gfx942, e4m3fn elsewhere); MX formats are OCP (e4m3fn,
-#: e2m1 packed two per byte, e8m0 scales). `gemm_fp8_rowwise` takes one scale per row of A and B or one
-#: per tensor (its special case); `gemm_mxfp4_bf16a` reads bf16 activations and quantizes them to MXFP4
-#: inside the kernel.
-QUANT_OPS: dict[str, QuantFormat] = {
-    "gemm_fp8_rowwise": QuantFormat(_FP8, _FP8, (1, 0), (1, 0), 4, 1),
-    "gemm_fp8_blockwise": QuantFormat(_FP8, _FP8, (1, 128), (128, 128), 4, 128),
-    "gemm_mxfp8": QuantFormat(("fp8e4m3",), ("fp8e4m3",), (1, 32), (1, 32), 1, 32),
-    "gemm_mxfp4": QuantFormat(("fp4e2m1",), ("fp4e2m1",), (1, 32), (1, 32), 1, 32),
-    "gemm_mxfp4_bf16a": QuantFormat(("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32),
-}
-
-#: The built-in ops (a plug-in may register more: `autotune.core.registry`). "moe": the fused
-#: mixture-of-experts MLP, M tokens routed to `topk` of `E`
-#: experts, each an up projection of 2·N rows (gate and up, K = hidden size) and a down projection.
-#: The quantized GEMMs of QUANT_OPS.
-OPS: tuple[str, ...] = ("gemm", "moe", *QUANT_OPS)
-
 #: B operand layouts: "nk" is B given as (N, K) (the nn.Linear weight, C = A·Bᵀ); "kn" is B as (K, N).
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
 
-
-#: Whether an op of another name is known: `autotune.core.registry` installs its `is_known` here when it
-#: is imported (which importing `autotune` does), so that problems of a plug-in's ops validate; this
-#: module does not import the registry (which depends on it).
-def _no_other_ops(name: str) -> bool:
-    return False
+#: The types an op's own problem parameter may have (`ProblemRules.params`, `Problem.extra`).
+ParamValue = int | float | str
 
 
-op_is_known: Callable[[str], bool] = _no_other_ops
+class ProblemRules:
+    """What an op says about its problems: its own parameters, validation, FLOPs, bytes and display.
+
+    These defaults describe a GEMM-shaped op, C (M, N) = A (M, K) · B, with no parameters of its own. An
+    op class inherits this and overrides what differs (the registry answers these defaults for an op that
+    does not). An op's problems are validated by its rules when they are built; they need no GPU and no
+    tensors.
+    """
+
+    #: The op's own problem parameters beyond M, N, K, the dtypes and the layout, by name and type: a
+    #: problem holds them in `Problem.extra`, the database stores them with the rest, and a table keys its
+    #: entries by them. The fused MoE's expert counts are the fields E and topk.
+    params: ClassVar[dict[str, type]] = {}
+
+    def validate_problem(self, problem: Problem) -> None:
+        """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""
+        if problem.E or problem.topk:
+            raise ValueError(f"E and topk belong to problems with experts, not {problem.op}")
+
+    def problem_dtypes(self, dtype: str, variant: str | None = None) -> tuple[str, str, str]:
+        """The dtypes of A, B and C of a problem whose activations are `dtype`; `variant` names another
+        operand dtype where the op has one (a weight dtype, an FP8 flavour)."""
+        return dtype, variant or dtype, dtype
+
+    def problem_flops(self, problem: Problem) -> float:
+        """Floating-point operations (multiply and add counted separately)."""
+        return 2.0 * problem.M * problem.N * problem.K
+
+    def problem_bytes(self, problem: Problem) -> float:
+        """Fewest bytes any kernel must move: each input read once, the output written once."""
+        a = problem.M * problem.K * DTYPE_BYTES[problem.dtype_a]
+        b = problem.N * problem.K * DTYPE_BYTES[problem.dtype_b]
+        c = problem.M * problem.N * DTYPE_BYTES[problem.dtype_out]
+        return float(a + b + c)
+
+    def describe_problem(self, problem: Problem) -> str:
+        """The problem in words, for logs and tables."""
+        p, own = problem, "".join(f" {k}={v}" for k, v in problem.extra)
+        return f"{p.op} M={p.M} N={p.N} K={p.K} {p.dtype_a} B:{p.layout}{own}"
+
+    def key_problem(self, key: tuple[str, str, str, int, int, int, int, str]) -> Problem:
+        """The problem at M = 1 of a table key (op, dtype, layout, N, K, E, topk, params), whose dtype is
+        A's (`autotune.dispatch.table.Key`)."""
+        op, dtype, layout, n, k, e, topk, params = key
+        own = dict(item.split("=", 1) for item in params.split(",")) if params else {}
+        typed = {name: self.params.get(name, str)(value) for name, value in own.items()}
+        return Problem.of(op, 1, n, k, dtype, E=e, topk=topk, layout=layout, **typed)
+
+    # -- the op's own fields of a sweep spec's [[sweep]] table -------------------------------------------
+
+    @property
+    def spec_keys(self) -> frozenset[str]:
+        """The fields a [[sweep]] table of this op may have beyond the generic ones (op, m, nk, dtype,
+        layout and the tuning fields): by default its own parameters."""
+        return frozenset(self.params)
+
+    def spec_options(self, table: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+        """The op's own fields of a [[sweep]] table (`spec_keys`), parsed; ValueError naming the field for
+        a missing or bad one. By default each parameter is one value of its type or a non-empty list of
+        them (one problem each)."""
+        out: dict[str, Any] = {}
+        for name, kind in self.params.items():
+            if name not in table:
+                raise ValueError(f"op needs `{name}` ({kind.__name__}, or a list)")
+            values = table[name] if isinstance(table[name], list) else [table[name]]
+            if not values:
+                raise ValueError(f"`{name}` must be a {kind.__name__} or a non-empty list of them")
+            out[name] = tuple(values)
+        return out
+
+    def spec_problems(
+        self,
+        op: str,
+        ms: Sequence[int],
+        nks: Sequence[tuple[int, int]],
+        layouts: Sequence[str],
+        dtype: str,
+        options: Mapping[str, Any],
+    ) -> list[Problem]:
+        """The problems of a [[sweep]] table of this op: every layout, (N, K) pair, value of each own
+        parameter and M (`options`: `spec_options`' answer)."""
+        names = list(self.params)
+        combos = itertools.product(*(options[n] for n in names))
+        return [
+            Problem.of(op, m, n, k, dtype, layout=layout, **dict(zip(names, values, strict=True)))
+            for values in combos
+            for layout in layouts
+            for n, k in nks
+            for m in ms
+        ]
+
+    def tuning_op(self, options: Mapping[str, Any]) -> Any:
+        """The op that tunes this op's problems of a [[sweep]] table with these options (itself, unless
+        an option changes what it measures, e.g. a routing skew)."""
+        return self
 
 
-def _registered(name: str) -> bool:
-    """An op a plug-in registered: its problems use these same fields."""
-    try:
-        return op_is_known(name)
-    except ImportError:  # a plug-in that cannot be imported here: not known
-        return False
+#: The rules of an op without its own (`ProblemRules`' defaults).
+GEMM_SHAPED = ProblemRules()
+
+
+def _no_registry(name: str) -> ProblemRules:
+    raise ValueError(f"unknown op {name!r}: no op registry is loaded (import autotune)")
+
+
+#: The rules of the op called `name` (ValueError naming the known ops if there is none):
+#: `autotune.core.registry` installs its `rules_of` here when it is imported (which importing `autotune`
+#: does); this module does not import the registry (which depends on it).
+rules_of: Callable[[str], ProblemRules] = _no_registry
 
 
 def normalize_dtype(name: str) -> str:
@@ -107,10 +170,13 @@ def normalize_dtype(name: str) -> str:
 
 @dataclass(frozen=True, order=True)
 class Problem:
-    """One problem shape: C (M, N) = A (M, K) · B, for op `op`.
+    """One problem shape of op `op`: M rows (tokens) of a product C (M, N) = A (M, K) · B, as the op
+    defines it.
 
-    Immutable and hashable. `E` is the expert count (0 for dense ops) and `topk` the experts per token.
-    `key()` is its canonical string, used as the identity in the database.
+    Immutable and hashable. `E` is the expert count (0 for ops without experts) and `topk` the experts per
+    token; `extra` holds the op's own parameters (`ProblemRules.params`), sorted by name (a mapping is
+    accepted). The op's rules (`ProblemRules`, found by its name in the registry) validate it and give its
+    FLOPs, bytes and display. `key()` is its canonical string, used as the identity in the database.
     """
 
     op: str
@@ -123,10 +189,10 @@ class Problem:
     dtype_b: str = "bf16"
     dtype_out: str = "bf16"
     layout: str = "nk"
+    extra: tuple[tuple[str, ParamValue], ...] = ()
 
     def __post_init__(self) -> None:
-        if self.op not in OPS and not _registered(self.op):
-            raise ValueError(f"unknown op {self.op!r}; known ops: {', '.join(OPS)}")
+        rules = rules_of(self.op)  # ValueError for an unknown op
         for name in ("M", "N", "K"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -139,36 +205,8 @@ class Problem:
             object.__setattr__(self, name, normalize_dtype(getattr(self, name)))
         if self.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
-        if self.op == "moe":
-            if self.topk < 1:
-                raise ValueError(f"a moe problem needs topk >= 1, got {self.topk}")
-            if self.topk > self.E:
-                raise ValueError(
-                    f"a moe problem needs E >= topk (experts per token), got E={self.E}, topk={self.topk}"
-                )
-        elif self.E or self.topk:
-            raise ValueError(f"E and topk belong to moe problems, not {self.op}")
-        if self.op in QUANT_OPS:
-            self._check_quant(QUANT_OPS[self.op])
-
-    def _check_quant(self, fmt: QuantFormat) -> None:
-        if self.dtype_a not in fmt.a_dtypes or self.dtype_b not in fmt.b_dtypes:
-            raise ValueError(
-                f"{self.op} takes A in {' or '.join(fmt.a_dtypes)} and B in {' or '.join(fmt.b_dtypes)}, "
-                f"got A {self.dtype_a} and B {self.dtype_b}"
-            )
-        if self.dtype_a in _FP8 and self.dtype_b != self.dtype_a:
-            raise ValueError(
-                f"{self.op} needs one FP8 flavour for A and B, got {self.dtype_a}, {self.dtype_b}"
-            )
-        if self.dtype_out not in ("bf16", "fp16"):
-            raise ValueError(f"{self.op} writes bf16 or fp16, not {self.dtype_out}")
-        if self.layout != "nk":
-            raise ValueError(f"{self.op} takes B as (N, K) (layout nk): its scales run along K")
-        if self.K % fmt.k_multiple:
-            raise ValueError(
-                f"{self.op} needs K a multiple of its scale block {fmt.k_multiple}, got K={self.K}"
-            )
+        object.__setattr__(self, "extra", _own_params(self.op, rules.params, self.extra))
+        rules.validate_problem(self)
 
     @classmethod
     def gemm(
@@ -178,75 +216,86 @@ class Problem:
         return cls(op, M, N, K, dtype_a=dtype, dtype_b=dtype, dtype_out=dtype, layout=layout)
 
     @classmethod
+    def of(
+        cls,
+        op: str,
+        M: int,
+        N: int,
+        K: int,
+        dtype: str = "bf16",
+        variant: str | None = None,
+        *,
+        E: int = 0,
+        topk: int = 0,
+        layout: str = "nk",
+        **extra: ParamValue,
+    ) -> Problem:
+        """A problem of `op` whose activations are `dtype`: the op's rules give the dtypes of A, B and C
+        (`variant`: its other operand dtype, e.g. a weight dtype or an FP8 flavour); `extra`: the op's own
+        parameters."""
+        a, b, out = rules_of(op).problem_dtypes(normalize_dtype(dtype), variant)
+        return cls(op, M, N, K, E, topk, a, b, out, layout, tuple(extra.items()))
+
+    @classmethod
     def moe(
         cls, M: int, N: int, K: int, E: int, topk: int, dtype: str = "bf16", weights: str | None = None
     ) -> Problem:
         """A fused MoE: M tokens, E experts of intermediate size N (per shard) and hidden size K, top-k
         routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`)."""
-        return cls("moe", M, N, K, E, topk, dtype_a=dtype, dtype_b=weights or dtype, dtype_out=dtype)
+        return cls.of("moe", M, N, K, dtype, weights, E=E, topk=topk)
 
     @classmethod
     def quant(cls, op: str, M: int, N: int, K: int, dtype: str = "bf16", fp8: str = "fp8e4m3") -> Problem:
-        """A quantized GEMM of QUANT_OPS writing `dtype`; `fp8` names the FP8 flavour of the FP8 ops
-        ("fp8e4m3": the target's own; "fp8e4m3fnuz": MI300X's, explicitly)."""
-        if op not in QUANT_OPS:
-            raise ValueError(f"unknown quantized op {op!r}; known: {', '.join(QUANT_OPS)}")
-        a, b = {
-            "gemm_mxfp8": ("fp8e4m3", "fp8e4m3"),
-            "gemm_mxfp4": ("fp4e2m1", "fp4e2m1"),
-            "gemm_mxfp4_bf16a": ("bf16", "fp4e2m1"),
-        }.get(op, (fp8, fp8))
-        return cls(op, M, N, K, dtype_a=a, dtype_b=b, dtype_out=dtype)
+        """A quantized GEMM writing `dtype`; `fp8` names the FP8 flavour of the FP8 ops ("fp8e4m3": the
+        target's own; "fp8e4m3fnuz": MI300X's, explicitly)."""
+        return cls.of(op, M, N, K, dtype, fp8)
 
     @property
     def dtype(self) -> str:
         """The input dtype (A's), the name tables and specs use."""
         return self.dtype_a
 
+    @property
+    def params_key(self) -> str:
+        """The op's own parameters as text ("" where it has none): part of a table entry's key."""
+        return ",".join(f"{k}={v}" for k, v in self.extra)
+
     def flops(self) -> float:
-        """Floating-point operations (multiply and add counted separately); for moe both projections of
-        every (token, expert) pair: 2·N·K for gate and up, N·K for down, times 2."""
-        if self.op == "moe":
-            return 6.0 * self.M * self.topk * self.N * self.K
-        return 2.0 * self.M * self.N * self.K
+        """Floating-point operations (multiply and add counted separately), as the op counts them."""
+        return rules_of(self.op).problem_flops(self)
 
     def experts_touched(self) -> float:
-        """Expected number of experts that receive a token under uniform routing (moe; 0 otherwise)."""
-        if self.op != "moe":
+        """Expected number of experts that receive a token under uniform routing (0 without experts)."""
+        if not self.E:
             return 0.0
         return self.E * (1.0 - (1.0 - self.topk / self.E) ** self.M)
 
     def min_bytes(self) -> float:
-        """Fewest bytes any kernel must move: each input read once, the output written once (moe: the
-        weights of the experts uniform routing touches, tokens in, the result out)."""
-        if self.op == "moe":
-            w = self.experts_touched() * 3 * self.N * self.K * DTYPE_BYTES[self.dtype_b]
-            return float(w + self.M * self.K * (DTYPE_BYTES[self.dtype_a] + DTYPE_BYTES[self.dtype_out]))
-        a = self.M * self.K * DTYPE_BYTES[self.dtype_a]
-        b = self.N * self.K * DTYPE_BYTES[self.dtype_b]
-        c = self.M * self.N * DTYPE_BYTES[self.dtype_out]
-        fmt = QUANT_OPS.get(self.op)
-        if fmt is not None:  # quantized GEMMs: packed data above, plus every scale read once
-            scales = fmt.scale_count(self.N, self.K, fmt.block_b)
-            if fmt.block_a != (0, 0):  # (0, 0): A is quantized inside the kernel, no scales read
-                scales += fmt.scale_count(self.M, self.K, fmt.block_a)
-            c += scales * fmt.scale_bytes
-        return float(a + b + c)
+        """Fewest bytes any kernel must move, as the op counts them (each input read once, the output
+        written once)."""
+        return rules_of(self.op).problem_bytes(self)
 
     def key(self) -> str:
-        """Canonical string identity, e.g. ``gemm:M=16,N=64,K=64,E=0,topk=0:bf16,bf16,bf16:nk``."""
+        """Canonical string identity, e.g. ``gemm:M=16,N=64,K=64,E=0,topk=0:bf16,bf16,bf16:nk`` (the op's
+        own parameters follow after another colon where it has any)."""
+        own = f":{self.params_key}" if self.extra else ""
         return (
             f"{self.op}:M={self.M},N={self.N},K={self.K},E={self.E},topk={self.topk}:"
-            f"{self.dtype_a},{self.dtype_b},{self.dtype_out}:{self.layout}"
+            f"{self.dtype_a},{self.dtype_b},{self.dtype_out}:{self.layout}{own}"
         )
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        d = asdict(self)
+        d["extra"] = dict(self.extra)
+        return d
 
     def params(self) -> dict[str, object]:
-        """Every field but op, M, N and K: what the database stores of a problem as JSON
-        (`params_json`), beside its indexed op, M, N and K."""
-        return {k: v for k, v in asdict(self).items() if k not in ("op", "M", "N", "K")}
+        """Every field but op, M, N and K (and `extra` where it is empty): what the database stores of a
+        problem as JSON (`params_json`), beside its indexed op, M, N and K."""
+        out = {k: v for k, v in self.to_dict().items() if k not in ("op", "M", "N", "K", "extra")}
+        if self.extra:
+            out["extra"] = dict(self.extra)
+        return out
 
     def params_json(self) -> str:
         """`params()` as canonical JSON (sorted keys, no spaces): equal problems give equal text."""
@@ -260,22 +309,36 @@ class Problem:
 
     def with_m(self, M: int) -> Problem:
         """The same problem with another M."""
-        d = self.to_dict()
-        d["M"] = M
-        return Problem(**d)  # type: ignore[arg-type]
+        return replace(self, M=M)
 
     def arithmetic_intensity(self) -> float:
         """FLOPs per byte of minimum traffic."""
         return self.flops() / self.min_bytes()
 
     def __str__(self) -> str:
-        if self.op == "moe":
-            weights = "" if self.dtype_b == self.dtype_a else f" weights {self.dtype_b}"
-            return f"moe M={self.M} N={self.N} K={self.K} E={self.E} topk={self.topk} {self.dtype_a}{weights}"
-        if self.op in QUANT_OPS:
-            b = "" if self.dtype_b == self.dtype_a else f" B {self.dtype_b}"
-            return f"{self.op} M={self.M} N={self.N} K={self.K} A {self.dtype_a}{b} -> {self.dtype_out}"
-        return f"{self.op} M={self.M} N={self.N} K={self.K} {self.dtype_a} B:{self.layout}"
+        return rules_of(self.op).describe_problem(self)
+
+
+def _own_params(op: str, allowed: dict[str, type], given: object) -> tuple[tuple[str, ParamValue], ...]:
+    """`given` (pairs or a mapping) as sorted (name, value) pairs, each a parameter `op` declares, of its
+    type; ValueError otherwise."""
+    pairs = list(given.items()) if isinstance(given, dict) else list(given)  # type: ignore[call-overload]
+    out: dict[str, ParamValue] = {}
+    for item in pairs:
+        name, value = item
+        kind = allowed.get(name)
+        if kind is None:
+            known = ", ".join(allowed) or "none"
+            raise ValueError(f"{op} has no parameter {name!r} (its own parameters: {known})")
+        if isinstance(value, bool) or not isinstance(value, kind):
+            if not (kind is float and isinstance(value, int) and not isinstance(value, bool)):
+                raise ValueError(f"{op} parameter {name} must be {kind.__name__}, got {value!r}")
+            value = float(value)
+        out[name] = value
+    missing = sorted(set(allowed) - set(out))
+    if missing:
+        raise ValueError(f"{op} problems need the parameter(s) {', '.join(missing)}")
+    return tuple(sorted(out.items()))
 
 
 def cdiv(a: int, b: int) -> int:

@@ -18,7 +18,7 @@ from autotune.core import problem
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
 
-__all__ = ["PLUGINS", "get_op", "is_known", "load_plugins", "ops", "register"]
+__all__ = ["PLUGINS", "get_op", "is_known", "load_plugins", "ops", "register", "rules_of"]
 
 #: Modules imported on the first lookup, before the entry points of the `autotune.ops` group.
 PLUGINS: tuple[str, ...] = ("autotune.kernels",)
@@ -62,6 +62,15 @@ def ops() -> dict[str, TunableOp]:
     return dict(_ops)
 
 
+def rules_of(name: str) -> problem.ProblemRules:
+    """The problem rules of the op called `name` (`ProblemRules`' defaults for an op that has none of its
+    own); ValueError naming the known ops if there is no such op."""
+    op = _ops.get(name)
+    if op is None:
+        op = get_op(name)
+    return op if isinstance(op, problem.ProblemRules) else problem.GEMM_SHAPED
+
+
 def is_known(name: str) -> bool:
     """Whether an op called `name` is registered (the plug-ins are imported first if it is not yet)."""
     if name in _ops:
@@ -70,7 +79,7 @@ def is_known(name: str) -> bool:
     return name in _ops
 
 
-problem.op_is_known = is_known  # Problem validates the names of registered ops
+problem.rules_of = rules_of  # a Problem is validated, counted and shown by its op's rules
 
 
 def get_op(name: str) -> TunableOp:

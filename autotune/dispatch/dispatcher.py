@@ -241,12 +241,13 @@ class Dispatcher:
         dtype: str = "bf16",
         layout: str = "nk",
         topk: int = 0,
+        params: str = "",
     ) -> Config | None:
-        """The tuned config for this shape, or None when no table covers (op, dtype, layout, N, K, E, topk).
+        """The tuned config for this shape, or None when no table covers its family (`Key`).
 
         None also records the shape as untuned (see `note_untuned`).
         """
-        hit = self._index.get((op, dtype, layout, N, K, E, topk))
+        hit = self._index.get((op, dtype, layout, N, K, E, topk, params))
         if hit is not None:
             ms, configs, policy = hit
             if policy == RANGES:
@@ -255,13 +256,13 @@ class Dispatcher:
                 i = bisect_left(ms, M)
                 return configs[i] if i < len(ms) else configs[-1]
             return configs[pick(ms, M, policy)]
-        return self._miss(op, M, N, K, E, dtype, layout, topk)
+        return self._miss(op, M, N, K, E, dtype, layout, topk, params)
 
     def _miss(
-        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int
+        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int, params: str = ""
     ) -> Config | None:
         canon = canonical_dtype(dtype)
-        key: Key = (op, canon, layout, N, K, E, topk)
+        key: Key = (op, canon, layout, N, K, E, topk, params)
         if canon != dtype:  # an alias such as "bfloat16" or torch.bfloat16
             hit = self._index.get(key)
             if hit is not None:
@@ -272,14 +273,14 @@ class Dispatcher:
     # -- untuned shapes -------------------------------------------------------------------------------
 
     def note_untuned(
-        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int
+        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int, params: str = ""
     ) -> None:
         """Records that this shape has no tuned config.
 
-        Warns once per (op, dtype, layout, N, K, E, topk) and appends one JSON line per distinct
+        Warns once per (op, dtype, layout, N, K, E, topk, params) and appends one JSON line per distinct
         (shape, M) to the untuned-shapes log. Never raises for a log that cannot be written.
         """
-        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk), M, stacklevel=3)
+        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk, params), M, stacklevel=3)
 
     def _record_untuned(self, key: Key, M: int, stacklevel: int) -> None:
         if (key, M) in self._logged:
@@ -305,7 +306,7 @@ class Dispatcher:
         path: Path | None = None
         try:
             path = self.untuned_log_path
-            op, dtype, layout, n, k, e, topk = key
+            op, dtype, layout, n, k, e, topk, params = key
             record = {
                 "op": op,
                 "m": M,
@@ -315,6 +316,7 @@ class Dispatcher:
                 "topk": topk,
                 "dtype": dtype,
                 "layout": layout,
+                **({"params": params} if params else {}),
                 "device_key": self._running()[0],
                 "time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             }
@@ -454,12 +456,14 @@ def lookup(
     dtype: str = "bf16",
     layout: str = "nk",
     topk: int = 0,
+    params: str = "",
 ) -> Config | None:
     """`default_dispatcher().lookup(...)`: the tuned config, or None for an untuned shape."""
     d = _default
     if d is None:
         d = default_dispatcher()
-    hit = d._index.get((op, dtype, layout, N, K, E, topk))  # Dispatcher.lookup, inlined: one call less
+    # Dispatcher.lookup, inlined: one call less
+    hit = d._index.get((op, dtype, layout, N, K, E, topk, params))
     if hit is not None:
         ms, configs, policy = hit
         if policy == RANGES:
@@ -468,7 +472,7 @@ def lookup(
             i = bisect_left(ms, M)
             return configs[i] if i < len(ms) else configs[-1]
         return configs[pick(ms, M, policy)]
-    return d._miss(op, M, N, K, E, dtype, layout, topk)
+    return d._miss(op, M, N, K, E, dtype, layout, topk, params)
 
 
 def _tables_from_env(strict: bool) -> list[Table]:

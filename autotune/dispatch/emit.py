@@ -148,7 +148,7 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
     by_family: dict[Key, list[TrialRecord]] = {}
     for t in trials:
         p = t.problem
-        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk)
+        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.params_key)
         by_family.setdefault(key, []).append(t)
     out: dict[Key, Profile] = {}
     for key, rows in by_family.items():

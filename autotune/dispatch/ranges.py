@@ -1,8 +1,10 @@
 """M ranges: which config serves each M of a shape family, built from a profile measured at a ladder of M.
 
-A profile holds, for each profiled M, the measured time of every candidate config there (the vendor
-library, the heuristic default, the tuned buckets' finalists). `ranges_from_profile` turns it into
-contiguous, non-overlapping M ranges that cover every M from 1 up, with these rules:
+A profile holds, for each profiled M, the measured time of the candidate configs timed there (the vendor
+library always; the heuristic default and the tuned buckets' finalists unless the profile left one out
+there as far behind the fastest): a config not measured at an M is not served there, and a ladder M the
+profile left out is not a profiled M. `ranges_from_profile` turns it into contiguous, non-overlapping M
+ranges that cover every M from 1 up, with these rules:
 
 - **At a profiled M** the fastest candidate is served if it beats the vendor library by more than the
   margin there (time × (1 + margin) < vendor time); else the vendor library. Where the previous M's

@@ -1,6 +1,6 @@
 """Table: the pinned, immutable lookup of tuned configs for one GPU.
 
-A Table maps a shape family ``(op, dtype, layout, N, K, E, topk)`` either to **M ranges** (contiguous
+A Table maps a shape family ``(op, dtype, layout, N, K, E, topk, params)`` either to **M ranges** (contiguous
 intervals covering every M from 1 up, each with the config measured fastest there: built from a profile
 at a ladder of M, see `autotune.dispatch.ranges`) or, for a family that was not profiled, to a sorted list
 of **M buckets**, each with the config that won at that tuned M, an M between buckets being served by the
@@ -87,8 +87,9 @@ RANGES = "ranges"
 #: nearest: nearest by |M - m| (ties go up); nearest_log: nearest by |log2 M - log2 m| (ties go up).
 M_POLICIES: tuple[str, ...] = ("round_up", "round_down", "nearest", "nearest_log")
 
-#: Index key of a shape family: (op, dtype, layout, N, K, E, topk).
-Key = tuple[str, str, str, int, int, int, int]
+#: Index key of a shape family: (op, dtype, layout, N, K, E, topk, params); `params` is the op's own
+#: problem parameters as text (`Problem.params_key`), "" for an op without any.
+Key = tuple[str, str, str, int, int, int, int, str]
 _Hit = tuple[tuple[int, ...], tuple[Config, ...], tuple[Any, ...], str]
 
 
@@ -240,7 +241,8 @@ def check_ranges(ranges: tuple[Range, ...]) -> None:
 
 @dataclass(frozen=True)
 class Entry:
-    """How one shape family (op, dtype, layout, N, K, E, topk) is served: its M ranges or its M buckets.
+    """How one shape family (`Key`: op, dtype, layout, N, K, E, topk, params) is served: its M ranges or
+    its M buckets.
 
     Immutable. An entry has `ranges` (contiguous from M = 1, the last open-ended: built from a profile) or
     `buckets` (tuned M values, served by the table's M policy), not both. `buckets` is stored sorted by m;
@@ -257,6 +259,7 @@ class Entry:
     topk: int
     buckets: tuple[Bucket, ...] = ()
     ranges: tuple[Range, ...] = ()
+    params: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, str) or not self.op:
@@ -268,6 +271,8 @@ class Entry:
         _check_int("k", self.k, 1)
         _check_int("e", self.e, 0)
         _check_int("topk", self.topk, 0)
+        if not isinstance(self.params, str):
+            raise ValueError(f"params must be a string, got {self.params!r}")
         buckets = tuple(sorted(self.buckets, key=lambda b: b.m))
         ranges = tuple(sorted(self.ranges, key=lambda r: r.lo))
         if not buckets and not ranges:
@@ -284,8 +289,8 @@ class Entry:
 
     @property
     def key(self) -> Key:
-        """The index key (op, dtype, layout, N, K, E, topk)."""
-        return (self.op, self.dtype, self.layout, self.n, self.k, self.e, self.topk)
+        """The index key (op, dtype, layout, N, K, E, topk, params)."""
+        return (self.op, self.dtype, self.layout, self.n, self.k, self.e, self.topk, self.params)
 
     def describe(self) -> str:
         """Human form of the shape family, e.g. ``gemm bf16 B:nk N=4096 K=4096``."""
@@ -300,6 +305,7 @@ class Entry:
             "k": self.k,
             "e": self.e,
             "topk": self.topk,
+            **({"params": self.params} if self.params else {}),
             **(
                 {"ranges": [r.to_dict() for r in self.ranges]}
                 if self.ranges
@@ -313,9 +319,10 @@ class Entry:
 
 
 def _describe(key: Key) -> str:
-    op, dtype, layout, n, k, e, topk = key
+    op, dtype, layout, n, k, e, topk, params = key
     moe = f" E={e} topk={topk}" if e or topk else ""
-    return f"{op} {dtype} B:{layout} N={n} K={k}{moe}"
+    own = f" {params}" if params else ""
+    return f"{op} {dtype} B:{layout} N={n} K={k}{moe}{own}"
 
 
 def _utc_now() -> str:
@@ -421,7 +428,7 @@ class Table:
     ) -> Table:
         """Builds a table from (problem, winning config, time in µs or None[, predicted]) tuples.
 
-        Problems are grouped by (op, dtype, layout, N, K, E, topk), one bucket per M; `dtype` is the
+        Problems are grouped by (op, dtype, layout, N, K, E, topk, params), one bucket per M; `dtype` is the
         problem's A dtype. A bucket is predicted where its tuple's fourth item is true, or every bucket
         where `predicted` is true; the table is predicted when any bucket is. A family with `ranges`
         (key → its M ranges, e.g. from `ranges_from_profile`) is served by them instead of its buckets.
@@ -441,6 +448,7 @@ class Table:
                 problem.K,
                 problem.E,
                 problem.topk,
+                problem.params_key,
             )
             group = groups.setdefault(key, {})
             if problem.M in group:
@@ -448,9 +456,11 @@ class Table:
             group[problem.M] = Bucket(problem.M, config, time_us, guessed)
         ranged = {key: tuple(rows) for key, rows in (ranges or {}).items()}
         entries = [
-            Entry(*key, buckets=tuple(group.values())) for key, group in groups.items() if key not in ranged
+            Entry(*key[:7], buckets=tuple(group.values()), params=key[7])
+            for key, group in groups.items()
+            if key not in ranged
         ]
-        entries += [Entry(*key, ranges=rows) for key, rows in ranged.items()]
+        entries += [Entry(*key[:7], ranges=rows, params=key[7]) for key, rows in ranged.items()]
         return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted)
 
     # -- serialization --------------------------------------------------------------------------------
@@ -617,14 +627,17 @@ class Table:
         dtype: str = "bf16",
         layout: str = "nk",
         topk: int = 0,
+        params: str = "",
         m_policy: str | None = None,
     ) -> Config | None:
-        """The config for this shape, or None when (op, dtype, layout, N, K, E, topk) is not in the table.
+        """The config for this shape, or None when its family (`Key`) is not in the table.
 
         `m_policy` overrides the table's policy for this call, for entries with buckets (an entry with
         M ranges always serves the range that holds M).
         """
-        row = self.lookup_row(op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, m_policy=m_policy)
+        row = self.lookup_row(
+            op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, params=params, m_policy=m_policy
+        )
         return None if row is None else row.config
 
     def lookup_row(
@@ -638,12 +651,13 @@ class Table:
         dtype: str = "bf16",
         layout: str = "nk",
         topk: int = 0,
+        params: str = "",
         m_policy: str | None = None,
     ) -> Bucket | Range | None:
         """Like `lookup`, but returns the row that serves M: its Range, or its Bucket (tuned m, time)."""
-        hit = self._index.get((op, dtype, layout, N, K, E, topk))
+        hit = self._index.get((op, dtype, layout, N, K, E, topk, params))
         if hit is None:
-            hit = self._alias_hit(op, dtype, layout, N, K, E, topk)
+            hit = self._alias_hit((op, dtype, layout, N, K, E, topk, params))
             if hit is None:
                 return None
         policy = hit[3] if hit[3] == RANGES else m_policy or hit[3]
@@ -661,22 +675,25 @@ class Table:
         dtype: str = "bf16",
         layout: str = "nk",
         topk: int = 0,
+        params: str = "",
         m_policy: str | None = None,
     ) -> Bucket | None:
         """Like `lookup`, but returns the whole bucket (its tuned m and time as well); None for a shape
         that is not in the table or is served by M ranges (see `lookup_row`)."""
-        row = self.lookup_row(op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, m_policy=m_policy)
+        row = self.lookup_row(
+            op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, params=params, m_policy=m_policy
+        )
         return row if isinstance(row, Bucket) else None
 
-    def _alias_hit(self, op: str, dtype: str, layout: str, N: int, K: int, E: int, topk: int) -> _Hit | None:
+    def _alias_hit(self, key: Key) -> _Hit | None:
         # Miss path only: retry with the canonical dtype name ("bfloat16", torch.bfloat16 -> "bf16").
-        canon = canonical_dtype(dtype)
-        if canon == dtype:
+        canon = canonical_dtype(key[1])
+        if canon == key[1]:
             return None
-        return self._index.get((op, canon, layout, N, K, E, topk))
+        return self._index.get((key[0], canon, *key[2:]))
 
     def keys(self) -> tuple[Key, ...]:
-        """The (op, dtype, layout, N, K, E, topk) keys, sorted."""
+        """The (op, dtype, layout, N, K, E, topk, params) keys, sorted."""
         return tuple(entry.key for entry in self.entries)
 
     def __contains__(self, key: object) -> bool:
@@ -709,7 +726,7 @@ def canonical_dtype(dtype: object) -> str:
 def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
     if not isinstance(raw, dict):
         raise bad(f"{where} must be an object, got {type(raw).__name__}")
-    fields = ("op", "dtype", "layout", "n", "k", "e", "topk")
+    fields = ("op", "dtype", "layout", "n", "k", "e", "topk", "params")
     shape = " (" + " ".join(f"{f}={raw[f]}" for f in fields if f in raw) + ")"
     missing = [f for f in ("op", "dtype", "layout", "n", "k") if f not in raw]
     if "buckets" not in raw and "ranges" not in raw:
@@ -756,6 +773,7 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
             raw.get("topk", 0),
             tuple(buckets),
             tuple(ranges),
+            raw.get("params", ""),
         )
     except (TypeError, ValueError) as exc:
         raise bad(f"{where}{shape}: {exc}") from None

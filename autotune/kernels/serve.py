@@ -44,7 +44,7 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
     check_op(op, problem)
     config = lookup(
         op.name, problem.M, problem.N, problem.K, problem.E,
-        dtype=problem.dtype, layout=problem.layout, topk=problem.topk,
+        dtype=problem.dtype, layout=problem.layout, topk=problem.topk, params=problem.params_key,
     )  # fmt: skip
     if config is None or (problem.M > GEMV_ROWS and config.backend == "triton_gemv"):
         key = (op.name, problem, target)

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from autotune.core.op import Inputs, Launch, TunableOp
-from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.dense.api import _check, _check_out, _running, gemm
 from autotune.kernels.quant.api import _check_out as _check_quant_out
 from autotune.kernels.quant.api import _problem as _quant_problem
 from autotune.kernels.quant.api import gemm_quant
+from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.serve import check_op, served_config
 
 if TYPE_CHECKING:

@@ -8,11 +8,23 @@ that M (the configs the final round timed, else the searches' fastest), the way 
 that stops resumes its profile, and `autotune emit` turns the profile into the M ranges a table serves
 (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's space at an M is not timed
 there.
+
+The profile is sparse (`CLOSE`): every other ladder M first, then an M between two of them only where
+a candidate came close to the vendor library at one of them (elsewhere the vendor library is served).
+Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
+whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
+`REPROBE` ladder M, then timed again (and skipped again while it stays hopeless). The vendor library is
+timed at every M timed, every candidate at a tuned M, and a candidate never timed before (a new bucket's
+finalist) at once; a trial read back from the store counts as a timing, so a resumed profile skips the
+same ones. A skipped config has no time at that M, which `autotune.dispatch.ranges` reads as not
+measured there.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -70,6 +82,8 @@ class ProfileReport:
     cached: int = 0
     failed: int = 0
     skipped: int = 0  # (M, config) pairs outside the op's space at that M, or flagged by static checks
+    pruned: int = 0  # (M, config) pairs not timed for losing by more than HOPELESS (`_due`)
+    left_out: int = 0  # ladder M not timed at all: the vendor library clearly ahead on both sides
     wall_s: float = 0.0
 
 
@@ -77,6 +91,83 @@ class ProfileReport:
 #: a config that loses by more at its own M seldom wins at the M next to it, and each costs a timing at
 #: every M of the ladder near its bucket.
 CONTENDER = 1.05
+
+#: A candidate other than the vendor's whose last time was more than this factor of the fastest time at
+#: that M (or that failed there) is not timed at the next `REPROBE` ladder M: a config that loses by that
+#: much seldom wins a few M further on, and each of its timings costs as much as a winner's.
+HOPELESS = 1.25
+
+#: How many ladder M a hopeless candidate is skipped before it is timed again.
+REPROBE = 3
+
+
+def _due(last: tuple[float, int] | None, index: int) -> bool:
+    """Whether a candidate other than the vendor's is timed at the ladder M of index `index`, given its
+    last measured ratio to the fastest time there and that M's index (None: never measured): yes where
+    it was within `HOPELESS`, or `REPROBE` ladder M have passed since."""
+    if last is None:
+        return True
+    ratio, at = last
+    return ratio <= HOPELESS or index - at > REPROBE
+
+
+#: A sparse profile times every other ladder M first (and every tuned M, the first and the last), then an
+#: M between two of those only where at one of them a candidate other than the vendor's ran within this
+#: factor of the vendor library's time (or the vendor library has no time there). Elsewhere the vendor
+#: library is served (`autotune.dispatch.ranges` serves a config between two timed M only where it won
+#: at both).
+CLOSE = 1.03
+
+
+def _coarse(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
+    """The ladder indices a profile times first: all of them, or (sparse) every other one, the first, the
+    last and the tuned M's."""
+    if not sparse or count < 3:
+        return list(range(count))
+    return sorted({*range(0, count, 2), count - 1, *tuned})
+
+
+def _contested(seen: dict[Config, TrialResult]) -> bool:
+    """Whether, at one M, a candidate other than the vendor's ran within CLOSE of the vendor library's
+    time, or the vendor library has no time there."""
+    vendor = [r for c, r in seen.items() if c.backend == VENDOR_BACKEND and r.ok]
+    if not vendor:
+        return True
+    ours = [r.score() for c, r in seen.items() if c.backend != VENDOR_BACKEND and r.ok]
+    return bool(ours) and min(ours) <= vendor[0].score() * CLOSE
+
+
+def _due_at(last: dict[Config, tuple[float, int]], index: int, config: Config) -> bool:
+    """`_due` of `config` at ladder index `index`, by its last timing in `last`."""
+    return _due(last.get(config), index)
+
+
+def _between(
+    last: dict[Config, tuple[float, int]],
+    lo: dict[Config, TrialResult],
+    hi: dict[Config, TrialResult],
+    config: Config,
+) -> bool:
+    """Whether `config` is timed at an M between two timed ones (what is known at them: `lo`, `hi`): where
+    it ran within HOPELESS at one of them, or was never timed."""
+    return _near(config, lo, hi) or config not in last
+
+
+def _near(config: Config, *sides: dict[Config, TrialResult]) -> bool:
+    """Whether `config` ran within HOPELESS of the fastest at one of these M."""
+    for seen in sides:
+        r = seen.get(config)
+        fastest = min((x.score() for x in seen.values()), default=math.inf)
+        if r is not None and _ratio(r, fastest) <= HOPELESS:
+            return True
+    return False
+
+
+def _ratio(result: TrialResult, fastest: float) -> float:
+    """`result`'s time over the fastest time at its M; +inf where it failed (a failure is hopeless)."""
+    if not result.ok:
+        return math.inf
+    return result.score() / fastest if fastest > 0 else 1.0
 
 
 def bucket_candidates(
@@ -221,6 +312,7 @@ def profile_family(
     on_point: Callable[[Problem, int, int], None] | None = None,
     compiler: Compiler | None = None,
     plan: tuple[Plan, int] | None = None,
+    sparse: bool = True,
 ) -> ProfileReport:
     """Times `job`'s candidates at every M of its ladder with `measurer` (served timing), storing each as a
     `Source.PROFILE` trial; what is stored already is read back, not run. With a `compiler` (the sweep's
@@ -228,7 +320,8 @@ def profile_family(
     specialization is done, and one the static checks flag is left out. `on_point(problem, ran,
     candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
     timing (a stopped profile keeps what it stored). `plan` is `family_plan`'s, where the caller made it
-    already (to compile ahead)."""
+    already (to compile ahead). A hopeless candidate is skipped for `REPROBE` M (the module's rule),
+    never the vendor's, nor any at a tuned M; the report counts such skips as `pruned`."""
     from autotune.core.op import kernel_versions
     from autotune.db import NewTrial
 
@@ -238,13 +331,23 @@ def profile_family(
     kernels = kernel_versions(op, op.backends(target))
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
-    for problem, todo in points:
+    tuned = {p.M for p in job.buckets}
+    last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, ladder index)
+    known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
+
+    def time_point(index: int, due: Callable[[Config], bool]) -> None:
+        problem, todo = points[index]
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
         ran = 0
         results: list[TrialResult] = []
+        seen: dict[Config, TrialResult] = {}  # what is known at this M: read back or timed now
         for config in todo:
-            if config.digest() in done:
+            if (stored := done.get(config.digest())) is not None:
                 report.cached += 1
+                seen[config] = stored
+                continue
+            if config.backend != VENDOR_BACKEND and problem.M not in tuned and not due(config):
+                report.pruned += 1
                 continue
             if should_stop is not None and should_stop():
                 raise SweepStopped
@@ -253,8 +356,13 @@ def profile_family(
                 continue
             result = measurer.run(problem, config)
             results.append(result)
+            seen[config] = result
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
+        fastest = min((r.score() for r in seen.values()), default=math.inf)
+        for config, r in seen.items():
+            last[config] = (_ratio(r, fastest), index)
+        known[index] = seen
         if results:  # one transaction per M
             trials = [
                 NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results
@@ -264,7 +372,22 @@ def profile_family(
         report.points += 1
         if on_point is not None:
             on_point(problem, ran, len(todo))
+
+    coarse = _coarse(len(points), [i for i, (p, _) in enumerate(points) if p.M in tuned], sparse)
+    for index in coarse:
+        time_point(index, functools.partial(_due_at, last, index))
+    for index in (i for i in range(len(points)) if i not in coarse):
+        lo = max(i for i in coarse if i < index)
+        hi = min(i for i in coarse if i > index)
+        if not (_contested(known[lo]) or _contested(known[hi])):
+            report.left_out += 1  # the vendor library clearly ahead on both sides: served there
+            report.points += 1
+            if on_point is not None:
+                on_point(points[index][0], 0, 0)
+            continue
+        time_point(index, functools.partial(_between, last, known[lo], known[hi]))
     report.wall_s = time.perf_counter() - t0
-    log.info("profiled %s at %d M: %d timed, %d read back, %d failed, %.1f s", job.family, report.points,
-             report.ran, report.cached, report.failed, report.wall_s)  # fmt: skip
+    log.info("profiled %s at %d M: %d timed, %d read back, %d failed, %d pruned as hopeless, %d M left "
+             "to the vendor library, %.1f s", job.family, report.points, report.ran, report.cached,
+             report.failed, report.pruned, report.left_out, report.wall_s)  # fmt: skip
     return report

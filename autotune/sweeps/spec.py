@@ -63,8 +63,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.core.problem import LAYOUTS, OPS, QUANT_OPS, Problem, normalize_dtype
-from autotune.core.registry import is_known
+from autotune.core.problem import LAYOUTS, Problem, normalize_dtype
+from autotune.core.registry import is_known, ops, rules_of
 from autotune.core.static import StaticPolicy
 from autotune.core.target import Target
 from autotune.engine.strategies import STRATEGIES, Budget
@@ -91,8 +91,6 @@ __all__ = [
 _TOP_KEYS = {"name", "description", "sweep", "static"}
 _ENTRY_KEYS = {"op", "dtype", "m", "nk", "layout", "strategy", "trials", "seconds", "seed", "backends",
                "warm_start", "final_rounds", "profile_m"}  # fmt: skip
-_MOE_KEYS = {"e", "topk", "weights", "zipf"}
-_FP8_KEYS = {"fp8"}
 _MODEL_KEYS = {"model", "tp", "ep", "dtype", "m", "strategy", "trials", "seconds", "seed", "backends",
                "warm_start", "final_rounds", "profile_m", "weights", "zipf"}  # fmt: skip
 _REQUIRED = ("op", "m", "nk")
@@ -122,10 +120,10 @@ class SweepEntry:
     #: (the serving ladder on a GPU, none in the interpreter), "serving" that ladder everywhere, a tuple
     #: of M values, or () for none.
     profile_m: str | tuple[int, ...] | None = None
-    es: tuple[int, ...] = ()  # moe: expert counts
-    topk: int = 0  # moe: experts per token
-    weights: str = ""  # moe: weight dtype ("" = dtype); FP8 quantized GEMMs: their FP8 flavour
-    zipf: float = 0.0  # moe: routing skew
+    #: An op entry's own fields (the op's `spec_keys`), as its rules parsed them (`spec_options`).
+    options: tuple[tuple[str, Any], ...] = ()
+    weights: str = ""  # model: the routed experts' weight dtype ("" = the model's own)
+    zipf: float = 0.0  # model: routing skew of the routed experts
     model: str = ""  # a catalog model (sweeps/catalog.py) instead of op and nks
     tps: tuple[int, ...] = (1,)  # model: tensor-parallel degrees
     eps: tuple[int, ...] = (1,)  # model: expert-parallel degrees
@@ -168,22 +166,9 @@ class SweepEntry:
     def problems(self) -> list[Problem]:
         if self.model:
             return [p for _, p in self.labeled_problems()]
-        if self.op == "moe":
-            return [
-                Problem.moe(m, n, k, e, self.topk, self.dtype, self.weights or None)
-                for e in self.es
-                for n, k in self.nks
-                for m in self.ms
-            ]
-        if self.op in QUANT_OPS:
-            fp8 = self.weights or "fp8e4m3"
-            return [Problem.quant(self.op, m, n, k, self.dtype, fp8) for n, k in self.nks for m in self.ms]
-        return [  # the dense GEMM, or a GEMM-shaped op a plug-in registered
-            Problem.gemm(m, n, k, self.dtype, layout, op=self.op)
-            for layout in self.layouts
-            for n, k in self.nks
-            for m in self.ms
-        ]
+        return rules_of(self.op).spec_problems(
+            self.op, self.ms, self.nks, self.layouts, self.dtype, dict(self.options)
+        )
 
     def op_for(self, problem: Problem) -> Any:
         """The TunableOp that tunes `problem` of this entry (a moe problem's op carries the routing skew)."""
@@ -198,11 +183,8 @@ class SweepEntry:
     def _op(self, name: str) -> Any:
         from autotune.kernels import get_op
 
-        if name == "moe" and self.zipf:
-            from autotune.kernels.moe.op import MoeOp
-
-            return MoeOp(zipf=self.zipf)
-        return get_op(name)
+        options = dict(self.options) if not self.model else {"zipf": self.zipf}
+        return rules_of(name).tuning_op(options) if name == self.op or self.model else get_op(name)
 
 
 @dataclass(frozen=True)
@@ -293,24 +275,22 @@ def _entry(table: Any, where: str) -> SweepEntry:
         raise SpecError(f"{where}: must be a table")
     if "model" in table:
         return _model_entry(table, where)
-    allowed = _ENTRY_KEYS | (_MOE_KEYS if table.get("op") == "moe" else set())
-    if str(table.get("op", "")).startswith("gemm_fp8"):
-        allowed |= _FP8_KEYS
+    if "op" not in table:
+        raise SpecError(f"{where}: missing field `op`")
+    op = table["op"]
+    if not isinstance(op, str) or not is_known(op):
+        raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(ops())}")
+    rules = rules_of(op)
+    allowed = _ENTRY_KEYS | rules.spec_keys
     unknown = set(table) - allowed
     if unknown:
-        hint = f' ({", ".join(sorted(_MOE_KEYS))} belong to op "moe")' if unknown & _MOE_KEYS else ""
-        if "fp8" in unknown:
-            hint = " (`fp8` belongs to the FP8 ops gemm_fp8_rowwise and gemm_fp8_blockwise)"
         raise SpecError(
             f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
-            f"allowed: {', '.join(sorted(allowed))}{hint}"
+            f"allowed: {', '.join(sorted(allowed))}{_owners(unknown)}"
         )
     for key in _REQUIRED:
         if key not in table:
             raise SpecError(f"{where}: missing field `{key}`")
-    op = table["op"]
-    if op not in OPS and not is_known(op):
-        raise SpecError(f"{where}: unknown op {op!r}; known: {', '.join(OPS)}")
     dtype_name = _typed(table.get("dtype", "bf16"), str, "dtype", where)
     try:
         dtype = normalize_dtype(dtype_name)
@@ -335,19 +315,10 @@ def _entry(table: Any, where: str) -> SweepEntry:
         if lay not in LAYOUTS:
             raise SpecError(f"{where}: unknown layout {lay!r}; known: {', '.join(LAYOUTS)}")
     tuning = _tuning(table, where)
-    moe: dict[str, Any] = {}
-    if op in QUANT_OPS:
-        if layouts != ("nk",):
-            raise SpecError(f"{where}: op {op} takes B as (N, K) only (layout nk): its scales run along K")
-        if "fp8" in table:
-            fp8 = _typed(table["fp8"], str, "fp8", where)
-            if fp8 not in ("fp8e4m3", "fp8e4m3fnuz"):
-                raise SpecError(f'{where}: `fp8` is "fp8e4m3" or "fp8e4m3fnuz", not {fp8!r}')
-            moe["weights"] = fp8
-    if op == "moe":
-        moe = _moe_fields(table, dtype, where)
-        if "layout" in table and layouts != ("nk",):
-            raise SpecError(f"{where}: op moe has no `layout` (its weights are (E, N, K))")
+    try:
+        options = rules.spec_options(table, dtype)
+    except ValueError as exc:
+        raise SpecError(f"{where}: {exc}") from None
     entry = SweepEntry(
         op=op,
         dtype=dtype,
@@ -355,13 +326,23 @@ def _entry(table: Any, where: str) -> SweepEntry:
         nks=tuple(nks),
         layouts=layouts,
         **tuning,
-        **moe,
+        options=tuple(sorted(options.items())),
     )
     try:
         entry.problems()
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     return entry
+
+
+def _owners(fields: set[str]) -> str:
+    """A hint naming the ops whose own fields these are, if any."""
+    hints = []
+    for name in sorted(fields):
+        owners = [op for op in ops() if name in rules_of(op).spec_keys]
+        if owners:
+            hints.append(f"`{name}` belongs to op {' and '.join(owners)}")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
@@ -500,22 +481,6 @@ def _degrees(value: Any, name: str, where: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(_positive(v, name, where) for v in items))
 
 
-def _moe_fields(table: Mapping[str, Any], dtype: str, where: str) -> dict[str, Any]:
-    for key in ("e", "topk"):
-        if key not in table:
-            raise SpecError(f"{where}: op moe needs `{key}`")
-    es = table["e"] if isinstance(table["e"], list) else [table["e"]]
-    if not es:
-        raise SpecError(f"{where}: `e` must be a positive integer or a non-empty list of them")
-    es_t = tuple(_positive(v, "e", where) for v in es)
-    topk = _positive(table["topk"], "topk", where)
-    for e in es_t:
-        if e < topk:
-            raise SpecError(f"{where}: topk {topk} is more than the {e} experts (`e`)")
-    weights = _weights(table.get("weights", dtype), dtype, where)
-    return dict(es=es_t, topk=topk, weights="" if weights == dtype else weights, zipf=_zipf(table, where))
-
-
 def _weights(value: Any, dtype: str, where: str) -> str:
     """The expert weights' dtype: the activations' or fp8e4m3 (128x128 block scales)."""
     try:
@@ -572,9 +537,9 @@ def spec_from_untuned(
     for r in records:
         if device_key is not None and r.get("device_key") not in (None, device_key):
             continue
-        # quantized GEMMs are logged by A's dtype alone (not C's): tune them from a spec instead
-        if r.get("op") not in OPS or r.get("op") in QUANT_OPS or int(r.get("e", 0) or 0):
-            continue
+        op = r.get("op")
+        if not isinstance(op, str) or not is_known(op) or rules_of(op).spec_keys:
+            continue  # an op with fields of its own (experts, FP8 flavour): tune it from a spec instead
         try:
             dtype = normalize_dtype(str(r.get("dtype", "bf16")))
             key = (str(r["op"]), dtype, str(r.get("layout", "nk")), int(r["n"]), int(r["k"]))

@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
-from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.problem import Problem
+from autotune.core.registry import rules_of
 from autotune.core.result import VENDOR_BACKEND
 from autotune.core.target import Target
 from autotune.engine.bench import BenchSettings, ServedTiming, interleaved_medians
@@ -186,16 +187,10 @@ def vendor_config(op: TunableOp, problem: Problem, target: Target) -> Config | N
 
 
 def family_of_entry(entry: Entry) -> Problem:
-    """The problem (at M = 1) of a table entry. A table keys a family by A's dtype alone: a quantized
-    GEMM's output is taken as bf16 and a MoE's weights as its activations' dtype (verify a spec with
-    `--problems` where they differ)."""
-    if entry.op == "gemm":
-        return Problem.gemm(1, entry.n, entry.k, entry.dtype, entry.layout)
-    if entry.op == "moe":
-        return Problem.moe(1, entry.n, entry.k, entry.e, entry.topk, entry.dtype)
-    if entry.op in QUANT_OPS:
-        return Problem.quant(entry.op, 1, entry.n, entry.k, "bf16", entry.dtype)
-    raise ValueError(f"unknown op {entry.op!r} in the table")
+    """The problem (at M = 1) of a table entry, as its op's rules read a table key (`key_problem`). A
+    table keys a family by A's dtype alone: a quantized GEMM's output is taken as bf16 and a MoE's weights
+    as its activations' dtype (verify a spec with `--problems` where they differ)."""
+    return rules_of(entry.op).key_problem(entry.key)
 
 
 def verify(

@@ -174,7 +174,7 @@ def test_dtype_aliases_are_accepted(interp: Target) -> None:
     entry = Entry("gemm", "bfloat16", "nk", 64, 64, 0, 0, (bucket,))
     assert entry.dtype == "bf16" and entry.buckets[0].config == Config(BLOCK_M=16)
     table = Table(target=interp, entries=[entry])
-    assert table.keys() == (("gemm", "bf16", "nk", 64, 64, 0, 0),)
+    assert table.keys() == (("gemm", "bf16", "nk", 64, 64, 0, 0, ""),)
     for alias in ("bf16", "bfloat16", "torch.bfloat16", torch.bfloat16):
         assert table.lookup("gemm", 1, 64, 64, dtype=alias) == Config(BLOCK_M=16)
     d = Dispatcher([table], device_key=interp.device_key())

@@ -71,3 +71,77 @@ def test_one_registration_makes_an_op_known_to_specs_sweeps_the_database_and_tab
     (entry_,) = [e for e in table.entries if e.op == "toy_gemm"]
     assert (entry_.n, entry_.k) == (64, 64)
     assert table.lookup("toy_gemm", 16, 64, 64) == done.best.config
+
+
+class GroupedToy(ToyGemm):
+    """A GEMM-shaped op with a parameter of its own, `groups`: its problems, spec field, FLOPs and table
+    keys come from its rules alone."""
+
+    name = "toy_grouped"
+    params = {"groups": int}  # noqa: RUF012  # the op's own problem parameters
+
+    def problem_flops(self, problem: Problem) -> float:
+        return super().problem_flops(problem) * dict(problem.extra)["groups"]
+
+
+@pytest.fixture
+def grouped(monkeypatch: pytest.MonkeyPatch) -> GroupedToy:
+    op = GroupedToy()
+    monkeypatch.setattr(registry, "_ops", dict(registry.ops()))
+    registry.register(op)
+    return op
+
+
+def test_an_op_s_own_parameters_reach_specs_the_database_best_and_tables(
+    grouped: GroupedToy, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autotune.cli import main
+    from autotune.core.target import Target
+    from autotune.db import Store
+    from autotune.dispatch.emit import emit_table
+    from autotune.dispatch.table import Table
+    from autotune.sweeps import run_sweep
+    from autotune.sweeps.spec import SpecError, parse_spec
+    from autotune.sweeps.verify import family_of_entry
+
+    p = Problem.of("toy_grouped", 16, 64, 64, groups=3)
+    assert p.extra == (("groups", 3),) and p.flops() == 3 * 2 * 16 * 64 * 64
+    assert p.key().endswith(":nk:groups=3") and "groups=3" in str(p)
+    assert Problem.from_params("toy_grouped", 16, 64, 64, p.params_json()) == p
+    bad_params = [({}, "need the parameter"), ({"groups": "3"}, "must be int"), ({"g": 1}, "no param")]
+    for bad, message in bad_params:
+        with pytest.raises(ValueError, match=message):
+            Problem("toy_grouped", 16, 64, 64, extra=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="no parameter 'groups'"):
+        Problem("gemm", 16, 64, 64, extra={"groups": 3})  # type: ignore[arg-type]
+
+    base = 'name = "g"\n[[sweep]]\nop = "toy_grouped"\nm = [16]\nnk = [[64, 64]]\n'
+    with pytest.raises(SpecError, match="needs `groups`"):
+        parse_spec(base)
+    with pytest.raises(SpecError, match="`groups` belongs to op toy_grouped"):
+        parse_spec(base.replace("toy_grouped", "gemm") + "groups = 2\n")
+    spec = parse_spec(base + 'groups = [1, 2]\ntrials = 2\nbackends = ["triton"]\nprofile_m = false\n')
+    assert [dict(q.extra)["groups"] for _, q in spec.problems()] == [1, 2]
+    target = Target.interpreter_target()
+    db = str(tmp_path / "g.db")
+    with Store(db) as store:
+        report = run_sweep(spec, store, target)
+        assert len(report.problems) == 2 and all(d.best is not None for d in report.problems)
+        (best,) = store.best(spec.problems()[1][1], fingerprint=target.fingerprint(), limit=1)
+        assert best.problem == spec.problems()[1][1]
+        table = emit_table(store, fingerprint=target.fingerprint())
+    argv = ["best", "--op", "toy_grouped", "--m", "16", "--n", "64", "--k", "64", "--db", db]
+    assert main([*argv, "--param", "groups=2"]) == 0
+    assert "groups=2" in capsys.readouterr().out
+    assert main(argv) == 2  # the parameter is missing: one line, exit 2
+    assert "need the parameter(s) groups" in capsys.readouterr().err
+
+    path = tmp_path / "t.json"
+    table.save(path)
+    loaded = Table.load(path)
+    ours = sorted((e for e in loaded.entries if e.op == "toy_grouped"), key=lambda e: e.params)
+    assert [e.params for e in ours] == ["groups=1", "groups=2"]
+    assert family_of_entry(ours[1]) == Problem.of("toy_grouped", 1, 64, 64, groups=2)
+    by_groups = {d.problem.params_key: d.best.config for d in report.problems if d.best is not None}
+    assert loaded.lookup("toy_grouped", 16, 64, 64, params="groups=2") == by_groups["groups=2"]
+    assert loaded.lookup("toy_grouped", 16, 64, 64) is None  # no family without the parameter

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.codehash import modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
-from autotune.core.problem import Problem
+from autotune.core.problem import Problem, ProblemRules
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.dense.space import gemm_backends, gemm_default_config, gemm_space
@@ -57,7 +57,7 @@ def _kernel_hash(backend: str) -> str:
 FALLBACK_GEMV_ROWS = 0
 
 
-class GemmOp:
+class GemmOp(ProblemRules):
     """Dense GEMM, C (M, N) = A (M, K) · Bᵀ with B (N, K) [layout "nk"], or A · B with B (K, N) [layout "kn"].
 
     Backends: "triton" (our kernel), "triton_gemv" (A of at most 4 rows), "triton_tma" (Hopper and newer)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.codehash import code_hash, module_files, modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
-from autotune.core.problem import Problem
+from autotune.core.problem import DTYPE_BYTES, Problem, ProblemRules, normalize_dtype
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.moe.space import FP8_BLOCK, moe_backends, moe_default_config, moe_space
@@ -49,7 +49,7 @@ def _code_hash(backend: str) -> str:
     return code_hash(Path(__file__), *ref) + torch.__version__
 
 
-class MoeOp:
+class MoeOp(ProblemRules):
     """The fused MoE MLP of M tokens over E experts with top-k routing.
 
     Inputs: x (M, K), w1 (E, 2N, K) (gate rows, then up rows), w2 (E, K, N), the routing (weights and
@@ -91,6 +91,82 @@ class MoeOp:
         """Always the heuristic default: the "torch" backend is a per-expert loop, a baseline to measure
         against, not a vendor library to fall back on."""
         return moe_default_config(problem, target)
+
+    def validate_problem(self, problem: Problem) -> None:
+        """topk >= 1 experts per token, of E >= topk."""
+        if problem.topk < 1:
+            raise ValueError(f"a moe problem needs topk >= 1, got {problem.topk}")
+        if problem.topk > problem.E:
+            raise ValueError(
+                f"a moe problem needs E >= topk (experts per token), got E={problem.E}, topk={problem.topk}"
+            )
+        if problem.layout != "nk":
+            raise ValueError("op moe has no `layout` (its weights are (E, N, K))")
+
+    def problem_flops(self, problem: Problem) -> float:
+        """Both projections of every (token, expert) pair: 2·N·K for gate and up, N·K for down, times 2."""
+        return 6.0 * problem.M * problem.topk * problem.N * problem.K
+
+    def problem_bytes(self, problem: Problem) -> float:
+        """The weights of the experts uniform routing touches, the tokens in, the result out."""
+        w = problem.experts_touched() * 3 * problem.N * problem.K * DTYPE_BYTES[problem.dtype_b]
+        tokens = problem.M * problem.K * (DTYPE_BYTES[problem.dtype_a] + DTYPE_BYTES[problem.dtype_out])
+        return float(w + tokens)
+
+    #: A [[sweep]] table of op "moe": `e` (experts on this rank, an int or a list), `topk`, `weights`
+    #: (the activations' dtype, default, or "fp8e4m3": 128x128 block scales) and `zipf` (routing skew).
+    spec_keys = frozenset({"e", "topk", "weights", "zipf"})
+
+    def spec_options(self, table: Mapping[str, Any], dtype: str) -> dict[str, Any]:
+        for key in ("e", "topk"):
+            if key not in table:
+                raise ValueError(f"op moe needs `{key}`")
+        es = table["e"] if isinstance(table["e"], list) else [table["e"]]
+        if not es:
+            raise ValueError("`e` must be a positive integer or a non-empty list of them")
+        es_t = tuple(_positive(v, "e") for v in es)
+        topk = _positive(table["topk"], "topk")
+        for e in es_t:
+            if e < topk:
+                raise ValueError(f"topk {topk} is more than the {e} experts (`e`)")
+        value = table.get("weights", dtype)
+        if not isinstance(value, str):
+            raise ValueError(f"`weights` must be a str, got {value!r}")
+        weights = normalize_dtype(value)
+        if weights not in (dtype, "fp8e4m3"):
+            raise ValueError(f"moe `weights` are {dtype} or fp8e4m3, not {weights}")
+        zipf = table.get("zipf", 0.0)
+        if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
+            raise ValueError(f"`zipf` must be a number >= 0, got {zipf!r}")
+        return {"e": es_t, "topk": topk, "weights": weights, "zipf": float(zipf)}
+
+    def spec_problems(
+        self,
+        op: str,
+        ms: Sequence[int],
+        nks: Sequence[tuple[int, int]],
+        layouts: Sequence[str],
+        dtype: str,
+        options: Mapping[str, Any],
+    ) -> list[Problem]:
+        topk, weights = options["topk"], options["weights"]
+        return [
+            Problem.of(op, m, n, k, dtype, weights, E=e, topk=topk, layout=layout)
+            for e in options["e"]
+            for layout in layouts
+            for n, k in nks
+            for m in ms
+        ]
+
+    def tuning_op(self, options: Mapping[str, Any]) -> MoeOp:
+        """An op with the routing skew `zipf` of the options (itself where there is none)."""
+        zipf = float(options.get("zipf", 0.0) or 0.0)
+        return self if zipf == self.zipf else MoeOp(zipf=zipf)
+
+    def describe_problem(self, problem: Problem) -> str:
+        p = problem
+        weights = "" if p.dtype_b == p.dtype_a else f" weights {p.dtype_b}"
+        return f"moe M={p.M} N={p.N} K={p.K} E={p.E} topk={p.topk} {p.dtype_a}{weights}"
 
     def check_problem(self, problem: Problem) -> None:
         if problem.op != "moe":
@@ -304,3 +380,9 @@ def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2
 
 
 MOE = MoeOp()
+
+
+def _positive(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive integer, got {value!r}")
+    return value

@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
-from autotune.core.problem import QUANT_OPS, Problem
+from autotune.core.problem import Problem
 from autotune.core.target import Target
+from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.serve import served_config
 
 __all__ = ["gemm_quant"]

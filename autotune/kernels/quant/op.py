@@ -1,6 +1,7 @@
 """The quantized GEMM ops: inputs, input checks, reference, tolerance, search space and launches.
 
-One class serves the five ops of `autotune.core.problem.QUANT_OPS`; each op name has one instance in OPS.
+One class serves the five ops of `QUANT_OPS` (`autotune.kernels.quant.problem`); each op name has one
+instance in OPS.
 Inputs are (a, b, a_scale, b_scale) with B as (N, K):
 
 | op | a | b | a_scale | b_scale |
@@ -25,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from autotune.core.codehash import modules_hash
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
-from autotune.core.problem import QUANT_OPS, Problem, cdiv
+from autotune.core.problem import Problem, cdiv
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
+from autotune.kernels.quant.problem import QUANT_OPS, QuantRules
 from autotune.kernels.quant.space import (
     GEMV_OPS,
     mx_native,
@@ -120,7 +122,7 @@ def check_inputs(problem: Problem, arch: str, inputs: Inputs) -> None:
         device = t.device
 
 
-class QuantGemmOp:
+class QuantGemmOp(QuantRules):
     """A quantized GEMM C (M, N) = dequant(A) · dequant(B)ᵀ in bf16 or fp16 (see the module docstring).
 
     Backends: "triton" (our kernel: `quant.kernel` or `quant.mx`), "torch" (torch._scaled_mm,

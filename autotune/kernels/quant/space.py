@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import cache, lru_cache
 
 from autotune.core.config import Config, Value
-from autotune.core.problem import DTYPE_BYTES, QUANT_OPS, Problem, cdiv, next_pow2
+from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.kernels.dense.space import _constraints as _dense_constraints
@@ -49,6 +49,7 @@ from autotune.kernels.dense.space import (
     knob_values,
 )
 from autotune.kernels.quant.gluon_split import split_slices
+from autotune.kernels.quant.problem import QUANT_OPS
 
 __all__ = [
     "GEMV_OPS",

@@ -35,7 +35,7 @@ def test_moe_problems_validate() -> None:
         Problem.moe(16, 64, 64, 4, 8)
     with pytest.raises(ValueError, match="topk >= 1"):
         Problem("moe", 16, 64, 64, 4, 0)
-    with pytest.raises(ValueError, match="belong to moe"):
+    with pytest.raises(ValueError, match="belong to problems with experts, not gemm"):
         Problem("gemm", 16, 64, 64, 4, 2)
     with pytest.raises(ValueError, match="multiples of 128"):
         MOE.space(Problem.moe(16, 100, 256, 8, 2, weights="fp8e4m3"), Target.for_arch("sm_90"))
@@ -136,12 +136,15 @@ def test_moe_spec_fields() -> None:
     assert isinstance(op, MoeOp) and op.zipf == 1.2
     assert op.source_hash("triton") != MOE.source_hash("triton")  # other routing, other results
     for bad, message in [
-        (text.replace("topk = 2", "topk = 0"), "`topk` must be positive"),
+        (text.replace("topk = 2", "topk = 0"), "`topk` must be a positive integer"),
         (text.replace("topk = 2", "topk = 9"), "more than the 8 experts"),
         (text.replace("e = [8, 16]\n", ""), "needs `e`"),
         (text + 'weights = "fp16"\n', "bf16 or fp8e4m3"),
         (text + "zipf = -1\n", "`zipf` must be a number >= 0"),
-        ('name = "g"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\ntopk = 2\n', 'belong to op "moe"'),
+        (
+            'name = "g"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\ntopk = 2\n',
+            "`topk` belongs to op moe",
+        ),
     ]:
         with pytest.raises(SpecError, match=message.replace("(", r"\(")):
             parse_spec(bad)

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from autotune import Config, Problem, Target
-from autotune.core.problem import QUANT_OPS
 from autotune.core.target import interpreting
 from autotune.engine.bench import Benchmarker, rel_error
 from autotune.kernels import OPS, QUANT_GEMMS, get_op
 from autotune.kernels.quant import formats as q
 from autotune.kernels.quant.op import QuantGemmOp
+from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.quant.space import mx_native, quant_default_config, triton_default
 from autotune.sweeps import SpecError, parse_spec
 
@@ -73,7 +73,7 @@ def test_min_bytes_count_packed_data_and_scales() -> None:
         (lambda: Problem("gemm_mxfp8", 16, 256, 512), "takes A in fp8e4m3"),
         (lambda: Problem("gemm_fp8_rowwise", 1, 8, 64, dtype_a="fp8e4m3", dtype_b="fp8e4m3fnuz"), "one FP8"),
         (lambda: Problem.quant("gemm_mxfp4", 16, 256, 512, dtype="fp32"), "writes bf16 or fp16"),
-        (lambda: Problem.quant("gemm_nvfp4", 16, 256, 512), "unknown quantized op"),
+        (lambda: Problem.quant("gemm_nvfp4", 16, 256, 512), "unknown op .gemm_nvfp4."),
     ],
 )
 def test_bad_problems_are_one_clear_error(make, message: str) -> None:
@@ -95,7 +95,7 @@ def test_ops_are_registered_everywhere() -> None:
     base = 'name = "q"\n[[sweep]]\nop = "gemm_mxfp8"\nm = [1]\n'
     for bad, message in [
         (base + "nk = [[64, 100]]\n", "multiple of its scale block 32"),
-        (base + 'nk = [[64, 128]]\nfp8 = "fp8e4m3"\n', "`fp8` belongs to the FP8 ops"),
+        (base + 'nk = [[64, 128]]\nfp8 = "fp8e4m3"\n', "`fp8` belongs to op gemm_fp8_rowwise and"),
         (base + 'nk = [[64, 128]]\nlayout = "kn"\n', "layout nk"),
         (base.replace("gemm_mxfp8", "gemm_fp8_rowwise") + 'nk = [[64, 128]]\nfp8 = "e5m2"\n', "`fp8` is"),
     ]:
@@ -992,7 +992,7 @@ def test_best_finds_a_quantized_problem_by_op(tmp_path, capsys) -> None:
     assert main(argv) == 0
     assert "16.4" in capsys.readouterr().out
     assert main([*argv[:-2], "--e", "8", "--db", db]) == 2
-    assert "gemm_fp8_blockwise takes no --e, --topk or --layout" in capsys.readouterr().err
+    assert "E and topk belong to problems with experts, not gemm_fp8_blockwise" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("M", [1, 2, 7])

@@ -1,0 +1,297 @@
+"""M profiles skip clearly losing candidates: one more than HOPELESS times the fastest at its last timing
+(or failed there) is skipped for REPROBE ladder M, then timed again; never the vendor, never at a tuned
+M, never a candidate not timed before; a resumed profile skips the same ones."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune.core.result import Source
+from autotune.db import Store
+from autotune.engine.runner import SweepStopped
+from autotune.sweeps.profile import (
+    HOPELESS,
+    REPROBE,
+    FamilyProfile,
+    Plan,
+    ProfileReport,
+    profile_family,
+)
+
+GPU = Target.for_arch("sm_90")
+VENDOR = Config(backend="torch")
+A, B, C = (Config(backend="triton", BLOCK_M=m) for m in (16, 32, 64))
+
+#: Time (µs) of a config at an M; None: the timing fails.
+Times = Callable[[int, Config], float | None]
+
+
+class Timed:
+    """A measurer of made-up times; counts its calls per (M, config)."""
+
+    def __init__(self, times: Times) -> None:
+        self.times = times
+        self.calls: Counter[tuple[int, Config]] = Counter()
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        self.calls[(problem.M, config)] += 1
+        t = self.times(problem.M, config)
+        if t is None:
+            return TrialResult(config, TrialStatus.RUNTIME_ERROR, error="boom")
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph"))
+
+
+class Refuses:
+    """A measurer that must not be called."""
+
+    def run(self, problem: Problem, config: Config) -> TrialResult:
+        raise AssertionError(f"timed {config.short()} at M = {problem.M}: it was stored")
+
+
+def _job(ladder: Sequence[int], tuned: Sequence[int]) -> FamilyProfile:
+    from autotune.kernels import GEMM
+
+    return FamilyProfile(GEMM, tuple(Problem.gemm(m, 256, 512) for m in tuned), tuple(ladder))
+
+
+def _plan(job: FamilyProfile, configs: Callable[[int], list[Config]]) -> tuple[Plan, int]:
+    """The plan of `job`: at each ladder M, `configs(M)` (a given plan: no space checks, no store)."""
+    return [(job.buckets[0].with_m(m), configs(m)) for m in job.ladder], 0
+
+
+def _profile(
+    tmp: Path,
+    job: FamilyProfile,
+    configs: Callable[[int], list[Config]],
+    times: Times,
+    *,
+    name: str = "p.db",
+    sparse: bool = False,
+) -> tuple[ProfileReport, Timed]:
+    measurer = Timed(times)
+    with Store(str(tmp / name)) as store:
+        report = profile_family(
+            job, store=store, target=GPU, measurer=measurer, plan=_plan(job, configs), sparse=sparse
+        )
+    return report, measurer
+
+
+def _at(measurer: Timed, config: Config) -> list[int]:
+    """The M at which `config` was timed, each as often as it was."""
+    return sorted(m for (m, c), n in measurer.calls.items() if c == config for _ in range(n))
+
+
+LADDER = tuple(range(1, 17))  # 16 points, index i at M = i + 1
+
+
+def _reprobed(start: int, end: int) -> list[int]:
+    """The M a config hopeless at every timing is timed at, first timed at ladder M `start`."""
+    return [m for m in LADDER if start <= m <= end and (m - start) % (REPROBE + 1) == 0]
+
+
+def test_a_hopeless_config_is_skipped_then_reprobed_after_reprobe_points(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float:
+        return {VENDOR: 10.0, A: 8.0, B: 8.0 * 1.5}[config]
+
+    job = _job(LADDER, [1])
+    report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A, B], times)
+    # hopeless at M = 1: skipped at the next REPROBE points, timed again, hopeless again, ...
+    assert _at(measurer, B) == _reprobed(1, 16)
+    assert _at(measurer, B)[:2] == [1, 2 + REPROBE]
+    assert _at(measurer, A) == list(LADDER) and _at(measurer, VENDOR) == list(LADDER)
+    assert all(n == 1 for n in measurer.calls.values())
+    assert report.pruned == len(LADDER) - len(_reprobed(1, 16))
+    assert report.ran == sum(measurer.calls.values()) and report.cached == 0 and report.points == 16
+
+
+def test_the_vendor_is_timed_at_every_point_however_slow_or_failing(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float | None:
+        if config == VENDOR:
+            return None if M % 2 else 100.0  # fails at odd M, else 12x the fastest
+        return 8.0
+
+    report, measurer = _profile(tmp_path, _job(LADDER, [1]), lambda m: [VENDOR, A], times)
+    assert _at(measurer, VENDOR) == list(LADDER)
+    assert _at(measurer, A) == list(LADDER)
+    assert report.pruned == 0 and report.failed == 8
+
+
+def test_a_failed_timing_is_hopeless_and_reprobed(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float | None:
+        if config == B and M == 3:
+            return None  # a crashed worker, say: B is as fast as A otherwise
+        return {VENDOR: 10.0, A: 8.0, B: 8.0}[config]
+
+    report, measurer = _profile(tmp_path, _job(LADDER, [1]), lambda m: [VENDOR, A, B], times)
+    assert _at(measurer, B) == [1, 2, 3, *range(4 + REPROBE, 17)]
+    assert report.failed == 1 and report.pruned == REPROBE
+
+
+def test_a_tuned_m_times_every_candidate(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float:
+        return {VENDOR: 10.0, A: 8.0, B: 20.0}[config]
+
+    tuned = [1, 3, 16]  # M = 3 falls inside the skip after M = 1
+    report, measurer = _profile(tmp_path, _job(LADDER, tuned), lambda m: [VENDOR, A, B], times)
+    assert _at(measurer, B) == sorted({1, 3, *_reprobed(3, 15), 16})
+    assert _at(measurer, B)[:3] == [1, 3, 4 + REPROBE]
+    assert _at(measurer, A) == list(LADDER)
+    assert report.pruned == len(LADDER) - len(_at(measurer, B))
+
+
+def test_a_candidate_never_timed_before_is_timed(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float:
+        return {VENDOR: 10.0, A: 8.0, B: 20.0, C: 20.0}[config]
+
+    def configs(M: int) -> list[Config]:  # C (a new bucket's finalist) comes in at M = 3
+        return [VENDOR, A, B] + ([C] if M >= 3 else [])
+
+    report, measurer = _profile(tmp_path, _job(LADDER, [1]), configs, times)
+    # B is skipped at M = 3 (hopeless at M = 1); C, never timed, is timed there, then skipped in turn
+    assert 3 not in _at(measurer, B)
+    assert _at(measurer, C) == _reprobed(3, 16)
+    assert _at(measurer, B) == _reprobed(1, 16)
+    assert report.pruned == (16 - len(_reprobed(1, 16))) + (14 - len(_reprobed(3, 16)))
+
+
+def test_a_candidate_within_hopeless_keeps_being_timed(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float:
+        # A exactly HOPELESS times the fastest (B) everywhere: within, so timed at every point
+        return {VENDOR: 9.0, A: 8.0 * HOPELESS, B: 8.0}[config]
+
+    report, measurer = _profile(tmp_path, _job(LADDER, [1]), lambda m: [VENDOR, A, B], times)
+    assert _at(measurer, A) == list(LADDER) and _at(measurer, B) == list(LADDER)
+    assert report.pruned == 0
+
+
+def test_a_candidate_that_comes_back_within_hopeless_is_timed_again_at_every_point(tmp_path: Path) -> None:
+    def times(M: int, config: Config) -> float:
+        # B is hopeless until its reprobe, then as fast as A: once reprobed, it is timed at every point
+        return {VENDOR: 10.0, A: 8.0, B: 20.0 if M < 2 + REPROBE else 8.0}[config]
+
+    _, measurer = _profile(tmp_path, _job(LADDER, [1]), lambda m: [VENDOR, A, B], times)
+    assert _at(measurer, B) == [1, *range(2 + REPROBE, 17)]
+
+
+def _varying(M: int, config: Config) -> float | None:
+    """Times where who is hopeless changes along the ladder, and one failure."""
+    if config == VENDOR:
+        return 10.0 + M
+    if config == A:
+        return 8.0 + 2 * M  # loses to the vendor from M = 3, hopeless from M = 9
+    if config == B:
+        return None if M == 8 else 30.0 - M  # hopeless until M = 12; fails at the tuned M = 8
+    return 9.0 + M
+
+
+def _configs(M: int) -> list[Config]:
+    return [VENDOR, A, B] + ([C] if M >= 5 else [])
+
+
+def test_a_resumed_profile_times_nothing_again_and_reports_the_same(tmp_path: Path) -> None:
+    job = _job(LADDER, [1, 8])
+    with Store(str(tmp_path / "r.db")) as store:
+        plan = _plan(job, _configs)
+        first = profile_family(
+            job, store=store, target=GPU, measurer=Timed(_varying), plan=plan, sparse=False
+        )
+        assert first.pruned > 0 and first.ran > 0 and first.failed == 1
+        again = profile_family(job, store=store, target=GPU, measurer=Refuses(), plan=plan, sparse=False)
+        assert again.ran == 0 and again.cached == first.ran
+        assert (again.pruned, again.failed, again.points) == (first.pruned, 0, first.points)
+        assert len(store.trials(source=Source.PROFILE)) == first.ran
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("stop_after", [1, 7, 20, 33])
+def test_a_profile_stopped_and_resumed_times_what_an_uninterrupted_one_does(
+    tmp_path: Path, stop_after: int, sparse: bool
+) -> None:
+    job = _job(LADDER, [1, 8])
+    whole, straight = _profile(tmp_path, job, _configs, _varying, name="whole.db", sparse=sparse)
+    assert whole.pruned > 0
+    with Store(str(tmp_path / "stopped.db")) as store:
+        plan = _plan(job, _configs)
+        first = Timed(_varying)
+        with pytest.raises(SweepStopped):
+            profile_family(
+                job,
+                store=store,
+                target=GPU,
+                measurer=first,
+                plan=plan,
+                should_stop=lambda: sum(first.calls.values()) >= stop_after,
+                sparse=sparse,
+            )
+        second = Timed(_varying)
+        resumed = profile_family(job, store=store, target=GPU, measurer=second, plan=plan, sparse=sparse)
+        # what was stored is read back, the point being timed when it stopped is timed again (its results
+        # were not stored), and the skips are the same
+        stored = {(t.problem.M, t.config) for t in store.trials(source=Source.PROFILE)}
+        assert stored == set(straight.calls)
+        assert resumed.cached + resumed.ran == whole.ran and resumed.pruned == whole.pruned
+        assert resumed.left_out == whole.left_out
+        assert set(second.calls) <= set(straight.calls)
+        assert set(second.calls) | {k for k in first.calls if k in stored} == set(straight.calls)
+
+
+def test_the_log_line_counts_pruned_timings(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def times(M: int, config: Config) -> float:
+        return {VENDOR: 10.0, A: 8.0, B: 20.0}[config]
+
+    with caplog.at_level(logging.INFO, logger="autotune.sweeps.profile"):
+        report, _ = _profile(tmp_path, _job(LADDER, [1]), lambda m: [VENDOR, A, B], times)
+    assert report.pruned > 0
+    assert f"{report.pruned} pruned as hopeless" in caplog.text
+
+
+def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_the_vendor(
+    tmp_path: Path,
+) -> None:
+    from autotune.sweeps.profile import CLOSE
+
+    job = _job(LADDER, [1, 8])
+    coarse = [1, 3, 5, 7, 8, 9, 11, 13, 15, 16]  # every other M, the tuned M = 8 and the last
+
+    def behind(M: int, config: Config) -> float:  # A 20% behind the vendor everywhere: none filled in
+        return {VENDOR: 10.0, A: 12.0}[config]
+
+    report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], behind, name="a.db", sparse=True)
+    assert _at(measurer, VENDOR) == _at(measurer, A) == coarse
+    assert report.left_out == len(LADDER) - len(coarse) and report.points == len(LADDER)
+
+    def close_below_6(M: int, config: Config) -> float:  # A within CLOSE of the vendor up to M = 5
+        return {VENDOR: 10.0, A: 10.0 * (CLOSE - 0.01 if M <= 5 else 1.2)}[config]
+
+    report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], close_below_6, name="b.db", sparse=True)
+    # M = 2 and 4 lie between contested M, M = 6 beside one (M = 5); the rest are left to the vendor
+    assert _at(measurer, VENDOR) == sorted([*coarse, 2, 4, 6])
+    assert report.left_out == len(LADDER) - len(coarse) - 3
+
+    def vendor_fails_at_13(M: int, config: Config) -> float | None:  # no vendor time: contested
+        return None if (M, config) == (13, VENDOR) else behind(M, config)
+
+    report, measurer = _profile(
+        tmp_path, job, lambda m: [VENDOR, A], vendor_fails_at_13, name="c.db", sparse=True
+    )
+    assert _at(measurer, VENDOR) == sorted([*coarse, 12, 14])
+
+
+def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near_the_fastest(
+    tmp_path: Path,
+) -> None:
+    def times(M: int, config: Config) -> float:  # A close to the vendor (contested); B hopeless throughout
+        return {VENDOR: 10.0, A: 10.1, B: 30.0}[config]
+
+    job = _job(LADDER, [1])
+    report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A, B], times, sparse=True)
+    assert _at(measurer, VENDOR) == _at(measurer, A) == list(LADDER)  # every M contested: all filled in
+    timed_b = _at(measurer, B)
+    assert timed_b and all(m % 2 == 1 or m == LADDER[-1] for m in timed_b)  # never between two timed M
+    assert report.left_out == 0 and report.pruned == 3 * len(LADDER) - len(measurer.calls)
