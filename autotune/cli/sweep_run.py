@@ -248,7 +248,7 @@ def print_sweep_report(report: SweepReport) -> None:
         f"{report.wall_s:.1f} s; sweep id {report.sweep_id}"
     )
     if report.profiles:
-        n_ran = sum(p.ran for p in report.profiles)
+        n_ran = sum(p.ran + p.retimed for p in report.profiles)
         cached = sum(p.cached for p in report.profiles)
         points = sum(p.points for p in report.profiles)
         pruned = sum(p.pruned for p in report.profiles)

@@ -16,8 +16,9 @@ whose last timing was more than `HOPELESS` times that M's fastest (or failed) is
 `REPROBE` ladder M, then timed again (and skipped again while it stays hopeless). The vendor library is
 timed at every M timed, every candidate at a tuned M, and a candidate never timed before (a new bucket's
 finalist) at once; a trial read back from the store counts as a timing, so a resumed profile skips the
-same ones. A skipped config has no time at that M, which `autotune.dispatch.ranges` reads as not
-measured there.
+same ones. Where a candidate ran faster than the vendor library's first timing at an M, the vendor
+library is timed `VENDOR_SAMPLES` times and its fastest is stored. A skipped config has no time at that
+M, which `autotune.dispatch.ranges` reads as not measured there.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class ProfileReport:
     skipped: int = 0  # (M, config) pairs outside the op's space at that M, or flagged by static checks
     pruned: int = 0  # (M, config) pairs not timed for losing by more than HOPELESS (`_due`)
     left_out: int = 0  # ladder M not timed at all: the vendor library clearly ahead on both sides
+    retimed: int = 0  # further timings of a beaten vendor library (`VENDOR_SAMPLES`), not stored apart
     wall_s: float = 0.0
 
 
@@ -135,6 +137,29 @@ def _contested(seen: dict[Config, TrialResult]) -> bool:
         return True
     ours = [r.score() for c, r in seen.items() if c.backend != VENDOR_BACKEND and r.ok]
     return bool(ours) and min(ours) <= vendor[0].score() * CLOSE
+
+
+#: Times the vendor library is timed at an M where another candidate ran faster than its first timing:
+#: its fastest is stored. The same vendor call runs at one of two speeds per CUDA-graph capture on some
+#: shapes (about 10% apart), so one timing can make a config look faster than the vendor where it is not.
+VENDOR_SAMPLES = 3
+
+
+def _beaten(seen: dict[Config, TrialResult], vendor: TrialResult) -> bool:
+    """Whether a candidate other than the vendor's ran faster than `vendor` at this M."""
+    return vendor.ok and any(
+        c.backend != VENDOR_BACKEND and r.ok and r.score() < vendor.score() for c, r in seen.items()
+    )
+
+
+def _vendor_best(measurer: Measurer, problem: Problem, config: Config, first: TrialResult) -> TrialResult:
+    """The fastest of `first` and `VENDOR_SAMPLES` - 1 more timings of the vendor's `config`."""
+    best = first
+    for _ in range(VENDOR_SAMPLES - 1):
+        r = measurer.run(problem, config)
+        if r.ok and r.score() < best.score():
+            best = r
+    return best
 
 
 def _due_at(last: dict[Config, tuple[float, int]], index: int, config: Config) -> bool:
@@ -359,6 +384,11 @@ def profile_family(
             seen[config] = result
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
+        for config, r in list(seen.items()):
+            if config.backend == VENDOR_BACKEND and r in results and _beaten(seen, r):
+                best = _vendor_best(measurer, problem, config, r)
+                results[results.index(r)] = seen[config] = best
+                report.retimed += VENDOR_SAMPLES - 1
         fastest = min((r.score() for r in seen.values()), default=math.inf)
         for config, r in seen.items():
             last[config] = (_ratio(r, fastest), index)
@@ -387,7 +417,8 @@ def profile_family(
             continue
         time_point(index, functools.partial(_between, last, known[lo], known[hi]))
     report.wall_s = time.perf_counter() - t0
-    log.info("profiled %s at %d M: %d timed, %d read back, %d failed, %d pruned as hopeless, %d M left "
-             "to the vendor library, %.1f s", job.family, report.points, report.ran, report.cached,
-             report.failed, report.pruned, report.left_out, report.wall_s)  # fmt: skip
+    log.info("profiled %s at %d M: %d timed (%d of them the vendor library again), %d read back, %d failed, "
+             "%d pruned as hopeless, %d M left to the vendor library, %.1f s", job.family, report.points,
+             report.ran + report.retimed, report.retimed, report.cached, report.failed, report.pruned,
+             report.left_out, report.wall_s)  # fmt: skip
     return report

@@ -84,7 +84,7 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         assert sum(not served for served, _, _ in worker.log) == 12  # 2 problems x 6 trials: not as served
         assert (
             sum(served for served, _, _ in worker.log)
-            == len(store.trials(source=Source.FINAL)) * 3 + prof.ran
+            == len(store.trials(source=Source.FINAL)) * 3 + prof.ran + prof.retimed
         )
         final = store.trials(source=Source.FINAL)
         assert final and all(t.timing is not None and t.timing.method == "graph" for t in final)
