@@ -25,11 +25,7 @@ def fmt_us(t: float | None) -> str:
 
 
 def problem_label(p: Problem) -> str:
-    """A problem in one table cell: M x N x K, dtype and layout; for moe its experts and weights too."""
-    if p.op == "moe":
-        weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
-        return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
-    if p.op != "gemm":  # the quantized GEMMs: the op tells the scaling apart
-        b = "" if p.dtype_b == p.dtype_a else f"/{p.dtype_b}"
-        return f"{p.op} {p.M}x{p.N}x{p.K} {p.dtype_a}{b}"
-    return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}"
+    """A problem in one table cell, as its op labels it (`ProblemRules.label`)."""
+    from autotune.core.registry import rules_of
+
+    return rules_of(p.op).label(p)

@@ -88,6 +88,17 @@ class ProblemRules:
         p, own = problem, "".join(f" {k}={v}" for k, v in problem.extra)
         return f"{p.op} M={p.M} N={p.N} K={p.K} {p.dtype_a} B:{p.layout}{own}"
 
+    def predict_us(self, problem: Problem, config: Any, target: Any, features: Any = None) -> float | None:
+        """The op's own cost model: the predicted µs of `config` on `problem` and `target`
+        (`autotune.engine.model.predict_us` asks it first); None: the dense GEMM's model, which knows
+        the built-in GEMM backends."""
+        return None
+
+    def label(self, problem: Problem) -> str:
+        """The problem in one table cell: M x N x K, dtype and layout (and the op's own parameters)."""
+        p, own = problem, "".join(f" {k}={v}" for k, v in problem.extra)
+        return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}{own}"
+
     def key_problem(self, key: tuple[str, str, str, int, int, int, int, str]) -> Problem:
         """The problem at M = 1 of a table key (op, dtype, layout, N, K, E, topk, params), whose dtype is
         A's (`autotune.dispatch.table.Key`)."""

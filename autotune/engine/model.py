@@ -35,11 +35,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from autotune.core.config import Config
-from autotune.core.problem import DTYPE_BYTES, Problem, cdiv
+from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, rules_of
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target
 
-__all__ = ["MODEL_VERSION", "predict_us", "rank"]
+__all__ = ["LAUNCH_US", "MODEL_VERSION", "library_us", "predict_us", "rank"]
 
 MODEL_VERSION = "roofline-3"
 
@@ -162,8 +162,9 @@ def predict_us(
             return math.inf
         if target.lds_bytes and not target.interpreter and features.lds_bytes > target.lds_bytes:
             return math.inf
-    if problem.op == "moe":
-        return _moe_us(problem, config, target, features)
+    own = rules_of(problem.op).predict_us(problem, config, target, features)
+    if own is not None:  # the op's own cost model
+        return own
     backend = config.backend
     if backend not in ("torch", "aiter", "triton", "triton_gemv", "triton_tma", "gluon"):
         raise ValueError(
@@ -175,46 +176,12 @@ def predict_us(
     elif backend == "triton_gemv":
         us = _gemv_us(problem, config, target)
     elif backend in LIBRARY_BACKENDS:
-        us = _library_us(problem, target)
+        us = library_us(problem, target)
     else:
         us = _tiled_us(problem, config, target, features)
     if _spilling(features):
         us *= SPILL_PENALTY
     return us
-
-
-#: Launches of the fused MoE besides its two GEMMs: the block alignment of the routing, the SiLU and the
-#: top-k reduction (and the activation quantization with FP8 weights).
-MOE_EXTRA_LAUNCHES = 3
-#: The torch baseline launches a handful of kernels per busy expert (gather, two matmuls, activation,
-#: scatter-add).
-MOE_TORCH_LAUNCHES_PER_EXPERT = 6
-#: vLLM's knob names → the dense GEMM's.
-_MOE_TO_GEMM = {"BLOCK_SIZE_M": "BLOCK_M", "BLOCK_SIZE_N": "BLOCK_N", "BLOCK_SIZE_K": "BLOCK_K"}
-
-
-def _moe_us(problem: Problem, config: Config, target: Target, features: StaticFeatures | None) -> float:
-    """The fused MoE as its two grouped GEMMs (gate+up: 2N x K, down: K x N) over the rows the routing
-    gives the busy experts, each padded to BLOCK_SIZE_M, plus the weight traffic of every busy expert
-    (the dense model reads B once) and the extra launches. A first model: not yet validated against
-    measurements (the dense GEMM's is, in BENCHMARKS.md)."""
-    touched = max(1.0, problem.experts_touched())
-    per_expert = problem.M * problem.topk / touched
-    wbytes = DTYPE_BYTES[problem.dtype_b]
-    if config.backend == "torch" or target.peak_tflops <= 0 or target.mem_gbps <= 0:
-        launches = touched * MOE_TORCH_LAUNCHES_PER_EXPERT * (LAUNCH_US if target.peak_tflops > 0 else 1.0)
-        return launches + _library_us(problem, target) if target.peak_tflops > 0 else launches + 1.0
-    bm = int(config["BLOCK_SIZE_M"])
-    rows = int(touched * math.ceil(per_expert / bm) * bm)
-    knobs = {_MOE_TO_GEMM.get(k, k): v for k, v in config.items() if k not in ("backend", "GROUP_SIZE_M")}
-    gemm_config = Config(backend="triton", GROUP_M=1, SPLIT_K=1, **knobs)
-    up = Problem("gemm", rows, 2 * problem.N, problem.K, dtype_a=problem.dtype_a, dtype_b=problem.dtype_b,
-                 dtype_out=problem.dtype_out)  # fmt: skip
-    down = Problem("gemm", rows, problem.K, problem.N, dtype_a=problem.dtype_a, dtype_b=problem.dtype_b,
-                   dtype_out=problem.dtype_out)  # fmt: skip
-    gemms = predict_us(up, gemm_config, target, features) + predict_us(down, gemm_config, target, features)
-    extra_weights = (touched - 1) * 3 * problem.N * problem.K * wbytes / (target.mem_gbps * 1e3)
-    return gemms + extra_weights + MOE_EXTRA_LAUNCHES * LAUNCH_US
 
 
 def rank(
@@ -235,7 +202,7 @@ def rank(
 # --- backends -----------------------------------------------------------------------------------------
 
 
-def _library_us(problem: Problem, target: Target) -> float:
+def library_us(problem: Problem, target: Target) -> float:
     compute = problem.flops() / (_peak_flops_per_us(problem, target) * LIBRARY_COMPUTE_EFF[_vendor(target)])
     memory = problem.min_bytes() / (target.mem_gbps * 1e3 * LIBRARY_MEMORY_EFF)
     return LAUNCH_US + max(compute, memory)

@@ -145,3 +145,21 @@ def test_an_op_s_own_parameters_reach_specs_the_database_best_and_tables(
     by_groups = {d.problem.params_key: d.best.config for d in report.problems if d.best is not None}
     assert loaded.lookup("toy_grouped", 16, 64, 64, params="groups=2") == by_groups["groups=2"]
     assert loaded.lookup("toy_grouped", 16, 64, 64) is None  # no family without the parameter
+
+
+def test_an_op_s_own_cost_model_and_label_are_used(
+    grouped: GroupedToy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from autotune.cli.tables import problem_label
+    from autotune.core.config import Config
+    from autotune.core.target import Target
+    from autotune.engine.model import predict_us
+
+    p = Problem.of("toy_grouped", 16, 64, 64, groups=2)
+    target = Target.for_arch("sm_90")
+    with pytest.raises(ValueError, match="no cost model for backend 'toy_backend'"):
+        predict_us(p, Config(backend="toy_backend"), target)  # the dense GEMM's model: backends it knows
+    monkeypatch.setattr(GroupedToy, "predict_us", lambda self, problem, config, target, features=None: 42.0)
+    assert predict_us(p, Config(backend="toy_backend"), target) == 42.0
+    assert problem_label(p) == "16x64x64 bf16 nk groups=2"
+    assert problem_label(Problem.moe(4, 64, 64, 8, 2)) == "4x64x64 E8 top2 bf16"

@@ -163,6 +163,17 @@ class MoeOp(ProblemRules):
         zipf = float(options.get("zipf", 0.0) or 0.0)
         return self if zipf == self.zipf else MoeOp(zipf=zipf)
 
+    def predict_us(self, problem: Problem, config: Any, target: Any, features: Any = None) -> float | None:
+        """The fused MoE's cost model (`autotune.kernels.moe.cost`)."""
+        from autotune.kernels.moe.cost import moe_us
+
+        return moe_us(problem, config, target, features)
+
+    def label(self, problem: Problem) -> str:
+        p = problem
+        weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
+        return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
+
     def describe_problem(self, problem: Problem) -> str:
         p = problem
         weights = "" if p.dtype_b == p.dtype_a else f" weights {p.dtype_b}"

@@ -125,6 +125,12 @@ class QuantRules(ProblemRules):
             scales += fmt.scale_count(problem.M, problem.K, fmt.block_a)
         return super().problem_bytes(problem) + scales * fmt.scale_bytes
 
+    def label(self, problem: Problem) -> str:
+        """The op tells the scaling apart: it leads."""
+        p = problem
+        b = "" if p.dtype_b == p.dtype_a else f"/{p.dtype_b}"
+        return f"{p.op} {p.M}x{p.N}x{p.K} {p.dtype_a}{b}"
+
     def describe_problem(self, problem: Problem) -> str:
         p = problem
         b = "" if p.dtype_b == p.dtype_a else f" B {p.dtype_b}"
