@@ -23,12 +23,16 @@ class ToyGemm(GemmOp):
             raise ValueError(f"toy_gemm got a {problem.op} problem")
 
 
-@pytest.fixture
-def toy(monkeypatch: pytest.MonkeyPatch) -> ToyGemm:
-    op = ToyGemm()
+def _registered(monkeypatch: pytest.MonkeyPatch, op: ToyGemm) -> ToyGemm:
+    """`op` registered for one test (the registry as it was comes back after it)."""
     monkeypatch.setattr(registry, "_ops", dict(registry.ops()))
     registry.register(op)
     return op
+
+
+@pytest.fixture
+def toy(monkeypatch: pytest.MonkeyPatch) -> ToyGemm:
+    return _registered(monkeypatch, ToyGemm())
 
 
 def test_an_unregistered_op_is_refused_everywhere() -> None:
@@ -87,8 +91,7 @@ class GroupedToy(ToyGemm):
 @pytest.fixture
 def grouped(monkeypatch: pytest.MonkeyPatch) -> GroupedToy:
     op = GroupedToy()
-    monkeypatch.setattr(registry, "_ops", dict(registry.ops()))
-    registry.register(op)
+    _registered(monkeypatch, op)
     return op
 
 

@@ -37,7 +37,7 @@ def moe_us(problem: Problem, config: Config, target: Target, features: StaticFea
     bm = int(config["BLOCK_SIZE_M"])
     rows = int(touched * math.ceil(per_expert / bm) * bm)
     knobs = {_MOE_TO_GEMM.get(k, k): v for k, v in config.items() if k not in ("backend", "GROUP_SIZE_M")}
-    gemm_config = Config(backend="triton", GROUP_M=1, SPLIT_K=1, **knobs)
+    gemm_config = Config(backend="triton", **{"GROUP_M": 1, "SPLIT_K": 1, **knobs})
     up = Problem("gemm", rows, 2 * problem.N, problem.K, dtype_a=problem.dtype_a, dtype_b=problem.dtype_b,
                  dtype_out=problem.dtype_out)  # fmt: skip
     down = Problem("gemm", rows, problem.K, problem.N, dtype_a=problem.dtype_a, dtype_b=problem.dtype_b,

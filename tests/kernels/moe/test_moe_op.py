@@ -252,3 +252,18 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
 
 def test_moe_is_a_registered_op() -> None:
     assert get_op("moe") is MOE and MOE.backends(Target.for_arch("sm_90")) == ("torch", "triton")
+
+
+def test_the_moe_cost_model_takes_every_config_of_its_space() -> None:
+    """Split-K configs included (the knob the dense GEMM's model also has)."""
+    from autotune.engine.model import predict_us
+
+    target = Target.for_arch("sm_90")
+    problem = Problem.moe(16, 256, 512, 8, 2)
+    configs = list(MOE.space(problem, target).configs())
+    assert any(c.get("SPLIT_K", 1) > 1 for c in configs)
+    times = [
+        predict_us(problem, c, target)
+        for c in configs[:200] + [c for c in configs if c.get("SPLIT_K", 1) > 1][:50]
+    ]
+    assert all(0 < t < float("inf") for t in times)
