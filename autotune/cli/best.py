@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import argparse
 
     from autotune.cli.common import Subparsers
-    from autotune.core.problem import ParamValue, Problem
+    from autotune.core.problem import Problem
     from autotune.db.records import TrialRecord
 
 NAME = "best"
@@ -117,26 +117,13 @@ def _problem(args: argparse.Namespace) -> Problem:
     from autotune.core.registry import rules_of
 
     try:
-        own = rules_of(args.op).params
-        extra = dict(_param(text, own) for text in args.param)
+        extra = rules_of(args.op).parse_params(args.param)
         return Problem.of(
             args.op, args.m, args.n, args.k, args.dtype, args.weights,
             E=args.e, topk=args.topk, layout=args.layout, **extra,
         )  # fmt: skip
     except ValueError as exc:
         raise CliError(str(exc)) from None
-
-
-def _param(text: str, own: dict[str, type]) -> tuple[str, ParamValue]:
-    """One `--param NAME=VALUE`, its value of the type the op declares for NAME."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise ValueError(f"--param takes NAME=VALUE, got {text!r}")
-    kind = own.get(name, str)
-    try:
-        return name, kind(value)
-    except ValueError:
-        raise ValueError(f"--param {name} must be {kind.__name__}, got {value!r}") from None
 
 
 def _print_ranking(

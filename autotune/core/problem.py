@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
@@ -103,9 +103,24 @@ class ProblemRules:
         """The problem at M = 1 of a table key (op, dtype, layout, N, K, E, topk, params), whose dtype is
         A's (`autotune.dispatch.table.Key`)."""
         op, dtype, layout, n, k, e, topk, params = key
-        own = dict(item.split("=", 1) for item in params.split(",")) if params else {}
-        typed = {name: self.params.get(name, str)(value) for name, value in own.items()}
-        return Problem.of(op, 1, n, k, dtype, E=e, topk=topk, layout=layout, **typed)
+        own = self.parse_params(params.split(",") if params else ())
+        return Problem.of(op, 1, n, k, dtype, None, E=e, topk=topk, layout=layout, **own)
+
+    def parse_params(self, items: Iterable[str]) -> dict[str, ParamValue]:
+        """The op's own parameters from "NAME=VALUE" texts (a table key's `params`, `best --param`), each
+        value of the type the op declares for it (text for a name it does not declare, which the problem
+        then refuses); ValueError for a text that is not NAME=VALUE or a value not of its type."""
+        out: dict[str, ParamValue] = {}
+        for text in items:
+            name, sep, value = text.partition("=")
+            if not sep or not name:
+                raise ValueError(f"a parameter is NAME=VALUE, got {text!r}")
+            kind = self.params.get(name, str)
+            try:
+                out[name] = kind(value)
+            except ValueError:
+                raise ValueError(f"parameter {name} must be {kind.__name__}, got {value!r}") from None
+        return out
 
     # -- the op's own fields of a sweep spec's [[sweep]] table -------------------------------------------
 
@@ -268,8 +283,9 @@ class Problem:
 
     @property
     def params_key(self) -> str:
-        """The op's own parameters as text ("" where it has none): part of a table entry's key."""
-        return ",".join(f"{k}={v}" for k, v in self.extra)
+        """The op's own parameters as text ("" where it has none): part of a table entry's key (a served
+        call builds it: no work where there are none)."""
+        return ",".join(f"{k}={v}" for k, v in self.extra) if self.extra else ""
 
     def flops(self) -> float:
         """Floating-point operations (multiply and add counted separately), as the op counts them."""

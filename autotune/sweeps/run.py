@@ -100,8 +100,8 @@ def run_sweep(
     Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
     by default the serving ladder on a GPU) is profiled (`autotune.sweeps.profile`): its candidates timed at
     the ladder's M (sparse, as that module says) the way they run when served, stored as profile trials,
-    so that `autotune emit` builds M ranges; on the workers, a family at a time each. A sweep stopped or out of budget profiles
-    nothing; running it again does.
+    so that `autotune emit` builds M ranges; on the workers, a family at a time each. A sweep stopped or
+    out of budget profiles nothing; running it again does.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
     stored); every finished trial is already stored, the sweep is marked "interrupted" and the report

@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.core.problem import LAYOUTS, Problem, normalize_dtype
+from autotune.core.problem import LAYOUTS, Problem, ProblemRules, normalize_dtype
 from autotune.core.registry import is_known, ops, rules_of
 from autotune.core.static import StaticPolicy
 from autotune.core.target import Target
@@ -183,8 +183,10 @@ class SweepEntry:
     def _op(self, name: str) -> Any:
         from autotune.kernels import get_op
 
-        options = dict(self.options) if not self.model else {"zipf": self.zipf}
-        return rules_of(name).tuning_op(options) if name == self.op or self.model else get_op(name)
+        op = get_op(name)
+        if not isinstance(op, ProblemRules):  # an op without rules of its own has no options either
+            return op
+        return op.tuning_op(dict(self.options) if not self.model else {"zipf": self.zipf})
 
 
 @dataclass(frozen=True)

@@ -166,3 +166,27 @@ def test_an_op_s_own_cost_model_and_label_are_used(
     assert predict_us(p, Config(backend="toy_backend"), target) == 42.0
     assert problem_label(p) == "16x64x64 bf16 nk groups=2"
     assert problem_label(Problem.moe(4, 64, 64, 8, 2)) == "4x64x64 E8 top2 bf16"
+
+
+def test_an_op_without_rules_of_its_own_tunes_its_spec_entries_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An op that implements the protocol without inheriting `ProblemRules` gets GEMM-shaped rules, and
+    its [[sweep]] entries are tuned by the op itself."""
+    from autotune.core.problem import GEMM_SHAPED
+    from autotune.kernels import GEMM
+    from autotune.sweeps.spec import parse_spec
+
+    class Bare:
+        name = "toy_bare"
+
+        def __getattr__(self, attr: str) -> object:
+            return getattr(GEMM, attr)
+
+    op = Bare()
+    monkeypatch.setattr(registry, "_ops", dict(registry.ops()))
+    registry.register(op)  # type: ignore[arg-type]
+    assert registry.rules_of("toy_bare") is GEMM_SHAPED
+    spec = parse_spec('name = "b"\n[[sweep]]\nop = "toy_bare"\nm = [4]\nnk = [[64, 64]]\n')
+    ((entry, problem),) = spec.problems()
+    assert problem == Problem("toy_bare", 4, 64, 64) and entry.op_for(problem) is op
