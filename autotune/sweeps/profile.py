@@ -9,8 +9,9 @@ that stops resumes its profile, and `autotune emit` turns the profile into the M
 (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's space at an M is not timed
 there.
 
-The profile is sparse (`CLOSE`): every other ladder M first, then an M between two of them only where
-a candidate came close to the vendor library at one of them (elsewhere the vendor library is served).
+The profile is sparse (`COARSE`, `CLOSE`): every fourth ladder M first, then, halving the step, an M
+between two timed ones only where a candidate came close to the vendor library at one of them (elsewhere
+the vendor library is served).
 Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
 whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
 `REPROBE` ladder M, then timed again (and skipped again while it stays hopeless). The vendor library is
@@ -113,20 +114,37 @@ def _due(last: tuple[float, int] | None, index: int) -> bool:
     return ratio <= HOPELESS or index - at > REPROBE
 
 
-#: A sparse profile times every other ladder M first (and every tuned M, the first and the last), then an
-#: M between two of those only where at one of them a candidate other than the vendor's ran within this
-#: factor of the vendor library's time (or the vendor library has no time there). Elsewhere the vendor
-#: library is served (`autotune.dispatch.ranges` serves a config between two timed M only where it won
-#: at both).
+#: A sparse profile times every `COARSE`-th ladder M first (and every tuned M, the first and the last).
+#: Then, halving the step each pass (every second, then every M), it times an M only where at the
+#: nearest timed M below or above it a candidate other than the vendor's ran within `CLOSE` of the vendor
+#: library's time (or the vendor library has no time there). Elsewhere the vendor library is served
+#: (`autotune.dispatch.ranges` serves a config between two timed M only where it won at both).
+COARSE = 4
 CLOSE = 1.03
 
 
 def _coarse(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
-    """The ladder indices a profile times first: all of them, or (sparse) every other one, the first, the
-    last and the tuned M's."""
+    """The ladder indices a profile times first: all of them, or (sparse) every `COARSE`-th one, the
+    first, the last and the tuned M's."""
     if not sparse or count < 3:
         return list(range(count))
-    return sorted({*range(0, count, 2), count - 1, *tuned})
+    return sorted({*range(0, count, COARSE), count - 1, *tuned})
+
+
+def _refinements(count: int) -> list[int]:
+    """The ladder indices a sparse profile considers after the coarse ones, in order: those on every
+    `COARSE`/2-th M, then on every `COARSE`/4-th, ... down to every M (each index once; the coarse ones are
+    skipped by the caller)."""
+    order: list[int] = []
+    seen: set[int] = set()
+    step = COARSE
+    while step > 1:
+        step //= 2
+        for index in range(0, count, step):
+            if index not in seen:
+                seen.add(index)
+                order.append(index)
+    return order
 
 
 def _contested(seen: dict[Config, TrialResult]) -> bool:
@@ -406,9 +424,9 @@ def profile_family(
     coarse = _coarse(len(points), [i for i, (p, _) in enumerate(points) if p.M in tuned], sparse)
     for index in coarse:
         time_point(index, functools.partial(_due_at, last, index))
-    for index in (i for i in range(len(points)) if i not in coarse):
-        lo = max(i for i in coarse if i < index)
-        hi = min(i for i in coarse if i > index)
+    for index in (i for i in _refinements(len(points)) if i not in known):
+        lo = max(i for i in known if i < index)
+        hi = min(i for i in known if i > index)
         if not (_contested(known[lo]) or _contested(known[hi])):
             report.left_out += 1  # the vendor library clearly ahead on both sides: served there
             report.points += 1

@@ -260,7 +260,7 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
     from autotune.sweeps.profile import CLOSE
 
     job = _job(LADDER, [1, 8])
-    coarse = [1, 3, 5, 7, 8, 9, 11, 13, 15, 16]  # every other M, the tuned M = 8 and the last
+    coarse = [1, 5, 8, 9, 13, 16]  # every COARSE-th M (COARSE = 4), the tuned M = 8 and the last
 
     def behind(M: int, config: Config) -> float:  # A 20% behind the vendor everywhere: none filled in
         return {VENDOR: 10.0, A: 12.0}[config]
@@ -273,9 +273,10 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
         return {VENDOR: 10.0, A: 10.0 * (CLOSE - 0.01 if M <= 5 else 1.2)}[config]
 
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], close_below_6, name="b.db", sparse=True)
-    # M = 2 and 4 lie between contested M, M = 6 beside one (M = 5); the rest are left to the vendor
-    assert _at(measurer, VENDOR) == sorted([*coarse, 2, 4, 6])
-    assert report.left_out == len(LADDER) - len(coarse) - 3
+    # halving the step: M = 3 and 7 lie beside contested M (1 and 5), then M = 2, 4 and 6 beside
+    # contested M (1, 3, 5); M = 7 is not contested, so M = 10-12, 14 and 15 are left to the vendor
+    assert _at(measurer, VENDOR) == sorted([*coarse, 3, 7, 2, 4, 6])
+    assert report.left_out == len(LADDER) - len(coarse) - 5
 
     def vendor_fails_at_13(M: int, config: Config) -> float | None:  # no vendor time: contested
         return None if (M, config) == (13, VENDOR) else behind(M, config)
@@ -283,7 +284,7 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
     report, measurer = _profile(
         tmp_path, job, lambda m: [VENDOR, A], vendor_fails_at_13, name="c.db", sparse=True
     )
-    assert _at(measurer, VENDOR) == sorted([*coarse, 12, 14])
+    assert _at(measurer, VENDOR) == sorted([*coarse, 11, 15, 12, 14])  # beside M = 13, then beside those
 
 
 def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near_the_fastest(
@@ -296,7 +297,7 @@ def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A, B], times, sparse=True)
     assert _at(measurer, VENDOR) == _at(measurer, A) == list(LADDER)  # every M contested: all filled in
     timed_b = _at(measurer, B)
-    assert timed_b and all(m % 2 == 1 or m == LADDER[-1] for m in timed_b)  # never between two timed M
+    assert timed_b and set(timed_b) <= {1, 5, 9, 13, 16}  # only at coarse M, never between two timed M
     assert report.left_out == 0 and report.pruned == 3 * len(LADDER) - len(measurer.calls)
 
 
