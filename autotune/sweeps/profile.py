@@ -14,12 +14,12 @@ between two timed ones only where a candidate came close to the vendor library a
 the vendor library is served).
 Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
 whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
-`REPROBE` ladder M, then timed again (and skipped again while it stays hopeless). The vendor library is
-timed at every M timed, every candidate at a tuned M, and a candidate never timed before (a new bucket's
-finalist) at once; a trial read back from the store counts as a timing, so a resumed profile skips the
-same ones. Where a candidate ran faster than the vendor library's first timing at an M, the vendor
-library is timed `VENDOR_SAMPLES` times and its fastest is stored. A skipped config has no time at that
-M, which `autotune.dispatch.ranges` reads as not measured there.
+`REPROBE` M the profile times, then timed again (and skipped again while it stays hopeless). The vendor
+library is timed at every M timed, every candidate at a tuned M, and a candidate never timed before (a
+new bucket's finalist) at once; a trial read back from the store counts as a timing, so a resumed
+profile skips the same ones. Where a candidate ran faster than the vendor library's first timing at an
+M, the vendor library is timed `VENDOR_SAMPLES` times and its fastest is stored. A skipped config has no
+time at that M, which `autotune.dispatch.ranges` reads as not measured there.
 """
 
 from __future__ import annotations
@@ -96,22 +96,24 @@ class ProfileReport:
 CONTENDER = 1.05
 
 #: A candidate other than the vendor's whose last time was more than this factor of the fastest time at
-#: that M (or that failed there) is not timed at the next `REPROBE` ladder M: a config that loses by that
-#: much seldom wins a few M further on, and each of its timings costs as much as a winner's.
+#: that M (or that failed there) is not timed at the next `REPROBE` M the profile times: a config that
+#: loses by that much seldom wins a few M further on, and each of its timings costs as much as a winner's.
 HOPELESS = 1.25
 
-#: How many ladder M a hopeless candidate is skipped before it is timed again.
-REPROBE = 3
+#: How many of the M a profile times (in its order: the coarse ones upwards first) a hopeless candidate is
+#: skipped before it is timed again. Counted in timed M, not ladder M, so that a sparse profile prunes as
+#: much as a dense one.
+REPROBE = 2
 
 
-def _due(last: tuple[float, int] | None, index: int) -> bool:
-    """Whether a candidate other than the vendor's is timed at the ladder M of index `index`, given its
-    last measured ratio to the fastest time there and that M's index (None: never measured): yes where
-    it was within `HOPELESS`, or `REPROBE` ladder M have passed since."""
+def _due(last: tuple[float, int] | None, step: int) -> bool:
+    """Whether a candidate other than the vendor's is timed at the `step`-th M the profile times, given
+    its last measured ratio to the fastest time there and that M's step (None: never measured): yes where
+    it was within `HOPELESS`, or `REPROBE` timed M have passed since."""
     if last is None:
         return True
     ratio, at = last
-    return ratio <= HOPELESS or index - at > REPROBE
+    return ratio <= HOPELESS or step - at > REPROBE
 
 
 #: A sparse profile times every `COARSE`-th ladder M first (and every tuned M, the first and the last).
@@ -180,9 +182,9 @@ def _vendor_best(measurer: Measurer, problem: Problem, config: Config, first: Tr
     return best
 
 
-def _due_at(last: dict[Config, tuple[float, int]], index: int, config: Config) -> bool:
-    """`_due` of `config` at ladder index `index`, by its last timing in `last`."""
-    return _due(last.get(config), index)
+def _due_at(last: dict[Config, tuple[float, int]], step: int, config: Config) -> bool:
+    """`_due` of `config` at the `step`-th timed M, by its last timing in `last`."""
+    return _due(last.get(config), step)
 
 
 def _between(
@@ -375,10 +377,11 @@ def profile_family(
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
     tuned = {p.M for p in job.buckets}
-    last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, ladder index)
+    last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
     known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
 
     def time_point(index: int, due: Callable[[Config], bool]) -> None:
+        step = len(known)  # how many M were timed before this one
         problem, todo = points[index]
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
         ran = 0
@@ -409,7 +412,7 @@ def profile_family(
                 report.retimed += VENDOR_SAMPLES - 1
         fastest = min((r.score() for r in seen.values()), default=math.inf)
         for config, r in seen.items():
-            last[config] = (_ratio(r, fastest), index)
+            last[config] = (_ratio(r, fastest), step)
         known[index] = seen
         if results:  # one transaction per M
             trials = [
@@ -422,8 +425,8 @@ def profile_family(
             on_point(problem, ran, len(todo))
 
     coarse = _coarse(len(points), [i for i, (p, _) in enumerate(points) if p.M in tuned], sparse)
-    for index in coarse:
-        time_point(index, functools.partial(_due_at, last, index))
+    for step, index in enumerate(coarse):
+        time_point(index, functools.partial(_due_at, last, step))
     for index in (i for i in _refinements(len(points)) if i not in known):
         lo = max(i for i in known if i < index)
         hi = min(i for i in known if i > index)
