@@ -49,6 +49,14 @@ def add_parser(subparsers: Subparsers) -> None:
         "back to back, as served, vary more between runs)",
     )
     p.add_argument(
+        "--range-slack-us",
+        type=float,
+        default=0.75,
+        metavar="US",
+        help="and faster by this many microseconds besides (default 0.75: on short calls the vendor "
+        "library's own time varies by about that much from one CUDA-graph capture to the next)",
+    )
+    p.add_argument(
         "--no-ranges",
         action="store_true",
         help="ignore stored M profiles: serve every shape from its tuned M buckets by the M policy",
@@ -61,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from autotune.dispatch import M_POLICIES, TableError
     from autotune.dispatch.emit import DEFAULT_M_POLICY, emit_table
 
-    if args.vendor_margin < 0 or args.range_margin < 0:
-        raise CliError("--vendor-margin and --range-margin must be >= 0")
+    if args.vendor_margin < 0 or args.range_margin < 0 or args.range_slack_us < 0:
+        raise CliError("--vendor-margin, --range-margin and --range-slack-us must be >= 0")
 
     policy = args.m_policy or DEFAULT_M_POLICY
     if policy not in M_POLICIES:
@@ -76,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 vendor_margin=args.vendor_margin,
                 profiles=not args.no_ranges,
                 range_margin=args.range_margin,
+                range_slack_us=args.range_slack_us,
             )
             table.save(Path(args.out))
         except (TableError, ValueError, OSError) as exc:

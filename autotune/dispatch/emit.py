@@ -36,6 +36,12 @@ DEFAULT_VENDOR_MARGIN = 0.01
 #: (docs/notes/2026-11-27-served-timing.md, 2026-11-27-serve-every-m-rules.md).
 DEFAULT_RANGE_MARGIN = 0.05
 
+#: ... and by this many µs besides. The vendor library's own call runs at one of two speeds per CUDA-graph
+#: capture on some shapes, about 0.7 µs apart on the H100 and the H200 (the same cuBLAS kernels either
+#: way), so a short call that beats its slower speed by 5% can lose to its faster one
+#: (docs/notes/2026-11-27-vendor-two-speeds.md). On calls of 100 µs and more this is under 1%.
+DEFAULT_RANGE_SLACK_US = 0.75
+
 
 def emit_table(
     store: Store,
@@ -45,6 +51,7 @@ def emit_table(
     vendor_margin: float = DEFAULT_VENDOR_MARGIN,
     profiles: bool = True,
     range_margin: float = DEFAULT_RANGE_MARGIN,
+    range_slack_us: float = DEFAULT_RANGE_SLACK_US,
 ) -> Table:
     """The winners of one device as a Table.
 
@@ -69,16 +76,21 @@ def emit_table(
     head), else the searches' own timings.
 
     A shape family with a stored M profile (`autotune.sweeps.profile`, on this device) is served by M ranges
-    built from it instead (`ranges_from_profile`, with `range_margin`): each M gets the config measured
-    fastest there, the vendor library unless another beats it by that margin, and the vendor
+    built from it instead (`ranges_from_profile`, with `range_margin` and `range_slack_us`): each M gets the
+    config measured fastest there, the vendor library unless another beats it by that margin and that
+    slack, and the vendor
     library above the profile's largest M. `profiles=False` emits buckets for every family.
 
     Raises:
-        ValueError: a negative `vendor_margin`; nothing to emit; `fingerprint` too short, ambiguous or
-            naming no GPU; or several devices and no `fingerprint` to pick one.
+        ValueError: a negative `vendor_margin`, `range_margin` or `range_slack_us`; nothing to emit;
+            `fingerprint` too short, ambiguous or naming no GPU; or several devices and no `fingerprint`
+            to pick one.
     """
-    if vendor_margin < 0 or range_margin < 0:
-        raise ValueError(f"vendor_margin and range_margin must be >= 0, got {vendor_margin}, {range_margin}")
+    if vendor_margin < 0 or range_margin < 0 or range_slack_us < 0:
+        raise ValueError(
+            "vendor_margin, range_margin and range_slack_us must be >= 0, "
+            f"got {vendor_margin}, {range_margin}, {range_slack_us}"
+        )
     device: str | None = None
     if fingerprint is not None:
         named = store.match_gpus(fingerprint)
@@ -126,7 +138,9 @@ def emit_table(
         device_key = newest.gpu.target.device_key()
         for key, profile in profiles_of(store, device_key).items():
             try:
-                ranges[key] = ranges_from_profile(profile, is_vendor=_is_vendor, margin=range_margin)
+                ranges[key] = ranges_from_profile(
+                    profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us
+                )
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)

@@ -7,12 +7,14 @@ profile left out is not a profiled M. `ranges_from_profile` turns it into contig
 ranges that cover every M from 1 up, with these rules:
 
 - **At a profiled M** the fastest candidate is served if it beats the vendor library by more than the
-  margin there (time × (1 + margin) < vendor time); else the vendor library. Where the previous M's
+  margin and the slack there (time × (1 + margin) + slack < vendor time); else the vendor library. The
+  slack (µs) covers the vendor library's own spread between processes, which on short calls is larger
+  than any fraction of its time. Where the previous M's
   pick is among those that beat the vendor and within the margin of the fastest, it is kept (fewer
   ranges, no switching on noise).
 - **Between two profiled M** (the M nobody measured) the pick of one end is served only if it beats the
-  vendor by the margin at both ends (of two such, the one whose worse end is better); else the vendor
-  library. A config that won at one isolated M is thus served at that M alone.
+  vendor by the margin and the slack at both ends (of two such, the one whose worse end is better); else
+  the vendor library. A config that won at one isolated M is thus served at that M alone.
 - **The vendor's time at a profiled M** is capped at the larger of its times at the two neighbouring
   profiled M (time grows with M: a vendor time above both is noise, or a slow kernel the vendor need not
   pick again). Where the vendor was timed and failed, that cap stands for its time, else no other config
@@ -41,7 +43,7 @@ Profile = Mapping[int, Mapping[Config, float]]
 
 
 def ranges_from_profile(
-    profile: Profile, *, is_vendor: Callable[[Config], bool], margin: float = 0.01
+    profile: Profile, *, is_vendor: Callable[[Config], bool], margin: float = 0.01, slack_us: float = 0.0
 ) -> tuple[Range, ...]:
     """The served ranges of one shape family from its profile (rules in the module docstring).
 
@@ -49,10 +51,15 @@ def ranges_from_profile(
     ignored.
 
     Raises:
-        ValueError: a negative margin, or a profile where nothing was measured at all.
+        ValueError: a negative margin or slack, or a profile where nothing was measured at all.
     """
-    if margin < 0:
-        raise ValueError(f"the vendor margin must be >= 0, got {margin}")
+    if margin < 0 or slack_us < 0:
+        raise ValueError(f"the vendor margin and slack must be >= 0, got {margin} and {slack_us} µs")
+
+    def clears(t: float, vendor_us: float) -> bool:
+        """Whether a time `t` beats the vendor library's `vendor_us` by the margin and the slack."""
+        return t * (1 + margin) + slack_us < vendor_us
+
     times = {
         m: {c: float(t) for c, t in row.items() if math.isfinite(t) and t > 0} for m, row in profile.items()
     }
@@ -100,7 +107,7 @@ def ranges_from_profile(
         if vendor is None:
             beats = dict(row)
         else:
-            beats = {c: t for c, t in row.items() if not is_vendor(c) and t * (1 + margin) < vendor[1]}
+            beats = {c: t for c, t in row.items() if not is_vendor(c) and clears(t, vendor[1])}
         if not beats:
             assert vendor is not None
             pick = vendor[0]
@@ -128,9 +135,10 @@ def ranges_from_profile(
             return picks[a]
         options = [c for c in (picks[a], picks[b]) if not is_vendor(c)]
         scored = sorted((worst(c, a, b), i, c) for i, c in enumerate(options))
-        if vendor_config is not None:
-            if scored and scored[0][0] * (1 + margin) < 1.0:  # beats the vendor by the margin at both ends
-                return scored[0][2]
+        if vendor_config is not None:  # the first that beats the vendor by the margin and slack at both ends
+            for ratio, _, c in scored:
+                if math.isfinite(ratio) and all(clears(times[x][c], reference(x)) for x in (a, b)):
+                    return c
             return vendor_config
         if scored and math.isfinite(scored[0][0]):
             return scored[0][2]

@@ -96,6 +96,26 @@ def test_a_gap_is_served_only_by_a_config_no_slower_than_the_vendor_at_both_ends
     assert all(served(ranges, m) == VENDOR for m in range(25, 64))
 
 
+def test_the_slack_asks_short_calls_for_a_larger_win_than_long_ones() -> None:
+    """A config must beat the vendor by the margin and by `slack_us` besides: 0.75 µs is 10% of a 7.5 µs
+    call (the vendor's two speeds on short calls) and under 1% of a 100 µs one."""
+    profile = {
+        16: {VENDOR: 7.9, SPLIT: 6.5},  # 7.9 > 6.5 * 1.05 + 0.75 = 7.575: served
+        32: {VENDOR: 8.1, SPLIT: 7.6},  # 6.6% ahead, but 7.6 * 1.05 + 0.75 = 8.73: the vendor
+        1024: {VENDOR: 100.0, TILE: 94.0},  # 94 * 1.05 + 0.75 = 99.45: served
+        2048: {VENDOR: 200.0, TILE: 190.0},  # 190 * 1.05 + 0.75 = 200.25: the vendor
+    }
+    ranges = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.05, slack_us=0.75)
+    assert [served(ranges, m) for m in (16, 32, 1024, 2048)] == [SPLIT, VENDOR, TILE, VENDOR]
+    # without the slack the 6.6% win at 32 is served, and so is TILE at 2048
+    ranges = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.05)
+    assert [served(ranges, m) for m in (16, 32, 1024, 2048)] == [SPLIT, SPLIT, TILE, TILE]
+    # a gap is served by its ends' pick only where it clears the margin and the slack at both ends
+    gap = {16: {VENDOR: 7.9, SPLIT: 6.5}, 24: {VENDOR: 8.0, SPLIT: 7.0}}
+    assert served(ranges_from_profile(gap, is_vendor=is_vendor, margin=0.05), 20) == SPLIT
+    assert served(ranges_from_profile(gap, is_vendor=is_vendor, margin=0.05, slack_us=0.75), 20) == VENDOR
+
+
 def test_a_config_that_wins_at_an_isolated_point_serves_that_point_alone() -> None:
     profile = {
         8: {VENDOR: 10.0, SPLIT: 10.5},
@@ -192,6 +212,8 @@ def test_bad_profiles_are_refused() -> None:
         ranges_from_profile({4: {}}, is_vendor=is_vendor)
     with pytest.raises(ValueError, match="margin"):
         ranges_from_profile({4: {VENDOR: 1.0}}, is_vendor=is_vendor, margin=-0.1)
+    with pytest.raises(ValueError, match="slack"):
+        ranges_from_profile({4: {VENDOR: 1.0}}, is_vendor=is_vendor, slack_us=-1.0)
 
 
 # -- tables with ranges ------------------------------------------------------------------------------

@@ -90,7 +90,7 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         assert final and all(t.timing is not None and t.timing.method == "graph" for t in final)
         assert all(t.timing is not None and t.timing.method == "graph" for t in profile_trials)
 
-        table = emit_table(store)
+        table = emit_table(store, range_slack_us=0.0)
         entry = table.entries[0]
         assert entry.ranges and not entry.buckets
         # our configs win below M = 20, by more than the 5% margin up to M = 8 (at 16 by 3.6%), the vendor
@@ -98,7 +98,13 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         assert table.lookup("gemm", 1, 256, 512).backend == "triton"
         assert table.lookup("gemm", 8, 256, 512).backend == "triton"
         assert table.lookup("gemm", 16, 256, 512).backend == "torch"
-        assert emit_table(store, range_margin=0.03).lookup("gemm", 16, 256, 512).backend == "triton"
+        assert emit_table(store, range_margin=0.03, range_slack_us=0.0).lookup(
+            "gemm", 16, 256, 512
+        ).backend == ("triton")
+        # the default slack (0.75 µs) besides the margin: at M = 8 ours (9.6 µs) is 12% ahead of the vendor
+        # (10.8 µs) but not by 5% and 0.75 µs; at M = 1 (8.2 against 10.1) it is
+        assert emit_table(store).lookup("gemm", 8, 256, 512).backend == "torch"
+        assert emit_table(store).lookup("gemm", 1, 256, 512).backend == "triton"
         assert table.lookup("gemm", 24, 256, 512).backend == "torch"
         assert table.lookup("gemm", 64, 256, 512).backend == "torch"
         assert table.lookup("gemm", 65, 256, 512).backend == "torch" and entry.ranges[-1].lo == 65
