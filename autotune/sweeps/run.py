@@ -54,9 +54,12 @@ class SweepReport:
     wall_s: float = 0.0
     predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
     budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
-    #: The M profiles made after tuning (one per shape family with a ladder), and the seconds they took.
+    #: The M profiles made (one per shape family with a ladder), and the seconds the sweep went on after
+    #: its last problem was tuned to finish them (`profile_s`). Profiles made while other problems were
+    #: still being tuned (`overlap_s` of them) share the workers with those and add less.
     profiles: list[ProfileReport] = field(default_factory=list)
     profile_s: float = 0.0
+    overlap_s: float = 0.0
 
     @property
     def trials_run(self) -> int:
@@ -97,11 +100,14 @@ def run_sweep(
     capped by its own `seconds`. When it is spent the sweep stops like an interrupted one
     (`report.budget_spent`); running it again resumes.
 
-    Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
-    by default the serving ladder on a GPU) is profiled (`autotune.sweeps.profile`): its candidates timed at
+    Each shape family whose entry has an M ladder (`SweepEntry.ladder_on`: by default the serving ladder
+    on a GPU) is profiled (`autotune.sweeps.profile`) once its problems are tuned: its candidates timed at
     the ladder's M (sparse, as that module says) the way they run when served, stored as profile trials,
-    so that `autotune emit` builds M ranges; on the workers, a family at a time each. A sweep stopped or
-    out of budget profiles nothing; running it again does.
+    so that `autotune emit` builds M ranges; on the workers, a family at a time each. While configs
+    compile ahead (`checker`) and the sweep has no time budget, a family whose problems were all tuned
+    in this run is profiled on the worker that tuned its last one, while the other problem in flight
+    there waits on compiles (the GPU is idle then); the rest once every problem is tuned. A sweep
+    stopped or out of budget profiles nothing more; running it again does.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
     stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
@@ -373,6 +379,14 @@ def _run_on_workers(
                     progress.problem_done(result)
                     if on_problem is not None:
                         on_problem(result)
+                    ready = tuned(result.problem)
+                if ready is not None:
+                    t0 = time.perf_counter()
+                    try:
+                        profile_one(lane, ready, None)
+                    finally:
+                        with lock:
+                            report.overlap_s += time.perf_counter() - t0
         except (SweepStopped, WorkerAborted):
             pass
         except WorkerError as exc:  # this worker cannot go on; the others take its problem
@@ -392,41 +406,76 @@ def _run_on_workers(
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
     profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
+    # Families profiled as soon as their problems are tuned: those whose every problem is in this run's
+    # queue, by family, with the problems not tuned yet (only while configs compile ahead, without a
+    # time budget: see `run_sweep`).
+    queued = {p for _, p in queue.todo}
+    waiting: dict[Problem, tuple[FamilyProfile, set[Problem]]] = {}
+    if checker is not None and queue.deadline is None:
+        waiting = {job.family: (job, set(job.buckets)) for job in jobs if set(job.buckets) <= queued}
+
+    def tuned(problem: Problem) -> FamilyProfile | None:
+        """Notes `problem` as tuned (under `lock`); its family's job where that was the last one left, taken
+        off the jobs the profile phase runs."""
+        found = waiting.get(family_of(problem))
+        if found is None or stop.is_set():
+            return None
+        job, left = found
+        left.discard(problem)
+        if left:
+            return None
+        del waiting[job.family]
+        for i, (queued_job, _) in enumerate(profile_jobs):
+            if queued_job is job:
+                del profile_jobs[i]
+                return job
+        return None
+
+    def profile_one(lane: _Lane, job: FamilyProfile, planned: tuple[Plan, int] | None) -> None:
+        """Profiles `job` on `lane` as one more problem in flight there. Without a plan (a family ready
+        while others are tuned) its compiles are queued first, and a wait on one lets the problem in
+        flight beside it use the worker. Put back for the profile phase where its worker fails."""
+        ticket = lane.join()
+        try:
+            compiler: Any = checker
+            if planned is None and checker is not None:
+                planned = family_plan(job, store=store, target=lane.worker.target)
+                prefetch_family(job.op, planned[0], checker)
+                compiler = _LaneChecker(checker, lane, ticket)
+            done = profile_family(
+                job,
+                store=store,
+                target=lane.worker.target,
+                measurer=_InLane(lane, ticket, ServedTiming(job.op)),
+                sweep_id=report.sweep_id,
+                should_stop=stop.is_set,
+                on_point=lambda *_: progress.beat(),
+                compiler=compiler,
+                plan=planned,
+            )
+        except WorkerError:
+            with lock:
+                profile_jobs.insert(0, (job, planned))
+            raise
+        finally:
+            lane.leave(ticket)
+        with lock:
+            report.profiles.append(done)
 
     def profile(lane: _Lane) -> None:
         worker = lane.worker
-        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
             while not stop.is_set():
                 with lock:
                     if not profile_jobs:
                         return
-                    job = profile_jobs.pop(0)
-                ticket = lane.join()
-                try:
-                    done = profile_family(
-                        job[0],
-                        store=store,
-                        target=worker.target,
-                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op)),
-                        sweep_id=report.sweep_id,
-                        should_stop=stop.is_set,
-                        on_point=lambda *_: progress.beat(),
-                        compiler=checker,
-                        plan=job[1],
-                    )
-                finally:
-                    lane.leave(ticket)
-                job = None
-                with lock:
-                    report.profiles.append(done)
+                    job, planned = profile_jobs.pop(0)
+                profile_one(lane, job, planned)
         except (SweepStopped, WorkerAborted):
             pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its family
+        except WorkerError as exc:  # this worker cannot go on; the others take its family (put back)
             log.error("%s stopped: %s", worker.name, exc)
             with lock:
-                if job is not None:
-                    profile_jobs.insert(0, job)
                 errors.append(exc)
         except BaseException as exc:  # a bug or a database error: stop the sweep
             with lock:
@@ -512,14 +561,22 @@ def _longest_first(
     planned: list[tuple[Problem, int, int]],
 ) -> list[tuple[SweepEntry, Problem]]:
     """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
-    together); by trial count where the estimate cannot be made."""
+    together); by trial count where the estimate cannot be made. A shape family's problems stay together
+    (families by their total, longest first; each family's problems longest first), so that each family
+    is tuned, and can be profiled, early."""
     try:
         est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
     except Exception as exc:  # the estimate is an optimisation only
         log.debug("no duration estimate (%s): ordering by trials", exc)
         sizes = {p: n for p, n, _ in planned}
         est = {p: float(min(sizes[p], e.budget.trials or sizes[p])) for e, p in todo}
-    return sorted(todo, key=lambda item: -est.get(item[1], 0.0))
+    totals: dict[Problem, float] = {}
+    for _, problem in todo:
+        family = family_of(problem)
+        totals[family] = totals.get(family, 0.0) + est.get(problem, 0.0)
+    return sorted(
+        todo, key=lambda item: (-totals[family_of(item[1])], family_of(item[1]).key(), -est.get(item[1], 0.0))
+    )
 
 
 class _Progress:
