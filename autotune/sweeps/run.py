@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -54,9 +56,9 @@ class SweepReport:
     wall_s: float = 0.0
     predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
     budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
-    #: The M profiles made (one per shape family with a ladder), and the seconds the sweep went on after
-    #: its last problem was tuned to finish them (`profile_s`). Profiles made while other problems were
-    #: still being tuned (`overlap_s` of them) share the workers with those and add less.
+    #: The M profiles made (one per shape family with a ladder), the seconds the sweep went on after its
+    #: last problem was tuned (`profile_s`), and the seconds profiles ran in the background before that
+    #: (`overlap_s`), where they share the workers with the problems being tuned.
     profiles: list[ProfileReport] = field(default_factory=list)
     profile_s: float = 0.0
     overlap_s: float = 0.0
@@ -105,8 +107,8 @@ def run_sweep(
     the ladder's M (sparse, as that module says) the way they run when served, stored as profile trials,
     so that `autotune emit` builds M ranges; on the workers, a family at a time each. While configs
     compile ahead (`checker`) and the sweep has no time budget, a family whose problems were all tuned
-    in this run is profiled on the worker that tuned its last one, while the other problem in flight
-    there waits on compiles (the GPU is idle then); the rest once every problem is tuned. A sweep
+    in this run is profiled at once as background work on a worker (`_Lane`: it gets the worker only
+    while no problem in flight there asks for it); the rest once every problem is tuned. A sweep
     stopped or out of budget profiles nothing more; running it again does.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
@@ -211,8 +213,9 @@ IN_FLIGHT = 2
 class _Lane:
     """One worker shared by the problems in flight on it, one trial at a time. The problem taken first
     (the front) has the worker whenever it asks; a problem behind it gets the worker only while the
-    front waits on a compile. A problem's time budget counts its own time only: all of it while in
-    front, its trials while behind. Thread-safe."""
+    front waits on a compile. Background work (a profile) joins behind every problem and gets the worker
+    only while none of them asks for it (each waits on a compile or does other work). A problem's time
+    budget counts its own time only: all of it while in front, its trials while behind. Thread-safe."""
 
     def __init__(self, worker: Worker, tickets: Iterator[int]) -> None:
         self.worker = worker
@@ -223,14 +226,26 @@ class _Lane:
         self._compiling: set[int] = set()  # problems waiting on a compile
         self._own: dict[int, float] = {}  # seconds counted so far per problem
         self._front_since = 0.0
+        self._background: set[int] = set()  # tickets of background work, behind every problem
+        self._asking: set[int] = set()  # tickets waiting for the worker in `run`
 
-    def join(self) -> int:
+    def join(self, *, background: bool = False) -> int:
+        """A ticket for one more problem in flight (or background work), behind those in flight."""
         with self._cv:
             ticket = next(self._tickets)
-            self._order.append(ticket)
+            at = len(self._order)
+            if background:
+                self._background.add(ticket)
+            else:  # ahead of any background work
+                at = next((i for i, t in enumerate(self._order) if t in self._background), at)
+            now = time.monotonic()
+            if at == 0 and self._order:  # the front so far goes behind: count its time up to now
+                self._own[self._order[0]] += now - self._front_since
+            self._order.insert(at, ticket)
             self._own[ticket] = 0.0
-            if len(self._order) == 1:
-                self._front_since = time.monotonic()
+            if at == 0:
+                self._front_since = now
+            self._cv.notify_all()
             return ticket
 
     def leave(self, ticket: int) -> None:
@@ -239,6 +254,7 @@ class _Lane:
             self._order.remove(ticket)
             self._own.pop(ticket, None)
             self._compiling.discard(ticket)
+            self._background.discard(ticket)
             if was_front and self._order:
                 self._front_since = time.monotonic()
             self._cv.notify_all()
@@ -267,10 +283,23 @@ class _Lane:
             with self._cv:
                 self._compiling.discard(ticket)
 
+    def _may_run(self, ticket: int) -> bool:
+        if self._busy:
+            return False
+        front = self._order[0]
+        if ticket not in self._background or front == ticket:
+            return front == ticket or front in self._compiling
+        ahead = self._order[: self._order.index(ticket)]
+        return all(t in self._compiling or t not in self._asking for t in ahead)
+
     def run(self, ticket: int, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
         with self._cv:
-            while self._busy or (self._order[0] != ticket and self._order[0] not in self._compiling):
-                self._cv.wait()
+            self._asking.add(ticket)
+            try:
+                while not self._may_run(ticket):
+                    self._cv.wait()
+            finally:
+                self._asking.discard(ticket)
             self._busy = True
         t0 = time.monotonic()
         try:
@@ -379,14 +408,9 @@ def _run_on_workers(
                     progress.problem_done(result)
                     if on_problem is not None:
                         on_problem(result)
-                    ready = tuned(result.problem)
-                if ready is not None:
-                    t0 = time.perf_counter()
-                    try:
-                        profile_one(lane, ready, None)
-                    finally:
-                        with lock:
-                            report.overlap_s += time.perf_counter() - t0
+                    if (job := tuned(result.problem)) is not None:
+                        ready.append(job)
+                        ready_cv.notify_all()
         except (SweepStopped, WorkerAborted):
             pass
         except WorkerError as exc:  # this worker cannot go on; the others take its problem
@@ -414,6 +438,12 @@ def _run_on_workers(
     if checker is not None and queue.deadline is None:
         waiting = {job.family: (job, set(job.buckets)) for job in jobs if set(job.buckets) <= queued}
 
+    ready: list[FamilyProfile] = []  # families tuned, for the background profiles (under `lock`)
+    ready_cv = threading.Condition(lock)
+    draining = [0]  # drain threads still running; the moment the last one ended
+    tuned_at = [math.inf]
+    spans: list[tuple[float, float]] = []  # (start, end) of each background profile
+
     def tuned(problem: Problem) -> FamilyProfile | None:
         """Notes `problem` as tuned (under `lock`); its family's job where that was the last one left, taken
         off the jobs the profile phase runs."""
@@ -431,11 +461,13 @@ def _run_on_workers(
                 return job
         return None
 
-    def profile_one(lane: _Lane, job: FamilyProfile, planned: tuple[Plan, int] | None) -> None:
-        """Profiles `job` on `lane` as one more problem in flight there. Without a plan (a family ready
-        while others are tuned) its compiles are queued first, and a wait on one lets the problem in
-        flight beside it use the worker. Put back for the profile phase where its worker fails."""
-        ticket = lane.join()
+    def profile_one(
+        lane: _Lane, job: FamilyProfile, planned: tuple[Plan, int] | None, background: bool
+    ) -> None:
+        """Profiles `job` on `lane`, in `background` behind the problems in flight there (a family tuned
+        while others are), its compiles queued first where it has no plan yet. Put back for the profile
+        phase where its worker fails."""
+        ticket = lane.join(background=background)
         try:
             compiler: Any = checker
             if planned is None and checker is not None:
@@ -462,15 +494,30 @@ def _run_on_workers(
         with lock:
             report.profiles.append(done)
 
-    def profile(lane: _Lane) -> None:
+    def next_job(lane: _Lane) -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
+        """The profile phase's next job."""
+        with lock:
+            return profile_jobs.pop(0) if profile_jobs else None
+
+    def next_ready(lane: _Lane) -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
+        """A tuned family's job, waiting for one while problems are tuned; None once none is left."""
+        with ready_cv:
+            while not ready and draining[0] and not stop.is_set():
+                ready_cv.wait(0.5)
+            return (ready.pop(0), None) if ready and not stop.is_set() else None
+
+    def profile(lane: _Lane, background: bool) -> None:
+        """Profiles jobs on `lane`: tuned families in the background while problems are tuned, else the
+        profile phase's jobs."""
         worker = lane.worker
+        take = next_ready if background else next_job
         try:
-            while not stop.is_set():
-                with lock:
-                    if not profile_jobs:
-                        return
-                    job, planned = profile_jobs.pop(0)
-                profile_one(lane, job, planned)
+            while not stop.is_set() and (found := take(lane)) is not None:
+                t0 = time.perf_counter()
+                profile_one(lane, *found, background)
+                if background:
+                    with lock:
+                        spans.append((t0, time.perf_counter()))
         except (SweepStopped, WorkerAborted):
             pass
         except WorkerError as exc:  # this worker cannot go on; the others take its family (put back)
@@ -482,12 +529,25 @@ def _run_on_workers(
                 errors.append(exc)
             stop.set()
 
-    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
-        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
-            body(lanes[0])
+    def drained(lane: _Lane) -> None:
+        """`drain`, then: the last drain thread to end wakes the background profiles."""
+        try:
+            drain(lane)
+        finally:
+            with ready_cv:
+                draining[0] -= 1
+                if not draining[0]:
+                    tuned_at[0] = time.perf_counter()
+                ready_cv.notify_all()
+
+    def run_phase(bodies: Sequence[tuple[Callable[[_Lane], None], int]]) -> None:
+        """Runs each body, that many threads per worker, until all end."""
+        if len(workers) == 1 and [n for _, n in bodies] == [1]:  # this thread, so Ctrl-C lands in the trial
+            bodies[0][0](lanes[0])
             return
         threads = [
-            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
+            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{k}-{i}", daemon=True)
+            for k, (body, per_worker) in enumerate(bodies)
             for i in range(per_worker)
             for lane in lanes
         ]
@@ -514,10 +574,19 @@ def _run_on_workers(
 
     one_thread = len(workers) == 1 and checker is None
     try:
-        run_phase(drain, IN_FLIGHT if checker is not None else 1)
+        t_start = time.perf_counter()
+        in_flight = IN_FLIGHT if checker is not None else 1
+        draining[0] = in_flight * len(workers)
+        phase: list[tuple[Callable[[_Lane], None], int]] = [(drained, in_flight)]
+        if waiting:  # a background profile thread per worker
+            phase.append((functools.partial(profile, background=True), 1))
+        run_phase(phase)
         check_errors(bool(queue.todo))
+        if spans:
+            end = min(tuned_at[0], time.perf_counter())
+            report.overlap_s = sum(max(0.0, min(b, end) - a) for a, b in spans)
+        tuned_s = min(tuned_at[0], time.perf_counter()) - t_start
         if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
-            t0 = time.perf_counter()
             if checker is not None:  # every family's compiles queued at once, in order: the first ones first
                 target = workers[0].target
                 profile_jobs = [
@@ -526,11 +595,10 @@ def _run_on_workers(
                 for job, plan in profile_jobs:
                     assert plan is not None
                     prefetch_family(job.op, plan[0], checker)
-            try:
-                run_phase(profile, 1)
-            finally:
-                report.profile_s = time.perf_counter() - t0
+            run_phase([(functools.partial(profile, background=False), 1)])
             check_errors(bool(profile_jobs))
+        if report.profiles:
+            report.profile_s = max(0.0, time.perf_counter() - t_start - tuned_s)
     finally:
         if one_thread:
             workers[0].close()

@@ -231,3 +231,45 @@ def test_a_broken_worker_hands_back_both_problems_in_flight(tmp_path: Path) -> N
     assert sorted(m for m, _ in good.log) == sorted([16, 32, 64, 128] * 6)  # the good worker ran them all
     assert sorted(p.problem.M for p in report.problems if p.ran == 6) == [16, 32, 64, 128]
     assert len(trials) == 24 and len({(t.problem.M, t.config.digest()) for t in trials}) == 24
+
+
+def test_background_work_gets_the_worker_only_while_no_problem_asks_for_it() -> None:
+    """A profile joins as background work: behind every problem in flight (one joining later goes ahead
+    of it), and it may run only while each problem ahead waits on a compile or is not asking."""
+    lane = _Lane(RecordingWorker(), itertools.count())
+    bg = lane.join(background=True)
+    assert lane._may_run(bg)  # alone on the lane: the front
+    front = lane.join()
+    behind = lane.join()
+    assert lane._order == [front, behind, bg]  # problems go ahead of background work
+    assert not lane._may_run(behind)  # a problem behind runs only while the front compiles
+
+    lane._asking.add(front)
+    assert not lane._may_run(bg)  # the front asks
+    lane._compiling.add(front)
+    assert lane._may_run(bg) and lane._may_run(behind)  # the front waits on a compile
+    lane._asking.add(behind)
+    assert not lane._may_run(bg)  # the problem behind asks, and is not compiling
+    lane._compiling.add(behind)
+    assert lane._may_run(bg)
+    lane._busy = True
+    assert not lane._may_run(bg) and not lane._may_run(front)
+    lane._busy = False
+
+    lane._asking.clear()
+    lane._compiling.clear()
+    assert lane._may_run(bg)  # nobody asks: the worker would idle
+    lane.leave(front)
+    lane.leave(behind)
+    assert lane._order == [bg] and lane._may_run(bg)
+
+
+def test_a_problem_joining_ahead_of_background_work_at_the_front_counts_its_own_time() -> None:
+    lane = _Lane(RecordingWorker(), itertools.count())
+    bg = lane.join(background=True)
+    time.sleep(0.05)
+    front = lane.join()  # the background work was the front until now
+    clock = lane.clock(front)
+    assert lane._order == [front, bg] and clock() < 0.04
+    time.sleep(0.05)
+    assert 0.04 <= clock() < 1.0
