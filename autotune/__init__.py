@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import autotune.core.registry  # noqa: F401  (problems of registered ops validate)
+from autotune.core.backend import Backend, Backends, Cost
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
@@ -30,10 +31,13 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Backend",
+    "Backends",
     "Benchmarker",
     "Budget",
     "Config",
     "Constraint",
+    "Cost",
     "Exhaustive",
     "OptunaTPE",
     "Problem",

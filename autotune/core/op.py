@@ -12,6 +12,7 @@ from autotune.core.target import Target
 if TYPE_CHECKING:
     import torch
 
+    from autotune.core.backend import Backend
     from autotune.core.space import SearchSpace
 
 __all__ = ["FP_OPTIONS", "Inputs", "KernelCall", "Launch", "Recorder", "TunableOp", "kernel_versions"]
@@ -64,6 +65,11 @@ class TunableOp(Protocol):
 
     def backends(self, target: Target) -> tuple[str, ...]:
         """Backends available for this op on `target` (e.g. "triton", "torch")."""
+        ...
+
+    def backend(self, name: str) -> Backend:
+        """The record of backend `name` (`autotune.core.backend.Backend`: its launch, version, space and
+        cost-model kind); ValueError naming the known backends for any other name."""
         ...
 
     def source_hash(self, backend: str) -> str:

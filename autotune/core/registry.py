@@ -14,11 +14,23 @@ import threading
 from typing import TYPE_CHECKING
 
 from autotune.core import problem
+from autotune.core.result import VENDOR_BACKEND
 
 if TYPE_CHECKING:
+    from autotune.core.backend import Backend
     from autotune.core.op import TunableOp
 
-__all__ = ["PLUGINS", "get_op", "is_known", "load_plugins", "ops", "register", "rules_of"]
+__all__ = [
+    "PLUGINS",
+    "backend_of",
+    "get_op",
+    "is_known",
+    "is_vendor",
+    "load_plugins",
+    "ops",
+    "register",
+    "rules_of",
+]
 
 #: Modules imported on the first lookup, before the entry points of the `autotune.ops` group.
 PLUGINS: tuple[str, ...] = ("autotune.kernels",)
@@ -89,3 +101,16 @@ def get_op(name: str) -> TunableOp:
         return _ops[name]
     except KeyError:
         raise ValueError(f"unknown op {name!r}; known: {', '.join(_ops)}") from None
+
+
+def backend_of(op: str, backend: str) -> Backend:
+    """The record of backend `backend` of the op called `op` (`TunableOp.backend`); ValueError naming the
+    known ops, or the op's known backends, otherwise."""
+    found = _ops.get(op)
+    return (found if found is not None else get_op(op)).backend(backend)
+
+
+def is_vendor(op: str, backend: str) -> bool:
+    """Whether `backend` is the vendor baseline of the op called `op`: its library backend named
+    VENDOR_BACKEND, which every winner is compared with and which has nothing to compile."""
+    return backend == VENDOR_BACKEND and backend_of(op, backend).library

@@ -38,7 +38,8 @@ class TrialStatus(str, enum.Enum):
         return self is not TrialStatus.OK
 
 
-#: The vendor library's backend (torch.mm: cuBLAS, hipBLASLt): the baseline every winner is compared with.
+#: The name of an op's vendor baseline (torch.mm: cuBLAS, hipBLASLt; torch._scaled_mm), the backend every
+#: winner is compared with: the op's library backend of this name (`autotune.core.registry.is_vendor`).
 VENDOR_BACKEND = "torch"
 
 

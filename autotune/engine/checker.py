@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from autotune.core.config import Config
 from autotune.core.op import kernel_versions
 from autotune.core.problem import Problem
+from autotune.core.registry import is_vendor
 from autotune.core.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
 from autotune.core.target import Target, toolchain_versions
 from autotune.engine.compile import CompilePool, _result
@@ -126,7 +127,7 @@ class StaticChecker:
             todo: dict[tuple[str, str], Config] = {}
             for config in configs:
                 key = (problem.key(), config.digest())
-                if _compiles(config) and key not in self._known and key not in self._inflight:
+                if _compiles(problem, config) and key not in self._known and key not in self._inflight:
                     todo[key] = config
             head = self.pool.workers
             items = list(todo.items())
@@ -138,11 +139,11 @@ class StaticChecker:
     ) -> dict[Config, tuple[StaticFeatures, Findings]]:
         """Features and all findings of every compilable config in `configs`, compiling in parallel."""
         self.prefetch(op, problem, configs)
-        return {c: self._wait(op, problem, c) for c in configs if _compiles(c)}
+        return {c: self._wait(op, problem, c) for c in configs if _compiles(problem, c)}
 
     def ready(self, problem: Problem, config: Config) -> bool:
         """Whether `config`'s features are known or its compile has finished (waiting costs nothing)."""
-        if not _compiles(config):
+        if not _compiles(problem, config):
             return True
         key = (problem.key(), config.digest())
         with self._lock:
@@ -154,7 +155,7 @@ class StaticChecker:
     def findings(self, op: TunableOp, problem: Problem, config: Config) -> Findings:
         """The findings of `config` that prune it under the policy (empty: measure it). The config is
         compiled (or read from the store) whatever the policy, so its features are always kept."""
-        if not _compiles(config):
+        if not _compiles(problem, config):
             return []
         self.prefetch(op, problem, [config])
         _, found = self._wait(op, problem, config)
@@ -227,8 +228,10 @@ def compile_weight(config: Config) -> float:
         return 0.0
 
 
-def _compiles(config: Config) -> bool:
-    return config.backend != "torch"
+def _compiles(problem: Problem, config: Config) -> bool:
+    """Everything but the op's vendor baseline goes through the compiler (a library backend's kernel
+    calls are none: its features are empty)."""
+    return not is_vendor(problem.op, config.backend)
 
 
 def finding_text(findings: Iterable[StaticFinding]) -> str:

@@ -1,26 +1,27 @@
 """An analytical cost model of the dense GEMM: predicted µs of a config on a target, without running it.
 
 It ranks the configs of a space so that a sweep can measure the promising ones first (or only those).
-Rank order matters more than absolute numbers. The model, per backend:
+Rank order matters more than absolute numbers. An op's own model (`ProblemRules.predict_us`) is asked
+first; else the model of the backend record's cost kind (`autotune.core.backend.Cost`):
 
-- ``torch`` (hipBLASLt / cuBLAS): a good library, so the roofline of the target's published peaks at a
-  fixed efficiency, plus one launch.
-- ``triton`` and ``triton_tma``: the tile grid (cdiv(M, BM) x cdiv(N, BN) x SPLIT_K programs) runs in
-  waves over the CUs, ``resident`` blocks per CU at a time (from the compiled features' occupancy, else
-  estimated from shared memory and registers); the last partial wave costs a full one. A wave costs its
-  K loop: per iteration the soft maximum of the MMA time of the padded tile (edge tiles compute the whole
-  tile; small tiles waste part of the matrix instruction), the load time of its A and B slices through the
-  CU's share of L2 / HBM bandwidth (so the tile's arithmetic intensity BM·BN/(BM+BN) decides how
-  compute-bound it is), and the pipeline's load chain: a slice's load is issued num_stages - 1 iterations
-  before its use and takes the latency plus its own transfer, so few stages expose a big BLOCK_K's load
-  (co-resident blocks overlap each other's chains); plus a prologue and an epilogue. The whole kernel
-  cannot beat the HBM roofline of the traffic that misses the last-level cache (re-reads of A and B
-  across tiles, cut by GROUP_M's swizzle and by the cache when A and B fit). SPLIT_K > 1 writes an fp32
-  workspace (HBM traffic) and adds a reduce kernel: its launch, a latency, and the partials read by a grid
-  of M·N/REDUCE_BLOCK programs.
-  Spills multiply the time; a config that did not compile is inf.
-- ``gluon`` (the Gluon blockwise FP8 kernel) as ``triton_tma`` with BLOCK_K 128, its K step.
-- ``triton_gemv`` (A of at most 4 rows, no matrix instructions) streams B once: its minimum bytes at
+- ``library`` (hipBLASLt / cuBLAS, torch._scaled_mm, aiter): a good library, so the roofline of the
+  target's published peaks at a fixed efficiency, plus one launch.
+- ``tiled`` (the Triton kernels, ``tma`` where tiles load through tensor descriptors): the tile grid
+  (cdiv(M, BM) x cdiv(N, BN) x SPLIT_K programs) runs in waves over the CUs, ``resident`` blocks per CU at
+  a time (from the compiled features' occupancy, else estimated from shared memory and registers); the
+  last partial wave costs a full one. A wave costs its K loop: per iteration the soft maximum of the MMA
+  time of the padded tile (edge tiles compute the whole tile; small tiles waste part of the matrix
+  instruction), the load time of its A and B slices through the CU's share of L2 / HBM bandwidth (so the
+  tile's arithmetic intensity BM·BN/(BM+BN) decides how compute-bound it is), and the pipeline's load
+  chain: a slice's load is issued num_stages - 1 iterations before its use and takes the latency plus its
+  own transfer, so few stages expose a big BLOCK_K's load (co-resident blocks overlap each other's
+  chains); plus a prologue and an epilogue. The whole kernel cannot beat the HBM roofline of the traffic
+  that misses the last-level cache (re-reads of A and B across tiles, cut by GROUP_M's swizzle and by the
+  cache when A and B fit). SPLIT_K > 1 writes an fp32 workspace (HBM traffic) and adds a reduce kernel:
+  its launch, a latency, and the partials read by a grid of M·N/REDUCE_BLOCK programs. Spills multiply the
+  time; a config that did not compile is inf. A config without BLOCK_K has the cost's ``block_k`` (the
+  Gluon blockwise FP8 kernel's: 128, its K step).
+- ``gemv`` (A of at most 4 rows, no matrix instructions) streams B once: its minimum bytes at
   MEMORY_EFF of the bandwidth, stretched where its N / BLOCK_N programs are fewer than GEMV_PROGRAMS_PER_CU
   per CU, plus a launch and a per-step overhead; past GEMV_PARTIALS register partials it spills.
 
@@ -34,8 +35,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.core.backend import Cost
 from autotune.core.config import Config
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, rules_of
+from autotune.core.registry import backend_of
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target
 
@@ -110,8 +113,6 @@ PEAK_SCALE_BY_BYTES = {4.0: 0.5, 2.0: 1.0, 1.0: 2.0, 0.5: 4.0}
 #: The MX GEMMs: their compute runs at the rate of the element format where the target has MX
 #: instructions, at bf16's where the kernel dequantizes (gemm_mxfp4_bf16a feeds FP4 to the MFMA).
 MX_OPS = ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
-#: Vendor libraries, modelled alike: torch (cuBLAS/hipBLASLt, torch._scaled_mm) and aiter.
-LIBRARY_BACKENDS = ("torch", "aiter")
 #: Targets without peaks (the CPU interpreter): numpy-ish work rate (flops per µs) and per-program and
 #: per-iteration Python overheads (µs).
 FALLBACK_FLOPS_PER_US = 2.0e3
@@ -165,20 +166,17 @@ def predict_us(
     own = rules_of(problem.op).predict_us(problem, config, target, features)
     if own is not None:  # the op's own cost model
         return own
-    backend = config.backend
-    if backend not in ("torch", "aiter", "triton", "triton_gemv", "triton_tma", "gluon"):
-        raise ValueError(
-            f"no cost model for backend {backend!r}; "
-            "known: torch, aiter, triton, triton_gemv, triton_tma, gluon"
-        )
+    cost = backend_of(problem.op, config.backend).cost  # ValueError for an unknown backend
+    if cost is None:
+        raise ValueError(f"no cost model for backend {config.backend!r} of {problem.op}")
     if target.peak_tflops <= 0 or target.mem_gbps <= 0 or target.cu_count <= 0:
-        us = _fallback_us(problem, config)
-    elif backend == "triton_gemv":
+        us = _fallback_us(problem, config, cost)
+    elif cost.kind == "gemv":
         us = _gemv_us(problem, config, target)
-    elif backend in LIBRARY_BACKENDS:
+    elif cost.kind == "library":
         us = library_us(problem, target)
     else:
-        us = _tiled_us(problem, config, target, features)
+        us = _tiled_us(problem, config, cost, target, features)
     if _spilling(features):
         us *= SPILL_PENALTY
     return us
@@ -223,9 +221,9 @@ def _gemv_us(problem: Problem, config: Config, target: Target) -> float:
     return us * SPILL_PENALTY if bn * bk * problem.M > GEMV_PARTIALS else us
 
 
-def _fallback_us(problem: Problem, config: Config) -> float:
+def _fallback_us(problem: Problem, config: Config, cost: Cost) -> float:
     """Where the target has no peaks (the CPU interpreter): the work and the per-program overheads."""
-    if config.backend in LIBRARY_BACKENDS:
+    if cost.kind == "library":
         return FALLBACK_LAUNCH_US + problem.flops() / (10 * FALLBACK_FLOPS_PER_US)
     bm, bn, bk = (max(1, int(config.get(k, 32))) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     split_k = max(1, int(config.get("SPLIT_K", 1)))
@@ -259,19 +257,19 @@ class _Tile:
     num_xcds: int
 
     @classmethod
-    def of(cls, config: Config) -> _Tile:
+    def of(cls, config: Config, cost: Cost) -> _Tile:
         def knob(name: str, default: int) -> int:
             return int(config.get(name, default))
 
         return cls(
             bm=max(1, knob("BLOCK_M", 64)),
             bn=max(1, knob("BLOCK_N", 64)),
-            bk=max(1, knob("BLOCK_K", 128 if config.backend == "gluon" else 32)),
+            bk=max(1, knob("BLOCK_K", cost.block_k)),
             group_m=max(1, knob("GROUP_M", 1)),
             split_k=max(1, knob("SPLIT_K", 1)),
             warps=max(1, knob("num_warps", 4)),
             stages=max(1, knob("num_stages", 2)),
-            tma=config.backend in ("triton_tma", "gluon"),
+            tma=cost.tma,
             persistent=bool(knob("PERSISTENT", 0)),
             nonkdim=knob("matrix_instr_nonkdim", 16),
             waves_per_eu=knob("waves_per_eu", 0),
@@ -361,8 +359,10 @@ def _reduce_us(mn: int, split_k: int, out_elem: float, target: Target) -> float:
     return LAUNCH_US + DRAM_LATENCY_US[vendor] + bytes_ / bw
 
 
-def _tiled_us(problem: Problem, config: Config, target: Target, features: StaticFeatures | None) -> float:
-    t = _Tile.of(config)
+def _tiled_us(
+    problem: Problem, config: Config, cost: Cost, target: Target, features: StaticFeatures | None
+) -> float:
+    t = _Tile.of(config, cost)
     M, N, K = problem.M, problem.N, problem.K
     ea, eb, eo = DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b], DTYPE_BYTES[problem.dtype_out]
     elem = max(ea, eb)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
+from autotune.core.registry import is_vendor
 from autotune.core.result import Timing, TrialResult, TrialStatus
 from autotune.core.static import StaticFeatures, StaticFinding
 from autotune.core.target import Target
@@ -129,8 +130,8 @@ def check_problem(
     space = op.space(problem, target, backends)
     report = ProblemCheck(problem, target, len(space), space.raw_size(), space.prune_summary())
     ranked = rank(problem, space.configs(), target)
-    order = _spread([(c, t) for c, t in ranked if c.backend != "torch"])
-    vendor = next((c for c, _ in ranked if c.backend == "torch"), None)
+    order = _spread([(c, t) for c, t in ranked if not is_vendor(problem.op, c.backend)])
+    vendor = next((c for c, _ in ranked if is_vendor(problem.op, c.backend)), None)
     if vendor is not None:
         report.vendor = Candidate(vendor, predict_us(problem, vendor, target))
     step = len(order) if everything else candidates

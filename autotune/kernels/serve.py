@@ -21,7 +21,6 @@ from autotune.core.op import TunableOp
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.dispatch import lookup
-from autotune.kernels.dense.geometry import GEMV_ROWS
 
 __all__ = ["check_op", "served_config"]
 
@@ -36,7 +35,8 @@ def check_op(op: TunableOp, problem: Problem) -> None:
 
 def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
     """The config a run-time call of `op` on `problem` runs on `target`: the loaded tables' config, else
-    `op.fallback_config` (also where a table's GEMV config would serve more rows than the kernel takes).
+    `op.fallback_config` (also where a table's config would serve more rows of A than its backend's kernel
+    takes: `Backend.max_m`).
 
     Raises:
         ValueError: `problem` is another op's.
@@ -46,7 +46,8 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
         op.name, problem.M, problem.N, problem.K, problem.E,
         dtype=problem.dtype, layout=problem.layout, topk=problem.topk, params=problem.params_key,
     )  # fmt: skip
-    if config is None or (problem.M > GEMV_ROWS and config.backend == "triton_gemv"):
+    rows = None if config is None else op.backend(config.backend).max_m
+    if config is None or (rows is not None and rows < problem.M):
         key = (op.name, problem, target)
         config = _fallbacks.get(key)
         if config is None:

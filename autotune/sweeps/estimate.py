@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.problem import Problem
+from autotune.core.registry import is_vendor
 from autotune.core.result import Source
 from autotune.core.target import Target
 from autotune.engine.bench import BenchSettings
@@ -120,7 +121,8 @@ def plan_sweep(
                 if math.isfinite(kernel_us)
                 else FIXED_TRIAL_S
             )
-            est += max(measure, compile_s / cores if config.backend != "torch" else 0.0)
+            compiles = not is_vendor(problem.op, config.backend)
+            est += max(measure, compile_s / cores if compiles else 0.0)
         if entry.budget.seconds is not None:
             est = min(est, entry.budget.seconds)
         rows.append(PlanRow(problem, len(space), space.raw_size(), n, n - len(todo), est))

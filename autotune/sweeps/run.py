@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
+from autotune.core.registry import is_vendor
 from autotune.core.result import TrialResult
 from autotune.core.target import Target
 from autotune.engine.bench import ServedTiming
@@ -785,7 +786,7 @@ def predict_sweep(
                 result.cached = len(done)
                 ok = [r for r in done.values() if r.ok]
                 result.best = min(ok, key=lambda r: r.score())
-                result.vendor = next((r for r in ok if r.config.backend == "torch"), None)
+                result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
             else:
                 found = check_problem(
                     op,
@@ -815,7 +816,7 @@ def predict_sweep(
                         on_trial(problem, candidate.config, trial)
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
                         result.best = trial
-                    if trial.ok and candidate.config.backend == "torch":
+                    if trial.ok and is_vendor(problem.op, candidate.config.backend):
                         result.vendor = trial
                 result.ran = len(found.compiled)
                 result.failed = found.n_pruned

@@ -160,8 +160,8 @@ def test_an_op_s_own_cost_model_and_label_are_used(
 
     p = Problem.of("toy_grouped", 16, 64, 64, groups=2)
     target = Target.for_arch("sm_90")
-    with pytest.raises(ValueError, match="no cost model for backend 'toy_backend'"):
-        predict_us(p, Config(backend="toy_backend"), target)  # the dense GEMM's model: backends it knows
+    with pytest.raises(ValueError, match="unknown gemm backend 'toy_backend'"):
+        predict_us(p, Config(backend="toy_backend"), target)  # the dense GEMM's model: records it knows
     monkeypatch.setattr(GroupedToy, "predict_us", lambda self, problem, config, target, features=None: 42.0)
     assert predict_us(p, Config(backend="toy_backend"), target) == 42.0
     assert problem_label(p) == "16x64x64 bf16 nk groups=2"

@@ -9,6 +9,7 @@ The dispatcher warns once per such shape and logs it for a later sweep.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +19,6 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target, TargetError, running_target
 from autotune.dispatch import lookup as _lookup
-from autotune.kernels.dense.geometry import GEMV_ROWS
 
 __all__ = ["gemm", "launch_config", "linear"]
 
@@ -120,37 +120,27 @@ def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
     )
 
 
-# A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace);
-# kind 0 = torch, 1 = triton, 2 = triton_tma.
-_Plan = tuple[int, Callable[..., None] | None, int]
+# A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace,
+# the most rows of A it takes); kind 0 = the vendor library (torch.mm), 1 = B's strides, 2 = B's layout.
+_Plan = tuple[int, Callable[..., None] | None, int, int]
 _plans: dict[Config, _Plan] = {}
 
 
 def _plan(config: Config, target: Target) -> _Plan:
+    """The launch plan of `config` from its backend's record (`dense.backends`), built once per config."""
     plan = _plans.get(config)
     if plan is None:
-        backend = config.backend
-        if backend == "torch":
-            plan = (0, None, 1)
-        elif backend == "triton":
-            from autotune.kernels.dense.kernel import launcher
+        from autotune.kernels.dense.backends import GEMM_BACKENDS, KernelLaunch
 
-            run = launcher(
-                config, is_amd=target.is_amd, interpret=target.interpreter, num_sms=target.cu_count
-            )
-            fused = bool(config.get("FUSED_SPLIT", 0))  # no workspace: the launch sums its K slices
-            plan = (1, run, 1 if fused else int(config.get("SPLIT_K", 1)))
-        elif backend == "triton_gemv":
-            from autotune.kernels.dense.gemv import gemv_launcher
-
-            plan = (1, gemv_launcher(config), 1)  # the pointer kernel's call, without a workspace
-        elif backend == "triton_tma":
-            from autotune.kernels.dense.tma import tma_launcher
-
-            run = tma_launcher(config, num_sms=target.cu_count, interpret=target.interpreter)
-            plan = (2, run, int(config.get("SPLIT_K", 1)))
+        record = GEMM_BACKENDS[config.backend]
+        rows = sys.maxsize if record.max_m is None else record.max_m
+        if record.library:
+            plan = (0, None, 1, rows)
         else:
-            raise ValueError(f"unknown gemm backend {backend!r} in config {config!r}")
+            kernel = record.launch
+            assert isinstance(kernel, KernelLaunch), record
+            run = kernel.launcher(config, target, None)
+            plan = (2 if kernel.descriptors else 1, run, kernel.slices(config), rows)
         _plans[config] = plan
     return plan
 
@@ -166,7 +156,20 @@ def _launch(
     target: Target,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    kind, run, split_k = _plans.get(config) or _plan(config, target)
+    return _run(_plans.get(config) or _plan(config, target), a, b, M, N, K, b_layout, out)
+
+
+def _run(
+    plan: _Plan,
+    a: torch.Tensor,
+    b: torch.Tensor,
+    M: int,
+    N: int,
+    K: int,
+    b_layout: str,
+    out: torch.Tensor | None,
+) -> torch.Tensor:
+    kind, run, split_k, _ = plan
     if kind == 0:  # the very call the tuner timed (F.linear can pick another cuBLAS path)
         bt = b.t() if b_layout == "nk" else b
         return torch.mm(a, bt) if out is None else torch.mm(a, bt, out=out)
@@ -210,11 +213,12 @@ def gemm(
         _check_out(out, a, M, N)
     target = _target[0] if _target else _running()
     config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
-    # a GEMV table entry serves no larger M than the kernel takes (a policy other than round-up can land
-    # there): the fallback does
-    if config is None or (M > GEMV_ROWS and config.backend == "triton_gemv"):
-        config = _fallback(M, N, K, dtype, b_layout, target)
-    return _launch(config, a, b, M, N, K, b_layout, target, out)
+    plan = None if config is None else _plans.get(config) or _plan(config, target)
+    # a table entry serves no larger M than its kernel takes (a GEMV's: a policy other than round-up can
+    # land there): the fallback does
+    if plan is None or plan[3] < M:
+        plan = _plan(_fallback(M, N, K, dtype, b_layout, target), target)
+    return _run(plan, a, b, M, N, K, b_layout, out)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

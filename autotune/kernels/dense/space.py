@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from functools import lru_cache
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
-from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
 from autotune.kernels.dense.geometry import (
@@ -20,14 +19,15 @@ from autotune.kernels.dense.geometry import (
 )
 
 __all__ = [
-    "gemm_backends",
     "gemm_default_config",
-    "gemm_space",
     "gemv_params",
+    "gemv_subspace",
     "has_tma",
     "tma_default",
     "tma_params",
+    "tma_subspace",
     "triton_params",
+    "triton_subspace",
 ]
 
 
@@ -391,7 +391,7 @@ def _pick_split_k(
 
 
 def gemm_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config for shapes nobody tuned. Always a member of `gemm_space(problem, target)`.
+    """The heuristic config for shapes nobody tuned. Always a member of the GEMM's space.
 
     On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in the dense
     benchmark's sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not
@@ -552,53 +552,24 @@ def fit_to_space(
     raise ValueError(f"no {sub.backend} config fits this problem: each breaks a constraint of its space")
 
 
-def gemm_backends(target: Target) -> tuple[str, ...]:
-    """The backends of the GEMM on `target`: the vendor library, our kernel, the GEMV kernel (A of at most 4
-    rows; pruned with its reason otherwise), and on Hopper+ the TMA kernel."""
-    return (
-        ("torch", "triton", "triton_gemv", "triton_tma")
-        if has_tma(target)
-        else ("torch", "triton", "triton_gemv")
-    )
+def triton_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The tiled kernel's configs, the heuristic default first (the op's, or this kernel's own)."""
+    first = default or _pointer_default(problem, target)
+    return SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
 
 
-@lru_cache(maxsize=256)
-def gemm_space(problem: Problem, target: Target, backends: tuple[str, ...] | None = None) -> SearchSpace:
-    """The vendor library (one config) and the Triton kernels (heuristic default first) for `problem`.
+def gemv_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The GEMV kernel's configs (A of at most GEMV_ROWS rows; pruned with the reason otherwise), the op's
+    default first where it is one of them."""
+    first = () if default is None else (default,)
+    return SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target), first=first)
 
-    Cached: a space is immutable, and planning, tuning and reporting ask for the same one.
-    """
-    available = gemm_backends(target)
-    default = gemm_default_config(problem, target)
-    chosen = list(available if backends is None else backends)
-    if default.backend in chosen and "torch" in chosen:  # vendor baseline, then the default's backend
-        chosen.remove(default.backend)
-        chosen.insert(chosen.index("torch") + 1, default.backend)
-    subs = []
-    for backend in chosen:
-        if backend not in available:
-            raise ValueError(
-                f"unknown gemm backend {backend!r} on {target.arch}; known: {', '.join(available)}"
-            )
-        if backend == "torch":
-            subs.append(SubSpace("torch"))
-        elif backend == "triton":
-            first = default if default.backend == "triton" else _pointer_default(problem, target)
-            subs.append(
-                SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
-            )
-        elif backend == "triton_gemv":
-            gemv_first = (default,) if default.backend == "triton_gemv" else ()
-            subs.append(
-                SubSpace(
-                    "triton_gemv", gemv_params(target), _gemv_constraints(problem, target), first=gemv_first
-                )
-            )
-        else:
-            sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
-            tma_first = (default,) if default.backend == "triton_tma" else ()
-            subs.append(replace(sub, first=(*tma_first, *wave_filling_tiles(problem, target, sub))))
-    return SearchSpace(subs)
+
+def tma_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The TMA kernel's configs: the op's default where it is one of them, then the wave-filling tiles."""
+    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    first = () if default is None else (default,)
+    return replace(sub, first=(*first, *wave_filling_tiles(problem, target, sub)))
 
 
 #: A tile grid whose last wave is at least this full counts as filling the GPU (`wave_filling_tiles`).

@@ -7,6 +7,7 @@ import math
 
 from autotune.core.config import Config
 from autotune.core.problem import DTYPE_BYTES, Problem
+from autotune.core.registry import backend_of
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target
 from autotune.engine.model import LAUNCH_US, library_us, predict_us
@@ -31,7 +32,7 @@ def moe_us(problem: Problem, config: Config, target: Target, features: StaticFea
     touched = max(1.0, problem.experts_touched())
     per_expert = problem.M * problem.topk / touched
     wbytes = DTYPE_BYTES[problem.dtype_b]
-    if config.backend == "torch" or target.peak_tflops <= 0 or target.mem_gbps <= 0:
+    if backend_of(problem.op, config.backend).library or target.peak_tflops <= 0 or target.mem_gbps <= 0:
         launches = touched * MOE_TORCH_LAUNCHES_PER_EXPERT * (LAUNCH_US if target.peak_tflops > 0 else 1.0)
         return launches + library_us(problem, target) if target.peak_tflops > 0 else launches + 1.0
     bm = int(config["BLOCK_SIZE_M"])

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.codehash import code_hash, module_files, modules_hash
+from autotune.core.backend import Backend
 from autotune.core.config import Config
-from autotune.core.op import Inputs, KernelCall, Launch, Recorder
+from autotune.core.op import Inputs, KernelCall, Launch
 from autotune.core.problem import DTYPE_BYTES, Problem, ProblemRules, normalize_dtype
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.moe.space import FP8_BLOCK, moe_backends, moe_default_config, moe_space
+from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
+from autotune.kernels.moe.space import FP8_BLOCK, moe_default_config
 
 if TYPE_CHECKING:
     import torch
@@ -35,28 +33,15 @@ def _act_dtype(name: str) -> torch.dtype:
         raise ValueError(f"moe takes bf16 or fp16 activations, not {name}") from None
 
 
-@cache
-def _code_hash(backend: str) -> str:
-    """The code's part of a backend's version: the fused kernel and the helpers it imports ("triton");
-    the baseline loop of this module and the reference, with torch's version ("torch")."""
-    if backend == "triton":
-        return modules_hash(
-            "autotune.kernels.moe.kernel", "autotune.kernels.moe.ref", within="autotune.kernels"
-        )
-    import torch
-
-    ref = module_files("autotune.kernels.moe.ref", within="autotune.kernels")
-    return code_hash(Path(__file__), *ref) + torch.__version__
-
-
 class MoeOp(ProblemRules):
     """The fused MoE MLP of M tokens over E experts with top-k routing.
 
     Inputs: x (M, K), w1 (E, 2N, K) (gate rows, then up rows), w2 (E, K, N), the routing (weights and
     expert ids, (M, topk)) and, for FP8 weights (`dtype_b` "fp8e4m3"), their 128x128 block scales.
     Routing is drawn from seeded random logits, uniform over experts (`zipf` 0) or skewed so that the
-    expected load of the r-th busiest expert falls as 1/r^zipf. Backends: "triton" (the fused kernel,
-    vLLM's parameter names) and "torch" (a loop over experts with torch matmuls: the baseline).
+    expected load of the r-th busiest expert falls as 1/r^zipf. Backends (`backends.moe_backends`):
+    "triton" (the fused kernel, vLLM's parameter names) and "torch" (a loop over experts with torch
+    matmuls: the baseline).
     """
 
     name = "moe"
@@ -65,24 +50,22 @@ class MoeOp(ProblemRules):
         if zipf < 0:
             raise ValueError(f"zipf must be >= 0, got {zipf}")
         self.zipf = zipf
+        self.records = moe_backends(zipf)
 
     def backends(self, target: Target) -> tuple[str, ...]:
-        return moe_backends(target)
+        return self.records.names(target)
+
+    def backend(self, name: str) -> Backend:
+        return self.records[name]
 
     def source_hash(self, backend: str) -> str:
         """The code's hash; the routing skew is part of it (timings under another routing are other
         results), so a uniform and a skewed sweep of one problem never mix."""
-        if backend in ("triton", "torch"):
-            digest = _code_hash(backend)
-        else:
-            raise ValueError(f"unknown moe backend {backend!r}")
-        if self.zipf or backend == "torch":
-            digest = hashlib.sha256(f"{digest} zipf={self.zipf:g}".encode()).hexdigest()[:16]
-        return digest
+        return self.records[backend].source_hash()
 
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         self.check_problem(problem)
-        return moe_space(problem, target, tuple(self.backends(target) if backends is None else backends))
+        return moe_space(problem, target, self.records, backends)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return moe_default_config(problem, target)
@@ -246,19 +229,14 @@ class MoeOp(ProblemRules):
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
-        x, w1, w2, weights, ids, w1s, w2s = inputs
-        if config.backend == "torch":
-            return _torch_launch(x, w1, w2, weights, ids, w1s, w2s, out)
-        if config.backend != "triton":
-            raise ValueError(f"unknown moe backend {config.backend!r}")
-        return _triton_launch(config, target, inputs, out)
+        return self.records[config.backend].launch(problem, config, target, inputs, out)
 
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
         from autotune.kernels.moe.ref import align_block_size, route, routing_logits
 
-        if config.backend == "torch":
+        if self.records[config.backend].library:
             return []
         self.check_problem(problem)
         M, N, K, E = problem.M, problem.N, problem.K, problem.E
@@ -280,7 +258,7 @@ class MoeOp(ProblemRules):
             scales = (_phantom((E, 2 * nb, kb), torch.float32), _phantom((E, kb, nb), torch.float32))
         calls: list[KernelCall] = []
         inputs = (x, w1, w2, weights.to("meta"), ids.to("meta"), *scales)
-        run = _triton_launch(config, target, inputs, out, calls=calls, alignment=alignment)
+        run = fused_launch(config, target, inputs, out, calls=calls, alignment=alignment)
         run()
         return main_first(calls)
 
@@ -309,85 +287,6 @@ def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
     if not arch and device != "cpu" and torch.cuda.is_available() and getattr(torch.version, "hip", None):
         arch = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")).split(":")[0]
     return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
-
-
-def _triton_launch(
-    config: Config,
-    target: Target,
-    inputs: Inputs,
-    out: torch.Tensor,
-    calls: list[KernelCall] | None = None,
-    alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
-) -> Launch:
-    import autotune.kernels.moe.kernel as moe_triton
-    from autotune.kernels.moe.ref import align_block_size
-
-    x, w1, w2, weights, ids, w1s, w2s = inputs
-    block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
-    kernels = None
-    if calls is not None:
-        kernels = tuple(Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
-    cfg = dict(config.items())
-    cfg.pop("backend", None)
-    # The routing's block alignment depends only on the routing and BLOCK_SIZE_M: done once here, as a
-    # serving engine does once per batch, so the timed launch reads nothing back from the GPU.
-    if alignment is None:
-        alignment = align_block_size(ids, int(cfg["BLOCK_SIZE_M"]), w1.shape[0])
-
-    def launch() -> None:
-        moe_triton.fused_moe(
-            x, w1, w2, weights, ids, cfg, w1_scale=w1s, w2_scale=w2s, block_shape=block,
-            is_amd=target.is_amd, interpret=target.interpreter, out=out, kernels=kernels,
-            alignment=alignment,
-        )  # fmt: skip
-
-    return launch
-
-
-def _torch_launch(x: Any, w1: Any, w2: Any, weights: Any, ids: Any, w1s: Any, w2s: Any, out: Any) -> Launch:
-    """The baseline: per expert, gather its tokens, two torch matmuls in the activation dtype, weighted
-    scatter-add into an fp32 sum. With FP8 weights it computes on the values the kernel reads: weights
-    dequantized with their block scales (once, here), activations quantized per 1x128 group."""
-    import torch
-    import torch.nn.functional as F
-
-    from autotune.kernels.moe.ref import dequantize_blockwise, quantize_fp8_act_groupwise
-
-    E = w1.shape[0]
-    topk = ids.shape[1]
-    flat = ids.reshape(-1).to(torch.int64)
-    order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=E).tolist()  # host sync once, at prepare time
-    tokens = (order // topk).to(torch.int64)
-    gates = weights.reshape(-1)[order].to(torch.float32)
-    block = (FP8_BLOCK, FP8_BLOCK)
-    fp8 = w1s is not None
-    fp8_dtype = w1.dtype
-    if fp8:  # dequantized once, as a framework without FP8 kernels would keep them
-        w1, w2 = (dequantize_blockwise(w, s, block).to(x.dtype) for w, s in ((w1, w1s), (w2, w2s)))
-
-    def act(a: Any) -> Any:
-        if not fp8:
-            return a
-        q, scale = quantize_fp8_act_groupwise(a, FP8_BLOCK, fp8_dtype)
-        return dequantize_blockwise(q, scale, (1, FP8_BLOCK)).to(x.dtype)
-
-    def launch() -> None:
-        acc = torch.zeros(out.shape, device=out.device, dtype=torch.float32)
-        xa = act(x)
-        start = 0
-        for e, n in enumerate(counts):
-            if n == 0:
-                continue
-            rows = tokens[start : start + n]
-            h = xa[rows] @ w1[e].t()
-            half = h.shape[1] // 2
-            y = act(F.silu(h[:, :half]) * h[:, half:]) @ w2[e].t()
-            acc.index_add_(0, rows, y.float() * gates[start : start + n, None])
-            start += n
-        out.copy_(acc)
-
-    return launch
 
 
 MOE = MoeOp()

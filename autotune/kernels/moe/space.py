@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, next_pow2
-from autotune.core.space import Constraint, SearchSpace, SubSpace
+from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 
-__all__ = ["FP8_BLOCK", "moe_backends", "moe_default_config", "moe_params", "moe_space", "tokens_per_expert"]
+__all__ = ["FP8_BLOCK", "moe_constraints", "moe_default_config", "moe_params", "tokens_per_expert"]
 
 #: The block of the FP8 weight scales (rows of N x columns of K), and of the activation groups along K.
 FP8_BLOCK = 128
@@ -20,11 +19,6 @@ _MIN_TILE = 16
 def tokens_per_expert(problem: Problem) -> float:
     """Mean (token, expert) pairs per expert under uniform routing: the M of each expert's GEMM."""
     return problem.M * problem.topk / problem.E
-
-
-def moe_backends(target: Target) -> tuple[str, ...]:
-    """ "torch" (a loop over experts with torch matmuls: the baseline) and "triton" (the fused kernel)."""
-    return ("torch", "triton")
 
 
 def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
@@ -71,7 +65,8 @@ def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
     return _max_row_blocks(problem, bm) * -(-problem.N // bn)
 
 
-def _constraints(problem: Problem, target: Target) -> list[Constraint]:
+def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The fused kernel's constraints on `problem` and `target`."""
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
     # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
@@ -175,7 +170,7 @@ def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) 
 
 
 def moe_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config for shapes nobody tuned. Always a member of `moe_space(problem, target)`.
+    """The heuristic config for shapes nobody tuned. Always a member of the MoE's space.
 
     The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
     decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
@@ -207,7 +202,7 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
         if "kpack" in params:
             values["kpack"] = 2
-    sub = SubSpace("triton", params, _constraints(problem, target))
+    sub = SubSpace("triton", params, moe_constraints(problem, target))
     # The largest GROUP_SIZE_M that still changes the order: walking the row blocks grouped was faster
     # wherever both were measured (docs/notes/2026-11-22-moe.md).
     for group in sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True):
@@ -216,26 +211,3 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
             return config
     # Small targets (less LDS) or odd shapes: the first valid config of the space
     return next(Config({**v}) for v, broken in sub.walk() if broken is None)
-
-
-@lru_cache(maxsize=256)
-def moe_space(problem: Problem, target: Target, backends: tuple[str, ...]) -> SearchSpace:
-    """The search space of `problem`: the torch baseline first, then the Triton kernel (default first)."""
-    known = moe_backends(target)
-    unknown = [b for b in backends if b not in known]
-    if unknown:
-        raise ValueError(
-            f"unknown moe backend(s) {', '.join(unknown)}; known on {target.arch}: {', '.join(known)}"
-        )
-    subs = []
-    for backend in known:
-        if backend not in backends:
-            continue
-        if backend == "torch":
-            subs.append(SubSpace("torch"))
-        else:
-            default = moe_default_config(problem, target)
-            subs.append(
-                SubSpace("triton", moe_params(problem, target), _constraints(problem, target), (default,))
-            )
-    return SearchSpace(subs)

@@ -18,25 +18,18 @@ Bad inputs raise ValueError (TypeError for a non-tensor) before anything is laun
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
-from functools import cache
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from autotune.core.codehash import modules_hash
+from autotune.core.backend import Backend
 from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem, cdiv
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
+from autotune.kernels.quant.backends import quant_backends
 from autotune.kernels.quant.problem import QUANT_OPS, QuantRules
-from autotune.kernels.quant.space import (
-    GEMV_OPS,
-    mx_native,
-    quant_backends,
-    quant_default_config,
-    quant_space,
-)
+from autotune.kernels.quant.space import mx_native, quant_default_config, quant_space
 
 if TYPE_CHECKING:
     import torch
@@ -55,11 +48,8 @@ _VENDOR = Config(backend="torch")
 _MX = {"gemm_mxfp8": ("e4m3", "e4m3"), "gemm_mxfp4": ("e2m1", "e2m1"), "gemm_mxfp4_bf16a": ("bf16", "e2m1")}
 
 
-@cache
-def _modules_hash(*names: str) -> str:
-    """The version of a backend whose code is in these modules of the quantized GEMMs' package and in
-    every kernels module they import (`modules_hash`)."""
-    return modules_hash(*(f"autotune.kernels.quant.{n}" for n in names), within="autotune.kernels")
+#: A Triton kernel's launcher of one config, recording into the list given (`QuantGemmOp._kernel_launch`).
+Launcher = Callable[[Config, Target, "list[KernelCall] | None"], Any]
 
 
 def _out_dtype(name: str) -> torch.dtype:
@@ -125,11 +115,11 @@ def check_inputs(problem: Problem, arch: str, inputs: Inputs) -> None:
 class QuantGemmOp(QuantRules):
     """A quantized GEMM C (M, N) = dequant(A) · dequant(B)ᵀ in bf16 or fp16 (see the module docstring).
 
-    Backends: "triton" (our kernel: `quant.kernel` or `quant.mx`), "torch" (torch._scaled_mm,
-    where the installed torch runs the scaling mode: probed), "aiter" on AMD (where importable) and
-    "gluon" for gemm_fp8_blockwise on Hopper (`quant.gluon`, where Triton has Gluon; a gluon config
-    elsewhere is a ValueError at `prepare`) and "triton_gemv" for the FP8 ops (`quant.gemv`, A of at
-    most 4 rows).
+    Backends (`records`, declared by `backends.quant_backends`): "triton" (our kernel: `quant.kernel` or
+    `quant.mx`), "torch" (torch._scaled_mm, where the installed torch runs the scaling mode: probed),
+    "aiter" on AMD (where importable), "gluon" for gemm_fp8_blockwise on Hopper (`quant.gluon`, where
+    Triton has Gluon; a gluon config elsewhere is a ValueError at `prepare`), and for the FP8 ops
+    "triton_tma" (`quant.tma`) and "triton_gemv" (`quant.gemv`, A of at most 4 rows).
     `native_mx` forces the MX path (None: the target decides, `mx_native`). Stateless and thread-safe.
     """
 
@@ -138,40 +128,19 @@ class QuantGemmOp(QuantRules):
             raise ValueError(f"unknown quantized GEMM {name!r}; known: {', '.join(QUANT_OPS)}")
         self.name = name
         self.native_mx = native_mx
+        self.records = quant_backends(self)
 
     def __repr__(self) -> str:
         return f"QuantGemmOp({self.name!r})"
 
     def backends(self, target: Target) -> tuple[str, ...]:
-        return quant_backends(target, self.name)
+        return self.records.names(target)
+
+    def backend(self, name: str) -> Backend:
+        return self.records[name]
 
     def source_hash(self, backend: str) -> str:
-        if backend == "triton":
-            modules = ["formats", "kernel", *(["mx"] if self.name in _MX else [])]
-            digest = _modules_hash(*modules)
-            if self.native_mx is not None:
-                digest = hashlib.sha256(f"{digest} native={self.native_mx}".encode()).hexdigest()[:16]
-            return digest
-        if backend == "gluon" and self.name == "gemm_fp8_blockwise":
-            return _modules_hash("formats", "gluon")
-        if backend == "triton_gemv" and self.name in GEMV_OPS:  # + the dense GEMV's helpers, edge_clamped
-            return _modules_hash("formats", "gemv")
-        if backend == "triton_tma" and self.name.startswith("gemm_fp8"):  # blockwise helpers: quant.kernel
-            return _modules_hash("formats", "tma")
-        if backend in ("torch", "aiter"):
-            import torch
-
-            version = str(torch.__version__)
-            if backend == "aiter":
-                from importlib import metadata
-
-                try:
-                    version = metadata.version("aiter")
-                except metadata.PackageNotFoundError:
-                    version = "absent"
-            text = f"{backend} {self.name} {version} {_modules_hash('formats', 'vendor')}"
-            return hashlib.sha256(text.encode()).hexdigest()[:16]
-        raise ValueError(f"unknown {self.name} backend {backend!r}")
+        return self.records[backend].source_hash()
 
     def check_problem(self, problem: Problem, target: Target | None = None) -> None:
         """ValueError unless `problem` is this op's, with an FP8 flavour `target` supports."""
@@ -183,10 +152,8 @@ class QuantGemmOp(QuantRules):
             fp8_dtype(problem.dtype_a, _arch(target))
 
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
-        from autotune.kernels.quant.vendor import vendor_reason
-
         self.check_problem(problem, target)
-        return quant_space(problem, target, backends, vendor_reason)
+        return quant_space(problem, target, self.records, backends)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return quant_default_config(problem, target)
@@ -262,26 +229,13 @@ class QuantGemmOp(QuantRules):
         check_inputs(problem, _arch(target), inputs)
         if tuple(out.shape) != (problem.M, problem.N) or out.dtype != _out_dtype(problem.dtype_out):
             raise ValueError(f"{self.name}: out must be ({problem.M}, {problem.N}) {problem.dtype_out}")
-        backend = config.backend
-        if backend in ("triton", "triton_gemv", "triton_tma"):
-            return self._triton_launch(problem, config, target, inputs, out)
-        if backend == "gluon":
-            return self._gluon_launch(config, target, inputs, out)
-        a, b, sa, sb = inputs
-        if backend == "torch":
-            from autotune.kernels.quant.vendor import scaled_mm_launch
-
-            return scaled_mm_launch(problem, a, b, sa, sb, out)
-        if backend == "aiter":
-            from autotune.kernels.quant.vendor import aiter_launch
-
-            return aiter_launch(problem, a, b, sa, sb, out)
-        raise ValueError(f"unknown {self.name} backend {backend!r}")
+        return self.records[config.backend].launch(problem, config, target, inputs, out)
 
     def kernel_calls(self, problem: Problem, config: Config, target: Target) -> list[KernelCall]:
         import torch
 
-        if config.backend not in ("triton", "gluon", "triton_gemv", "triton_tma"):
+        record = self.records[config.backend]
+        if record.library:
             return []
         self.check_problem(problem, target)
         inputs: Any = [
@@ -290,10 +244,7 @@ class QuantGemmOp(QuantRules):
         ]
         out = torch.empty(problem.M, problem.N, device="meta", dtype=_out_dtype(problem.dtype_out))
         calls: list[KernelCall] = []
-        if config.backend == "gluon":
-            self._gluon_launch(config, target, inputs, out, calls)()
-        else:
-            self._triton_launch(problem, config, target, inputs, out, calls)()
+        record.launch(problem, config, target, inputs, out, calls)()
         return calls
 
     def _gluon_launch(
@@ -302,7 +253,7 @@ class QuantGemmOp(QuantRules):
     ) -> Launch:  # fmt: skip
         """The Gluon kernel's launch, descriptors built here (once per prepare); ValueError where it
         cannot run: another op or arch, no Gluon in this Triton, a config or an operand layout it refuses."""
-        if "gluon" not in self.backends(target):
+        if config.backend not in self.backends(target):
             raise ValueError(
                 f"the gluon backend runs gemm_fp8_blockwise on NVIDIA Hopper (sm_90) only, not {self.name} "
                 f"on {_arch(target)}: {config.short()}"
@@ -319,8 +270,9 @@ class QuantGemmOp(QuantRules):
         a, b, sa, sb = inputs
         return launcher.bind(a, b, sa, sb, out)
 
-    def _triton_launch(
+    def _kernel_launch(
         self,
+        make: Launcher,
         problem: Problem,
         config: Config,
         target: Target,
@@ -328,6 +280,7 @@ class QuantGemmOp(QuantRules):
         out: torch.Tensor,
         calls: list[KernelCall] | None = None,
     ) -> Launch:
+        """A launch of one of the op's Triton kernels: `make(config, target, calls)` is its launcher."""
         import torch
 
         a, b, sa, sb = inputs
@@ -337,12 +290,12 @@ class QuantGemmOp(QuantRules):
             key = (self.name, self.native_mx, config, target.arch, target.cu_count, pinning())
             run = _launchers.get(key)
             if run is None:
-                run = self._launcher(config, target, None)
+                run = make(config, target, None)
                 if len(_launchers) >= 1024:
                     _launchers.clear()
                 _launchers[key] = run
         else:
-            run = self._launcher(config, target, calls)
+            run = make(config, target, calls)
         strides: tuple[int, ...]
         if self.name == "gemm_fp8_blockwise":
             strides = (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1))
@@ -365,33 +318,35 @@ class QuantGemmOp(QuantRules):
 
         return launch
 
-    def _launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
-        """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given), or
-        the GEMV kernel's launch for a "triton_gemv" config."""
-        if config.backend == "triton_gemv":
-            if config.backend not in self.backends(target):
-                raise ValueError(f"{self.name} has no GEMV kernel: {config.short()}")
-            from autotune.kernels.quant.gemv import gemv_fp8_kernel, gemv_fp8_launcher
+    def _gemv_launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
+        """The FP8 GEMV kernel's launch for `config` (recording into `calls` if given)."""
+        from autotune.kernels.quant.gemv import gemv_fp8_kernel, gemv_fp8_launcher
 
-            return gemv_fp8_launcher(
-                config, blockwise=self.name == "gemm_fp8_blockwise",
-                kernel=None if calls is None else Recorder(gemv_fp8_kernel, calls),
-            )  # fmt: skip
+        return gemv_fp8_launcher(
+            config, blockwise=self.name == "gemm_fp8_blockwise",
+            kernel=None if calls is None else Recorder(gemv_fp8_kernel, calls),
+        )  # fmt: skip
+
+    def _tma_launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
+        """The FP8 TMA kernel's launch for `config` (recording into `calls` if given); ValueError where
+        it does not exist."""
+        if config.backend not in self.backends(target):
+            raise ValueError(f"{self.name} has no TMA kernel on {_arch(target)}: {config.short()}")
+        from autotune.kernels.dense.kernel import splitk_reduce_kernel
+        from autotune.kernels.quant.tma import fp8_tma_launcher, gemm_fp8_tma_kernel
+
+        kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
+                                              Recorder(splitk_reduce_kernel, calls))  # fmt: skip
+        interpret = target.interpreter
+        blockwise = self.name == "gemm_fp8_blockwise"
+        return fp8_tma_launcher(
+            config, num_sms=target.cu_count, interpret=interpret, kernels=kernels, blockwise=blockwise
+        )
+
+    def _pointer_launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
+        """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given)."""
         from autotune.kernels.dense.kernel import splitk_reduce_kernel
         from autotune.kernels.quant.kernel import quant_launcher
-
-        if config.backend == "triton_tma":
-            if config.backend not in self.backends(target):
-                raise ValueError(f"{self.name} has no TMA kernel on {_arch(target)}: {config.short()}")
-            from autotune.kernels.quant.tma import fp8_tma_launcher, gemm_fp8_tma_kernel
-
-            kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
-                                                  Recorder(splitk_reduce_kernel, calls))  # fmt: skip
-            interpret = target.interpreter
-            blockwise = self.name == "gemm_fp8_blockwise"
-            return fp8_tma_launcher(
-                config, num_sms=target.cu_count, interpret=interpret, kernels=kernels, blockwise=blockwise
-            )
 
         constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}
         if self.name.startswith("gemm_fp8"):

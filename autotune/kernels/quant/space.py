@@ -31,9 +31,10 @@ STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache, lru_cache
 
+from autotune.core.backend import Backend, Backends
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
@@ -55,26 +56,28 @@ __all__ = [
     "GEMV_OPS",
     "GLUON_DECODE_M",
     "GLUON_MIN_M",
+    "GLUON_OPS",
     "GLUON_PARAMS",
     "GLUON_SWAP_MAX_M",
     "SWAPPED_MAX_M",
-    "VendorCheck",
+    "gemv_subspace",
     "gluon_default_config",
     "gluon_missing",
+    "gluon_runs",
+    "gluon_subspace",
     "gluon_target",
     "mx_native",
-    "quant_backends",
     "quant_default_config",
     "quant_space",
     "quant_tma_params",
     "quant_triton_params",
     "split_slices",
     "swap_ab_target",
+    "tma_runs",
+    "tma_subspace",
     "triton_default",
+    "triton_subspace",
 ]
-
-#: Why a vendor backend cannot run a problem on a target ("" when it can).
-VendorCheck = Callable[[str, Problem, Target], str]
 
 _MIN_TILE = 16
 
@@ -183,7 +186,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
         if lo <= problem.M <= hi and _ahead_wide(problem, target):
             return _ahead_unswapped(problem, target)
     gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
-    if gluon_m and "gluon" in quant_backends(target, problem.op) and not gluon_missing():
+    if gluon_m and gluon_runs(problem.op, target) and not gluon_missing():
         gluon = gluon_default_config(problem, target)
         if gluon is not None:
             return gluon
@@ -196,7 +199,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     pointer = triton_default(problem, target)
     if (
         problem.op == "gemm_fp8_rowwise"
-        and "triton_tma" in quant_backends(target, problem.op)
+        and tma_runs(problem.op, target)
         and not target.interpreter
         and 32 < problem.M <= 64
         and int(pointer["SPLIT_K"]) == 1
@@ -245,7 +248,7 @@ def _tma_fills_at_one_row(problem: Problem, target: Target) -> bool:
     better (docs/notes/2026-11-26-fp8-decode-gap.md)."""
     return (
         problem.op == "gemm_fp8_rowwise"
-        and "triton_tma" in quant_backends(target, problem.op)
+        and tma_runs(problem.op, target)
         and 2 * cdiv(problem.N, 64) >= target.cu_count
     )
 
@@ -348,17 +351,41 @@ def triton_default(problem: Problem, target: Target) -> Config:
     )
 
 
-def quant_backends(target: Target, op: str | None = None) -> tuple[str, ...]:
-    """The backends a quantized GEMM knows on `target`: torch._scaled_mm, our kernel, aiter on AMD, for
-    `op` gemm_fp8_blockwise on Hopper the Gluon kernel, for the FP8 ops the TMA kernel where tensor
-    descriptors exist and the GEMV kernel (A of at most GEMV_ROWS rows; pruned with the reason
-    otherwise)."""
-    gemv = ("triton_gemv",) if op in GEMV_OPS else ()
-    if target.is_amd:
-        return ("torch", "triton", "aiter", *gemv)
-    gluon = ("gluon",) if op == "gemm_fp8_blockwise" and gluon_target(target) else ()
-    tma = ("triton_tma",) if op is not None and op.startswith("gemm_fp8") and has_tma(target) else ()
-    return ("torch", "triton", *gluon, *tma, *gemv)
+def tma_runs(op: str, target: Target) -> bool:
+    """Whether op `op` has the TMA kernel on `target`: the FP8 ops where tensor descriptors exist."""
+    return op.startswith("gemm_fp8") and has_tma(target)
+
+
+#: The quantized GEMMs with a Gluon kernel (`quant.gluon`).
+GLUON_OPS = ("gemm_fp8_blockwise",)
+
+
+def gluon_runs(op: str, target: Target) -> bool:
+    """Whether op `op` has the Gluon kernel on `target`: gemm_fp8_blockwise on Hopper."""
+    return op in GLUON_OPS and gluon_target(target)
+
+
+def triton_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The Triton kernel's configs, the heuristic default first (the op's, or this kernel's own)."""
+    first = default or triton_default(problem, target)
+    params = quant_triton_params(problem.op, target)
+    return SubSpace("triton", params, _constraints(problem, target), first=(first,))
+
+
+def tma_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The TMA kernel's configs, the op's default first where it is one of them."""
+    return _tma_sub(problem, target, () if default is None else (default,))
+
+
+def gemv_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The FP8 GEMV kernel's configs, the op's default first where it is one of them."""
+    return _gemv_sub(problem, target, () if default is None else (default,))
+
+
+def gluon_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The gluon kernel's configs, the heuristic default first (the op's, or this kernel's own)."""
+    first = default or gluon_default_config(problem, target)
+    return _gluon_sub(problem, target, () if first is None else (first,))
 
 
 # -- triton_tma ---------------------------------------------------------------------------------------
@@ -637,58 +664,28 @@ def gluon_default_config(problem: Problem, target: Target) -> Config | None:
         return None
 
 
-def _absent(backend: str, reason: str) -> SubSpace:
-    """A vendor backend that cannot run the problem: its one config, pruned with the reason."""
-    return SubSpace(backend, constraints=(Constraint(f"{backend}_unsupported", reason, lambda c: False),))
-
-
 @lru_cache(maxsize=256)
 def _cached_space(
-    problem: Problem, target: Target, backends: tuple[str, ...], vendor: tuple[tuple[str, str], ...]
+    problem: Problem, target: Target, backends: tuple[Backend, ...], reasons: tuple[str, ...]
 ) -> SearchSpace:
-    available = quant_backends(target, problem.op)
-    reasons = dict(vendor)
     default = quant_default_config(problem, target)
-    subs = []
-    for backend in backends:
-        if backend not in available:
-            raise ValueError(
-                f"unknown {problem.op} backend {backend!r} on {target.arch}; known: {', '.join(available)}"
-            )
-        if backend == "triton":
-            params = quant_triton_params(problem.op, target)
-            first = default if default.backend == "triton" else triton_default(problem, target)
-            subs.append(SubSpace("triton", params, _constraints(problem, target), first=(first,)))
-        elif reasons.get(backend):
-            subs.append(_absent(backend, reasons[backend]))
-        elif backend == "gluon":
-            gluon = default if default.backend == "gluon" else gluon_default_config(problem, target)
-            subs.append(_gluon_sub(problem, target, () if gluon is None else (gluon,)))
-        elif backend == "triton_gemv":
-            subs.append(_gemv_sub(problem, target, (default,) if default.backend == "triton_gemv" else ()))
-        elif backend == "triton_tma":
-            tma = default if default.backend == "triton_tma" else None
-            subs.append(_tma_sub(problem, target, () if tma is None else (tma,)))
-        else:
-            subs.append(SubSpace(backend))
-    # vendor baselines, then the default's backend, then the rest
-    rank = {"torch": 0, "aiter": 1, default.backend: 2}
-    return SearchSpace(sorted(subs, key=lambda sub: rank.get(sub.backend, 3)))
+    # vendor libraries, then the default's backend, then the rest
+    ranked = sorted(backends, key=lambda b: 0 if b.library else 1 if b.name == default.backend else 2)
+    return SearchSpace([b.space(problem, target, default) for b in ranked])
 
 
 def quant_space(
-    problem: Problem, target: Target, backends: Sequence[str] | None, vendor_check: VendorCheck
+    problem: Problem, target: Target, backends: Backends, names: Sequence[str] | None
 ) -> SearchSpace:
-    """Vendor backends first (each one config, or pruned with the reason `vendor_check` gives), then the
-    backend of the heuristic default with the default first, then the other kernels (each with its
-    heuristic default first; gluon pruned with the reason where it does not import). Cached per (problem,
-    target, backends, reasons)."""
+    """The backends named (all of `target`'s for None; ValueError for another) in the op's order, vendor
+    libraries first (each one config), then the backend of the heuristic default with the default first,
+    then the other kernels (each with its heuristic default first). A backend that cannot run the problem
+    here (`Backend.absent`: torch._scaled_mm without the op's scaling mode, gluon where it does not import)
+    is its one config, pruned with the reason. Cached per (problem, target, backends, reasons)."""
     if problem.op not in QUANT_OPS:
         raise ValueError(f"not a quantized GEMM: {problem.op}")
-    chosen = tuple(quant_backends(target, problem.op) if backends is None else backends)
-    order = {"torch": 0, "aiter": 1, "triton": 2, "gluon": 3, "triton_tma": 3, "triton_gemv": 4}
-    chosen = tuple(sorted(chosen, key=lambda b: order.get(b, 4)))
-    vendor = tuple((b, vendor_check(b, problem, target)) for b in chosen if b in ("torch", "aiter"))
-    if "gluon" in chosen:
-        vendor += (("gluon", gluon_missing()),)
-    return _cached_space(problem, target, chosen, vendor)
+    chosen = backends.chosen(target, names)
+    order = list(backends)
+    chosen.sort(key=order.index)
+    reasons = tuple(b.absent(problem, target) for b in chosen if b.absent is not None)
+    return _cached_space(problem, target, tuple(chosen), reasons)

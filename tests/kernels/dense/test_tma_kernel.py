@@ -10,7 +10,6 @@ import torch
 from autotune import Config, Problem, Target
 from autotune.kernels import GEMM
 from autotune.kernels.dense.geometry import tile_parts
-from autotune.kernels.dense.space import gemm_backends
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests")
 
@@ -65,9 +64,9 @@ def test_tma_unaligned_rows_are_pruned_with_a_reason() -> None:
 
 
 def test_tma_backend_only_where_it_exists() -> None:
-    assert "triton_tma" in gemm_backends(Target.for_arch("sm_90"))
-    assert "triton_tma" not in gemm_backends(Target.for_arch("gfx942"))
-    assert "triton_tma" not in gemm_backends(Target.for_arch("gfx950"))
+    assert "triton_tma" in GEMM.backends(Target.for_arch("sm_90"))
+    assert "triton_tma" not in GEMM.backends(Target.for_arch("gfx942"))
+    assert "triton_tma" not in GEMM.backends(Target.for_arch("gfx950"))
     with pytest.raises(ValueError, match="unknown gemm backend 'triton_tma' on gfx942"):
         GEMM.space(Problem.gemm(64, 64, 64), Target.for_arch("gfx942"), ("triton_tma",))
 

@@ -222,7 +222,8 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     import torch
 
     from autotune.core.op import KernelCall
-    from autotune.kernels.moe.op import _triton_launch, main_first
+    from autotune.kernels.moe.backends import fused_launch
+    from autotune.kernels.moe.op import main_first
     from autotune.kernels.moe.ref import route, routing_logits
 
     target = Target.for_arch("sm_90")
@@ -234,7 +235,7 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     topk_weights, ids = route(routing_logits(problem.M, problem.E, generator=gen), problem.topk)
     real: list[KernelCall] = []
     out = MOE.make_output(problem, "cpu")
-    _triton_launch(config, target, (x, w1, w2, topk_weights, ids, w1s, w2s), out, calls=real)()
+    fused_launch(config, target, (x, w1, w2, topk_weights, ids, w1s, w2s), out, calls=real)()
     real = main_first(real)
     assert recorded[0].kwargs["SWIGLU"]  # the gate/up GEMM first: the kernel a compile-only check reads
 
