@@ -53,14 +53,12 @@ def sweep(spec: Path, db: Path, out: Path) -> dict[str, Any]:
         raise SystemExit(f"sweep failed with exit code {code}")
     total = re.search(r"trials run, (\d+) read back from the database, ([\d.]+) s", text)
     prof = re.search(
-        r"profiled (\d+) shapes at (\d+) M values: (\d+) timings run, (\d+) read back, ([\d.]+) s after "
-        r"tuning \(\d+% of the sweep(?:, ([\d.]+) s beside tuning)?",
-        text,
+        r"profiled (\d+) shapes at (\d+) M values: (\d+) timings run, (\d+) read back, ([\d.]+) s", text
     )
     out_ = {"wall_s": float(total[2]) if total else math.nan}
     if prof:
         out_ |= {"profile_shapes": int(prof[1]), "profile_points": int(prof[2]), "profile_runs": int(prof[3]),
-                 "profile_s": float(prof[5]), "overlap_s": float(prof[6] or 0)}  # fmt: skip
+                 "profile_s": float(prof[5])}  # fmt: skip
     print(text.strip().splitlines()[-2] if text.strip() else "")
     return out_
 
@@ -168,8 +166,7 @@ def main() -> int:
         s = results["sweep"]
         tuning = s["wall_s"] - s["profile_s"]
         share = s["profile_s"] / tuning
-        print(f"\nprofile: {s['profile_s']:.0f} s after {tuning:.0f} s of tuning: +{share:.0%} "
-              f"({s.get('overlap_s', 0):.0f} s more of it beside the tuning)")  # fmt: skip
+        print(f"\nprofile: {s['profile_s']:.0f} s after {tuning:.0f} s of tuning: +{share:.0%}")
     for name in ("verify_table", "verify_none", "verify_none_2"):
         if name not in results:
             continue

@@ -254,12 +254,10 @@ def print_sweep_report(report: SweepReport) -> None:
         pruned = sum(p.pruned for p in report.profiles)
         left_out = sum(p.left_out for p in report.profiles)
         share = report.profile_s / report.wall_s if report.wall_s > 0 else 0.0
-        beside = f", {report.overlap_s:.1f} s beside tuning" if report.overlap_s else ""
         print(
             f"profiled {len(report.profiles)} shapes at {points} M values: {n_ran} timings run, {cached} "
-            f"read back, {report.profile_s:.1f} s after tuning ({share:.0%} of the sweep{beside}; {pruned} "
-            f"timings left out as far behind, {left_out} M left to the vendor library); `autotune emit` "
-            "serves M ranges"
+            f"read back, {report.profile_s:.1f} s ({share:.0%} of the sweep; {pruned} timings left out as "
+            f"far behind, {left_out} M left to the vendor library); `autotune emit` serves M ranges"
         )
     for what, attr in (
         ("by constraints before compiling ('space' is valid/all)", "pruned"),

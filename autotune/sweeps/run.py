@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -57,12 +55,9 @@ class SweepReport:
     wall_s: float = 0.0
     predicted: bool = False  # a compile-only sweep: the results are the cost model's, not measurements
     budget_spent: bool = False  # the sweep's time budget ran out before every problem was tuned
-    #: The M profiles made (one per shape family with a ladder), the seconds the sweep went on after its
-    #: last problem was tuned (`profile_s`), and the seconds profiles ran in the background before that
-    #: (`overlap_s`), where they share the workers with the problems being tuned.
+    #: The M profiles made after tuning (one per shape family with a ladder), and the seconds they took.
     profiles: list[ProfileReport] = field(default_factory=list)
     profile_s: float = 0.0
-    overlap_s: float = 0.0
 
     @property
     def trials_run(self) -> int:
@@ -103,14 +98,11 @@ def run_sweep(
     capped by its own `seconds`. When it is spent the sweep stops like an interrupted one
     (`report.budget_spent`); running it again resumes.
 
-    Each shape family whose entry has an M ladder (`SweepEntry.ladder_on`: by default the serving ladder
-    on a GPU) is profiled (`autotune.sweeps.profile`) once its problems are tuned: its candidates timed at
+    Once every problem is tuned, each shape family whose entry has an M ladder (`SweepEntry.ladder_on`:
+    by default the serving ladder on a GPU) is profiled (`autotune.sweeps.profile`): its candidates timed at
     the ladder's M (sparse, as that module says) the way they run when served, stored as profile trials,
-    so that `autotune emit` builds M ranges; on the workers, a family at a time each. While configs
-    compile ahead (`checker`) and the sweep has no time budget, a family whose problems were all tuned
-    in this run is profiled at once as background work on a worker (`_Lane`: it gets the worker only
-    while no problem in flight there asks for it); the rest once every problem is tuned. A sweep
-    stopped or out of budget profiles nothing more; running it again does.
+    so that `autotune emit` builds M ranges; on the workers, a family at a time each. A sweep stopped or
+    out of budget profiles nothing; running it again does.
 
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
     stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
@@ -214,9 +206,8 @@ IN_FLIGHT = 2
 class _Lane:
     """One worker shared by the problems in flight on it, one trial at a time. The problem taken first
     (the front) has the worker whenever it asks; a problem behind it gets the worker only while the
-    front waits on a compile. Background work (a profile) joins behind every problem and gets the worker
-    only while none of them asks for it (each waits on a compile or does other work). A problem's time
-    budget counts its own time only: all of it while in front, its trials while behind. Thread-safe."""
+    front waits on a compile. A problem's time budget counts its own time only: all of it while in
+    front, its trials while behind. Thread-safe."""
 
     def __init__(self, worker: Worker, tickets: Iterator[int]) -> None:
         self.worker = worker
@@ -227,26 +218,14 @@ class _Lane:
         self._compiling: set[int] = set()  # problems waiting on a compile
         self._own: dict[int, float] = {}  # seconds counted so far per problem
         self._front_since = 0.0
-        self._background: set[int] = set()  # tickets of background work, behind every problem
-        self._asking: set[int] = set()  # tickets waiting for the worker in `run`
 
-    def join(self, *, background: bool = False) -> int:
-        """A ticket for one more problem in flight (or background work), behind those in flight."""
+    def join(self) -> int:
         with self._cv:
             ticket = next(self._tickets)
-            at = len(self._order)
-            if background:
-                self._background.add(ticket)
-            else:  # ahead of any background work
-                at = next((i for i, t in enumerate(self._order) if t in self._background), at)
-            now = time.monotonic()
-            if at == 0 and self._order:  # the front so far goes behind: count its time up to now
-                self._own[self._order[0]] += now - self._front_since
-            self._order.insert(at, ticket)
+            self._order.append(ticket)
             self._own[ticket] = 0.0
-            if at == 0:
-                self._front_since = now
-            self._cv.notify_all()
+            if len(self._order) == 1:
+                self._front_since = time.monotonic()
             return ticket
 
     def leave(self, ticket: int) -> None:
@@ -255,7 +234,6 @@ class _Lane:
             self._order.remove(ticket)
             self._own.pop(ticket, None)
             self._compiling.discard(ticket)
-            self._background.discard(ticket)
             if was_front and self._order:
                 self._front_since = time.monotonic()
             self._cv.notify_all()
@@ -284,23 +262,10 @@ class _Lane:
             with self._cv:
                 self._compiling.discard(ticket)
 
-    def _may_run(self, ticket: int) -> bool:
-        if self._busy:
-            return False
-        front = self._order[0]
-        if ticket not in self._background or front == ticket:
-            return front == ticket or front in self._compiling
-        ahead = self._order[: self._order.index(ticket)]
-        return all(t in self._compiling or t not in self._asking for t in ahead)
-
     def run(self, ticket: int, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
         with self._cv:
-            self._asking.add(ticket)
-            try:
-                while not self._may_run(ticket):
-                    self._cv.wait()
-            finally:
-                self._asking.discard(ticket)
+            while self._busy or (self._order[0] != ticket and self._order[0] not in self._compiling):
+                self._cv.wait()
             self._busy = True
         t0 = time.monotonic()
         try:
@@ -409,9 +374,6 @@ def _run_on_workers(
                     progress.problem_done(result)
                     if on_problem is not None:
                         on_problem(result)
-                    if (job := tuned(result.problem)) is not None:
-                        ready.append(job)
-                        ready_cv.notify_all()
         except (SweepStopped, WorkerAborted):
             pass
         except WorkerError as exc:  # this worker cannot go on; the others take its problem
@@ -431,124 +393,53 @@ def _run_on_workers(
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
     profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
-    # Families profiled as soon as their problems are tuned: those whose every problem is in this run's
-    # queue, by family, with the problems not tuned yet (only while configs compile ahead, without a
-    # time budget: see `run_sweep`).
-    queued = {p for _, p in queue.todo}
-    waiting: dict[Problem, tuple[FamilyProfile, set[Problem]]] = {}
-    if checker is not None and queue.deadline is None:
-        waiting = {job.family: (job, set(job.buckets)) for job in jobs if set(job.buckets) <= queued}
 
-    ready: list[FamilyProfile] = []  # families tuned, for the background profiles (under `lock`)
-    ready_cv = threading.Condition(lock)
-    draining = [0]  # drain threads still running; the moment the last one ended
-    tuned_at = [math.inf]
-    spans: list[tuple[float, float]] = []  # (start, end) of each background profile
-
-    def tuned(problem: Problem) -> FamilyProfile | None:
-        """Notes `problem` as tuned (under `lock`); its family's job where that was the last one left, taken
-        off the jobs the profile phase runs."""
-        found = waiting.get(family_of(problem))
-        if found is None or stop.is_set():
-            return None
-        job, left = found
-        left.discard(problem)
-        if left:
-            return None
-        del waiting[job.family]
-        for i, (queued_job, _) in enumerate(profile_jobs):
-            if queued_job is job:
-                del profile_jobs[i]
-                return job
-        return None
-
-    def profile_one(
-        lane: _Lane, job: FamilyProfile, planned: tuple[Plan, int] | None, background: bool
-    ) -> None:
-        """Profiles `job` on `lane`, in `background` behind the problems in flight there (a family tuned
-        while others are), its compiles queued first where it has no plan yet. Put back for the profile
-        phase where its worker fails."""
-        ticket = lane.join(background=background)
-        try:
-            compiler: Any = checker
-            if planned is None and checker is not None:
-                planned = family_plan(job, store=store, target=lane.worker.target)
-                prefetch_family(job.op, planned[0], checker)
-                compiler = _LaneChecker(checker, lane, ticket)
-            done = profile_family(
-                job,
-                store=store,
-                target=lane.worker.target,
-                measurer=_InLane(lane, ticket, ServedTiming(job.op)),
-                sweep_id=report.sweep_id,
-                should_stop=stop.is_set,
-                on_point=lambda *_: progress.beat(),
-                compiler=compiler,
-                plan=planned,
-            )
-        except WorkerError:
-            with lock:
-                profile_jobs.insert(0, (job, planned))
-            raise
-        finally:
-            lane.leave(ticket)
-        with lock:
-            report.profiles.append(done)
-
-    def next_job(lane: _Lane) -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
-        """The profile phase's next job."""
-        with lock:
-            return profile_jobs.pop(0) if profile_jobs else None
-
-    def next_ready(lane: _Lane) -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
-        """A tuned family's job, waiting for one while problems are tuned; None once none is left."""
-        with ready_cv:
-            while not ready and draining[0] and not stop.is_set():
-                ready_cv.wait(0.5)
-            return (ready.pop(0), None) if ready and not stop.is_set() else None
-
-    def profile(lane: _Lane, background: bool) -> None:
-        """Profiles jobs on `lane`: tuned families in the background while problems are tuned, else the
-        profile phase's jobs."""
+    def profile(lane: _Lane) -> None:
         worker = lane.worker
-        take = next_ready if background else next_job
+        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
-            while not stop.is_set() and (found := take(lane)) is not None:
-                t0 = time.perf_counter()
-                profile_one(lane, *found, background)
-                if background:
-                    with lock:
-                        spans.append((t0, time.perf_counter()))
+            while not stop.is_set():
+                with lock:
+                    if not profile_jobs:
+                        return
+                    job = profile_jobs.pop(0)
+                ticket = lane.join()
+                try:
+                    done = profile_family(
+                        job[0],
+                        store=store,
+                        target=worker.target,
+                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op)),
+                        sweep_id=report.sweep_id,
+                        should_stop=stop.is_set,
+                        on_point=lambda *_: progress.beat(),
+                        compiler=checker,
+                        plan=job[1],
+                    )
+                finally:
+                    lane.leave(ticket)
+                job = None
+                with lock:
+                    report.profiles.append(done)
         except (SweepStopped, WorkerAborted):
             pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its family (put back)
+        except WorkerError as exc:  # this worker cannot go on; the others take its family
             log.error("%s stopped: %s", worker.name, exc)
             with lock:
+                if job is not None:
+                    profile_jobs.insert(0, job)
                 errors.append(exc)
         except BaseException as exc:  # a bug or a database error: stop the sweep
             with lock:
                 errors.append(exc)
             stop.set()
 
-    def drained(lane: _Lane) -> None:
-        """`drain`, then: the last drain thread to end wakes the background profiles."""
-        try:
-            drain(lane)
-        finally:
-            with ready_cv:
-                draining[0] -= 1
-                if not draining[0]:
-                    tuned_at[0] = time.perf_counter()
-                ready_cv.notify_all()
-
-    def run_phase(bodies: Sequence[tuple[Callable[[_Lane], None], int]]) -> None:
-        """Runs each body, that many threads per worker, until all end."""
-        if len(workers) == 1 and [n for _, n in bodies] == [1]:  # this thread, so Ctrl-C lands in the trial
-            bodies[0][0](lanes[0])
+    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
+        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
+            body(lanes[0])
             return
         threads = [
-            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{k}-{i}", daemon=True)
-            for k, (body, per_worker) in enumerate(bodies)
+            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
             for i in range(per_worker)
             for lane in lanes
         ]
@@ -575,19 +466,10 @@ def _run_on_workers(
 
     one_thread = len(workers) == 1 and checker is None
     try:
-        t_start = time.perf_counter()
-        in_flight = IN_FLIGHT if checker is not None else 1
-        draining[0] = in_flight * len(workers)
-        phase: list[tuple[Callable[[_Lane], None], int]] = [(drained, in_flight)]
-        if waiting:  # a background profile thread per worker
-            phase.append((functools.partial(profile, background=True), 1))
-        run_phase(phase)
+        run_phase(drain, IN_FLIGHT if checker is not None else 1)
         check_errors(bool(queue.todo))
-        if spans:
-            end = min(tuned_at[0], time.perf_counter())
-            report.overlap_s = sum(max(0.0, min(b, end) - a) for a, b in spans)
-        tuned_s = min(tuned_at[0], time.perf_counter()) - t_start
         if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
+            t0 = time.perf_counter()
             if checker is not None:  # every family's compiles queued at once, in order: the first ones first
                 target = workers[0].target
                 profile_jobs = [
@@ -596,10 +478,11 @@ def _run_on_workers(
                 for job, plan in profile_jobs:
                     assert plan is not None
                     prefetch_family(job.op, plan[0], checker)
-            run_phase([(functools.partial(profile, background=False), 1)])
+            try:
+                run_phase(profile, 1)
+            finally:
+                report.profile_s = time.perf_counter() - t0
             check_errors(bool(profile_jobs))
-        if report.profiles:
-            report.profile_s = max(0.0, time.perf_counter() - t_start - tuned_s)
     finally:
         if one_thread:
             workers[0].close()
@@ -630,22 +513,14 @@ def _longest_first(
     planned: list[tuple[Problem, int, int]],
 ) -> list[tuple[SweepEntry, Problem]]:
     """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
-    together); by trial count where the estimate cannot be made. A shape family's problems stay together
-    (families by their total, longest first; each family's problems longest first), so that each family
-    is tuned, and can be profiled, early."""
+    together); by trial count where the estimate cannot be made."""
     try:
         est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
     except Exception as exc:  # the estimate is an optimisation only
         log.debug("no duration estimate (%s): ordering by trials", exc)
         sizes = {p: n for p, n, _ in planned}
         est = {p: float(min(sizes[p], e.budget.trials or sizes[p])) for e, p in todo}
-    totals: dict[Problem, float] = {}
-    for _, problem in todo:
-        family = family_of(problem)
-        totals[family] = totals.get(family, 0.0) + est.get(problem, 0.0)
-    return sorted(
-        todo, key=lambda item: (-totals[family_of(item[1])], family_of(item[1]).key(), -est.get(item[1], 0.0))
-    )
+    return sorted(todo, key=lambda item: -est.get(item[1], 0.0))
 
 
 class _Progress:
