@@ -31,8 +31,9 @@ def add_parser(subparsers: Subparsers) -> None:
         help="compile-only checks of a spec's configs for a target (no GPU needed)",
         description="For every problem of SPEC.toml: the space size, what compiled for --target, "
         "what the static checks prune and why (MFMA shape vs matrix_instr_nonkdim, spills, LDS over "
-        "the target's, occupancy under the floor), and the best candidates by the cost model with "
-        "their registers, LDS, occupancy and instructions. Compiles the model's best "
+        "the target's, occupancy under the floor), the configs with far more vector ALU instructions per "
+        "matrix instruction than their peers (a warning), and the best candidates by the cost model with "
+        "their registers, LDS, occupancy, instructions and instruction mix. Compiles the model's best "
         "[static] candidates per problem (--all: the whole space) on every CPU core. Writes nothing "
         "unless --db is given (then compiled features are kept there and reused).",
     )
@@ -122,9 +123,18 @@ def _print_check(c: ProblemCheck) -> None:
     for cand in c.compiled:
         for f in cand.findings:
             print(f"  pruned {cand.config.short()}: {f.check}: {f.reason}")
+    for cand in c.compiled:
+        for f in cand.warnings:
+            print(f"  warning {cand.config.short()}: {f.check}: {f.reason}")
     rows = [("rank", "config", "predicted µs", "static features")]
+    mixes = []
     for i, cand in enumerate(c.best()):
         feats = cand.features.summary() if cand.features is not None else "vendor library (not compiled)"
         rows.append((str(i + 1), cand.config.short(), f"{cand.predicted_us:.2f}", feats))
+        if cand.features is not None and cand.features.mix:
+            mixes.append(f"  {i + 1:>4}  {cand.features.mix_summary()}")
     print("  best candidates by the cost model:")
     print_table(rows, indent="  ")
+    if mixes:
+        print("  their instruction mix (instructions in the binary, by class):")
+        print("\n".join(mixes))

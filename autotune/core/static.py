@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -13,11 +14,38 @@ from autotune.core.target import Target
 __all__ = [
     "CHECKS",
     "DEFAULT_CHECKS",
+    "MIX_CLASSES",
+    "VALU_PER_MMA_FACTOR",
+    "VALU_PER_MMA_PEERS",
+    "WARNINGS",
     "StaticFeatures",
     "StaticFinding",
     "StaticPolicy",
     "check_features",
+    "valu_outliers",
 ]
+
+
+#: The classes of an instruction mix (`StaticFeatures.mix`), in the order they are shown, each with what it
+#: counts (`autotune.engine.isa` classifies the instructions).
+MIX_CLASSES: dict[str, str] = {
+    "valu": "vector ALU: every other vector instruction (AMD `v_*`; PTX arithmetic, moves, conversions)",
+    "salu": "scalar ALU: AMD `s_*` that are neither scalar memory nor control (none in PTX)",
+    "smem": "scalar and constant memory: kernel arguments and uniform loads (`s_load*`, `s_buffer_*`; "
+    "PTX `ld.param`, `ld.const`)",
+    "ctrl": "control and synchronization: branches, waits, barriers, nops, priorities, the end",
+    "mma": "matrix instructions (`v_mfma*` with the scaled `v_mfma_scale*`, `v_smfmac*`, `v_wmma*`; "
+    "PTX `mma`, `wgmma.mma_async`)",
+    "agpr": "moves between VGPRs and AGPRs (`v_accvgpr_*`): accumulator copies, and how LLVM spills "
+    "VGPRs to AGPRs on gfx90a and newer (none in PTX)",
+    "vmem": "global memory (`global_*`, `buffer_*`, `flat_*`; PTX `ld/st.global`, generic `ld/st`, "
+    "atomics, `cp.async`, `cp.async.bulk`)",
+    "lds": "LDS, shared memory (`ds_*`; PTX `ld/st.shared`, `ldmatrix`, `stmatrix`)",
+    "spill": "spill traffic: scratch (`scratch_*`, an instruction LLVM marks as a spill or reload) and "
+    "the lane writes and reads of SGPR spills (`v_writelane`, `v_readlane`, in a kernel that reports "
+    "spilled SGPRs); PTX `ld/st.local`",
+    "other": "anything else",
+}
 
 
 @dataclass(frozen=True)
@@ -31,7 +59,10 @@ class StaticFeatures:
     thread. `lds_bytes` is the shared memory of one workgroup. `mma` lists the distinct matrix
     instructions (``v_mfma_*``, ``wgmma.*``, ``mma.*``); `load_bits` / `store_bits` the distinct widths
     of global loads and stores (an asynchronous copy to shared memory counts as a load of its width);
-    `tma` says whether tiles are loaded or stored by tensor-memory-accelerator bulk copies.
+    `tma` says whether tiles are loaded or stored by tensor-memory-accelerator bulk copies. `mix` is the
+    instruction mix: (class, count) pairs in `MIX_CLASSES` order, zero counts left out, each instruction
+    of the binary counted once (static, not executed, counts; PTX on NVIDIA); empty where unknown
+    (features stored before it was read).
     `error` is set (and everything else zero) when the config did not compile.
     """
 
@@ -50,6 +81,7 @@ class StaticFeatures:
     load_bits: tuple[int, ...] = ()
     store_bits: tuple[int, ...] = ()
     tma: tuple[str, ...] = ()
+    mix: tuple[tuple[str, int], ...] = ()
     compile_s: float = 0.0
     toolchain: dict[str, str] = field(default_factory=dict, compare=False)
 
@@ -61,11 +93,37 @@ class StaticFeatures:
         data = json.loads(text)
         for key in ("mma", "load_bits", "store_bits", "tma"):
             data[key] = tuple(data.get(key, ()))
+        data["mix"] = tuple((str(k), int(n)) for k, n in data.get("mix", ()))
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     @classmethod
     def failed(cls, arch: str, error: str, compile_s: float = 0.0) -> StaticFeatures:
         return cls(arch=arch, compiled=False, error=error, compile_s=compile_s)
+
+    @classmethod
+    def mix_of(cls, counts: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+        """`counts` by class as a `mix`: in `MIX_CLASSES` order, zeros left out; ValueError for an
+        unknown class."""
+        unknown = sorted(set(counts) - set(MIX_CLASSES))
+        if unknown:
+            raise ValueError(f"unknown instruction class(es) {', '.join(unknown)}")
+        return tuple((k, int(counts[k])) for k in MIX_CLASSES if counts.get(k))
+
+    def count(self, cls: str) -> int:
+        """The instructions of class `cls` in the mix (0 where it has none, or the mix is unknown)."""
+        return dict(self.mix).get(cls, 0)
+
+    @property
+    def valu_per_mma(self) -> float | None:
+        """Vector ALU instructions per matrix instruction; None without matrix instructions (or a mix)."""
+        mma = self.count("mma")
+        return self.count("valu") / mma if mma else None
+
+    def mix_summary(self) -> str:
+        """The mix on one line (`valu 232  salu 121  mma 80 ... (valu/mma 2.9)`); "" where unknown."""
+        text = "  ".join(f"{k} {n}" for k, n in self.mix)
+        ratio = self.valu_per_mma
+        return text + (f"  (valu/mma {ratio:.1f})" if ratio is not None and text else "")
 
     def summary(self) -> str:
         """One line for people: registers, spills, LDS, occupancy and matrix instructions."""
@@ -107,10 +165,27 @@ CHECKS: dict[str, str] = {
 
 DEFAULT_CHECKS: tuple[str, ...] = tuple(CHECKS)
 
+#: Findings that warn and never prune, each with what it says. They compare a config with its peers (the
+#: other configs of the same problem compiled in the same check), so `check_features` cannot find them.
+WARNINGS: dict[str, str] = {
+    "valu_per_mma": "far more vector ALU instructions per matrix instruction than the configs like it",
+}
+
+#: How far above the median of its peers a config's VALU instructions per matrix instruction must be to
+#: be flagged. Tile shape, split-K and the epilogue alone move the ratio: in the configs `autotune
+#: check` compiled for gfx950 bf16 GEMMs (M 16 and 256, N = K = 4096), each stayed within 0.8-2.3x of the
+#: median of the configs with its MFMA (small tiles amortize their address arithmetic over fewer MFMAs).
+#: Three times is outside that spread: vector work per matrix instruction that the tile does not explain
+#: (emulated conversions, layout shuffles, a dequantization the matrix unit could do).
+VALU_PER_MMA_FACTOR = 3.0
+
+#: The fewest configs (the flagged one included) whose median is a norm at all.
+VALU_PER_MMA_PEERS = 3
+
 
 #: The version of how features are read from a binary, part of their key in the database; bumped when
-#: that changes (2: NVIDIA spills to the stack frame count).
-FEATURES_VERSION = "2"
+#: that changes (2: NVIDIA spills to the stack frame count; 3: the instruction mix).
+FEATURES_VERSION = "3"
 
 
 @dataclass(frozen=True)
@@ -196,4 +271,33 @@ def check_features(
                 f"is under the floor {min_occupancy}",
             )
         )
+    return found
+
+
+def valu_outliers(features: Mapping[Config, StaticFeatures]) -> dict[Config, StaticFinding]:
+    """The configs whose vector ALU instructions per matrix instruction are over VALU_PER_MMA_FACTOR
+    times the median of their peers, each with a `valu_per_mma` warning.
+
+    Peers are the configs of `features` (one problem's, compiled for one target) with the same backend
+    and the same matrix instructions: a 32x32 MFMA does the work of two 16x16 ones, so their counts are
+    not comparable. Configs without a mix or without matrix instructions are never flagged, and a group
+    of fewer than VALU_PER_MMA_PEERS has no norm.
+    """
+    groups: dict[tuple[str, tuple[str, ...]], list[tuple[Config, float]]] = {}
+    for config, f in features.items():
+        ratio = f.valu_per_mma if f.compiled else None
+        if ratio is not None:
+            groups.setdefault((config.backend, f.mma), []).append((config, ratio))
+    found: dict[Config, StaticFinding] = {}
+    for (_, mma), members in groups.items():
+        if len(members) < VALU_PER_MMA_PEERS:
+            continue
+        norm = statistics.median(r for _, r in members)
+        for config, ratio in members:
+            if norm > 0 and ratio > VALU_PER_MMA_FACTOR * norm:
+                found[config] = StaticFinding(
+                    "valu_per_mma",
+                    f"{ratio:.1f} vector ALU instructions per matrix instruction, {ratio / norm:.1f}x the "
+                    f"median {norm:.1f} of {len(members)} configs with {', '.join(mma)}",
+                )
     return found

@@ -29,6 +29,7 @@ from autotune.core.problem import Problem
 from autotune.core.result import root_cause
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target, TargetError, toolchain_versions
+from autotune.engine.isa import amd_mix, ptx_mix
 
 __all__ = [
     "CompilePool",
@@ -188,7 +189,8 @@ _AMD_COMMENT = re.compile(r"^\s*; (NumVgprs|NumAgprs|TotalNumVgprs|NumSgprs|Scra
 
 
 def amd_features(asm: str, lds_bytes: int, target: Target, num_warps: int) -> StaticFeatures:
-    """Static features from AMDGPU assembly (its kernel descriptor metadata and instructions)."""
+    """Static features from AMDGPU assembly (its kernel descriptor metadata and instructions, and their
+    mix: `autotune.engine.isa.amd_mix`)."""
     meta: dict[str, int] = {}
     comments: dict[str, int] = {}
     mfma: set[str] = set()
@@ -225,6 +227,7 @@ def amd_features(asm: str, lds_bytes: int, target: Target, num_warps: int) -> St
         mma=tuple(sorted(mfma)),
         load_bits=tuple(sorted(loads)),
         store_bits=tuple(sorted(stores)),
+        mix=StaticFeatures.mix_of(amd_mix(asm)),
     )
 
 
@@ -261,7 +264,8 @@ _SASS_SPILL = re.compile(r"\bSTL(\.\w+)*\s")  # a store of registers to local me
 
 
 def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatures:
-    """Static features of an NVIDIA CompiledKernel: resources from cuobjdump, instructions from its PTX."""
+    """Static features of an NVIDIA CompiledKernel: resources from cuobjdump, instructions (and their mix:
+    `autotune.engine.isa.ptx_mix`) from its PTX."""
     regs, stack, static_smem, local = _cubin_usage(kernel.asm["cubin"])
     loads: set[int] = set()
     stores: set[int] = set()
@@ -291,6 +295,7 @@ def nvidia_features(kernel: Any, target: Target, num_warps: int) -> StaticFeatur
         load_bits=tuple(sorted(loads)),
         store_bits=tuple(sorted(stores)),
         tma=tuple(sorted(tma)),
+        mix=StaticFeatures.mix_of(ptx_mix(kernel.asm["ptx"])),
     )
 
 

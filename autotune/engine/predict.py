@@ -12,7 +12,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.registry import is_vendor
 from autotune.core.result import Timing, TrialResult, TrialStatus
-from autotune.core.static import StaticFeatures, StaticFinding
+from autotune.core.static import StaticFeatures, StaticFinding, valu_outliers
 from autotune.core.target import Target
 
 if TYPE_CHECKING:
@@ -27,12 +27,14 @@ MAX_ROUNDS = 4
 
 @dataclass
 class Candidate:
-    """One config the model ranked: its prediction and, when compiled, its features and findings."""
+    """One config the model ranked: its prediction and, when compiled, its features, the findings that
+    prune it and the warnings (`autotune.core.static.WARNINGS`) that do not."""
 
     config: Config
     predicted_us: float
     features: StaticFeatures | None = None
     findings: list[StaticFinding] = field(default_factory=list)
+    warnings: list[StaticFinding] = field(default_factory=list)
 
     @property
     def pruned(self) -> bool:
@@ -56,6 +58,13 @@ class ProblemCheck:
         counts: Counter[str] = Counter()
         for c in self.compiled:
             counts.update({f.check for f in c.findings})
+        return dict(counts)
+
+    @property
+    def static_warned(self) -> dict[str, int]:
+        counts: Counter[str] = Counter()
+        for c in self.compiled:
+            counts.update({f.check for f in c.warnings})
         return dict(counts)
 
     @property
@@ -84,6 +93,7 @@ class ProblemCheck:
                 "predicted_us": round(c.predicted_us, 3),
                 "features": None if c.features is None else _features_dict(c.features),
                 "findings": [{"check": f.check, "reason": f.reason} for f in c.findings],
+                "warnings": [{"check": f.check, "reason": f.reason} for f in c.warnings],
             }
 
         return {
@@ -96,6 +106,8 @@ class ProblemCheck:
             "compile_errors": self.n_failed_compile,
             "static_pruned": self.static_pruned,
             "pruned_configs": [cand(c) for c in self.compiled if c.pruned],
+            "static_warned": self.static_warned,
+            "warned_configs": [cand(c) for c in self.compiled if c.warnings],
             "best": [cand(c) for c in self.best()],
         }
 
@@ -122,6 +134,7 @@ def check_problem(
     with `everything`) on the checker's pool and re-ranks the compiled ones with their features.
 
     More rounds of `candidates` are compiled (at most MAX_ROUNDS) until `keep` configs survive the checks.
+    The compiled configs are then compared with each other for warnings (`valu_outliers`).
     """
     from autotune.engine.model import predict_us, rank
 
@@ -146,6 +159,11 @@ def check_problem(
             report.compiled.append(Candidate(config, predicted, features, pruning))
         if len(report.survivors()) >= keep:
             break
+    compiled = {c.config: c.features for c in report.compiled if c.features is not None}
+    outliers = valu_outliers(compiled)
+    for cand in report.compiled:
+        if cand.config in outliers:
+            cand.warnings.append(outliers[cand.config])
     return report
 
 

@@ -124,6 +124,10 @@ def test_check_json(predicted, tmp_path) -> None:
     assert p["best"] and all(b["predicted_us"] > 0 for b in p["best"])
     compiled = [b for b in p["best"] if b["features"] is not None]
     assert compiled and all(b["features"]["vgprs"] > 0 for b in compiled)
+    mixes = [dict(b["features"]["mix"]) for b in compiled]
+    assert all(m["mma"] > 0 and m["valu"] > 0 and m["vmem"] > 0 for m in mixes), mixes
+    assert p["static_warned"] == {} and p["warned_configs"] == []
+    assert all(b["warnings"] == [] for b in p["best"])
     assert not list(tmp_path.iterdir()), "check writes nothing without --db"
 
 
@@ -135,6 +139,25 @@ def test_check_prints_pruned_configs_and_candidates(tmp_path) -> None:
     assert code == 0, err
     assert "space" in out and "pruned" in out and "occupancy" in out
     assert "best candidates by the cost model" in out
+
+
+def test_check_prints_the_instruction_mix_and_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune import Config
+    from autotune.cli.check import _print_check
+    from autotune.core.static import StaticFeatures, StaticFinding
+    from autotune.engine.predict import Candidate, ProblemCheck
+
+    mix = StaticFeatures.mix_of({"valu": 5173, "salu": 412, "mma": 64, "vmem": 96, "lds": 128, "spill": 353})
+    features = StaticFeatures(arch="gfx950", mma=("v_mfma_f32_16x16x32_bf16",), mix=mix)
+    config = Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4)
+    warning = StaticFinding("valu_per_mma", "80.8 vector ALU instructions per matrix instruction, 4.0x ...")
+    check = ProblemCheck(Problem.gemm(16, 512, 1024), Target.for_arch("gfx950"), 10, 20, {},
+                         compiled=[Candidate(config, 3.0, features, warnings=[warning])])  # fmt: skip
+    _print_check(check)
+    out = capsys.readouterr().out
+    assert f"warning {config.short()}: valu_per_mma: 80.8 vector ALU" in out
+    assert "     1  valu 5173  salu 412  mma 64  vmem 96  lds 128  spill 353  (valu/mma 80.8)\n" in out
+    assert check.to_dict()["static_warned"] == {"valu_per_mma": 1}
 
 
 @pytest.mark.parametrize(

@@ -180,6 +180,29 @@ def test_record_features_is_idempotent_on_its_key(store: Store) -> None:
     assert read(store, toolchain={**TOOLCHAIN, "hip": "6.4"}) == {}
 
 
+def test_the_instruction_mix_round_trips_and_rows_without_it_still_load(db_url: str) -> None:
+    mixed = dataclasses.replace(feats(), mix=StaticFeatures.mix_of({"valu": 133, "mma": 32, "spill": 4}))
+    with Store(db_url) as store:
+        assert put_features(store, cfg(64), mixed) is True
+        assert put_features(store, cfg(128), feats()) is True
+    engine = create_engine(resolve_url(db_url))
+    with engine.begin() as conn:  # a row written before the mix was read: its JSON has no "mix"
+        where = {"h": cfg(128).digest()}
+        stored = conn.execute(text("SELECT features_json FROM static_features WHERE config_hash = :h"), where)
+        data = json.loads(stored.scalar_one())
+        del data["mix"]
+        conn.execute(text("UPDATE static_features SET features_json = :j WHERE config_hash = :h"),
+                     {**where, "j": json.dumps(data)})  # fmt: skip
+    engine.dispose()
+    with Store(db_url) as store:
+        got = read(store)
+    back, _ = got[cfg(64).digest()]
+    assert back == mixed and back.mix == (("valu", 133), ("mma", 32), ("spill", 4))
+    assert back.valu_per_mma == pytest.approx(133 / 32)
+    older, _ = got[cfg(128).digest()]
+    assert older.mix == () and older.valu_per_mma is None and older.vgprs == feats().vgprs
+
+
 def test_features_of_an_older_extraction_are_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Features stored by an older way of reading binaries (FEATURES_VERSION) are compiled again."""
     import autotune.db.store as store_module
