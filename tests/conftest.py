@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,9 @@ PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.
 if not HAS_GPU:
     # Must be set before anything imports a @triton.jit function.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
+# (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
+os.environ["AUTOTUNE_UNTUNED_LOG"] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "untuned.jsonl")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,8 +1,9 @@
 """The `autotune` command line: sweep, plan, check, best, export, import, emit, verify, status, db.
 
 One module per verb, each with `add_parser(subparsers)` (its flags) beside `run(args) -> int` (its
-handler). This module assembles the parser and maps errors to exit codes: a CliError is one line on
-stderr and exit 2, Ctrl-C exit 130, a GPU fault exit 1. Heavy modules (torch, the database, the search)
+handler). This module assembles the parser and maps errors to exit codes: a CliError or a database that
+cannot be used is one line on stderr and exit 2, Ctrl-C exit 130, a GPU fault exit 1, a closed pipe on
+stdout a quiet exit 0. Heavy modules (torch, the database, the search)
 are imported inside the handlers, so that `autotune --help` stays fast.
 """
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli import best, check, db, emit, export, imports, plan, status, sweep, verify
-from autotune.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE, CliError
+from autotune.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from autotune.engine.bench import DeviceFault
 
 if TYPE_CHECKING:
@@ -68,11 +70,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for console in logging.getLogger().handlers:  # a sweep's log file takes more than the console shows
         console.setLevel(level)
     handler = {verb.NAME: verb.run for verb in VERBS}[args.verb]
+    from autotune.db.engine import StoreError
+
     try:
         return handler(args)
     except CliError as exc:
         print(f"autotune {args.verb}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except StoreError as exc:  # a damaged database, a server gone: one line, not a traceback
+        print(f"autotune {args.verb}: error: the database cannot be used: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (`autotune status | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's final flush cannot fail again
+        return EXIT_OK
     except KeyboardInterrupt:
         print(f"autotune {args.verb}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

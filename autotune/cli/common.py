@@ -56,10 +56,19 @@ def check_workers(args: argparse.Namespace) -> None:
         raise CliError("--workers must be positive")
 
 
-def open_store(url: str | None) -> Store:
-    """The store at `url` (None: $AUTOTUNE_DB, else ./autotune.db); CliError if it cannot be opened."""
+def open_store(url: str | None, *, create: bool = True) -> Store:
+    """The store at `url` (None: $AUTOTUNE_DB, else ./autotune.db); CliError if it cannot be opened, or,
+    without `create` (the verbs that only read), if it is a SQLite file that does not exist: a mistyped
+    path names no database rather than a new empty one."""
     from autotune.db import Store, StoreError
+    from autotune.db.engine import resolve_url, sqlite_path
 
+    path = sqlite_path(resolve_url(url))
+    if not create and path is not None and not path.exists():
+        raise CliError(
+            f"no database at {path}: run `autotune sweep` (or `autotune import`) to make one, or name "
+            "another with --db or $AUTOTUNE_DB"
+        )
     try:
         return Store(url)
     except StoreError as exc:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sweeps < 0:
         raise CliError("--sweeps must be zero or more")
-    with open_store(args.db) as store:
+    with open_store(args.db, create=False) as store:
         summary = store.summary()
         sweeps = store.sweeps(limit=args.sweeps, status="running" if args.running else None)
     for line in summary.lines():

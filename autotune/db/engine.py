@@ -52,6 +52,17 @@ def resolve_url(url: str | None = None) -> str:
     return f"sqlite:///{os.path.abspath(os.path.expanduser(chosen))}"
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The file of a SQLite `url`; None for another database or an in-memory one."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
 def mask_url(url: str) -> str:
     """`url` with its password replaced by ``***``, for messages and logs."""
     try:

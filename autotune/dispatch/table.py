@@ -598,12 +598,15 @@ class Table:
         return "\n".join(lines) + "\n"
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the table atomically (a temporary file in the same folder, then os.replace)."""
+        """Writes the table atomically (a temporary file in the same folder, then os.replace), readable as
+        any file this process creates is (the umask's mode, not the temporary file's 0600): a serving
+        process of another user reads it."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         text = self.to_json()
         fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
         try:
+            os.chmod(tmp, 0o666 & ~_umask())
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
@@ -777,3 +780,10 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
         )
     except (TypeError, ValueError) as exc:
         raise bad(f"{where}{shape}: {exc}") from None
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -223,7 +223,10 @@ def test_emit_table_serves_the_best_config(
 
 
 def test_emit_on_empty_db_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.db import Store
+
     out = tmp_path / "t.json"
+    Store(str(tmp_path / "empty.db")).close()
     assert main(["emit", "--out", str(out), "--db", str(tmp_path / "empty.db")]) == 2
     assert "run `autotune sweep` first" in capsys.readouterr().err
     assert not out.exists()

@@ -1,0 +1,91 @@
+"""What a new user hits first: a damaged database, a closed pipe, a mistyped --db, a table another user
+must read, and tests that must not touch the user's own files."""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune.cli import main
+from autotune.core.result import Source
+from autotune.db import NewTrial, Store
+
+GPU = Target.for_arch("sm_90")
+
+
+def _database(path: Path, problems: int = 300) -> None:
+    """A database of `problems` measured vendor trials (several pages of trials)."""
+    from autotune.core.op import kernel_versions
+    from autotune.kernels import GEMM
+
+    kernels = kernel_versions(GEMM, GEMM.backends(GPU))
+    rng = random.Random(0)
+    trials = []
+    for m in range(1, problems + 1):
+        t = 5.0 + rng.random()
+        result = TrialResult(
+            Config(backend="torch"), TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph")
+        )
+        trials.append(NewTrial(GPU, *kernels["torch"], Problem.gemm(m, 64, 64), result, Source.MEASURED))
+    with Store(str(path)) as store:
+        store.record_many(trials)
+
+
+def test_a_damaged_database_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "d.db"
+    _database(db)
+    size = db.stat().st_size
+    with db.open("r+b") as f:  # the header and the schema intact, the last pages garbled
+        f.seek(size - 8192)
+        f.write(random.Random(1).randbytes(8192))
+    for argv in (["status"], ["best", "--op", "gemm", "--m", "290", "--n", "64", "--k", "64"]):
+        assert main([*argv, "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert "malformed" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "p.db"
+    _database(db, problems=3)
+    read, write = os.pipe()
+    os.close(read)  # the reader (`| head`) has gone
+    saved = os.dup(sys.stdout.fileno())
+    try:
+        monkeypatch.setattr(sys, "stdout", os.fdopen(write, "w", buffering=1))  # each line flushed
+        assert main(["status", "--db", str(db)]) == 0
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def test_read_only_verbs_do_not_create_a_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    typo = tmp_path / "typo.db"
+    for argv in (["status"], ["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64"]):
+        assert main([*argv, "--db", str(typo)]) == 2
+        assert f"no database at {typo}" in capsys.readouterr().err
+    assert not typo.exists()
+
+
+def test_an_emitted_table_is_readable_by_other_users(tmp_path: Path) -> None:
+    db = tmp_path / "e.db"
+    _database(db, problems=2)
+    old = os.umask(0o022)
+    try:
+        assert main(["emit", "--db", str(db), "--out", str(tmp_path / "t.json")]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "t.json").stat().st_mode) == 0o644
+
+
+def test_tests_never_write_the_users_untuned_log() -> None:
+    from autotune.dispatch.dispatcher import untuned_log_path
+
+    assert not untuned_log_path().is_relative_to(Path.home() / ".cache")
