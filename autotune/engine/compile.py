@@ -75,7 +75,9 @@ def check_compilable(target: Target) -> None:
         from triton.backends import backends
     except ImportError as exc:
         raise TargetError(
-            f"compiling for {target.arch} needs triton (pip install 'autotune[triton]')"
+            f"compiling for {target.arch} needs triton: on a CPU-only machine install this package with "
+            "its triton extra (pip install '.[triton]' in a checkout); on CUDA and ROCm PyTorch brings its "
+            "own"
         ) from exc
     want = "amd" if target.is_amd else "nvidia"
     gpu_target(target)
