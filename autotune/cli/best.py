@@ -79,16 +79,19 @@ def run(args: argparse.Namespace) -> int:
                 if args.predicted
                 else store.best(problem, fingerprint=args.gpu, limit=64, source=Source.FINAL)
             )
-            predictions = (
-                bool(records)
-                or args.predicted
-                or bool(store.best(problem, fingerprint=args.gpu, limit=1, source=Source.MODEL))
-            )
+            other = Source.MEASURED if args.predicted else Source.MODEL  # what the other flag would show
+            elsewhere = not records and bool(store.best(problem, fingerprint=args.gpu, limit=1, source=other))
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
             raise CliError(str(exc)) from None
     if not records:
         what = "predicted" if args.predicted else "measured"
-        hint = " (the database holds predictions: add --predicted)" if predictions else ""
+        hint = ""
+        if elsewhere:
+            hint = (
+                " (the database holds measurements of it: drop --predicted)"
+                if args.predicted
+                else " (the database holds predictions of it: add --predicted)"
+            )
         print(f"no {what} results for {problem}; tune it with `autotune sweep`{hint}")
         return EXIT_FAIL
     by_gpu: dict[str, list[TrialRecord]] = {}

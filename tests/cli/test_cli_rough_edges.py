@@ -89,3 +89,31 @@ def test_tests_never_write_the_users_untuned_log() -> None:
     from autotune.dispatch.dispatcher import untuned_log_path
 
     assert not untuned_log_path().is_relative_to(Path.home() / ".cache")
+
+
+def test_best_says_which_flag_finds_the_other_kind_of_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from autotune.core.op import kernel_versions
+    from autotune.kernels import GEMM
+
+    kernels = kernel_versions(GEMM, GEMM.backends(GPU))
+    timing = Timing(5.0, 5.0, 5.0, 5.0, 5.0, 0.0, 5, "graph")
+    result = TrialResult(Config(backend="torch"), TrialStatus.OK, timing=timing)
+    db = tmp_path / "b.db"
+    with Store(str(db)) as store:
+        store.record_many([
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(16, 64, 64), result, Source.MODEL),
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(32, 64, 64), result, Source.MEASURED),
+        ])  # fmt: skip
+
+    def best(m: int, *flags: str) -> str:
+        assert (
+            main(["best", "--db", str(db), "--op", "gemm", "--m", str(m), "--n", "64", "--k", "64", *flags])
+            == 1
+        )
+        return capsys.readouterr().out
+
+    assert "add --predicted" in best(16)  # only a prediction of M = 16
+    assert "drop --predicted" in best(32, "--predicted")  # only a measurement of M = 32
+    assert "--predicted" not in best(64, "--predicted").split(";")[-1]  # nothing at all: no hint
