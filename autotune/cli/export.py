@@ -25,13 +25,27 @@ def add_parser(subparsers: Subparsers) -> None:
         "the moe winners as fused-MoE config files, one per (GPU, E, N, weights), mapping M to the "
         "Triton config (where another backend won, the best Triton config of that M; imported configs "
         "where nothing was measured). vllm and sglang differ only in the file name: vLLM writes "
-        "block_shape=[128,128] and NVIDIA_H200 for every H200, SGLang block_shape=[128, 128].",
+        "block_shape=[128,128] and NVIDIA_H200 for every H200, SGLang block_shape=[128, 128]; SGLang "
+        "files go into triton_X_Y_Z/ (the Triton version SGLang looks up: --triton-version, else the "
+        "imported file's, else the measuring GPU's, else the installed one). Imported files are written "
+        "as they were (their key order and other keys); flagged entries too, with a warning, unless "
+        "--drop-flagged.",
     )
     p.add_argument(
         "--format", default="csv", choices=("csv", "vllm", "sglang"), help="output format (default csv)"
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
+    p.add_argument(
+        "--triton-version",
+        metavar="X.Y.Z",
+        help="vllm/sglang: the Triton version files are for (SGLang's triton_X_Y_Z folder)",
+    )
+    p.add_argument(
+        "--drop-flagged",
+        action="store_true",
+        help="vllm/sglang: leave out imported entries flagged at import (default: written, with a warning)",
+    )
     db_arg(p)
 
 
@@ -44,7 +58,14 @@ def run(args: argparse.Namespace) -> int:
             if args.format == "csv":
                 paths = export_csv(store, args.out, fingerprint=args.gpu)
             else:
-                paths = export_vllm(store, args.out, fingerprint=args.gpu, flavor=args.format)
+                paths = export_vllm(
+                    store,
+                    args.out,
+                    fingerprint=args.gpu,
+                    flavor=args.format,
+                    triton_version=args.triton_version,
+                    drop_flagged=args.drop_flagged,
+                )
         except (StoreError, ValueError, OSError) as exc:
             raise CliError(str(exc)) from None
     for path in paths:

@@ -1,11 +1,11 @@
-"""`autotune import`: the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv), all or
-nothing. (The module is `imports`: `import` is a keyword.)"""
+"""`autotune import`: the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv), files or
+folders, each file on its own. (The module is `imports`: `import` is a keyword.)"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
 
 if TYPE_CHECKING:
     import argparse
@@ -21,15 +21,20 @@ def add_parser(subparsers: Subparsers) -> None:
         NAME,
         help="import the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv)",
         description="Import vLLM/SGLang fused-MoE config files (E=..,N=..,device_name=..[,dtype=..]"
-        "[,block_shape=..].json) and aiter tuned fused-MoE CSVs (tuned_fmoe.csv) as moe trials of "
-        "source 'imported', on a GPU of their own (never mixed with measurements). All or nothing: "
-        "every file is read and checked first, then everything is written in one transaction; on any "
-        "error nothing is written. Importing again writes nothing new. Configs the installed toolchain "
-        "would reject (num_stages=0 on AMD, block sizes that are not powers of two) are stored as "
-        "pruned with the reason. vLLM files hold no timings (so they never win in best or emit); aiter "
-        "rows carry aiter's time in µs.",
+        "[,block_shape=..][,per_channel_quant=True][_down].json) and aiter tuned fused-MoE CSVs "
+        "(tuned_fmoe.csv), given as files or folders (searched recursively), as moe trials of source "
+        "'imported', on a GPU of their own (never mixed with measurements). Each file is imported on "
+        "its own, in its own transaction: a file that cannot be imported is reported with the reason "
+        "and stops no other. Importing again writes nothing new. Entries are flagged (stored as pruned, "
+        "with the reason) where the toolchain would reject them (num_stages=0 on AMD with Triton 3.0 "
+        "to 3.2, block sizes that are not powers of two) or our moe op cannot run them (quantizations "
+        "other than unquantized and FP8 128x128 blocks, _down files): reference records, still "
+        "exported. K and topk: given, else inferred from E and N for known models, else unknown (the "
+        "file is kept by E, N and device). Exit status 1 when a file could not be read at all.",
     )
-    p.add_argument("files", metavar="FILE", nargs="+", help="vLLM/SGLang .json or aiter .csv files")
+    p.add_argument(
+        "files", metavar="PATH", nargs="+", help="vLLM/SGLang .json or aiter .csv files, or folders of them"
+    )
     p.add_argument(
         "--k",
         type=int,
@@ -52,19 +57,23 @@ def run(args: argparse.Namespace) -> int:
         try:
             files = import_files(store, args.files, k=args.k, topk=args.topk)
         except (InteropError, StoreError) as exc:
-            raise CliError(f"{exc}; nothing was imported") from None
+            raise CliError(str(exc)) from None
         where = store.display_url
     for f in files:
+        if f.error:
+            print(f"{f.path}: {'unreadable' if not f.readable else 'skipped'}: {f.error}")
+            continue
         new = f.written or 0
         counts = f"{f.n_entries} entries: {f.n_ok} ok, {f.n_flagged} flagged"
         if f.skipped:
             counts += f", {len(f.skipped)} skipped"
         print(f"{f.path}: {f.format}, {f.summary}")
-        print(f"  {counts}; {new} new, {len(f.trials) - new} already stored")
+        print(f"  imported {counts}; {new} new, {len(f.trials) - new} already stored")
         for entry, reason in f.flagged:
             print(f"  flagged {entry}: {reason}")
         for entry, reason in f.skipped:
             print(f"  skipped {entry}: {reason}")
     total = sum(f.written or 0 for f in files)
-    print(f"imported {total} new trials from {len(files)} files into {where}")
-    return EXIT_OK
+    bad = sum(1 for f in files if f.error)
+    print(f"imported {total} new trials from {len(files) - bad} files into {where}; {bad} files skipped")
+    return EXIT_FAIL if any(not f.readable for f in files) else EXIT_OK

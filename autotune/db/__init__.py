@@ -47,13 +47,21 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
 
 
 def export_vllm(
-    store: Store, out_dir: str | Path, fingerprint: str | None = None, flavor: str = "vllm"
+    store: Store,
+    out_dir: str | Path,
+    fingerprint: str | None = None,
+    flavor: str = "vllm",
+    *,
+    triton_version: str | None = None,
+    drop_flagged: bool = False,
 ) -> list[Path]:
-    """Writes the moe winners as vLLM (or SGLang) fused-MoE config files; see
-    `autotune.db.vllm.export_vllm`."""
-    from .vllm import export_vllm as _export_vllm
+    """Writes moe configs as vLLM (or SGLang) fused-MoE config files; see
+    `autotune.db.vllm_export.export_vllm`."""
+    from .vllm_export import export_vllm as _export_vllm
 
-    return _export_vllm(store, out_dir, fingerprint, flavor)
+    return _export_vllm(
+        store, out_dir, fingerprint, flavor, triton_version=triton_version, drop_flagged=drop_flagged
+    )
 
 
 def import_files(
@@ -64,7 +72,7 @@ def import_files(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Imports vLLM/SGLang config files and aiter CSVs, all or nothing; see
+    """Imports vLLM/SGLang config files and aiter CSVs (files or folders), each file on its own; see
     `autotune.db.interop.import_files`."""
     from .interop import import_files as _import_files
 

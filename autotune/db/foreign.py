@@ -23,12 +23,17 @@ __all__ = [
     "IMPORTED_SOURCE_HASH",
     "IMPORTED_TOOLCHAIN",
     "KNOWN_MOE_MODELS",
+    "UNKNOWN_K",
+    "UNKNOWN_TOPK",
     "ImportedFile",
     "InteropError",
     "MoeModel",
+    "UnknownShape",
     "device_name_of",
     "device_target",
     "infer_moe_shape",
+    "is_unknown_shape",
+    "moe_shape_or_unknown",
     "moe_source_hash",
 ]
 
@@ -43,6 +48,16 @@ IMPORTED_SOURCE_HASH = "imported"
 class InteropError(ValueError):
     """A file that cannot be imported, or winners that cannot be exported; the message names the file
     (and the key or row) and says what is wrong."""
+
+
+class UnknownShape(InteropError):
+    """E and N of a file that no known model, or several with different K or top-k, are served with."""
+
+
+#: K and top-k of an imported MoE config whose model is unknown: no MoE layer has hidden size 1, so
+#: K = `UNKNOWN_K` marks "K and top-k unknown" (a moe problem needs K >= 1 and 1 <= topk <= E).
+UNKNOWN_K = 1
+UNKNOWN_TOPK = 1
 
 
 # -- devices -----------------------------------------------------------------------------------------------
@@ -152,13 +167,13 @@ def infer_moe_shape(
         answers = {(m.hidden, m.topk) for m, _ in fits}
         if not answers:
             known = ", ".join(m.name for m in KNOWN_MOE_MODELS)
-            raise InteropError(
+            raise UnknownShape(
                 f"{prefix}E={E}, N={N} is no known model's MoE layer ({known}): give the hidden size and "
                 "the experts per token with --k and --topk"
             )
         if len(answers) > 1:
             shown = "; ".join(f"{m.name} {served} (K={m.hidden}, topk={m.topk})" for m, served in fits)
-            raise InteropError(
+            raise UnknownShape(
                 f"{prefix}E={E}, N={N} is ambiguous, it fits {shown}: give --k and --topk to choose"
             )
         (k, topk), served_by = answers.pop(), sorted({f"{m.name} {served}" for m, served in fits})
@@ -166,6 +181,23 @@ def infer_moe_shape(
     assert k is not None and topk is not None
     _check_moe(E, k, topk, prefix)
     return k, topk, how
+
+
+def moe_shape_or_unknown(
+    E: int, N: int, *, k: int | None = None, topk: int | None = None, where: str = ""
+) -> tuple[int, int, str]:
+    """`infer_moe_shape`, except that E and N of no known model (or of several) give (`UNKNOWN_K`,
+    `UNKNOWN_TOPK`, "unknown: " and why) instead of an error: a file found by E, N and device alone."""
+    try:
+        return infer_moe_shape(E, N, k=k, topk=topk, where=where)
+    except UnknownShape as exc:
+        why = str(exc).removeprefix(f"{where}: " if where else "").split(":")[0]
+        return UNKNOWN_K, UNKNOWN_TOPK, f"unknown: {why}"
+
+
+def is_unknown_shape(K: int, topk: int) -> bool:
+    """Whether (K, topk) is the key of an imported MoE config whose model is unknown."""
+    return (K, topk) == (UNKNOWN_K, UNKNOWN_TOPK)
 
 
 def _check_moe(E: int, k: int | None, topk: int | None, prefix: str) -> None:
@@ -193,8 +225,10 @@ class ImportedFile:
     """What one file holds, ready to be written: its trials, and why some entries are flagged or skipped.
 
     Flagged entries are among `trials`, stored with status pruned and the reason as their error;
-    skipped entries (a quantization or MLP variant our problems cannot express) are not stored at all.
-    `written` is None until `import_files` has written the trials, then how many were new.
+    skipped entries (a quantization or MLP variant our problems cannot express, an entry that is no
+    config) are not stored at all. `error` is why the whole file was skipped ("" when it was read);
+    `readable` is False when it could not be read at all. `written` is None until `import_files` has
+    written the trials, then how many were new.
     """
 
     path: Path
@@ -204,6 +238,8 @@ class ImportedFile:
     flagged: tuple[tuple[str, str], ...] = ()  # (entry, reason)
     skipped: tuple[tuple[str, str], ...] = ()  # (entry, reason)
     written: int | None = None
+    error: str = ""
+    readable: bool = True
 
     @property
     def n_entries(self) -> int:

@@ -1,15 +1,17 @@
 """Importing the tuned MoE configs other projects ship: `read_imports` and `import_files`.
 
 The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON configs of vLLM and
-SGLang, read and written) and `autotune.db.aiter` (aiter's tuned fused-MoE CSV, read); what they share
-is in `autotune.db.foreign`. Files are imported all or nothing: every file is read
-and checked first, then every trial is written in one transaction (`Store.record_many`).
+SGLang) and `autotune.db.aiter` (aiter's tuned fused-MoE CSV); what they share is in
+`autotune.db.foreign`. Paths may be files or folders (searched recursively for ``.json`` and ``.csv``
+files). Each file is its own unit: read and checked, then written in its own transaction
+(`Store.record_many`); a file that cannot be imported is reported with the reason and never stops or
+rolls back another.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,9 +21,11 @@ from .foreign import ImportedFile, InteropError, moe_source_hash
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["ImportedFile", "InteropError", "import_files", "read_imports"]
+__all__ = ["ImportedFile", "InteropError", "expand_paths", "import_files", "read_imports"]
 
 logger = logging.getLogger(__name__)
+
+_SUFFIXES = (".json", ".csv")
 
 
 def _detect(path: Path, text: str) -> str:
@@ -42,6 +46,39 @@ def _detect(path: Path, text: str) -> str:
     )
 
 
+def expand_paths(paths: Sequence[str | Path]) -> Iterator[Path]:
+    """Each path of `paths`, a folder as its ``.json`` and ``.csv`` files (recursively, sorted; hidden
+    ones left out); a path that does not exist is yielded as it is (reading it reports it)."""
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if not path.is_dir():
+            yield path
+            continue
+        for found in sorted(path.rglob("*")):
+            hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
+            if found.is_file() and found.suffix.lower() in _SUFFIXES and not hidden:
+                yield found
+
+
+def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | None) -> ImportedFile:
+    from .aiter import read_aiter
+    from .vllm import read_vllm
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
+    except OSError as exc:
+        why = f"{path}: cannot read it: {exc.strerror or exc}"
+        return ImportedFile(path, "?", "", (), error=why, readable=False)
+    try:
+        if _detect(path, text) == "vllm":
+            return read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
+        return read_aiter(path, text)
+    except InteropError as exc:
+        return ImportedFile(path, "?", "", (), error=str(exc))
+
+
 def read_imports(
     paths: Sequence[str | Path],
     *,
@@ -49,17 +86,15 @@ def read_imports(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Reads and checks every file of `paths` (vLLM/SGLang .json or aiter .csv, by extension, else by
-    content) without writing anything.
+    """Reads and checks every file of `paths` (files or folders; vLLM/SGLang .json or aiter .csv, by
+    extension, else by content) without writing anything: one ImportedFile per file, with `error` set
+    (and `readable` False where it could not be read at all) for one that cannot be imported.
 
     `k` and `topk` are the hidden size and experts per token of the vLLM files (which lack both); where
-    absent they are inferred from the file's E and N (`infer_moe_shape`). `source_hash` is that of the
-    Triton kernel the vLLM configs are stored under (default: our moe op's, see `moe_source_hash`).
-    Raises InteropError, naming the file (and key or row), at the first problem.
+    absent they are inferred from the file's E and N, else left unknown (`moe_shape_or_unknown`).
+    `source_hash` is that of the Triton kernel the vLLM configs are stored under (default: our moe op's,
+    see `moe_source_hash`). Raises InteropError for no paths or a bad `k` or `topk`.
     """
-    from .aiter import read_aiter
-    from .vllm import read_vllm
-
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
@@ -68,23 +103,9 @@ def read_imports(
         raise InteropError(f"--k (hidden size) must be a positive integer, got {k}")
     if topk is not None and topk < 1:
         raise InteropError(f"--topk (experts per token) must be at least 1, got {topk}")
-    out: list[ImportedFile] = []
-    triton_hash: str | None = source_hash
-    for raw in paths:
-        path = Path(raw).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError:
-            raise InteropError(f"{path}: not a UTF-8 text file") from None
-        except OSError as exc:
-            raise InteropError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-        if _detect(path, text) == "vllm":
-            if triton_hash is None:
-                triton_hash = moe_source_hash("triton")
-            out.append(read_vllm(path, text, k=k, topk=topk, source_hash=triton_hash))
-        else:
-            out.append(read_aiter(path, text))
-    return out
+    if source_hash is None:
+        source_hash = moe_source_hash("triton")
+    return [_read_one(path, k, topk, source_hash) for path in expand_paths(paths)]
 
 
 def import_files(
@@ -95,17 +116,20 @@ def import_files(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Imports `paths` into `store`, all or nothing: `read_imports`, then every trial of every file in
-    one transaction (`Store.record_many`; trials already stored are skipped, so importing twice writes
-    nothing new). Returns the files with `written` set. Raises InteropError (a bad file) or StoreError
-    (the database), and then nothing was written."""
+    """Imports `paths` (files or folders) into `store`, each file on its own: `read_imports`, then each
+    readable file's trials in a transaction of its own (`Store.record_many`; trials already stored are
+    skipped, so importing twice writes nothing new). Returns the files with `written` set (None for one
+    that was skipped). Raises InteropError for no paths or a bad `k`/`topk`, StoreError for the
+    database (files before it stay written)."""
     files = read_imports(paths, k=k, topk=topk, source_hash=source_hash)
-    written = store.record_many([t for f in files for t in f.trials])
     out: list[ImportedFile] = []
-    start = 0
     for f in files:
-        n = len(f.trials)
-        out.append(replace(f, written=sum(written[start : start + n])))
-        start += n
-    logger.info("imported %d new trials from %d files into %s", sum(written), len(files), store.display_url)
+        if f.error:
+            logger.warning("skipped %s", f.error)
+            out.append(f)
+            continue
+        written = store.record_many(list(f.trials))
+        out.append(replace(f, written=sum(written)))
+    total = sum(f.written or 0 for f in out)
+    logger.info("imported %d new trials from %d files into %s", total, len(out), store.display_url)
     return out
