@@ -1,4 +1,4 @@
-"""Interop: vLLM/SGLang fused-MoE config files and aiter tuned CSVs, read (each file on its own) and written."""
+"""Interop: vLLM/SGLang fused-MoE config files and aiter tuned CSVs, read (each file on its own), written."""
 
 from __future__ import annotations
 
