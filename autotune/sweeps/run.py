@@ -648,6 +648,7 @@ def predict_sweep(
         report,
         progress,
     ):
+        counted = progress.wrap(on_trial)  # the sweep's row counts the configs it stores, as a GPU sweep's
         for entry, problem in spec.problems():
             op = entry.op_for(problem)
             p0 = time.perf_counter()
@@ -687,8 +688,7 @@ def predict_sweep(
                         sweep_id=report.sweep_id,
                         source=Source.MODEL,
                     )
-                    if on_trial is not None:
-                        on_trial(problem, candidate.config, trial)
+                    counted(problem, candidate.config, trial)
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
                         result.best = trial
                     if trial.ok and is_vendor(problem.op, candidate.config.backend):

@@ -69,6 +69,8 @@ def test_compile_only_sweep_stores_predictions(predicted) -> None:
         features = store.features(arch="gfx950", toolchain=target.toolchain, problem=problem, kernels=kernels)
         assert len(features) >= 2  # the compiled candidates, kept for next time
         assert all(f.mma and f.mma[0].startswith("v_mfma_f32") for f, _ in features.values() if f.compiled)
+        [sweep] = store.sweeps()  # `autotune status` counts the configs the compile-only sweep stored
+        assert sweep.trials_done == len(trials) and sweep.problems_done == 1
 
 
 def test_compile_only_sweep_resumes_without_recompiling(predicted) -> None:
