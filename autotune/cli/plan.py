@@ -17,12 +17,13 @@ from autotune.cli.common import (
     no_gpu,
     open_store,
 )
-from autotune.cli.tables import print_table, problem_label
+from autotune.cli.tables import print_table, problem_label, with_layers
 
 if TYPE_CHECKING:
     import argparse
 
     from autotune.cli.common import Subparsers
+    from autotune.core.problem import Problem
     from autotune.core.target import Target
     from autotune.sweeps.estimate import PlanRow
 
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OK
     kind = "compile-only sweep" if compile_only else "sweep"
     print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
-    _print_rows(rows, total, wall, gpus)
+    _print_rows(rows, total, wall, gpus, spec.layers())
     return EXIT_OK
 
 
@@ -123,9 +124,12 @@ def _target(args: argparse.Namespace) -> tuple[Target, bool]:
         return compile_target(DEFAULT_COMPILE_TARGET), True
 
 
-def _print_rows(rows: list[PlanRow], total: float, wall: float, gpus: int) -> None:
-    """A row per problem, then the trials left and the estimates: `total` on one GPU, `wall` on `gpus`."""
-    table = [("problem", "space", "trials", "done", "estimate")]
+def _print_rows(
+    rows: list[PlanRow], total: float, wall: float, gpus: int, layers: dict[Problem, str]
+) -> None:
+    """A row per problem (its model layer first, where it is one), then the trials left and the
+    estimates: `total` on one GPU, `wall` on `gpus`."""
+    table: list[tuple[str, ...]] = [("problem", "space", "trials", "done", "estimate")]
     for r in rows:
         table.append(
             (
@@ -136,7 +140,7 @@ def _print_rows(rows: list[PlanRow], total: float, wall: float, gpus: int) -> No
                 fmt_duration(r.est_s),
             )
         )
-    print_table(table)
+    print_table(with_layers(table, [r.problem for r in rows], layers))
     left = sum(r.trials - r.done for r in rows)
     on = f" on one GPU, {fmt_duration(wall)} on {gpus} (problems shared longest first)" if gpus > 1 else ""
     print(

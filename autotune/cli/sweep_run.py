@@ -9,7 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from autotune.cli.common import EXIT_INTERRUPTED, EXIT_OK, CliError, open_store, progress
-from autotune.cli.tables import fmt_us, print_table, problem_label
+from autotune.cli.tables import fmt_us, print_table, problem_label, with_layers
 
 if TYPE_CHECKING:
     import argparse
@@ -84,7 +84,7 @@ def measure(
     finally:
         for worker in workers:
             worker.close()
-    print_sweep_report(report)
+    print_sweep_report(report, spec.layers())
     return _measured_exit(report, len(spec.problems()))
 
 
@@ -209,7 +209,7 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
     with store, StaticChecker(target, spec.static, store=store, workers=args.workers) as checker:
         report = predict_sweep(spec, store, checker, on_problem=on_problem)
     bar.close()
-    print_sweep_report(report)
+    print_sweep_report(report, spec.layers())
     if report.interrupted:
         print("interrupted: finished problems are stored; run the same command to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -217,12 +217,14 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
     return EXIT_OK
 
 
-def print_sweep_report(report: SweepReport) -> None:
-    """A row per problem (its best config, the vendor library's time, the speedup), then the totals, the
-    M profiles and what was pruned, by reason."""
+def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = None) -> None:
+    """A row per problem (its model layer first where it is one, its best config, the vendor library's
+    time, the speedup), then the totals, the M profiles and what was pruned, by reason."""
     ran = "compiled" if report.predicted else "ran"
     timed = "predicted µs" if report.predicted else "best µs"
-    rows = [("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")]
+    rows: list[tuple[str, ...]] = [
+        ("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")
+    ]
     for p in report.problems:
         best, vendor = p.picks()  # the final round's where one ran (marked *)
         mark = "*" if p.final else ""
@@ -239,7 +241,7 @@ def print_sweep_report(report: SweepReport) -> None:
                 "-" if p.speedup is None else f"{p.speedup:.2f}x",
             )
         )
-    print_table(rows)
+    print_table(with_layers(rows, [p.problem for p in report.problems], layers or {}))
     if any(p.final for p in report.problems):
         print("* the final round's pick: medians of its finalists timed again head to head")
     print(

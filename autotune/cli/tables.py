@@ -29,3 +29,16 @@ def problem_label(p: Problem) -> str:
     from autotune.core.registry import rules_of
 
     return rules_of(p.op).label(p)
+
+
+def with_layers(
+    rows: list[tuple[str, ...]], problems: list[Problem], layers: dict[Problem, str]
+) -> list[tuple[str, ...]]:
+    """`rows` (a header, then one row per problem of `problems`) with a "layer" column first, where any
+    problem is a model's layer (`SweepSpec.layers`); else `rows` as they are."""
+    if not any(p in layers for p in problems):
+        return rows
+    return [
+        ("layer", *rows[0]),
+        *((layers.get(p, "-"), *row) for p, row in zip(problems, rows[1:], strict=True)),
+    ]

@@ -200,6 +200,16 @@ class SweepSpec:
     path: str = ""
     static: StaticPolicy = field(default_factory=StaticPolicy)
 
+    def layers(self) -> dict[Problem, str]:
+        """The layer and split of each problem of a model entry ("attn.qkv tp8"; the first entry's where
+        several hold it); problems of op entries have none."""
+        out: dict[Problem, str] = {}
+        for entry in self.entries:
+            if entry.model:
+                for label, p in entry.labeled_problems():
+                    out.setdefault(p, label)
+        return out
+
     def problems(self) -> list[tuple[SweepEntry, Problem]]:
         """Every (entry, problem) pair, duplicates across entries removed (first wins)."""
         seen: set[Problem] = set()

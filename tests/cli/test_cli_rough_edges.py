@@ -117,3 +117,29 @@ def test_best_says_which_flag_finds_the_other_kind_of_result(
     assert "add --predicted" in best(16)  # only a prediction of M = 16
     assert "drop --predicted" in best(32, "--predicted")  # only a measurement of M = 32
     assert "--predicted" not in best(64, "--predicted").split(";")[-1]  # nothing at all: no hint
+
+
+def test_plan_and_sweep_tables_name_a_models_layers(capsys: pytest.CaptureFixture[str]) -> None:
+    from autotune.cli.sweep_run import print_sweep_report
+    from autotune.cli.tables import with_layers
+    from autotune.engine.runner import ProblemReport
+    from autotune.sweeps.run import SweepReport
+    from autotune.sweeps.spec import parse_spec
+
+    spec = parse_spec(
+        'name = "x"\n[[sweep]]\nmodel = "llama-3.1-8b"\ntp = [8]\nm = [16]\n'
+        '[[sweep]]\nop = "gemm"\nm = [16]\nnk = [[64, 64]]\n'
+    )
+    layers = spec.layers()
+    problems = [p for _, p in spec.problems()]
+    assert layers[Problem.gemm(16, 768, 4096)] == "attn.qkv tp8"
+    assert Problem.gemm(16, 64, 64) in problems and Problem.gemm(16, 64, 64) not in layers
+    rows = with_layers([("problem",), *((str(p.N),) for p in problems)], problems, layers)
+    assert rows[0] == ("layer", "problem") and ("attn.qkv tp8", "768") in rows and ("-", "64") in rows
+    # an op entry alone: no layer column
+    assert with_layers([("problem",), ("64",)], [Problem.gemm(16, 64, 64)], {}) == [("problem",), ("64",)]
+
+    report = SweepReport(1, "x", GPU, problems=[ProblemReport(p, space_size=1, raw_size=1) for p in problems])
+    print_sweep_report(report, layers)
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[0] == "layer" and "attn.qkv tp8" in out and "lm_head tp8" in out
