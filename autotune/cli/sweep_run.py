@@ -261,12 +261,15 @@ def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = 
             f"read back, {report.profile_s:.1f} s ({share:.0%} of the sweep; {pruned} timings left out as "
             f"far behind, {left_out} M left to the vendor library); `autotune emit` serves M ranges"
         )
+    problems = len(report.problems)
+    over = f"summed over {problems} problems" if problems > 1 else "of the problem"
     for what, attr in (
-        ("by constraints before compiling ('space' is valid/all)", "pruned"),
-        ("by static checks after compiling (no GPU time)", "static_pruned"),
-    ):
+        (f"by constraints before compiling (each by the first it breaks, {over}; 'space' is valid/all)",
+         "pruned"),
+        (f"by static checks after compiling (no GPU time; {over})", "static_pruned"),
+    ):  # fmt: skip
         counts: Counter[str] = Counter()
         for p in report.problems:
             counts.update(getattr(p, attr))
         if counts:
-            print(f"pruned {what}: " + ", ".join(f"{r} {n}" for r, n in counts.most_common()))
+            print(f"configs pruned {what}: " + ", ".join(f"{r} {n}" for r, n in counts.most_common()))

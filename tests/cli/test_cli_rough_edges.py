@@ -143,3 +143,20 @@ def test_plan_and_sweep_tables_name_a_models_layers(capsys: pytest.CaptureFixtur
     print_sweep_report(report, layers)
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[0] == "layer" and "attn.qkv tp8" in out and "lm_head tp8" in out
+
+
+def test_the_prune_summary_says_it_counts_configs_summed_over_problems(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from autotune.cli.sweep_run import print_sweep_report
+    from autotune.engine.runner import ProblemReport
+    from autotune.sweeps.run import SweepReport
+
+    problems = [
+        ProblemReport(Problem.gemm(m, 64, 64), space_size=10, raw_size=100, pruned={"block_m_waste": 90})
+        for m in (16, 32)
+    ]
+    print_sweep_report(SweepReport(1, "x", GPU, problems=problems))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "block_m_waste" in x)
+    assert line.startswith("configs pruned by constraints") and "summed over 2 problems" in line
+    assert line.endswith("block_m_waste 180")
