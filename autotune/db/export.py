@@ -10,6 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from autotune.core.result import Source
+
 from .records import GpuRecord, Winner
 from .store import Store, StoreError
 
@@ -47,7 +49,11 @@ TAIL_COLUMNS: tuple[str, ...] = (
     "runtime",
     "kernel",
     "source_hash",
+    "source",
 )
+
+#: Significant digits of the float columns (times, rates, ratios): more than any timing resolves.
+FLOAT_DIGITS = 6
 
 
 def _slug(text: str) -> str:
@@ -59,8 +65,9 @@ def csv_filename(gpu: GpuRecord) -> str:
     return f"{_slug(gpu.arch)}-{_slug(gpu.name)}-{gpu.fingerprint[:8]}.csv"
 
 
-def winner_row(winner: Winner) -> dict[str, Any]:
-    """One CSV row (column → value; None where empty) of a winner."""
+def winner_row(winner: Winner, source: str = "measured") -> dict[str, Any]:
+    """One CSV row (column → value; None where empty) of a winner; `source` is "measured" or "model" (the
+    cost model's prediction of a compile-only sweep)."""
     gpu, problem, best = winner.gpu, winner.problem, winner.best
     target = gpu.target
     time_us = winner.time_us
@@ -95,20 +102,36 @@ def winner_row(winner: Winner) -> dict[str, Any]:
         runtime=toolchain.get("hip") or toolchain.get("cuda"),
         kernel=best.kernel,
         source_hash=best.source_hash,
+        source=source,
     )
-    return row
+    return {k: _rounded(v) for k, v in row.items()}
+
+
+def _rounded(value: Any) -> Any:
+    """A float to FLOAT_DIGITS significant digits; anything else as it is."""
+    return float(f"{value:.{FLOAT_DIGITS}g}") if isinstance(value, float) else value
 
 
 def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
     """Writes one CSV per GPU (all GPUs, or the one `fingerprint` or its prefix names) into `out_dir`.
 
-    Returns the paths written. Raises StoreError if there is no winner to export or `out_dir` cannot be
-    written. Each file is written to a temporary name and renamed, so a reader never sees half a file.
+    A problem measured on a GPU gets its measured winner (`source` "measured"); one only predicted there
+    (a compile-only sweep for that GPU) the cost model's pick (`source` "model"). Returns the paths
+    written. Raises StoreError if there is no winner to export or `out_dir` cannot be written. Each file is
+    written to a temporary name and renamed, so a reader never sees half a file.
     """
-    winners = store.winners(fingerprint, final=True)
+    measured = store.winners(fingerprint, final=True)
+    held = {(w.gpu.id, w.problem) for w in measured}
+    predicted = [
+        w for w in store.winners(fingerprint, source=Source.MODEL) if (w.gpu.id, w.problem) not in held
+    ]
+    winners = [*measured, *predicted]
+    sources = {id(w): "model" for w in predicted}
     if not winners:
         which = f" for GPU {fingerprint}" if fingerprint else ""
-        raise StoreError(f"nothing to export: {store.display_url} holds no successful trials{which}")
+        raise StoreError(
+            f"nothing to export: {store.display_url} holds no successful trials{which}, measured or predicted"
+        )
     out = Path(out_dir).expanduser()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -139,7 +162,7 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
                 w.problem.key(),
             )
         )
-        rows = [winner_row(w) for w in group]
+        rows = [winner_row(w, sources.get(id(w), "measured")) for w in group]
         cfg_columns = sorted({c for row in rows for c in row if c.startswith("cfg_")})
         columns = [*BASE_COLUMNS, *cfg_columns, *TAIL_COLUMNS]
         frame = pd.DataFrame(rows, columns=columns, dtype=object)

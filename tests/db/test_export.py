@@ -14,7 +14,7 @@ import pytest
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
-from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store, StoreError, export_csv
 
@@ -30,9 +30,13 @@ def ok(config: Config, median: float) -> TrialResult:
     return TrialResult(config, TrialStatus.OK, timing=timing, rel_error=1e-3)
 
 
-def put(store: Store, target: Target, problem: Problem, result: TrialResult) -> None:
+def put(
+    store: Store, target: Target, problem: Problem, result: TrialResult, source: Source = Source.MEASURED
+) -> None:
     kernel = ("gemm.torch", "torch-1") if result.config.backend == "torch" else ("gemm.triton", "abc123")
-    store.record(target=target, kernel=kernel[0], source_hash=kernel[1], problem=problem, result=result)
+    store.record(
+        target=target, kernel=kernel[0], source_hash=kernel[1], problem=problem, result=result, source=source
+    )
 
 
 def read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -108,8 +112,10 @@ def test_one_file_per_gpu_with_the_right_columns(filled: Store, tmp_path: Path) 
         "runtime",
         "kernel",
         "source_hash",
+        "source",
     ]
     assert [(r["m"], r["n"], r["k"]) for r in rows] == [("16", "64", "64"), ("4096", "8192", "1024")]
+    assert {r["source"] for r in rows} == {"measured"}
 
 
 def test_rows_hold_the_winner_and_its_numbers(filled: Store, tmp_path: Path) -> None:
@@ -137,7 +143,7 @@ def test_rows_hold_the_winner_and_its_numbers(filled: Store, tmp_path: Path) -> 
     assert small["runtime"] == (H100.toolchain.get("hip") or H100.toolchain.get("cuda") or "")
 
     assert big["cfg_SPLIT_K"] == "2" and big["cfg_BLOCK_M"] == "128"
-    assert float(big["tflops"]) == pytest.approx(2 * 4096 * 8192 * 1024 / 200.0 / 1e6)
+    assert float(big["tflops"]) == pytest.approx(2 * 4096 * 8192 * 1024 / 200.0 / 1e6, rel=1e-5)  # 6 digits
     assert float(big["speedup_vs_vendor"]) == pytest.approx(250.0 / 200.0)
 
     _, (lone,) = read(other_csv)
@@ -174,3 +180,19 @@ def test_importing_the_db_package_does_not_import_pandas() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_predictions_export_marked_where_nothing_was_measured(store: Store, tmp_path: Path) -> None:
+    """A compile-only sweep's picks export (source "model"); a problem measured on the GPU keeps its
+    measured winner. Floats carry 6 significant digits."""
+    predicted = TrialResult(
+        Config(backend="triton", BLOCK_M=16), TrialStatus.OK, timing=Timing(*[1 / 3] * 5, 0.0, 1, "model")
+    )
+    put(store, H100, SMALL, predicted, source=Source.MODEL)
+    put(store, H100, BIG, predicted, source=Source.MODEL)
+    put(store, H100, BIG, ok(Config(backend="triton", BLOCK_M=128), 200.0))
+    [path] = export_csv(store, tmp_path)
+    _, rows = read(path)
+    by_m = {r["m"]: r for r in rows}
+    assert by_m["16"]["source"] == "model" and by_m["4096"]["source"] == "measured"
+    assert by_m["16"]["time_us"] == "0.333333"
