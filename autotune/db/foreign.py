@@ -17,6 +17,7 @@ from typing import Any
 from autotune.core.result import TrialStatus
 from autotune.core.target import _NAME_OVERRIDES, ARCH_LIMITS, Target
 
+from .records import UNKNOWN_K, UNKNOWN_TOPK
 from .store import NewTrial
 
 __all__ = [
@@ -52,12 +53,6 @@ class InteropError(ValueError):
 
 class UnknownShape(InteropError):
     """E and N of a file that no known model, or several with different K or top-k, are served with."""
-
-
-#: K and top-k of an imported MoE config whose model is unknown: no MoE layer has hidden size 1, so
-#: K = `UNKNOWN_K` marks "K and top-k unknown" (a moe problem needs K >= 1 and 1 <= topk <= E).
-UNKNOWN_K = 1
-UNKNOWN_TOPK = 1
 
 
 # -- devices -----------------------------------------------------------------------------------------------

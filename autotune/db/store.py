@@ -55,7 +55,7 @@ from .models import (
     TrialModel,
     utcnow,
 )
-from .records import GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
+from .records import UNKNOWN_K, UNKNOWN_TOPK, GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
@@ -784,20 +784,25 @@ class Store:
         """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the
         nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners
         measured on the GPU `fingerprint` names for the same shape at other M, nearest M (on a log scale)
-        first; at most `limit` measured ones, no config twice. Empty where nothing of the shape is known."""
+        first; at most `limit` measured ones, no config twice. Empty where nothing of the shape is known.
+        An imported config of a problem with experts whose K and top-k were unknown (`UNKNOWN_K`) counts
+        for every K and top-k of its E and N."""
         t, p = TrialModel, ProblemModel
+        is_imported = t.source == Source.IMPORTED.value
+        same = (p.k == problem.K) & (p.params == problem.params_json())
+        if problem.topk:
+            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+            same = same | (is_imported & (p.k == twin.K) & (p.params == twin.params_json()))
         stmt = (
             select(p.m, t.source, t.gpu_id, t.time_us, t.config_json)
             .join(p, t.problem_id == p.id)
             .where(
                 p.op == problem.op,
                 p.n == problem.N,
-                p.k == problem.K,
-                p.params == problem.params_json(),
+                same,
                 t.status == TrialStatus.OK.value,
                 # vLLM's files carry no times: an imported config counts untimed
-                (t.source == Source.IMPORTED.value)
-                | ((t.source == Source.MEASURED.value) & t.time_us.is_not(None)),
+                is_imported | ((t.source == Source.MEASURED.value) & t.time_us.is_not(None)),
             )
         )
         gpu_ids = self._match_gpus(fingerprint)

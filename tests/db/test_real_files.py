@@ -277,3 +277,25 @@ def test_cli_folder_import_reports_each_file(tmp_path: Path, capsys: pytest.Capt
         == 0
     )
     assert (out_dir / "triton_3_4_0" / f"E=8,N=14336,device_name={H100}_down.json").exists()
+
+
+def test_configs_of_an_unknown_models_file_seed_any_k_and_topk_of_its_e_and_n(
+    store: Store, tmp_path: Path
+) -> None:
+    """E=128, N=384 fits two models (K 2048 and 4096): imported with K and top-k unknown, its configs
+    still warm-start a sweep of either model's layer (the nearest M's), and of no other E or N."""
+    from autotune.core.problem import Problem
+    from autotune.core.target import Target
+
+    path = put(
+        tmp_path, "E=128,N=384,device_name=NVIDIA_H100_80GB_HBM3.json", vllm_text({8: nv(16), 1024: nv(128)})
+    )
+    import_files(store, [path])
+    h100 = Target.for_arch("sm_90").fingerprint()
+    for K, topk in ((2048, 8), (4096, 8)):
+        [seed] = store.known_configs(Problem.moe(16, 384, K, 128, topk), fingerprint=h100)
+        assert seed["BLOCK_SIZE_M"] == 16  # M = 8's entry, the nearest to 16
+        [seed] = store.known_configs(Problem.moe(2048, 384, K, 128, topk), fingerprint=h100)
+        assert seed["BLOCK_SIZE_M"] == 128
+    assert store.known_configs(Problem.moe(16, 512, 2048, 128, 8), fingerprint=h100) == []
+    assert store.known_configs(Problem.moe(16, 384, 2048, 64, 8), fingerprint=h100) == []
