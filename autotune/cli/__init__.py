@@ -70,15 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for console in logging.getLogger().handlers:  # a sweep's log file takes more than the console shows
         console.setLevel(level)
     handler = {verb.NAME: verb.run for verb in VERBS}[args.verb]
-    from autotune.db.engine import StoreError
-
     try:
         return handler(args)
     except CliError as exc:
         print(f"autotune {args.verb}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except StoreError as exc:  # a damaged database, a server gone: one line, not a traceback
-        print(f"autotune {args.verb}: error: the database cannot be used: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # the reader went away (`autotune status | head`): stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -94,3 +89,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_FAIL
+    except Exception as exc:  # last: a damaged database, a server gone: one line, not a traceback
+        if not _store_error(exc):
+            raise
+        print(f"autotune {args.verb}: error: the database cannot be used: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _store_error(exc: BaseException) -> bool:
+    """Whether `exc` is the database's StoreError (a verb that never opened the database raised none, so
+    the database modules are not imported for the check)."""
+    engine = sys.modules.get("autotune.db.engine")
+    return engine is not None and isinstance(exc, engine.StoreError)

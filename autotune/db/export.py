@@ -52,8 +52,9 @@ TAIL_COLUMNS: tuple[str, ...] = (
     "source",
 )
 
-#: Significant digits of the float columns (times, rates, ratios): more than any timing resolves.
-FLOAT_DIGITS = 6
+#: Significant digits of the float columns (times, rates, ratios): more than any timing resolves, and a
+#: rounded value stays within 1e-6 of the stored one (5e-7 at most).
+FLOAT_DIGITS = 7
 
 
 def _slug(text: str) -> str:
@@ -65,9 +66,9 @@ def csv_filename(gpu: GpuRecord) -> str:
     return f"{_slug(gpu.arch)}-{_slug(gpu.name)}-{gpu.fingerprint[:8]}.csv"
 
 
-def winner_row(winner: Winner, source: str = "measured") -> dict[str, Any]:
-    """One CSV row (column → value; None where empty) of a winner; `source` is "measured" or "model" (the
-    cost model's prediction of a compile-only sweep)."""
+def winner_row(winner: Winner) -> dict[str, Any]:
+    """One CSV row (column → value; None where empty) of a winner; its `source` is "model" for the cost
+    model's pick of a compile-only sweep, else "measured"."""
     gpu, problem, best = winner.gpu, winner.problem, winner.best
     target = gpu.target
     time_us = winner.time_us
@@ -102,7 +103,7 @@ def winner_row(winner: Winner, source: str = "measured") -> dict[str, Any]:
         runtime=toolchain.get("hip") or toolchain.get("cuda"),
         kernel=best.kernel,
         source_hash=best.source_hash,
-        source=source,
+        source="model" if best.source is Source.MODEL else "measured",
     )
     return {k: _rounded(v) for k, v in row.items()}
 
@@ -126,7 +127,6 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
         w for w in store.winners(fingerprint, source=Source.MODEL) if (w.gpu.id, w.problem) not in held
     ]
     winners = [*measured, *predicted]
-    sources = {id(w): "model" for w in predicted}
     if not winners:
         which = f" for GPU {fingerprint}" if fingerprint else ""
         raise StoreError(
@@ -162,7 +162,7 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
                 w.problem.key(),
             )
         )
-        rows = [winner_row(w, sources.get(id(w), "measured")) for w in group]
+        rows = [winner_row(w) for w in group]
         cfg_columns = sorted({c for row in rows for c in row if c.startswith("cfg_")})
         columns = [*BASE_COLUMNS, *cfg_columns, *TAIL_COLUMNS]
         frame = pd.DataFrame(rows, columns=columns, dtype=object)
