@@ -1,11 +1,12 @@
-"""Importing the tuned MoE configs other projects ship: `read_imports` and `import_files`.
+"""Importing the tuned configs other projects ship: `read_imports` and `import_files`.
 
 The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON configs of vLLM and
-SGLang) and `autotune.db.aiter` (aiter's tuned fused-MoE CSV); what they share is in
+SGLang), `autotune.db.aiter` (aiter's tuned fused-MoE CSV), `autotune.db.aiter_gemm` (aiter's tuned GEMM
+tables) and `autotune.db.tunableop` (PyTorch TunableOp results); what they share is in
 `autotune.db.foreign`. Paths may be files or folders (searched recursively for ``.json`` and ``.csv``
-files). Each file is its own unit: read and checked, then written in its own transaction
-(`Store.record_many`); a file that cannot be imported is reported with the reason and never stops or
-rolls back another.
+files); a file's format is told by its content. Each file is its own unit: read and checked, then
+written in its own transaction (`Store.record_many`); a file that cannot be imported is reported with
+the reason and never stops or rolls back another.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .foreign import ImportedFile, InteropError, moe_source_hash
+from .tunableop import looks_like_tunableop
 
 if TYPE_CHECKING:
     from .store import Store
@@ -29,20 +31,22 @@ _SUFFIXES = (".json", ".csv")
 
 
 def _detect(path: Path, text: str) -> str:
-    suffix = path.suffix.lower()
-    if suffix == ".json":
-        return "vllm"
-    if suffix == ".csv":
-        return "aiter"
+    """The format of `text`: "vllm" (a JSON object, or a .json file), "tunableop" (Validator or result
+    lines), "aiter-gemm" (a header with cu_num, M, N and K), "aiter" (aiter's fused-MoE CSV: a header with
+    cu_num and token; an empty or cu_num-headed .csv, whose reader then says what it lacks)."""
     head = text.lstrip()
-    if head.startswith("{"):
+    if path.suffix.lower() == ".json" or head.startswith("{"):
         return "vllm"
-    first = head.splitlines()[0] if head else ""
-    if "cu_num" in first and "token" in first:
+    if looks_like_tunableop(text):
+        return "tunableop"
+    header = {c.strip() for c in (head.splitlines()[0] if head else "").split(",")}
+    if "cu_num" in header and {"M", "N", "K"} <= header and "token" not in header:
+        return "aiter-gemm"
+    if "cu_num" in header or (not head and path.suffix.lower() == ".csv"):
         return "aiter"
     raise InteropError(
-        f"{path}: cannot tell its format: expected a vLLM/SGLang fused-MoE config (.json) or an aiter "
-        "tuned fused-MoE CSV (.csv)"
+        f"{path}: cannot tell its format: expected a vLLM/SGLang fused-MoE config (.json), an aiter tuned "
+        "CSV (fused MoE or GEMM) or PyTorch TunableOp results (.csv)"
     )
 
 
@@ -62,6 +66,8 @@ def expand_paths(paths: Sequence[str | Path]) -> Iterator[Path]:
 
 def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | None) -> ImportedFile:
     from .aiter import read_aiter
+    from .aiter_gemm import read_aiter_gemm
+    from .tunableop import read_tunableop
     from .vllm import read_vllm
 
     try:
@@ -72,8 +78,13 @@ def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | No
         why = f"{path}: cannot read it: {exc.strerror or exc}"
         return ImportedFile(path, "?", "", (), error=why, readable=False)
     try:
-        if _detect(path, text) == "vllm":
+        kind = _detect(path, text)
+        if kind == "vllm":
             return read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
+        if kind == "tunableop":
+            return read_tunableop(path, text)
+        if kind == "aiter-gemm":
+            return read_aiter_gemm(path, text)
         return read_aiter(path, text)
     except InteropError as exc:
         return ImportedFile(path, "?", "", (), error=str(exc))
@@ -86,9 +97,10 @@ def read_imports(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Reads and checks every file of `paths` (files or folders; vLLM/SGLang .json or aiter .csv, by
-    extension, else by content) without writing anything: one ImportedFile per file, with `error` set
-    (and `readable` False where it could not be read at all) for one that cannot be imported.
+    """Reads and checks every file of `paths` (files or folders; vLLM/SGLang .json, aiter's tuned fused-MoE
+    and GEMM .csv, PyTorch TunableOp .csv; told apart by content) without writing anything: one
+    ImportedFile per file, with `error` set (and `readable` False where it could not be read at all) for
+    one that cannot be imported.
 
     `k` and `topk` are the hidden size and experts per token of the vLLM files (which lack both); where
     absent they are inferred from the file's E and N, else left unknown (`moe_shape_or_unknown`).

@@ -1,0 +1,389 @@
+"""aiter's tuned GEMM tables: which file is which op (the one rule, `AITER_GEMM_KINDS`), reading them, and
+the short config names our own rows carry (`config_name`, `config_of_name`).
+
+aiter keeps one CSV per GEMM family, a row per (GPU, shape) with the kernel its tuner picked and the time it
+measured (µs): ``bf16_tuned_gemm.csv`` (keyed by gfx, cu_num, M, N, K, bias, dtype, outdtype, scaleAB,
+bpreshuffle; the kernel as libtype, solidx, splitK, kernelName), ``a8w8_tuned_gemm.csv`` (per-token and
+per-channel scales, keyed by gfx, cu_num, M, N, K, q_dtype_w; the kernel as [libtype,] kernelId, splitK,
+kernelName), ``a8w8_blockscale_tuned_gemm.csv`` and the pre-shuffled-weight tables
+``a8w8_bpreshuffle_tuned_gemm.csv`` and ``a8w8_blockscale_bpreshuffle_tuned_gemm.csv``. Older files lack
+gfx (cu_num alone names the GPU), libtype, q_dtype_w or the tflops, bw and error columns; the oldest bf16
+files call the time ``soltimes``. Every GEMM is C (M, N) = A (M, K) · Bᵀ with B as (N, K): our layout "nk".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
+from autotune.core.target import Target
+
+from .aiter import AITER_BACKEND, AITER_CU_DEVICES
+from .foreign import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
+from .store import NewTrial
+
+__all__ = [
+    "AITER_GEMM_KINDS",
+    "OUR_LIBTYPE_PREFIX",
+    "GemmKind",
+    "aiter_target",
+    "config_name",
+    "config_of_name",
+    "fp8_column",
+    "gemm_kind_of",
+    "kind_for_op",
+    "read_aiter_gemm",
+]
+
+BF16_COLUMNS: tuple[str, ...] = (
+    "gfx", "cu_num", "M", "N", "K", "bias", "dtype", "outdtype", "scaleAB", "bpreshuffle",
+    "libtype", "solidx", "splitK", "us", "kernelName", "err_ratio", "tflops", "bw",
+)  # fmt: skip
+A8W8_COLUMNS: tuple[str, ...] = (
+    "gfx", "cu_num", "M", "N", "K", "q_dtype_w",
+    "libtype", "kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio",
+)  # fmt: skip
+BLOCKSCALE_COLUMNS: tuple[str, ...] = (
+    "gfx", "cu_num", "M", "N", "K",
+    "libtype", "kernelId", "splitK", "us", "kernelName", "tflops", "bw", "errRatio",
+)  # fmt: skip
+
+#: Why a table of pre-shuffled weights is a reference only.
+PRESHUFFLED = "weights pre-shuffled (bpreshuffle): a layout we do not run"
+
+
+@dataclass(frozen=True)
+class GemmKind:
+    """One aiter GEMM table: its file name, our op its rows are problems of, the columns aiter writes
+    today (what `autotune export --format aiter` writes), and `flag`: why every row is a reference record
+    only ("" when our op runs what the row measured)."""
+
+    name: str
+    file: str
+    op: str
+    columns: tuple[str, ...]
+    flag: str = ""
+
+
+#: The rule: each aiter GEMM table and the op it maps to. bf16 (and fp16, fp32) → the dense gemm; a8w8
+#: (FP8 per-token and per-channel scales) → gemm_fp8_rowwise; blockscale (FP8, 1x128 scales of A, 128x128
+#: of B) → gemm_fp8_blockwise; the bpreshuffle tables → the same ops, flagged. Rows of int8 (the a8w8
+#: tables' other dtype, and every row of an a8w8 file without q_dtype_w) have no op of ours: skipped. FP8
+#: rows of the bf16 table (hipBLASLt with scalar scales) → gemm_fp8_rowwise, whose per-tensor case they are.
+AITER_GEMM_KINDS: dict[str, GemmKind] = {
+    k.name: k
+    for k in (
+        GemmKind("bf16", "bf16_tuned_gemm.csv", "gemm", BF16_COLUMNS),
+        GemmKind("a8w8", "a8w8_tuned_gemm.csv", "gemm_fp8_rowwise", A8W8_COLUMNS),
+        GemmKind(
+            "a8w8_blockscale", "a8w8_blockscale_tuned_gemm.csv", "gemm_fp8_blockwise", BLOCKSCALE_COLUMNS
+        ),
+        GemmKind(
+            "a8w8_bpreshuffle",
+            "a8w8_bpreshuffle_tuned_gemm.csv",
+            "gemm_fp8_rowwise",
+            A8W8_COLUMNS,
+            PRESHUFFLED,
+        ),
+        GemmKind(
+            "a8w8_blockscale_bpreshuffle",
+            "a8w8_blockscale_bpreshuffle_tuned_gemm.csv",
+            "gemm_fp8_blockwise",
+            BLOCKSCALE_COLUMNS,
+            PRESHUFFLED,
+        ),
+    )
+}
+
+#: The libtype of rows `autotune export --format aiter` writes: ``autotune-{backend}``.
+OUR_LIBTYPE_PREFIX = "autotune-"
+
+#: aiter's other GEMM families (file-name parts): FP4, FP6, MX formats and batched GEMMs; not imported.
+_OTHER_FAMILIES = re.compile(r"(a4w4|a4w6|a6w4|a6w6|a16w8|a8w4|mxfp|fp4|bmm)", re.IGNORECASE)
+_TORCH_FP8 = {"float8_e4m3fnuz": "gfx942", "float8_e4m3fn": "gfx950"}
+
+
+def kind_for_op(op: str) -> GemmKind | None:
+    """The table our winners of `op` are written to (the unflagged kind of that op), None for none."""
+    return next((k for k in AITER_GEMM_KINDS.values() if k.op == op and not k.flag), None)
+
+
+def aiter_target(cu_num: int, gfx: str | None = None) -> Target:
+    """The GPU of an aiter row: its CU count (304 MI300X, 80 MI308X, 256 MI355X), checked against its gfx
+    where the file has one. InteropError for a GPU we do not know."""
+    device = AITER_CU_DEVICES.get(cu_num)
+    target = device_target(device) if device else None
+    if target is None or (gfx and gfx.strip().lower() != target.arch):
+        known = ", ".join(f"{device_target(d).arch} with {cu} CUs" for cu, d in AITER_CU_DEVICES.items())
+        what = f"{gfx.strip()} with {cu_num} CUs" if gfx else f"cu_num {cu_num}"
+        raise InteropError(f"{what} is no GPU we know ({known})")
+    return target
+
+
+def fp8_column(dtype: str, arch: str) -> str:
+    """aiter's q_dtype_w of our FP8 dtype on `arch`: e4m3fnuz on gfx942, e4m3fn elsewhere."""
+    fnuz = dtype == "fp8e4m3fnuz" or arch == "gfx942"
+    return "torch.float8_e4m3fnuz" if fnuz else "torch.float8_e4m3fn"
+
+
+def _fp8_of(value: str, arch: str) -> str:
+    """Our FP8 dtype of aiter's `value` (a torch dtype name) on `arch`: "fp8e4m3", the target's own e4m3
+    (e4m3fnuz on gfx942, e4m3fn on gfx950). ValueError (the reason) for what our FP8 ops cannot run."""
+    name = value.strip().removeprefix("torch.")
+    if name not in _TORCH_FP8:
+        raise ValueError(f"{value.strip()} has no op of ours (our FP8 GEMMs take e4m3)")
+    if _TORCH_FP8[name] != arch:
+        raise ValueError(f"{value.strip()} on {arch}: {arch}'s FP8 is the other e4m3 flavour")
+    return "fp8e4m3"
+
+
+# -- our rows: the config's short form as the kernel name ------------------------------------------------
+
+_ABBREV: dict[str, str] = {
+    "BM": "BLOCK_M", "BN": "BLOCK_N", "BK": "BLOCK_K", "G": "GROUP_M", "SK": "SPLIT_K", "w": "num_warps",
+    "s": "num_stages", "mi": "matrix_instr_nonkdim", "wpe": "waves_per_eu", "kp": "kpack", "xcd": "NUM_XCDS",
+}  # fmt: skip
+_TRAILING_VALUE = re.compile(r"(?P<name>.*?[A-Za-z_])(?P<value>-?\d+(?:\.\d+)?(?:e-?\d+)?|True|False)")
+
+
+def _value(text: str) -> Value:
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def config_of_name(name: str) -> Config:
+    """The config of one of our rows' kernel names: the backend, then one token per parameter, either
+    ``Config.short()``'s (``BM64``: an abbreviation or a name with its value appended) or
+    ``NAME=VALUE``. ValueError for a name that is none."""
+    backend, *tokens = name.split() or [""]
+    if not backend or "=" in backend:
+        raise ValueError(f"{name!r} does not start with a backend")
+    values: dict[str, Value] = {"backend": backend}
+    for token in tokens:
+        key, sep, raw = token.partition("=")
+        if not sep:
+            abbrev = next(
+                (a for a in sorted(_ABBREV, key=len, reverse=True) if token.startswith(a) and token != a), ""
+            )
+            rest = token[len(abbrev) :]
+            if abbrev and not isinstance(_value(rest), str):
+                key, raw = _ABBREV[abbrev], rest
+            elif (found := _TRAILING_VALUE.fullmatch(token)) is not None:
+                key, raw = found["name"], found["value"]
+            else:
+                raise ValueError(f"{token!r} in {name!r} is no parameter and value")
+        if key in values:
+            raise ValueError(f"{key} appears twice in {name!r}")
+        values[key] = _value(raw)
+    return Config(values)
+
+
+def config_name(config: Config) -> str:
+    """The kernel name of our `config` in an aiter table: ``Config.short()`` where `config_of_name` reads
+    it back to the same config, else ``backend NAME=VALUE ...``. ValueError for a value that cannot be
+    written so (a text with a space, a comma or an equals sign, or one that reads as a number)."""
+    short = config.short()
+    try:
+        if config_of_name(short) == config:
+            return short
+    except ValueError:
+        pass
+    parts = [config.backend]
+    for key, value in config.items():
+        if key == "backend":
+            continue
+        text = str(value)
+        back = _value(text)
+        if any(c.isspace() or c in ",=" for c in text) or type(back) is not type(value) or back != value:
+            raise ValueError(f"config parameter {key}={value!r} cannot be written in a kernel name")
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+
+def gemm_kind_of(name: str, header: list[str], first_kernel: str = "") -> GemmKind:
+    """The kind of an aiter GEMM table named `name` with columns `header` (and a first row's kernelName):
+    bf16 by its columns; the a8w8 tables by their name, else by aiter's kernel names. InteropError for a
+    family we do not import or a file we cannot place."""
+    lower = name.lower()
+    if {"dtype", "outdtype"} <= set(header):
+        return AITER_GEMM_KINDS["bf16"]
+    other = _OTHER_FAMILIES.search(lower)
+    if other:
+        raise InteropError(
+            f"{name}: aiter's {other[0]} GEMM tables are not imported (only bf16 and a8w8: "
+            f"{', '.join(k.file for k in AITER_GEMM_KINDS.values())})"
+        )
+    hint = lower if "a8w8" in lower else first_kernel.lower()  # the name, else aiter's kernel name
+    if "a8w8" in hint or "i8gemm" in hint:
+        key = "a8w8" + ("_blockscale" if "blockscale" in hint else "")
+        return AITER_GEMM_KINDS[key + ("_bpreshuffle" if "preshuffle" in hint else "")]
+    raise InteropError(
+        f"{name}: cannot tell which aiter GEMM table this is: name it as aiter does "
+        f"({', '.join(k.file for k in AITER_GEMM_KINDS.values())})"
+    )
+
+
+def _bool(row: Mapping[str, str], column: str, where: str) -> bool:
+    text = (row.get(column) or "False").strip().lower()
+    if text in ("1", "true"):
+        return True
+    if text in ("0", "false", ""):
+        return False
+    raise InteropError(f"{where}: {column} is {row[column]!r}, not True or False")
+
+
+def _int(row: Mapping[str, str], column: str, where: str, default: int | None = None) -> int:
+    """An integer column ("5", or pandas' "5.0"); `default` where it is empty."""
+    text = (row.get(column) or "").strip()
+    if not text and default is not None:
+        return default
+    found = re.fullmatch(r"(-?\d+)(?:\.0*)?", text)
+    if found is None:
+        raise InteropError(f"{where}: {column} is {text!r}, not an integer")
+    return int(found[1])
+
+
+def _problem(
+    kind: GemmKind, row: Mapping[str, str], arch: str, shape: tuple[int, int, int], where: str
+) -> tuple[Problem, list[str]]:
+    """The problem a row measured, and why it is a reference only (none: our op runs it). ValueError (the
+    reason) for a row no op of ours can hold."""
+    M, N, K = shape
+    flags = [kind.flag] if kind.flag else []
+    if kind.name != "bf16":
+        q_w = (row.get("q_dtype_w") or "").strip()
+        if not q_w and kind.op == "gemm_fp8_rowwise":
+            raise ValueError(
+                "no q_dtype_w column: aiter's a8w8 tables of that format hold int8 GEMMs, no op of ours"
+            )
+        fp8 = _fp8_of(q_w, arch) if q_w else "fp8e4m3"
+        return Problem.of(kind.op, M, N, K, "bf16", fp8), flags
+    dtype, out = row["dtype"].strip(), row["outdtype"].strip()
+    if _bool(row, "bias", where):
+        flags.append("bias=True: our GEMMs have no bias epilogue")
+    if _bool(row, "bpreshuffle", where):
+        flags.append(PRESHUFFLED)
+    out_dtype = normalize_dtype(out)
+    if dtype.removeprefix("torch.") in _TORCH_FP8:
+        return Problem.of("gemm_fp8_rowwise", M, N, K, out_dtype, _fp8_of(dtype, arch)), flags
+    in_dtype = normalize_dtype(dtype)
+    if _bool(row, "scaleAB", where):
+        flags.append(f"scaleAB=True: a scaled {in_dtype} GEMM")
+    if out_dtype != in_dtype:
+        flags.append(f"{out_dtype} output of {in_dtype} inputs: our gemm writes its input dtype")
+    problem = Problem(kind.op, M, N, K, dtype_a=in_dtype, dtype_b=in_dtype, dtype_out=out_dtype, layout="nk")
+    return problem, flags
+
+
+def _config(kind: GemmKind, row: Mapping[str, str], header: list[str], where: str) -> tuple[Config, str]:
+    """The row's config and the kernel it is stored under (aiter's kernel, or ours for a row we wrote)."""
+    libtype = (row.get("libtype") or "ck").strip()
+    kernel_name = (row.get("kernelName") or "").strip()
+    if libtype.startswith(OUR_LIBTYPE_PREFIX):
+        try:
+            config = config_of_name(kernel_name)
+        except ValueError as exc:
+            raise ValueError(f"libtype {libtype}: kernelName {exc}") from None
+        if config.backend != libtype.removeprefix(OUR_LIBTYPE_PREFIX):
+            raise ValueError(
+                f"libtype {libtype} but kernelName {kernel_name!r} names backend {config.backend}"
+            )
+        return config, config.backend
+    index = "solidx" if "solidx" in header else "kernelId"
+    values: dict[str, Value] = dict(
+        libtype=libtype,
+        kernelName=kernel_name,
+        splitK=_int(row, "splitK", where, 0),
+        **{index: _int(row, index, where)},
+    )
+    if kind.name == "bf16":
+        values.update({c: True for c in ("bias", "scaleAB", "bpreshuffle") if _bool(row, c, where)})
+    return Config(backend=AITER_BACKEND, **values), AITER_BACKEND
+
+
+def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
+    """The trials of one aiter tuned GEMM table (its content `text`).
+
+    One trial per row, on the GPU its gfx and cu_num name (`aiter_target`), of the problem and op
+    `AITER_GEMM_KINDS` gives, with the row's time in µs (runs 0, method "imported"): backend "aiter" with
+    libtype, solidx or kernelId, splitK and kernelName as its config, or, for a row of ours (libtype
+    ``autotune-{backend}``), the config its kernelName spells. Flagged (pruned with the reason, time kept):
+    rows our op does not run as measured (the bpreshuffle tables, bias, scaleAB, another output dtype) and
+    rows without a usable time. Skipped with the reason: rows no op of ours holds (int8, an unknown GPU, a
+    shape the op refuses). Raises InteropError naming the file (and row) for a missing column, a value
+    that is no number, or a table we do not import.
+    """
+    name = path.name
+    reader = csv.DictReader(io.StringIO(text))
+    header = [c.strip() for c in reader.fieldnames or []]
+    reader.fieldnames = header
+    rows = list(reader)
+    kind = gemm_kind_of(name, header, (rows[0].get("kernelName") or "") if rows else "")
+    time_column = "soltimes" if "soltimes" in header and "us" not in header else "us"
+    needed = ["cu_num", "M", "N", "K", time_column, "kernelName"]
+    needed += ["dtype", "outdtype", "solidx"] if kind.name == "bf16" else ["kernelId"]
+    missing = [c for c in needed if c not in header]
+    if missing:
+        raise InteropError(
+            f"{name}: not an aiter {kind.name} tuned GEMM table: it lacks the columns {', '.join(missing)}"
+        )
+    trials: list[NewTrial] = []
+    flagged: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    devices: set[str] = set()
+    for number, row in enumerate(rows, start=2):
+        where = f"{name}: row {number}"
+        if None in row or any(row.get(c) is None for c in header):
+            raise InteropError(f"{where}: its number of fields differs from the header's ({len(header)})")
+        M, N, K = (_int(row, c, where) for c in ("M", "N", "K"))
+        cu_num = _int(row, "cu_num", where)
+        raw_us = row[time_column].strip()
+        try:
+            us = float(raw_us)
+        except ValueError:
+            raise InteropError(f"{where}: {time_column} is {raw_us!r}, not a number") from None
+        try:
+            target = aiter_target(cu_num, row.get("gfx"))
+            problem, flags = _problem(kind, row, target.arch, (M, N, K), where)
+            config, backend = _config(kind, row, header, where)
+        except (InteropError, ValueError) as exc:
+            skipped.append((f"row {number}", str(exc).removeprefix(f"{where}: ")))
+            continue
+        extra: dict[str, Any] = {"file": name, "imported_from": "aiter", "table": kind.name, "row": number}
+        extra["columns"] = {c: row[c].strip() for c in header}
+        timing = None
+        if math.isfinite(us) and us > 0:
+            timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
+        else:
+            flags.append(f"aiter recorded no usable time ({time_column}={raw_us})")
+        status = TrialStatus.PRUNED if flags else TrialStatus.OK
+        result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
+        if flags:
+            flagged.append((f"row {number}", "; ".join(flags)))
+        devices.add(str(target))
+        kernel = f"{problem.op}.{backend}"
+        trials.append(NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
+    if not trials and not skipped:
+        raise InteropError(f"{name}: the table has a header but no rows")
+    summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {', '.join(sorted(devices)) or 'no GPU of ours'}"
+    return ImportedFile(path, "aiter", summary, tuple(trials), tuple(flagged), tuple(skipped))
