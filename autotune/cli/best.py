@@ -1,4 +1,5 @@
-"""`autotune best`: the fastest configs of one problem, per GPU in the database."""
+"""`autotune best`: the fastest configs of one problem, per GPU in the database, and the reference records
+imported from other projects' files beside them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
 
     from autotune.cli.common import Subparsers
     from autotune.core.problem import Problem
+    from autotune.db import Store
     from autotune.db.records import TrialRecord
 
 NAME = "best"
@@ -23,7 +25,12 @@ def add_parser(subparsers: Subparsers) -> None:
         subparsers,
         NAME,
         help="the winning config of one shape and its runner-ups",
-        description="Show the fastest measured configs of one problem, per GPU in the database.",
+        description="Show the fastest measured configs of one problem, per GPU in the database, then the "
+        "reference records imported from other projects' files (autotune import: vLLM/SGLang, aiter, "
+        "PyTorch TunableOp) for the same problem, each tagged with where it came from ([aiter], [vllm], "
+        "[sglang], [tunableop]) and, where it was flagged at import, why ([flagged: reason]). Imported "
+        "records are never served (`autotune emit`) unless measured here. Exit status 1 when nothing "
+        "measured (or, with --predicted, predicted) is stored for the problem.",
     )
     p.add_argument("--op", default="gemm", help="op (default gemm)")
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
@@ -81,19 +88,10 @@ def run(args: argparse.Namespace) -> int:
             )
             other = Source.MEASURED if args.predicted else Source.MODEL  # what the other flag would show
             elsewhere = not records and bool(store.best(problem, fingerprint=args.gpu, limit=1, source=other))
+            imported = _imported(store, problem, args.gpu)
+            holdings = store.holdings(problem.op).describe() if not records else ""
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
             raise CliError(str(exc)) from None
-    if not records:
-        what = "predicted" if args.predicted else "measured"
-        hint = ""
-        if elsewhere:
-            hint = (
-                " (the database holds measurements of it: drop --predicted)"
-                if args.predicted
-                else " (the database holds predictions of it: add --predicted)"
-            )
-        print(f"no {what} results for {problem}; tune it with `autotune sweep`{hint}")
-        return EXIT_FAIL
     by_gpu: dict[str, list[TrialRecord]] = {}
     for r in records:
         by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
@@ -110,7 +108,58 @@ def run(args: argparse.Namespace) -> int:
                   "`autotune emit` picks from it where it holds the fastest config above):")  # fmt: skip
             _print_ranking(problem, final, final, "median µs")
         print()
+    _print_imported(problem, imported, args.limit)
+    if not records:
+        what = "predicted" if args.predicted else "measured"
+        hint = ""
+        if elsewhere:
+            hint = (
+                " (the database holds measurements of it: drop --predicted)"
+                if args.predicted
+                else " (the database holds predictions of it: add --predicted)"
+            )
+        print(f"no {what} results for {problem}; the database holds {holdings}; tune it with "
+              f"`autotune sweep`{hint}")  # fmt: skip
+        return EXIT_FAIL
     return EXIT_OK
+
+
+def _imported(store: Store, problem: Problem, gpu: str | None) -> list[TrialRecord]:
+    """The imported records of `problem`: all of them, or, with `gpu`, those of the GPU it names or of a
+    GPU of the same arch and CU count (a file's device beside the measured one)."""
+    from autotune.core.result import Source
+
+    found = store.trials(problem=problem, source=Source.IMPORTED)
+    if gpu is None:
+        return found
+    named = store.match_gpus(gpu)
+    ids = {g.id for g in named}
+    devices = {(g.arch, g.target.cu_count) for g in named}
+    return [r for r in found if r.gpu.id in ids or (r.gpu.arch, r.gpu.target.cu_count) in devices]
+
+
+def _print_imported(problem: Problem, records: list[TrialRecord], limit: int) -> None:
+    """Per GPU, the imported records of `problem`: timed ones fastest first, then untimed ones, then the
+    flagged ones, each tagged with the project its file came from and why it was flagged."""
+    by_gpu: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
+    for fp, recs in by_gpu.items():
+        recs.sort(key=lambda r: (not r.ok, r.timing is None, r.timing.median_us if r.timing else 0.0, r.id))
+        print(f"{problem} on {recs[0].gpu.target} [{fp}]: reference records from imported files "
+              "(not measured here; never served)")  # fmt: skip
+        rows = [("rank", "from", "backend", "config", "µs", "TFLOP/s", "note")]
+        for i, r in enumerate(recs[:limit]):
+            t = r.timing.median_us if r.timing is not None and r.timing.median_us > 0 else None
+            rank = str(i + 1) if r.ok and t else "-"
+            tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
+            note = "" if r.ok else f"[flagged: {r.error or r.status.value}]"
+            origin = f"[{r.extra.get('imported_from', 'imported')}]"
+            rows.append((rank, origin, r.config.backend, r.config.canonical(), fmt_us(t), tflops, note))
+        print_table(rows)
+        if len(recs) > limit:
+            print(f"({len(recs) - limit} more; raise --limit to see them)")
+        print()
 
 
 def _problem(args: argparse.Namespace) -> Problem:

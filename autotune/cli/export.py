@@ -1,4 +1,5 @@
-"""`autotune export`: tuned tables as one CSV per GPU, or as vLLM/SGLang fused-MoE config files."""
+"""`autotune export`: tuned tables as one CSV per GPU, as vLLM/SGLang fused-MoE config files, or as aiter's
+tuned-GEMM tables."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def add_parser(subparsers: Subparsers) -> None:
     p = add_verb(
         subparsers,
         NAME,
-        help="write tuned tables (one CSV per GPU, or vLLM/SGLang fused-MoE configs)",
+        help="write tuned tables (one CSV per GPU, vLLM/SGLang fused-MoE configs, aiter GEMM tables)",
         description="--format csv (default): one CSV per GPU fingerprint, a row per winning (problem, "
         "backend, config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
         "library, the GPU's arch and CU count, and the toolchain versions. --format vllm (or sglang): "
@@ -29,10 +30,16 @@ def add_parser(subparsers: Subparsers) -> None:
         "files go into triton_X_Y_Z/ (the Triton version SGLang looks up: --triton-version, else the "
         "imported file's, else the measuring GPU's, else the installed one). Imported files are written "
         "as they were (their key order and other keys); flagged entries too, with a warning, unless "
-        "--drop-flagged.",
+        "--drop-flagged. --format aiter: the measured gemm, gemm_fp8_rowwise and gemm_fp8_blockwise "
+        "winners of AMD GPUs as aiter's tuned-GEMM tables (bf16_tuned_gemm.csv, a8w8_tuned_gemm.csv, "
+        "a8w8_blockscale_tuned_gemm.csv) in aiter's columns, libtype autotune-<backend> and kernelName the "
+        "config's short form, to diff against aiter's own (autotune import reads them back).",
     )
     p.add_argument(
-        "--format", default="csv", choices=("csv", "vllm", "sglang"), help="output format (default csv)"
+        "--format",
+        default="csv",
+        choices=("csv", "vllm", "sglang", "aiter"),
+        help="output format (default csv)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="only this GPU")
@@ -51,12 +58,14 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Writes the files and prints each path."""
-    from autotune.db import StoreError, export_csv, export_vllm
+    from autotune.db import StoreError, export_aiter, export_csv, export_vllm
 
     with open_store(args.db) as store:
         try:
             if args.format == "csv":
                 paths = export_csv(store, args.out, fingerprint=args.gpu)
+            elif args.format == "aiter":
+                paths = export_aiter(store, args.out, fingerprint=args.gpu)
             else:
                 paths = export_vllm(
                     store,

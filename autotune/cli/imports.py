@@ -1,5 +1,6 @@
-"""`autotune import`: the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv), files or
-folders, each file on its own. (The module is `imports`: `import` is a keyword.)"""
+"""`autotune import`: the MoE configs vLLM/SGLang ship (.json), aiter's tuned fused-MoE and GEMM CSVs and
+PyTorch TunableOp results (.csv), files or folders, each file on its own. (The module is `imports`:
+`import` is a keyword.)"""
 
 from __future__ import annotations
 
@@ -19,21 +20,30 @@ def add_parser(subparsers: Subparsers) -> None:
     p = add_verb(
         subparsers,
         NAME,
-        help="import the MoE configs vLLM/SGLang ship (.json) and aiter's tuned CSVs (.csv)",
+        help="import vLLM/SGLang MoE configs, aiter's tuned CSVs and PyTorch TunableOp results",
         description="Import vLLM/SGLang fused-MoE config files (E=..,N=..,device_name=..[,dtype=..]"
-        "[,block_shape=..][,per_channel_quant=True][_down].json) and aiter tuned fused-MoE CSVs "
-        "(tuned_fmoe.csv), given as files or folders (searched recursively), as moe trials of source "
-        "'imported', on a GPU of their own (never mixed with measurements). Each file is imported on "
+        "[,block_shape=..][,per_channel_quant=True][_down].json), aiter tuned fused-MoE CSVs "
+        "(tuned_fmoe.csv), aiter tuned GEMM tables (bf16_tuned_gemm.csv, a8w8_tuned_gemm.csv, "
+        "a8w8_blockscale_tuned_gemm.csv, a8w8_bpreshuffle_tuned_gemm.csv: gemm, gemm_fp8_rowwise and "
+        "gemm_fp8_blockwise records) and PyTorch TunableOp results (tunableop_results*.csv: gemm and "
+        "gemm_fp8_rowwise records), given as files or folders (searched recursively, each file's format "
+        "told by its content), as reference records of source 'imported', on a GPU of their own (never "
+        "mixed with measurements, never served unless measured here). Each file is imported on "
         "its own, in its own transaction: a file that cannot be imported is reported with the reason "
         "and stops no other. Importing again writes nothing new. Entries are flagged (stored as pruned, "
         "with the reason) where the toolchain would reject them (num_stages=0 on AMD with Triton 3.0 "
-        "to 3.2, block sizes that are not powers of two) or our moe op cannot run them (quantizations "
-        "other than unquantized and FP8 128x128 blocks, _down files): reference records, still "
-        "exported. K and topk: given, else inferred from E and N for known models, else unknown (the "
-        "file is kept by E, N and device). Exit status 1 when a file could not be read at all.",
+        "to 3.2, block sizes that are not powers of two) or our op does not run them as measured "
+        "(quantizations other than unquantized and FP8 128x128 blocks, _down files; pre-shuffled "
+        "weights, bias epilogues, other output dtypes): still shown by best and exported. Entries no op "
+        "of ours holds (int8, batched GEMMs, an unknown GPU) are skipped with the reason. K and topk of "
+        "vLLM files: given, else inferred from E and N for known models, else unknown (the file is kept "
+        "by E, N and device). Exit status 1 when a file could not be read at all.",
     )
     p.add_argument(
-        "files", metavar="PATH", nargs="+", help="vLLM/SGLang .json or aiter .csv files, or folders of them"
+        "files",
+        metavar="PATH",
+        nargs="+",
+        help="vLLM/SGLang .json, aiter or TunableOp .csv files, or folders of them",
     )
     p.add_argument(
         "--k",

@@ -1,9 +1,10 @@
 """The tuned-config database: SQLAlchemy models, the Store, exporters and importers.
 
 SQLAlchemy is imported with this package; pandas only when `export_csv` is called. The vLLM/SGLang
-fused-MoE JSON and aiter CSV interop lives in `autotune.db.vllm`, `autotune.db.aiter` and
-`autotune.db.interop`, imported when `import_files` or `export_vllm` is first called. Schema migrations
-(Alembic) live in `autotune.db.migrations`, imported when `upgrade_schema` is first called.
+fused-MoE JSON, aiter CSV and TunableOp interop lives in `autotune.db.vllm`, `autotune.db.aiter`,
+`autotune.db.aiter_gemm`, `autotune.db.tunableop` and `autotune.db.interop`, imported when
+`import_files`, `export_vllm` or `export_aiter` is first called. Schema migrations (Alembic) live in
+`autotune.db.migrations`, imported when `upgrade_schema` is first called.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .models import SCHEMA_VERSION
-from .records import GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
+from .records import GpuRecord, GpuSummary, Holdings, Summary, SweepRecord, TrialRecord, Winner
 from .store import NewTrial, Store, StoreError, resolve_url
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "GpuRecord",
     "GpuSummary",
+    "Holdings",
     "NewTrial",
     "Store",
     "StoreError",
@@ -31,12 +33,21 @@ __all__ = [
     "SweepRecord",
     "TrialRecord",
     "Winner",
+    "export_aiter",
     "export_csv",
     "export_vllm",
     "import_files",
     "resolve_url",
     "upgrade_schema",
 ]
+
+
+def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
+    """Writes our measured GEMM winners as aiter's tuned-GEMM tables into `out_dir`; see
+    `autotune.db.aiter_export.export_aiter`."""
+    from .aiter_export import export_aiter as _export_aiter
+
+    return _export_aiter(store, out_dir, fingerprint)
 
 
 def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
@@ -72,8 +83,8 @@ def import_files(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Imports vLLM/SGLang config files and aiter CSVs (files or folders), each file on its own; see
-    `autotune.db.interop.import_files`."""
+    """Imports vLLM/SGLang config files, aiter CSVs and TunableOp results (files or folders), each file on
+    its own; see `autotune.db.interop.import_files`."""
     from .interop import import_files as _import_files
 
     return _import_files(store, paths, k=k, topk=topk, source_hash=source_hash)

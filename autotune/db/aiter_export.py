@@ -69,16 +69,14 @@ def _why_not(kind: GemmKind | None, winner: Winner) -> str:
     return ""
 
 
-def export_aiter(
-    store: Store, out_dir: str | Path, fingerprint: str | None = None, *, holdings: str = ""
-) -> list[Path]:
+def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
     """Writes the measured winners of the GEMM ops aiter has tables for (gemm, gemm_fp8_rowwise,
     gemm_fp8_blockwise) on AMD GPUs (all, or the one `fingerprint` names) into `out_dir`, one file per table
     under aiter's name, rows sorted by GPU, N, K and M. Where the final round holds a winner's fastest
     config, its time is the final round's. Winners with no row (another GPU, layout or output dtype) are
     logged. Returns the paths written.
 
-    Raises StoreError when there is nothing to write (saying what the database holds: `holdings`), when
+    Raises StoreError when there is nothing to write (saying what the database holds), when
     two GPUs of one gfx and CU count would share rows (aiter keys rows by them: pick one with
     `fingerprint`), or when `out_dir` cannot be written. Each file is written to a temporary name and
     renamed.
@@ -97,10 +95,10 @@ def export_aiter(
     if not tables:
         which = f" of GPU {fingerprint}" if fingerprint else ""
         ops = ", ".join(sorted({k.op for k in AITER_GEMM_KINDS.values()}))
-        held = f"; it holds {holdings}" if holdings else ""
+        held = store.holdings(fingerprint=fingerprint).describe()
         raise StoreError(
             f"nothing to export: {store.display_url} holds no measured winners of {ops} on an AMD GPU{which}"
-            f"{held}"
+            f"; it holds {held}: run `autotune sweep` to measure them"
         )
     _check_one_gpu_per_key([w for _, ws in tables.values() for w in ws])
     out = Path(out_dir).expanduser()

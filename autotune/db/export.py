@@ -129,8 +129,10 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
     winners = [*measured, *predicted]
     if not winners:
         which = f" for GPU {fingerprint}" if fingerprint else ""
+        holds = store.holdings(fingerprint=fingerprint).describe()
         raise StoreError(
-            f"nothing to export: {store.display_url} holds no successful trials{which}, measured or predicted"
+            f"nothing to export: {store.display_url} holds no successful trials{which}, measured or "
+            f"predicted; it holds {holds}: run `autotune sweep` to measure them"
         )
     out = Path(out_dir).expanduser()
     try:

@@ -18,7 +18,7 @@ UNKNOWN_K = 1
 UNKNOWN_TOPK = 1
 
 
-__all__ = ["GpuRecord", "GpuSummary", "Summary", "SweepRecord", "TrialRecord", "Winner"]
+__all__ = ["GpuRecord", "GpuSummary", "Holdings", "Summary", "SweepRecord", "TrialRecord", "Winner"]
 
 
 @dataclass(frozen=True)
@@ -210,3 +210,52 @@ class Summary:
         for g in self.per_gpu:
             out.append(f"  {g.gpu}: {g.n_problems_tuned} problems tuned, {g.n_trials} trials ({g.n_ok} ok)")
         return out
+
+
+@dataclass(frozen=True)
+class Holdings:
+    """What the database holds of one op (`op`; None: of every op), for the messages of a verb that found
+    nothing to show or write: trials per (source, status)."""
+
+    op: str | None
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def _count(self, sources: tuple[str, ...], ok: bool | None = None) -> int:
+        return sum(
+            n
+            for (source, status), n in self.counts.items()
+            if source in sources and (ok is None or (status == TrialStatus.OK.value) == ok)
+        )
+
+    @property
+    def n_imported(self) -> int:
+        """Reference records from imported files (flagged ones too)."""
+        return self._count(("imported",))
+
+    def describe(self) -> str:
+        """The holdings in words, e.g. "12 reference records from imported files (2 flagged) and no
+        measured trials of gemm"."""
+        of = f" of {self.op}" if self.op else ""
+        if not self.counts:
+            return f"no trials{of}"
+        measured = self._count(("measured", "final", "profile"))
+        parts = []
+        imported = self.n_imported
+        if imported:
+            flagged = self._count(("imported",), ok=False)
+            parts.append(
+                f"{imported} reference record{'s' * (imported != 1)} from imported files"
+                + (f" ({flagged} flagged)" if flagged else "")
+            )
+        predicted = self._count(("model",))
+        if predicted:
+            parts.append(f"{predicted} prediction{'s' * (predicted != 1)} of compile-only sweeps")
+        if measured:
+            failed = self._count(("measured", "final", "profile"), ok=False)
+            parts.append(
+                f"{measured} measured trial{'s' * (measured != 1)}"
+                + (f" ({failed} failed)" if failed else "")
+            )
+        else:
+            parts.append("no measured trials")
+        return (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]) + of

@@ -55,7 +55,17 @@ from .models import (
     TrialModel,
     utcnow,
 )
-from .records import UNKNOWN_K, UNKNOWN_TOPK, GpuRecord, GpuSummary, Summary, SweepRecord, TrialRecord, Winner
+from .records import (
+    UNKNOWN_K,
+    UNKNOWN_TOPK,
+    GpuRecord,
+    GpuSummary,
+    Holdings,
+    Summary,
+    SweepRecord,
+    TrialRecord,
+    Winner,
+)
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
@@ -979,6 +989,20 @@ class Store:
                 trials_by_source={s: int(n) for s, n in by_source},
                 per_gpu=tuple(GpuSummary(g, *per_gpu_counts.get(g.id, (0, 0, 0))) for g in gpu_rows),
             )
+
+    def holdings(self, op: str | None = None, *, fingerprint: str | None = None) -> Holdings:
+        """How many trials of `op` (None: of every op; on the GPU `fingerprint` names) each source and status
+        holds: what a verb that found nothing says the database does hold."""
+        t = TrialModel
+        stmt = select(t.source, t.status, func.count()).group_by(t.source, t.status)
+        if op is not None:
+            stmt = stmt.join(ProblemModel, t.problem_id == ProblemModel.id).where(ProblemModel.op == op)
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids is not None:
+            stmt = stmt.where(t.gpu_id.in_(gpu_ids))
+        with self._session() as session:
+            counts = {(str(source), str(status)): int(n) for source, status, n in session.execute(stmt)}
+        return Holdings(op, counts)
 
     def match_gpus(self, fingerprint: str) -> list[GpuRecord]:
         """The stored GPUs `fingerprint` names: the one with exactly that fingerprint, else the one it is

@@ -241,8 +241,10 @@ def export_vllm(
     files = _plan(store, fingerprint, flavor, triton_version, drop_flagged)
     if not files:
         which = f" for GPU {fingerprint}" if fingerprint else ""
+        held = store.holdings("moe", fingerprint=fingerprint).describe()
         raise StoreError(
             f"nothing to export: {store.display_url} holds no moe configs of a Triton kernel{which}"
+            f"; it holds {held}: run `autotune sweep` or `autotune import` to add some"
         )
     out = Path(out_dir).expanduser()
     paths: dict[str, Path] = {}

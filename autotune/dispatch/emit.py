@@ -96,7 +96,8 @@ def emit_table(
         named = store.match_gpus(fingerprint)
         if not named:
             raise ValueError(
-                f"no tuned results for GPU {fingerprint} in the database; run `autotune sweep` first"
+                f"no tuned results for GPU {fingerprint} in the database: {_holds(store, None)}; run "
+                "`autotune sweep` first"
             )
         device = named[0].target.device_key()
     winners = [
@@ -107,7 +108,10 @@ def emit_table(
     ]
     if not winners:
         where = f" for GPU {fingerprint}" if fingerprint else ""
-        raise ValueError(f"no tuned results{where} in the database; run `autotune sweep` first")
+        raise ValueError(
+            f"no tuned results{where} in the database: {_holds(store, fingerprint)}; run `autotune sweep` "
+            "first"
+        )
     devices: dict[str, list[Winner]] = {}
     for w, _ in winners:
         devices.setdefault(w.gpu.target.device_key(), []).append(w)
@@ -144,6 +148,14 @@ def emit_table(
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+
+
+def _holds(store: Store, fingerprint: str | None) -> str:
+    """What the database holds, for the message of a table with nothing to emit: imported records are
+    never served unless measured here."""
+    holdings = store.holdings(fingerprint=fingerprint)
+    imported = " (imported records are served only once measured here)" if holdings.n_imported else ""
+    return f"it holds {holdings.describe()}{imported}"
 
 
 def _is_vendor(config: Config) -> bool:
