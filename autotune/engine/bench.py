@@ -117,14 +117,16 @@ class ServedTiming:
     """`op` timed the way its configs run when served: a Benchmarker of it times with
     `BenchSettings.as_served()` whatever settings it is given, and a worker keeps one of its own (its own
     inputs too) beside `op`'s. Everything else is `op`'s: the wrapper delegates every attribute, so kernel
-    versions, spaces and launches are the op's. Immutable; pickles with its op (worker processes receive
-    it)."""
+    versions, spaces and launches are the op's. `race` replaces the settings' racing factor (None keeps
+    it): an M profile stops a config early once it is clearly behind, a final round does not. Immutable;
+    pickles with its op (worker processes receive it)."""
 
-    def __init__(self, op: TunableOp) -> None:
+    def __init__(self, op: TunableOp, race: float | None = None) -> None:
         object.__setattr__(self, "op", op)
+        object.__setattr__(self, "race", race)
 
     def __getattr__(self, name: str) -> Any:
-        if name == "op":  # while unpickling, before __setstate__: no recursion
+        if name in ("op", "race"):  # while unpickling, before __setstate__: no recursion
             raise AttributeError(name)
         return getattr(self.op, name)
 
@@ -132,19 +134,21 @@ class ServedTiming:
         raise AttributeError("ServedTiming is immutable")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"op": self.op}
+        return {"op": self.op, "race": self.race}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "op", state["op"])
+        object.__setattr__(self, "race", state.get("race"))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ServedTiming) and other.op == self.op
+        return isinstance(other, ServedTiming) and (other.op, other.race) == (self.op, self.race)
 
     def __hash__(self) -> int:
-        return hash(("served", self.op))
+        return hash(("served", self.op, self.race))
 
     def __repr__(self) -> str:
-        return f"ServedTiming({self.op!r})"
+        race = "" if self.race is None else f", race={self.race:g}"
+        return f"ServedTiming({self.op!r}{race})"
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -247,6 +251,8 @@ class Benchmarker:
         )
         if isinstance(op, ServedTiming):  # its configs are timed the way they run when served
             self.settings = self.settings.as_served()
+            if op.race is not None:
+                self.settings = dataclasses.replace(self.settings, race=op.race)
         self.seed = seed
         #: The problems' states, most recently used last; `KEEP_STATES` are kept (a sweep may have two
         #: problems in flight on one worker, measured in turns).

@@ -10,8 +10,9 @@ that stops resumes its profile, and `autotune emit` turns the profile into the M
 there.
 
 The profile is sparse (`COARSE`, `CLOSE`): every fourth ladder M first, then, halving the step, an M
-between two timed ones only where a candidate came close to the vendor library at one of them (elsewhere
-the vendor library is served).
+between two timed ones only where a candidate beat the vendor library at one of them (elsewhere the vendor
+library is served). Its timings race (`PROFILE_RACE`): a config clearly behind stops after its first
+replays.
 Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
 whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
 `REPROBE` M the profile times, then timed again (and skipped again while it stays hopeless). The vendor
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from autotune.db import NewTrial
 
 __all__ = [
+    "PROFILE_RACE",
     "FamilyProfile",
     "Plan",
     "ProfileReport",
@@ -120,9 +122,18 @@ def _due(last: tuple[float, int] | None, step: int) -> bool:
 #: Then, halving the step each pass (every second, then every M), it times an M only where at the
 #: nearest timed M below or above it a candidate other than the vendor's ran within `CLOSE` of the vendor
 #: library's time (or the vendor library has no time there). Elsewhere the vendor library is served
-#: (`autotune.dispatch.ranges` serves a config between two timed M only where it won at both).
+#: (`autotune.dispatch.ranges` serves a config between two timed M only where it won at both). `CLOSE` is
+#: 1: a table serves a config only where it beats the vendor by a margin (`autotune emit`), and one that
+#: lost to the vendor at both neighbours seldom wins by that margin between them.
 COARSE = 4
-CLOSE = 1.03
+CLOSE = 1.0
+
+#: The racing factor of a profile's timings (`ServedTiming(op, race=...)`): a config whose first replays
+#: are already this factor slower than the fastest time at that M (the vendor library's, mostly: it is
+#: timed first) stops there, stored with those runs. Its decision is made: it cannot be served at that M
+#: (`autotune emit` asks more of a config than the vendor's time), and its rough time still says how far
+#: behind it is (`HOPELESS`). A final round does not race this tightly: it compares close finalists.
+PROFILE_RACE = 1.05
 
 
 def _coarse(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:

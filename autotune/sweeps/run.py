@@ -22,6 +22,7 @@ from autotune.engine.strategies import Budget
 from autotune.engine.workers import InlineWorker, Worker, WorkerAborted, WorkerError
 from autotune.sweeps.estimate import plan, plan_sweep
 from autotune.sweeps.profile import (
+    PROFILE_RACE,
     FamilyProfile,
     Plan,
     ProfileReport,
@@ -409,7 +410,7 @@ def _run_on_workers(
                         job[0],
                         store=store,
                         target=worker.target,
-                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op)),
+                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op, race=PROFILE_RACE)),
                         sweep_id=report.sweep_id,
                         should_stop=stop.is_set,
                         on_point=lambda *_: progress.beat(),

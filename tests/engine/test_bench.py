@@ -290,6 +290,40 @@ def test_racing_stops_configs_clearly_slower_than_the_best(method: str) -> None:
     assert "raced" not in fresh.extra and fresh.timing.runs == 200
 
 
+def test_served_timing_races_by_its_own_factor_and_pickles_with_it() -> None:
+    import pickle
+
+    from autotune.engine.bench import ServedTiming
+
+    plain, profiled = ServedTiming(GEMM), ServedTiming(GEMM, race=1.05)
+    assert plain != profiled and hash(plain) != hash(profiled)
+    again, plain_again = pickle.loads(pickle.dumps(profiled)), pickle.loads(pickle.dumps(plain))
+    assert (again.race, plain_again.race) == (1.05, None)
+    assert type(again.op) is type(GEMM) and repr(again).endswith("race=1.05)")
+    gpu = Target.for_arch("sm_90")
+    settings = BenchSettings(race=1.5)
+    assert Benchmarker(plain, gpu, device="cpu", settings=settings).settings.race == 1.5
+    bench = Benchmarker(profiled, gpu, device="cpu", settings=settings)
+    assert bench.settings.race == 1.05 and bench.settings.method == "graph"  # still timed as served
+
+
+def test_the_sweeps_profile_races_its_timings() -> None:
+    """The profile's measurer is the served timing with PROFILE_RACE, a tighter bound than the final
+    round's (which compares close finalists); a config whose first replays are over it stops there."""
+    from autotune.sweeps.profile import PROFILE_RACE
+
+    assert 1.0 < PROFILE_RACE < BenchSettings().race  # type: ignore[operator]
+    settings = BenchSettings(
+        method="graph", min_reps=3, max_reps=200, target_time_s=1.0, race=PROFILE_RACE, precision=None
+    )
+    bench = _FakeGpuBench(settings, jitter=0.005)
+    _timed(bench, 100.0)  # the vendor, timed first at an M
+    behind, _ = _timed(bench, 108.0)
+    assert behind.extra["raced"] == f"{PROFILE_RACE:g}x" and behind.timing.runs == 3
+    near, _ = _timed(bench, 103.0)
+    assert "raced" not in near.extra and near.timing.runs == 200
+
+
 def test_racing_off_times_every_config_fully() -> None:
     settings = BenchSettings(
         method="events", min_reps=10, max_reps=50, target_time_s=1.0, race=None, precision=None

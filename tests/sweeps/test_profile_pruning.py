@@ -269,8 +269,8 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
     assert _at(measurer, VENDOR) == _at(measurer, A) == coarse
     assert report.left_out == len(LADDER) - len(coarse) and report.points == len(LADDER)
 
-    def close_below_6(M: int, config: Config) -> float:  # A within CLOSE of the vendor up to M = 5
-        return {VENDOR: 10.0, A: 10.0 * (CLOSE - 0.01 if M <= 5 else 1.2)}[config]
+    def close_below_6(M: int, config: Config) -> float:  # A at CLOSE times the vendor up to M = 5
+        return {VENDOR: 10.0, A: 10.0 * (CLOSE if M <= 5 else CLOSE + 0.01)}[config]
 
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], close_below_6, name="b.db", sparse=True)
     # halving the step: M = 3 and 7 lie beside contested M (1 and 5), then M = 2, 4 and 6 beside
@@ -290,8 +290,10 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
 def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near_the_fastest(
     tmp_path: Path,
 ) -> None:
-    def times(M: int, config: Config) -> float:  # A close to the vendor (contested); B hopeless throughout
-        return {VENDOR: 10.0, A: 10.1, B: 30.0}[config]
+    from autotune.sweeps.profile import CLOSE
+
+    def times(M: int, config: Config) -> float:  # A at CLOSE times the vendor (contested); B hopeless
+        return {VENDOR: 10.0, A: 10.0 * CLOSE, B: 30.0}[config]
 
     job = _job(LADDER, [1])
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A, B], times, sparse=True)
