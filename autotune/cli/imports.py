@@ -34,7 +34,8 @@ def add_parser(subparsers: Subparsers) -> None:
         "with the reason) where the toolchain would reject them (num_stages=0 on AMD with Triton 3.0 "
         "to 3.2, block sizes that are not powers of two) or our op does not run them as measured "
         "(quantizations other than unquantized and FP8 128x128 blocks, _down files; pre-shuffled "
-        "weights, bias epilogues, other output dtypes): still shown by best and exported. Entries no op "
+        "weights, bias epilogues, other output dtypes): reference records still, shown by best (and "
+        "vLLM's written back by export). Entries no op "
         "of ours holds (int8, batched GEMMs, an unknown GPU) are skipped with the reason. K and topk of "
         "vLLM files: given, else inferred from E and N for known models, else unknown (the file is kept "
         "by E, N and device). Exit status 1 when a file could not be read at all.",
