@@ -66,6 +66,10 @@ def _why_not(kind: GemmKind | None, winner: Winner) -> str:
         return "B is (K, N): aiter's tables hold B as (N, K)"
     if kind.op != "gemm" and p.dtype_out != "bf16":
         return f"{p.dtype_out} output: aiter's {kind.name} table holds bf16 outputs"
+    try:
+        config_name(winner.config)
+    except ValueError as exc:
+        return str(exc)
     return ""
 
 
@@ -73,8 +77,8 @@ def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = No
     """Writes the measured winners of the GEMM ops aiter has tables for (gemm, gemm_fp8_rowwise,
     gemm_fp8_blockwise) on AMD GPUs (all, or the one `fingerprint` names) into `out_dir`, one file per table
     under aiter's name, rows sorted by GPU, N, K and M. Where the final round holds a winner's fastest
-    config, its time is the final round's. Winners with no row (another GPU, layout or output dtype) are
-    logged. Returns the paths written.
+    config, its time is the final round's. Winners with no row (another GPU, layout or output dtype, a
+    config no kernel name can spell) are logged. Returns the paths written.
 
     Raises StoreError when there is nothing to write (saying what the database holds), when
     two GPUs of one gfx and CU count would share rows (aiter keys rows by them: pick one with

@@ -512,3 +512,16 @@ def test_export_without_gemm_winners_says_what_the_database_holds(store: Store, 
     put(store, H100, Problem.gemm(16, 4096, 4096), TRITON, 9.0)
     with pytest.raises(StoreError, match=r"no measured winners .* on an AMD GPU; it holds 1 measured trial"):
         export_aiter(store, tmp_path / "out")
+
+
+def test_export_leaves_out_what_no_table_holds(
+    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    put(store, MI300X, Problem.gemm(16, 4096, 4096), TRITON, 9.0)
+    put(store, MI300X, Problem.gemm(32, 4096, 4096), Config(backend="triton", mode="a b"), 9.0)
+    put(store, MI300X, Problem.quant("gemm_fp8_rowwise", 16, 1280, 8192, "fp16"), TRITON, 9.0)
+    with caplog.at_level("WARNING"):
+        (path,) = export_aiter(store, tmp_path / "out")
+    assert [r["M"] for r in rows_of(path)[1]] == ["16"]
+    assert "cannot be written in a kernel name" in caplog.text
+    assert "fp16 output: aiter's a8w8 table holds bf16 outputs" in caplog.text
