@@ -995,8 +995,8 @@ class Store:
         holds: what a verb that found nothing says the database does hold."""
         t = TrialModel
         stmt = select(t.source, t.status, func.count()).group_by(t.source, t.status)
-        if op is not None:
-            stmt = stmt.join(ProblemModel, t.problem_id == ProblemModel.id).where(ProblemModel.op == op)
+        if op is not None:  # a subquery, not a join: SQLite would scan the trials once per problem
+            stmt = stmt.where(t.problem_id.in_(select(ProblemModel.id).where(ProblemModel.op == op)))
         gpu_ids = self._match_gpus(fingerprint)
         if gpu_ids is not None:
             stmt = stmt.where(t.gpu_id.in_(gpu_ids))
