@@ -81,9 +81,17 @@ class TunableOp(Protocol):
         unknown one), vendor baseline and heuristic default first."""
         ...
 
+    def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
+        """The heuristic's candidates for the default, in order, each a member of `space`: its rule's pick
+        first, then configs that need fewer registers and less LDS (fewer warps' worth of accumulator a
+        lane, shorter K tiles, fewer stages, smaller tiles). Pure: nothing is compiled."""
+        ...
+
     def default_config(self, problem: Problem, target: Target) -> Config:
-        """The heuristic config: the first our kernels' search tries, and what `fallback_config` picks
-        where it is known to be ahead of the vendor library."""
+        """The heuristic config: the first of `default_candidates` whose binary passes the static checks
+        on `target` (`autotune.engine.verdicts`; the first candidate where this process cannot compile for
+        it). The first our kernels' search tries, and what `fallback_config` picks where it is known to be
+        ahead of the vendor library."""
         ...
 
     def fallback_config(self, problem: Problem, target: Target) -> Config:

@@ -12,6 +12,7 @@ Compiling needs real JIT functions: under TRITON_INTERPRET=1 they are interprete
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import os
 import re
@@ -38,6 +39,7 @@ __all__ = [
     "compile_call",
     "compile_features",
     "gpu_target",
+    "launch_key",
     "nvidia_features",
     "occupancy_amd",
     "occupancy_nvidia",
@@ -96,8 +98,29 @@ def compile_call(call: KernelCall, target: Target) -> Any:
     matches a real launch. A Gluon kernel (`triton.experimental.gluon.jit`) compiles from a GluonASTSource,
     as its `run` does.
     """
+    from triton.compiler import compile
+
+    src, triton_target, options = _bind(call, target)
+    return compile(src, target=triton_target, options=options)
+
+
+def launch_key(call: KernelCall, target: Target) -> str:
+    """What Triton's cache keys the binary of one captured launch on `target` by (the kernel's source and
+    its dependencies, the specialization of every argument, the constexprs and the compile options), as a
+    hex digest, computed without compiling: two launches with one key compile to one binary."""
+    from triton.compiler import make_backend
+
+    src, triton_target, options = _bind(call, target)
+    backend = make_backend(triton_target)
+    parsed = backend.parse_options(dict(options, **src.parse_options()))
+    text = f"{src.hash()}-{backend.hash()}-{parsed.hash()}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _bind(call: KernelCall, target: Target) -> tuple[Any, Any, dict[str, Any]]:
+    """(source, Triton's GPUTarget, options) of one captured launch, bound as `JITFunction.run` binds it."""
     from triton import knobs
-    from triton.compiler import ASTSource, compile, make_backend
+    from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import JITFunction, create_function_from_signature
 
     fn = call.fn
@@ -124,7 +147,7 @@ def compile_call(call: KernelCall, target: Target) -> Any:
         src: Any = GluonASTSource(fn, signature, constexprs, attrs)
     else:
         src = ASTSource(fn, signature, constexprs, attrs)
-    return compile(src, target=triton_target, options=options.__dict__)
+    return src, triton_target, options.__dict__
 
 
 def failure_text(exc: BaseException) -> str:

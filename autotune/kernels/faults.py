@@ -63,8 +63,11 @@ class FaultyOp:
     def fallback_config(self, problem: Problem, target: Target) -> Config:
         return self.default_config(problem, target)  # no vendor library in this op's space
 
+    def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
+        return (Config(backend="faulty", fault="none", rep=0),)
+
     def default_config(self, problem: Problem, target: Target) -> Config:
-        return Config(backend="faulty", fault="none", rep=0)
+        return self.default_candidates(problem, target)[0]
 
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         return self._gemm().make_inputs(problem, device, seed)

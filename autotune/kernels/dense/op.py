@@ -12,7 +12,7 @@ from autotune.core.problem import Problem, ProblemRules
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.dense.backends import GEMM_BACKENDS, gemm_space
-from autotune.kernels.dense.space import gemm_default_config
+from autotune.kernels.dense.space import gemm_default_candidates, gemm_default_config
 
 if TYPE_CHECKING:
     import torch
@@ -63,6 +63,9 @@ class GemmOp(ProblemRules):
 
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         return gemm_space(problem, target, None if backends is None else tuple(backends))
+
+    def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
+        return gemm_default_candidates(problem, target)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return gemm_default_config(problem, target)

@@ -10,6 +10,8 @@ from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
+from autotune.engine.verdicts import first_passing
+from autotune.kernels.candidates import Core, candidates, safer_cores
 from autotune.kernels.dense.geometry import (
     GEMV_ROWS,
     MIN_TILE,
@@ -19,6 +21,7 @@ from autotune.kernels.dense.geometry import (
 )
 
 __all__ = [
+    "gemm_default_candidates",
     "gemm_default_config",
     "gemv_params",
     "gemv_subspace",
@@ -178,6 +181,14 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
         SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),
         ("BLOCK_K", "BLOCK_N", "num_stages"),
     )
+
+
+def _gemv_candidates(problem: Problem, target: Target) -> list[Config]:
+    """The GEMV default, then the same with each shorter K step of the space."""
+    pick = _gemv_default(problem, target)
+    sub = SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target))
+    shorter = (pick.replace(BLOCK_K=int(k)) for k in sorted(sub.params["BLOCK_K"], reverse=True))
+    return [pick, *(c for c in shorter if int(c["BLOCK_K"]) < int(pick["BLOCK_K"]) and sub.check(c) is None)]
 
 
 def has_tma(target: Target) -> bool:
@@ -390,21 +401,30 @@ def _pick_split_k(
     return best
 
 
-def gemm_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config for shapes nobody tuned. Always a member of the GEMM's space.
+def gemm_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The heuristic's candidates for the default, in order, each a member of the GEMM's space.
 
-    On Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won most often in the dense
-    benchmark's sweeps; on NVIDIA GPUs at M <= 2 the GEMV kernel; otherwise (and when the rows are not
-    16-byte aligned) the pointer kernel with a tile for the regime and split-K when the tile grid
-    underfills the GPU.
+    First the rule's pick: on Hopper and newer, from M = 128 up, the TMA kernel with the tiles that won
+    most often in the dense benchmark's sweeps, then the same with shallower rings; on NVIDIA GPUs at
+    M <= 2 the GEMV kernel, then with shorter K steps; then (first where neither applies, or the rows are
+    not 16-byte aligned) the pointer kernel with a tile for the regime and split-K when the tile grid
+    underfills the GPU, followed by its safer cores (`autotune.kernels.candidates`).
     """
+    first: list[Config] = []
     if has_tma(target) and not target.interpreter and problem.M >= 128:
-        tma = tma_default(problem, target)
-        if tma is not None:
-            return tma
+        first += _tma_candidates(problem, target)
     if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
-        return _gemv_default(problem, target)
-    return _pointer_default(problem, target)
+        first += _gemv_candidates(problem, target)
+    return tuple(dict.fromkeys([*first, *_pointer_candidates(problem, target)]))
+
+
+def gemm_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned: the first of `gemm_default_candidates` whose binary
+    passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
+    the GEMM's space."""
+    from autotune.kernels.dense.op import GEMM
+
+    return first_passing(GEMM, problem, target, gemm_default_candidates(problem, target))
 
 
 #: Up to this M the NVIDIA default is the GEMV kernel: it beats cuBLAS and the pointer kernel's default at
@@ -489,6 +509,19 @@ def tma_default(
     return None
 
 
+def _tma_candidates(problem: Problem, target: Target) -> list[Config]:
+    """The TMA default (none where no config of its rule fits), then the same with each shallower ring of
+    the space."""
+    pick = tma_default(problem, target)
+    if pick is None:
+        return []
+    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    stages = sorted(
+        (int(s) for s in sub.params["num_stages"] if int(s) < int(pick["num_stages"])), reverse=True
+    )
+    return [pick, *(c for c in (pick.replace(num_stages=s) for s in stages) if sub.check(c) is None)]
+
+
 #: Up to this M the TMA kernel's tiles are mostly waiting on memory, and a deeper ring of loads pays: the
 #: default's 128 x 128 tiles take 6 stages (docs/notes/2026-11-26-epilogue-slices.md).
 DEEP_RING_MAX_M = 256
@@ -500,8 +533,8 @@ def _ring_depths(problem: Problem) -> tuple[int, ...]:
     return (7, 6, 5, 4, 3) if problem.M <= DEEP_RING_MAX_M else (5, 4, 3)
 
 
-def _pointer_default(problem: Problem, target: Target) -> Config:
-    params = triton_params(target)
+def _pointer_core(problem: Problem, target: Target) -> Core:
+    """The pointer kernel's tile, K step, warps and stages for the regime, clamped to the problem."""
     M, N = problem.M, problem.N
     if target.interpreter:
         bm, bn, bk, warps, stages = 16, 32, 32, 4, 1
@@ -516,6 +549,15 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     bm = min(bm, max(MIN_TILE, next_pow2(M)))
     bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
     bk = min(bk, max(MIN_TILE, next_pow2(problem.K)))
+    return Core(bm, bn, bk, warps, stages)
+
+
+def _pointer_config(problem: Problem, target: Target, core: Core) -> Config:
+    """`core` with the knobs the rule derives from it: GROUP_M over several rows of tiles, split-K (fused)
+    where the tile grid underfills the GPU, and on AMD 16x16 MFMAs, XCD remapping, kpack 2 on gfx942."""
+    params = triton_params(target)
+    M, N = problem.M, problem.N
+    bm, bn, bk, warps, stages = core
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
@@ -528,9 +570,31 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2
-    return fit_to_space(
-        Config(values, backend="triton"), SubSpace("triton", params, _constraints(problem, target))
-    )
+    return Config(values, backend="triton")
+
+
+def _pointer_default(problem: Problem, target: Target) -> Config:
+    sub = SubSpace("triton", triton_params(target), _constraints(problem, target))
+    return fit_to_space(_pointer_config(problem, target, _pointer_core(problem, target)), sub)
+
+
+def _pointer_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The pointer kernel's default, then its safer cores (`autotune.kernels.candidates`)."""
+    pick = _pointer_default(problem, target)
+    if target.interpreter:
+        return (pick,)
+    params = triton_params(target)
+    sub = SubSpace("triton", params, _constraints(problem, target))
+
+    def build(core: Core) -> Config | None:
+        config = _pointer_config(problem, target, core)
+        return config if sub.check(config) is None else None
+
+    cores = safer_cores(
+        _pointer_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
+        k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
+    )  # fmt: skip
+    return candidates((pick,), cores, build, params["num_warps"])
 
 
 def fit_to_space(

@@ -12,7 +12,7 @@ from autotune.core.problem import DTYPE_BYTES, Problem, ProblemRules, normalize_
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
-from autotune.kernels.moe.space import FP8_BLOCK, moe_default_config
+from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
 
 if TYPE_CHECKING:
     import torch
@@ -66,6 +66,9 @@ class MoeOp(ProblemRules):
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         self.check_problem(problem)
         return moe_space(problem, target, self.records, backends)
+
+    def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
+        return moe_default_candidates(problem, target)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return moe_default_config(problem, target)

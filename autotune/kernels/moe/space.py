@@ -8,8 +8,17 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, next_pow2
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
+from autotune.engine.verdicts import first_passing
+from autotune.kernels.candidates import Core, candidates, safer_cores
 
-__all__ = ["FP8_BLOCK", "moe_constraints", "moe_default_config", "moe_params", "tokens_per_expert"]
+__all__ = [
+    "FP8_BLOCK",
+    "moe_constraints",
+    "moe_default_candidates",
+    "moe_default_config",
+    "moe_params",
+    "tokens_per_expert",
+]
 
 #: The block of the FP8 weight scales (rows of N x columns of K), and of the activation groups along K.
 FP8_BLOCK = 128
@@ -169,19 +178,10 @@ def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) 
     return split
 
 
-def moe_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config for shapes nobody tuned. Always a member of the MoE's space.
-
-    The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
-    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
-    on 8 warps from 256 tokens per expert); the row blocks of all experts are walked in the largest
-    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`).
-    """
-    params = moe_params(problem, target)
+def _moe_core(problem: Problem, target: Target) -> Core:
+    """The row block, column tile, K step, warps and stages for the tokens each expert gets."""
     if target.interpreter:
-        values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-                                        SPLIT_K=1, num_warps=4, num_stages=1)  # fmt: skip
-        return Config(backend="triton", **values)
+        return Core(16, 32, 32, 4, 1)
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
     # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step. From 16 tokens per expert
@@ -195,19 +195,62 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     else:
         bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
+    return Core(bm, bn, bk, warps, 2 if target.is_amd else 3)
+
+
+def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
+    """`core` with K slices where the gate/up grid is small (`_default_split`), AMD's knobs, and the
+    largest GROUP_SIZE_M that still changes the order (walking the row blocks grouped was faster wherever
+    both were measured: docs/notes/2026-11-22-moe.md); None where no group makes it a config of the
+    space."""
+    params = moe_params(problem, target)
+    bm, bn, bk, warps, stages = core
     split = _default_split(problem, target, bm, bn, bk)
-    values = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split, num_warps=warps,
-                  num_stages=2 if target.is_amd else 3)  # fmt: skip
+    values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
+                                    num_warps=warps, num_stages=stages)  # fmt: skip
     if target.is_amd:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
         if "kpack" in params:
             values["kpack"] = 2
     sub = SubSpace("triton", params, moe_constraints(problem, target))
-    # The largest GROUP_SIZE_M that still changes the order: walking the row blocks grouped was faster
-    # wherever both were measured (docs/notes/2026-11-22-moe.md).
     for group in sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True):
         config = Config(backend="triton", GROUP_SIZE_M=group, **values)
         if sub.check(config) is None:
             return config
-    # Small targets (less LDS) or odd shapes: the first valid config of the space
-    return next(Config({**v}) for v, broken in sub.walk() if broken is None)
+    return None
+
+
+def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The heuristic's candidates for the MoE default, in order, each a member of its space.
+
+    The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
+    decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
+    on 8 warps from 256 tokens per expert); the row blocks of all experts are walked in the largest
+    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`). That pick
+    first (on small targets or odd shapes where it is no config of the space, the space's first), then
+    its safer cores (`autotune.kernels.candidates`).
+    """
+    params = moe_params(problem, target)
+    if target.interpreter:
+        values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+                                        SPLIT_K=1, num_warps=4, num_stages=1)  # fmt: skip
+        return (Config(backend="triton", **values),)
+    core = _moe_core(problem, target)
+    pick = _moe_config(problem, target, core)
+    if pick is None:  # small targets (less LDS) or odd shapes: the first valid config of the space
+        sub = SubSpace("triton", params, moe_constraints(problem, target))
+        pick = next(Config({**v}) for v, broken in sub.walk() if broken is None)
+    cores = safer_cores(
+        core, rows=params["BLOCK_SIZE_M"], cols=params["BLOCK_SIZE_N"], k_tiles=params["BLOCK_SIZE_K"],
+        warps=params["num_warps"], stages=params["num_stages"],
+    )  # fmt: skip
+    return candidates((pick,), cores, lambda c: _moe_config(problem, target, c), params["num_warps"])
+
+
+def moe_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config for shapes nobody tuned: the first of `moe_default_candidates` whose binary
+    passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
+    the MoE's space."""
+    from autotune.kernels.moe.op import MOE
+
+    return first_passing(MOE, problem, target, moe_default_candidates(problem, target))

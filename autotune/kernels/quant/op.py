@@ -29,7 +29,12 @@ from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.quant.backends import quant_backends
 from autotune.kernels.quant.problem import QUANT_OPS, QuantRules
-from autotune.kernels.quant.space import mx_native, quant_default_config, quant_space
+from autotune.kernels.quant.space import (
+    mx_native,
+    quant_default_candidates,
+    quant_default_config,
+    quant_space,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -154,6 +159,10 @@ class QuantGemmOp(QuantRules):
     def space(self, problem: Problem, target: Target, backends: Sequence[str] | None = None) -> SearchSpace:
         self.check_problem(problem, target)
         return quant_space(problem, target, self.records, backends)
+
+    def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
+        self.check_problem(problem, target)
+        return quant_default_candidates(problem, target)
 
     def default_config(self, problem: Problem, target: Target) -> Config:
         return quant_default_config(problem, target)

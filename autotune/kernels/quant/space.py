@@ -39,6 +39,8 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
+from autotune.engine.verdicts import first_passing
+from autotune.kernels.candidates import Core, candidates, safer_cores
 from autotune.kernels.dense.space import _constraints as _dense_constraints
 from autotune.kernels.dense.space import (
     _gemv_constraints,
@@ -67,6 +69,7 @@ __all__ = [
     "gluon_subspace",
     "gluon_target",
     "mx_native",
+    "quant_default_candidates",
     "quant_default_config",
     "quant_space",
     "quant_tma_params",
@@ -169,10 +172,12 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     return out
 
 
-def quant_default_config(problem: Problem, target: Target) -> Config:
-    """The heuristic config of a quantized GEMM; always a member of its space.
+def quant_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The heuristic's candidates for the default of a quantized GEMM, in order, each a member of its
+    space: the rule's pick (`_rule_picks`) and its shallower or shorter variants, then the Triton kernel's
+    default and its safer cores (`autotune.kernels.candidates`).
 
-    gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M above
+    The rule: gemm_fp8_blockwise on Hopper from M = GLUON_MIN_M on and for M in GLUON_DECODE_M above
     SWAPPED_MAX_M, where Gluon imports: the gluon kernel's (`gluon_default_config`); below, the Triton
     kernel's, swapped, with SCALES_AHEAD. The FP8 ops at M = 1 on NVIDIA: the GEMV kernel's
     (`_gemv_default`), but row-wise where the weight's tiles fill half the SMs the TMA kernel's, swapped
@@ -180,34 +185,62 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
+    return tuple(dict.fromkeys([*_rule_picks(problem, target), *_triton_candidates(problem, target)]))
+
+
+def quant_default_config(problem: Problem, target: Target) -> Config:
+    """The heuristic config of a quantized GEMM: the first of `quant_default_candidates` whose binary
+    passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
+    its space."""
+    from autotune.kernels.quant.op import QUANT_GEMMS
+
+    op = QUANT_GEMMS[problem.op]
+    return first_passing(op, problem, target, quant_default_candidates(problem, target))
+
+
+def _rule_picks(problem: Problem, target: Target) -> list[Config]:
+    """The rule's pick where it is not the Triton kernel's default, each followed by its variants with
+    shallower rings or shorter K steps; empty where the pick is `triton_default`."""
     lo, hi = GLUON_DECODE_M
     if swap_ab_target(target):
         lo = SWAPPED_MAX_M + 1  # the Triton kernel, swapped, below
         if lo <= problem.M <= hi and _ahead_wide(problem, target):
-            return _ahead_unswapped(problem, target)
+            return [_ahead_unswapped(problem, target)]
     gluon_m = problem.M >= GLUON_MIN_M or lo <= problem.M <= hi
     if gluon_m and gluon_runs(problem.op, target) and not gluon_missing():
         gluon = gluon_default_config(problem, target)
         if gluon is not None:
-            return gluon
+            return _shallower(gluon, _gluon_sub(problem, target))
     if problem.M == 1 and problem.op in GEMV_OPS and target.is_nvidia and not target.interpreter:
+        picks: list[Config] = []
         if _tma_fills_at_one_row(problem, target):
             tma = _tma_default(problem, target, swapped=True)
             if tma is not None:
-                return tma
-        return _gemv_default(problem, target)
-    pointer = triton_default(problem, target)
+                picks += _shallower(tma, _tma_sub(problem, target))
+        gemv = _gemv_default(problem, target)
+        sub = _gemv_sub(problem, target)
+        ks = sorted((int(k) for k in sub.params["BLOCK_K"] if int(k) < int(gemv["BLOCK_K"])), reverse=True)
+        shorter = (gemv.replace(BLOCK_K=k) for k in ks)
+        return [*picks, gemv, *(c for c in shorter if sub.check(c) is None)]
     if (
         problem.op == "gemm_fp8_rowwise"
         and tma_runs(problem.op, target)
         and not target.interpreter
         and 32 < problem.M <= 64
-        and int(pointer["SPLIT_K"]) == 1
+        and int(triton_default(problem, target)["SPLIT_K"]) == 1
     ):
         tma = _tma_default(problem, target)
         if tma is not None:
-            return tma
-    return pointer
+            return _shallower(tma, _tma_sub(problem, target))
+    return []
+
+
+def _shallower(pick: Config, sub: SubSpace) -> list[Config]:
+    """`pick`, then the same with each shallower ring of `sub` that holds it."""
+    stages = sorted(
+        (int(s) for s in sub.params["num_stages"] if int(s) < int(pick["num_stages"])), reverse=True
+    )
+    return [pick, *(c for c in (pick.replace(num_stages=s) for s in stages) if sub.check(c) is None)]
 
 
 #: Where the blockwise default at M = 33 to 64 is the Triton kernel unswapped with its scales ahead: at
@@ -298,8 +331,10 @@ def _long_single_wave(
     return split_k == 1 and tiles <= target.cu_count and long_k
 
 
-def triton_default(problem: Problem, target: Target) -> Config:
-    """The heuristic config of the Triton kernel (see `quant_default_config`)."""
+def _triton_core(problem: Problem, target: Target) -> Core:
+    """The Triton kernel's tile, K step, warps and stages for the regime, clamped to the problem (with
+    the blockwise kernel's scales ahead where it is swapped: 4 stages, or K steps of 512 on 3 stages where
+    `_long_single_wave`)."""
     params = quant_triton_params(problem.op, target)
     ks = [int(v) for v in params["BLOCK_K"]]
     M, N = problem.M, problem.N
@@ -321,6 +356,28 @@ def triton_default(problem: Problem, target: Target) -> Config:
     bm = min(bm, max(_MIN_TILE, next_pow2(M)))
     bn = min(bn, max(32 if not target.interpreter else 16, next_pow2(N)))
     bk = max(ks[0], min(bk, next_pow2(problem.K)))
+    if "SCALES_AHEAD" in params and _swapped(params, bm, bn):  # with the scales ahead, 4 stages beat 5
+        stages = 4
+        split_k = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+        if _long_single_wave(problem, target, bm, bn, split_k, ks):
+            bk, stages = _AHEAD_LONG_K, 3
+    return Core(bm, bn, bk, warps, stages)
+
+
+def _swapped(params: Mapping[str, Sequence[Value]], bm: int, bn: int) -> bool:
+    """SWAP_AB where it is a knob, the M tile is narrower than wgmma's 64 rows and the N tile fills them:
+    faster than unswapped (row-wise) and than the gluon kernel's default (blockwise, with SCALES_AHEAD) at
+    M = 2 to 32 (docs/notes/2026-11-22-fp8-rowwise-decode.md, 2026-11-23-fp8-blockwise-decode.md)."""
+    return "SWAP_AB" in params and bm < 64 and bn >= 64
+
+
+def _triton_config(problem: Problem, target: Target, core: Core) -> Config:
+    """`core` with the knobs the rule derives from it: GROUP_M over several rows of tiles, split-K (fused,
+    FP8) where the tile grid underfills the GPU, SWAP_AB (`_swapped`) with the blockwise scales ahead, and
+    on AMD 16x16 MFMAs, XCD remapping, kpack on gfx942 (2 for FP8)."""
+    params = quant_triton_params(problem.op, target)
+    M, N = problem.M, problem.N
+    bm, bn, bk, warps, stages = core
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
     values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
@@ -328,16 +385,9 @@ def triton_default(problem: Problem, target: Target) -> Config:
         values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch beats a reduce kernel
         values["STREAM_K"] = 0
     if "SWAP_AB" in params:
-        # swapped where the M tile is narrower than wgmma's 64 rows and the N tile fills them: faster than
-        # unswapped (row-wise) and than the gluon kernel's default (blockwise, with SCALES_AHEAD) at
-        # M = 2 to 32 (docs/notes/2026-11-22-fp8-rowwise-decode.md, 2026-11-23-fp8-blockwise-decode.md)
-        values["SWAP_AB"] = int(bm < 64 and bn >= 64)
+        values["SWAP_AB"] = int(_swapped(params, bm, bn))
     if "SCALES_AHEAD" in params:
         values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
-        if values["SCALES_AHEAD"]:  # with the scales ahead, 4 stages beat 5
-            values["num_stages"] = 4
-            if _long_single_wave(problem, target, bm, bn, int(values["SPLIT_K"]), ks):
-                values["BLOCK_K"], values["num_stages"] = _AHEAD_LONG_K, 3
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
@@ -345,10 +395,36 @@ def triton_default(problem: Problem, target: Target) -> Config:
         values["NUM_XCDS"] = target.xcds if tiles >= 2 * target.xcds else 1
         if "kpack" in params:
             values["kpack"] = 2 if problem.op.startswith("gemm_fp8") else 1
-    sub = SubSpace("triton", params, _constraints(problem, target))
+    return Config(values, backend="triton")
+
+
+def triton_default(problem: Problem, target: Target) -> Config:
+    """The heuristic config of the Triton kernel (see `quant_default_candidates`)."""
+    sub = SubSpace("triton", quant_triton_params(problem.op, target), _constraints(problem, target))
     return fit_to_space(
-        Config(values, backend="triton"), sub, ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M", "num_warps")
+        _triton_config(problem, target, _triton_core(problem, target)),
+        sub,
+        ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M", "num_warps"),
     )
+
+
+def _triton_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The Triton kernel's default, then its safer cores (`autotune.kernels.candidates`)."""
+    pick = triton_default(problem, target)
+    if target.interpreter:
+        return (pick,)
+    params = quant_triton_params(problem.op, target)
+    sub = SubSpace("triton", params, _constraints(problem, target))
+
+    def build(core: Core) -> Config | None:
+        config = _triton_config(problem, target, core)
+        return config if sub.check(config) is None else None
+
+    cores = safer_cores(
+        _triton_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
+        k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
+    )  # fmt: skip
+    return candidates((pick,), cores, build, params["num_warps"])
 
 
 def tma_runs(op: str, target: Target) -> bool:
