@@ -5,10 +5,16 @@ expert and pads every expert's group to a multiple of BLOCK_SIZE_M, so each bloc
 rows belongs to one expert. One grouped-GEMM kernel then runs twice over (row blocks × N tiles), walked in
 GROUP_SIZE_M swizzle order:
 
-1. x rows (sorted_id // topk) @ w1[e]ᵀ, the gate and up tiles of the same columns accumulated side by side,
-   SiLU(gate)·up in the epilogue → intermediate (M·topk, N) in x's dtype;
+1. x rows (sorted_id // topk) @ w1[e]ᵀ → intermediate (M·topk, N) in x's dtype, in one of two structures
+   (`GATE_UP_FUSED`): 0 (vLLM's, the default) runs the GEMM over all 2N rows of w1 into (M·topk, 2N), then
+   SiLU(gate)·up in a separate launch (`silu_mul_kernel`); 1 accumulates the gate and up tiles of the same
+   columns side by side in one tile and applies SiLU(gate)·up in the epilogue (its B tile is twice as
+   large, so vLLM's configs and ours mean other tiles under the same BLOCK_SIZE_N);
 2. intermediate rows @ w2[e]ᵀ, times the routing weight in the epilogue → (M·topk, K) in x's dtype (with
    topk = 1 straight into `out`); a sum over the topk slots of each token gives out (M, K).
+
+A row block whose expert id is negative is padding past the routed pairs (`moe.routing.align_fixed`
+sizes the grid for the worst case without reading the routing back): its programs return at once.
 
 FP8 weights carry fp32 scales per [128, 128] block; activations (x, then the intermediate) are quantized
 per 1×128 group by `act_quant_kernel` (the bits of moe.ref's quantizer, in one launch) and every
@@ -16,13 +22,13 @@ BLOCK_SIZE_K chunk (a divisor of 128) of the K loop is scaled by a_scale[row, k 
 b_scale[e, n // 128, k // 128] before it joins the fp32 accumulator. With SPLIT_K > 1 each GEMM's K runs
 in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet in a workspace and the last
 slice of a tile to finish adds them up in slice order and runs the epilogue, in the same launch.
-Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, num_warps, num_stages, and on
-AMD matrix_instr_nonkdim, waves_per_eu and kpack.
+Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, num_warps,
+num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,6 +51,7 @@ __all__ = [
     "fused_moe",
     "moe_gemm_kernel",
     "moe_gemm_split_kernel",
+    "silu_mul_kernel",
 ]
 
 #: The config parameters of the kernel (vLLM's names, so its tuned JSON files read as they are).
@@ -63,6 +70,20 @@ def _round_bf16(x):
 
 
 @triton.jit
+def _row_block(pid, num_padded, N, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+               GROUP_SIZE_M: tl.constexpr):  # fmt: skip
+    """Tile `pid`'s row block and column block in GROUP_SIZE_M swizzle order: GROUP_SIZE_M row blocks are
+    walked column by column, so weight tiles stay in L2."""
+    num_pid_m = tl.cdiv(num_padded, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    width = GROUP_SIZE_M * num_pid_n
+    group_id = pid // width
+    first_m = group_id * GROUP_SIZE_M
+    group_size = min(num_pid_m - first_m, GROUP_SIZE_M)
+    return first_m + ((pid % width) % group_size), (pid % width) // group_size
+
+
+@triton.jit
 def _moe_tile(
     a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, pid, num_padded, num_valid, N, K,
     first_step, steps,
@@ -74,15 +95,7 @@ def _moe_tile(
 ):  # fmt: skip
     """Tile `pid`'s sorted ids, their mask, its column block and its fp32 partial products (gate, up) over
     K steps [first_step, first_step + steps)."""
-    num_pid_m = tl.cdiv(num_padded, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    # Grouped ordering: GROUP_SIZE_M row blocks are walked column by column, so weight tiles stay in L2.
-    width = GROUP_SIZE_M * num_pid_n
-    group_id = pid // width
-    first_m = group_id * GROUP_SIZE_M
-    group_size = min(num_pid_m - first_m, GROUP_SIZE_M)
-    pid_m = first_m + ((pid % width) % group_size)
-    pid_n = (pid % width) // group_size
+    pid_m, pid_n = _row_block(pid, num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
 
     # num_padded is a multiple of BLOCK_SIZE_M: the sorted ids of a block are always in bounds.
     ids = tl.load(sorted_ids_ptr + pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)).to(tl.int64)
@@ -215,8 +228,12 @@ def moe_gemm_kernel(
     (A rows, cdiv(K, SCALE_GROUP)) and b_scale (E, cdiv(B rows, SCALE_GROUP), cdiv(K, SCALE_GROUP)).
     DOT_F32 (Triton's CPU interpreter only): dots in fp32, and a rounding (not truncating) cast to bf16.
     ONE_B_SCALE (FP8, the launcher's promise that BLOCK_SIZE_N divides SCALE_GROUP and N): every column of
-    a tile shares one B scale per K group, so a partial product is scaled by a per-row vector.
+    a tile shares one B scale per K group, so a partial product is scaled by a per-row vector. A row block
+    whose expert id is negative (padding of a worst-case grid) returns at once.
     """
+    pid_m, _ = _row_block(tl.program_id(0), num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
+    if tl.load(expert_ids_ptr + pid_m) < 0:
+        return
     ids, row_mask, pid_n, acc, acc_up = _moe_tile(
         a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tl.program_id(0), num_padded,
         num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
@@ -276,6 +293,9 @@ def moe_gemm_split_kernel(
     the tile's counter in `count_ptr`; the last slice to arrive adds the slots up in slice order
     (deterministic), runs the epilogue and resets the counter to 0."""
     tile = tl.program_id(0)
+    pid_m, _ = _row_block(tile, num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
+    if tl.load(expert_ids_ptr + pid_m) < 0:  # padding of a worst-case grid: no slice publishes or counts
+        return
     pid_k = tl.program_id(1)
     k_steps = tl.cdiv(K, BLOCK_SIZE_K)
     per_slice = tl.cdiv(k_steps, SPLIT_K)
@@ -341,8 +361,30 @@ def act_quant_kernel(
     tl.store(s_ptr + rows.to(tl.int64) * stride_sm + tl.program_id(1), scale, mask=row_ok)
 
 
+@triton.jit
+def silu_mul_kernel(
+    h_ptr, y_ptr, rows, N, stride_hm, stride_ym, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
+    ROUND_BF16: tl.constexpr = False,
+):  # fmt: skip
+    """y[r, n] = silu(h[r, n]) · h[r, N + n] in fp32, stored in y's dtype: the activation of vLLM's
+    structure, after the gate/up GEMM wrote h (rows, 2N). ROUND_BF16 (the interpreter): round, not
+    truncate, to bf16."""
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (r[:, None] < rows) & (n[None, :] < N)
+    h_row = h_ptr + r[:, None].to(tl.int64) * stride_hm
+    gate = tl.load(h_row + n[None, :], mask=mask, other=0.0).to(tl.float32)
+    up = tl.load(h_row + N + n[None, :], mask=mask, other=0.0).to(tl.float32)
+    y = gate * tl.sigmoid(gate) * up
+    if ROUND_BF16:
+        y = _round_bf16(y)
+    tl.store(
+        y_ptr + r[:, None].to(tl.int64) * stride_ym + n[None, :], y.to(y_ptr.dtype.element_ty), mask=mask
+    )
+
+
 #: The JIT functions fused_moe launches, in the order its `kernels` argument replaces them.
-JIT_KERNELS = (moe_gemm_kernel, moe_gemm_split_kernel, act_quant_kernel)
+JIT_KERNELS = (moe_gemm_kernel, moe_gemm_split_kernel, act_quant_kernel, silu_mul_kernel)
 #: FP8: one B scale per tile and K group where BLOCK_SIZE_N allows (benchmarks set it False to compare
 #: with the per-column scales).
 PER_TILE_B_SCALE = True
@@ -361,6 +403,7 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         "num_warps": int(config.get("num_warps", 4)),
         "num_stages": int(config.get("num_stages", 2)),
         "SPLIT_K": int(config.get("SPLIT_K", 1)),
+        "GATE_UP_FUSED": int(config.get("GATE_UP_FUSED", 0)),
     }
     for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
         v = opts[name]
@@ -370,6 +413,8 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         raise ValueError(f"GROUP_SIZE_M must be >= 1, got {opts['GROUP_SIZE_M']}")
     if opts["SPLIT_K"] < 1:
         raise ValueError(f"SPLIT_K must be >= 1, got {opts['SPLIT_K']}")
+    if opts["GATE_UP_FUSED"] not in (0, 1):
+        raise ValueError(f"GATE_UP_FUSED must be 0 (vLLM's structure) or 1, got {opts['GATE_UP_FUSED']}")
     group = FP8_BLOCK[1]
     if fp8 and group % opts["BLOCK_SIZE_K"]:
         raise ValueError(
@@ -385,20 +430,35 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
     return {**opts, **FP_OPTIONS}
 
 
-#: Rows per program of the activation quantization kernel.
+#: Rows per program of the activation quantization kernel, and of `silu_mul_kernel`.
 _QUANT_ROWS = 16
+_ACT_ROWS = 4
+
+
+#: Where fused_moe takes its intermediate tensors: (name, shape, dtype, device) → an uninitialized tensor.
+Buffers = Callable[[str, tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
+
+
+def fresh_buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A new tensor for each call (the caching allocator's): fused_moe's default `buffers`."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _quantize_act(
-    kernel: Any, x: torch.Tensor, fp8_dtype: torch.dtype, interpret: bool = False
+    kernel: Any,
+    x: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    interpret: bool = False,
+    buffers: Buffers = fresh_buffer,
+    name: str = "a",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """x (M, K) → (FP8 (M, K), fp32 scales (M, cdiv(K, 128))) per 1x128 group, in one launch of `kernel`
     (`act_quant_kernel`); the same bits as `quantize_fp8_act_groupwise`."""
     finfo = torch.finfo(fp8_dtype)
     M, K = x.shape
     group = FP8_BLOCK[1]
-    q = torch.empty(M, K, dtype=fp8_dtype, device=x.device)
-    scale = torch.empty(M, cdiv(K, group), dtype=torch.float32, device=x.device)
+    q = buffers(f"{name}_q", (M, K), fp8_dtype, x.device)
+    scale = buffers(f"{name}_scale", (M, cdiv(K, group)), torch.float32, x.device)
     quant = pinned(
         kernel, FP8_MAX=float(finfo.max), MIN_NORMAL=float(finfo.smallest_normal), GROUP=group,
         ROWS=_QUANT_ROWS, num_warps=4, **({"EXACT_CAST": True} if interpret else {}), **FP_OPTIONS,
@@ -425,6 +485,7 @@ def fused_moe(
     out: torch.Tensor | None = None,
     kernels: Sequence[Any] | None = None,
     alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
+    buffers: Buffers = fresh_buffer,
 ) -> torch.Tensor:
     """The MoE MLP of `x` (M, K) with experts w1 (E, 2N, K) and w2 (E, K, N) → (M, K) in x's dtype.
 
@@ -439,7 +500,11 @@ def fused_moe(
     (compile-only), where the routing is unknown, the token blocks are sized for the worst case.
     `alignment`, when given, is `align_block_size(topk_ids, BLOCK_SIZE_M, E)` computed beforehand (which
     checked the expert ids): then fused_moe reads nothing back from the device, so it can be timed
-    without host syncs or captured in a CUDA graph. Raises ValueError for bad input.
+    without host syncs or captured in a CUDA graph; its blocks past the routed pairs may carry the expert
+    id -1 (`moe.routing.align_fixed`: a grid sized for the worst case). `buffers` supplies the
+    intermediate tensors (the run-time entry point keeps them per shape). `config["GATE_UP_FUSED"]` picks
+    the structure of the first GEMM (module docstring; 0, vLLM's, where absent). Raises ValueError for
+    bad input.
     """
     fp8 = validate_moe_inputs(
         x,
@@ -454,11 +519,12 @@ def fused_moe(
     )
     opts = _launch_options(config, is_amd, fp8)
     split = opts.pop("SPLIT_K")
+    fused_gate_up = bool(opts.pop("GATE_UP_FUSED"))
     if interpret:
         opts["DOT_F32"] = True
     if kernels is not None and len(kernels) != len(JIT_KERNELS):
         raise ValueError(f"kernels must replace the {len(JIT_KERNELS)} of JIT_KERNELS, got {len(kernels)}")
-    kernel, split_kernel, quant_kernel = JIT_KERNELS if kernels is None else tuple(kernels)
+    kernel, split_kernel, quant_kernel, act_kernel = JIT_KERNELS if kernels is None else tuple(kernels)
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     topk = topk_ids.shape[1]
@@ -473,10 +539,12 @@ def fused_moe(
         return out
 
     bm, bn = opts["BLOCK_SIZE_M"], opts["BLOCK_SIZE_N"]
+    num_valid = M * topk
     if alignment is not None:
         sorted_ids, expert_ids, num_padded = alignment
         if (
             num_padded % bm
+            or num_padded < num_valid
             or sorted_ids.shape != (num_padded,)
             or expert_ids.shape != (num_padded // bm,)
             or sorted_ids.dtype != torch.int32
@@ -495,13 +563,14 @@ def fused_moe(
         expert_ids = torch.empty(num_padded // bm, dtype=torch.int32, device="meta")
     else:
         sorted_ids, expert_ids, num_padded = align_block_size(topk_ids, bm, E)
-    weights = topk_weights.reshape(-1).float().contiguous()
-    num_valid = M * topk
+    weights = topk_weights.reshape(-1)
+    if weights.dtype != torch.float32 or not weights.is_contiguous():
+        weights = weights.float().contiguous()
     dummy = weights  # stands in for the scale pointers without FP8 (never read)
 
     if fp8:
         assert w1_scale is not None and w2_scale is not None
-        a1, a1_scale = _quantize_act(quant_kernel, x, w1.dtype, interpret)
+        a1, a1_scale = _quantize_act(quant_kernel, x, w1.dtype, interpret, buffers, "x")
     else:
         a1, a1_scale = x, dummy
     s1 = w1_scale if w1_scale is not None else dummy
@@ -564,16 +633,28 @@ def fused_moe(
             **({"SPLIT_K": parts} if parts > 1 else {}),
         )
 
-    inter = torch.empty(num_valid, N, dtype=x.dtype, device=x.device)
-    gemm(a1, a1_scale, w1, s1, inter, N, K, topk, True, False)
+    inter = buffers("inter", (num_valid, N), x.dtype, x.device)
+    if fused_gate_up:
+        gemm(a1, a1_scale, w1, s1, inter, N, K, topk, True, False)
+    else:  # vLLM's structure: the GEMM over all 2N rows of w1, then the activation
+        gate_up = buffers("gate_up", (num_valid, 2 * N), x.dtype, x.device)
+        gemm(a1, a1_scale, w1, s1, gate_up, 2 * N, K, topk, False, False)
+        block_n = min(1024, triton.next_power_of_2(N))
+        act = pinned(
+            act_kernel, ROWS=_ACT_ROWS, BLOCK_N=block_n, num_warps=4,
+            **({"ROUND_BF16": True} if interpret and x.dtype == torch.bfloat16 else {}), **FP_OPTIONS,
+        )  # fmt: skip
+        act[(cdiv(num_valid, _ACT_ROWS), cdiv(N, block_n))](
+            gate_up, inter, num_valid, N, gate_up.stride(0), inter.stride(0)
+        )
     if fp8:
-        a2, a2_scale = _quantize_act(quant_kernel, inter, w1.dtype, interpret)
+        a2, a2_scale = _quantize_act(quant_kernel, inter, w1.dtype, interpret, buffers, "inter")
     else:
         a2, a2_scale = inter, dummy
     if topk == 1:  # pair id == token: write the output directly
         gemm(a2, a2_scale, w2, s2, out, K, N, 1, False, True)
         return out
-    down = torch.empty(num_valid, K, dtype=x.dtype, device=x.device)
+    down = buffers("down", (num_valid, K), x.dtype, x.device)
     gemm(a2, a2_scale, w2, s2, down, K, N, 1, False, True)
     torch.sum(down.view(M, topk, K), dim=1, out=out)
     return out

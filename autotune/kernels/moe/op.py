@@ -267,12 +267,12 @@ class MoeOp(ProblemRules):
 
 
 def main_first(calls: list[KernelCall]) -> list[KernelCall]:
-    """`calls` in launch order, except that the GEMMs come before the activation quantizations: the first
-    call is the main kernel, the one whose registers, shared memory and matrix instructions a
-    compile-only check reads."""
-    from autotune.kernels.moe.kernel import act_quant_kernel
+    """`calls` in launch order, except that the GEMMs come before the elementwise launches (activation
+    quantization, SiLU·up): the first call is the main kernel, the one whose registers, shared memory and
+    matrix instructions a compile-only check reads."""
+    from autotune.kernels.moe.kernel import act_quant_kernel, silu_mul_kernel
 
-    return sorted(calls, key=lambda call: call.fn is act_quant_kernel)
+    return sorted(calls, key=lambda call: call.fn is act_quant_kernel or call.fn is silu_mul_kernel)
 
 
 def _phantom(shape: tuple[int, ...], dtype: Any) -> Any:

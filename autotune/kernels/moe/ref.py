@@ -273,13 +273,15 @@ def moe_reference(
     w1_scale: Tensor | None = None,
     w2_scale: Tensor | None = None,
     block_shape: Sequence[int] | None = None,
+    fused_gate_up: bool = False,
 ) -> Tensor:
     """The MoE MLP in fp32, expert by expert: out[t] = Σ_j weight[t, j] · (silu(g) · u) @ w2[e]ᵀ with
     [g | u] = x[t] @ w1[e]ᵀ and e = topk_ids[t, j]. Returns (M, K) fp32.
 
     With FP8 weights it computes on exactly the values the kernel reads: x quantized per 1×128 group, the
     silu(g)·u intermediate rounded to x's dtype and quantized per 1×128 group, weights dequantized with
-    their block scales.
+    their block scales. Unless `fused_gate_up` (the kernel's GATE_UP_FUSED structure, whose epilogue
+    reads g and u in fp32), g and u are rounded to x's dtype first, as vLLM's structure stores them.
     """
     fp8 = validate_moe_inputs(
         x,
@@ -311,6 +313,8 @@ def moe_reference(
         if tokens.numel() == 0:
             continue
         h = xf[tokens] @ w1f[e].T
+        if not fused_gate_up and x.dtype != torch.float32:
+            h = h.to(x.dtype).float()
         inter = torch.nn.functional.silu(h[:, :N]) * h[:, N:]
         if fp8:
             iq, is_ = quantize_fp8_act_groupwise(inter.to(x.dtype), FP8_BLOCK[1], w1.dtype)

@@ -255,15 +255,27 @@ def recorders(calls: list[KernelCall]) -> tuple[Recorder, ...]:
 AMD_OPTS = dict(matrix_instr_nonkdim=16, waves_per_eu=2, kpack=2)
 
 
+@pytest.mark.parametrize("fused", [1, 0])
 @pytest.mark.parametrize("device", ["cpu", "meta"])
-def test_every_launch_goes_through_the_recorders_with_amd_options(device: str) -> None:
+def test_every_launch_goes_through_the_recorders_with_amd_options(device: str, fused: int) -> None:
     from autotune.kernels.moe.kernel import fused_moe
 
     args, kw = make_case(5, 4, 128, 128, 2, fp8=True)
     args = tuple(t.to(device) for t in args)
     kw = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kw.items()}
     calls: list[KernelCall] = []
-    fused_moe(*args, cfg(bm=16, bn=64, bk=64, **AMD_OPTS), is_amd=True, kernels=recorders(calls), **kw)
+    config = cfg(bm=16, bn=64, bk=64, GATE_UP_FUSED=fused, **AMD_OPTS)
+    fused_moe(*args, config, is_amd=True, kernels=recorders(calls), **kw)
+    if not fused:  # vLLM's structure: x @ w1 over all 2N rows, then SiLU·up in a launch of its own
+        assert [("SWIGLU" in c.kwargs, "BLOCK_N" in c.kwargs) for c in calls] == [
+            (False, False), (True, False), (False, True), (False, False), (True, False)
+        ]  # fmt: skip
+        quant_x, gate_up, act, quant_inter, down = calls
+        assert not gate_up.kwargs["SWIGLU"] and gate_up.args[10] == 2 * 128  # n: gate and up rows
+        assert act.args[0] is gate_up.args[2] and quant_inter.args[0] is act.args[1]
+        assert act.args[2:4] == (10, 128) and quant_x.args[2] is gate_up.args[3]
+        assert down.kwargs["MUL_ROUTED_WEIGHT"] and down.args[3] is quant_inter.args[2]
+        return
     # x quantized, x @ w1 with the SiLU·up epilogue, the intermediate quantized, then @ w2 with the weights
     assert [("SWIGLU" in c.kwargs, "FP8_MAX" in c.kwargs) for c in calls] == [
         (False, True), (True, False), (False, True), (True, False)
@@ -291,7 +303,7 @@ def test_split_k_launches_the_split_kernel_with_scratch_per_gemm() -> None:
 
     args, kw = make_case(5, 4, 128, 256, 2, fp8=True)
     calls: list[KernelCall] = []
-    fused_moe(*args, cfg(bm=16, bn=64, bk=64, SPLIT_K=8), kernels=recorders(calls), **kw)
+    fused_moe(*args, cfg(bm=16, bn=64, bk=64, SPLIT_K=8, GATE_UP_FUSED=1), kernels=recorders(calls), **kw)
     _, up, _, down = calls
     tiles = up.args[10] // 16 * 2
     assert up.grid == (tiles, 4) and up.kwargs["SPLIT_K"] == 4  # K = 256: 4 steps of 64

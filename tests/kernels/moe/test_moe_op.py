@@ -207,11 +207,14 @@ def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     config = moe_default_config(problem, target)
     calls = MOE.kernel_calls(problem, config, target)
     # 40 gate/up tiles at most, on MI300X's 304 CUs: the default splits K
-    assert config["SPLIT_K"] == 4 and [c.fn.__name__ for c in calls] == ["moe_gemm_split_kernel"] * 2
+    act = [] if config.get("GATE_UP_FUSED", 0) else ["silu_mul_kernel"]  # vLLM's structure: SiLU·up apart
+    assert config["SPLIT_K"] == 4 and [c.fn.__name__ for c in calls] == ["moe_gemm_split_kernel"] * 2 + act
     assert calls[0].grid[1] == calls[0].kwargs["SPLIT_K"] == 4
     assert calls[0].kwargs["matrix_instr_nonkdim"] == 16
     unsplit = MOE.kernel_calls(problem, config.replace(SPLIT_K=1), target)
-    assert [c.fn.__name__ for c in unsplit] == ["moe_gemm_kernel"] * 2
+    assert [c.fn.__name__ for c in unsplit] == ["moe_gemm_kernel"] * 2 + act
+    fused = MOE.kernel_calls(problem, config.replace(SPLIT_K=1, GATE_UP_FUSED=1), target)
+    assert [c.fn.__name__ for c in fused] == ["moe_gemm_kernel"] * 2 and fused[0].kwargs["SWIGLU"]
     assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
 
 
@@ -237,14 +240,16 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     out = MOE.make_output(problem, "cpu")
     fused_launch(config, target, (x, w1, w2, topk_weights, ids, w1s, w2s), out, calls=real)()
     real = main_first(real)
-    assert recorded[0].kwargs["SWIGLU"]  # the gate/up GEMM first: the kernel a compile-only check reads
+    # the gate/up GEMM first (rows of x: pair id // topk): the kernel a compile-only check reads
+    assert recorded[0].kwargs["A_ROW_DIV"] == problem.topk
 
     def signature(call: KernelCall) -> list[object]:
         tensor = torch.Tensor
         return [(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, tensor) else a for a in call.args]
 
-    # the GEMMs, and with FP8 weights the activations' quantization before each
-    assert len(recorded) == len(real) == (4 if weights == "fp8e4m3" else 2)
+    # the GEMMs, SiLU·up apart in vLLM's structure, and with FP8 weights the activations' quantization
+    act = 0 if config.get("GATE_UP_FUSED", 0) else 1
+    assert len(recorded) == len(real) == (4 if weights == "fp8e4m3" else 2) + act
     for mine, theirs in zip(recorded, real, strict=True):
         assert mine.fn is theirs.fn and mine.kwargs == theirs.kwargs
         assert signature(mine) == signature(theirs)
