@@ -1,9 +1,10 @@
 """Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
 
-`gemm`, `linear` and `gemm_quant` are the run-time entry points a serving process calls; they dispatch
-through the pinned tables of `autotune.dispatch`, and a shape no table covers runs the op's
-`fallback_config` (`served_config` says which config a call runs). Importing this package pulls in torch
-but not triton (imported on first launch), sqlalchemy, optuna or pandas.
+`gemm`, `linear`, `gemm_quant` and `fused_moe` (with `fused_topk`, its routing) are the run-time entry
+points a serving process calls; they dispatch through the pinned tables of `autotune.dispatch`, and a
+shape no table covers runs the op's `fallback_config` (`served_config` says which config a call runs).
+Importing this package pulls in torch but not triton (imported on first launch), sqlalchemy, optuna or
+pandas.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.registry import get_op, register
 from autotune.kernels.dense.api import gemm, launch_config, linear
 from autotune.kernels.dense.op import GEMM, GemmOp
+from autotune.kernels.moe.api import fused_moe
 from autotune.kernels.moe.op import MOE, MoeOp
+from autotune.kernels.moe.routing import fused_topk
 from autotune.kernels.quant.api import gemm_quant
 from autotune.kernels.quant.op import QUANT_GEMMS, QuantGemmOp
 from autotune.kernels.serve import served_config
@@ -29,6 +32,8 @@ __all__ = [
     "MoeOp",
     "QuantGemmOp",
     "TunableOp",
+    "fused_moe",
+    "fused_topk",
     "gemm",
     "gemm_quant",
     "get_op",

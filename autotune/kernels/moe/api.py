@@ -1,0 +1,166 @@
+"""Run-time entry point of the fused MoE: `fused_moe(hidden_states, w1, w2, topk_weights, topk_ids, ...)`.
+
+vLLM's argument conventions (`fused_experts`): hidden states (M, K) bf16 or fp16, w1 (E, 2N, K) with the
+gate rows before the up rows, w2 (E, K, N), the routing (M, topk) from `fused_topk`, and for FP8
+weights their fp32 scales per [128, 128] block (`block_shape=[128, 128]`). Each call looks its shape up
+in the pinned tables of `autotune.dispatch` (op "moe", the weights' dtype, N, K, E, topk; the M ranges
+an M profile measured, else the table's M policy) and runs that config of the fused Triton kernel; a
+shape no table covers runs the op's heuristic default (and is logged as untuned). A table entry of the
+"torch" baseline (a per-expert loop that reads the routing back) is served by the default instead: the
+entry point never syncs with the host while a graph is captured.
+
+Rules:
+- Bad input (shapes, dtypes, devices, expert ids out of range) is one ValueError before any launch. The
+  expert ids are range-checked by reading them back, except while a CUDA/HIP graph is captured (then the
+  caller's routing is trusted).
+- No host sync and no data-dependent size: the routing's block alignment is computed on the device for
+  the worst case of the shape (`moe.routing.align_fixed`), so a call can be captured and replayed.
+- Intermediate tensors (the alignment, the gate/up and down results, FP8 activations) are allocated once
+  per (shape, config, device, stream) and reused by later calls (`WORKSPACES` most recent kept); while a
+  graph is captured they come from the graph's pool instead, which keeps them as long as the graph.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from autotune.core.problem import Problem
+from autotune.core.target import Target
+from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs
+from autotune.kernels.serve import served_config
+
+__all__ = ["WORKSPACES", "fused_moe"]
+
+_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: How many (shape, config, device, stream) workspaces are kept.
+WORKSPACES = 16
+_workspaces: OrderedDict[tuple[Any, ...], dict[str, torch.Tensor]] = OrderedDict()
+_problems: dict[tuple[Any, ...], Problem] = {}
+
+
+def _problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) -> Problem:
+    M, K = x.shape
+    E, N = w1.shape[0], w1.shape[1] // 2
+    key = (M, N, K, E, topk, x.dtype, w1.dtype, target.arch)
+    found = _problems.get(key)
+    if found is None:
+        weights = "fp8e4m3" if w1.dtype in FP8_DTYPES else None
+        if weights and w1.dtype == torch.float8_e4m3fnuz and target.arch != "gfx942":
+            weights = "fp8e4m3fnuz"
+        found = Problem.moe(M, N, K, E, topk, dtype=_DTYPES[x.dtype], weights=weights)
+        if len(_problems) >= 4096:
+            _problems.clear()
+        _problems[key] = found
+    return found
+
+
+def _capturing(device: torch.device) -> bool:
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
+def _buffers(key: tuple[Any, ...] | None) -> Any:
+    """The `buffers` of `moe.kernel.fused_moe`: tensors kept under `key` (None: fresh ones, the graph
+    pool's while capturing)."""
+    from autotune.kernels.moe.kernel import fresh_buffer
+
+    if key is None:
+        return fresh_buffer
+    held = _workspaces.pop(key, None)
+    if held is None:
+        held = {}
+        while len(_workspaces) >= WORKSPACES:
+            _workspaces.popitem(last=False)
+    _workspaces[key] = held
+
+    def get(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        t = held.get(name)
+        if t is None or tuple(t.shape) != shape or t.dtype != dtype or t.device != device:
+            t = held[name] = torch.empty(shape, dtype=dtype, device=device)
+        return t
+
+    return get
+
+
+def _check_ids(topk_ids: torch.Tensor, E: int) -> None:
+    if topk_ids.numel():
+        lo, hi = torch.aminmax(topk_ids)
+        lo_, hi_ = int(lo), int(hi)
+        if lo_ < 0 or hi_ >= E:
+            raise ValueError(f"topk_ids out of range [0, {E}): min {lo_}, max {hi_}")
+
+
+def fused_moe(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    inplace: bool = False,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    block_shape: Sequence[int] | None = None,
+    out: torch.Tensor | None = None,
+    target: Target | None = None,
+) -> torch.Tensor:
+    """The MoE MLP out[t] = Σ_j topk_weights[t, j] · (silu(x[t] @ gateᵀ) · x[t] @ upᵀ) @ w2[e]ᵀ of every
+    token t, e = topk_ids[t, j], in the config the loaded tables give this shape (module docstring).
+
+    Returns (M, K) in hidden_states' dtype: written into `out` when given (contiguous, that shape and
+    dtype), into hidden_states with `inplace`, else a new tensor. ValueError for bad input, before any
+    launch."""
+    from autotune.kernels.dense.api import _running
+    from autotune.kernels.moe.kernel import fused_moe as run_kernel
+    from autotune.kernels.moe.op import MOE
+    from autotune.kernels.moe.routing import align_fixed
+
+    if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
+        raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")
+    x = hidden_states
+    fp8 = validate_moe_inputs(
+        x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
+        check_ids=False,
+    )  # fmt: skip
+    if inplace and out is not None:
+        raise ValueError("give `out` or `inplace`, not both")
+    if inplace:
+        out = x
+    if out is not None and (
+        tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype or out.device != x.device
+        or not out.is_contiguous()
+    ):  # fmt: skip
+        raise ValueError(
+            f"out must be a contiguous {tuple(x.shape)} {x.dtype} tensor on {x.device}, got "
+            f"{tuple(out.shape)} {out.dtype} on {out.device}"
+        )
+    capturing = _capturing(x.device)
+    E = w1.shape[0]
+    if not capturing:
+        _check_ids(topk_ids, E)
+    tgt = target or _running()
+    problem = _problem(x, w1, topk_ids.shape[1], tgt)
+    config = served_config(MOE, problem, tgt)
+    if config.backend != "triton":  # the per-expert baseline syncs with the host: not served
+        config = MOE.default_config(problem, tgt)
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    if problem.M == 0:
+        return out
+    key = None
+    if not capturing:
+        stream = torch.cuda.current_stream(x.device).cuda_stream if x.device.type == "cuda" else 0
+        key = (x.device, stream, problem, config.canonical())
+    buffers = _buffers(key)
+    bm = int(config["BLOCK_SIZE_M"])
+    alignment = align_fixed(topk_ids, bm, E, buffers if key is not None else None)
+    params = dict(config.items())
+    params.pop("backend", None)
+    return run_kernel(
+        x, w1, w2, topk_weights, topk_ids, params, w1_scale=w1_scale, w2_scale=w2_scale,
+        block_shape=block_shape if fp8 else None, is_amd=tgt.is_amd, interpret=tgt.interpreter, out=out,
+        alignment=alignment, buffers=buffers,
+    )  # fmt: skip

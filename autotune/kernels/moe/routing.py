@@ -1,0 +1,79 @@
+"""Routing for the run-time MoE entry point: top-k selection and a block alignment that never reads the
+routing back to the host, so a call can be captured in a CUDA/HIP graph.
+
+`align_fixed(topk_ids, block_m, E)` does what `moe.ref.align_block_size` does (the (token, slot) pairs
+sorted by expert, each expert's group padded to a multiple of `block_m`, one expert id per block), but on
+a grid sized from the shapes alone: the most blocks any routing of M·topk pairs over E experts can need,
+min(E, M·topk) groups padded. Blocks past the routed ones hold only the sentinel M·topk and the expert id
+-1: the kernel's programs for them return at once. Every step is a device operation with a size known
+from the shapes (no bincount, no nonzero, no `.item()`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from autotune.kernels.moe.ref import route
+
+__all__ = ["align_fixed", "fixed_padded", "fused_topk"]
+
+
+def fixed_padded(pairs: int, num_experts: int, block_m: int) -> int:
+    """The sorted-id slots of the worst routing of `pairs` (token, slot) pairs: each of the at most
+    min(E, pairs) busy experts padded to `block_m`, rounded to whole blocks."""
+    busy = min(num_experts, pairs)
+    return -(-(pairs + busy * (block_m - 1)) // block_m) * block_m
+
+
+def align_fixed(
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, buffers: Any = None
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(sorted_ids int32 (P,), expert_ids int32 (P / block_m,), P) with P = `fixed_padded`: the layout of
+    `align_block_size`, then padding blocks (sentinel ids, expert -1) up to P. Pairs out of [0, E) must
+    be ruled out by the caller (they are not read back here). `buffers` (`moe.kernel.Buffers`), when
+    given, holds the two results."""
+    if topk_ids.dim() != 2:
+        raise ValueError(f"topk_ids must be (M, topk), got shape {tuple(topk_ids.shape)}")
+    if block_m < 1:
+        raise ValueError(f"block_m must be >= 1, got {block_m}")
+    device = topk_ids.device
+    flat = topk_ids.reshape(-1).long()
+    n = flat.numel()
+    slots = fixed_padded(n, num_experts, block_m)
+    counts = torch.zeros(num_experts, dtype=torch.long, device=device)
+    counts.index_add_(0, flat, torch.ones_like(flat))
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_end = torch.cumsum(padded, 0)
+    padded_start = padded_end - padded
+    count_start = torch.cumsum(counts, 0) - counts
+    order = torch.sort(flat, stable=True).indices
+    sorted_experts = flat[order]
+    rank = torch.arange(n, device=device) - count_start[sorted_experts]
+    if buffers is None:
+        sorted_ids = torch.empty(slots, dtype=torch.int32, device=device)
+        expert_ids = torch.empty(slots // block_m, dtype=torch.int32, device=device)
+    else:
+        sorted_ids = buffers("sorted_ids", (slots,), torch.int32, device)
+        expert_ids = buffers("expert_ids", (slots // block_m,), torch.int32, device)
+    sorted_ids.fill_(n)
+    sorted_ids[padded_start[sorted_experts] + rank] = order.to(torch.int32)
+    block_starts = torch.arange(0, slots, block_m, device=device)
+    block_expert = torch.searchsorted(padded_end, block_starts, right=True)
+    expert_ids.copy_(block_expert.masked_fill_(block_expert >= num_experts, -1))
+    return sorted_ids, expert_ids, slots
+
+
+def fused_topk(
+    hidden_states: torch.Tensor, gating_output: torch.Tensor, topk: int, renormalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k experts of each token from its router logits (M, E) and their weights, with vLLM's
+    `fused_topk` arguments (`moe.ref.route`: softmax in fp32, the `topk` largest, renormalized to sum to 1
+    if asked). Returns (topk_weights fp32 (M, topk), topk_ids int32 (M, topk)). ValueError for
+    mismatched shapes."""
+    if gating_output.dim() != 2 or gating_output.shape[0] != hidden_states.shape[0]:
+        raise ValueError(
+            f"gating_output must be (M={hidden_states.shape[0]}, E), got {tuple(gating_output.shape)}"
+        )
+    return route(gating_output, topk, renormalize)
