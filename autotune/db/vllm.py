@@ -56,8 +56,10 @@ VLLM_KEYS: tuple[str, ...] = (
 #: The keys ROCm files may add, in the order vLLM's writer puts them after `VLLM_KEYS`.
 AMD_KEYS: tuple[str, ...] = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Our kernel's knobs that vLLM's kernel lacks, with the value that means vLLM's behaviour: a config
-#: read from a file gets them; only configs at these values are exported, and written without them.
-OUR_KEYS: dict[str, int] = {"SPLIT_K": 1}
+#: read from a file gets them; only configs at these values are exported (measured in vLLM's kernel
+#: structure: GATE_UP_FUSED 0, the gate/up GEMM over all 2N rows of w1 and the activation after it),
+#: and written without them.
+OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0}
 #: The backend configs are stored under (our Triton fused MoE takes vLLM's names).
 VLLM_BACKEND = "triton"
 

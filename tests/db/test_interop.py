@@ -57,6 +57,7 @@ def tiles(
         BLOCK_SIZE_K=bk,
         GROUP_SIZE_M=group,
         SPLIT_K=1,
+        GATE_UP_FUSED=0,
         num_warps=warps,
         num_stages=stages,
         **amd,
@@ -254,7 +255,7 @@ def test_export_writes_one_vllm_file_per_gpu_and_shape(measured: Store, tmp_path
         assert list(entry) == [*VLLM_KEYS, *AMD_KEYS]
         assert all(type(v) is int for v in entry.values())
         want = EXPECTED[("mi300x", int(m))]
-        assert entry == {k: v for k, v in want.items() if k not in ("backend", "SPLIT_K")}
+        assert entry == {k: v for k, v in want.items() if k not in ("backend", "SPLIT_K", "GATE_UP_FUSED")}
     text = (tmp_path / "out" / DEEPSEEK_MI300X).read_text()
     assert text == json.dumps({**top, **mi300x}, indent=4) + "\n"
 
@@ -272,6 +273,23 @@ def test_split_k_winners_export_the_fastest_config_vllm_can_run(store: Store, tm
     assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
     with pytest.raises(InteropError, match="SPLIT_K=4 has no place in a vLLM config"):
         vllm_json({1: split}, amd=False)
+
+
+def test_winners_of_our_fused_structure_export_the_fastest_config_measured_in_vllms(
+    store: Store, tmp_path: Path
+) -> None:
+    """A config of GATE_UP_FUSED 1 is another tile in vLLM's kernel (its B tile holds gate and up): the
+    file takes the fastest config measured in vLLM's structure instead, and never the fused one."""
+    fused = tiles(16, 64).replace(GATE_UP_FUSED=1)
+    put(store, H100, moe(1, MIXTRAL), timed(fused, 5.0))
+    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 64), 8.0))
+    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
+    (path,) = export_vllm(store, tmp_path / "out")
+    doc = json.loads(path.read_text())
+    doc.pop("triton_version", None)
+    assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
+    with pytest.raises(InteropError, match="GATE_UP_FUSED=1 has no place in a vLLM config"):
+        vllm_json({1: fused}, amd=False)
 
 
 def test_round_trip_is_byte_identical(measured: Store, tmp_path: Path) -> None:

@@ -29,3 +29,48 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(
                     SPLIT_K=split, num_warps=4, num_stages=3)  # fmt: skip
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
+
+
+@pytest.mark.parametrize("weights, fused", [("bf16", 0), ("bf16", 1), ("fp8e4m3", 0)])
+def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routing(
+    target, weights: str, fused: int, monkeypatch
+) -> None:
+    """`autotune.kernels.fused_moe` reads nothing back while captured: a graph of one call, replayed after
+    the routing tensors were overwritten in place, gives the reference of the new routing; outside a
+    capture, ids out of range are one ValueError before any launch."""
+    import torch
+
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.engine.bench import rel_error
+    from autotune.kernels import MOE, fused_moe, fused_topk
+    from autotune.kernels.moe.ref import moe_reference, routing_logits
+
+    problem = Problem.moe(24, 256, 512, 16, 4, weights=weights)
+    config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                    SPLIT_K=1, GATE_UP_FUSED=fused, num_warps=4, num_stages=3)  # fmt: skip
+    table = Table.from_winners(target, [(problem, config, 1.0)])
+    monkeypatch.setattr(
+        "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=target.device_key())
+    )
+    x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cuda", seed=2)
+    kw = dict(w1_scale=w1s, w2_scale=w2s, block_shape=[128, 128]) if w1s is not None else {}
+    gen = torch.Generator().manual_seed(1)
+    routes = [fused_topk(x, routing_logits(24, 16, zipf=z, generator=gen).cuda(), 4) for z in (0.0, 1.5)]
+    weights_t, ids_t = (t.clone() for t in routes[0])
+    fused_moe(x, w1, w2, weights_t, ids_t, target=target, **kw)  # compiles, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused_moe(x, w1, w2, weights_t, ids_t, target=target, **kw)
+    for w, ids in (routes[1], routes[0]):
+        weights_t.copy_(w)
+        ids_t.copy_(ids)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = moe_reference(x, w1, w2, w, ids, fused_gate_up=bool(fused), **kw)
+        assert rel_error(out, ref) <= (5e-2 if w1s is not None else 2e-2)
+    bad = ids_t.clone()
+    bad[0, 0] = 16
+    with pytest.raises(ValueError, match="topk_ids out of range"):
+        fused_moe(x, w1, w2, weights_t, bad, target=target, **kw)
