@@ -156,16 +156,19 @@ def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "gemv_rows",
             f"the GEMV kernel keeps one register partial per row of A: M <= {GEMV_ROWS} (M={M})",
             lambda c: M <= GEMV_ROWS,
+            knobs=(),
         ),
         Constraint(
             "gemv_registers",
             f"BLOCK_N x BLOCK_K x M fp32 partials exceed {GEMV_PARTIALS} per program (they would spill)",
             lambda c: int(c["BLOCK_N"]) * int(c["BLOCK_K"]) * M <= GEMV_PARTIALS,
+            knobs=("BLOCK_N", "BLOCK_K"),
         ),
         Constraint(
             "gemv_k_tile_needless",
             f"BLOCK_K beyond K={K} rounded up to a power of two: masked lanes only",
             lambda c: int(c["BLOCK_K"]) <= max(smallest_k, next_pow2(K)),
+            knobs=("BLOCK_K",),
         ),
     ]
 
@@ -233,6 +236,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
             f"N={problem.N} in {problem.dtype_a})",
             lambda c: aligned,
+            knobs=(),
         ),
         Constraint(
             "tail_split_alone",
@@ -240,11 +244,13 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: (
                 not int(c.get("TAIL_SPLIT", 0)) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1)
             ),
+            knobs=("TAIL_SPLIT", "PERSISTENT", "SPLIT_K"),
         ),
         Constraint(
             "tail_split_pow2",
             "TAIL_SPLIT sums whole tiles of one part: its BLOCK_N is a power of two",
             lambda c: not int(c.get("TAIL_SPLIT", 0)) or tile_parts(int(c["BLOCK_N"]))[1] == 0,
+            knobs=("TAIL_SPLIT", "BLOCK_N"),
         ),
         Constraint(
             "persistent_needless",
@@ -254,12 +260,14 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 or int(c.get("TAIL_SPLIT", 0)) > 0
                 or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
             ),
+            knobs=("PERSISTENT", "TAIL_SPLIT", "BLOCK_M", "BLOCK_N", "SPLIT_K"),
         ),
         Constraint(
             "tail_split_needless",
             f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
             "too short in K to split",
             lambda c: not int(c.get("TAIL_SPLIT", 0)) or tail_splits(c) > 1,
+            knobs=("TAIL_SPLIT", "BLOCK_M", "BLOCK_N", "BLOCK_K"),
         ),
         Constraint(
             "epilogue_needless",
@@ -272,12 +280,14 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"])
                 )
             ),
+            knobs=("EPILOGUE_N", "SPLIT_K", "BLOCK_N"),
         ),
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages + the C store's buffer need more than the {target.lds_bytes} bytes of "
             "shared memory",
             lambda c: target.interpreter or smem(c) <= target.lds_bytes,
+            knobs=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "SPLIT_K", "EPILOGUE_N"),
         ),
     ]
     if not target.is_amd:
@@ -290,6 +300,7 @@ def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= TMA_ACC_LIMIT * int(c["num_warps"]) * 32
                     or target.interpreter
                 ),
+                knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
             )
         )
     replaced = {x.name for x in extra}
@@ -316,47 +327,56 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
             "block_m_waste",
             f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
             lambda c: int(c["BLOCK_M"]) <= max(MIN_TILE, next_pow2(M)),
+            knobs=("BLOCK_M",),
         ),
         Constraint(
             "block_n_waste",
             f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
             # the narrowest tile of the space always stays (a router GEMM has N = 8 experts)
             lambda c: int(c["BLOCK_N"]) <= max(MIN_TILE, next_pow2(N), narrowest_n),
+            knobs=("BLOCK_N",),
         ),
         Constraint(
             "block_k_waste",
             f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
             lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(MIN_TILE, next_pow2(K)),
+            knobs=("BLOCK_K", "SPLIT_K"),
         ),
         Constraint(
             "split_k_needless",
             f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
             lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
+            knobs=("SPLIT_K", "BLOCK_M", "BLOCK_N"),
         ),
         Constraint(
             "fused_split_alone",
             "FUSED_SPLIT sums K slices in the GEMM's launch: it needs SPLIT_K > 1",
             lambda c: not int(c.get("FUSED_SPLIT", 0)) or int(c.get("SPLIT_K", 1)) > 1,
+            knobs=("FUSED_SPLIT", "SPLIT_K"),
         ),
         Constraint(
             "stream_k_alone",
             "STREAM_K deals the K steps itself: it goes with SPLIT_K 1",
             lambda c: not int(c.get("STREAM_K", 0)) or int(c.get("SPLIT_K", 1)) == 1,
+            knobs=("STREAM_K", "SPLIT_K"),
         ),
         Constraint(
             "stream_k_needless",
             f"STREAM_K on a tile grid that already fills {cus} CUs twice (tiles > 2 x CUs)",
             lambda c: not int(c.get("STREAM_K", 0)) or tiles(c) <= 2 * cus,
+            knobs=("STREAM_K", "BLOCK_M", "BLOCK_N"),
         ),
         Constraint(
             "group_m_redundant",
             f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
             lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
+            knobs=("GROUP_M", "BLOCK_M"),
         ),
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
             lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes,
+            knobs=("num_stages", "BLOCK_M", "BLOCK_N", "BLOCK_K"),
         ),
         Constraint(
             "accumulator_spill",
@@ -365,11 +385,13 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
                 int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= acc_limit * int(c["num_warps"]) * target.wave_size
                 or target.interpreter
             ),
+            knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
         ),
         Constraint(
             "idle_warps",
             "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
             lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192,
+            knobs=("num_warps", "BLOCK_M", "BLOCK_N"),
         ),
     ]
     if target.is_amd:
@@ -380,11 +402,13 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
                 lambda c: (
                     int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32
                 ),
+                knobs=("matrix_instr_nonkdim", "BLOCK_M", "BLOCK_N"),
             ),
             Constraint(
                 "xcd_remap_redundant",
                 f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
                 lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds,
+                knobs=("NUM_XCDS", "BLOCK_M", "BLOCK_N"),
             ),
         ]
     return out

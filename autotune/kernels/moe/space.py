@@ -105,22 +105,26 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"SPLIT_K {{SPLIT_K}} x the gate/up GEMM's tiles (at most, over any routing) exceeds 2 x the "
             f"{target.cu_count} CUs: the grid is full without slices",
             lambda c: int(c["SPLIT_K"]) == 1 or gate_up_tiles(c) * int(c["SPLIT_K"]) <= 2 * target.cu_count,
+            knobs=("SPLIT_K", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
         ),
         Constraint(
             "split_k_steps",
             f"SPLIT_K {{SPLIT_K}} exceeds the K steps of the gate/up GEMM (K={problem.K} / BLOCK_SIZE_K "
             "{BLOCK_SIZE_K})",
             lambda c: int(c["SPLIT_K"]) <= -(-problem.K // int(c["BLOCK_SIZE_K"])),
+            knobs=("SPLIT_K", "BLOCK_SIZE_K"),
         ),
         Constraint(
             "block_m_waste",
             f"BLOCK_SIZE_M {{BLOCK_SIZE_M}} > 2 x next_pow2({tpe:.1f} tokens per expert): padded rows",
             lambda c: int(c["BLOCK_SIZE_M"]) <= max(_MIN_TILE, 2 * next_pow2(max(1, round(tpe)))),
+            knobs=("BLOCK_SIZE_M",),
         ),
         Constraint(
             "block_n_waste",
             f"BLOCK_SIZE_N {{BLOCK_SIZE_N}} > next_pow2(N={problem.N})",
             lambda c: int(c["BLOCK_SIZE_N"]) <= max(32, next_pow2(problem.N)),
+            knobs=("BLOCK_SIZE_N",),
         ),
         Constraint(
             "group_m_redundant",
@@ -131,16 +135,19 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     h < int(c["GROUP_SIZE_M"]) and h >= max_row_blocks(int(c["BLOCK_SIZE_M"])) for h in groups
                 )
             ),
+            knobs=("GROUP_SIZE_M", "BLOCK_SIZE_M"),
         ),
         Constraint(
             "lds_overflow",
             f"A and two B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
             lambda c: target.interpreter or lds(c) <= target.lds_bytes,
+            knobs=("num_stages", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"),
         ),
         Constraint(
             "idle_warps",
             "{num_warps} warps on a {BLOCK_SIZE_M}x{BLOCK_SIZE_N} tile leave warps idle",
             lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_SIZE_M"]) * int(c["BLOCK_SIZE_N"]) >= 8192,
+            knobs=("num_warps", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
         ),
     ]
     if fp8:
@@ -149,6 +156,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 "fp8_block_k",
                 f"BLOCK_SIZE_K {{BLOCK_SIZE_K}} must divide the {FP8_BLOCK}-wide scale blocks",
                 lambda c: FP8_BLOCK % int(c["BLOCK_SIZE_K"]) == 0,
+                knobs=("BLOCK_SIZE_K",),
             )
         )
     if target.is_amd:
@@ -160,6 +168,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     int(c["matrix_instr_nonkdim"]) == 16
                     or min(int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"])) >= 32
                 ),
+                knobs=("matrix_instr_nonkdim", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
             )
         )
     return out

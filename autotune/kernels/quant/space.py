@@ -138,11 +138,13 @@ def _swap_constraints() -> list[Constraint]:
             "SWAP_AB with BLOCK_M {BLOCK_M}: a tile of 64 rows already fills wgmma's M side (H100, M = 64: "
             "0.996-1.006x swapped on the large layers)",
             lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_M"]) < 64,
+            knobs=("SWAP_AB", "BLOCK_M"),
         ),
         Constraint(
             "swap_ab_narrow_n",
             "SWAP_AB with BLOCK_N {BLOCK_N}: swapped, the N tile is wgmma's M side, which needs 64 rows",
             lambda c: not int(c.get("SWAP_AB", 0)) or int(c["BLOCK_N"]) >= 64,
+            knobs=("SWAP_AB", "BLOCK_N"),
         ),
         Constraint(
             "swap_ab_reduce",
@@ -150,6 +152,7 @@ def _swap_constraints() -> list[Constraint]:
             lambda c: (
                 not int(c.get("SWAP_AB", 0)) or int(c.get("SPLIT_K", 1)) == 1 or c.get("FUSED_SPLIT") == 1
             ),
+            knobs=("SWAP_AB", "SPLIT_K", "FUSED_SPLIT"),
         ),
     ]
 
@@ -167,6 +170,7 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
                 lambda c: (
                     int(c["BLOCK_M"]) * int(c["BLOCK_K"]) <= 64 * int(c["num_warps"]) * target.wave_size
                 ),
+                knobs=("BLOCK_M", "BLOCK_K", "num_warps"),
             )
         )
     return out
@@ -500,6 +504,7 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
                 "tma_weight_scale_block",
                 "BLOCK_N {BLOCK_N}: the weight's tile must lie in one 128-row scale block",
                 lambda c: 128 % int(c["BLOCK_N"]) == 0,
+                knobs=("BLOCK_N",),
             )
         )
         if gluon_target(target) and problem.M > TMA_BLOCKWISE_MAX_M:  # first: the reason for every config
@@ -512,6 +517,7 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
                     "gluon kernel's stay in flight (H100, a TMA prototype of it at M = 2048: 0.64-0.66x "
                     "the gluon kernel)",
                     lambda c: False,
+                    knobs=(),
                 ),
             )
     if not target.interpreter:
@@ -520,6 +526,7 @@ def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]
                 "tma_wgmma_rows",
                 "BLOCK_M {BLOCK_M} unswapped: wgmma needs 64 rows on its M side (SWAP_AB puts N there)",
                 lambda c: bool(int(c["SWAP_AB"])) or int(c["BLOCK_M"]) >= 64,
+                knobs=("SWAP_AB", "BLOCK_M"),
             )
         )
     return out
@@ -547,6 +554,7 @@ def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) ->
                 "gemv_scale_groups",
                 "a blockwise K step must divide the 128-wide scale group or cover whole groups",
                 lambda c: (int(c["BLOCK_K"]) % 128 == 0) or (128 % int(c["BLOCK_K"]) == 0),
+                knobs=("BLOCK_K",),
             )
         )
     return SubSpace("triton_gemv", params, constraints, first=first)
@@ -631,6 +639,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "gluon_tma_alignment",
             f"C is stored by TMA: its rows need 16-byte alignment (N={N} in {problem.dtype_out})",
             lambda c: aligned,
+            knobs=(),
         ),
         Constraint(
             "gluon_swap_decode",
@@ -638,6 +647,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "decode tile of 16 or 32 rows (at M = 64 the swapped kernel lost to the default on every layer "
             "measured, H100 and H200)",
             lambda c: not swapped(c) or M <= GLUON_SWAP_MAX_M,
+            knobs=("SWAP_AB",),
         ),
         Constraint(
             "gluon_swap_tiles",
@@ -648,6 +658,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 not swapped(c)
                 or (int(c["BLOCK_M"]) <= 64 and int(c["BLOCK_N"]) >= 64 and int(c["num_warps"]) == 4)
             ),
+            knobs=("SWAP_AB", "BLOCK_M", "BLOCK_N", "num_warps"),
         ),
         Constraint(
             "gluon_warp_rows",
@@ -657,6 +668,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: (
                 swapped(c) or (int(c["BLOCK_M"]) % 64 == 0 and int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]))
             ),
+            knobs=("SWAP_AB", "BLOCK_M", "num_warps"),
         ),
         Constraint(
             "gluon_register_spill",
@@ -666,43 +678,51 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 3 * int(c["BLOCK_M"]) * int(c["BLOCK_N"])
                 <= _GLUON_TILE_VALUES * int(c["num_warps"]) * target.wave_size
             ),
+            knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
         ),
         Constraint(
             "block_m_waste",
             f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing (wgmma's least: 64 rows "
             "unswapped, 16 swapped)",
             lambda c: int(c["BLOCK_M"]) <= max(16 if swapped(c) else 64, next_pow2(M)),
+            knobs=("BLOCK_M", "SWAP_AB"),
         ),
         Constraint(
             "block_n_waste",
             f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
             lambda c: int(c["BLOCK_N"]) <= max(64, next_pow2(N)),
+            knobs=("BLOCK_N",),
         ),
         Constraint(
             "group_m_redundant",
             f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
             lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
+            knobs=("GROUP_M", "BLOCK_M"),
         ),
         Constraint(
             "persistent_needless",
             f"PERSISTENT with no more tiles than the {cus} SMs: every program does one",
             lambda c: not int(c["PERSISTENT"]) or tiles(c) > cus,
+            knobs=("PERSISTENT", "BLOCK_M", "BLOCK_N"),
         ),
         Constraint(  # (and so never with PERSISTENT, which the kernel refuses with SPLIT_K)
             "gluon_split_needless",
             f"SPLIT_K {{SPLIT_K}} where the tiles alone (M={M}, N={N}) fill the {cus} SMs",
             lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) < cus,
+            knobs=("SPLIT_K", "BLOCK_M", "BLOCK_N"),
         ),
         Constraint(
             "gluon_split_empty",
             f"SPLIT_K {{SPLIT_K}} over {groups} K groups of {_GLUON_BLOCK_K} leaves a slice empty",
             lambda c: split_slices(groups, int(c.get("SPLIT_K", 1))) == int(c.get("SPLIT_K", 1)),
+            knobs=("SPLIT_K",),
         ),
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
             "shared memory",
             lambda c: smem(c) <= target.lds_bytes,
+            knobs=("BLOCK_M", "BLOCK_N", "num_stages", "WARP_SPEC"),
         ),
     ]
 
