@@ -396,7 +396,8 @@ def quant_launcher(
     (FP8 only) launches the kernel on C^T = B . A^T, the config's BLOCK_M still tiling M and BLOCK_N
     tiling N: a decode tile of few rows becomes the N side of the matrix instruction, whose M side is at
     least 64 rows for Hopper's wgmma. Blockwise, the kernel then reads its A scales per 128 rows and its
-    B scales per row (A_GROUPED).
+    B scales per row (A_GROUPED). HW_FP4_CVT (gemm_mxfp4_bf16a) quantizes A with gfx950's conversion
+    instruction (`quant.mx`); A must then be contiguous along K, rows 4-byte aligned (ValueError).
     """
     opts = {**_options(config, is_amd), **constexprs}
     swap = bool(config.get("SWAP_AB", 0))
@@ -410,6 +411,13 @@ def quant_launcher(
         if not constexprs.get("BLOCKWISE"):
             raise ValueError(f"SCALES_AHEAD exists for the FP8 blockwise kernel only: {config.short()}")
         opts["SCALES_AHEAD"] = True
+    hw_cvt = bool(int(config.get("HW_FP4_CVT", 0)))
+    if hw_cvt:
+        if constexprs.get("A_FMT") != "bf16":
+            raise ValueError(
+                f"HW_FP4_CVT exists for bf16 activations (gemm_mxfp4_bf16a) only: {config.short()}"
+            )
+        opts["HW_FP4_CVT"] = True
     pdl: dict[str, Any] = {}  # the plain kernel's only (a probe: docs/notes/2026-11-26-pdl.md)
     if int(config.get("PDL", 0)):
         if is_amd or constexprs.get("DOT_F32") or "BLOCKWISE" not in constexprs:
@@ -460,6 +468,9 @@ def quant_launcher(
             out = out.t()
         if prefetch and (a if swap else b).stride(1) != 1:  # the prefetch walks the weight's rows bytewise
             raise ValueError(f"PREFETCH_K needs the weight's K stride 1: {config.short()}")
+        if hw_cvt and (a.stride(1) != 1 or a.stride(0) % 2 or a.data_ptr() % 4):
+            raise ValueError(f"HW_FP4_CVT reads A as 32-bit words: it needs K stride 1, an even row stride "
+                             f"and 4-byte alignment, got strides {a.stride()}: {config.short()}")  # fmt: skip
         if fused or stream:
             launch_summed(a, b, out, a_scale, b_scale, scale_strides, M, N, K)
             return

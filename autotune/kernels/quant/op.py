@@ -370,6 +370,13 @@ class QuantGemmOp(QuantRules):
             a_fmt, b_fmt = _MX[self.name]
             native = mx_native(target) if self.native_mx is None else self.native_mx
             constexprs.update(A_FMT=a_fmt, B_FMT=b_fmt, NATIVE=native)
+            if int(config.get("HW_FP4_CVT", 0)):  # the interpreter runs the instruction's model
+                if not (target.arch == "gfx950" or target.interpreter):
+                    raise ValueError(
+                        f"HW_FP4_CVT needs gfx950's v_cvt_scalef32_pk_fp4_bf16, not {target.arch}: "
+                        f"{config.short()}"
+                    )
+                constexprs["CVT_MODEL"] = target.interpreter
         reduce: Any = splitk_reduce_kernel
         summer: Any = None
         if calls is not None:

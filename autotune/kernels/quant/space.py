@@ -68,6 +68,7 @@ __all__ = [
     "gluon_runs",
     "gluon_subspace",
     "gluon_target",
+    "hw_fp4_cvt_target",
     "mx_native",
     "quant_default_candidates",
     "quant_default_config",
@@ -114,7 +115,7 @@ def swap_ab_target(target: Target) -> bool:
 def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
     """The Triton knobs of quantized op `op` and their values on `target` (FUSED_SPLIT and STREAM_K: the
     FP8 ops only; SWAP_AB: the FP8 ops where `swap_ab_target`; SCALES_AHEAD: blockwise, the next K tile's
-    scales loaded while this one runs)."""
+    scales loaded while this one runs; HW_FP4_CVT: gemm_mxfp4_bf16a on gfx950, `hw_fp4_cvt_target`)."""
     params = knob_values(
         target,
         k_tiles=_k_tiles(op, target),
@@ -127,7 +128,16 @@ def quant_triton_params(op: str, target: Target) -> dict[str, Sequence[Value]]:
         params["SWAP_AB"] = (0, 1)
     if op == "gemm_fp8_blockwise":
         params["SCALES_AHEAD"] = (0, 1)
+    if op == "gemm_mxfp4_bf16a" and hw_fp4_cvt_target(target):
+        params["HW_FP4_CVT"] = (0, 1)
     return params
+
+
+def hw_fp4_cvt_target(target: Target) -> bool:
+    """Whether gemm_mxfp4_bf16a's HW_FP4_CVT (A quantized by v_cvt_scalef32_pk_fp4_bf16) is in the space of
+    `target`: gfx950, the one arch with the instruction. Both values are searched there, so that a sweep's
+    correctness gate on the GPU decides; elsewhere A is quantized in software."""
+    return target.arch == "gfx950" and not target.interpreter
 
 
 def _swap_constraints() -> list[Constraint]:
@@ -161,6 +171,16 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
     out = list(_dense_constraints(problem, target))
     if "SWAP_AB" in quant_triton_params(problem.op, target):
         out += _swap_constraints()
+    if problem.op == "gemm_mxfp4_bf16a":
+        out.append(
+            Constraint(
+                "hw_fp4_cvt_target",
+                f"HW_FP4_CVT {{HW_FP4_CVT}} on {target.arch}: A is quantized by v_cvt_scalef32_pk_fp4_bf16, "
+                "which only gfx950 (MI355X) has; elsewhere in software (HW_FP4_CVT 0)",
+                lambda c: not int(c.get("HW_FP4_CVT", 0)) or hw_fp4_cvt_target(target),
+                knobs=("HW_FP4_CVT",),
+            )
+        )
     if problem.op == "gemm_mxfp4_bf16a" and not target.interpreter:
         out.append(
             Constraint(
@@ -392,6 +412,8 @@ def _triton_config(problem: Problem, target: Target, core: Core) -> Config:
         values["SWAP_AB"] = int(_swapped(params, bm, bn))
     if "SCALES_AHEAD" in params:
         values["SCALES_AHEAD"] = int(values.get("SWAP_AB", 0))
+    if "HW_FP4_CVT" in params:
+        values["HW_FP4_CVT"] = 0  # the software quantizer until the conversion is timed on an MI355X
     if target.is_amd:
         values["matrix_instr_nonkdim"] = 16
         values["waves_per_eu"] = 0
