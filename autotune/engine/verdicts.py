@@ -108,7 +108,8 @@ class Verdicts:
     """Static features of candidate configs, compiled once each, in memory and (with `directory`) on disk.
 
     `features_of` compiles (default `compile_features`); `key_of` names the binary without compiling
-    (default: the Triton cache keys of the config's launches). A config whose key cannot be computed (its
+    (default: the Triton cache keys of the config's launches); `checkable` says whether this process
+    compiles for a target at all (default `can_check`). A config whose key cannot be computed (its
     launch refuses it) fails; a config that fails to compile is kept in memory only, so that a broken
     toolchain leaves nothing behind on disk. Thread-safe: one compile per key at a time.
     """
@@ -120,11 +121,13 @@ class Verdicts:
         policy: StaticPolicy | None = None,
         features_of: FeatureSource = _compile,
         key_of: KeySource = _launch_key,
+        checkable: Callable[[Target], bool] = can_check,
     ) -> None:
         self.directory = directory
         self.policy = policy or StaticPolicy()
         self.features_of = features_of
         self.key_of = key_of
+        self.checkable = checkable
         self.compiled = 0
         self._known: dict[str, StaticFeatures] = {}
         self._picks: dict[tuple[object, ...], Config] = {}
@@ -194,7 +197,7 @@ class Verdicts:
         where this process cannot compile for `target` (`can_check`). ValueError for no candidates."""
         if not candidates:
             raise ValueError(f"{op.name}: no candidate configs for {problem}")
-        if len(candidates) == 1 or not can_check(target):
+        if len(candidates) == 1 or not self.checkable(target):
             return candidates[0]
         memo = (op.name, problem, target, tuple(candidates))
         with self._lock:

@@ -1,0 +1,172 @@
+"""Verdicts: the first candidate whose binary passes the static checks, each binary compiled once per
+process and kept on disk; nothing compiled where the target cannot be compiled for. CPU only: the
+compiler is a fake that returns recorded features."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.core.config import Config
+from autotune.core.problem import Problem
+from autotune.core.static import StaticFeatures
+from autotune.core.target import Target
+from autotune.engine.verdicts import ENV_CACHE, ENV_CHECK, Verdicts, cache_dir, can_check
+
+TARGET = Target.for_arch("gfx950")
+PROBLEM = Problem.gemm(256, 4096, 4096)
+
+
+class _Backend:
+    def __init__(self, library: bool) -> None:
+        self.library = library
+
+
+class FakeOp:
+    """An op whose "torch" backend is a vendor library and whose "triton" configs are compiled."""
+
+    name = "fake_gemm"
+
+    def backend(self, name: str) -> _Backend:
+        return _Backend(name == "torch")
+
+    def source_hash(self, backend: str) -> str:
+        return f"{backend}-v1"
+
+
+def tile(bm: int, stages: int = 2) -> Config:
+    return Config(backend="triton", BLOCK_M=bm, BLOCK_N=bm, num_warps=8, num_stages=stages)
+
+
+def features(spills: int = 0, lds: int = 32 * 1024, occupancy: int = 2) -> StaticFeatures:
+    return StaticFeatures(arch=TARGET.arch, spills=spills, scratch_bytes=4 * spills, lds_bytes=lds,
+                          occupancy=occupancy, occupancy_unit="waves/SIMD")  # fmt: skip
+
+
+class Compiler:
+    """Records every compile; each config's features come from `table` (a failed compile where absent)."""
+
+    def __init__(self, table: dict[Config, StaticFeatures]) -> None:
+        self.table, self.calls = table, []
+
+    def __call__(self, op: Any, problem: Problem, config: Config, target: Target) -> StaticFeatures:
+        self.calls.append(config)
+        return self.table.get(config) or StaticFeatures.failed(target.arch, "error: out of registers")
+
+
+def key_of(op: Any, problem: Problem, config: Config, target: Target) -> str:
+    """One binary per config whatever the problem's M (as when M only changes a runtime argument)."""
+    return config.canonical()
+
+
+def verdicts(compiler: Compiler, directory: Path | None = None, checkable: bool = True) -> Verdicts:
+    return Verdicts(directory, features_of=compiler, key_of=key_of, checkable=lambda t: checkable)
+
+
+def test_the_first_candidate_that_passes_every_check_is_the_default() -> None:
+    big, deep, small, tiny = tile(256), tile(256, 1), tile(128), tile(64)
+    compiler = Compiler({
+        big: features(spills=21),  # spills
+        deep: features(lds=278_464, occupancy=0),  # over gfx950's 160 KiB of LDS
+        small: features(occupancy=0),  # under the occupancy floor
+        tiny: features(),
+    })  # fmt: skip
+    v = verdicts(compiler)
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [big, deep, small, tiny]) == tiny
+    assert compiler.calls == [big, deep, small, tiny]
+    # a candidate that does not compile fails, and so does one whose launch refuses it
+    failing = Compiler({tiny: features()})
+    assert verdicts(failing).first_passing(FakeOp(), PROBLEM, TARGET, [big, tiny]) == tiny
+
+    def refuses(op: Any, problem: Problem, config: Config, target: Target) -> str:
+        if config == big:
+            raise ValueError("the kernel refuses BLOCK_M 256")
+        return config.canonical()
+
+    v = Verdicts(None, features_of=Compiler({big: features(), tiny: features()}), key_of=refuses,
+                 checkable=lambda t: True)  # fmt: skip
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [big, tiny]) == tiny
+
+
+def test_a_passing_first_candidate_is_kept_and_a_vendor_config_needs_no_compile() -> None:
+    compiler = Compiler({tile(256): features()})
+    v = verdicts(compiler)
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [tile(256), tile(128)]) == tile(256)
+    assert compiler.calls == [tile(256)]
+    vendor = Config(backend="torch")
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [vendor, tile(128)]) == vendor
+    assert compiler.calls == [tile(256)]
+
+
+def test_each_binary_is_compiled_once_per_process() -> None:
+    rng = random.Random(7)
+    configs = [tile(bm, s) for bm in (256, 128, 64) for s in (2, 1)]
+    table = {c: features(spills=rng.randint(1, 300)) for c in configs[:-1]} | {configs[-1]: features()}
+    compiler = Compiler(table)
+    v = verdicts(compiler)
+    for m in rng.sample(range(1, 8193), 25):  # problems of one binary: compiled once, whatever their M
+        assert v.first_passing(FakeOp(), PROBLEM.with_m(m), TARGET, configs) == configs[-1]
+    assert sorted(compiler.calls, key=configs.index) == configs
+    assert v.compiled == len(configs)
+
+
+def test_verdicts_persist_on_disk_and_a_failed_compile_does_not(tmp_path: Path) -> None:
+    good, bad = tile(64), tile(256)
+    first = Compiler({good: features(spills=0, lds=40_000)})
+    assert verdicts(first, tmp_path).first_passing(FakeOp(), PROBLEM, TARGET, [bad, good]) == good
+    stored = list(tmp_path.rglob("*.json"))
+    assert len(stored) == 1 and "triton-" in str(stored[0].parent.parent.name)
+    assert json.loads(stored[0].read_text())["config"] == good.canonical()
+    # a new process reads the good verdict back and compiles only the candidate that failed to compile
+    second = Compiler({good: features(spills=99)})  # would fail, were it compiled again
+    assert verdicts(second, tmp_path).first_passing(FakeOp(), PROBLEM, TARGET, [bad, good]) == good
+    assert second.calls == [bad]
+    # an unreadable file is compiled again
+    stored[0].write_text("{not json")
+    third = Compiler({good: features()})
+    assert verdicts(third, tmp_path).features(FakeOp(), PROBLEM, good, TARGET) == features()
+    assert third.calls == [good]
+
+
+def test_no_compile_where_the_target_cannot_be_compiled_for() -> None:
+    compiler = Compiler({})
+    v = verdicts(compiler, checkable=False)
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [tile(256), tile(128)]) == tile(256)
+    assert compiler.calls == []
+    with pytest.raises(ValueError, match="no candidate"):
+        v.first_passing(FakeOp(), PROBLEM, TARGET, [])
+
+
+def test_none_passing_keeps_the_first_candidate(caplog: pytest.LogCaptureFixture) -> None:
+    compiler = Compiler({tile(256): features(spills=3), tile(128): features(spills=1)})
+    assert verdicts(compiler).first_passing(FakeOp(), PROBLEM, TARGET, [tile(256), tile(128)]) == tile(256)
+    assert "no candidate default" in caplog.text
+
+
+def test_reading_features_that_raises_keeps_the_first_candidate() -> None:
+    def broken(op: Any, problem: Problem, config: Config, target: Target) -> StaticFeatures:
+        raise RuntimeError("cuobjdump printed no resource usage")
+
+    v = Verdicts(None, features_of=broken, key_of=key_of, checkable=lambda t: True)
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [tile(256), tile(128)]) == tile(256)
+
+
+def test_switches_and_the_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(ENV_CACHE, str(tmp_path / "v"))
+    assert cache_dir() == tmp_path / "v"
+    monkeypatch.setenv(ENV_CACHE, "off")
+    assert cache_dir() is None
+    monkeypatch.delenv(ENV_CACHE)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_dir() == tmp_path / "autotune" / "verdicts"
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.setenv(ENV_CHECK, "0")
+    assert not can_check(TARGET)
+    monkeypatch.delenv(ENV_CHECK)
+    assert not can_check(Target.interpreter_target())
+    monkeypatch.setenv("TRITON_INTERPRET", "1")  # the kernels are interpreter objects: nothing compiles
+    assert not can_check(TARGET)
