@@ -6,7 +6,7 @@ tile is quantized to MXFP4 inside the K loop (per-32 amax, the scale from its ex
 round-to-nearest-even, packed) and fed straight to the dot, never written to global memory.
 `HW_FP4_CVT` (gfx950) does that with the hardware conversion: A is read as 32-bit words, each two
 consecutive bf16, the scale comes from the largest exponent field of each 16 words, and
-v_cvt_scalef32_pk_fp4_bf16 turns each word into one packed byte (four a VGPR); the same scale rule and
+v_cvt_scalef32_pk_fp4_bf16 turns each word into one packed byte (two a VGPR per call); the same scale rule and
 rounding as the software path (`quant.fp4_cvt` models the instruction). In the interpreter
 (CVT_MODEL) the instruction is replaced by that model in software.
 
