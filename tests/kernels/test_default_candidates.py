@@ -1,5 +1,5 @@
 """Each op's candidate defaults: its rule's pick first, then safer cores, every one a config of its space;
-where this process cannot compile (the interpreter here), the default is the first candidate."""
+where no candidate is compiled, the default is the first."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from autotune.core.ladder import serving_ladder
 from autotune.core.problem import Problem
 from autotune.core.registry import get_op
 from autotune.core.target import Target
+from autotune.engine.verdicts import ENV_CHECK
 from autotune.kernels.candidates import Core, safer_cores
 
 AMD = dict(rows=(16, 32, 64, 128, 256), cols=(16, 32, 64, 128, 256), k_tiles=(32, 64, 128, 256),
@@ -63,9 +64,10 @@ def _problems(op: str, rng: random.Random) -> list[Problem]:
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950", "sm_90", "interpreter"])
 @pytest.mark.parametrize("op_name", [*OPS, "moe"])
-def test_every_candidate_is_a_config_of_the_space_and_the_first_is_the_default_here(
-    arch: str, op_name: str
+def test_every_candidate_is_a_config_of_the_space_and_the_first_is_the_default_unchecked(
+    arch: str, op_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(ENV_CHECK, "0")  # as where nothing can compile for the target (the interpreter here)
     target = Target.for_arch(arch)
     op = get_op(op_name)
     rng = random.Random(f"{arch}-{op_name}")
@@ -75,7 +77,6 @@ def test_every_candidate_is_a_config_of_the_space_and_the_first_is_the_default_h
         space = op.space(problem, target)
         for c in candidates:
             assert space.check(c) is None, (problem, c.short(), space.check(c))
-        # nothing compiles in this process (the interpreter is on, or there is no GPU to ask): the rule's pick
-        assert op.default_config(problem, target) == candidates[0]
+        assert op.default_config(problem, target) == candidates[0]  # unchecked: the rule's pick
         if arch != "interpreter" and candidates[0].backend == "triton" and problem.M >= 256:
             assert len(candidates) > 1  # a large tile has safer ones behind it
