@@ -22,7 +22,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from autotune.core.config import Config
@@ -191,15 +191,21 @@ class Verdicts:
         return not [f for f in found if f.check in self.policy.prune]
 
     def first_passing(
-        self, op: TunableOp, problem: Problem, target: Target, candidates: Sequence[Config]
+        self, op: TunableOp, problem: Problem, target: Target, candidates: Iterable[Config]
     ) -> Config:
         """The first of `candidates` that passes (`passes`); the first one where none does (logged) or
-        where this process cannot compile for `target` (`can_check`). ValueError for no candidates."""
-        if not candidates:
+        where this process cannot compile for `target` (`checkable`: then only the first is drawn from
+        `candidates`, which may be lazy). ValueError for no candidates."""
+        drawn = iter(candidates)
+        first = next(drawn, None)
+        if first is None:
             raise ValueError(f"{op.name}: no candidate configs for {problem}")
-        if len(candidates) == 1 or not self.checkable(target):
-            return candidates[0]
-        memo = (op.name, problem, target, tuple(candidates))
+        if not self.checkable(target):
+            return first
+        candidates = (first, *drawn)
+        if len(candidates) == 1:
+            return first
+        memo = (op.name, problem, target, candidates)
         with self._lock:
             pick = self._picks.get(memo)
         if pick is not None:
@@ -268,6 +274,6 @@ def verdicts() -> Verdicts:
         return _verdicts
 
 
-def first_passing(op: TunableOp, problem: Problem, target: Target, candidates: Sequence[Config]) -> Config:
+def first_passing(op: TunableOp, problem: Problem, target: Target, candidates: Iterable[Config]) -> Config:
     """The first of `candidates` whose binary passes the static checks on `target` (see the module)."""
     return verdicts().first_passing(op, problem, target, candidates)

@@ -11,12 +11,13 @@ core into a config with its own rule (GROUP_M, split-K, AMD knobs, ...) and keep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from autotune.core.config import Config, Value
 
-__all__ = ["Core", "candidates", "safer_cores"]
+__all__ = ["Core", "built", "candidates", "safer_cores", "unique"]
 
 
 class Core(NamedTuple):
@@ -76,20 +77,34 @@ def safer_cores(
     return tuple(dict.fromkeys(out))
 
 
+def built(
+    cores: Iterable[Core], build: Callable[[Core], Config | None], warps: Iterable[Value]
+) -> Iterator[Config]:
+    """Each core of `cores` built by `build` (None: not a config of the kernel's space), with fewer warps
+    where its own are not (a small tile idles 8 warps); lazily, in order."""
+    warp_v = sorted(_ints(warps), reverse=True)
+    for core in cores:
+        for w in [core.warps, *(v for v in warp_v if v < core.warps)]:
+            config = build(core._replace(warps=w))
+            if config is not None:
+                yield config
+                break
+
+
+def unique(configs: Iterable[Config]) -> Iterator[Config]:
+    """`configs` without repeats, lazily, in order."""
+    seen: set[Config] = set()
+    for config in configs:
+        if config not in seen:
+            seen.add(config)
+            yield config
+
+
 def candidates(
     first: Sequence[Config],
     cores: Iterable[Core],
     build: Callable[[Core], Config | None],
     warps: Iterable[Value],
 ) -> tuple[Config, ...]:
-    """`first`, then each core of `cores` built by `build` (None: not a config of the kernel's space), with
-    fewer warps where its own are not (a small tile idles 8 warps), without repeats."""
-    warp_v = sorted(_ints(warps), reverse=True)
-    out: dict[Config, None] = dict.fromkeys(first)
-    for core in cores:
-        for w in [core.warps, *(v for v in warp_v if v < core.warps)]:
-            config = build(core._replace(warps=w))
-            if config is not None:
-                out.setdefault(config, None)
-                break
-    return tuple(out)
+    """`first`, then the configs `built` from `cores`, without repeats."""
+    return tuple(unique(itertools.chain(first, built(cores, build, warps))))

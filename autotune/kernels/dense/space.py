@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 
 from autotune.core.config import Config, Value
@@ -11,7 +11,7 @@ from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
 from autotune.engine.verdicts import first_passing
-from autotune.kernels.candidates import Core, candidates, safer_cores
+from autotune.kernels.candidates import Core, built, safer_cores, unique
 from autotune.kernels.dense.geometry import (
     GEMV_ROWS,
     MIN_TILE,
@@ -434,12 +434,20 @@ def gemm_default_candidates(problem: Problem, target: Target) -> tuple[Config, .
     not 16-byte aligned) the pointer kernel with a tile for the regime and split-K when the tile grid
     underfills the GPU, followed by its safer cores (`autotune.kernels.candidates`).
     """
-    first: list[Config] = []
-    if has_tma(target) and not target.interpreter and problem.M >= 128:
-        first += _tma_candidates(problem, target)
-    if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
-        first += _gemv_candidates(problem, target)
-    return tuple(dict.fromkeys([*first, *_pointer_candidates(problem, target)]))
+    return tuple(_candidates(problem, target))
+
+
+def _candidates(problem: Problem, target: Target) -> Iterator[Config]:
+    """`gemm_default_candidates`, lazily: drawing the first computes the rule's pick alone."""
+
+    def draw() -> Iterator[Config]:
+        if has_tma(target) and not target.interpreter and problem.M >= 128:
+            yield from _tma_candidates(problem, target)
+        if target.is_nvidia and not target.interpreter and problem.M <= GEMV_DEFAULT_ROWS:
+            yield from _gemv_candidates(problem, target)
+        yield from _pointer_candidates(problem, target)
+
+    return unique(draw())
 
 
 def gemm_default_config(problem: Problem, target: Target) -> Config:
@@ -448,7 +456,7 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     the GEMM's space."""
     from autotune.kernels.dense.op import GEMM
 
-    return first_passing(GEMM, problem, target, gemm_default_candidates(problem, target))
+    return first_passing(GEMM, problem, target, _candidates(problem, target))
 
 
 #: Up to this M the NVIDIA default is the GEMV kernel: it beats cuBLAS and the pointer kernel's default at
@@ -602,11 +610,11 @@ def _pointer_default(problem: Problem, target: Target) -> Config:
     return fit_to_space(_pointer_config(problem, target, _pointer_core(problem, target)), sub)
 
 
-def _pointer_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
-    """The pointer kernel's default, then its safer cores (`autotune.kernels.candidates`)."""
-    pick = _pointer_default(problem, target)
+def _pointer_candidates(problem: Problem, target: Target) -> Iterator[Config]:
+    """The pointer kernel's default, then its safer cores (`autotune.kernels.candidates`), lazily."""
+    yield _pointer_default(problem, target)
     if target.interpreter:
-        return (pick,)
+        return
     params = triton_params(target)
     sub = SubSpace("triton", params, _constraints(problem, target))
 
@@ -618,7 +626,7 @@ def _pointer_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
         _pointer_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
         k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
     )  # fmt: skip
-    return candidates((pick,), cores, build, params["num_warps"])
+    yield from built(cores, build, params["num_warps"])
 
 
 def fit_to_space(

@@ -31,7 +31,7 @@ STEP_SUM (row-wise: K steps summed as they come); it is the FP8 ops' default at 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache, lru_cache
 
 from autotune.core.backend import Backend, Backends
@@ -40,7 +40,7 @@ from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
-from autotune.kernels.candidates import Core, candidates, safer_cores
+from autotune.kernels.candidates import Core, built, safer_cores, unique
 from autotune.kernels.dense.space import _constraints as _dense_constraints
 from autotune.kernels.dense.space import (
     _gemv_constraints,
@@ -209,7 +209,17 @@ def quant_default_candidates(problem: Problem, target: Target) -> tuple[Config, 
     covers M, a wide K tile and split-K while the tile grid underfills the GPU; prefill large tiles, as the
     dense GEMM.
     """
-    return tuple(dict.fromkeys([*_rule_picks(problem, target), *_triton_candidates(problem, target)]))
+    return tuple(_candidates(problem, target))
+
+
+def _candidates(problem: Problem, target: Target) -> Iterator[Config]:
+    """`quant_default_candidates`, lazily: drawing the first computes the rule's pick alone."""
+
+    def draw() -> Iterator[Config]:
+        yield from _rule_picks(problem, target)
+        yield from _triton_candidates(problem, target)
+
+    return unique(draw())
 
 
 def quant_default_config(problem: Problem, target: Target) -> Config:
@@ -219,7 +229,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     from autotune.kernels.quant.op import QUANT_GEMMS
 
     op = QUANT_GEMMS[problem.op]
-    return first_passing(op, problem, target, quant_default_candidates(problem, target))
+    return first_passing(op, problem, target, _candidates(problem, target))
 
 
 def _rule_picks(problem: Problem, target: Target) -> list[Config]:
@@ -434,11 +444,11 @@ def triton_default(problem: Problem, target: Target) -> Config:
     )
 
 
-def _triton_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
-    """The Triton kernel's default, then its safer cores (`autotune.kernels.candidates`)."""
-    pick = triton_default(problem, target)
+def _triton_candidates(problem: Problem, target: Target) -> Iterator[Config]:
+    """The Triton kernel's default, then its safer cores (`autotune.kernels.candidates`), lazily."""
+    yield triton_default(problem, target)
     if target.interpreter:
-        return (pick,)
+        return
     params = quant_triton_params(problem.op, target)
     sub = SubSpace("triton", params, _constraints(problem, target))
 
@@ -450,7 +460,7 @@ def _triton_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
         _triton_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
         k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
     )  # fmt: skip
-    return candidates((pick,), cores, build, params["num_warps"])
+    yield from built(cores, build, params["num_warps"])
 
 
 def tma_runs(op: str, target: Target) -> bool:
