@@ -32,8 +32,9 @@ def tokens_per_expert(problem: Problem) -> float:
 
 def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The knobs of the fused MoE kernel on `target`: vLLM's six, SPLIT_K (K slices of each GEMM, summed
-    in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs) and AMD's three
-    on AMD."""
+    in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs), GATE_UP_FUSED
+    (the first GEMM's structure: 1 ours, 0 vLLM's, the only one exported to vLLM files) and AMD's three on
+    AMD."""
     fp8 = problem.dtype_b.startswith("fp8")
     if target.interpreter:
         return dict(
@@ -42,6 +43,7 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
             BLOCK_SIZE_K=(32, 64),
             GROUP_SIZE_M=(1, 4),
             SPLIT_K=(1, 2),
+            GATE_UP_FUSED=(1, 0),
             num_warps=(4,),
             num_stages=(1,),
         )
@@ -51,6 +53,7 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
         BLOCK_SIZE_K=(64, 128) if fp8 else (32, 64, 128, 256),
         GROUP_SIZE_M=(1, 16, 32, 64),
         SPLIT_K=(1, 2, 4, 8),
+        GATE_UP_FUSED=(1, 0),
         num_warps=(4, 8),
     )
     if target.is_amd:
@@ -84,8 +87,8 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
     def lds(c: Mapping[str, Value]) -> int:
         stages = int(c["num_stages"])
         buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
-        # the gate/up GEMM loads two B tiles (gate rows and up rows) per step
-        rows = int(c["BLOCK_SIZE_M"]) + 2 * int(c["BLOCK_SIZE_N"])
+        # the fused gate/up GEMM loads two B tiles (gate rows and up rows) per step, vLLM's structure one
+        rows = int(c["BLOCK_SIZE_M"]) + (1 + int(c["GATE_UP_FUSED"])) * int(c["BLOCK_SIZE_N"])
         return int(rows * int(c["BLOCK_SIZE_K"]) * elem * buffers)
 
     # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
@@ -139,9 +142,10 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "lds_overflow",
-            f"A and two B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
+            f"the A and B tiles (two with GATE_UP_FUSED) x stages need more than the {target.lds_bytes} "
+            "bytes of shared memory/LDS",
             lambda c: target.interpreter or lds(c) <= target.lds_bytes,
-            knobs=("num_stages", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"),
+            knobs=("num_stages", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GATE_UP_FUSED"),
         ),
         Constraint(
             "idle_warps",
@@ -216,7 +220,7 @@ def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
     bm, bn, bk, warps, stages = core
     split = _default_split(problem, target, bm, bn, bk)
     values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
-                                    num_warps=warps, num_stages=stages)  # fmt: skip
+                                    GATE_UP_FUSED=1, num_warps=warps, num_stages=stages)  # fmt: skip
     if target.is_amd:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
         if "kpack" in params:
@@ -242,7 +246,7 @@ def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ..
     params = moe_params(problem, target)
     if target.interpreter:
         values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
-                                        SPLIT_K=1, num_warps=4, num_stages=1)  # fmt: skip
+                                        SPLIT_K=1, GATE_UP_FUSED=1, num_warps=4, num_stages=1)  # fmt: skip
         return (Config(backend="triton", **values),)
     core = _moe_core(problem, target)
     pick = _moe_config(problem, target, core)

@@ -26,7 +26,7 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(
     op = get_op("moe")
     problem = Problem.moe(*mnk, e, topk, weights=weights)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
-                    SPLIT_K=split, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=split, GATE_UP_FUSED=1, num_warps=4, num_stages=3)  # fmt: skip
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
 

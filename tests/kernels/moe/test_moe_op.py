@@ -70,7 +70,7 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     h100 = Target.for_arch("sm_90")
     prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
     shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
-                     SPLIT_K=1, num_warps=4, num_stages=3)  # fmt: skip
+                     SPLIT_K=1, GATE_UP_FUSED=0, num_warps=4, num_stages=3)  # fmt: skip
     assert MOE.space(prefill, h100).check(shipped) is None
     decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
     space = MOE.space(decode, h100)
@@ -118,7 +118,7 @@ def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
     h100 = Target.for_arch("sm_90")
     config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
-                    SPLIT_K=1, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=1, GATE_UP_FUSED=1, num_warps=4, num_stages=3)  # fmt: skip
     fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
     bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
     assert MOE.space(fp8, h100).check(config) is None
@@ -254,6 +254,19 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
         assert mine.fn is theirs.fn and mine.kwargs == theirs.kwargs
         assert signature(mine) == signature(theirs)
         assert all(a.is_meta for a in mine.args if isinstance(a, torch.Tensor))
+
+
+def test_the_structure_is_a_knob_and_the_fused_one_needs_twice_the_b_tile() -> None:
+    """GATE_UP_FUSED 1 holds gate and up B tiles side by side: a vLLM prefill config that fits an H100's
+    shared memory in vLLM's structure (0) overflows it in the fused one."""
+    h100 = Target.for_arch("sm_90")
+    problem = Problem.moe(4096, 14336, 4096, 8, 2)  # Mixtral TP1 prefill
+    space = MOE.space(problem, h100)
+    assert {c["GATE_UP_FUSED"] for c in space.configs() if c.backend == "triton"} == {0, 1}
+    wide = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=16,
+                  SPLIT_K=1, GATE_UP_FUSED=0, num_warps=8, num_stages=4)  # fmt: skip
+    assert space.check(wide) is None
+    assert "lds_overflow" in str(space.check(wide.replace(GATE_UP_FUSED=1)))
 
 
 def test_moe_is_a_registered_op() -> None:
