@@ -16,8 +16,10 @@ if TYPE_CHECKING:
 
     from tqdm import tqdm
 
+    from autotune.core.problem import Problem
     from autotune.core.target import Target
     from autotune.db import Store
+    from autotune.sweeps import SweepSpec
 
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
@@ -97,8 +99,55 @@ def compile_target(name: str) -> Target:
     return target
 
 
-def progress(total: int, disabled: bool, unit: str = "trial") -> tqdm:
-    """A progress bar on stderr (none when `disabled`, or when stderr is not a terminal)."""
+def progress(
+    total: int | None, disabled: bool, unit: str = "trial", desc: str | None = None, leave: bool = True
+) -> tqdm:
+    """A progress bar on stderr (none when `disabled`, or when stderr is not a terminal), drawn at once;
+    `desc` names the phase (`total` None: a phase that counts nothing, shown with its time), `leave`
+    False erases the bar when it closes."""
     from tqdm import tqdm
 
-    return tqdm(total=total, unit=unit, disable=disabled or None, dynamic_ncols=True, file=sys.stderr)
+    disable = disabled or None  # None: off where stderr is not a terminal
+    shape = _PHASE if total is None else None
+    return tqdm(
+        total=total,
+        unit=unit,
+        desc=desc,
+        leave=leave,
+        disable=disable,
+        dynamic_ncols=True,
+        file=sys.stderr,
+        bar_format=shape,
+    )
+
+
+#: How a phase that counts nothing shows: its name and the time so far.
+_PHASE = "{desc} [{elapsed}]"
+
+
+def next_phase(bar: tqdm, desc: str, total: int | None = None) -> None:
+    """`bar` moved on to phase `desc`, counting `total` steps where given, drawn at once."""
+    bar.set_description_str(desc, refresh=total is None)
+    if total is not None:
+        bar.bar_format = None
+        bar.reset(total=total)  # drawn
+
+
+def planned_spaces(spec: SweepSpec, target: Target, disabled: bool) -> list[tuple[Problem, int, int]]:
+    """`autotune.sweeps.plan` (every problem's space built and counted) with a progress bar of the
+    problems, erased when done; CliError for a bad spec."""
+    from autotune.cli.tables import problem_label
+    from autotune.sweeps import SpecError, plan
+
+    bar = progress(len(spec.problems()), disabled, unit="problem", desc="search spaces", leave=False)
+
+    def built(problem: Problem) -> None:
+        bar.set_postfix_str(problem_label(problem), refresh=False)
+        bar.update(1)
+
+    try:
+        return plan(spec, target, on_problem=built)
+    except SpecError as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        bar.close()

@@ -14,8 +14,10 @@ from autotune.cli.common import (
     check_workers,
     compile_target,
     db_arg,
+    next_phase,
     no_gpu,
     open_store,
+    progress,
 )
 from autotune.cli.tables import print_table, problem_label, with_layers
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:
     from autotune.cli.common import Subparsers
     from autotune.core.problem import Problem
     from autotune.core.target import Target
+    from autotune.sweeps import SweepSpec
     from autotune.sweeps.estimate import PlanRow
 
 NAME = "plan"
@@ -52,37 +55,73 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar (there is none where stderr is not a terminal)",
+    )
     db_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
     """The plan of every problem on the local GPU, else compile-only for --target (or the default
-    compile target where there is no GPU); reads the database only where one is named or exists."""
-    import json
+    compile target where there is no GPU); reads the database only where one is named or exists. A
+    progress bar on stderr names each phase as it starts (loading the spec, the target, planning)."""
+    import time
 
     from autotune.sweeps import SpecError, load_spec
-    from autotune.sweeps.estimate import makespan, plan_sweep
+    from autotune.sweeps.estimate import plan_sweep
 
+    start = time.perf_counter()
     check_workers(args)
     if args.gpus is not None and args.gpus < 1:
         raise CliError("--gpus must be at least 1")
+    bar = progress(None, args.no_progress, unit="problem", desc=f"loading {args.spec}", leave=False)
+
+    def planned(problem: Problem) -> None:
+        bar.set_postfix_str(problem_label(problem), refresh=False)
+        bar.update(1)
+
     try:
-        spec = load_spec(args.spec)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
-    target, compile_only = _target(args)
-    store = (
-        open_store(args.db)
-        if args.db or os.environ.get("AUTOTUNE_DB") or Path("autotune.db").exists()
-        else None
-    )
-    try:
-        rows = plan_sweep(spec, target, store=store, workers=args.workers, compile_only=compile_only)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
+        try:
+            spec = load_spec(args.spec)
+        except SpecError as exc:
+            raise CliError(str(exc)) from None
+        next_phase(bar, "target")
+        target, compile_only = _target(args)
+        store = (
+            open_store(args.db)
+            if args.db or os.environ.get("AUTOTUNE_DB") or Path("autotune.db").exists()
+            else None
+        )
+        next_phase(bar, "planning", len(spec.problems()))
+        try:
+            rows = plan_sweep(
+                spec, target, store=store, workers=args.workers, compile_only=compile_only, on_problem=planned
+            )
+        except SpecError as exc:
+            raise CliError(str(exc)) from None
+        finally:
+            if store is not None:
+                store.close()
     finally:
-        if store is not None:
-            store.close()
+        bar.close()
+    return _report(args, spec, target, compile_only, rows, time.perf_counter() - start)
+
+
+def _report(
+    args: argparse.Namespace,
+    spec: SweepSpec,
+    target: Target,
+    compile_only: bool,
+    rows: list[PlanRow],
+    elapsed: float,
+) -> int:
+    """The plan as a table (or one JSON document), with the time it took to make."""
+    import json
+
+    from autotune.sweeps.estimate import makespan
+
     total = sum(r.est_s for r in rows)
     if compile_only:
         gpus = 1
@@ -99,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             "est_s": round(total, 1),
             "gpus": gpus,
             "wall_s": round(wall, 1),
+            "plan_s": round(elapsed, 2),
             "problems": [r.to_dict() for r in rows],
         }
         print(json.dumps(doc, indent=2))
@@ -106,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
     kind = "compile-only sweep" if compile_only else "sweep"
     print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
     _print_rows(rows, total, wall, gpus, spec.layers())
+    print(f"planned in {elapsed:.1f} s")
     return EXIT_OK
 
 

@@ -16,8 +16,11 @@ from autotune.cli.common import (
     check_workers,
     compile_target,
     db_arg,
+    next_phase,
     no_gpu,
     open_store,
+    planned_spaces,
+    progress,
 )
 from autotune.engine.executors import EXECUTORS
 
@@ -153,44 +156,50 @@ def run(args: argparse.Namespace) -> int:
     from autotune.cli.sweep_spec import untuned_spec, with_profile_m
     from autotune.core.target import Target, TargetError, local_target
     from autotune.engine.executors import parse_gpus
-    from autotune.sweeps import SpecError, load_spec, plan
+    from autotune.sweeps import SpecError, load_spec
 
     budget_s = _check_flags(args)
     try:
         gpus = [args.device] if args.device is not None else parse_gpus(args.gpus)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    if args.spec is not None:
-        try:
-            spec = load_spec(args.spec)
-        except SpecError as exc:
-            raise CliError(str(exc)) from None
-        if args.profile_m is not None:
-            spec = with_profile_m(spec, args.profile_m)
-    compile_only = bool(args.target)
-    target: Target | None = None
-    if args.interpret:
-        target = Target.interpreter_target()
-    elif args.target:
-        target = compile_target(args.target)
-    elif args.executor != "ray":
-        try:
-            target = local_target(gpus[0] if gpus else 0)
-        except TargetError as exc:
-            if args.untuned is not None or not no_gpu() or args.executor != "local" or gpus:
+    where = f"loading {args.spec}" if args.spec is not None else "starting"
+    bar = progress(None, args.no_progress, desc=where, leave=False)  # imports, the spec, the GPU: seconds
+    note = ""
+    try:
+        if args.spec is not None:
+            try:
+                spec = load_spec(args.spec)
+            except SpecError as exc:
                 raise CliError(str(exc)) from None
-            target, compile_only = compile_target(DEFAULT_COMPILE_TARGET), True
-            print(
-                f"no GPU here: a compile-only sweep for {target.arch} ({target.name}); pass --target "
-                "to pick another, or --interpret to run the kernels in Triton's CPU interpreter"
-            )
+            if args.profile_m is not None:
+                spec = with_profile_m(spec, args.profile_m)
+        next_phase(bar, "target")
+        compile_only = bool(args.target)
+        target: Target | None = None
+        if args.interpret:
+            target = Target.interpreter_target()
+        elif args.target:
+            target = compile_target(args.target)
+        elif args.executor != "ray":
+            try:
+                target = local_target(gpus[0] if gpus else 0)
+            except TargetError as exc:
+                if args.untuned is not None or not no_gpu() or args.executor != "local" or gpus:
+                    raise CliError(str(exc)) from None
+                target, compile_only = compile_target(DEFAULT_COMPILE_TARGET), True
+                note = (
+                    f"no GPU here: a compile-only sweep for {target.arch} ({target.name}); pass --target "
+                    "to pick another, or --interpret to run the kernels in Triton's CPU interpreter"
+                )
+    finally:
+        bar.close()
+    if note:
+        print(note)
     if compile_only:
         assert target is not None
         spec = untuned_spec(args, target) if args.untuned is not None else spec
-        try:
-            planned = plan(spec, target)
-        except SpecError as exc:
-            raise CliError(str(exc)) from None
+        planned = planned_spaces(spec, target, args.no_progress)
         return predict(args, spec, open_store(args.db), target, len(planned))
     return measure(args, spec if args.spec is not None else None, target, gpus, budget_s)
 

@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_INTERRUPTED, EXIT_OK, CliError, open_store, progress
+from autotune.cli.common import EXIT_INTERRUPTED, EXIT_OK, CliError, open_store, planned_spaces, progress
 from autotune.cli.tables import fmt_us, print_table, problem_label, with_layers
 
 if TYPE_CHECKING:
@@ -40,7 +40,6 @@ def measure(
     from autotune.cli.sweep_spec import untuned_spec, with_profile_m
     from autotune.engine.executors import make_workers, sweep_log
     from autotune.engine.workers import WorkerError
-    from autotune.sweeps import SpecError, plan
 
     stem = _log_stem(args.log_dir, spec.name if spec else "untuned")
     log_file = None if stem is None else stem.with_suffix(".log")
@@ -64,10 +63,7 @@ def measure(
                 spec = untuned_spec(args, target)
                 if args.profile_m is not None:
                     spec = with_profile_m(spec, args.profile_m)
-            try:
-                planned = plan(spec, target)
-            except SpecError as exc:
-                raise CliError(str(exc)) from None
+            planned = planned_spaces(spec, target, args.no_progress)
             store = open_store(args.db)
             where = f"{len(workers)} workers ({args.executor})" if len(workers) > 1 else str(target)
             print(f"sweep {spec.name!r}: {len(planned)} problems on {where}; database {store.display_url}")
@@ -206,8 +202,11 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
         p = report.problem
         bar.set_postfix_str(f"{p.M}x{p.N}x{p.K}: {report.ran} compiled", refresh=False)
 
+    def on_step(problem: Problem, step: str) -> None:
+        bar.set_postfix_str(f"{problem_label(problem)}: {step}")  # drawn now: a compile takes seconds
+
     with store, StaticChecker(target, spec.static, store=store, workers=args.workers) as checker:
-        report = predict_sweep(spec, store, checker, on_problem=on_problem)
+        report = predict_sweep(spec, store, checker, on_problem=on_problem, on_step=on_step)
     bar.close()
     print_sweep_report(report, spec.layers())
     if report.interrupted:

@@ -10,6 +10,7 @@ of subtrees, without visiting their configs.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -277,12 +278,34 @@ class _Tree:
     # -- counting ----------------------------------------------------------------------------------
 
     def counts(self) -> tuple[int, dict[int, int]]:
-        """(valid points, points pruned by each constraint index)."""
+        """(valid points, points pruned by each constraint index). Subspaces whose knobs and constraint
+        tables are equal (the same kernel at nearby M, say) count alike: counted once per process."""
         if self._counts is None:
-            m = len(self.sub.constraints)
-            self._counts = self._enter(0, m, [])
-            self.memo.clear()
+            key = self._fingerprint()
+            known = None if key is None else _COUNTED.get(key)
+            if known is None:
+                known = self._enter(0, len(self.sub.constraints), [])
+                self.memo.clear()
+                if key is not None:
+                    with _COUNTED_LOCK:
+                        if len(_COUNTED) >= _COUNTED_MAX:
+                            _COUNTED.pop(next(iter(_COUNTED)))
+                        _COUNTED[key] = known
+            self._counts = known
         return self._counts
+
+    def _fingerprint(self) -> tuple[Any, ...] | None:
+        """What the counts depend on: the knobs' values and every constraint's table (None where a
+        constraint is decided on whole configs, or its table holds an error)."""
+        tables = []
+        for constraint, key, table in zip(self.sub.constraints, self.keys, self.tables, strict=True):
+            if constraint.knobs is None:
+                return None
+            results = tuple(table.values())
+            if not all(r is True or r is False for r in results):
+                return None
+            tables.append((key, results))
+        return (tuple(self.names), tuple(self.values), tuple(tables))
 
     def _enter(self, depth: int, bound: int, assigned: list[Value]) -> tuple[int, dict[int, int]]:
         """`assigned` holds the first `depth` parameters and passes every constraint below `bound`
@@ -378,6 +401,12 @@ class _Tree:
 
 def _no_key(_: Sequence[Value]) -> tuple[()]:
     return ()
+
+
+#: Counts of subspaces by `_Tree._fingerprint`, oldest dropped first beyond _COUNTED_MAX.
+_COUNTED: dict[tuple[Any, ...], tuple[int, dict[int, int]]] = {}
+_COUNTED_MAX = 4096
+_COUNTED_LOCK = threading.Lock()
 
 
 class SearchSpace:

@@ -16,6 +16,9 @@ from autotune.engine.bench import BenchSettings
 from autotune.sweeps.errors import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from autotune.core.space import SearchSpace
     from autotune.db import Store
     from autotune.sweeps.spec import SweepSpec
 
@@ -72,8 +75,10 @@ def plan_sweep(
     workers: int | None = None,
     compile_only: bool = False,
     settings: BenchSettings | None = None,
+    on_problem: Callable[[Problem], None] | None = None,
 ) -> list[PlanRow]:
-    """Every problem of `spec` on `target` with its estimated duration (SpecError for a bad backend).
+    """Every problem of `spec` on `target` with its estimated duration (SpecError for a bad backend);
+    `on_problem` is called as each problem is planned.
 
     Measured sweeps: each config costs the larger of its measurement (the cost model's time for the
     kernel, timed as the settings say; a config the model puts over `settings.race` times the problem's
@@ -84,32 +89,28 @@ def plan_sweep(
     from autotune.core.op import kernel_versions
     from autotune.engine.model import predict_us
 
-    plan(spec, target)  # the clear errors first
     settings = settings or BenchSettings()
     cores = max(1, workers or os.cpu_count() or 1)
     compile_s = COMPILE_S.get(target.vendor, 1.0)
     flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
+    spaces = _spaces(spec, target, on_problem)  # every problem's, so that a bad backend fails first
     rows: list[PlanRow] = []
-    for entry, problem in spec.problems():
+    for (entry, problem), space in zip(spec.problems(), spaces, strict=True):
         op = entry.op_for(problem)
-        try:
-            space = op.space(problem, target, entry.backends)
-        except ValueError as exc:  # pragma: no cover - plan() above raised already
-            raise SpecError(str(exc)) from None
-        configs = space.configs()
+        valid = len(space)
         kernels = kernel_versions(op, space.backends)
         source = Source.MODEL if compile_only else Source.MEASURED
         stored = (
             store.finished(target=target, problem=problem, kernels=kernels, source=source) if store else {}
         )
         if compile_only:
-            n = min(len(configs), spec.static.candidates * PREDICT_ROUNDS)
+            n = min(valid, spec.static.candidates * PREDICT_ROUNDS)
             done = n if stored else 0
             est = 0.0 if stored else n * compile_s / cores
-            rows.append(PlanRow(problem, len(space), space.raw_size(), n, done, est))
+            rows.append(PlanRow(problem, valid, space.raw_size(), n, done, est))
             continue
-        n = min(len(configs), entry.budget.trials or len(configs))
-        todo = [c for c in configs[:n] if c.digest() not in stored]
+        n = min(valid, entry.budget.trials or valid)
+        todo = [c for c in space.head(n) if c.digest() not in stored]
         est = 0.0
         predicted = [predict_us(problem, config, target) for config in todo]
         best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
@@ -125,7 +126,7 @@ def plan_sweep(
             est += max(measure, compile_s / cores if compiles else 0.0)
         if entry.budget.seconds is not None:
             est = min(est, entry.budget.seconds)
-        rows.append(PlanRow(problem, len(space), space.raw_size(), n, n - len(todo), est))
+        rows.append(PlanRow(problem, valid, space.raw_size(), n, n - len(todo), est))
     return rows
 
 
@@ -141,9 +142,19 @@ def makespan(durations: list[float], workers: int) -> float:
     return max(loads) if durations else 0.0
 
 
-def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
-    """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend."""
+def plan(
+    spec: SweepSpec, target: Target, on_problem: Callable[[Problem], None] | None = None
+) -> list[tuple[Problem, int, int]]:
+    """(problem, valid configs, raw configs) for every problem; SpecError for an unknown backend.
+    `on_problem` is called as each problem's space is built and counted."""
+    spaces = _spaces(spec, target, on_problem)
+    return [(p, len(s), s.raw_size()) for (_, p), s in zip(spec.problems(), spaces, strict=True)]
 
+
+def _spaces(
+    spec: SweepSpec, target: Target, on_problem: Callable[[Problem], None] | None
+) -> list[SearchSpace]:
+    """Every problem's space on `target`, counted (SpecError for an unknown backend)."""
     out = []
     for entry, problem in spec.problems():
         op = entry.op_for(problem)
@@ -151,5 +162,8 @@ def plan(spec: SweepSpec, target: Target) -> list[tuple[Problem, int, int]]:
             space = op.space(problem, target, entry.backends)
         except ValueError as exc:
             raise SpecError(f"{spec.path}: {exc}") from None
-        out.append((problem, len(space), space.raw_size()))
+        len(space)  # counted here: the time a caller's progress shows
+        out.append(space)
+        if on_problem is not None:
+            on_problem(problem)
     return out

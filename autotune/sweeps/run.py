@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -630,6 +631,7 @@ def predict_sweep(
     keep: int = 5,
     on_trial: TrialCallback | None = None,
     on_problem: Callable[[ProblemReport], None] | None = None,
+    on_step: Callable[[Problem, str], None] | None = None,
 ) -> SweepReport:
     """The compile-only sweep: every problem of `spec` on the checker's target, no GPU needed.
 
@@ -637,7 +639,8 @@ def predict_sweep(
     all CPU cores, the static checks prune (stored as `pruned` with the reason) and the `keep` best
     survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
     never mixed with measurements. A problem already predicted for this target and kernel version is
-    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted".
+    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of
+    a problem as it starts (`check_problem`'s).
     """
     from autotune.core.op import kernel_versions
     from autotune.core.result import Source
@@ -672,6 +675,7 @@ def predict_sweep(
                     candidates=spec.static.candidates,
                     keep=keep,
                     backends=entry.backends,
+                    on_step=None if on_step is None else functools.partial(on_step, problem),
                 )
                 best = found.best(keep)
                 if found.vendor is not None and found.vendor not in best:

@@ -235,8 +235,11 @@ def load_spec(path: str | Path) -> SweepSpec:
     """Reads and validates a spec file, or a spec that ships with the package named without its folder
     and ".toml" (`smoke`, `llama3-8b`) where no such file exists here; SpecError on any problem."""
     p = Path(path)
-    if not p.exists() and p.parent == Path(".") and (EMBEDDED / p.with_suffix(".toml").name).is_file():
-        p = EMBEDDED / p.with_suffix(".toml").name
+    if not p.exists() and p.parent == Path("."):
+        # the name with ".toml" added, not put in place of a "suffix": a name may hold dots (llama-3.1-70b)
+        named = EMBEDDED / (p.name if p.name.endswith(".toml") else f"{p.name}.toml")
+        if named.is_file():
+            p = named
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
