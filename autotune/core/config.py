@@ -35,6 +35,14 @@ class Config(Mapping[str, Value]):
         self._hash = hash(self._canonical)
 
     @classmethod
+    def of_sorted(cls, items: dict[str, Value], canonical: str) -> Config:
+        """The config of `items`, already checked and sorted by name, whose canonical form the caller
+        built as `canonical()` would: for a search space listing many configs of the same knobs."""
+        config = cls.__new__(cls)
+        config._items, config._canonical, config._hash = items, canonical, hash(canonical)
+        return config
+
+    @classmethod
     def from_json(cls, text: str) -> Config:
         data = json.loads(text)
         if not isinstance(data, dict):

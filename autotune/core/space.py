@@ -10,6 +10,7 @@ of subtrees, without visiting their configs.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,11 +129,31 @@ class SubSpace:
         firsts = self._firsts()
         yield from firsts
         seen = set(firsts)
-        names, backend = tree.names, self.backend
-        for values in tree.valid():
-            d: dict[str, Value] = dict(zip(names, values, strict=True))
-            d["backend"] = backend
-            config = Config(d)
+        for name, values in [("backend", [self.backend]), *self.params.items()]:
+            for v in values:
+                Config({name: v})  # TypeError for a name or value no config holds, as a config would say
+        # per name in sorted order: the knob's position (-1: the backend) and, per value, the value and
+        # its piece of the canonical JSON
+        columns = sorted([(n, i) for i, n in enumerate(tree.names) if n != "backend"] + [("backend", -1)])
+        pieces = [
+            (
+                name,
+                i,
+                [
+                    (v, f"{json.dumps(name)}:{json.dumps(v)}")
+                    for v in (tree.values[i] if i >= 0 else [self.backend])
+                ],
+            )
+            for name, i in columns
+        ]
+        for index in tree.valid():
+            items: dict[str, Value] = {}
+            parts = []
+            for name, i, column in pieces:
+                value, piece = column[index[i] if i >= 0 else 0]
+                items[name] = value
+                parts.append(piece)
+            config = Config.of_sorted(items, "{" + ",".join(parts) + "}")
             if not seen or config not in seen:
                 yield config
 
@@ -353,9 +374,9 @@ class _Tree:
 
     # -- listing -----------------------------------------------------------------------------------
 
-    def valid(self) -> Iterator[tuple[Value, ...]]:
-        """The valid points of the product, in its order: a depth-first walk that enters a value only
-        where the constraints decided at its level allow it."""
+    def valid(self) -> Iterator[tuple[int, ...]]:
+        """The valid points of the product, in its order, as the index of each knob's value: a
+        depth-first walk that enters a value only where the constraints decided at its level allow it."""
         m, n = len(self.sub.constraints), len(self.names)
         if self._failing(0, m, []) != m:
             return
@@ -377,7 +398,7 @@ class _Tree:
             if at_level[depth + 1] and failing(depth + 1, m, assigned) != m:
                 index[depth] = i + 1
             elif depth == n - 1:
-                yield tuple(assigned)
+                yield tuple(index)
                 index[depth] = i + 1
             else:
                 depth += 1

@@ -10,9 +10,16 @@ from collections.abc import Mapping
 import pytest
 
 from autotune import Config, Problem, Target
+from autotune.core import space as space_module
 from autotune.core.config import Value
 from autotune.core.registry import get_op
 from autotune.core.space import Constraint, SearchSpace, SubSpace
+
+
+@pytest.fixture(autouse=True)
+def _count_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test counts its spaces itself, not from those counted earlier in the process."""
+    monkeypatch.setattr(space_module, "_COUNTED", {})
 
 
 def _brute(sub: SubSpace) -> tuple[list[Config], dict[str, int], list[tuple[dict[str, Value], str | None]]]:
@@ -46,7 +53,11 @@ def _agrees(space: SearchSpace, walk: bool = True) -> None:
         fresh = SearchSpace([SubSpace(sub.backend, sub.params, sub.constraints, sub.first)])
         assert len(fresh) == len(valid), sub.backend  # counted before anything is listed
         assert fresh.prune_summary() == counts, sub.backend
-        assert list(fresh.configs()) == valid, sub.backend
+        listed = fresh.configs()
+        assert list(listed) == valid, sub.backend
+        assert [(list(c.items()), c.canonical(), hash(c)) for c in listed] == [
+            (list(c.items()), c.canonical(), hash(c)) for c in valid
+        ]
         if walk:
             assert [(dict(v), b and b.name) for v, b in sub.walk()] == points, sub.backend
         expected += valid
@@ -142,3 +153,15 @@ def test_counting_lists_nothing() -> None:
     fresh = SearchSpace([SubSpace(s.backend, s.params, s.constraints, s.first) for s in space.subspaces])
     assert len(fresh) == len(space.configs()) and fresh.prune_summary() == space.prune_summary()
     assert fresh._valid is None and all(s._search().configs is None for s in fresh.subspaces)
+
+
+def test_subspaces_with_equal_tables_are_counted_once() -> None:
+    def fresh(m: int) -> SubSpace:
+        s = get_op("gemm").space(Problem.gemm(m, 4096, 4096), SM90).subspace("triton")
+        return SubSpace(s.backend, s.params, s.constraints, s.first)
+
+    twelve, sixteen = fresh(12), fresh(16)  # one row of tiles of at least 16 rows either way
+    assert twelve.size() == sixteen.size()
+    assert sixteen._search().counts() is twelve._search().counts()  # counted once
+    valid, counts, _ = _brute(sixteen)
+    assert sixteen.size() == len(valid) and sixteen.prune_counts() == counts
