@@ -77,7 +77,8 @@ def layers(sample: bool) -> list[Layer]:
         for _, p in spec.problems():
             moe = p.op == "moe"
             key = (moe, p.N, p.K, p.E if moe else 0, p.topk if moe else 0, p.dtype_b if moe else None)
-            label = f"{name}: {labels.get(p, p.op)}"
+            shape = f"{p.N}x{p.K}" + (f" E{p.E} top{p.topk}" if moe else "")
+            label = f"{name}: {labels.get(p, shape)}"
             found.setdefault(key, (label, set()))[1].add(p.M)
     out = []
     for (moe, n, k, e, topk, wdtype), (label, ms) in found.items():
