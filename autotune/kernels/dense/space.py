@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
+from autotune.core.registry import get_op
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
@@ -454,9 +455,7 @@ def gemm_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config for shapes nobody tuned: the first of `gemm_default_candidates` whose binary
     passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
     the GEMM's space."""
-    from autotune.kernels.dense.op import GEMM
-
-    return first_passing(GEMM, problem, target, _candidates(problem, target))
+    return first_passing(get_op(problem.op), problem, target, _candidates(problem, target))
 
 
 #: Up to this M the NVIDIA default is the GEMV kernel: it beats cuBLAS and the pointer kernel's default at

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, next_pow2
+from autotune.core.registry import get_op
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
@@ -264,6 +265,4 @@ def moe_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config for shapes nobody tuned: the first of `moe_default_candidates` whose binary
     passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
     the MoE's space."""
-    from autotune.kernels.moe.op import MOE
-
-    return first_passing(MOE, problem, target, moe_default_candidates(problem, target))
+    return first_passing(get_op(problem.op), problem, target, moe_default_candidates(problem, target))

@@ -37,6 +37,7 @@ from functools import cache, lru_cache
 from autotune.core.backend import Backend, Backends
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
+from autotune.core.registry import get_op
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
@@ -226,10 +227,7 @@ def quant_default_config(problem: Problem, target: Target) -> Config:
     """The heuristic config of a quantized GEMM: the first of `quant_default_candidates` whose binary
     passes the static checks on `target` (`autotune.engine.verdicts.first_passing`). Always a member of
     its space."""
-    from autotune.kernels.quant.op import QUANT_GEMMS
-
-    op = QUANT_GEMMS[problem.op]
-    return first_passing(op, problem, target, _candidates(problem, target))
+    return first_passing(get_op(problem.op), problem, target, _candidates(problem, target))
 
 
 def _rule_picks(problem: Problem, target: Target) -> list[Config]:
