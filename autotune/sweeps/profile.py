@@ -295,9 +295,9 @@ def family_plan(
 ) -> tuple[Plan, int]:
     """`job`'s plan, and how many candidates were left out for being outside the op's space at their M.
     The heuristic default at an M is its rule's pick (`default_candidates`' first), not `default_config`:
-    that one compiles its candidates to check them, one after another in this process, before the first
-    timing (41 s of a 20-family profile on an H100); `profile_family`'s compiler checks the pick alongside
-    the other candidates instead."""
+    that one compiles its candidates to check them, one after another in this process, and every family's
+    plan is made before the first timing; `profile_family`'s compiler checks the pick alongside the other
+    candidates instead, on its processes."""
     from autotune.core.op import kernel_versions
 
     op = job.op
