@@ -80,10 +80,16 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         for arch in ARCHS
     }
     out: dict[str, Any] = {}
-    for arch, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=600)
-        assert proc.returncode == 0, stderr[-3000:]
-        out[arch] = json.loads(stdout.strip().splitlines()[-1])
+    try:
+        for arch, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-3000:]
+            out[arch] = json.loads(stdout.strip().splitlines()[-1])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return out
 
 
