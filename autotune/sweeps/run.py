@@ -474,6 +474,7 @@ def _run_on_workers(
             t0 = time.perf_counter()
             if checker is not None:  # every family's compiles queued at once, in order: the first ones first
                 target = workers[0].target
+                _warm_defaults([job for job, _ in profile_jobs], target, checker)
                 profile_jobs = [
                     (job, family_plan(job, store=store, target=target)) for job, _ in profile_jobs
                 ]
@@ -488,6 +489,23 @@ def _run_on_workers(
     finally:
         if one_thread:
             workers[0].close()
+
+
+def _warm_defaults(jobs: Sequence[FamilyProfile], target: Target, checker: StaticChecker) -> None:
+    """Checks the heuristic default's first candidate at every ladder M of `jobs` on the compile pool, all
+    at once (`Verdicts.warm`): the profile's plan builds the search space of every M, whose first config
+    is the checked default, and this process would compile those one after another."""
+    from autotune.engine.verdicts import verdicts
+
+    for job in jobs:
+        items = []
+        for M in job.ladder:
+            problem = job.buckets[0].with_m(M)
+            try:
+                items.append((problem, next(iter(job.op.default_candidates(problem, target)))))
+            except (ValueError, StopIteration):
+                continue
+        verdicts().warm(job.op, items, target, checker.pool.submit)
 
 
 def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
