@@ -437,7 +437,10 @@ def _stored(db: Path) -> list[tuple[Any, ...]]:
 def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C on a running `autotune sweep`: exit 130, every stored trial whole, the sweep marked
     interrupted; running again reads the stored trials back instead of re-running them."""
-    spec = write(tmp_path / "big.toml", BIG)
+    # 32 problems of 10 trials: far more than a loaded machine finishes between the third stored trial
+    # and the signal (8 problems were, once)
+    many_m = str(list(range(1, 33)))
+    spec = write(tmp_path / "big.toml", BIG.replace("[1, 2, 3, 4, 5, 6, 7, 8]", many_m))
     db = tmp_path / "a.db"
     env = dict(os.environ, TRITON_INTERPRET="1")
     cmd = [
@@ -478,7 +481,7 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.Capture
     for _id, _m, _hash, status, time_us, method in after:
         assert status in statuses
         assert status != "ok" or (time_us is not None and time_us > 0 and method == "wallclock")
-    assert len(after) < 80
+    assert len(after) < 320
     with Store(str(db)) as store:
         assert store.summary().sweeps_by_status == {"interrupted": 1}
 
