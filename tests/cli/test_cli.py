@@ -437,8 +437,8 @@ def _stored(db: Path) -> list[tuple[Any, ...]]:
 def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C on a running `autotune sweep`: exit 130, every stored trial whole, the sweep marked
     interrupted; running again reads the stored trials back instead of re-running them."""
-    # 32 problems of 10 trials: far more than a loaded machine finishes between the third stored trial
-    # and the signal (8 problems were, once)
+    # 32 problems of 10 trials: more than a loaded machine finishes between the third stored trial and
+    # the signal
     many_m = str(list(range(1, 33)))
     spec = write(tmp_path / "big.toml", BIG.replace("[1, 2, 3, 4, 5, 6, 7, 8]", many_m))
     db = tmp_path / "a.db"
@@ -454,9 +454,12 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.Capture
         str(db),
         "--no-progress",
     ]
+    # A test run started in the background (`cmd &` in a script) inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler: the sweep gets Ctrl-C's default handling back first.
     proc = subprocess.Popen(
-        cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         seen: list[tuple[Any, ...]] = []
         deadline = time.monotonic() + 120
