@@ -23,6 +23,9 @@ if not HAS_GPU:
 # A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
 # (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
 os.environ["AUTOTUNE_UNTUNED_LOG"] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "untuned.jsonl")
+# The heuristic defaults' compiled verdicts (processes that compile: no interpreter) likewise go to a folder
+# of the session's own, never the user's (~/.cache/autotune/verdicts).
+os.environ["AUTOTUNE_VERDICT_CACHE"] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "verdicts")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
