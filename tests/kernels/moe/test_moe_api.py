@@ -50,7 +50,8 @@ def test_align_fixed_reads_nothing_back() -> None:
     """On the meta device there is no data: sizes come from the shapes alone, so no host sync can hide."""
     ids = torch.empty(5, 2, dtype=torch.int32, device="meta")
     sorted_ids, expert_ids, padded = align_fixed(ids, 16, 8)
-    assert padded == fixed_padded(10, 8, 16) == 144 and sorted_ids.shape == (144,) and expert_ids.shape == (9,)
+    assert padded == fixed_padded(10, 8, 16) == 144
+    assert sorted_ids.shape == (144,) and expert_ids.shape == (9,)
     assert sorted_ids.is_meta and expert_ids.is_meta
 
 
@@ -118,7 +119,7 @@ def test_an_untuned_shape_runs_the_default_and_is_logged(monkeypatch: pytest.Mon
 def test_inplace_out_and_workspaces_kept_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.kernels.moe import api
 
-    args, kw, problem = _case(6, 4, 32, 64, 2)
+    args, _, problem = _case(6, 4, 32, 64, 2)
     _serve(monkeypatch, problem, _config(0))
     api._workspaces.clear()
     want = moe_reference(*args)
