@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 from .aiter_gemm import AITER_GEMM_KINDS, OUR_LIBTYPE_PREFIX, GemmKind, config_name, fp8_column, kind_for_op
+from .files import write_atomically
 from .records import Winner
 from .store import Store, StoreError
 
@@ -114,16 +114,14 @@ def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = No
     for kind, winners in tables.values():
         winners.sort(key=lambda w: (w.gpu.arch, w.gpu.target.cu_count, w.problem.N, w.problem.K, w.problem.M))
         path = out / kind.file
-        tmp = path.with_name(f".{kind.file}.tmp")
-        try:
+
+        def write(tmp: Path, kind: GemmKind = kind, winners: list[Winner] = winners) -> None:
             with tmp.open("w", newline="") as f:
                 writer = csv.DictWriter(f, fieldnames=kind.columns, lineterminator="\n")
                 writer.writeheader()
                 writer.writerows(aiter_row(kind, w) for w in winners)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+        write_atomically(path, write)
         logger.info("wrote %d rows to %s", len(winners), path)
         written.append(path)
     return written

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -12,6 +13,7 @@ import pandas as pd
 
 from autotune.core.result import Source
 
+from .files import write_atomically
 from .records import GpuRecord, Winner
 from .store import Store, StoreError
 
@@ -169,13 +171,7 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
         columns = [*BASE_COLUMNS, *cfg_columns, *TAIL_COLUMNS]
         frame = pd.DataFrame(rows, columns=columns, dtype=object)
         path = out / name
-        tmp = path.with_name(f".{name}.tmp")
-        try:
-            frame.to_csv(tmp, index=False)
-            os.replace(tmp, path)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        write_atomically(path, functools.partial(frame.to_csv, index=False))
         logger.info("wrote %d rows to %s", len(rows), path)
         written.append(path)
     return written

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import Problem
 from autotune.core.result import Source, TrialStatus
 
+from .files import write_atomically
 from .foreign import InteropError
 from .records import GpuRecord, TrialRecord
 from .store import Store, StoreError
@@ -203,15 +203,11 @@ def _plan(
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    def write(tmp: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tmp.open("w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        tmp.write_text(text, encoding="utf-8", newline="\n")
+
+    write_atomically(path, write)
 
 
 def export_vllm(

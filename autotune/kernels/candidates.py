@@ -12,12 +12,13 @@ core into a config with its own rule (GROUP_M, split-K, AMD knobs, ...) and keep
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from autotune.core.config import Config, Value
+from autotune.core.space import SubSpace
 
-__all__ = ["Core", "built", "candidates", "safer_cores", "unique"]
+__all__ = ["Core", "built", "candidates", "safer_cores", "space_ladder", "unique"]
 
 
 class Core(NamedTuple):
@@ -108,3 +109,20 @@ def candidates(
 ) -> tuple[Config, ...]:
     """`first`, then the configs `built` from `cores`, without repeats."""
     return tuple(unique(itertools.chain(first, built(cores, build, warps))))
+
+
+def space_ladder(
+    core: Core, params: Mapping[str, Sequence[Value]], sub: SubSpace, make: Callable[[Core], Config]
+) -> Iterator[Config]:
+    """The configs `make` builds from `core`'s safer cores (`safer_cores` over the BLOCK_M, BLOCK_N,
+    BLOCK_K, num_warps and num_stages values of `params`) that are configs of `sub`; lazily, in order."""
+
+    def build(c: Core) -> Config | None:
+        config = make(c)
+        return config if sub.check(config) is None else None
+
+    cores = safer_cores(
+        core, rows=params["BLOCK_M"], cols=params["BLOCK_N"], k_tiles=params["BLOCK_K"],
+        warps=params["num_warps"], stages=params["num_stages"],
+    )  # fmt: skip
+    return built(cores, build, params["num_warps"])

@@ -12,7 +12,7 @@ from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.model import GEMV_PARTIALS
 from autotune.engine.verdicts import first_passing
-from autotune.kernels.candidates import Core, built, safer_cores, unique
+from autotune.kernels.candidates import Core, space_ladder, unique
 from autotune.kernels.dense.geometry import (
     GEMV_ROWS,
     MIN_TILE,
@@ -616,16 +616,8 @@ def _pointer_candidates(problem: Problem, target: Target) -> Iterator[Config]:
         return
     params = triton_params(target)
     sub = SubSpace("triton", params, _constraints(problem, target))
-
-    def build(core: Core) -> Config | None:
-        config = _pointer_config(problem, target, core)
-        return config if sub.check(config) is None else None
-
-    cores = safer_cores(
-        _pointer_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
-        k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
-    )  # fmt: skip
-    yield from built(cores, build, params["num_warps"])
+    core = _pointer_core(problem, target)
+    yield from space_ladder(core, params, sub, lambda c: _pointer_config(problem, target, c))
 
 
 def fit_to_space(

@@ -30,7 +30,10 @@ import torch
 
 from autotune.core.problem import Problem
 from autotune.core.target import Target
+from autotune.kernels.dense.api import _running
+from autotune.kernels.moe.op import MOE
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs
+from autotune.kernels.moe.routing import align_fixed
 from autotune.kernels.serve import served_config
 
 __all__ = ["WORKSPACES", "fused_moe"]
@@ -87,8 +90,7 @@ def _buffers(key: tuple[Any, ...] | None) -> Any:
 
 def _check_ids(topk_ids: torch.Tensor, E: int) -> None:
     if topk_ids.numel():
-        lo, hi = torch.aminmax(topk_ids)
-        lo_, hi_ = int(lo), int(hi)
+        lo_, hi_ = torch.stack(torch.aminmax(topk_ids)).tolist()  # one read back
         if lo_ < 0 or hi_ >= E:
             raise ValueError(f"topk_ids out of range [0, {E}): min {lo_}, max {hi_}")
 
@@ -113,10 +115,7 @@ def fused_moe(
     Returns (M, K) in hidden_states' dtype: written into `out` when given (contiguous, that shape and
     dtype), into hidden_states with `inplace`, else a new tensor. ValueError for bad input, before any
     launch."""
-    from autotune.kernels.dense.api import _running
-    from autotune.kernels.moe.kernel import fused_moe as run_kernel
-    from autotune.kernels.moe.op import MOE
-    from autotune.kernels.moe.routing import align_fixed
+    from autotune.kernels.moe.kernel import fused_moe as run_kernel  # imports triton: on first call
 
     if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
         raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")

@@ -87,18 +87,7 @@ def _quantize_e2m1(x, ROWS: tl.constexpr, COLS: tl.constexpr):
     s = tl.minimum(tl.maximum(biased - 2, 0), 254)
     inv = ((254 - s) << 23).to(tl.float32, bitcast=True)  # 2^(127 - s), exact
     y = tl.reshape(g * inv[:, :, None], (ROWS, COLS))
-    a = tl.abs(y)
-    code = (
-        (a > 0.25).to(tl.int32)
-        + (a >= 0.75).to(tl.int32)
-        + (a > 1.25).to(tl.int32)
-        + (a >= 1.75).to(tl.int32)
-        + (a > 2.5).to(tl.int32)
-        + (a >= 3.5).to(tl.int32)
-        + (a > 5.0).to(tl.int32)
-    )
-    code = code | tl.where(y < 0, 8, 0)
-    return code.to(tl.uint8), s.to(tl.uint8)
+    return _e2m1_code(y).to(tl.uint8), s.to(tl.uint8)
 
 
 @triton.jit

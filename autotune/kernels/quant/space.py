@@ -41,7 +41,7 @@ from autotune.core.registry import get_op
 from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
-from autotune.kernels.candidates import Core, built, safer_cores, unique
+from autotune.kernels.candidates import Core, space_ladder, unique
 from autotune.kernels.dense.space import _constraints as _dense_constraints
 from autotune.kernels.dense.space import (
     _gemv_constraints,
@@ -449,16 +449,8 @@ def _triton_candidates(problem: Problem, target: Target) -> Iterator[Config]:
         return
     params = quant_triton_params(problem.op, target)
     sub = SubSpace("triton", params, _constraints(problem, target))
-
-    def build(core: Core) -> Config | None:
-        config = _triton_config(problem, target, core)
-        return config if sub.check(config) is None else None
-
-    cores = safer_cores(
-        _triton_core(problem, target), rows=params["BLOCK_M"], cols=params["BLOCK_N"],
-        k_tiles=params["BLOCK_K"], warps=params["num_warps"], stages=params["num_stages"],
-    )  # fmt: skip
-    yield from built(cores, build, params["num_warps"])
+    core = _triton_core(problem, target)
+    yield from space_ladder(core, params, sub, lambda c: _triton_config(problem, target, c))
 
 
 def tma_runs(op: str, target: Target) -> bool:
