@@ -1,174 +1,248 @@
-"""Fused-MoE benchmark (GPU): tune real models' MoE layers, then measure side by side in one run.
+"""Fused MoE served at every ladder M (GPU): sweep real models' MoE layers as the README says, emit the
+table, and time at every M of the serving ladder, in one run, three calls of the run-time entry point
+`autotune.kernels.fused_moe` on the same inputs:
 
-Per problem: our tuned config (the sweep's best Triton config; with --final-rounds, default 3, each
-search's two fastest configs are timed again head to head and the faster is taken), the config vLLM
-ships for this GPU and (E, N) (the file's closest M bucket, as vLLM picks it) run through our kernel,
-the config vLLM falls back to where it has no file (`autotune.db.vllm.fallback_config`) run through our
-kernel, our heuristic default, and the PyTorch baseline (a loop over experts with torch matmuls), in µs
-and TFLOP/s, timed in interleaved rounds by one Benchmarker (same method for all). Routing: uniform over
-the experts (the default) or skewed (--zipf).
+- `served`: the config the table serves at that M (either kernel structure, whichever the profile found
+  faster);
+- `vllm`: the config of vLLM's shipped file for this GPU and (E, N) at the file's closest M key (as vLLM
+  picks it), run in vLLM's kernel structure (`GATE_UP_FUSED=0`: the w1 GEMM over all 2N columns, then
+  SiLU·up as its own step);
+- `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_config`), in the
+  same structure.
 
-    python benchmarks/moe.py --db moe.db --vllm-configs DIR --out results/   # resumable tuning
-    python benchmarks/moe.py --phase measure ...                              # from a tuned database
+All three pay the same entry-point costs (routing alignment, workspaces), are timed as served (CUDA-graph
+replays over rotating inputs) in interleaved rounds, and each output is checked against the reference
+first. Routing is uniform over the experts (seeded).
 
-`--vllm-configs` is a folder holding vLLM's shipped config files (vllm/model_executor/layers/fused_moe/
-configs in a vLLM checkout); files are read, never copied into this project. Prints a short table last;
-details go to --out (moe.json).
+    python benchmarks/moe.py --vllm-configs DIR --out results/          # sweep, then measure
+    python benchmarks/moe.py --phase measure --vllm-configs DIR --out results/
+
+`--vllm-configs` is a folder holding vLLM's shipped config files (its fused_moe/configs folder); they are
+read, never copied into this project. Prints a short table last; every row goes to --out (moe.json).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import harness
 
 from autotune import Config, Problem
-from autotune.core.target import local_target
-from autotune.db import Store
+from autotune.core.ladder import serving_ladder
+from autotune.core.target import Target, local_target
 from autotune.db.vllm import fallback_config
-from autotune.engine.bench import Benchmarker, BenchSettings
-from autotune.engine.runner import Runner
-from autotune.engine.strategies import Budget
-from autotune.kernels.moe.op import MoeOp
+from autotune.engine.bench import Benchmarker, ServedTiming, interleaved_medians
+from autotune.kernels import served_config
+from autotune.kernels.moe.op import MOE
+from autotune.sweeps import load_spec
+from autotune.sweeps.verify import SERVED, VERIFY_SETTINGS
 
-#: CUDA-graph replay, as serving engines run MoE layers: the call's few small host-side ops (routing
-#: weights, FP8 activation quantization, the top-k sum) would otherwise be timed as GPU idle time.
-SETTINGS = BenchSettings(method="graph")
+if TYPE_CHECKING:
+    import torch
 
-# (model, deployment, E, N, K, topk, weights): MoE layers of real models, per rank.
-MODELS = [
-    ("mixtral-8x7b", "tp2", 8, 7168, 4096, 2, "bf16"),
-    ("qwen3-30b-a3b", "tp1", 128, 768, 2048, 8, "bf16"),
-    ("deepseek-v3", "tp16", 256, 128, 7168, 8, "fp8e4m3"),
-]
-MS = [1, 16, 64, 256, 1024, 4096]
+    from autotune.core.op import Inputs, Launch
+
+HERE = Path(__file__).resolve().parent
+CLI = [sys.executable, "-m", "autotune.cli"]
 VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+#: vLLM's kernel structure (gate/up over 2N columns, the activation apart) and no split-K.
+VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1}
 
 
-def problems(quick: bool) -> list[tuple[str, Problem]]:
-    ms = [1, 256] if quick else MS
-    out = []
-    for model, deploy, e, n, k, topk, weights in MODELS[: 1 if quick else None]:
-        for m in ms:
-            out.append((f"{model} {deploy}", Problem.moe(m, n, k, e, topk, "bf16", weights)))
-    return out
+class EntryCall(ServedTiming):
+    """The MoE timed as served through `autotune.kernels.fused_moe`: `SERVED` is the table's config, any
+    other config is passed as the call's `config`."""
+
+    def prepare(
+        self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
+    ) -> Launch:
+        from autotune.kernels import fused_moe
+        from autotune.kernels.served import served_launch
+
+        if config == SERVED:
+            return served_launch(self.op, problem, target, inputs, out)
+        x, w1, w2, weights, ids, w1s, w2s = inputs
+        block = None if w1s is None else [128, 128]
+
+        def launch() -> None:
+            fused_moe(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block, out=out,
+                      target=target, config=config)  # fmt: skip
+
+        return launch
 
 
-def vllm_config(folder: Path, problem: Problem, device_name: str) -> tuple[Config | None, str]:
-    """The config vLLM would use for `problem` on this GPU: its file's closest M key. (None, why) if no
-    file."""
-    dtype = ",dtype=fp8_w8a8,block_shape=[128,128]" if problem.dtype_b == "fp8e4m3" else ""
+def run(cmd: list[str], log: Path) -> tuple[int, str]:
+    """Runs `cmd`, appending its output to `log`; (exit code, output)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}\n{text}\n[exit {proc.returncode}, {time.perf_counter() - t0:.0f} s]\n")
+    return proc.returncode, text
+
+
+def vllm_file(folder: Path, problem: Problem, device_name: str) -> tuple[dict[int, Config], str]:
+    """vLLM's shipped configs for `problem`'s (E, N) on this GPU by M key, in vLLM's structure; ({}, why)
+    without a file."""
+    dtype = ",dtype=fp8_w8a8,block_shape=[128,128]" if problem.dtype_b.startswith("fp8") else ""
     name = f"E={problem.E},N={problem.N},device_name={device_name.replace(' ', '_')}{dtype}.json"
     path = folder / name
     if not path.is_file():
-        return None, f"no {name}"
-    table = {int(m): cfg for m, cfg in json.loads(path.read_text()).items()}
-    m = min(table, key=lambda key: abs(key - problem.M))
-    return Config(backend="triton", **{k: int(table[m][k]) for k in VLLM_KEYS}), f"{name} M={m}"
+        return {}, f"no {name}"
+    table = json.loads(path.read_text())
+    configs = {
+        int(m): Config(backend="triton", **{k: int(c[k]) for k in VLLM_KEYS}, **VLLM_STRUCTURE)
+        for m, c in table.items()
+    }
+    return configs, name
 
 
-def tune(
-    store: Store, op: MoeOp, todo: list[tuple[str, Problem]], trials: int, final_rounds: int = 3
-) -> None:
-    from autotune.core.static import StaticPolicy
-    from autotune.engine.checker import StaticChecker
+def closest(configs: dict[int, Config], M: int) -> Config:
+    """vLLM's pick: the config of the M key closest to M (the smaller on a tie)."""
+    return configs[min(configs, key=lambda key: (abs(key - M), key))]
 
-    target = local_target()
-    bench = Benchmarker(op, target, settings=SETTINGS)
-    with StaticChecker(target, StaticPolicy(), store=store) as checker:
-        runner = Runner(store, target, bench, checker=checker, final_rounds=final_rounds)
-        for label, p in todo:
-            t0 = time.perf_counter()
-            report = runner.tune(op, p, strategy="optuna", budget=Budget(trials=trials), backends=("triton",))
-            best = report.best.time_us if report.best else math.nan
-            print(f"tuned {label} M={p.M}: ran {report.ran} cached {report.cached} failed {report.failed} "
-                  f"static-pruned {sum(report.static_pruned.values())}, best {best:.1f} µs, "
-                  f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
+
+def precompile(families: list[tuple[Problem, tuple[int, ...], dict[int, Config]]], target: Target) -> None:
+    """The vLLM and fallback configs compiled on the compile pool ahead of timing (Triton's disk cache),
+    at an M of each of the kernels' specializations."""
+    from autotune.engine.compile import CompilePool
+
+    t0 = time.perf_counter()
+    jobs = 0
+    with CompilePool(target) as pool:
+        futures = []
+        for problem, ladder, shipped in families:
+            for M in sorted({1, 3, 16, 48, 512, max(ladder)}):
+                fp8 = problem.dtype_b.startswith("fp8")
+                configs = {Config(backend="triton", **fallback_config(M, problem.E, fp8), **VLLM_STRUCTURE)}
+                if shipped:
+                    configs.add(closest(shipped, M))
+                futures += [pool.submit(MOE, problem.with_m(M), c) for c in configs]
+        for f in futures:
+            jobs += 1
+            try:
+                f.result()
+            except Exception as exc:  # a config that fails to compile fails again when timed, with its status
+                print(f"precompile: {str(exc).splitlines()[0][:200]}", flush=True)
+    print(f"precompiled {jobs} (config, M) in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
 def measure(
-    store: Store, op: MoeOp, todo: list[tuple[str, Problem]], folder: Path | None, rounds: int
+    spec: Path, table_path: Path, folder: Path | None, rounds: int, max_m: int | None
 ) -> list[dict[str, Any]]:
+    from autotune.dispatch import Dispatcher, Table, install_dispatcher
+
     target = local_target()
-    bench = Benchmarker(op, target, settings=SETTINGS)
+    table = Table.load(table_path)
+    install_dispatcher(Dispatcher([table], device_key=target, untuned_log="/dev/null"))
+    families: dict[Problem, list[int]] = {}
+    for _, problem in load_spec(spec).problems():
+        families.setdefault(problem.with_m(1), []).append(problem.M)
+    todo = []
+    for family, tuned in families.items():
+        ladder = serving_ladder(max_m or max(tuned), tuned)
+        shipped, source = vllm_file(folder, family, target.name) if folder else ({}, "no folder")
+        print(f"{family}: {len(ladder)} M, vLLM file: {source}", flush=True)
+        todo.append((family, ladder, shipped))
+    precompile(todo, target)
+    bench = Benchmarker(EntryCall(MOE), target, settings=VERIFY_SETTINGS)
     rows = []
-    for label, p in todo:
-        best = harness.tuned_config(store, p, target.fingerprint(), ("triton",))
-        fallback = fallback_config(p.M, p.E, p.dtype_b == "fp8e4m3", rocm=target.is_amd)
-        variants = {
-            "default": op.default_config(p, target),
-            "torch": Config(backend="torch"),
-            "fallback": Config(backend="triton", **fallback),
-        }
-        if best is not None:
-            variants["tuned"] = best
-        source = "-"
-        if folder is not None:
-            shipped, source = vllm_config(folder, p, target.name)
-            if shipped is not None:
-                variants["vllm"] = shipped
-        row: dict[str, Any] = dict(model=label, M=p.M, N=p.N, K=p.K, E=p.E, topk=p.topk, weights=p.dtype_b)
-        row |= harness.side_by_side(bench, p, variants, rounds)
-        row |= dict(vllm_file=source, method=bench.method_for(p))
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+    for family, ladder, shipped in todo:
+        fp8 = family.dtype_b.startswith("fp8")
+        for M in ladder:
+            p = family.with_m(M)
+            variants = {
+                "served": SERVED,
+                "fallback": Config(backend="triton", **fallback_config(M, p.E, fp8), **VLLM_STRUCTURE),
+            }
+            if shipped:
+                variants["vllm"] = closest(shipped, M)
+            times = interleaved_medians(bench, p, variants, rounds)
+            row: dict[str, Any] = dict(family=str(family).replace(" M=1 ", " "), M=M, E=p.E, N=p.N, K=p.K,
+                                       topk=p.topk, weights=p.dtype_b,
+                                       served=served_config(MOE, p, target).short())  # fmt: skip
+            for name, (us, status) in times.items():
+                row[f"{name}_us"] = us if status == "ok" else math.nan
+                if status != "ok":
+                    row[f"{name}_status"] = status[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    """The short table: per problem the five variants, the tuned config's speed-ups and TFLOP/s; then the
-    geomeans against vLLM's shipped configs, our default and vLLM's fallback."""
-    table = []
-    vs_vllm, vs_fallback, vs_default = [], [], []
-    failed = []
+    """Per family: rows, geomean and lowest of vLLM's file time / served time and of the fallback's, rows
+    where the served call is slower than the file; then the worst rows."""
+    by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        kinds = ("tuned", "vllm", "fallback", "default", "torch")
-        t, v, f, d, base = (r.get(f"{k}_us", math.nan) for k in kinds)
-        failed += [f"{r['model']} M={r['M']} {k}: {why}" for k, why in r["status"].items() if why != "ok"]
-        flops = 6.0 * r["M"] * r["topk"] * r["N"] * r["K"]
-        vs_vllm.append(v / t)
-        vs_fallback.append(f / t)
-        vs_default.append(d / t)
-        table.append((r["model"], r["M"], t, v, f, d, base, v / t, f / t, d / t, flops / t / 1e6))
-    cols = ("model", "M", "tuned µs", "vLLM µs", "fallback µs", "default µs", "torch µs", "vs vLLM",
-            "vs fallback", "vs default", "TFLOP/s")  # fmt: skip
-    harness.print_table(cols, table, digits=(0, 0, 1, 1, 1, 1, 1, 3, 3, 3, 1))
-    for line in failed:
-        print(f"  not timed: {line}")
-    print(f"geomean: tuned vs vLLM's shipped configs {harness.geomean(vs_vllm):.3f}x (goal >= 1.0), "
-          f"vs our default {harness.geomean(vs_default):.3f}x (goal >= 1.25), "
-          f"vs vLLM's fallback without a file {harness.geomean(vs_fallback):.3f}x")  # fmt: skip
+        by.setdefault(r["family"], []).append(r)
+    table = []
+    everything: dict[str, list[float]] = {"vllm": [], "fallback": []}
+    for fam, rs in by.items():
+        cells: list[Any] = [fam, len(rs)]
+        for kind in ("vllm", "fallback"):
+            ratios = [r[f"{kind}_us"] / r["served_us"] for r in rs if r.get(f"{kind}_us", math.nan) > 0]
+            everything[kind] += ratios
+            cells += [harness.geomean(ratios), min(ratios, default=math.nan), sum(x < 1.0 for x in ratios)]
+        table.append(cells)
+    cells = ["all", len(rows)]
+    for kind in ("vllm", "fallback"):
+        xs = everything[kind]
+        cells += [harness.geomean(xs), min(xs, default=math.nan), sum(x < 1.0 for x in xs)]
+    table.append(cells)
+    worst = sorted(
+        (r for r in rows if r.get("vllm_us", math.nan) > 0), key=lambda r: r["vllm_us"] / r["served_us"]
+    )
+    print("\nworst rows (vLLM's file µs / served µs):")
+    for r in worst[:10]:
+        print(f"  {r['vllm_us'] / r['served_us']:.3f}  M={r['M']:<5} {r['family']}: served {r['served']} "
+              f"{r['served_us']:.1f} µs, file {r['vllm_us']:.1f} µs")  # fmt: skip
+    failed = [r for r in rows if any(k.endswith("_status") for k in r)]
+    for r in failed:
+        print(f"  not timed: M={r['M']} {r['family']}: " + "; ".join(
+            f"{k[:-7]}: {v[:120]}" for k, v in r.items() if k.endswith("_status")))  # fmt: skip
+    cols = ("family", "rows", "vs file geomean", "vs file min", "slower than file", "vs fallback geomean",
+            "vs fallback min", "slower than fallback")  # fmt: skip
+    harness.print_table(
+        cols, table, digits=(0, 0, 3, 3, 0, 3, 3, 0), title="served vs vLLM (ratio = vLLM µs / served µs)"
+    )
 
 
 def main() -> int:
     ap = harness.parser(__doc__)
-    ap.add_argument("--phase", choices=("tune", "measure", "all"), default="all")
-    ap.add_argument("--db", default="moe_bench.db", help="database of the tuning (resumable)")
+    ap.add_argument("--spec", type=Path, default=HERE / "moe_serve.toml", help="the sweep spec")
+    ap.add_argument("--phase", choices=("all", "sweep", "measure"), default="all")
+    ap.add_argument("--db", type=Path, help="the database (default OUT/moe.db)")
     ap.add_argument("--vllm-configs", type=Path, help="folder with vLLM's shipped fused-MoE config files")
-    harness.add_out(ap, "folder for moe.json")
-    ap.add_argument("--trials", type=int, default=60, help="tuning trials per problem")
+    harness.add_out(ap, "results folder")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
-    ap.add_argument("--final-rounds", type=int, default=3, help="rounds of each search's final "
-                    "head-to-head of its two fastest configs, whose fastest is then the tuned config "
-                    "(0: none)")  # fmt: skip
-    ap.add_argument("--zipf", type=float, default=0.0, help="routing skew (0: uniform)")
-    ap.add_argument("--quick", action="store_true", help="one model, two token counts")
-    ap.add_argument("--only", help="only models whose name contains this")
+    ap.add_argument("--max-m", type=int, help="the ladder's largest M (default: the spec's largest)")
     args = ap.parse_args()
-    op = MoeOp(zipf=args.zipf)
-    todo = [(label, p) for label, p in problems(args.quick) if not args.only or args.only in label]
-    with Store(args.db) as store:
-        if args.phase in ("tune", "all"):
-            tune(store, op, todo, args.trials, args.final_rounds)
-        if args.phase in ("measure", "all"):
-            rows = measure(store, op, todo, args.vllm_configs, args.rounds)
-            harness.write_json(args.out, "moe", harness.run_info(local_target(), args=vars(args), rows=rows))
-            report(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    db = args.db or args.out / "moe.db"
+    t0 = time.perf_counter()
+    if args.phase in ("all", "sweep"):
+        cmd = [*CLI, "sweep", str(args.spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+        code, text = run(cmd, args.out / "sweep.log")
+        print("\n".join(text.strip().splitlines()[-3:]), flush=True)
+        if code != 0:
+            raise SystemExit(f"sweep failed with exit code {code}")
+    if args.phase in ("all", "measure"):
+        table = args.out / "table.json"
+        code, text = run([*CLI, "emit", "--db", str(db), "--out", str(table)], args.out / "emit.log")
+        print(text.strip(), flush=True)
+        if code != 0:
+            raise SystemExit(f"emit failed with exit code {code}")
+        rows = measure(args.spec, table, args.vllm_configs, args.rounds, args.max_m)
+        harness.write_json(args.out, "moe", harness.run_info(local_target(), args=vars(args), rows=rows))
+        report(rows)
+    print(f"{args.phase}: {time.perf_counter() - t0:.0f} s")
     return 0
 
 

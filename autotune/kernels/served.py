@@ -11,6 +11,7 @@ from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.dense.api import _check, _check_out, _running, gemm
+from autotune.kernels.moe.api import fused_moe, moe_problem
 from autotune.kernels.quant.api import _check_out as _check_quant_out
 from autotune.kernels.quant.api import _problem as _quant_problem
 from autotune.kernels.quant.api import gemm_quant
@@ -31,8 +32,9 @@ def served_launch(
 
     gemm: `autotune.kernels.gemm(a, b, b_layout=problem.layout, out=out)`, which runs on the process's
     running target (`target` must be that GPU). Quantized GEMMs: `gemm_quant(op.name, a, b, a_scale,
-    b_scale, out_dtype=out.dtype, out=out, target=target)` (the registered op of that name). Others (moe,
-    which has no run-time entry point yet): `op.prepare` of `served_config`, chosen once, here.
+    b_scale, out_dtype=out.dtype, out=out, target=target)` (the registered op of that name). moe:
+    `fused_moe(x, w1, w2, topk_weights, topk_ids, ..., out=out, target=target)` on the op's inputs, the
+    routing included. Others: `op.prepare` of `served_config`, chosen once, here.
 
     Raises:
         ValueError: `problem` is another op's, the inputs or `out` do not fit it, or (gemm) `target` is
@@ -43,6 +45,8 @@ def served_launch(
         return _gemm_launch(problem, target, inputs, out)
     if op.name in QUANT_OPS:
         return _quant_launch(problem, target, inputs, out)
+    if op.name == "moe":
+        return _moe_launch(problem, target, inputs, out)
     return op.prepare(problem, served_config(op, problem, target), target, inputs, out)
 
 
@@ -81,5 +85,23 @@ def _quant_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.T
 
     def launch() -> None:
         gemm_quant(op, a, b, a_scale, b_scale, out_dtype=dtype, target=target, out=out)
+
+    return launch
+
+
+def _moe_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
+    if len(inputs) != 7:
+        raise ValueError(
+            f"moe takes (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale), got {len(inputs)} inputs"
+        )
+    x, w1, w2, weights, ids, w1s, w2s = inputs
+    given = moe_problem(x, w1, ids.shape[1], target)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    block = None if w1s is None else [128, 128]
+
+    def launch() -> None:
+        fused_moe(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block, out=out,
+                  target=target)  # fmt: skip
 
     return launch

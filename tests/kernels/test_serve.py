@@ -355,10 +355,30 @@ def test_served_launch_of_an_untuned_rowwise_gemm_is_the_entry_points_call(no_ta
 
 
 @needs_interpreter
-def test_served_launch_of_moe_runs_the_served_config(no_tables: Path) -> None:
+def test_served_launch_of_moe_is_the_entry_points_call(
+    install: Callable[..., Dispatcher], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import autotune.kernels.moe.kernel as kernel
+
     problem = Problem.moe(5, 32, 64, 4, 2)
+    chosen = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
+                    num_warps=4, num_stages=1, GATE_UP_FUSED=0)  # fmt: skip
+    install(INTERP, [(problem, chosen, 1.0)])
+    seen: list[dict[str, Any]] = []
+    real = kernel.fused_moe
+
+    def spy(*a: Any, **k: Any) -> torch.Tensor:
+        seen.append(dict(a[5]))
+        assert k["alignment"][0].shape[0] % 16 == 0  # the entry point's worst-case alignment
+        return real(*a, **k)
+
+    monkeypatch.setattr(kernel, "fused_moe", spy)
     _, err = _run(MOE, problem, INTERP, seed=6)
     assert err < MOE.tolerance(problem)
+    assert seen == [{k: v for k, v in chosen.items() if k != "backend"}]
+    with pytest.raises(ValueError, match="the inputs are those of moe M=5"):
+        served_launch(MOE, problem.with_m(6), INTERP, MOE.make_inputs(problem, "cpu", 0),
+                      MOE.make_output(problem, "cpu"))  # fmt: skip
 
 
 # -- gemm_quant(out=...) -------------------------------------------------------------------------------------

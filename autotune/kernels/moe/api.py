@@ -23,11 +23,12 @@ Rules:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
+from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.dense.api import _running
@@ -36,7 +37,7 @@ from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs
 from autotune.kernels.moe.routing import align_fixed
 from autotune.kernels.serve import served_config
 
-__all__ = ["WORKSPACES", "fused_moe"]
+__all__ = ["WORKSPACES", "fused_moe", "moe_problem"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: How many (shape, config, device, stream) workspaces are kept.
@@ -45,7 +46,8 @@ _workspaces: OrderedDict[tuple[Any, ...], dict[str, torch.Tensor]] = OrderedDict
 _problems: dict[tuple[Any, ...], Problem] = {}
 
 
-def _problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) -> Problem:
+def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) -> Problem:
+    """The problem a call of `fused_moe` on these tensors serves (kept per shape)."""
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     key = (M, N, K, E, topk, x.dtype, w1.dtype, target.arch)
@@ -88,6 +90,18 @@ def _buffers(key: tuple[Any, ...] | None) -> Any:
     return get
 
 
+def _override(config: Config | Mapping[str, Any]) -> Config:
+    """A caller's config as a fused-kernel Config: the tile sizes given, the "triton" backend."""
+    values = dict(config.items())
+    backend = values.pop("backend", "triton")
+    if backend != "triton":
+        raise ValueError(f"config must be one of the fused kernel (backend 'triton'), got {backend!r}")
+    missing = [k for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K") if k not in values]
+    if missing:
+        raise ValueError(f"config lacks {', '.join(missing)}")
+    return Config(backend="triton", **values)
+
+
 def _check_ids(topk_ids: torch.Tensor, E: int) -> None:
     if topk_ids.numel():
         lo_, hi_ = torch.stack(torch.aminmax(topk_ids)).tolist()  # one read back
@@ -108,13 +122,15 @@ def fused_moe(
     block_shape: Sequence[int] | None = None,
     out: torch.Tensor | None = None,
     target: Target | None = None,
+    config: Config | Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
     """The MoE MLP out[t] = Σ_j topk_weights[t, j] · (silu(x[t] @ gateᵀ) · x[t] @ upᵀ) @ w2[e]ᵀ of every
     token t, e = topk_ids[t, j], in the config the loaded tables give this shape (module docstring).
 
     Returns (M, K) in hidden_states' dtype: written into `out` when given (contiguous, that shape and
-    dtype), into hidden_states with `inplace`, else a new tensor. ValueError for bad input, before any
-    launch."""
+    dtype), into hidden_states with `inplace`, else a new tensor. `config` runs that config of the fused
+    kernel instead of the table's (vLLM's `override_config`; the knobs the kernel defaults need not be
+    given). ValueError for bad input, before any launch."""
     from autotune.kernels.moe.kernel import fused_moe as run_kernel  # imports triton: on first call
 
     if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
@@ -124,6 +140,7 @@ def fused_moe(
         x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
         check_ids=False,
     )  # fmt: skip
+    forced = None if config is None else _override(config)
     if inplace and out is not None:
         raise ValueError("give `out` or `inplace`, not both")
     if inplace:
@@ -141,10 +158,10 @@ def fused_moe(
     if not capturing:
         _check_ids(topk_ids, E)
     tgt = target or _running()
-    problem = _problem(x, w1, topk_ids.shape[1], tgt)
-    config = served_config(MOE, problem, tgt)
-    if config.backend != "triton":  # the per-expert baseline syncs with the host: not served
-        config = MOE.default_config(problem, tgt)
+    problem = moe_problem(x, w1, topk_ids.shape[1], tgt)
+    chosen = forced if forced is not None else served_config(MOE, problem, tgt)
+    if chosen.backend != "triton":  # the per-expert baseline syncs with the host: not served
+        chosen = MOE.default_config(problem, tgt)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if problem.M == 0:
@@ -152,11 +169,11 @@ def fused_moe(
     key = None
     if not capturing:
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.device.type == "cuda" else 0
-        key = (x.device, stream, problem, config.canonical())
+        key = (x.device, stream, problem, chosen.canonical())
     buffers = _buffers(key)
-    bm = int(config["BLOCK_SIZE_M"])
+    bm = int(chosen["BLOCK_SIZE_M"])
     alignment = align_fixed(topk_ids, bm, E, buffers if key is not None else None)
-    params = dict(config.items())
+    params = dict(chosen.items())
     params.pop("backend", None)
     return run_kernel(
         x, w1, w2, topk_weights, topk_ids, params, w1_scale=w1_scale, w2_scale=w2_scale,

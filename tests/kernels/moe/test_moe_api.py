@@ -135,6 +135,29 @@ def test_inplace_out_and_workspaces_kept_per_shape(monkeypatch: pytest.MonkeyPat
     assert torch.equal(x, first) and rel_error(first, want) <= 2e-2
 
 
+@needs_interpreter
+def test_a_given_config_runs_instead_of_the_tables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's override_config: the table holds the fused structure, the call asks for vLLM's."""
+    import autotune.kernels.moe.kernel as kernel
+
+    args, _, problem = _case(5, 4, 32, 64, 2, zipf=1.0)
+    _serve(monkeypatch, problem, _config(1))
+    seen: list[dict[str, Any]] = []
+    real = kernel.fused_moe
+
+    def spy(*a: Any, **k: Any) -> torch.Tensor:
+        seen.append(dict(a[5]))
+        return real(*a, **k)
+
+    monkeypatch.setattr(kernel, "fused_moe", spy)
+    given = {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GATE_UP_FUSED": 0}
+    out = fused_moe(*args, target=INTERP, config=given)
+    assert seen == [given]
+    assert rel_error(out, moe_reference(*args, fused_gate_up=False)) <= 1e-2
+    fused_moe(*args, target=INTERP)
+    assert seen[1]["GATE_UP_FUSED"] == 1 and seen[1]["BLOCK_SIZE_N"] == 32
+
+
 def _bad(args: tuple[torch.Tensor, ...], how: str) -> tuple[tuple[torch.Tensor, ...], dict[str, Any]]:
     x, w1, w2, weights, ids = args
     if how == "ids":
@@ -154,6 +177,10 @@ def _bad(args: tuple[torch.Tensor, ...], how: str) -> tuple[tuple[torch.Tensor, 
         kw = dict(out=torch.empty_like(x), inplace=True)
     if how == "out shape":
         kw = dict(out=torch.empty(x.shape[0] + 1, x.shape[1], dtype=x.dtype))
+    if how == "torch config":
+        kw = dict(config=Config(backend="torch"))
+    if how == "config without tiles":
+        kw = dict(config={"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32})
     return (x, w1, w2, weights, ids), kw
 
 
@@ -167,6 +194,8 @@ def _bad(args: tuple[torch.Tensor, ...], how: str) -> tuple[tuple[torch.Tensor, 
         ("routing shape", "topk_weights shape"),
         ("out and inplace", "not both"),
         ("out shape", "out must be a contiguous"),
+        ("torch config", "backend 'triton'"),
+        ("config without tiles", "lacks BLOCK_SIZE_K"),
     ],
 )
 def test_bad_input_is_one_clear_error_before_any_launch(
