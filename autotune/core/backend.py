@@ -84,6 +84,9 @@ class Backend:
     - `runs_on(target)`: whether the backend exists on `target`; `absent(problem, target)`: why it cannot
       run `problem` there ("" when it can; its one config is then pruned with the reason).
     - `max_m`: the most rows of A its kernels take (a table's config serves no larger M); None: any.
+    - `served`: whether the op's run-time entry point runs its configs. False for a baseline kept only to
+      be measured against (the MoE's per-expert loop reads the routing back, so no graph can hold it): a
+      table never serves it and an M profile never times it.
     """
 
     name: str
@@ -97,6 +100,7 @@ class Backend:
     runs_on: Callable[[Target], bool] = _everywhere
     absent: Callable[[Problem, Target], str] | None = None
     max_m: int | None = None
+    served: bool = True
 
     def __post_init__(self) -> None:
         if not self.modules and self.version is None:

@@ -25,6 +25,7 @@ __all__ = [
     "backend_of",
     "get_op",
     "is_known",
+    "is_served",
     "is_vendor",
     "load_plugins",
     "ops",
@@ -108,6 +109,22 @@ def backend_of(op: str, backend: str) -> Backend:
     known ops, or the op's known backends, otherwise."""
     found = _ops.get(op)
     return (found if found is not None else get_op(op)).backend(backend)
+
+
+def is_served(op: str, backend: str) -> bool:
+    """Whether the run-time entry point of the op called `op` runs `backend`'s configs (`Backend.served`).
+    True for an op not registered here (nothing says otherwise), False for a backend the op does not
+    know."""
+    found = _ops.get(op)
+    if found is None:
+        try:
+            found = get_op(op)
+        except ValueError:
+            return True
+    try:
+        return bool(found.backend(backend).served)
+    except ValueError:
+        return False
 
 
 def is_vendor(op: str, backend: str) -> bool:

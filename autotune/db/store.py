@@ -790,6 +790,31 @@ class Store:
         with self._session() as session:
             return trial_records(session.execute(stmt))
 
+    def imported_configs(self, problem: Problem) -> dict[int, Config]:
+        """The configs imported for `problem`'s shape (any M: vLLM's, SGLang's and aiter's files), by the M
+        they were imported for; the newest import of an M wins. An imported config of a problem with
+        experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of its E and N.
+        Empty where nothing was imported for the shape."""
+        t, p = TrialModel, ProblemModel
+        same = (p.k == problem.K) & (p.params == problem.params_json())
+        if problem.topk:
+            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+            same = same | ((p.k == twin.K) & (p.params == twin.params_json()))
+        stmt = (
+            select(p.m, t.config_json)
+            .join(p, t.problem_id == p.id)
+            .where(
+                p.op == problem.op,
+                p.n == problem.N,
+                same,
+                t.status == TrialStatus.OK.value,
+                t.source == Source.IMPORTED.value,
+            )
+            .order_by(t.id)
+        )
+        with self._session() as session:
+            return {int(m): Config.from_json(text) for m, text in session.execute(stmt)}
+
     def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
         """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the
         nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
-from autotune.core.result import VENDOR_BACKEND, Source
+from autotune.core.registry import is_served
+from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
 from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe
 
@@ -127,14 +128,18 @@ def emit_table(
             chosen[w.problem] = (w, predicted)
     picks: list[tuple[Problem, Config, float | None, bool]] = []
     for w, predicted in chosen.values():
-        pick = w.best
+        pick = w.best if is_served(w.problem.op, w.best.config.backend) else _best_served(store, w)
+        if pick is None:
+            log.warning("%s: no config the run-time entry point serves was measured; left out", w.problem)
+            continue
+        vendor = w.vendor if w.vendor is not None and is_served(w.problem.op, w.vendor.backend) else None
         if (
-            w.vendor is not None
-            and w.vendor.time_us is not None
+            vendor is not None
+            and vendor.time_us is not None
             and pick.time_us is not None
-            and pick.time_us * (1 + vendor_margin) >= w.vendor.time_us
+            and pick.time_us * (1 + vendor_margin) >= vendor.time_us
         ):
-            pick = w.vendor
+            pick = vendor
         picks.append((w.problem, pick.config, pick.time_us, predicted))
     newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
     ranges: dict[Key, tuple[Range, ...]] = {}
@@ -148,6 +153,21 @@ def emit_table(
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+
+
+def _best_served(store: Store, winner: Winner) -> TrialRecord | None:
+    """The fastest OK trial of `winner`'s GPU and problem whose backend the entry point serves (the
+    winner's source), None where there is none."""
+    served = [
+        t
+        for t in store.trials(
+            fingerprint=winner.gpu.fingerprint, problem=winner.problem, status=TrialStatus.OK
+        )
+        if t.source in (winner.best.source, Source.MEASURED)
+        and t.time_us is not None
+        and is_served(t.problem.op, t.backend)
+    ]
+    return min(served, key=lambda t: (t.time_us, t.id), default=None)
 
 
 def _holds(store: Store, fingerprint: str | None) -> str:
@@ -166,9 +186,10 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
     """The stored M profiles of one device, per shape family: M → {config: time in µs}.
 
     A failed trial is kept with an infinite time (a vendor that failed at an M is not taken for one that
-    cannot run there). Per family, the profile of one fingerprint of the device is used (the one whose
-    latest profile trial is newest), and per backend only its newest kernel version (the source hash of
-    its latest trial): a profile measured with older code or software is not mixed in.
+    cannot run there). A backend the run-time entry point does not serve is left out. Per family, the
+    profile of one fingerprint of the device is used (the one whose latest profile trial is newest), and
+    per backend only its newest kernel version (the source hash of its latest trial): a profile measured
+    with older code or software is not mixed in.
     """
     trials = [t for t in store.trials(source=Source.PROFILE) if t.gpu.target.device_key() == device_key]
     by_family: dict[Key, list[TrialRecord]] = {}
@@ -186,7 +207,7 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
                 current[t.backend] = (t.id, t.source_hash)
         profile: dict[int, dict[Config, float]] = {}
         for t in rows:
-            if t.source_hash == current[t.backend][1]:
+            if t.source_hash == current[t.backend][1] and is_served(p.op, t.backend):
                 profile.setdefault(t.problem.M, {})[t.config] = _profile_time(t)
         out[key] = profile
     return out

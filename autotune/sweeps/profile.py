@@ -2,12 +2,14 @@
 
 A shape family is every problem that differs only in M (op, N, K, E, topk, dtypes, layout). Once its
 buckets are tuned, `profile_family` times, at each M of a ladder (`autotune.core.ladder`), the vendor
-library, the op's heuristic default at that M and the finalists of the tuned buckets on either side of
-that M (the configs the final round timed, else the searches' fastest), the way they run when served
-(`ServedTiming`). Each time is stored as a `Source.PROFILE` trial of the problem at that M, so a sweep
-that stops resumes its profile, and `autotune emit` turns the profile into the M ranges a table serves
-(`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's space at an M is not timed
-there.
+library, the op's heuristic default at that M, the config an imported file (vLLM's, SGLang's, aiter's)
+serves at that M where the shape has one (so a table never loses to the file it replaces), and the
+finalists of the tuned buckets on either side of that M (the configs the final round timed, else the
+searches' fastest), the way they run when served (`ServedTiming`). Only backends the op's run-time entry
+point serves are profiled (`Backend.served`). Each time is stored as a `Source.PROFILE` trial of the
+problem at that M, so a sweep that stops resumes its profile, and `autotune emit` turns the profile into
+the M ranges a table serves (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's
+space at an M is not timed there, except the imported file's pick.
 
 The profile is sparse (`COARSE`, `CLOSE`): every fourth ladder M first, then, halving the step, an M
 between two timed ones only where a candidate beat the vendor library at one of them (elsewhere the vendor
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
+from autotune.core.registry import is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.engine.runner import Measurer, SweepStopped, TrialStore
@@ -236,7 +239,8 @@ def bucket_candidates(
 ) -> tuple[dict[int, list[Config]], Config | None]:
     """Per tuned M, the configs of other backends than the vendor's to profile: of its final round's
     where one is stored, else of the measured ones, the `finalists` fastest, those within `CONTENDER` of
-    the fastest; and the vendor library's fastest config of any bucket (None where it never ran)."""
+    the fastest; and the vendor library's fastest config of any bucket (None where it never ran). Only
+    backends the run-time entry point serves (`Backend.served`) are profiled."""
     per_m: dict[int, list[Config]] = {}
     vendor: tuple[float, Config] | None = None
     for problem in buckets:
@@ -250,7 +254,7 @@ def bucket_candidates(
         measured = [
             r for r in store.finished(target=target, problem=problem, kernels=kernels).values() if r.ok
         ]
-        pool = final or measured
+        pool = [r for r in final or measured if is_served(op.name, r.config.backend)]
         ranked = sorted(
             (r for r in pool if r.config.backend != VENDOR_BACKEND),
             key=lambda r: (r.score(), r.config.canonical()),
@@ -259,25 +263,41 @@ def bucket_candidates(
             r.config for r in ranked[:finalists] if r.score() <= ranked[0].score() * CONTENDER
         ]
         for r in measured:
-            if r.config.backend == VENDOR_BACKEND and (vendor is None or r.score() < vendor[0]):
+            if (
+                r.config.backend == VENDOR_BACKEND
+                and is_served(op.name, r.config.backend)
+                and (vendor is None or r.score() < vendor[0])
+            ):
                 vendor = (r.score(), r.config)
     return per_m, None if vendor is None else vendor[1]
 
 
 def point_candidates(
-    M: int, per_m: dict[int, list[Config]], vendor: Config | None, default: Config | None
+    M: int,
+    per_m: dict[int, list[Config]],
+    vendor: Config | None,
+    default: Config | None,
+    imported: dict[int, Config] | None = None,
 ) -> list[Config]:
-    """The configs to time at `M`: the vendor's, the default, then the finalists of the nearest tuned M at
-    or below `M` and at or above it (the nearest one only, outside the tuned range); no config twice."""
+    """The configs to time at `M`: the vendor's, the default, the imported file's pick at `M` (where the
+    shape has imported configs: `imported_pick`), then the finalists of the nearest tuned M at or below
+    `M` and at or above it (the nearest one only, outside the tuned range); no config twice."""
     ms = sorted(per_m)
     below = [m for m in ms if m <= M]
     above = [m for m in ms if m >= M]
     near = ([below[-1]] if below else []) + ([above[0]] if above else [])
     out: list[Config] = []
-    for config in [vendor, default, *(c for m in near for c in per_m[m])]:
+    pick = imported_pick(imported, M) if imported else None
+    for config in [vendor, default, pick, *(c for m in near for c in per_m[m])]:
         if config is not None and config not in out:
             out.append(config)
     return out
+
+
+def imported_pick(imported: dict[int, Config], M: int) -> Config:
+    """The config an imported file serves at `M`, as vLLM and SGLang pick it: that of the nearest M key
+    (the smaller on a tie). What a table replacing the file must not be slower than."""
+    return imported[min(imported, key=lambda key: (abs(key - M), key))]
 
 
 class ProfileStore(TrialStore, Protocol):
@@ -303,6 +323,8 @@ def family_plan(
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
+    find = getattr(store, "imported_configs", None)
+    imported = find(job.buckets[0]) if find is not None else {}
     plan: Plan = []
     skipped = 0
     for M in job.ladder:
@@ -313,8 +335,10 @@ def family_plan(
         except ValueError:
             default = None
         todo = []
-        for config in point_candidates(M, per_m, vendor, default):
-            if config.backend in kernels and space.check(config) is None:
+        pick = imported_pick(imported, M) if imported else None
+        for config in point_candidates(M, per_m, vendor, default, imported):
+            # the imported file's pick is timed where it runs, even outside the search's constraints
+            if config.backend in kernels and (config == pick or space.check(config) is None):
                 todo.append(config)
             else:
                 skipped += 1

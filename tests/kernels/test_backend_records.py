@@ -148,3 +148,16 @@ def test_it_is_served_through_its_records(toy: ToyRecords, monkeypatch: pytest.M
     toy.prepare(small, served_config(toy, small, INTERP), INTERP, inputs, out)()
     ref = toy.reference(small, inputs)
     assert torch.linalg.norm(out.float() - ref) / torch.linalg.norm(ref) <= toy.tolerance(small)
+
+
+def test_only_the_moes_baseline_is_not_served() -> None:
+    """A table never serves the MoE's per-expert loop (it reads the routing back); every other backend of
+    every registered op is served, and an op this process does not know is taken as served."""
+    from autotune.core.registry import is_served, ops
+
+    gpus = [Target.for_arch(a) for a in ("sm_90", "gfx942", "gfx950")]
+    names = {(name, b) for name, op in ops().items() for t in gpus for b in op.backends(t)}
+    unserved = sorted(pair for pair in names if not is_served(*pair))
+    assert unserved == [("moe", "torch")]
+    assert is_served("gemm", "torch") and is_served("moe", "triton")
+    assert not is_served("moe", "no-such-backend") and is_served("no-such-op", "torch")

@@ -291,3 +291,67 @@ def test_ranges_compare_a_config_with_the_vendors_fastest_run(tmp_path: Path) ->
         table = emit_table(store)
     assert table.lookup("gemm", 2048, 8192, 28672) == ours
     assert table.lookup("gemm", 4096, 8192, 28672) == VENDOR_CFG
+
+
+class MoeWorker(TimedWorker):
+    """The per-expert baseline is the fastest by far (1 µs), our configs take 8 + M/5 µs plus an offset."""
+
+    def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
+        result = super().run(op, problem, config)
+        if config.backend != "torch":
+            return result
+        t = 1.0
+        timing = Timing(t, t, t, t, t, 0.0, 5, result.timing.method if result.timing else "events")
+        return TrialResult(config, TrialStatus.OK, timing=timing)
+
+
+MOE_SPEC = """\
+name = "moe-profiled"
+
+[[sweep]]
+op = "moe"
+e = 8
+topk = 2
+m = [1, 64]
+nk = [[64, 128]]
+backends = ["torch", "triton"]
+strategy = "random"
+trials = 5
+profile_m = [1, 8, 16, 40, 64]
+"""
+
+
+def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_path: Path) -> None:
+    import json
+
+    from autotune.db.interop import import_files
+    from autotune.sweeps.profile import imported_pick
+
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    shipped = {"1": (16, 32, 64, 1, 4, 3), "16": (16, 64, 32, 8, 4, 4), "48": (32, 32, 64, 1, 8, 3)}
+    vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in shipped.items()}))
+    worker = MoeWorker()
+    with Store(str(tmp_path / "m.db")) as store:
+        import_files(store, [vllm], k=128, topk=2)
+        imported = store.imported_configs(Problem.moe(1, 64, 128, 8, 2))
+        assert sorted(imported) == [1, 16, 48]
+        assert imported[16]["GATE_UP_FUSED"] == 0 and imported[16]["BLOCK_SIZE_N"] == 64
+        # vLLM's rule: the nearest M key, the smaller on a tie
+        assert [imported_pick(imported, m)["BLOCK_SIZE_M"] for m in (1, 8, 9, 32, 33, 4096)] == [16] * 4 + [
+            32
+        ] * 2
+        assert imported_pick(imported, 8) == imported[1] and imported_pick(imported, 9) == imported[16]
+
+        report = run_sweep(parse_spec(MOE_SPEC), store, GPU, workers=[worker])
+        assert report.profiles and report.profiles[0].failed == 0
+        profile = store.trials(source=Source.PROFILE)
+        assert profile and not [t for t in profile if t.backend == "torch"]  # the baseline is never served
+        timed = {(t.problem.M, t.config) for t in profile}
+        for m in (1, 8, 16, 40, 64):
+            assert (m, imported_pick(imported, m)) in timed, m
+        # the baseline won every search, yet no table serves it: the fastest served config does
+        for profiles in (True, False):
+            table = emit_table(store, profiles=profiles, range_slack_us=0.0)
+            for m in (1, 8, 16, 40, 64, 100):
+                assert table.lookup("moe", m, 64, 128, E=8, topk=2).backend == "triton", (profiles, m)

@@ -100,6 +100,7 @@ def moe_backends(zipf: float = 0.0) -> Backends:
                 modules=("autotune.kernels.moe.baseline",),
                 version=_torch_version,
                 variant=variant,
+                served=False,
             ),
             Backend(
                 "triton",
