@@ -10,7 +10,9 @@ table, and time at every M of the serving ladder, in one run, three calls of the
 - `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_config`), in the
   same structure.
 
-All three pay the same entry-point costs (routing alignment, workspaces), are timed as served (CUDA-graph
+By default vLLM's files are imported into the database before the sweep (`autotune import`), as a user
+replacing them does: the sweep's M profile then also times the file's config at each M. All three pay the
+same entry-point costs (routing alignment, workspaces), are timed as served (CUDA-graph
 replays over rotating inputs) in interleaved rounds, and each output is checked against the reference
 first. Routing is uniform over the experts (seeded).
 
@@ -221,6 +223,9 @@ def main() -> int:
     ap.add_argument("--db", type=Path, help="the database (default OUT/moe.db)")
     ap.add_argument("--vllm-configs", type=Path, help="folder with vLLM's shipped fused-MoE config files")
     harness.add_out(ap, "results folder")
+    ap.add_argument("--no-import", action="store_true", help="sweep without importing vLLM's files first "
+                    "(by default they are imported, as a user replacing them does: the profile then also "
+                    "times the file's config at each M)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--max-m", type=int, help="the ladder's largest M (default: the spec's largest)")
     args = ap.parse_args()
@@ -228,6 +233,13 @@ def main() -> int:
     db = args.db or args.out / "moe.db"
     t0 = time.perf_counter()
     if args.phase in ("all", "sweep"):
+        if args.vllm_configs and not args.no_import:
+            code, text = run(
+                [*CLI, "import", str(args.vllm_configs), "--db", str(db)], args.out / "import.log"
+            )
+            print(text.strip().splitlines()[-1] if text.strip() else "", flush=True)
+            if code != 0:
+                raise SystemExit(f"import failed with exit code {code}")
         cmd = [*CLI, "sweep", str(args.spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
         code, text = run(cmd, args.out / "sweep.log")
         print("\n".join(text.strip().splitlines()[-3:]), flush=True)
