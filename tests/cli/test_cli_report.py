@@ -293,3 +293,36 @@ def png_colors(data: bytes) -> dict[tuple[int, ...], int]:
             counts[key] = counts.get(key, 0) + 1
         prev = line
     return counts
+
+
+def test_a_model_specs_layers_name_the_rows(tmp_path: Path) -> None:
+    from synthetic_db import VENDOR, timed, triton
+
+    from autotune import Target
+    from autotune.sweeps import load_spec
+    from autotune.sweeps.spec import EMBEDDED
+
+    spec = load_spec("llama-3.1-70b-mi300x")
+    layers = spec.layers()
+    rng = random.Random(8)
+    picked = rng.sample(sorted(layers, key=lambda p: p.key()), 3)
+    target = Target.for_arch("gfx942")
+    db = tmp_path / "model.db"
+    with Store(str(db)) as store:
+        text = (EMBEDDED / "llama-3.1-70b-mi300x.toml").read_text()
+        sweep = store.start_sweep(spec.name, text, target)
+        for p in picked:
+            for config, us in ((VENDOR, rng.uniform(5, 9)), (triton(16, 4), rng.uniform(4, 9))):
+                store.record(
+                    target=target,
+                    kernel="gemm." + config.backend,
+                    source_hash="v",
+                    problem=p,
+                    result=timed(config, us),
+                    sweep_id=sweep,
+                )
+        store.finish_sweep(sweep)
+    out = tmp_path / "r.html"
+    assert main(["report", "--db", str(db), "--out", str(out)]) == 0
+    rows = {c["data-row"] for c in parse(out.read_text(encoding="utf-8")).of("heatmap", "cell")}
+    assert rows == {f"{layers[p]}: N={p.N} K={p.K} bf16 B:nk" for p in picked}
