@@ -41,7 +41,7 @@ Next morning:   autotune status
                 autotune export --format csv --out tuned/   (one CSV per GPU)
                 autotune emit --out gemm-table.json         (then AUTOTUNE_TABLES=gemm-table.json)
                 autotune report --out report.html           (figures: speed-ups, roofline, cost)
-After upgrades: autotune diff before.db after.db    (per problem: which got slower)
+After upgrades: autotune diff before.db after.db            (per problem: which got slower)
 
 The database is --db URL, else $AUTOTUNE_DB, else ./autotune.db (SQLite). Any SQLAlchemy URL works,
 e.g. postgresql+psycopg://user@host/db for a fleet.
