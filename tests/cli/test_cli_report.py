@@ -326,3 +326,24 @@ def test_a_model_specs_layers_name_the_rows(tmp_path: Path) -> None:
     assert main(["report", "--db", str(db), "--out", str(out)]) == 0
     rows = {c["data-row"] for c in parse(out.read_text(encoding="utf-8")).of("heatmap", "cell")}
     assert rows == {f"{layers[p]}: N={p.N} K={p.K} bf16 B:nk" for p in picked}
+
+
+def test_the_figures_encode_their_values() -> None:
+    from autotune.cli.reporting import svg
+
+    assert speedup_color(1.0) == "#ffffff" and speedup_color(None) == svg.EMPTY
+    rng = random.Random(9)
+    for _ in range(20):
+        x = rng.uniform(1.05, 8.0)
+        faster, slower = speedup_color(x), speedup_color(1 / x)
+        g_r = int(faster[3:5], 16) - int(faster[1:3], 16)
+        r_g = int(slower[1:3], 16) - int(slower[3:5], 16)
+        assert g_r > 0 and r_g > 0  # faster is green, slower is red
+        assert speedup_color(x * 1.5) <= faster or x * 1.5 > 4  # greener (lower red) as it grows, up to 4x
+    points = [(rng.uniform(0.5, 500), rng.uniform(0.1, 900), "triton", "tip") for _ in range(7)]
+    known = parse(svg.roofline("r", points, 1307.0, 5300.0))
+    unknown = parse(svg.roofline("r", points, 0.0, 0.0))
+    assert len(known.of("roofline", "roof")) == 1 and not unknown.of("roofline", "roof")
+    assert len(known.of("roofline", "point")) == len(unknown.of("roofline", "point")) == 7
+    bars = parse(svg.bars("b", [("a", 2.0, ""), ("b", 4.0, "")], "s")).of("bars", "bar")
+    assert [float(b["data-value"]) for b in bars] == [2.0, 4.0]

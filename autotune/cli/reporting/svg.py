@@ -84,7 +84,7 @@ def category_grid(
 
     def mark(row: str, m: int) -> tuple[str, str, dict[str, str]]:
         c = cats[(row, m)]
-        return colors[c], c[:7], {"backend": c}
+        return colors[c], c.removeprefix("triton_")[:7], {"backend": c}  # triton_gemv: "gemv"
 
     return _grid("backends", title, rows, cols, cats.keys(), mark, tips, list(colors.items()))
 
