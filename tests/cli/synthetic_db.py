@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass, field
@@ -45,14 +46,21 @@ class Filled:
 
 
 def fill(
-    store: Store, rng: random.Random, archs: tuple[str, ...] = ("gfx942",), skip: tuple[Problem, ...] = ()
+    store: Store,
+    rng: random.Random,
+    archs: tuple[str, ...] = ("gfx942",),
+    skip: tuple[Problem, ...] = (),
+    toolchain: dict[str, str] | None = None,
 ) -> Filled:
     """Random measured trials of every (N, K) of `FAMILIES` and M of `MS` on each arch (but the problems
     of `skip`): the vendor library, three Triton configs (one of them failed) each; one finished sweep of
-    each arch, and an M profile of the first family."""
+    each arch, and an M profile of the first family. `toolchain` replaces the arch's (a GPU of another
+    fingerprint)."""
     out = Filled()
     for arch in archs:
         target = Target.for_arch(arch)
+        if toolchain is not None:  # another toolchain: another fingerprint of the same device
+            target = dataclasses.replace(target, toolchain=toolchain)
         out.targets[arch] = target
         sweep = store.start_sweep("synthetic", 'name = "synthetic"\n', target, problems_total=6)
         for n, k in FAMILIES:

@@ -122,3 +122,23 @@ def test_nothing_on_either_side_is_exit_1(tmp_path: Path, capsys: pytest.Capture
     assert main(["diff", str(a), str(b), "--predicted"]) == 1
     assert "neither side holds predictions" in capsys.readouterr().out
     assert main(["diff", str(a), str(b), "--op", "moe"]) == 1
+
+
+def test_one_gpu_before_and_after_a_toolchain_upgrade_in_one_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "fleet.db"
+    rng = random.Random(7)
+    with Store(str(db)) as store:
+        before = fill(store, rng, toolchain={"triton": "3.4.0"})
+        after = fill(store, rng, toolchain={"triton": "3.5.0"})
+    old, new = before.targets["gfx942"].fingerprint(), after.targets["gfx942"].fingerprint()
+    assert old != new
+    assert main(["diff", "--db", str(db), "gfx942", new[:8]]) == 2  # the arch names both
+    err = capsys.readouterr().err
+    assert "several gfx942 GPUs" in err and old[:8] in err and new[:8] in err
+    code, out = run_json(capsys, "--db", str(db), old[:8], new[:8])
+    assert code == 0 and (out["a"]["fingerprint"], out["b"]["fingerprint"]) == (old, new)
+    for r in out["rows"]:
+        p = next(p for (_, p) in before.best if p.key() == r["problem"])
+        assert r["ratio"] == pytest.approx(after.best[("gfx942", p)][0] / before.best[("gfx942", p)][0])
