@@ -144,9 +144,11 @@ def _layers(sweeps: Sequence[SweepRecord]) -> dict[Problem, str]:
     from autotune.sweeps import SpecError, parse_spec
 
     out: dict[Problem, str] = {}
+    seen: set[str] = set()
     for sw in sweeps:
-        if "model" not in sw.spec_text:
+        if "model" not in sw.spec_text or sw.spec_text in seen:  # a spec swept again names the same layers
             continue
+        seen.add(sw.spec_text)
         try:
             spec = parse_spec(sw.spec_text, source=f"sweep {sw.id}")
         except (SpecError, ValueError) as exc:
