@@ -224,6 +224,7 @@ def headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "--headless",
         "--no-sandbox",
         "--disable-gpu",
+        "--disable-dev-shm-usage",
         "--no-first-run",
         "--hide-scrollbars",
         f"--user-data-dir={tmp_path / 'profile'}",
