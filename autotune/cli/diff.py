@@ -147,6 +147,10 @@ def _pick_gpu(store: Store, side: str, name: str | None, winners: list[Winner]) 
     """The GPU `name` names (fingerprint prefix or arch); without a name, the one GPU holding winners."""
     holding = {w.gpu.id: w.gpu for w in winners}
     gpus = store.gpus()
+    if not gpus:
+        raise CliError(
+            f"side {side}: {store.display_url} holds no GPU: nothing was measured or predicted there"
+        )
     if name is None:
         if len(holding) == 1:
             return next(iter(holding.values()))

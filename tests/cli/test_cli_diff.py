@@ -102,6 +102,8 @@ def test_two_gpus_of_one_database_by_arch_or_fingerprint(
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b, _, _ = two_databases(tmp_path, 5)
+    empty = tmp_path / "empty.db"
+    Store(str(empty)).close()
     cases = [
         ([str(a), str(tmp_path / "missing.db")], "no database at"),
         (["--db", str(a), "gfx942", "gfx950"], "no GPU 'gfx950'"),
@@ -109,6 +111,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
         (["--db", str(a), "gfx942", str(b), "--gpu-a", "gfx942"], "--gpu-a names a GPU of a database"),
         ([str(a), str(b), "--tolerance", "-1"], "--tolerance"),
         (["--db", str(a), "gfx942", "abc"], "too short"),
+        ([str(a), str(empty)], "holds no GPU"),
     ]
     for argv, message in cases:
         assert main(["diff", *argv]) == 2, argv
