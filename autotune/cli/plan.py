@@ -153,7 +153,7 @@ def _report(
         return EXIT_OK
     kind = "compile-only sweep" if compile_only else "sweep"
     print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
-    _print_rows(rows, total, wall, gpus, spec.layers())
+    _print_rows(rows, total, wall, gpus, spec.layers(), checked=not target.interpreter)
     print(f"planned in {elapsed:.1f} s")
     return EXIT_OK
 
@@ -176,10 +176,10 @@ def _target(args: argparse.Namespace) -> tuple[Target, bool]:
 
 
 def _print_rows(
-    rows: list[PlanRow], total: float, wall: float, gpus: int, layers: dict[Problem, str]
+    rows: list[PlanRow], total: float, wall: float, gpus: int, layers: dict[Problem, str], checked: bool
 ) -> None:
     """A row per problem (its model layer first, where it is one), then the trials left and the
-    estimates: `total` on one GPU, `wall` on `gpus`."""
+    estimates: `total` on one GPU, `wall` on `gpus`; `checked`: the sweep runs the static checks."""
     table: list[tuple[str, ...]] = [("problem", "space", "trials", "done", "estimate")]
     for r in rows:
         table.append(
@@ -194,10 +194,8 @@ def _print_rows(
     print_table(with_layers(table, [r.problem for r in rows], layers))
     left = sum(r.trials - r.done for r in rows)
     on = f" on one GPU, {fmt_duration(wall)} on {gpus} (problems shared longest first)" if gpus > 1 else ""
-    print(
-        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {fmt_duration(total)}{on} "
-        "(the static checks may prune more once configs are compiled)"
-    )
+    caveat = " (the static checks may prune more once configs are compiled)" if checked else ""
+    print(f"{left} trials left of {sum(r.trials for r in rows)}; estimated {fmt_duration(total)}{on}{caveat}")
 
 
 def fmt_duration(seconds: float) -> str:
