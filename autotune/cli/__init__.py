@@ -1,4 +1,5 @@
-"""The `autotune` command line: sweep, plan, check, best, export, import, emit, verify, status, db.
+"""The `autotune` command line: sweep, plan, check, best, diff, report, export, import, emit, verify, status,
+db.
 
 One module per verb, each with `add_parser(subparsers)` (its flags) beside `run(args) -> int` (its
 handler). This module assembles the parser and maps errors to exit codes: a CliError or a database that
@@ -15,7 +16,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from autotune.cli import best, check, db, emit, export, imports, plan, status, sweep, verify
+from autotune.cli import best, check, db, diff, emit, export, imports, plan, report, status, sweep, verify
 from autotune.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from autotune.engine.bench import DeviceFault
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 #: The verbs, in the order `autotune --help` lists them.
-VERBS = (sweep, plan, check, best, export, imports, emit, verify, status, db)
+VERBS = (sweep, plan, check, best, diff, report, export, imports, emit, verify, status, db)
 
 _DESCRIPTION = """\
 Autotune GPU matrix kernels per problem shape, keep every measurement in a database, and emit the
@@ -39,6 +40,8 @@ Next morning:   autotune status
                 autotune best --op gemm --m 16 --n 4096 --k 4096
                 autotune export --format csv --out tuned/   (one CSV per GPU)
                 autotune emit --out gemm-table.json         (then AUTOTUNE_TABLES=gemm-table.json)
+                autotune report --out report.html           (figures: speed-ups, roofline, cost)
+After upgrades: autotune diff before.db after.db            (per problem: which got slower)
 
 The database is --db URL, else $AUTOTUNE_DB, else ./autotune.db (SQLite). Any SQLAlchemy URL works,
 e.g. postgresql+psycopg://user@host/db for a fleet.

@@ -72,7 +72,9 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """The ranking per GPU, with the final round's where one ran; exit 1 when nothing is stored (saying
     so, and whether predictions are)."""
+    from autotune.core.problem import normalize_dtype
     from autotune.core.result import Source
+    from autotune.sweeps.spec import SPEC_DTYPES
 
     problem = _problem(args)
     if args.limit <= 0:
@@ -109,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
             _print_ranking(problem, final, final, "median µs")
         print()
     _print_imported(problem, imported, args.limit)
+    if not records and not imported and normalize_dtype(args.dtype) not in SPEC_DTYPES:
+        raise CliError(
+            f"op {problem.op} is tuned in {' or '.join(SPEC_DTYPES)} only (--dtype names the activations' "
+            f"dtype; of a quantized op, the output's), not {args.dtype}; records of other dtypes come only "
+            "from imported files, and the database holds none of this problem"
+        )
     if not records:
         what = "predicted" if args.predicted else "measured"
         hint = ""

@@ -46,6 +46,12 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
     p.add_argument("--target", metavar="ARCH", help="plan a compile-only sweep for ARCH")
+    p.add_argument(
+        "--interpret",
+        action="store_true",
+        help="plan `sweep --interpret`: the trials in Triton's CPU interpreter, which runs each program "
+        "instance of a launch in Python (seconds a launch on shapes of thousands)",
+    )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument(
         "--gpus",
@@ -76,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     check_workers(args)
     if args.gpus is not None and args.gpus < 1:
         raise CliError("--gpus must be at least 1")
+    if args.interpret and args.target:
+        raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
     bar = progress(None, args.no_progress, unit="problem", desc=f"loading {args.spec}", leave=False)
 
     def planned(problem: Problem) -> None:
@@ -123,7 +131,7 @@ def _report(
     from autotune.sweeps.estimate import makespan
 
     total = sum(r.est_s for r in rows)
-    if compile_only:
+    if compile_only or (target.interpreter and not args.gpus):
         gpus = 1
     else:
         from autotune.engine.workers import visible_devices
@@ -145,16 +153,18 @@ def _report(
         return EXIT_OK
     kind = "compile-only sweep" if compile_only else "sweep"
     print(f"{kind} {spec.name!r}: {len(rows)} problems on {target}")
-    _print_rows(rows, total, wall, gpus, spec.layers())
+    _print_rows(rows, total, wall, gpus, spec.layers(), checked=not target.interpreter)
     print(f"planned in {elapsed:.1f} s")
     return EXIT_OK
 
 
 def _target(args: argparse.Namespace) -> tuple[Target, bool]:
-    """(the target, whether the plan is compile-only): --target, else the local GPU, else (no GPU here)
-    the default compile target."""
-    from autotune.core.target import TargetError, local_target
+    """(the target, whether the plan is compile-only): the interpreter with --interpret, --target, else
+    the local GPU, else (no GPU here) the default compile target."""
+    from autotune.core.target import Target, TargetError, local_target
 
+    if args.interpret:
+        return Target.interpreter_target(), False
     if args.target:
         return compile_target(args.target), True
     try:
@@ -166,10 +176,10 @@ def _target(args: argparse.Namespace) -> tuple[Target, bool]:
 
 
 def _print_rows(
-    rows: list[PlanRow], total: float, wall: float, gpus: int, layers: dict[Problem, str]
+    rows: list[PlanRow], total: float, wall: float, gpus: int, layers: dict[Problem, str], checked: bool
 ) -> None:
     """A row per problem (its model layer first, where it is one), then the trials left and the
-    estimates: `total` on one GPU, `wall` on `gpus`."""
+    estimates: `total` on one GPU, `wall` on `gpus`; `checked`: the sweep runs the static checks."""
     table: list[tuple[str, ...]] = [("problem", "space", "trials", "done", "estimate")]
     for r in rows:
         table.append(
@@ -184,10 +194,8 @@ def _print_rows(
     print_table(with_layers(table, [r.problem for r in rows], layers))
     left = sum(r.trials - r.done for r in rows)
     on = f" on one GPU, {fmt_duration(wall)} on {gpus} (problems shared longest first)" if gpus > 1 else ""
-    print(
-        f"{left} trials left of {sum(r.trials for r in rows)}; estimated {fmt_duration(total)}{on} "
-        "(the static checks may prune more once configs are compiled)"
-    )
+    caveat = " (the static checks may prune more once configs are compiled)" if checked else ""
+    print(f"{left} trials left of {sum(r.trials for r in rows)}; estimated {fmt_duration(total)}{on}{caveat}")
 
 
 def fmt_duration(seconds: float) -> str:

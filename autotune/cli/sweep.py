@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 target = local_target(gpus[0] if gpus else 0)
             except TargetError as exc:
-                if args.untuned is not None or not no_gpu() or args.executor != "local" or gpus:
+                if not no_gpu() or args.executor != "local" or gpus:
                     raise CliError(str(exc)) from None
                 target, compile_only = compile_target(DEFAULT_COMPILE_TARGET), True
                 note = (

@@ -70,10 +70,7 @@ def measure(
             if log_file is not None:
                 print(f"log: {log_file}")
             if target.interpreter:
-                print(
-                    "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under "
-                    "the 'interpreter' target and say nothing about GPU speed"
-                )
+                print(_interpreter_note(spec, store, target, len(workers)))
             report = _run_measured(args, spec, store, target, workers, planned, budget_s, log_file)
     except WorkerError as exc:
         raise CliError(f"{exc} (everything finished is stored; run the same command to resume)") from None
@@ -82,6 +79,24 @@ def measure(
             worker.close()
     print_sweep_report(report, spec.layers())
     return _measured_exit(report, len(spec.problems()))
+
+
+def _interpreter_note(spec: SweepSpec, store: Store, target: Target, processes: int) -> str:
+    """What an interpreter sweep is and what it will cost, said before it starts."""
+    from autotune.cli.plan import fmt_duration
+    from autotune.sweeps.estimate import makespan, plan_sweep
+
+    rows = plan_sweep(spec, target, store=store)
+    left = sum(r.trials - r.done for r in rows)
+    wall = makespan([r.est_s for r in rows], max(1, processes))
+    on = f"{processes} interpreter processes" if processes > 1 else "one interpreter process"
+    return (
+        "note: --interpret runs kernels in Triton's CPU interpreter; results are stored under the "
+        "'interpreter' target and say nothing about GPU speed.\n"
+        f"note: {left} trials left, about {fmt_duration(wall)} on {on} (each launch runs every program "
+        "instance in Python); to check the pipeline quickly, tune shapes of a few hundred with few "
+        "trials, or run a compile-only sweep with --target ARCH"
+    )
 
 
 def _log_stem(log_dir: str, name: str) -> Path | None:
@@ -187,14 +202,19 @@ def _run_measured(
 def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Target, n_problems: int) -> int:
     """The compile-only sweep: model predictions for `target`, stored as such."""
     from autotune.engine.checker import StaticChecker
+    from autotune.engine.executors import sweep_log
     from autotune.sweeps import predict_sweep
 
+    stem = _log_stem(args.log_dir, spec.name)
+    log_file = None if stem is None else stem.with_suffix(".log")
     print(
         f"compile-only sweep {spec.name!r}: {n_problems} problems for {target}; "
         f"database {store.display_url}\n"
         f"note: nothing runs on a GPU; the times below are the cost model's predictions, stored as "
         f"source 'model' and superseded by a measured sweep on a {target.arch} GPU"
     )
+    if log_file is not None:
+        print(f"log: {log_file}")
     bar = progress(n_problems, disabled=args.no_progress, unit="problem")
 
     def on_problem(report: ProblemReport) -> None:
@@ -205,8 +225,12 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
     def on_step(problem: Problem, step: str) -> None:
         bar.set_postfix_str(f"{problem_label(problem)}: {step}")  # drawn now: a compile takes seconds
 
-    with store, StaticChecker(target, spec.static, store=store, workers=args.workers) as checker:
-        report = predict_sweep(spec, store, checker, on_problem=on_problem, on_step=on_step)
+    log_path = None if log_file is None else str(log_file.resolve())
+    checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
+    with sweep_log(log_file), store, checker:
+        report = predict_sweep(
+            spec, store, checker, on_problem=on_problem, on_step=on_step, log_path=log_path
+        )
     bar.close()
     print_sweep_report(report, spec.layers())
     if report.interrupted:
@@ -217,12 +241,15 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
 
 
 def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = None) -> None:
-    """A row per problem (its model layer first where it is one, its best config, the vendor library's
-    time, the speedup), then the totals, the M profiles and what was pruned, by reason."""
+    """A row per problem (its model layer first where it is one; configs run or compiled, read back,
+    pruned by the static checks (compile errors included) and failed when run (crashes, timeouts, wrong
+    results: a pruned config never runs, so it is no failure); its best config, the vendor library's
+    time, the speedup), then the totals, the M profiles and what was pruned, each config by the first
+    reason it breaks."""
     ran = "compiled" if report.predicted else "ran"
     timed = "predicted µs" if report.predicted else "best µs"
     rows: list[tuple[str, ...]] = [
-        ("problem", "space", ran, "cached", "failed", "best config", timed, "vendor µs", "speedup")
+        ("problem", "space", ran, "cached", "pruned", "failed", "best config", timed, "vendor µs", "speedup")
     ]
     for p in report.problems:
         best, vendor = p.picks()  # the final round's where one ran (marked *)
@@ -233,6 +260,7 @@ def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = 
                 f"{p.space_size}/{p.raw_size}",
                 str(p.ran),
                 str(p.cached),
+                str(sum(p.static_pruned.values())),
                 str(p.failed),
                 best.config.short() + mark if best else "-",
                 fmt_us(best.time_us if best else None),
@@ -265,7 +293,8 @@ def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = 
     for what, attr in (
         (f"by constraints before compiling (each by the first it breaks, {over}; 'space' is valid/all)",
          "pruned"),
-        (f"by static checks after compiling (no GPU time; {over})", "static_pruned"),
+        (f"by static checks after compiling (each by the first it fails, no GPU time; {over})",
+         "static_pruned"),
     ):  # fmt: skip
         counts: Counter[str] = Counter()
         for p in report.problems:

@@ -32,17 +32,31 @@ def with_profile_m(spec: SweepSpec, text: str) -> SweepSpec:
 
 def untuned_spec(args: argparse.Namespace, target: Target) -> SweepSpec:
     """A spec of the shapes autotune.kernels logged as untuned on `target` (--untuned LOG, else the
-    default log), with --strategy and --trials (default optuna, 60 trials per shape)."""
+    default log), with --strategy and --trials (default optuna, 60 trials per shape). Shapes logged by a
+    process that ran on no GPU (no device key) are not `target`'s: they are left out, and said so."""
     from autotune.dispatch import read_untuned_log, untuned_log_path
-    from autotune.sweeps import spec_from_untuned
+    from autotune.sweeps import SpecError, spec_from_untuned
 
     log_path = args.untuned or str(untuned_log_path())
     if not Path(log_path).is_file():
         raise CliError(f"{log_path}: no untuned-shapes log there (autotune.kernels writes it)")
-    return spec_from_untuned(
-        read_untuned_log(log_path),
-        device_key=target.device_key(),
-        strategy=args.strategy or "optuna",
-        trials=args.trials or 60,
-        source=log_path,
+    records = read_untuned_log(log_path)
+    keyed = [r for r in records if r.get("device_key")]
+    unkeyed = len(records) - len(keyed)
+    note = (
+        f"{unkeyed} logged shape{'s' * (unkeyed != 1)} came from a process that ran on no GPU (no device "
+        "key) and are left out: they were not served on this GPU; tune such shapes from a spec"
     )
+    try:
+        spec = spec_from_untuned(
+            keyed,
+            device_key=target.device_key(),
+            strategy=args.strategy or "optuna",
+            trials=args.trials or 60,
+            source=log_path,
+        )
+    except SpecError as exc:
+        raise CliError(f"{exc}" + (f"; {note}" if unkeyed else "")) from None
+    if unkeyed:
+        print(f"note: {note}")
+    return spec

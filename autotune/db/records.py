@@ -149,6 +149,8 @@ class SweepRecord:
     trials_done: int | None
     workers: int | None
     log_path: str | None
+    gpu_fingerprint: str = ""
+    spec_text: str = ""
 
     def state(self, now: datetime, stale_after_s: float = 600.0) -> str:
         if self.status != "running":

@@ -426,7 +426,7 @@ class Store:
     def sweeps(self, *, limit: int = 20, status: str | None = None) -> list[SweepRecord]:
         """The latest `limit` sweeps of every host, newest first (only those of `status` if given)."""
         query = (
-            select(SweepModel, GpuModel.name)
+            select(SweepModel, GpuModel.name, GpuModel.fingerprint)
             .join(GpuModel, GpuModel.id == SweepModel.gpu_id)
             .order_by(SweepModel.id.desc())
             .limit(limit)
@@ -450,8 +450,10 @@ class Store:
                     trials_done=r.trials_done,
                     workers=r.workers,
                     log_path=r.log_path,
+                    gpu_fingerprint=fingerprint,
+                    spec_text=r.spec_text,
                 )
-                for r, gpu in session.execute(query)
+                for r, gpu, fingerprint in session.execute(query)
             ]
 
     # -- trials --------------------------------------------------------------------------------------
@@ -971,6 +973,38 @@ class Store:
             stmt = stmt.where(TrialModel.source == Source(source).value)
         with self._session() as session:
             return trial_records(session.execute(stmt.order_by(TrialModel.id)))
+
+    def trial_costs(
+        self, fingerprint: str | None = None
+    ) -> list[tuple[str, str, str, int, int, float, float]]:
+        """What the trials cost, per (GPU fingerprint, op, source): (fingerprint, op, source, trials, OK
+        trials, compile seconds, measure seconds), ordered by GPU, op and source."""
+        gpu_ids = self._match_gpus(fingerprint)
+        if gpu_ids == []:
+            return []
+        t = TrialModel
+        stmt = (
+            select(
+                GpuModel.fingerprint,
+                ProblemModel.op,
+                t.source,
+                func.count(),
+                func.sum(case((t.status == TrialStatus.OK.value, 1), else_=0)),
+                func.sum(t.compile_s),
+                func.sum(t.measure_s),
+            )
+            .join(GpuModel, GpuModel.id == t.gpu_id)
+            .join(ProblemModel, ProblemModel.id == t.problem_id)
+            .group_by(GpuModel.fingerprint, ProblemModel.op, t.source)
+            .order_by(GpuModel.fingerprint, ProblemModel.op, t.source)
+        )
+        if gpu_ids is not None:
+            stmt = stmt.where(t.gpu_id.in_(gpu_ids))
+        with self._session() as session:
+            return [
+                (str(fp), str(op), str(src), int(n), int(ok or 0), float(c or 0.0), float(m or 0.0))
+                for fp, op, src, n, ok, c, m in session.execute(stmt)
+            ]
 
     def gpus(self) -> list[GpuRecord]:
         """Every stored GPU, in the order they were first seen."""

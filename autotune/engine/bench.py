@@ -100,10 +100,12 @@ class BenchSettings:
 
     @classmethod
     def for_interpreter(cls) -> BenchSettings:
+        """One timed run after the correctness check's launch, no warm-up: the interpreter's timings say
+        nothing about a GPU, and each launch runs every program instance in Python (seconds a launch)."""
         return cls(
-            warmup=1,
-            min_reps=2,
-            max_reps=3,
+            warmup=0,
+            min_reps=1,
+            max_reps=1,
             target_time_s=0.0,
             graph_threshold_us=0.0,
             flush=False,

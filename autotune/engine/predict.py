@@ -55,10 +55,8 @@ class ProblemCheck:
 
     @property
     def static_pruned(self) -> dict[str, int]:
-        counts: Counter[str] = Counter()
-        for c in self.compiled:
-            counts.update({f.check for f in c.findings})
-        return dict(counts)
+        """Configs pruned by the static checks, each counted once, by the first check it fails."""
+        return dict(Counter(c.findings[0].check for c in self.compiled if c.findings))
 
     @property
     def static_warned(self) -> dict[str, int]:

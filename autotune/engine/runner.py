@@ -202,8 +202,8 @@ class Runner:
                 elif (pruned := self._static_check(op, problem, config)) is not None:
                     result = pruned
                     self._record(problem, kernels[config.backend], result)
-                    for check in result.extra["static"]:
-                        report.static_pruned[check] = report.static_pruned.get(check, 0) + 1
+                    first = result.extra["static"][0]  # a config counts once: by the first check it fails
+                    report.static_pruned[first] = report.static_pruned.get(first, 0) + 1
                 else:
                     kernel = kernels[config.backend]
                     try:
@@ -218,7 +218,7 @@ class Runner:
                     report.compile_s += result.compile_s
                     report.measure_s += result.measure_s
                 search.tell(config, result)
-                report.failed += int(not result.ok)
+                report.failed += int(not result.ok and result.status is not TrialStatus.PRUNED)
                 if result.ok and config.backend == VENDOR_BACKEND:
                     report.vendor = result
                 if self.on_trial is not None:
@@ -339,7 +339,7 @@ class Runner:
         findings = self.checker.findings(op, problem, config)
         if not findings:
             return None
-        checks = sorted({f.check for f in findings})
+        checks = list(dict.fromkeys(f.check for f in findings))  # in the checker's order
         return TrialResult(config, TrialStatus.PRUNED, error=finding_text(findings), extra={"static": checks})
 
     def _record(self, problem: Problem, kernel: tuple[str, str], result: TrialResult) -> None:

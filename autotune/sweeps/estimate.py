@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.sweeps.spec import SweepSpec
 
-__all__ = ["PlanRow", "makespan", "plan", "plan_sweep", "trial_seconds"]
+__all__ = ["PlanRow", "interpreter_launch_s", "makespan", "plan", "plan_sweep", "trial_seconds"]
 
 #: Per measured trial, besides timed runs: correctness check against the reference, graph capture or
 #: event set-up, Python bookkeeping and the database write (seen on the H100: 20-40 ms).
@@ -34,6 +34,14 @@ RUN_OVERHEAD_S = 110e-6
 COMPILE_S = {"nvidia": 0.3, "amd": 1.0}
 #: A compile-only sweep compiles this many rounds of candidates at most per problem.
 PREDICT_ROUNDS = 1
+#: Triton's CPU interpreter runs each program instance of a launch in Python, one after another: a launch
+#: costs about `INTERPRETER_LAUNCH_S`, plus `INTERPRETER_PROGRAM_S` per program and `INTERPRETER_ITER_S`
+#: per K step of each (seen on a 2-core x86 host: 16 programs of 32 K steps, 0.43 s); a library backend
+#: runs on the CPU at `INTERPRETER_LIBRARY_FLOPS` FLOP/s.
+INTERPRETER_LAUNCH_S = 0.025
+INTERPRETER_PROGRAM_S = 0.010
+INTERPRETER_ITER_S = 0.0006
+INTERPRETER_LIBRARY_FLOPS = 2e10
 
 
 @dataclass(frozen=True)
@@ -87,11 +95,10 @@ def plan_sweep(
     target and kernel version count as done and cost nothing.
     """
     from autotune.core.op import kernel_versions
-    from autotune.engine.model import predict_us
 
-    settings = settings or BenchSettings()
+    settings = settings or (BenchSettings.for_interpreter() if target.interpreter else BenchSettings())
     cores = max(1, workers or os.cpu_count() or 1)
-    compile_s = COMPILE_S.get(target.vendor, 1.0)
+    compile_s = 0.0 if target.interpreter else COMPILE_S.get(target.vendor, 1.0)
     flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
     spaces = _spaces(spec, target, on_problem)  # every problem's, so that a bad backend fails first
     rows: list[PlanRow] = []
@@ -111,23 +118,68 @@ def plan_sweep(
             continue
         n = min(valid, entry.budget.trials or valid)
         todo = [c for c in space.head(n) if c.digest() not in stored]
-        est = 0.0
-        predicted = [predict_us(problem, config, target) for config in todo]
-        best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
-        bound_us = math.inf if settings.race is None else settings.race * best_us
-        for config, kernel_us in zip(todo, predicted, strict=True):
-            # A config the model says cannot launch fails fast (out of resources): the fixed cost only.
-            measure = (
-                trial_seconds(kernel_us, settings, flush_s, raced=kernel_us > bound_us)
-                if math.isfinite(kernel_us)
-                else FIXED_TRIAL_S
-            )
-            compiles = not is_vendor(problem.op, config.backend)
-            est += max(measure, compile_s / cores if compiles else 0.0)
+        if target.interpreter:
+            est = sum(_interpreter_trial_s(problem, c, settings) for c in todo)
+        else:
+            est = _measured_s(problem, todo, target, settings, flush_s, compile_s / cores)
         if entry.budget.seconds is not None:
             est = min(est, entry.budget.seconds)
         rows.append(PlanRow(problem, valid, space.raw_size(), n, n - len(todo), est))
     return rows
+
+
+def _measured_s(
+    problem: Problem,
+    todo: list[Any],
+    target: Target,
+    settings: BenchSettings,
+    flush_s: float,
+    compile_share_s: float,
+) -> float:
+    """Seconds to measure `todo` on a GPU: per config the larger of its timing (the cost model's kernel
+    time; over `settings.race` times the best, raced) and its share of the compiling."""
+    from autotune.engine.model import predict_us
+
+    predicted = [predict_us(problem, config, target) for config in todo]
+    best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
+    bound_us = math.inf if settings.race is None else settings.race * best_us
+    est = 0.0
+    for config, kernel_us in zip(todo, predicted, strict=True):
+        # A config the model says cannot launch fails fast (out of resources): the fixed cost only.
+        measure = (
+            trial_seconds(kernel_us, settings, flush_s, raced=kernel_us > bound_us)
+            if math.isfinite(kernel_us)
+            else FIXED_TRIAL_S
+        )
+        compiles = not is_vendor(problem.op, config.backend)
+        est += max(measure, compile_share_s if compiles else 0.0)
+    return est
+
+
+def _interpreter_trial_s(problem: Problem, config: Any, settings: BenchSettings) -> float:
+    """Seconds of one trial in the interpreter: the correctness check's launch, the warm-up and the timed
+    runs, each `interpreter_launch_s`, and the fixed cost."""
+    launches = 1 + settings.warmup + settings.min_reps
+    library = is_vendor(problem.op, config.backend)
+    return FIXED_TRIAL_S + launches * interpreter_launch_s(problem, config, library)
+
+
+def interpreter_launch_s(problem: Problem, config: Any, library: bool) -> float:
+    """Seconds one launch of `config` takes in Triton's CPU interpreter: a library backend's on the CPU,
+    else the Python cost of every program instance and its K steps (tiles from BLOCK_M/N/K or
+    BLOCK_SIZE_M/N/K, the whole of M or N or K where a config has no such knob; rows M × topk)."""
+    if library:
+        return INTERPRETER_LAUNCH_S + problem.flops() / INTERPRETER_LIBRARY_FLOPS
+
+    def tile(name: str, whole: int) -> int:
+        value = config.get(f"BLOCK_{name}", config.get(f"BLOCK_SIZE_{name}", whole))
+        return max(1, int(value))
+
+    rows = problem.M * max(1, problem.topk)
+    split_k = max(1, int(config.get("SPLIT_K", 1)))
+    programs = math.ceil(rows / tile("M", rows)) * math.ceil(problem.N / tile("N", problem.N)) * split_k
+    iters = math.ceil(problem.K / (split_k * tile("K", problem.K)))
+    return INTERPRETER_LAUNCH_S + programs * (INTERPRETER_PROGRAM_S + iters * INTERPRETER_ITER_S)
 
 
 def makespan(durations: list[float], workers: int) -> float:

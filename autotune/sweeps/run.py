@@ -650,6 +650,7 @@ def predict_sweep(
     on_trial: TrialCallback | None = None,
     on_problem: Callable[[ProblemReport], None] | None = None,
     on_step: Callable[[Problem, str], None] | None = None,
+    log_path: str | None = None,
 ) -> SweepReport:
     """The compile-only sweep: every problem of `spec` on the checker's target, no GPU needed.
 
@@ -658,7 +659,7 @@ def predict_sweep(
     survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
     never mixed with measurements. A problem already predicted for this target and kernel version is
     skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of
-    a problem as it starts (`check_problem`'s).
+    a problem as it starts (`check_problem`'s). `log_path` (the sweep's log file) is recorded with its row.
     """
     from autotune.core.op import kernel_versions
     from autotune.core.result import Source
@@ -666,7 +667,8 @@ def predict_sweep(
 
     target = checker.target
     plan(spec, target)
-    with _sweep_row(spec, store, target, predicted=True, problems_total=len(spec.problems())) as (
+    total = len(spec.problems())
+    with _sweep_row(spec, store, target, predicted=True, problems_total=total, log_path=log_path) as (
         report,
         progress,
     ):
@@ -717,7 +719,6 @@ def predict_sweep(
                     if trial.ok and is_vendor(problem.op, candidate.config.backend):
                         result.vendor = trial
                 result.ran = len(found.compiled)
-                result.failed = found.n_pruned
                 result.static_pruned = found.static_pruned
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0

@@ -285,6 +285,10 @@ def parse_spec(text: str, source: str = "<spec>") -> SweepSpec:
     )
 
 
+#: The dtypes a [[sweep]] table tunes an op in (`dtype`: the activations', or a quantized op's output).
+SPEC_DTYPES = ("bf16", "fp16")
+
+
 def _entry(table: Any, where: str) -> SweepEntry:
     if not isinstance(table, Mapping):
         raise SpecError(f"{where}: must be a table")
@@ -311,8 +315,8 @@ def _entry(table: Any, where: str) -> SweepEntry:
         dtype = normalize_dtype(dtype_name)
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
-    if dtype not in ("bf16", "fp16"):
-        raise SpecError(f"{where}: op {op} supports dtype bf16 or fp16, not {dtype}")
+    if dtype not in SPEC_DTYPES:
+        raise SpecError(f"{where}: op {op} supports dtype {' or '.join(SPEC_DTYPES)}, not {dtype}")
     ms_t = _ms(table["m"], where)
     nk = table["nk"]
     if not isinstance(nk, list) or not nk:
@@ -545,12 +549,13 @@ def spec_from_untuned(
 ) -> SweepSpec:
     """A spec that tunes the shapes a serving process logged as untuned (`autotune.dispatch` writes them).
 
-    Records of another GPU (a different `device_key`) and of ops this version cannot tune are skipped.
-    SpecError when nothing is left.
+    With `device_key`, only that GPU's records count: records of another GPU, and records without a
+    device key (logged by a process that ran on no GPU), are skipped; so are records of ops this version
+    cannot tune. SpecError when nothing is left.
     """
     groups: dict[tuple[str, str, str, int, int], set[int]] = {}
     for r in records:
-        if device_key is not None and r.get("device_key") not in (None, device_key):
+        if device_key is not None and r.get("device_key") != device_key:
             continue
         op = r.get("op")
         if not isinstance(op, str) or not is_known(op) or rules_of(op).spec_keys:

@@ -47,7 +47,7 @@ def predicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str
     spec.write_text(SPEC)
     db = tmp / "p.db"
     code, out, err = run_cli("sweep", str(spec), "--target", "gfx950", "--db", str(db), "--no-progress",
-                             "--workers", "2")  # fmt: skip
+                             "--workers", "2", "--log-dir", str(tmp / "logs"))  # fmt: skip
     assert code == 0, err
     return spec, db, out
 
@@ -77,7 +77,9 @@ def test_compile_only_sweep_resumes_without_recompiling(predicted) -> None:
     spec, db, _ = predicted
     with Store(str(db)) as store:
         before = len(store.trials())
-    code, out, err = run_cli("sweep", str(spec), "--target", "gfx950", "--db", str(db), "--no-progress")
+    code, out, err = run_cli(
+        "sweep", str(spec), "--target", "gfx950", "--db", str(db), "--no-progress", "--log-dir", "none"
+    )
     assert code == 0, err
     assert "0 configs compiled" in out
     with Store(str(db)) as store:

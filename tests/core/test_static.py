@@ -389,6 +389,7 @@ def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) 
                              backends=("triton",))  # fmt: skip
         pruned = store.trials(problem=problem, status=TrialStatus.PRUNED)
     assert report.static_pruned.get("spills", 0) == len(pruned) > 0
+    assert report.failed == 0  # a config the static checks prune never runs: no failure
     assert all(t.config["BLOCK_K"] == 32 and "spills" in t.error for t in pruned)
     assert all(c.get("BLOCK_K") != 32 for c in ran) and ran
     assert checker.prefetched, "the runner must queue compiles ahead"

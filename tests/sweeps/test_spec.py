@@ -206,6 +206,7 @@ def test_spec_from_untuned_log_groups_shapes_and_skips_other_gpus() -> None:
         {"op": "gemm", "m": 3, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "me"},
         {"op": "gemm", "m": 5, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "me"},
         {"op": "gemm", "m": 7, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": "other"},
+        {"op": "gemm", "m": 9, "n": 64, "k": 32, "dtype": "bf16", "layout": "nk", "device_key": None},
         {"op": "gemm", "m": 2, "n": 16, "k": 48, "dtype": "fp16", "layout": "kn", "device_key": "me"},
         {"op": "moe", "m": 2, "n": 16, "k": 48, "e": 8, "device_key": "me"},
         {"op": "gemm", "m": "x", "n": 16, "k": 48, "device_key": "me"},
