@@ -96,6 +96,8 @@ class MoeOp(ProblemRules):
             )
         if problem.layout != "nk":
             raise ValueError("op moe has no `layout` (its weights are (E, N, K))")
+        if problem.dtype_b == MXFP4:
+            _check_mxfp4(problem)
 
     def problem_dtypes(self, dtype: str, variant: str | None = None) -> tuple[str, str, str]:
         """Activations and output `dtype`; weights `variant` ("mxfp4" is MXFP4: "fp4e2m1"), else `dtype`."""
@@ -194,13 +196,8 @@ class MoeOp(ProblemRules):
                 f"moe weights are {problem.dtype_a}, fp8e4m3 (128x128 blocks) or fp4e2m1 (mxfp4), "
                 f"not {problem.dtype_b}"
             )
-        if problem.dtype_b == MXFP4 and (
-            problem.dtype_a != "bf16" or problem.N % MX_BLOCK or problem.K % MX_BLOCK
-        ):
-            raise ValueError(
-                f"MXFP4 weights take bf16 activations and N and K multiples of {MX_BLOCK}, got "
-                f"{problem.dtype_a}, N={problem.N}, K={problem.K}"
-            )
+        if problem.dtype_b == MXFP4:
+            _check_mxfp4(problem)
         if problem.dtype_b == "fp8e4m3" and (problem.N % FP8_BLOCK or problem.K % FP8_BLOCK):
             raise ValueError(
                 f"FP8 block-scaled weights need N and K multiples of {FP8_BLOCK}, "
@@ -329,6 +326,14 @@ def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
     if not arch and device != "cpu" and torch.cuda.is_available() and getattr(torch.version, "hip", None):
         arch = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")).split(":")[0]
     return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
+
+
+def _check_mxfp4(problem: Problem) -> None:
+    if problem.dtype_a != "bf16" or problem.N % MX_BLOCK or problem.K % MX_BLOCK:
+        raise ValueError(
+            f"MXFP4 weights take bf16 activations and N and K multiples of {MX_BLOCK}, got "
+            f"{problem.dtype_a}, N={problem.N}, K={problem.K}"
+        )
 
 
 def mx_emulated(problem: Problem, target: Target) -> bool:

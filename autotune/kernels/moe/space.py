@@ -109,8 +109,8 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
         # the fused gate/up GEMM loads two B tiles (gate rows and up rows) per step, vLLM's structure one
         b_rows = (1 + int(c["GATE_UP_FUSED"])) * int(c["BLOCK_SIZE_N"])
         bk = int(c["BLOCK_SIZE_K"])
-        if mx:  # bf16 A; B packed: half a byte per weight and one e8m0 scale byte per 32
-            b_row_bytes = bk // 2 + bk // _MX_GROUP
+        if mx:  # bf16 A; B is read packed but staged upcast: two bytes a weight, and its scale bytes
+            b_row_bytes = bk * 2 + bk // _MX_GROUP
             a_bytes = int(c["BLOCK_SIZE_M"]) * bk * DTYPE_BYTES[problem.dtype_a]
             b_rows = max(b_rows, int(c["BLOCK_SIZE_N_DOWN"]))  # the down GEMM's B tile, one a step
             return int((a_bytes + b_rows * b_row_bytes) * buffers)
