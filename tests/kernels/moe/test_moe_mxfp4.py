@@ -238,3 +238,14 @@ def test_the_down_tile_is_a_knob_of_the_mxfp4_space_only(arch: str) -> None:
                num_warps=4, num_stages=2, GROUP_SIZE_M=1, SPLIT_K=1)  # fmt: skip
     lds = next(c for c in mx.constraints if c.name == "lds_overflow")
     assert lds.allows(big) is (arch != "gfx942")
+
+
+def test_the_cost_model_takes_the_down_tile() -> None:
+    target = Target.for_arch("gfx950")
+    problem = Problem.moe(64, 1792, 4096, 8, 2, weights="mxfp4")
+    configs = MOE.space(problem, target).configs()[:100]
+    assert all(0 < MOE.predict_us(problem, c, target) < float("inf") for c in configs)  # type: ignore[operator]
+    base = next(c for c in configs if c.backend == "triton" and c["BLOCK_SIZE_N_DOWN"] == 32)
+    assert MOE.predict_us(problem, base, target) != MOE.predict_us(
+        problem, base.replace(BLOCK_SIZE_N_DOWN=256), target
+    )

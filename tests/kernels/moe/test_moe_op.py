@@ -139,7 +139,7 @@ def test_moe_spec_fields() -> None:
         (text.replace("topk = 2", "topk = 0"), "`topk` must be a positive integer"),
         (text.replace("topk = 2", "topk = 9"), "more than the 8 experts"),
         (text.replace("e = [8, 16]\n", ""), "needs `e`"),
-        (text + 'weights = "fp16"\n', "bf16 or fp8e4m3"),
+        (text + 'weights = "fp16"\n', "bf16, fp8e4m3 or mxfp4"),
         (text + "zipf = -1\n", "`zipf` must be a number >= 0"),
         (
             'name = "g"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\ntopk = 2\n',
