@@ -5,12 +5,12 @@ gate rows before the up rows, w2 (E, K, N), the routing (M, topk) from `fused_to
 weights their fp32 scales per [128, 128] block (`block_shape=[128, 128]`). MXFP4 weights (bf16 hidden
 states only) are packed uint8, w1 (E, 2N, K/2) and w2 (E, K, N/2), two e2m1 a byte along K, with e8m0
 uint8 scales per 32 along K, w1_scale (E, 2N, K/32) and w2_scale (E, K, N/32) (`moe.ref`): they run
-`tl.dot_scaled` on gfx950 and are dequantized in registers (emulated) elsewhere. Each call looks its shape up
-in the pinned tables of `autotune.dispatch` (op "moe", the weights' dtype, N, K, E, topk; the M ranges
-an M profile measured, else the table's M policy) and runs that config of the fused Triton kernel; a
-shape no table covers runs the op's heuristic default (and is logged as untuned). A table entry of the
-"torch" baseline (a per-expert loop that reads the routing back) is served by the default instead: the
-entry point never syncs with the host while a graph is captured.
+`tl.dot_scaled` on gfx950 and are dequantized in registers (emulated) elsewhere (`moe.mx`). Each call
+looks its shape up in the pinned tables of `autotune.dispatch` (op "moe", the weights' dtype, N, K, E,
+topk; the M ranges an M profile measured, else the table's M policy) and runs that config of the fused
+Triton kernel; a shape no table covers runs the op's heuristic default (and is logged as untuned). A
+table entry of the "torch" baseline (a per-expert loop that reads the routing back) is served by the
+default instead: the entry point never syncs with the host while a graph is captured.
 
 Rules:
 - Bad input (shapes, dtypes, devices, expert ids out of range) is one ValueError before any launch. The

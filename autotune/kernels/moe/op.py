@@ -249,7 +249,7 @@ class MoeOp(ProblemRules):
         from autotune.kernels.moe.ref import moe_reference
 
         x, w1, w2, weights, ids, w1s, w2s = inputs
-        block = [FP8_BLOCK, FP8_BLOCK] if problem.dtype_b == "fp8e4m3" else None
+        block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None and problem.dtype_b != MXFP4 else None
         return moe_reference(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block)
 
     def tolerance(self, problem: Problem) -> float:
