@@ -202,6 +202,20 @@ def test_configs_that_cannot_run_mxfp4_weights_are_refused() -> None:
         fused_moe_mx(*args, cfg(1, down=48), **kw, interpret=True)
 
 
+@needs_interpreter
+def test_the_benchmarker_checks_both_backends_on_mxfp4_problems() -> None:
+    """The op's own inputs, reference and tolerance; the output is poisoned with NaN before each run."""
+    from autotune.engine.bench import Benchmarker
+
+    problem = Problem.moe(5, 32, 64, 4, 2, weights="mxfp4")
+    bench = Benchmarker(MOE, INTERP)
+    default = MOE.default_config(problem, INTERP)
+    for config in [Config(backend="torch"), default]:
+        result = bench.run(problem, config)
+        assert result.ok, (config.short(), result.status, result.error[:500])
+        assert result.rel_error is not None and result.rel_error < MOE.tolerance(problem)
+
+
 # -- the op --------------------------------------------------------------------------------------------------
 
 
