@@ -218,7 +218,7 @@ def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
 
 
-@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3"])
+@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3", "mxfp4"])
 def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights: str) -> None:
     """The compile pool's recording (meta tensors, nothing computed) specializes the kernels exactly as a
     launch on real tensors with the same routing does: same launches, arguments and constexprs."""
