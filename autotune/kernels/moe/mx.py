@@ -8,9 +8,10 @@ along K (`moe.ref`'s layout). Each K step loads BLOCK_SIZE_K/2 bytes and BLOCK_S
 weight row. Two paths, chosen by the target (`NATIVE`, `quant.space.mx_native`):
 
 - native (gfx950, Blackwell): `tl.dot_scaled(a, None, "bf16", b, b_scale, "e2m1")`;
-- emulated (gfx942, Hopper, the interpreter): the B tile is dequantized in registers to bf16 (exact:
-  an e2m1 value times a power of two fits bf16) and multiplied with tl.dot. MI300X and H100 have no MX
-  instructions: this is what MX weights cost there.
+- emulated (gfx942, Hopper, the interpreter): the B tile is made bf16 in registers (exact: an e2m1
+  value times a power of two fits bf16), its bits assembled from each nibble and its scale's exponent
+  without unpacking the bytes into K order: A's even and odd columns meet the low and the high nibbles in
+  two tl.dot calls. MI300X and H100 have no MX instructions: this is what MX weights cost there.
 
 The down GEMM has its own column tile, BLOCK_SIZE_N_DOWN (its output columns are the K of the problem,
 its reduction the intermediate N). Knobs: those of `moe.kernel` plus BLOCK_SIZE_N_DOWN; BLOCK_SIZE_K is
@@ -43,7 +44,6 @@ from autotune.kernels.moe.kernel import (
 )
 from autotune.kernels.moe.ref import validate_mxfp4_moe_inputs
 from autotune.kernels.quant.formats import MX_BLOCK
-from autotune.kernels.quant.mx import _e2m1_to_f32, _scale_cols, _unpack_cols
 from autotune.kernels.scratch import split_scratch
 
 __all__ = ["MX_JIT_KERNELS", "fused_moe_mx", "moe_mx_gemm_kernel", "moe_mx_gemm_split_kernel"]
@@ -67,19 +67,39 @@ def _load_b(b_ptrs, s_ptrs, k_left, EVEN_K: tl.constexpr, BLOCK_SIZE_K: tl.const
 
 
 @triton.jit
-def _mx_dot(a, b, s, acc, BLOCK_SIZE_K: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, NATIVE: tl.constexpr,
-            DOT_F32: tl.constexpr):  # fmt: skip
-    """acc + a (bf16) @ dequant(b, s): scaled dot where NATIVE, else B dequantized in registers."""
+def _e2m1_bf16(code, bias):
+    """e2m1 codes (int32, low 4 bits) times 2^(scale - 127), built as bf16 bits, exact: `bias` is
+    (scale - 1) << 7 (int32) for the code's e8m0 scale, in [2, 252] (`quant.quantize_mx` gives
+    2^(exponent of the amax - 2): any finite weights of magnitude above 2^-124). Code 0 is 0 whatever
+    the scale (masked bytes and scales read 0)."""
+    mag = code & 7  # exponent (2 bits), mantissa (1 bit)
+    bits = tl.where(mag >= 2, (mag << 6) + bias, tl.where(mag == 1, bias, 0))  # 1: the subnormal 0.5
+    return (bits | ((code & 8) << 12)).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+
+
+@triton.jit
+def _mx_dot(a, b, s, acc, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_K: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+            NATIVE: tl.constexpr, DOT_F32: tl.constexpr):  # fmt: skip
+    """acc + a (bf16) @ dequant(b, s): scaled dot where NATIVE. Else each byte's two weights (K elements 2i
+    and 2i + 1, of the scale of 16 bytes) are made bf16 from their bits, without unpacking the bytes
+    into K order: A's even and odd columns meet the low and the high nibbles in two dots."""
     if NATIVE:
         out = tl.dot_scaled(a, None, "bf16", b, s, "e2m1", acc)
     else:
-        w = _scale_cols(
-            _e2m1_to_f32(_unpack_cols(b, BLOCK_SIZE_K, BLOCK_SIZE_N)), s, BLOCK_SIZE_K, BLOCK_SIZE_N
+        HALF: tl.constexpr = BLOCK_SIZE_K // 2
+        bias = tl.trans((s.to(tl.int32) - 1) << 7)  # (BLOCK_SIZE_K / 32, BLOCK_SIZE_N)
+        bias = tl.reshape(
+            tl.broadcast_to(bias[:, None, :], (BLOCK_SIZE_K // 32, 16, BLOCK_SIZE_N)), (HALF, BLOCK_SIZE_N)
         )
+        packed = b.to(tl.int32)
+        w_even = _e2m1_bf16(packed & 0xF, bias)
+        w_odd = _e2m1_bf16(packed >> 4, bias)
+        a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_SIZE_M, HALF, 2)))
         if DOT_F32:  # interpreter only: the bf16 products are exact in fp32
-            out = tl.dot(a.to(tl.float32), w, acc)
+            out = tl.dot(a_even.to(tl.float32), w_even.to(tl.float32), acc)
+            out = tl.dot(a_odd.to(tl.float32), w_odd.to(tl.float32), out)
         else:
-            out = tl.dot(a, w.to(tl.bfloat16), acc)
+            out = tl.dot(a_odd, w_odd, tl.dot(a_even, w_even, acc))
     return out
 
 
@@ -118,10 +138,10 @@ def _mx_tile(
         else:
             a = tl.load(a_ptrs, mask=row_mask[:, None] & (chunk[None, :] < k_left), other=0.0)
         b, s = _load_b(b_ptrs, s_ptrs, k_left, EVEN_K, BLOCK_SIZE_K)
-        acc = _mx_dot(a, b, s, acc, BLOCK_SIZE_K, BLOCK_SIZE_N, NATIVE, DOT_F32)
+        acc = _mx_dot(a, b, s, acc, BLOCK_SIZE_M, BLOCK_SIZE_K, BLOCK_SIZE_N, NATIVE, DOT_F32)
         if SWIGLU:
             b_up, s_up = _load_b(up_ptrs, up_s_ptrs, k_left, EVEN_K, BLOCK_SIZE_K)
-            acc_up = _mx_dot(a, b_up, s_up, acc_up, BLOCK_SIZE_K, BLOCK_SIZE_N, NATIVE, DOT_F32)
+            acc_up = _mx_dot(a, b_up, s_up, acc_up, BLOCK_SIZE_M, BLOCK_SIZE_K, BLOCK_SIZE_N, NATIVE, DOT_F32)
             up_ptrs += (BLOCK_SIZE_K // 2) * stride_bk
             up_s_ptrs += (BLOCK_SIZE_K // 32) * stride_bsk
         a_ptrs += BLOCK_SIZE_K * stride_ak

@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.engine.bench import rel_error
 from autotune.kernels import MOE, fused_moe
+from autotune.kernels.moe.mx import _e2m1_bf16
 from autotune.kernels.moe.op import mx_emulated
 from autotune.kernels.moe.ref import (
     dequantize_mxfp4_weight,
@@ -82,6 +85,30 @@ def test_quantize_dequantize_round_trip() -> None:
         quantize_mxfp4_weight(torch.randn(1, 2, 40))
     with pytest.raises(ValueError, match="scale shape"):
         dequantize_mxfp4_weight(q, s[..., :2])
+
+
+@triton.jit
+def _decode(code_ptr, scale_ptr, out_ptr, SIZE: tl.constexpr):
+    i = tl.arange(0, SIZE)
+    code = tl.load(code_ptr + i).to(tl.int32)
+    scale = tl.load(scale_ptr + i).to(tl.int32)
+    tl.store(out_ptr + i, _e2m1_bf16(code, (scale - 1) << 7))
+
+
+@needs_interpreter
+def test_the_emulated_path_makes_every_weight_bf16_exactly() -> None:
+    """Every e2m1 code (both zeros, the subnormal 0.5, up to ±6) at every scale the quantizer gives for
+    finite weights above 2^-124 (e8m0 2 to 252): the bits the kernel builds are the value, exactly."""
+    codes = torch.arange(16, dtype=torch.uint8).repeat(251)
+    scales = torch.arange(2, 253, dtype=torch.uint8).repeat_interleave(16)
+    size = 4096
+    code_in = torch.zeros(size, dtype=torch.uint8)
+    scale_in = torch.full((size,), 127, dtype=torch.uint8)
+    code_in[: codes.numel()], scale_in[: codes.numel()] = codes, scales
+    out = torch.full((size,), float("nan"), dtype=torch.bfloat16)
+    _decode[(1,)](code_in, scale_in, out, SIZE=size)
+    want = e2m1_decode(code_in) * torch.exp2(scale_in.float() - 127)
+    assert torch.equal(out.float(), want)
 
 
 # -- the kernel under the interpreter ------------------------------------------------------------------------
