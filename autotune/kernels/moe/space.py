@@ -28,7 +28,7 @@ _MIN_TILE = 16
 #: MXFP4 weights: the problem's `dtype_b`, and the elements of K one e8m0 scale covers.
 _MXFP4 = "fp4e2m1"
 _MX_GROUP = 32
-#: 32-bit registers a lane may give the accumulators and the dequantized weight tile of the emulated
+#: 32-bit registers a lane may give the accumulators and the weight tile being decoded on the emulated
 #: MXFP4 path (of 512 VGPRs on CDNA3/4, 255 on Hopper).
 _MX_LANE_REGISTERS = {True: 256, False: 160}
 
@@ -121,7 +121,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
     def mx_lane_registers(c: Mapping[str, Value]) -> float:
         """Per lane, in 32-bit registers, of the emulated MXFP4 path's largest GEMM: the fp32
-        accumulators (two with GATE_UP_FUSED) and one dequantized B tile in fp32 before its bf16 cast."""
+        accumulators (two with GATE_UP_FUSED) and one B tile as it is decoded (a 32-bit word a weight)."""
         bm, bk, fused = int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_K"]), 1 + int(c["GATE_UP_FUSED"])
         gate_up = bm * int(c["BLOCK_SIZE_N"]) * fused + bk * int(c["BLOCK_SIZE_N"])
         down = bm * int(c["BLOCK_SIZE_N_DOWN"]) + bk * int(c["BLOCK_SIZE_N_DOWN"])
@@ -201,7 +201,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
         out.append(
             Constraint(
                 "block_n_down_waste",
-                f"BLOCK_SIZE_N_DOWN {{BLOCK_SIZE_N_DOWN}} > next_pow2(K={problem.K}) down columns",
+                f"BLOCK_SIZE_N_DOWN {{BLOCK_SIZE_N_DOWN}} > next_pow2(K={problem.K}), the down GEMM's width",
                 lambda c: int(c["BLOCK_SIZE_N_DOWN"]) <= max(32, next_pow2(problem.K)),
                 knobs=("BLOCK_SIZE_N_DOWN",),
             )
@@ -212,7 +212,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 Constraint(
                     "mx_dequant_registers",
                     f"the accumulators and the dequantized MXFP4 weight tile need more than {budget} "
-                    "registers a lane (emulated: the tile is dequantized in registers)",
+                    "registers a lane (emulated: the tile is decoded in registers)",
                     lambda c: target.interpreter or mx_lane_registers(c) <= budget,
                     knobs=(
                         "BLOCK_SIZE_M",
