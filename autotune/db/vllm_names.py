@@ -75,7 +75,8 @@ class VllmFileName:
     @classmethod
     def of(cls, problem: Problem, target: Target, flavor: str = "vllm") -> VllmFileName:
         """The name of the file that holds `problem`'s config on `target`; InteropError for weights no
-        such file can hold (anything but unquantized and FP8 with [128, 128] block scales)."""
+        such file can hold (anything but unquantized and FP8 with [128, 128] block scales: MXFP4 among
+        them, which vLLM's files do not name)."""
         if flavor not in FLAVORS:
             raise ValueError(f"unknown flavor {flavor!r}; known: {', '.join(FLAVORS)}")
         device = device_name_of(target)
@@ -83,6 +84,12 @@ class VllmFileName:
             return cls(problem.E, problem.N, device).spelled(flavor)
         if problem.dtype_b in ("fp8e4m3", "fp8e4m3fnuz"):
             return cls(problem.E, problem.N, device, _FP8_DTYPE, FP8_BLOCK_SHAPE).spelled(flavor)
+        if problem.dtype_b == "fp4e2m1":
+            raise InteropError(
+                f"{problem}: vLLM names no config file for MXFP4 weights with {problem.dtype_a} activations "
+                "(its Triton fused MoE looks OCP MX schemes up under no dtype, i.e. in the unquantized "
+                "files, and runs MXFP4 w4a16 through other kernels): not exported"
+            )
         raise InteropError(
             f"{problem}: a vLLM config file holds unquantized or FP8 block-scaled weights, "
             f"not {problem.dtype_b} weights with {problem.dtype_a} activations"

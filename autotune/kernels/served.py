@@ -98,7 +98,7 @@ def _moe_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Ten
     given = moe_problem(x, w1, ids.shape[1], target)
     if given != problem:
         raise ValueError(f"the inputs are those of {given}, not {problem}")
-    block = None if w1s is None else [128, 128]
+    block = [128, 128] if w1s is not None and w1.dtype.is_floating_point else None  # FP8: 128x128 scales
 
     def launch() -> None:
         fused_moe(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block, out=out,

@@ -62,7 +62,7 @@ def test_the_quantized_gemms_hashes_are_unchanged(name: str) -> None:
 
 
 def test_the_moe_s_hashes_are_unchanged() -> None:
-    triton = _kernels("autotune.kernels.moe.kernel", "autotune.kernels.moe.ref")
+    triton = _kernels("autotune.kernels.moe.kernel", "autotune.kernels.moe.mx", "autotune.kernels.moe.ref")
     assert MOE.source_hash("triton") == triton
     assert MoeOp(zipf=1.2).source_hash("triton") == _sha(f"{triton} zipf=1.2")
     # the baseline loop's own module (and the reference helpers it imports), with torch's version

@@ -22,11 +22,12 @@ GEMM_OPS = ("gemm", "gemm_fp8_rowwise", "gemm_fp8_blockwise", "gemm_mxfp8", "gem
 #: Decode (GEMV and swapped kernels on NVIDIA at M = 1), mid (64-row tiles), prefill (the largest tiles).
 MS = (1, 64, 4096)
 #: (op, M, N, K[, E, topk, weights]): a Llama-8B-sized projection for each GEMM op, Mixtral's experts
-#: (bf16) and DeepSeek-V3's (FP8 block-scaled) for the MoE.
+#: (bf16, and MXFP4 at decode and prefill) and DeepSeek-V3's (FP8 block-scaled) for the MoE.
 PROBLEMS = [
     *((op, m, 4096, 4096) for op in GEMM_OPS for m in MS),
     *(("moe", m, 1792, 4096, 8, 2, None) for m in MS),
     ("moe", 4096, 2048, 7168, 32, 8, "fp8e4m3"),
+    *(("moe", m, 1792, 4096, 8, 2, "mxfp4") for m in (1, 4096)),
 ]
 
 SCRIPT = r"""

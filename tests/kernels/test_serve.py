@@ -418,3 +418,11 @@ def test_gemm_quant_refuses_an_out_that_does_not_fit(
     with pytest.raises(TypeError, match=r"out must be a torch\.Tensor"):
         gemm_quant(ROWWISE, a, b, sa, sb, target=INTERP, out=[[0.0] * 32] * 3)  # type: ignore[arg-type]
     assert not no_tables.exists()  # refused before the lookup
+
+
+@needs_interpreter
+def test_served_launch_of_an_mxfp4_moe_is_the_entry_points_call(no_tables: Path) -> None:
+    """Packed e2m1 weights with their e8m0 scales: no FP8 block shape passed, the default served."""
+    problem = Problem.moe(5, 32, 64, 4, 2, weights="mxfp4")
+    _, err = _run(MOE, problem, INTERP, seed=7)
+    assert err < MOE.tolerance(problem)

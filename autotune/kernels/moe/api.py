@@ -2,12 +2,15 @@
 
 vLLM's argument conventions (`fused_experts`): hidden states (M, K) bf16 or fp16, w1 (E, 2N, K) with the
 gate rows before the up rows, w2 (E, K, N), the routing (M, topk) from `fused_topk`, and for FP8
-weights their fp32 scales per [128, 128] block (`block_shape=[128, 128]`). Each call looks its shape up
-in the pinned tables of `autotune.dispatch` (op "moe", the weights' dtype, N, K, E, topk; the M ranges
-an M profile measured, else the table's M policy) and runs that config of the fused Triton kernel; a
-shape no table covers runs the op's heuristic default (and is logged as untuned). A table entry of the
-"torch" baseline (a per-expert loop that reads the routing back) is served by the default instead: the
-entry point never syncs with the host while a graph is captured.
+weights their fp32 scales per [128, 128] block (`block_shape=[128, 128]`). MXFP4 weights (bf16 hidden
+states only) are packed uint8, w1 (E, 2N, K/2) and w2 (E, K, N/2), two e2m1 a byte along K, with e8m0
+uint8 scales per 32 along K, w1_scale (E, 2N, K/32) and w2_scale (E, K, N/32) (`moe.ref`): they run
+`tl.dot_scaled` on gfx950 and are dequantized in registers (emulated) elsewhere (`moe.mx`). Each call
+looks its shape up in the pinned tables of `autotune.dispatch` (op "moe", the weights' dtype, N, K, E,
+topk; the M ranges an M profile measured, else the table's M policy) and runs that config of the fused
+Triton kernel; a shape no table covers runs the op's heuristic default (and is logged as untuned). A
+table entry of the "torch" baseline (a per-expert loop that reads the routing back) is served by the
+default instead: the entry point never syncs with the host while a graph is captured.
 
 Rules:
 - Bad input (shapes, dtypes, devices, expert ids out of range) is one ValueError before any launch. The
@@ -32,8 +35,8 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.dense.api import _running
-from autotune.kernels.moe.op import MOE
-from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs
+from autotune.kernels.moe.op import MOE, MXFP4
+from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs, validate_mxfp4_moe_inputs
 from autotune.kernels.moe.routing import align_fixed
 from autotune.kernels.serve import served_config
 
@@ -53,7 +56,7 @@ def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) ->
     key = (M, N, K, E, topk, x.dtype, w1.dtype, target.arch)
     found = _problems.get(key)
     if found is None:
-        weights = "fp8e4m3" if w1.dtype in FP8_DTYPES else None
+        weights = "fp8e4m3" if w1.dtype in FP8_DTYPES else MXFP4 if w1.dtype == torch.uint8 else None
         if weights and w1.dtype == torch.float8_e4m3fnuz and target.arch != "gfx942":
             weights = "fp8e4m3fnuz"
         found = Problem.moe(M, N, K, E, topk, dtype=_DTYPES[x.dtype], weights=weights)
@@ -136,10 +139,20 @@ def fused_moe(
     if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
         raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")
     x = hidden_states
-    fp8 = validate_moe_inputs(
-        x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
-        check_ids=False,
-    )  # fmt: skip
+    mx = w1.dtype == torch.uint8
+    if mx:
+        if block_shape is not None:
+            raise ValueError(
+                "block_shape applies to FP8 weights only, not MXFP4 (e8m0 scales per 32 along K)"
+            )
+        validate_mxfp4_moe_inputs(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                                  check_ids=False)  # fmt: skip
+        fp8 = False
+    else:
+        fp8 = validate_moe_inputs(
+            x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
+            check_ids=False,
+        )  # fmt: skip
     forced = None if config is None else _override(config)
     if inplace and out is not None:
         raise ValueError("give `out` or `inplace`, not both")
@@ -175,6 +188,16 @@ def fused_moe(
     alignment = align_fixed(topk_ids, bm, E, buffers if key is not None else None)
     params = dict(chosen.items())
     params.pop("backend", None)
+    if mx:
+        from autotune.kernels.moe.mx import fused_moe_mx
+        from autotune.kernels.quant.space import mx_native
+
+        assert w1_scale is not None and w2_scale is not None
+        return fused_moe_mx(
+            x, w1, w2, topk_weights, topk_ids, params, w1_scale=w1_scale, w2_scale=w2_scale,
+            native=mx_native(tgt), is_amd=tgt.is_amd, interpret=tgt.interpreter, out=out, alignment=alignment,
+            buffers=buffers,
+        )  # fmt: skip
     return run_kernel(
         x, w1, w2, topk_weights, topk_ids, params, w1_scale=w1_scale, w2_scale=w2_scale,
         block_shape=block_shape if fp8 else None, is_amd=tgt.is_amd, interpret=tgt.interpreter, out=out,

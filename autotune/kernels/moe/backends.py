@@ -9,7 +9,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from autotune.core.backend import Backend, Backends
-from autotune.core.config import Config
+from autotune.core.config import Config, Value
 from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace, SubSpace
@@ -32,26 +32,55 @@ def fused_launch(
 ) -> Launch:
     """A launch of the fused kernel on `inputs` (recorded into `calls` if given); `alignment`: the
     routing's block alignment, computed here where not given."""
+    import torch
+
     import autotune.kernels.moe.kernel as moe_triton
     from autotune.kernels.moe.ref import align_block_size
 
     x, w1, w2, weights, ids, w1s, w2s = inputs
-    block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
-    kernels = None
-    if calls is not None:
-        kernels = tuple(Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
     cfg = dict(config.items())
     cfg.pop("backend", None)
     # The routing's block alignment depends only on the routing and BLOCK_SIZE_M: done once here, as a
     # serving engine does once per batch, so the timed launch reads nothing back from the GPU.
     if alignment is None:
         alignment = align_block_size(ids, int(cfg["BLOCK_SIZE_M"]), w1.shape[0])
+    if w1.dtype == torch.uint8:  # MXFP4 weights
+        return _mx_launch(cfg, target, inputs, out, calls, alignment)
+    block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
+    kernels = None
+    if calls is not None:
+        kernels = tuple(Recorder(fn, calls) for fn in moe_triton.JIT_KERNELS)
 
     def launch() -> None:
         moe_triton.fused_moe(
             x, w1, w2, weights, ids, cfg, w1_scale=w1s, w2_scale=w2s, block_shape=block,
             is_amd=target.is_amd, interpret=target.interpreter, out=out, kernels=kernels,
             alignment=alignment,
+        )  # fmt: skip
+
+    return launch
+
+
+def _mx_launch(
+    cfg: dict[str, Value],
+    target: Target,
+    inputs: Inputs,
+    out: torch.Tensor,
+    calls: list[KernelCall] | None,
+    alignment: tuple[torch.Tensor, torch.Tensor, int],
+) -> Launch:
+    """`fused_launch` of MXFP4 weights (`moe.mx`): native where the target has MX instructions."""
+    from autotune.kernels.moe.mx import MX_JIT_KERNELS, fused_moe_mx
+    from autotune.kernels.quant.space import mx_native
+
+    x, w1, w2, weights, ids, w1s, w2s = inputs
+    kernels = None if calls is None else tuple(Recorder(fn, calls) for fn in MX_JIT_KERNELS)
+    native = mx_native(target)
+
+    def launch() -> None:
+        fused_moe_mx(
+            x, w1, w2, weights, ids, cfg, w1_scale=w1s, w2_scale=w2s, native=native, is_amd=target.is_amd,
+            interpret=target.interpreter, out=out, kernels=kernels, alignment=alignment,
         )  # fmt: skip
 
     return launch
@@ -106,7 +135,11 @@ def moe_backends(zipf: float = 0.0) -> Backends:
                 "triton",
                 _fused,
                 _fused_space,
-                modules=("autotune.kernels.moe.kernel", "autotune.kernels.moe.ref"),
+                modules=(
+                    "autotune.kernels.moe.kernel",
+                    "autotune.kernels.moe.mx",
+                    "autotune.kernels.moe.ref",
+                ),
                 variant=variant,
             ),
         ),

@@ -7,7 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from autotune.core.op import Launch
-from autotune.kernels.moe.ref import FP8_BLOCK, dequantize_blockwise, quantize_fp8_act_groupwise
+from autotune.kernels.moe.ref import (
+    FP8_BLOCK,
+    dequantize_blockwise,
+    dequantize_mxfp4_weight,
+    quantize_fp8_act_groupwise,
+)
 
 __all__ = ["torch_loop_launch"]
 
@@ -17,7 +22,8 @@ def torch_loop_launch(
 ) -> Launch:
     """The baseline: per expert, gather its tokens, two torch matmuls in the activation dtype, weighted
     scatter-add into an fp32 sum. With FP8 weights it computes on the values the kernel reads: weights
-    dequantized with their block scales (once, here), activations quantized per 1x128 group."""
+    dequantized with their block scales (once, here), activations quantized per 1x128 group; MXFP4
+    weights are dequantized to the activation dtype once, here (exact)."""
     import torch
     import torch.nn.functional as F
 
@@ -29,9 +35,11 @@ def torch_loop_launch(
     tokens = (order // topk).to(torch.int64)
     gates = weights.reshape(-1)[order].to(torch.float32)
     group = FP8_BLOCK[1]
-    fp8 = w1s is not None
+    fp8 = w1s is not None and w1.dtype != torch.uint8
     fp8_dtype = w1.dtype
-    if fp8:  # dequantized once, as a framework without FP8 kernels would keep them
+    if w1.dtype == torch.uint8:  # MXFP4
+        w1, w2 = dequantize_mxfp4_weight(w1, w1s).to(x.dtype), dequantize_mxfp4_weight(w2, w2s).to(x.dtype)
+    elif fp8:  # dequantized once, as a framework without FP8 kernels would keep them
         w1, w2 = (dequantize_blockwise(w, s, FP8_BLOCK).to(x.dtype) for w, s in ((w1, w1s), (w2, w2s)))
 
     def act(a: Any) -> Any:

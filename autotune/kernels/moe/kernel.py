@@ -469,6 +469,55 @@ def _quantize_act(
     return q, scale
 
 
+def output_for(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """`out` checked to be a contiguous tensor of x's shape, dtype and device (a new one where None)."""
+    M, K = x.shape
+    if out is None:
+        return torch.empty(M, K, dtype=x.dtype, device=x.device)
+    if out.shape != (M, K) or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
+        raise ValueError(
+            f"out must be a contiguous ({M}, {K}) {x.dtype} tensor on {x.device}, "
+            f"got {tuple(out.shape)} {out.dtype} on {out.device}"
+        )
+    return out
+
+
+def aligned(
+    topk_ids: torch.Tensor,
+    bm: int,
+    E: int,
+    device: torch.device,
+    alignment: tuple[torch.Tensor, torch.Tensor, int] | None,
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(sorted_ids, expert_ids, num_padded) of the routing in blocks of `bm` rows: `alignment` checked
+    where given, the worst case's shapes on the meta device, else `align_block_size`."""
+    num_valid = topk_ids.numel()
+    if alignment is not None:
+        sorted_ids, expert_ids, num_padded = alignment
+        if (
+            num_padded % bm
+            or num_padded < num_valid
+            or sorted_ids.shape != (num_padded,)
+            or expert_ids.shape != (num_padded // bm,)
+            or sorted_ids.dtype != torch.int32
+            or expert_ids.dtype != torch.int32
+            or sorted_ids.device != device
+        ):
+            raise ValueError(
+                f"alignment must be align_block_size(topk_ids, BLOCK_SIZE_M={bm}, E={E}); got "
+                f"sorted_ids {tuple(sorted_ids.shape)} {sorted_ids.dtype}, expert_ids "
+                f"{tuple(expert_ids.shape)} {expert_ids.dtype}, num_padded {num_padded} "
+                f"(on {sorted_ids.device}, x on {device})"
+            )
+        return sorted_ids, expert_ids, num_padded
+    if topk_ids.is_meta:  # no data to route: the most blocks any routing can need
+        num_padded = (num_valid + min(E, num_valid) * (bm - 1)) // bm * bm
+        sorted_ids = torch.empty(num_padded, dtype=torch.int32, device="meta")
+        expert_ids = torch.empty(num_padded // bm, dtype=torch.int32, device="meta")
+        return sorted_ids, expert_ids, num_padded
+    return align_block_size(topk_ids, bm, E)
+
+
 def fused_moe(
     x: torch.Tensor,
     w1: torch.Tensor,
@@ -528,41 +577,13 @@ def fused_moe(
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     topk = topk_ids.shape[1]
-    if out is None:
-        out = torch.empty(M, K, dtype=x.dtype, device=x.device)
-    elif out.shape != (M, K) or out.dtype != x.dtype or out.device != x.device or not out.is_contiguous():
-        raise ValueError(
-            f"out must be a contiguous ({M}, {K}) {x.dtype} tensor on {x.device}, "
-            f"got {tuple(out.shape)} {out.dtype} on {out.device}"
-        )
+    out = output_for(x, out)
     if M == 0:
         return out
 
     bm, bn = opts["BLOCK_SIZE_M"], opts["BLOCK_SIZE_N"]
     num_valid = M * topk
-    if alignment is not None:
-        sorted_ids, expert_ids, num_padded = alignment
-        if (
-            num_padded % bm
-            or num_padded < num_valid
-            or sorted_ids.shape != (num_padded,)
-            or expert_ids.shape != (num_padded // bm,)
-            or sorted_ids.dtype != torch.int32
-            or expert_ids.dtype != torch.int32
-            or sorted_ids.device != x.device
-        ):
-            raise ValueError(
-                f"alignment must be align_block_size(topk_ids, BLOCK_SIZE_M={bm}, E={E}); got "
-                f"sorted_ids {tuple(sorted_ids.shape)} {sorted_ids.dtype}, expert_ids "
-                f"{tuple(expert_ids.shape)} {expert_ids.dtype}, num_padded {num_padded} "
-                f"(on {sorted_ids.device}, x on {x.device})"
-            )
-    elif topk_ids.is_meta:  # no data to route: the most blocks any routing can need
-        num_padded = (M * topk + min(E, M * topk) * (bm - 1)) // bm * bm
-        sorted_ids = torch.empty(num_padded, dtype=torch.int32, device="meta")
-        expert_ids = torch.empty(num_padded // bm, dtype=torch.int32, device="meta")
-    else:
-        sorted_ids, expert_ids, num_padded = align_block_size(topk_ids, bm, E)
+    sorted_ids, expert_ids, num_padded = aligned(topk_ids, bm, E, x.device, alignment)
     weights = topk_weights.reshape(-1)
     if weights.dtype != torch.float32 or not weights.is_contiguous():
         weights = weights.float().contiguous()

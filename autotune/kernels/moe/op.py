@@ -13,15 +13,20 @@ from autotune.core.space import SearchSpace
 from autotune.core.target import Target
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
 from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
+from autotune.kernels.quant.formats import MX_BLOCK
+from autotune.kernels.quant.space import mx_native
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MOE", "MoeOp"]
+__all__ = ["MOE", "MXFP4", "MoeOp", "mx_emulated"]
 
 _ACT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
 _FP8_TOLERANCE = 5e-2
+#: MXFP4 weights: the problem's `dtype_b`, and the name a spec or `Problem.moe` may give it.
+MXFP4 = "fp4e2m1"
+_WEIGHT_ALIASES = {"mxfp4": MXFP4}
 
 
 def _act_dtype(name: str) -> torch.dtype:
@@ -37,7 +42,10 @@ class MoeOp(ProblemRules):
     """The fused MoE MLP of M tokens over E experts with top-k routing.
 
     Inputs: x (M, K), w1 (E, 2N, K) (gate rows, then up rows), w2 (E, K, N), the routing (weights and
-    expert ids, (M, topk)) and, for FP8 weights (`dtype_b` "fp8e4m3"), their 128x128 block scales.
+    expert ids, (M, topk)) and, for FP8 weights (`dtype_b` "fp8e4m3"), their 128x128 block scales; for
+    MXFP4 weights (`dtype_b` "fp4e2m1", named "mxfp4" in specs; bf16 activations) packed e2m1 w1
+    (E, 2N, K/2), w2 (E, K, N/2) and their e8m0 scales per 32 along K (`moe.ref`), run natively on gfx950
+    and emulated elsewhere (`mx_emulated`).
     Routing is drawn from seeded random logits, uniform over experts (`zipf` 0) or skewed so that the
     expected load of the r-th busiest expert falls as 1/r^zipf. Backends (`backends.moe_backends`):
     "triton" (the fused kernel, vLLM's parameter names) and "torch" (a loop over experts with torch
@@ -88,6 +96,13 @@ class MoeOp(ProblemRules):
             )
         if problem.layout != "nk":
             raise ValueError("op moe has no `layout` (its weights are (E, N, K))")
+        if problem.dtype_b == MXFP4:
+            _check_mxfp4(problem)
+
+    def problem_dtypes(self, dtype: str, variant: str | None = None) -> tuple[str, str, str]:
+        """Activations and output `dtype`; weights `variant` ("mxfp4" is MXFP4: "fp4e2m1"), else `dtype`."""
+        weights = _WEIGHT_ALIASES.get(str(variant).lower(), variant) if variant else dtype
+        return dtype, weights, dtype
 
     def problem_flops(self, problem: Problem) -> float:
         """Both projections of every (token, expert) pair: 2·N·K for gate and up, N·K for down, times 2."""
@@ -96,11 +111,14 @@ class MoeOp(ProblemRules):
     def problem_bytes(self, problem: Problem) -> float:
         """The weights of the experts uniform routing touches, the tokens in, the result out."""
         w = problem.experts_touched() * 3 * problem.N * problem.K * DTYPE_BYTES[problem.dtype_b]
+        if problem.dtype_b == MXFP4:  # one e8m0 byte per 32 weights
+            w += problem.experts_touched() * 3 * problem.N * problem.K / MX_BLOCK
         tokens = problem.M * problem.K * (DTYPE_BYTES[problem.dtype_a] + DTYPE_BYTES[problem.dtype_out])
         return float(w + tokens)
 
     #: A [[sweep]] table of op "moe": `e` (experts on this rank, an int or a list), `topk`, `weights`
-    #: (the activations' dtype, default, or "fp8e4m3": 128x128 block scales) and `zipf` (routing skew).
+    #: (the activations' dtype, default, "fp8e4m3": 128x128 block scales, or "mxfp4": e2m1 with e8m0
+    #: scales per 32, bf16 activations) and `zipf` (routing skew).
     spec_keys = frozenset({"e", "topk", "weights", "zipf"})
 
     def spec_options(self, table: Mapping[str, Any], dtype: str) -> dict[str, Any]:
@@ -118,9 +136,11 @@ class MoeOp(ProblemRules):
         value = table.get("weights", dtype)
         if not isinstance(value, str):
             raise ValueError(f"`weights` must be a str, got {value!r}")
-        weights = normalize_dtype(value)
-        if weights not in (dtype, "fp8e4m3"):
-            raise ValueError(f"moe `weights` are {dtype} or fp8e4m3, not {weights}")
+        weights = normalize_dtype(_WEIGHT_ALIASES.get(value.lower(), value))
+        if weights not in (dtype, "fp8e4m3", MXFP4):
+            raise ValueError(f"moe `weights` are {dtype}, fp8e4m3 or mxfp4, not {weights}")
+        if weights == MXFP4 and dtype != "bf16":
+            raise ValueError(f"moe `weights` mxfp4 take bf16 activations, not {dtype}")
         zipf = table.get("zipf", 0.0)
         if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or zipf < 0:
             raise ValueError(f"`zipf` must be a number >= 0, got {zipf!r}")
@@ -171,10 +191,13 @@ class MoeOp(ProblemRules):
         _act_dtype(problem.dtype_a)
         if problem.dtype_out != problem.dtype_a:
             raise ValueError(f"moe writes its output in the activation dtype, got {problem}")
-        if problem.dtype_b not in (problem.dtype_a, "fp8e4m3"):
+        if problem.dtype_b not in (problem.dtype_a, "fp8e4m3", MXFP4):
             raise ValueError(
-                f"moe weights are {problem.dtype_a} or fp8e4m3 (128x128 blocks), not {problem.dtype_b}"
+                f"moe weights are {problem.dtype_a}, fp8e4m3 (128x128 blocks) or fp4e2m1 (mxfp4), "
+                f"not {problem.dtype_b}"
             )
+        if problem.dtype_b == MXFP4:
+            _check_mxfp4(problem)
         if problem.dtype_b == "fp8e4m3" and (problem.N % FP8_BLOCK or problem.K % FP8_BLOCK):
             raise ValueError(
                 f"FP8 block-scaled weights need N and K multiples of {FP8_BLOCK}, "
@@ -184,7 +207,12 @@ class MoeOp(ProblemRules):
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
-        from autotune.kernels.moe.ref import quantize_fp8_weight_blockwise, route, routing_logits
+        from autotune.kernels.moe.ref import (
+            quantize_fp8_weight_blockwise,
+            quantize_mxfp4_weight,
+            route,
+            routing_logits,
+        )
 
         self.check_problem(problem)
         M, N, K, E = problem.M, problem.N, problem.K, problem.E
@@ -201,6 +229,10 @@ class MoeOp(ProblemRules):
         routing_gen = torch.Generator().manual_seed(seed)
         logits = routing_logits(M, E, zipf=self.zipf, generator=routing_gen, device=device)
         weights, ids = route(logits, problem.topk)
+        if problem.dtype_b == MXFP4:
+            w1q, w1s = quantize_mxfp4_weight(w1)
+            w2q, w2s = quantize_mxfp4_weight(w2)
+            return (x, w1q, w2q, weights, ids, w1s, w2s)
         if problem.dtype_b != "fp8e4m3":
             return (x, w1, w2, weights, ids, None, None)  # type: ignore[return-value]
         fp8 = _fp8_dtype(device)
@@ -217,7 +249,7 @@ class MoeOp(ProblemRules):
         from autotune.kernels.moe.ref import moe_reference
 
         x, w1, w2, weights, ids, w1s, w2s = inputs
-        block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None else None
+        block = [FP8_BLOCK, FP8_BLOCK] if w1s is not None and problem.dtype_b != MXFP4 else None
         return moe_reference(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block)
 
     def tolerance(self, problem: Problem) -> float:
@@ -244,13 +276,14 @@ class MoeOp(ProblemRules):
         self.check_problem(problem)
         M, N, K, E = problem.M, problem.N, problem.K, problem.E
         act = _act_dtype(problem.dtype_a)
-        fp8 = problem.dtype_b == "fp8e4m3"
-        wdtype = _fp8_dtype("cuda", target) if fp8 else act
+        fp8, mx = problem.dtype_b == "fp8e4m3", problem.dtype_b == MXFP4
+        wdtype = _fp8_dtype("cuda", target) if fp8 else torch.uint8 if mx else act
+        pack = 2 if mx else 1
         # The routing is real (it decides the padded lengths the launches get) and aligned here on the
         # CPU; every tensor the launches get is on the meta device: shapes and strides, no data, so
         # recording costs nothing (the FP8 activation quantization between the GEMMs included).
         x, out = _phantom((M, K), act), _phantom((M, K), act)
-        w1, w2 = _phantom((E, 2 * N, K), wdtype), _phantom((E, K, N), wdtype)
+        w1, w2 = _phantom((E, 2 * N, K // pack), wdtype), _phantom((E, K, N // pack), wdtype)
         gen = torch.Generator().manual_seed(0)
         weights, ids = route(routing_logits(M, E, zipf=self.zipf, generator=gen), problem.topk)
         sorted_ids, expert_ids, num_padded = align_block_size(ids, int(config["BLOCK_SIZE_M"]), E)
@@ -259,6 +292,9 @@ class MoeOp(ProblemRules):
         if fp8:
             nb, kb = -(-N // FP8_BLOCK), -(-K // FP8_BLOCK)
             scales = (_phantom((E, 2 * nb, kb), torch.float32), _phantom((E, kb, nb), torch.float32))
+        elif mx:
+            g = MX_BLOCK
+            scales = (_phantom((E, 2 * N, K // g), torch.uint8), _phantom((E, K, N // g), torch.uint8))
         calls: list[KernelCall] = []
         inputs = (x, w1, w2, weights.to("meta"), ids.to("meta"), *scales)
         run = fused_launch(config, target, inputs, out, calls=calls, alignment=alignment)
@@ -290,6 +326,21 @@ def _fp8_dtype(device: str, target: Target | None = None) -> torch.dtype:
     if not arch and device != "cpu" and torch.cuda.is_available() and getattr(torch.version, "hip", None):
         arch = str(getattr(torch.cuda.get_device_properties(0), "gcnArchName", "")).split(":")[0]
     return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
+
+
+def _check_mxfp4(problem: Problem) -> None:
+    if problem.dtype_a != "bf16" or problem.N % MX_BLOCK or problem.K % MX_BLOCK:
+        raise ValueError(
+            f"MXFP4 weights take bf16 activations and N and K multiples of {MX_BLOCK}, got "
+            f"{problem.dtype_a}, N={problem.N}, K={problem.K}"
+        )
+
+
+def mx_emulated(problem: Problem, target: Target) -> bool:
+    """Whether `problem` runs MXFP4 weights emulated on `target` (no MX instructions: the kernel
+    dequantizes each weight tile to bf16 in registers), as the MX GEMMs are there; False for other
+    weights and where `tl.dot_scaled` runs natively (gfx950, Blackwell)."""
+    return problem.dtype_b == MXFP4 and not mx_native(target)
 
 
 MOE = MoeOp()

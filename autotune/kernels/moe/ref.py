@@ -1,7 +1,11 @@
-"""The fused MoE MLP in plain PyTorch: routing, token alignment, FP8 block quantization and the reference.
+"""The fused MoE MLP in plain PyTorch: routing, token alignment, FP8 block and MXFP4 quantization of the
+weights, and the reference.
 
 Shapes: x (M, K) activations; w1 (E, 2N, K), rows [0, N) the gate projection and rows [N, 2N) the up
 projection; w2 (E, K, N) the down projection; topk_weights (M, topk) and topk_ids (M, topk) from `route`.
+MXFP4 weights (OCP MX: e2m1 packed two per byte along K, the earlier element in the low nibble, e8m0
+scales per 32 elements of K, `quant.formats`) are w1 (E, 2N, K/2) and w2 (E, K, N/2) uint8 with scales
+w1_scale (E, 2N, K/32) and w2_scale (E, K, N/32) uint8; K and N multiples of 32.
 Torch only (no triton): `moe.kernel` uses `align_block_size`, the quantizers and `validate_moe_inputs`, and
 the tests compare its output with `moe_reference`.
 """
@@ -15,18 +19,22 @@ import torch
 from torch import Tensor
 
 from autotune.core.problem import cdiv
+from autotune.kernels.quant.formats import MX_BLOCK, dequantize_mx, quantize_mx
 
 __all__ = [
     "FP8_BLOCK",
     "FP8_DTYPES",
     "align_block_size",
     "dequantize_blockwise",
+    "dequantize_mxfp4_weight",
     "moe_reference",
     "quantize_fp8_act_groupwise",
     "quantize_fp8_weight_blockwise",
+    "quantize_mxfp4_weight",
     "route",
     "routing_logits",
     "validate_moe_inputs",
+    "validate_mxfp4_moe_inputs",
 ]
 
 #: The only weight block shape supported with FP8 weights (DeepSeek-V3 style [128, 128] blocks).
@@ -175,7 +183,72 @@ def dequantize_blockwise(q: Tensor, scale: Tensor, block: Sequence[int]) -> Tens
     return q.float() * s
 
 
+# -- MXFP4 weights --------------------------------------------------------------------------------------
+
+
+def quantize_mxfp4_weight(w: Tensor) -> tuple[Tensor, Tensor]:
+    """w (E, R, C), C a multiple of 32 → (packed e2m1 (E, R, C/2) uint8, e8m0 scales (E, R, C/32) uint8),
+    row by row as `quant.quantize_mx` quantizes: the scale of each 32-group is 2^(exponent of its amax − 2),
+    values rounded to the nearest e2m1 (ties to even), saturated at ±6."""
+    if w.dim() != 3 or w.shape[2] % MX_BLOCK:
+        raise ValueError(f"expert weights must be (E, R, C) with C a multiple of {MX_BLOCK}, got "
+                         f"{tuple(w.shape)}")  # fmt: skip
+    E, R, C = w.shape
+    if w.is_meta:  # shapes only (a compile-only recording)
+        return (torch.empty(E, R, C // 2, dtype=torch.uint8, device="meta"),
+                torch.empty(E, R, C // MX_BLOCK, dtype=torch.uint8, device="meta"))  # fmt: skip
+    q, s = quantize_mx(w.reshape(E * R, C), "e2m1")
+    return q.view(E, R, C // 2), s.view(E, R, C // MX_BLOCK)
+
+
+def dequantize_mxfp4_weight(q: Tensor, scale: Tensor) -> Tensor:
+    """Packed e2m1 (E, R, C/2) with e8m0 scales (E, R, C/32) → fp32 (E, R, C): exactly the values the
+    kernel multiplies (each e2m1 value times its power of two, exact in bf16 and fp32)."""
+    E, R, half = q.shape
+    if tuple(scale.shape) != (E, R, 2 * half // MX_BLOCK):
+        raise ValueError(f"scale shape {tuple(scale.shape)} does not fit packed weights {tuple(q.shape)}: "
+                         f"expected {(E, R, 2 * half // MX_BLOCK)}")  # fmt: skip
+    out = dequantize_mx(q.reshape(E * R, half), scale.reshape(E * R, -1), "e2m1")
+    return out.view(E, R, 2 * half)
+
+
 # -- validation ---------------------------------------------------------------------------------------
+
+
+def _validate_routing(
+    M: int,
+    E: int,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    tensors: Sequence[Tensor | None],
+    check_ids: bool,
+) -> None:
+    """The routing's shapes and dtypes, one device for all `tensors`, and (`check_ids`, not on the meta
+    device) expert ids in [0, E)."""
+    if topk_ids.dim() != 2 or topk_ids.shape[0] != M:
+        raise ValueError(f"topk_ids must be (M={M}, topk), got shape {tuple(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
+    if topk_weights.shape != topk_ids.shape:
+        raise ValueError(
+            f"topk_weights shape {tuple(topk_weights.shape)} != topk_ids shape {tuple(topk_ids.shape)}"
+        )
+    if not topk_weights.dtype.is_floating_point:
+        raise ValueError(f"topk_weights must be floating point, got {topk_weights.dtype}")
+    if not 1 <= topk_ids.shape[1] <= E:
+        raise ValueError(f"topk must be in [1, E={E}], got {topk_ids.shape[1]}")
+    devices = {t.device for t in tensors if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
+    if (
+        check_ids
+        and topk_ids.numel()
+        and not topk_ids.is_meta
+        and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= E)
+    ):
+        raise ValueError(
+            f"topk_ids out of range [0, {E}): min {int(topk_ids.min())}, max {int(topk_ids.max())}"
+        )
 
 
 def validate_moe_inputs(
@@ -208,30 +281,8 @@ def validate_moe_inputs(
         raise ValueError(
             f"w2 must be (E={E}, K={K}, N={N}) to match w1 {tuple(w1.shape)}, got {tuple(w2.shape)}"
         )
-    if topk_ids.dim() != 2 or topk_ids.shape[0] != M:
-        raise ValueError(f"topk_ids must be (M={M}, topk), got shape {tuple(topk_ids.shape)}")
-    if topk_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"topk_ids must be int32 or int64, got {topk_ids.dtype}")
-    if topk_weights.shape != topk_ids.shape:
-        raise ValueError(
-            f"topk_weights shape {tuple(topk_weights.shape)} != topk_ids shape {tuple(topk_ids.shape)}"
-        )
-    if not topk_weights.dtype.is_floating_point:
-        raise ValueError(f"topk_weights must be floating point, got {topk_weights.dtype}")
-    if not 1 <= topk_ids.shape[1] <= E:
-        raise ValueError(f"topk must be in [1, E={E}], got {topk_ids.shape[1]}")
-    devices = {t.device for t in (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale) if t is not None}
-    if len(devices) > 1:
-        raise ValueError(f"all tensors must be on one device, got {sorted(str(d) for d in devices)}")
-    if (
-        check_ids
-        and topk_ids.numel()
-        and not topk_ids.is_meta
-        and (int(topk_ids.min()) < 0 or int(topk_ids.max()) >= E)
-    ):
-        raise ValueError(
-            f"topk_ids out of range [0, {E}): min {int(topk_ids.min())}, max {int(topk_ids.max())}"
-        )
+    _validate_routing(M, E, topk_weights, topk_ids, (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale),
+                      check_ids)  # fmt: skip
 
     fp8 = w1.dtype in FP8_DTYPES
     if not fp8:
@@ -260,6 +311,49 @@ def validate_moe_inputs(
     return True
 
 
+def validate_mxfp4_moe_inputs(
+    x: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    *,
+    w1_scale: Tensor | None,
+    w2_scale: Tensor | None,
+    act_dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,),
+    check_ids: bool = True,
+) -> None:
+    """Checks MXFP4 weights (module docstring: packed uint8 w1 (E, 2N, K/2), w2 (E, K, N/2), e8m0 uint8
+    scales per 32 along K) with bf16 activations, and the routing as `validate_moe_inputs` does; one
+    ValueError naming the problem."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be (M, K), got shape {tuple(x.shape)}")
+    if x.dtype not in act_dtypes:
+        raise ValueError(f"with MXFP4 weights x must be one of {act_dtypes}, got {x.dtype}")
+    M, K = x.shape
+    if K % MX_BLOCK:
+        raise ValueError(f"MXFP4 weights need K (x's columns) a multiple of {MX_BLOCK}, got {K}")
+    if w1.dtype != torch.uint8 or w2.dtype != torch.uint8:
+        raise ValueError(f"MXFP4 weights are packed uint8 (two e2m1 a byte), got {w1.dtype} and {w2.dtype}")
+    if w1.dim() != 3 or w1.shape[1] % 2 or w1.shape[2] != K // 2:
+        raise ValueError(f"MXFP4 w1 must be (E, 2N, K/2={K // 2}) uint8, got shape {tuple(w1.shape)}")
+    E, N = w1.shape[0], w1.shape[1] // 2
+    if N % MX_BLOCK:
+        raise ValueError(f"MXFP4 weights need N a multiple of {MX_BLOCK}, got N={N}")
+    if tuple(w2.shape) != (E, K, N // 2):
+        raise ValueError(f"MXFP4 w2 must be (E={E}, K={K}, N/2={N // 2}) uint8 to match w1 "
+                         f"{tuple(w1.shape)}, got {tuple(w2.shape)}")  # fmt: skip
+    for name, scale, w in (("w1_scale", w1_scale, w1), ("w2_scale", w2_scale, w2)):
+        want = (E, w.shape[1], 2 * w.shape[2] // MX_BLOCK)
+        if scale is None:
+            raise ValueError(f"MXFP4 weights need {name}: e8m0 uint8 of shape {want}")
+        if scale.dtype != torch.uint8 or tuple(scale.shape) != want:
+            raise ValueError(f"{name} must be e8m0 uint8 of shape {want} (one per {MX_BLOCK} along K), got "
+                             f"{scale.dtype} {tuple(scale.shape)}")  # fmt: skip
+    _validate_routing(M, E, topk_weights, topk_ids, (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale),
+                      check_ids)  # fmt: skip
+
+
 # -- reference ----------------------------------------------------------------------------------------
 
 
@@ -280,23 +374,36 @@ def moe_reference(
 
     With FP8 weights it computes on exactly the values the kernel reads: x quantized per 1×128 group, the
     silu(g)·u intermediate rounded to x's dtype and quantized per 1×128 group, weights dequantized with
-    their block scales. Unless `fused_gate_up` (the kernel's GATE_UP_FUSED structure, whose epilogue
+    their block scales. With MXFP4 weights (uint8, module docstring) the weights are dequantized exactly
+    (`dequantize_mxfp4_weight`: what the kernel multiplies) and the rest is the bf16 math. Unless
+    `fused_gate_up` (the kernel's GATE_UP_FUSED structure, whose epilogue
     reads g and u in fp32), g and u are rounded to x's dtype first, as vLLM's structure stores them.
     """
-    fp8 = validate_moe_inputs(
-        x,
-        w1,
-        w2,
-        topk_weights,
-        topk_ids,
-        w1_scale=w1_scale,
-        w2_scale=w2_scale,
-        block_shape=block_shape,
-        act_dtypes=(*_ACT_DTYPES, torch.float32),
-    )
+    mxfp4 = w1.dtype == torch.uint8
+    if mxfp4:
+        if block_shape is not None:
+            raise ValueError("block_shape applies to FP8 weights only, not MXFP4 (32 along K)")
+        validate_mxfp4_moe_inputs(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                                  act_dtypes=(torch.bfloat16, torch.float32))  # fmt: skip
+        fp8 = False
+    else:
+        fp8 = validate_moe_inputs(
+            x,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            w1_scale=w1_scale,
+            w2_scale=w2_scale,
+            block_shape=block_shape,
+            act_dtypes=(*_ACT_DTYPES, torch.float32),
+        )
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
-    if fp8:
+    if mxfp4:
+        assert w1_scale is not None and w2_scale is not None
+        xf, w1f, w2f = x.float(), dequantize_mxfp4_weight(w1, w1_scale), dequantize_mxfp4_weight(w2, w2_scale)
+    elif fp8:
         assert w1_scale is not None and w2_scale is not None
         group = FP8_BLOCK[1]
         xq, xs = quantize_fp8_act_groupwise(x, group, w1.dtype)

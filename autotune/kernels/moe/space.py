@@ -11,6 +11,7 @@ from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, candidates, safer_cores
+from autotune.kernels.quant.space import mx_native
 
 __all__ = [
     "FP8_BLOCK",
@@ -24,6 +25,16 @@ __all__ = [
 #: The block of the FP8 weight scales (rows of N x columns of K), and of the activation groups along K.
 FP8_BLOCK = 128
 _MIN_TILE = 16
+#: MXFP4 weights: the problem's `dtype_b`, and the elements of K one e8m0 scale covers.
+_MXFP4 = "fp4e2m1"
+_MX_GROUP = 32
+#: 32-bit registers a lane may give the accumulators and the weight tile being decoded on the emulated
+#: MXFP4 path (of 512 VGPRs on CDNA3/4, 255 on Hopper).
+_MX_LANE_REGISTERS = {True: 256, False: 160}
+
+
+def _mxfp4(problem: Problem) -> bool:
+    return problem.dtype_b == _MXFP4
 
 
 def tokens_per_expert(problem: Problem) -> float:
@@ -35,10 +46,12 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The knobs of the fused MoE kernel on `target`: vLLM's six, SPLIT_K (K slices of each GEMM, summed
     in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs), GATE_UP_FUSED
     (the first GEMM's structure: 1 ours, 0 vLLM's, the only one exported to vLLM files) and AMD's three on
-    AMD."""
+    AMD. MXFP4 weights add BLOCK_SIZE_N_DOWN (the down GEMM's column tile; the other weights' kernels
+    use BLOCK_SIZE_N for both GEMMs) and take K tiles of whole 32-wide scale groups."""
     fp8 = problem.dtype_b.startswith("fp8")
+    mx = _mxfp4(problem)
     if target.interpreter:
-        return dict(
+        tiny: dict[str, Sequence[Value]] = dict(
             BLOCK_SIZE_M=(16, 32),
             BLOCK_SIZE_N=(32,),
             BLOCK_SIZE_K=(32, 64),
@@ -48,15 +61,18 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
             num_warps=(4,),
             num_stages=(1,),
         )
+        return {**tiny, "BLOCK_SIZE_N_DOWN": (32, 64)} if mx else tiny
     common: dict[str, Sequence[Value]] = dict(
         BLOCK_SIZE_M=(16, 32, 64, 128),
         BLOCK_SIZE_N=(32, 64, 128, 256),
-        BLOCK_SIZE_K=(64, 128) if fp8 else (32, 64, 128, 256),
+        BLOCK_SIZE_K=(64, 128) if fp8 else (64, 128, 256) if mx else (32, 64, 128, 256),
         GROUP_SIZE_M=(1, 16, 32, 64),
         SPLIT_K=(1, 2, 4, 8),
         GATE_UP_FUSED=(1, 0),
         num_warps=(4, 8),
     )
+    if mx:
+        common["BLOCK_SIZE_N_DOWN"] = (32, 64, 128, 256)
     if target.is_amd:
         amd: dict[str, Sequence[Value]] = dict(
             num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2)
@@ -85,12 +101,31 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
     # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
     elem = 1 if fp8 else max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
 
+    mx = _mxfp4(problem)
+
     def lds(c: Mapping[str, Value]) -> int:
         stages = int(c["num_stages"])
         buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
         # the fused gate/up GEMM loads two B tiles (gate rows and up rows) per step, vLLM's structure one
-        rows = int(c["BLOCK_SIZE_M"]) + (1 + int(c["GATE_UP_FUSED"])) * int(c["BLOCK_SIZE_N"])
-        return int(rows * int(c["BLOCK_SIZE_K"]) * elem * buffers)
+        b_rows = (1 + int(c["GATE_UP_FUSED"])) * int(c["BLOCK_SIZE_N"])
+        bk = int(c["BLOCK_SIZE_K"])
+        if mx:  # bf16 A; B is read packed but staged upcast: two bytes a weight, and its scale bytes
+            b_row_bytes = bk * 2 + bk // _MX_GROUP
+            a_bytes = int(c["BLOCK_SIZE_M"]) * bk * DTYPE_BYTES[problem.dtype_a]
+            b_rows = max(b_rows, int(c["BLOCK_SIZE_N_DOWN"]))  # the down GEMM's B tile, one a step
+            return int((a_bytes + b_rows * b_row_bytes) * buffers)
+        rows = int(c["BLOCK_SIZE_M"]) + b_rows
+        return int(rows * bk * elem * buffers)
+
+    lanes_per_warp = target.wave_size or (64 if target.is_amd else 32)
+
+    def mx_lane_registers(c: Mapping[str, Value]) -> float:
+        """Per lane, in 32-bit registers, of the emulated MXFP4 path's largest GEMM: the fp32
+        accumulators (two with GATE_UP_FUSED) and one B tile as it is decoded (a 32-bit word a weight)."""
+        bm, bk, fused = int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_K"]), 1 + int(c["GATE_UP_FUSED"])
+        gate_up = bm * int(c["BLOCK_SIZE_N"]) * fused + bk * int(c["BLOCK_SIZE_N"])
+        down = bm * int(c["BLOCK_SIZE_N_DOWN"]) + bk * int(c["BLOCK_SIZE_N_DOWN"])
+        return max(gate_up, down) / (int(c["num_warps"]) * lanes_per_warp)
 
     # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
     # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
@@ -146,7 +181,14 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"the A and B tiles (two with GATE_UP_FUSED) x stages need more than the {target.lds_bytes} "
             "bytes of shared memory/LDS",
             lambda c: target.interpreter or lds(c) <= target.lds_bytes,
-            knobs=("num_stages", "BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GATE_UP_FUSED"),
+            knobs=(
+                "num_stages",
+                "BLOCK_SIZE_M",
+                "BLOCK_SIZE_N",
+                "BLOCK_SIZE_K",
+                "GATE_UP_FUSED",
+                *(("BLOCK_SIZE_N_DOWN",) if mx else ()),
+            ),
         ),
         Constraint(
             "idle_warps",
@@ -155,6 +197,33 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("num_warps", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
         ),
     ]
+    if mx:
+        out.append(
+            Constraint(
+                "block_n_down_waste",
+                f"BLOCK_SIZE_N_DOWN {{BLOCK_SIZE_N_DOWN}} > next_pow2(K={problem.K}), the down GEMM's width",
+                lambda c: int(c["BLOCK_SIZE_N_DOWN"]) <= max(32, next_pow2(problem.K)),
+                knobs=("BLOCK_SIZE_N_DOWN",),
+            )
+        )
+        if not mx_native(target):
+            budget = _MX_LANE_REGISTERS[target.is_amd]
+            out.append(
+                Constraint(
+                    "mx_dequant_registers",
+                    f"the accumulators and the dequantized MXFP4 weight tile need more than {budget} "
+                    "registers a lane (emulated: the tile is decoded in registers)",
+                    lambda c: target.interpreter or mx_lane_registers(c) <= budget,
+                    knobs=(
+                        "BLOCK_SIZE_M",
+                        "BLOCK_SIZE_N",
+                        "BLOCK_SIZE_N_DOWN",
+                        "BLOCK_SIZE_K",
+                        "GATE_UP_FUSED",
+                        "num_warps",
+                    ),
+                )
+            )
     if fp8:
         out.append(
             Constraint(
@@ -198,10 +267,11 @@ def _moe_core(problem: Problem, target: Target) -> Core:
         return Core(16, 32, 32, 4, 1)
     tpe = tokens_per_expert(problem)
     fp8 = problem.dtype_b.startswith("fp8")
-    # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step. From 16 tokens per expert
+    # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step (MXFP4 weights: 128 too,
+    # four scale groups a step, a 16x16x128 scaled MFMA's K where there is one). From 16 tokens per expert
     # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
     # the tuned winners of benchmarks/moe.py took (docs/notes/2026-11-22-moe.md).
-    wide_k = 128 if fp8 else 64
+    wide_k = 128 if fp8 or _mxfp4(problem) else 64
     if tpe <= 16:
         bm, bn, bk, warps = 16, 64, 128, 4
     elif tpe < 256:
@@ -222,6 +292,8 @@ def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
     split = _default_split(problem, target, bm, bn, bk)
     values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
                                     GATE_UP_FUSED=1, num_warps=warps, num_stages=stages)  # fmt: skip
+    if _mxfp4(problem):  # the down GEMM's columns in tiles as wide as the gate/up GEMM's
+        values["BLOCK_SIZE_N_DOWN"] = min(bn, max(32, next_pow2(problem.K)))
     if target.is_amd:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
         if "kpack" in params:
@@ -248,16 +320,20 @@ def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ..
     if target.interpreter:
         values: dict[str, Value] = dict(BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
                                         SPLIT_K=1, GATE_UP_FUSED=1, num_warps=4, num_stages=1)  # fmt: skip
+        if _mxfp4(problem):
+            values["BLOCK_SIZE_N_DOWN"] = 32
         return (Config(backend="triton", **values),)
     core = _moe_core(problem, target)
     pick = _moe_config(problem, target, core)
-    if pick is None:  # small targets (less LDS) or odd shapes: the first valid config of the space
-        sub = SubSpace("triton", params, moe_constraints(problem, target))
-        pick = next(Config({**v}) for v, broken in sub.walk() if broken is None)
     cores = safer_cores(
         core, rows=params["BLOCK_SIZE_M"], cols=params["BLOCK_SIZE_N"], k_tiles=params["BLOCK_SIZE_K"],
         warps=params["num_warps"], stages=params["num_stages"],
     )  # fmt: skip
+    if pick is None and _mxfp4(problem):  # emulated MXFP4 past its register budget: the first safer core
+        pick = next((c for c in map(lambda core: _moe_config(problem, target, core), cores) if c), None)
+    if pick is None:  # small targets (less LDS) or odd shapes: the first valid config of the space
+        sub = SubSpace("triton", params, moe_constraints(problem, target))
+        pick = next(Config({**v}) for v, broken in sub.walk() if broken is None)
     return candidates((pick,), cores, lambda c: _moe_config(problem, target, c), params["num_warps"])
 
 

@@ -139,7 +139,7 @@ def test_moe_spec_fields() -> None:
         (text.replace("topk = 2", "topk = 0"), "`topk` must be a positive integer"),
         (text.replace("topk = 2", "topk = 9"), "more than the 8 experts"),
         (text.replace("e = [8, 16]\n", ""), "needs `e`"),
-        (text + 'weights = "fp16"\n', "bf16 or fp8e4m3"),
+        (text + 'weights = "fp16"\n', "bf16, fp8e4m3 or mxfp4"),
         (text + "zipf = -1\n", "`zipf` must be a number >= 0"),
         (
             'name = "g"\n[[sweep]]\nop = "gemm"\nm = [1]\nnk = [[64, 64]]\ntopk = 2\n',
@@ -218,7 +218,7 @@ def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     assert MOE.kernel_calls(problem, Config(backend="torch"), target) == []
 
 
-@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3"])
+@pytest.mark.parametrize("weights", ["bf16", "fp8e4m3", "mxfp4"])
 def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights: str) -> None:
     """The compile pool's recording (meta tensors, nothing computed) specializes the kernels exactly as a
     launch on real tensors with the same routing does: same launches, arguments and constexprs."""
