@@ -145,11 +145,13 @@ def emit_table(
     ranges: dict[Key, tuple[Range, ...]] = {}
     if profiles:
         device_key = newest.gpu.target.device_key()
-        for key, profile in profiles_of(store, device_key).items():
+        families = _profile_families(store, device_key)
+        for key, (family, profile) in families.items():
             try:
                 ranges[key] = ranges_from_profile(
-                    profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us
-                )
+                    profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
+                    baseline=_file_picks(store, family, profile),
+                )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
@@ -182,7 +184,21 @@ def _is_vendor(config: Config) -> bool:
     return config.backend == VENDOR_BACKEND
 
 
+def _file_picks(store: Store, family: Problem, profile: Profile) -> dict[int, Config] | None:
+    """Per profiled M, the config an imported file of the family's shape serves there (vLLM's rule), the
+    baseline an op without a vendor library is served against; None where nothing was imported."""
+    from autotune.db.foreign import imported_pick
+
+    imported = store.imported_configs(family)
+    return {m: imported_pick(imported, m) for m in profile} if imported else None
+
+
 def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
+    """The stored M profiles of one device, per shape family (`_profile_families`' profiles)."""
+    return {key: profile for key, (_, profile) in _profile_families(store, device_key).items()}
+
+
+def _profile_families(store: Store, device_key: str) -> dict[Key, tuple[Problem, Profile]]:
     """The stored M profiles of one device, per shape family: M → {config: time in µs}.
 
     A failed trial is kept with an infinite time (a vendor that failed at an M is not taken for one that
@@ -197,7 +213,7 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
         p = t.problem
         key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.params_key)
         by_family.setdefault(key, []).append(t)
-    out: dict[Key, Profile] = {}
+    out: dict[Key, tuple[Problem, Profile]] = {}
     for key, rows in by_family.items():
         newest_gpu = max(rows, key=lambda t: t.id).gpu.id
         rows = [t for t in rows if t.gpu.id == newest_gpu]
@@ -209,7 +225,7 @@ def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:
         for t in rows:
             if t.source_hash == current[t.backend][1] and is_served(p.op, t.backend):
                 profile.setdefault(t.problem.M, {})[t.config] = _profile_time(t)
-        out[key] = profile
+        out[key] = (rows[0].problem.with_m(1), profile)
     return out
 
 

@@ -21,8 +21,13 @@ ranges that cover every M from 1 up, with these rules:
   may serve there. Both only ever favour the vendor.
 - **Above the largest profiled M** the vendor library, as a range of its own (its `lo` - 1 is the largest
   profiled M).
-- Where the op has no vendor library (no vendor config measured at an M), the fastest candidate there
-  competes with no margin, and the ends of a gap are compared with the fastest time at each end.
+- Where the op has no vendor library (no vendor config measured at an M), a `baseline` config of that M
+  (the config the file a table replaces serves there, such as vLLM's) plays the vendor's part at that M
+  where it was measured: another config serves only where it beats it by the margin and the slack. In a
+  gap neither end's pick clears at both ends, the baseline of the lower end serves where it was measured
+  at both ends.
+- Where there is neither, the fastest candidate competes with no margin, and the ends of a gap are
+  compared with the fastest time at each end.
 
 Pure logic, standard library only: the dispatch side reads the resulting ranges from table files.
 """
@@ -43,12 +48,18 @@ Profile = Mapping[int, Mapping[Config, float]]
 
 
 def ranges_from_profile(
-    profile: Profile, *, is_vendor: Callable[[Config], bool], margin: float = 0.01, slack_us: float = 0.0
+    profile: Profile,
+    *,
+    is_vendor: Callable[[Config], bool],
+    margin: float = 0.01,
+    slack_us: float = 0.0,
+    baseline: Mapping[int, Config] | None = None,
 ) -> tuple[Range, ...]:
     """The served ranges of one shape family from its profile (rules in the module docstring).
 
-    `is_vendor` tells the vendor library's configs. Profiled M values where nothing was measured are
-    ignored.
+    `is_vendor` tells the vendor library's configs; `baseline` (M → config) the config that stands in for
+    the vendor at an M where no vendor config was measured. Profiled M values where nothing was measured
+    are ignored.
 
     Raises:
         ValueError: a negative margin or slack, or a profile where nothing was measured at all.
@@ -72,11 +83,15 @@ def ranges_from_profile(
     if not points:
         raise ValueError("the profile holds no measured time")
     measured: dict[int, tuple[Config, float]] = {}
+    stand_in: dict[int, Config] = {}  # M where the baseline plays the vendor's part: its config
     for m in points:
         found = [(t, c) for c, t in times[m].items() if is_vendor(c)]
         if found:
             t, c = min(found, key=lambda x: (x[0], x[1].canonical()))
             measured[m] = (c, t)
+        elif baseline is not None and baseline.get(m) in times[m]:
+            stand_in[m] = baseline[m]
+            measured[m] = (baseline[m], times[m][baseline[m]])
     vendors: dict[int, tuple[Config, float] | None] = {}
     for i, m in enumerate(points):
         # A vendor time above its times at both neighbouring M is taken as noise (time grows with M) and
@@ -107,7 +122,9 @@ def ranges_from_profile(
         if vendor is None:
             beats = dict(row)
         else:
-            beats = {c: t for c, t in row.items() if not is_vendor(c) and clears(t, vendor[1])}
+            beats = {
+                c: t for c, t in row.items() if not is_vendor(c) and c != vendor[0] and clears(t, vendor[1])
+            }
         if not beats:
             assert vendor is not None
             pick = vendor[0]
@@ -121,7 +138,9 @@ def ranges_from_profile(
             pick = previous if keep and previous is not None else fastest
         picks[m] = pick
         previous = pick
-    vendor_config = next((v[0] for m in reversed(points) if (v := vendor_at(m)) is not None), None)
+    vendor_config = next(
+        (v[0] for m in reversed(points) if (v := vendor_at(m)) is not None and m not in stand_in), None
+    )
 
     def worst(c: Config, a: int, b: int) -> float:
         """The larger of `c`'s time over the reference at the two ends (inf where it is not measured)."""
@@ -140,6 +159,12 @@ def ranges_from_profile(
                 if math.isfinite(ratio) and all(clears(times[x][c], reference(x)) for x in (a, b)):
                     return c
             return vendor_config
+        if a in stand_in or b in stand_in:  # a baseline: the first that beats it at both ends, else its own
+            for ratio, _, c in scored:
+                if math.isfinite(ratio) and all(clears(times[x][c], reference(x)) for x in (a, b)):
+                    return c
+            if a in stand_in and stand_in[a] in times[b]:
+                return stand_in[a]
         if scored and math.isfinite(scored[0][0]):
             return scored[0][2]
         return picks[

@@ -40,6 +40,7 @@ from autotune.core.problem import Problem
 from autotune.core.registry import is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
 from autotune.core.target import Target
+from autotune.db.foreign import imported_pick
 from autotune.engine.runner import Measurer, SweepStopped, TrialStore
 
 if TYPE_CHECKING:
@@ -292,12 +293,6 @@ def point_candidates(
         if config is not None and config not in out:
             out.append(config)
     return out
-
-
-def imported_pick(imported: dict[int, Config], M: int) -> Config:
-    """The config an imported file serves at `M`, as vLLM and SGLang pick it: that of the nearest M key
-    (the smaller on a tie). What a table replacing the file must not be slower than."""
-    return imported[min(imported, key=lambda key: (abs(key - M), key))]
 
 
 class ProfileStore(TrialStore, Protocol):

@@ -64,6 +64,33 @@ def test_parse_ladder() -> None:
 # -- building ranges from a profile ------------------------------------------------------------------
 
 
+def test_a_files_pick_stands_in_for_the_vendor_where_the_op_has_none() -> None:
+    """No vendor library (a MoE): the imported file's config at each M is served unless another config
+    beats it there by the margin; in a gap neither end's pick clears, the lower end's file config."""
+    file_a, file_b = Config(backend="triton", BLOCK_M=16, F=1), Config(backend="triton", BLOCK_M=64, F=1)
+    profile = {
+        1: {file_a: 10.0, SPLIT: 9.9},  # 1% ahead: not by the 5% margin, the file's config
+        8: {file_a: 20.0, SPLIT: 15.0},  # clearly ahead: ours
+        16: {
+            file_a: 30.0,
+            TILE: 29.0,
+            file_b: 31.0,
+        },  # the file switches to file_b at 16: file_b is the baseline
+        32: {file_a: 40.0, file_b: 35.0, TILE: 36.0},
+        40: {file_b: 50.0, TILE: 46.0},  # 8% ahead: ours
+    }
+    baseline = {1: file_a, 8: file_a, 16: file_b, 32: file_b, 40: file_b}
+    ranges = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.05, baseline=baseline)
+    assert served(ranges, 1) == file_a and served(ranges, 8) == SPLIT
+    assert served(ranges, 16) == TILE  # 29 against file_b's 31: 6.9% ahead
+    assert served(ranges, 32) == file_b and served(ranges, 40) == TILE
+    assert served(ranges, 2) == file_a  # the gap 2-7: SPLIT does not clear at 1, file_a measured at 8
+    assert served(ranges, 33) == file_b  # TILE clears at 40 but not at 32, file_b is measured at both
+    # without the baseline the fastest competes with no margin
+    plain = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.05)
+    assert served(plain, 1) == SPLIT and served(plain, 32) == TILE  # kept from 16: within the margin
+
+
 def test_vendor_served_unless_beaten_by_the_margin() -> None:
     profile = {
         1: {VENDOR: 10.0, GEMV: 8.0},  # GEMV wins clearly
