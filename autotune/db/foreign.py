@@ -9,12 +9,11 @@ Target whose toolchain is ``{"source": "imported"}``, so its fingerprint never e
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.core.config import Config
 from autotune.core.result import TrialStatus
 from autotune.core.target import _NAME_OVERRIDES, ARCH_LIMITS, Target
 
@@ -33,7 +32,6 @@ __all__ = [
     "UnknownShape",
     "device_name_of",
     "device_target",
-    "imported_pick",
     "infer_moe_shape",
     "is_unknown_shape",
     "moe_shape_or_unknown",
@@ -249,9 +247,3 @@ class ImportedFile:
     @property
     def n_flagged(self) -> int:
         return sum(1 for t in self.trials if t.result.status is not TrialStatus.OK)
-
-
-def imported_pick(imported: Mapping[int, Config], M: int) -> Config:
-    """The config an imported file serves at `M`, as vLLM and SGLang pick it: that of the nearest M key
-    (the smaller on a tie). What a table replacing the file must not be slower than."""
-    return imported[min(imported, key=lambda key: (abs(key - M), key))]

@@ -10,7 +10,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.registry import is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
-from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
+from autotune.dispatch.ranges import Profile, Range, imported_pick, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe
 
 if TYPE_CHECKING:
@@ -187,8 +187,6 @@ def _is_vendor(config: Config) -> bool:
 def _file_picks(store: Store, family: Problem, profile: Profile) -> dict[int, Config] | None:
     """Per profiled M, the config an imported file of the family's shape serves there (vLLM's rule), the
     baseline an op without a vendor library is served against; None where nothing was imported."""
-    from autotune.db.foreign import imported_pick
-
     imported = store.imported_configs(family)
     return {m: imported_pick(imported, m) for m in profile} if imported else None
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping
 from autotune.core.config import Config
 from autotune.dispatch.table import Range, check_ranges
 
-__all__ = ["Profile", "ranges_from_profile"]
+__all__ = ["Profile", "imported_pick", "ranges_from_profile"]
 
 #: M → {config: measured time in µs}; a config missing at an M was not measured there or failed.
 Profile = Mapping[int, Mapping[Config, float]]
@@ -199,3 +199,9 @@ def ranges_from_profile(
     ranges = tuple(out)
     check_ranges(ranges)
     return ranges
+
+
+def imported_pick(imported: Mapping[int, Config], M: int) -> Config:
+    """The config an imported file serves at `M`, as vLLM and SGLang pick it: that of the nearest M key
+    (the smaller on a tie). What a table replacing the file must not be slower than."""
+    return imported[min(imported, key=lambda key: (abs(key - M), key))]

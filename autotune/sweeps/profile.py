@@ -40,7 +40,7 @@ from autotune.core.problem import Problem
 from autotune.core.registry import is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
 from autotune.core.target import Target
-from autotune.db.foreign import imported_pick
+from autotune.dispatch.ranges import imported_pick
 from autotune.engine.runner import Measurer, SweepStopped, TrialStore
 
 if TYPE_CHECKING:
