@@ -8,7 +8,11 @@ importing the CLI and `autotune --help` stay fast.
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
+import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -109,16 +113,43 @@ def progress(
 
     disable = disabled or None  # None: off where stderr is not a terminal
     shape = _PHASE if total is None else None
-    return tqdm(
+    sized = _columns() > 0  # a terminal that reports no width (some containers): a fixed one
+    bar = tqdm(
         total=total,
         unit=unit,
         desc=desc,
         leave=leave,
         disable=disable,
-        dynamic_ncols=True,
+        dynamic_ncols=sized,
+        ncols=None if sized else 100,
+        nrows=None if sized else 40,
         file=sys.stderr,
         bar_format=shape,
     )
+    if not bar.disable:
+        threading.Thread(target=_tick, args=(bar,), name="progress-tick", daemon=True).start()
+    return bar
+
+
+def _columns() -> int:
+    """The width of the terminal on stderr; -1 where it is none."""
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return -1
+
+
+#: Seconds between redraws of a bar that nothing updated: its time goes on, so no phase looks stalled.
+TICK_S = 1.0
+
+
+def _tick(bar: tqdm) -> None:
+    """Redraws `bar` every `TICK_S` until it is closed (a closed bar is disabled)."""
+    while True:
+        time.sleep(TICK_S)
+        if bar.disable:
+            return
+        bar.refresh()
 
 
 #: How a phase that counts nothing shows: its name and the time so far.

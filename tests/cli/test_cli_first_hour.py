@@ -184,3 +184,29 @@ def test_best_refuses_a_dtype_no_sweep_tunes(tmp_path: Path, capsys: pytest.Capt
         assert "is tuned in bf16 or fp16 only" in err and "not fp32" in err
     assert main(["best", *shape, "--dtype", "fp16"]) == 1  # a dtype sweeps tune: nothing stored yet
     assert "tune it with `autotune sweep`" in capsys.readouterr().out
+
+
+def test_a_bar_nothing_updates_still_ticks_until_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long phase without steps (a compile pool starting, say) redraws its time every tick, so it never
+    looks stalled; a closed bar draws nothing more."""
+    import io
+    import sys
+    import time
+
+    from autotune.cli import common
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    monkeypatch.setattr(common, "TICK_S", 0.05)
+    bar = common.progress(None, False, desc="starting compile processes")
+    time.sleep(0.5)
+    drawn = screen.getvalue().count("starting compile processes")
+    bar.close()
+    assert drawn >= 4  # drawn at once, then about once a tick
+    closed = screen.getvalue()
+    time.sleep(0.2)
+    assert screen.getvalue() == closed
