@@ -348,3 +348,12 @@ def test_the_figures_encode_their_values() -> None:
     assert len(known.of("roofline", "point")) == len(unknown.of("roofline", "point")) == 7
     bars = parse(svg.bars("b", [("a", 2.0, ""), ("b", 4.0, "")], "s")).of("bars", "bar")
     assert [float(b["data-value"]) for b in bars] == [2.0, 4.0]
+
+
+def test_an_ops_speed_up_is_over_what_it_is_served_against() -> None:
+    """The dense GEMM against its vendor library; the MoE against its per-expert torch loop, which no
+    table serves."""
+    from autotune.cli.reporting.page import _reference
+
+    assert _reference("gemm") == "the vendor library"
+    assert _reference("moe") == "its torch baseline"

@@ -99,7 +99,16 @@ def _gpu(view: GpuView) -> str:
     return "\n".join(out)
 
 
+def _reference(op: str) -> str:
+    """What an op's speed-ups are over: the vendor library, or the torch baseline of an op whose torch
+    backend is only measured against and never served (the MoE's per-expert loop)."""
+    from autotune.core.registry import is_served
+
+    return "the vendor library" if is_served(op, "torch") else "its torch baseline"
+
+
 def _op(view: GpuView, op: OpView) -> str:
+    reference = _reference(op.op)
     values = {(c.family, c.M): c.speedup for c in op.cells}
     backends = {(c.family, c.M): c.backend for c in op.cells}
     tips = {
@@ -125,7 +134,7 @@ def _op(view: GpuView, op: OpView) -> str:
     kind = "predicted" if view.predicted else "measured"
     with_vendor = [c.speedup for c in op.cells if c.speedup is not None]
     note = (
-        f"{len(op.cells)} problems ({kind}); speed-up over the vendor library known for {len(with_vendor)}, "
+        f"{len(op.cells)} problems ({kind}); speed-up over {reference} known for {len(with_vendor)}, "
         f"above 1 on {sum(1 for x in with_vendor if x > 1.0)}"
     )
     return "\n".join(
@@ -134,7 +143,7 @@ def _op(view: GpuView, op: OpView) -> str:
             f"<h3>{escape(op.op)}</h3>",
             f'<p class="note">{escape(note)}</p>',
             '<div class="figures">',
-            svg.heatmap(f"{op.op}: speed-up over the vendor library", op.families, op.ms, values, tips),
+            svg.heatmap(f"{op.op}: speed-up over {reference}", op.families, op.ms, values, tips),
             svg.category_grid(f"{op.op}: backend of each winner", op.families, op.ms, backends, tips),
             svg.roofline(f"{op.op}: roofline position of each winner", points, t.peak_tflops, t.mem_gbps),
             "</div>",
