@@ -119,6 +119,19 @@ class NewTrial:
     source: Source = Source.MEASURED
 
 
+def _same_shape(problem: Problem, *, imported: Any) -> Any:
+    """The SQL condition of a stored problem of `problem`'s shape at any M (its K and params), given op
+    and N: with experts, also an imported one whose K and top-k were unknown (`UNKNOWN_K`), where
+    `imported` (True, or a condition on the trial) holds."""
+    p = ProblemModel
+    same = (p.k == problem.K) & (p.params == problem.params_json())
+    if problem.topk:
+        twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+        unknown = (p.k == twin.K) & (p.params == twin.params_json())
+        same = same | (unknown if imported is True else imported & unknown)
+    return same
+
+
 class Store:
     """The database of GPUs, kernels, problems, sweeps, trials and static features.
 
@@ -798,10 +811,7 @@ class Store:
         experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of its E and N.
         Empty where nothing was imported for the shape."""
         t, p = TrialModel, ProblemModel
-        same = (p.k == problem.K) & (p.params == problem.params_json())
-        if problem.topk:
-            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
-            same = same | ((p.k == twin.K) & (p.params == twin.params_json()))
+        same = _same_shape(problem, imported=True)
         stmt = (
             select(p.m, t.config_json)
             .join(p, t.problem_id == p.id)
@@ -826,10 +836,7 @@ class Store:
         for every K and top-k of its E and N."""
         t, p = TrialModel, ProblemModel
         is_imported = t.source == Source.IMPORTED.value
-        same = (p.k == problem.K) & (p.params == problem.params_json())
-        if problem.topk:
-            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
-            same = same | (is_imported & (p.k == twin.K) & (p.params == twin.params_json()))
+        same = _same_shape(problem, imported=is_imported)
         stmt = (
             select(p.m, t.source, t.gpu_id, t.time_us, t.config_json)
             .join(p, t.problem_id == p.id)
