@@ -62,8 +62,9 @@ def test_fp8_cache_matches_the_reference(kv: torch.dtype, splits: int, q_fp8: in
 
 
 def test_the_gathered_baseline_matches_the_reference() -> None:
-    q, cache, table, lens, scale = paged_inputs(HEADS, LATENT, ROPE, 8, CONTEXTS, kv_dtype=torch.float8_e4m3fn,
-                                                device="cpu", seed=3)  # fmt: skip
+    fp8 = torch.float8_e4m3fn
+    q, cache, table, lens, scale = paged_inputs(HEADS, LATENT, ROPE, 8, CONTEXTS, kv_dtype=fp8, device="cpu",
+                                                seed=3)  # fmt: skip
     out = torch.full((len(CONTEXTS), HEADS, LATENT), float("nan"))
     gathered_attention(q, cache, table, lens, out, 0.2, scale)
     assert rel_error(out, mla_reference(q, cache, table, lens, 0.2, LATENT, scale)) <= 1e-2
