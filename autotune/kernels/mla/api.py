@@ -6,8 +6,9 @@ page_table (B, max_pages) int32; context_lens (B,) int32. Returns (B, H, latent)
 given by `latent` (default K − 64).
 
 Each call looks its shape up in the loaded tables (op "mla_decode", N = latent, K, M = B through the M
-ranges, the parameters heads, context bucket, kv_dtype and page_size) and runs that config of the split-KV
-kernel; a shape no table covers runs the heuristic default (and is logged as untuned).
+ranges, the parameters heads, context bucket, kv_dtype and page_size) and runs that config: of the split-KV
+kernel, or the gathered baseline where a table measured it fastest ("aiter" is never served); a shape no
+table covers runs the kernel's heuristic default (and is logged as untuned).
 
 Rules:
 - The context bucket is a shape, never a value of `context_lens`: `max_context` where the caller gives it
@@ -35,6 +36,7 @@ from autotune.core.target import Target
 from autotune.kernels.dense.api import _running
 from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.op import MLA_DECODE
+from autotune.kernels.mla.ref import gathered_attention
 from autotune.kernels.serve import served_config
 
 __all__ = ["MIN_CONTEXT_BUCKET", "WORKSPACES", "context_bucket", "mla_decode", "mla_problem"]
@@ -192,10 +194,13 @@ def mla_decode(
     capacity = page_table.shape[1] * kv_cache.shape[1]
     problem = mla_problem(q, kv_cache, page_table, width, min(max_context or capacity, capacity), tgt)
     config = served_config(MLA_DECODE, problem, tgt)
-    if config.backend != "triton":  # a measured-only backend: the default serves
+    if config.backend not in ("triton", "torch"):  # a backend measured, never served
         config = MLA_DECODE.default_config(problem, tgt)
     if out is None:
         out = q.new_empty((B, H, width))
+    if config.backend == "torch":  # the gathered baseline, where a table measured it fastest
+        gathered_attention(q, kv_cache, page_table, context_lens, out, sm_scale, kv_scale)
+        return out
     part, lse = _workspace(config, problem, H, width, q.device, capturing)
     params = {k: v for k, v in config.items() if k != "backend"}
     run = launcher(params, is_amd=tgt.is_amd, interpret=tgt.interpreter)

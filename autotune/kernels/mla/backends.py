@@ -140,20 +140,13 @@ def _torch_version() -> str:
     return f"torch {torch.__version__}"
 
 
-#: The MLA decode's backends. "torch" is the baseline every winner is compared with; it holds a copy of
-#: every sequence's whole context, so the entry point never serves it. "aiter" takes its page lists built
-#: from the context lengths on the host, so it is measured, not served.
+#: The MLA decode's backends. "torch" is the baseline every winner is compared with (served where a table
+#: picks it: it reads nothing back, though it holds a copy of every sequence's whole context). "aiter"
+#: takes page lists built from the context lengths on the host, so it is measured, not served.
 MLA_BACKENDS = Backends(
     "mla_decode",
     (
-        Backend(
-            "torch",
-            _torch,
-            library=True,
-            modules=("autotune.kernels.mla.ref",),
-            version=_torch_version,
-            served=False,
-        ),
+        Backend("torch", _torch, library=True, modules=("autotune.kernels.mla.ref",), version=_torch_version),
         Backend("triton", _triton, mla_subspace, modules=("autotune.kernels.mla.kernel",)),
         Backend("aiter", _aiter, library=True, version=aiter_version, runs_on=_runs_aiter, served=False),
     ),

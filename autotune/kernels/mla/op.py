@@ -136,7 +136,8 @@ class MlaDecodeOp(ProblemRules):
         return mla_default_config(problem, target)
 
     def fallback_config(self, problem: Problem, target: Target) -> Config:
-        """The heuristic default: no vendor backend is served (module `backends`)."""
+        """The heuristic default: there is no vendor library on NVIDIA, aiter is not served, and the
+        baseline copies every sequence's context (module `backends`)."""
         return mla_default_config(problem, target)
 
     def check_problem(self, problem: Problem) -> None:

@@ -32,7 +32,9 @@ def _serve(monkeypatch: pytest.MonkeyPatch, problem: Problem | None, config: Con
     """Installs a dispatcher whose only table holds `config` for `problem` (none: no table)."""
     from autotune.dispatch import Dispatcher, Table
 
-    tables = [] if config is None else [Table.from_winners(INTERP, [(problem, config, 1.0)])]
+    tables = (
+        [] if config is None or problem is None else [Table.from_winners(INTERP, [(problem, config, 1.0)])]
+    )
     monkeypatch.setattr(
         "autotune.dispatch.dispatcher._default", Dispatcher(tables, device_key=INTERP.device_key())
     )
@@ -75,6 +77,15 @@ def test_a_table_entry_is_served(monkeypatch: pytest.MonkeyPatch, splits: int) -
     out = mla_decode(q, cache, table, lens, sm_scale=0.2, latent=LATENT, target=INTERP)
     assert seen and seen[-1]["num_kv_splits"] == splits
     assert rel_error(out, mla_reference(q, cache, table, lens, 0.2, LATENT)) <= 1e-2
+
+
+def test_a_table_entry_of_the_baseline_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    q, cache, table, lens, _ = _inputs([40, 3, 17], seed=2)
+    problem = mla_problem(q, cache, table, LATENT, table.shape[1] * PAGE, INTERP)
+    _serve(monkeypatch, problem, Config(backend="torch"))
+    seen = _launches(monkeypatch)
+    out = mla_decode(q, cache, table, lens, sm_scale=0.2, latent=LATENT, target=INTERP)
+    assert not seen and rel_error(out, mla_reference(q, cache, table, lens, 0.2, LATENT)) <= 1e-2
 
 
 @needs_interpreter
