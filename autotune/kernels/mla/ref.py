@@ -57,7 +57,7 @@ def gathered_attention(
     latent = out.shape[-1]
     index = page_table.long().clamp(0, num_pages - 1)  # entries past a sequence's pages are masked
     rows = kv_cache[index].reshape(B, max_pages * page, K)
-    rows = rows.to(torch.float32).to(q.dtype) if rows.dtype != q.dtype else rows
+    rows = rows.to(q.dtype)
     scores = torch.bmm(q, rows.transpose(1, 2)).float() * (sm_scale * (kv_scale or 1.0))
     positions = torch.arange(max_pages * page, device=q.device)
     scores.masked_fill_(positions[None, None, :] >= context_lens.long()[:, None, None], float("-inf"))
