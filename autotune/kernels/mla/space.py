@@ -77,13 +77,13 @@ def _lane_registers(problem: Problem, target: Target, c: Mapping[str, Value]) ->
 
 
 def _lds_bytes(problem: Problem, target: Target, c: Mapping[str, Value]) -> int:
-    """The shared memory of a program: the cache tile (BLOCK_N rows of K) per buffered stage, its latent
-    part again as the bf16 operand of P·V, and the queries."""
+    """The shared memory a program needs at least: the cache tile (BLOCK_N rows of K) per buffered stage
+    (what Triton 3.9 allocates, within a few KiB, for the defaults on gfx942, gfx950 and sm_90; the static
+    check has the binary's exact figure)."""
     stages = int(c["num_stages"])
     buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
     elem = 1 if _fp8(problem) else 2
-    bn, bh = int(c["BLOCK_N"]), int(c["BLOCK_H"])
-    return bn * problem.K * elem * buffers + bn * problem.N * 2 + bh * problem.K * 2
+    return int(c["BLOCK_N"]) * problem.K * elem * buffers
 
 
 def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
@@ -121,10 +121,9 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "lds_overflow",
-            f"the cache tiles x stages, the P·V operand and the queries need more than the "
-            f"{target.lds_bytes} bytes of shared memory/LDS",
+            f"the cache tile x stages needs more than the {target.lds_bytes} bytes of shared memory/LDS",
             lambda c: target.interpreter or _lds_bytes(problem, target, c) <= target.lds_bytes,
-            knobs=("BLOCK_H", "BLOCK_N", "num_stages"),
+            knobs=("BLOCK_N", "num_stages"),
         ),
     ]
     if target.is_amd:
