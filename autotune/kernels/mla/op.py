@@ -53,6 +53,7 @@ class MlaDecodeOp(ProblemRules):
     name = "mla_decode"
     params: ClassVar[dict[str, type]] = {"context": int, "heads": int, "kv_dtype": str, "page_size": int}
     spec_keys = frozenset(params)
+    layout_params = ("page_size",)
 
     # -- problems ----------------------------------------------------------------------------------------
 

@@ -85,3 +85,19 @@ def test_the_catalog_gives_deepseek_v3_and_kimi_k2_decode_attention() -> None:
     assert [dict(p.extra)["heads"] for _, p in kimi] == [64, 64] and kimi[0][1].K == 576
     with pytest.raises(SpecError, match="no multi-head latent attention"):
         mla_decode_problems("llama-3.1-8b", tp=1, batches=[1], contexts=[1024])
+
+
+def test_a_sweep_of_several_page_sizes_reports_the_fastest_per_shape() -> None:
+    from autotune.sweeps.layouts import fastest_layouts
+
+    results: list[tuple[Problem, float | None]] = [
+        (_problem(4, 128, 8192, "bf16", page), us) for page, us in ((16, 30.0), (256, 21.0), (2048, 25.0))
+    ]
+    results += [(_problem(64, 128, 8192, "bf16", 16), 90.0), (_problem(64, 128, 8192, "bf16", 256), None)]
+    results += [(_problem(64, 128, 8192, "fp8e4m3", page), 50.0 - page / 100) for page in (16, 256)]
+    picks = fastest_layouts(results)
+    assert [(p.problem.M, dict(p.problem.extra)["kv_dtype"], p.fastest) for p in picks] == [
+        (4, "bf16", 256), (64, "fp8e4m3", 256),
+    ]  # fmt: skip
+    assert picks[0].param == "page_size" and picks[0].times_us == ((16, 30.0), (256, 21.0), (2048, 25.0))
+    assert fastest_layouts([(Problem.gemm(16, 64, 64), 1.0), (Problem.gemm(16, 64, 64, "fp16"), 2.0)]) == []
