@@ -1,7 +1,7 @@
 """Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
 
-`gemm`, `linear`, `gemm_quant` and `fused_moe` (with `fused_topk`, its routing) are the run-time entry
-points a serving process calls; they dispatch through the pinned tables of `autotune.dispatch`, and a
+`gemm`, `linear`, `gemm_quant`, `fused_moe` (with `fused_topk`, its routing) and `mla_decode` are the
+run-time entry points a serving process calls; they dispatch through the pinned tables of `autotune.dispatch`, and a
 shape no table covers runs the op's `fallback_config` (`served_config` says which config a call runs).
 Importing this package pulls in torch but not triton (imported on first launch), sqlalchemy, optuna or
 pandas.
@@ -48,8 +48,8 @@ __all__ = [
     "served_launch",
 ]
 
-#: The built-in tunable ops by name: the dense GEMM, the fused MoE and the quantized GEMMs
-#: (gemm_fp8_rowwise, gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a), each registered
+#: The built-in tunable ops by name: the dense GEMM, the fused MoE, the quantized GEMMs (gemm_fp8_rowwise,
+#: gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a) and the MLA decode, each registered
 #: (`autotune.core.registry`): what makes an op known to specs, the CLI, the database and tables.
 _BUILT_IN: tuple[TunableOp, ...] = (GEMM, MOE, *QUANT_GEMMS.values(), MLA_DECODE)
 OPS: dict[str, TunableOp] = {op.name: register(op) for op in _BUILT_IN}
