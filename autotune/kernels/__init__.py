@@ -1,8 +1,9 @@
 """Kernels: one module per op, each a TunableOp with a Triton backend and a vendor-library backend.
 
 `gemm`, `linear`, `gemm_quant`, `fused_moe` (with `fused_topk`, its routing) and `mla_decode` are the
-run-time entry points a serving process calls; they dispatch through the pinned tables of `autotune.dispatch`, and a
-shape no table covers runs the op's `fallback_config` (`served_config` says which config a call runs).
+run-time entry points a serving process calls; they dispatch through the pinned tables of
+`autotune.dispatch`, and a shape no table covers runs the op's `fallback_config` (`served_config` says
+which config a call runs).
 Importing this package pulls in torch but not triton (imported on first launch), sqlalchemy, optuna or
 pandas.
 """
