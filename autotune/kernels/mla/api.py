@@ -59,10 +59,12 @@ def _kv_name(dtype: torch.dtype, target: Target) -> str:
     if dtype == torch.bfloat16:
         return "bf16"
     name = _FP8[dtype]
-    # "fp8e4m3" is the target's own e4m3: e4m3fnuz is named only where it is not
+    # "fp8e4m3" is the target's own e4m3: e4m3fnuz is named only where it is not (the interpreter)
     if name == "fp8e4m3" and target.arch == "gfx942":
         raise ValueError("gfx942 has no e4m3fn FP8; its cache is float8_e4m3fnuz")
-    return "fp8e4m3" if dtype == torch.float8_e4m3fnuz and target.arch == "gfx942" else name
+    if name == "fp8e4m3fnuz" and target.arch not in ("gfx942", "interpreter"):
+        raise ValueError(f"{target.arch} has no e4m3fnuz FP8 (MI300X's); its cache is float8_e4m3fn")
+    return "fp8e4m3" if target.arch == "gfx942" else name
 
 
 def mla_problem(
