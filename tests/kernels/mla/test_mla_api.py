@@ -142,8 +142,8 @@ def _table_with(entry: int) -> torch.Tensor:
     (dict(kv_cache=torch.randn(5, PAGE, 40).bfloat16()), r"kv_cache must be \(pages, page_size, 48\)"),
     (dict(kv_scale=0.5), "an FP8 kv_cache needs its kv_scale, and a bf16 one takes none"),
     (dict(latent=24), "must be powers of two"),
-    (dict(kv_cache=_inputs([40, 3], kv=torch.float8_e4m3fnuz)[1], kv_scale=0.1, target=Target.for_arch("sm_90")),
-     "sm_90 has no e4m3fnuz FP8"),
+    (dict(kv_cache=_inputs([40, 3], kv=torch.float8_e4m3fnuz)[1], kv_scale=0.1,
+          target=Target.for_arch("sm_90")), "sm_90 has no e4m3fnuz FP8"),
     (dict(out=torch.empty(2, HEADS, LATENT)), r"out must be a \(2, 4, 32\) bf16 tensor"),
 ])  # fmt: skip
 def test_bad_input_is_one_error_before_any_launch(
