@@ -188,11 +188,13 @@ def mla_decode(
 
     width = latent if latent is not None else (q.shape[-1] - 64 if isinstance(q, torch.Tensor) else 0)
     _check(q, kv_cache, page_table, context_lens, width, kv_scale, out)
+    B, H, _ = q.shape
+    if B == 0 or H == 0:
+        return q.new_empty((B, H, width)) if out is None else out
     capturing = _capturing(q.device)
     if not capturing:
         _check_values(kv_cache, page_table, context_lens)
     tgt = target or _running()
-    B, H, _ = q.shape
     capacity = page_table.shape[1] * kv_cache.shape[1]
     problem = mla_problem(q, kv_cache, page_table, width, min(max_context or capacity, capacity), tgt)
     config = served_config(MLA_DECODE, problem, tgt)

@@ -116,6 +116,14 @@ def test_the_split_workspace_is_allocated_once_per_shape(monkeypatch: pytest.Mon
     assert torch.equal(first, second)
 
 
+def test_an_empty_batch_launches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = _launches(monkeypatch)
+    q, cache, _, _, _ = _inputs([5])
+    empty = mla_decode(q[:0], cache, torch.zeros(0, 1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32),
+                       sm_scale=0.2, latent=LATENT, target=INTERP)  # fmt: skip
+    assert empty.shape == (0, HEADS, LATENT) and not seen
+
+
 def _bad(**change: Any) -> dict[str, Any]:
     q, cache, table, lens, _ = _inputs([40, 3])
     args: dict[str, Any] = dict(q=q, kv_cache=cache, page_table=table, context_lens=lens, sm_scale=0.2,
