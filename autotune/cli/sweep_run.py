@@ -240,6 +240,21 @@ def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Tar
     return EXIT_OK
 
 
+def print_layouts(report: SweepReport) -> None:
+    """Per shape tuned at several values of a layout parameter (the MLA decode's page size): the fastest
+    value, then each value's best time."""
+    from autotune.sweeps.layouts import fastest_layouts
+
+    results = []
+    for p in report.problems:
+        best, _ = p.picks()
+        results.append((p.problem, best.time_us if best else None))
+    for pick in fastest_layouts(results):
+        times = ", ".join(f"{v}: {fmt_us(us)}" for v, us in pick.times_us)
+        shape = problem_label(pick.problem)
+        print(f"fastest {pick.param} of {shape}: {pick.fastest} (best µs by {pick.param}: {times})")
+
+
 def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = None) -> None:
     """A row per problem (its model layer first where it is one; configs run or compiled, read back,
     pruned by the static checks (compile errors included) and failed when run (crashes, timeouts, wrong
@@ -288,6 +303,7 @@ def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = 
             f"read back, {report.profile_s:.1f} s ({share:.0%} of the sweep; {pruned} timings left out as "
             f"far behind, {left_out} M left to the vendor library); `autotune emit` serves M ranges"
         )
+    print_layouts(report)
     problems = len(report.problems)
     over = f"summed over {problems} problems" if problems > 1 else "of the problem"
     for what, attr in (

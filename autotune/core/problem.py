@@ -62,6 +62,10 @@ class ProblemRules:
     #: entries by them. The fused MoE's expert counts are the fields E and topk.
     params: ClassVar[dict[str, type]] = {}
 
+    #: Own parameters that are layout choices of the caller (the MLA decode's page size), not facts of
+    #: the shape: a sweep that tunes several values of one reports which was fastest per shape.
+    layout_params: ClassVar[tuple[str, ...]] = ()
+
     def validate_problem(self, problem: Problem) -> None:
         """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""
         if problem.E or problem.topk:

@@ -61,6 +61,7 @@ __all__ = [
     "Shape",
     "get_model",
     "layer_shapes",
+    "mla_decode_problems",
     "model_problems",
     "resolve_ms",
 ]
@@ -146,6 +147,14 @@ _MODELS: tuple[ModelSpec, ...] = (
     ModelSpec("deepseek-v3", "deepseek-ai/DeepSeek-V3", hidden=7168, layers=61, heads=128, kv_heads=128,
               head_dim=192, vocab=129280, intermediate=18432, experts=256, topk=8, moe_intermediate=2048,
               dense_layers=3, shared_intermediate=2048,
+              mla=MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                      v_head_dim=128),
+              weights="fp8e4m3"),
+    # DeepSeek-V3's architecture with 64 heads, 384 routed experts and one dense layer; FP8 e4m3 weights
+    # with 128x128 block scales.
+    ModelSpec("kimi-k2", "moonshotai/Kimi-K2-Instruct", hidden=7168, layers=61, heads=64, kv_heads=64,
+              head_dim=192, vocab=163840, intermediate=18432, experts=384, topk=8, moe_intermediate=2048,
+              dense_layers=1, shared_intermediate=2048,
               mla=MLA(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                       v_head_dim=128),
               weights="fp8e4m3"),
@@ -325,3 +334,32 @@ def model_problems(
         for s in layer_shapes(name, tp=tp, ep=ep, weights=weights, dtype=act)
         for m in m_values
     ]
+
+
+def mla_decode_problems(
+    name: str,
+    *,
+    tp: int,
+    batches: Sequence[int],
+    contexts: Sequence[int],
+    kv_dtypes: Sequence[str] = ("bf16",),
+    page_sizes: Sequence[int] = (64,),
+) -> list[tuple[str, Problem]]:
+    """("attn.decode tp{tp}", problem) for the MLA decode attention of a model with MLA (DeepSeek-V3,
+    Kimi-K2) on one rank: N = kv_lora_rank (the latent dims), K = kv_lora_rank + qk_rope_head_dim, heads/tp
+    heads (TP 1 also stands for DP attention), every batch size (M), context, cache dtype and page size.
+    SpecError for a model without MLA or heads that TP does not divide."""
+    model = get_model(name)
+    if model.mla is None:
+        raise SpecError(f"model {name} has no multi-head latent attention")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0 or model.heads % tp:
+        raise SpecError(f"model {name}: {model.heads} attention heads are not divisible by TP {tp}")
+    a, label = model.mla, f"attn.decode tp{tp}"
+    return [
+        (label, Problem.of("mla_decode", b, a.kv_lora_rank, a.kv_lora_rank + a.qk_rope_head_dim,
+                           heads=model.heads // tp, context=c, kv_dtype=kv, page_size=p))
+        for kv in kv_dtypes
+        for p in page_sizes
+        for c in contexts
+        for b in batches
+    ]  # fmt: skip

@@ -1,0 +1,215 @@
+"""The split-KV MLA decode kernels (Triton) and their launcher.
+
+Stage 1 (`mla_split_kernel`), one program per (sequence, group of BLOCK_H heads, split): the split's slice
+of the sequence's context, read through the page table in tiles of BLOCK_N tokens, scored against the
+queries (latent and RoPE parts, two dots), softmaxed online in base 2, and the latent part of each token
+(its first LATENT dims: v) summed with those weights. With one split it writes the output itself; with
+several, each split writes its normalized partial output and its log-sum-exp (base 2) to a workspace and
+stage 2 (`mla_reduce_kernel`, one program per (sequence, head)) combines them.
+
+Rules:
+- A split's slice is a whole number of BLOCK_N tiles, cdiv(context, splits) rounded up: the grid depends
+  on the shapes only, every context length is read from `context_lens` on the device (no host sync), and
+  a split past the end of a short sequence writes an empty part (log-sum-exp -inf), which stage 2 weighs 0.
+- A sequence of context 0 gets a zero output.
+- An FP8 cache is dequantized by its per-tensor scale `kv_scale`, applied to the scores and the output
+  (not to the tiles). With Q_FP8 the queries are quantized in the kernel (one scale per head, from its
+  absolute maximum) and the scores are an FP8 dot; P·V is a bf16 dot in every mode (v upcast).
+- DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
+  tiles upcast to fp32, every dot in fp32, and the queries' FP8 cast rounded first (`_round_fp8`; the
+  interpreter's cast drops a mantissa's carry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune.core.op import FP_OPTIONS
+from autotune.kernels.launch import pinned
+
+__all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "launcher", "mla_reduce_kernel", "mla_split_kernel"]
+
+#: Compile options of AMD's knobs, passed to the launch as they are.
+AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
+_LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def _round_fp8(x, MIN_NORMAL: tl.constexpr):
+    """x (fp32, finite, within the FP8 range) rounded to the nearest e4m3 value (ties to even; subnormal
+    spacing MIN_NORMAL / 8 below MIN_NORMAL), still in fp32: the interpreter's cast is then exact."""
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = (((bits + 0x7FFFF + ((bits >> 20) & 1)) >> 20) << 20).to(tl.float32, bitcast=True)
+    magic: tl.constexpr = 1.5 * 8388608.0 * (MIN_NORMAL / 8)
+    subnormal = (tl.abs(x) + magic) - magic
+    subnormal = tl.where(x < 0, -subnormal, subnormal)
+    return tl.where(tl.abs(x) < MIN_NORMAL, subnormal, normal)
+
+
+@triton.jit
+def mla_split_kernel(
+    q_ptr, kv_ptr, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
+    scale, kv_scale, H,
+    stride_qb, stride_qh, stride_kvp, stride_kvr, stride_ptb, stride_ob, stride_oh,
+    LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+    Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+):  # fmt: skip
+    b = tl.program_id(0)
+    g = tl.program_id(1)
+    s = tl.program_id(2)
+    heads = g * BLOCK_H + tl.arange(0, BLOCK_H)
+    hmask = heads < H
+    dl = tl.arange(0, LATENT)
+    dr = tl.arange(0, ROPE)
+    q_row = q_ptr + b.to(tl.int64) * stride_qb + heads[:, None] * stride_qh
+    q_nope = tl.load(q_row + dl[None, :], mask=hmask[:, None], other=0.0)
+    q_pe = tl.load(q_row + LATENT + dr[None, :], mask=hmask[:, None], other=0.0)
+    # `scale`: sm_scale · log2(e) (· kv_scale for an FP8 cache), per head once the queries are quantized
+    row_scale = tl.full((BLOCK_H,), 1.0, tl.float32) * scale
+    if Q_FP8:
+        amax = tl.maximum(tl.max(tl.abs(q_nope.to(tl.float32)), 1), tl.max(tl.abs(q_pe.to(tl.float32)), 1))
+        q_scale = tl.maximum(amax, 1e-12) / FP8_MAX
+        qn = q_nope.to(tl.float32) / q_scale[:, None]
+        qp = q_pe.to(tl.float32) / q_scale[:, None]
+        if DOT_F32:
+            qn = _round_fp8(qn, FP8_MIN_NORMAL)
+            qp = _round_fp8(qp, FP8_MIN_NORMAL)
+        q_nope = qn.to(kv_ptr.dtype.element_ty)
+        q_pe = qp.to(kv_ptr.dtype.element_ty)
+        row_scale = row_scale * q_scale
+
+    ctx = tl.load(lens_ptr + b)
+    per_split = tl.cdiv(tl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N
+    start = s * per_split
+    end = tl.minimum(start + per_split, ctx)
+    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_H,), tl.float32)
+    acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
+    pages = pt_ptr + b.to(tl.int64) * stride_ptb
+    for n0 in range(start, end, BLOCK_N):
+        t = n0 + tl.arange(0, BLOCK_N)
+        tmask = t < end
+        page = tl.load(pages + t // PAGE, mask=tmask, other=0)
+        row = kv_ptr + page.to(tl.int64) * stride_kvp + (t % PAGE) * stride_kvr
+        k_nope = tl.load(row[:, None] + dl[None, :], mask=tmask[:, None], other=0.0)
+        k_pe = tl.load(row[:, None] + LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+        if KV_FP8:
+            if DOT_F32:
+                v = k_nope.to(tl.float32)
+            else:
+                v = k_nope.to(tl.bfloat16)
+            if not Q_FP8:
+                k_nope = v
+                k_pe = k_pe.to(v.dtype)
+        else:
+            v = k_nope
+        if DOT_F32:
+            qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
+            qk = tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)), qk)
+        else:
+            qk = tl.dot(q_nope, tl.trans(k_nope))
+            qk = tl.dot(q_pe, tl.trans(k_pe), qk)
+        qk = qk * row_scale[:, None]
+        qk = tl.where(tmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        if DOT_F32:
+            pv = tl.dot(p, v.to(tl.float32))
+        else:
+            pv = tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    if KV_FP8:
+        acc = acc * kv_scale
+    acc = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    if SPLITS == 1:
+        o = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dl[None, :]
+        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        slot = (b.to(tl.int64) * H + heads) * SPLITS + s
+        tl.store(part_ptr + slot[:, None] * LATENT + dl[None, :], acc, mask=hmask[:, None])
+        lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + slot, lse, mask=hmask)
+
+
+@triton.jit
+def mla_reduce_kernel(
+    part_ptr, lse_ptr, out_ptr, H, stride_ob, stride_oh,
+    LATENT: tl.constexpr, SPLITS: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    base = (b.to(tl.int64) * H + h) * SPLITS
+    lse = tl.load(lse_ptr + base + tl.arange(0, SPLITS))
+    top = tl.max(lse, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    total = tl.sum(tl.exp2(lse - top), 0)
+    dl = tl.arange(0, LATENT)
+    acc = tl.zeros((LATENT,), tl.float32)
+    for s in range(SPLITS):
+        w = tl.exp2(tl.load(lse_ptr + base + s) - top)
+        acc += w * tl.load(part_ptr + (base + s) * LATENT + dl)
+    acc = acc / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + b.to(tl.int64) * stride_ob + h * stride_oh + dl, acc.to(out_ptr.dtype.element_ty))
+
+
+#: The JIT functions of a launch, in order (what a Recorder stands in for).
+JIT_KERNELS = (mla_split_kernel, mla_reduce_kernel)
+
+
+def launcher(
+    params: dict[str, Any], *, is_amd: bool, interpret: bool = False, kernels: tuple[Any, Any] | None = None
+) -> Callable[..., None]:
+    """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_H, BLOCK_N, num_warps,
+    num_stages, Q_FP8 and AMD's options) as `run(q, kv_cache, page_table, context_lens, out, part, lse,
+    sm_scale, kv_scale)`; `part` and `lse` are the split workspace (None with one split). `kernels`:
+    stand-ins of `JIT_KERNELS` (recorders) in their order; `interpret`: Triton's CPU interpreter (DOT_F32)."""
+    splits = int(params["num_kv_splits"])
+    opts: dict[str, Any] = dict(num_warps=int(params["num_warps"]), num_stages=int(params["num_stages"]))
+    if is_amd:
+        opts.update({k: int(params[k]) for k in AMD_LAUNCH_OPTIONS if k in params})
+    block_h, block_n = int(params["BLOCK_H"]), int(params["BLOCK_N"])
+    q_fp8 = bool(int(params.get("Q_FP8", 0)))
+    split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
+    recorded = kernels is not None
+    reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
+
+    def run(
+        q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
+        part: torch.Tensor | None, lse: torch.Tensor | None, sm_scale: float, kv_scale: float,
+    ) -> None:  # fmt: skip
+        B, H, K = q.shape
+        latent = out.shape[2]
+        kv_fp8 = kv.dtype != q.dtype
+        info = torch.finfo(kv.dtype if kv_fp8 else torch.float32)
+        fp8_max, fp8_min = (float(info.max), float(info.smallest_normal)) if kv_fp8 else (1.0, 1.0)
+        grid = (B, triton.cdiv(H, block_h), splits)
+        scale = sm_scale * _LOG2E * (kv_scale if kv_fp8 else 1.0)
+        consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
+                      SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
+                      FP8_MIN_NORMAL=fp8_min, **({"DOT_F32": True} if interpret else {}))  # fmt: skip
+        fn = split_fn if recorded else pinned(split_fn, **consts, **opts, **FP_OPTIONS)
+        extra = dict(**consts, **opts, **FP_OPTIONS) if recorded else {}
+        ws_part = out if part is None else part
+        ws_lse = lens if lse is None else lse
+        fn[grid](
+            q, kv, page_table, lens, out, ws_part, ws_lse, scale, kv_scale, H,
+            q.stride(0), q.stride(1), kv.stride(0), kv.stride(1), page_table.stride(0),
+            out.stride(0), out.stride(1), **extra,
+        )  # fmt: skip
+        if splits > 1:
+            rconsts = dict(LATENT=latent, SPLITS=splits)
+            rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
+            rextra = dict(**rconsts, **reduce_opts) if recorded else {}
+            rfn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **rextra)
+
+    return run

@@ -1,0 +1,212 @@
+"""Search space and heuristic default of the split-KV MLA decode kernel.
+
+Knobs: `num_kv_splits` (slices of each sequence's context, reduced by a second launch unless 1),
+`BLOCK_H` (heads a program takes: each group of heads reads the whole context once), `BLOCK_N` (tokens a
+tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdim`; with an FP8 cache
+`Q_FP8` (0: bf16 queries, the cache upcast; 1: queries quantized in the kernel, FP8 score dots).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import Problem, cdiv, next_pow2
+from autotune.core.registry import get_op
+from autotune.core.space import Constraint, SubSpace
+from autotune.core.target import Target
+from autotune.engine.verdicts import first_passing
+from autotune.kernels.candidates import Core, candidates, safer_cores
+
+__all__ = [
+    "default_splits",
+    "mla_constraints",
+    "mla_default_candidates",
+    "mla_default_config",
+    "mla_params",
+    "own",
+]
+
+#: Most splits of a sequence's context the space holds.
+MAX_SPLITS = 64
+#: Fewest heads a program takes (the M of its dots).
+MIN_BLOCK_H = 16
+#: 32-bit registers a lane may give the accumulator, the queries and the scores (of 512 VGPRs on
+#: CDNA3/4 and 255 on Hopper): past them the kernel spills.
+_LANE_REGISTERS = {True: 320, False: 192}
+
+
+def own(problem: Problem) -> tuple[int, int, str, int]:
+    """(heads, context, kv_dtype, page_size) of an mla_decode problem."""
+    p = dict(problem.extra)
+    return int(p["heads"]), int(p["context"]), str(p["kv_dtype"]), int(p["page_size"])
+
+
+def _fp8(problem: Problem) -> bool:
+    return own(problem)[2].startswith("fp8")
+
+
+def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
+    """The kernel's knobs on `target` (tiny ones in the interpreter)."""
+    q_fp8: dict[str, Sequence[Value]] = {"Q_FP8": (0, 1)} if _fp8(problem) else {}
+    if target.interpreter:
+        return dict(num_kv_splits=(1, 2, 4), BLOCK_H=(16,), BLOCK_N=(16, 32), num_warps=(4,),
+                    num_stages=(1,), **q_fp8)  # fmt: skip
+    common: dict[str, Sequence[Value]] = dict(
+        num_kv_splits=tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
+        BLOCK_H=(16, 32, 64),
+        BLOCK_N=(16, 32, 64),
+        num_warps=(4, 8),
+    )
+    if target.is_amd:
+        return {**common, "num_stages": (1, 2), "waves_per_eu": (0, 1, 2), "matrix_instr_nonkdim": (16, 32),
+                **q_fp8}  # fmt: skip
+    return {**common, "num_stages": (1, 2, 3), **q_fp8}
+
+
+def _groups(problem: Problem, block_h: int) -> int:
+    return cdiv(own(problem)[0], block_h)
+
+
+def _lane_registers(problem: Problem, target: Target, c: Mapping[str, Value]) -> float:
+    """Per lane, in 32-bit registers: the fp32 accumulator (BLOCK_H x latent), the queries (BLOCK_H x
+    K, bf16) and the scores with their probabilities (BLOCK_H x BLOCK_N, fp32, twice)."""
+    bh, bn = int(c["BLOCK_H"]), int(c["BLOCK_N"])
+    words = bh * problem.N + bh * problem.K / 2 + 2 * bh * bn
+    return words / (int(c["num_warps"]) * (target.wave_size or 32))
+
+
+def _lds_bytes(problem: Problem, target: Target, c: Mapping[str, Value]) -> int:
+    """The shared memory a program needs at least: the cache tile (BLOCK_N rows of K) per buffered stage
+    (what Triton 3.9 allocates, within a few KiB, for the defaults on gfx942, gfx950 and sm_90; the static
+    check has the binary's exact figure)."""
+    stages = int(c["num_stages"])
+    buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+    elem = 1 if _fp8(problem) else 2
+    return int(c["BLOCK_N"]) * problem.K * elem * buffers
+
+
+def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The kernel's constraints on `problem` and `target`."""
+    heads, context, _, _ = own(problem)
+    B, cus = problem.M, target.cu_count
+    budget = _LANE_REGISTERS[target.is_amd]
+    out = [
+        Constraint(
+            "splits_past_context",
+            f"{{num_kv_splits}} splits of BLOCK_N {{BLOCK_N}} tokens exceed the context {context}",
+            lambda c: int(c["num_kv_splits"]) * int(c["BLOCK_N"]) <= max(context, int(c["BLOCK_N"])),
+            knobs=("num_kv_splits", "BLOCK_N"),
+        ),
+        Constraint(
+            "splits_needless",
+            f"half the splits already give {B} sequences x head groups 2 programs per CU ({cus} CUs)",
+            lambda c: (
+                int(c["num_kv_splits"]) == 1
+                or B * _groups(problem, int(c["BLOCK_H"])) * int(c["num_kv_splits"]) // 2 < 2 * cus
+            ),
+            knobs=("num_kv_splits", "BLOCK_H"),
+        ),
+        Constraint(
+            "block_h_waste",
+            f"BLOCK_H {{BLOCK_H}} > next_pow2(H={heads}): idle rows",
+            lambda c: int(c["BLOCK_H"]) <= max(MIN_BLOCK_H, next_pow2(heads)),
+            knobs=("BLOCK_H",),
+        ),
+        Constraint(
+            "registers",
+            f"the accumulator, queries and scores need more than {budget} registers a lane",
+            lambda c: target.interpreter or _lane_registers(problem, target, c) <= budget,
+            knobs=("BLOCK_H", "BLOCK_N", "num_warps"),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"the cache tile x stages needs more than the {target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: target.interpreter or _lds_bytes(problem, target, c) <= target.lds_bytes,
+            knobs=("BLOCK_N", "num_stages"),
+        ),
+    ]
+    if target.is_amd:
+        out.append(
+            Constraint(
+                "mfma_32_small_tile",
+                "matrix_instr_nonkdim 32 needs BLOCK_H and BLOCK_N >= 32",
+                lambda c: (
+                    int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_H"]), int(c["BLOCK_N"])) >= 32
+                ),
+                knobs=("matrix_instr_nonkdim", "BLOCK_H", "BLOCK_N"),
+            )
+        )
+    return out
+
+
+def mla_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The kernel's configs, the heuristic default first."""
+    first = default or mla_default_config(problem, target)
+    return SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target), (first,))
+
+
+def default_splits(problem: Problem, target: Target, block_h: int, block_n: int) -> int:
+    """Splits for about two programs per CU: the largest power of two at most 2 x CUs / (sequences x head
+    groups), each split at least four tiles of the context, at most MAX_SPLITS; 1 where the sequences
+    fill the GPU already (stage 1 then writes the output and the reduce is skipped)."""
+    context = own(problem)[1]
+    programs = problem.M * _groups(problem, block_h)
+    want = max(1, 2 * target.cu_count // programs)
+    splits = 1
+    while 2 * splits <= min(want, MAX_SPLITS) and 2 * splits * 4 * block_n <= context:
+        splits *= 2
+    return splits
+
+
+def _core(problem: Problem, target: Target) -> Core:
+    """BLOCK_H (as `bm`), BLOCK_N (as `bn`), warps and stages of the rule: 16 heads where there are 16,
+    else 32 (64 on AMD: twice the lanes a warp) so that 128 heads read the cache 4 (2) times; 32-token
+    tiles (64 of an FP8 cache spill on sm_90)."""
+    heads = own(problem)[0]
+    wide = 64 if target.is_amd else 32
+    bh = MIN_BLOCK_H if heads <= MIN_BLOCK_H else min(wide, next_pow2(heads))
+    bn = 32
+    warps = 4 if target.is_amd or bh <= 32 else 8
+    return Core(bh, bn, 1, warps, 2)
+
+
+def _config(problem: Problem, target: Target, core: Core) -> Config | None:
+    """`core` with its splits and AMD's knobs (bf16 queries); None where that is no config of the space."""
+    bh, bn, _, warps, stages = core
+    values: dict[str, Value] = dict(num_kv_splits=default_splits(problem, target, bh, bn), BLOCK_H=bh,
+                                    BLOCK_N=bn, num_warps=warps, num_stages=stages)  # fmt: skip
+    if target.is_amd:
+        values.update(waves_per_eu=0, matrix_instr_nonkdim=16)
+    if _fp8(problem):
+        values["Q_FP8"] = 0
+    config = Config(backend="triton", **values)
+    sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
+    return config if sub.check(config) is None else None
+
+
+def mla_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
+    """The rule's pick (`_core`, `default_splits`), then its safer cores (`autotune.kernels.candidates`:
+    more warps, fewer stages, then fewer heads or tokens a tile); the space's first config where none is
+    one of the space."""
+    params = mla_params(problem, target)
+    if target.interpreter:
+        values: dict[str, Value] = dict(num_kv_splits=1, BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1)
+        if _fp8(problem):
+            values["Q_FP8"] = 0
+        return (Config(backend="triton", **values),)
+    core = _core(problem, target)
+    cores = safer_cores(
+        core, rows=params["BLOCK_H"], cols=params["BLOCK_N"], k_tiles=(1,), warps=params["num_warps"],
+        stages=params["num_stages"],
+    )  # fmt: skip
+    found = candidates((), cores, lambda c: _config(problem, target, c), params["num_warps"])
+    if not found:
+        sub = SubSpace("triton", params, mla_constraints(problem, target))
+        found = (next(Config({**v}) for v, broken in sub.walk() if broken is None),)
+    return found
+
+
+def mla_default_config(problem: Problem, target: Target) -> Config:
+    """The first of `mla_default_candidates` whose binary passes the static checks on `target`."""
+    return first_passing(get_op(problem.op), problem, target, mla_default_candidates(problem, target))

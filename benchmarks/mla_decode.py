@@ -1,0 +1,168 @@
+"""MLA decode (GPU): the tuned split-KV kernel against a fixed default of splits and tiles and the PyTorch
+baseline, and the KV-cache read bandwidth it reaches against a copy's, measured in the same run.
+
+Grid (default): batch 1, 4, 32, 64, 128, 256 x context 1K, 4K, 8K, 32K x H = 16 and 128 x bf16 and FP8
+caches, DeepSeek-V3's 512 latent + 64 RoPE dims, pages of --page-sizes tokens (several: each is tuned and the
+fastest reported per shape). Phase `sweep` tunes the grid
+(`autotune sweep` of a spec written to OUT/mla.toml, --trials a problem, no M profile); phase `measure`
+times, per problem, in interleaved rounds on the same inputs: `tuned` (the sweep's winner among the
+kernel's configs), `fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile, whatever the shape) and `torch`
+(the gathered baseline). Each output is checked against the reference first. KV GB/s is the cache bytes
+a call must read over the tuned time; "of copy" divides it by the bandwidth of a 1 GiB device copy
+(read + write bytes over its time).
+
+    python benchmarks/mla_decode.py --out results/                  # sweep, then measure
+    python benchmarks/mla_decode.py --phase measure --out results/
+
+Prints a short table last; every row goes to --out (mla_decode.json).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import harness
+
+from autotune import Config, Problem
+from autotune.core.target import Target, local_target
+from autotune.db import Store
+from autotune.engine.bench import Benchmarker
+from autotune.kernels import MLA_DECODE
+
+CLI = [sys.executable, "-m", "autotune.cli"]
+LATENT, K = 512, 576
+#: The fixed default the tuned kernel is compared with (AMD adds its two knobs, an FP8 cache bf16 queries).
+FIXED = dict(num_kv_splits=8, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2)
+
+
+def fixed(problem: Problem, target: Target) -> Config:
+    extra: dict[str, int] = dict(waves_per_eu=0, matrix_instr_nonkdim=16) if target.is_amd else {}
+    if dict(problem.extra)["kv_dtype"] != "bf16":
+        extra["Q_FP8"] = 0
+    return Config(backend="triton", **FIXED, **extra)
+
+
+def grid(args: Any) -> list[Problem]:
+    return [
+        Problem.of("mla_decode", b, LATENT, K, heads=h, context=c, kv_dtype=kv, page_size=page)
+        for kv in args.kv for h in args.heads for c in args.contexts for b in args.batches
+        for page in args.page_sizes
+    ]  # fmt: skip
+
+
+def spec_text(args: Any) -> str:
+    return (
+        f'name = "mla-decode-bench"\n[[sweep]]\nop = "mla_decode"\nnk = [[{LATENT}, {K}]]\n'
+        f"m = {args.batches}\nheads = {args.heads}\ncontext = {args.contexts}\n"
+        f"kv_dtype = {json.dumps(args.kv)}\npage_size = {args.page_sizes}\n"
+        f'strategy = "optuna"\ntrials = {args.trials}\nprofile_m = false\n'
+    )
+
+
+def copy_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device copy bandwidth: read + write bytes of a `nbytes` copy over its median time."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return 2 * nbytes / sorted(times)[reps // 2] / 1e3
+
+
+def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
+    target = local_target()
+    copy = copy_gbps()
+    print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
+    bench = Benchmarker(MLA_DECODE, target)
+    rows = []
+    with Store(str(db)) as store:
+        for p in grid(args):
+            tuned = harness.tuned_config(store, p, target.fingerprint(), ("triton",))
+            variants = {"tuned": tuned or MLA_DECODE.default_config(p, target), "fixed": fixed(p, target),
+                        "torch": Config(backend="torch")}  # fmt: skip
+            own = dict(p.extra)
+            row: dict[str, Any] = dict(B=p.M, context=own["context"], H=own["heads"], kv=own["kv_dtype"],
+                                       page=own["page_size"], tuned_from="sweep" if tuned else "default",
+                                       splits=variants["tuned"]["num_kv_splits"])  # fmt: skip
+            row |= harness.side_by_side(bench, p, variants, args.rounds)
+            cache = p.M * int(own["context"]) * K * (1 if own["kv_dtype"] != "bf16" else 2)
+            row |= dict(cache_mb=cache / 1e6, kv_gbps=cache / row["tuned_us"] / 1e3)
+            row["of_copy"] = row["kv_gbps"] / copy
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows, copy
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    """Per (H, cache dtype): geomean of fixed / tuned and torch / tuned, the lowest fraction of the copy
+    bandwidth where the cache is >= 64 MB; then the splits the tuned configs took per (batch, context)."""
+    table = []
+    for key in sorted({(r["H"], r["kv"]) for r in rows}):
+        rs = [r for r in rows if (r["H"], r["kv"]) == key]
+        big = [r["of_copy"] for r in rs if r["cache_mb"] >= 64 and r["of_copy"] > 0]
+        table.append([f"H{key[0]} {key[1]}", len(rs),
+                      harness.geomean(r["fixed_us"] / r["tuned_us"] for r in rs),
+                      harness.geomean(r["torch_us"] / r["tuned_us"] for r in rs),
+                      min(big, default=math.nan)])  # fmt: skip
+    print("\npicks (H kv: B x context -> splits of the tuned config, the fastest page size):")
+    shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        shapes.setdefault((r["H"], r["kv"], r["B"], r["context"]), []).append(r)
+    for (h, kv, b, c), rs in shapes.items():
+        best = min(rs, key=lambda r: r["tuned_us"] if r["tuned_us"] > 0 else math.inf)
+        print(f"  H{h} {kv}: {b} x {c} -> {best['splits']} splits, page {best['page']}")
+    cols = ("shapes", "rows", "fixed/tuned", "torch/tuned", "min of copy (>= 64 MB)")
+    title = "MLA decode: speedups (geomean) and bandwidth"
+    harness.print_table(cols, table, digits=(0, 0, 2, 2, 2), title=title)
+
+
+def main() -> int:
+    ap = harness.parser(__doc__)
+    ap.add_argument("--phase", choices=("all", "sweep", "measure"), default="all")
+    ap.add_argument("--db", type=Path, help="the database (default OUT/mla.db)")
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 4, 32, 64, 128, 256])
+    ap.add_argument("--contexts", type=int, nargs="+", default=[1024, 4096, 8192, 32768])
+    ap.add_argument("--heads", type=int, nargs="+", default=[16, 128])
+    ap.add_argument("--kv", nargs="+", default=["bf16", "fp8e4m3"])
+    ap.add_argument(
+        "--page-sizes", type=int, nargs="+", default=[64], help="several: the fastest is reported"
+    )
+    ap.add_argument("--trials", type=int, default=24, help="sweep trials a problem")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
+    harness.add_out(ap, "results folder")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    db = args.db or args.out / "mla.db"
+    t0 = time.perf_counter()
+    if args.phase in ("all", "sweep"):
+        spec = args.out / "mla.toml"
+        spec.write_text(spec_text(args), encoding="utf-8")
+        cmd = [*CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        (args.out / "sweep.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        if proc.returncode != 0:
+            raise SystemExit(f"sweep failed with exit code {proc.returncode} (see sweep.log)")
+    if args.phase in ("all", "measure"):
+        rows, copy = measure(args, db)
+        info = harness.run_info(local_target(), args=vars(args), copy_gbps=copy, rows=rows)
+        harness.write_json(args.out, "mla_decode", info)
+        report(rows)
+    print(f"{args.phase}: {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

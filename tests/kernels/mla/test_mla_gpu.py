@@ -1,0 +1,79 @@
+"""GPU tests of the MLA decode. Skipped without a CUDA or ROCm GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Problem
+
+pytestmark = pytest.mark.gpu
+
+
+def _problem(B: int, heads: int, context: int, kv: str, page: int = 64) -> Problem:
+    return Problem.of("mla_decode", B, 512, 576, heads=heads, context=context, kv_dtype=kv, page_size=page)
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8e4m3"])
+@pytest.mark.parametrize(
+    "B, heads, context, splits", [(1, 16, 8192, 32), (8, 128, 2048, 4), (32, 16, 1024, 1)]
+)
+def test_the_kernel_on_gpu_is_right_and_repeatable(
+    right_and_repeatable, target, kv: str, B: int, heads: int, context: int, splits: int
+) -> None:
+    """Split parts meet in the reduce kernel; the result matches the reference, bit-identical on repeats;
+    the default config too."""
+    from autotune.kernels import MLA_DECODE
+
+    problem = _problem(B, heads, context, kv)
+    space = MLA_DECODE.space(problem, target)
+    config = MLA_DECODE.default_config(problem, target).replace(num_kv_splits=splits)
+    assert space.check(config) is None, space.check(config)
+    right_and_repeatable(MLA_DECODE, problem, config, target, f"MLA decode, {splits} splits")
+    right_and_repeatable(MLA_DECODE, problem, MLA_DECODE.default_config(problem, target), target, "default")
+    if kv != "bf16":
+        right_and_repeatable(MLA_DECODE, problem, config.replace(Q_FP8=1), target, "FP8 queries")
+
+
+@pytest.mark.parametrize("splits", [1, 8])
+def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
+    target, splits: int, monkeypatch
+) -> None:
+    """`autotune.kernels.mla_decode` reads nothing back while captured: a graph of one call, replayed after
+    the context lengths and the page table were overwritten in place, gives the reference of the new
+    ones; outside a capture, a page-table entry out of range is one ValueError before any launch."""
+    import torch
+
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.engine.bench import rel_error
+    from autotune.kernels import MLA_DECODE, mla_decode
+    from autotune.kernels.mla.api import mla_problem
+    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+    contexts = [[700, 1, 2048, 33], [2048, 1500, 64, 0]]  # both 32 pages wide, 60 pages in all
+    cases = [paged_inputs(16, 512, 64, 64, c, kv_dtype=torch.bfloat16, device="cuda", seed=i,
+                          spare_pages=60 - sum(-(-n // 64) for n in c))
+             for i, c in enumerate(contexts)]  # fmt: skip
+    q, cache, table, lens, _ = cases[0]
+    problem = mla_problem(q, cache, table, 512, table.shape[1] * 64, target)
+    config = MLA_DECODE.default_config(problem, target).replace(num_kv_splits=splits)
+    tables = [Table.from_winners(target, [(problem, config, 1.0)])]
+    monkeypatch.setattr(
+        "autotune.dispatch.dispatcher._default", Dispatcher(tables, device_key=target.device_key())
+    )
+    q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
+    mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)  # compiles, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)
+    for q2, cache2, table2, lens2, _ in (cases[1], cases[0]):
+        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512)) <= 2e-2
+    bad = table_t.clone()
+    bad[0, 0] = cache_t.shape[0]
+    with pytest.raises(ValueError, match="out of range"):
+        mla_decode(q_t, cache_t, bad, lens_t, sm_scale=0.1, target=target)

@@ -1,0 +1,84 @@
+"""The split-KV MLA decode kernel against the reference in Triton's CPU interpreter: ragged contexts, pages
+handed out out of order, one split and several, bf16 and FP8 caches (bf16 and FP8 queries)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autotune import Config, Problem, Target
+from autotune.core.target import interpreting
+from autotune.engine.bench import rel_error
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.backends import split_workspace
+from autotune.kernels.mla.kernel import launcher
+from autotune.kernels.mla.ref import gathered_attention, mla_reference, paged_inputs
+
+INTERP = Target.interpreter_target()
+needs_interpreter = pytest.mark.skipif(
+    not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"
+)
+LATENT, ROPE, HEADS = 32, 16, 4
+CONTEXTS = [37, 1, 80, 0, 16]
+
+
+def _run(kv: torch.dtype, splits: int, q_fp8: int, page: int, block_n: int = 16) -> float:
+    q, cache, table, lens, scale = paged_inputs(
+        HEADS, LATENT, ROPE, page, CONTEXTS, kv_dtype=kv, device="cpu", seed=splits + page
+    )
+    B = len(CONTEXTS)
+    out = torch.full((B, HEADS, LATENT), float("nan"), dtype=torch.bfloat16)
+    config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=16, BLOCK_N=block_n, num_warps=4,
+                    num_stages=1, Q_FP8=q_fp8)  # fmt: skip
+    part, lse = split_workspace(config, B, HEADS, LATENT, "cpu")
+    params = {k: v for k, v in config.items() if k != "backend"}
+    launcher(params, is_amd=False, interpret=True)(q, cache, table, lens, out, part, lse, 0.2, scale or 1.0)
+    ref = mla_reference(q, cache, table, lens, 0.2, LATENT, scale)
+    assert not out.isnan().any()
+    assert (out[3] == 0).all()  # context 0: a zero output
+    return rel_error(out, ref)
+
+
+def test_the_page_table_is_out_of_order_and_ragged() -> None:
+    _, _, table, lens, _ = paged_inputs(HEADS, LATENT, ROPE, 16, CONTEXTS, kv_dtype=torch.bfloat16,
+                                        device="cpu", seed=0)  # fmt: skip
+    used = torch.cat([table[b, : -(-n // 16)] for b, n in enumerate(CONTEXTS)])
+    assert len(set(used.tolist())) == len(used) and not torch.equal(used, used.sort().values)
+    assert lens.tolist() == CONTEXTS
+
+
+@needs_interpreter
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("page", [16, 8])
+def test_bf16_cache_matches_the_reference(splits: int, page: int) -> None:
+    assert _run(torch.bfloat16, splits, 0, page) <= 1e-2
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kv", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
+@pytest.mark.parametrize("splits, q_fp8", [(1, 0), (2, 1)])
+def test_fp8_cache_matches_the_reference(kv: torch.dtype, splits: int, q_fp8: int) -> None:
+    assert _run(kv, splits, q_fp8, 16, block_n=32) <= 3e-2
+
+
+def test_the_gathered_baseline_matches_the_reference() -> None:
+    fp8 = torch.float8_e4m3fn
+    q, cache, table, lens, scale = paged_inputs(HEADS, LATENT, ROPE, 8, CONTEXTS, kv_dtype=fp8, device="cpu",
+                                                seed=3)  # fmt: skip
+    out = torch.full((len(CONTEXTS), HEADS, LATENT), float("nan"))
+    gathered_attention(q, cache, table, lens, out, 0.2, scale)
+    assert rel_error(out, mla_reference(q, cache, table, lens, 0.2, LATENT, scale)) <= 1e-2
+
+
+@needs_interpreter
+@pytest.mark.parametrize("kv_dtype", ["bf16", "fp8e4m3"])
+def test_the_op_prepares_every_backend_within_tolerance(kv_dtype: str) -> None:
+    problem = Problem.of("mla_decode", 3, LATENT, LATENT + ROPE, heads=HEADS, context=40, kv_dtype=kv_dtype,
+                         page_size=16)  # fmt: skip
+    inputs = MLA_DECODE.make_inputs(problem, "cpu", seed=1)
+    ref = MLA_DECODE.reference(problem, inputs)
+    configs = [MLA_DECODE.default_config(problem, INTERP), *MLA_DECODE.space(problem, INTERP).head(1)]
+    for config in configs:
+        out = MLA_DECODE.make_output(problem, "cpu").fill_(float("nan"))
+        MLA_DECODE.prepare(problem, config, INTERP, inputs, out)()
+        assert rel_error(out, ref) <= MLA_DECODE.tolerance(problem), config

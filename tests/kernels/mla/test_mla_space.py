@@ -1,0 +1,103 @@
+"""The MLA decode's problems, spec fields, search space and heuristic default (pure: nothing compiled)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Config, Problem, Target
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.space import default_splits, mla_default_candidates
+from autotune.sweeps.spec import load_spec, parse_spec
+
+ARCHS = ("gfx942", "gfx950", "sm_90")
+
+
+def _problem(B: int = 4, heads: int = 128, context: int = 8192, kv: str = "bf16", page: int = 64) -> Problem:
+    return Problem.of("mla_decode", B, 512, 576, heads=heads, context=context, kv_dtype=kv, page_size=page)
+
+
+def test_problem_counts_the_cache_and_keys_its_parameters() -> None:
+    p = _problem(2, 16, 4096, "fp8e4m3", 64)
+    assert p.params_key == "context=4096,heads=16,kv_dtype=fp8e4m3,page_size=64"
+    assert p.min_bytes() == 2 * 4096 * 576 + 2 * 64 * 4 + 2 * 16 * (576 + 512) * 2
+    assert p.flops() == 2.0 * 2 * 16 * 4096 * (576 + 512)
+    assert MLA_DECODE.label(p) == "B2 ctx4096 H16 fp8e4m3 p64"
+    assert MLA_DECODE.key_problem(("mla_decode", "bf16", "nk", 512, 576, 0, 0, p.params_key)) == p.with_m(1)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(kv_dtype="fp16"), "caches are bf16, fp8e4m3, fp8e4m3fnuz"),
+    (dict(context=0), "must be positive"),
+    (dict(N=500), "powers of two"),
+])  # fmt: skip
+def test_bad_problems_are_refused(kw: dict[str, object], message: str) -> None:
+    own = dict(heads=16, context=1024, kv_dtype="bf16", page_size=64)
+    n = int(kw.pop("N", 512))  # type: ignore[call-overload]
+    with pytest.raises(ValueError, match=message):
+        Problem.of("mla_decode", 1, n, n + 64, **{**own, **kw})  # type: ignore[arg-type]
+
+
+def test_the_spec_sweeps_page_sizes_and_cache_dtypes() -> None:
+    spec = parse_spec(
+        'name = "t"\n[[sweep]]\nop = "mla_decode"\nm = [1, 64]\nnk = [[512, 576]]\nheads = 16\n'
+        'context = [1024, 8192]\npage_size = [16, 64]\nkv_dtype = ["bf16", "fp8e4m3"]\n'
+    )
+    problems = [p for _, p in spec.problems()]
+    assert len(problems) == 2 * 2 * 2 * 2
+    assert {dict(p.extra)["page_size"] for p in problems} == {16, 64}
+    shipped = load_spec("mla-deepseek-v3")
+    assert {dict(p.extra)["heads"] for _, p in shipped.problems()} == {16, 128}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_space_prunes_with_reasons_and_holds_the_default(arch: str) -> None:
+    target = Target.for_arch(arch)
+    space = MLA_DECODE.space(_problem(1, 16, 1024), target)
+    assert space.backends[:2] == ("torch", "triton")
+    assert all(space.check(c) is None for c in mla_default_candidates(_problem(1, 16, 1024), target))
+    pruned = space.prune_summary()
+    assert {"splits_past_context", "block_h_waste"} <= set(pruned)
+    sub = space.subspace("triton")
+    # 64 splits of 32 tokens exceed a context of 1024; 64 heads a program of 16 heads idle rows
+    base = dict(mla_default_candidates(_problem(1, 16, 1024), target)[0].items())
+    assert "splits_past_context" in (sub.check(Config({**base, "num_kv_splits": 64, "BLOCK_N": 32})) or "")
+    assert "block_h_waste" in (sub.check(Config({**base, "BLOCK_H": 64})) or "")
+    assert ("matrix_instr_nonkdim" in sub.params) == target.is_amd
+    assert "Q_FP8" in MLA_DECODE.space(_problem(kv="fp8e4m3"), target).subspace("triton").params
+    assert "Q_FP8" not in sub.params
+
+
+def test_splits_follow_batch_and_context() -> None:
+    h100 = Target.for_arch("sm_90")
+    # batch 1: the context is split to fill the GPU; batch 256: the sequences fill it, one split
+    assert default_splits(_problem(1, 16, 32768), h100, 16, 32) == 64
+    assert default_splits(_problem(1, 16, 1024), h100, 16, 32) == 8  # each split >= 4 tiles
+    assert default_splits(_problem(256, 128, 8192), h100, 32, 32) == 1
+
+
+def test_the_catalog_gives_deepseek_v3_and_kimi_k2_decode_attention() -> None:
+    from autotune.sweeps.catalog import mla_decode_problems
+    from autotune.sweeps.errors import SpecError
+
+    ds = dict(mla_decode_problems("deepseek-v3", tp=8, batches=[4], contexts=[8192], kv_dtypes=["fp8e4m3"]))
+    assert ds == {"attn.decode tp8": _problem(4, 16, 8192, "fp8e4m3")}
+    kimi = mla_decode_problems("kimi-k2", tp=1, batches=[1, 64], contexts=[4096])
+    assert [dict(p.extra)["heads"] for _, p in kimi] == [64, 64] and kimi[0][1].K == 576
+    with pytest.raises(SpecError, match="no multi-head latent attention"):
+        mla_decode_problems("llama-3.1-8b", tp=1, batches=[1], contexts=[1024])
+
+
+def test_a_sweep_of_several_page_sizes_reports_the_fastest_per_shape() -> None:
+    from autotune.sweeps.layouts import fastest_layouts
+
+    results: list[tuple[Problem, float | None]] = [
+        (_problem(4, 128, 8192, "bf16", page), us) for page, us in ((16, 30.0), (256, 21.0), (2048, 25.0))
+    ]
+    results += [(_problem(64, 128, 8192, "bf16", 16), 90.0), (_problem(64, 128, 8192, "bf16", 256), None)]
+    results += [(_problem(64, 128, 8192, "fp8e4m3", page), 50.0 - page / 100) for page in (16, 256)]
+    picks = fastest_layouts(results)
+    assert [(p.problem.M, dict(p.problem.extra)["kv_dtype"], p.fastest) for p in picks] == [
+        (4, "bf16", 256), (64, "fp8e4m3", 256),
+    ]  # fmt: skip
+    assert picks[0].param == "page_size" and picks[0].times_us == ((16, 30.0), (256, 21.0), (2048, 25.0))
+    assert fastest_layouts([(Problem.gemm(16, 64, 64), 1.0), (Problem.gemm(16, 64, 64, "fp16"), 2.0)]) == []

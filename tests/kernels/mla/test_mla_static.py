@@ -1,0 +1,83 @@
+"""The MLA decode's heuristic default compiles for gfx942, gfx950 and sm_90 without spills, within the
+target's LDS and at or above the occupancy floor (compile-only: no GPU needed), for H = 16 and 128 and
+both cache dtypes. Runs in one subprocess per target (the test session may have TRITON_INTERPRET=1)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ARCHS = ("gfx942", "gfx950", "sm_90")
+#: (B, heads, context, kv_dtype): decode at batch 1 (many splits) and 64 (few), both head counts.
+PROBLEMS = [(1, 16, 32768, "bf16"), (64, 128, 4096, "bf16"), (4, 128, 8192, "fp8e4m3")]
+
+SCRIPT = r"""
+import json, sys
+from autotune.core.problem import Problem
+from autotune.core.registry import get_op
+from autotune.core.static import check_features
+from autotune.core.target import Target
+from autotune.engine.verdicts import can_check, verdicts
+
+target = Target.for_arch(sys.argv[1])
+if not can_check(target):
+    print(json.dumps({"skip": f"this process cannot compile for {target.arch}"}))
+    sys.exit(0)
+op, out = get_op("mla_decode"), []
+for b, heads, context, kv in json.loads(sys.argv[2]):
+    p = Problem.of("mla_decode", b, 512, 576, heads=heads, context=context, kv_dtype=kv, page_size=64)
+    default = op.default_config(p, target)
+    f = verdicts().features(op, p, default, target)
+    out.append(dict(problem=str(p), config=default.short(), features=f.summary(),
+                    space=op.space(p, target).check(default),
+                    findings=[x.check for x in check_features(f, default, target)]))
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    pytest.importorskip("triton")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["AUTOTUNE_VERDICT_CACHE"] = str(Path(tmp_path_factory.mktemp("verdicts")))
+    procs = {
+        arch: subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, arch, json.dumps(PROBLEMS)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for arch in ARCHS
+    }
+    out: dict[str, Any] = {}
+    try:
+        for arch, proc in procs.items():
+            stdout, stderr = proc.communicate(timeout=600)
+            assert proc.returncode == 0, stderr[-3000:]
+            out[arch] = json.loads(stdout.strip().splitlines()[-1])
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return out
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_default_passes_the_static_checks(defaults: dict[str, Any], arch: str) -> None:
+    found = defaults[arch]
+    if isinstance(found, dict):
+        pytest.skip(found["skip"])
+    assert len(found) == len(PROBLEMS)
+    failing = [
+        f"{r['problem']}: {r['config']}: {r['features']}: {r['findings']}" for r in found if r["findings"]
+    ]
+    assert not failing, "\n".join(failing)
+    assert all(r["space"] is None for r in found)
