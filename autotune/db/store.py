@@ -8,15 +8,28 @@ import hashlib
 import json
 import logging
 import math
+import os
 import shlex
-import socket
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, case, delete, func, insert, inspect, select
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    inspect,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,6 +50,8 @@ from .engine import (
     mask_url,
     resolve_url,
 )
+from .liveness import host as _host
+from .liveness import lease_s, pid_alive
 from .models import (
     ADDITIVE_TABLES,
     ALEMBIC_VERSION,
@@ -46,6 +61,7 @@ from .models import (
     SCHEMA_VERSION,
     SWEEP_STATUSES,
     Base,
+    ClaimModel,
     GpuModel,
     KernelModel,
     MetaModel,
@@ -74,34 +90,70 @@ logger = logging.getLogger(__name__)
 #: Minimum length of a GPU fingerprint prefix.
 MIN_PREFIX = 6
 #: Waits, in seconds, before each retry of a write that failed with a transient database error (a
-#: dropped connection, a server restarting, SQLite locked past its busy timeout): about 1 min in all.
+#: dropped connection, a server restarting, SQLite locked past its busy timeout).
 RETRY_DELAYS_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+#: Environment variable overriding the retry budget (`retry_budget_s`), in seconds.
+RETRY_ENV = "AUTOTUNE_RETRY_S"
+_RETRY_BUDGET_S = 60.0
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def retry_budget_s() -> float:
+    """Seconds a Store keeps retrying through one outage, all its calls together (60 by default,
+    ``$AUTOTUNE_RETRY_S`` to change it)."""
+    try:
+        value = float(os.environ.get(RETRY_ENV, "") or _RETRY_BUDGET_S)
+    except ValueError:
+        return _RETRY_BUDGET_S
+    return value if value >= 0 else _RETRY_BUDGET_S
+
+
+#: Driver messages of operational errors that no retry cures.
+_PERMANENT = ("database or disk is full", "readonly database", "disk i/o error", "no such table")
+
+
 def _transient(exc: StoreError) -> bool:
-    """Whether a failed write may succeed if tried again (the connection or a lock, not the data)."""
+    """Whether a failed write may succeed if tried again (the connection or a lock, not the data, and not
+    a full disk or a read-only file)."""
     cause = exc.__cause__
     if isinstance(cause, DBAPIError) and cause.connection_invalidated:
         return True
-    return isinstance(cause, OperationalError)
+    if not isinstance(cause, OperationalError):
+        return False
+    return not any(text in error_cause(cause).lower() for text in _PERMANENT)
 
 
 def _retrying(method: _F) -> _F:
-    """Retries `method` with back-off (`RETRY_DELAYS_S`) on transient database errors. Safe for the
-    Store's writes: each is one transaction, rolled back on error, and idempotent on its key."""
+    """Retries `method` with back-off (`retry_delays_s`) on transient database errors, within one budget
+    per outage shared by all the Store's calls (`retry_budget_s`): once an outage has lasted that long,
+    every call tries once and raises, so that giving up (the data write, the heartbeat, the write that
+    marks the sweep failed) takes about the budget in all. Safe for the Store's writes: each is one
+    transaction, rolled back on error, and idempotent on its key."""
 
     @functools.wraps(method)
     def wrapped(self: Store, *args: Any, **kwargs: Any) -> Any:
         for delay in (*self.retry_delays_s, None):
             try:
-                return method(self, *args, **kwargs)
+                out = method(self, *args, **kwargs)
             except StoreError as exc:
-                if delay is None or not _transient(exc):
+                if not _transient(exc):
                     raise
-                logger.warning("%s; retrying in %g s", exc, delay)
-                time.sleep(delay)
+                now = time.monotonic()
+                since = getattr(self, "_outage_since", None)
+                if since is None:
+                    since = now
+                    if hasattr(self, "_outage_since"):
+                        self._outage_since = now
+                left = since + getattr(self, "retry_budget_s", math.inf) - now
+                if delay is None or left <= 0:
+                    raise
+                logger.warning("%s; retrying in %g s", exc, min(delay, left))
+                time.sleep(min(delay, left))
+            else:
+                if hasattr(self, "_outage_since"):
+                    self._outage_since = None
+                return out
         raise AssertionError("unreachable")  # pragma: no cover
 
     return cast(_F, wrapped)
@@ -134,7 +186,9 @@ class Store:
     hash), also when processes race.
 
     Writes that fail with a transient error (a dropped connection, a restarting server, SQLite locked past
-    its busy timeout) are retried with back-off for about a minute (`retry_delays_s`) before StoreError.
+    its busy timeout) are retried with back-off (`retry_delays_s`) within one budget per outage for all
+    calls together (`retry_budget_s`, about a minute) before StoreError; a full disk or a read-only
+    file is not retried.
 
     Thread safety: a Store may be shared by threads (each call has its own session and pooled connection;
     the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
@@ -157,6 +211,8 @@ class Store:
         self._kernel_ids: dict[tuple[str, str], int] = {}
         self._problem_ids: dict[str, int] = {}
         self.retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S
+        self.retry_budget_s: float = retry_budget_s()
+        self._outage_since: float | None = None
         try:
             self._open_schema()
         except BaseException:
@@ -378,7 +434,6 @@ class Store:
 
         Sweeps of this host left "running" by a process that no longer exists (killed with -9, a power
         cut) are marked "interrupted" first."""
-        import os
 
         gpu = self.gpu_id(target)
         now = utcnow()
@@ -386,7 +441,7 @@ class Store:
             for row in session.scalars(
                 select(SweepModel).where(SweepModel.host == _host(), SweepModel.status == "running")
             ):
-                if row.pid is not None and row.pid != os.getpid() and not _pid_alive(row.pid):
+                if row.pid is not None and row.pid != os.getpid() and not pid_alive(row.pid):
                     row.status = "interrupted"
                     row.finished_at = row.heartbeat_at or now
             row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu,
@@ -400,20 +455,28 @@ class Store:
     def touch_sweep(
         self, sweep_id: int, *, trials_done: int | None = None, problems_done: int | None = None
     ) -> None:
-        """The sweep's heartbeat (now) and progress counts."""
+        """The sweep's heartbeat (now) and progress counts; the leases of the problems it holds run
+        `lease_s()` from now."""
         with self._session(write=True) as session:
             row = session.get(SweepModel, sweep_id)
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
-            row.heartbeat_at = utcnow()
+            now = row.heartbeat_at = utcnow()
             if trials_done is not None:
                 row.trials_done = trials_done
             if problems_done is not None:
                 row.problems_done = problems_done
+            c = ClaimModel
+            session.execute(
+                update(c)
+                .where(c.sweep_id == sweep_id, c.done.is_(False))
+                .values(lease_until=now + timedelta(seconds=lease_s()))
+            )
 
     @_retrying
     def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
-        """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
+        """Marks a sweep finished, interrupted or failed, and releases the problems it still holds (they are
+        free for the other processes of its work at once). Raises StoreError for an unknown id."""
         if status not in SWEEP_STATUSES:
             raise ValueError(f"unknown sweep status {status!r}; known: {', '.join(SWEEP_STATUSES)}")
         with self._session(write=True) as session:
@@ -421,7 +484,77 @@ class Store:
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
             row.status = status
-            row.finished_at = row.heartbeat_at = utcnow()
+            now = row.finished_at = row.heartbeat_at = utcnow()
+            c = ClaimModel  # what it still holds is free for the others at once
+            session.execute(
+                update(c).where(c.sweep_id == sweep_id, c.done.is_(False)).values(lease_until=now)
+            )
+
+    @_retrying
+    def claim(self, work: str, item: str, sweep_id: int) -> str:
+        """Claims `item` of the shared sweep `work` for sweep `sweep_id`, with a lease of `lease_s()`.
+
+        Returns "claimed" (now held by `sweep_id`, also when it held it already or took it over from a
+        holder whose lease ran out or, on this host, whose process is gone), "held" (another live sweep
+        holds it) or "done" (its trials are all stored). Atomic across processes and hosts."""
+        c = ClaimModel
+        for _ in range(3):
+            now = utcnow()
+            until = now + timedelta(seconds=lease_s())
+            with self._session(write=True) as session:
+                row = session.scalar(select(c).where(c.work == work, c.item == item).with_for_update())
+                if row is None:
+                    session.add(c(work=work, item=item, sweep_id=sweep_id, lease_until=until, done=False,
+                                  claimed_at=now))  # fmt: skip
+                    try:
+                        session.flush()
+                    except IntegrityError:
+                        session.rollback()  # another process claimed it first: look again
+                        continue
+                    return "claimed"
+                if row.done:
+                    return "done"
+                if row.sweep_id != sweep_id and _aware(row.lease_until) > now:
+                    holder = session.get(SweepModel, row.sweep_id)
+                    gone = holder is not None and holder.host == _host() and holder.pid is not None
+                    if not (gone and holder is not None and not pid_alive(int(holder.pid or 0))):
+                        return "held"
+                    if holder is not None and holder.status == "running":
+                        holder.status = "interrupted"
+                        holder.finished_at = holder.heartbeat_at or now
+                if row.sweep_id != sweep_id:
+                    logger.info("sweep %d takes %s over from sweep %d", sweep_id, item, row.sweep_id)
+                    row.claimed_at = now
+                row.sweep_id, row.lease_until = sweep_id, until
+                return "claimed"
+        raise StoreError(f"cannot claim {item} in {self._display_url}")
+
+    @_retrying
+    def release(self, work: str, item: str, sweep_id: int, *, done: bool) -> None:
+        """Gives up `sweep_id`'s claim on `item` of `work`: marked done (never run again by a sweep of this
+        work), or free for another process at once. A claim another sweep holds is left alone."""
+        c = ClaimModel
+        values: dict[str, Any] = {"done": True} if done else {"lease_until": utcnow()}
+        with self._session(write=True) as session:
+            session.execute(
+                update(c).where(c.work == work, c.item == item, c.sweep_id == sweep_id).values(**values)
+            )
+
+    def held(self, sweep_ids: Sequence[int]) -> dict[int, list[str]]:
+        """The items each sweep of `sweep_ids` holds (not done), by sweep id, in the order claimed."""
+        c = ClaimModel
+        out: dict[int, list[str]] = {}
+        if not sweep_ids:
+            return out
+        stmt = (
+            select(c.sweep_id, c.item)
+            .where(c.sweep_id.in_(list(sweep_ids)), c.done.is_(False))
+            .order_by(c.claimed_at, c.id)
+        )
+        with self._session() as session:
+            for sweep_id, item in session.execute(stmt):
+                out.setdefault(int(sweep_id), []).append(str(item))
+        return out
 
     def sweeps(self, *, limit: int = 20, status: str | None = None) -> list[SweepRecord]:
         """The latest `limit` sweeps of every host, newest first (only those of `status` if given)."""
@@ -450,6 +583,11 @@ class Store:
                     trials_done=r.trials_done,
                     workers=r.workers,
                     log_path=r.log_path,
+                    pid_alive=(
+                        pid_alive(r.pid)
+                        if r.host == _host() and r.pid is not None and r.status == "running"
+                        else None
+                    ),
                 )
                 for r, gpu in session.execute(query)
             ]
@@ -1076,23 +1214,9 @@ def _problem_values(problem: Problem) -> dict[str, Any]:
     return dict(op=problem.op, m=problem.M, n=problem.N, k=problem.K, params=problem.params_json())
 
 
-@functools.cache
-def _host() -> str:
-    """This host's name, as `trials.host` and `sweeps.host` record it."""
-    return socket.gethostname()
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host."""
-    import os
-
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _aware(moment: datetime) -> datetime:
+    """`moment` as an aware UTC datetime (SQLite hands back naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _trial_row(
