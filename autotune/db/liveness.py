@@ -14,10 +14,12 @@ import functools
 import os
 import socket
 
-__all__ = ["HEARTBEAT_ENV", "heartbeat_s", "host", "lease_s", "pid_alive", "stale_after_s"]
+__all__ = ["HEARTBEAT_ENV", "HOST_ENV", "heartbeat_s", "host", "lease_s", "pid_alive", "stale_after_s"]
 
 #: Environment variable overriding the heartbeat interval, in seconds.
 HEARTBEAT_ENV = "AUTOTUNE_HEARTBEAT_S"
+#: Environment variable naming this host where its hostname does not tell it apart (containers).
+HOST_ENV = "AUTOTUNE_HOST"
 _DEFAULT_HEARTBEAT_S = 10.0
 #: Missed heartbeats after which a lease runs out and a sweep of another host reads stale.
 _MISSED = 4.5
@@ -44,8 +46,9 @@ def stale_after_s() -> float:
 
 @functools.cache
 def host() -> str:
-    """This host's name, as `trials.host` and `sweeps.host` record it."""
-    return socket.gethostname()
+    """This host's name, as `trials.host` and `sweeps.host` record it: ``$AUTOTUNE_HOST``, else its
+    hostname. Processes that share a name must share a process table (pids are checked by it)."""
+    return os.environ.get(HOST_ENV, "").strip() or socket.gethostname()
 
 
 def pid_alive(pid: int) -> bool:
