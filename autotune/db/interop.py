@@ -11,17 +11,19 @@ the reason and never stops or rolls back another.
 
 from __future__ import annotations
 
+import csv
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .bounds import out_of_range, read_bounded
 from .foreign import ImportedFile, InteropError, moe_source_hash
 from .tunableop import looks_like_tunableop
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store import NewTrial, Store
 
 __all__ = ["ImportedFile", "InteropError", "expand_paths", "import_files", "read_imports"]
 
@@ -71,7 +73,7 @@ def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | No
     from .vllm import read_vllm
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -80,14 +82,52 @@ def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | No
     try:
         kind = _detect(path, text)
         if kind == "vllm":
-            return read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
-        if kind == "tunableop":
-            return read_tunableop(path, text)
-        if kind == "aiter-gemm":
-            return read_aiter_gemm(path, text)
-        return read_aiter(path, text)
+            read = read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
+        elif kind == "tunableop":
+            read = read_tunableop(path, text)
+        elif kind == "aiter-gemm":
+            read = read_aiter_gemm(path, text)
+        else:
+            read = read_aiter(path, text)
     except InteropError as exc:
         return ImportedFile(path, "?", "", (), error=str(exc))
+    except RecursionError:
+        return ImportedFile(path, "?", "", (), error=f"{path}: nested too deeply to be a config file")
+    except (csv.Error, ValueError, OverflowError, MemoryError) as exc:
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return ImportedFile(path, "?", "", (), error=f"{path}: cannot read it as {kind}: {why}")
+    return _within_bounds(read)
+
+
+def _within_bounds(read: ImportedFile) -> ImportedFile:
+    """`read` without the trials that hold a value out of bounds (`out_of_range`): those are skipped,
+    with the reason, and no more counted as flagged; a file with no entry left is not imported."""
+    kept: list[NewTrial] = []
+    out: list[tuple[str, str]] = []
+    for trial in read.trials:
+        why = out_of_range(trial)
+        if why is None:
+            kept.append(trial)
+        else:
+            out.append((_label(trial), f"out of range: {why}"))
+    if not out:
+        return read
+    if not kept and not read.skipped:
+        entry, why = out[0]
+        error = f"{read.path}: no entry within bounds ({len(out)} out of range; {entry}: {why})"
+        return ImportedFile(read.path, read.format, read.summary, (), error=error)
+    gone = {label for label, _ in out}
+    flagged = tuple((e, r) for e, r in read.flagged if e not in gone)
+    return replace(read, trials=tuple(kept), flagged=flagged, skipped=(*read.skipped, *out))
+
+
+def _label(trial: NewTrial) -> str:
+    """How a report names the entry of `trial`: its row or line where the file has them, else its M."""
+    extra = trial.result.extra
+    for key, word in (("row", "row"), ("line", "line")):
+        if isinstance(extra.get(key), int):
+            return f"{word} {extra[key]}"
+    return f"M={trial.problem.M}"
 
 
 def read_imports(
@@ -137,7 +177,7 @@ def import_files(
     out: list[ImportedFile] = []
     for f in files:
         if f.error:
-            logger.warning("skipped %s", f.error)
+            logger.info("skipped %s", f.error)  # the caller reports it
             out.append(f)
             continue
         written = store.record_many(list(f.trials))

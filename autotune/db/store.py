@@ -365,6 +365,9 @@ class Store:
         except SQLAlchemyError as exc:
             session.rollback()
             raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc
+        except OverflowError as exc:  # an integer the driver cannot bind (SQLite: 64 bits)
+            session.rollback()
+            raise StoreError(f"a value is out of range for {self._display_url}: {exc}") from exc
         except BaseException:
             session.rollback()
             raise
