@@ -2,10 +2,10 @@
 against before it is stored (`out_of_range`), and the bounded read of such a file (`read_bounded`).
 
 Rules. Problem sizes: 1 <= M <= `MAX_M`, 1 <= N, K <= `MAX_DIM`, 0 <= E <= `MAX_EXPERTS` and
-0 <= topk <= max(E, 1). Config values: a tile size (a parameter named ``BLOCK_*`` or ``block_*``) is a
-from 1 to `MAX_TILE` (one that is no power of two is stored flagged, as the format's checks say);
-any other integer lies within +-`MAX_INT`; a float is finite. A
-timing's median is finite, positive and at most `MAX_US`. An entry that breaks one is not stored (it is
+0 <= topk <= max(E, 1). Config values: a tile size (a parameter named ``BLOCK_*`` or ``block_*``) lies
+from 1 to `MAX_TILE` (one that is no power of two is stored flagged, as the format's own checks say);
+any other integer lies within +-`MAX_INT`; a float is finite. A timing's median is finite, positive and
+at most `MAX_US`. An entry that breaks one is not stored (it is
 reported as skipped with the reason), so it is never exported or served. A file is read only if it is
 a regular file (never a FIFO or a device, which could block or never end) of at most `MAX_BYTES`.
 """

@@ -148,7 +148,7 @@ def _retrying(method: _F) -> _F:
                 left = since + getattr(self, "retry_budget_s", math.inf) - now
                 if delay is None or left <= 0:
                     raise
-                logger.warning("%s; retrying in %g s", exc, min(delay, left))
+                logger.info("%s; retrying in %g s", exc, min(delay, left))
                 time.sleep(min(delay, left))
             else:
                 if hasattr(self, "_outage_since"):

@@ -306,7 +306,7 @@ class Runner:
         try:
             return list(known(problem, fingerprint=self.target.fingerprint()))
         except Exception as exc:  # a hint only: tuning goes on without it
-            log.warning("no known configs for %s: %s", problem, exc)
+            log.info("no known configs for %s: %s", problem, exc)
             return []
 
     def _look_ahead(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -642,7 +643,7 @@ class _Progress:
         try:
             self.store.touch_sweep(self.sweep_id, trials_done=trials, problems_done=problems)
         except Exception as exc:  # the heartbeat must never stop a sweep
-            log.warning("cannot update the sweep's progress: %s", exc)
+            log.info("cannot update the sweep's progress: %s", exc)
 
 
 @contextmanager
@@ -657,7 +658,8 @@ def _sweep_row(
     log_path: str | None = None,
 ) -> Iterator[tuple[SweepReport, _Progress]]:
     """The sweep's row, report and progress: "finished" when the body completes, "interrupted" on
-    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates)."""
+    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates, also
+    where the database no longer takes the write that marks the sweep failed)."""
     t0 = time.perf_counter()
     sweep_id = store.start_sweep(
         spec.name, spec.text, target, problems_total=problems_total, workers=workers, log_path=log_path
@@ -675,8 +677,15 @@ def _sweep_row(
         log.warning("sweep %s interrupted; everything finished is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0
-        progress.beat(force=True)
-        store.finish_sweep(sweep_id, status)
+        if status != "failed":
+            progress.beat(force=True)
+        try:
+            store.finish_sweep(sweep_id, status)
+        except Exception as exc:
+            if sys.exc_info()[1] is None:
+                raise
+            # The database is gone too: the error that stopped the sweep is the one to report.
+            log.info("cannot mark sweep %d %s: %s", sweep_id, status, exc)
 
 
 def predict_sweep(
