@@ -213,6 +213,12 @@ class Runner:
                             problem, kernel, TrialResult(config, TrialStatus.CRASHED, error=str(fault))
                         )
                         raise
+                    except Exception as exc:  # a worker given up on after this trial: store the trial
+                        last = getattr(exc, "result", None)
+                        if isinstance(last, TrialResult) and last.config == config:
+                            self._record(problem, kernel, last)
+                            report.ran += 1
+                        raise
                     self._record(problem, kernel, result)
                     report.ran += 1
                     report.compile_s += result.compile_s
