@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sweeps < 0:
         raise CliError("--sweeps must be zero or more")
-    with open_store(args.db, create=False) as store:
+    with open_store(args.db, create=False, read_only=True) as store:
         summary = store.summary()
         sweeps = store.sweeps(limit=args.sweeps, status="running" if args.running else None)
         held = store.held([sw.id for sw in sweeps if sw.status == "running"])

@@ -190,22 +190,27 @@ class Store:
     calls together (`retry_budget_s`, about a minute) before StoreError; a full disk or a read-only
     file is not retried.
 
+    With `read_only` the database is only read (a SQLite file opened read-only, so that a copy, a file
+    of mode 0444 or one in a read-only folder can be inspected; nothing is created); a write raises
+    StoreError.
+
     Thread safety: a Store may be shared by threads (each call has its own session and pooled connection;
     the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
     database, each with its own Store. Errors inside the database surface as
     StoreError; bad arguments as ValueError.
     """
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, read_only: bool = False) -> None:
         self.url: str = resolve_url(url)
+        self.read_only = read_only
         self._display_url = mask_url(self.url)
         try:
             parsed = make_url(self.url)
         except ArgumentError as exc:
             raise StoreError(f"invalid database URL {self._display_url!r}: {exc}") from exc
         if parsed.get_backend_name() == "sqlite":
-            check_sqlite_path(parsed)
-        self._engine: Engine | None = make_engine(parsed)
+            check_sqlite_path(parsed, read_only=read_only)
+        self._engine: Engine | None = make_engine(parsed, read_only=read_only)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._gpu_ids: dict[str, int] = {}
         self._kernel_ids: dict[tuple[str, str], int] = {}
@@ -231,6 +236,8 @@ class Store:
         engine = self._require_engine()
         try:
             tables = set(inspect(engine).get_table_names())
+            if not tables and self.read_only:
+                raise StoreError(f"{self._display_url} is not an autotune database (it holds no tables)")
             if not tables:
                 self._create_schema(engine)
             else:
@@ -313,7 +320,7 @@ class Store:
                 f"database {where} (schema version {found}) lacks tables {', '.join(damaged)}: "
                 "it is damaged or not an autotune database"
             )
-        if missing:
+        if missing and not self.read_only:  # read-only: read as empty where asked
             self._add_tables(engine, sorted(missing))
 
     def _add_tables(self, engine: Engine, names: list[str]) -> None:
