@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if f.skipped:
             counts += f", {len(f.skipped)} skipped"
         print(f"{f.path}: {f.format}, {f.summary}")
-        print(f"  imported {counts}; {new} new, {len(f.trials) - new} already stored")
+        print(f"  imported {counts}; {new} new, {f.n_trials - new} already stored")
         for entry, reason in f.flagged:
             print(f"  flagged {entry}: {reason}")
         for entry, reason in f.skipped:

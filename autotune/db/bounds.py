@@ -16,13 +16,13 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from .store import NewTrial
 
-__all__ = ["MAX_BYTES", "MAX_DIM", "MAX_EXPERTS", "MAX_INT", "MAX_M", "MAX_TILE", "MAX_US", "out_of_range",
-           "read_bounded"]  # fmt: skip
+__all__ = ["MAX_BYTES", "MAX_DIM", "MAX_EXPERTS", "MAX_INT", "MAX_M", "MAX_TILE", "MAX_US", "open_bounded",
+           "out_of_range", "read_bounded"]  # fmt: skip
 
 #: The largest M (tokens, rows) of an imported problem.
 MAX_M = 1 << 24
@@ -88,16 +88,26 @@ def _short(value: int) -> str:
     return text if len(text) <= 24 else f"{'-' if value < 0 else ''}~2**{abs(value).bit_length() - 1}"
 
 
-def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
-    """The content of the regular file `path`; OSError for anything else (a FIFO, a device, a folder:
-    never opened, so never waited on) and for a file of more than `limit` bytes (read no further)."""
+def open_bounded(path: Path, limit: int = MAX_BYTES) -> BinaryIO:
+    """The regular file `path` opened for reading; OSError for anything else (a FIFO, a device, a
+    folder: never opened, so never waited on) and for a file of more than `limit` bytes."""
     st = os.stat(path)
     if not stat.S_ISREG(st.st_mode):
         raise OSError(f"it is {_kind(st.st_mode)}, not a regular file")
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):  # swapped since the check
+    f = os.fdopen(fd, "rb")
+    st = os.fstat(f.fileno())
+    if not stat.S_ISREG(st.st_mode) or st.st_size > limit:  # swapped since the check, or too large
+        f.close()
+        if not stat.S_ISREG(st.st_mode):
             raise OSError("it is not a regular file")
+        raise OSError(f"it is larger than the {limit >> 20} MiB an import reads")
+    return f
+
+
+def read_bounded(path: Path, limit: int = MAX_BYTES) -> bytes:
+    """The content of the regular file `path` (`open_bounded`), read no further than `limit` bytes."""
+    with open_bounded(path, limit) as f:
         data = f.read(limit + 1)
     if len(data) > limit:
         raise OSError(f"it is larger than the {limit >> 20} MiB an import reads")

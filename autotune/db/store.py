@@ -5,13 +5,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import math
 import os
 import shlex
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -21,6 +22,7 @@ from sqlalchemy import (
     ColumnElement,
     Engine,
     Select,
+    Table,
     and_,
     case,
     delete,
@@ -665,6 +667,80 @@ class Store:
             return []
         return self._record_many(items, extras, sweep_id, replace_final=False)
 
+    def record_stream(self, trials: Iterable[NewTrial], *, chunk: int = 5000) -> int:
+        """Writes `trials` (an import's, read as they come) in ONE transaction, `chunk` at a time, so
+        that memory holds one chunk however many there are: all of them or, on any error (the
+        iterator's own included, which propagates), none. Trials whose key is already stored, or
+        repeated, are skipped. Returns how many were written. Not retried: the iterator cannot be read
+        twice; StoreError for an error in the database, ValueError for an extra that is not
+        JSON-serializable."""
+        written = 0
+        gpu_ids: dict[str, int] = {}
+        kernel_ids: dict[tuple[str, str], int] = {}
+        with self._session(write=True) as session:
+            for batch in _batches(trials, chunk):
+                written += self._write_chunk(session, batch, gpu_ids, kernel_ids)
+        self._gpu_ids.update(gpu_ids)
+        self._kernel_ids.update(kernel_ids)
+        logger.debug("streamed %d new trials in one transaction", written)
+        return written
+
+    def _write_chunk(
+        self,
+        session: Session,
+        batch: list[NewTrial],
+        gpu_ids: dict[str, int],
+        kernel_ids: dict[tuple[str, str], int],
+    ) -> int:
+        """Inserts the trials of `batch` whose key is not stored yet (Core, one executemany); the GPU,
+        kernel and problem rows they need are created first. `gpu_ids` and `kernel_ids` cache ids."""
+        t = TrialModel
+        extras = [_extra_json(item.result) for item in batch]
+        by_object: dict[int, str] = {}  # a reader hands out few Target objects: hash each once
+        for item in batch:
+            if id(item.target) not in by_object:
+                by_object[id(item.target)] = item.target.fingerprint()
+        fingerprints = {by_object[id(item.target)]: item.target for item in batch}
+        new_gpus = {fp: target for fp, target in fingerprints.items() if fp not in gpu_ids}
+        if new_gpus:
+            wanted = {fp: {"fingerprint": fp, **_gpu_values(target)} for fp, target in new_gpus.items()}
+            gpu_ids.update(_ensure_rows(session, GpuModel, GpuModel.fingerprint, wanted))
+        for name, source_hash in sorted(
+            {(item.kernel, item.source_hash) for item in batch} - set(kernel_ids)
+        ):
+            found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
+            if found is None:
+                row = KernelModel(name=name, source_hash=source_hash)
+                session.add(row)
+                session.flush()
+                found = row.id
+            kernel_ids[(name, source_hash)] = int(found)
+        problems = {item.problem.key(): item.problem for item in batch}
+        wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
+        problem_ids = _ensure_rows(session, ProblemModel, ProblemModel.key, wanted, core=True)
+        pids = sorted(set(problem_ids.values()))
+        existing: set[tuple[int, int, int, str, str]] = set()
+        for start in range(0, len(pids), _IN_CHUNK):
+            stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
+                t.problem_id.in_(pids[start : start + _IN_CHUNK])
+            )
+            existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
+        rows: list[dict[str, Any]] = []
+        now = utcnow()
+        for item, extra in zip(batch, extras, strict=True):
+            source = Source(item.source)
+            gpu = gpu_ids[by_object[id(item.target)]]
+            kernel_row = kernel_ids[(item.kernel, item.source_hash)]
+            problem_row = problem_ids[item.problem.key()]
+            key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+            if key in existing:
+                continue
+            existing.add(key)
+            rows.append(_trial_values(item.result, source, extra, gpu, kernel_row, problem_row, None, now))
+        if rows:
+            session.execute(insert(TRIALS), rows)
+        return len(rows)
+
     @_retrying
     def record_final(
         self,
@@ -1190,6 +1266,8 @@ class Store:
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
+#: The trials table, for Core inserts.
+TRIALS = cast(Table, TrialModel.__table__)
 #: Largest IN (...) list of one query (SQLite allows 32766 parameters; PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -1229,6 +1307,13 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
+def _batches(items: Iterable[NewTrial], size: int) -> Iterator[list[NewTrial]]:
+    """`items` in lists of `size` (the last one shorter)."""
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
+
+
 def _trial_row(
     result: TrialResult,
     source: Source,
@@ -1239,8 +1324,22 @@ def _trial_row(
     sweep_id: int | None,
 ) -> TrialModel:
     """A new `trials` row of `result` (not yet added to a session)."""
+    return TrialModel(**_trial_values(result, source, extra, gpu, kernel, problem, sweep_id))
+
+
+def _trial_values(
+    result: TrialResult,
+    source: Source,
+    extra: str,
+    gpu: int,
+    kernel: int,
+    problem: int,
+    sweep_id: int | None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The columns of a new `trials` row of `result` (`created_at` where given)."""
     config, timing = result.config, result.timing
-    return TrialModel(
+    out: dict[str, Any] = dict(
         sweep_id=sweep_id,
         gpu_id=gpu,
         kernel_id=kernel,
@@ -1265,25 +1364,38 @@ def _trial_row(
         extra=extra,
         host=_host(),
     )
+    if created_at is not None:
+        out["created_at"] = created_at
+    return out
 
 
 def _ensure_rows(
-    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]]
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]], *, core: bool = False
 ) -> dict[str, int]:
     """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
-    inserted (not committed) from their column values in `wanted`."""
+    inserted (not committed) from their column values in `wanted`; with `core`, in one executemany
+    (many rows: no ORM objects), their ids read back."""
+    ids = _row_ids(session, model, column, sorted(wanted))
+    missing = [k for k in sorted(wanted) if k not in ids]
+    if missing and core:
+        session.execute(insert(model.__table__), [wanted[k] for k in missing])
+        ids.update(_row_ids(session, model, column, missing))
+    elif missing:
+        rows = [model(**wanted[k]) for k in missing]
+        session.add_all(rows)
+        session.flush()
+        ids.update((str(getattr(row, column.key)), int(row.id)) for row in rows)
+    return ids
+
+
+def _row_ids(session: Session, model: Any, column: Any, keys: list[str]) -> dict[str, int]:
+    """Ids of the stored rows of `model` whose `column` is one of `keys`."""
     ids: dict[str, int] = {}
-    keys = sorted(wanted)
     for start in range(0, len(keys), _IN_CHUNK):
         chunk = keys[start : start + _IN_CHUNK]
         ids.update(
             (str(k), int(i)) for i, k in session.execute(select(model.id, column).where(column.in_(chunk)))
         )
-    missing = [model(**wanted[k]) for k in keys if k not in ids]
-    if missing:
-        session.add_all(missing)
-        session.flush()
-        ids.update((str(getattr(row, column.key)), int(row.id)) for row in missing)
     return ids
 
 

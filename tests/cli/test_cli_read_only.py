@@ -95,5 +95,5 @@ def test_read_only_opens_no_missing_file_and_no_empty_one(
     assert main(["status", "--db", str(tmp_path / "none.db")]) == 2
     assert "no database at" in capsys.readouterr().err and not (tmp_path / "none.db").exists()
     (tmp_path / "empty.db").write_bytes(b"")
-    assert main(["export", "--out", str(tmp_path / "o"), "--db", str(tmp_path / "empty.db")]) == 2
+    assert main(["best", "--m", "1", "--n", "64", "--k", "64", "--db", str(tmp_path / "empty.db")]) == 2
     assert "is not an autotune database" in capsys.readouterr().err
