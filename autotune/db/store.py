@@ -719,10 +719,12 @@ class Store:
         wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
         problem_ids = _ensure_rows(session, ProblemModel, ProblemModel.key, wanted, core=True)
         pids = sorted(set(problem_ids.values()))
+        gids = sorted({gpu_ids[fp] for fp in fingerprints})
+        kids = sorted({kernel_ids[(item.kernel, item.source_hash)] for item in batch})
         existing: set[tuple[int, int, int, str, str]] = set()
-        for start in range(0, len(pids), _IN_CHUNK):
+        for start in range(0, len(pids), _IN_CHUNK):  # GPU and kernel first: the key's index serves it
             stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
-                t.problem_id.in_(pids[start : start + _IN_CHUNK])
+                t.gpu_id.in_(gids), t.kernel_id.in_(kids), t.problem_id.in_(pids[start : start + _IN_CHUNK])
             )
             existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
         rows: list[dict[str, Any]] = []
