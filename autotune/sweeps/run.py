@@ -34,7 +34,7 @@ from autotune.sweeps.profile import (
     prefetch_family,
     profile_family,
 )
-from autotune.sweeps.shared import SharedWork, work_key
+from autotune.sweeps.shared import SharedWork, profile_item, work_key
 from autotune.sweeps.spec import SweepEntry, SweepSpec
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ class _ProblemQueue:
                 if budget_left is not None and budget_left <= 0:
                     return None
                 for i, (entry, problem) in enumerate(self.todo):
-                    if self.shared is not None and self.shared.claim(problem) == "held":
+                    if self.shared is not None and self.shared.claim(problem.key()) == "held":
                         continue
                     budget = entry.budget
                     if budget_left is not None:
@@ -224,7 +224,7 @@ class _ProblemQueue:
     def done(self, problem: Problem) -> None:
         """`problem` is tuned (for a shared sweep: no process runs it again)."""
         if self.shared is not None:
-            self.shared.done(problem)
+            self.shared.done(problem.key())
 
     def peek(self) -> tuple[SweepEntry, Problem] | None:
         """The problem `take` would hand out next, left in the queue."""
@@ -433,15 +433,25 @@ def _run_on_workers(
 
     profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
 
+    def next_job() -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
+        """The next family to profile: for a shared sweep, one no other live process holds (waiting
+        while others hold every one left)."""
+        while True:
+            with lock:
+                if not profile_jobs:
+                    return None
+                for i, job in enumerate(profile_jobs):
+                    shared = queue.shared
+                    if shared is None or shared.claim(profile_item(job[0].family)) != "held":
+                        return profile_jobs.pop(i)
+            if stop.wait(min(5.0, heartbeat_s() / 2)):
+                return None
+
     def profile(lane: _Lane) -> None:
         worker = lane.worker
         job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
-            while not stop.is_set():
-                with lock:
-                    if not profile_jobs:
-                        return
-                    job = profile_jobs.pop(0)
+            while not stop.is_set() and (job := next_job()) is not None:
                 ticket = lane.join()
                 try:
                     done = profile_family(
@@ -457,6 +467,8 @@ def _run_on_workers(
                     )
                 finally:
                     lane.leave(ticket)
+                if queue.shared is not None:
+                    queue.shared.done(profile_item(job[0].family))
                 job = None
                 with lock:
                     report.profiles.append(done)
@@ -704,7 +716,8 @@ def predict_sweep(
     all CPU cores, the static checks prune (stored as `pruned` with the reason) and the `keep` best
     survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
     never mixed with measurements. A problem already predicted for this target and kernel version is
-    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of
+    skipped, so the sweep resumes; processes that run the same spec share its problems, as `run_sweep`'s
+    do. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of
     a problem as it starts (`check_problem`'s).
     """
     from autotune.core.op import kernel_versions
@@ -713,12 +726,15 @@ def predict_sweep(
 
     target = checker.target
     plan(spec, target)
+    queue = _ProblemQueue(spec.problems(), None, 1)
     with _sweep_row(spec, store, target, predicted=True, problems_total=len(spec.problems())) as (
         report,
         progress,
     ):
+        queue.shared = SharedWork(store, work_key(spec.text, target), report.sweep_id)
         counted = progress.wrap(on_trial)  # the sweep's row counts the configs it stores, as a GPU sweep's
-        for entry, problem in spec.problems():
+        while (item := queue.take()) is not None:
+            entry, problem, _ = item
             op = entry.op_for(problem)
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
@@ -768,6 +784,7 @@ def predict_sweep(
                 result.static_pruned = found.static_pruned
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0
+            queue.done(problem)
             report.problems.append(result)
             progress.problem_done(result)
             if on_problem is not None:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from autotune.core.target import Target
     from autotune.db import Store
 
-__all__ = ["SharedWork", "work_key"]
+__all__ = ["SharedWork", "profile_item", "work_key"]
 
 
 def work_key(spec_text: str, target: Target) -> str:
@@ -27,19 +27,26 @@ def work_key(spec_text: str, target: Target) -> str:
 
 
 class SharedWork:
-    """The claims of one sweep (`sweep_id`) on the problems of its work. Thread-safe as the Store is."""
+    """The claims of one sweep (`sweep_id`) on the items of its work: its problems (by `Problem.key()`)
+    and the shape families it profiles (`profile_item`). Thread-safe as the Store is."""
 
     def __init__(self, store: Store, work: str, sweep_id: int) -> None:
         self.store, self.work, self.sweep_id = store, work, sweep_id
 
-    def claim(self, problem: Problem) -> str:
-        """ "claimed" (this sweep tunes it now), "held" (another live sweep does) or "done"."""
-        return self.store.claim(self.work, problem.key(), self.sweep_id)
+    def claim(self, item: str) -> str:
+        """ "claimed" (this sweep runs `item` now), "held" (another live sweep does) or "done"."""
+        return self.store.claim(self.work, item, self.sweep_id)
 
-    def done(self, problem: Problem) -> None:
-        """`problem` is tuned: no sweep of this work runs it again."""
-        self.store.release(self.work, problem.key(), self.sweep_id, done=True)
+    def done(self, item: str) -> None:
+        """`item` is finished: no sweep of this work runs it again."""
+        self.store.release(self.work, item, self.sweep_id, done=True)
 
-    def free(self, problem: Problem) -> None:
-        """`problem` is given back untuned: another process may take it at once."""
-        self.store.release(self.work, problem.key(), self.sweep_id, done=False)
+    def free(self, item: str) -> None:
+        """`item` is given back unfinished: another process may take it at once."""
+        self.store.release(self.work, item, self.sweep_id, done=False)
+
+
+def profile_item(family: Problem) -> str:
+    """The item of a shared sweep that stands for profiling the shape family `family` (its problem at
+    M = 1)."""
+    return f"profile:{family.key()}"

@@ -141,3 +141,37 @@ def test_four_processes_share_a_sweep_and_survive_a_kill(
     assert len({k for _, k in split}) <= 1
     assert all(victim.id in {s for s, k2 in split if k2 == k} for _, k in split)
     assert wall < 200
+
+
+def test_a_shared_sweep_profiles_each_family_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two processes tune one spec with an M ladder: the family is profiled by one of them, not by both
+    at once: each profile timing (an M that no problem of the spec has) is started by one process."""
+    monkeypatch.setenv(HEARTBEAT_ENV, "0.5")
+    ladder = [1, 16, 24, 32, 48, 64]
+    spec = SPEC.replace("m = ", f"profile_m = {ladder}\nm = ").replace(str(TRIALS), "2")
+    (tmp_path / "spec.toml").write_text(spec)
+    db = str(tmp_path / "p.db")
+    Store(db).close()
+    env = {**os.environ, "PYTHONPATH": str(REPO), HEARTBEAT_ENV: "0.5", "SHARED_TRIAL_S": "0.05"}
+    logs = [tmp_path / f"starts-{i}.txt" for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(tmp_path / "spec.toml"), db, str(log)],
+            env={**env, HOST_ENV: f"node-{i}"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, log in enumerate(logs)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    untuned = {f"M={m}," for m in ladder if m > PROBLEMS}
+    starters: dict[tuple[str, str], set[int]] = {}
+    for i, log in enumerate(logs):
+        for key, digest in _starts(log):
+            if any(m in key for m in untuned):
+                starters.setdefault((key, digest), set()).add(i)
+    assert starters and all(len(who) == 1 for who in starters.values())
+    assert all(_starts(log) for log in logs)  # both processes worked
