@@ -180,6 +180,7 @@ class _ProblemQueue:
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.budget_spent = False
         self.shared: SharedWork | None = None
+        self._held_until: dict[Problem, float] = {}  # problems another sweep held, until when not to ask
         self._lock = threading.Lock()
 
     def take(
@@ -194,7 +195,7 @@ class _ProblemQueue:
                 if budget_left is not None and budget_left <= 0:
                     return None
                 for i, (entry, problem) in enumerate(self.todo):
-                    if self.shared is not None and self.shared.claim(problem.key()) == "held":
+                    if self.shared is not None and not self._claim(problem):
                         continue
                     budget = entry.budget
                     if budget_left is not None:
@@ -211,6 +212,18 @@ class _ProblemQueue:
                 log.info("every problem left is held by another process of this sweep: waiting")
                 waited = True
             time.sleep(min(5.0, heartbeat_s() / 2))
+
+    def _claim(self, problem: Problem) -> bool:
+        """Whether this sweep may take `problem` (claimed, or done elsewhere: read back). One found held
+        is not asked for again for a heartbeat, so that a take costs few writes however many are held."""
+        assert self.shared is not None
+        now = time.monotonic()
+        if self._held_until.get(problem, 0.0) > now:
+            return False
+        if self.shared.claim(problem.key()) == "held":
+            self._held_until[problem] = now + heartbeat_s()
+            return False
+        return True
 
     def _budget_left(self) -> float | None:
         if self.deadline is None:
