@@ -55,7 +55,7 @@ def test_out_of_range_vllm_entries_are_skipped_and_never_exported(tmp_path: Path
     assert set(json.loads(written.read_text())) == set(good)
 
 
-def test_times_and_sizes_out_of_range_in_a_streamed_csv(tmp_path: Path) -> None:
+def test_times_and_sizes_out_of_range_in_a_streamed_csv(db_url: str, tmp_path: Path) -> None:
     rng = random.Random(7)
     rows, ok = [], 0
     for i in range(40):
@@ -73,20 +73,22 @@ def test_times_and_sizes_out_of_range_in_a_streamed_csv(tmp_path: Path) -> None:
         rows.append(_row(m, 4096, k, us, i))
     path = tmp_path / "bf16_tuned_gemm.csv"
     path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
-    with Store(str(tmp_path / "c.db")) as store:
+    with Store(db_url) as store:
         (f,) = import_files(store, [path])
         stored = store.trials()
+        (again,) = import_files(store, [path])
+        assert again.written == 0 and len(store.trials()) == len(stored)  # nothing new the second time
     assert not f.error and f.written == len(stored) == ok == f.n_ok + f.n_flagged
     assert all(0 < t.problem.M <= MAX_M and t.problem.K > 0 for t in stored)
     assert all(t.time_us is None or t.time_us <= MAX_US for t in stored)
     assert len(f.skipped) == 40 - ok
 
 
-def test_a_bad_last_row_rolls_the_streamed_file_back(tmp_path: Path) -> None:
+def test_a_bad_last_row_rolls_the_streamed_file_back(db_url: str, tmp_path: Path) -> None:
     rows = [_row(m, 4096, 4096, "5.0", m) for m in range(1, 12001)] + [_row(5, 4096, 4096, "five", 0)]
     path = tmp_path / "bf16_tuned_gemm.csv"
     path.write_text(HEADER + "\n" + "\n".join(rows) + "\n")
-    with Store(str(tmp_path / "r.db")) as store:
+    with Store(db_url) as store:
         (f,) = import_files(store, [path])
         assert "us is 'five', not a number" in f.error and f.written is None
         assert store.summary().n_trials == 0 and store.summary().n_problems == 0
