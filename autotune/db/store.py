@@ -528,10 +528,9 @@ class Store:
                     return "done"
                 if row.sweep_id != sweep_id and _aware(row.lease_until) > now:
                     holder = session.get(SweepModel, row.sweep_id)
-                    gone = holder is not None and holder.host == _host() and holder.pid is not None
-                    if not (gone and holder is not None and not pid_alive(int(holder.pid or 0))):
+                    if holder is None or not _gone(holder):
                         return "held"
-                    if holder is not None and holder.status == "running":
+                    if holder.status == "running":
                         holder.status = "interrupted"
                         holder.finished_at = holder.heartbeat_at or now
                 if row.sweep_id != sweep_id:
@@ -1302,6 +1301,11 @@ def _problem_values(problem: Problem) -> dict[str, Any]:
     """The columns of a `problems` row of `problem`, but its key: op, M, N and K, and the other fields as
     canonical JSON (`Problem.params_json`)."""
     return dict(op=problem.op, m=problem.M, n=problem.N, k=problem.K, params=problem.params_json())
+
+
+def _gone(sweep: SweepModel) -> bool:
+    """Whether `sweep` ran on this host in a process that no longer exists."""
+    return sweep.host == _host() and sweep.pid is not None and not pid_alive(sweep.pid)
 
 
 def _aware(moment: datetime) -> datetime:
