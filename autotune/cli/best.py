@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     problem = _problem(args)
     if args.limit <= 0:
         raise CliError("--limit must be positive")
-    with open_store(args.db, create=False) as store:
+    with open_store(args.db, create=False, read_only=True) as store:
         try:
             source = Source.MODEL if args.predicted else Source.MEASURED
             records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)

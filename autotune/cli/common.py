@@ -62,10 +62,11 @@ def check_workers(args: argparse.Namespace) -> None:
         raise CliError("--workers must be positive")
 
 
-def open_store(url: str | None, *, create: bool = True) -> Store:
+def open_store(url: str | None, *, create: bool = True, read_only: bool = False) -> Store:
     """The store at `url` (None: $AUTOTUNE_DB, else ./autotune.db); CliError if it cannot be opened, or,
     without `create` (the verbs that only read), if it is a SQLite file that does not exist: a mistyped
-    path names no database rather than a new empty one."""
+    path names no database rather than a new empty one. `read_only` (status, best, export, emit) opens
+    an existing database read-only, so that a read-only file or folder can be inspected."""
     from autotune.db import Store, StoreError
     from autotune.db.engine import resolve_url, sqlite_path
 
@@ -75,8 +76,10 @@ def open_store(url: str | None, *, create: bool = True) -> Store:
             f"no database at {path}: run `autotune sweep` (or `autotune import`) to make one, or name "
             "another with --db or $AUTOTUNE_DB"
         )
+    if path is not None and not path.exists():
+        read_only = False  # a new, empty database (where `create` allows it)
     try:
-        return Store(url)
+        return Store(url, read_only=read_only)
     except StoreError as exc:
         raise CliError(str(exc)) from None
 

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     policy = args.m_policy or DEFAULT_M_POLICY
     if policy not in M_POLICIES:
         raise CliError(f"unknown --m-policy {policy!r}; known: {', '.join(M_POLICIES)}")
-    with open_store(args.db, create=False) as store:
+    with open_store(args.db, create=False, read_only=True) as store:
         try:
             table = emit_table(
                 store,

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     """Writes the files and prints each path."""
     from autotune.db import StoreError, export_aiter, export_csv, export_vllm
 
-    with open_store(args.db) as store:
+    with open_store(args.db, read_only=True) as store:
         try:
             if args.format == "csv":
                 paths = export_csv(store, args.out, fingerprint=args.gpu)

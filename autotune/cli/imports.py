@@ -4,6 +4,7 @@ PyTorch TunableOp results (.csv), files or folders, each file on its own. (The m
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
@@ -38,7 +39,10 @@ def add_parser(subparsers: Subparsers) -> None:
         "vLLM's written back by export). Entries no op "
         "of ours holds (int8, batched GEMMs, an unknown GPU) are skipped with the reason. K and topk of "
         "vLLM files: given, else inferred from E and N for known models, else unknown (the file is kept "
-        "by E, N and device). Exit status 1 when a file could not be read at all.",
+        "by E, N and device). Values out of bounds (sizes, tile sizes, times; see autotune.db.bounds) are "
+        "skipped with the reason. Only regular files are read (never a FIFO or a device), of at most 1 "
+        "GiB. Exit status 1 when a file could not be read at all; 2, with the reason as one line, when "
+        "the one file named cannot be imported.",
     )
     p.add_argument(
         "files",
@@ -70,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         except (InteropError, StoreError) as exc:
             raise CliError(str(exc)) from None
         where = store.display_url
+    if len(files) == 1 and files[0].error and not Path(args.files[0]).expanduser().is_dir():
+        raise CliError(files[0].error)  # the one file named could not be imported: nothing was written
     for f in files:
         if f.error:
             print(f"{f.path}: {'unreadable' if not f.readable else 'skipped'}: {f.error}")
@@ -79,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         if f.skipped:
             counts += f", {len(f.skipped)} skipped"
         print(f"{f.path}: {f.format}, {f.summary}")
-        print(f"  imported {counts}; {new} new, {len(f.trials) - new} already stored")
+        print(f"  imported {counts}; {new} new, {f.n_trials - new} already stored")
         for entry, reason in f.flagged:
             print(f"  flagged {entry}: {reason}")
         for entry, reason in f.skipped:

@@ -21,9 +21,10 @@ def add_parser(subparsers: Subparsers) -> None:
         NAME,
         help="what is in the database, and the sweeps running or finished on any host",
         description="Counts of GPUs, problems, sweeps and trials, then the latest sweeps of every host "
-        "that writes to this database: state (running; stale when a running sweep's heartbeat "
-        "stopped, i.e. it was killed: run its command again to resume), host and process, GPU, "
-        "progress, start time and log file.",
+        "that writes to this database: state (running; interrupted when its process on this host is "
+        "gone; stale when the heartbeat of one on another host stopped for under a minute: run its "
+        "command again to resume), host and process, GPU, progress, start time and log file; then the "
+        "problems each running sweep holds (processes that run one spec share its problems).",
     )
     db_arg(p)
     p.add_argument("--sweeps", type=int, default=10, metavar="N", help="how many sweeps to list (default 10)")
@@ -36,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.sweeps < 0:
         raise CliError("--sweeps must be zero or more")
-    with open_store(args.db, create=False) as store:
+    with open_store(args.db, create=False, read_only=True) as store:
         summary = store.summary()
         sweeps = store.sweeps(limit=args.sweeps, status="running" if args.running else None)
+        held = store.held([sw.id for sw in sweeps if sw.status == "running"])
     for line in summary.lines():
         print(line)
     if not sweeps:
@@ -63,4 +65,10 @@ def run(args: argparse.Namespace) -> int:
         )
     print()
     print_table(rows)
+    if held:
+        print()
+        for sw in sweeps:
+            if sw.id in held:
+                where = f"{sw.host}:{sw.pid}" if sw.pid is not None else sw.host
+                print(f"sweep {sw.id} ({where}, {sw.state(now)}) holds: {', '.join(held[sw.id])}")
     return EXIT_OK

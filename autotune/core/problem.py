@@ -6,7 +6,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
 
 __all__ = [
@@ -323,7 +323,7 @@ class Problem:
     def params(self) -> dict[str, object]:
         """Every field but op, M, N and K (and `extra` where it is empty): what the database stores of a
         problem as JSON (`params_json`), beside its indexed op, M, N and K."""
-        out = {k: v for k, v in self.to_dict().items() if k not in ("op", "M", "N", "K", "extra")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _INDEXED}
         if self.extra:
             out["extra"] = dict(self.extra)
         return out
@@ -380,3 +380,7 @@ def cdiv(a: int, b: int) -> int:
 def next_pow2(x: int) -> int:
     """Smallest power of two ≥ x (1 for x ≤ 1)."""
     return 1 if x <= 1 else 1 << math.ceil(math.log2(x))
+
+
+#: The fields of a problem stored in columns of their own, not in its params.
+_INDEXED = frozenset(("op", "M", "N", "K", "extra"))

@@ -13,16 +13,17 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 
-from .foreign import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
+from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
 from .store import NewTrial
 
-__all__ = ["AITER_BACKEND", "AITER_COLUMNS", "AITER_CU_DEVICES", "AITER_KERNEL", "read_aiter"]
+__all__ = ["AITER_BACKEND", "AITER_COLUMNS", "AITER_CU_DEVICES", "AITER_KERNEL", "aiter_trials", "read_aiter"]
 
 #: The backend and kernel name of aiter's fused MoE (a vendor library: its source is not ours).
 AITER_BACKEND = "aiter"
@@ -88,7 +89,14 @@ def _variant(row: dict[str, str]) -> str | None:
 
 
 def read_aiter(path: Path, text: str) -> ImportedFile:
-    """The trials of one aiter tuned fused-MoE CSV (its content `text`).
+    """The trials of one aiter tuned fused-MoE CSV (its content `text`), read whole: `aiter_trials`."""
+    found = Found()
+    return found.file(path, "aiter", aiter_trials(path, io.StringIO(text), found))
+
+
+def aiter_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[NewTrial]:
+    """The trials of one aiter tuned fused-MoE CSV (its lines `lines`), one at a time as read; what else
+    it holds goes to `found`.
 
     One trial per row, on the GPU its cu_num names, with the row's `us` as the timing (runs 0, method
     "imported"); a row without a usable time is stored as pruned with the reason. Rows of a quantization
@@ -97,7 +105,7 @@ def read_aiter(path: Path, text: str) -> ImportedFile:
     cu_num, or an impossible shape (topk < 1, E < topk).
     """
     name = path.name
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(lines)
     header = [c.strip() for c in reader.fieldnames or []]
     if not header:
         raise InteropError(f"{name}: empty file, expected an aiter tuned fused-MoE CSV")
@@ -107,9 +115,6 @@ def read_aiter(path: Path, text: str) -> ImportedFile:
         raise InteropError(
             f"{name}: not an aiter tuned fused-MoE CSV: it lacks the columns {', '.join(missing)}"
         )
-    trials: list[NewTrial] = []
-    flagged: list[tuple[str, str]] = []
-    skipped: list[tuple[str, str]] = []
     devices: set[str] = set()
     for row in reader:
         line = reader.line_num
@@ -141,7 +146,7 @@ def read_aiter(path: Path, text: str) -> ImportedFile:
         variant = _variant(row)
         if weights is None or variant is not None:
             why = variant or f"quantization {row['q_type'].strip()} with {row['q_dtype_w'].strip()} weights"
-            skipped.append((f"row {line}", f"{why} is not modelled"))
+            found.skipped.append((f"row {line}", f"{why} is not modelled"))
             continue
         run_1stage = _flag(row["run_1stage"])
         if run_1stage is None:
@@ -168,11 +173,12 @@ def read_aiter(path: Path, text: str) -> ImportedFile:
         else:
             reason = f"aiter recorded no usable time (us={row['us'].strip()})"
             result = TrialResult(config, TrialStatus.PRUNED, error=reason, extra=extra)
-            flagged.append((f"row {line}", reason))
+            found.flagged.append((f"row {line}", reason))
         target = device_target(device)
         devices.add(str(target))
-        trials.append(NewTrial(target, AITER_KERNEL, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
-    if not trials and not skipped:
+        yield found.count(
+            NewTrial(target, AITER_KERNEL, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED)
+        )
+    if not found.n_ok + found.n_flagged and not found.skipped:
         raise InteropError(f"{name}: the CSV has a header but no rows")
-    summary = f"aiter tuned fused MoE on {', '.join(sorted(devices)) or 'no modelled rows'}"
-    return ImportedFile(path, "aiter", summary, tuple(trials), tuple(flagged), tuple(skipped))
+    found.summary = f"aiter tuned fused MoE on {', '.join(sorted(devices)) or 'no modelled rows'}"

@@ -14,10 +14,12 @@ files call the time ``soltimes``. Every GEMM is C (M, N) = A (M, K) · Bᵀ with
 from __future__ import annotations
 
 import csv
+import functools
 import io
+import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,13 +30,14 @@ from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 
 from .aiter import AITER_BACKEND, AITER_CU_DEVICES
-from .foreign import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
+from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
 from .store import NewTrial
 
 __all__ = [
     "AITER_GEMM_KINDS",
     "OUR_LIBTYPE_PREFIX",
     "GemmKind",
+    "aiter_gemm_trials",
     "aiter_target",
     "config_name",
     "config_of_name",
@@ -117,6 +120,7 @@ def kind_for_op(op: str) -> GemmKind | None:
     return next((k for k in AITER_GEMM_KINDS.values() if k.op == op and not k.flag), None)
 
 
+@functools.lru_cache(maxsize=64)
 def aiter_target(cu_num: int, gfx: str | None = None) -> Target:
     """The GPU of an aiter row: its CU count (304 MI300X, 80 MI308X, 256 MI355X), checked against its gfx
     where the file has one. InteropError for a GPU we do not know."""
@@ -322,7 +326,14 @@ def _config(kind: GemmKind, row: Mapping[str, str], header: list[str], where: st
 
 
 def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
-    """The trials of one aiter tuned GEMM table (its content `text`).
+    """The trials of one aiter tuned GEMM table (its content `text`), read whole: `aiter_gemm_trials`."""
+    found = Found()
+    return found.file(path, "aiter", aiter_gemm_trials(path, io.StringIO(text), found))
+
+
+def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[NewTrial]:
+    """The trials of one aiter tuned GEMM table (its lines `lines`), one at a time as read; what else it
+    holds goes to `found`.
 
     One trial per row, on the GPU its gfx and cu_num name (`aiter_target`), of the problem and op
     `AITER_GEMM_KINDS` gives, with the row's time in µs (runs 0, method "imported"): backend "aiter" with
@@ -334,11 +345,12 @@ def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
     that is no number, or a table we do not import.
     """
     name = path.name
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(lines)
     header = [c.strip() for c in reader.fieldnames or []]
     reader.fieldnames = header
-    rows = list(reader)
-    kind = gemm_kind_of(name, header, (rows[0].get("kernelName") or "") if rows else "")
+    rows = iter(reader)
+    first = next(rows, None)
+    kind = gemm_kind_of(name, header, (first.get("kernelName") or "") if first else "")
     time_column = "soltimes" if "soltimes" in header and "us" not in header else "us"
     needed = ["cu_num", "M", "N", "K", time_column, "kernelName"]
     needed += ["dtype", "outdtype", "solidx"] if kind.name == "bf16" else ["kernelId"]
@@ -347,11 +359,8 @@ def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
         raise InteropError(
             f"{name}: not an aiter {kind.name} tuned GEMM table: it lacks the columns {', '.join(missing)}"
         )
-    trials: list[NewTrial] = []
-    flagged: list[tuple[str, str]] = []
-    skipped: list[tuple[str, str]] = []
     devices: set[str] = set()
-    for number, row in enumerate(rows, start=2):
+    for number, row in enumerate(itertools.chain([first] if first else [], rows), start=2):
         where = f"{name}: row {number}"
         if None in row or any(row.get(c) is None for c in header):
             raise InteropError(f"{where}: its number of fields differs from the header's ({len(header)})")
@@ -367,7 +376,7 @@ def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
             problem, flags = _problem(kind, row, target.arch, (M, N, K), where)
             config, backend = _config(kind, row, header, where)
         except (InteropError, ValueError) as exc:
-            skipped.append((f"row {number}", str(exc).removeprefix(f"{where}: ")))
+            found.skipped.append((f"row {number}", str(exc).removeprefix(f"{where}: ")))
             continue
         extra: dict[str, Any] = {"file": name, "imported_from": "aiter", "table": kind.name, "row": number}
         extra["columns"] = {c: row[c].strip() for c in header}
@@ -379,11 +388,11 @@ def read_aiter_gemm(path: Path, text: str) -> ImportedFile:
         status = TrialStatus.PRUNED if flags else TrialStatus.OK
         result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
         if flags:
-            flagged.append((f"row {number}", "; ".join(flags)))
+            found.flagged.append((f"row {number}", "; ".join(flags)))
         devices.add(str(target))
         kernel = f"{problem.op}.{backend}"
-        trials.append(NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
-    if not trials and not skipped:
+        yield found.count(NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
+    if not found.n_ok + found.n_flagged and not found.skipped:
         raise InteropError(f"{name}: the table has a header but no rows")
-    summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {', '.join(sorted(devices)) or 'no GPU of ours'}"
-    return ImportedFile(path, "aiter", summary, tuple(trials), tuple(flagged), tuple(skipped))
+    on = ", ".join(sorted(devices)) or "no GPU of ours"
+    found.summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {on}"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
@@ -20,6 +22,7 @@ __all__ = [
     "error_cause",
     "make_engine",
     "mask_url",
+    "read_only_sqlite",
     "resolve_url",
 ]
 
@@ -78,8 +81,9 @@ def error_cause(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def check_sqlite_path(parsed: URL) -> None:
-    """Raises StoreError, naming the path, unless the SQLite file can be created or written."""
+def check_sqlite_path(parsed: URL, *, read_only: bool = False) -> None:
+    """Raises StoreError, naming the path, unless the SQLite file can be created or written (with
+    `read_only`: unless it exists and can be read)."""
     database = parsed.database
     if not database or database == ":memory:" or database.startswith("file:"):
         return
@@ -87,6 +91,12 @@ def check_sqlite_path(parsed: URL) -> None:
     parent = path.parent
     if path.is_dir():
         raise StoreError(f"cannot use {path} as a database: it is a directory")
+    if read_only:
+        if not path.is_file():
+            raise StoreError(f"no database at {path}")
+        if not os.access(path, os.R_OK):
+            raise StoreError(f"cannot open database {path}: the file is not readable")
+        return
     if not parent.is_dir():
         why = "is not a directory" if parent.exists() else "does not exist"
         raise StoreError(f"cannot create database {path}: {parent} {why}")
@@ -97,9 +107,25 @@ def check_sqlite_path(parsed: URL) -> None:
         raise StoreError(f"cannot create database {path}: directory {parent} is not writable")
 
 
-def make_engine(parsed: URL) -> Engine:
+def read_only_sqlite(parsed: URL) -> URL:
+    """`parsed` (a SQLite file) opened read-only: ``mode=ro``, and ``immutable=1`` where this process may
+    not write the file or its folder (a copy, a file of mode 0444, a read-only folder), since a reader of
+    a WAL database otherwise creates its ``-shm`` and ``-wal`` files. An immutable database is read as
+    its file holds it: changes left in a ``-wal`` beside it are not seen."""
+    path = Path(parsed.database or "")
+    if not path.is_absolute():
+        path = path.absolute()
+    writable = all(
+        os.access(p, os.W_OK) and p.stat().st_mode & stat.S_IWUSR for p in (path, path.parent)
+    )  # the mode bits too: root may write what they mark read-only, and should not
+    query = "mode=ro" + ("" if writable else "&immutable=1")
+    return make_url(f"sqlite:///file:{quote(path.as_posix())}?{query}&uri=true")
+
+
+def make_engine(parsed: URL, *, read_only: bool = False) -> Engine:
     """An engine for `parsed`. SQLite: WAL, a 30 s busy timeout, foreign keys on, and BEGIN IMMEDIATE for
-    write transactions. PostgreSQL: pre-ping pooled connections and a 10 s connect timeout."""
+    write transactions; with `read_only`, the file opened read-only (`read_only_sqlite`). PostgreSQL:
+    pre-ping pooled connections and a 10 s connect timeout."""
     display = parsed.render_as_string(hide_password=True)
     try:
         if parsed.get_backend_name() == "sqlite":
@@ -109,8 +135,10 @@ def make_engine(parsed: URL) -> Engine:
                 # One shared connection, or every connection would see its own empty database.
                 connect_args["check_same_thread"] = False
                 kwargs["poolclass"] = StaticPool
+            elif read_only and not (parsed.database or "").startswith("file:"):
+                parsed = read_only_sqlite(parsed)
             engine = create_engine(parsed, connect_args=connect_args, **kwargs)
-            event.listen(engine, "connect", _sqlite_on_connect)
+            event.listen(engine, "connect", _sqlite_on_connect_ro if read_only else _sqlite_on_connect)
             event.listen(engine, "begin", _sqlite_on_begin)
             return engine
         connect_args = {}
@@ -131,6 +159,17 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
         cursor.execute("PRAGMA foreign_keys = ON")
         _set_wal(cursor)
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_connect_ro(dbapi_connection: Any, _record: Any) -> None:
+    # As _sqlite_on_connect, but a read-only connection leaves the journal mode as it is.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {_SQLITE_TIMEOUT_S * 1000}")
+        cursor.execute("PRAGMA query_only = ON")
     finally:
         cursor.close()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ __all__ = [
     "KNOWN_MOE_MODELS",
     "UNKNOWN_K",
     "UNKNOWN_TOPK",
+    "Found",
     "ImportedFile",
     "InteropError",
     "MoeModel",
@@ -235,15 +236,51 @@ class ImportedFile:
     written: int | None = None
     error: str = ""
     readable: bool = True
+    #: (ok, flagged) trials of a file written as it was read (streamed: `trials` is then empty).
+    streamed: tuple[int, int] | None = None
+
+    @property
+    def n_trials(self) -> int:
+        return len(self.trials) if self.streamed is None else sum(self.streamed)
 
     @property
     def n_entries(self) -> int:
-        return len(self.trials) + len(self.skipped)
+        return self.n_trials + len(self.skipped)
 
     @property
     def n_ok(self) -> int:
+        if self.streamed is not None:
+            return self.streamed[0]
         return sum(1 for t in self.trials if t.result.status is TrialStatus.OK)
 
     @property
     def n_flagged(self) -> int:
+        if self.streamed is not None:
+            return self.streamed[1]
         return sum(1 for t in self.trials if t.result.status is not TrialStatus.OK)
+
+
+@dataclass
+class Found:
+    """What a streaming reader found besides the trials it yields, filled in as it reads: the entries it
+    flagged or skipped (with the reason), how many trials it yielded of each status, and, once it is
+    done, the file's summary."""
+
+    flagged: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    n_ok: int = 0
+    n_flagged: int = 0
+    summary: str = ""
+
+    def count(self, trial: NewTrial) -> NewTrial:
+        """`trial`, counted by its status."""
+        if trial.result.status is TrialStatus.OK:
+            self.n_ok += 1
+        else:
+            self.n_flagged += 1
+        return trial
+
+    def file(self, path: Path, format: str, trials: Iterable[NewTrial]) -> ImportedFile:
+        """The ImportedFile of `path` holding `trials` (every trial the reader yielded)."""
+        kept = tuple(trials)
+        return ImportedFile(path, format, self.summary, kept, tuple(self.flagged), tuple(self.skipped))

@@ -4,24 +4,32 @@ The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON co
 SGLang), `autotune.db.aiter` (aiter's tuned fused-MoE CSV), `autotune.db.aiter_gemm` (aiter's tuned GEMM
 tables) and `autotune.db.tunableop` (PyTorch TunableOp results); what they share is in
 `autotune.db.foreign`. Paths may be files or folders (searched recursively for ``.json`` and ``.csv``
-files); a file's format is told by its content. Each file is its own unit: read and checked, then
-written in its own transaction (`Store.record_many`); a file that cannot be imported is reported with
-the reason and never stops or rolls back another.
+files); a file's format is told by its content. Each file is its own unit, written in its own
+transaction: a JSON file read and checked whole, then written (`Store.record_many`); a CSV streamed, its
+trials written as they are read (`Store.record_stream`), so that a file of any size takes bounded
+memory. Every value is checked against `autotune.db.bounds` first. A file that cannot be imported is
+reported with the reason and never stops or rolls back another.
 """
 
 from __future__ import annotations
 
+import codecs
+import csv
+import io
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .foreign import ImportedFile, InteropError, moe_source_hash
+from autotune.core.result import TrialStatus
+
+from .bounds import open_bounded, out_of_range, read_bounded
+from .foreign import Found, ImportedFile, InteropError, moe_source_hash
 from .tunableop import looks_like_tunableop
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store import NewTrial, Store
 
 __all__ = ["ImportedFile", "InteropError", "expand_paths", "import_files", "read_imports"]
 
@@ -71,23 +79,81 @@ def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | No
     from .vllm import read_vllm
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
         why = f"{path}: cannot read it: {exc.strerror or exc}"
         return ImportedFile(path, "?", "", (), error=why, readable=False)
+    kind = "?"
     try:
         kind = _detect(path, text)
         if kind == "vllm":
-            return read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
-        if kind == "tunableop":
-            return read_tunableop(path, text)
-        if kind == "aiter-gemm":
-            return read_aiter_gemm(path, text)
-        return read_aiter(path, text)
-    except InteropError as exc:
-        return ImportedFile(path, "?", "", (), error=str(exc))
+            read = read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
+        elif kind == "tunableop":
+            read = read_tunableop(path, text)
+        elif kind == "aiter-gemm":
+            read = read_aiter_gemm(path, text)
+        else:
+            read = read_aiter(path, text)
+    except Exception as exc:
+        error = _read_error(path, kind, exc)
+        if error is None:
+            raise
+        return ImportedFile(path, "?", "", (), error=error)
+    return _within_bounds(read)
+
+
+def _within_bounds(read: ImportedFile) -> ImportedFile:
+    """`read` without the trials that hold a value out of bounds (`out_of_range`): those are skipped,
+    with the reason, and no more counted as flagged; a file with no entry left is not imported."""
+    found = Found(list(read.flagged), list(read.skipped))
+    kept = tuple(_bounded(read.trials, found))
+    if len(kept) == len(read.trials):
+        return read
+    error = _nothing_within(read.path, found, len(kept))
+    if error:
+        return ImportedFile(read.path, read.format, read.summary, (), error=error)
+    return replace(read, trials=kept, flagged=tuple(found.flagged), skipped=tuple(found.skipped))
+
+
+def _bounded(trials: Iterable[NewTrial], found: Found) -> Iterator[NewTrial]:
+    """`trials` but those out of bounds, which go to `found.skipped` with the reason (and leave its
+    flagged entries and counts)."""
+    for trial in trials:
+        why = out_of_range(trial)
+        if why is None:
+            yield trial
+            continue
+        label = _label(trial)
+        if trial.result.status is TrialStatus.OK:
+            found.n_ok = max(0, found.n_ok - 1)
+        else:
+            found.n_flagged = max(0, found.n_flagged - 1)
+            if found.flagged and found.flagged[-1][0] == label:
+                found.flagged.pop()
+        found.skipped.append((label, f"{_OUT_OF_RANGE}{why}"))
+
+
+_OUT_OF_RANGE = "out of range: "
+
+
+def _nothing_within(path: Path, found: Found, kept: int) -> str:
+    """Why the file `path` is not imported where every entry it has is out of bounds; "" otherwise."""
+    out = [(e, r) for e, r in found.skipped if r.startswith(_OUT_OF_RANGE)]
+    if kept or not out or len(out) != len(found.skipped):
+        return ""
+    entry, why = out[0]
+    return f"{path}: no entry within bounds ({len(out)} out of range; {entry}: {why})"
+
+
+def _label(trial: NewTrial) -> str:
+    """How a report names the entry of `trial`: its row or line where the file has them, else its M."""
+    extra = trial.result.extra
+    for key, word in (("row", "row"), ("line", "line")):
+        if isinstance(extra.get(key), int):
+            return f"{word} {extra[key]}"
+    return f"M={trial.problem.M}"
 
 
 def read_imports(
@@ -107,14 +173,7 @@ def read_imports(
     `source_hash` is that of the Triton kernel the vLLM configs are stored under (default: our moe op's,
     see `moe_source_hash`). Raises InteropError for no paths or a bad `k` or `topk`.
     """
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    if not paths:
-        raise InteropError("no files to import")
-    if k is not None and k <= 0:
-        raise InteropError(f"--k (hidden size) must be a positive integer, got {k}")
-    if topk is not None and topk < 1:
-        raise InteropError(f"--topk (experts per token) must be at least 1, got {topk}")
+    paths = _check_args(paths, k, topk)
     if source_hash is None:
         source_hash = moe_source_hash("triton")
     return [_read_one(path, k, topk, source_hash) for path in expand_paths(paths)]
@@ -128,20 +187,100 @@ def import_files(
     topk: int | None = None,
     source_hash: str | None = None,
 ) -> list[ImportedFile]:
-    """Imports `paths` (files or folders) into `store`, each file on its own: `read_imports`, then each
-    readable file's trials in a transaction of its own (`Store.record_many`; trials already stored are
-    skipped, so importing twice writes nothing new). Returns the files with `written` set (None for one
-    that was skipped). Raises InteropError for no paths or a bad `k`/`topk`, StoreError for the
-    database (files before it stay written)."""
-    files = read_imports(paths, k=k, topk=topk, source_hash=source_hash)
+    """Imports `paths` (files or folders) into `store`, each file on its own, in a transaction of its own
+    (trials already stored are skipped, so importing twice writes nothing new): a vLLM/SGLang file read
+    whole (`read_imports`), then written (`Store.record_many`); a CSV (aiter, TunableOp) streamed: its
+    trials written as they are read, a chunk at a time (`Store.record_stream`), so that memory does not
+    grow with the file; an error part-way rolls the whole file back. Returns the files with `written`
+    set (None for one that was skipped; a streamed file keeps no trials, only their counts). Raises
+    InteropError for no paths or a bad `k`/`topk`, StoreError for the database (files before it stay
+    written)."""
+    paths = _check_args(paths, k, topk)
+    if source_hash is None:
+        source_hash = moe_source_hash("triton")
     out: list[ImportedFile] = []
-    for f in files:
+    for path in expand_paths(paths):
+        f = _import_one(store, path, k, topk, source_hash)
         if f.error:
-            logger.warning("skipped %s", f.error)
-            out.append(f)
-            continue
-        written = store.record_many(list(f.trials))
-        out.append(replace(f, written=sum(written)))
+            logger.info("skipped %s", f.error)  # the caller reports it
+        out.append(f)
     total = sum(f.written or 0 for f in out)
     logger.info("imported %d new trials from %d files into %s", total, len(out), store.display_url)
     return out
+
+
+def _import_one(store: Store, path: Path, k: int | None, topk: int | None, source_hash: str) -> ImportedFile:
+    """Imports one file: read whole and written (vLLM JSON), or streamed (the CSV formats)."""
+    from .aiter import aiter_trials
+    from .aiter_gemm import aiter_gemm_trials
+    from .tunableop import tunableop_trials
+
+    try:
+        with open_bounded(path) as raw:  # a character the head cuts in two is decoded with the rest
+            head = codecs.getincrementaldecoder("utf-8")().decode(raw.read(_HEAD_BYTES), final=False)
+    except UnicodeDecodeError:
+        return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
+    except OSError as exc:
+        why = f"{path}: cannot read it: {exc.strerror or exc}"
+        return ImportedFile(path, "?", "", (), error=why, readable=False)
+    try:
+        kind = _detect(path, head)
+    except InteropError as exc:
+        return ImportedFile(path, "?", "", (), error=str(exc))
+    if kind == "vllm":
+        f = _read_one(path, k, topk, source_hash)
+        return f if f.error else replace(f, written=sum(store.record_many(list(f.trials))))
+    readers = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
+    found = Found()
+    try:
+        with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as lines:
+            written = store.record_stream(_bounded(readers[kind](path, lines, found), found))
+    except UnicodeDecodeError:
+        return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
+    except OSError as exc:
+        return ImportedFile(
+            path, "?", "", (), error=f"{path}: cannot read it: {exc.strerror or exc}", readable=False
+        )
+    except Exception as exc:
+        error = _read_error(path, kind, exc)
+        if error is None:
+            raise
+        return ImportedFile(path, "?", "", (), error=error)
+    error = _nothing_within(path, found, found.n_ok + found.n_flagged)
+    if error:
+        return ImportedFile(path, "?", "", (), error=error)
+    fmt = "tunableop" if kind == "tunableop" else "aiter"
+    notes = (tuple(found.flagged), tuple(found.skipped))
+    return ImportedFile(
+        path, fmt, found.summary, (), *notes, written=written, streamed=(found.n_ok, found.n_flagged)
+    )
+
+
+#: How much of a file its format is told by.
+_HEAD_BYTES = 1 << 16
+
+
+def _read_error(path: Path, kind: str, exc: BaseException) -> str | None:
+    """Why `path` (of format `kind`) cannot be imported, where `exc` says it of the file's content; None
+    for an error of another kind (the database's, a bug)."""
+    if isinstance(exc, InteropError):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return f"{path}: nested too deeply to be a config file"
+    if isinstance(exc, (csv.Error, ValueError, OverflowError, MemoryError)):
+        why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return f"{path}: cannot read it as {kind}: {why}"
+    return None
+
+
+def _check_args(paths: Sequence[str | Path], k: int | None, topk: int | None) -> Sequence[str | Path]:
+    """`paths` as a sequence; InteropError for none, or a bad `k` or `topk`."""
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    if not paths:
+        raise InteropError("no files to import")
+    if k is not None and k <= 0:
+        raise InteropError(f"--k (hidden size) must be a positive integer, got {k}")
+    if topk is not None and topk < 1:
+        raise InteropError(f"--topk (experts per token) must be at least 1, got {topk}")
+    return paths

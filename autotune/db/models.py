@@ -11,6 +11,8 @@ Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alemb
     version 3  ``v3_sweep_progress``  ``sweeps``: pid, heartbeat, progress counts, workers and log file
     version 4  ``v4_problem_params``  ``problems``: op, m, n, k (indexed) and ``params`` (JSON) in place
                                       of the columns e, topk, dtype_a, dtype_b, dtype_out and layout
+    version 5  ``v5_claims``       ``claims``: which sweep holds which problem of a shared sweep, and
+                                      until when its lease runs
 
 A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
 transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
@@ -54,6 +56,7 @@ __all__ = [
     "REVISIONS",
     "SCHEMA_VERSION",
     "Base",
+    "ClaimModel",
     "GpuModel",
     "KernelModel",
     "MetaModel",
@@ -65,7 +68,7 @@ __all__ = [
 ]
 
 #: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
 BASE_VERSION = 1
 #: The Alembic revision of each schema version (``alembic_version.version_num``).
@@ -74,6 +77,7 @@ REVISIONS: dict[int, str] = {
     2: "v2_trials_host",
     3: "v3_sweep_progress",
     4: "v4_problem_params",
+    5: "v5_claims",
 }
 #: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
 HEAD_REVISION = REVISIONS[SCHEMA_VERSION]
@@ -184,6 +188,27 @@ class SweepModel(Base):
     trials_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
     workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ClaimModel(Base):
+    """One problem of a shared sweep (schema version 5): the sweep that holds it and until when.
+
+    Keyed by (`work`, `item`): `work` is the digest of the spec and the GPU fingerprint (every process
+    that runs the same spec on the same kind of GPU shares it), `item` the problem's key. A holder keeps
+    its lease alive with its heartbeat; a claim whose lease has run out is taken over; a `done` claim is
+    never run again by a sweep of the same work.
+    """
+
+    __tablename__ = "claims"
+    __table_args__ = (UniqueConstraint("work", "item", name="uq_claims_work_item"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    work: Mapped[str] = mapped_column(String(32))
+    item: Mapped[str] = mapped_column(String(255))
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id"))
+    lease_until: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    done: Mapped[bool] = mapped_column(Boolean, default=False)
+    claimed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class TrialModel(Base):

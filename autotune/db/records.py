@@ -131,8 +131,10 @@ class Winner:
 class SweepRecord:
     """One stored sweep: where it runs, how far it got and whether it is still alive.
 
-    `state` is the status, except that a "running" sweep whose heartbeat is older than `stale_after_s`
-    reads "stale" (killed without a chance to say so; run its command again to resume it).
+    `state` is the status, except for a sweep marked "running" that is not: "interrupted" where it ran
+    on this host and its process is gone (`pid_alive` False), "stale" where its heartbeat is older than
+    `stale_after_s` (killed on another host without a chance to say so). Either way, running its command
+    again resumes it.
     """
 
     id: int
@@ -151,10 +153,18 @@ class SweepRecord:
     log_path: str | None
     gpu_fingerprint: str = ""
     spec_text: str = ""
+    #: Whether its process is alive: known only for a running sweep of this host, else None.
+    pid_alive: bool | None = None
 
-    def state(self, now: datetime, stale_after_s: float = 600.0) -> str:
+    def state(self, now: datetime, stale_after_s: float | None = None) -> str:
         if self.status != "running":
             return self.status
+        if self.pid_alive is False:
+            return "interrupted"
+        if stale_after_s is None:
+            from .liveness import stale_after_s as default
+
+            stale_after_s = default()
         last = self.heartbeat_at or self.started_at
         if last.tzinfo is None:  # SQLite hands back naive datetimes
             last = last.replace(tzinfo=now.tzinfo)

@@ -5,18 +5,33 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import math
+import os
 import shlex
-import socket
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import ColumnElement, Engine, Select, and_, case, delete, func, insert, inspect, select
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Select,
+    Table,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    inspect,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,6 +52,8 @@ from .engine import (
     mask_url,
     resolve_url,
 )
+from .liveness import host as _host
+from .liveness import lease_s, pid_alive
 from .models import (
     ADDITIVE_TABLES,
     ALEMBIC_VERSION,
@@ -46,6 +63,7 @@ from .models import (
     SCHEMA_VERSION,
     SWEEP_STATUSES,
     Base,
+    ClaimModel,
     GpuModel,
     KernelModel,
     MetaModel,
@@ -74,34 +92,70 @@ logger = logging.getLogger(__name__)
 #: Minimum length of a GPU fingerprint prefix.
 MIN_PREFIX = 6
 #: Waits, in seconds, before each retry of a write that failed with a transient database error (a
-#: dropped connection, a server restarting, SQLite locked past its busy timeout): about 1 min in all.
+#: dropped connection, a server restarting, SQLite locked past its busy timeout).
 RETRY_DELAYS_S: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0)
+#: Environment variable overriding the retry budget (`retry_budget_s`), in seconds.
+RETRY_ENV = "AUTOTUNE_RETRY_S"
+_RETRY_BUDGET_S = 60.0
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
+def retry_budget_s() -> float:
+    """Seconds a Store keeps retrying through one outage, all its calls together (60 by default,
+    ``$AUTOTUNE_RETRY_S`` to change it)."""
+    try:
+        value = float(os.environ.get(RETRY_ENV, "") or _RETRY_BUDGET_S)
+    except ValueError:
+        return _RETRY_BUDGET_S
+    return value if value >= 0 else _RETRY_BUDGET_S
+
+
+#: Driver messages of operational errors that no retry cures.
+_PERMANENT = ("database or disk is full", "readonly database", "disk i/o error", "no such table")
+
+
 def _transient(exc: StoreError) -> bool:
-    """Whether a failed write may succeed if tried again (the connection or a lock, not the data)."""
+    """Whether a failed write may succeed if tried again (the connection or a lock, not the data, and not
+    a full disk or a read-only file)."""
     cause = exc.__cause__
     if isinstance(cause, DBAPIError) and cause.connection_invalidated:
         return True
-    return isinstance(cause, OperationalError)
+    if not isinstance(cause, OperationalError):
+        return False
+    return not any(text in error_cause(cause).lower() for text in _PERMANENT)
 
 
 def _retrying(method: _F) -> _F:
-    """Retries `method` with back-off (`RETRY_DELAYS_S`) on transient database errors. Safe for the
-    Store's writes: each is one transaction, rolled back on error, and idempotent on its key."""
+    """Retries `method` with back-off (`retry_delays_s`) on transient database errors, within one budget
+    per outage shared by all the Store's calls (`retry_budget_s`): once an outage has lasted that long,
+    every call tries once and raises, so that giving up (the data write, the heartbeat, the write that
+    marks the sweep failed) takes about the budget in all. Safe for the Store's writes: each is one
+    transaction, rolled back on error, and idempotent on its key."""
 
     @functools.wraps(method)
     def wrapped(self: Store, *args: Any, **kwargs: Any) -> Any:
         for delay in (*self.retry_delays_s, None):
             try:
-                return method(self, *args, **kwargs)
+                out = method(self, *args, **kwargs)
             except StoreError as exc:
-                if delay is None or not _transient(exc):
+                if not _transient(exc):
                     raise
-                logger.warning("%s; retrying in %g s", exc, delay)
-                time.sleep(delay)
+                now = time.monotonic()
+                since = getattr(self, "_outage_since", None)
+                if since is None:
+                    since = now
+                    if hasattr(self, "_outage_since"):
+                        self._outage_since = now
+                left = since + getattr(self, "retry_budget_s", math.inf) - now
+                if delay is None or left <= 0:
+                    raise
+                logger.info("%s; retrying in %g s", exc, min(delay, left))
+                time.sleep(min(delay, left))
+            else:
+                if hasattr(self, "_outage_since"):
+                    self._outage_since = None
+                return out
         raise AssertionError("unreachable")  # pragma: no cover
 
     return cast(_F, wrapped)
@@ -147,7 +201,13 @@ class Store:
     hash), also when processes race.
 
     Writes that fail with a transient error (a dropped connection, a restarting server, SQLite locked past
-    its busy timeout) are retried with back-off for about a minute (`retry_delays_s`) before StoreError.
+    its busy timeout) are retried with back-off (`retry_delays_s`) within one budget per outage for all
+    calls together (`retry_budget_s`, about a minute) before StoreError; a full disk or a read-only
+    file is not retried.
+
+    With `read_only` the database is only read (a SQLite file opened read-only, so that a copy, a file
+    of mode 0444 or one in a read-only folder can be inspected; nothing is created); a write raises
+    StoreError.
 
     Thread safety: a Store may be shared by threads (each call has its own session and pooled connection;
     the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
@@ -155,21 +215,24 @@ class Store:
     StoreError; bad arguments as ValueError.
     """
 
-    def __init__(self, url: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, read_only: bool = False) -> None:
         self.url: str = resolve_url(url)
+        self.read_only = read_only
         self._display_url = mask_url(self.url)
         try:
             parsed = make_url(self.url)
         except ArgumentError as exc:
             raise StoreError(f"invalid database URL {self._display_url!r}: {exc}") from exc
         if parsed.get_backend_name() == "sqlite":
-            check_sqlite_path(parsed)
-        self._engine: Engine | None = make_engine(parsed)
+            check_sqlite_path(parsed, read_only=read_only)
+        self._engine: Engine | None = make_engine(parsed, read_only=read_only)
         self._sessions = sessionmaker(self._engine, expire_on_commit=False)
         self._gpu_ids: dict[str, int] = {}
         self._kernel_ids: dict[tuple[str, str], int] = {}
         self._problem_ids: dict[str, int] = {}
         self.retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S
+        self.retry_budget_s: float = retry_budget_s()
+        self._outage_since: float | None = None
         try:
             self._open_schema()
         except BaseException:
@@ -188,6 +251,8 @@ class Store:
         engine = self._require_engine()
         try:
             tables = set(inspect(engine).get_table_names())
+            if not tables and self.read_only:
+                raise StoreError(f"{self._display_url} is not an autotune database (it holds no tables)")
             if not tables:
                 self._create_schema(engine)
             else:
@@ -270,7 +335,7 @@ class Store:
                 f"database {where} (schema version {found}) lacks tables {', '.join(damaged)}: "
                 "it is damaged or not an autotune database"
             )
-        if missing:
+        if missing and not self.read_only:  # read-only: read as empty where asked
             self._add_tables(engine, sorted(missing))
 
     def _add_tables(self, engine: Engine, names: list[str]) -> None:
@@ -322,6 +387,9 @@ class Store:
         except SQLAlchemyError as exc:
             session.rollback()
             raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc
+        except OverflowError as exc:  # an integer the driver cannot bind (SQLite: 64 bits)
+            session.rollback()
+            raise StoreError(f"a value is out of range for {self._display_url}: {exc}") from exc
         except BaseException:
             session.rollback()
             raise
@@ -391,7 +459,6 @@ class Store:
 
         Sweeps of this host left "running" by a process that no longer exists (killed with -9, a power
         cut) are marked "interrupted" first."""
-        import os
 
         gpu = self.gpu_id(target)
         now = utcnow()
@@ -399,7 +466,7 @@ class Store:
             for row in session.scalars(
                 select(SweepModel).where(SweepModel.host == _host(), SweepModel.status == "running")
             ):
-                if row.pid is not None and row.pid != os.getpid() and not _pid_alive(row.pid):
+                if row.pid is not None and row.pid != os.getpid() and not pid_alive(row.pid):
                     row.status = "interrupted"
                     row.finished_at = row.heartbeat_at or now
             row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu,
@@ -413,20 +480,28 @@ class Store:
     def touch_sweep(
         self, sweep_id: int, *, trials_done: int | None = None, problems_done: int | None = None
     ) -> None:
-        """The sweep's heartbeat (now) and progress counts."""
+        """The sweep's heartbeat (now) and progress counts; the leases of the problems it holds run
+        `lease_s()` from now."""
         with self._session(write=True) as session:
             row = session.get(SweepModel, sweep_id)
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
-            row.heartbeat_at = utcnow()
+            now = row.heartbeat_at = utcnow()
             if trials_done is not None:
                 row.trials_done = trials_done
             if problems_done is not None:
                 row.problems_done = problems_done
+            c = ClaimModel
+            session.execute(
+                update(c)
+                .where(c.sweep_id == sweep_id, c.done.is_(False))
+                .values(lease_until=now + timedelta(seconds=lease_s()))
+            )
 
     @_retrying
     def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
-        """Marks a sweep finished, interrupted or failed. Raises StoreError for an unknown id."""
+        """Marks a sweep finished, interrupted or failed, and releases the problems it still holds (they are
+        free for the other processes of its work at once). Raises StoreError for an unknown id."""
         if status not in SWEEP_STATUSES:
             raise ValueError(f"unknown sweep status {status!r}; known: {', '.join(SWEEP_STATUSES)}")
         with self._session(write=True) as session:
@@ -434,7 +509,76 @@ class Store:
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
             row.status = status
-            row.finished_at = row.heartbeat_at = utcnow()
+            now = row.finished_at = row.heartbeat_at = utcnow()
+            c = ClaimModel  # what it still holds is free for the others at once
+            session.execute(
+                update(c).where(c.sweep_id == sweep_id, c.done.is_(False)).values(lease_until=now)
+            )
+
+    @_retrying
+    def claim(self, work: str, item: str, sweep_id: int) -> str:
+        """Claims `item` of the shared sweep `work` for sweep `sweep_id`, with a lease of `lease_s()`.
+
+        Returns "claimed" (now held by `sweep_id`, also when it held it already or took it over from a
+        holder whose lease ran out or, on this host, whose process is gone), "held" (another live sweep
+        holds it) or "done" (its trials are all stored). Atomic across processes and hosts."""
+        c = ClaimModel
+        for _ in range(3):
+            now = utcnow()
+            until = now + timedelta(seconds=lease_s())
+            with self._session(write=True) as session:
+                row = session.scalar(select(c).where(c.work == work, c.item == item).with_for_update())
+                if row is None:
+                    session.add(c(work=work, item=item, sweep_id=sweep_id, lease_until=until, done=False,
+                                  claimed_at=now))  # fmt: skip
+                    try:
+                        session.flush()
+                    except IntegrityError:
+                        session.rollback()  # another process claimed it first: look again
+                        continue
+                    return "claimed"
+                if row.done:
+                    return "done"
+                if row.sweep_id != sweep_id and _aware(row.lease_until) > now:
+                    holder = session.get(SweepModel, row.sweep_id)
+                    if holder is None or not _gone(holder):
+                        return "held"
+                    if holder.status == "running":
+                        holder.status = "interrupted"
+                        holder.finished_at = holder.heartbeat_at or now
+                if row.sweep_id != sweep_id:
+                    logger.info("sweep %d takes %s over from sweep %d", sweep_id, item, row.sweep_id)
+                    row.claimed_at = now
+                row.sweep_id, row.lease_until = sweep_id, until
+                return "claimed"
+        raise StoreError(f"cannot claim {item} in {self._display_url}")
+
+    @_retrying
+    def release(self, work: str, item: str, sweep_id: int, *, done: bool) -> None:
+        """Gives up `sweep_id`'s claim on `item` of `work`: marked done (never run again by a sweep of this
+        work), or free for another process at once. A claim another sweep holds is left alone."""
+        c = ClaimModel
+        values: dict[str, Any] = {"done": True} if done else {"lease_until": utcnow()}
+        with self._session(write=True) as session:
+            session.execute(
+                update(c).where(c.work == work, c.item == item, c.sweep_id == sweep_id).values(**values)
+            )
+
+    def held(self, sweep_ids: Sequence[int]) -> dict[int, list[str]]:
+        """The items each sweep of `sweep_ids` holds (not done), by sweep id, in the order claimed."""
+        c = ClaimModel
+        out: dict[int, list[str]] = {}
+        if not sweep_ids:
+            return out
+        stmt = (
+            select(c.sweep_id, c.item)
+            .where(c.sweep_id.in_(list(sweep_ids)), c.done.is_(False))
+            .order_by(c.claimed_at, c.id)
+        )
+        with self._session() as session:
+            for sweep_id, item in session.execute(stmt):
+                out.setdefault(int(sweep_id), []).append(str(item))
+        return out
 
     def sweeps(self, *, limit: int = 20, status: str | None = None) -> list[SweepRecord]:
         """The latest `limit` sweeps of every host, newest first (only those of `status` if given)."""
@@ -465,6 +609,11 @@ class Store:
                     log_path=r.log_path,
                     gpu_fingerprint=fingerprint,
                     spec_text=r.spec_text,
+                    pid_alive=(
+                        pid_alive(r.pid)
+                        if r.host == _host() and r.pid is not None and r.status == "running"
+                        else None
+                    ),
                 )
                 for r, gpu, fingerprint in session.execute(query)
             ]
@@ -531,6 +680,82 @@ class Store:
         if not items:
             return []
         return self._record_many(items, extras, sweep_id, replace_final=False)
+
+    def record_stream(self, trials: Iterable[NewTrial], *, chunk: int = 5000) -> int:
+        """Writes `trials` (an import's, read as they come) in ONE transaction, `chunk` at a time, so
+        that memory holds one chunk however many there are: all of them or, on any error (the
+        iterator's own included, which propagates), none. Trials whose key is already stored, or
+        repeated, are skipped. Returns how many were written. Not retried: the iterator cannot be read
+        twice; StoreError for an error in the database, ValueError for an extra that is not
+        JSON-serializable."""
+        written = 0
+        gpu_ids: dict[str, int] = {}
+        kernel_ids: dict[tuple[str, str], int] = {}
+        with self._session(write=True) as session:
+            for batch in _batches(trials, chunk):
+                written += self._write_chunk(session, batch, gpu_ids, kernel_ids)
+        self._gpu_ids.update(gpu_ids)
+        self._kernel_ids.update(kernel_ids)
+        logger.debug("streamed %d new trials in one transaction", written)
+        return written
+
+    def _write_chunk(
+        self,
+        session: Session,
+        batch: list[NewTrial],
+        gpu_ids: dict[str, int],
+        kernel_ids: dict[tuple[str, str], int],
+    ) -> int:
+        """Inserts the trials of `batch` whose key is not stored yet (Core, one executemany); the GPU,
+        kernel and problem rows they need are created first. `gpu_ids` and `kernel_ids` cache ids."""
+        t = TrialModel
+        extras = [_extra_json(item.result) for item in batch]
+        by_object: dict[int, str] = {}  # a reader hands out few Target objects: hash each once
+        for item in batch:
+            if id(item.target) not in by_object:
+                by_object[id(item.target)] = item.target.fingerprint()
+        fingerprints = {by_object[id(item.target)]: item.target for item in batch}
+        new_gpus = {fp: target for fp, target in fingerprints.items() if fp not in gpu_ids}
+        if new_gpus:
+            wanted = {fp: {"fingerprint": fp, **_gpu_values(target)} for fp, target in new_gpus.items()}
+            gpu_ids.update(_ensure_rows(session, GpuModel, GpuModel.fingerprint, wanted))
+        for name, source_hash in sorted(
+            {(item.kernel, item.source_hash) for item in batch} - set(kernel_ids)
+        ):
+            found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
+            if found is None:
+                row = KernelModel(name=name, source_hash=source_hash)
+                session.add(row)
+                session.flush()
+                found = row.id
+            kernel_ids[(name, source_hash)] = int(found)
+        problems = {item.problem.key(): item.problem for item in batch}
+        wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
+        problem_ids = _ensure_rows(session, ProblemModel, ProblemModel.key, wanted, core=True)
+        pids = sorted(set(problem_ids.values()))
+        gids = sorted({gpu_ids[fp] for fp in fingerprints})
+        kids = sorted({kernel_ids[(item.kernel, item.source_hash)] for item in batch})
+        existing: set[tuple[int, int, int, str, str]] = set()
+        for start in range(0, len(pids), _IN_CHUNK):  # GPU and kernel first: the key's index serves it
+            stmt = select(t.gpu_id, t.kernel_id, t.problem_id, t.config_hash, t.source).where(
+                t.gpu_id.in_(gids), t.kernel_id.in_(kids), t.problem_id.in_(pids[start : start + _IN_CHUNK])
+            )
+            existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
+        rows: list[dict[str, Any]] = []
+        now = utcnow()
+        for item, extra in zip(batch, extras, strict=True):
+            source = Source(item.source)
+            gpu = gpu_ids[by_object[id(item.target)]]
+            kernel_row = kernel_ids[(item.kernel, item.source_hash)]
+            problem_row = problem_ids[item.problem.key()]
+            key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+            if key in existing:
+                continue
+            existing.add(key)
+            rows.append(_trial_values(item.result, source, extra, gpu, kernel_row, problem_row, None, now))
+        if rows:
+            session.execute(insert(TRIALS), rows)
+        return len(rows)
 
     @_retrying
     def record_final(
@@ -1108,6 +1333,8 @@ class Store:
 # -- helpers ---------------------------------------------------------------------------------------------
 
 
+#: The trials table, for Core inserts.
+TRIALS = cast(Table, TrialModel.__table__)
 #: Largest IN (...) list of one query (SQLite allows 32766 parameters; PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -1142,23 +1369,21 @@ def _problem_values(problem: Problem) -> dict[str, Any]:
     return dict(op=problem.op, m=problem.M, n=problem.N, k=problem.K, params=problem.params_json())
 
 
-@functools.cache
-def _host() -> str:
-    """This host's name, as `trials.host` and `sweeps.host` record it."""
-    return socket.gethostname()
+def _gone(sweep: SweepModel) -> bool:
+    """Whether `sweep` ran on this host in a process that no longer exists."""
+    return sweep.host == _host() and sweep.pid is not None and not pid_alive(sweep.pid)
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether process `pid` exists on this host."""
-    import os
+def _aware(moment: datetime) -> datetime:
+    """`moment` as an aware UTC datetime (SQLite hands back naive ones)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+
+def _batches(items: Iterable[NewTrial], size: int) -> Iterator[list[NewTrial]]:
+    """`items` in lists of `size` (the last one shorter)."""
+    it = iter(items)
+    while batch := list(itertools.islice(it, size)):
+        yield batch
 
 
 def _trial_row(
@@ -1171,8 +1396,22 @@ def _trial_row(
     sweep_id: int | None,
 ) -> TrialModel:
     """A new `trials` row of `result` (not yet added to a session)."""
+    return TrialModel(**_trial_values(result, source, extra, gpu, kernel, problem, sweep_id))
+
+
+def _trial_values(
+    result: TrialResult,
+    source: Source,
+    extra: str,
+    gpu: int,
+    kernel: int,
+    problem: int,
+    sweep_id: int | None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The columns of a new `trials` row of `result` (`created_at` where given)."""
     config, timing = result.config, result.timing
-    return TrialModel(
+    out: dict[str, Any] = dict(
         sweep_id=sweep_id,
         gpu_id=gpu,
         kernel_id=kernel,
@@ -1197,25 +1436,38 @@ def _trial_row(
         extra=extra,
         host=_host(),
     )
+    if created_at is not None:
+        out["created_at"] = created_at
+    return out
 
 
 def _ensure_rows(
-    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]]
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]], *, core: bool = False
 ) -> dict[str, int]:
     """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
-    inserted (not committed) from their column values in `wanted`."""
+    inserted (not committed) from their column values in `wanted`; with `core`, in one executemany
+    (many rows: no ORM objects), their ids read back."""
+    ids = _row_ids(session, model, column, sorted(wanted))
+    missing = [k for k in sorted(wanted) if k not in ids]
+    if missing and core:
+        session.execute(insert(model.__table__), [wanted[k] for k in missing])
+        ids.update(_row_ids(session, model, column, missing))
+    elif missing:
+        rows = [model(**wanted[k]) for k in missing]
+        session.add_all(rows)
+        session.flush()
+        ids.update((str(getattr(row, column.key)), int(row.id)) for row in rows)
+    return ids
+
+
+def _row_ids(session: Session, model: Any, column: Any, keys: list[str]) -> dict[str, int]:
+    """Ids of the stored rows of `model` whose `column` is one of `keys`."""
     ids: dict[str, int] = {}
-    keys = sorted(wanted)
     for start in range(0, len(keys), _IN_CHUNK):
         chunk = keys[start : start + _IN_CHUNK]
         ids.update(
             (str(k), int(i)) for i, k in session.execute(select(model.id, column).where(column.in_(chunk)))
         )
-    missing = [model(**wanted[k]) for k in keys if k not in ids]
-    if missing:
-        session.add_all(missing)
-        session.flush()
-        ids.update((str(getattr(row, column.key)), int(row.id)) for row in missing)
     return ids
 
 

@@ -14,8 +14,10 @@ transposed, which our ops do not take.
 
 from __future__ import annotations
 
+import io
 import math
 import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,10 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import ARCH_LIMITS, Target
 
-from .foreign import IMPORTED_SOURCE_HASH, ImportedFile, InteropError, device_target
+from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
 from .store import NewTrial
 
-__all__ = ["TUNABLEOP_BACKEND", "TUNABLEOP_OPS", "looks_like_tunableop", "read_tunableop"]
+__all__ = ["TUNABLEOP_BACKEND", "TUNABLEOP_OPS", "looks_like_tunableop", "read_tunableop", "tunableop_trials"]
 
 #: The backend imported TunableOp solutions are stored under (their config: the solution's name).
 TUNABLEOP_BACKEND = "tunableop"
@@ -168,7 +170,14 @@ def _target(name: str, validators: dict[str, str]) -> Target:
 
 
 def read_tunableop(path: Path, text: str) -> ImportedFile:
-    """The trials of one TunableOp results file (its content `text`).
+    """The trials of one TunableOp results file (its content `text`), read whole: `tunableop_trials`."""
+    found = Found()
+    return found.file(path, "tunableop", tunableop_trials(path, io.StringIO(text), found))
+
+
+def tunableop_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[NewTrial]:
+    """The trials of one TunableOp results file (its lines `lines`), one at a time as read; what else it
+    holds goes to `found`.
 
     One trial per result line that maps to an op of ours, on the arch's flagship GPU (GCN_ARCH_NAME;
     gfx942 → MI300X, gfx950 → MI355X), with backend "tunableop" and the solution as its config (and, for
@@ -176,63 +185,73 @@ def read_tunableop(path: Path, text: str) -> ImportedFile:
     "imported"): GemmTunableOp (and GemmStridedBatched of one batch) → gemm; ScaledGemmTunableOp of e4m3
     inputs → gemm_fp8_rowwise (per-tensor scales are its special case). Flagged: bias epilogues,
     strided operands, signature fields we do not read, and lines without a time. Skipped with the reason:
-    batched GEMMs, A transposed, dtypes no op of ours takes. The validators are kept in each trial's
-    extra. Raises InteropError naming the file for no or an unknown GCN_ARCH_NAME or a bad Validator line.
+    batched GEMMs, A transposed, dtypes no op of ours takes. The validators (which TunableOp writes
+    first) are kept in each trial's extra. Raises InteropError naming the file for no or an unknown
+    GCN_ARCH_NAME, a bad Validator line, or a Validator line after the first result line.
     """
     name = path.name
     validators: dict[str, str] = {}
-    lines: list[tuple[int, str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    target: Target | None = None
+    for number, raw_line in enumerate(lines, start=1):
+        line = raw_line.rstrip("\r\n")
         if not line.strip():
             continue
         if line.startswith("Validator,"):
+            if target is not None:
+                raise InteropError(f"{name}: line {number}: a Validator line after the results")
             parts = line.split(",", 2)
             if len(parts) < 3:
                 raise InteropError(f"{name}: line {number}: a Validator line is Validator,KEY,VALUE")
             validators[parts[1].strip()] = parts[2].strip()
-        else:
-            lines.append((number, line))
-    target = _target(name, validators)
-    trials: list[NewTrial] = []
-    flagged: list[tuple[str, str]] = []
-    skipped: list[tuple[str, str]] = []
-    for number, line in lines:
-        entry = f"line {number}"
-        fields = line.split(",", 4)
-        if len(fields) < 3:
-            skipped.append((entry, "not a result line (OpSignature,ParamSignature,Solution[,Time])"))
             continue
-        op_sig, params, solution = (f.strip() for f in fields[:3])
-        raw = fields[3].strip() if len(fields) > 3 else ""
-        try:
-            ms = float(raw) if raw else 0.0
-        except ValueError:
-            skipped.append((entry, f"time {raw!r} is not a number (ms)"))
-            continue
-        try:
-            problem, own, flags = _result(op_sig, params, target.arch)
-        except ValueError as exc:  # _Skip, or a shape our problem refuses
-            skipped.append((entry, str(exc)))
-            continue
-        timing = None
-        if math.isfinite(ms) and ms > 0:
-            us = ms * 1000.0
-            timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
-        else:
-            flags.append("TunableOp recorded no time")
-        extra: dict[str, Any] = {"file": name, "imported_from": "tunableop", "line": number}
-        extra.update(op_signature=op_sig, param_signature=params, validators=validators)
-        if len(fields) > 4:
-            extra["more"] = fields[4].strip()
-        config = Config(backend=TUNABLEOP_BACKEND, solution=solution, **own)
-        status = TrialStatus.PRUNED if flags else TrialStatus.OK
-        result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
-        if flags:
-            flagged.append((entry, "; ".join(flags)))
-        kernel = f"{problem.op}.{TUNABLEOP_BACKEND}"
-        trials.append(NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
-    if not trials and not skipped:
+        if target is None:
+            target = _target(name, validators)
+        trial = _line_trial(name, target, validators, number, line, found)
+        if trial is not None:
+            yield found.count(trial)
+    if target is None:
+        target = _target(name, validators)
+    if not found.n_ok + found.n_flagged and not found.skipped:
         raise InteropError(f"{name}: no result lines, only Validator lines")
     versions = ", ".join(f"{k} {v}" for k, v in validators.items() if k.endswith("_VERSION"))
-    summary = f"PyTorch TunableOp results on {target}" + (f" ({versions})" if versions else "")
-    return ImportedFile(path, "tunableop", summary, tuple(trials), tuple(flagged), tuple(skipped))
+    found.summary = f"PyTorch TunableOp results on {target}" + (f" ({versions})" if versions else "")
+
+
+def _line_trial(
+    name: str, target: Target, validators: dict[str, str], number: int, line: str, found: Found
+) -> NewTrial | None:
+    """The trial of result line `number`, or None (the reason in `found`) for one that is skipped."""
+    entry = f"line {number}"
+    fields = line.split(",", 4)
+    if len(fields) < 3:
+        found.skipped.append((entry, "not a result line (OpSignature,ParamSignature,Solution[,Time])"))
+        return None
+    op_sig, params, solution = (f.strip() for f in fields[:3])
+    raw = fields[3].strip() if len(fields) > 3 else ""
+    try:
+        ms = float(raw) if raw else 0.0
+    except ValueError:
+        found.skipped.append((entry, f"time {raw!r} is not a number (ms)"))
+        return None
+    try:
+        problem, own, flags = _result(op_sig, params, target.arch)
+    except ValueError as exc:  # _Skip, or a shape our problem refuses
+        found.skipped.append((entry, str(exc)))
+        return None
+    timing = None
+    if math.isfinite(ms) and ms > 0:
+        us = ms * 1000.0
+        timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
+    else:
+        flags.append("TunableOp recorded no time")
+    extra: dict[str, Any] = {"file": name, "imported_from": "tunableop", "line": number}
+    extra.update(op_signature=op_sig, param_signature=params, validators=validators)
+    if len(fields) > 4:
+        extra["more"] = fields[4].strip()
+    config = Config(backend=TUNABLEOP_BACKEND, solution=solution, **own)
+    status = TrialStatus.PRUNED if flags else TrialStatus.OK
+    result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
+    if flags:
+        found.flagged.append((entry, "; ".join(flags)))
+    kernel = f"{problem.op}.{TUNABLEOP_BACKEND}"
+    return NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED)

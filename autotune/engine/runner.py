@@ -213,6 +213,12 @@ class Runner:
                             problem, kernel, TrialResult(config, TrialStatus.CRASHED, error=str(fault))
                         )
                         raise
+                    except Exception as exc:  # a worker given up on after this trial: store the trial
+                        last = getattr(exc, "result", None)
+                        if isinstance(last, TrialResult) and last.config == config:
+                            self._record(problem, kernel, last)
+                            report.ran += 1
+                        raise
                     self._record(problem, kernel, result)
                     report.ran += 1
                     report.compile_s += result.compile_s
@@ -306,7 +312,7 @@ class Runner:
         try:
             return list(known(problem, fingerprint=self.target.fingerprint()))
         except Exception as exc:  # a hint only: tuning goes on without it
-            log.warning("no known configs for %s: %s", problem, exc)
+            log.info("no known configs for %s: %s", problem, exc)
             return []
 
     def _look_ahead(

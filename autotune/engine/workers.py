@@ -57,7 +57,12 @@ START_TIMEOUT_S = 180.0
 
 
 class WorkerError(RuntimeError):
-    """A worker cannot work at all (it does not start, or its GPU is broken): the sweep stops."""
+    """A worker cannot work at all (it does not start, or its GPU is broken): the sweep stops. `result` is
+    the trial that made it give up (the last crash of a streak), to be stored like any other."""
+
+    def __init__(self, message: str, result: TrialResult | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class WorkerAborted(RuntimeError):
@@ -147,7 +152,8 @@ class CrashStreak:
         if self.count >= MAX_CONSECUTIVE_CRASHES:
             raise WorkerError(
                 f"{self.name}: {self.count} trials in a row crashed the worker; the GPU looks broken "
-                f"(last: {result.error[:300]})"
+                f"(last: {result.error[:300]})",
+                result,
             )
         if result.status in (TrialStatus.CRASHED, TrialStatus.TIMEOUT):
             log.warning("%s: %s %s", self.name, result.status.value, result.error[:500])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +18,7 @@ from autotune.core.problem import Problem
 from autotune.core.registry import is_vendor
 from autotune.core.result import TrialResult
 from autotune.core.target import Target
+from autotune.db.liveness import heartbeat_s
 from autotune.engine.bench import ServedTiming
 from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.engine.strategies import Budget
@@ -32,6 +34,7 @@ from autotune.sweeps.profile import (
     prefetch_family,
     profile_family,
 )
+from autotune.sweeps.shared import SharedWork, profile_item, work_key
 from autotune.sweeps.spec import SweepEntry, SweepSpec
 
 if TYPE_CHECKING:
@@ -106,6 +109,11 @@ def run_sweep(
     so that `autotune emit` builds M ranges; on the workers, a family at a time each. A sweep stopped or
     out of budget profiles nothing; running it again does.
 
+    Processes (and hosts) that run the same spec on the same kind of GPU against one database share the
+    sweep (`autotune.sweeps.shared`): each problem is claimed before it is tuned, so that one process
+    tunes it; a process with nothing left to claim waits for the problems others hold, and takes over
+    those of a holder that died. A problem another process finished is read back, not run.
+
     Ctrl-C (KeyboardInterrupt) stops the sweep between or inside trials (a trial cut short is not
     stored); every finished trial is already stored, the sweep is marked "interrupted" and the report
     says so. Any other error marks it "failed" and propagates. Running the same spec again resumes:
@@ -130,6 +138,7 @@ def run_sweep(
         report,
         progress,
     ):
+        queue.shared = SharedWork(store, work_key(spec.text, target), report.sweep_id)
         counted = progress.wrap(on_trial)
         try:
             _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker, jobs)
@@ -157,7 +166,12 @@ def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
 
 
 class _ProblemQueue:
-    """The problems left, handed out one at a time with their share of the time budget. Thread-safe."""
+    """The problems left, handed out one at a time with their share of the time budget. Thread-safe.
+
+    With `shared` (a sweep shared with other processes), a problem is handed out only once claimed: one
+    that another live sweep holds is passed over for the next, one already done is handed out to be
+    read back, and when every problem left is held elsewhere `take` waits for them to be done or their
+    lease to run out."""
 
     def __init__(self, todo: list[tuple[SweepEntry, Problem]], budget_s: float | None, workers: int) -> None:
         self.todo = list(todo)
@@ -165,30 +179,65 @@ class _ProblemQueue:
         self.workers = workers
         self.deadline = None if budget_s is None else time.monotonic() + budget_s
         self.budget_spent = False
+        self.shared: SharedWork | None = None
+        self._held_until: dict[Problem, float] = {}  # problems another sweep held, until when not to ask
         self._lock = threading.Lock()
 
-    def take(self) -> tuple[SweepEntry, Problem, Budget] | None:
-        with self._lock:
-            if not self.todo:
-                return None
-            entry, problem = self.todo[0]
-            budget = entry.budget
-            if self.deadline is not None:
-                left = self.deadline - time.monotonic()
-                if left <= 0:
-                    if not self.budget_spent:
-                        log.warning(
-                            "time budget spent: %d of %d problems not started", len(self.todo), self.total
-                        )
-                    self.budget_spent = True
+    def take(
+        self, should_stop: Callable[[], bool] = lambda: False
+    ) -> tuple[SweepEntry, Problem, Budget] | None:
+        waited = False
+        while True:
+            with self._lock:
+                if not self.todo:
                     return None
-                # Equal shares of what is left, running `workers` problems at a time.
-                share = left * min(self.workers, len(self.todo)) / len(self.todo)
-                budget = Budget(
-                    budget.trials, share if budget.seconds is None else min(budget.seconds, share)
-                )
-            self.todo.pop(0)
-            return entry, problem, budget
+                budget_left = self._budget_left()
+                if budget_left is not None and budget_left <= 0:
+                    return None
+                for i, (entry, problem) in enumerate(self.todo):
+                    if self.shared is not None and not self._claim(problem):
+                        continue
+                    budget = entry.budget
+                    if budget_left is not None:
+                        # Equal shares of what is left, running `workers` problems at a time.
+                        share = budget_left * min(self.workers, len(self.todo)) / len(self.todo)
+                        budget = Budget(
+                            budget.trials, share if budget.seconds is None else min(budget.seconds, share)
+                        )
+                    self.todo.pop(i)
+                    return entry, problem, budget
+            if should_stop():
+                return None
+            if not waited:
+                log.info("every problem left is held by another process of this sweep: waiting")
+                waited = True
+            time.sleep(min(5.0, heartbeat_s() / 2))
+
+    def _claim(self, problem: Problem) -> bool:
+        """Whether this sweep may take `problem` (claimed, or done elsewhere: read back). One found held
+        is not asked for again for a heartbeat, so that a take costs few writes however many are held."""
+        assert self.shared is not None
+        now = time.monotonic()
+        if self._held_until.get(problem, 0.0) > now:
+            return False
+        if self.shared.claim(problem.key()) == "held":
+            self._held_until[problem] = now + heartbeat_s()
+            return False
+        return True
+
+    def _budget_left(self) -> float | None:
+        if self.deadline is None:
+            return None
+        left = self.deadline - time.monotonic()
+        if left <= 0 and not self.budget_spent:
+            log.warning("time budget spent: %d of %d problems not started", len(self.todo), self.total)
+            self.budget_spent = True
+        return left
+
+    def done(self, problem: Problem) -> None:
+        """`problem` is tuned (for a shared sweep: no process runs it again)."""
+        if self.shared is not None:
+            self.shared.done(problem.key())
 
     def peek(self) -> tuple[SweepEntry, Problem] | None:
         """The problem `take` would hand out next, left in the queue."""
@@ -338,7 +387,7 @@ def _run_on_workers(
         runner: Runner | None = None
         item = None
         try:
-            while not stop.is_set() and (item := queue.take()) is not None:
+            while not stop.is_set() and (item := queue.take(stop.is_set)) is not None:
                 entry, problem, budget = item
                 op = entry.op_for(problem)
                 if checker is not None:  # this problem's first compiles, then the next problem's
@@ -370,6 +419,7 @@ def _run_on_workers(
                     )
                 finally:
                     lane.leave(ticket)
+                queue.done(problem)
                 item = None
                 with lock:
                     report.problems.append(result)
@@ -396,15 +446,25 @@ def _run_on_workers(
 
     profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
 
+    def next_job() -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
+        """The next family to profile: for a shared sweep, one no other live process holds (waiting
+        while others hold every one left)."""
+        while True:
+            with lock:
+                if not profile_jobs:
+                    return None
+                for i, job in enumerate(profile_jobs):
+                    shared = queue.shared
+                    if shared is None or shared.claim(profile_item(job[0].family)) != "held":
+                        return profile_jobs.pop(i)
+            if stop.wait(min(5.0, heartbeat_s() / 2)):
+                return None
+
     def profile(lane: _Lane) -> None:
         worker = lane.worker
         job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
-            while not stop.is_set():
-                with lock:
-                    if not profile_jobs:
-                        return
-                    job = profile_jobs.pop(0)
+            while not stop.is_set() and (job := next_job()) is not None:
                 ticket = lane.join()
                 try:
                     done = profile_family(
@@ -420,6 +480,8 @@ def _run_on_workers(
                     )
                 finally:
                     lane.leave(ticket)
+                if queue.shared is not None:
+                    queue.shared.done(profile_item(job[0].family))
                 job = None
                 with lock:
                     report.profiles.append(done)
@@ -544,13 +606,15 @@ def _longest_first(
 
 
 class _Progress:
-    """The sweep's heartbeat and progress counts in its row, written at most every `every_s` seconds as
-    trials finish, when a problem finishes, and by a background thread every `6 * every_s` seconds while
-    `running()` (so a long trial never makes a live sweep look dead). Thread-safe; a failed write is
+    """The sweep's heartbeat and progress counts in its row (and the leases of the problems it holds),
+    written at most every `every_s` seconds (the heartbeat, `heartbeat_s()`) as trials finish, when a
+    problem finishes, and by a background thread every `every_s` seconds while `running()` (so a long
+    trial never makes a live sweep look dead or lose its problems). Thread-safe; a failed write is
     logged, never fatal."""
 
-    def __init__(self, store: Store, sweep_id: int, every_s: float = 10.0) -> None:
-        self.store, self.sweep_id, self.every_s = store, sweep_id, every_s
+    def __init__(self, store: Store, sweep_id: int, every_s: float | None = None) -> None:
+        self.store, self.sweep_id = store, sweep_id
+        self.every_s = heartbeat_s() if every_s is None else every_s
         self.trials = 0
         self.problems = 0
         self._last = time.monotonic()
@@ -561,7 +625,7 @@ class _Progress:
         stop = threading.Event()
 
         def heartbeat() -> None:
-            while not stop.wait(6 * self.every_s):
+            while not stop.wait(self.every_s):
                 self.beat(force=True)
 
         thread = threading.Thread(target=heartbeat, name="sweep-heartbeat", daemon=True)
@@ -604,7 +668,7 @@ class _Progress:
         try:
             self.store.touch_sweep(self.sweep_id, trials_done=trials, problems_done=problems)
         except Exception as exc:  # the heartbeat must never stop a sweep
-            log.warning("cannot update the sweep's progress: %s", exc)
+            log.info("cannot update the sweep's progress: %s", exc)
 
 
 @contextmanager
@@ -619,7 +683,8 @@ def _sweep_row(
     log_path: str | None = None,
 ) -> Iterator[tuple[SweepReport, _Progress]]:
     """The sweep's row, report and progress: "finished" when the body completes, "interrupted" on
-    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates)."""
+    Ctrl-C (which is swallowed: the report says so), "failed" on any other error (which propagates, also
+    where the database no longer takes the write that marks the sweep failed)."""
     t0 = time.perf_counter()
     sweep_id = store.start_sweep(
         spec.name, spec.text, target, problems_total=problems_total, workers=workers, log_path=log_path
@@ -637,8 +702,15 @@ def _sweep_row(
         log.warning("sweep %s interrupted; everything finished is stored", spec.name)
     finally:
         report.wall_s = time.perf_counter() - t0
-        progress.beat(force=True)
-        store.finish_sweep(sweep_id, status)
+        if status != "failed":
+            progress.beat(force=True)
+        try:
+            store.finish_sweep(sweep_id, status)
+        except Exception as exc:
+            if sys.exc_info()[1] is None:
+                raise
+            # The database is gone too: the error that stopped the sweep is the one to report.
+            log.info("cannot mark sweep %d %s: %s", sweep_id, status, exc)
 
 
 def predict_sweep(
@@ -658,8 +730,9 @@ def predict_sweep(
     all CPU cores, the static checks prune (stored as `pruned` with the reason) and the `keep` best
     survivors plus the vendor library are stored as predictions (source "model", timing method "model"),
     never mixed with measurements. A problem already predicted for this target and kernel version is
-    skipped, so the sweep resumes. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of
-    a problem as it starts (`check_problem`'s). `log_path` (the sweep's log file) is recorded with its row.
+    skipped, so the sweep resumes; processes that run the same spec share its problems, as `run_sweep`'s
+    do. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of a problem as it starts
+    (`check_problem`'s). `log_path` (the sweep's log file) is recorded with its row.
     """
     from autotune.core.op import kernel_versions
     from autotune.core.result import Source
@@ -667,13 +740,16 @@ def predict_sweep(
 
     target = checker.target
     plan(spec, target)
+    queue = _ProblemQueue(spec.problems(), None, 1)
     total = len(spec.problems())
     with _sweep_row(spec, store, target, predicted=True, problems_total=total, log_path=log_path) as (
         report,
         progress,
     ):
+        queue.shared = SharedWork(store, work_key(spec.text, target), report.sweep_id)
         counted = progress.wrap(on_trial)  # the sweep's row counts the configs it stores, as a GPU sweep's
-        for entry, problem in spec.problems():
+        while (item := queue.take()) is not None:
+            entry, problem, _ = item
             op = entry.op_for(problem)
             p0 = time.perf_counter()
             space = op.space(problem, target, entry.backends)
@@ -722,6 +798,7 @@ def predict_sweep(
                 result.static_pruned = found.static_pruned
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0
+            queue.done(problem)
             report.problems.append(result)
             progress.problem_done(result)
             if on_problem is not None:

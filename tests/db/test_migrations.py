@@ -547,7 +547,7 @@ def test_a_version3_database_upgrades_and_answers_best_the_same(
     with pytest.raises(StoreError, match="autotune db upgrade"):
         Store(db_url)
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
-    assert code == 0 and "from schema version 3 to 4" in out
+    assert code == 0 and f"from schema version 3 to {SCHEMA_VERSION}" in out
     assert [best(p) for p in problems] == before
     for row in rows(db_url, "problems"):
         old = v3[row["key"]]
@@ -555,3 +555,24 @@ def test_a_version3_database_upgrades_and_answers_best_the_same(
             "E": old["e"], "topk": old["topk"], "dtype_a": old["dtype_a"], "dtype_b": old["dtype_b"],
             "dtype_out": old["dtype_out"], "layout": old["layout"],
         }  # fmt: skip
+
+
+def test_a_version4_database_upgrades_to_shared_sweeps(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Schema version 5 adds `claims`: a version 4 database (made by downgrading) has no such table, is
+    refused naming the upgrade, and after `autotune db upgrade` keeps its sweeps and takes claims."""
+    with Store(db_url) as store:
+        sweep = store.start_sweep("night", "", H100)
+        assert store.claim("w", "gemm:M=1", sweep) == "claimed"
+    command.downgrade(alembic_config(url=db_url), REVISIONS[4])
+    assert meta_version(db_url) == "4" and "claims" not in inspect(_engine(db_url)).get_table_names()
+    with pytest.raises(StoreError, match="autotune db upgrade"):
+        Store(db_url)
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and f"from schema version 4 to {SCHEMA_VERSION}" in out
+    with Store(db_url) as store:
+        assert [s.name for s in store.sweeps()] == ["night"]
+        assert store.claim("w", "gemm:M=1", sweep) == "claimed" and store.held([sweep]) == {
+            sweep: ["gemm:M=1"]
+        }

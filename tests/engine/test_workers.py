@@ -135,6 +135,21 @@ def test_runner_stores_each_fault_once_and_a_rerun_runs_nothing(tmp_path: Path) 
         assert len(store.trials()) == 10
 
 
+def test_the_crash_that_ends_a_streak_is_stored_before_the_worker_gives_up(tmp_path: Path) -> None:
+    """Five crashes in a row stop the worker, the fifth stored like the four before it: a resumed sweep
+    runs none of them again."""
+    op = FaultyOp(("segv",), repeats=MAX_CONSECUTIVE_CRASHES)
+    with ProcessWorker(name="w", interpret=True, timeout_s=3.0) as w, Store(str(tmp_path / "c.db")) as store:
+        runner = Runner(store, w.target, BoundWorker(w, op))
+        with pytest.raises(WorkerError, match="in a row crashed the worker"):
+            runner.tune(op, PROBLEM, strategy="exhaustive")
+        crashed = store.trials()
+        assert len(crashed) == MAX_CONSECUTIVE_CRASHES and {t.status.value for t in crashed} == {"crashed"}
+        assert runner.current is not None and runner.current.ran == MAX_CONSECUTIVE_CRASHES
+        again = Runner(store, w.target, BoundWorker(w, op)).tune(op, PROBLEM, strategy="exhaustive")
+        assert again.ran == 0 and again.cached == MAX_CONSECUTIVE_CRASHES
+
+
 SPEC = """
 name = "multi"
 [[sweep]]
