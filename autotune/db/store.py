@@ -731,8 +731,11 @@ class Store:
             kernel_ids[(name, source_hash)] = int(found)
         problems = {item.problem.key(): item.problem for item in batch}
         wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
-        problem_ids = _ensure_rows(session, ProblemModel, ProblemModel.key, wanted, core=True)
-        pids = sorted(set(problem_ids.values()))
+        created: set[str] = set()
+        problem_ids = _ensure_rows(
+            session, ProblemModel, ProblemModel.key, wanted, core=True, created=created
+        )
+        pids = sorted({i for k, i in problem_ids.items() if k not in created})  # a new problem has no trials
         gids = sorted({gpu_ids[fp] for fp in fingerprints})
         kids = sorted({kernel_ids[(item.kernel, item.source_hash)] for item in batch})
         existing: set[tuple[int, int, int, str, str]] = set()
@@ -1442,13 +1445,21 @@ def _trial_values(
 
 
 def _ensure_rows(
-    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]], *, core: bool = False
+    session: Session,
+    model: Any,
+    column: Any,
+    wanted: dict[str, dict[str, Any]],
+    *,
+    core: bool = False,
+    created: set[str] | None = None,
 ) -> dict[str, int]:
     """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
-    inserted (not committed) from their column values in `wanted`; with `core`, in one executemany
-    (many rows: no ORM objects), their ids read back."""
+    inserted (not committed) from their column values in `wanted` (and their keys added to `created`);
+    with `core`, in one executemany (many rows: no ORM objects), their ids read back."""
     ids = _row_ids(session, model, column, sorted(wanted))
     missing = [k for k in sorted(wanted) if k not in ids]
+    if created is not None:
+        created.update(missing)
     if missing and core:
         session.execute(insert(model.__table__), [wanted[k] for k in missing])
         ids.update(_row_ids(session, model, column, missing))
