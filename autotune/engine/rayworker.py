@@ -1,15 +1,17 @@
 """RayWorker: the same trial worker as a Ray actor holding one GPU, for sweeps over a Ray cluster.
 
-Each worker is an actor with ``num_gpus=1`` (0 under the CPU interpreter) that keeps a Benchmarker per
-op, so Ray places it on a node with a free GPU and isolates it in its own process: a config that kills
-the actor is answered `crashed`, one that runs past the trial timeout is answered `timeout` (the actor
-is killed), and a new actor takes the next trial. Results come back to the driver, which writes them to
-the sweep's database; the target is the one the actor sees, so a cluster of mixed GPUs is recorded
-right. Ray is imported only here.
+Each worker is an actor with ``num_gpus=1`` (0 under the CPU interpreter), so Ray places it on a node
+with a free GPU. The actor runs its trials in a child process of its own (`ProcessWorker`): a config that
+kills it is answered `crashed` with the exit code or signal, the phase and the stack faulthandler wrote,
+as under the local executor; one that runs past the trial timeout is answered `timeout`; a new child
+takes the next trial. An actor that dies itself is answered `crashed` ("Ray actor died") and replaced.
+Results come back to the driver, which writes them to the sweep's database; the target is the one the
+actor sees, so a cluster of mixed GPUs is recorded right. Ray is imported only here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -20,20 +22,17 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import TrialResult, TrialStatus
 from autotune.core.target import Target
-from autotune.engine.workers import (
-    START_TIMEOUT_S,
-    Benches,
-    CrashStreak,
-    WorkerAborted,
-    WorkerError,
-    fault_result,
-)
+from autotune.engine.workers import START_TIMEOUT_S, CrashStreak, WorkerAborted, WorkerError
 
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
     from autotune.engine.bench import BenchSettings
 
-__all__ = ["RayWorker", "connect", "ray_gpu_count"]
+__all__ = ["ACTOR_GRACE_S", "RayWorker", "connect", "ray_gpu_count"]
+
+#: Seconds past the trial timeout the driver waits for an actor's answer: its process worker kills a
+#: hung trial at the timeout and starts a new child.
+ACTOR_GRACE_S = 60.0
 
 log = logging.getLogger(__name__)
 
@@ -68,28 +67,35 @@ def ray_gpu_count() -> int:
 
 
 class _TrialActor:
-    """The actor body: one Benchmarker per op on the GPU Ray gave it."""
+    """The actor body: a ProcessWorker on the GPU Ray gave it, so a trial that crashes or hangs ends its
+    child process, not the actor, and is answered with what the local executor tells (exit code or
+    signal, the phase, the last lines faulthandler wrote)."""
 
-    def __init__(self, interpret: bool, settings: BenchSettings | None) -> None:
-        if interpret:
-            os.environ["TRITON_INTERPRET"] = "1"
-        from autotune.core.target import local_target
+    def __init__(self, interpret: bool, settings: BenchSettings | None, timeout_s: float) -> None:
+        import tempfile
 
-        self.target = Target.interpreter_target() if interpret else local_target(0)
-        self.benches = Benches(self.target, settings)
+        from autotune.engine.workers import ProcessWorker
+
+        fd, log_path = tempfile.mkstemp(prefix="autotune-ray-worker-", suffix=".log")
+        os.close(fd)
+        self.log_path = log_path
+        self.worker = ProcessWorker(
+            name="ray-actor", interpret=interpret, settings=settings, timeout_s=timeout_s, log_path=log_path,
+            crash_limit=None,  # the driver's RayWorker counts the streak
+        )  # fmt: skip
 
     def start(self) -> tuple[Target, int, str]:
         import socket
 
-        return self.target, os.getpid(), socket.gethostname()
+        return self.worker.target, os.getpid(), socket.gethostname()
 
     def run(self, op: TunableOp, problem: Problem, config: Config) -> tuple[str, TrialResult]:
-        from autotune.engine.bench import DeviceFault
+        return "result", self.worker.run(op, problem, config)
 
-        try:
-            return "result", self.benches.get(op).run(problem, config)
-        except DeviceFault as fault:
-            return "fault", fault_result(config, fault)
+    def close(self) -> None:
+        self.worker.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
 
 
 class RayWorker:
@@ -141,7 +147,7 @@ class RayWorker:
         if self._closed:
             raise WorkerAborted(f"{self.name} is closed")
         actor_cls: Any = ray.remote(num_gpus=0 if self.interpret else 1, max_restarts=0)(_TrialActor)
-        actor: Any = actor_cls.remote(self.interpret, self.settings)
+        actor: Any = actor_cls.remote(self.interpret, self.settings, self.timeout_s)
         self.starts += 1
         return actor, actor.start.remote()
 
@@ -175,6 +181,11 @@ class RayWorker:
 
     def close(self) -> None:
         self._closed = True
+        if self._actor is not None:  # its child and log file go first; then the actor
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.get(self._actor.close.remote(), timeout=10)
         self._kill()
 
     def run(self, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
@@ -186,8 +197,8 @@ class RayWorker:
                 self._start()
         extra = {"worker": self.name, "node": self.node}
         ref = self._actor.run.remote(op, problem, config)
-        try:
-            kind, result = ray.get(ref, timeout=self.timeout_s)
+        try:  # the actor's process worker times the trial out; this catches an actor that hangs itself
+            _, result = ray.get(ref, timeout=self.timeout_s + ACTOR_GRACE_S)
         except GetTimeoutError:
             self._kill()
             if self._closed:
@@ -203,6 +214,4 @@ class RayWorker:
             said = str(exc).strip()
             text = f"Ray actor died: {said.splitlines()[0][:500] if said else type(exc).__name__}"
             return self._streak.tell(TrialResult(config, TrialStatus.CRASHED, error=text, extra=extra))
-        if kind == "fault":
-            self._kill()
         return self._streak.tell(dataclasses.replace(result, extra={**result.extra, **extra}))

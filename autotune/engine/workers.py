@@ -141,15 +141,16 @@ class CrashStreak:
     """Counts trials in a row that crashed a worker; WorkerError at `MAX_CONSECUTIVE_CRASHES`, since then
     the GPU, not the configs, is at fault."""
 
-    def __init__(self, name: str) -> None:
-        self.name, self.count = name, 0
+    def __init__(self, name: str, limit: int | None = MAX_CONSECUTIVE_CRASHES) -> None:
+        self.name, self.count, self.limit = name, 0, limit
 
     def tell(self, result: TrialResult, *, crashed: bool | None = None) -> TrialResult:
-        """`result`, after counting it (a crash unless `crashed` says otherwise; a timeout is not)."""
+        """`result`, after counting it (a crash unless `crashed` says otherwise; a timeout is not). With
+        `limit` None nothing is raised: the caller keeps the count (a worker inside a Ray actor)."""
         if crashed is None:
             crashed = result.status is TrialStatus.CRASHED
         self.count = self.count + 1 if crashed else 0
-        if self.count >= MAX_CONSECUTIVE_CRASHES:
+        if self.limit is not None and self.count >= self.limit:
             raise WorkerError(
                 f"{self.name}: {self.count} trials in a row crashed the worker; the GPU looks broken "
                 f"(last: {result.error[:300]})",
@@ -249,6 +250,7 @@ class ProcessWorker:
         timeout_s: float = 300.0,
         log_path: str | Path | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        crash_limit: int | None = MAX_CONSECUTIVE_CRASHES,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"the trial timeout must be positive, got {timeout_s}")
@@ -263,7 +265,7 @@ class ProcessWorker:
         self._conn: Connection | None = None
         self._target: Target | None = None
         self._closed = False
-        self._streak = CrashStreak(name)
+        self._streak = CrashStreak(name, crash_limit)
         self._starting: float | None = None  # when the child now starting was spawned
         self._start_lock = threading.Lock()
         #: Child processes started so far (1 + replacements).

@@ -73,10 +73,35 @@ def test_ray_actor_crashes_and_hangs_are_trial_results(local_ray: None, tmp_path
             by_fault = {t.config["fault"]: t for t in store.trials()}
         assert report.ran == 4
         assert by_fault["none"].status is TrialStatus.OK
-        assert by_fault["segv"].status is TrialStatus.CRASHED and "Ray actor died" in by_fault["segv"].error
-        assert by_fault["hang"].status is TrialStatus.TIMEOUT
+        # the crash's details as under the local executor: signal, phase, the stack faulthandler wrote
+        segv = by_fault["segv"]
+        assert segv.status is TrialStatus.CRASHED and segv.extra["exitcode"] == -11
+        assert segv.extra["phase"] == "compile" and segv.extra["worker"] == "r" and segv.extra["node"]
+        assert "signal SIGSEGV" in segv.error and "during compile" in segv.error
+        assert "Segmentation fault" in segv.error and "faults.py" in segv.error
+        hang = by_fault["hang"]
+        assert hang.status is TrialStatus.TIMEOUT and "no result after 5 s" in hang.error
         assert by_fault["error"].status is TrialStatus.RUNTIME_ERROR
-        assert worker.starts == 3  # replaced after the crash and after the hang
+        assert worker.starts == 1  # the actor's child process was replaced, not the actor
         assert worker.run(op, problem, Config(backend="faulty", fault="none", rep=0)).ok
+    finally:
+        worker.close()
+
+
+def test_an_actor_that_dies_is_a_crashed_trial_and_replaced(
+    local_ray: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the actor itself dies (its node lost, say), the trial is `crashed` and a new actor takes the
+    next one."""
+    op = FaultyOp(("none",))
+    problem = Problem.gemm(8, 32, 32)
+    worker = RayWorker(name="r", interpret=True, timeout_s=30.0)
+    try:
+        assert worker.target.interpreter  # started
+        ray.kill(worker._actor, no_restart=True)
+        dead = worker.run(op, problem, Config(backend="faulty", fault="none", rep=0))
+        assert dead.status is TrialStatus.CRASHED and "Ray actor died" in dead.error
+        assert worker.run(op, problem, Config(backend="faulty", fault="none", rep=0)).ok
+        assert worker.starts == 2
     finally:
         worker.close()
