@@ -196,8 +196,6 @@ def import_files(
     InteropError for no paths or a bad `k`/`topk`, StoreError for the database (files before it stay
     written)."""
     paths = _check_args(paths, k, topk)
-    if source_hash is None:
-        source_hash = moe_source_hash("triton")
     out: list[ImportedFile] = []
     for path in expand_paths(paths):
         f = _import_one(store, path, k, topk, source_hash)
@@ -209,7 +207,9 @@ def import_files(
     return out
 
 
-def _import_one(store: Store, path: Path, k: int | None, topk: int | None, source_hash: str) -> ImportedFile:
+def _import_one(
+    store: Store, path: Path, k: int | None, topk: int | None, source_hash: str | None
+) -> ImportedFile:
     """Imports one file: read whole and written (vLLM JSON), or streamed (the CSV formats)."""
     from .aiter import aiter_trials
     from .aiter_gemm import aiter_gemm_trials
@@ -227,8 +227,8 @@ def _import_one(store: Store, path: Path, k: int | None, topk: int | None, sourc
         kind = _detect(path, head)
     except InteropError as exc:
         return ImportedFile(path, "?", "", (), error=str(exc))
-    if kind == "vllm":
-        f = _read_one(path, k, topk, source_hash)
+    if kind == "vllm":  # our moe op's version, where a file needs it: it imports the kernels
+        f = _read_one(path, k, topk, source_hash or moe_source_hash("triton"))
         return f if f.error else replace(f, written=sum(store.record_many(list(f.trials))))
     readers = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
     found = Found()
