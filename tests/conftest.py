@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +121,43 @@ def right_and_repeatable() -> Any:
             assert torch.equal(out, first), f"{what} gave a different result on a repeat"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def compile_per_arch() -> Callable[..., dict[str, Any]]:
+    """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
+    `archs`, all at once, each in a subprocess without TRITON_INTERPRET (compiling needs real JIT
+    functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed."""
+    import json
+    import subprocess
+    import sys
+
+    def run(
+        script: str, archs: Sequence[str], payload: Any, env: dict[str, str] | None = None
+    ) -> dict[str, Any]:
+        pytest.importorskip("triton")
+        base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env or {})
+        procs = {
+            arch: subprocess.Popen(
+                [sys.executable, "-c", script, arch, json.dumps(payload)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=base,
+            )
+            for arch in archs
+        }
+        out: dict[str, Any] = {}
+        try:
+            for arch, proc in procs.items():
+                stdout, stderr = proc.communicate(timeout=600)
+                assert proc.returncode == 0, stderr[-3000:]
+                out[arch] = json.loads(stdout.strip().splitlines()[-1])
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        return out
+
+    return run

@@ -8,11 +8,7 @@ the test's own, so each run compiles what it checks.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -63,35 +59,13 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def verdicts(
+    tmp_path_factory: pytest.TempPathFactory, compile_per_arch: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
     """Each target's defaults, with their features and findings, compiled in one subprocess per target
     (all at once)."""
-    pytest.importorskip("triton")
-    cache = tmp_path_factory.mktemp("verdicts")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["AUTOTUNE_VERDICT_CACHE"] = str(Path(cache))
-    procs = {
-        arch: subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, arch, json.dumps(PROBLEMS)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for arch in ARCHS
-    }
-    out: dict[str, Any] = {}
-    try:
-        for arch, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-3000:]
-            out[arch] = json.loads(stdout.strip().splitlines()[-1])
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out
+    cache = str(tmp_path_factory.mktemp("verdicts"))
+    return compile_per_arch(SCRIPT, ARCHS, PROBLEMS, {"AUTOTUNE_VERDICT_CACHE": cache})
 
 
 @pytest.mark.parametrize("arch", ARCHS)

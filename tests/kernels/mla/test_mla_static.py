@@ -4,11 +4,7 @@ both cache dtypes. Runs in one subprocess per target (the test session may have 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -42,32 +38,11 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def defaults(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["AUTOTUNE_VERDICT_CACHE"] = str(Path(tmp_path_factory.mktemp("verdicts")))
-    procs = {
-        arch: subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, arch, json.dumps(PROBLEMS)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for arch in ARCHS
-    }
-    out: dict[str, Any] = {}
-    try:
-        for arch, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-3000:]
-            out[arch] = json.loads(stdout.strip().splitlines()[-1])
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out
+def defaults(
+    tmp_path_factory: pytest.TempPathFactory, compile_per_arch: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
+    cache = str(tmp_path_factory.mktemp("verdicts"))
+    return compile_per_arch(SCRIPT, ARCHS, PROBLEMS, {"AUTOTUNE_VERDICT_CACHE": cache})
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -13,10 +13,7 @@ Runs in one subprocess per target: the test session may have TRITON_INTERPRET=1,
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -56,31 +53,8 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def compiled() -> dict[str, Any]:
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    procs = {
-        arch: subprocess.Popen(
-            [sys.executable, "-c", SCRIPT, arch, json.dumps(PROBLEMS)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for arch in ARCHS
-    }
-    out: dict[str, Any] = {}
-    try:
-        for arch, proc in procs.items():
-            stdout, stderr = proc.communicate(timeout=600)
-            assert proc.returncode == 0, stderr[-3000:]
-            out[arch] = json.loads(stdout.strip().splitlines()[-1])
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return out
+def compiled(compile_per_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    return compile_per_arch(SCRIPT, ARCHS, PROBLEMS)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
