@@ -722,13 +722,7 @@ class Store:
         for name, source_hash in sorted(
             {(item.kernel, item.source_hash) for item in batch} - set(kernel_ids)
         ):
-            found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
-            if found is None:
-                row = KernelModel(name=name, source_hash=source_hash)
-                session.add(row)
-                session.flush()
-                found = row.id
-            kernel_ids[(name, source_hash)] = int(found)
+            kernel_ids[(name, source_hash)] = _kernel_row(session, name, source_hash)
         problems = {item.problem.key(): item.problem for item in batch}
         wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
         created: set[str] = set()
@@ -820,13 +814,7 @@ class Store:
             )
             kernel_ids: dict[tuple[str, str], int] = {}
             for name, source_hash in sorted(kernels):
-                found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
-                if found is None:
-                    row = KernelModel(name=name, source_hash=source_hash)
-                    session.add(row)
-                    session.flush()
-                    found = row.id
-                kernel_ids[(name, source_hash)] = int(found)
+                kernel_ids[(name, source_hash)] = _kernel_row(session, name, source_hash)
             pids = sorted(set(problem_ids.values()))
             if replace_final:  # the earlier final round of these GPUs and problems
                 session.execute(
@@ -1442,6 +1430,17 @@ def _trial_values(
     if created_at is not None:
         out["created_at"] = created_at
     return out
+
+
+def _kernel_row(session: Session, name: str, source_hash: str) -> int:
+    """The id of the `kernels` row (name, source_hash), inserted (not committed) where missing."""
+    found = session.scalar(select(KernelModel.id).filter_by(name=name, source_hash=source_hash))
+    if found is None:
+        row = KernelModel(name=name, source_hash=source_hash)
+        session.add(row)
+        session.flush()
+        found = row.id
+    return int(found)
 
 
 def _ensure_rows(
