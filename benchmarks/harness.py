@@ -14,6 +14,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,6 +78,31 @@ def run_info(target: Target | None = None, **extra: Any) -> dict[str, Any]:
         info |= dict(gpu=target.name, arch=target.arch, cus=target.cu_count, toolchain=target.toolchain)
     info |= dict(python=sys.version.split()[0], date=time.strftime("%Y-%m-%d"))
     return info | extra
+
+
+def run_logged(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Runs `cmd`, appending its output to `log`; (exit code, output)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    text = proc.stdout + proc.stderr
+    with log.open("a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}\n{text}\n[exit {proc.returncode}, {time.perf_counter() - t0:.0f} s]\n")
+    return proc.returncode, text
+
+
+#: The command line of `autotune` in this interpreter.
+CLI = [sys.executable, "-m", "autotune.cli"]
+
+
+def emit_table(db: Path, out: Path) -> Path:
+    """`autotune emit` of `db` into OUT/table.json (its output printed, logged to OUT/emit.log); exits on
+    failure."""
+    table = out / "table.json"
+    code, text = run_logged([*CLI, "emit", "--db", str(db), "--out", str(table)], out / "emit.log")
+    print(text.strip(), flush=True)
+    if code != 0:
+        raise SystemExit(f"emit failed with exit code {code}")
+    return table
 
 
 def describe(info: Mapping[str, Any]) -> str:

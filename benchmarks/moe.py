@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
     from autotune.core.op import Inputs, Launch
 
 HERE = Path(__file__).resolve().parent
-CLI = [sys.executable, "-m", "autotune.cli"]
 VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 #: vLLM's kernel structure (gate/up over 2N columns, the activation apart) and no split-K.
 VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1}
@@ -77,16 +75,6 @@ class EntryCall(ServedTiming):
                       target=target, config=config)  # fmt: skip
 
         return launch
-
-
-def run(cmd: list[str], log: Path) -> tuple[int, str]:
-    """Runs `cmd`, appending its output to `log`; (exit code, output)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    text = proc.stdout + proc.stderr
-    with log.open("a", encoding="utf-8") as f:
-        f.write(f"$ {' '.join(cmd)}\n{text}\n[exit {proc.returncode}, {time.perf_counter() - t0:.0f} s]\n")
-    return proc.returncode, text
 
 
 def vllm_file(folder: Path, problem: Problem, device_name: str) -> tuple[dict[int, Config], str]:
@@ -234,23 +222,19 @@ def main() -> int:
     t0 = time.perf_counter()
     if args.phase in ("all", "sweep"):
         if args.vllm_configs and not args.no_import:
-            code, text = run(
-                [*CLI, "import", str(args.vllm_configs), "--db", str(db)], args.out / "import.log"
+            code, text = harness.run_logged(
+                [*harness.CLI, "import", str(args.vllm_configs), "--db", str(db)], args.out / "import.log"
             )
             print(text.strip().splitlines()[-1] if text.strip() else "", flush=True)
             if code != 0:
                 raise SystemExit(f"import failed with exit code {code}")
-        cmd = [*CLI, "sweep", str(args.spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
-        code, text = run(cmd, args.out / "sweep.log")
+        cmd = [*harness.CLI, "sweep", str(args.spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+        code, text = harness.run_logged(cmd, args.out / "sweep.log")
         print("\n".join(text.strip().splitlines()[-3:]), flush=True)
         if code != 0:
             raise SystemExit(f"sweep failed with exit code {code}")
     if args.phase in ("all", "measure"):
-        table = args.out / "table.json"
-        code, text = run([*CLI, "emit", "--db", str(db), "--out", str(table)], args.out / "emit.log")
-        print(text.strip(), flush=True)
-        if code != 0:
-            raise SystemExit(f"emit failed with exit code {code}")
+        table = harness.emit_table(db, args.out)
         rows = measure(args.spec, table, args.vllm_configs, args.rounds, args.max_m)
         harness.write_json(args.out, "moe", harness.run_info(local_target(), args=vars(args), rows=rows))
         report(rows)

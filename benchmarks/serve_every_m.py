@@ -26,7 +26,6 @@ from typing import Any
 import harness
 
 HERE = Path(__file__).resolve().parent
-CLI = [sys.executable, "-m", "autotune.cli"]
 
 
 def gpu_count() -> int:
@@ -35,19 +34,9 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Runs `cmd`, appending its output to `log`; (exit code, output)."""
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    text = proc.stdout + proc.stderr
-    with log.open("a", encoding="utf-8") as f:
-        f.write(f"$ {' '.join(cmd)}\n{text}\n[exit {proc.returncode}, {time.perf_counter() - t0:.0f} s]\n")
-    return proc.returncode, text
-
-
 def sweep(spec: Path, db: Path, out: Path) -> dict[str, Any]:
-    code, text = run([*CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"],
-                     out / "sweep.log")  # fmt: skip
+    cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+    code, text = harness.run_logged(cmd, out / "sweep.log")
     if code != 0:
         print(text[-3000:])
         raise SystemExit(f"sweep failed with exit code {code}")
@@ -70,9 +59,9 @@ def verify(
     procs = []
     for k in range(gpus):
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(k)}  # each shard alone on its GPU
-        cmd = [*CLI, "verify", *([str(table)] if table else []), "--problems", str(spec), "--device", "0",
-               "--shard", f"{k}/{gpus}", "--out", str(out / f".{name}.{k}.json"), "--no-progress",
-               "--min-ratio", str(min_ratio)]  # fmt: skip
+        cmd = [*harness.CLI, "verify", *([str(table)] if table else []), "--problems", str(spec),
+               "--device", "0", "--shard", f"{k}/{gpus}", "--out", str(out / f".{name}.{k}.json"),
+               "--no-progress", "--min-ratio", str(min_ratio)]  # fmt: skip
         procs.append(
             (cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         )
@@ -136,11 +125,7 @@ def main() -> int:
         results["sweep"] = sweep(args.spec, db, args.out)
         print(f"sweep: {results['sweep']}", flush=True)
     if args.phase in ("all", "verify"):
-        table = args.out / "table.json"
-        code, text = run([*CLI, "emit", "--db", str(db), "--out", str(table)], args.out / "emit.log")
-        print(text.strip(), flush=True)
-        if code != 0:
-            raise SystemExit(f"emit failed with exit code {code}")
+        table = harness.emit_table(db, args.out)
         runs: list[tuple[str, Path, Path | None]] = [
             ("verify_table", args.spec, table),
             ("verify_none", args.spec, None),
@@ -170,13 +155,13 @@ def main() -> int:
     for name in ("verify_table", "verify_none", "verify_none_2"):
         if name not in results:
             continue
-        table = [
+        lines = [
             (g, s["rows"], s["timed"], s["geomean"], s["min"], s["under"])
             for g, s in results[name].items()
             if isinstance(s, dict)
         ]
         title = f"{name} (ratio = vendor µs / served µs; {results[name]['wall_s']:.0f} s)"
-        harness.print_table(("group", "rows", "timed", "geomean", "min", "under"), table, 3, title)
+        harness.print_table(("group", "rows", "timed", "geomean", "min", "under"), lines, 3, title)
     return 0
 
 

@@ -10,12 +10,16 @@ the heuristic default runs only where it is measured ahead (see each op's `fallb
   on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op]; else the heuristic default.
 - moe: the heuristic default (its "torch" backend is a baseline loop, not a vendor library).
 
+A table's config of a backend the entry point does not run (`Backend.served`: the MoE's per-expert loop,
+the MLA decode's aiter call) is answered with the fallback too.
+
 Like the entry points, a lookup that misses warns once per shape and appends the shape to the
 untuned-shapes log. `autotune.kernels.served.served_launch` launches the entry points' own calls.
 """
 
 from __future__ import annotations
 
+from autotune.core.backend import Backend
 from autotune.core.config import Config
 from autotune.core.op import TunableOp
 from autotune.core.problem import Problem
@@ -36,7 +40,7 @@ def check_op(op: TunableOp, problem: Problem) -> None:
 def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
     """The config a run-time call of `op` on `problem` runs on `target`: the loaded tables' config, else
     `op.fallback_config` (also where a table's config would serve more rows of A than its backend's kernel
-    takes: `Backend.max_m`).
+    takes, `Backend.max_m`, or is of a backend the entry point does not run, `Backend.served`).
 
     Raises:
         ValueError: `problem` is another op's.
@@ -46,8 +50,7 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
         op.name, problem.M, problem.N, problem.K, problem.E,
         dtype=problem.dtype, layout=problem.layout, topk=problem.topk, params=problem.params_key,
     )  # fmt: skip
-    rows = None if config is None else op.backend(config.backend).max_m
-    if config is None or (rows is not None and rows < problem.M):
+    if config is None or not _serves(op.backend(config.backend), problem.M):
         key = (op.name, problem, target)
         config = _fallbacks.get(key)
         if config is None:
@@ -56,3 +59,8 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
                 _fallbacks.clear()
             _fallbacks[key] = config
     return config
+
+
+def _serves(record: Backend, M: int) -> bool:
+    """Whether the entry point runs `record`'s configs at M rows of A."""
+    return record.served and (record.max_m is None or record.max_m >= M)

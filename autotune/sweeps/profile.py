@@ -278,9 +278,9 @@ def point_candidates(
     per_m: dict[int, list[Config]],
     vendor: Config | None,
     default: Config | None,
-    imported: dict[int, Config] | None = None,
+    pick: Config | None = None,
 ) -> list[Config]:
-    """The configs to time at `M`: the vendor's, the default, the imported file's pick at `M` (where the
+    """The configs to time at `M`: the vendor's, the default, the imported file's `pick` at `M` (where the
     shape has imported configs: `imported_pick`), then the finalists of the nearest tuned M at or below
     `M` and at or above it (the nearest one only, outside the tuned range); no config twice."""
     ms = sorted(per_m)
@@ -288,7 +288,6 @@ def point_candidates(
     above = [m for m in ms if m >= M]
     near = ([below[-1]] if below else []) + ([above[0]] if above else [])
     out: list[Config] = []
-    pick = imported_pick(imported, M) if imported else None
     for config in [vendor, default, pick, *(c for m in near for c in per_m[m])]:
         if config is not None and config not in out:
             out.append(config)
@@ -331,7 +330,7 @@ def family_plan(
             default = None
         todo = []
         pick = imported_pick(imported, M) if imported else None
-        for config in point_candidates(M, per_m, vendor, default, imported):
+        for config in point_candidates(M, per_m, vendor, default, pick):
             # the imported file's pick is timed where it runs, even outside the search's constraints
             if config.backend in kernels and (config == pick or space.check(config) is None):
                 todo.append(config)

@@ -426,3 +426,14 @@ def test_served_launch_of_an_mxfp4_moe_is_the_entry_points_call(no_tables: Path)
     problem = Problem.moe(5, 32, 64, 4, 2, weights="mxfp4")
     _, err = _run(MOE, problem, INTERP, seed=7)
     assert err < MOE.tolerance(problem)
+
+
+def test_a_tables_config_of_a_backend_the_entry_point_does_not_run_gets_the_fallback(
+    install: Callable[..., Dispatcher],
+) -> None:
+    """The MoE's per-expert loop in a table (an older emit, say) is never what a call runs."""
+    problem = Problem.moe(5, 32, 64, 4, 2)
+    install(INTERP, [(problem, Config(backend="torch"), 1.0)])
+    with quiet():
+        assert served_config(MOE, problem, INTERP) == MOE.fallback_config(problem, INTERP)
+        assert served_config(MOE, problem, INTERP).backend == "triton"

@@ -197,9 +197,7 @@ def mla_decode(
     tgt = target or _running()
     capacity = page_table.shape[1] * kv_cache.shape[1]
     problem = mla_problem(q, kv_cache, page_table, width, min(max_context or capacity, capacity), tgt)
-    config = served_config(MLA_DECODE, problem, tgt)
-    if config.backend not in ("triton", "torch"):  # a backend measured, never served
-        config = MLA_DECODE.default_config(problem, tgt)
+    config = served_config(MLA_DECODE, problem, tgt)  # never aiter's: it is not served
     if out is None:
         out = q.new_empty((B, H, width))
     if config.backend == "torch":  # the gathered baseline, where a table measured it fastest

@@ -36,7 +36,7 @@ from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.dense.api import _running
 from autotune.kernels.moe.op import MOE, MXFP4
-from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_inputs, validate_mxfp4_moe_inputs
+from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
 from autotune.kernels.moe.routing import align_fixed
 from autotune.kernels.serve import served_config
 
@@ -94,15 +94,14 @@ def _buffers(key: tuple[Any, ...] | None) -> Any:
 
 
 def _override(config: Config | Mapping[str, Any]) -> Config:
-    """A caller's config as a fused-kernel Config: the tile sizes given, the "triton" backend."""
-    values = dict(config.items())
-    backend = values.pop("backend", "triton")
-    if backend != "triton":
-        raise ValueError(f"config must be one of the fused kernel (backend 'triton'), got {backend!r}")
-    missing = [k for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K") if k not in values]
+    """A caller's config of the fused kernel (backend "triton", where it names one), its tile sizes given."""
+    chosen = config if isinstance(config, Config) else Config(dict(config))
+    if chosen.backend != "triton":
+        raise ValueError(f"config must be one of the fused kernel (backend 'triton'), got {chosen.backend!r}")
+    missing = [k for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K") if k not in chosen]
     if missing:
         raise ValueError(f"config lacks {', '.join(missing)}")
-    return Config(backend="triton", **values)
+    return chosen
 
 
 def _check_ids(topk_ids: torch.Tensor, E: int) -> None:
@@ -139,20 +138,9 @@ def fused_moe(
     if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
         raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")
     x = hidden_states
-    mx = w1.dtype == torch.uint8
-    if mx:
-        if block_shape is not None:
-            raise ValueError(
-                "block_shape applies to FP8 weights only, not MXFP4 (e8m0 scales per 32 along K)"
-            )
-        validate_mxfp4_moe_inputs(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
-                                  check_ids=False)  # fmt: skip
-        fp8 = False
-    else:
-        fp8 = validate_moe_inputs(
-            x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
-            check_ids=False,
-        )  # fmt: skip
+    kind = validate_moe_call(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                             block_shape=block_shape, check_ids=False)  # fmt: skip
+    mx, fp8 = kind == "mxfp4", kind == "fp8"
     forced = None if config is None else _override(config)
     if inplace and out is not None:
         raise ValueError("give `out` or `inplace`, not both")
@@ -173,8 +161,6 @@ def fused_moe(
     tgt = target or _running()
     problem = moe_problem(x, w1, topk_ids.shape[1], tgt)
     chosen = forced if forced is not None else served_config(MOE, problem, tgt)
-    if chosen.backend != "triton":  # the per-expert baseline syncs with the host: not served
-        chosen = MOE.default_config(problem, tgt)
     if out is None:
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     if problem.M == 0:

@@ -33,6 +33,7 @@ __all__ = [
     "quantize_mxfp4_weight",
     "route",
     "routing_logits",
+    "validate_moe_call",
     "validate_moe_inputs",
     "validate_mxfp4_moe_inputs",
 ]
@@ -357,6 +358,38 @@ def validate_mxfp4_moe_inputs(
 # -- reference ----------------------------------------------------------------------------------------
 
 
+def validate_moe_call(
+    x: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    *,
+    w1_scale: Tensor | None,
+    w2_scale: Tensor | None,
+    block_shape: Sequence[int] | None,
+    check_ids: bool = True,
+    fp32_activations: bool = False,
+) -> str:
+    """Checks the inputs of any weights' MoE call (`validate_mxfp4_moe_inputs` for packed uint8 weights,
+    else `validate_moe_inputs`; fp32 activations too where `fp32_activations`); one ValueError naming the
+    problem. The weights' kind: "mxfp4", "fp8" or ""."""
+    if w1.dtype == torch.uint8:
+        if block_shape is not None:
+            raise ValueError(
+                "block_shape applies to FP8 weights only, not MXFP4 (e8m0 scales per 32 along K)"
+            )
+        acts = (torch.bfloat16, torch.float32) if fp32_activations else (torch.bfloat16,)
+        validate_mxfp4_moe_inputs(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                                  act_dtypes=acts, check_ids=check_ids)  # fmt: skip
+        return "mxfp4"
+    fp8 = validate_moe_inputs(
+        x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale, block_shape=block_shape,
+        act_dtypes=(*_ACT_DTYPES, torch.float32) if fp32_activations else _ACT_DTYPES, check_ids=check_ids,
+    )  # fmt: skip
+    return "fp8" if fp8 else ""
+
+
 def moe_reference(
     x: Tensor,
     w1: Tensor,
@@ -379,25 +412,9 @@ def moe_reference(
     `fused_gate_up` (the kernel's GATE_UP_FUSED structure, whose epilogue
     reads g and u in fp32), g and u are rounded to x's dtype first, as vLLM's structure stores them.
     """
-    mxfp4 = w1.dtype == torch.uint8
-    if mxfp4:
-        if block_shape is not None:
-            raise ValueError("block_shape applies to FP8 weights only, not MXFP4 (32 along K)")
-        validate_mxfp4_moe_inputs(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
-                                  act_dtypes=(torch.bfloat16, torch.float32))  # fmt: skip
-        fp8 = False
-    else:
-        fp8 = validate_moe_inputs(
-            x,
-            w1,
-            w2,
-            topk_weights,
-            topk_ids,
-            w1_scale=w1_scale,
-            w2_scale=w2_scale,
-            block_shape=block_shape,
-            act_dtypes=(*_ACT_DTYPES, torch.float32),
-        )
+    kind = validate_moe_call(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                             block_shape=block_shape, fp32_activations=True)  # fmt: skip
+    mxfp4, fp8 = kind == "mxfp4", kind == "fp8"
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     if mxfp4:
