@@ -56,6 +56,10 @@ def _everywhere(target: Target) -> bool:
     return True
 
 
+def _no_exemption(target: Target) -> frozenset[str]:
+    return frozenset()
+
+
 @cache
 def _code_version(modules: tuple[str, ...]) -> str:
     return modules_hash(*modules, within=KERNELS)
@@ -87,6 +91,9 @@ class Backend:
     - `served`: whether the op's run-time entry point runs its configs. False for a baseline kept only to
       be measured against (the MoE's per-expert loop reads the routing back, so no graph can hold it): a
       table never serves it and an M profile never times it.
+    - `exempt(target)`: the static checks (`autotune.core.static.CHECKS`) that do not prune its configs
+      on `target`, where measurement showed configs failing them winning (the MLA decode's spilling
+      64-head tiles on sm_90). A sweep still records the findings.
     """
 
     name: str
@@ -101,6 +108,7 @@ class Backend:
     absent: Callable[[Problem, Target], str] | None = None
     max_m: int | None = None
     served: bool = True
+    exempt: Callable[[Target], frozenset[str]] = _no_exemption
 
     def __post_init__(self) -> None:
         if not self.modules and self.version is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -210,6 +210,11 @@ class StaticPolicy:
     @property
     def enabled(self) -> bool:
         return bool(self.prune)
+
+    def pruning(self, found: Sequence[StaticFinding], exempt: Set[str] = frozenset()) -> list[StaticFinding]:
+        """The findings of `found` that prune a config: those of a check the policy prunes by and the
+        config's backend is not `exempt` from (`Backend.exempt`)."""
+        return [f for f in found if f.check in self.prune and f.check not in exempt]
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> StaticPolicy:

@@ -159,7 +159,7 @@ class StaticChecker:
             return []
         self.prefetch(op, problem, [config])
         _, found = self._wait(op, problem, config)
-        pruning = [f for f in found if f.check in self.policy.prune]
+        pruning = self.policy.pruning(found, op.backend(config.backend).exempt(self.target))
         if pruning:
             with self._lock:
                 counts = self.pruned.setdefault(problem.key(), Counter())

@@ -157,7 +157,9 @@ def check_problem(
         pos += len(batch)
         rounds += 1
         for config, (features, findings) in _compiled(checker, op, problem, batch, on_step).items():
-            pruning = [f for f in findings if f.check in checker.policy.prune or f.check == "compile"]
+            exempt = op.backend(config.backend).exempt(target)
+            failed = [f for f in findings if f.check == "compile"]
+            pruning = failed or checker.policy.pruning(findings, exempt)
             predicted = predict_us(problem, config, target, features)
             report.compiled.append(Candidate(config, predicted, features, pruning))
         if len(report.survivors()) >= keep:

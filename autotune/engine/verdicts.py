@@ -226,13 +226,14 @@ class Verdicts:
     def passes(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> bool:
         """Whether `config` passes every static check of the policy on `target` (a vendor backend, with
         nothing to compile, always does)."""
-        if op.backend(config.backend).library:
+        backend = op.backend(config.backend)
+        if backend.library:
             return True
         found = check_features(
             self.features(op, problem, config, target), config, target,
             min_occupancy=self.policy.min_occupancy,
         )  # fmt: skip
-        return not [f for f in found if f.check in self.policy.prune]
+        return not self.policy.pruning(found, backend.exempt(target))
 
     def first_passing(
         self, op: TunableOp, problem: Problem, target: Target, candidates: Iterable[Config]

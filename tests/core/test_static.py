@@ -308,6 +308,21 @@ def test_features_json_round_trip() -> None:
     assert StaticFeatures.from_json(f.to_json()) == f
 
 
+def test_policy_prunes_by_its_checks_less_the_exempt_ones() -> None:
+    found = [StaticFinding("spills", "spills"), StaticFinding("lds", "too much LDS")]
+    assert [f.check for f in StaticPolicy().pruning(found)] == ["spills", "lds"]
+    assert [f.check for f in StaticPolicy().pruning(found, {"spills"})] == ["lds"]
+    assert [f.check for f in StaticPolicy(prune=("spills",)).pruning(found, {"spills"})] == []
+
+
+def test_mla_kernel_is_exempt_from_spills_on_sm90_only() -> None:
+    triton = get_op("mla_decode").backend("triton")
+    assert triton.exempt(Target.for_arch("sm_90")) == {"spills"}
+    assert not triton.exempt(Target.for_arch("gfx942")) and not GEMM.backend("triton").exempt(
+        Target.for_arch("sm_90")
+    )
+
+
 def test_policy_validation() -> None:
     assert StaticPolicy.from_mapping({"prune": False}).enabled is False
     with pytest.raises(ValueError, match="unknown static check"):

@@ -22,17 +22,24 @@ PROBLEM = Problem.gemm(256, 4096, 4096)
 
 
 class _Backend:
-    def __init__(self, library: bool) -> None:
-        self.library = library
+    def __init__(self, library: bool, exempt: frozenset[str] = frozenset()) -> None:
+        self.library, self._exempt = library, exempt
+
+    def exempt(self, target: Target) -> frozenset[str]:
+        return self._exempt
 
 
 class FakeOp:
-    """An op whose "torch" backend is a vendor library and whose "triton" configs are compiled."""
+    """An op whose "torch" backend is a vendor library and whose "triton" configs are compiled (exempt
+    from the checks `exempt`)."""
 
     name = "fake_gemm"
 
+    def __init__(self, exempt: frozenset[str] = frozenset()) -> None:
+        self.exempt = exempt
+
     def backend(self, name: str) -> _Backend:
-        return _Backend(name == "torch")
+        return _Backend(name == "torch", self.exempt)
 
     def source_hash(self, backend: str) -> str:
         return f"{backend}-v1"
@@ -90,6 +97,15 @@ def test_the_first_candidate_that_passes_every_check_is_the_default() -> None:
     v = Verdicts(None, features_of=Compiler({big: features(), tiny: features()}), key_of=refuses,
                  checkable=lambda t: True)  # fmt: skip
     assert v.first_passing(FakeOp(), PROBLEM, TARGET, [big, tiny]) == tiny
+
+
+def test_a_backend_exempt_from_a_check_is_not_pruned_by_it() -> None:
+    spilling, lds = tile(256), tile(256, 1)
+    compiler = Compiler({spilling: features(spills=21), lds: features(lds=278_464)})
+    v = verdicts(compiler)
+    assert not v.passes(FakeOp(), PROBLEM, spilling, TARGET)
+    assert v.passes(FakeOp(frozenset({"spills"})), PROBLEM, spilling, TARGET)
+    assert not v.passes(FakeOp(frozenset({"spills"})), PROBLEM, lds, TARGET)  # only that check
 
 
 def test_a_passing_first_candidate_is_kept_and_a_vendor_config_needs_no_compile() -> None:

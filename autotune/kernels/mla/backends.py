@@ -16,7 +16,7 @@ from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.mla.space import mla_default_config, mla_subspace
+from autotune.kernels.mla.space import mla_default_config, mla_subspace, spill_exempt
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +147,9 @@ MLA_BACKENDS = Backends(
     "mla_decode",
     (
         Backend("torch", _torch, library=True, modules=("autotune.kernels.mla.ref",), version=_torch_version),
-        Backend("triton", _triton, mla_subspace, modules=("autotune.kernels.mla.kernel",)),
+        Backend(
+            "triton", _triton, mla_subspace, modules=("autotune.kernels.mla.kernel",), exempt=spill_exempt
+        ),
         Backend("aiter", _aiter, library=True, version=aiter_version, runs_on=_runs_aiter, served=False),
     ),
 )

@@ -25,6 +25,7 @@ __all__ = [
     "mla_default_config",
     "mla_params",
     "own",
+    "spill_exempt",
 ]
 
 #: Most splits of a sequence's context the space holds.
@@ -68,11 +69,26 @@ def _groups(problem: Problem, block_h: int) -> int:
     return cdiv(own(problem)[0], block_h)
 
 
+def _wgmma(target: Target, block_h: int) -> bool:
+    """Whether the dots are warpgroup MMAs on `target` (sm_90 with 64 heads a program or more): their
+    A operand, the queries, is then read from shared memory, not held in registers."""
+    return target.arch == "sm_90" and block_h >= 64
+
+
+def spill_exempt(target: Target) -> frozenset[str]:
+    """The static checks that do not prune the kernel's configs on `target`: spills on sm_90, where the
+    64-head tiles (warpgroup MMAs) spill a few registers and still run fastest at 128 heads (1.7x the
+    32-head tiles that do not spill, `docs/notes/2026-11-28-mla-decode-h100.md`)."""
+    return frozenset({"spills"}) if target.arch == "sm_90" else frozenset()
+
+
 def _lane_registers(problem: Problem, target: Target, c: Mapping[str, Value]) -> float:
     """Per lane, in 32-bit registers: the fp32 accumulator (BLOCK_H x latent), the queries (BLOCK_H x
-    K, bf16) and the scores with their probabilities (BLOCK_H x BLOCK_N, fp32, twice)."""
+    K, bf16; none with warpgroup MMAs) and the scores with their probabilities (BLOCK_H x BLOCK_N, fp32,
+    twice)."""
     bh, bn = int(c["BLOCK_H"]), int(c["BLOCK_N"])
-    words = bh * problem.N + bh * problem.K / 2 + 2 * bh * bn
+    queries = 0 if _wgmma(target, bh) else bh * problem.K / 2
+    words = bh * problem.N + queries + 2 * bh * bn
     return words / (int(c["num_warps"]) * (target.wave_size or 32))
 
 
@@ -160,15 +176,16 @@ def default_splits(problem: Problem, target: Target, block_h: int, block_n: int)
 
 
 def _core(problem: Problem, target: Target) -> Core:
-    """BLOCK_H (as `bm`), BLOCK_N (as `bn`), warps and stages of the rule: 16 heads where there are 16,
-    else 32 (64 on AMD: twice the lanes a warp) so that 128 heads read the cache 4 (2) times; 32-token
-    tiles (64 of an FP8 cache spill on sm_90)."""
+    """BLOCK_H (as `bm`), BLOCK_N (as `bn`), warps and stages of the rule: 16 heads where there are 16;
+    else 64 on AMD (twice the lanes a warp) and sm_90 (warpgroup MMAs, 8 warps, 64-token tiles), 32
+    elsewhere, so that 128 heads read the cache 2 (4) times; 32-token tiles otherwise."""
     heads = own(problem)[0]
+    if heads > MIN_BLOCK_H and _wgmma(target, 64):
+        return Core(min(64, next_pow2(heads)), 64, 1, 8, 2)
     wide = 64 if target.is_amd else 32
     bh = MIN_BLOCK_H if heads <= MIN_BLOCK_H else min(wide, next_pow2(heads))
-    bn = 32
     warps = 4 if target.is_amd or bh <= 32 else 8
-    return Core(bh, bn, 1, warps, 2)
+    return Core(bh, 32, 1, warps, 2)
 
 
 def _config(problem: Problem, target: Target, core: Core) -> Config | None:

@@ -67,6 +67,20 @@ def test_the_space_prunes_with_reasons_and_holds_the_default(arch: str) -> None:
     assert "Q_FP8" not in sub.params
 
 
+def test_sm90_takes_64_heads_a_program_with_warpgroup_mmas_at_128_heads() -> None:
+    """On sm_90 the queries of a 64-head tile are a warpgroup MMA's shared-memory operand, so the
+    register model admits 64 x 64 tiles on 8 warps (not 4), and the default takes them; not elsewhere."""
+    h100, mi300 = Target.for_arch("sm_90"), Target.for_arch("gfx942")
+    sub = MLA_DECODE.space(_problem(64, 128, 4096), h100).subspace("triton")
+    wide = dict(num_kv_splits=1, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2)
+    assert sub.check(Config(backend="triton", **wide)) is None
+    assert "registers" in (sub.check(Config(backend="triton", **{**wide, "num_warps": 4})) or "")
+    first = mla_default_candidates(_problem(64, 128, 4096), h100)[0]
+    assert (first["BLOCK_H"], first["BLOCK_N"], first["num_warps"]) == (64, 64, 8)
+    assert mla_default_candidates(_problem(64, 16, 4096), h100)[0]["BLOCK_H"] == 16
+    assert mla_default_candidates(_problem(64, 128, 4096), mi300)[0]["BLOCK_N"] == 32
+
+
 def test_splits_follow_batch_and_context() -> None:
     h100 = Target.for_arch("sm_90")
     # batch 1: the context is split to fill the GPU; batch 256: the sequences fill it, one split
