@@ -20,7 +20,7 @@ class Config(Mapping[str, Value]):
     Values must be int, float, str or bool.
     """
 
-    __slots__ = ("_canonical", "_hash", "_items")
+    __slots__ = ("_canonical", "_digest", "_hash", "_items")
 
     def __init__(self, items: Mapping[str, Value] | None = None, /, **kwargs: Value) -> None:
         merged: dict[str, Value] = dict(items or {})
@@ -33,6 +33,7 @@ class Config(Mapping[str, Value]):
         self._items = dict(sorted(merged.items()))
         self._canonical = json.dumps(self._items, separators=(",", ":"), sort_keys=True)
         self._hash = hash(self._canonical)
+        self._digest = ""
 
     @classmethod
     def of_sorted(cls, items: dict[str, Value], canonical: str) -> Config:
@@ -40,6 +41,7 @@ class Config(Mapping[str, Value]):
         built as `canonical()` would: for a search space listing many configs of the same knobs."""
         config = cls.__new__(cls)
         config._items, config._canonical, config._hash = items, canonical, hash(canonical)
+        config._digest = ""
         return config
 
     @classmethod
@@ -55,7 +57,9 @@ class Config(Mapping[str, Value]):
 
     def digest(self) -> str:
         """Stable 16-hex-digit hash of the canonical form (same in every process and version)."""
-        return hashlib.sha256(self._canonical.encode()).hexdigest()[:16]
+        if not self._digest:
+            self._digest = hashlib.sha256(self._canonical.encode()).hexdigest()[:16]
+        return self._digest
 
     @property
     def backend(self) -> str:

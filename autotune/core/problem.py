@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, ClassVar
@@ -223,10 +224,7 @@ class Problem:
 
     def __post_init__(self) -> None:
         rules = rules_of(self.op)  # ValueError for an unknown op
-        for name in ("M", "N", "K"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        self._check_sizes()
         for name in ("E", "topk"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -237,6 +235,13 @@ class Problem:
             raise ValueError(f"unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
         object.__setattr__(self, "extra", _own_params(self.op, rules.params, self.extra))
         rules.validate_problem(self)
+
+    def _check_sizes(self) -> None:
+        """ValueError unless M, N and K are positive integers."""
+        for name in ("M", "N", "K"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
     @classmethod
     def gemm(
@@ -329,8 +334,15 @@ class Problem:
         return out
 
     def params_json(self) -> str:
-        """`params()` as canonical JSON (sorted keys, no spaces): equal problems give equal text."""
-        return json.dumps(self.params(), sort_keys=True, separators=(",", ":"))
+        """`params()` as canonical JSON (sorted keys, no spaces): equal problems give equal text. Problems
+        that differ only in M, N and K share it: it is encoded once for them (`_PARAMS_JSON`)."""
+        key = _params_key(self)
+        text = _PARAMS_JSON.get(key)
+        if text is None:
+            if len(_PARAMS_JSON) >= _PARAMS_KEPT:
+                _PARAMS_JSON.clear()
+            text = _PARAMS_JSON[key] = json.dumps(self.params(), sort_keys=True, separators=(",", ":"))
+        return text
 
     @classmethod
     def from_params(cls, op: str, M: int, N: int, K: int, params: str | dict[str, object]) -> Problem:
@@ -341,6 +353,16 @@ class Problem:
     def with_m(self, M: int) -> Problem:
         """The same problem with another M."""
         return replace(self, M=M)
+
+    def with_shape(self, M: int, N: int, K: int) -> Problem:
+        """The same problem with sizes M, N and K, checked as a new one is: its sizes, then its op's rules
+        (its other fields were checked when it was built). For many problems of one kind, e.g. the rows
+        of an imported table."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, M=M, N=N, K=K)
+        new._check_sizes()
+        rules_of(self.op).validate_problem(new)
+        return new
 
     def arithmetic_intensity(self) -> float:
         """FLOPs per byte of minimum traffic."""
@@ -384,3 +406,9 @@ def next_pow2(x: int) -> int:
 
 #: The fields of a problem stored in columns of their own, not in its params.
 _INDEXED = frozenset(("op", "M", "N", "K", "extra"))
+#: The fields `params_json` depends on: all but M, N and K (the op too: it fixes the types of its own
+#: parameters, so that equal keys have equal JSON).
+_params_key = operator.attrgetter(*(f.name for f in fields(Problem) if f.name not in ("M", "N", "K")))
+#: `params_json` of the problems seen, by `_params_key`; at most `_PARAMS_KEPT` (then it starts over).
+_PARAMS_JSON: dict[tuple[object, ...], str] = {}
+_PARAMS_KEPT = 1024

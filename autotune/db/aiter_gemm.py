@@ -20,7 +20,7 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 
 from .aiter import AITER_BACKEND, AITER_CU_DEVICES
-from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
+from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, JsonForm, device_target
 from .store import NewTrial
 
 __all__ = [
@@ -259,6 +259,8 @@ def _bool(row: Mapping[str, str], column: str, where: str) -> bool:
 def _int(row: Mapping[str, str], column: str, where: str, default: int | None = None) -> int:
     """An integer column ("5", or pandas' "5.0"); `default` where it is empty."""
     text = (row.get(column) or "").strip()
+    if text.isdecimal():  # the common case, as the pattern below reads it
+        return int(text)
     if not text and default is not None:
         return default
     found = re.fullmatch(r"(-?\d+)(?:\.0*)?", text)
@@ -345,12 +347,12 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
     that is no number, or a table we do not import.
     """
     name = path.name
-    reader = csv.DictReader(lines)
-    header = [c.strip() for c in reader.fieldnames or []]
-    reader.fieldnames = header
-    rows = iter(reader)
+    reader = csv.reader(lines)
+    header = [c.strip() for c in next(reader, [])]
+    rows = (fields for fields in reader if fields)  # a blank line is no row
     first = next(rows, None)
-    kind = gemm_kind_of(name, header, (first.get("kernelName") or "") if first else "")
+    first_kernel = dict(zip(header, first or [], strict=False)).get("kernelName") or ""
+    kind = gemm_kind_of(name, header, first_kernel)
     time_column = "soltimes" if "soltimes" in header and "us" not in header else "us"
     needed = ["cu_num", "M", "N", "K", time_column, "kernelName"]
     needed += ["dtype", "outdtype", "solidx"] if kind.name == "bf16" else ["kernelId"]
@@ -359,40 +361,123 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
         raise InteropError(
             f"{name}: not an aiter {kind.name} tuned GEMM table: it lacks the columns {', '.join(missing)}"
         )
+    kinds = _RowKinds(name, kind, header)
     devices: set[str] = set()
-    for number, row in enumerate(itertools.chain([first] if first else [], rows), start=2):
+    for number, fields in enumerate(itertools.chain([first] if first else [], rows), start=2):
         where = f"{name}: row {number}"
-        if None in row or any(row.get(c) is None for c in header):
+        if len(fields) != len(header):
             raise InteropError(f"{where}: its number of fields differs from the header's ({len(header)})")
-        M, N, K = (_int(row, c, where) for c in ("M", "N", "K"))
-        cu_num = _int(row, "cu_num", where)
-        raw_us = row[time_column].strip()
+        columns = dict(zip(header, map(str.strip, fields), strict=True))
+        shape = (_int(columns, "M", where), _int(columns, "N", where), _int(columns, "K", where))
+        cu_num = _int(columns, "cu_num", where)
+        raw_us = columns[time_column]
         try:
             us = float(raw_us)
         except ValueError:
             raise InteropError(f"{where}: {time_column} is {raw_us!r}, not a number") from None
         try:
-            target = aiter_target(cu_num, row.get("gfx"))
-            problem, flags = _problem(kind, row, target.arch, (M, N, K), where)
-            config, backend = _config(kind, row, header, where)
+            row_kind, problem = kinds.of(fields, cu_num, shape, where)
         except (InteropError, ValueError) as exc:
             found.skipped.append((f"row {number}", str(exc).removeprefix(f"{where}: ")))
             continue
-        extra: dict[str, Any] = {"file": name, "imported_from": "aiter", "table": kind.name, "row": number}
-        extra["columns"] = {c: row[c].strip() for c in header}
+        flags = list(row_kind.flags)
         timing = None
         if math.isfinite(us) and us > 0:
             timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
         else:
             flags.append(f"aiter recorded no usable time ({time_column}={raw_us})")
         status = TrialStatus.PRUNED if flags else TrialStatus.OK
-        result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
+        extra = _extra(name, kind, number, columns)
+        result = TrialResult(row_kind.config, status, timing=timing, error="; ".join(flags), extra=extra)
         if flags:
             found.flagged.append((f"row {number}", "; ".join(flags)))
-        devices.add(str(target))
-        kernel = f"{problem.op}.{backend}"
-        yield found.count(NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED))
+        devices.add(row_kind.device)
+        yield found.count(
+            NewTrial(
+                row_kind.target,
+                row_kind.kernel,
+                IMPORTED_SOURCE_HASH,
+                problem,
+                result,
+                Source.IMPORTED,
+                extra_json=kinds.extra_json(row_kind, number, columns),
+            )
+        )
     if not found.n_ok + found.n_flagged and not found.skipped:
         raise InteropError(f"{name}: the table has a header but no rows")
     on = ", ".join(sorted(devices)) or "no GPU of ours"
     found.summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {on}"
+
+
+#: Columns of an aiter GEMM table that differ from row to row whatever the row's kernel and problem kind:
+#: the shape, the time and what aiter derives from them. Rows equal in every other column are of one kind
+#: (`_RowKind`), read once for all of them.
+_PER_ROW = frozenset(("M", "N", "K", "us", "soltimes", "tflops", "bw", "err_ratio", "errRatio"))
+#: The most row kinds one table's read keeps (the oldest make way: its memory stays bounded).
+_KINDS_KEPT = 1024
+
+
+def _extra(name: str, kind: GemmKind, row: int | str, columns: dict[str, str]) -> dict[str, Any]:
+    """The extra of a row (`row`: its number) of the table `name` of kind `kind`: where it came from and
+    its columns (stripped), kept for export."""
+    return {"file": name, "imported_from": "aiter", "table": kind.name, "row": row, "columns": columns}
+
+
+@dataclass(frozen=True)
+class _RowKind:
+    """What the rows of one kind share: the GPU (and its name in the file's summary), the problem at the
+    shape of the first such row, why it is a reference only, the config and the kernel it is stored
+    under, and the JSON of their extras (`_extra`) but the row's number and `_PER_ROW` columns (made once
+    a second row of the kind is read; None before)."""
+
+    target: Target
+    device: str
+    problem: Problem
+    flags: tuple[str, ...]
+    config: Config
+    kernel: str
+    extra: JsonForm | None = None
+
+
+class _RowKinds:
+    """The kinds of the rows of the table `name` of kind `kind` with columns `header`, each read once."""
+
+    def __init__(self, name: str, kind: GemmKind, header: list[str]) -> None:
+        self.name, self.kind, self.header = name, kind, header
+        self._keyed = [i for i, c in enumerate(header) if c not in _PER_ROW]
+        self._per_row = [c for c in dict.fromkeys(header) if c in _PER_ROW]
+        self._kept: dict[tuple[str, ...], _RowKind] = {}
+
+    def extra_json(self, row_kind: _RowKind, number: int, columns: dict[str, str]) -> str:
+        """The JSON of the extra of the row `number` of kind `row_kind` with columns `columns`; "" where
+        the kind has no form yet (the Store encodes it)."""
+        if row_kind.extra is None:
+            return ""
+        return row_kind.extra.text([number, *[columns[c] for c in self._per_row]])
+
+    def of(
+        self, fields: list[str], cu_num: int, shape: tuple[int, int, int], where: str
+    ) -> tuple[_RowKind, Problem]:
+        """The kind of the row `fields` (its CU count and shape read) and its problem. InteropError or
+        ValueError, the reason, for a row no op of ours holds."""
+        key = tuple([fields[i] for i in self._keyed])
+        known = self._kept.get(key)
+        if known is not None:
+            if known.extra is None:  # a second row of its kind: its extras are worth a form
+                known = self._kept[key] = replace(known, extra=self._extra_form(fields))
+            return known, known.problem.with_shape(*shape)
+        row = dict(zip(self.header, fields, strict=True))
+        target = aiter_target(cu_num, row.get("gfx"))
+        problem, flags = _problem(self.kind, row, target.arch, shape, where)
+        config, backend = _config(self.kind, row, self.header, where)
+        if len(self._kept) >= _KINDS_KEPT:
+            del self._kept[next(iter(self._kept))]
+        kernel = f"{problem.op}.{backend}"
+        row_kind = self._kept[key] = _RowKind(target, str(target), problem, tuple(flags), config, kernel)
+        return row_kind, problem
+
+    def _extra_form(self, fields: list[str]) -> JsonForm:
+        """The form of the extras of the rows of the kind of the row `fields`."""
+        slots = {c: JsonForm.slot(i) for i, c in enumerate(self._per_row, start=1)}
+        columns = {c: slots.get(c) or v.strip() for c, v in zip(self.header, fields, strict=True)}
+        return JsonForm(_extra(self.name, self.kind, JsonForm.slot(0), columns))

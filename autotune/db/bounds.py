@@ -12,6 +12,7 @@ a regular file (never a FIFO or a device, which could block or never end) of at 
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
+    from autotune.core.config import Config
+
     from .store import NewTrial
 
 __all__ = ["MAX_BYTES", "MAX_DIM", "MAX_EXPERTS", "MAX_INT", "MAX_M", "MAX_TILE", "MAX_US", "open_bounded",
@@ -53,7 +56,20 @@ def out_of_range(trial: NewTrial) -> str | None:
     for name, size, low, high in sizes:
         if not low <= size <= high:
             return f"{name}={_short(size)} is out of range ({low} to {high})"
-    for key, value in trial.result.config.items():
+    why = _config_out_of_range(trial.result.config)
+    if why is not None:
+        return why
+    timing = trial.result.timing
+    if timing is not None and not (math.isfinite(timing.median_us) and 0 < timing.median_us <= MAX_US):
+        return f"time {timing.median_us:g} us is not a positive time of at most {MAX_US:g} us"
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _config_out_of_range(config: Config) -> str | None:
+    """Why `config` holds a value out of bounds; None when all are within (an import's rows share few
+    configs: each is checked once)."""
+    for key, value in config.items():
         if isinstance(value, bool) or value is None or isinstance(value, str):
             continue
         if isinstance(value, float):
@@ -67,9 +83,6 @@ def out_of_range(trial: NewTrial) -> str | None:
                 return f"{key}={_short(value)} is no tile size (1 to {MAX_TILE})"
         elif abs(value) > MAX_INT:
             return f"{key}={_short(value)} is out of range (at most {MAX_INT} in magnitude)"
-    timing = trial.result.timing
-    if timing is not None and not (math.isfinite(timing.median_us) and 0 < timing.median_us <= MAX_US):
-        return f"time {timing.median_us:g} us is not a positive time of at most {MAX_US:g} us"
     return None
 
 

@@ -8,9 +8,12 @@ Target whose toolchain is ``{"source": "imported"}``, so its fingerprint never e
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ __all__ = [
     "Found",
     "ImportedFile",
     "InteropError",
+    "JsonForm",
     "MoeModel",
     "UnknownShape",
     "device_name_of",
@@ -284,3 +288,33 @@ class Found:
         """The ImportedFile of `path` holding `trials` (every trial the reader yielded)."""
         kept = tuple(trials)
         return ImportedFile(path, format, self.summary, kept, tuple(self.flagged), tuple(self.skipped))
+
+
+class JsonForm:
+    """`json.dumps(value, sort_keys=True)` (a trial's extra as the Store writes it) of values alike but in
+    a few strings and integers: a sample is encoded once, with a `slot` marking each place that differs,
+    and `text` fills those places in for one value (as `json.dumps` encodes them)."""
+
+    def __init__(self, sample: Any) -> None:
+        parts = _SLOT.split(json.dumps(sample, sort_keys=True))
+        self._fixed = tuple(parts[0::2])
+        self._slots = tuple(int(i) for i in parts[1::2])
+
+    @staticmethod
+    def slot(index: int) -> str:
+        """The marker of the place of the `index`-th value `text` fills in (a text with NUL characters,
+        which no CSV file holds)."""
+        return f"\x00{index}\x00"
+
+    def text(self, values: Sequence[str | int]) -> str:
+        """The JSON of the value whose slots hold `values` (by index): strings and integers (not bools)."""
+        out = [self._fixed[0]]
+        for slot, fixed in zip(self._slots, self._fixed[1:], strict=True):
+            value = values[slot]
+            out.append(encode_basestring_ascii(value) if isinstance(value, str) else int.__repr__(value))
+            out.append(fixed)
+        return "".join(out)
+
+
+#: A slot in a sample's JSON: its marker (`JsonForm.slot`) as a JSON string.
+_SLOT = re.compile(r'"\\u0000(\d+)\\u0000"')

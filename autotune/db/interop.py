@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import codecs
 import csv
+import gc
 import io
 import logging
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from autotune.core.registry import load_plugins
 from autotune.core.result import TrialStatus
 
 from .bounds import open_bounded, out_of_range, read_bounded
@@ -197,14 +200,32 @@ def import_files(
     written)."""
     paths = _check_args(paths, k, topk)
     out: list[ImportedFile] = []
-    for path in expand_paths(paths):
-        f = _import_one(store, path, k, topk, source_hash)
-        if f.error:
-            logger.info("skipped %s", f.error)  # the caller reports it
-        out.append(f)
+    with _heap_frozen():
+        for path in expand_paths(paths):
+            f = _import_one(store, path, k, topk, source_hash)
+            if f.error:
+                logger.info("skipped %s", f.error)  # the caller reports it
+            out.append(f)
     total = sum(f.written or 0 for f in out)
     logger.info("imported %d new trials from %d files into %s", total, len(out), store.display_url)
     return out
+
+
+@contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Runs the block with the objects alive before it left out of the garbage collector's passes
+    (`gc.freeze`): the ops' modules (loaded first: every problem needs its op's rules) and torch's are
+    many, and an import makes so many small objects that the collector would otherwise walk them all
+    again and again. A heap frozen already, on purpose, is left as it is."""
+    load_plugins()
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _import_one(

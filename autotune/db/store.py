@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import importlib
 import itertools
 import json
 import logging
 import math
+import operator
 import os
 import shlex
 import time
@@ -24,6 +26,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    bindparam,
     case,
     delete,
     func,
@@ -163,7 +166,11 @@ def _retrying(method: _F) -> _F:
 
 @dataclass(frozen=True)
 class NewTrial:
-    """One trial for `Store.record_many`: what `Store.record` takes as arguments, as a value."""
+    """One trial for `Store.record_many`: what `Store.record` takes as arguments, as a value.
+
+    `extra_json` is the JSON of `result.extra` as the Store writes it (`json.dumps`, keys sorted) where
+    its maker has it already (an import's row, `autotune.db.foreign.JsonForm`); "": the Store encodes it.
+    """
 
     target: Target
     kernel: str
@@ -171,6 +178,7 @@ class NewTrial:
     problem: Problem
     result: TrialResult
     source: Source = Source.MEASURED
+    extra_json: str = ""
 
 
 def _same_shape(problem: Problem, *, imported: Any) -> Any:
@@ -676,7 +684,7 @@ class Store:
         the database; either way nothing is written.
         """
         items = list(trials)
-        extras = [_extra_json(t.result) for t in items]
+        extras = [t.extra_json or _extra_json(t.result) for t in items]
         if not items:
             return []
         return self._record_many(items, extras, sweep_id, replace_final=False)
@@ -692,8 +700,10 @@ class Store:
         gpu_ids: dict[str, int] = {}
         kernel_ids: dict[tuple[str, str], int] = {}
         with self._session(write=True) as session:
+            look_first = session.scalar(select(ProblemModel.id).limit(1)) is not None
             for batch in _batches(trials, chunk):
-                written += self._write_chunk(session, batch, gpu_ids, kernel_ids)
+                written += self._write_chunk(session, batch, gpu_ids, kernel_ids, look_first)
+                batch.clear()  # gone before the next chunk is read: memory holds one
         self._gpu_ids.update(gpu_ids)
         self._kernel_ids.update(kernel_ids)
         logger.debug("streamed %d new trials in one transaction", written)
@@ -705,11 +715,13 @@ class Store:
         batch: list[NewTrial],
         gpu_ids: dict[str, int],
         kernel_ids: dict[tuple[str, str], int],
+        look_first: bool,
     ) -> int:
-        """Inserts the trials of `batch` whose key is not stored yet (Core, one executemany); the GPU,
-        kernel and problem rows they need are created first. `gpu_ids` and `kernel_ids` cache ids."""
+        """Inserts the trials of `batch` whose key is not stored yet (`_insert_rows`); the GPU, kernel and
+        problem rows they need are created first (`_add_rows`; `look_first`: whether the problems table
+        held rows before). `gpu_ids` and `kernel_ids` cache ids."""
         t = TrialModel
-        extras = [_extra_json(item.result) for item in batch]
+        extras = [item.extra_json or _extra_json(item.result) for item in batch]
         by_object: dict[int, str] = {}  # a reader hands out few Target objects: hash each once
         for item in batch:
             if id(item.target) not in by_object:
@@ -723,11 +735,11 @@ class Store:
             {(item.kernel, item.source_hash) for item in batch} - set(kernel_ids)
         ):
             kernel_ids[(name, source_hash)] = _kernel_row(session, name, source_hash)
-        problems = {item.problem.key(): item.problem for item in batch}
+        keys = [item.problem.key() for item in batch]
+        problems = dict(zip(keys, (item.problem for item in batch), strict=True))
         wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
-        created: set[str] = set()
-        problem_ids = _ensure_rows(
-            session, ProblemModel, ProblemModel.key, wanted, core=True, created=created
+        problem_ids, created = _add_rows(
+            session, ProblemModel, ProblemModel.key, wanted, look_first=look_first
         )
         pids = sorted({i for k, i in problem_ids.items() if k not in created})  # a new problem has no trials
         gids = sorted({gpu_ids[fp] for fp in fingerprints})
@@ -740,18 +752,18 @@ class Store:
             existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
         rows: list[dict[str, Any]] = []
         now = utcnow()
-        for item, extra in zip(batch, extras, strict=True):
+        for item, key, extra in zip(batch, keys, extras, strict=True):
             source = Source(item.source)
             gpu = gpu_ids[by_object[id(item.target)]]
             kernel_row = kernel_ids[(item.kernel, item.source_hash)]
-            problem_row = problem_ids[item.problem.key()]
-            key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
-            if key in existing:
+            problem_row = problem_ids[key]
+            trial_key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+            if trial_key in existing:
                 continue
-            existing.add(key)
+            existing.add(trial_key)
             rows.append(_trial_values(item.result, source, extra, gpu, kernel_row, problem_row, None, now))
         if rows:
-            session.execute(insert(TRIALS), rows)
+            _insert_rows(session, TRIALS, rows)
         return len(rows)
 
     @_retrying
@@ -1444,30 +1456,131 @@ def _kernel_row(session: Session, name: str, source_hash: str) -> int:
 
 
 def _ensure_rows(
-    session: Session,
-    model: Any,
-    column: Any,
-    wanted: dict[str, dict[str, Any]],
-    *,
-    core: bool = False,
-    created: set[str] | None = None,
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]]
 ) -> dict[str, int]:
     """Ids of the rows of `model` whose unique `column` has the values `wanted` names, the missing ones
-    inserted (not committed) from their column values in `wanted` (and their keys added to `created`);
-    with `core`, in one executemany (many rows: no ORM objects), their ids read back."""
+    inserted (not committed) from their column values in `wanted`."""
     ids = _row_ids(session, model, column, sorted(wanted))
     missing = [k for k in sorted(wanted) if k not in ids]
-    if created is not None:
-        created.update(missing)
-    if missing and core:
-        session.execute(insert(model.__table__), [wanted[k] for k in missing])
-        ids.update(_row_ids(session, model, column, missing))
-    elif missing:
+    if missing:
         rows = [model(**wanted[k]) for k in missing]
         session.add_all(rows)
         session.flush()
         ids.update((str(getattr(row, column.key)), int(row.id)) for row in rows)
     return ids
+
+
+def _add_rows(
+    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]], *, look_first: bool
+) -> tuple[dict[str, int], set[str]]:
+    """Ids of the rows of `model` whose unique `column` has the values `wanted` names, and the keys of those
+    inserted here (not committed) from their column values in `wanted` (`_insert_new`: no ORM objects, a
+    key stored meanwhile left alone), the others read back. `look_first` reads the stored ones before
+    (where the table held rows: a PostgreSQL insert that conflicts uses up a sequence value); a database
+    without ON CONFLICT ... RETURNING always does, and inserts the others plainly."""
+    keys = sorted(wanted)
+    ids = _row_ids(session, model, column, keys) if look_first else {}
+    missing = [k for k in keys if k not in ids]
+    if not missing:
+        return ids, set()
+    table = model.__table__
+    if _insert_new(session.connection().dialect) is None:
+        if not look_first:
+            return _add_rows(session, model, column, wanted, look_first=True)
+        _insert_rows(session, table, [wanted[k] for k in missing])
+        ids.update(_row_ids(session, model, column, missing))
+        return ids, set(missing)
+    created = _insert_new_rows(session, table, column.key, [wanted[k] for k in missing])
+    ids.update(created)
+    ids.update(_row_ids(session, model, column, [k for k in missing if k not in created]))
+    return ids, set(created)
+
+
+def _insert_new(dialect: Any) -> Callable[[Table], Any] | None:
+    """The INSERT of `dialect` that can leave a stored key alone and return the rows it wrote (ON
+    CONFLICT DO NOTHING RETURNING: PostgreSQL's, SQLite's from 3.35); None for another."""
+    if dialect.name not in ("sqlite", "postgresql") or not dialect.insert_returning:
+        return None
+    return cast(Callable[[Table], Any], importlib.import_module(f"sqlalchemy.dialects.{dialect.name}").insert)
+
+
+def _insert_rows(session: Session, table: Table, rows: list[dict[str, Any]]) -> None:
+    """Inserts `rows` (dicts of the same columns, every one the insert writes) into `table` in one
+    executemany on the driver's cursor (`_DriverInsert`: none of SQLAlchemy's work per row)."""
+    conn = session.connection()
+    statement = _driver_insert(conn.dialect, table, tuple(rows[0]))
+    params: list[Any] = statement.values(rows)
+    if statement.named:
+        params = [dict(zip(statement.names, p, strict=True)) for p in params]
+    conn.exec_driver_sql(statement.sql, params)
+
+
+def _insert_new_rows(session: Session, table: Table, key: str, rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Inserts those of `rows` (as `_insert_rows` takes them) whose `key` column is not stored into `table`,
+    `_VALUES_ROWS` rows a statement (`_insert_new`); the ids of the rows it wrote, by key."""
+    conn = session.connection()
+    created: dict[str, int] = {}
+    for start in range(0, len(rows), _VALUES_ROWS):
+        batch = rows[start : start + _VALUES_ROWS]
+        statement = _driver_insert(conn.dialect, table, tuple(batch[0]), len(batch), key)
+        flat = list(itertools.chain.from_iterable(statement.values(batch)))
+        params = dict(zip(statement.names, flat, strict=True)) if statement.named else tuple(flat)
+        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params))
+    return created
+
+
+#: Rows of one INSERT of many (`_insert_new_rows`): SQLite takes 32766 parameters, PostgreSQL 65535.
+_VALUES_ROWS = 1000
+
+
+@dataclass(frozen=True)
+class _DriverInsert:
+    """An INSERT as the driver takes it: its SQL, the names of its parameters in the order the driver
+    takes them (`named`: by name), the columns each row gives (in the table's order) and the converter
+    of each column whose type has one (SQLite's datetimes), by position."""
+
+    sql: str
+    names: tuple[str, ...]
+    named: bool
+    columns: tuple[str, ...]
+    converters: tuple[tuple[int, Callable[[Any], Any]], ...]
+
+    def values(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        """The values of `rows` (dicts of at least two columns), a tuple per row in `columns`' order, each
+        converted for the driver (a value that every row shares, once)."""
+        picked: list[Sequence[Any]] = list(zip(*map(operator.itemgetter(*self.columns), rows), strict=True))
+        for i, convert in self.converters:
+            column = picked[i]
+            shared = len(set(map(id, column))) == 1
+            picked[i] = [convert(column[0])] * len(column) if shared else list(map(convert, column))
+        return list(zip(*picked, strict=True))
+
+
+@functools.lru_cache(maxsize=32)
+def _driver_insert(
+    dialect: Any, table: Table, names: tuple[str, ...], rows: int = 0, key: str = ""
+) -> _DriverInsert:
+    """The INSERT into `table` of the columns `names` for `dialect`: of one row, for executemany, or of
+    `rows` rows at once, leaving a stored `key` alone and returning the id and key of each row it wrote
+    (`_insert_new`). ValueError where it would write a column more (a default)."""
+    columns = tuple(c.name for c in table.columns if c.name in names)
+    if len(columns) != len(names):
+        raise ValueError(f"{table.name} has no columns {sorted(set(names) - set(columns))}")
+    if rows:
+        values = [{c: bindparam(f"{c}_{i}", type_=table.c[c].type) for c in columns} for i in range(rows)]
+        insert_new = cast(Callable[[Table], Any], _insert_new(dialect))
+        stmt = insert_new(table).values(values).on_conflict_do_nothing(index_elements=[key])
+        compiled = stmt.returning(table.c.id, table.c[key]).compile(dialect=dialect)
+        wanted = tuple(f"{c}_{i}" for i in range(rows) for c in columns)
+    else:
+        compiled = insert(table).compile(dialect=dialect, column_keys=list(columns), for_executemany=True)
+        wanted = columns
+    order = tuple(compiled.positiontup or ()) if compiled.positional else wanted
+    if order != wanted or set(compiled.binds) != set(wanted):
+        raise ValueError(f"an insert into {table.name} takes {sorted(compiled.binds)}, not {sorted(wanted)}")
+    processors = (table.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns)
+    converters = tuple((i, f) for i, f in enumerate(processors) if f is not None)
+    return _DriverInsert(compiled.string, order, not compiled.positional, columns, converters)
 
 
 def _row_ids(session: Session, model: Any, column: Any, keys: list[str]) -> dict[str, int]:

@@ -52,6 +52,45 @@ def test_config_digest_known_value() -> None:
 
     c = Config(backend="torch")
     assert c.digest() == hashlib.sha256(b'{"backend":"torch"}').hexdigest()[:16]
+    assert c.digest() == c.digest()  # kept after the first call
+    assert pickle.loads(pickle.dumps(c)).digest() == c.digest()
+
+
+def test_a_problem_with_another_shape_is_checked_as_a_new_one() -> None:
+    p = Problem.gemm(16, 4096, 1024, "fp16")
+    q = p.with_shape(32, 2048, 512)
+    assert q == Problem.gemm(32, 2048, 512, "fp16") and hash(q) == hash(Problem.gemm(32, 2048, 512, "fp16"))
+    assert (p.M, p.N, p.K) == (16, 4096, 1024)  # the first is left as it was
+    assert q.key() == Problem.gemm(32, 2048, 512, "fp16").key() and q.params_json() == p.params_json()
+    for shape in [(0, 1, 1), (1, -2, 1), (1, 1, True)]:
+        with pytest.raises(ValueError, match="must be a positive integer") as got:
+            p.with_shape(*shape)
+        with pytest.raises(ValueError) as built:
+            Problem("gemm", *shape, dtype_a="fp16", dtype_b="fp16", dtype_out="fp16")
+        assert str(got.value) == str(built.value)
+    mla = Problem.of("mla_decode", 4, 512, 576, context=1024, heads=16, kv_dtype="bf16", page_size=64)
+    assert mla.with_shape(8, 256, 320) == dataclasses.replace(mla, M=8, N=256, K=320)
+    with pytest.raises(ValueError, match="powers of two") as got:
+        mla.with_shape(8, 256, 300)  # its op's own rules
+    with pytest.raises(ValueError) as built:
+        dataclasses.replace(mla, M=8, N=256, K=300)
+    assert str(got.value) == str(built.value)
+
+
+def test_params_json_is_the_problems_own_whatever_was_encoded_before() -> None:
+    import json
+
+    problems = [
+        Problem.gemm(5, 64, 64, "bf16"),
+        Problem.gemm(6, 64, 64, "fp16"),
+        Problem.gemm(5, 64, 64, "bf16", "kn"),
+        Problem.moe(5, 64, 64, 8, 2),
+        Problem.moe(5, 64, 64, 8, 2, weights="fp8e4m3"),
+        Problem.of("mla_decode", 4, 512, 576, context=1024, heads=16, kv_dtype="bf16", page_size=64),
+        Problem.of("mla_decode", 4, 512, 576, context=1024, heads=16, kv_dtype="bf16", page_size=32),
+    ]
+    for p in problems + problems[::-1]:
+        assert p.params_json() == json.dumps(p.params(), sort_keys=True, separators=(",", ":"))
 
 
 def test_target_for_arch_limits_and_fingerprints() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from autotune.db.aiter_gemm import (
     config_of_name,
     kind_for_op,
 )
-from autotune.db.foreign import IMPORTED_TOOLCHAIN, InteropError
+from autotune.db.foreign import IMPORTED_TOOLCHAIN, InteropError, JsonForm
 from autotune.db.interop import read_imports
 
 MI300X = Target.for_arch("gfx942")
@@ -339,6 +340,109 @@ def test_import_twice_writes_nothing_new(store: Store, tmp_path: Path) -> None:
     )
     assert [f.written for f in import_files(store, [path])] == [1]
     assert [f.written for f in import_files(store, [path])] == [0]
+
+
+# -- rows of one kind, read once ---------------------------------------------------------------------------
+
+
+def _bf16(m: int, n: int, k: int, rest: str, us: str = "9.5", bias: str = "False") -> str:
+    return f"gfx942,304,{m},{n},{k},{bias},torch.bfloat16,torch.bfloat16,False,False,{rest},{us}"
+
+
+QUOTED = ',"Cijk ""q"" \\ µ, x",0.0,5.5,6.5'
+KIND_ROWS = (
+    _bf16(16, 4096, 1024, "hipblaslt,7,0", "11.5") + ",Cijk_a,0.0,1.5,2.5",  # row 2: a kind's first row
+    _bf16(32, 8192, 2048, "hipblaslt,7,0", "12.5") + ",Cijk_a,0.0,3.5,4.5",  # its second
+    _bf16(0, 8192, 2048, "asm,5,2", "3.0") + f",{ASM},0.0,1,1",  # another kind's first row: M=0
+    _bf16(64, 1024, 1024, "asm,5,2", "4.0") + f",{ASM},0.0,1,1",
+    _bf16(64, 1024, 0, "asm,5,2", "5.0") + f",{ASM},0.0,1,1",  # a later one: K=0
+    _bf16(8, 2048, 6144, "hipblaslt,9,0", "12.9", "True") + ",Cijk_b,0.0,1,1",  # flagged kind
+    _bf16(8, 2048, 2048, "hipblaslt,9,0", "-1", "True") + ",Cijk_b,0.0,1,1",  # flagged twice
+    _bf16(8, 2048, 1024, "hipblaslt,9,0", "13.9", "True") + ",Cijk_b,0.0,1,1",
+    _bf16(48, 4096, 1024, "hipblaslt,7,0", "14.5") + ",Cijk_a,0.0,5.5,6.5",  # the first kind again
+    _bf16(48, 4096, 1024, "hipblaslt,7,0", "15.5") + ",Cijk_a,0.0,5.5,6.5",  # its problem and config again
+    _bf16(48, 4096, 1024, "hipblaslt,7,1", "16.5") + ",Cijk_a,0.0,5.5,6.5",  # another splitK: another kind
+    _bf16(96, 4096, 1024, " hipblaslt ,7,0", "17.5") + QUOTED,  # spaced, quoted, escaped: its extra's JSON
+    _bf16(97, 4096, 1024, " hipblaslt ,7,0", "18.5") + QUOTED,
+)
+
+
+def test_rows_of_one_kind_are_read_once_and_each_is_stored_as_its_own(store: Store, tmp_path: Path) -> None:
+    """Rows alike but in their shape and time share the GPU, problem kind and config read for the first
+    of them: each is stored with its own problem, time, row and columns; a shape the op refuses is
+    skipped as the first row of a kind would be; a repeated trial is written once."""
+    path = table(tmp_path, "bf16_tuned_gemm.csv", BF16_GFX, *KIND_ROWS)
+    (file,) = import_files(store, [path])
+    assert (file.n_ok, file.n_flagged, file.written) == (8, 3, 10)  # rows 10 and 11: one trial
+    assert dict(file.skipped) == {
+        "row 4": "M must be a positive integer, got 0",
+        "row 6": "K must be a positive integer, got 0",
+    }
+    rows = {t.extra["row"]: t for t in store.trials()}
+    assert sorted(rows) == [2, 3, 5, 7, 8, 9, 10, 12, 13, 14]
+    for number, line in enumerate(KIND_ROWS, start=2):
+        if number not in rows:
+            continue
+        record, values = rows[number], next(csv.reader([line]))
+        m, n, k = (int(v) for v in values[2:5])
+        assert record.problem == Problem.gemm(m, n, k, "bf16") and record.extra["columns"]["M"] == str(m)
+        assert record.extra["columns"]["kernelName"] == values[14].strip()
+        assert record.extra["columns"]["tflops"] == values[16] and record.extra["table"] == "bf16"
+        assert record.config["solidx"] == int(values[11]) and record.config["splitK"] == int(values[12])
+        assert record.gpu.name == "AMD Instinct MI300X"
+    assert rows[2].config is not rows[3].config and rows[2].config == rows[3].config  # read back
+    assert rows[10].time_us == 14.5 and rows[12].config["splitK"] == 1
+    assert rows[5].config == Config(backend="aiter", libtype="asm", solidx=5, splitK=2, kernelName=ASM)
+    assert [rows[n].error for n in (7, 8, 9)] == [
+        "bias=True: our GEMMs have no bias epilogue",
+        "bias=True: our GEMMs have no bias epilogue; aiter recorded no usable time (us=-1)",
+        "bias=True: our GEMMs have no bias epilogue",
+    ]
+    assert rows[13].config["kernelName"] == 'Cijk "q" \\ µ, x' == rows[14].extra["columns"]["kernelName"]
+    assert rows[13].config["libtype"] == "hipblaslt"
+
+
+def test_a_kinds_config_is_shared_but_each_row_keeps_its_own_extra(tmp_path: Path) -> None:
+    """The config of a kind is one immutable value; the extras, and the JSON the Store writes of them, are
+    each row's own (as `json.dumps` writes the extra)."""
+    path = table(tmp_path, "bf16_tuned_gemm.csv", BF16_GFX, *KIND_ROWS)
+    (file,) = read_imports([path])
+    by_row = {t.result.extra["row"]: t for t in file.trials}
+    first, second = by_row[2], by_row[3]
+    assert first.result.config is second.result.config
+    with pytest.raises((AttributeError, TypeError)):
+        first.result.config["solidx"] = 8  # type: ignore[index]
+    first.result.config.to_dict()["solidx"] = 8
+    assert second.result.config["solidx"] == 7 and first.result.config["solidx"] == 7
+    assert first.result.extra["columns"] is not second.result.extra["columns"]
+    first.result.extra["columns"]["M"] = "1"
+    assert second.result.extra["columns"]["M"] == "32"
+    assert first.problem is not second.problem and first.problem.M == 16 and second.problem.M == 32
+    encoded = [t for t in file.trials if t.extra_json]
+    assert {t.result.extra["row"] for t in encoded} >= {3, 8, 9, 10, 11, 14}  # a kind's second row on
+    for trial in by_row.values():
+        if trial is not first and trial.extra_json:
+            assert trial.extra_json == json.dumps(trial.result.extra, sort_keys=True)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_json_form_writes_what_json_dumps_does(seed: int) -> None:
+    rng = random.Random(seed)
+    texts = ["", "a", 'q"uote', "back\\slash", "µs", "tab\t", "\u2028", "😀", " spaced ", "{}", "[1]", "null"]
+    for _ in range(20):
+        values: list[str | int] = [rng.choice(texts) + rng.choice(texts) for _ in range(4)]
+        values.append(rng.randrange(-(2**70), 2**70))
+        keys = rng.sample(["M", "N", "K", "us", "row", "b", "a", "Z", "z"], 5)
+        fixed = {
+            rng.choice(texts) + str(i): rng.choice([1, 2.5, None, True, rng.choice(texts)]) for i in range(3)
+        }
+        sample = {
+            **fixed,
+            "inner": {key: JsonForm.slot(i) for i, key in enumerate(keys)},
+            "n": JsonForm.slot(4),
+        }
+        value = {**fixed, "inner": {key: values[i] for i, key in enumerate(keys)}, "n": values[4]}
+        assert JsonForm(sample).text(values) == json.dumps(value, sort_keys=True)
 
 
 # -- our configs' names --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -639,6 +640,47 @@ def test_record_many_rejects_bad_extra_before_writing(store: Store) -> None:
     with pytest.raises(ValueError, match="not JSON-serializable"):
         store.record_many([*batch(2), bad])
     assert counts(store) == (0, 0, 0, 0)
+
+
+def test_a_streamed_write_stores_what_record_many_does(db_url: str, tmp_path: Path) -> None:
+    """`record_stream` writes on the driver's cursor what `record_many` writes through the ORM: the same
+    columns and values (times, datetimes, an extra's JSON given as it is), a trial once however often it
+    comes, in chunks or not."""
+    timing = Timing(2.5, 2.0, 2.25, 3.0, 2.6, 0.25, 7, "events")
+    trials = [*batch(3), *batch(2)]  # repeated, across chunks of two
+    timed = TrialResult(tiles(32, 64), TrialStatus.OK, timing=timing, rel_error=1e-3, compile_s=1,
+                        measure_s=0.5, extra={"µ": [1, "x"]})  # fmt: skip
+    pruned = TrialResult(tiles(32, 64), TrialStatus.PRUNED, error="too big")
+    trials += [
+        dataclasses.replace(trials[0], problem=moe(9, MIXTRAL), result=timed),
+        dataclasses.replace(
+            trials[0], problem=moe(10, MIXTRAL), result=pruned, extra_json='{"given": "as is"}'
+        ),
+    ]
+    with Store(str(tmp_path / "many.db")) as many:
+        assert many.record_many(trials).count(True) == 5
+        expected = many.trials()
+    with Store(db_url) as streamed:
+        assert streamed.record_stream(iter(trials), chunk=2) == 5
+        got = streamed.trials()
+        assert streamed.record_stream(iter(trials), chunk=3) == 0
+    key = lambda r: (r.problem.M, r.config.digest())  # noqa: E731
+    for a, b in zip(sorted(expected, key=key), sorted(got, key=key), strict=True):
+        assert dataclasses.replace(b, id=a.id, created_at=a.created_at, gpu=a.gpu) == a
+        assert (
+            b.gpu.fingerprint == a.gpu.fingerprint and abs(b.created_at - a.created_at).total_seconds() < 60
+        )
+    assert [r.extra for r in got if r.problem.M == 10] == [{"given": "as is"}]
+    if "://" not in db_url:  # SQLite: each value stored as SQLAlchemy stores it (its datetimes' text)
+        assert _stored_as(db_url) == _stored_as(str(tmp_path / "many.db"))
+
+
+def _stored_as(path: str) -> set[tuple[object, ...]]:
+    """How the trials of the SQLite file `path` hold their values: each column's type, and the length of
+    each text."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT * FROM trials").fetchall()
+    return {tuple((type(v).__name__, len(v) if isinstance(v, str) else None) for v in row) for row in rows}
 
 
 def test_cli_unreadable_file_exits_1_after_importing_the_others(
