@@ -11,9 +11,9 @@ problem at that M, so a sweep that stops resumes its profile, and `autotune emit
 the M ranges a table serves (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's
 space at an M is not timed there, except the imported file's pick.
 
-The profile is sparse (`COARSE`, `CLOSE`): every fourth ladder M first, then, halving the step, an M
-between two timed ones only where a candidate beat the vendor library at one of them (elsewhere the vendor
-library is served). Its timings race (`PROFILE_RACE`): a config clearly behind stops after its first
+The profile is sparse (`COARSE`, `CLOSE`): the tuned M, the first and the last first; then every
+fourth ladder M, and then, halving the step, every M between two timed ones, each only where a candidate
+beat the vendor library at the timed M beside it below or above (elsewhere the vendor library is served). Its timings race (`PROFILE_RACE`): a config clearly behind stops after its first
 replays.
 Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
 whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
@@ -122,10 +122,11 @@ def _due(last: tuple[float, int] | None, step: int) -> bool:
     return ratio <= HOPELESS or step - at > REPROBE
 
 
-#: A sparse profile times every `COARSE`-th ladder M first (and every tuned M, the first and the last).
-#: Then, halving the step each pass (every second, then every M), it times an M only where at the
+#: A sparse profile times every tuned M, the first and the last first. Then every `COARSE`-th ladder M,
+#: and then, halving the step each pass (every second, then every M), it times an M only where at the
 #: nearest timed M below or above it a candidate other than the vendor's ran within `CLOSE` of the vendor
-#: library's time (or the vendor library has no time there). Elsewhere the vendor library is served
+#: library's time (or the vendor library has no time there). Two tuned buckets at which the vendor
+#: library won have nothing timed between them. Elsewhere the vendor library is served
 #: (`autotune.dispatch.ranges` serves a config between two timed M only where it won at both). `CLOSE` is
 #: 1: a table serves a config only where it beats the vendor by a margin (`autotune emit`), and one that
 #: lost to the vendor at both neighbours seldom wins by that margin between them.
@@ -141,11 +142,21 @@ PROFILE_RACE = 1.05
 
 
 def _coarse(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
-    """The ladder indices a profile times first: all of them, or (sparse) every `COARSE`-th one, the
-    first, the last and the tuned M's."""
+    """The ladder indices a profile considers after its anchors (`_anchors`): all of them, or (sparse)
+    every `COARSE`-th one, the first, the last and the tuned M's (the anchors themselves are timed
+    already)."""
     if not sparse or count < 3:
         return list(range(count))
     return sorted({*range(0, count, COARSE), count - 1, *tuned})
+
+
+def _anchors(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
+    """The ladder indices a profile times before any other: all of them, or (sparse) the first, the last
+    and the tuned M's. A sparse profile then times a coarse M (`_coarse`) only where an anchor or coarse
+    M timed beside it is contested (`_contested`)."""
+    if not sparse or count < 3:
+        return list(range(count))
+    return sorted({0, count - 1, *tuned})
 
 
 def _refinements(count: int) -> list[int]:
@@ -457,19 +468,33 @@ def profile_family(
         if on_point is not None:
             on_point(problem, ran, len(todo))
 
-    coarse = _coarse(len(points), [i for i, (p, _) in enumerate(points) if p.M in tuned], sparse)
-    for step, index in enumerate(coarse):
-        time_point(index, functools.partial(_due_at, last, step))
-    for index in (i for i in _refinements(len(points)) if i not in known):
+    def contested_beside(index: int) -> bool:
+        """Whether the nearest timed M below or above ladder index `index` is contested; where neither
+        is, the M is left to the vendor library (counted, not timed)."""
         lo = max(i for i in known if i < index)
         hi = min(i for i in known if i > index)
-        if not (_contested(known[lo]) or _contested(known[hi])):
-            report.left_out += 1  # the vendor library clearly ahead on both sides: served there
-            report.points += 1
-            if on_point is not None:
-                on_point(points[index][0], 0, 0)
-            continue
-        time_point(index, functools.partial(_between, last, known[lo], known[hi]))
+        if _contested(known[lo]) or _contested(known[hi]):
+            return True
+        left.add(index)
+        report.left_out += 1
+        report.points += 1
+        if on_point is not None:
+            on_point(points[index][0], 0, 0)
+        return False
+
+    left: set[int] = set()  # ladder indices left to the vendor library
+    tuned_at = [i for i, (p, _) in enumerate(points) if p.M in tuned]
+    anchors = _anchors(len(points), tuned_at, sparse)
+    for index in anchors:
+        time_point(index, functools.partial(_due_at, last, len(known)))
+    for index in (i for i in _coarse(len(points), tuned_at, sparse) if i not in known):
+        if contested_beside(index):
+            time_point(index, functools.partial(_due_at, last, len(known)))
+    for index in (i for i in _refinements(len(points)) if i not in known and i not in left):
+        lo = max(i for i in known if i < index)
+        hi = min(i for i in known if i > index)
+        if contested_beside(index):
+            time_point(index, functools.partial(_between, last, known[lo], known[hi]))
     report.wall_s = time.perf_counter() - t0
     log.info("profiled %s at %d M: %d timed (%d of them the vendor library again), %d read back, %d failed, "
              "%d pruned as hopeless, %d M left to the vendor library, %.1f s", job.family, report.points,

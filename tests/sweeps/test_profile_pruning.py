@@ -260,23 +260,25 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
     from autotune.sweeps.profile import CLOSE
 
     job = _job(LADDER, [1, 8])
-    coarse = [1, 5, 8, 9, 13, 16]  # every COARSE-th M (COARSE = 4), the tuned M = 8 and the last
+    anchors = [1, 8, 16]  # the tuned M, the first and the last
+    # then every COARSE-th M (COARSE = 4: M = 5, 9, 13) where a timed M beside it is contested
 
     def behind(M: int, config: Config) -> float:  # A 20% behind the vendor everywhere: none filled in
         return {VENDOR: 10.0, A: 12.0}[config]
 
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], behind, name="a.db", sparse=True)
-    assert _at(measurer, VENDOR) == _at(measurer, A) == coarse
-    assert report.left_out == len(LADDER) - len(coarse) and report.points == len(LADDER)
+    assert _at(measurer, VENDOR) == _at(measurer, A) == anchors
+    assert report.left_out == len(LADDER) - len(anchors) and report.points == len(LADDER)
 
     def close_below_6(M: int, config: Config) -> float:  # A at CLOSE times the vendor up to M = 5
         return {VENDOR: 10.0, A: 10.0 * (CLOSE if M <= 5 else CLOSE + 0.01)}[config]
 
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], close_below_6, name="b.db", sparse=True)
-    # halving the step: M = 3 and 7 lie beside contested M (1 and 5), then M = 2, 4 and 6 beside
-    # contested M (1, 3, 5); M = 7 is not contested, so M = 10-12, 14 and 15 are left to the vendor
-    assert _at(measurer, VENDOR) == sorted([*coarse, 3, 7, 2, 4, 6])
-    assert report.left_out == len(LADDER) - len(coarse) - 5
+    # M = 5 lies beside a contested anchor (1); M = 9 and 13 lie between uncontested ones (8, 16).
+    # Halving the step: M = 3 and 7 lie beside contested M (1 and 5), then M = 2, 4 and 6 beside
+    # contested M (1, 3, 5); M = 7 is not contested, so M = 9-15 are left to the vendor
+    assert _at(measurer, VENDOR) == sorted([*anchors, 5, 3, 7, 2, 4, 6])
+    assert report.left_out == len(LADDER) - len(anchors) - 6
 
     def vendor_fails_at_13(M: int, config: Config) -> float | None:  # no vendor time: contested
         return None if (M, config) == (13, VENDOR) else behind(M, config)
@@ -284,7 +286,17 @@ def test_a_sparse_profile_fills_in_only_the_m_where_a_candidate_comes_close_to_t
     report, measurer = _profile(
         tmp_path, job, lambda m: [VENDOR, A], vendor_fails_at_13, name="c.db", sparse=True
     )
-    assert _at(measurer, VENDOR) == sorted([*coarse, 11, 15, 12, 14])  # beside M = 13, then beside those
+    assert _at(measurer, VENDOR) == anchors  # M = 13 is never timed: nothing beside it is contested
+
+    def wins_at_16(M: int, config: Config) -> float:  # A ahead at the last M only
+        return {VENDOR: 10.0, A: 9.0 if M == 16 else 12.0}[config]
+
+    report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A], wins_at_16, name="d.db", sparse=True)
+    # coarse M upwards: M = 5 between uncontested anchors; M = 9, then 13, with the contested last M the
+    # nearest timed above; halving: only M = 15 lies beside a contested M (16), and M = 14 between 13
+    # and 15, where A lost
+    assert _at(measurer, A) == sorted([*anchors, 9, 13, 15])
+    assert report.left_out == len(LADDER) - len(anchors) - 3
 
 
 def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near_the_fastest(
@@ -299,9 +311,9 @@ def test_a_sparse_profile_times_a_candidate_between_two_m_only_where_it_was_near
     report, measurer = _profile(tmp_path, job, lambda m: [VENDOR, A, B], times, sparse=True)
     assert _at(measurer, VENDOR) == _at(measurer, A) == list(LADDER)  # every M contested: all filled in
     timed_b = _at(measurer, B)
-    # coarse M 1, 5, 9, 13, 16: hopeless at M = 1, skipped at the next REPROBE coarse M, reprobed at
-    # M = 13, skipped at M = 16; never timed between two timed M
-    assert REPROBE == 2 and timed_b == [1, 13]
+    # anchors M = 1 and 16, then coarse M 5, 9, 13: hopeless at M = 1, skipped at the next REPROBE
+    # timed M (16, 5), reprobed at M = 9, skipped at M = 13; never timed between two timed M
+    assert REPROBE == 2 and timed_b == [1, 9]
     assert report.left_out == 0 and report.pruned == 3 * len(LADDER) - len(measurer.calls)
 
 
