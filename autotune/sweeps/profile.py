@@ -13,8 +13,8 @@ space at an M is not timed there, except the imported file's pick.
 
 The profile is sparse (`COARSE`, `CLOSE`): the tuned M, the first and the last first; then every
 fourth ladder M, and then, halving the step, every M between two timed ones, each only where a candidate
-beat the vendor library at the timed M beside it below or above (elsewhere the vendor library is served). Its timings race (`PROFILE_RACE`): a config clearly behind stops after its first
-replays.
+beat the vendor library at the timed M beside it below or above (elsewhere the vendor library is
+served). Its timings race (`PROFILE_RACE`): a config clearly behind stops after its first replays.
 Clearly losing candidates are pruned as the ladder is walked upwards: a config other than the vendor's
 whose last timing was more than `HOPELESS` times that M's fastest (or failed) is not timed at the next
 `REPROBE` M the profile times, then timed again (and skipped again while it stays hopeless). The vendor

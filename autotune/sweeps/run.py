@@ -24,14 +24,13 @@ from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCal
 from autotune.engine.strategies import Budget
 from autotune.engine.workers import InlineWorker, Worker, WorkerAborted, WorkerError
 from autotune.sweeps.estimate import plan, plan_sweep
+from autotune.sweeps.plans_ahead import PlansAhead
 from autotune.sweeps.profile import (
     PROFILE_RACE,
     FamilyProfile,
     Plan,
     ProfileReport,
     family_of,
-    family_plan,
-    prefetch_family,
     profile_family,
 )
 from autotune.sweeps.shared import SharedWork, profile_item, work_key
@@ -445,6 +444,7 @@ def _run_on_workers(
                     report.problems.append(runner.current)  # stopped mid-way: its stored trials count
 
     profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
+    ahead: PlansAhead | None = None  # the profile's plans, made on a thread once tuning is done
 
     def next_job() -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
         """The next family to profile: for a shared sweep, one no other live process holds (waiting
@@ -465,6 +465,8 @@ def _run_on_workers(
         job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
         try:
             while not stop.is_set() and (job := next_job()) is not None:
+                if job[1] is None and ahead is not None:
+                    job = (job[0], ahead.wait(job[0], stop.is_set))
                 ticket = lane.join()
                 try:
                     done = profile_family(
@@ -534,40 +536,20 @@ def _run_on_workers(
         check_errors(bool(queue.todo))
         if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
             t0 = time.perf_counter()
-            if checker is not None:  # every family's compiles queued at once, in order: the first ones first
-                target = workers[0].target
-                _warm_defaults([job for job, _ in profile_jobs], target, checker)
-                profile_jobs = [
-                    (job, family_plan(job, store=store, target=target)) for job, _ in profile_jobs
-                ]
-                for job, plan in profile_jobs:
-                    assert plan is not None
-                    prefetch_family(job.op, plan[0], checker)
+            if checker is not None:  # planned in order while the families before are timed
+                ahead = PlansAhead(
+                    [job for job, _ in profile_jobs], store=store, target=workers[0].target, checker=checker
+                )
             try:
                 run_phase(profile, 1)
             finally:
                 report.profile_s = time.perf_counter() - t0
+                if ahead is not None:
+                    ahead.close()
             check_errors(bool(profile_jobs))
     finally:
         if one_thread:
             workers[0].close()
-
-
-def _warm_defaults(jobs: Sequence[FamilyProfile], target: Target, checker: StaticChecker) -> None:
-    """Checks the heuristic default's first candidate at every ladder M of `jobs` on the compile pool, all
-    at once (`Verdicts.warm`): the profile's plan builds the search space of every M, whose first config
-    is the checked default, and this process would compile those one after another."""
-    from autotune.engine.verdicts import verdicts
-
-    for job in jobs:
-        items = []
-        for M in job.ladder:
-            problem = job.buckets[0].with_m(M)
-            try:
-                items.append((problem, next(iter(job.op.default_candidates(problem, target)))))
-            except (ValueError, StopIteration):
-                continue
-        verdicts().warm(job.op, items, target, checker.pool.submit)
 
 
 def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
