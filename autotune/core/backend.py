@@ -120,14 +120,22 @@ class Backend:
         digest = code if self.version is None else _digest(" ".join(filter(None, (self.version(), code))))
         return _digest(f"{digest} {self.variant}") if self.variant else digest
 
-    def space(self, problem: Problem, target: Target, default: Config) -> SubSpace:
-        """Its configs for `problem` on `target`, where `default` is the op's heuristic default."""
+    def space(self, problem: Problem, target: Target, default: Config | None) -> SubSpace:
+        """Its configs for `problem` on `target`, where `default` is the op's heuristic default (None: not
+        known; the default only orders the configs, it adds none)."""
         reason = "" if self.absent is None else self.absent(problem, target)
         if reason:
             return SubSpace(self.name, constraints=(Constraint(f"{self.name}_unsupported", reason, _never),))
         if self.subspace is None:
             return SubSpace(self.name)
-        return self.subspace(problem, target, default if default.backend == self.name else None)
+        return self.subspace(
+            problem, target, default if default is not None and default.backend == self.name else None
+        )
+
+    def check(self, problem: Problem, target: Target, config: Config) -> str | None:
+        """None where `config` is one of this backend's configs for `problem` on `target` (as the op's
+        space holds it), else why not. Needs no heuristic default, so nothing is compiled."""
+        return self.space(problem, target, None).check(config)
 
 
 def _never(config: Any) -> bool:

@@ -23,7 +23,6 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from pathlib import Path
 
 from autotune.core.config import Config
@@ -179,49 +178,6 @@ class Verdicts:
             with self._lock:
                 self._known[key] = known
         return known
-
-    def warm(
-        self,
-        op: TunableOp,
-        items: Iterable[tuple[Problem, Config]],
-        target: Target,
-        submit: Callable[[TunableOp, Problem, Config], Future[StaticFeatures]],
-    ) -> int:
-        """Compiles the verdicts of `items` not known yet (in memory or on disk) through `submit` (a compile
-        pool's: on its processes, at once) and keeps them, so that `first_passing` on those problems reads
-        them instead of compiling one after another here. One compile per binary. Returns how many were
-        compiled; nothing where this process cannot compile for `target`."""
-        if not self.checkable(target):
-            return 0
-        pending: dict[str, tuple[Config, Future[StaticFeatures]]] = {}
-        for problem, config in items:
-            if op.backend(config.backend).library:
-                continue
-            key = self.key(op, problem, config, target)
-            if key is None or key in pending:
-                continue
-            with self._lock:
-                known = key in self._known
-            if known:
-                continue
-            found = self._read(target, key)
-            if found is not None:
-                with self._lock:
-                    self._known[key] = found
-                continue
-            pending[key] = (config, submit(op, problem, config))
-        for key, (config, future) in pending.items():
-            try:
-                found = future.result()
-            except Exception as exc:  # a crashed compile process: that verdict is compiled here if asked
-                log.debug("warming the verdict of %s failed: %s", config.short(), exc)
-                continue
-            with self._lock:
-                self._known[key] = found
-                self.compiled += 1
-            if found.compiled:
-                self._write(target, key, op, config, found)
-        return len(pending)
 
     def passes(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> bool:
         """Whether `config` passes every static check of the policy on `target` (a vendor backend, with

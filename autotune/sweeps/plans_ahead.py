@@ -1,11 +1,9 @@
-"""The profile's plans made ahead, one family after another, while earlier families are timed.
+"""The profile's plans made on a thread, one family after another, while the families before are timed.
 
-A family's plan (`autotune.sweeps.profile.family_plan`) builds the search space of every ladder M, whose
-first config is the heuristic default checked by compiling it. `PlansAhead` makes the plans on a
-background thread, in the families' order: for each family, it checks the defaults of its ladder M on
-the compile pool at once (`Verdicts.warm`), makes the plan, and queues the compiles its profile will
-need (`prefetch_family`). The first family's profile starts once its own plan is made, not once every
-family's is; the compile pool then works through each family's compiles in the order they are timed.
+For each family in order, `PlansAhead` makes its plan (`autotune.sweeps.profile.family_plan`, which
+compiles nothing) and queues the compiles its profile will need on the compile pool (`prefetch_family`):
+the first family's profile starts once its own plan is made, and the pool works through the families'
+compiles in the order they are timed.
 """
 
 from __future__ import annotations
@@ -24,26 +22,9 @@ if TYPE_CHECKING:
     from autotune.engine.checker import StaticChecker
     from autotune.engine.runner import TrialStore
 
-__all__ = ["PlansAhead", "warm_defaults"]
+__all__ = ["PlansAhead"]
 
 log = logging.getLogger(__name__)
-
-
-def warm_defaults(jobs: Sequence[FamilyProfile], target: Target, checker: StaticChecker) -> None:
-    """Checks the heuristic default's first candidate at every ladder M of `jobs` on the compile pool, all
-    at once (`Verdicts.warm`): the profile's plan builds the search space of every M, whose first config
-    is the checked default, and this process would compile those one after another."""
-    from autotune.engine.verdicts import verdicts
-
-    for job in jobs:
-        items = []
-        for M in job.ladder:
-            problem = job.buckets[0].with_m(M)
-            try:
-                items.append((problem, next(iter(job.op.default_candidates(problem, target)))))
-            except (ValueError, StopIteration):
-                continue
-        verdicts().warm(job.op, items, target, checker.pool.submit)
 
 
 class PlansAhead:
@@ -70,7 +51,6 @@ class PlansAhead:
                 return
             made: tuple[Plan, int] | BaseException
             try:
-                warm_defaults([job], self._target, self._checker)
                 made = family_plan(job, store=self._store, target=self._target)
                 prefetch_family(job.op, made[0], self._checker)
             except Exception as exc:  # raised where the family's plan is asked for

@@ -319,10 +319,11 @@ def family_plan(
     job: FamilyProfile, *, store: TrialStore, target: Target, finalists: int = 2
 ) -> tuple[Plan, int]:
     """`job`'s plan, and how many candidates were left out for being outside the op's space at their M.
-    The heuristic default at an M is its rule's pick (`default_candidates`' first), not `default_config`:
-    that one compiles its candidates to check them, one after another in this process, and every family's
-    plan is made before the first timing; `profile_family`'s compiler checks the pick alongside the other
-    candidates instead, on its processes."""
+    Nothing is compiled: the heuristic default at an M is its rule's pick (`default_candidates`' first),
+    not `default_config`, which compiles its candidates to check them, one after another in this process
+    (`profile_family`'s compiler checks the pick alongside the other candidates, on its processes); and a
+    candidate's place in the space is asked of its backend (`Backend.check`), not of the op's space,
+    whose first config is that checked default."""
     from autotune.core.op import kernel_versions
 
     op = job.op
@@ -334,7 +335,6 @@ def family_plan(
     skipped = 0
     for M in job.ladder:
         problem = job.buckets[0].with_m(M)
-        space = op.space(problem, target)
         try:  # the rule's pick, unchecked: the profile's compiler skips it where the static checks fail
             default: Config | None = next(iter(op.default_candidates(problem, target)), None)
         except ValueError:
@@ -343,7 +343,9 @@ def family_plan(
         pick = imported_pick(imported, M) if imported else None
         for config in point_candidates(M, per_m, vendor, default, pick):
             # the imported file's pick is timed where it runs, even outside the search's constraints
-            if config.backend in kernels and (config == pick or space.check(config) is None):
+            if config.backend in kernels and (
+                config == pick or op.backend(config.backend).check(problem, target, config) is None
+            ):
                 todo.append(config)
             else:
                 skipped += 1

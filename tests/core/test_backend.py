@@ -98,3 +98,32 @@ def test_the_registry_answers_for_the_records_of_the_built_in_ops() -> None:
         backend_of("gemm", "cutlass")
     with pytest.raises(ValueError, match="unknown op 'nope'"):
         backend_of("nope", "torch")
+
+
+@pytest.mark.parametrize("op_name", ["gemm", "gemm_fp8_rowwise", "moe"])
+def test_a_backend_check_agrees_with_the_op_s_space(op_name: str) -> None:
+    """`Backend.check` (no default, nothing compiled) holds a config where the op's space does, for configs
+    of the op's space at one M asked at others."""
+    import random
+
+    from autotune.core.registry import get_op
+    from autotune.kernels import GEMM  # noqa: F401  (registers the built-in ops)
+
+    op = get_op(op_name)
+    base = {
+        "gemm": Problem.gemm(1, 1280, 8192),
+        "gemm_fp8_rowwise": Problem("gemm_fp8_rowwise", 1, 1280, 8192, dtype_a="fp8e4m3", dtype_b="fp8e4m3"),
+        "moe": Problem("moe", 1, 256, 512, E=8, topk=2),
+    }[op_name]
+    rng = random.Random(0)
+    ms = (1, 3, 16, 40, 256, 3000)
+    pool = [c for m in ms for c in rng.sample(op.space(base.with_m(m), SM90).configs(), 12)]
+    agreed = 0
+    for m in ms:
+        problem = base.with_m(m)
+        space = op.space(problem, SM90)
+        for config in pool:
+            held = op.backend(config.backend).check(problem, SM90, config) is None
+            assert held == (space.check(config) is None), (m, config.short())
+            agreed += held
+    assert 0 < agreed < len(ms) * len(pool)  # some held, some not: the check was asked both ways

@@ -186,36 +186,3 @@ def test_switches_and_the_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert not can_check(Target.interpreter_target())
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the kernels are interpreter objects: nothing compiles
     assert not can_check(TARGET)
-
-
-def test_warm_compiles_each_unknown_binary_once_through_the_pool_and_first_passing_reads_them(
-    tmp_path: Path,
-) -> None:
-    """`warm` sends every verdict not known yet to a compile pool at once (futures), one per binary; the
-    `first_passing` calls that follow compile nothing here. Known ones (memory, disk) are not sent; where
-    the target cannot be compiled for, nothing is."""
-    from concurrent.futures import Future
-
-    passing, spilling, other = tile(64), tile(256), tile(128)
-    table = {passing: features(), spilling: features(spills=40), other: features()}
-    sent: list[Config] = []
-
-    def submit(op: Any, problem: Problem, config: Config) -> Future[StaticFeatures]:
-        sent.append(config)
-        done: Future[StaticFeatures] = Future()
-        done.set_result(table[config])
-        return done
-
-    here = Compiler(table)
-    v = verdicts(here, tmp_path)
-    v.features(FakeOp(), PROBLEM, other, TARGET)  # known in memory already
-    items = [(PROBLEM.with_m(m), c) for m in (1, 16, 300) for c in (passing, spilling, other)]
-    items.append((PROBLEM, Config(backend="torch")))  # a vendor config: nothing to compile
-    assert v.warm(FakeOp(), items, TARGET, submit) == 2
-    assert sorted(sent, key=str) == sorted([passing, spilling], key=str) and here.calls == [other]
-    assert v.first_passing(FakeOp(), PROBLEM.with_m(7), TARGET, [spilling, passing]) == passing
-    assert here.calls == [other]  # read from what warm kept
-    # a new process finds them on disk: nothing sent again
-    sent.clear()
-    assert verdicts(Compiler({}), tmp_path).warm(FakeOp(), items, TARGET, submit) == 0 and not sent
-    assert verdicts(Compiler({}), checkable=False).warm(FakeOp(), items, TARGET, submit) == 0 and not sent

@@ -74,13 +74,9 @@ class Compiles:
 
     def __init__(self) -> None:
         self.queued: list[tuple[Problem, Config]] = []
-        self.pool = self  # `warm_defaults` submits to the pool (only where this process compiles)
 
     def warm_up(self) -> None:
         pass
-
-    def submit(self, op: object, problem: Problem, config: Config) -> Any:
-        raise AssertionError("the interpreter's process checks no verdicts")
 
     def prefetch(self, op: object, problem: Problem, configs: list[Config]) -> None:
         self.queued += [(problem, c) for c in configs]
@@ -114,6 +110,29 @@ def test_each_plan_is_family_plans_and_its_compiles_are_queued_in_family_order(t
         order = [problem.with_m(1) for problem, _ in compiles.queued]
         assert order == sorted(order, key=[job.family for job in jobs].index)  # family by family
         assert {f for f in order} == {job.family for job in jobs}
+
+
+def test_a_plan_compiles_nothing_and_keeps_what_the_ops_space_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan asks each candidate's backend whether the M's space holds it (`Backend.check`), not the
+    op's space, whose first config is the heuristic default checked by compiling it."""
+    from autotune.engine import verdicts
+
+    store, jobs = _tuned(tmp_path)
+
+    def refuse(*args: Any, **kw: Any) -> Any:
+        raise AssertionError("a plan compiled a default")
+
+    monkeypatch.setattr(verdicts.Verdicts, "first_passing", refuse)
+    monkeypatch.setattr(verdicts.Verdicts, "features", refuse)
+    with store:
+        for job in jobs:
+            plan, _ = family_plan(job, store=store, target=GPU)
+            for problem, configs in plan:
+                assert configs and all(
+                    job.op.backend(c.backend).check(problem, GPU, c) is None for c in configs
+                )
 
 
 def test_a_family_that_cannot_be_planned_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
