@@ -52,19 +52,15 @@ def insert_new_rows(
     """Inserts, in their order, those of `rows` (as `insert_rows` takes them) whose unique `key` column
     is not stored in `table`, leaving a stored one alone (`insert_new_supported` must hold); the ids of
     the rows it wrote, by key. On psycopg the rows go to a temporary table by COPY, then into `table` by
-    one INSERT ... SELECT; elsewhere `VALUES_ROWS` rows a statement."""
+    one INSERT ... SELECT; on SQLite by one executemany (`_insert_new_sqlite`); elsewhere `VALUES_ROWS`
+    rows a statement."""
     if not rows:
         return {}
     if _copies(conn):
         return _insert_new_copied(conn, table, columns, rows, key)
-    created: dict[str, int] = {}
-    for start in range(0, len(rows), VALUES_ROWS):
-        batch = rows[start : start + VALUES_ROWS]
-        statement = _driver_insert(conn.dialect, table, columns, len(batch), key)
-        flat = list(itertools.chain.from_iterable(statement.converted(batch)))
-        params = dict(zip(statement.names, flat, strict=True)) if statement.named else tuple(flat)
-        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params))
-    return created
+    if conn.dialect.name == "sqlite":
+        return _insert_new_sqlite(conn, table, columns, rows, key)
+    return _insert_new_values(conn, table, columns, rows, key)
 
 
 def insert_new_supported(dialect: Any) -> bool:
@@ -122,6 +118,42 @@ def _insert_new_copied(
     return {str(k): int(i) for i, k in result}
 
 
+def _insert_new_values(
+    conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Row], key: str
+) -> dict[str, int]:
+    """`insert_new_rows` as INSERTs of `VALUES_ROWS` rows that leave a stored key alone and return the
+    rows they wrote."""
+    created: dict[str, int] = {}
+    for start in range(0, len(rows), VALUES_ROWS):
+        batch = rows[start : start + VALUES_ROWS]
+        statement = _driver_insert(conn.dialect, table, columns, len(batch), key)
+        flat = list(itertools.chain.from_iterable(statement.converted(batch)))
+        params = dict(zip(statement.names, flat, strict=True)) if statement.named else tuple(flat)
+        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params))
+    return created
+
+
+def _insert_new_sqlite(
+    conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Row], key: str
+) -> dict[str, int]:
+    """`insert_new_rows` on SQLite, whose write transactions hold the database's one write lock (the
+    Store's begin with it): one executemany that leaves a stored key alone, then the rows whose id
+    lies above the largest before it, which are the rows it wrote (SQLite gives a new row the largest
+    id plus one). Ids near the largest SQLite holds, which it would pick at random: `VALUES_ROWS` rows a
+    statement, each returning what it wrote."""
+    ids = f'SELECT "id", "{key}" FROM "{table.name}"'
+    before = conn.exec_driver_sql(f'SELECT max("id") FROM "{table.name}"').scalar() or 0
+    if before >= _LARGE_ID:
+        return _insert_new_values(conn, table, columns, rows, key)
+    statement = _driver_insert(conn.dialect, table, columns, 0, key)
+    conn.exec_driver_sql(statement.sql, statement.converted(rows))
+    return {str(k): int(i) for i, k in conn.exec_driver_sql(f'{ids} WHERE "id" > ?', (before,))}
+
+
+#: An id beyond which SQLite may give a new row a smaller id than the largest (at 2**63 - 1).
+_LARGE_ID = 1 << 62
+
+
 def _insert_new(dialect: Any) -> Callable[[Table], Any] | None:
     """The INSERT of `dialect` that can leave a stored key alone and return the rows it wrote; None for
     another."""
@@ -158,9 +190,9 @@ def _driver_insert(
     dialect: Any, table: Table, columns: tuple[str, ...], rows: int = 0, key: str = ""
 ) -> _DriverInsert:
     """The INSERT into `table` of `columns` (in the table's order) for `dialect`: of one row, for
-    executemany, or of `rows` rows at once, leaving a stored `key` alone and returning the id and key of
-    each row it wrote (`_insert_new`). ValueError for columns out of the table's order, or where the
-    insert would write a column more (a default)."""
+    executemany (leaving a stored `key` alone, where given), or of `rows` rows at once, leaving a stored
+    `key` alone and returning the id and key of each row it wrote (`_insert_new`). ValueError for
+    columns out of the table's order, or where the insert would write a column more (a default)."""
     if columns != tuple(c.name for c in table.columns if c.name in columns):
         raise ValueError(f"{columns} are not columns of {table.name} in its order")
     if rows:
@@ -170,7 +202,12 @@ def _driver_insert(
         compiled = stmt.returning(table.c.id, table.c[key]).compile(dialect=dialect)
         wanted = tuple(f"{c}_{i}" for i in range(rows) for c in columns)
     else:
-        compiled = insert(table).compile(dialect=dialect, column_keys=list(columns), for_executemany=True)
+        stmt = insert(table)
+        if key:
+            stmt = cast(Callable[[Table], Any], _insert_new(dialect))(table).on_conflict_do_nothing(
+                index_elements=[key]
+            )
+        compiled = stmt.compile(dialect=dialect, column_keys=list(columns), for_executemany=True)
         wanted = columns
     order = tuple(compiled.positiontup or ()) if compiled.positional else wanted
     if order != wanted or set(compiled.binds) != set(wanted):
