@@ -115,7 +115,7 @@ def _insert_new_copied(
         f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{staged}" ORDER BY "row_number" '
         f'ON CONFLICT ("{key}") DO NOTHING RETURNING "id", "{key}"'
     )
-    return {str(k): int(i) for i, k in result}
+    return {str(k): int(i) for i, k in result.all()}
 
 
 def _insert_new_values(
@@ -129,7 +129,7 @@ def _insert_new_values(
         statement = _driver_insert(conn.dialect, table, columns, len(batch), key)
         flat = list(itertools.chain.from_iterable(statement.converted(batch)))
         params = dict(zip(statement.names, flat, strict=True)) if statement.named else tuple(flat)
-        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params))
+        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params).all())
     return created
 
 
@@ -147,7 +147,7 @@ def _insert_new_sqlite(
         return _insert_new_values(conn, table, columns, rows, key)
     statement = _driver_insert(conn.dialect, table, columns, 0, key)
     conn.exec_driver_sql(statement.sql, statement.converted(rows))
-    return {str(k): int(i) for i, k in conn.exec_driver_sql(f'{ids} WHERE "id" > ?', (before,))}
+    return {str(k): int(i) for i, k in conn.exec_driver_sql(f'{ids} WHERE "id" > ?', (before,)).all()}
 
 
 #: An id beyond which SQLite may give a new row a smaller id than the largest (at 2**63 - 1).
