@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import Connection, Index, Table, bindparam, insert
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex, DropIndex
 
 __all__ = ["VALUES_ROWS", "index_deferred", "insert_new_rows", "insert_new_supported", "insert_rows"]
@@ -50,10 +51,10 @@ def insert_new_rows(
     conn: Connection, table: Table, columns: tuple[str, ...], rows: Sequence[Row], key: str
 ) -> dict[str, int]:
     """Inserts, in their order, those of `rows` (as `insert_rows` takes them) whose unique `key` column
-    is not stored in `table`, leaving a stored one alone (`insert_new_supported` must hold); the ids of
-    the rows it wrote, by key. On psycopg the rows go to a temporary table by COPY, then into `table` by
-    one INSERT ... SELECT; on SQLite by one executemany (`_insert_new_sqlite`); elsewhere `VALUES_ROWS`
-    rows a statement."""
+    is not stored in `table`, leaving a stored one alone (`insert_new_supported` must hold; on SQLite,
+    in a transaction that holds the write lock: BEGIN IMMEDIATE); the ids of the rows it wrote, by key.
+    On psycopg the rows go to a temporary table by COPY, then into `table` by one INSERT ... SELECT;
+    on SQLite by one executemany (`_insert_new_sqlite`); elsewhere `VALUES_ROWS` rows a statement."""
     if not rows:
         return {}
     if _copies(conn):
@@ -90,12 +91,18 @@ def _copies(conn: Connection) -> bool:
 
 
 def _copy(conn: Connection, table: str, columns: tuple[str, ...], rows: Sequence[Row]) -> None:
-    """COPY of `rows` into `table` (a name of ours, never the user's) on psycopg."""
+    """COPY of `rows` into `table` (a name of ours, never the user's) on psycopg; the driver's error
+    raised as SQLAlchemy's (an IntegrityError for a key stored meanwhile, ...), as a statement's is."""
     names = ", ".join(f'"{c}"' for c in columns)
-    cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-    with cursor, cursor.copy(f'COPY "{table}" ({names}) FROM STDIN') as copy:
-        for row in rows:
-            copy.write_row(row)
+    sql = f'COPY "{table}" ({names}) FROM STDIN'
+    error = conn.dialect.loaded_dbapi.Error
+    try:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        with cursor, cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except error as exc:
+        raise DBAPIError.instance(sql, None, exc, error) from exc
 
 
 def _insert_new_copied(

@@ -5,15 +5,22 @@ database and into one that holds rows already, on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
 import random
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Table, create_engine, select
+import pytest
+from sqlalchemy import DateTime, Table, create_engine, func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from autotune.db import Store, import_files
-from autotune.db.engine import resolve_url
+from autotune.db.bulk import insert_rows
+from autotune.db.engine import make_engine, resolve_url
 from autotune.db.interop import read_imports
 from autotune.db.models import Base
+from autotune.db.store import _TRIAL_COLUMNS as TRIAL_COLUMNS
+from autotune.db.store import TRIALS
 
 HEADER = (
     "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName,"
@@ -103,3 +110,19 @@ def test_streamed_rows_of_many_chunks_are_those_written_whole(db_url: str, tmp_p
         (f,) = import_files(store, [path])
     assert f.written and f.written > 5000
     assert stored(db_url, ids=False) == stored(reference, ids=False)
+
+
+def test_a_row_the_database_refuses_is_its_error(db_url: str) -> None:
+    """A bulk insert that breaks a constraint (here a trial of no GPU) raises SQLAlchemy's error, on
+    PostgreSQL's COPY as on an executemany, and writes nothing."""
+    Store(db_url).close()
+    row = (None, 999, 999, 999, "aiter", "{}", "0" * 16, "ok", "imported", *[1.0] * 6, 0, "imported",
+           None, "", 0.0, 0.0, "{}", datetime.now(timezone.utc), "h")  # fmt: skip
+    engine = make_engine(make_url(resolve_url(db_url)))
+    try:
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            insert_rows(conn, TRIALS, TRIAL_COLUMNS, [row])
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(TRIALS)).scalar() == 0
+    finally:
+        engine.dispose()
