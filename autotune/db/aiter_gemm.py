@@ -364,33 +364,35 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
     kinds = _RowKinds(name, kind, header)
     devices: set[str] = set()
     for number, fields in enumerate(itertools.chain([first] if first else [], rows), start=2):
-        where = f"{name}: row {number}"
         if len(fields) != len(header):
-            raise InteropError(f"{where}: its number of fields differs from the header's ({len(header)})")
+            raise InteropError(
+                f"{name}: row {number}: its number of fields differs from the header's ({len(header)})"
+            )
         columns = dict(zip(header, map(str.strip, fields), strict=True))
-        shape = (_int(columns, "M", where), _int(columns, "N", where), _int(columns, "K", where))
-        cu_num = _int(columns, "cu_num", where)
+        m, n, k, cu = columns["M"], columns["N"], columns["K"], columns["cu_num"]
+        if m.isdecimal() and n.isdecimal() and k.isdecimal() and cu.isdecimal():  # as `_int` reads them
+            shape, cu_num = (int(m), int(n), int(k)), int(cu)
+        else:
+            where = f"{name}: row {number}"
+            shape = (_int(columns, "M", where), _int(columns, "N", where), _int(columns, "K", where))
+            cu_num = _int(columns, "cu_num", where)
         raw_us = columns[time_column]
         try:
             us = float(raw_us)
         except ValueError:
-            raise InteropError(f"{where}: {time_column} is {raw_us!r}, not a number") from None
+            raise InteropError(f"{name}: row {number}: {time_column} is {raw_us!r}, not a number") from None
         try:
-            row_kind, problem = kinds.of(fields, cu_num, shape, where)
+            row_kind, problem = kinds.of(fields, cu_num, shape, number)
         except (InteropError, ValueError) as exc:
-            found.skipped.append((f"row {number}", str(exc).removeprefix(f"{where}: ")))
+            found.skipped.append((f"row {number}", str(exc).removeprefix(f"{name}: row {number}: ")))
             continue
-        flags = list(row_kind.flags)
-        timing = None
-        if math.isfinite(us) and us > 0:
-            timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
-        else:
-            flags.append(f"aiter recorded no usable time ({time_column}={raw_us})")
-        status = TrialStatus.PRUNED if flags else TrialStatus.OK
         extra = _extra(name, kind, number, columns)
-        result = TrialResult(row_kind.config, status, timing=timing, error="; ".join(flags), extra=extra)
-        if flags:
-            found.flagged.append((f"row {number}", "; ".join(flags)))
+        if 0.0 < us < math.inf and not row_kind.flags:  # the common case: a time, nothing to flag
+            timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
+            result = TrialResult(row_kind.config, TrialStatus.OK, timing=timing, extra=extra)
+        else:
+            result = _flagged(row_kind, us, f"{time_column}={raw_us}", extra)
+            found.flagged.append((f"row {number}", result.error))
         devices.add(row_kind.device)
         yield found.count(
             NewTrial(
@@ -407,6 +409,20 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
         raise InteropError(f"{name}: the table has a header but no rows")
     on = ", ".join(sorted(devices)) or "no GPU of ours"
     found.summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {on}"
+
+
+def _flagged(row_kind: _RowKind, us: float, time_text: str, extra: dict[str, Any]) -> TrialResult:
+    """The pruned result of a row of kind `row_kind` and time `us` (`time_text`: as the file has it) that
+    is a reference only or has no usable time, the reasons as its error; its time kept where usable."""
+    flags = list(row_kind.flags)
+    timing = None
+    if math.isfinite(us) and us > 0:
+        timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
+    else:
+        flags.append(f"aiter recorded no usable time ({time_text})")
+    return TrialResult(
+        row_kind.config, TrialStatus.PRUNED, timing=timing, error="; ".join(flags), extra=extra
+    )
 
 
 #: Columns of an aiter GEMM table that differ from row to row whatever the row's kernel and problem kind:
@@ -456,17 +472,17 @@ class _RowKinds:
         return row_kind.extra.text([number, *[columns[c] for c in self._per_row]])
 
     def of(
-        self, fields: list[str], cu_num: int, shape: tuple[int, int, int], where: str
+        self, fields: list[str], cu_num: int, shape: tuple[int, int, int], number: int
     ) -> tuple[_RowKind, Problem]:
-        """The kind of the row `fields` (its CU count and shape read) and its problem. InteropError or
-        ValueError, the reason, for a row no op of ours holds."""
+        """The kind of the row `fields`, the `number`-th of the file (its CU count and shape read), and
+        its problem. InteropError or ValueError, the reason, for a row no op of ours holds."""
         key = tuple([fields[i] for i in self._keyed])
         known = self._kept.get(key)
         if known is not None:
             if known.extra is None:  # a second row of its kind: its extras are worth a form
                 known = self._kept[key] = replace(known, extra=self._extra_form(fields))
             return known, known.problem.with_shape(*shape)
-        row = dict(zip(self.header, fields, strict=True))
+        row, where = dict(zip(self.header, fields, strict=True)), f"{self.name}: row {number}"
         target = aiter_target(cu_num, row.get("gfx"))
         problem, flags = _problem(self.kind, row, target.arch, shape, where)
         config, backend = _config(self.kind, row, self.header, where)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from autotune.core.config import Config
+    from autotune.core.problem import Problem
 
     from .store import NewTrial
 
@@ -46,6 +47,20 @@ MAX_BYTES = 1 << 30
 def out_of_range(trial: NewTrial) -> str | None:
     """Why `trial` (read from an imported file) holds a value out of bounds; None when all are within."""
     p = trial.problem
+    if not (1 <= p.M <= MAX_M and 1 <= p.N <= MAX_DIM and 1 <= p.K <= MAX_DIM and 0 <= p.E <= MAX_EXPERTS
+            and 0 <= p.topk <= max(p.E, 1)):  # fmt: skip
+        return _size_out_of_range(p)
+    why = _config_out_of_range(trial.result.config)
+    if why is not None:
+        return why
+    timing = trial.result.timing
+    if timing is not None and not (math.isfinite(timing.median_us) and 0 < timing.median_us <= MAX_US):
+        return f"time {timing.median_us:g} us is not a positive time of at most {MAX_US:g} us"
+    return None
+
+
+def _size_out_of_range(p: Problem) -> str | None:
+    """Why a size of `p` is out of bounds; None when all are within."""
     sizes: tuple[tuple[str, int, int, int], ...] = (
         ("M", p.M, 1, MAX_M),
         ("N", p.N, 1, MAX_DIM),
@@ -56,12 +71,6 @@ def out_of_range(trial: NewTrial) -> str | None:
     for name, size, low, high in sizes:
         if not low <= size <= high:
             return f"{name}={_short(size)} is out of range ({low} to {high})"
-    why = _config_out_of_range(trial.result.config)
-    if why is not None:
-        return why
-    timing = trial.result.timing
-    if timing is not None and not (math.isfinite(timing.median_us) and 0 < timing.median_us <= MAX_US):
-        return f"time {timing.median_us:g} us is not a positive time of at most {MAX_US:g} us"
     return None
 
 

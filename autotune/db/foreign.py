@@ -297,7 +297,7 @@ class JsonForm:
 
     def __init__(self, sample: Any) -> None:
         parts = _SLOT.split(json.dumps(sample, sort_keys=True))
-        self._fixed = tuple(parts[0::2])
+        self._format = "%s".join(p.replace("%", "%%") for p in parts[0::2])
         self._slots = tuple(int(i) for i in parts[1::2])
 
     @staticmethod
@@ -308,12 +308,12 @@ class JsonForm:
 
     def text(self, values: Sequence[str | int]) -> str:
         """The JSON of the value whose slots hold `values` (by index): strings and integers (not bools)."""
-        out = [self._fixed[0]]
-        for slot, fixed in zip(self._slots, self._fixed[1:], strict=True):
-            value = values[slot]
-            out.append(encode_basestring_ascii(value) if isinstance(value, str) else int.__repr__(value))
-            out.append(fixed)
-        return "".join(out)
+        return self._format % tuple(
+            [
+                encode_basestring_ascii(value) if isinstance(value, str) else int.__repr__(value)
+                for value in map(values.__getitem__, self._slots)
+            ]
+        )
 
 
 #: A slot in a sample's JSON: its marker (`JsonForm.slot`) as a JSON string.

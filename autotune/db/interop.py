@@ -200,7 +200,7 @@ def import_files(
     written)."""
     paths = _check_args(paths, k, topk)
     out: list[ImportedFile] = []
-    with _heap_frozen():
+    with _heap_frozen(), _young_collections_rare():
         for path in expand_paths(paths):
             f = _import_one(store, path, k, topk, source_hash)
             if f.error:
@@ -226,6 +226,25 @@ def _heap_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@contextmanager
+def _young_collections_rare() -> Iterator[None]:
+    """Runs the block with the collector's youngest generation collected only once `_YOUNG_THRESHOLD`
+    more objects were made than freed (not 700): an import's objects (a row's, a chunk's) are freed by
+    their reference counts, not by the collector, and a chunk holds fewer than that, so the collector
+    would otherwise walk each chunk's objects again and again before they are freed. Garbage in cycles
+    is still collected, at most that many objects later."""
+    thresholds = gc.get_threshold()
+    gc.set_threshold(max(thresholds[0], _YOUNG_THRESHOLD), *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+
+
+#: Objects made and not yet freed after which an import's young generation is collected.
+_YOUNG_THRESHOLD = 100_000
 
 
 def _import_one(

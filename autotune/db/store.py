@@ -5,12 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import importlib
 import itertools
 import json
 import logging
 import math
-import operator
 import os
 import shlex
 import time
@@ -26,7 +24,6 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
-    bindparam,
     case,
     delete,
     func,
@@ -45,6 +42,7 @@ from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatu
 from autotune.core.static import FEATURES_VERSION, StaticFeatures, StaticFinding
 from autotune.core.target import Target
 
+from .bulk import index_deferred, insert_new_rows, insert_new_supported, insert_rows
 from .convert import gpu_record, result_of, trial_records
 from .engine import (
     WRITE_OPTION,
@@ -695,15 +693,17 @@ class Store:
         iterator's own included, which propagates), none. Trials whose key is already stored, or
         repeated, are skipped. Returns how many were written. Not retried: the iterator cannot be read
         twice; StoreError for an error in the database, ValueError for an extra that is not
-        JSON-serializable."""
+        JSON-serializable. Into a SQLite database without problems, the problems' shape index is built
+        once at the end (`index_deferred`)."""
         written = 0
         gpu_ids: dict[str, int] = {}
         kernel_ids: dict[tuple[str, str], int] = {}
         with self._session(write=True) as session:
             look_first = session.scalar(select(ProblemModel.id).limit(1)) is not None
-            for batch in _batches(trials, chunk):
-                written += self._write_chunk(session, batch, gpu_ids, kernel_ids, look_first)
-                batch.clear()  # gone before the next chunk is read: memory holds one
+            with index_deferred(session.connection(), _PROBLEMS_SHAPE, when=not look_first):
+                for batch in _batches(trials, chunk):
+                    written += self._write_chunk(session, batch, gpu_ids, kernel_ids, look_first)
+                    batch.clear()  # gone before the next chunk is read: memory holds one
         self._gpu_ids.update(gpu_ids)
         self._kernel_ids.update(kernel_ids)
         logger.debug("streamed %d new trials in one transaction", written)
@@ -717,7 +717,7 @@ class Store:
         kernel_ids: dict[tuple[str, str], int],
         look_first: bool,
     ) -> int:
-        """Inserts the trials of `batch` whose key is not stored yet (`_insert_rows`); the GPU, kernel and
+        """Inserts the trials of `batch` whose key is not stored yet (`insert_rows`); the GPU, kernel and
         problem rows they need are created first (`_add_rows`; `look_first`: whether the problems table
         held rows before). `gpu_ids` and `kernel_ids` cache ids."""
         t = TrialModel
@@ -737,9 +737,13 @@ class Store:
             kernel_ids[(name, source_hash)] = _kernel_row(session, name, source_hash)
         keys = [item.problem.key() for item in batch]
         problems = dict(zip(keys, (item.problem for item in batch), strict=True))
-        wanted = {k: {"key": k, **_problem_values(p)} for k, p in problems.items()}
         problem_ids, created = _add_rows(
-            session, ProblemModel, ProblemModel.key, wanted, look_first=look_first
+            session,
+            ProblemModel,
+            ProblemModel.key,
+            _PROBLEM_COLUMNS,
+            {k: _problem_row(k, p) for k, p in problems.items()},
+            look_first=look_first,
         )
         pids = sorted({i for k, i in problem_ids.items() if k not in created})  # a new problem has no trials
         gids = sorted({gpu_ids[fp] for fp in fingerprints})
@@ -750,20 +754,23 @@ class Store:
                 t.gpu_id.in_(gids), t.kernel_id.in_(kids), t.problem_id.in_(pids[start : start + _IN_CHUNK])
             )
             existing.update((g, k, p, h, s) for g, k, p, h, s in session.execute(stmt))
-        rows: list[dict[str, Any]] = []
-        now = utcnow()
+        rows: list[tuple[Any, ...]] = []
+        now, host = utcnow(), _host()
+        configs: dict[int, tuple[str, str, str]] = {}  # a reader hands out few Config objects too
         for item, key, extra in zip(batch, keys, extras, strict=True):
-            source = Source(item.source)
-            gpu = gpu_ids[by_object[id(item.target)]]
-            kernel_row = kernel_ids[(item.kernel, item.source_hash)]
-            problem_row = problem_ids[key]
-            trial_key = (gpu, kernel_row, problem_row, item.result.config.digest(), source.value)
+            source = _SOURCE_VALUES.get(item.source) or Source(item.source).value
+            config = item.result.config
+            of_config = configs.get(id(config))
+            if of_config is None:
+                of_config = configs[id(config)] = (config.backend, config.canonical(), config.digest())
+            ids = (None, gpu_ids[by_object[id(item.target)]], kernel_ids[(item.kernel, item.source_hash)],
+                   problem_ids[key])  # fmt: skip
+            trial_key = (*ids[1:], of_config[2], source)
             if trial_key in existing:
                 continue
             existing.add(trial_key)
-            rows.append(_trial_values(item.result, source, extra, gpu, kernel_row, problem_row, None, now))
-        if rows:
-            _insert_rows(session, TRIALS, rows)
+            rows.append(_trial_tuple(item.result, of_config, source, extra, ids, now, host))
+        insert_rows(session.connection(), TRIALS, _TRIAL_COLUMNS, rows)
         return len(rows)
 
     @_retrying
@@ -1338,6 +1345,10 @@ class Store:
 
 #: The trials table, for Core inserts.
 TRIALS = cast(Table, TrialModel.__table__)
+#: The index of the problems' shapes (op, N, K, M), which a streamed write into no problems defers.
+_PROBLEMS_SHAPE = next(
+    i for i in cast(Table, ProblemModel.__table__).indexes if i.name == "ix_problems_shape"
+)
 #: Largest IN (...) list of one query (SQLite allows 32766 parameters; PostgreSQL 65535).
 _IN_CHUNK = 500
 
@@ -1413,35 +1424,54 @@ def _trial_values(
     created_at: datetime | None = None,
 ) -> dict[str, Any]:
     """The columns of a new `trials` row of `result` (`created_at` where given)."""
-    config, timing = result.config, result.timing
-    out: dict[str, Any] = dict(
-        sweep_id=sweep_id,
-        gpu_id=gpu,
-        kernel_id=kernel,
-        problem_id=problem,
-        backend=config.backend,
-        config_json=config.canonical(),
-        config_hash=config.digest(),
-        status=TrialStatus(result.status).value,
-        source=source.value,
-        time_us=timing.median_us if timing else None,
-        min_us=timing.min_us if timing else None,
-        p20_us=timing.p20_us if timing else None,
-        p80_us=timing.p80_us if timing else None,
-        mean_us=timing.mean_us if timing else None,
-        std_us=timing.std_us if timing else None,
-        runs=timing.runs if timing else None,
-        timing_method=timing.method if timing else None,
-        rel_error=result.rel_error,
-        error=result.error or "",
-        compile_s=result.compile_s,
-        measure_s=result.measure_s,
-        extra=extra,
-        host=_host(),
-    )
-    if created_at is not None:
-        out["created_at"] = created_at
+    config = result.config
+    row = _trial_tuple(
+        result, (config.backend, config.canonical(), config.digest()), Source(source).value, extra,
+        (sweep_id, gpu, kernel, problem), created_at, _host(),
+    )  # fmt: skip
+    out = dict(zip(_TRIAL_COLUMNS, row, strict=True))
+    if created_at is None:
+        del out["created_at"]
     return out
+
+
+def _trial_tuple(
+    result: TrialResult,
+    config: tuple[str, str, str],
+    source: str,
+    extra: str,
+    ids: tuple[int | None, int, int, int],
+    created_at: datetime | None,
+    host: str,
+) -> tuple[Any, ...]:
+    """The values of `_TRIAL_COLUMNS` of a new `trials` row of `result`: `config` is its config's backend,
+    canonical JSON and digest, `source` the value of its Source, `ids` its sweep, GPU, kernel and problem
+    ids."""
+    timing = result.timing
+    times = _NO_TIMING if timing is None else (
+        timing.median_us, timing.min_us, timing.p20_us, timing.p80_us, timing.mean_us, timing.std_us,
+        timing.runs, timing.method,
+    )  # fmt: skip
+    status = _STATUS_VALUES.get(result.status) or TrialStatus(result.status).value
+    return (*ids, *config, status, source, *times, result.rel_error, result.error or "", result.compile_s,
+            result.measure_s, extra, created_at, host)  # fmt: skip
+
+
+#: The columns of a new `trials` row (all but its id), in the table's order: what `_trial_tuple` gives.
+_TRIAL_COLUMNS = tuple(c.name for c in TRIALS.columns if c.name != "id")
+#: The timing columns of a trial without a timing.
+_NO_TIMING = (None,) * 8
+#: The stored value of each status and source, by member or value (`TrialStatus(x).value` without its
+#: cost per row; another value falls back to it, which raises).
+_STATUS_VALUES: dict[str, str] = {s: s.value for s in TrialStatus}
+_SOURCE_VALUES: dict[str, str] = {s: s.value for s in Source}
+#: The columns of a new `problems` row (all but its id), in the table's order: what `_problem_row` gives.
+_PROBLEM_COLUMNS = ("key", "op", "m", "n", "k", "params")
+
+
+def _problem_row(key: str, problem: Problem) -> tuple[Any, ...]:
+    """The values of `_PROBLEM_COLUMNS` of the `problems` row of `problem`, whose key is `key`."""
+    return (key, problem.op, problem.M, problem.N, problem.K, problem.params_json())
 
 
 def _kernel_row(session: Session, name: str, source_hash: str) -> int:
@@ -1471,116 +1501,36 @@ def _ensure_rows(
 
 
 def _add_rows(
-    session: Session, model: Any, column: Any, wanted: dict[str, dict[str, Any]], *, look_first: bool
+    session: Session,
+    model: Any,
+    column: Any,
+    columns: tuple[str, ...],
+    wanted: dict[str, tuple[Any, ...]],
+    *,
+    look_first: bool,
 ) -> tuple[dict[str, int], set[str]]:
     """Ids of the rows of `model` whose unique `column` has the values `wanted` names, and the keys of those
-    inserted here (not committed) from their column values in `wanted` (`_insert_new`: no ORM objects, a
-    key stored meanwhile left alone), the others read back. `look_first` reads the stored ones before
-    (where the table held rows: a PostgreSQL insert that conflicts uses up a sequence value); a database
-    without ON CONFLICT ... RETURNING always does, and inserts the others plainly."""
+    inserted here (not committed) from their values of `columns` in `wanted`, in the keys' order
+    (`insert_new_rows`: no ORM objects, a key stored meanwhile left alone), the others read back.
+    `look_first` reads the stored ones before (where the table held rows: a PostgreSQL insert that
+    conflicts uses up a sequence value); a database without ON CONFLICT ... RETURNING always does, and
+    inserts the others plainly."""
     keys = sorted(wanted)
     ids = _row_ids(session, model, column, keys) if look_first else {}
     missing = [k for k in keys if k not in ids]
     if not missing:
         return ids, set()
-    table = model.__table__
-    if _insert_new(session.connection().dialect) is None:
+    conn, table = session.connection(), model.__table__
+    if not insert_new_supported(conn.dialect):
         if not look_first:
-            return _add_rows(session, model, column, wanted, look_first=True)
-        _insert_rows(session, table, [wanted[k] for k in missing])
+            return _add_rows(session, model, column, columns, wanted, look_first=True)
+        insert_rows(conn, table, columns, [wanted[k] for k in missing])
         ids.update(_row_ids(session, model, column, missing))
         return ids, set(missing)
-    created = _insert_new_rows(session, table, column.key, [wanted[k] for k in missing])
+    created = insert_new_rows(conn, table, columns, [wanted[k] for k in missing], column.key)
     ids.update(created)
     ids.update(_row_ids(session, model, column, [k for k in missing if k not in created]))
     return ids, set(created)
-
-
-def _insert_new(dialect: Any) -> Callable[[Table], Any] | None:
-    """The INSERT of `dialect` that can leave a stored key alone and return the rows it wrote (ON
-    CONFLICT DO NOTHING RETURNING: PostgreSQL's, SQLite's from 3.35); None for another."""
-    if dialect.name not in ("sqlite", "postgresql") or not dialect.insert_returning:
-        return None
-    return cast(Callable[[Table], Any], importlib.import_module(f"sqlalchemy.dialects.{dialect.name}").insert)
-
-
-def _insert_rows(session: Session, table: Table, rows: list[dict[str, Any]]) -> None:
-    """Inserts `rows` (dicts of the same columns, every one the insert writes) into `table` in one
-    executemany on the driver's cursor (`_DriverInsert`: none of SQLAlchemy's work per row)."""
-    conn = session.connection()
-    statement = _driver_insert(conn.dialect, table, tuple(rows[0]))
-    params: list[Any] = statement.values(rows)
-    if statement.named:
-        params = [dict(zip(statement.names, p, strict=True)) for p in params]
-    conn.exec_driver_sql(statement.sql, params)
-
-
-def _insert_new_rows(session: Session, table: Table, key: str, rows: list[dict[str, Any]]) -> dict[str, int]:
-    """Inserts those of `rows` (as `_insert_rows` takes them) whose `key` column is not stored into `table`,
-    `_VALUES_ROWS` rows a statement (`_insert_new`); the ids of the rows it wrote, by key."""
-    conn = session.connection()
-    created: dict[str, int] = {}
-    for start in range(0, len(rows), _VALUES_ROWS):
-        batch = rows[start : start + _VALUES_ROWS]
-        statement = _driver_insert(conn.dialect, table, tuple(batch[0]), len(batch), key)
-        flat = list(itertools.chain.from_iterable(statement.values(batch)))
-        params = dict(zip(statement.names, flat, strict=True)) if statement.named else tuple(flat)
-        created.update((str(k), int(i)) for i, k in conn.exec_driver_sql(statement.sql, params))
-    return created
-
-
-#: Rows of one INSERT of many (`_insert_new_rows`): SQLite takes 32766 parameters, PostgreSQL 65535.
-_VALUES_ROWS = 1000
-
-
-@dataclass(frozen=True)
-class _DriverInsert:
-    """An INSERT as the driver takes it: its SQL, the names of its parameters in the order the driver
-    takes them (`named`: by name), the columns each row gives (in the table's order) and the converter
-    of each column whose type has one (SQLite's datetimes), by position."""
-
-    sql: str
-    names: tuple[str, ...]
-    named: bool
-    columns: tuple[str, ...]
-    converters: tuple[tuple[int, Callable[[Any], Any]], ...]
-
-    def values(self, rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-        """The values of `rows` (dicts of at least two columns), a tuple per row in `columns`' order, each
-        converted for the driver (a value that every row shares, once)."""
-        picked: list[Sequence[Any]] = list(zip(*map(operator.itemgetter(*self.columns), rows), strict=True))
-        for i, convert in self.converters:
-            column = picked[i]
-            shared = len(set(map(id, column))) == 1
-            picked[i] = [convert(column[0])] * len(column) if shared else list(map(convert, column))
-        return list(zip(*picked, strict=True))
-
-
-@functools.lru_cache(maxsize=32)
-def _driver_insert(
-    dialect: Any, table: Table, names: tuple[str, ...], rows: int = 0, key: str = ""
-) -> _DriverInsert:
-    """The INSERT into `table` of the columns `names` for `dialect`: of one row, for executemany, or of
-    `rows` rows at once, leaving a stored `key` alone and returning the id and key of each row it wrote
-    (`_insert_new`). ValueError where it would write a column more (a default)."""
-    columns = tuple(c.name for c in table.columns if c.name in names)
-    if len(columns) != len(names):
-        raise ValueError(f"{table.name} has no columns {sorted(set(names) - set(columns))}")
-    if rows:
-        values = [{c: bindparam(f"{c}_{i}", type_=table.c[c].type) for c in columns} for i in range(rows)]
-        insert_new = cast(Callable[[Table], Any], _insert_new(dialect))
-        stmt = insert_new(table).values(values).on_conflict_do_nothing(index_elements=[key])
-        compiled = stmt.returning(table.c.id, table.c[key]).compile(dialect=dialect)
-        wanted = tuple(f"{c}_{i}" for i in range(rows) for c in columns)
-    else:
-        compiled = insert(table).compile(dialect=dialect, column_keys=list(columns), for_executemany=True)
-        wanted = columns
-    order = tuple(compiled.positiontup or ()) if compiled.positional else wanted
-    if order != wanted or set(compiled.binds) != set(wanted):
-        raise ValueError(f"an insert into {table.name} takes {sorted(compiled.binds)}, not {sorted(wanted)}")
-    processors = (table.c[c].type.dialect_impl(dialect).bind_processor(dialect) for c in columns)
-    converters = tuple((i, f) for i, f in enumerate(processors) if f is not None)
-    return _DriverInsert(compiled.string, order, not compiled.positional, columns, converters)
 
 
 def _row_ids(session: Session, model: Any, column: Any, keys: list[str]) -> dict[str, int]:

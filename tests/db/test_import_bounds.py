@@ -10,9 +10,11 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, inspect
 
 from autotune.db import Store, export_vllm, import_files
 from autotune.db.bounds import MAX_M, MAX_TILE, MAX_US
+from autotune.db.engine import resolve_url
 
 HEADER = "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName"
 VLLM = "E=8,N=14336,device_name=AMD_Instinct_MI300X.json"
@@ -92,6 +94,11 @@ def test_a_bad_last_row_rolls_the_streamed_file_back(db_url: str, tmp_path: Path
         (f,) = import_files(store, [path])
         assert "us is 'five', not a number" in f.error and f.written is None
         assert store.summary().n_trials == 0 and store.summary().n_problems == 0
+    engine = create_engine(resolve_url(db_url))  # the index a first import defers is there still
+    try:
+        assert "ix_problems_shape" in {i["name"] for i in inspect(engine).get_indexes("problems")}
+    finally:
+        engine.dispose()
 
 
 def test_a_large_csv_streams_in_flat_memory(tmp_path: Path) -> None:
