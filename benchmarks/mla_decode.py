@@ -37,7 +37,8 @@ from autotune.kernels import MLA_DECODE
 
 CLI = [sys.executable, "-m", "autotune.cli"]
 LATENT, K = 512, 576
-#: The fixed default the tuned kernel is compared with (AMD adds its two knobs, an FP8 cache bf16 queries).
+#: The fixed default the tuned kernel is compared with (AMD adds its two knobs; an FP8 cache bf16 queries
+#: and, on NVIDIA, bf16 tiles).
 FIXED = dict(num_kv_splits=8, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2)
 
 
@@ -45,6 +46,8 @@ def fixed(problem: Problem, target: Target) -> Config:
     extra: dict[str, int] = dict(waves_per_eu=0, matrix_instr_nonkdim=16) if target.is_amd else {}
     if dict(problem.extra)["kv_dtype"] != "bf16":
         extra["Q_FP8"] = 0
+        if not target.is_amd:
+            extra["F16_TILES"] = 0
     return Config(backend="triton", **FIXED, **extra)
 
 

@@ -14,10 +14,17 @@ Rules:
 - A sequence of context 0 gets a zero output.
 - An FP8 cache is dequantized by its per-tensor scale `kv_scale`, applied to the scores and the output
   (not to the tiles). With Q_FP8 the queries are quantized in the kernel (one scale per head, from its
-  absolute maximum) and the scores are an FP8 dot; P·V is a bf16 dot in every mode (v upcast).
+  absolute maximum) and the scores are FP8 products. P·V takes v upcast: to fp16 with F16_TILES, else to
+  the queries' bf16.
+- F16_TILES (a knob, NVIDIA with an FP8 cache): the cache's tiles are upcast to fp16 and both dots run in
+  fp16. e4m3 values are exact in fp16, and sm_90's `mma.sync` has no FP8 form, so Triton upcasts FP8
+  operands to fp16 for it anyway; FP8 → fp16 is one instruction per two values, where FP8 → bf16 takes
+  that one and then one per value. FP8 queries are upcast too; bf16 queries are scaled per head by a power
+  of two that puts their absolute maximum in [2^14, 2^15) (exact: fp16 holds every bf16 mantissa), the
+  scale folded into the scores'.
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
-  tiles upcast to fp32, every dot in fp32, and the queries' FP8 cast rounded first (`_round_fp8`; the
-  interpreter's cast drops a mantissa's carry).
+  tiles upcast to fp32 and every dot in fp32. ROUND_FP8 (the interpreter too): the queries' FP8 cast
+  rounded first (`_round_fp8`; the interpreter's cast drops a mantissa's carry).
 """
 
 from __future__ import annotations
@@ -59,7 +66,7 @@ def mla_split_kernel(
     LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
     Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
-    DOT_F32: tl.constexpr = False,
+    DOT_F32: tl.constexpr = False, ROUND_FP8: tl.constexpr = False, F16_TILES: tl.constexpr = False,
 ):  # fmt: skip
     b = tl.program_id(0)
     g = tl.program_id(1)
@@ -78,11 +85,21 @@ def mla_split_kernel(
         q_scale = tl.maximum(amax, 1e-12) / FP8_MAX
         qn = q_nope.to(tl.float32) / q_scale[:, None]
         qp = q_pe.to(tl.float32) / q_scale[:, None]
-        if DOT_F32:
+        if ROUND_FP8:
             qn = _round_fp8(qn, FP8_MIN_NORMAL)
             qp = _round_fp8(qp, FP8_MIN_NORMAL)
         q_nope = qn.to(kv_ptr.dtype.element_ty)
         q_pe = qp.to(kv_ptr.dtype.element_ty)
+        if F16_TILES:
+            q_nope = q_nope.to(tl.float16)
+            q_pe = q_pe.to(tl.float16)
+        row_scale = row_scale * q_scale
+    elif F16_TILES:
+        amax = tl.maximum(tl.max(tl.abs(q_nope.to(tl.float32)), 1), tl.max(tl.abs(q_pe.to(tl.float32)), 1))
+        exponent = (amax.to(tl.int32, bitcast=True) >> 23) & 0xFF  # floor(log2(amax)) + 127
+        q_scale = (tl.minimum(tl.maximum(exponent - 14, 1), 254) << 23).to(tl.float32, bitcast=True)
+        q_nope = (q_nope.to(tl.float32) / q_scale[:, None]).to(tl.float16)
+        q_pe = (q_pe.to(tl.float32) / q_scale[:, None]).to(tl.float16)
         row_scale = row_scale * q_scale
 
     ctx = tl.load(lens_ptr + b)
@@ -103,6 +120,10 @@ def mla_split_kernel(
         if KV_FP8:
             if DOT_F32:
                 v = k_nope.to(tl.float32)
+            elif F16_TILES:
+                k_nope = k_nope.to(tl.float16)
+                k_pe = k_pe.to(tl.float16)
+                v = k_nope
             else:
                 v = k_nope.to(tl.bfloat16)
             if not Q_FP8:
@@ -125,7 +146,7 @@ def mla_split_kernel(
         if DOT_F32:
             pv = tl.dot(p, v.to(tl.float32))
         else:
-            pv = tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
+            pv = tl.dot(p.to(v.dtype), v)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     if KV_FP8:
@@ -170,15 +191,17 @@ def launcher(
     params: dict[str, Any], *, is_amd: bool, interpret: bool = False, kernels: tuple[Any, Any] | None = None
 ) -> Callable[..., None]:
     """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_H, BLOCK_N, num_warps,
-    num_stages, Q_FP8 and AMD's options) as `run(q, kv_cache, page_table, context_lens, out, part, lse,
-    sm_scale, kv_scale)`; `part` and `lse` are the split workspace (None with one split). `kernels`:
-    stand-ins of `JIT_KERNELS` (recorders) in their order; `interpret`: Triton's CPU interpreter (DOT_F32)."""
+    num_stages, Q_FP8, F16_TILES and AMD's options) as `run(q, kv_cache, page_table, context_lens, out,
+    part, lse, sm_scale, kv_scale)`; `part` and `lse` are the split workspace (None with one split).
+    `kernels`: stand-ins of `JIT_KERNELS` (recorders) in their order; `interpret`: Triton's CPU interpreter
+    (DOT_F32, except with F16_TILES, whose fp16 dots and FP8 → fp16 casts the interpreter runs right)."""
     splits = int(params["num_kv_splits"])
     opts: dict[str, Any] = dict(num_warps=int(params["num_warps"]), num_stages=int(params["num_stages"]))
     if is_amd:
         opts.update({k: int(params[k]) for k in AMD_LAUNCH_OPTIONS if k in params})
     block_h, block_n = int(params["BLOCK_H"]), int(params["BLOCK_N"])
     q_fp8 = bool(int(params.get("Q_FP8", 0)))
+    f16_tiles = bool(int(params.get("F16_TILES", 0)))
     split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
@@ -194,9 +217,11 @@ def launcher(
         fp8_max, fp8_min = (float(info.max), float(info.smallest_normal)) if kv_fp8 else (1.0, 1.0)
         grid = (B, triton.cdiv(H, block_h), splits)
         scale = sm_scale * _LOG2E * (kv_scale if kv_fp8 else 1.0)
+        f16 = f16_tiles and kv_fp8 and not is_amd
+        flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16}
         consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
                       SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
-                      FP8_MIN_NORMAL=fp8_min, **({"DOT_F32": True} if interpret else {}))  # fmt: skip
+                      FP8_MIN_NORMAL=fp8_min, **{k: True for k, on in flags.items() if on})  # fmt: skip
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts, **FP_OPTIONS)
         extra = dict(**consts, **opts, **FP_OPTIONS) if recorded else {}
         ws_part = out if part is None else part

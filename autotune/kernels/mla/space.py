@@ -3,7 +3,9 @@
 Knobs: `num_kv_splits` (slices of each sequence's context, reduced by a second launch unless 1),
 `BLOCK_H` (heads a program takes: each group of heads reads the whole context once), `BLOCK_N` (tokens a
 tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdim`; with an FP8 cache
-`Q_FP8` (0: bf16 queries, the cache upcast; 1: queries quantized in the kernel, FP8 score dots).
+`Q_FP8` (0: bf16 queries, the cache upcast; 1: queries quantized in the kernel, FP8 score dots), and on
+NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16; 0: to bf16; see
+`autotune.kernels.mla.kernel`).
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     if target.is_amd:
         return {**common, "num_stages": (1, 2), "waves_per_eu": (0, 1, 2), "matrix_instr_nonkdim": (16, 32),
                 **q_fp8}  # fmt: skip
-    return {**common, "num_stages": (1, 2, 3), **q_fp8}
+    f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _fp8(problem) else {}
+    return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16}
 
 
 def _groups(problem: Problem, block_h: int) -> int:
@@ -142,6 +145,15 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("BLOCK_N", "num_stages"),
         ),
     ]
+    if "F16_TILES" in mla_params(problem, target) and target.arch == "sm_90":
+        out.append(
+            Constraint(
+                "f16_tiles_past_fp8_wgmma",
+                "F16_TILES 1 with Q_FP8 1 and BLOCK_H {BLOCK_H}: the scores' FP8 warpgroup MMA run in fp16",
+                lambda c: not (int(c["F16_TILES"]) and int(c["Q_FP8"]) and _wgmma(target, int(c["BLOCK_H"]))),
+                knobs=("F16_TILES", "Q_FP8", "BLOCK_H"),
+            )
+        )
     if target.is_amd:
         out.append(
             Constraint(
@@ -197,6 +209,8 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values.update(waves_per_eu=0, matrix_instr_nonkdim=16)
     if _fp8(problem):
         values["Q_FP8"] = 0
+        if not target.is_amd:
+            values["F16_TILES"] = 0
     config = Config(backend="triton", **values)
     sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
     return config if sub.check(config) is None else None

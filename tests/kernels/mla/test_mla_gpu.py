@@ -32,6 +32,11 @@ def test_the_kernel_on_gpu_is_right_and_repeatable(
     right_and_repeatable(MLA_DECODE, problem, MLA_DECODE.default_config(problem, target), target, "default")
     if kv != "bf16":
         right_and_repeatable(MLA_DECODE, problem, config.replace(Q_FP8=1), target, "FP8 queries")
+        if "F16_TILES" in space.subspace("triton").params:
+            for q_fp8 in (0, 1):
+                tiles = config.replace(F16_TILES=1, Q_FP8=q_fp8)
+                if space.check(tiles) is None:
+                    right_and_repeatable(MLA_DECODE, problem, tiles, target, f"fp16 tiles, Q_FP8 {q_fp8}")
 
 
 @pytest.mark.parametrize("splits", [1, 8])

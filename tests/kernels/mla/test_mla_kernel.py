@@ -22,18 +22,30 @@ LATENT, ROPE, HEADS = 32, 16, 4
 CONTEXTS = [37, 1, 80, 0, 16]
 
 
-def _run(kv: torch.dtype, splits: int, q_fp8: int, page: int, block_n: int = 16) -> float:
+def _run(
+    kv: torch.dtype,
+    splits: int,
+    q_fp8: int,
+    page: int,
+    block_n: int = 16,
+    f16: bool = False,
+    q_mult: float = 1.0,
+) -> float:
+    """The kernel's relative error to the reference; `q_mult` scales the queries (and `sm_scale` back)."""
     q, cache, table, lens, scale = paged_inputs(
         HEADS, LATENT, ROPE, page, CONTEXTS, kv_dtype=kv, device="cpu", seed=splits + page
     )
+    q = (q.float() * q_mult).to(q.dtype)
+    sm_scale = 0.2 / q_mult
     B = len(CONTEXTS)
     out = torch.full((B, HEADS, LATENT), float("nan"), dtype=torch.bfloat16)
     config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=16, BLOCK_N=block_n, num_warps=4,
-                    num_stages=1, Q_FP8=q_fp8)  # fmt: skip
+                    num_stages=1, Q_FP8=q_fp8, F16_TILES=int(f16))  # fmt: skip
     part, lse = split_workspace(config, B, HEADS, LATENT, "cpu")
     params = {k: v for k, v in config.items() if k != "backend"}
-    launcher(params, is_amd=False, interpret=True)(q, cache, table, lens, out, part, lse, 0.2, scale or 1.0)
-    ref = mla_reference(q, cache, table, lens, 0.2, LATENT, scale)
+    run = launcher(params, is_amd=False, interpret=True)
+    run(q, cache, table, lens, out, part, lse, sm_scale, scale or 1.0)
+    ref = mla_reference(q, cache, table, lens, sm_scale, LATENT, scale)
     assert not out.isnan().any()
     assert (out[3] == 0).all()  # context 0: a zero output
     return rel_error(out, ref)
@@ -59,6 +71,18 @@ def test_bf16_cache_matches_the_reference(splits: int, page: int) -> None:
 @pytest.mark.parametrize("splits, q_fp8", [(1, 0), (2, 1)])
 def test_fp8_cache_matches_the_reference(kv: torch.dtype, splits: int, q_fp8: int) -> None:
     assert _run(kv, splits, q_fp8, 16, block_n=32) <= 3e-2
+
+
+@needs_interpreter
+@pytest.mark.parametrize("splits, q_fp8", [(1, 0), (4, 0), (1, 1), (4, 1)])
+@pytest.mark.parametrize("q_mult", [1.0, 3e5, 1e-6])
+def test_an_fp8_cache_on_fp16_tiles_matches_the_reference(splits: int, q_fp8: int, q_mult: float) -> None:
+    """The NVIDIA launch on an FP8 cache (F16_TILES: fp16 dots), run by the interpreter: as close to the
+    reference as the fp32 dots the interpreter runs otherwise, also for queries past fp16's range or
+    under its normal numbers."""
+    f16 = _run(torch.float8_e4m3fn, splits, q_fp8, 16, block_n=32, f16=True, q_mult=q_mult)
+    f32 = _run(torch.float8_e4m3fn, splits, q_fp8, 16, block_n=32, q_mult=q_mult)
+    assert f16 <= 3e-2 and f16 <= f32 * 1.05 + 1e-4
 
 
 def test_the_gathered_baseline_matches_the_reference() -> None:

@@ -81,6 +81,27 @@ def test_sm90_takes_64_heads_a_program_with_warpgroup_mmas_at_128_heads() -> Non
     assert mla_default_candidates(_problem(64, 128, 4096), mi300)[0]["BLOCK_N"] == 32
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup_mma(arch: str) -> None:
+    """F16_TILES exists on NVIDIA with an FP8 cache only, the default leaves it 0, and on sm_90 it is never
+    1 where the scores are an FP8 warpgroup MMA (FP8 queries, 64 heads a program)."""
+    target = Target.for_arch(arch)
+    fp8, bf16 = _problem(64, 128, 4096, "fp8e4m3"), _problem(64, 128, 4096)
+    sub = MLA_DECODE.space(fp8, target).subspace("triton")
+    assert ("F16_TILES" in sub.params) == (not target.is_amd)
+    assert "F16_TILES" not in MLA_DECODE.space(bf16, target).subspace("triton").params
+    first = mla_default_candidates(fp8, target)[0]
+    assert sub.check(first) is None and first.get("F16_TILES", 0) == 0
+    if target.is_amd:
+        return
+    wide = dict(first.items()) | dict(num_kv_splits=1, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2)
+    narrow = wide | dict(BLOCK_H=32)
+    assert sub.check(Config(wide | dict(F16_TILES=1, Q_FP8=0))) is None
+    assert sub.check(Config(narrow | dict(F16_TILES=1, Q_FP8=1))) is None
+    why = sub.check(Config(wide | dict(F16_TILES=1, Q_FP8=1))) or ""
+    assert ("f16_tiles_past_fp8_wgmma" in why) == (target.arch == "sm_90")
+
+
 def test_splits_follow_batch_and_context() -> None:
     h100 = Target.for_arch("sm_90")
     # batch 1: the context is split to fill the GPU; batch 256: the sequences fill it, one split
