@@ -141,19 +141,10 @@ CLOSE = 1.0
 PROFILE_RACE = 1.05
 
 
-def _coarse(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
-    """The ladder indices a profile considers after its anchors (`_anchors`): all of them, or (sparse)
-    every `COARSE`-th one, the first, the last and the tuned M's (the anchors themselves are timed
-    already)."""
-    if not sparse or count < 3:
-        return list(range(count))
-    return sorted({*range(0, count, COARSE), count - 1, *tuned})
-
-
 def _anchors(count: int, tuned: Sequence[int], sparse: bool) -> list[int]:
     """The ladder indices a profile times before any other: all of them, or (sparse) the first, the last
-    and the tuned M's. A sparse profile then times a coarse M (`_coarse`) only where an anchor or coarse
-    M timed beside it is contested (`_contested`)."""
+    and the tuned M's. A sparse profile then considers every `COARSE`-th index, timed only where an M
+    timed beside it is contested (`_contested`)."""
     if not sparse or count < 3:
         return list(range(count))
     return sorted({0, count - 1, *tuned})
@@ -470,33 +461,30 @@ def profile_family(
         if on_point is not None:
             on_point(problem, ran, len(todo))
 
-    def contested_beside(index: int) -> bool:
-        """Whether the nearest timed M below or above ladder index `index` is contested; where neither
-        is, the M is left to the vendor library (counted, not timed)."""
+    def contested_beside(index: int) -> tuple[int, int] | None:
+        """The nearest timed ladder indices below and above `index` where either is contested; else None,
+        and the M is left to the vendor library (counted, not timed)."""
         lo = max(i for i in known if i < index)
         hi = min(i for i in known if i > index)
         if _contested(known[lo]) or _contested(known[hi]):
-            return True
+            return lo, hi
         left.add(index)
         report.left_out += 1
         report.points += 1
         if on_point is not None:
             on_point(points[index][0], 0, 0)
-        return False
+        return None
 
     left: set[int] = set()  # ladder indices left to the vendor library
     tuned_at = [i for i, (p, _) in enumerate(points) if p.M in tuned]
-    anchors = _anchors(len(points), tuned_at, sparse)
-    for index in anchors:
+    for index in _anchors(len(points), tuned_at, sparse):
         time_point(index, functools.partial(_due_at, last, len(known)))
-    for index in (i for i in _coarse(len(points), tuned_at, sparse) if i not in known):
-        if contested_beside(index):
+    for index in (i for i in range(0, len(points), COARSE) if i not in known):
+        if contested_beside(index) is not None:
             time_point(index, functools.partial(_due_at, last, len(known)))
     for index in (i for i in _refinements(len(points)) if i not in known and i not in left):
-        lo = max(i for i in known if i < index)
-        hi = min(i for i in known if i > index)
-        if contested_beside(index):
-            time_point(index, functools.partial(_between, last, known[lo], known[hi]))
+        if (near := contested_beside(index)) is not None:
+            time_point(index, functools.partial(_between, last, known[near[0]], known[near[1]]))
     report.wall_s = time.perf_counter() - t0
     log.info("profiled %s at %d M: %d timed (%d of them the vendor library again), %d read back, %d failed, "
              "%d pruned as hopeless, %d M left to the vendor library, %.1f s", job.family, report.points,

@@ -49,6 +49,11 @@ def _fp8(problem: Problem) -> bool:
     return own(problem)[2].startswith("fp8")
 
 
+def _f16_knob(problem: Problem, target: Target) -> bool:
+    """Whether the space has `F16_TILES`: an FP8 cache on an NVIDIA GPU (not the interpreter)."""
+    return _fp8(problem) and not target.is_amd and not target.interpreter
+
+
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The kernel's knobs on `target` (tiny ones in the interpreter)."""
     q_fp8: dict[str, Sequence[Value]] = {"Q_FP8": (0, 1)} if _fp8(problem) else {}
@@ -64,7 +69,7 @@ def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     if target.is_amd:
         return {**common, "num_stages": (1, 2), "waves_per_eu": (0, 1, 2), "matrix_instr_nonkdim": (16, 32),
                 **q_fp8}  # fmt: skip
-    f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _fp8(problem) else {}
+    f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _f16_knob(problem, target) else {}
     return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16}
 
 
@@ -145,7 +150,7 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("BLOCK_N", "num_stages"),
         ),
     ]
-    if "F16_TILES" in mla_params(problem, target) and target.arch == "sm_90":
+    if _f16_knob(problem, target) and target.arch == "sm_90":
         out.append(
             Constraint(
                 "f16_tiles_past_fp8_wgmma",
@@ -209,8 +214,8 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values.update(waves_per_eu=0, matrix_instr_nonkdim=16)
     if _fp8(problem):
         values["Q_FP8"] = 0
-        if not target.is_amd:
-            values["F16_TILES"] = 0
+    if _f16_knob(problem, target):
+        values["F16_TILES"] = 0
     config = Config(backend="triton", **values)
     sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
     return config if sub.check(config) is None else None
