@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import tempfile
 import time
@@ -145,23 +144,6 @@ def tune(store: Store, target: Target, todo: list[tuple[str, Problem]], args: ar
             print(f"[tune {i + 1}/{len(todo)}] {p.op} {label} M={p.M}: space {rep.space_size}, "
                   f"ran {rep.ran}, cached {rep.cached}, failed {rep.failed}, static-pruned {pruned}, "
                   f"best {best:.2f} µs, {time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
-
-
-def copy_bandwidth_gbps(device: str = "cuda", mib: int = 1024, reps: int = 20) -> float:
-    """Device-to-device copy bandwidth (read + write bytes per second), median of `reps` copies."""
-    import torch
-
-    src = torch.empty(mib << 20, dtype=torch.uint8, device=device).random_(0, 255)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(reps + 2):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * src.numel() / statistics.median(times[2:]) / 1e9
 
 
 def measure(
@@ -328,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         target = local_target()
     todo = problems(args)
     db = args.db or (str(Path(tempfile.mkdtemp()) / "quant.db") if args.interpret else "quant_bench.db")
-    copy_gbps = 0.0 if target.interpreter else copy_bandwidth_gbps()
+    copy_gbps = 0.0 if target.interpreter else harness.copy_gbps()
     rows: list[dict[str, Any]] = []
     with Store(db) as store:
         if args.phase in ("tune", "all"):

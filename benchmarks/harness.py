@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ServedCall",
     "add_out",
+    "copy_gbps",
     "describe",
     "geomean",
     "host_us_per_call",
@@ -103,6 +104,23 @@ def emit_table(db: Path, out: Path) -> Path:
     if code != 0:
         raise SystemExit(f"emit failed with exit code {code}")
     return table
+
+
+def copy_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device copy bandwidth: read + write bytes of a `nbytes` copy over its median time."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return 2 * nbytes / sorted(times)[reps // 2] / 1e3
 
 
 def describe(info: Mapping[str, Any]) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,6 @@ from autotune.db import Store
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MLA_DECODE
 
-CLI = [sys.executable, "-m", "autotune.cli"]
 LATENT, K = 512, 576
 #: The fixed default the tuned kernel is compared with (AMD adds its two knobs; an FP8 cache bf16 queries
 #: and, on NVIDIA, bf16 tiles).
@@ -68,26 +66,9 @@ def spec_text(args: Any) -> str:
     )
 
 
-def copy_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
-    """Device copy bandwidth: read + write bytes of a `nbytes` copy over its median time."""
-    import torch
-
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return 2 * nbytes / sorted(times)[reps // 2] / 1e3
-
-
 def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
     target = local_target()
-    copy = copy_gbps()
+    copy = harness.copy_gbps()
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     bench = Benchmarker(MLA_DECODE, target)
     rows = []
@@ -153,11 +134,10 @@ def main() -> int:
     if args.phase in ("all", "sweep"):
         spec = args.out / "mla.toml"
         spec.write_text(spec_text(args), encoding="utf-8")
-        cmd = [*CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        (args.out / "sweep.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-        if proc.returncode != 0:
-            raise SystemExit(f"sweep failed with exit code {proc.returncode} (see sweep.log)")
+        cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+        code, _ = harness.run_logged(cmd, args.out / "sweep.log")
+        if code != 0:
+            raise SystemExit(f"sweep failed with exit code {code} (see sweep.log)")
     if args.phase in ("all", "measure"):
         rows, copy = measure(args, db)
         info = harness.run_info(local_target(), args=vars(args), copy_gbps=copy, rows=rows)

@@ -14,7 +14,10 @@ By default vLLM's files are imported into the database before the sweep (`autotu
 replacing them does: the sweep's M profile then also times the file's config at each M. All three pay the
 same entry-point costs (routing alignment, workspaces), are timed as served (CUDA-graph
 replays over rotating inputs) in interleaved rounds, and each output is checked against the reference
-first. Routing is uniform over the experts (seeded).
+first. Routing is uniform over the experts (seeded). Each row also gets `bound_us`, the least time any
+kernel could take: the op's bytes (the weights of the experts uniform routing touches, tokens in and out)
+at the device's copy bandwidth, or its FLOPs at the dense peak of an 8192-cube library GEMM, whichever is
+longer, both measured in the same run; the file's time over it is the most any config could gain there.
 
     python benchmarks/moe.py --vllm-configs DIR --out results/          # sweep, then measure
     python benchmarks/moe.py --phase measure --vllm-configs DIR --out results/
@@ -51,6 +54,9 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+#: Rounds go on (up to three times --rounds) while a variant's round medians spread more than this: long
+#: calls run near the power limit, where the clock of a short replay moves by several percent.
+PRECISION = 0.005
 #: vLLM's kernel structure (gate/up over 2N columns, the activation apart) and no split-K.
 VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1}
 
@@ -123,12 +129,45 @@ def precompile(families: list[tuple[Problem, tuple[int, ...], dict[int, Config]]
     print(f"precompiled {jobs} (config, M) in {time.perf_counter() - t0:.0f} s", flush=True)
 
 
+def mm_tflops(dtype: str, n: int = 8192, reps: int = 20) -> float:
+    """The dense peak a library GEMM reaches here: an n x n x n `torch.mm` (bf16) or `torch._scaled_mm`
+    (FP8, per-tensor scales), median of `reps`."""
+    import torch
+
+    a = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    b = torch.randn(n, n, device="cuda").to(torch.bfloat16)
+    if dtype.startswith("fp8"):
+        one = torch.ones((), device="cuda")
+        a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+
+        def call() -> Any:
+            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+
+        def call() -> Any:
+            return torch.mm(a, b)
+
+    times = []
+    for _ in range(reps + 3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return 2 * n**3 / sorted(times[3:])[reps // 2] / 1e12
+
+
 def measure(
     spec: Path, table_path: Path, folder: Path | None, rounds: int, max_m: int | None
 ) -> list[dict[str, Any]]:
     from autotune.dispatch import Dispatcher, Table, install_dispatcher
 
     target = local_target()
+    copy = harness.copy_gbps()
+    peaks = {d: mm_tflops(d) for d in ("bf16", "fp8e4m3")}
+    print(f"copy {copy:.0f} GB/s, GEMM peak bf16 {peaks['bf16']:.0f} / FP8 {peaks['fp8e4m3']:.0f} TFLOP/s",
+          flush=True)  # fmt: skip
     table = Table.load(table_path)
     install_dispatcher(Dispatcher([table], device_key=target, untuned_log="/dev/null"))
     families: dict[Problem, list[int]] = {}
@@ -153,7 +192,9 @@ def measure(
             }
             if shipped:
                 variants["vllm"] = closest(shipped, M)
-            times = interleaved_medians(bench, p, variants, rounds)
+            times = interleaved_medians(
+                bench, p, variants, rounds, precision=PRECISION, max_rounds=3 * rounds
+            )
             row: dict[str, Any] = dict(family=str(family).replace(" M=1 ", " "), M=M, E=p.E, N=p.N, K=p.K,
                                        topk=p.topk, weights=p.dtype_b,
                                        served=served_config(MOE, p, target).short())  # fmt: skip
@@ -161,6 +202,8 @@ def measure(
                 row[f"{name}_us"] = us if status == "ok" else math.nan
                 if status != "ok":
                     row[f"{name}_status"] = status[:300]
+            peak = peaks["fp8e4m3" if fp8 else "bf16"]
+            row["bound_us"] = max(MOE.problem_bytes(p) / copy / 1e3, MOE.problem_flops(p) / peak / 1e6)
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -168,7 +211,9 @@ def measure(
 
 def report(rows: list[dict[str, Any]]) -> None:
     """Per family: rows, geomean and lowest of vLLM's file time / served time and of the fallback's, rows
-    where the served call is slower than the file; then the worst rows."""
+    where the served call is slower than the file, and the most any call could gain on the file (its time
+    over `bound_us`: the op's bytes at the copy bandwidth or its FLOPs at the GEMM peak, measured in the
+    same run); then the worst rows."""
     by: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by.setdefault(r["family"], []).append(r)
@@ -180,11 +225,13 @@ def report(rows: list[dict[str, Any]]) -> None:
             ratios = [r[f"{kind}_us"] / r["served_us"] for r in rs if r.get(f"{kind}_us", math.nan) > 0]
             everything[kind] += ratios
             cells += [harness.geomean(ratios), min(ratios, default=math.nan), sum(x < 1.0 for x in ratios)]
+        cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in rs if r.get("vllm_us", 0) > 0))
         table.append(cells)
     cells = ["all", len(rows)]
     for kind in ("vllm", "fallback"):
         xs = everything[kind]
         cells += [harness.geomean(xs), min(xs, default=math.nan), sum(x < 1.0 for x in xs)]
+    cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in rows if r.get("vllm_us", 0) > 0))
     table.append(cells)
     worst = sorted(
         (r for r in rows if r.get("vllm_us", math.nan) > 0), key=lambda r: r["vllm_us"] / r["served_us"]
@@ -198,10 +245,9 @@ def report(rows: list[dict[str, Any]]) -> None:
         print(f"  not timed: M={r['M']} {r['family']}: " + "; ".join(
             f"{k[:-7]}: {v[:120]}" for k, v in r.items() if k.endswith("_status")))  # fmt: skip
     cols = ("family", "rows", "vs file geomean", "vs file min", "slower than file", "vs fallback geomean",
-            "vs fallback min", "slower than fallback")  # fmt: skip
-    harness.print_table(
-        cols, table, digits=(0, 0, 3, 3, 0, 3, 3, 0), title="served vs vLLM (ratio = vLLM µs / served µs)"
-    )
+            "vs fallback min", "slower than fallback", "bound vs file geomean")  # fmt: skip
+    harness.print_table(cols, table, digits=(0, 0, 3, 3, 0, 3, 3, 0, 3),
+                        title="served vs vLLM (ratio = vLLM µs / served µs)")  # fmt: skip
 
 
 def main() -> int:

@@ -306,6 +306,15 @@ class ProfileStore(TrialStore, Protocol):
 Plan = list[tuple[Problem, list[Config]]]
 
 
+def file_picks(store: TrialStore, family: Problem) -> Callable[[int], Config | None]:
+    """Per M, the config an imported file of `family`'s shape serves there (`imported_pick`), None where
+    nothing was imported: the baseline a profile times at every M it times, never left out as hopeless
+    (`autotune emit` serves another config only where it beats that pick, as it does the vendor's)."""
+    find = getattr(store, "imported_configs", None)
+    imported = find(family) if find is not None else {}
+    return functools.partial(imported_pick, imported) if imported else lambda M: None
+
+
 def family_plan(
     job: FamilyProfile, *, store: TrialStore, target: Target, finalists: int = 2
 ) -> tuple[Plan, int]:
@@ -320,8 +329,7 @@ def family_plan(
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    find = getattr(store, "imported_configs", None)
-    imported = find(job.buckets[0]) if find is not None else {}
+    picks = file_picks(store, job.buckets[0])
     plan: Plan = []
     skipped = 0
     for M in job.ladder:
@@ -331,7 +339,7 @@ def family_plan(
         except ValueError:
             default = None
         todo = []
-        pick = imported_pick(imported, M) if imported else None
+        pick = picks(M)
         for config in point_candidates(M, per_m, vendor, default, pick):
             # the imported file's pick is timed where it runs, even outside the search's constraints
             if config.backend in kernels and (
@@ -403,7 +411,8 @@ def profile_family(
     candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
     timing (a stopped profile keeps what it stored). `plan` is `family_plan`'s, where the caller made it
     already (to compile ahead). A hopeless candidate is skipped for `REPROBE` M (the module's rule),
-    never the vendor's, nor any at a tuned M; the report counts such skips as `pruned`."""
+    never the vendor's nor an imported file's pick there (`file_picks`), nor any at a tuned M; the report
+    counts such skips as `pruned`."""
     from autotune.core.op import kernel_versions
     from autotune.db import NewTrial
 
@@ -414,6 +423,7 @@ def profile_family(
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
     tuned = {p.M for p in job.buckets}
+    picks = file_picks(store, job.buckets[0])
     last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
     known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
 
@@ -429,7 +439,8 @@ def profile_family(
                 report.cached += 1
                 seen[config] = stored
                 continue
-            if config.backend != VENDOR_BACKEND and problem.M not in tuned and not due(config):
+            baseline = config.backend == VENDOR_BACKEND or config == picks(problem.M)
+            if not baseline and problem.M not in tuned and not due(config):
                 report.pruned += 1
                 continue
             if should_stop is not None and should_stop():

@@ -1,6 +1,7 @@
 """M profiles skip clearly losing candidates: one more than HOPELESS times the fastest at its last timing
-(or failed there) is skipped for REPROBE timed M, then timed again; never the vendor, never at a tuned
-M, never a candidate not timed before; a resumed profile skips the same ones."""
+(or failed there) is skipped for REPROBE timed M, then timed again; never the vendor nor an imported
+file's pick, never at a tuned M, never a candidate not timed before; a resumed profile skips the same
+ones."""
 
 from __future__ import annotations
 
@@ -343,3 +344,33 @@ def test_the_vendor_beaten_at_an_m_is_timed_again_and_its_fastest_stored(tmp_pat
     assert _at(measurer, VENDOR) == [1, 1, 1, 2, 2, 2, 3, 3, 3]
     assert stored == {1: 9.5, 2: 9.5, 3: 9.5}  # A (10.0) no longer looks faster than the vendor
     assert report.ran + report.retimed == sum(measurer.calls.values()) and report.retimed == 6
+
+
+def test_an_imported_files_pick_is_timed_at_every_m_however_far_behind(tmp_path: Path) -> None:
+    """The file's pick is the baseline of an op without a vendor library (`autotune emit` serves another
+    config only where it beats the pick): a profile never leaves it out as hopeless."""
+    import json
+
+    from autotune.db.interop import import_files
+    from autotune.kernels import MOE
+    from autotune.sweeps.profile import imported_pick
+
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    shipped = {"1": (16, 32, 64, 1, 4, 3), "8": (16, 64, 32, 8, 4, 4)}
+    vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in shipped.items()}))
+    family = Problem.moe(1, 64, 128, 8, 2)
+    job = FamilyProfile(MOE, (family,), LADDER)
+    ours = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                  num_warps=4, num_stages=2, GATE_UP_FUSED=1, SPLIT_K=1)  # fmt: skip
+    measurer = Timed(lambda M, c: 10.0 if c == ours else 10.0 * HOPELESS * 2)
+    with Store(str(tmp_path / "m.db")) as store:
+        import_files(store, [vllm], k=128, topk=2)
+        imported = store.imported_configs(family)
+        picks = {m: imported_pick(imported, m) for m in LADDER}
+        plan = [(family.with_m(m), [ours, *imported.values()]) for m in LADDER], 0
+        report = profile_family(job, store=store, target=GPU, measurer=measurer, plan=plan, sparse=False)
+    assert {c for m, c in measurer.calls if c != ours} == set(imported.values())
+    for m in LADDER:
+        assert measurer.calls[(m, picks[m])] == 1, m
+    assert report.pruned > 0  # the file's other config, hopeless where it is not the pick
