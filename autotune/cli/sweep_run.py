@@ -294,14 +294,16 @@ def print_sweep_report(report: SweepReport, layers: dict[Problem, str] | None = 
     if report.profiles:
         n_ran = sum(p.ran + p.retimed for p in report.profiles)
         cached = sum(p.cached for p in report.profiles)
+        reused = sum(p.reused for p in report.profiles)
         points = sum(p.points for p in report.profiles)
         pruned = sum(p.pruned for p in report.profiles)
         left_out = sum(p.left_out for p in report.profiles)
         share = report.profile_s / report.wall_s if report.wall_s > 0 else 0.0
         print(
             f"profiled {len(report.profiles)} shapes at {points} M values: {n_ran} timings run, {cached} "
-            f"read back, {report.profile_s:.1f} s ({share:.0%} of the sweep; {pruned} timings left out as "
-            f"far behind, {left_out} M left to the vendor library); `autotune emit` serves M ranges"
+            f"read back, {reused} taken from the final rounds, {report.profile_s:.1f} s ({share:.0%} of the "
+            f"sweep; {pruned} timings left out as far behind, {left_out} M left to the vendor library); "
+            "`autotune emit` serves M ranges"
         )
     print_layouts(report)
     problems = len(report.problems)

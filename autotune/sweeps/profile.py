@@ -93,6 +93,7 @@ class ProfileReport:
     pruned: int = 0  # (M, config) pairs not timed for losing by more than HOPELESS (`_due`)
     left_out: int = 0  # ladder M not timed at all: the vendor library clearly ahead on both sides
     retimed: int = 0  # further timings of a beaten vendor library (`VENDOR_SAMPLES`), not stored apart
+    reused: int = 0  # a tuned M's final-round medians stored as its profile times, not timed again
     wall_s: float = 0.0
 
 
@@ -412,7 +413,10 @@ def profile_family(
     timing (a stopped profile keeps what it stored). `plan` is `family_plan`'s, where the caller made it
     already (to compile ahead). A hopeless candidate is skipped for `REPROBE` M (the module's rule),
     never the vendor's nor an imported file's pick there (`file_picks`), nor any at a tuned M; the report
-    counts such skips as `pruned`."""
+    counts such skips as `pruned`. At a tuned M, a candidate other than the vendor's that its final round
+    timed is stored with that round's median (`reused`) instead of being timed again: the final round
+    times as served too, head to head. The vendor library is timed anew there, its fastest of
+    `VENDOR_SAMPLES` where beaten, as at every M (its two speeds per capture)."""
     from autotune.core.op import kernel_versions
     from autotune.db import NewTrial
 
@@ -431,6 +435,11 @@ def profile_family(
         step = len(known)  # how many M were timed before this one
         problem, todo = points[index]
         done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
+        final = (
+            store.finished(target=target, problem=problem, kernels=kernels, source=Source.FINAL)
+            if problem.M in tuned
+            else {}
+        )
         ran = 0
         results: list[TrialResult] = []
         seen: dict[Config, TrialResult] = {}  # what is known at this M: read back or timed now
@@ -438,6 +447,11 @@ def profile_family(
             if (stored := done.get(config.digest())) is not None:
                 report.cached += 1
                 seen[config] = stored
+                continue
+            if config.backend != VENDOR_BACKEND and (head := final.get(config.digest())) and head.ok:
+                results.append(head)  # its final round's median, timed as served: stored, not retimed
+                seen[config] = head
+                report.reused += 1
                 continue
             baseline = config.backend == VENDOR_BACKEND or config == picks(problem.M)
             if not baseline and problem.M not in tuned and not due(config):

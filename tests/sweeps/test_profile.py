@@ -74,7 +74,7 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         report = run_sweep(parse_spec(SPEC), store, GPU, workers=[worker])
         assert len(report.problems) == 2 and len(report.profiles) == 1
         prof = report.profiles[0]
-        assert prof.points == 6 and prof.ran > 6 and prof.failed == 0
+        assert prof.points == 6 and prof.ran > 6 and prof.failed == 0 and prof.reused > 0
         assert report.profile_s > 0
         profile_trials = store.trials(source=Source.PROFILE)
         assert sorted({t.problem.M for t in profile_trials}) == [1, 2, 8, 16, 24, 64]
@@ -118,7 +118,7 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         n = len(worker.log)
         again = run_sweep(parse_spec(SPEC), store, GPU, workers=[worker])
         assert len(worker.log) == n
-        assert again.profiles[0].ran == 0 and again.profiles[0].cached == prof.ran
+        assert again.profiles[0].ran == 0 and again.profiles[0].cached == prof.ran + prof.reused
 
 
 def test_candidates_per_point_are_the_neighbouring_buckets_finalists() -> None:

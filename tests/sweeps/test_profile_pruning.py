@@ -374,3 +374,29 @@ def test_an_imported_files_pick_is_timed_at_every_m_however_far_behind(tmp_path:
     for m in LADDER:
         assert measurer.calls[(m, picks[m])] == 1, m
     assert report.pruned > 0  # the file's other config, hopeless where it is not the pick
+
+
+def test_a_tuned_m_takes_its_final_rounds_medians_and_times_the_vendor_anew(tmp_path: Path) -> None:
+    from autotune.core.op import kernel_versions
+    from autotune.kernels import GEMM
+
+    def result(config: Config, t: float) -> TrialResult:
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 3, "graph"))
+
+    job = _job(LADDER, [1, 9])
+    kernels = kernel_versions(GEMM, GEMM.backends(GPU))
+    measurer = Timed(lambda M, c: {VENDOR: 10.0, A: 9.0, B: 9.5}[c])
+    with Store(str(tmp_path / "p.db")) as store:
+        final = [result(A, 8.25), result(VENDOR, 10.5)]  # A's median differs from what the measurer says
+        store.record_final(target=GPU, problem=job.buckets[0], results=[
+            (*kernels[r.config.backend], r) for r in final])  # fmt: skip
+        report = profile_family(
+            job, store=store, target=GPU, measurer=measurer, plan=_plan(job, lambda m: [VENDOR, A, B])
+        )
+        stored = {(t.problem.M, t.config): t.time_us for t in store.trials(source=Source.PROFILE)}
+    assert report.reused == 1 and measurer.calls[(1, A)] == 0
+    assert stored[(1, A)] == pytest.approx(8.25)  # the final round's median
+    assert measurer.calls[(1, VENDOR)] == VENDOR_SAMPLES  # timed anew (beaten: its fastest of three)
+    assert stored[(1, VENDOR)] == pytest.approx(10.0)
+    assert measurer.calls[(1, B)] == 1  # not in the final round: timed
+    assert measurer.calls[(9, A)] == 1  # no final round stored at M = 9: timed
