@@ -42,12 +42,14 @@ def sweep(spec: Path, db: Path, out: Path) -> dict[str, Any]:
         raise SystemExit(f"sweep failed with exit code {code}")
     total = re.search(r"trials run, (\d+) read back from the database, ([\d.]+) s", text)
     prof = re.search(
-        r"profiled (\d+) shapes at (\d+) M values: (\d+) timings run, (\d+) read back, ([\d.]+) s", text
+        r"profiled (\d+) shapes at (\d+) M values: (\d+) timings run, (\d+) read back, (\d+) taken from "
+        r"the final rounds, ([\d.]+) s",
+        text,
     )
     out_ = {"wall_s": float(total[2]) if total else math.nan}
     if prof:
         out_ |= {"profile_shapes": int(prof[1]), "profile_points": int(prof[2]), "profile_runs": int(prof[3]),
-                 "profile_s": float(prof[5])}  # fmt: skip
+                 "profile_reused": int(prof[5]), "profile_s": float(prof[6])}  # fmt: skip
     print(text.strip().splitlines()[-2] if text.strip() else "")
     return out_
 
