@@ -21,7 +21,9 @@ Rules:
   operands to fp16 for it anyway; FP8 → fp16 is one instruction per two values, where FP8 → bf16 takes
   that one and then one per value. FP8 queries are upcast too; bf16 queries are scaled per head by a power
   of two that puts their absolute maximum in [2^14, 2^15) (exact: fp16 holds every bf16 mantissa), the
-  scale folded into the scores'.
+  scale folded into the scores'. On a GPU (ASM_CVT) the tiles are upcast in registers right after their
+  load, by a conversion the compiler may not move (`_e4m3_to_f16`): left to itself, it moves the upcast
+  past the tiles' trip through shared memory, where an FP8 tile is read without `ldmatrix`.
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
   tiles upcast to fp32 and every dot in fp32. ROUND_FP8 (the interpreter too): the queries' FP8 cast
   rounded first (`_round_fp8`; the interpreter's cast drops a mantissa's carry).
@@ -59,6 +61,21 @@ def _round_fp8(x, MIN_NORMAL: tl.constexpr):
 
 
 @triton.jit
+def _e4m3_to_f16(x):
+    """e4m3 → fp16 in registers, four values a call (two packed conversions). Not marked pure, so the
+    compiler keeps it where it stands instead of moving the tile's layout conversion above it: the fp16
+    tile then reaches the MMA through shared memory with `ldmatrix`, as a bf16 cache's does."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
+        "=r,=r,r",
+        [x],
+        dtype=tl.float16,
+        is_pure=False,
+        pack=4,
+    )
+
+
+@triton.jit
 def mla_split_kernel(
     q_ptr, kv_ptr, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
     scale, kv_scale, H,
@@ -67,6 +84,7 @@ def mla_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
     Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
     DOT_F32: tl.constexpr = False, ROUND_FP8: tl.constexpr = False, F16_TILES: tl.constexpr = False,
+    ASM_CVT: tl.constexpr = False,
 ):  # fmt: skip
     b = tl.program_id(0)
     g = tl.program_id(1)
@@ -120,6 +138,10 @@ def mla_split_kernel(
         if KV_FP8:
             if DOT_F32:
                 v = k_nope.to(tl.float32)
+            elif F16_TILES and ASM_CVT:
+                k_nope = _e4m3_to_f16(k_nope)
+                k_pe = _e4m3_to_f16(k_pe)
+                v = k_nope
             elif F16_TILES:
                 k_nope = k_nope.to(tl.float16)
                 k_pe = k_pe.to(tl.float16)
@@ -218,7 +240,8 @@ def launcher(
         grid = (B, triton.cdiv(H, block_h), splits)
         scale = sm_scale * _LOG2E * (kv_scale if kv_fp8 else 1.0)
         f16 = f16_tiles and kv_fp8 and not is_amd
-        flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16}
+        flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16,
+                 "ASM_CVT": f16 and not interpret}  # fmt: skip
         consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
                       SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
                       FP8_MIN_NORMAL=fp8_min, **{k: True for k, on in flags.items() if on})  # fmt: skip

@@ -60,3 +60,40 @@ def test_the_default_passes_the_static_checks(defaults: dict[str, Any], arch: st
     assert not failing, "\n".join(failing)
     assert all(r["space"] is None for r in found)
     assert all(r["spills"] == 0 for r in found if "spills" not in r["exempt"])
+
+
+TILES_SCRIPT = r"""
+import json, sys
+from autotune import Config
+from autotune.core.problem import Problem
+from autotune.core.target import Target
+from autotune.engine.compile import compile_call
+from autotune.engine.verdicts import can_check
+from autotune.kernels import MLA_DECODE
+
+target = Target.for_arch(sys.argv[1])
+if not can_check(target):
+    print(json.dumps({"skip": f"this process cannot compile for {target.arch}"}))
+    sys.exit(0)
+out = {}
+for kv, extra in (("bf16", {}), ("fp8e4m3", {"F16_TILES": 1, "Q_FP8": 0})):
+    p = Problem.of("mla_decode", 64, 512, 576, heads=16, context=8192, kv_dtype=kv, page_size=64)
+    c = Config(backend="triton", BLOCK_H=16, BLOCK_N=32, num_kv_splits=2, num_warps=4, num_stages=2, **extra)
+    ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
+    out[kv] = {"ldmatrix": ptx.count("ldmatrix"), "cvt_e4m3": ptx.count("cvt.rn.f16x2.e4m3x2")}
+print(json.dumps(out))
+"""
+
+
+def test_fp16_tiles_reach_the_mma_as_a_bf16_caches_tiles_do(
+    compile_per_arch: Callable[..., dict[str, Any]],
+) -> None:
+    """sm_90: an FP8 tile upcast to fp16 is read from shared memory with `ldmatrix` as often as a bf16
+    tile of the same config (the upcast happens in registers before the tile's trip through shared
+    memory; left to the compiler, it happens after, and the tile is read without `ldmatrix`)."""
+    found = compile_per_arch(TILES_SCRIPT, ("sm_90",), None)["sm_90"]
+    if "skip" in found:
+        pytest.skip(found["skip"])
+    assert found["bf16"]["ldmatrix"] > 0 and found["bf16"]["cvt_e4m3"] == 0
+    assert found["fp8e4m3"]["cvt_e4m3"] > 0
+    assert found["fp8e4m3"]["ldmatrix"] >= found["bf16"]["ldmatrix"], found
