@@ -50,8 +50,15 @@ def _fp8(problem: Problem) -> bool:
 
 
 def _f16_knob(problem: Problem, target: Target) -> bool:
-    """Whether the space has `F16_TILES`: an FP8 cache on an NVIDIA GPU (not the interpreter)."""
-    return _fp8(problem) and not target.is_amd and not target.interpreter
+    """Whether the space has `F16_TILES`: an FP8 cache on an NVIDIA GPU with FP8 conversions (sm_89 on;
+    the kernel upcasts with them), not the interpreter."""
+    return _fp8(problem) and target.is_nvidia and _sm(target) >= 89
+
+
+def _sm(target: Target) -> int:
+    """The compute capability of an NVIDIA target's arch (sm_90: 90); 0 for another arch name."""
+    digits = target.arch.removeprefix("sm_").rstrip("a")
+    return int(digits) if target.arch.startswith("sm_") and digits.isdigit() else 0
 
 
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
@@ -206,7 +213,8 @@ def _core(problem: Problem, target: Target) -> Core:
 
 
 def _config(problem: Problem, target: Target, core: Core) -> Config | None:
-    """`core` with its splits and AMD's knobs (bf16 queries); None where that is no config of the space."""
+    """`core` with its splits and AMD's knobs (bf16 queries; on NVIDIA fp16 tiles where a tile holds 16
+    heads, bf16 tiles otherwise); None where that is no config of the space."""
     bh, bn, _, warps, stages = core
     values: dict[str, Value] = dict(num_kv_splits=default_splits(problem, target, bh, bn), BLOCK_H=bh,
                                     BLOCK_N=bn, num_warps=warps, num_stages=stages)  # fmt: skip
@@ -214,8 +222,8 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values.update(waves_per_eu=0, matrix_instr_nonkdim=16)
     if _fp8(problem):
         values["Q_FP8"] = 0
-    if _f16_knob(problem, target):
-        values["F16_TILES"] = 0
+    if _f16_knob(problem, target):  # fp16 tiles on 16-head tiles (`mma.sync`), where they were measured
+        values["F16_TILES"] = int(bh <= MIN_BLOCK_H)
     config = Config(backend="triton", **values)
     sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
     return config if sub.check(config) is None else None

@@ -83,8 +83,9 @@ def test_sm90_takes_64_heads_a_program_with_warpgroup_mmas_at_128_heads() -> Non
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup_mma(arch: str) -> None:
-    """F16_TILES exists on NVIDIA with an FP8 cache only, the default leaves it 0, and on sm_90 it is never
-    1 where the scores are an FP8 warpgroup MMA (FP8 queries, 64 heads a program)."""
+    """F16_TILES exists on NVIDIA with an FP8 cache only, the default leaves it 0 on tiles of more than 16
+    heads, and on sm_90 it is never 1 where the scores are an FP8 warpgroup MMA (FP8 queries, 64 heads a
+    program)."""
     target = Target.for_arch(arch)
     fp8, bf16 = _problem(64, 128, 4096, "fp8e4m3"), _problem(64, 128, 4096)
     sub = MLA_DECODE.space(fp8, target).subspace("triton")
@@ -94,6 +95,8 @@ def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup
     assert sub.check(first) is None and first.get("F16_TILES", 0) == 0
     if target.is_amd:
         return
+    narrow_default = mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), target)[0]
+    assert narrow_default["BLOCK_H"] == 16 and narrow_default["F16_TILES"] == 1
     wide = dict(first.items()) | dict(num_kv_splits=1, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2)
     narrow = wide | dict(BLOCK_H=32)
     assert sub.check(Config(wide | dict(F16_TILES=1, Q_FP8=0))) is None
@@ -136,3 +139,13 @@ def test_a_sweep_of_several_page_sizes_reports_the_fastest_per_shape() -> None:
     ]  # fmt: skip
     assert picks[0].param == "page_size" and picks[0].times_us == ((16, 30.0), (256, 21.0), (2048, 25.0))
     assert fastest_layouts([(Problem.gemm(16, 64, 64), 1.0), (Problem.gemm(16, 64, 64, "fp16"), 2.0)]) == []
+
+
+def test_fp16_tiles_need_the_fp8_conversions_of_sm_89_on() -> None:
+    """The kernel upcasts fp16 tiles with sm_89's FP8 conversions: an older NVIDIA GPU has no such knob."""
+    import dataclasses
+
+    fp8 = _problem(64, 16, 4096, "fp8e4m3")
+    for arch, has in (("sm_80", False), ("sm_89", True), ("sm_90", True), ("sm_100", True)):
+        target = dataclasses.replace(Target.for_arch("sm_90"), arch=arch)
+        assert ("F16_TILES" in MLA_DECODE.space(fp8, target).subspace("triton").params) == has, arch

@@ -12,7 +12,12 @@ import pytest
 
 ARCHS = ("gfx942", "gfx950", "sm_90")
 #: (B, heads, context, kv_dtype): decode at batch 1 (many splits) and 64 (few), both head counts.
-PROBLEMS = [(1, 16, 32768, "bf16"), (64, 128, 4096, "bf16"), (4, 128, 8192, "fp8e4m3")]
+PROBLEMS = [
+    (1, 16, 32768, "bf16"),
+    (64, 128, 4096, "bf16"),
+    (4, 128, 8192, "fp8e4m3"),
+    (64, 16, 4096, "fp8e4m3"),
+]
 
 SCRIPT = r"""
 import json, sys
