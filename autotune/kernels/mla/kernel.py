@@ -16,14 +16,15 @@ Rules:
   (not to the tiles). With Q_FP8 the queries are quantized in the kernel (one scale per head, from its
   absolute maximum) and the scores are FP8 products. P·V takes v upcast: to fp16 with F16_TILES, else to
   the queries' bf16.
-- F16_TILES (a knob, NVIDIA with an FP8 cache): the cache's tiles are upcast to fp16 and both dots run in
-  fp16. e4m3 values are exact in fp16, and sm_90's `mma.sync` has no FP8 form, so Triton upcasts FP8
-  operands to fp16 for it anyway; FP8 → fp16 is one instruction per two values, where FP8 → bf16 takes
-  that one and then one per value. FP8 queries are upcast too; bf16 queries are scaled per head by a power
-  of two that puts their absolute maximum in [2^14, 2^15) (exact: fp16 holds every bf16 mantissa), the
-  scale folded into the scores'. On a GPU (ASM_CVT) the tiles are upcast in registers right after their
-  load, by a conversion the compiler may not move (`_e4m3_to_f16`): left to itself, it moves the upcast
-  past the tiles' trip through shared memory, where an FP8 tile is read without `ldmatrix`.
+- F16_TILES (a knob, NVIDIA sm_89 on with an FP8 cache): the cache's tiles are upcast to fp16 and both
+  dots run in fp16. e4m3 values are exact in fp16, and Triton compiles the dots of 16- and 32-head tiles
+  to fp16 `mma.sync` on sm_90 anyway, FP8 operands upcast; FP8 → fp16 is one instruction per two values,
+  where FP8 → bf16 takes that one and then one per value. FP8 queries are upcast too; bf16 queries are
+  scaled per head by a power of two that puts their absolute maximum in [2^14, 2^15) (exact: fp16 holds
+  every bf16 mantissa), the scale folded into the scores'. On a GPU (ASM_CVT) the tiles are upcast in
+  registers right after their load, by a conversion the compiler may not move (`_e4m3_to_f16`): left to
+  itself, it moves the upcast past the tiles' trip through shared memory, where an FP8 tile is read
+  without `ldmatrix`.
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
   tiles upcast to fp32 and every dot in fp32. ROUND_FP8 (the interpreter too): the queries' FP8 cast
   rounded first (`_round_fp8`; the interpreter's cast drops a mantissa's carry).
