@@ -132,10 +132,13 @@ class Backend:
             problem, target, default if default is not None and default.backend == self.name else None
         )
 
-    def check(self, problem: Problem, target: Target, config: Config) -> str | None:
+    def check(
+        self, problem: Problem, target: Target, config: Config, *, search_only: bool = True
+    ) -> str | None:
         """None where `config` is one of this backend's configs for `problem` on `target` (as the op's
-        space holds it), else why not. Needs no heuristic default, so nothing is compiled."""
-        return self.space(problem, target, None).check(config)
+        space holds it), else why not; without `search_only`, whether it runs there (`SubSpace.check`).
+        Needs no heuristic default, so nothing is compiled."""
+        return self.space(problem, target, None).check(config, search_only=search_only)
 
 
 def _never(config: Any) -> bool:

@@ -34,12 +34,17 @@ class Constraint:
     in a real one); the search then decides the constraint as soon as they are assigned. None: it may
     read any, and is decided on whole configs. Reading a parameter of the subspace that `knobs` does not
     name is a ValueError.
+
+    `search_only`: a rule of the search alone. A config it rejects runs, and runs right, only where the
+    rule expects it to be slow; an M profile still times a tuned bucket's finalist that breaks it at
+    another M (`SubSpace.check(config, search_only=False)`).
     """
 
     name: str
     reason: str
     allows: Callable[[Mapping[str, Value]], bool]
     knobs: tuple[str, ...] | None = None
+    search_only: bool = False
 
     def __post_init__(self) -> None:
         if self.knobs is not None:
@@ -74,15 +79,17 @@ class SubSpace:
             n *= len(values)
         return n
 
-    def violated(self, values: Mapping[str, Value]) -> Constraint | None:
-        """The first constraint `values` breaks (parameters are assumed in range), or None."""
+    def violated(self, values: Mapping[str, Value], *, search_only: bool = True) -> Constraint | None:
+        """The first constraint `values` breaks (parameters are assumed in range), or None; without
+        `search_only`, the search-only constraints are not asked."""
         for constraint in self.constraints:
-            if not constraint.allows(values):
+            if (search_only or not constraint.search_only) and not constraint.allows(values):
                 return constraint
         return None
 
-    def check(self, config: Config) -> str | None:
-        """None when `config` is valid here, else the reason it is not."""
+    def check(self, config: Config, *, search_only: bool = True) -> str | None:
+        """None when `config` is valid here, else the reason it is not; without `search_only`, whether it
+        runs here (the search-only constraints not asked)."""
         if config.backend != self.backend:
             return f"backend {config.backend!r} is not {self.backend!r}"
         extra = set(config) - set(self.params) - {"backend"}
@@ -93,7 +100,7 @@ class SubSpace:
                 return f"missing parameter {name}"
             if config[name] not in values:
                 return f"{name}={config[name]!r} is not among {list(values)}"
-        broken = self.violated(config)
+        broken = self.violated(config, search_only=search_only)
         return None if broken is None else broken.explain(config)
 
     def _search(self) -> _Tree:
@@ -452,12 +459,12 @@ class SearchSpace:
     def subspace(self, backend: str) -> SubSpace:
         return self._by_backend[backend]
 
-    def check(self, config: Config) -> str | None:
-        """None when `config` is in the space, else the reason it is not."""
+    def check(self, config: Config, *, search_only: bool = True) -> str | None:
+        """None when `config` is in the space, else the reason it is not (`SubSpace.check`)."""
         sub = self._by_backend.get(config.backend)
         if sub is None:
             return f"backend {config.backend!r} is not in this space ({', '.join(self.backends)})"
-        return sub.check(config)
+        return sub.check(config, search_only=search_only)
 
     def __contains__(self, config: object) -> bool:
         return isinstance(config, Config) and self.check(config) is None

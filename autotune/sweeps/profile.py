@@ -324,7 +324,9 @@ def family_plan(
     not `default_config`, which compiles its candidates to check them, one after another in this process
     (`profile_family`'s compiler checks the pick alongside the other candidates, on its processes); and a
     candidate's place in the space is asked of its backend (`Backend.check`), not of the op's space,
-    whose first config is that checked default."""
+    whose first config is that checked default. A candidate is left out only where it cannot run at an
+    M: a search-only constraint (`Constraint.search_only`, such as `split_k_needless`) narrows what the
+    search tries, not what the profile times."""
     from autotune.core.op import kernel_versions
 
     op = job.op
@@ -342,9 +344,11 @@ def family_plan(
         todo = []
         pick = picks(M)
         for config in point_candidates(M, per_m, vendor, default, pick):
-            # the imported file's pick is timed where it runs, even outside the search's constraints
-            if config.backend in kernels and (
-                config == pick or op.backend(config.backend).check(problem, target, config) is None
+            # the imported file's pick is timed where it runs, even outside the search's constraints; the
+            # others where they run (a bucket's finalist past a search-only rule at this M too)
+            backend = op.backend(config.backend) if config.backend in kernels else None
+            if backend is not None and (
+                config == pick or backend.check(problem, target, config, search_only=False) is None
             ):
                 todo.append(config)
             else:

@@ -204,3 +204,19 @@ def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
     interp = Target.interpreter_target()
     small = Problem.gemm(64, 64, 64)
     assert wave_filling_tiles(small, interp, GEMM.space(small, interp, ("triton_tma",)).subspaces[0]) == ()
+
+
+def test_a_search_only_constraint_is_not_asked_whether_a_config_runs() -> None:
+    from autotune.core.space import Constraint, SubSpace
+
+    rule = Constraint("wide_waste", "BLOCK {BLOCK} is wasteful", lambda c: int(c["BLOCK"]) <= 32,
+                      knobs=("BLOCK",), search_only=True)  # fmt: skip
+    hard = Constraint(
+        "too_wide", "BLOCK {BLOCK} does not fit", lambda c: int(c["BLOCK"]) <= 64, knobs=("BLOCK",)
+    )
+    sub = SubSpace("triton", {"BLOCK": (16, 32, 64, 128)}, (rule, hard))
+    wide, wider = Config(backend="triton", BLOCK=64), Config(backend="triton", BLOCK=128)
+    assert sub.check(wide) == "wide_waste: BLOCK 64 is wasteful"
+    assert sub.check(wide, search_only=False) is None
+    assert sub.check(wider, search_only=False) == "too_wide: BLOCK 128 does not fit"
+    assert Config(backend="triton", BLOCK=64) not in list(sub.configs())

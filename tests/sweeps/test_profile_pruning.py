@@ -400,3 +400,32 @@ def test_a_tuned_m_takes_its_final_rounds_medians_and_times_the_vendor_anew(tmp_
     assert stored[(1, VENDOR)] == pytest.approx(10.0)
     assert measurer.calls[(1, B)] == 1  # not in the final round: timed
     assert measurer.calls[(9, A)] == 1  # no final round stored at M = 9: timed
+
+
+def test_a_buckets_finalist_is_planned_where_it_runs_past_a_search_only_rule(tmp_path: Path) -> None:
+    """The profile times a tuned bucket's finalist at the M beside it where it runs, even where a rule of
+    the search alone (`split_k_needless`: the split-K grid overfills the GPU there) keeps the search from
+    trying it; a config that cannot run there (a parameter outside its values) is left out."""
+    from autotune.core.op import kernel_versions
+    from autotune.kernels import MOE
+    from autotune.sweeps.profile import family_plan
+
+    def result(config: Config, t: float) -> TrialResult:
+        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 3, "graph"))
+
+    split = Config(backend="triton", BLOCK_SIZE_K=128, BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, GATE_UP_FUSED=1,
+                   GROUP_SIZE_M=16, SPLIT_K=8, num_stages=3, num_warps=4)  # fmt: skip
+    broken = split.replace(BLOCK_SIZE_N=48)  # no value of the knob: cannot run anywhere
+    buckets = (Problem.moe(1, 128, 7168, 256, 8), Problem.moe(16, 128, 7168, 256, 8))
+    job = FamilyProfile(MOE, buckets, (1, 2, 3, 4, 8, 16))
+    backend = MOE.backend("triton")
+    assert backend.check(buckets[0].with_m(3), GPU, split) is not None  # the search's rule
+    assert backend.check(buckets[0].with_m(3), GPU, split, search_only=False) is None  # it runs
+    kernels = kernel_versions(MOE, MOE.backends(GPU))
+    with Store(str(tmp_path / "p.db")) as store:
+        store.record_final(target=GPU, problem=buckets[0], results=[
+            (*kernels["triton"], result(c, t)) for c, t in ((split, 30.0), (broken, 31.0))])  # fmt: skip
+        plan, _ = family_plan(job, store=store, target=GPU)
+    at = {problem.M: configs for problem, configs in plan}
+    assert all(split in at[m] for m in (1, 2, 3, 4, 8)), {m: split in c for m, c in at.items()}
+    assert not any(broken in configs for configs in at.values())

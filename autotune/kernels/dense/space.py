@@ -348,6 +348,7 @@ def _constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
             lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
             knobs=("SPLIT_K", "BLOCK_M", "BLOCK_N"),
+            search_only=True,
         ),
         Constraint(
             "fused_split_alone",

@@ -145,6 +145,7 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"{target.cu_count} CUs: the grid is full without slices",
             lambda c: int(c["SPLIT_K"]) == 1 or gate_up_tiles(c) * int(c["SPLIT_K"]) <= 2 * target.cu_count,
             knobs=("SPLIT_K", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
+            search_only=True,
         ),
         Constraint(
             "split_k_steps",
