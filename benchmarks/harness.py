@@ -4,7 +4,8 @@ database, the served call as a variant, and the short table each script prints l
 
 The scripts import it by name (`import harness`): a script's own folder is on `sys.path` when it runs.
 Timing goes through the package's public helpers (`autotune.engine.bench.interleaved_medians`,
-`autotune.kernels.served_launch`); nothing here times a kernel another way.
+`autotune.kernels.served_launch`); nothing here times a kernel another way. `median_s` times only
+the device's reference rates (a copy's bandwidth, a library GEMM's peak).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "geomean",
     "host_us_per_call",
     "json_path",
+    "median_s",
     "paired_overhead",
     "parser",
     "print_table",
@@ -106,21 +108,31 @@ def emit_table(db: Path, out: Path) -> Path:
     return table
 
 
+def median_s(call: Callable[[], Any], reps: int = 20, warmup: int = 0) -> float:
+    """The median time of `call` on the GPU in seconds (CUDA events around each of `reps` calls, after
+    `warmup` untimed ones)."""
+    import torch
+
+    for _ in range(warmup):
+        call()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return sorted(times)[reps // 2]
+
+
 def copy_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
     """Device copy bandwidth: read + write bytes of a `nbytes` copy over its median time."""
     import torch
 
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return 2 * nbytes / sorted(times)[reps // 2] / 1e3
+    return 2 * nbytes / median_s(lambda: dst.copy_(src), reps) / 1e9
 
 
 def describe(info: Mapping[str, Any]) -> str:

@@ -147,15 +147,7 @@ def mm_tflops(dtype: str, n: int = 8192, reps: int = 20) -> float:
         def call() -> Any:
             return torch.mm(a, b)
 
-    times = []
-    for _ in range(reps + 3):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        call()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * n**3 / sorted(times[3:])[reps // 2] / 1e12
+    return 2 * n**3 / harness.median_s(call, reps, warmup=3) / 1e12
 
 
 def measure(

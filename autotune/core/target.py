@@ -130,6 +130,12 @@ class Target:
     def interpreter(self) -> bool:
         return self.arch == "interpreter"
 
+    @property
+    def sm(self) -> int:
+        """An NVIDIA target's compute capability as a number (sm_90, sm_90a: 90); 0 for any other arch."""
+        digits = self.arch.removeprefix("sm_").rstrip("a")
+        return int(digits) if self.is_nvidia and self.arch.startswith("sm_") and digits.isdigit() else 0
+
     @classmethod
     def for_arch(cls, arch: str) -> Target:
         """A target with the published limits of `arch` (gfx942, gfx950, sm_90, interpreter).

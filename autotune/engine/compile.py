@@ -66,8 +66,8 @@ def gpu_target(target: Target) -> Any:
 
     if target.is_amd and target.arch.startswith("gfx"):
         return GPUTarget("hip", target.arch, target.wave_size or 64)
-    if target.is_nvidia and target.arch.startswith("sm_"):
-        return GPUTarget("cuda", int(target.arch[3:].rstrip("a")), 32)
+    if target.sm:
+        return GPUTarget("cuda", target.sm, 32)
     raise TargetError(f"cannot compile for {target.arch}: compile-only work needs a gfx* or sm_* target")
 
 

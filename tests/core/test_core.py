@@ -258,3 +258,13 @@ def test_a_backend_s_files_are_its_module_and_the_kernel_modules_it_imports(tmp_
     finally:
         for name in [m for m in sys.modules if m == "fakepkg" or m.startswith("fakepkg.")]:
             del sys.modules[name]
+
+
+def test_sm_is_an_nvidia_targets_compute_capability_and_0_elsewhere() -> None:
+    import dataclasses
+
+    h100 = Target.for_arch("sm_90")
+    assert h100.sm == 90
+    assert dataclasses.replace(h100, arch="sm_90a").sm == 90
+    assert dataclasses.replace(h100, arch="sm_100").sm == 100
+    assert Target.for_arch("gfx942").sm == 0 and Target.interpreter_target().sm == 0

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_profile import TimedWorker
 
-from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
+from autotune import Config, Problem, Target, TrialResult
 from autotune.core.result import Source
 from autotune.db import Store
 from autotune.engine.bench import ServedTiming
@@ -38,32 +39,17 @@ profile_m = [1, 2, 8, 16, 24, 64]
 """
 
 
-class Clocked:
-    """A GPU that measures nothing: our configs win below M = 20 (the vendor above), each timing logged
-    with its clock and whether it was a served (profile) timing."""
-
-    name = "fake"
+class Clocked(TimedWorker):
+    """`TimedWorker` (our configs win below M = 20, the vendor above) that also logs each timing's clock:
+    (clock, served?, problem) in `clocked`."""
 
     def __init__(self) -> None:
-        self.log: list[tuple[float, bool, Problem]] = []
-        self._lock = threading.Lock()
-
-    @property
-    def target(self) -> Target:
-        return GPU
-
-    def start(self) -> None:
-        pass
+        super().__init__()
+        self.clocked: list[tuple[float, bool, Problem]] = []
 
     def run(self, op: object, problem: Problem, config: Config) -> TrialResult:
-        with self._lock:
-            self.log.append((time.monotonic(), isinstance(op, ServedTiming), problem))
-        t = 10.0 + problem.M / 10 if config.backend == "torch" else 8.0 + problem.M / 5
-        t += (int(config.digest()[:4], 16) % 100) / 1000
-        return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph"))
-
-    def close(self) -> None:
-        pass
+        self.clocked.append((time.monotonic(), isinstance(op, ServedTiming), problem))
+        return super().run(op, problem, config)
 
 
 class Compiles:
@@ -197,5 +183,5 @@ def test_a_sweep_times_the_first_family_while_the_last_is_still_planned(
         profiled = store.trials(source=Source.PROFILE)
     assert len(report.profiles) == 3 and all(p.ran > 0 for p in report.profiles)
     assert {t.problem.with_m(1) for t in profiled} == set(planned)
-    first_served = min(at for at, served, _ in worker.log if served)
+    first_served = min(at for at, served, _ in worker.clocked if served)
     assert first_served < planned[last]  # the first family was timed before the last one's plan was made

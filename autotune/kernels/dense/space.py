@@ -197,11 +197,7 @@ def _gemv_candidates(problem: Problem, target: Target) -> list[Config]:
 
 def has_tma(target: Target) -> bool:
     """Tensor descriptors with hardware TMA: NVIDIA Hopper and newer (and the interpreter, for tests)."""
-    if target.interpreter:
-        return True
-    if not target.is_nvidia or not target.arch.startswith("sm_"):
-        return False
-    return int(target.arch[3:].rstrip("a")) >= 90
+    return target.interpreter or target.sm >= 90
 
 
 def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:

@@ -62,10 +62,13 @@ def _round_fp8(x, MIN_NORMAL: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_to_f16(x):
-    """e4m3 → fp16 in registers, four values a call (two packed conversions). Not marked pure, so the
-    compiler keeps it where it stands instead of moving the tile's layout conversion above it: the fp16
-    tile then reaches the MMA through shared memory with `ldmatrix`, as a bf16 cache's does."""
+def _e4m3_to_f16(x, ASM_CVT: tl.constexpr):
+    """e4m3 → fp16. With ASM_CVT in registers, four values a call (two packed conversions), not marked
+    pure, so the compiler keeps it where it stands instead of moving the tile's layout conversion above
+    it: the fp16 tile then reaches the MMA through shared memory with `ldmatrix`, as a bf16 cache's does.
+    Else Triton's cast (the interpreter runs no inline assembly)."""
+    if not ASM_CVT:
+        return x.to(tl.float16)
     return tl.inline_asm_elementwise(
         "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.rn.f16x2.e4m3x2 $0, lo; cvt.rn.f16x2.e4m3x2 $1, hi; }",
         "=r,=r,r",
@@ -139,13 +142,9 @@ def mla_split_kernel(
         if KV_FP8:
             if DOT_F32:
                 v = k_nope.to(tl.float32)
-            elif F16_TILES and ASM_CVT:
-                k_nope = _e4m3_to_f16(k_nope)
-                k_pe = _e4m3_to_f16(k_pe)
-                v = k_nope
             elif F16_TILES:
-                k_nope = k_nope.to(tl.float16)
-                k_pe = k_pe.to(tl.float16)
+                k_nope = _e4m3_to_f16(k_nope, ASM_CVT)
+                k_pe = _e4m3_to_f16(k_pe, ASM_CVT)
                 v = k_nope
             else:
                 v = k_nope.to(tl.bfloat16)

@@ -52,13 +52,7 @@ def _fp8(problem: Problem) -> bool:
 def _f16_knob(problem: Problem, target: Target) -> bool:
     """Whether the space has `F16_TILES`: an FP8 cache on an NVIDIA GPU with FP8 conversions (sm_89 on;
     the kernel upcasts with them), not the interpreter."""
-    return _fp8(problem) and target.is_nvidia and _sm(target) >= 89
-
-
-def _sm(target: Target) -> int:
-    """The compute capability of an NVIDIA target's arch (sm_90: 90); 0 for another arch name."""
-    digits = target.arch.removeprefix("sm_").rstrip("a")
-    return int(digits) if target.arch.startswith("sm_") and digits.isdigit() else 0
+    return _fp8(problem) and target.sm >= 89
 
 
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:

@@ -90,11 +90,7 @@ _MIN_TILE = 16
 def mx_native(target: Target) -> bool:
     """Whether `target` has MX matrix instructions (tl.dot_scaled runs natively): gfx950 and Blackwell.
     Elsewhere (gfx942, Hopper, the interpreter) MX tiles are dequantized to bf16 in the kernel."""
-    if target.arch == "gfx950":
-        return True
-    if target.is_nvidia and target.arch.startswith("sm_"):
-        return int(target.arch[3:].rstrip("a")) >= 100
-    return False
+    return target.arch == "gfx950" or target.sm >= 100
 
 
 def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
