@@ -36,7 +36,7 @@ from autotune.kernels import MLA_DECODE
 
 LATENT, K = 512, 576
 #: The fixed default the tuned kernel is compared with (AMD adds its two knobs; an FP8 cache bf16 queries
-#: and, where the space has fp16 tiles, bf16 tiles).
+#: and, where the space has the knobs, bf16 tiles, unswapped).
 FIXED = dict(num_kv_splits=8, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2)
 
 
@@ -44,8 +44,8 @@ def fixed(problem: Problem, target: Target) -> Config:
     extra: dict[str, int] = dict(waves_per_eu=0, matrix_instr_nonkdim=16) if target.is_amd else {}
     if dict(problem.extra)["kv_dtype"] != "bf16":
         extra["Q_FP8"] = 0
-        if "F16_TILES" in MLA_DECODE.space(problem, target).subspace("triton").params:
-            extra["F16_TILES"] = 0
+        params = MLA_DECODE.space(problem, target).subspace("triton").params
+        extra |= {knob: 0 for knob in ("F16_TILES", "SWAP") if knob in params}
     return Config(backend="triton", **FIXED, **extra)
 
 

@@ -80,6 +80,39 @@ def _e4m3_to_f16(x, ASM_CVT: tl.constexpr):
 
 
 @triton.jit
+def _cache_tile(
+    kv_ptr, pages, n0, end, stride_kvp, stride_kvr,
+    LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, Q_FP8: tl.constexpr,
+    KV_FP8: tl.constexpr, DOT_F32: tl.constexpr, F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr,
+):  # fmt: skip
+    """The BLOCK_N tokens from `n0` (through the page table): their latent and RoPE parts as the score dot
+    takes them, the latent part as P·V takes it (v), and which tokens are before `end`."""
+    t = n0 + tl.arange(0, BLOCK_N)
+    tmask = t < end
+    page = tl.load(pages + t // PAGE, mask=tmask, other=0)
+    row = kv_ptr + page.to(tl.int64) * stride_kvp + (t % PAGE) * stride_kvr
+    dl = tl.arange(0, LATENT)
+    dr = tl.arange(0, ROPE)
+    k_nope = tl.load(row[:, None] + dl[None, :], mask=tmask[:, None], other=0.0)
+    k_pe = tl.load(row[:, None] + LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+    if KV_FP8:
+        if DOT_F32:
+            v = k_nope.to(tl.float32)
+        elif F16_TILES:
+            k_nope = _e4m3_to_f16(k_nope, ASM_CVT)
+            k_pe = _e4m3_to_f16(k_pe, ASM_CVT)
+            v = k_nope
+        else:
+            v = k_nope.to(tl.bfloat16)
+        if not Q_FP8:
+            k_nope = v
+            k_pe = k_pe.to(v.dtype)
+    else:
+        v = k_nope
+    return k_nope, k_pe, v, tmask
+
+
+@triton.jit
 def mla_split_kernel(
     q_ptr, kv_ptr, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
     scale, kv_scale, H,
@@ -88,7 +121,7 @@ def mla_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
     Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
     DOT_F32: tl.constexpr = False, ROUND_FP8: tl.constexpr = False, F16_TILES: tl.constexpr = False,
-    ASM_CVT: tl.constexpr = False,
+    ASM_CVT: tl.constexpr = False, SWAP: tl.constexpr = False,
 ):  # fmt: skip
     b = tl.program_id(0)
     g = tl.program_id(1)
@@ -130,47 +163,61 @@ def mla_split_kernel(
     end = tl.minimum(start + per_split, ctx)
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
     pages = pt_ptr + b.to(tl.int64) * stride_ptb
-    for n0 in range(start, end, BLOCK_N):
-        t = n0 + tl.arange(0, BLOCK_N)
-        tmask = t < end
-        page = tl.load(pages + t // PAGE, mask=tmask, other=0)
-        row = kv_ptr + page.to(tl.int64) * stride_kvp + (t % PAGE) * stride_kvr
-        k_nope = tl.load(row[:, None] + dl[None, :], mask=tmask[:, None], other=0.0)
-        k_pe = tl.load(row[:, None] + LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
-        if KV_FP8:
+    if SWAP:
+        # tokens on the MMAs' M side: scores Sᵀ = K·Qᵀ (BLOCK_N x BLOCK_H), output Oᵀ += Vᵀ·Pᵀ
+        acc_t = tl.zeros((LATENT, BLOCK_H), tl.float32)
+        qn_t = tl.trans(q_nope)
+        qp_t = tl.trans(q_pe)
+        for n0 in range(start, end, BLOCK_N):
+            k_nope, k_pe, v, tmask = _cache_tile(
+                kv_ptr, pages, n0, end, stride_kvp, stride_kvr, LATENT, ROPE, PAGE, BLOCK_N, Q_FP8, KV_FP8,
+                DOT_F32, F16_TILES, ASM_CVT,
+            )  # fmt: skip
             if DOT_F32:
-                v = k_nope.to(tl.float32)
-            elif F16_TILES:
-                k_nope = _e4m3_to_f16(k_nope, ASM_CVT)
-                k_pe = _e4m3_to_f16(k_pe, ASM_CVT)
-                v = k_nope
+                st = tl.dot(k_nope.to(tl.float32), qn_t.to(tl.float32))
+                st = tl.dot(k_pe.to(tl.float32), qp_t.to(tl.float32), st)
             else:
-                v = k_nope.to(tl.bfloat16)
-            if not Q_FP8:
-                k_nope = v
-                k_pe = k_pe.to(v.dtype)
-        else:
-            v = k_nope
-        if DOT_F32:
-            qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
-            qk = tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)), qk)
-        else:
-            qk = tl.dot(q_nope, tl.trans(k_nope))
-            qk = tl.dot(q_pe, tl.trans(k_pe), qk)
-        qk = qk * row_scale[:, None]
-        qk = tl.where(tmask[None, :], qk, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(qk, 1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(qk - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, 1)
-        if DOT_F32:
-            pv = tl.dot(p, v.to(tl.float32))
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc = acc * alpha[:, None] + pv
-        m_i = m_new
+                st = tl.dot(k_nope, qn_t)
+                st = tl.dot(k_pe, qp_t, st)
+            st = st * row_scale[None, :]
+            st = tl.where(tmask[:, None], st, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(st, 0))
+            alpha = tl.exp2(m_i - m_new)
+            pt = tl.exp2(st - m_new[None, :])
+            l_i = l_i * alpha + tl.sum(pt, 0)
+            if DOT_F32:
+                pv_t = tl.dot(tl.trans(v.to(tl.float32)), pt)
+            else:
+                pv_t = tl.dot(tl.trans(v), pt.to(v.dtype))
+            acc_t = acc_t * alpha[None, :] + pv_t
+            m_i = m_new
+        acc = tl.trans(acc_t)
+    else:
+        acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
+        for n0 in range(start, end, BLOCK_N):
+            k_nope, k_pe, v, tmask = _cache_tile(
+                kv_ptr, pages, n0, end, stride_kvp, stride_kvr, LATENT, ROPE, PAGE, BLOCK_N, Q_FP8, KV_FP8,
+                DOT_F32, F16_TILES, ASM_CVT,
+            )  # fmt: skip
+            if DOT_F32:
+                qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
+                qk = tl.dot(q_pe.to(tl.float32), tl.trans(k_pe.to(tl.float32)), qk)
+            else:
+                qk = tl.dot(q_nope, tl.trans(k_nope))
+                qk = tl.dot(q_pe, tl.trans(k_pe), qk)
+            qk = qk * row_scale[:, None]
+            qk = tl.where(tmask[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if DOT_F32:
+                pv = tl.dot(p, v.to(tl.float32))
+            else:
+                pv = tl.dot(p.to(v.dtype), v)
+            acc = acc * alpha[:, None] + pv
+            m_i = m_new
     if KV_FP8:
         acc = acc * kv_scale
     acc = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
@@ -224,6 +271,7 @@ def launcher(
     block_h, block_n = int(params["BLOCK_H"]), int(params["BLOCK_N"])
     q_fp8 = bool(int(params.get("Q_FP8", 0)))
     f16_tiles = bool(int(params.get("F16_TILES", 0)))
+    swap = bool(int(params.get("SWAP", 0)))
     split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
@@ -241,7 +289,7 @@ def launcher(
         scale = sm_scale * _LOG2E * (kv_scale if kv_fp8 else 1.0)
         f16 = f16_tiles and kv_fp8 and not is_amd
         flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16,
-                 "ASM_CVT": f16 and not interpret}  # fmt: skip
+                 "ASM_CVT": f16 and not interpret, "SWAP": swap}  # fmt: skip
         consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
                       SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
                       FP8_MIN_NORMAL=fp8_min, **{k: True for k, on in flags.items() if on})  # fmt: skip

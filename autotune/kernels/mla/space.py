@@ -5,7 +5,8 @@ Knobs: `num_kv_splits` (slices of each sequence's context, reduced by a second l
 tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdim`; with an FP8 cache
 `Q_FP8` (0: bf16 queries, the cache upcast; 1: queries quantized in the kernel, FP8 score dots), and on
 NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16; 0: to bf16; see
-`autotune.kernels.mla.kernel`).
+`autotune.kernels.mla.kernel`); on sm_90 with an FP8 cache `SWAP` (1: the dots swapped, the tile's tokens on
+the warpgroup MMAs' M side, FP8 scores; see `_swap_knob`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,14 @@ def _f16_knob(problem: Problem, target: Target) -> bool:
     return _fp8(problem) and target.sm >= 89
 
 
+def _swap_knob(problem: Problem, target: Target) -> bool:
+    """Whether the space has `SWAP`: an FP8 cache on sm_90. Swapped, the scores of 16 or 32 heads are FP8
+    warpgroup MMAs of 64 tokens a warpgroup; on an H100 that ran 1.03-1.29x faster than the unswapped
+    kernel's best at H = 16 (a bf16 cache's swapped dots ran 0.73-0.83x:
+    `docs/notes/2026-11-28-mla-swapped-dots.md`)."""
+    return _fp8(problem) and target.arch == "sm_90"
+
+
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The kernel's knobs on `target` (tiny ones in the interpreter)."""
     q_fp8: dict[str, Sequence[Value]] = {"Q_FP8": (0, 1)} if _fp8(problem) else {}
@@ -71,7 +80,8 @@ def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
         return {**common, "num_stages": (1, 2), "waves_per_eu": (0, 1, 2), "matrix_instr_nonkdim": (16, 32),
                 **q_fp8}  # fmt: skip
     f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _f16_knob(problem, target) else {}
-    return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16}
+    swap: dict[str, Sequence[Value]] = {"SWAP": (0, 1)} if _swap_knob(problem, target) else {}
+    return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16, **swap}
 
 
 def _groups(problem: Problem, block_h: int) -> int:
@@ -91,12 +101,16 @@ def spill_exempt(target: Target) -> frozenset[str]:
     return frozenset({"spills"}) if target.arch == "sm_90" else frozenset()
 
 
+def _swapped(c: Mapping[str, Value]) -> bool:
+    return bool(int(c.get("SWAP", 0)))
+
+
 def _lane_registers(problem: Problem, target: Target, c: Mapping[str, Value]) -> float:
     """Per lane, in 32-bit registers: the fp32 accumulator (BLOCK_H x latent), the queries (BLOCK_H x
-    K, bf16; none with warpgroup MMAs) and the scores with their probabilities (BLOCK_H x BLOCK_N, fp32,
-    twice)."""
+    K, bf16; none with warpgroup MMAs, whose operands are in shared memory) and the scores with their
+    probabilities (BLOCK_H x BLOCK_N, fp32, twice)."""
     bh, bn = int(c["BLOCK_H"]), int(c["BLOCK_N"])
-    queries = 0 if _wgmma(target, bh) else bh * problem.K / 2
+    queries = 0 if _wgmma(target, bh) or _swapped(c) else bh * problem.K / 2
     words = bh * problem.N + queries + 2 * bh * bn
     return words / (int(c["num_warps"]) * (target.wave_size or 32))
 
@@ -142,7 +156,7 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "registers",
             f"the accumulator, queries and scores need more than {budget} registers a lane",
             lambda c: target.interpreter or _lane_registers(problem, target, c) <= budget,
-            knobs=("BLOCK_H", "BLOCK_N", "num_warps"),
+            knobs=("BLOCK_H", "BLOCK_N", "num_warps", *(("SWAP",) if _swap_knob(problem, target) else ())),
         ),
         Constraint(
             "lds_overflow",
@@ -160,6 +174,8 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 knobs=("F16_TILES", "Q_FP8", "BLOCK_H"),
             )
         )
+    if _swap_knob(problem, target):
+        out += _swap_constraints()
     if target.is_amd:
         out.append(
             Constraint(
@@ -174,10 +190,47 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
     return out
 
 
+def _swap_constraints() -> list[Constraint]:
+    """Where SWAP 1 is searched: FP8 scores (FP8 queries, no fp16 tiles: swapped bf16 or fp16 dots ran
+    slower than unswapped ones, and fp16 tiles of 64 tokens spill), whole warpgroup MMAs (64 tokens a
+    group of 4 warps) on at most 32 heads (64-head tiles are warpgroup MMAs unswapped); and never
+    unpipelined: with one stage the swapped kernel faults on sm_90 (Triton 3.6)."""
+    return [
+        Constraint(
+            "swap_needs_fp8_scores",
+            "SWAP 1 with Q_FP8 {Q_FP8} and F16_TILES {F16_TILES}: swapped, only FP8 scores pay",
+            lambda c: not _swapped(c) or (int(c["Q_FP8"]) == 1 and int(c["F16_TILES"]) == 0),
+            knobs=("SWAP", "Q_FP8", "F16_TILES"),
+            search_only=True,
+        ),
+        Constraint(
+            "swap_tile",
+            "SWAP 1 with BLOCK_N {BLOCK_N}, {num_warps} warps and BLOCK_H {BLOCK_H}: not 64 tokens a "
+            "warpgroup on at most 32 heads",
+            lambda c: (
+                not _swapped(c) or (int(c["BLOCK_N"]) >= 16 * int(c["num_warps"]) and int(c["BLOCK_H"]) <= 32)
+            ),
+            knobs=("SWAP", "BLOCK_N", "num_warps", "BLOCK_H"),
+        ),
+        Constraint(
+            "swap_one_stage",
+            "SWAP 1 with num_stages 1 faults on sm_90",
+            lambda c: not _swapped(c) or int(c["num_stages"]) >= 2,
+            knobs=("SWAP", "num_stages"),
+        ),
+    ]
+
+
 def mla_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
     """The kernel's configs, the heuristic default first."""
     first = default or mla_default_config(problem, target)
     return SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target), (first,))
+
+
+def _wanted_splits(problem: Problem, target: Target, block_h: int) -> int:
+    """The most splits worth having: about two programs per CU, at most MAX_SPLITS."""
+    programs = problem.M * _groups(problem, block_h)
+    return min(max(1, 2 * target.cu_count // programs), MAX_SPLITS)
 
 
 def default_splits(problem: Problem, target: Target, block_h: int, block_n: int) -> int:
@@ -185,12 +238,27 @@ def default_splits(problem: Problem, target: Target, block_h: int, block_n: int)
     groups), each split at least four tiles of the context, at most MAX_SPLITS; 1 where the sequences
     fill the GPU already (stage 1 then writes the output and the reduce is skipped)."""
     context = own(problem)[1]
-    programs = problem.M * _groups(problem, block_h)
-    want = max(1, 2 * target.cu_count // programs)
+    want = _wanted_splits(problem, target, block_h)
     splits = 1
-    while 2 * splits <= min(want, MAX_SPLITS) and 2 * splits * 4 * block_n <= context:
+    while 2 * splits <= want and 2 * splits * 4 * block_n <= context:
         splits *= 2
     return splits
+
+
+def _swap_default(problem: Problem, target: Target) -> Config | None:
+    """The swapped default (16 heads x 64 tokens, 4 warps, 2 stages, FP8 queries) where the space has
+    SWAP, the heads fit one 16-head tile, and the context is long enough for the splits wanted at 64
+    tokens a tile (else the unswapped 32-token tiles split it finer; measured on an H100 where the
+    swapped tiles' splits were cut: 42.7 against 19.2 us at batch 1, 4K); None elsewhere."""
+    if not _swap_knob(problem, target) or own(problem)[0] > MIN_BLOCK_H:
+        return None
+    splits = default_splits(problem, target, MIN_BLOCK_H, 64)
+    if splits < _wanted_splits(problem, target, MIN_BLOCK_H):
+        return None
+    config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=MIN_BLOCK_H, BLOCK_N=64, num_warps=4,
+                    num_stages=2, Q_FP8=1, F16_TILES=0, SWAP=1)  # fmt: skip
+    sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
+    return config if sub.check(config) is None else None
 
 
 def _core(problem: Problem, target: Target) -> Core:
@@ -218,15 +286,17 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values["Q_FP8"] = 0
     if _f16_knob(problem, target):  # fp16 tiles on 16-head tiles (`mma.sync`), where they were measured
         values["F16_TILES"] = int(bh <= MIN_BLOCK_H)
+    if _swap_knob(problem, target):
+        values["SWAP"] = 0
     config = Config(backend="triton", **values)
     sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
     return config if sub.check(config) is None else None
 
 
 def mla_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
-    """The rule's pick (`_core`, `default_splits`), then its safer cores (`autotune.kernels.candidates`:
-    more warps, fewer stages, then fewer heads or tokens a tile); the space's first config where none is
-    one of the space."""
+    """The swapped default where it applies (`_swap_default`), the rule's pick (`_core`,
+    `default_splits`), then its safer cores (`autotune.kernels.candidates`: more warps, fewer stages, then
+    fewer heads or tokens a tile); the space's first config where none is one of the space."""
     params = mla_params(problem, target)
     if target.interpreter:
         values: dict[str, Value] = dict(num_kv_splits=1, BLOCK_H=16, BLOCK_N=16, num_warps=4, num_stages=1)
@@ -239,6 +309,9 @@ def mla_default_candidates(problem: Problem, target: Target) -> tuple[Config, ..
         stages=params["num_stages"],
     )  # fmt: skip
     found = candidates((), cores, lambda c: _config(problem, target, c), params["num_warps"])
+    swapped = _swap_default(problem, target)
+    if swapped is not None:
+        found = (swapped, *(c for c in found if c != swapped))
     if not found:
         sub = SubSpace("triton", params, mla_constraints(problem, target))
         found = (next(Config({**v}) for v, broken in sub.walk() if broken is None),)

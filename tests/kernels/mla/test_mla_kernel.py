@@ -30,6 +30,7 @@ def _run(
     block_n: int = 16,
     f16: bool = False,
     q_mult: float = 1.0,
+    swap: bool = False,
 ) -> float:
     """The kernel's relative error to the reference; `q_mult` scales the queries (and `sm_scale` back)."""
     q, cache, table, lens, scale = paged_inputs(
@@ -40,7 +41,7 @@ def _run(
     B = len(CONTEXTS)
     out = torch.full((B, HEADS, LATENT), float("nan"), dtype=torch.bfloat16)
     config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=16, BLOCK_N=block_n, num_warps=4,
-                    num_stages=1, Q_FP8=q_fp8, F16_TILES=int(f16))  # fmt: skip
+                    num_stages=1, Q_FP8=q_fp8, F16_TILES=int(f16), SWAP=int(swap))  # fmt: skip
     part, lse = split_workspace(config, B, HEADS, LATENT, "cpu")
     params = {k: v for k, v in config.items() if k != "backend"}
     run = launcher(params, is_amd=False, interpret=True)
@@ -83,6 +84,22 @@ def test_an_fp8_cache_on_fp16_tiles_matches_the_reference(splits: int, q_fp8: in
     f16 = _run(torch.float8_e4m3fn, splits, q_fp8, 16, block_n=32, f16=True, q_mult=q_mult)
     f32 = _run(torch.float8_e4m3fn, splits, q_fp8, 16, block_n=32, q_mult=q_mult)
     assert f16 <= 3e-2 and f16 <= f32 * 1.05 + 1e-4
+
+
+@needs_interpreter
+@pytest.mark.parametrize(
+    "kv, splits, q_fp8, f16",
+    [(torch.bfloat16, 1, 0, False), (torch.bfloat16, 4, 0, False), (torch.float8_e4m3fn, 2, 1, False),
+     (torch.float8_e4m3fn, 1, 0, False), (torch.float8_e4m3fn, 4, 1, True)],
+)  # fmt: skip
+def test_swapped_dots_match_the_reference_as_the_unswapped_do(
+    kv: torch.dtype, splits: int, q_fp8: int, f16: bool
+) -> None:
+    """SWAP (scores as Kᵀ's product with the queries, tokens on the MMAs' M side) gives the unswapped
+    kernel's error, over ragged contexts and out-of-order pages."""
+    swapped = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, swap=True)
+    plain = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16)
+    assert swapped <= 3e-2 and swapped <= plain * 1.05 + 1e-4
 
 
 def test_the_gathered_baseline_matches_the_reference() -> None:

@@ -95,7 +95,7 @@ def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup
     assert sub.check(first) is None and first.get("F16_TILES", 0) == 0
     if target.is_amd:
         return
-    narrow_default = mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), target)[0]
+    narrow_default = mla_default_candidates(_problem(1, 16, 4096, "fp8e4m3"), target)[0]
     assert narrow_default["BLOCK_H"] == 16 and narrow_default["F16_TILES"] == 1
     wide = dict(first.items()) | dict(num_kv_splits=1, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2)
     narrow = wide | dict(BLOCK_H=32)
@@ -149,3 +149,49 @@ def test_fp16_tiles_need_the_fp8_conversions_of_sm_89_on() -> None:
     for arch, has in (("sm_80", False), ("sm_89", True), ("sm_90", True), ("sm_100", True)):
         target = dataclasses.replace(Target.for_arch("sm_90"), arch=arch)
         assert ("F16_TILES" in MLA_DECODE.space(fp8, target).subspace("triton").params) == has, arch
+
+
+def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_warpgroups() -> None:
+    """SWAP exists on sm_90 with an FP8 cache only; it is searched with FP8 queries and no fp16 tiles, on
+    64 tokens a warpgroup and at most 32 heads, and never with one stage (a rule of the kernel, asked
+    also where a config must run)."""
+    import dataclasses
+
+    h100 = Target.for_arch("sm_90")
+    fp8 = _problem(64, 16, 4096, "fp8e4m3")
+    others = [Target.for_arch("gfx942"), *(dataclasses.replace(h100, arch=a) for a in ("sm_89", "sm_100"))]
+    for target in others:
+        assert "SWAP" not in MLA_DECODE.space(fp8, target).subspace("triton").params, target.arch
+    assert "SWAP" not in MLA_DECODE.space(_problem(64, 16, 4096), h100).subspace("triton").params
+    sub = MLA_DECODE.space(fp8, h100).subspace("triton")
+    good = dict(num_kv_splits=4, BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, Q_FP8=1, F16_TILES=0)
+    good["SWAP"] = 1
+    assert sub.check(Config(good)) is None
+    cases = [
+        (dict(Q_FP8=0), "swap_needs_fp8_scores", True),
+        (dict(F16_TILES=1), "swap_needs_fp8_scores", True),
+        (dict(BLOCK_N=32), "swap_tile", False),
+        (dict(num_warps=8), "swap_tile", False),
+        (dict(num_stages=1), "swap_one_stage", False),
+    ]
+    for change, rule, search_only in cases:
+        config = Config(good | change)
+        assert rule in (sub.check(config) or ""), change
+        assert (sub.check(config, search_only=False) is None) == search_only, change
+    wide = MLA_DECODE.space(_problem(64, 128, 4096, "fp8e4m3"), h100).subspace("triton")
+    assert "swap_tile" in (wide.check(Config(good | dict(BLOCK_H=64, num_warps=8))) or "")
+
+
+def test_the_fp8_default_swaps_where_the_context_takes_its_splits() -> None:
+    """On sm_90, 16 heads on an FP8 cache: swapped 64-token tiles where the context is long enough for the
+    splits wanted at 64 tokens a tile; unswapped fp16 tiles of 32 tokens where it is not (batch 1, 4K);
+    never on a bf16 cache or with 128 heads."""
+    h100 = Target.for_arch("sm_90")
+    swapped = mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), h100)
+    assert swapped[0].get("SWAP") == 1 and swapped[0]["Q_FP8"] == 1 and swapped[0]["num_kv_splits"] == 4
+    assert any(c.get("SWAP") == 0 for c in swapped[1:])  # the unswapped rule follows
+    assert mla_default_candidates(_problem(1, 16, 32768, "fp8e4m3"), h100)[0]["SWAP"] == 1
+    short = mla_default_candidates(_problem(1, 16, 4096, "fp8e4m3"), h100)[0]
+    assert short["SWAP"] == 0 and short["BLOCK_N"] == 32 and short["F16_TILES"] == 1
+    assert "SWAP" not in mla_default_candidates(_problem(64, 16, 4096), h100)[0]
+    assert mla_default_candidates(_problem(64, 128, 4096, "fp8e4m3"), h100)[0]["SWAP"] == 0

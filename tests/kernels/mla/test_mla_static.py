@@ -86,19 +86,37 @@ for kv, extra in (("bf16", {}), ("fp8e4m3", {"F16_TILES": 1, "Q_FP8": 0})):
     c = Config(backend="triton", BLOCK_H=16, BLOCK_N=32, num_kv_splits=2, num_warps=4, num_stages=2, **extra)
     ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
     out[kv] = {"ldmatrix": ptx.count("ldmatrix"), "cvt_e4m3": ptx.count("cvt.rn.f16x2.e4m3x2")}
+p = Problem.of("mla_decode", 64, 512, 576, heads=16, context=8192, kv_dtype="fp8e4m3", page_size=64)
+c = Config(backend="triton", BLOCK_H=16, BLOCK_N=64, num_kv_splits=4, num_warps=4, num_stages=2, Q_FP8=1,
+           F16_TILES=0, SWAP=1)
+ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
+lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
+out["swap"] = {"fp8_wgmma": sum("e4m3.e4m3" in x for x in lines), "wgmma": len(lines),
+               "mma_sync": ptx.count("mma.sync")}
 print(json.dumps(out))
 """
 
 
-def test_fp16_tiles_reach_the_mma_as_a_bf16_caches_tiles_do(
-    compile_per_arch: Callable[..., dict[str, Any]],
-) -> None:
+@pytest.fixture(scope="module")
+def tiles(compile_per_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = compile_per_arch(TILES_SCRIPT, ("sm_90",), None)["sm_90"]
+    if "skip" in found:
+        pytest.skip(found["skip"])
+    return found
+
+
+def test_fp16_tiles_reach_the_mma_as_a_bf16_caches_tiles_do(tiles: dict[str, Any]) -> None:
     """sm_90: an FP8 tile upcast to fp16 is read from shared memory with `ldmatrix` as often as a bf16
     tile of the same config (the upcast happens in registers before the tile's trip through shared
     memory; left to the compiler, it happens after, and the tile is read without `ldmatrix`)."""
-    found = compile_per_arch(TILES_SCRIPT, ("sm_90",), None)["sm_90"]
-    if "skip" in found:
-        pytest.skip(found["skip"])
+    found = tiles
     assert found["bf16"]["ldmatrix"] > 0 and found["bf16"]["cvt_e4m3"] == 0
     assert found["fp8e4m3"]["cvt_e4m3"] > 0
     assert found["fp8e4m3"]["ldmatrix"] >= found["bf16"]["ldmatrix"], found
+
+
+def test_swapped_fp8_scores_are_fp8_warpgroup_mmas(tiles: dict[str, Any]) -> None:
+    """sm_90, SWAP with FP8 queries on 16 heads x 64 tokens: the scores are FP8 warpgroup MMAs (tokens on
+    the M side), P·V a 16-bit one, and no `mma.sync` is left."""
+    swap = tiles["swap"]
+    assert swap["fp8_wgmma"] > 0 and swap["wgmma"] > swap["fp8_wgmma"] and swap["mma_sync"] == 0, swap
