@@ -57,11 +57,12 @@ def _f16_knob(problem: Problem, target: Target) -> bool:
 
 
 def _swap_knob(problem: Problem, target: Target) -> bool:
-    """Whether the space has `SWAP`: an FP8 cache on sm_90. Swapped, the scores of 16 or 32 heads are FP8
-    warpgroup MMAs of 64 tokens a warpgroup; on an H100 that ran 1.03-1.29x faster than the unswapped
-    kernel's best at H = 16 (a bf16 cache's swapped dots ran 0.73-0.83x:
-    `docs/notes/2026-11-28-mla-swapped-dots.md`)."""
-    return _fp8(problem) and target.arch == "sm_90"
+    """Whether the space has `SWAP`: an FP8 cache on sm_90, at most 32 heads. Swapped, the scores of 16 or
+    32 heads are FP8 warpgroup MMAs of 64 tokens a warpgroup; on an H100 that ran 1.03-1.29x faster than
+    the unswapped kernel's best at H = 16 (a bf16 cache's swapped dots ran 0.73-0.83x:
+    `docs/notes/2026-11-28-mla-swapped-dots.md`). With more heads, 64-head tiles are warpgroup MMAs
+    unswapped, and tiles of at most 32 heads would read the cache H / 32 times or more."""
+    return _fp8(problem) and target.arch == "sm_90" and own(problem)[0] <= 2 * MIN_BLOCK_H
 
 
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
