@@ -119,6 +119,124 @@ def _cache_tile(
 
 
 @triton.jit
+def _write_out(acc, l_i, col0, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+               LATENT: tl.constexpr, SPLITS: tl.constexpr):  # fmt: skip
+    """Columns [col0, col0 + acc's width) of the output (one split) or of the split's normalized part."""
+    acc = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    cols = col0 + tl.arange(0, acc.shape[1])
+    if SPLITS == 1:
+        o = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
+        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        slot = (b.to(tl.int64) * H + heads) * SPLITS + s
+        tl.store(part_ptr + slot[:, None] * LATENT + cols[None, :], acc, mask=hmask[:, None])
+
+
+@triton.jit
+def _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS: tl.constexpr):
+    """The split's log-sum-exp (base 2; -inf where it holds no token), for stage 2."""
+    if SPLITS > 1:
+        slot = (b.to(tl.int64) * H + heads) * SPLITS + s
+        lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
+        tl.store(lse_ptr + slot, lse, mask=hmask)
+
+
+@triton.jit
+def _halves(x):
+    """x (R, W) as its two column halves (R, W / 2)."""
+    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def _operands(k, FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+              F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr):  # fmt: skip
+    """A cache chunk as the score dot takes it (as loaded with FP8_SCORES, else v) and as P·V takes it
+    (v: fp32 under DOT_F32, fp16 with F16_TILES, else bf16)."""
+    if DOT_F32:
+        v = k.to(tl.float32)
+    elif not KV_FP8:
+        v = k
+    elif F16_TILES:
+        v = _e4m3_to_f16(k, ASM_CVT)
+    else:
+        v = k.to(tl.bfloat16)
+    if FP8_SCORES:
+        score = k
+    else:
+        score = v
+    return score, v
+
+
+@triton.jit
+def _swapped_loop(
+    q_nope, q_pe, row_scale, m_i, l_i, kv_ptr, pages, start, end, stride_kvp, stride_kvr, kv_scale,
+    out_ptr, part_ptr, lse_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+    LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr,
+    DOT_F32: tl.constexpr, F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr,
+):  # fmt: skip
+    """SWAP: the split's tiles with the tokens on the MMAs' M side (Sᵀ = K·Qᵀ, Oᵀ += Vᵀ·Pᵀ), the latent
+    dims in four quarters (four accumulators; each quarter of a tile is loaded, upcast for P·V and
+    consumed on its own, so no whole upcast tile is held in registers), then the output written."""
+    C: tl.constexpr = LATENT // 4
+    qa, qb = _halves(q_nope)
+    q0, q1 = _halves(qa)
+    q2, q3 = _halves(qb)
+    if DOT_F32:
+        q0, q1, q2, q3 = q0.to(tl.float32), q1.to(tl.float32), q2.to(tl.float32), q3.to(tl.float32)
+        q_pe = q_pe.to(tl.float32)
+    q0, q1, q2, q3, qp = tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3), tl.trans(q_pe)
+    acc0 = tl.zeros((C, BLOCK_H), tl.float32)
+    acc1 = tl.zeros((C, BLOCK_H), tl.float32)
+    acc2 = tl.zeros((C, BLOCK_H), tl.float32)
+    acc3 = tl.zeros((C, BLOCK_H), tl.float32)
+    dc = tl.arange(0, C)
+    dr = tl.arange(0, ROPE)
+    for n0 in range(start, end, BLOCK_N):
+        t = n0 + tl.arange(0, BLOCK_N)
+        tmask = t < end
+        page = tl.load(pages + t // PAGE, mask=tmask, other=0)
+        row = kv_ptr + page.to(tl.int64) * stride_kvp + (t % PAGE) * stride_kvr
+        k0 = tl.load(row[:, None] + dc[None, :], mask=tmask[:, None], other=0.0)
+        k1 = tl.load(row[:, None] + C + dc[None, :], mask=tmask[:, None], other=0.0)
+        k2 = tl.load(row[:, None] + 2 * C + dc[None, :], mask=tmask[:, None], other=0.0)
+        k3 = tl.load(row[:, None] + 3 * C + dc[None, :], mask=tmask[:, None], other=0.0)
+        kp = tl.load(row[:, None] + LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
+        s0, v0 = _operands(k0, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+        s1, v1 = _operands(k1, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+        s2, v2 = _operands(k2, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+        s3, v3 = _operands(k3, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+        sp, _ = _operands(kp, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+        st = tl.dot(s0, q0)
+        st = tl.dot(s1, q1, st)
+        st = tl.dot(s2, q2, st)
+        st = tl.dot(s3, q3, st)
+        st = tl.dot(sp, qp, st)
+        st = st * row_scale[None, :]
+        st = tl.where(tmask[:, None], st, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(st, 0))
+        alpha = tl.exp2(m_i - m_new)
+        pt = tl.exp2(st - m_new[None, :])
+        l_i = l_i * alpha + tl.sum(pt, 0)
+        pt = pt.to(v0.dtype)
+        acc0 = acc0 * alpha[None, :] + tl.dot(tl.trans(v0), pt)
+        acc1 = acc1 * alpha[None, :] + tl.dot(tl.trans(v1), pt)
+        acc2 = acc2 * alpha[None, :] + tl.dot(tl.trans(v2), pt)
+        acc3 = acc3 * alpha[None, :] + tl.dot(tl.trans(v3), pt)
+        m_i = m_new
+    scale = kv_scale if KV_FP8 else 1.0
+    _write_out(tl.trans(acc0) * scale, l_i, 0, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+               LATENT, SPLITS)  # fmt: skip
+    _write_out(tl.trans(acc1) * scale, l_i, C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+               LATENT, SPLITS)  # fmt: skip
+    _write_out(tl.trans(acc2) * scale, l_i, 2 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob,
+               stride_oh, LATENT, SPLITS)  # fmt: skip
+    _write_out(tl.trans(acc3) * scale, l_i, 3 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob,
+               stride_oh, LATENT, SPLITS)  # fmt: skip
+    _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS)
+
+
+@triton.jit
 def mla_split_kernel(
     q_ptr, kv_ptr, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
     scale, kv_scale, H,
@@ -127,7 +245,7 @@ def mla_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
     Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
     DOT_F32: tl.constexpr = False, ROUND_FP8: tl.constexpr = False, F16_TILES: tl.constexpr = False,
-    ASM_CVT: tl.constexpr = False, SWAP: tl.constexpr = False,
+    ASM_CVT: tl.constexpr = False, SWAP: tl.constexpr = False, FP8_SCORES: tl.constexpr = False,
 ):  # fmt: skip
     b = tl.program_id(0)
     g = tl.program_id(1)
@@ -151,7 +269,7 @@ def mla_split_kernel(
             qp = _round_fp8(qp, FP8_MIN_NORMAL)
         q_nope = qn.to(kv_ptr.dtype.element_ty)
         q_pe = qp.to(kv_ptr.dtype.element_ty)
-        if F16_TILES:
+        if F16_TILES and not FP8_SCORES:
             q_nope = q_nope.to(tl.float16)
             q_pe = q_pe.to(tl.float16)
         row_scale = row_scale * q_scale
@@ -171,34 +289,11 @@ def mla_split_kernel(
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     pages = pt_ptr + b.to(tl.int64) * stride_ptb
     if SWAP:
-        # tokens on the MMAs' M side: scores Sᵀ = K·Qᵀ (BLOCK_N x BLOCK_H), output Oᵀ += Vᵀ·Pᵀ
-        acc_t = tl.zeros((LATENT, BLOCK_H), tl.float32)
-        qn_t = tl.trans(q_nope)
-        qp_t = tl.trans(q_pe)
-        for n0 in range(start, end, BLOCK_N):
-            k_nope, k_pe, v, tmask = _cache_tile(
-                kv_ptr, pages, n0, end, stride_kvp, stride_kvr, LATENT, ROPE, PAGE, BLOCK_N, Q_FP8, KV_FP8,
-                DOT_F32, F16_TILES, ASM_CVT,
-            )  # fmt: skip
-            if DOT_F32:
-                st = tl.dot(k_nope.to(tl.float32), qn_t.to(tl.float32))
-                st = tl.dot(k_pe.to(tl.float32), qp_t.to(tl.float32), st)
-            else:
-                st = tl.dot(k_nope, qn_t)
-                st = tl.dot(k_pe, qp_t, st)
-            st = st * row_scale[None, :]
-            st = tl.where(tmask[:, None], st, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(st, 0))
-            alpha = tl.exp2(m_i - m_new)
-            pt = tl.exp2(st - m_new[None, :])
-            l_i = l_i * alpha + tl.sum(pt, 0)
-            if DOT_F32:
-                pv_t = tl.dot(tl.trans(v.to(tl.float32)), pt)
-            else:
-                pv_t = tl.dot(tl.trans(v), pt.to(v.dtype))
-            acc_t = acc_t * alpha[None, :] + pv_t
-            m_i = m_new
-        acc = tl.trans(acc_t)
+        _swapped_loop(
+            q_nope, q_pe, row_scale, m_i, l_i, kv_ptr, pages, start, end, stride_kvp, stride_kvr, kv_scale,
+            out_ptr, part_ptr, lse_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+            LATENT, ROPE, PAGE, BLOCK_H, BLOCK_N, SPLITS, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT,
+        )  # fmt: skip
     else:
         acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
         for n0 in range(start, end, BLOCK_N):
@@ -224,17 +319,11 @@ def mla_split_kernel(
                 pv = tl.dot(p.to(v.dtype), v)
             acc = acc * alpha[:, None] + pv
             m_i = m_new
-    if KV_FP8:
-        acc = acc * kv_scale
-    acc = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-    if SPLITS == 1:
-        o = out_ptr + b.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + dl[None, :]
-        tl.store(o, acc.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
-    else:
-        slot = (b.to(tl.int64) * H + heads) * SPLITS + s
-        tl.store(part_ptr + slot[:, None] * LATENT + dl[None, :], acc, mask=hmask[:, None])
-        lse = tl.where(l_i > 0, m_i + tl.log2(tl.where(l_i > 0, l_i, 1.0)), float("-inf"))
-        tl.store(lse_ptr + slot, lse, mask=hmask)
+        if KV_FP8:
+            acc = acc * kv_scale
+        _write_out(acc, l_i, 0, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh, LATENT,
+                   SPLITS)  # fmt: skip
+        _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS)
 
 
 @triton.jit
@@ -296,6 +385,8 @@ def launcher(
         f16 = f16_tiles and kv_fp8 and not is_amd
         flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16,
                  "ASM_CVT": f16 and not interpret, "SWAP": swap}  # fmt: skip
+        # swapped FP8 queries score as FP8 MMAs, except under the interpreter (fp32, or fp16 tiles' dots)
+        flags["FP8_SCORES"] = swap and q_fp8 and kv_fp8 and not flags["DOT_F32"] and not (f16 and interpret)
         consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
                       SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
                       FP8_MIN_NORMAL=fp8_min, **{k: True for k, on in flags.items() if on})  # fmt: skip

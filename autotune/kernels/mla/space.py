@@ -192,16 +192,16 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 
 def _swap_constraints() -> list[Constraint]:
-    """Where SWAP 1 is searched: FP8 scores (FP8 queries, no fp16 tiles: swapped bf16 or fp16 dots ran
-    slower than unswapped ones, and fp16 tiles of 64 tokens spill), whole warpgroup MMAs (64 tokens a
-    group of 4 warps) on at most 32 heads (64-head tiles are warpgroup MMAs unswapped); and never
-    unpipelined: with one stage the swapped kernel faults on sm_90 (Triton 3.6)."""
+    """Where SWAP 1 is searched: FP8 scores (FP8 queries: swapped bf16 or fp16 scores ran slower than
+    unswapped ones; F16_TILES then sets P·V's dtype), whole warpgroup MMAs (64 tokens a group of 4 warps)
+    on at most 32 heads (64-head tiles are warpgroup MMAs unswapped); and never unpipelined: with one
+    stage the swapped kernel faults on sm_90 (Triton 3.6)."""
     return [
         Constraint(
             "swap_needs_fp8_scores",
-            "SWAP 1 with Q_FP8 {Q_FP8} and F16_TILES {F16_TILES}: swapped, only FP8 scores pay",
-            lambda c: not _swapped(c) or (int(c["Q_FP8"]) == 1 and int(c["F16_TILES"]) == 0),
-            knobs=("SWAP", "Q_FP8", "F16_TILES"),
+            "SWAP 1 with Q_FP8 {Q_FP8}: swapped, only FP8 scores pay",
+            lambda c: not _swapped(c) or int(c["Q_FP8"]) == 1,
+            knobs=("SWAP", "Q_FP8"),
             search_only=True,
         ),
         Constraint(
@@ -247,7 +247,7 @@ def default_splits(problem: Problem, target: Target, block_h: int, block_n: int)
 
 
 def _swap_default(problem: Problem, target: Target) -> Config | None:
-    """The swapped default (16 heads x 64 tokens, 4 warps, 2 stages, FP8 queries) where the space has
+    """The swapped default (16 heads x 64 tokens, 4 warps, 2 stages, FP8 scores, fp16 P·V) where the space has
     SWAP, the heads fit one 16-head tile, and the context is long enough for the splits wanted at 64
     tokens a tile (else the unswapped 32-token tiles split it finer; measured on an H100 where the
     swapped tiles' splits were cut: 42.7 against 19.2 us at batch 1, 4K); None elsewhere."""
@@ -257,7 +257,7 @@ def _swap_default(problem: Problem, target: Target) -> Config | None:
     if splits < _wanted_splits(problem, target, MIN_BLOCK_H):
         return None
     config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=MIN_BLOCK_H, BLOCK_N=64, num_warps=4,
-                    num_stages=2, Q_FP8=1, F16_TILES=0, SWAP=1)  # fmt: skip
+                    num_stages=2, Q_FP8=1, F16_TILES=1, SWAP=1)  # fmt: skip
     sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
     return config if sub.check(config) is None else None
 

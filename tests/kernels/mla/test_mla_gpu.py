@@ -38,10 +38,11 @@ def test_the_kernel_on_gpu_is_right_and_repeatable(
                 if space.check(tiles) is None:
                     right_and_repeatable(MLA_DECODE, problem, tiles, target, f"fp16 tiles, Q_FP8 {q_fp8}")
         if "SWAP" in space.subspace("triton").params:
-            swapped = config.replace(SWAP=1, Q_FP8=1, F16_TILES=0, BLOCK_H=16, BLOCK_N=64, num_warps=4,
-                                     num_stages=2)  # fmt: skip
-            if space.check(swapped) is None:
-                right_and_repeatable(MLA_DECODE, problem, swapped, target, "swapped dots")
+            for f16 in (0, 1):
+                swapped = config.replace(SWAP=1, Q_FP8=1, F16_TILES=f16, BLOCK_H=16, BLOCK_N=64, num_warps=4,
+                                         num_stages=2)  # fmt: skip
+                if space.check(swapped) is None:
+                    right_and_repeatable(MLA_DECODE, problem, swapped, target, f"swapped, F16_TILES {f16}")
 
 
 @pytest.mark.parametrize("splits", [1, 8])

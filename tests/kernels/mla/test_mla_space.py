@@ -153,8 +153,8 @@ def test_fp16_tiles_need_the_fp8_conversions_of_sm_89_on() -> None:
 
 def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_warpgroups() -> None:
     """SWAP exists on sm_90 with an FP8 cache and at most 32 heads only; it is searched with FP8 queries
-    and no fp16 tiles, on 64 tokens a warpgroup, and never with one stage (a rule of the kernel, asked
-    also where a config must run)."""
+    (fp16 tiles or not: P·V's dtype), on 64 tokens a warpgroup, and never with one stage (a rule of the
+    kernel, asked also where a config must run)."""
     import dataclasses
 
     h100 = Target.for_arch("sm_90")
@@ -168,10 +168,9 @@ def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_war
     sub = MLA_DECODE.space(fp8, h100).subspace("triton")
     good = dict(num_kv_splits=4, BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, Q_FP8=1, F16_TILES=0)
     good["SWAP"] = 1
-    assert sub.check(Config(good)) is None
+    assert sub.check(Config(good)) is None and sub.check(Config(good | dict(F16_TILES=1))) is None
     cases = [
         (dict(Q_FP8=0), "swap_needs_fp8_scores", True),
-        (dict(F16_TILES=1), "swap_needs_fp8_scores", True),
         (dict(BLOCK_N=32), "swap_tile", False),
         (dict(num_warps=8), "swap_tile", False),
         (dict(num_stages=1), "swap_one_stage", False),
@@ -189,7 +188,8 @@ def test_the_fp8_default_swaps_where_the_context_takes_its_splits() -> None:
     never on a bf16 cache or with 128 heads."""
     h100 = Target.for_arch("sm_90")
     swapped = mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), h100)
-    assert swapped[0].get("SWAP") == 1 and swapped[0]["Q_FP8"] == 1 and swapped[0]["num_kv_splits"] == 4
+    assert swapped[0].get("SWAP") == 1 and swapped[0]["Q_FP8"] == 1 and swapped[0]["F16_TILES"] == 1
+    assert swapped[0]["num_kv_splits"] == 4
     assert any(c.get("SWAP") == 0 for c in swapped[1:])  # the unswapped rule follows
     assert mla_default_candidates(_problem(1, 16, 32768, "fp8e4m3"), h100)[0]["SWAP"] == 1
     short = mla_default_candidates(_problem(1, 16, 4096, "fp8e4m3"), h100)[0]
