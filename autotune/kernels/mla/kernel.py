@@ -26,11 +26,13 @@ Rules:
   itself, it moves the upcast past the tiles' trip through shared memory, where an FP8 tile is read
   without `ldmatrix`.
 - SWAP: both dots transposed, the tile's tokens on the MMAs' M side: scores Sᵀ = K·Qᵀ (BLOCK_N x
-  BLOCK_H), softmax along the tokens (axis 0), output Oᵀ += Vᵀ·Pᵀ, transposed back once at the end. On
-  sm_90 with BLOCK_N >= 16 x num_warps the dots are warpgroup MMAs of 64 tokens a warpgroup, which a
-  16-head tile cannot have unswapped (its M is 16); with FP8 queries the scores are FP8 warpgroup MMAs
-  read straight from the staged FP8 tile, and v is upcast to bf16 for P·V. Pipelined only: with one
-  stage the swapped kernel faults on sm_90 (Triton 3.6).
+  BLOCK_H), softmax along the tokens (axis 0), output Oᵀ += Vᵀ·Pᵀ. On sm_90 with BLOCK_N >= 16 x
+  num_warps the dots are warpgroup MMAs of 64 tokens a warpgroup, which a 16-head tile cannot have
+  unswapped (its M is 16). The latent dims run in four quarters, each loaded, scored and summed into its
+  own accumulator, so no whole upcast tile is held in registers. FP8_SCORES (swapped FP8 queries on a
+  GPU): the scores are FP8 warpgroup MMAs read straight from the staged FP8 tile, and F16_TILES then
+  sets only P·V's dtype (fp16 with v upcast in registers, else bf16). Pipelined only: with one stage the
+  swapped kernel faults on sm_90 (Triton 3.6).
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
   tiles upcast to fp32 and every dot in fp32. ROUND_FP8 (the interpreter too): the queries' FP8 cast
   rounded first (`_round_fp8`; the interpreter's cast drops a mantissa's carry).

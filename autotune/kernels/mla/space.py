@@ -4,9 +4,10 @@ Knobs: `num_kv_splits` (slices of each sequence's context, reduced by a second l
 `BLOCK_H` (heads a program takes: each group of heads reads the whole context once), `BLOCK_N` (tokens a
 tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdim`; with an FP8 cache
 `Q_FP8` (0: bf16 queries, the cache upcast; 1: queries quantized in the kernel, FP8 score dots), and on
-NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16; 0: to bf16; see
-`autotune.kernels.mla.kernel`); on sm_90 with an FP8 cache `SWAP` (1: the dots swapped, the tile's tokens on
-the warpgroup MMAs' M side, FP8 scores; see `_swap_knob`).
+NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16, or P·V alone where the
+scores are swapped FP8 MMAs; 0: to bf16; see `autotune.kernels.mla.kernel`); on sm_90 with an FP8 cache
+and at most 32 heads `SWAP` (1: the dots swapped, the tile's tokens on the warpgroup MMAs' M side, FP8
+scores; see `_swap_knob`).
 """
 
 from __future__ import annotations

@@ -87,12 +87,14 @@ for kv, extra in (("bf16", {}), ("fp8e4m3", {"F16_TILES": 1, "Q_FP8": 0})):
     ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
     out[kv] = {"ldmatrix": ptx.count("ldmatrix"), "cvt_e4m3": ptx.count("cvt.rn.f16x2.e4m3x2")}
 p = Problem.of("mla_decode", 64, 512, 576, heads=16, context=8192, kv_dtype="fp8e4m3", page_size=64)
-c = Config(backend="triton", BLOCK_H=16, BLOCK_N=64, num_kv_splits=4, num_warps=4, num_stages=2, Q_FP8=1,
-           F16_TILES=0, SWAP=1)
-ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
-lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
-out["swap"] = {"fp8_wgmma": sum("e4m3.e4m3" in x for x in lines), "wgmma": len(lines),
-               "mma_sync": ptx.count("mma.sync")}
+for f16 in (0, 1):
+    c = Config(backend="triton", BLOCK_H=16, BLOCK_N=64, num_kv_splits=4, num_warps=4, num_stages=2, Q_FP8=1,
+               F16_TILES=f16, SWAP=1)
+    ptx = compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target).asm["ptx"]
+    lines = [x for x in ptx.splitlines() if "wgmma.mma_async" in x]
+    out[f"swap{f16}"] = {"fp8_wgmma": sum("e4m3.e4m3" in x for x in lines), "wgmma": len(lines),
+                         "f16_wgmma": sum(".f16.f16" in x for x in lines), "mma_sync": ptx.count("mma.sync"),
+                         "ldmatrix": ptx.count("ldmatrix"), "local": ptx.count("st.local")}
 print(json.dumps(out))
 """
 
@@ -117,6 +119,9 @@ def test_fp16_tiles_reach_the_mma_as_a_bf16_caches_tiles_do(tiles: dict[str, Any
 
 def test_swapped_fp8_scores_are_fp8_warpgroup_mmas(tiles: dict[str, Any]) -> None:
     """sm_90, SWAP with FP8 queries on 16 heads x 64 tokens: the scores are FP8 warpgroup MMAs (tokens on
-    the M side), P·V a 16-bit one, and no `mma.sync` is left."""
-    swap = tiles["swap"]
-    assert swap["fp8_wgmma"] > 0 and swap["wgmma"] > swap["fp8_wgmma"] and swap["mma_sync"] == 0, swap
+    the M side), P·V a 16-bit one, and no `mma.sync` is left; with fp16 tiles P·V is an fp16 MMA whose
+    upcast quarter reaches it through `ldmatrix`."""
+    for swap in (tiles["swap0"], tiles["swap1"]):
+        assert swap["fp8_wgmma"] > 0 and swap["wgmma"] > swap["fp8_wgmma"] and swap["mma_sync"] == 0, swap
+    assert tiles["swap1"]["f16_wgmma"] > 0 and tiles["swap1"]["ldmatrix"] > 0, tiles["swap1"]
+    assert tiles["swap0"]["f16_wgmma"] == 0, tiles["swap0"]
