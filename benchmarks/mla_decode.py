@@ -101,13 +101,15 @@ def report(rows: list[dict[str, Any]]) -> None:
                       harness.geomean(r["fixed_us"] / r["tuned_us"] for r in rs),
                       harness.geomean(r["torch_us"] / r["tuned_us"] for r in rs),
                       min(big, default=math.nan)])  # fmt: skip
-    print("\npicks (H kv: B x context -> splits of the tuned config, the fastest page size):")
+    print("\npicks (H kv: B x context -> the tuned config's splits, if swapped, the fastest page size):")
     shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         shapes.setdefault((r["H"], r["kv"], r["B"], r["context"]), []).append(r)
     for (h, kv, b, c), rs in shapes.items():
         best = min(rs, key=lambda r: r["tuned_us"] if r["tuned_us"] > 0 else math.inf)
-        print(f"  H{h} {kv}: {b} x {c} -> {best['splits']} splits, page {best['page']}")
+        tuned = str(best["configs"].get("tuned", ""))
+        kind = ", swapped" if "SWAP1" in tuned.split() else ""
+        print(f"  H{h} {kv}: {b} x {c} -> {best['splits']} splits{kind}, page {best['page']}")
     cols = ("shapes", "rows", "fixed/tuned", "torch/tuned", "min of copy (>= 64 MB)")
     title = "MLA decode: speedups (geomean) and bandwidth"
     harness.print_table(cols, table, digits=(0, 0, 2, 2, 2), title=title)
