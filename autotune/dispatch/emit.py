@@ -147,10 +147,12 @@ def emit_table(
         device_key = newest.gpu.target.device_key()
         families = _profile_families(store, device_key)
         for key, (family, profile) in families.items():
+            imported = store.imported_configs(family)
             try:
                 ranges[key] = ranges_from_profile(
                     profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
-                    baseline=_file_picks(store, family, profile),
+                    baseline={m: imported_pick(imported, m) for m in profile} if imported else None,
+                    imported=imported or None,
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
@@ -182,13 +184,6 @@ def _holds(store: Store, fingerprint: str | None) -> str:
 
 def _is_vendor(config: Config) -> bool:
     return config.backend == VENDOR_BACKEND
-
-
-def _file_picks(store: Store, family: Problem, profile: Profile) -> dict[int, Config] | None:
-    """Per profiled M, the config an imported file of the family's shape serves there (vLLM's rule), the
-    baseline an op without a vendor library is served against; None where nothing was imported."""
-    imported = store.imported_configs(family)
-    return {m: imported_pick(imported, m) for m in profile} if imported else None
 
 
 def profiles_of(store: Store, device_key: str) -> dict[Key, Profile]:

@@ -24,8 +24,10 @@ ranges that cover every M from 1 up, with these rules:
 - Where the op has no vendor library (no vendor config measured at an M), a `baseline` config of that M
   (the config the file a table replaces serves there, such as vLLM's) plays the vendor's part at that M
   where it was measured: another config serves only where it beats it by the margin and the slack. In a
-  gap neither end's pick clears at both ends, the baseline of the lower end serves where it was measured
-  at both ends.
+  gap neither end's pick clears at both ends (and below the first profiled M where the baseline serves
+  there), the file's own config of each M serves (`imported`: the file's configs by M key, picked as
+  `imported_pick` does, so the table serves what the file serves); without `imported`, the baseline of
+  the lower end, where it was measured at both ends.
 - Where there is neither, the fastest candidate competes with no margin, and the ends of a gap are
   compared with the fastest time at each end.
 
@@ -54,11 +56,13 @@ def ranges_from_profile(
     margin: float = 0.01,
     slack_us: float = 0.0,
     baseline: Mapping[int, Config] | None = None,
+    imported: Mapping[int, Config] | None = None,
 ) -> tuple[Range, ...]:
     """The served ranges of one shape family from its profile (rules in the module docstring).
 
     `is_vendor` tells the vendor library's configs; `baseline` (M → config) the config that stands in for
-    the vendor at an M where no vendor config was measured. Profiled M values where nothing was measured
+    the vendor at an M where no vendor config was measured; `imported` (M key → config) the file whose
+    picks those are, to serve between and beyond profiled M. Profiled M values where nothing was measured
     are ignored.
 
     Raises:
@@ -171,13 +175,27 @@ def ranges_from_profile(
             b
         ]  # no vendor, neither measured at both ends: the upper end's (valid at fewer M more often)
 
+    def clears_both(c: Config, a: int, b: int) -> bool:
+        return all(c in times[x] and clears(times[x][c], reference(x)) for x in (a, b))
+
+    def filed(m: int) -> bool:
+        """Whether the file's config serves at profiled `m` (it stands in for the vendor and won there)."""
+        return imported is not None and m in stand_in and picks[m] == stand_in[m]
+
     segments: list[tuple[int, int | None, Config]] = []
     if points[0] > 1:
-        segments.append((1, points[0] - 1, vendor_config or picks[points[0]]))
+        if filed(points[0]) and imported is not None:
+            segments += _file_segments(imported, 1, points[0] - 1)
+        else:
+            segments.append((1, points[0] - 1, vendor_config or picks[points[0]]))
     for a, b in itertools.pairwise(points):
         segments.append((a, a, picks[a]))
         if b > a + 1:
-            segments.append((a + 1, b - 1, gap_pick(a, b)))
+            pick = gap_pick(a, b)
+            if imported is not None and (a in stand_in or b in stand_in) and not clears_both(pick, a, b):
+                segments += _file_segments(imported, a + 1, b - 1)
+            else:
+                segments.append((a + 1, b - 1, pick))
     last = points[-1]
     segments.append((last, last, picks[last]))
     segments.append((last + 1, None, vendor_config or picks[last]))
@@ -199,6 +217,21 @@ def ranges_from_profile(
     ranges = tuple(out)
     check_ranges(ranges)
     return ranges
+
+
+def _file_segments(imported: Mapping[int, Config], lo: int, hi: int) -> list[tuple[int, int | None, Config]]:
+    """M ranges covering [lo, hi] with the config `imported_pick` gives at each M: each key's from the M
+    after the previous key's last (the midpoint, ties to the smaller key) up to its own last."""
+    keys = sorted(imported)
+    lasts = [(k + above) // 2 for k, above in itertools.pairwise(keys)] + [hi]
+    out: list[tuple[int, int | None, Config]] = []
+    start = lo
+    for key, last in zip(keys, lasts, strict=True):
+        end = min(last, hi)
+        if end >= start:
+            out.append((start, end, imported[key]))
+            start = end + 1
+    return out
 
 
 def imported_pick(imported: Mapping[int, Config], M: int) -> Config:

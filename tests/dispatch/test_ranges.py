@@ -91,6 +91,29 @@ def test_a_files_pick_stands_in_for_the_vendor_where_the_op_has_none() -> None:
     assert served(plain, 1) == SPLIT and served(plain, 32) == TILE  # kept from 16: within the margin
 
 
+def test_between_profiled_m_the_file_serves_its_own_config_of_each_m() -> None:
+    """With the file's configs by M key (`imported`), a gap that no pick clears at both ends serves the
+    file's own config of each M (its nearest key, the smaller on a tie), as the file would; without them,
+    a config slower than the file at one end could serve the whole gap."""
+    f64, f96 = Config(backend="triton", BLOCK_M=64, F=1), Config(backend="triton", BLOCK_M=96, F=1)
+    ours = Config(backend="triton", BLOCK_M=32, F=0)
+    profile = {64: {f64: 10.0, ours: 10.5}, 96: {f96: 12.0, ours: 11.0}}  # ours: behind at 64, ahead at 96
+    baseline = {64: f64, 96: f96}
+    imported = {1: f64, 64: f64, 96: f96}
+    ranges = ranges_from_profile(
+        profile, is_vendor=is_vendor, margin=0.05, baseline=baseline, imported=imported
+    )
+    assert served(ranges, 64) == f64 and served(ranges, 96) == ours
+    assert [served(ranges, m) for m in (65, 80, 81, 95)] == [f64, f64, f96, f96]  # 80: a tie, the smaller key
+    assert served(ranges, 97) == ours  # above the profile: the last profiled M's pick
+    without = ranges_from_profile(profile, is_vendor=is_vendor, margin=0.05, baseline=baseline)
+    assert served(without, 70) == ours  # 5% slower than the file's config at 64
+    # a pick that clears the file at both ends serves the gap whole
+    ahead = {64: {f64: 10.0, ours: 9.0}, 96: {f96: 12.0, ours: 11.0}}
+    whole = ranges_from_profile(ahead, is_vendor=is_vendor, margin=0.05, baseline=baseline, imported=imported)
+    assert all(served(whole, m) == ours for m in range(64, 97))
+
+
 def test_vendor_served_unless_beaten_by_the_margin() -> None:
     profile = {
         1: {VENDOR: 10.0, GEMV: 8.0},  # GEMV wins clearly

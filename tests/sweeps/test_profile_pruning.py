@@ -376,6 +376,46 @@ def test_an_imported_files_pick_is_timed_at_every_m_however_far_behind(tmp_path:
     assert report.pruned > 0  # the file's other config, hopeless where it is not the pick
 
 
+def test_emit_serves_the_files_own_config_between_profiled_m(tmp_path: Path) -> None:
+    """A MoE profiled at M = 1 and 16 with a vLLM file of keys 1 and 8 imported: ours is behind the file
+    at 1 and ahead at 16, so no pick clears both ends of the gap, and there the table serves what the file
+    serves at each M (its key 1 up to M = 4, its key 8 above)."""
+    import json
+
+    from autotune.core.op import kernel_versions
+    from autotune.db import NewTrial
+    from autotune.db.interop import import_files
+    from autotune.dispatch.emit import emit_table
+    from autotune.kernels import MOE
+
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    shipped = {"1": (16, 32, 64, 1, 4, 3), "8": (16, 64, 32, 8, 4, 4)}
+    vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in shipped.items()}))
+    family = Problem.moe(1, 64, 128, 8, 2)
+    ladder = (1, 16)
+    job = FamilyProfile(MOE, (family, family.with_m(16)), ladder)
+    ours = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
+                  num_warps=4, num_stages=2, GATE_UP_FUSED=1, SPLIT_K=1)  # fmt: skip
+    with Store(str(tmp_path / "m.db")) as store:
+        import_files(store, [vllm], k=128, topk=2)
+        imported = store.imported_configs(family)
+        first, eighth = imported[1], imported[8]
+        times = {(1, ours): 11.0, (1, first): 10.0, (1, eighth): 12.0, (16, ours): 15.0, (16, first): 22.0,
+                 (16, eighth): 20.0}  # fmt: skip
+        measurer = Timed(lambda M, c: times[(M, c)])
+        plan = [(family.with_m(m), [ours, first, eighth]) for m in ladder], 0
+        profile_family(job, store=store, target=GPU, measurer=measurer, plan=plan, sparse=False)
+        kernels = kernel_versions(MOE, MOE.backends(GPU))
+        searched = [measurer.run(p, ours) for p in job.buckets]  # the buckets' searches
+        store.record_many([NewTrial(GPU, *kernels["triton"], p, r, Source.MEASURED)
+                           for p, r in zip(job.buckets, searched, strict=True)])  # fmt: skip
+        table = emit_table(store, range_slack_us=0.0)
+    served = {m: table.lookup("moe", m, 64, 128, E=8, topk=2) for m in (1, 2, 4, 5, 15, 16)}
+    assert served[1] == first and served[16] == ours
+    assert served[2] == served[4] == first and served[5] == served[15] == eighth
+
+
 def test_a_tuned_m_takes_its_final_rounds_medians_and_times_the_vendor_anew(tmp_path: Path) -> None:
     from autotune.core.op import kernel_versions
     from autotune.kernels import GEMM
