@@ -62,8 +62,8 @@ def ranges_from_profile(
 
     `is_vendor` tells the vendor library's configs; `baseline` (M → config) the config that stands in for
     the vendor at an M where no vendor config was measured; `imported` (M key → config) the file whose
-    picks those are, to serve between and beyond profiled M. Profiled M values where nothing was measured
-    are ignored.
+    picks those are, to serve between profiled M (and below the first). Profiled M values where nothing
+    was measured are ignored.
 
     Raises:
         ValueError: a negative margin or slack, or a profile where nothing was measured at all.
