@@ -23,7 +23,9 @@ longer, both measured in the same run; the file's time over it is the most any c
     python benchmarks/moe.py --phase measure --vllm-configs DIR --out results/
 
 `--vllm-configs` is a folder holding vLLM's shipped config files (its fused_moe/configs folder); they are
-read, never copied into this project. Prints a short table last; every row goes to --out (moe.json).
+read, never copied into this project. `--off-ladder` adds M values the profile never times (between its
+ladder M and between the file's M keys): there the table serves from its ranges' rules alone; those rows
+are marked `off_ladder` and summed apart. Prints a short table last; every row goes to --out (moe.json).
 """
 
 from __future__ import annotations
@@ -150,8 +152,12 @@ def mm_tflops(dtype: str, n: int = 8192, reps: int = 20) -> float:
     return 2 * n**3 / harness.median_s(call, reps, warmup=3) / 1e12
 
 
+#: M values off the serving ladder (between its M, and between vLLM's usual M keys) timed besides it.
+OFF_LADDER = (5, 12, 20, 100, 300, 700, 900, 1300, 1900, 2600, 3500)
+
+
 def measure(
-    spec: Path, table_path: Path, folder: Path | None, rounds: int, max_m: int | None
+    spec: Path, table_path: Path, folder: Path | None, rounds: int, max_m: int | None, off: tuple[int, ...]
 ) -> list[dict[str, Any]]:
     from autotune.dispatch import Dispatcher, Table, install_dispatcher
 
@@ -176,7 +182,7 @@ def measure(
     rows = []
     for family, ladder, shipped in todo:
         fp8 = family.dtype_b.startswith("fp8")
-        for M in ladder:
+        for M in sorted(set(ladder) | {m for m in off if m <= max(ladder)}):
             p = family.with_m(M)
             variants = {
                 "served": SERVED,
@@ -188,7 +194,7 @@ def measure(
                 bench, p, variants, rounds, precision=PRECISION, max_rounds=3 * rounds
             )
             row: dict[str, Any] = dict(family=str(family).replace(" M=1 ", " "), M=M, E=p.E, N=p.N, K=p.K,
-                                       topk=p.topk, weights=p.dtype_b,
+                                       topk=p.topk, weights=p.dtype_b, off_ladder=M not in ladder,
                                        served=served_config(MOE, p, target).short())  # fmt: skip
             for name, (us, status) in times.items():
                 row[f"{name}_us"] = us if status == "ok" else math.nan
@@ -202,12 +208,14 @@ def measure(
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    """Per family: rows, geomean and lowest of vLLM's file time / served time and of the fallback's, rows
-    where the served call is slower than the file, and the most any call could gain on the file (its time
-    over `bound_us`: the op's bytes at the copy bandwidth or its FLOPs at the GEMM peak, measured in the
-    same run); then the worst rows."""
+    """Per family (ladder M) and for the off-ladder M: rows, geomean and lowest of vLLM's file time /
+    served time and of the fallback's, rows where the served call is slower than the file, and the most
+    any call could gain on the file (its time over `bound_us`: the op's bytes at the copy bandwidth or its
+    FLOPs at the GEMM peak, measured in the same run); then the worst rows of either."""
     by: dict[str, list[dict[str, Any]]] = {}
-    for r in rows:
+    off = [r for r in rows if r.get("off_ladder")]
+    ladder = [r for r in rows if not r.get("off_ladder")]
+    for r in ladder:
         by.setdefault(r["family"], []).append(r)
     table = []
     everything: dict[str, list[float]] = {"vllm": [], "fallback": []}
@@ -219,12 +227,19 @@ def report(rows: list[dict[str, Any]]) -> None:
             cells += [harness.geomean(ratios), min(ratios, default=math.nan), sum(x < 1.0 for x in ratios)]
         cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in rs if r.get("vllm_us", 0) > 0))
         table.append(cells)
-    cells = ["all", len(rows)]
+    cells = ["all", len(ladder)]
     for kind in ("vllm", "fallback"):
         xs = everything[kind]
         cells += [harness.geomean(xs), min(xs, default=math.nan), sum(x < 1.0 for x in xs)]
-    cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in rows if r.get("vllm_us", 0) > 0))
+    cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in ladder if r.get("vllm_us", 0) > 0))
     table.append(cells)
+    if off:
+        cells = ["off the ladder", len(off)]
+        for kind in ("vllm", "fallback"):
+            xs = [r[f"{kind}_us"] / r["served_us"] for r in off if r.get(f"{kind}_us", math.nan) > 0]
+            cells += [harness.geomean(xs), min(xs, default=math.nan), sum(x < 1.0 for x in xs)]
+        cells.append(harness.geomean(r["vllm_us"] / r["bound_us"] for r in off if r.get("vllm_us", 0) > 0))
+        table.append(cells)
     worst = sorted(
         (r for r in rows if r.get("vllm_us", math.nan) > 0), key=lambda r: r["vllm_us"] / r["served_us"]
     )
@@ -254,6 +269,8 @@ def main() -> int:
                     "times the file's config at each M)")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
     ap.add_argument("--max-m", type=int, help="the ladder's largest M (default: the spec's largest)")
+    ap.add_argument("--off-ladder", type=int, nargs="*", default=list(OFF_LADDER),
+                    help="M values off the serving ladder to time too (none: only the ladder)")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     db = args.db or args.out / "moe.db"
@@ -273,7 +290,7 @@ def main() -> int:
             raise SystemExit(f"sweep failed with exit code {code}")
     if args.phase in ("all", "measure"):
         table = harness.emit_table(db, args.out)
-        rows = measure(args.spec, table, args.vllm_configs, args.rounds, args.max_m)
+        rows = measure(args.spec, table, args.vllm_configs, args.rounds, args.max_m, tuple(args.off_ladder))
         harness.write_json(args.out, "moe", harness.run_info(local_target(), args=vars(args), rows=rows))
         report(rows)
     print(f"{args.phase}: {time.perf_counter() - t0:.0f} s")
