@@ -43,6 +43,7 @@ from autotune import Config, Problem
 from autotune.core.ladder import serving_ladder
 from autotune.core.target import Target, local_target
 from autotune.db.vllm import fallback_config
+from autotune.dispatch.ranges import imported_pick
 from autotune.engine.bench import Benchmarker, ServedTiming, interleaved_medians
 from autotune.kernels import served_config
 from autotune.kernels.moe.op import MOE
@@ -101,11 +102,6 @@ def vllm_file(folder: Path, problem: Problem, device_name: str) -> tuple[dict[in
     return configs, name
 
 
-def closest(configs: dict[int, Config], M: int) -> Config:
-    """vLLM's pick: the config of the M key closest to M (the smaller on a tie)."""
-    return configs[min(configs, key=lambda key: (abs(key - M), key))]
-
-
 def precompile(families: list[tuple[Problem, tuple[int, ...], dict[int, Config]]], target: Target) -> None:
     """The vLLM and fallback configs compiled on the compile pool ahead of timing (Triton's disk cache),
     at an M of each of the kernels' specializations."""
@@ -120,7 +116,7 @@ def precompile(families: list[tuple[Problem, tuple[int, ...], dict[int, Config]]
                 fp8 = problem.dtype_b.startswith("fp8")
                 configs = {Config(backend="triton", **fallback_config(M, problem.E, fp8), **VLLM_STRUCTURE)}
                 if shipped:
-                    configs.add(closest(shipped, M))
+                    configs.add(imported_pick(shipped, M))
                 futures += [pool.submit(MOE, problem.with_m(M), c) for c in configs]
         for f in futures:
             jobs += 1
@@ -189,7 +185,7 @@ def measure(
                 "fallback": Config(backend="triton", **fallback_config(M, p.E, fp8), **VLLM_STRUCTURE),
             }
             if shipped:
-                variants["vllm"] = closest(shipped, M)
+                variants["vllm"] = imported_pick(shipped, M)
             times = interleaved_medians(
                 bench, p, variants, rounds, precision=PRECISION, max_rounds=3 * rounds
             )

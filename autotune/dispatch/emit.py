@@ -10,7 +10,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.registry import is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
-from autotune.dispatch.ranges import Profile, Range, imported_pick, ranges_from_profile
+from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe
 
 if TYPE_CHECKING:
@@ -147,12 +147,10 @@ def emit_table(
         device_key = newest.gpu.target.device_key()
         families = _profile_families(store, device_key)
         for key, (family, profile) in families.items():
-            imported = store.imported_configs(family)
             try:
                 ranges[key] = ranges_from_profile(
                     profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
-                    baseline={m: imported_pick(imported, m) for m in profile} if imported else None,
-                    imported=imported or None,
+                    imported=store.imported_configs(family) or None,
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)

@@ -61,9 +61,9 @@ def ranges_from_profile(
     """The served ranges of one shape family from its profile (rules in the module docstring).
 
     `is_vendor` tells the vendor library's configs; `baseline` (M → config) the config that stands in for
-    the vendor at an M where no vendor config was measured; `imported` (M key → config) the file whose
-    picks those are, to serve between profiled M (and below the first). Profiled M values where nothing
-    was measured are ignored.
+    the vendor at an M where no vendor config was measured (by default the picks of `imported`);
+    `imported` (M key → config) the file whose picks those are, to serve between profiled M (and below the
+    first). Profiled M values where nothing was measured are ignored.
 
     Raises:
         ValueError: a negative margin or slack, or a profile where nothing was measured at all.
@@ -83,6 +83,8 @@ def ranges_from_profile(
         for m, row in profile.items()
         if any(is_vendor(c) and not (math.isfinite(t) and t > 0) for c, t in row.items())
     }
+    if baseline is None and imported:
+        baseline = {m: imported_pick(imported, m) for m in profile}
     points = sorted(m for m, row in times.items() if row or m in failed)
     if not points:
         raise ValueError("the profile holds no measured time")
@@ -153,20 +155,21 @@ def ranges_from_profile(
             return math.inf
         return max(t / reference(x) for t, x in zip(ends, (a, b), strict=True) if t is not None)
 
+    def clears_both(c: Config, a: int, b: int) -> bool:
+        """Whether `c` beats the reference by the margin and the slack at both ends of a gap."""
+        return all(c in times[x] and clears(times[x][c], reference(x)) for x in (a, b))
+
     def gap_pick(a: int, b: int) -> Config:
         if picks[a] == picks[b]:
             return picks[a]
         options = [c for c in (picks[a], picks[b]) if not is_vendor(c)]
         scored = sorted((worst(c, a, b), i, c) for i, c in enumerate(options))
+        clearing = next((c for _, _, c in scored if clears_both(c, a, b)), None)
         if vendor_config is not None:  # the first that beats the vendor by the margin and slack at both ends
-            for ratio, _, c in scored:
-                if math.isfinite(ratio) and all(clears(times[x][c], reference(x)) for x in (a, b)):
-                    return c
-            return vendor_config
+            return clearing or vendor_config
         if a in stand_in or b in stand_in:  # a baseline: the first that beats it at both ends, else its own
-            for ratio, _, c in scored:
-                if math.isfinite(ratio) and all(clears(times[x][c], reference(x)) for x in (a, b)):
-                    return c
+            if clearing is not None:
+                return clearing
             if a in stand_in and stand_in[a] in times[b]:
                 return stand_in[a]
         if scored and math.isfinite(scored[0][0]):
@@ -175,17 +178,11 @@ def ranges_from_profile(
             b
         ]  # no vendor, neither measured at both ends: the upper end's (valid at fewer M more often)
 
-    def clears_both(c: Config, a: int, b: int) -> bool:
-        return all(c in times[x] and clears(times[x][c], reference(x)) for x in (a, b))
-
-    def filed(m: int) -> bool:
-        """Whether the file's config serves at profiled `m` (it stands in for the vendor and won there)."""
-        return imported is not None and m in stand_in and picks[m] == stand_in[m]
-
     segments: list[tuple[int, int | None, Config]] = []
     if points[0] > 1:
-        if filed(points[0]) and imported is not None:
-            segments += _file_segments(imported, 1, points[0] - 1)
+        first = points[0]
+        if imported is not None and first in stand_in and picks[first] == stand_in[first]:  # the file's
+            segments += _file_segments(imported, 1, first - 1)
         else:
             segments.append((1, points[0] - 1, vendor_config or picks[points[0]]))
     for a, b in itertools.pairwise(points):

@@ -29,10 +29,12 @@ Rules:
   BLOCK_H), softmax along the tokens (axis 0), output Oᵀ += Vᵀ·Pᵀ. On sm_90 with BLOCK_N >= 16 x
   num_warps the dots are warpgroup MMAs of 64 tokens a warpgroup, which a 16-head tile cannot have
   unswapped (its M is 16). The latent dims run in four quarters, each loaded, scored and summed into its
-  own accumulator, so no whole upcast tile is held in registers. FP8_SCORES (swapped FP8 queries on a
-  GPU): the scores are FP8 warpgroup MMAs read straight from the staged FP8 tile, and F16_TILES then
-  sets only P·V's dtype (fp16 with v upcast in registers, else bf16). Pipelined only: with one stage the
-  swapped kernel faults on sm_90 (Triton 3.6).
+  own accumulator, so no whole upcast tile is held in registers. With FP8 queries on a GPU the scores
+  are FP8 warpgroup MMAs read straight from the staged FP8 tile, and F16_TILES then sets only P·V's
+  dtype (fp16 with v upcast in registers, else bf16). Pipelined only: with one stage the swapped kernel
+  faults on sm_90 (Triton 3.6).
+- FP8_SCORES (set by the launcher): the score dots take the FP8 tile as loaded. FP8 queries on a GPU,
+  except fp16 tiles unswapped (both dots fp16).
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
   tiles upcast to fp32 and every dot in fp32. ROUND_FP8 (the interpreter too): the queries' FP8 cast
   rounded first (`_round_fp8`; the interpreter's cast drops a mantissa's carry).
@@ -88,35 +90,42 @@ def _e4m3_to_f16(x, ASM_CVT: tl.constexpr):
 
 
 @triton.jit
+def _operands(k, FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr, DOT_F32: tl.constexpr,
+              F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr):  # fmt: skip
+    """A cache chunk as the score dot takes it (as loaded with FP8_SCORES, else v) and as P·V takes it
+    (v: fp32 under DOT_F32, fp16 with F16_TILES, else bf16)."""
+    if DOT_F32:
+        v = k.to(tl.float32)
+    elif not KV_FP8:
+        v = k
+    elif F16_TILES:
+        v = _e4m3_to_f16(k, ASM_CVT)
+    else:
+        v = k.to(tl.bfloat16)
+    if FP8_SCORES:
+        score = k
+    else:
+        score = v
+    return score, v
+
+
+@triton.jit
 def _cache_tile(
     kv_ptr, pages, n0, end, stride_kvp, stride_kvr,
-    LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr, Q_FP8: tl.constexpr,
-    KV_FP8: tl.constexpr, DOT_F32: tl.constexpr, F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr,
+    LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_N: tl.constexpr,
+    FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr, DOT_F32: tl.constexpr, F16_TILES: tl.constexpr,
+    ASM_CVT: tl.constexpr,
 ):  # fmt: skip
     """The BLOCK_N tokens from `n0` (through the page table): their latent and RoPE parts as the score dot
-    takes them, the latent part as P·V takes it (v), and which tokens are before `end`."""
+    takes them, the latent part as P·V takes it (v), and which tokens are before `end` (`_operands`)."""
     t = n0 + tl.arange(0, BLOCK_N)
     tmask = t < end
     page = tl.load(pages + t // PAGE, mask=tmask, other=0)
     row = kv_ptr + page.to(tl.int64) * stride_kvp + (t % PAGE) * stride_kvr
-    dl = tl.arange(0, LATENT)
-    dr = tl.arange(0, ROPE)
-    k_nope = tl.load(row[:, None] + dl[None, :], mask=tmask[:, None], other=0.0)
-    k_pe = tl.load(row[:, None] + LATENT + dr[None, :], mask=tmask[:, None], other=0.0)
-    if KV_FP8:
-        if DOT_F32:
-            v = k_nope.to(tl.float32)
-        elif F16_TILES:
-            k_nope = _e4m3_to_f16(k_nope, ASM_CVT)
-            k_pe = _e4m3_to_f16(k_pe, ASM_CVT)
-            v = k_nope
-        else:
-            v = k_nope.to(tl.bfloat16)
-        if not Q_FP8:
-            k_nope = v
-            k_pe = k_pe.to(v.dtype)
-    else:
-        v = k_nope
+    k_nope = tl.load(row[:, None] + tl.arange(0, LATENT)[None, :], mask=tmask[:, None], other=0.0)
+    k_pe = tl.load(row[:, None] + LATENT + tl.arange(0, ROPE)[None, :], mask=tmask[:, None], other=0.0)
+    k_nope, v = _operands(k_nope, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
+    k_pe, _ = _operands(k_pe, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
     return k_nope, k_pe, v, tmask
 
 
@@ -147,26 +156,6 @@ def _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS: tl.constexpr):
 def _halves(x):
     """x (R, W) as its two column halves (R, W / 2)."""
     return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
-
-
-@triton.jit
-def _operands(k, FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr, DOT_F32: tl.constexpr,
-              F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr):  # fmt: skip
-    """A cache chunk as the score dot takes it (as loaded with FP8_SCORES, else v) and as P·V takes it
-    (v: fp32 under DOT_F32, fp16 with F16_TILES, else bf16)."""
-    if DOT_F32:
-        v = k.to(tl.float32)
-    elif not KV_FP8:
-        v = k
-    elif F16_TILES:
-        v = _e4m3_to_f16(k, ASM_CVT)
-    else:
-        v = k.to(tl.bfloat16)
-    if FP8_SCORES:
-        score = k
-    else:
-        score = v
-    return score, v
 
 
 @triton.jit
@@ -300,8 +289,8 @@ def mla_split_kernel(
         acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
         for n0 in range(start, end, BLOCK_N):
             k_nope, k_pe, v, tmask = _cache_tile(
-                kv_ptr, pages, n0, end, stride_kvp, stride_kvr, LATENT, ROPE, PAGE, BLOCK_N, Q_FP8, KV_FP8,
-                DOT_F32, F16_TILES, ASM_CVT,
+                kv_ptr, pages, n0, end, stride_kvp, stride_kvr, LATENT, ROPE, PAGE, BLOCK_N, FP8_SCORES,
+                KV_FP8, DOT_F32, F16_TILES, ASM_CVT,
             )  # fmt: skip
             if DOT_F32:
                 qk = tl.dot(q_nope.to(tl.float32), tl.trans(k_nope.to(tl.float32)))
@@ -387,8 +376,11 @@ def launcher(
         f16 = f16_tiles and kv_fp8 and not is_amd
         flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16,
                  "ASM_CVT": f16 and not interpret, "SWAP": swap}  # fmt: skip
-        # swapped FP8 queries score as FP8 MMAs, except under the interpreter (fp32, or fp16 tiles' dots)
-        flags["FP8_SCORES"] = swap and q_fp8 and kv_fp8 and not flags["DOT_F32"] and not (f16 and interpret)
+        # FP8 queries score the tile as loaded, unless every dot is fp32 (DOT_F32) or fp16 (F16_TILES
+        # unswapped, or under the interpreter)
+        flags["FP8_SCORES"] = (
+            q_fp8 and kv_fp8 and not flags["DOT_F32"] and not (f16 and (interpret or not swap))
+        )
         consts = dict(LATENT=latent, ROPE=K - latent, PAGE=kv.shape[1], BLOCK_H=block_h, BLOCK_N=block_n,
                       SPLITS=splits, Q_FP8=q_fp8 and kv_fp8, KV_FP8=kv_fp8, FP8_MAX=fp8_max,
                       FP8_MIN_NORMAL=fp8_min, **{k: True for k, on in flags.items() if on})  # fmt: skip

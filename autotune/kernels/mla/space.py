@@ -194,9 +194,9 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
 def _swap_constraints() -> list[Constraint]:
     """Where SWAP 1 is searched: FP8 scores (FP8 queries: swapped bf16 or fp16 scores ran slower than
-    unswapped ones; F16_TILES then sets P·V's dtype), whole warpgroup MMAs (64 tokens a group of 4 warps)
-    on at most 32 heads (64-head tiles are warpgroup MMAs unswapped); and never unpipelined: with one
-    stage the swapped kernel faults on sm_90 (Triton 3.6)."""
+    unswapped ones; F16_TILES then sets P·V's dtype), whole warpgroup MMAs (64 tokens a group of 4 warps;
+    the knob's at most 32 heads keep BLOCK_H within 32 by `block_h_waste`); and never unpipelined: with
+    one stage the swapped kernel faults on sm_90 (Triton 3.6)."""
     return [
         Constraint(
             "swap_needs_fp8_scores",
@@ -207,12 +207,9 @@ def _swap_constraints() -> list[Constraint]:
         ),
         Constraint(
             "swap_tile",
-            "SWAP 1 with BLOCK_N {BLOCK_N}, {num_warps} warps and BLOCK_H {BLOCK_H}: not 64 tokens a "
-            "warpgroup on at most 32 heads",
-            lambda c: (
-                not _swapped(c) or (int(c["BLOCK_N"]) >= 16 * int(c["num_warps"]) and int(c["BLOCK_H"]) <= 32)
-            ),
-            knobs=("SWAP", "BLOCK_N", "num_warps", "BLOCK_H"),
+            "SWAP 1 with BLOCK_N {BLOCK_N} on {num_warps} warps: not 64 tokens a warpgroup",
+            lambda c: not _swapped(c) or int(c["BLOCK_N"]) >= 16 * int(c["num_warps"]),
+            knobs=("SWAP", "BLOCK_N", "num_warps"),
         ),
         Constraint(
             "swap_one_stage",
@@ -247,9 +244,15 @@ def default_splits(problem: Problem, target: Target, block_h: int, block_n: int)
     return splits
 
 
+def _in_space(problem: Problem, target: Target, config: Config) -> Config | None:
+    """`config` where the kernel's space on `target` holds it, else None."""
+    sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
+    return config if sub.check(config) is None else None
+
+
 def _swap_default(problem: Problem, target: Target) -> Config | None:
-    """The swapped default (16 heads x 64 tokens, 4 warps, 2 stages, FP8 scores, fp16 P·V) where the space has
-    SWAP, the heads fit one 16-head tile, and the context is long enough for the splits wanted at 64
+    """The swapped default (16 heads x 64 tokens, 4 warps, 2 stages, FP8 scores, fp16 P·V) where the space
+    has SWAP, the heads fit one 16-head tile, and the context is long enough for the splits wanted at 64
     tokens a tile (else the unswapped 32-token tiles split it finer; measured on an H100 where the
     swapped tiles' splits were cut: 42.7 against 19.2 us at batch 1, 4K); None elsewhere."""
     if not _swap_knob(problem, target) or own(problem)[0] > MIN_BLOCK_H:
@@ -257,10 +260,9 @@ def _swap_default(problem: Problem, target: Target) -> Config | None:
     splits = default_splits(problem, target, MIN_BLOCK_H, 64)
     if splits < _wanted_splits(problem, target, MIN_BLOCK_H):
         return None
-    config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=MIN_BLOCK_H, BLOCK_N=64, num_warps=4,
-                    num_stages=2, Q_FP8=1, F16_TILES=1, SWAP=1)  # fmt: skip
-    sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
-    return config if sub.check(config) is None else None
+    return _in_space(problem, target, Config(backend="triton", num_kv_splits=splits, BLOCK_H=MIN_BLOCK_H,
+                                             BLOCK_N=64, num_warps=4, num_stages=2, Q_FP8=1, F16_TILES=1,
+                                             SWAP=1))  # fmt: skip
 
 
 def _core(problem: Problem, target: Target) -> Core:
@@ -290,9 +292,7 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values["F16_TILES"] = int(bh <= MIN_BLOCK_H)
     if _swap_knob(problem, target):
         values["SWAP"] = 0
-    config = Config(backend="triton", **values)
-    sub = SubSpace("triton", mla_params(problem, target), mla_constraints(problem, target))
-    return config if sub.check(config) is None else None
+    return _in_space(problem, target, Config(backend="triton", **values))
 
 
 def mla_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
