@@ -136,6 +136,11 @@ class Target:
         digits = self.arch.removeprefix("sm_").rstrip("a")
         return int(digits) if self.is_nvidia and self.arch.startswith("sm_") and digits.isdigit() else 0
 
+    @property
+    def tma(self) -> bool:
+        """Tensor descriptors load and store through a TMA unit: NVIDIA sm_90 and newer."""
+        return self.sm >= 90
+
     @classmethod
     def for_arch(cls, arch: str) -> Target:
         """A target with the published limits of `arch` (gfx942, gfx950, sm_90, interpreter).

@@ -56,10 +56,11 @@ VLLM_KEYS: tuple[str, ...] = (
 #: The keys ROCm files may add, in the order vLLM's writer puts them after `VLLM_KEYS`.
 AMD_KEYS: tuple[str, ...] = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Our kernel's knobs that vLLM's kernel lacks, with the value that means vLLM's behaviour: a config
-#: read from a file gets them; only configs at these values are exported (measured in vLLM's kernel
-#: structure: GATE_UP_FUSED 0, the gate/up GEMM over all 2N rows of w1 and the activation after it),
-#: and written without them.
-OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0}
+#: read from a file gets them (B_TMA only on targets with TMA, where the knob exists); only configs at
+#: these values are exported (measured in vLLM's kernel structure: GATE_UP_FUSED 0, the gate/up GEMM over
+#: all 2N rows of w1 and the activation after it; B_TMA 0, the weights loaded by pointer), and written
+#: without them.
+OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0, "B_TMA": 0}
 #: The backend configs are stored under (our Triton fused MoE takes vLLM's names).
 VLLM_BACKEND = "triton"
 
@@ -214,6 +215,7 @@ def read_vllm(
     trials: list[NewTrial] = []
     flagged: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
+    plain = {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
     m_keys = [key for key in data if key not in top_level]
     for m_key in [key for key in m_keys if not _M_KEY_RE.fullmatch(key)]:
         skipped.append((f"key {m_key!r}", "not a positive integer M (token count)"))
@@ -228,7 +230,7 @@ def read_vllm(
             reasons.append(f"SPLIT_K={other['SPLIT_K']!r}: vLLM's fused MoE kernel has no split-K")
         if variant_reason:
             reasons.append(f"reference only: {variant_reason}")
-        config = Config(backend=VLLM_BACKEND, **values, **OUR_KEYS)
+        config = Config(backend=VLLM_BACKEND, **values, **plain)
         problem = Problem.moe(int(m_key), parts.N, K, parts.E, top, dtype="bf16", weights=weights)
         extra = {**base_extra, "keys": list(data[m_key])}
         if other:

@@ -61,6 +61,7 @@ def tiles(
         GATE_UP_FUSED=0,
         num_warps=warps,
         num_stages=stages,
+        **({} if amd else {"B_TMA": 0}),  # the knob exists on the H100, not on the MI300X
         **amd,
     )
 
@@ -291,6 +292,20 @@ def test_winners_of_our_fused_structure_export_the_fastest_config_measured_in_vl
     assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
     with pytest.raises(InteropError, match="GATE_UP_FUSED=1 has no place in a vLLM config"):
         vllm_json({1: fused}, amd=False)
+
+
+def test_winners_loading_weights_through_descriptors_are_not_exported(store: Store, tmp_path: Path) -> None:
+    """B_TMA 1 loads the weight tiles through tensor descriptors, which vLLM's kernel does not: the file
+    takes the fastest config measured with pointer loads."""
+    tma = tiles(16, 64).replace(B_TMA=1)
+    put(store, H100, moe(1, MIXTRAL), timed(tma, 5.0))
+    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
+    (path,) = export_vllm(store, tmp_path / "out")
+    doc = json.loads(path.read_text())
+    doc.pop("triton_version", None)
+    assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
+    with pytest.raises(InteropError, match="B_TMA=1 has no place in a vLLM config"):
+        vllm_json({1: tma}, amd=False)
 
 
 def test_round_trip_is_byte_identical(measured: Store, tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ def _gemv_candidates(problem: Problem, target: Target) -> list[Config]:
 
 def has_tma(target: Target) -> bool:
     """Tensor descriptors with hardware TMA: NVIDIA Hopper and newer (and the interpreter, for tests)."""
-    return target.interpreter or target.sm >= 90
+    return target.interpreter or target.tma
 
 
 def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:

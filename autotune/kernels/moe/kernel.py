@@ -22,7 +22,9 @@ BLOCK_SIZE_K chunk (a divisor of 128) of the K loop is scaled by a_scale[row, k 
 b_scale[e, n // 128, k // 128] before it joins the fp32 accumulator. With SPLIT_K > 1 each GEMM's K runs
 in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet in a workspace and the last
 slice of a tile to finish adds them up in slice order and runs the epilogue, in the same launch.
-Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, num_warps,
+B_TMA = 1 (NVIDIA sm_90 and newer) loads the weight tiles through tensor descriptors (TMA) instead of
+pointers; the activation rows, gathered by sorted id, stay pointer loads.
+Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, B_TMA, num_warps,
 num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 """
 
@@ -39,7 +41,7 @@ from autotune.core.config import Value
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
 from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
-from autotune.kernels.launch import pinned
+from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.moe.ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.scratch import split_scratch
 
@@ -92,9 +94,12 @@ def _moe_tile(
     A_ROW_DIV: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
     BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, SWIGLU: tl.constexpr, FP8: tl.constexpr,
     SCALE_GROUP: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr, ONE_B_SCALE: tl.constexpr,
+    b_desc, B_TMA: tl.constexpr,
 ):  # fmt: skip
     """Tile `pid`'s sorted ids, their mask, its column block and its fp32 partial products (gate, up) over
-    K steps [first_step, first_step + steps)."""
+    K steps [first_step, first_step + steps). With B_TMA the B tiles load through `b_desc`, a descriptor
+    of B's (E·rows, K) view: rows past an expert's read the next expert's (columns the store masks), and
+    columns past K read zeros."""
     pid_m, pid_n = _row_block(pid, num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
 
     # num_padded is a multiple of BLOCK_SIZE_M: the sorted ids of a block are always in bounds.
@@ -108,6 +113,7 @@ def _moe_tile(
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + expert * stride_be + offs_n[None, :] * stride_bn + offs_k[:, None] * stride_bk
     up_ptrs = b_ptrs + N * stride_bn
+    b_row = (expert * (stride_be // stride_bn) + pid_n * BLOCK_SIZE_N).to(tl.int32)  # B_TMA: B dense
     if FP8:
         a_scale_ptrs = a_scale_ptr + a_rows * stride_asm
         if ONE_B_SCALE:
@@ -123,11 +129,14 @@ def _moe_tile(
     for k in range(first_step, first_step + steps):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=row_mask[:, None], other=0.0)
+        else:
+            a = tl.load(a_ptrs, mask=row_mask[:, None] & (chunk[None, :] < K - k * BLOCK_SIZE_K), other=0.0)
+        if B_TMA:
+            b = b_desc.load([b_row, k * BLOCK_SIZE_K]).T
+        elif EVEN_K:
             b = tl.load(b_ptrs)
         else:
-            k_left = K - k * BLOCK_SIZE_K
-            a = tl.load(a_ptrs, mask=row_mask[:, None] & (chunk[None, :] < k_left), other=0.0)
-            b = tl.load(b_ptrs, mask=chunk[:, None] < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=chunk[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
         if DOT_F32:  # interpreter only: its bf16/fp8 dots are unreliable; the products are exact in fp32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -143,7 +152,9 @@ def _moe_tile(
         else:
             acc = tl.dot(a, b, acc)
         if SWIGLU:
-            if EVEN_K:
+            if B_TMA:
+                b_up = b_desc.load([b_row + N, k * BLOCK_SIZE_K]).T
+            elif EVEN_K:
                 b_up = tl.load(up_ptrs)
             else:
                 b_up = tl.load(up_ptrs, mask=chunk[:, None] < K - k * BLOCK_SIZE_K, other=0.0)
@@ -219,6 +230,8 @@ def moe_gemm_kernel(
     EVEN_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
     ONE_B_SCALE: tl.constexpr = False,
+    B_TMA: tl.constexpr = False,
+    b_desc=None,
 ):
     """One (BLOCK_SIZE_M sorted rows, BLOCK_SIZE_N columns) tile of C = A[rows] @ B[e]ᵀ, e the block's expert.
 
@@ -228,7 +241,9 @@ def moe_gemm_kernel(
     (A rows, cdiv(K, SCALE_GROUP)) and b_scale (E, cdiv(B rows, SCALE_GROUP), cdiv(K, SCALE_GROUP)).
     DOT_F32 (Triton's CPU interpreter only): dots in fp32, and a rounding (not truncating) cast to bf16.
     ONE_B_SCALE (FP8, the launcher's promise that BLOCK_SIZE_N divides SCALE_GROUP and N): every column of
-    a tile shares one B scale per K group, so a partial product is scaled by a per-row vector. A row block
+    a tile shares one B scale per K group, so a partial product is scaled by a per-row vector. B_TMA (the
+    launcher's promise that B is dense): the B tiles load through `b_desc`, a tensor descriptor of B as
+    (E·rows, K) with (BLOCK_SIZE_N, BLOCK_SIZE_K) blocks (TMA on sm_90 and newer). A row block
     whose expert id is negative (padding of a worst-case grid) returns at once.
     """
     pid_m, _ = _row_block(tl.program_id(0), num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
@@ -240,7 +255,7 @@ def moe_gemm_kernel(
         stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
         stride_bsk,
         A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
-        DOT_F32, ONE_B_SCALE,
+        DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
     )  # fmt: skip
     _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
                BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
@@ -287,6 +302,8 @@ def moe_gemm_split_kernel(
     EVEN_K: tl.constexpr,
     DOT_F32: tl.constexpr = False,
     ONE_B_SCALE: tl.constexpr = False,
+    B_TMA: tl.constexpr = False,
+    b_desc=None,
 ):
     """`moe_gemm_kernel` with K split in SPLIT_K slices over grid axis 1, summed in this launch: each slice
     writes its fp32 parts (gate, and up with SWIGLU) to slots of the tile's workspace in `ws_ptr` and bumps
@@ -306,7 +323,7 @@ def moe_gemm_split_kernel(
         stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
         stride_bsk,
         A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
-        DOT_F32, ONE_B_SCALE,
+        DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
     )  # fmt: skip
     slots: tl.constexpr = 2 if SWIGLU else 1
     ws_tile = ws_ptr + tile.to(tl.int64) * (SPLIT_K * slots * BLOCK_SIZE_M * BLOCK_SIZE_N)
@@ -404,6 +421,7 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         "num_stages": int(config.get("num_stages", 2)),
         "SPLIT_K": int(config.get("SPLIT_K", 1)),
         "GATE_UP_FUSED": int(config.get("GATE_UP_FUSED", 0)),
+        "B_TMA": int(config.get("B_TMA", 0)),
     }
     for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
         v = opts[name]
@@ -415,6 +433,10 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         raise ValueError(f"SPLIT_K must be >= 1, got {opts['SPLIT_K']}")
     if opts["GATE_UP_FUSED"] not in (0, 1):
         raise ValueError(f"GATE_UP_FUSED must be 0 (vLLM's structure) or 1, got {opts['GATE_UP_FUSED']}")
+    if opts["B_TMA"] not in (0, 1):
+        raise ValueError(f"B_TMA must be 0 (pointer loads) or 1 (tensor descriptors), got {opts['B_TMA']}")
+    if opts["B_TMA"] and is_amd:
+        raise ValueError("B_TMA 1 loads through tensor descriptors (TMA): NVIDIA sm_90 and newer only")
     group = FP8_BLOCK[1]
     if fp8 and group % opts["BLOCK_SIZE_K"]:
         raise ValueError(
@@ -428,6 +450,17 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         if stray:
             raise ValueError(f"{', '.join(stray)} exist only on AMD targets; config: {dict(config)}")
     return {**opts, **FP_OPTIONS}
+
+
+def _check_tma_weights(w1: torch.Tensor, w2: torch.Tensor) -> None:
+    """ValueError unless w1 and w2 can be read through tensor descriptors: dense, 16-byte aligned rows."""
+    for name, w in (("w1", w1), ("w2", w2)):
+        row_bytes = w.shape[-1] * w.element_size()
+        if not w.is_contiguous() or row_bytes % 16 or (not w.is_meta and w.data_ptr() % 16):
+            raise ValueError(
+                f"B_TMA 1 needs contiguous weights with 16-byte aligned rows; {name} is {tuple(w.shape)} "
+                f"{w.dtype}, strides {w.stride()}"
+            )
 
 
 #: Rows per program of the activation quantization kernel, and of `silu_mul_kernel`.
@@ -569,6 +602,9 @@ def fused_moe(
     opts = _launch_options(config, is_amd, fp8)
     split = opts.pop("SPLIT_K")
     fused_gate_up = bool(opts.pop("GATE_UP_FUSED"))
+    b_tma = bool(opts.pop("B_TMA"))
+    if b_tma:
+        _check_tma_weights(w1, w2)
     if interpret:
         opts["DOT_F32"] = True
     if kernels is not None and len(kernels) != len(JIT_KERNELS):
@@ -618,6 +654,10 @@ def fused_moe(
             slots = 2 if swiglu else 1
             scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
         launch = pinned_main[(tiles,)] if parts == 1 else pinned_split[(tiles, parts)]
+        tma: dict[str, Any] = {}
+        if b_tma:  # B as (E·rows, k), one (BLOCK_SIZE_N, BLOCK_SIZE_K) block a load
+            rows = b.shape[0] * b.shape[1]
+            tma = dict(B_TMA=True, b_desc=descriptor(b, [rows, k], [k, 1], [bn, opts["BLOCK_SIZE_K"]]))
         launch(
             a,
             b,
@@ -652,6 +692,7 @@ def fused_moe(
             EVEN_K=k % opts["BLOCK_SIZE_K"] == 0,
             ONE_B_SCALE=fp8 and PER_TILE_B_SCALE and FP8_BLOCK[0] % bn == 0 and n % bn == 0,
             **({"SPLIT_K": parts} if parts > 1 else {}),
+            **tma,
         )
 
     inter = buffers("inter", (num_valid, N), x.dtype, x.device)

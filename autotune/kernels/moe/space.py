@@ -45,9 +45,11 @@ def tokens_per_expert(problem: Problem) -> float:
 def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The knobs of the fused MoE kernel on `target`: vLLM's six, SPLIT_K (K slices of each GEMM, summed
     in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs), GATE_UP_FUSED
-    (the first GEMM's structure: 1 ours, 0 vLLM's, the only one exported to vLLM files) and AMD's three on
-    AMD. MXFP4 weights add BLOCK_SIZE_N_DOWN (the down GEMM's column tile; the other weights' kernels
-    use BLOCK_SIZE_N for both GEMMs) and take K tiles of whole 32-wide scale groups."""
+    (the first GEMM's structure: 1 ours, 0 vLLM's, the only one exported to vLLM files), B_TMA on NVIDIA
+    sm_90 and newer (the weight tiles through tensor descriptors; vLLM's kernel loads them by pointer, so
+    exported files carry only B_TMA 0 configs) and AMD's three on AMD. MXFP4 weights add
+    BLOCK_SIZE_N_DOWN (the down GEMM's column tile; the other weights' kernels use BLOCK_SIZE_N for both
+    GEMMs) and take K tiles of whole 32-wide scale groups."""
     fp8 = problem.dtype_b.startswith("fp8")
     mx = _mxfp4(problem)
     if target.interpreter:
@@ -73,6 +75,8 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     )
     if mx:
         common["BLOCK_SIZE_N_DOWN"] = (32, 64, 128, 256)
+    if target.tma and not mx:
+        common["B_TMA"] = (0, 1)
     if target.is_amd:
         amd: dict[str, Sequence[Value]] = dict(
             num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2)
@@ -225,6 +229,16 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     ),
                 )
             )
+    if target.tma and not mx:
+        w_bytes = 1 if fp8 else DTYPE_BYTES[problem.dtype_b]
+        out.append(
+            Constraint(
+                "b_tma_rows",
+                f"B_TMA 1 needs weight rows of 16-byte multiples (K={problem.K}, N={problem.N})",
+                lambda c: not int(c["B_TMA"]) or (problem.K * w_bytes % 16 == problem.N * w_bytes % 16 == 0),
+                knobs=("B_TMA",),
+            )
+        )
     if fp8:
         out.append(
             Constraint(
@@ -293,6 +307,8 @@ def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
     split = _default_split(problem, target, bm, bn, bk)
     values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
                                     GATE_UP_FUSED=1, num_warps=warps, num_stages=stages)  # fmt: skip
+    if "B_TMA" in params:
+        values["B_TMA"] = 0
     if _mxfp4(problem):  # the down GEMM's columns in tiles as wide as the gate/up GEMM's
         values["BLOCK_SIZE_N_DOWN"] = min(bn, max(32, next_pow2(problem.K)))
     if target.is_amd:

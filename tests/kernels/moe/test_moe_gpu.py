@@ -9,6 +9,7 @@ from autotune import Config, Problem
 pytestmark = pytest.mark.gpu
 
 
+@pytest.mark.parametrize("tma", [0, 1])
 @pytest.mark.parametrize(
     "mnk, e, topk, weights, split",
     [
@@ -17,25 +18,31 @@ pytestmark = pytest.mark.gpu
     ],
 )
 def test_moe_split_k_on_gpu_is_right_and_repeatable(
-    right_and_repeatable, target, mnk, e, topk, weights, split
+    right_and_repeatable, target, mnk, e, topk, weights, split, tma
 ) -> None:
     """The fused MoE's K slices meet through a counter and a workspace across SMs (gate and up parts):
-    the result must match the reference and be bit-identical on every repeat."""
+    the result must match the reference and be bit-identical on every repeat, with the weight tiles
+    loaded by pointer and (where the target has TMA) through tensor descriptors."""
     from autotune.kernels import get_op
 
+    if tma and not target.tma:
+        pytest.skip(f"{target.arch} has no TMA")
     op = get_op("moe")
     problem = Problem.moe(*mnk, e, topk, weights=weights)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
-                    SPLIT_K=split, GATE_UP_FUSED=1, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=split, GATE_UP_FUSED=1, num_warps=4, num_stages=3,
+                    **({"B_TMA": tma} if target.tma else {}))  # fmt: skip
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
 
 
 @pytest.mark.parametrize(
-    "weights, fused", [("bf16", 0), ("bf16", 1), ("fp8e4m3", 0), ("mxfp4", 0), ("mxfp4", 1)]
-)
+    "weights, fused, tma",
+    [("bf16", 0, 0), ("bf16", 1, 0), ("fp8e4m3", 0, 0), ("mxfp4", 0, 0), ("mxfp4", 1, 0), ("bf16", 0, 1),
+     ("fp8e4m3", 1, 1)],
+)  # fmt: skip
 def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routing(
-    target, weights: str, fused: int, monkeypatch
+    target, weights: str, fused: int, tma: int, monkeypatch
 ) -> None:
     """`autotune.kernels.fused_moe` reads nothing back while captured: a graph of one call, replayed after
     the routing tensors were overwritten in place, gives the reference of the new routing; outside a
@@ -47,9 +54,12 @@ def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routin
     from autotune.kernels import MOE, fused_moe, fused_topk
     from autotune.kernels.moe.ref import moe_reference, routing_logits
 
+    if tma and not target.tma:
+        pytest.skip(f"{target.arch} has no TMA")
     problem = Problem.moe(24, 256, 512, 16, 4, weights=weights)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
-                    SPLIT_K=1, GATE_UP_FUSED=fused, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=1, GATE_UP_FUSED=fused, num_warps=4, num_stages=3,
+                    **({"B_TMA": 1} if tma else {}))  # fmt: skip
     table = Table.from_winners(target, [(problem, config, 1.0)])
     monkeypatch.setattr(
         "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=target.device_key())

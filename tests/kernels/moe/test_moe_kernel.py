@@ -173,6 +173,29 @@ def test_split_k_sums_in_the_launch_and_matches(
     assert not counters.any()  # every tile's counter is back at 0 for the next launch
 
 
+TMA_CASES = [
+    # M, E, N, K, topk, fp8, config: B through tensor descriptors, both structures, split, ragged N and K
+    (33, 6, 48, 80, 2, False, cfg(bn=32, bk=32, B_TMA=1)),
+    (33, 6, 48, 80, 2, False, cfg(bn=32, bk=32, B_TMA=1, GATE_UP_FUSED=1)),
+    (7, 4, 48, 80, 2, False, cfg(bn=32, bk=32, B_TMA=1, GATE_UP_FUSED=1, SPLIT_K=4)),
+    (5, 4, 64, 192, 2, True, cfg(bn=64, bk=64, B_TMA=1, GATE_UP_FUSED=1)),
+    (3, 4, 256, 256, 2, True, cfg(bn=256, bk=64, B_TMA=1)),
+]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("M, E, N, K, topk, fp8, config", TMA_CASES)
+def test_weight_tiles_through_descriptors_give_the_pointer_loads_bits(
+    M: int, E: int, N: int, K: int, topk: int, fp8: bool, config: dict[str, int]
+) -> None:
+    """Rows past an expert's read the next expert's weights (columns the store drops), columns past K
+    read zeros: the same bits as the pointer loads, and the reference's answer."""
+    args, kw = make_case(M, E, N, K, topk, fp8=fp8)
+    out = run_kernel(args, kw, config)
+    check_close(out, moe_reference(*args, **kw))
+    assert torch.equal(out, run_kernel(args, kw, {**config, "B_TMA": 0}))
+
+
 @needs_interpreter
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
 def test_activation_quantization_kernel_matches_the_torch_quantizer_bitwise(fp8_dtype: torch.dtype) -> None:
@@ -398,6 +421,25 @@ def test_bad_bf16_input_and_config_raise() -> None:
     args, kw = make_case(5, 4, 128, 128, 2, fp8=True)
     with pytest.raises(ValueError, match="BLOCK_SIZE_K must divide the scale block 128"):
         fused_moe(*args, cfg(bk=256), kernels=rec, **kw)
+
+
+def test_bad_weight_descriptor_configs_raise_before_any_launch() -> None:
+    from autotune.kernels.moe.kernel import fused_moe
+
+    (x, w1, w2, weights, ids), _ = make_case(5, 4, 32, 64, 2)
+    calls: list[KernelCall] = []
+    with pytest.raises(ValueError, match="B_TMA must be 0"):
+        fused_moe(x, w1, w2, weights, ids, cfg(B_TMA=2), kernels=recorders(calls))
+    with pytest.raises(ValueError, match="NVIDIA sm_90 and newer only"):
+        fused_moe(x, w1, w2, weights, ids, cfg(B_TMA=1), is_amd=True, kernels=recorders(calls))
+    strided = torch.empty(4, 64, 128, dtype=w1.dtype)[:, :, :64]
+    strided.copy_(w1)
+    with pytest.raises(ValueError, match="B_TMA 1 needs contiguous weights"):
+        fused_moe(x, strided, w2, weights, ids, cfg(B_TMA=1), kernels=recorders(calls))
+    (x, w1, w2, weights, ids), _ = make_case(5, 4, 36, 60, 2)  # bf16 rows of 120 and 72 bytes
+    with pytest.raises(ValueError, match="16-byte aligned rows; w1"):
+        fused_moe(x, w1, w2, weights, ids, cfg(B_TMA=1), kernels=recorders(calls))
+    assert not calls
 
 
 # -- routing and alignment ----------------------------------------------------------------------------

@@ -70,7 +70,7 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     h100 = Target.for_arch("sm_90")
     prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
     shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
-                     SPLIT_K=1, GATE_UP_FUSED=0, num_warps=4, num_stages=3)  # fmt: skip
+                     SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, num_warps=4, num_stages=3)  # fmt: skip
     assert MOE.space(prefill, h100).check(shipped) is None
     decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
     space = MOE.space(decode, h100)
@@ -118,7 +118,7 @@ def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
     h100 = Target.for_arch("sm_90")
     config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
-                    SPLIT_K=1, GATE_UP_FUSED=1, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, num_warps=4, num_stages=3)  # fmt: skip
     fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
     bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
     assert MOE.space(fp8, h100).check(config) is None
@@ -264,9 +264,24 @@ def test_the_structure_is_a_knob_and_the_fused_one_needs_twice_the_b_tile() -> N
     space = MOE.space(problem, h100)
     assert {c["GATE_UP_FUSED"] for c in space.configs() if c.backend == "triton"} == {0, 1}
     wide = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=16,
-                  SPLIT_K=1, GATE_UP_FUSED=0, num_warps=8, num_stages=4)  # fmt: skip
+                  SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, num_warps=8, num_stages=4)  # fmt: skip
     assert space.check(wide) is None
     assert "lds_overflow" in str(space.check(wide.replace(GATE_UP_FUSED=1)))
+
+
+def test_weight_descriptors_are_a_knob_where_tma_is() -> None:
+    """B_TMA exists on sm_90 (not on the MI300X or in the interpreter), is 0 in the default, and
+    needs weight rows of 16-byte multiples."""
+    mixtral = Problem.moe(4096, 7168, 4096, 8, 2)
+    space = MOE.space(mixtral, Target.for_arch("sm_90"))
+    assert {c["B_TMA"] for c in space.configs() if c.backend == "triton"} == {0, 1}
+    assert moe_default_config(mixtral, Target.for_arch("sm_90"))["B_TMA"] == 0
+    for arch in ("gfx942", "interpreter"):
+        assert all("B_TMA" not in c for c in MOE.space(mixtral, Target.for_arch(arch)).configs())
+    odd = Problem.moe(64, 7168, 4100, 8, 2)  # bf16 rows of 8200 bytes
+    config = next(c for c in MOE.space(odd, Target.for_arch("sm_90")).configs() if c.backend == "triton")
+    assert config["B_TMA"] == 0
+    assert "b_tma_rows" in str(MOE.space(odd, Target.for_arch("sm_90")).check(config.replace(B_TMA=1)))
 
 
 def test_moe_is_a_registered_op() -> None:
