@@ -1040,16 +1040,19 @@ class Store:
         with self._session() as session:
             return trial_records(session.execute(stmt))
 
-    def imported_configs(self, problem: Problem) -> dict[int, Config]:
+    def imported_configs(self, problem: Problem, *, device_key: str | None) -> dict[int, Config]:
         """The configs imported for `problem`'s shape (any M: vLLM's, SGLang's and aiter's files), by the M
-        they were imported for; the newest import of an M wins. An imported config of a problem with
+        they were imported for; the newest import of an M wins. With `device_key`, only the files of that
+        device (`Target.device_key`: an H100's file does not speak for an H200, where vLLM would run its
+        own file or its fallback); None takes every device's. An imported config of a problem with
         experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of its E and N.
         Empty where nothing was imported for the shape."""
         t, p = TrialModel, ProblemModel
         same = _same_shape(problem, imported=True)
         stmt = (
-            select(p.m, t.config_json)
+            select(p.m, t.config_json, GpuModel.target_json)
             .join(p, t.problem_id == p.id)
+            .join(GpuModel, t.gpu_id == GpuModel.id)
             .where(
                 p.op == problem.op,
                 p.n == problem.N,
@@ -1060,7 +1063,17 @@ class Store:
             .order_by(t.id)
         )
         with self._session() as session:
-            return {int(m): Config.from_json(text) for m, text in session.execute(stmt)}
+            rows = session.execute(stmt).all()
+        keys: dict[str, str] = {}  # target JSON → its device key, once per GPU row
+
+        def on_device(target_json: str) -> bool:
+            if device_key is None:
+                return True
+            if target_json not in keys:
+                keys[target_json] = Target.from_dict(json.loads(target_json)).device_key()
+            return keys[target_json] == device_key
+
+        return {int(m): Config.from_json(text) for m, text, target_json in rows if on_device(target_json)}
 
     def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
         """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the

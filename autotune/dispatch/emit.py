@@ -150,7 +150,7 @@ def emit_table(
             try:
                 ranges[key] = ranges_from_profile(
                     profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
-                    imported=store.imported_configs(family) or None,
+                    imported=store.imported_configs(family, device_key=device_key) or None,
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)

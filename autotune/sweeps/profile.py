@@ -307,12 +307,13 @@ class ProfileStore(TrialStore, Protocol):
 Plan = list[tuple[Problem, list[Config]]]
 
 
-def file_picks(store: TrialStore, family: Problem) -> Callable[[int], Config | None]:
-    """Per M, the config an imported file of `family`'s shape serves there (`imported_pick`), None where
-    nothing was imported: the baseline a profile times at every M it times, never left out as hopeless
-    (`autotune emit` serves another config only where it beats that pick, as it does the vendor's)."""
+def file_picks(store: TrialStore, family: Problem, target: Target) -> Callable[[int], Config | None]:
+    """Per M, the config an imported file of `family`'s shape for `target`'s device serves there
+    (`imported_pick`), None where nothing was imported for it: the baseline a profile times at every M it
+    times, never left out as hopeless (`autotune emit` serves another config only where it beats that
+    pick, as it does the vendor's)."""
     find = getattr(store, "imported_configs", None)
-    imported = find(family) if find is not None else {}
+    imported = find(family, device_key=target.device_key()) if find is not None else {}
     return functools.partial(imported_pick, imported) if imported else lambda M: None
 
 
@@ -332,7 +333,7 @@ def family_plan(
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    picks = file_picks(store, job.buckets[0])
+    picks = file_picks(store, job.buckets[0], target)
     plan: Plan = []
     skipped = 0
     for M in job.ladder:
@@ -431,7 +432,7 @@ def profile_family(
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
     tuned = {p.M for p in job.buckets}
-    picks = file_picks(store, job.buckets[0])
+    picks = file_picks(store, job.buckets[0], target)
     last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
     known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
 

@@ -321,6 +321,39 @@ profile_m = [1, 8, 16, 40, 64]
 """
 
 
+def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: Path) -> None:
+    """An H100's vLLM file imported into a database swept on an H200: the H200's profile times no
+    config of it and its table serves none of it (on an H200 vLLM runs its own file, or its fallback)."""
+    import json
+    from dataclasses import replace
+
+    from autotune.db.interop import import_files
+
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    odd = (64, 32, 32, 4, 4, 5)  # configs no search of MOE_SPEC's space picks (BLOCK_SIZE_M 64 at M <= 64)
+    vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    vllm.write_text(json.dumps({m: dict(zip(keys, odd, strict=True)) for m in ("1", "16", "48")}))
+    h200 = replace(GPU, name="NVIDIA H200")
+
+    class H200Worker(MoeWorker):
+        @property
+        def target(self) -> Target:
+            return h200
+
+    family = Problem.moe(1, 64, 128, 8, 2)
+    with Store(str(tmp_path / "m.db")) as store:
+        import_files(store, [vllm], k=128, topk=2)
+        assert sorted(store.imported_configs(family, device_key=GPU.device_key())) == [1, 16, 48]
+        assert store.imported_configs(family, device_key=h200.device_key()) == {}
+        (shipped,) = set(store.imported_configs(family, device_key=None).values())
+        run_sweep(parse_spec(MOE_SPEC), store, h200, workers=[H200Worker()])
+        profile = store.trials(source=Source.PROFILE)
+        assert profile and all(t.gpu.target.name == "NVIDIA H200" for t in profile)
+        assert shipped not in {t.config for t in profile}
+        table = emit_table(store)
+        assert all(table.lookup("moe", m, 64, 128, E=8, topk=2) != shipped for m in (1, 8, 16, 40, 64, 100))
+
+
 def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_path: Path) -> None:
     import json
 
@@ -334,7 +367,7 @@ def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_
     worker = MoeWorker()
     with Store(str(tmp_path / "m.db")) as store:
         import_files(store, [vllm], k=128, topk=2)
-        imported = store.imported_configs(Problem.moe(1, 64, 128, 8, 2))
+        imported = store.imported_configs(Problem.moe(1, 64, 128, 8, 2), device_key=None)
         assert sorted(imported) == [1, 16, 48]
         assert imported[16]["GATE_UP_FUSED"] == 0 and imported[16]["BLOCK_SIZE_N"] == 64
         # vLLM's rule: the nearest M key, the smaller on a tie

@@ -366,7 +366,7 @@ def test_an_imported_files_pick_is_timed_at_every_m_however_far_behind(tmp_path:
     measurer = Timed(lambda M, c: 10.0 if c == ours else 10.0 * HOPELESS * 2)
     with Store(str(tmp_path / "m.db")) as store:
         import_files(store, [vllm], k=128, topk=2)
-        imported = store.imported_configs(family)
+        imported = store.imported_configs(family, device_key=GPU.device_key())
         picks = {m: imported_pick(imported, m) for m in LADDER}
         plan = [(family.with_m(m), [ours, *imported.values()]) for m in LADDER], 0
         report = profile_family(job, store=store, target=GPU, measurer=measurer, plan=plan, sparse=False)
@@ -399,7 +399,7 @@ def test_emit_serves_the_files_own_config_between_profiled_m(tmp_path: Path) -> 
                   num_warps=4, num_stages=2, GATE_UP_FUSED=1, SPLIT_K=1)  # fmt: skip
     with Store(str(tmp_path / "m.db")) as store:
         import_files(store, [vllm], k=128, topk=2)
-        imported = store.imported_configs(family)
+        imported = store.imported_configs(family, device_key=GPU.device_key())
         first, eighth = imported[1], imported[8]
         times = {(1, ours): 11.0, (1, first): 10.0, (1, eighth): 12.0, (16, ours): 15.0, (16, first): 22.0,
                  (16, eighth): 20.0}  # fmt: skip
