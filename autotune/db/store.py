@@ -1075,6 +1075,17 @@ class Store:
 
         return {int(m): Config.from_json(text) for m, text, target_json in rows if on_device(target_json)}
 
+    def baseline_configs(self, problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
+        """What a vLLM deployment on `target` runs for `problem`'s shape, by M key: the files imported for
+        its device (`imported_configs`), else, for a MoE, vLLM's fallback rule at each M of `ms`
+        (`autotune.db.vllm.fallback_configs`); empty where neither applies."""
+        found = self.imported_configs(problem, device_key=target.device_key())
+        if found:
+            return found
+        from .vllm import fallback_configs
+
+        return fallback_configs(problem, target, ms)
+
     def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
         """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the
         nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +93,32 @@ def fallback_config(M: int, E: int, fp8_block: bool, *, rocm: bool = False) -> d
     else:
         tiles = (64, 64, 32, 8)
     return dict(zip(VLLM_KEYS, (*tiles, 4, stages), strict=True))
+
+
+#: The weights vLLM's fallback rule covers (`fallback_config`): unquantized, and FP8 with 128x128 blocks.
+_FALLBACK_WEIGHTS = {"bf16": False, "fp16": False, "fp8e4m3": True}
+
+
+def plain_keys(target: Target) -> dict[str, int]:
+    """`OUR_KEYS` as a config of vLLM's kernel on `target` carries them (B_TMA only where TMA exists)."""
+    return {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
+
+
+def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
+    """vLLM's fallback for `problem`'s MoE shape on `target` (`fallback_config`, with `plain_keys`) by M
+    key: at each M of `ms` and at the rule's own step (M = E and E + 1), so that the nearest key
+    (`autotune.dispatch.ranges.imported_pick`) gives the rule's config at every M. Empty for another op or
+    for weights the rule does not cover (MXFP4)."""
+    fp8 = _FALLBACK_WEIGHTS.get(problem.dtype_b)
+    if problem.op != "moe" or fp8 is None:
+        return {}
+    keys = sorted({*ms, problem.E, problem.E + 1})
+    plain = plain_keys(target)
+    return {
+        m: Config(backend=VLLM_BACKEND, **fallback_config(m, problem.E, fp8, rocm=target.is_amd), **plain)
+        for m in keys
+        if m >= 1
+    }
 
 
 def check_vllm_config(
@@ -215,7 +241,7 @@ def read_vllm(
     trials: list[NewTrial] = []
     flagged: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
-    plain = {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
+    plain = plain_keys(target)
     m_keys = [key for key in data if key not in top_level]
     for m_key in [key for key in m_keys if not _M_KEY_RE.fullmatch(key)]:
         skipped.append((f"key {m_key!r}", "not a positive integer M (token count)"))

@@ -144,13 +144,13 @@ def emit_table(
     newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
     ranges: dict[Key, tuple[Range, ...]] = {}
     if profiles:
-        device_key = newest.gpu.target.device_key()
-        families = _profile_families(store, device_key)
+        target = newest.gpu.target
+        families = _profile_families(store, target.device_key())
         for key, (family, profile) in families.items():
             try:
                 ranges[key] = ranges_from_profile(
                     profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
-                    imported=store.imported_configs(family, device_key=device_key) or None,
+                    imported=store.baseline_configs(family, target, profile) or None,
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)

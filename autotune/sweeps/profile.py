@@ -307,13 +307,15 @@ class ProfileStore(TrialStore, Protocol):
 Plan = list[tuple[Problem, list[Config]]]
 
 
-def file_picks(store: TrialStore, family: Problem, target: Target) -> Callable[[int], Config | None]:
-    """Per M, the config an imported file of `family`'s shape for `target`'s device serves there
-    (`imported_pick`), None where nothing was imported for it: the baseline a profile times at every M it
-    times, never left out as hopeless (`autotune emit` serves another config only where it beats that
-    pick, as it does the vendor's)."""
-    find = getattr(store, "imported_configs", None)
-    imported = find(family, device_key=target.device_key()) if find is not None else {}
+def file_picks(
+    store: TrialStore, family: Problem, target: Target, ladder: Sequence[int]
+) -> Callable[[int], Config | None]:
+    """Per M, the config vLLM runs for `family`'s shape on `target` (`Store.baseline_configs`: an imported
+    file of its device, else vLLM's fallback rule for a MoE) as `imported_pick` picks it, None where
+    neither applies: the baseline a profile times at every M it times, never left out as hopeless
+    (`autotune emit` serves another config only where it beats that pick, as it does the vendor's)."""
+    find = getattr(store, "baseline_configs", None)
+    imported = find(family, target, ladder) if find is not None else {}
     return functools.partial(imported_pick, imported) if imported else lambda M: None
 
 
@@ -333,7 +335,7 @@ def family_plan(
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    picks = file_picks(store, job.buckets[0], target)
+    picks = file_picks(store, job.buckets[0], target, job.ladder)
     plan: Plan = []
     skipped = 0
     for M in job.ladder:
@@ -432,7 +434,7 @@ def profile_family(
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
     tuned = {p.M for p in job.buckets}
-    picks = file_picks(store, job.buckets[0], target)
+    picks = file_picks(store, job.buckets[0], target, job.ladder)
     last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
     known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
 

@@ -323,11 +323,14 @@ profile_m = [1, 8, 16, 40, 64]
 
 def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: Path) -> None:
     """An H100's vLLM file imported into a database swept on an H200: the H200's profile times no
-    config of it and its table serves none of it (on an H200 vLLM runs its own file, or its fallback)."""
+    config of it but vLLM's fallback rule's at every M (on an H200 without its own file, vLLM runs that),
+    and its table serves none of the H100's."""
     import json
     from dataclasses import replace
 
     from autotune.db.interop import import_files
+    from autotune.db.vllm import fallback_configs
+    from autotune.sweeps.profile import imported_pick
 
     keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
     odd = (64, 32, 32, 4, 4, 5)  # configs no search of MOE_SPEC's space picks (BLOCK_SIZE_M 64 at M <= 64)
@@ -350,6 +353,10 @@ def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: P
         profile = store.trials(source=Source.PROFILE)
         assert profile and all(t.gpu.target.name == "NVIDIA H200" for t in profile)
         assert shipped not in {t.config for t in profile}
+        # its baseline is what vLLM runs on an H200 without a file: the fallback rule's config at each M
+        fallback = fallback_configs(family, h200, (1, 8, 16, 40, 64))
+        timed = {(t.problem.M, t.config) for t in profile}
+        assert all((m, imported_pick(fallback, m)) in timed for m in (1, 8, 16, 40, 64))
         table = emit_table(store)
         assert all(table.lookup("moe", m, 64, 128, E=8, topk=2) != shipped for m in (1, 8, 16, 40, 64, 100))
 
