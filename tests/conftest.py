@@ -123,11 +123,27 @@ def right_and_repeatable() -> Any:
     return check
 
 
+#: The start of every `compile_per_arch` script: the arch's target, or a skip where this process cannot
+#: compile for it (a Triton without that backend).
+COMPILE_PREAMBLE = """
+import json, sys
+from autotune.core.target import Target
+from autotune.engine.verdicts import can_check
+
+target = Target.for_arch(sys.argv[1])
+if not can_check(target):
+    print(json.dumps({"skip": f"this process cannot compile for {target.arch}"}))
+    sys.exit(0)
+"""
+
+
 @pytest.fixture(scope="session")
 def compile_per_arch() -> Callable[..., dict[str, Any]]:
     """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
     `archs`, all at once, each in a subprocess without TRITON_INTERPRET (compiling needs real JIT
-    functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed."""
+    functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed. The
+    script starts after `COMPILE_PREAMBLE`: `json`, `sys` and `target` (the arch's) are defined, and a
+    process that cannot compile for the arch prints {"skip": reason} instead."""
     import json
     import subprocess
     import sys
@@ -139,7 +155,7 @@ def compile_per_arch() -> Callable[..., dict[str, Any]]:
         base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env or {})
         procs = {
             arch: subprocess.Popen(
-                [sys.executable, "-c", script, arch, json.dumps(payload)],
+                [sys.executable, "-c", COMPILE_PREAMBLE + script, arch, json.dumps(payload)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
