@@ -6,7 +6,7 @@ table, and time at every M of the serving ladder, in one run, three calls of the
   faster);
 - `vllm`: the config of vLLM's shipped file for this GPU and (E, N) at the file's closest M key (as vLLM
   picks it), run in vLLM's kernel structure (`GATE_UP_FUSED=0`: the w1 GEMM over all 2N columns, then
-  SiLU·up as its own step);
+  SiLU·up as its own step; `B_TMA=0`: the weights loaded by pointer);
 - `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_config`), in the
   same structure.
 
@@ -60,8 +60,9 @@ VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "nu
 #: Rounds go on (up to three times --rounds) while a variant's round medians spread more than this: long
 #: calls run near the power limit, where the clock of a short replay moves by several percent.
 PRECISION = 0.005
-#: vLLM's kernel structure (gate/up over 2N columns, the activation apart) and no split-K.
-VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1}
+#: vLLM's kernel structure (gate/up over 2N columns, the activation apart, weights loaded by pointer) and
+#: no split-K.
+VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1, "B_TMA": 0}
 
 
 class EntryCall(ServedTiming):
