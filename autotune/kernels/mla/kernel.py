@@ -33,6 +33,10 @@ Rules:
   are FP8 warpgroup MMAs read straight from the staged FP8 tile, and F16_TILES then sets only P·V's
   dtype (fp16 with v upcast in registers, else bf16). Pipelined only: with one stage the swapped kernel
   faults on sm_90 (Triton 3.6).
+- QUARTERS (a knob, unswapped): the whole-tile loop replaced by the swapped loop's quarters in the
+  usual orientation (S = Q·Kᵀ, O += P·V): four (BLOCK_H, LATENT / 4) accumulators, each quarter of a
+  tile loaded, upcast and consumed on its own, so no whole upcast tile is held in registers (where it
+  pays: `autotune.kernels.mla.space`).
 - FP8_SCORES (set by the launcher): the score dots take the FP8 tile as loaded. FP8 queries on a GPU,
   except fp16 tiles unswapped (both dots fp16).
 - DOT_F32 (Triton's CPU interpreter only, whose bf16 and FP8 dots and FP8 → bf16 casts are wrong): FP8
@@ -159,28 +163,36 @@ def _halves(x):
 
 
 @triton.jit
-def _swapped_loop(
+def _quartered_loop(
     q_nope, q_pe, row_scale, m_i, l_i, kv_ptr, pages, start, end, stride_kvp, stride_kvr, kv_scale,
     out_ptr, part_ptr, lse_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
     LATENT: tl.constexpr, ROPE: tl.constexpr, PAGE: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, SPLITS: tl.constexpr, FP8_SCORES: tl.constexpr, KV_FP8: tl.constexpr,
-    DOT_F32: tl.constexpr, F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr,
+    DOT_F32: tl.constexpr, F16_TILES: tl.constexpr, ASM_CVT: tl.constexpr, SWAP: tl.constexpr,
 ):  # fmt: skip
-    """SWAP: the split's tiles with the tokens on the MMAs' M side (Sᵀ = K·Qᵀ, Oᵀ += Vᵀ·Pᵀ), the latent
-    dims in four quarters (four accumulators; each quarter of a tile is loaded, upcast for P·V and
-    consumed on its own, so no whole upcast tile is held in registers), then the output written."""
+    """The split's tiles with the latent dims in four quarters (four accumulators; each quarter of a tile
+    is loaded, upcast for P·V and consumed on its own, so no whole upcast tile is held in registers), then
+    the output written. SWAP: the tokens on the MMAs' M side (Sᵀ = K·Qᵀ, Oᵀ += Vᵀ·Pᵀ); else S = Q·Kᵀ and
+    O += P·V as in the whole-tile loop."""
     C: tl.constexpr = LATENT // 4
     qa, qb = _halves(q_nope)
     q0, q1 = _halves(qa)
     q2, q3 = _halves(qb)
+    qp = q_pe
     if DOT_F32:
         q0, q1, q2, q3 = q0.to(tl.float32), q1.to(tl.float32), q2.to(tl.float32), q3.to(tl.float32)
-        q_pe = q_pe.to(tl.float32)
-    q0, q1, q2, q3, qp = tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3), tl.trans(q_pe)
-    acc0 = tl.zeros((C, BLOCK_H), tl.float32)
-    acc1 = tl.zeros((C, BLOCK_H), tl.float32)
-    acc2 = tl.zeros((C, BLOCK_H), tl.float32)
-    acc3 = tl.zeros((C, BLOCK_H), tl.float32)
+        qp = qp.to(tl.float32)
+    if SWAP:
+        q0, q1, q2, q3, qp = tl.trans(q0), tl.trans(q1), tl.trans(q2), tl.trans(q3), tl.trans(qp)
+        acc0 = tl.zeros((C, BLOCK_H), tl.float32)
+        acc1 = tl.zeros((C, BLOCK_H), tl.float32)
+        acc2 = tl.zeros((C, BLOCK_H), tl.float32)
+        acc3 = tl.zeros((C, BLOCK_H), tl.float32)
+    else:
+        acc0 = tl.zeros((BLOCK_H, C), tl.float32)
+        acc1 = tl.zeros((BLOCK_H, C), tl.float32)
+        acc2 = tl.zeros((BLOCK_H, C), tl.float32)
+        acc3 = tl.zeros((BLOCK_H, C), tl.float32)
     dc = tl.arange(0, C)
     dr = tl.arange(0, ROPE)
     for n0 in range(start, end, BLOCK_N):
@@ -198,32 +210,52 @@ def _swapped_loop(
         s2, v2 = _operands(k2, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
         s3, v3 = _operands(k3, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
         sp, _ = _operands(kp, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT)
-        st = tl.dot(s0, q0)
-        st = tl.dot(s1, q1, st)
-        st = tl.dot(s2, q2, st)
-        st = tl.dot(s3, q3, st)
-        st = tl.dot(sp, qp, st)
-        st = st * row_scale[None, :]
-        st = tl.where(tmask[:, None], st, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(st, 0))
-        alpha = tl.exp2(m_i - m_new)
-        pt = tl.exp2(st - m_new[None, :])
-        l_i = l_i * alpha + tl.sum(pt, 0)
-        pt = pt.to(v0.dtype)
-        acc0 = acc0 * alpha[None, :] + tl.dot(tl.trans(v0), pt)
-        acc1 = acc1 * alpha[None, :] + tl.dot(tl.trans(v1), pt)
-        acc2 = acc2 * alpha[None, :] + tl.dot(tl.trans(v2), pt)
-        acc3 = acc3 * alpha[None, :] + tl.dot(tl.trans(v3), pt)
+        if SWAP:  # scores (BLOCK_N, BLOCK_H): the softmax runs along axis 0
+            st = tl.dot(s0, q0)
+            st = tl.dot(s1, q1, st)
+            st = tl.dot(s2, q2, st)
+            st = tl.dot(s3, q3, st)
+            st = tl.dot(sp, qp, st)
+            st = st * row_scale[None, :]
+            st = tl.where(tmask[:, None], st, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(st, 0))
+            alpha = tl.exp2(m_i - m_new)
+            pt = tl.exp2(st - m_new[None, :])
+            l_i = l_i * alpha + tl.sum(pt, 0)
+            pt = pt.to(v0.dtype)
+            acc0 = acc0 * alpha[None, :] + tl.dot(tl.trans(v0), pt)
+            acc1 = acc1 * alpha[None, :] + tl.dot(tl.trans(v1), pt)
+            acc2 = acc2 * alpha[None, :] + tl.dot(tl.trans(v2), pt)
+            acc3 = acc3 * alpha[None, :] + tl.dot(tl.trans(v3), pt)
+        else:  # scores (BLOCK_H, BLOCK_N): the softmax runs along axis 1
+            qk = tl.dot(q0, tl.trans(s0))
+            qk = tl.dot(q1, tl.trans(s1), qk)
+            qk = tl.dot(q2, tl.trans(s2), qk)
+            qk = tl.dot(q3, tl.trans(s3), qk)
+            qk = tl.dot(qp, tl.trans(sp), qk)
+            qk = qk * row_scale[:, None]
+            qk = tl.where(tmask[None, :], qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(qk - m_new[:, None])
+            l_i = l_i * alpha + tl.sum(p, 1)
+            p = p.to(v0.dtype)
+            acc0 = acc0 * alpha[:, None] + tl.dot(p, v0)
+            acc1 = acc1 * alpha[:, None] + tl.dot(p, v1)
+            acc2 = acc2 * alpha[:, None] + tl.dot(p, v2)
+            acc3 = acc3 * alpha[:, None] + tl.dot(p, v3)
         m_i = m_new
     scale = kv_scale if KV_FP8 else 1.0
-    _write_out(tl.trans(acc0) * scale, l_i, 0, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+    if SWAP:
+        acc0, acc1, acc2, acc3 = tl.trans(acc0), tl.trans(acc1), tl.trans(acc2), tl.trans(acc3)
+    _write_out(acc0 * scale, l_i, 0, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh, LATENT,
+               SPLITS)  # fmt: skip
+    _write_out(acc1 * scale, l_i, C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh, LATENT,
+               SPLITS)  # fmt: skip
+    _write_out(acc2 * scale, l_i, 2 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
                LATENT, SPLITS)  # fmt: skip
-    _write_out(tl.trans(acc1) * scale, l_i, C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
+    _write_out(acc3 * scale, l_i, 3 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
                LATENT, SPLITS)  # fmt: skip
-    _write_out(tl.trans(acc2) * scale, l_i, 2 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob,
-               stride_oh, LATENT, SPLITS)  # fmt: skip
-    _write_out(tl.trans(acc3) * scale, l_i, 3 * C, out_ptr, part_ptr, b, s, H, heads, hmask, stride_ob,
-               stride_oh, LATENT, SPLITS)  # fmt: skip
     _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS)
 
 
@@ -237,6 +269,7 @@ def mla_split_kernel(
     Q_FP8: tl.constexpr, KV_FP8: tl.constexpr, FP8_MAX: tl.constexpr, FP8_MIN_NORMAL: tl.constexpr,
     DOT_F32: tl.constexpr = False, ROUND_FP8: tl.constexpr = False, F16_TILES: tl.constexpr = False,
     ASM_CVT: tl.constexpr = False, SWAP: tl.constexpr = False, FP8_SCORES: tl.constexpr = False,
+    QUARTERS: tl.constexpr = False,
 ):  # fmt: skip
     b = tl.program_id(0)
     g = tl.program_id(1)
@@ -279,11 +312,12 @@ def mla_split_kernel(
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     pages = pt_ptr + b.to(tl.int64) * stride_ptb
-    if SWAP:
-        _swapped_loop(
+    if SWAP or QUARTERS:
+        _quartered_loop(
             q_nope, q_pe, row_scale, m_i, l_i, kv_ptr, pages, start, end, stride_kvp, stride_kvr, kv_scale,
             out_ptr, part_ptr, lse_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
             LATENT, ROPE, PAGE, BLOCK_H, BLOCK_N, SPLITS, FP8_SCORES, KV_FP8, DOT_F32, F16_TILES, ASM_CVT,
+            SWAP,
         )  # fmt: skip
     else:
         acc = tl.zeros((BLOCK_H, LATENT), tl.float32)
@@ -346,8 +380,9 @@ def launcher(
     params: dict[str, Any], *, is_amd: bool, interpret: bool = False, kernels: tuple[Any, Any] | None = None
 ) -> Callable[..., None]:
     """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_H, BLOCK_N, num_warps,
-    num_stages, Q_FP8, F16_TILES and AMD's options) as `run(q, kv_cache, page_table, context_lens, out,
-    part, lse, sm_scale, kv_scale)`; `part` and `lse` are the split workspace (None with one split).
+    num_stages, Q_FP8, F16_TILES, SWAP, QUARTERS and AMD's options) as `run(q, kv_cache, page_table,
+    context_lens, out, part, lse, sm_scale, kv_scale)`; `part` and `lse` are the split workspace (None with
+    one split).
     `kernels`: stand-ins of `JIT_KERNELS` (recorders) in their order; `interpret`: Triton's CPU interpreter
     (DOT_F32, except with F16_TILES, whose fp16 dots and FP8 → fp16 casts the interpreter runs right)."""
     splits = int(params["num_kv_splits"])
@@ -358,6 +393,9 @@ def launcher(
     q_fp8 = bool(int(params.get("Q_FP8", 0)))
     f16_tiles = bool(int(params.get("F16_TILES", 0)))
     swap = bool(int(params.get("SWAP", 0)))
+    quarters = bool(int(params.get("QUARTERS", 0)))
+    if swap and quarters:
+        raise ValueError("QUARTERS 1 with SWAP 1: the swapped loop is quartered already; give QUARTERS 0")
     split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
@@ -375,7 +413,7 @@ def launcher(
         scale = sm_scale * _LOG2E * (kv_scale if kv_fp8 else 1.0)
         f16 = f16_tiles and kv_fp8 and not is_amd
         flags = {"DOT_F32": interpret and not f16, "ROUND_FP8": interpret, "F16_TILES": f16,
-                 "ASM_CVT": f16 and not interpret, "SWAP": swap}  # fmt: skip
+                 "ASM_CVT": f16 and not interpret, "SWAP": swap, "QUARTERS": quarters}  # fmt: skip
         # FP8 queries score the tile as loaded, unless every dot is fp32 (DOT_F32) or fp16 (F16_TILES
         # unswapped, or under the interpreter)
         flags["FP8_SCORES"] = (

@@ -7,7 +7,8 @@ tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdi
 NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16, or P·V alone where the
 scores are swapped FP8 MMAs; 0: to bf16; see `autotune.kernels.mla.kernel`); on sm_90 with an FP8 cache
 and at most 32 heads `SWAP` (1: the dots swapped, the tile's tokens on the warpgroup MMAs' M side, FP8
-scores; see `_swap_knob`).
+scores; see `_swap_knob`); on sm_90 with an FP8 cache `QUARTERS` (1: the latent dims in four
+accumulators, unswapped; see `_quarters_constraints`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def _swap_knob(problem: Problem, target: Target) -> bool:
     return _fp8(problem) and target.arch == "sm_90" and own(problem)[0] <= 2 * MIN_BLOCK_H
 
 
+def _quarters_knob(problem: Problem, target: Target) -> bool:
+    """Whether the space has `QUARTERS`: an FP8 cache on sm_90, where 64-head warpgroup tiles hold a whole
+    upcast tile in registers unquartered."""
+    return _fp8(problem) and target.arch == "sm_90"
+
+
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     """The kernel's knobs on `target` (tiny ones in the interpreter)."""
     q_fp8: dict[str, Sequence[Value]] = {"Q_FP8": (0, 1)} if _fp8(problem) else {}
@@ -83,7 +90,8 @@ def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
                 **q_fp8}  # fmt: skip
     f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _f16_knob(problem, target) else {}
     swap: dict[str, Sequence[Value]] = {"SWAP": (0, 1)} if _swap_knob(problem, target) else {}
-    return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16, **swap}
+    quarters: dict[str, Sequence[Value]] = {"QUARTERS": (0, 1)} if _quarters_knob(problem, target) else {}
+    return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16, **swap, **quarters}
 
 
 def _groups(problem: Problem, block_h: int) -> int:
@@ -178,6 +186,8 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
         )
     if _swap_knob(problem, target):
         out += _swap_constraints()
+    if _quarters_knob(problem, target):
+        out += _quarters_constraints(_swap_knob(problem, target))
     if target.is_amd:
         out.append(
             Constraint(
@@ -218,6 +228,33 @@ def _swap_constraints() -> list[Constraint]:
             knobs=("SWAP", "num_stages"),
         ),
     ]
+
+
+def _quarters_constraints(swap: bool) -> list[Constraint]:
+    """Where QUARTERS 1 is searched: 64-head tiles (warpgroup MMAs) with FP8 queries. Compiled for sm_90
+    at 128 heads on 8 warps, 32 or 64 tokens a tile, 1 or 2 stages, the quartered loop spills nothing
+    there, where the whole-tile loop spills up to 50 words at 64 tokens; with bf16 queries it spills more
+    than the whole-tile loop (194-210 words against 68-84). Never with SWAP 1, whose loop is quartered
+    already."""
+    out = [
+        Constraint(
+            "quarters_need_fp8_wgmma",
+            "QUARTERS 1 with Q_FP8 {Q_FP8} and BLOCK_H {BLOCK_H}: only 64-head tiles with FP8 queries",
+            lambda c: not int(c["QUARTERS"]) or (int(c["Q_FP8"]) == 1 and int(c["BLOCK_H"]) >= 64),
+            knobs=("QUARTERS", "Q_FP8", "BLOCK_H"),
+            search_only=True,
+        )
+    ]
+    if swap:
+        out.append(
+            Constraint(
+                "quarters_swapped",
+                "QUARTERS 1 with SWAP 1: the swapped loop is quartered already",
+                lambda c: not (int(c["QUARTERS"]) and _swapped(c)),
+                knobs=("QUARTERS", "SWAP"),
+            )
+        )
+    return out
 
 
 def mla_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
@@ -262,7 +299,7 @@ def _swap_default(problem: Problem, target: Target) -> Config | None:
         return None
     return _in_space(problem, target, Config(backend="triton", num_kv_splits=splits, BLOCK_H=MIN_BLOCK_H,
                                              BLOCK_N=64, num_warps=4, num_stages=2, Q_FP8=1, F16_TILES=1,
-                                             SWAP=1))  # fmt: skip
+                                             SWAP=1, QUARTERS=0))  # fmt: skip
 
 
 def _core(problem: Problem, target: Target) -> Core:
@@ -292,6 +329,8 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values["F16_TILES"] = int(bh <= MIN_BLOCK_H)
     if _swap_knob(problem, target):
         values["SWAP"] = 0
+    if _quarters_knob(problem, target):
+        values["QUARTERS"] = 0
     return _in_space(problem, target, Config(backend="triton", **values))
 
 

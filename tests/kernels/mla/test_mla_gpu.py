@@ -43,6 +43,14 @@ def test_the_kernel_on_gpu_is_right_and_repeatable(
                                          num_stages=2)  # fmt: skip
                 if space.check(swapped) is None:
                     right_and_repeatable(MLA_DECODE, problem, swapped, target, f"swapped, F16_TILES {f16}")
+        if "QUARTERS" in space.subspace("triton").params:
+            quartered = (
+                config.replace(QUARTERS=1, Q_FP8=1, F16_TILES=0, SWAP=0)
+                if "SWAP" in config
+                else (config.replace(QUARTERS=1, Q_FP8=1, F16_TILES=0))
+            )
+            if space.check(quartered, search_only=False) is None:
+                right_and_repeatable(MLA_DECODE, problem, quartered, target, "quartered latent dims")
 
 
 @pytest.mark.parametrize("splits", [1, 8])

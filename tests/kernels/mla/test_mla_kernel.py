@@ -31,6 +31,7 @@ def _run(
     f16: bool = False,
     q_mult: float = 1.0,
     swap: bool = False,
+    quarters: bool = False,
 ) -> float:
     """The kernel's relative error to the reference; `q_mult` scales the queries (and `sm_scale` back)."""
     q, cache, table, lens, scale = paged_inputs(
@@ -41,7 +42,8 @@ def _run(
     B = len(CONTEXTS)
     out = torch.full((B, HEADS, LATENT), float("nan"), dtype=torch.bfloat16)
     config = Config(backend="triton", num_kv_splits=splits, BLOCK_H=16, BLOCK_N=block_n, num_warps=4,
-                    num_stages=1, Q_FP8=q_fp8, F16_TILES=int(f16), SWAP=int(swap))  # fmt: skip
+                    num_stages=1, Q_FP8=q_fp8, F16_TILES=int(f16), SWAP=int(swap),
+                    QUARTERS=int(quarters))  # fmt: skip
     part, lse = split_workspace(config, B, HEADS, LATENT, "cpu")
     params = {k: v for k, v in config.items() if k != "backend"}
     run = launcher(params, is_amd=False, interpret=True)
@@ -100,6 +102,28 @@ def test_swapped_dots_match_the_reference_as_the_unswapped_do(
     swapped = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, swap=True)
     plain = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16)
     assert swapped <= 3e-2 and swapped <= plain * 1.05 + 1e-4
+
+
+@needs_interpreter
+@pytest.mark.parametrize(
+    "kv, splits, q_fp8, f16",
+    [(torch.bfloat16, 1, 0, False), (torch.bfloat16, 4, 0, False), (torch.float8_e4m3fn, 2, 1, False),
+     (torch.float8_e4m3fn, 1, 0, False), (torch.float8_e4m3fn, 4, 1, True)],
+)  # fmt: skip
+def test_the_quartered_loop_matches_the_reference_as_the_whole_tile_loop_does(
+    kv: torch.dtype, splits: int, q_fp8: int, f16: bool
+) -> None:
+    """QUARTERS (the latent dims in four accumulators, unswapped) gives the whole-tile loop's error, over
+    ragged contexts and out-of-order pages."""
+    quartered = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, quarters=True)
+    plain = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16)
+    assert quartered <= 3e-2 and quartered <= plain * 1.05 + 1e-4
+
+
+def test_quarters_with_swapped_dots_is_refused() -> None:
+    with pytest.raises(ValueError, match="quartered already"):
+        launcher(dict(num_kv_splits=1, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2, SWAP=1, QUARTERS=1),
+                 is_amd=False)  # fmt: skip
 
 
 def test_the_gathered_baseline_matches_the_reference() -> None:

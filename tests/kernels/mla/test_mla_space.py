@@ -167,7 +167,7 @@ def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_war
     assert "SWAP" not in MLA_DECODE.space(_problem(64, 64, 4096, "fp8e4m3"), h100).subspace("triton").params
     sub = MLA_DECODE.space(fp8, h100).subspace("triton")
     good = dict(num_kv_splits=4, BLOCK_H=16, BLOCK_N=64, num_warps=4, num_stages=2, Q_FP8=1, F16_TILES=0)
-    good["SWAP"] = 1
+    good.update(SWAP=1, QUARTERS=0)
     assert sub.check(Config(good)) is None and sub.check(Config(good | dict(F16_TILES=1))) is None
     cases = [
         (dict(Q_FP8=0), "swap_needs_fp8_scores", True),
@@ -180,6 +180,29 @@ def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_war
         assert rule in (sub.check(config) or ""), change
         assert (sub.check(config, search_only=False) is None) == search_only, change
     assert "swap_tile" in (sub.check(Config(good | dict(BLOCK_N=64, num_warps=8))) or "")
+    assert "quarters_swapped" in (sub.check(Config(good | dict(QUARTERS=1)), search_only=False) or "")
+
+
+def test_quartered_latent_dims_are_an_sm90_fp8_knob_searched_on_64_head_tiles_with_fp8_queries() -> None:
+    """QUARTERS exists on sm_90 with an FP8 cache; it is searched with 64-head tiles and FP8 queries only
+    (a search-only rule: such a config still runs), and is 0 in the defaults."""
+    import dataclasses
+
+    h100 = Target.for_arch("sm_90")
+    fp8 = _problem(64, 128, 4096, "fp8e4m3")
+    for target in (Target.for_arch("gfx942"), dataclasses.replace(h100, arch="sm_89")):
+        assert "QUARTERS" not in MLA_DECODE.space(fp8, target).subspace("triton").params, target.arch
+    assert "QUARTERS" not in MLA_DECODE.space(_problem(64, 128, 4096), h100).subspace("triton").params
+    sub = MLA_DECODE.space(fp8, h100).subspace("triton")
+    good = Config(num_kv_splits=2, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, Q_FP8=1, F16_TILES=0,
+                  QUARTERS=1)  # fmt: skip
+    assert sub.check(good) is None
+    for change in (dict(Q_FP8=0), dict(BLOCK_H=32)):
+        config = good.replace(**change)
+        assert "quarters_need_fp8_wgmma" in (sub.check(config) or ""), change
+        assert sub.check(config, search_only=False) is None, change
+    assert all(c["QUARTERS"] == 0 for c in mla_default_candidates(fp8, h100))
+    assert mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), h100)[0]["QUARTERS"] == 0
 
 
 def test_the_fp8_default_swaps_where_the_context_takes_its_splits() -> None:

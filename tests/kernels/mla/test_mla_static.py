@@ -82,6 +82,13 @@ for f16 in (0, 1):
     out[f"swap{f16}"] = {"fp8_wgmma": sum("e4m3.e4m3" in x for x in lines), "wgmma": len(lines),
                          "f16_wgmma": sum(".f16.f16" in x for x in lines), "mma_sync": ptx.count("mma.sync"),
                          "ldmatrix": ptx.count("ldmatrix"), "local": ptx.count("st.local")}
+from autotune.engine.compile import nvidia_features
+p = Problem.of("mla_decode", 64, 512, 576, heads=128, context=8192, kv_dtype="fp8e4m3", page_size=64)
+for quarters in (0, 1):
+    c = Config(backend="triton", BLOCK_H=64, BLOCK_N=64, num_kv_splits=2, num_warps=8, num_stages=2, Q_FP8=1,
+               F16_TILES=0, QUARTERS=quarters)
+    f = nvidia_features(compile_call(MLA_DECODE.kernel_calls(p, c, target)[0], target), target, 8)
+    out[f"quarters{quarters}"] = {"spills": f.spills, "fp8_wgmma": sum(".e4m3.e4m3" in m for m in f.mma)}
 print(json.dumps(out))
 """
 
@@ -112,3 +119,10 @@ def test_swapped_fp8_scores_are_fp8_warpgroup_mmas(tiles: dict[str, Any]) -> Non
         assert swap["fp8_wgmma"] > 0 and swap["wgmma"] > swap["fp8_wgmma"] and swap["mma_sync"] == 0, swap
     assert tiles["swap1"]["f16_wgmma"] > 0 and tiles["swap1"]["ldmatrix"] > 0, tiles["swap1"]
     assert tiles["swap0"]["f16_wgmma"] == 0, tiles["swap0"]
+
+
+def test_quartered_latent_dims_spill_nothing_where_the_whole_tile_spills(tiles: dict[str, Any]) -> None:
+    """sm_90, 128 heads on an FP8 cache, 64-head tiles of 64 tokens on 8 warps, FP8 queries: the whole-tile
+    loop spills registers and the quartered one (QUARTERS) does not; both score with FP8 warpgroup MMAs."""
+    assert tiles["quarters0"]["spills"] > 0 and tiles["quarters1"]["spills"] == 0, tiles
+    assert tiles["quarters0"]["fp8_wgmma"] > 0 and tiles["quarters1"]["fp8_wgmma"] > 0, tiles
