@@ -4,8 +4,12 @@ A serving engine calls each layer at every M from 1 to its token budget. vLLM an
 graphs at M = 1, 2, 4 and then every 8 up to 512, and prefill runs any M. The default ladder follows
 that: 1, 2, 3, 4, 6, 8, every 8 up to 512, then a log-spaced ladder (powers of two and their 1.5x) with
 the tuned M values and the geometric midpoints between neighbouring tuned M values, up to the largest
-M asked for. Between two ladder points the table serves what was measured at both ends (see
-`autotune.dispatch.ranges`).
+M asked for. From 1024 up each log-spaced point p also brings p - p/16 (960 beside 1024, 1920 beside
+2048): the points p are multiples of 512, where an M tile (or, for a MoE under uniform routing, each
+expert's share of the tokens) ends on a block boundary for every power-of-two tile up to 128 rows, and
+p - p/16 ends elsewhere between boundaries, where a config with larger tiles pads no more than one with
+smaller ones. Between two ladder points the table serves what was measured at both ends (see
+`autotune.dispatch.ranges`), so a config serves a range only where it wins at both kinds of points.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ SERVING = "serving"
 _SMALL = (1, 2, 3, 4, 6, 8)
 _STEP = 8
 _STEP_TOP = 512
+#: From this M up, each log-spaced point p brings p - p/16 too (the module docstring says why).
+_OFF_PHASE_FROM = 1024
 
 
 def serving_ladder(max_m: int, tuned: Iterable[int] = ()) -> tuple[int, ...]:
@@ -38,7 +44,10 @@ def serving_ladder(max_m: int, tuned: Iterable[int] = ()) -> tuple[int, ...]:
     # Log-spaced above the every-8 part: 2^k and 1.5 * 2^k.
     p = _STEP_TOP
     while p <= max_m:
-        points.update((p, p + p // 2))
+        for q in (p, p + p // 2):
+            points.add(q)
+            if q >= _OFF_PHASE_FROM:
+                points.add(q - q // 16)
         p *= 2
     for lo, hi in itertools.pairwise(tuned_ms):
         if hi > 2 * lo and hi > _STEP_TOP:  # a wide gap between tuned M values: its geometric midpoint

@@ -85,6 +85,7 @@ from .records import (
     TrialRecord,
     Winner,
 )
+from .vllm_rules import fallback_configs
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
@@ -1082,8 +1083,6 @@ class Store:
         found = self.imported_configs(problem, device_key=target.device_key())
         if found:
             return found
-        from .vllm import fallback_configs
-
         return fallback_configs(problem, target, ms)
 
     def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,15 @@ from .foreign import ImportedFile, InteropError, device_target, moe_shape_or_unk
 from .store import NewTrial
 from .triton_compat import installed_triton, num_stages_0_rejected, parse_version
 from .vllm_names import FLAVORS, FP8_BLOCK_SHAPE, VLLM_KERNEL, VllmFileName
+from .vllm_rules import (
+    AMD_KEYS,
+    OUR_KEYS,
+    VLLM_BACKEND,
+    VLLM_KEYS,
+    fallback_config,
+    fallback_configs,
+    plain_keys,
+)
 
 __all__ = [
     "AMD_KEYS",
@@ -38,31 +47,13 @@ __all__ = [
     "VllmFileName",
     "check_vllm_config",
     "fallback_config",
+    "fallback_configs",
+    "plain_keys",
     "read_vllm",
     "sglang_folder_version",
 ]
 
 logger = logging.getLogger(__name__)
-
-#: The keys of every config, in the order vLLM writes them.
-VLLM_KEYS: tuple[str, ...] = (
-    "BLOCK_SIZE_M",
-    "BLOCK_SIZE_N",
-    "BLOCK_SIZE_K",
-    "GROUP_SIZE_M",
-    "num_warps",
-    "num_stages",
-)
-#: The keys ROCm files may add, in the order vLLM's writer puts them after `VLLM_KEYS`.
-AMD_KEYS: tuple[str, ...] = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
-#: Our kernel's knobs that vLLM's kernel lacks, with the value that means vLLM's behaviour: a config
-#: read from a file gets them (B_TMA only on targets with TMA, where the knob exists); only configs at
-#: these values are exported (measured in vLLM's kernel structure: GATE_UP_FUSED 0, the gate/up GEMM over
-#: all 2N rows of w1 and the activation after it; B_TMA 0, the weights loaded by pointer), and written
-#: without them.
-OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0, "B_TMA": 0}
-#: The backend configs are stored under (our Triton fused MoE takes vLLM's names).
-VLLM_BACKEND = "triton"
 
 _M_KEY_RE = re.compile(r"[1-9][0-9]*")
 _SGLANG_DIR_RE = re.compile(r"triton_(\d+)_(\d+)_(\w+)")
@@ -76,49 +67,6 @@ def sglang_folder_version(path: Path) -> str | None:
 
 def _pow2(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
-
-
-def fallback_config(M: int, E: int, fp8_block: bool, *, rocm: bool = False) -> dict[str, int]:
-    """The config vLLM's fused MoE runs when no file covers its (E, N, device): the rule of its
-    `get_default_config` (vLLM sources of late 2025) for unquantized and FP8 128x128-block weights, with
-    num_warps and num_stages filled in where the rule names none, as Triton's launch then takes them
-    (4 warps; 3 stages, 2 on ROCm). M is the token count. What a user without a tuned file gets today."""
-    if M < 1 or E < 1:
-        raise ValueError(f"M and E must be positive, got M={M}, E={E}")
-    stages = 2 if rocm else 3
-    if fp8_block:  # BLOCK_SIZE_N and _K are the scale block's
-        tiles = (64, FP8_BLOCK_SHAPE[0], FP8_BLOCK_SHAPE[1], 32)
-    elif M <= E:  # few tokens per expert: narrow tiles
-        tiles = (16, 32, 64, 1)
-    else:
-        tiles = (64, 64, 32, 8)
-    return dict(zip(VLLM_KEYS, (*tiles, 4, stages), strict=True))
-
-
-#: The weights vLLM's fallback rule covers (`fallback_config`): unquantized, and FP8 with 128x128 blocks.
-_FALLBACK_WEIGHTS = {"bf16": False, "fp16": False, "fp8e4m3": True}
-
-
-def plain_keys(target: Target) -> dict[str, int]:
-    """`OUR_KEYS` as a config of vLLM's kernel on `target` carries them (B_TMA only where TMA exists)."""
-    return {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
-
-
-def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
-    """vLLM's fallback for `problem`'s MoE shape on `target` (`fallback_config`, with `plain_keys`) by M
-    key: at each M of `ms` and at the rule's own step (M = E and E + 1), so that the nearest key
-    (`autotune.dispatch.ranges.imported_pick`) gives the rule's config at every M. Empty for another op or
-    for weights the rule does not cover (MXFP4)."""
-    fp8 = _FALLBACK_WEIGHTS.get(problem.dtype_b)
-    if problem.op != "moe" or fp8 is None:
-        return {}
-    keys = sorted({*ms, problem.E, problem.E + 1})
-    plain = plain_keys(target)
-    return {
-        m: Config(backend=VLLM_BACKEND, **fallback_config(m, problem.E, fp8, rocm=target.is_amd), **plain)
-        for m in keys
-        if m >= 1
-    }
 
 
 def check_vllm_config(

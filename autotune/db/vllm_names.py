@@ -19,13 +19,12 @@ from autotune.core.problem import Problem
 from autotune.core.target import Target
 
 from .foreign import InteropError, device_name_of
+from .vllm_rules import FP8_BLOCK_SHAPE
 
 __all__ = ["FLAVORS", "FP8_BLOCK_SHAPE", "VLLM_KERNEL", "VllmFileName"]
 
 #: File-name flavours that are written.
 FLAVORS: tuple[str, ...] = ("vllm", "sglang")
-#: The block shape of FP8 weights with block scales, the one quantization our moe op runs.
-FP8_BLOCK_SHAPE: tuple[int, int] = (128, 128)
 #: The kernel name runnable configs are stored under (our Triton fused MoE takes vLLM's names).
 VLLM_KERNEL = "moe.triton"
 

@@ -38,6 +38,8 @@ def test_serving_ladder_holds_what_engines_run() -> None:
     assert ladder[:7] == (1, 2, 3, 4, 6, 8, 16)
     assert all(m in ladder for m in range(8, 513, 8))
     assert {768, 1024, 1536, 2048, 3072, 4096} <= set(ladder)
+    # beside each log-spaced point from 1024 up, one 1/16 below it: another phase between tile boundaries
+    assert [m for m in ladder if m > 512] == [768, 960, 1024, 1440, 1536, 1920, 2048, 2880, 3072, 3840, 4096]
     assert max(ladder) == 4096 and list(ladder) == sorted(set(ladder))
     assert serving_ladder(16, [1, 16]) == (1, 2, 3, 4, 6, 8, 16)
     # a tuned M off the ladder is profiled too, and a wide gap between tuned M gets its midpoint
