@@ -163,6 +163,26 @@ def _halves(x):
 
 
 @triton.jit
+def _online_softmax(scores, tmask, row_scale, m_i, l_i, AXIS: tl.constexpr):
+    """One tile's step of the online softmax in base 2 along the tokens (`AXIS` 1: scores (heads, tokens);
+    0: swapped, (tokens, heads)): the probabilities, the rescale of what came before, the new running
+    maximum and sum."""
+    if AXIS == 1:
+        scores = scores * row_scale[:, None]
+        scores = tl.where(tmask[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(scores - m_new[:, None])
+    else:
+        scores = scores * row_scale[None, :]
+        scores = tl.where(tmask[:, None], scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, 0))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(scores - m_new[None, :])
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, AXIS)
+
+
+@triton.jit
 def _quartered_loop(
     q_nope, q_pe, row_scale, m_i, l_i, kv_ptr, pages, start, end, stride_kvp, stride_kvr, kv_scale,
     out_ptr, part_ptr, lse_ptr, b, s, H, heads, hmask, stride_ob, stride_oh,
@@ -216,12 +236,7 @@ def _quartered_loop(
             st = tl.dot(s2, q2, st)
             st = tl.dot(s3, q3, st)
             st = tl.dot(sp, qp, st)
-            st = st * row_scale[None, :]
-            st = tl.where(tmask[:, None], st, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(st, 0))
-            alpha = tl.exp2(m_i - m_new)
-            pt = tl.exp2(st - m_new[None, :])
-            l_i = l_i * alpha + tl.sum(pt, 0)
+            pt, alpha, m_new, l_i = _online_softmax(st, tmask, row_scale, m_i, l_i, 0)
             pt = pt.to(v0.dtype)
             acc0 = acc0 * alpha[None, :] + tl.dot(tl.trans(v0), pt)
             acc1 = acc1 * alpha[None, :] + tl.dot(tl.trans(v1), pt)
@@ -233,12 +248,7 @@ def _quartered_loop(
             qk = tl.dot(q2, tl.trans(s2), qk)
             qk = tl.dot(q3, tl.trans(s3), qk)
             qk = tl.dot(qp, tl.trans(sp), qk)
-            qk = qk * row_scale[:, None]
-            qk = tl.where(tmask[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_new, l_i = _online_softmax(qk, tmask, row_scale, m_i, l_i, 1)
             p = p.to(v0.dtype)
             acc0 = acc0 * alpha[:, None] + tl.dot(p, v0)
             acc1 = acc1 * alpha[:, None] + tl.dot(p, v1)
@@ -332,12 +342,7 @@ def mla_split_kernel(
             else:
                 qk = tl.dot(q_nope, tl.trans(k_nope))
                 qk = tl.dot(q_pe, tl.trans(k_pe), qk)
-            qk = qk * row_scale[:, None]
-            qk = tl.where(tmask[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_new, l_i = _online_softmax(qk, tmask, row_scale, m_i, l_i, 1)
             if DOT_F32:
                 pv = tl.dot(p, v.to(tl.float32))
             else:
