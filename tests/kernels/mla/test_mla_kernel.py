@@ -89,33 +89,20 @@ def test_an_fp8_cache_on_fp16_tiles_matches_the_reference(splits: int, q_fp8: in
 
 
 @needs_interpreter
+@pytest.mark.parametrize("loop", ["swap", "quarters"])
 @pytest.mark.parametrize(
     "kv, splits, q_fp8, f16",
     [(torch.bfloat16, 1, 0, False), (torch.bfloat16, 4, 0, False), (torch.float8_e4m3fn, 2, 1, False),
      (torch.float8_e4m3fn, 1, 0, False), (torch.float8_e4m3fn, 4, 1, True)],
 )  # fmt: skip
-def test_swapped_dots_match_the_reference_as_the_unswapped_do(
-    kv: torch.dtype, splits: int, q_fp8: int, f16: bool
+def test_the_quartered_loops_match_the_reference_as_the_whole_tile_loop_does(
+    kv: torch.dtype, splits: int, q_fp8: int, f16: bool, loop: str
 ) -> None:
-    """SWAP (scores as Kᵀ's product with the queries, tokens on the MMAs' M side) gives the unswapped
-    kernel's error, over ragged contexts and out-of-order pages."""
-    swapped = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, swap=True)
-    plain = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16)
-    assert swapped <= 3e-2 and swapped <= plain * 1.05 + 1e-4
-
-
-@needs_interpreter
-@pytest.mark.parametrize(
-    "kv, splits, q_fp8, f16",
-    [(torch.bfloat16, 1, 0, False), (torch.bfloat16, 4, 0, False), (torch.float8_e4m3fn, 2, 1, False),
-     (torch.float8_e4m3fn, 1, 0, False), (torch.float8_e4m3fn, 4, 1, True)],
-)  # fmt: skip
-def test_the_quartered_loop_matches_the_reference_as_the_whole_tile_loop_does(
-    kv: torch.dtype, splits: int, q_fp8: int, f16: bool
-) -> None:
-    """QUARTERS (the latent dims in four accumulators, unswapped) gives the whole-tile loop's error, over
-    ragged contexts and out-of-order pages."""
-    quartered = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, quarters=True)
+    """SWAP (scores as Kᵀ's product with the queries, tokens on the MMAs' M side) and QUARTERS (unswapped)
+    take the latent dims in four accumulators: each gives the whole-tile loop's error, over ragged
+    contexts and out-of-order pages."""
+    swap, quarters = loop == "swap", loop == "quarters"
+    quartered = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16, swap=swap, quarters=quarters)
     plain = _run(kv, splits, q_fp8, 16, block_n=32, f16=f16)
     assert quartered <= 3e-2 and quartered <= plain * 1.05 + 1e-4
 
