@@ -4,6 +4,8 @@ The default's tile rule was read off the tuned winners of `benchmarks/moe.py`'s 
 TP2, Qwen3-30B-A3B TP1, DeepSeek-V3 TP16). This script checks it out of sample: other deployments of
 those models (other E and N), timed side by side with the previous rule's config by one Benchmarker
 (CUDA-graph replay, as `moe.py` times), interleaved rounds, every config gated on correctness first.
+Where the GPU has TMA, the current default with its weight tiles through descriptors (`B_TMA` 1) is timed
+beside, the candidate for the next default (a third column and its own geomean).
 
     python benchmarks/moe_defaults.py --out results/
 
@@ -65,6 +67,8 @@ def main() -> int:
             problem = Problem.moe(m, n, k, e, topk, "bf16", weights)
             current = op.default_config(problem, target)
             variants = {"current": current, "previous": previous_default(problem, target, current)}
+            if "B_TMA" in current:
+                variants["b_tma"] = current.replace(B_TMA=1)
             row: dict[str, Any] = dict(
                 model=f"{model} {deploy}", M=m, E=e, N=n, K=k, topk=topk, weights=weights
             )
@@ -72,8 +76,10 @@ def main() -> int:
             rows.append(row)
             print(json.dumps(row), flush=True)
     harness.write_json(args.out, "moe_defaults", harness.run_info(target, rows=rows))
-    table, ratios = [], []
+    table, ratios, tma = [], [], []
     for r in rows:
+        if "b_tma_us" in r and math.isfinite(r["b_tma_us"]) and math.isfinite(r["current_us"]):
+            tma.append(r["current_us"] / r["b_tma_us"])
         prev, cur = r["previous_us"], r["current_us"]
         same = r["configs"]["previous"] == r["configs"]["current"]
         if not same and math.isfinite(prev) and math.isfinite(cur):
@@ -87,6 +93,11 @@ def main() -> int:
     if ratios:
         geo = harness.geomean(ratios)
         print(f"geomean over the {len(ratios)} problems where the configs differ: {geo:.3f}x")
+    if tma:
+        print(
+            f"the current default with B_TMA 1 against it, geomean over {len(tma)} problems: "
+            f"{harness.geomean(tma):.3f}x (lowest {min(tma):.3f})"
+        )
     return 0
 
 
