@@ -7,7 +7,7 @@ table, and time at every M of the serving ladder, in one run, three calls of the
 - `vllm`: the config of vLLM's shipped file for this GPU and (E, N) at the file's closest M key (as vLLM
   picks it), run in vLLM's kernel structure (`GATE_UP_FUSED=0`: the w1 GEMM over all 2N columns, then
   SiLU·up as its own step; `B_TMA=0`: the weights loaded by pointer);
-- `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_config`), in the
+- `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_at`), in the
   same structure.
 
 By default vLLM's files are imported into the database before the sweep (`autotune import`), as a user
@@ -42,7 +42,7 @@ import harness
 from autotune import Config, Problem
 from autotune.core.ladder import serving_ladder
 from autotune.core.target import Target, local_target
-from autotune.db.vllm import fallback_config
+from autotune.db.vllm import VLLM_KEYS, fallback_at, plain_keys
 from autotune.dispatch.ranges import imported_pick
 from autotune.engine.bench import Benchmarker, ServedTiming, interleaved_medians
 from autotune.kernels import served_config
@@ -56,13 +56,9 @@ if TYPE_CHECKING:
     from autotune.core.op import Inputs, Launch
 
 HERE = Path(__file__).resolve().parent
-VLLM_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
 #: Rounds go on (up to three times --rounds) while a variant's round medians spread more than this: long
 #: calls run near the power limit, where the clock of a short replay moves by several percent.
 PRECISION = 0.005
-#: vLLM's kernel structure (gate/up over 2N columns, the activation apart, weights loaded by pointer) and
-#: no split-K.
-VLLM_STRUCTURE = {"GATE_UP_FUSED": 0, "SPLIT_K": 1, "B_TMA": 0}
 
 
 class EntryCall(ServedTiming):
@@ -87,17 +83,17 @@ class EntryCall(ServedTiming):
         return launch
 
 
-def vllm_file(folder: Path, problem: Problem, device_name: str) -> tuple[dict[int, Config], str]:
-    """vLLM's shipped configs for `problem`'s (E, N) on this GPU by M key, in vLLM's structure; ({}, why)
-    without a file."""
+def vllm_file(folder: Path, problem: Problem, target: Target) -> tuple[dict[int, Config], str]:
+    """vLLM's shipped configs for `problem`'s (E, N) on `target` by M key, in vLLM's structure (the
+    values of our extra knobs that mean it: `plain_keys`); ({}, why) without a file."""
     dtype = ",dtype=fp8_w8a8,block_shape=[128,128]" if problem.dtype_b.startswith("fp8") else ""
-    name = f"E={problem.E},N={problem.N},device_name={device_name.replace(' ', '_')}{dtype}.json"
+    name = f"E={problem.E},N={problem.N},device_name={target.name.replace(' ', '_')}{dtype}.json"
     path = folder / name
     if not path.is_file():
         return {}, f"no {name}"
     table = json.loads(path.read_text())
     configs = {
-        int(m): Config(backend="triton", **{k: int(c[k]) for k in VLLM_KEYS}, **VLLM_STRUCTURE)
+        int(m): Config(backend="triton", **{k: int(c[k]) for k in VLLM_KEYS}, **plain_keys(target))
         for m, c in table.items()
     }
     return configs, name
@@ -114,8 +110,8 @@ def precompile(families: list[tuple[Problem, tuple[int, ...], dict[int, Config]]
         futures = []
         for problem, ladder, shipped in families:
             for M in sorted({1, 3, 16, 48, 512, max(ladder)}):
-                fp8 = problem.dtype_b.startswith("fp8")
-                configs = {Config(backend="triton", **fallback_config(M, problem.E, fp8), **VLLM_STRUCTURE)}
+                fallback = fallback_at(problem, target, M)
+                configs = {fallback} if fallback is not None else set()
                 if shipped:
                     configs.add(imported_pick(shipped, M))
                 futures += [pool.submit(MOE, problem.with_m(M), c) for c in configs]
@@ -171,7 +167,7 @@ def measure(
     todo = []
     for family, tuned in families.items():
         ladder = serving_ladder(max_m or max(tuned), tuned)
-        shipped, source = vllm_file(folder, family, target.name) if folder else ({}, "no folder")
+        shipped, source = vllm_file(folder, family, target) if folder else ({}, "no folder")
         print(f"{family}: {len(ladder)} M, vLLM file: {source}", flush=True)
         todo.append((family, ladder, shipped))
     precompile(todo, target)
@@ -181,10 +177,10 @@ def measure(
         fp8 = family.dtype_b.startswith("fp8")
         for M in sorted(set(ladder) | {m for m in off if m <= max(ladder)}):
             p = family.with_m(M)
-            variants = {
-                "served": SERVED,
-                "fallback": Config(backend="triton", **fallback_config(M, p.E, fp8), **VLLM_STRUCTURE),
-            }
+            variants = {"served": SERVED}
+            fallback = fallback_at(p, target, M)
+            if fallback is not None:
+                variants["fallback"] = fallback
             if shipped:
                 variants["vllm"] = imported_pick(shipped, M)
             times = interleaved_medians(

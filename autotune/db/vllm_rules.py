@@ -16,6 +16,7 @@ __all__ = [
     "OUR_KEYS",
     "VLLM_BACKEND",
     "VLLM_KEYS",
+    "fallback_at",
     "fallback_config",
     "fallback_configs",
     "plain_keys",
@@ -70,18 +71,20 @@ def plain_keys(target: Target) -> dict[str, int]:
     return {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
 
 
-def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
-    """vLLM's fallback for `problem`'s MoE shape on `target` (`fallback_config`, with `plain_keys`) by M
-    key: at each M of `ms` and at the rule's own step (M = E and E + 1), so that the nearest key
-    (`autotune.dispatch.ranges.imported_pick`) gives the rule's config at every M. Empty for another op or
-    for weights the rule does not cover (MXFP4)."""
+def fallback_at(problem: Problem, target: Target, M: int) -> Config | None:
+    """vLLM's fallback for `problem`'s MoE shape at `M` on `target` (`fallback_config`, with `plain_keys`);
+    None for another op or for weights the rule does not cover (MXFP4)."""
     fp8 = _FALLBACK_WEIGHTS.get(problem.dtype_b)
     if problem.op != "moe" or fp8 is None:
-        return {}
-    keys = sorted({*ms, problem.E, problem.E + 1})
-    plain = plain_keys(target)
-    return {
-        m: Config(backend=VLLM_BACKEND, **fallback_config(m, problem.E, fp8, rocm=target.is_amd), **plain)
-        for m in keys
-        if m >= 1
-    }
+        return None
+    values = fallback_config(M, problem.E, fp8, rocm=target.is_amd)
+    return Config(backend=VLLM_BACKEND, **values, **plain_keys(target))
+
+
+def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
+    """vLLM's fallback for `problem`'s MoE shape on `target` (`fallback_at`) by M key: at each M of `ms`
+    and at the rule's own step (M = E and E + 1), so that the nearest key
+    (`autotune.dispatch.ranges.imported_pick`) gives the rule's config at every M. Empty for another op or
+    for weights the rule does not cover (MXFP4)."""
+    found = {m: fallback_at(problem, target, m) for m in sorted({*ms, problem.E, problem.E + 1}) if m >= 1}
+    return {m: config for m, config in found.items() if config is not None}

@@ -307,7 +307,7 @@ class ProfileStore(TrialStore, Protocol):
 Plan = list[tuple[Problem, list[Config]]]
 
 
-def file_picks(
+def baseline_picks(
     store: TrialStore, family: Problem, target: Target, ladder: Sequence[int]
 ) -> Callable[[int], Config | None]:
     """Per M, the config vLLM runs for `family`'s shape on `target` (`Store.baseline_configs`: an imported
@@ -335,7 +335,7 @@ def family_plan(
     op = job.op
     kernels = kernel_versions(op, op.backends(target))
     per_m, vendor = bucket_candidates(store, target, op, job.buckets, kernels, finalists)
-    picks = file_picks(store, job.buckets[0], target, job.ladder)
+    picks = baseline_picks(store, job.buckets[0], target, job.ladder)
     plan: Plan = []
     skipped = 0
     for M in job.ladder:
@@ -419,7 +419,7 @@ def profile_family(
     candidates)` is called after each M. SweepStopped when `should_stop` says so, checked before each
     timing (a stopped profile keeps what it stored). `plan` is `family_plan`'s, where the caller made it
     already (to compile ahead). A hopeless candidate is skipped for `REPROBE` M (the module's rule),
-    never the vendor's nor an imported file's pick there (`file_picks`), nor any at a tuned M; the report
+    never the vendor's nor the baseline's pick there (`baseline_picks`), nor any at a tuned M; the report
     counts such skips as `pruned`. At a tuned M, a candidate other than the vendor's that its final round
     timed is stored with that round's median (`reused`) instead of being timed again: the final round
     times as served too, head to head. The vendor library is timed anew there, its fastest of
@@ -434,7 +434,7 @@ def profile_family(
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
     first = compile_once(points)
     tuned = {p.M for p in job.buckets}
-    picks = file_picks(store, job.buckets[0], target, job.ladder)
+    picks = baseline_picks(store, job.buckets[0], target, job.ladder)
     last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
     known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
 

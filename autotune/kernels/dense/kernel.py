@@ -27,6 +27,7 @@ from autotune.kernels.scratch import split_scratch
 __all__ = [
     "AMD_LAUNCH_OPTIONS",
     "arrives_last",
+    "column_halves",
     "edge_clamped",
     "gemm_kernel",
     "gemm_sum_kernel",
@@ -212,6 +213,12 @@ def gemm_sum_kernel(
             acc, c_ptr, ws_ptr, count_ptr, pid_m, pid_n, pid_k, num_pid_n, M, N, 0, stride_cm, stride_cn,
             BLOCK_M, BLOCK_N, SPLIT_K, True,
         )  # fmt: skip
+
+
+@triton.jit
+def column_halves(x):
+    """x (R, W) as its two column halves (R, W / 2): (x[:, :W / 2], x[:, W / 2:])."""
+    return x.reshape(x.shape[0], 2, x.shape[1] // 2).permute(0, 2, 1).split()
 
 
 @triton.jit

@@ -25,7 +25,14 @@ from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
 from autotune.kernels.dense.geometry import c_store_cols, tail_split_schedule, tile_parts
-from autotune.kernels.dense.kernel import arrives_last, publish_part, release_tile, sum_parts, tile_rows_cols
+from autotune.kernels.dense.kernel import (
+    arrives_last,
+    column_halves,
+    publish_part,
+    release_tile,
+    sum_parts,
+    tile_rows_cols,
+)
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.scratch import split_scratch
 
@@ -188,18 +195,12 @@ def gemm_tma_kernel(
 
 
 @triton.jit
-def _halves(acc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """(acc[:, :BLOCK_N // 2], acc[:, BLOCK_N // 2:]) of a (BLOCK_M, BLOCK_N) tensor."""
-    return acc.reshape(BLOCK_M, 2, BLOCK_N // 2).permute(0, 2, 1).split()
-
-
-@triton.jit
 def _store_pair(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPI_N: tl.constexpr):
     """Stores a (BLOCK_M, BLOCK_N) tile of C, BLOCK_N at most 2 * EPI_N, in stores at most EPI_N wide."""
     if BLOCK_N <= EPI_N:
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
     else:
-        left, right = _halves(acc, BLOCK_M, BLOCK_N)
+        left, right = column_halves(acc)
         c_desc.store([off_m, off_n], left.to(c_desc.dtype))
         c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
 
@@ -215,7 +216,7 @@ def _store_c(c_desc, acc, off_m, off_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.const
         _store_pair(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
     else:
         tl.static_assert(BLOCK_N <= 4 * EPI_N, "EPILOGUE_N: at most 4 C stores per tile part")
-        left, right = _halves(acc, BLOCK_M, BLOCK_N)
+        left, right = column_halves(acc)
         _store_pair(c_desc, left, off_m, off_n, BLOCK_M, BLOCK_N // 2, EPI_N)
         _store_pair(c_desc, right, off_m, off_n + BLOCK_N // 2, BLOCK_M, BLOCK_N // 2, EPI_N)
 

@@ -54,6 +54,7 @@ import triton
 import triton.language as tl
 
 from autotune.core.op import FP_OPTIONS
+from autotune.kernels.dense.kernel import column_halves
 from autotune.kernels.launch import pinned
 
 __all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "launcher", "mla_reduce_kernel", "mla_split_kernel"]
@@ -157,12 +158,6 @@ def _write_lse(m_i, l_i, lse_ptr, b, s, H, heads, hmask, SPLITS: tl.constexpr):
 
 
 @triton.jit
-def _halves(x):
-    """x (R, W) as its two column halves (R, W / 2)."""
-    return tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
-
-
-@triton.jit
 def _online_softmax(scores, tmask, row_scale, m_i, l_i, AXIS: tl.constexpr):
     """One tile's step of the online softmax in base 2 along the tokens (`AXIS` 1: scores (heads, tokens);
     0: swapped, (tokens, heads)): the probabilities, the rescale of what came before, the new running
@@ -195,9 +190,9 @@ def _quartered_loop(
     the output written. SWAP: the tokens on the MMAs' M side (Sᵀ = K·Qᵀ, Oᵀ += Vᵀ·Pᵀ); else S = Q·Kᵀ and
     O += P·V as in the whole-tile loop."""
     C: tl.constexpr = LATENT // 4
-    qa, qb = _halves(q_nope)
-    q0, q1 = _halves(qa)
-    q2, q3 = _halves(qb)
+    qa, qb = column_halves(q_nope)
+    q0, q1 = column_halves(qa)
+    q2, q3 = column_halves(qb)
     qp = q_pe
     if DOT_F32:
         q0, q1, q2, q3 = q0.to(tl.float32), q1.to(tl.float32), q2.to(tl.float32), q3.to(tl.float32)
