@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, progress
+from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, open_store, progress
 from autotune.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from autotune.cli.common import Subparsers
     from autotune.core.op import TunableOp
     from autotune.core.problem import Problem
+    from autotune.core.target import Target
     from autotune.dispatch import Table
     from autotune.sweeps.verify import Family, VerifyReport
 
@@ -71,6 +72,13 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="JSON of every row (default %(default)s)",
     )
+    p.add_argument(
+        "--db",
+        metavar="URL",
+        help="for a shape whose op has no vendor library (the fused MoE): the database whose files "
+        "imported for this GPU (vLLM, SGLang, aiter) are its baseline, as `autotune emit` took them; "
+        "without a file, vLLM's fallback rule (default: $AUTOTUNE_DB, else ./autotune.db where it exists)",
+    )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument(
         "--shard",
@@ -117,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             f"{args.table} was tuned on {table.target}, but this is {target}: verify it on that GPU"
         )
-    families = _shard(args.shard, _families(args, table))
+    families = _with_baselines(_shard(args.shard, _families(args, table)), target, args.db)
     dispatcher = Dispatcher([table] if table else [], device_key=target, untuned_log=os.devnull)
     previous = install_dispatcher(dispatcher)
     total = sum(len(f.ladder) for f in families)
@@ -159,6 +167,35 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise CliError("--rounds must be at least 1")
     if args.max_m is not None and (args.max_m < 1 or args.m is not None):
         raise CliError("--max-m takes a positive M and excludes --m")
+
+
+def _with_baselines(families: list[Family], target: Target, url: str | None) -> list[Family]:
+    """`families`, each of an op without a served vendor library given what a vLLM deployment runs
+    (`deployment_baseline`: the files of the database at `url` imported for this GPU, else vLLM's
+    fallback rule); says which for each. The default database is read only where it exists."""
+    from dataclasses import replace
+
+    from autotune.core.result import VENDOR_BACKEND
+    from autotune.db.engine import resolve_url, sqlite_path
+    from autotune.sweeps.verify import deployment_baseline
+
+    def needy(fam: Family) -> bool:
+        return not fam.op.backend(VENDOR_BACKEND).served
+
+    if not any(map(needy, families)):
+        return families
+    store = None
+    path = sqlite_path(resolve_url(url))
+    if url is not None or path is None or path.exists():
+        store = open_store(url, create=False, read_only=True)
+    out = []
+    for fam in families:
+        if needy(fam):
+            baseline, source = deployment_baseline(fam.problem, target, fam.ladder, store)
+            print(f"  {fam.name}: compared with {source or 'nothing (no file, no vLLM rule)'}")
+            fam = replace(fam, baseline=baseline)
+        out.append(fam)
+    return out
 
 
 def _shard(shard: str | None, families: list[Family]) -> list[Family]:

@@ -8,16 +8,21 @@ rotating inputs, `BenchSettings.as_served`), interleaved over several rounds, on
 output checked against the reference first. A row whose served config is the vendor's own call is not
 timed: its ratio is 1 by construction. The ratio of a row is the vendor's time over the served call's
 (above 1: the served call is faster).
+
+An op whose vendor backend is no library its entry point serves (the fused MoE's per-expert loop) is
+compared with what a vLLM deployment runs on this GPU instead (`deployment_baseline`): the imported
+file of its shape for this device, else vLLM's fallback rule, at each M the config vLLM picks there.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
@@ -42,6 +47,7 @@ __all__ = [
     "Family",
     "Row",
     "VerifyReport",
+    "deployment_baseline",
     "family_of_entry",
     "vendor_config",
     "verify",
@@ -71,15 +77,21 @@ class EntryPoint(ServedTiming):
         return self.op.prepare(problem, config, target, inputs, out)
 
 
+#: What a family without a served vendor library is compared with at an M (None: nothing there).
+Baseline = Callable[[int], "Config | None"]
+
+
 @dataclass(frozen=True)
 class Family:
     """One shape family to verify: its op, its problem at any M, the ladder, and a label put before the
-    shape in its name (the layer of a model, say)."""
+    shape in its name (the layer of a model, say). `baseline` stands in for the vendor library where the
+    op has none it serves (None: `deployment_baseline` without a database)."""
 
     op: TunableOp
     problem: Problem
     ladder: tuple[int, ...]
     label: str = ""
+    baseline: Baseline | None = field(default=None, compare=False)
 
     @property
     def name(self) -> str:
@@ -91,8 +103,9 @@ class Row:
     """One (family, M): what was served, both times (µs), the ratio vendor / served and a status.
 
     `status`: "timed"; "vendor" (the served config is the vendor's call: ratio 1, not timed); "no vendor"
-    (the op has no vendor library for this problem: not compared); or an error ("served: wrong_result:
-    ...") with ratio 0 when the served call failed.
+    (the op has no vendor library nor baseline for this problem: not compared); or an error ("served:
+    wrong_result: ...") with ratio 0 when the served call failed. `vendor`: the config compared with (the
+    vendor library's, or the deployment baseline's), None where there is none.
     """
 
     family: str
@@ -103,6 +116,7 @@ class Row:
     vendor_us: float | None
     ratio: float | None
     status: str
+    vendor: dict[str, Any] | None = None
 
     @property
     def compared(self) -> bool:
@@ -176,14 +190,39 @@ def _summary(name: str, rows: Sequence[Row], min_ratio: float) -> dict[str, Any]
 
 
 def vendor_config(op: TunableOp, problem: Problem, target: Target) -> Config | None:
-    """The op's vendor-library config for `problem` on `target`, or None where its space has none."""
+    """The op's vendor-library config for `problem` on `target`, or None where its space has none or its
+    entry point does not serve it (`Backend.served`: a baseline loop is no vendor library)."""
     space = op.space(problem, target)
-    if VENDOR_BACKEND not in space.backends:
+    if VENDOR_BACKEND not in space.backends or not _served_backend(op, VENDOR_BACKEND):
         return None
     for values, broken in space.subspace(VENDOR_BACKEND).walk():
         if broken is None:
             return values if isinstance(values, Config) else Config(values)
     return None
+
+
+def _served_backend(op: TunableOp, name: str) -> bool:
+    backend = getattr(op, "backend", None)
+    return backend is None or bool(backend(name).served)
+
+
+def deployment_baseline(
+    family: Problem, target: Target, ladder: Sequence[int], store: Any = None
+) -> tuple[Baseline | None, str]:
+    """What a vLLM deployment on `target` runs for `family`'s shape at each M, and where that comes from:
+    the files imported into `store` for this device ("file"), else vLLM's fallback rule ("vLLM
+    fallback"); (None, "") where neither applies (another op, MXFP4 weights without a file). The config
+    at an M is the nearest M key's, as vLLM picks it (`autotune.dispatch.ranges.imported_pick`)."""
+    from autotune.db.vllm_rules import fallback_configs
+    from autotune.dispatch.ranges import imported_pick
+
+    found = store.imported_configs(family, device_key=target.device_key()) if store is not None else {}
+    source = "file"
+    if not found:
+        found, source = fallback_configs(family, target, ladder), "vLLM fallback"
+    if not found:
+        return None, ""
+    return functools.partial(imported_pick, found), source
 
 
 def family_of_entry(entry: Entry) -> Problem:
@@ -226,6 +265,8 @@ def verify(
         bench = benches.get(fam.name)
         if bench is None:
             bench = benches[fam.name] = bench_for(fam.op)
+        if fam.baseline is None and not _served_backend(fam.op, VENDOR_BACKEND):
+            fam = replace(fam, baseline=deployment_baseline(fam.problem, target, fam.ladder)[0])
         for M in fam.ladder:
             row = _row(fam, fam.problem.with_m(M), target, bench, served_config, rounds)
             report.rows.append(row)
@@ -255,9 +296,12 @@ def _row(
 ) -> Row:
     served = served_config(fam.op, problem, target)
     vendor = vendor_config(fam.op, problem, target)
+    if vendor is None and fam.baseline is not None:
+        vendor = fam.baseline(problem.M)
     base: dict[str, Any] = {"family": fam.name, "op": problem.op, "M": problem.M, "served": served.to_dict()}
     if vendor is None:
         return Row(**base, served_us=None, vendor_us=None, ratio=None, status="no vendor")
+    base["vendor"] = vendor.to_dict()
     if served == vendor:
         return Row(**base, served_us=None, vendor_us=None, ratio=1.0, status="vendor")
     times = interleaved_medians(bench, problem, {"served": SERVED, "vendor": vendor}, rounds)

@@ -147,3 +147,78 @@ def test_cli_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
     other.save(tmp_path / "h100.json")
     assert main(["verify", str(tmp_path / "h100.json"), "--interpret"]) == 2
     assert "verify it on that GPU" in capsys.readouterr().err
+
+
+MOE_FAMILY = Problem.moe(1, 64, 128, 8, 2)
+
+
+def test_a_moe_is_compared_with_what_vllm_runs_not_with_its_per_expert_loop() -> None:
+    """The MoE's "torch" backend is a baseline loop the entry point never serves: no vendor. Its rows are
+    compared with vLLM's fallback rule at each M instead (the rule steps at M = E): a row served that
+    config is the baseline's own call, others are timed against it."""
+    from autotune.db.vllm import fallback_at
+    from autotune.kernels import MOE
+
+    assert vendor_config(MOE, MOE_FAMILY.with_m(4), INTERP) is None
+    small, large = fallback_at(MOE_FAMILY, INTERP, 4), fallback_at(MOE_FAMILY, INTERP, 64)
+    assert small is not None and large is not None and small != large
+    ours = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GATE_UP_FUSED=1)
+
+    def served(op: object, problem: Problem, target: Target) -> Config:
+        return small if problem.M <= 8 else ours
+
+    bench = FakeBench(served_us=lambda m: 9.0, vendor_us=lambda m: 10.0)
+    report = verify(
+        [Family(MOE, MOE_FAMILY, (1, 8, 9, 64))], target=INTERP, bench_for=lambda op: bench, served_config=served
+    )
+    by_m = {r.M: r for r in report.rows}
+    assert [by_m[m].status for m in (1, 8)] == ["vendor", "vendor"] and by_m[1].vendor == small.to_dict()
+    assert by_m[9].status == "timed" and by_m[9].vendor == large.to_dict() and by_m[9].ratio == pytest.approx(10 / 9)
+    assert {c for _, c, _ in bench.runs} == {SERVED, large}  # never the per-expert loop
+    assert report.ok
+
+
+def test_the_deployment_baseline_is_the_devices_file_else_the_fallback(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from autotune.db import Store, import_files
+    from autotune.db.vllm import fallback_configs
+    from autotune.sweeps.verify import deployment_baseline
+
+    h100 = Target.for_arch("sm_90")
+    keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
+    vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
+    rows = {"1": (16, 32, 64, 1, 4, 5), "64": (64, 64, 64, 8, 4, 3)}
+    vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in rows.items()}))
+    ladder = (1, 8, 64, 512)
+    with Store(str(tmp_path / "b.db")) as store:
+        import_files(store, [vllm], k=128, topk=2)
+        pick, source = deployment_baseline(MOE_FAMILY, h100, ladder, store)
+        assert source == "file" and pick is not None
+        assert pick(2)["num_stages"] == 5 and pick(40)["BLOCK_SIZE_M"] == 64 and pick(4096)["num_stages"] == 3
+        h200 = replace(h100, name="NVIDIA H200")  # an H100's file does not speak for an H200
+        pick, source = deployment_baseline(MOE_FAMILY, h200, ladder, store)
+        want = fallback_configs(MOE_FAMILY, h200, ladder)
+        assert source == "vLLM fallback" and pick is not None and pick(512) == want[512]
+    mxfp4 = Problem.moe(1, 2880, 2880, 32, 4, weights="fp4e2m1")
+    assert deployment_baseline(mxfp4, h100, ladder) == (None, "")
+
+
+def test_cli_verifies_a_moe_spec_against_vllms_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import autotune.sweeps.verify
+    from autotune.cli import main
+
+    bench = FakeBench(served_us=lambda m: 9.0, vendor_us=lambda m: 10.0)
+    monkeypatch.setattr(autotune.sweeps.verify, "_default_bench", lambda target: lambda op: bench)
+    monkeypatch.chdir(tmp_path)  # no ./autotune.db: the fallback rule
+    spec = tmp_path / "moe.toml"
+    spec.write_text('name = "m"\n[[sweep]]\nop = "moe"\ne = 8\ntopk = 2\nnk = [[64, 128]]\nm = [1, 16]\n')
+    argv = ["verify", "--problems", str(spec), "--interpret", "--m", "1,16", "--out", "v.json", "--no-progress"]
+    assert main(argv) == 0
+    assert "compared with vLLM fallback" in capsys.readouterr().out
+    data = json.loads((tmp_path / "v.json").read_text())
+    assert [r["status"] for r in data["rows"]] == ["timed", "timed"]
+    assert all(r["vendor"]["GATE_UP_FUSED"] == 0 and r["vendor"]["backend"] == "triton" for r in data["rows"])
+    assert not (tmp_path / "autotune.db").exists()  # verify made no database
