@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from autotune.core.config import Config
 from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.problem import Problem
 from autotune.core.target import Target
@@ -21,11 +22,21 @@ from autotune.kernels.serve import check_op, served_config
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["served_launch"]
+__all__ = ["CONFIG_ENTRY_OPS", "served_launch"]
+
+#: Ops whose entry point takes a config (`fused_moe(..., config=)`): a config of theirs is timed as a
+#: serving process runs it, through the entry point, with the per-call work it does besides the kernels
+#: (the MoE's block alignment on the device).
+CONFIG_ENTRY_OPS = frozenset({"moe"})
 
 
 def served_launch(
-    op: TunableOp, problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor
+    op: TunableOp,
+    problem: Problem,
+    target: Target,
+    inputs: Inputs,
+    out: torch.Tensor,
+    config: Config | None = None,
 ) -> Launch:
     """A zero-argument launch of the run-time entry point's own call on `inputs` (`op.make_inputs`'s
     layout), writing C into `out`: lookup and fallback included, on every call.
@@ -34,19 +45,22 @@ def served_launch(
     running target (`target` must be that GPU). Quantized GEMMs: `gemm_quant(op.name, a, b, a_scale,
     b_scale, out_dtype=out.dtype, out=out, target=target)` (the registered op of that name). moe:
     `fused_moe(x, w1, w2, topk_weights, topk_ids, ..., out=out, target=target)` on the op's inputs, the
-    routing included. Others: `op.prepare` of `served_config`, chosen once, here.
+    routing included. Others: `op.prepare` of `served_config`, chosen once, here. `config` (an op of
+    `CONFIG_ENTRY_OPS` only): the entry point's call forced to that config instead of the served one.
 
     Raises:
-        ValueError: `problem` is another op's, the inputs or `out` do not fit it, or (gemm) `target` is
-            not the GPU the entry point runs on.
+        ValueError: `problem` is another op's, the inputs or `out` do not fit it, (gemm) `target` is not
+            the GPU the entry point runs on, or `config` is given for an op whose entry point takes none.
     """
     check_op(op, problem)
+    if config is not None and op.name not in CONFIG_ENTRY_OPS:
+        raise ValueError(f"the entry point of {op.name} takes no config")
     if op.name == "gemm":
         return _gemm_launch(problem, target, inputs, out)
     if op.name in QUANT_OPS:
         return _quant_launch(problem, target, inputs, out)
     if op.name == "moe":
-        return _moe_launch(problem, target, inputs, out)
+        return _moe_launch(problem, target, inputs, out, config)
     return op.prepare(problem, served_config(op, problem, target), target, inputs, out)
 
 
@@ -89,7 +103,9 @@ def _quant_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.T
     return launch
 
 
-def _moe_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
+def _moe_launch(
+    problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor, config: Config | None
+) -> Launch:
     if len(inputs) != 7:
         raise ValueError(
             f"moe takes (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale), got {len(inputs)} inputs"
@@ -102,6 +118,6 @@ def _moe_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Ten
 
     def launch() -> None:
         fused_moe(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block, out=out,
-                  target=target)  # fmt: skip
+                  target=target, config=config)  # fmt: skip
 
     return launch

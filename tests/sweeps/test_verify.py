@@ -222,3 +222,27 @@ def test_cli_verifies_a_moe_spec_against_vllms_fallback(
     assert [r["status"] for r in data["rows"]] == ["timed", "timed"]
     assert all(r["vendor"]["GATE_UP_FUSED"] == 0 and r["vendor"]["backend"] == "triton" for r in data["rows"])
     assert not (tmp_path / "autotune.db").exists()  # verify made no database
+
+
+def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The baseline pays what the served call pays besides its kernels (the block alignment on every call):
+    both run `fused_moe`, the baseline's forced to its config. Other ops' entry points take no config."""
+    import torch
+
+    import autotune.kernels.served as served
+    from autotune.db.vllm import fallback_at
+    from autotune.kernels import MOE
+    from autotune.sweeps.verify import EntryPoint
+
+    calls: list[object] = []
+    monkeypatch.setattr(served, "fused_moe", lambda *args, **kw: calls.append(kw["config"]))
+    problem = MOE_FAMILY.with_m(4)
+    inputs = MOE.make_inputs(problem, "cpu", seed=3)
+    out = torch.empty(4, 128, dtype=torch.bfloat16)
+    baseline = fallback_at(MOE_FAMILY, INTERP, 4)
+    EntryPoint(MOE).prepare(problem, baseline, INTERP, inputs, out)()
+    EntryPoint(MOE).prepare(problem, SERVED, INTERP, inputs, out)()
+    assert calls == [baseline, None]
+    gemm_inputs = GEMM.make_inputs(Problem.gemm(4, 256, 512), "cpu", seed=3)
+    with pytest.raises(ValueError, match="gemm takes no config"):
+        served.served_launch(GEMM, Problem.gemm(4, 256, 512), INTERP, gemm_inputs, out, VENDOR)

@@ -5,8 +5,8 @@ routing back to the host, so a call can be captured in a CUDA/HIP graph.
 sorted by expert, each expert's group padded to a multiple of `block_m`, one expert id per block), but on
 a grid sized from the shapes alone: the most blocks any routing of M·topk pairs over E experts can need,
 min(E, M·topk) groups padded. Blocks past the routed ones hold only the sentinel M·topk and the expert id
--1: the kernel's programs for them return at once. Every step is a device operation with a size known
-from the shapes (no bincount, no nonzero, no `.item()`).
+-1: the kernel's programs for them return at once. Two Triton launches of one program per expert do it
+(`moe.align`), with sizes known from the shapes (no bincount, no nonzero, no `.item()`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from autotune.core.target import interpreting
 from autotune.kernels.moe.ref import route
 
 __all__ = ["align_fixed", "fixed_padded", "fused_topk"]
@@ -39,29 +40,25 @@ def align_fixed(
     if block_m < 1:
         raise ValueError(f"block_m must be >= 1, got {block_m}")
     device = topk_ids.device
-    flat = topk_ids.reshape(-1).long()
-    n = flat.numel()
+    n = topk_ids.numel()
     slots = fixed_padded(n, num_experts, block_m)
-    counts = torch.zeros(num_experts, dtype=torch.long, device=device)
-    counts.index_add_(0, flat, torch.ones_like(flat))
-    padded = (counts + block_m - 1) // block_m * block_m
-    padded_end = torch.cumsum(padded, 0)
-    padded_start = padded_end - padded
-    count_start = torch.cumsum(counts, 0) - counts
-    order = torch.sort(flat, stable=True).indices
-    sorted_experts = flat[order]
-    rank = torch.arange(n, device=device) - count_start[sorted_experts]
     if buffers is None:
         sorted_ids = torch.empty(slots, dtype=torch.int32, device=device)
         expert_ids = torch.empty(slots // block_m, dtype=torch.int32, device=device)
+        counts = torch.empty(num_experts, dtype=torch.int32, device=device)
     else:
         sorted_ids = buffers("sorted_ids", (slots,), torch.int32, device)
         expert_ids = buffers("expert_ids", (slots // block_m,), torch.int32, device)
-    sorted_ids.fill_(n)
-    sorted_ids[padded_start[sorted_experts] + rank] = order.to(torch.int32)
-    block_starts = torch.arange(0, slots, block_m, device=device)
-    block_expert = torch.searchsorted(padded_end, block_starts, right=True)
-    expert_ids.copy_(block_expert.masked_fill_(block_expert >= num_experts, -1))
+        counts = buffers("expert_counts", (num_experts,), torch.int32, device)
+    if device.type == "meta" or n == 0:  # no data (a compile-only recording), or no slot at all
+        return sorted_ids, expert_ids, slots
+    if device.type == "cpu" and not interpreting():
+        raise ValueError(
+            "align_fixed runs Triton kernels: give it a GPU's tensors, or set TRITON_INTERPRET=1"
+        )
+    from autotune.kernels.moe.align import align_on_device
+
+    align_on_device(topk_ids.reshape(-1).contiguous(), block_m, num_experts, sorted_ids, expert_ids, counts)
     return sorted_ids, expert_ids, slots
 
 

@@ -29,6 +29,8 @@ def _routing(M: int, E: int, topk: int, zipf: float, seed: int) -> tuple[torch.T
 
 @pytest.mark.parametrize("M, E, topk, block_m, zipf", [
     (1, 8, 2, 16, 0.0), (7, 8, 2, 16, 0.0), (33, 4, 2, 16, 1.5), (40, 16, 4, 32, 0.0), (3, 64, 8, 16, 1.0),
+    # several steps of pair ids (moe.align.CHUNK) over E not a power of two; more blocks than a step holds
+    (300, 60, 8, 64, 1.2), (2100, 3, 1, 1, 3.0),
 ])  # fmt: skip
 def test_align_fixed_is_align_block_size_then_padding_blocks(
     M: int, E: int, topk: int, block_m: int, zipf: float
