@@ -37,6 +37,15 @@ def _mxfp4(problem: Problem) -> bool:
     return problem.dtype_b == _MXFP4
 
 
+def _fewest_rows(problem: Problem, target: Target) -> int:
+    """The row block no routing makes wasteful: 64 for FP8 weights on NVIDIA sm_90 and newer (a warp
+    group's MMA; smaller blocks run FP8 through MMAs of another shape, and vLLM's 64-row FP8 tiles beat
+    our 16-row ones from 16 tokens an expert: docs/notes/2026-11-28-moe-untuned.md), else the least tile."""
+    if problem.dtype_b.startswith("fp8") and target.is_nvidia and target.sm >= 90:
+        return 64
+    return _MIN_TILE
+
+
 def tokens_per_expert(problem: Problem) -> float:
     """Mean (token, expert) pairs per expert under uniform routing: the M of each expert's GEMM."""
     return problem.M * problem.topk / problem.E
@@ -161,7 +170,10 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "block_m_waste",
             f"BLOCK_SIZE_M {{BLOCK_SIZE_M}} > 2 x next_pow2({tpe:.1f} tokens per expert): padded rows",
-            lambda c: int(c["BLOCK_SIZE_M"]) <= max(_MIN_TILE, 2 * next_pow2(max(1, round(tpe)))),
+            lambda c: (
+                int(c["BLOCK_SIZE_M"])
+                <= max(_fewest_rows(problem, target), 2 * next_pow2(max(1, round(tpe))))
+            ),
             knobs=("BLOCK_SIZE_M",),
         ),
         Constraint(
@@ -323,15 +335,48 @@ def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
     return None
 
 
+#: Tokens per expert above which FP8 block weights take vLLM's own fallback tiles and structure
+#: (`_vllm_fp8_tiles`). Measured without a table against vLLM's fallback on five FP8 layers (H200): our
+#: 16-row decode tiles won to 8 tokens an expert (0.95-1.21, geomean above 1), and lost 3-14% from 12-16
+#: on, where our fused 64- and 128-row tiles lost 4-14% at every M (docs/notes/2026-11-28-moe-untuned.md).
+FP8_OWN_TILES_MAX_TPE = 8
+
+
+def _fp8_past_decode(problem: Problem) -> bool:
+    return problem.dtype_b.startswith("fp8") and tokens_per_expert(problem) > FP8_OWN_TILES_MAX_TPE
+
+
+def _vllm_fp8_tiles(problem: Problem, target: Target) -> Config | None:
+    """The config vLLM's fallback rule runs FP8 128x128-block weights in, at every M: 64 x 128 tiles
+    (the scale block's width), K steps of 128, groups of 32, 4 warps, 3 stages (2 on AMD), its structure
+    (GATE_UP_FUSED 0) and pointer loads; None where it is no config of the space."""
+    params = moe_params(problem, target)
+    values: dict[str, Value] = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=32,
+                                    SPLIT_K=1, GATE_UP_FUSED=0, num_warps=4,
+                                    num_stages=2 if target.is_amd else 3)  # fmt: skip
+    if "B_TMA" in params:
+        values["B_TMA"] = 0
+    if target.is_amd:
+        values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
+        if "kpack" in params:
+            values["kpack"] = 2
+    config = Config(backend="triton", **values)
+    return (
+        config if SubSpace("triton", params, moe_constraints(problem, target)).check(config) is None else None
+    )
+
+
 def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
     """The heuristic's candidates for the MoE default, in order, each a member of its space.
 
     The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
     decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
     on 8 warps from 256 tokens per expert); the row blocks of all experts are walked in the largest
-    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`). That pick
-    first (on small targets or odd shapes where it is no config of the space, the space's first), then
-    its safer cores (`autotune.kernels.candidates`).
+    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`). FP8 block
+    weights past FP8_OWN_TILES_MAX_TPE tokens an expert take vLLM's fallback config instead
+    (`_vllm_fp8_tiles`), which was measured ahead of that rule's there. That pick first (on small targets
+    or odd shapes where it is no config of the space, the space's first), then its safer cores
+    (`autotune.kernels.candidates`).
     """
     params = moe_params(problem, target)
     if target.interpreter:
@@ -341,7 +386,8 @@ def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ..
             values["BLOCK_SIZE_N_DOWN"] = 32
         return (Config(backend="triton", **values),)
     core = _moe_core(problem, target)
-    pick = _moe_config(problem, target, core)
+    pick = _vllm_fp8_tiles(problem, target) if _fp8_past_decode(problem) else None
+    pick = pick or _moe_config(problem, target, core)
     cores = safer_cores(
         core, rows=params["BLOCK_SIZE_M"], cols=params["BLOCK_SIZE_N"], k_tiles=params["BLOCK_SIZE_K"],
         warps=params["num_warps"], stages=params["num_stages"],

@@ -58,9 +58,15 @@ def test_default_config_is_in_the_space(arch: str, problem: Problem) -> None:
 
 def test_decode_space_prunes_padded_row_blocks() -> None:
     # one token per expert on average: BLOCK_SIZE_M of 64 or 128 would be padding
-    space = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), Target.for_arch("sm_90"))
+    h100 = Target.for_arch("sm_90")
+    space = MOE.space(Problem.moe(1, 128, 7168, 256, 8), h100)
     assert {int(c["BLOCK_SIZE_M"]) for c in space.configs() if c.backend == "triton"} <= {16}
     assert space.prune_summary()["block_m_waste"] > 0
+    # FP8 weights on sm_90: up to a warp group's 64 rows at any routing (128 is still padding)
+    for target, most in ((h100, 64), (Target.for_arch("gfx942"), 16)):
+        fp8 = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), target)
+        assert max(int(c["BLOCK_SIZE_M"]) for c in fp8.configs() if c.backend == "triton") == most
+        assert fp8.prune_summary()["block_m_waste"] > 0
 
 
 def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
@@ -111,6 +117,28 @@ def test_default_splits_k_only_for_a_small_gate_up_grid() -> None:
     assert moe_default_config(two, h100)["SPLIT_K"] == 4
     for wide in (Problem.moe(1, 768, 2048, 128, 8), Problem.moe(4096, 7168, 4096, 8, 2)):
         assert moe_default_config(wide, h100)["SPLIT_K"] == 1  # 96 tiles and more: the grid is full
+
+
+def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
+    """FP8 block weights: our 16-row decode tiles up to FP8_OWN_TILES_MAX_TPE tokens an expert, vLLM's
+    fallback config (its structure, 64 x 128 tiles) above, on every target; bf16 keeps our fused tiles."""
+    from autotune.db.vllm import fallback_at
+    from autotune.kernels.moe.space import FP8_OWN_TILES_MAX_TPE
+
+    h100 = Target.for_arch("sm_90")
+    edge = FP8_OWN_TILES_MAX_TPE * 32 // 8  # tokens at which 32 experts of top-8 get that many each
+    for M, own in ((1, True), (edge, True), (edge + 1, False), (4096, False)):
+        problem = Problem.moe(M, 2048, 7168, 32, 8, weights="fp8e4m3")
+        config = moe_default_config(problem, h100)
+        assert (config == fallback_at(problem, h100, M)) is not own, M
+        assert config["GATE_UP_FUSED"] == int(own) and config["BLOCK_SIZE_M"] == (16 if own else 64)
+    for arch in ("gfx942", "gfx950"):
+        amd = Target.for_arch(arch)
+        config = moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), amd)
+        vllm = {k: config[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")}
+        assert vllm == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32}
+        assert config["GATE_UP_FUSED"] == 0 and config["num_stages"] == 2
+    assert moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8), h100)["GATE_UP_FUSED"] == 1
 
 
 def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
