@@ -169,11 +169,18 @@ def test_a_moe_is_compared_with_what_vllm_runs_not_with_its_per_expert_loop() ->
 
     bench = FakeBench(served_us=lambda m: 9.0, vendor_us=lambda m: 10.0)
     report = verify(
-        [Family(MOE, MOE_FAMILY, (1, 8, 9, 64))], target=INTERP, bench_for=lambda op: bench, served_config=served
+        [Family(MOE, MOE_FAMILY, (1, 8, 9, 64))],
+        target=INTERP,
+        bench_for=lambda op: bench,
+        served_config=served,
     )
     by_m = {r.M: r for r in report.rows}
     assert [by_m[m].status for m in (1, 8)] == ["vendor", "vendor"] and by_m[1].vendor == small.to_dict()
-    assert by_m[9].status == "timed" and by_m[9].vendor == large.to_dict() and by_m[9].ratio == pytest.approx(10 / 9)
+    assert (
+        by_m[9].status == "timed"
+        and by_m[9].vendor == large.to_dict()
+        and by_m[9].ratio == pytest.approx(10 / 9)
+    )
     assert {c for _, c, _ in bench.runs} == {SERVED, large}  # never the per-expert loop
     assert report.ok
 
@@ -215,7 +222,17 @@ def test_cli_verifies_a_moe_spec_against_vllms_fallback(
     monkeypatch.chdir(tmp_path)  # no ./autotune.db: the fallback rule
     spec = tmp_path / "moe.toml"
     spec.write_text('name = "m"\n[[sweep]]\nop = "moe"\ne = 8\ntopk = 2\nnk = [[64, 128]]\nm = [1, 16]\n')
-    argv = ["verify", "--problems", str(spec), "--interpret", "--m", "1,16", "--out", "v.json", "--no-progress"]
+    argv = [
+        "verify",
+        "--problems",
+        str(spec),
+        "--interpret",
+        "--m",
+        "1,16",
+        "--out",
+        "v.json",
+        "--no-progress",
+    ]
     assert main(argv) == 0
     assert "compared with vLLM fallback" in capsys.readouterr().out
     data = json.loads((tmp_path / "v.json").read_text())
