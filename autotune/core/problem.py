@@ -45,6 +45,9 @@ _DTYPE_ALIASES = {
 #: B operand layouts: "nk" is B given as (N, K) (the nn.Linear weight, C = A·Bᵀ); "kn" is B as (K, N).
 LAYOUTS: tuple[str, ...] = ("nk", "kn")
 
+#: How a table key's params name B's dtype (`Problem.table_params`).
+B_DTYPE_KEY = "b="
+
 #: The types an op's own problem parameter may have (`ProblemRules.params`, `Problem.extra`).
 ParamValue = int | float | str
 
@@ -66,6 +69,11 @@ class ProblemRules:
     #: Own parameters that are layout choices of the caller (the MLA decode's page size), not facts of
     #: the shape: a sweep that tunes several values of one reports which was fastest per shape.
     layout_params: ClassVar[tuple[str, ...]] = ()
+
+    #: Whether a table keys the op's entries by B's dtype too where it is not A's (`Problem.table_params`:
+    #: `b=DTYPE`): the fused MoE's bf16, FP8 and MXFP4 weights of one shape are three families, whose
+    #: configs do not carry over (an FP8 tile can overflow shared memory with bf16 weights).
+    key_b_dtype: ClassVar[bool] = False
 
     def validate_problem(self, problem: Problem) -> None:
         """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""
@@ -108,8 +116,10 @@ class ProblemRules:
         """The problem at M = 1 of a table key (op, dtype, layout, N, K, E, topk, params), whose dtype is
         A's (`autotune.dispatch.table.Key`)."""
         op, dtype, layout, n, k, e, topk, params = key
-        own = self.parse_params(params.split(",") if params else ())
-        return Problem.of(op, 1, n, k, dtype, None, E=e, topk=topk, layout=layout, **own)
+        items = params.split(",") if params else []
+        b_dtype = next((item[len(B_DTYPE_KEY) :] for item in items if item.startswith(B_DTYPE_KEY)), None)
+        own = self.parse_params(item for item in items if not item.startswith(B_DTYPE_KEY))
+        return Problem.of(op, 1, n, k, dtype, b_dtype, E=e, topk=topk, layout=layout, **own)
 
     def parse_params(self, items: Iterable[str]) -> dict[str, ParamValue]:
         """The op's own parameters from "NAME=VALUE" texts (a table key's `params`, `best --param`), each
@@ -295,6 +305,14 @@ class Problem:
         """The op's own parameters as text ("" where it has none): part of a table entry's key (a served
         call builds it: no work where there are none)."""
         return ",".join(f"{k}={v}" for k, v in self.extra) if self.extra else ""
+
+    @property
+    def table_params(self) -> str:
+        """The `params` of this problem's table key: `params_key`, then `b=DTYPE` where the op keys B's
+        dtype (`ProblemRules.key_b_dtype`) and it is not A's."""
+        if self.dtype_b == self.dtype_a or not rules_of(self.op).key_b_dtype:
+            return self.params_key
+        return ",".join(filter(None, (self.params_key, f"{B_DTYPE_KEY}{self.dtype_b}")))
 
     def flops(self) -> float:
         """Floating-point operations (multiply and add counted separately), as the op counts them."""

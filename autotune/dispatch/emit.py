@@ -202,7 +202,7 @@ def _profile_families(store: Store, device_key: str) -> dict[Key, tuple[Problem,
     by_family: dict[Key, list[TrialRecord]] = {}
     for t in trials:
         p = t.problem
-        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.params_key)
+        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.table_params)
         by_family.setdefault(key, []).append(t)
     out: dict[Key, tuple[Problem, Profile]] = {}
     for key, rows in by_family.items():

@@ -88,7 +88,7 @@ RANGES = "ranges"
 M_POLICIES: tuple[str, ...] = ("round_up", "round_down", "nearest", "nearest_log")
 
 #: Index key of a shape family: (op, dtype, layout, N, K, E, topk, params); `params` is the op's own
-#: problem parameters as text (`Problem.params_key`), "" for an op without any.
+#: problem parameters as text, and B's dtype where the op keys it (`Problem.table_params`), "" for none.
 Key = tuple[str, str, str, int, int, int, int, str]
 _Hit = tuple[tuple[int, ...], tuple[Config, ...], tuple[Any, ...], str]
 
@@ -448,7 +448,7 @@ class Table:
                 problem.K,
                 problem.E,
                 problem.topk,
-                problem.params_key,
+                problem.table_params,
             )
             group = groups.setdefault(key, {})
             if problem.M in group:

@@ -231,8 +231,8 @@ def deployment_baseline(
 
 def family_of_entry(entry: Entry) -> Problem:
     """The problem (at M = 1) of a table entry, as its op's rules read a table key (`key_problem`). A
-    table keys a family by A's dtype alone: a quantized GEMM's output is taken as bf16 and a MoE's weights
-    as its activations' dtype (verify a spec with `--problems` where they differ)."""
+    table keys a family by A's dtype (a quantized GEMM's output is taken as bf16) and a MoE's by its
+    weights' dtype too (`Problem.table_params`)."""
     return rules_of(entry.op).key_problem(entry.key)
 
 

@@ -28,6 +28,7 @@ from autotune.dispatch import (
     TableError,
     UntunedShapeWarning,
     default_dispatcher,
+    install_dispatcher,
     load_tables,
     lookup,
     read_untuned_log,
@@ -152,6 +153,37 @@ def test_round_trip_from_winners_save_load(tmp_path: Path, interp: Target) -> No
     assert data["entries"][0]["buckets"][0]["config"]["backend"] == "triton"
     # the text form is stable: saving what was loaded gives the same entries and header
     assert json.loads(loaded.to_json())["entries"] == data["entries"]
+
+
+def test_moe_weights_dtypes_are_three_families(tmp_path: Path, interp: Target) -> None:
+    """bf16, FP8 and MXFP4 weights of one MoE shape: three entries (`b=` in their params), kept apart
+    through a save and load, each served to its own calls; a table built before `b=` (an FP8 entry keyed
+    as bf16) serves no FP8 call."""
+    from autotune.kernels import MOE
+    from autotune.kernels.serve import served_config
+    from autotune.sweeps.verify import family_of_entry
+
+    shape = dict(M=64, N=768, K=2048, E=128, topk=8)
+    problems = [Problem.moe(**shape, weights=w) for w in (None, "fp8e4m3", "mxfp4")]  # type: ignore[arg-type]
+    configs = [Config(backend="triton", BLOCK_SIZE_M=m) for m in (16, 32, 64)]
+    table = Table.from_winners(interp, [(p, c, 1.0) for p, c in zip(problems, configs, strict=True)])
+    assert sorted(e.params for e in table.entries) == ["", "b=fp4e2m1", "b=fp8e4m3"]
+    table.save(tmp_path / "t.json")
+    loaded = Table.load(tmp_path / "t.json")
+    assert {family_of_entry(e).dtype_b for e in loaded.entries} == {"bf16", "fp8e4m3", "fp4e2m1"}
+    old = Table(
+        target=interp, entries=[replace(e, params="") for e in loaded.entries if e.params == "b=fp8e4m3"]
+    )
+    previous = install_dispatcher(Dispatcher([loaded], device_key=interp, untuned_log=os.devnull))
+    try:
+        for problem, config in zip(problems, configs, strict=True):
+            assert served_config(MOE, problem, interp) == config
+        install_dispatcher(Dispatcher([old], device_key=interp, untuned_log=os.devnull))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UntunedShapeWarning)
+            assert served_config(MOE, problems[1], interp) == MOE.fallback_config(problems[1], interp)
+    finally:
+        install_dispatcher(previous)
 
 
 def test_unknown_key_returns_none(interp: Target) -> None:

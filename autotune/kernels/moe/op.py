@@ -53,6 +53,8 @@ class MoeOp(ProblemRules):
     """
 
     name = "moe"
+    #: bf16, FP8 and MXFP4 weights of one shape are three families of a table (`Problem.table_params`).
+    key_b_dtype = True
 
     def __init__(self, zipf: float = 0.0) -> None:
         if zipf < 0:
