@@ -23,7 +23,9 @@ for experts, block_m in json.loads(sys.argv[2]):
     slots = torch.empty(65536, dtype=torch.int32, device="meta")
     p2 = 1 << (experts - 1).bit_length()
     calls = {
-        "count": KernelCall(count_kernel, (experts,), (ids, ints, ids.numel()), dict(CHUNK=CHUNK, num_warps=4)),
+        "count": KernelCall(
+            count_kernel, (experts,), (ids, ints, ids.numel()), dict(CHUNK=CHUNK, num_warps=4)
+        ),
         "place": KernelCall(
             place_kernel, (experts,), (ids, ints, slots, slots, ids.numel(), 65536, experts),
             dict(BLOCK_M=block_m, E_P2=p2, CHUNK=CHUNK, num_warps=4),

@@ -298,12 +298,19 @@ def test_the_structure_is_a_knob_and_the_fused_one_needs_twice_the_b_tile() -> N
 
 
 def test_weight_descriptors_are_a_knob_where_tma_is() -> None:
-    """B_TMA exists on sm_90 (not on the MI300X or in the interpreter), is 0 in the default, and
+    """B_TMA exists on sm_90 (not on the MI300X or in the interpreter), is 1 in the default for bf16
+    weights in row blocks of 64 or more only (not in 16-row decode tiles, not with FP8 weights), and
     needs weight rows of 16-byte multiples."""
+    h100 = Target.for_arch("sm_90")
     mixtral = Problem.moe(4096, 7168, 4096, 8, 2)
-    space = MOE.space(mixtral, Target.for_arch("sm_90"))
+    space = MOE.space(mixtral, h100)
     assert {c["B_TMA"] for c in space.configs() if c.backend == "triton"} == {0, 1}
-    assert moe_default_config(mixtral, Target.for_arch("sm_90"))["B_TMA"] == 0
+    prefill = moe_default_config(mixtral, h100)
+    assert prefill["B_TMA"] == 1 and int(prefill["BLOCK_SIZE_M"]) >= 64 and space.check(prefill) is None
+    assert moe_default_config(mixtral.with_m(16), h100)["B_TMA"] == 0  # 4 tokens an expert: 16-row tiles
+    assert moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), h100)["B_TMA"] == 0
+    odd_prefill = moe_default_config(Problem.moe(4096, 7168, 4100, 8, 2), h100)  # rows TMA cannot load
+    assert odd_prefill["B_TMA"] == 0 and int(odd_prefill["BLOCK_SIZE_M"]) >= 64
     for arch in ("gfx942", "interpreter"):
         assert all("B_TMA" not in c for c in MOE.space(mixtral, Target.for_arch(arch)).configs())
     odd = Problem.moe(64, 7168, 4100, 8, 2)  # bf16 rows of 8200 bytes
