@@ -45,13 +45,24 @@ def align_fixed(
     if buffers is None:
         sorted_ids = torch.empty(slots, dtype=torch.int32, device=device)
         expert_ids = torch.empty(slots // block_m, dtype=torch.int32, device=device)
-        counts = torch.empty(num_experts, dtype=torch.int32, device=device)
     else:
         sorted_ids = buffers("sorted_ids", (slots,), torch.int32, device)
         expert_ids = buffers("expert_ids", (slots // block_m,), torch.int32, device)
-        counts = buffers("expert_counts", (num_experts,), torch.int32, device)
     if device.type == "meta" or n == 0:  # no data (a compile-only recording), or no slot at all
         return sorted_ids, expert_ids, slots
+    if device.type == "cpu" and not interpreting():
+        raise ValueError(
+            "align_fixed runs Triton kernels: give it a GPU's tensors, or set TRITON_INTERPRET=1"
+        )
+    from autotune.kernels.moe.align import align_on_device, spans_for
+
+    size = (num_experts * spans_for(n, num_experts),)
+    if buffers is None:
+        counts = torch.empty(size, dtype=torch.int32, device=device)
+    else:
+        counts = buffers("expert_counts", size, torch.int32, device)
+    align_on_device(topk_ids.reshape(-1).contiguous(), block_m, num_experts, sorted_ids, expert_ids, counts)
+    return sorted_ids, expert_ids, slots
     if device.type == "cpu" and not interpreting():
         raise ValueError(
             "align_fixed runs Triton kernels: give it a GPU's tensors, or set TRITON_INTERPRET=1"

@@ -14,21 +14,24 @@ SCRIPT = """
 import torch
 from autotune.core.op import KernelCall
 from autotune.engine.compile import amd_features, compile_call, nvidia_features
-from autotune.kernels.moe.align import CHUNK, count_kernel, place_kernel
+from autotune.kernels.moe.align import CHUNK, count_kernel, place_kernel, spans_for
 
 out = {}
 for experts, block_m in json.loads(sys.argv[2]):
-    ids = torch.empty(4096 * 8, dtype=torch.int32, device="meta")
-    ints = torch.empty(experts, dtype=torch.int32, device="meta")
+    n = 4096 * 8
+    spans = spans_for(n, experts)
+    ids = torch.empty(n, dtype=torch.int32, device="meta")
+    ints = torch.empty(experts * spans, dtype=torch.int32, device="meta")
     slots = torch.empty(65536, dtype=torch.int32, device="meta")
-    p2 = 1 << (experts - 1).bit_length()
+    span = -(-n // spans)
     calls = {
         "count": KernelCall(
-            count_kernel, (experts,), (ids, ints, ids.numel()), dict(CHUNK=CHUNK, num_warps=4)
+            count_kernel, (experts, spans), (ids, ints, n, span), dict(CHUNK=CHUNK, num_warps=4)
         ),
         "place": KernelCall(
-            place_kernel, (experts,), (ids, ints, slots, slots, ids.numel(), 65536, experts),
-            dict(BLOCK_M=block_m, E_P2=p2, CHUNK=CHUNK, num_warps=4),
+            place_kernel, (experts, spans), (ids, ints, slots, slots, n, 65536, experts, span),
+            dict(BLOCK_M=block_m, E_P2=1 << (experts - 1).bit_length(),
+                 S_P2=1 << (spans - 1).bit_length(), CHUNK=CHUNK, num_warps=4),
         ),
     }
     for name, call in calls.items():
@@ -37,7 +40,7 @@ for experts, block_m in json.loads(sys.argv[2]):
             features = amd_features(kernel.asm["amdgcn"], kernel.metadata.shared, target, 4)
         else:
             features = nvidia_features(kernel, target, 4)
-        out[f"{name} E={experts} BM={block_m}"] = features.spills
+        out[f"{name} E={experts} BM={block_m} spans={spans}"] = features.spills
 print(json.dumps(out))
 """
 
@@ -46,7 +49,7 @@ print(json.dumps(out))
 def test_the_alignment_compiles_without_spills(
     compile_per_arch: Callable[..., dict[str, Any]], arch: str
 ) -> None:
-    cases = [[8, 16], [60, 64], [256, 128], [512, 16]]
+    cases = [[8, 16], [60, 64], [256, 128], [512, 16], [1024, 64]]
     result = compile_per_arch(SCRIPT, [arch], cases)[arch]
     if "skip" in result:
         pytest.skip(result["skip"])

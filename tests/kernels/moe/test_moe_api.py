@@ -48,6 +48,17 @@ def test_align_fixed_is_align_block_size_then_padding_blocks(
         assert align_block_size(spread, block_m, E)[2] == padded
 
 
+def test_the_alignment_spans_long_routings() -> None:
+    """One span for a short routing; long ones cut into spans so that about PROGRAMS programs run, at most
+    one a CHUNK of ids and TABLE counts in all."""
+    from autotune.kernels.moe.align import CHUNK, PROGRAMS, TABLE, spans_for
+
+    assert spans_for(8, 8) == spans_for(1024, 256) == 1
+    assert spans_for(32768, 8) == 32768 // CHUNK  # a span a chunk
+    assert spans_for(32768, 128) == PROGRAMS // 128
+    assert spans_for(1 << 20, 2048) * 2048 <= TABLE
+
+
 def test_align_fixed_reads_nothing_back() -> None:
     """On the meta device there is no data: sizes come from the shapes alone, so no host sync can hide."""
     ids = torch.empty(5, 2, dtype=torch.int32, device="meta")
