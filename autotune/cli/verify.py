@@ -37,7 +37,8 @@ def add_parser(subparsers: Subparsers) -> None:
         help="time the served call of a table against the vendor library at every M, on this GPU",
         description="On the local GPU, time the call a serving process gets (autotune.kernels' entry "
         "points with TABLE loaded; for a shape TABLE does not cover, the op's fallback) against the "
-        "vendor library at every M of a ladder, both timed as served (CUDA-graph replays over "
+        "vendor library (for the fused MoE, what vLLM runs on this GPU) at every M of a ladder, both "
+        "timed as served (CUDA-graph replays over "
         "rotating inputs, interleaved rounds), each output checked first. Prints the worst rows and "
         "a summary per shape, writes every row as JSON, and exits 1 when a row's ratio (vendor "
         "time / served time) is under --min-ratio: run it before deploying a table.",
