@@ -239,6 +239,14 @@ def test_cli_verifies_a_moe_spec_against_vllms_fallback(
     assert [r["status"] for r in data["rows"]] == ["timed", "timed"]
     assert all(r["vendor"]["GATE_UP_FUSED"] == 0 and r["vendor"]["backend"] == "triton" for r in data["rows"])
     assert not (tmp_path / "autotune.db").exists()  # verify made no database
+    # a database that holds no file for this GPU (here, where it is found by default): the rule still
+    from autotune.db import Store
+
+    Store(str(tmp_path / "autotune.db")).close()
+    assert main(argv) == 0
+    assert "compared with vLLM fallback" in capsys.readouterr().out
+    assert main([*argv, "--db", str(tmp_path / "missing.db")]) == 2  # a named database must exist
+    assert "no database at" in capsys.readouterr().err
 
 
 def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
