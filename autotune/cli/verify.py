@@ -172,18 +172,12 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _with_baselines(families: list[Family], target: Target, url: str | None) -> list[Family]:
     """`families`, each of an op without a served vendor library given what a vLLM deployment runs
-    (`deployment_baseline`: the files of the database at `url` imported for this GPU, else vLLM's
-    fallback rule); says which for each. The default database is read only where it exists."""
-    from dataclasses import replace
-
-    from autotune.core.result import VENDOR_BACKEND
+    (`with_baseline`: the files of the database at `url` imported for this GPU, else vLLM's fallback
+    rule); says which for each. The default database is read only where it exists."""
     from autotune.db.engine import resolve_url, sqlite_path
-    from autotune.sweeps.verify import deployment_baseline
+    from autotune.sweeps.verify import has_vendor_library, with_baseline
 
-    def needy(fam: Family) -> bool:
-        return not fam.op.backend(VENDOR_BACKEND).served
-
-    if not any(map(needy, families)):
+    if all(has_vendor_library(f.op) for f in families):
         return families
     store = None
     path = sqlite_path(resolve_url(url))
@@ -191,10 +185,9 @@ def _with_baselines(families: list[Family], target: Target, url: str | None) -> 
         store = open_store(url, create=False, read_only=True)
     out = []
     for fam in families:
-        if needy(fam):
-            baseline, source = deployment_baseline(fam.problem, target, fam.ladder, store)
+        fam, source = with_baseline(fam, target, store)
+        if not has_vendor_library(fam.op):
             print(f"  {fam.name}: compared with {source or 'nothing (no file, no vLLM rule)'}")
-            fam = replace(fam, baseline=baseline)
         out.append(fam)
     return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -195,6 +196,14 @@ def _no_registry(name: str) -> ProblemRules:
 
 
 #: The rules of the op called `name` (ValueError naming the known ops if there is none):
+@functools.lru_cache(maxsize=1024)
+def _table_params(op: str, dtype_b: str, own: str) -> str:
+    """`Problem.table_params` where B's dtype is not A's (kept per op and dtypes: a served call asks)."""
+    if not rules_of(op).key_b_dtype:
+        return own
+    return ",".join(filter(None, (own, f"{B_DTYPE_KEY}{dtype_b}")))
+
+
 #: `autotune.core.registry` installs its `rules_of` here when it is imported (which importing `autotune`
 #: does); this module does not import the registry (which depends on it).
 rules_of: Callable[[str], ProblemRules] = _no_registry
@@ -310,9 +319,9 @@ class Problem:
     def table_params(self) -> str:
         """The `params` of this problem's table key: `params_key`, then `b=DTYPE` where the op keys B's
         dtype (`ProblemRules.key_b_dtype`) and it is not A's."""
-        if self.dtype_b == self.dtype_a or not rules_of(self.op).key_b_dtype:
+        if self.dtype_b == self.dtype_a:
             return self.params_key
-        return ",".join(filter(None, (self.params_key, f"{B_DTYPE_KEY}{self.dtype_b}")))
+        return _table_params(self.op, self.dtype_b, self.params_key)
 
     def flops(self) -> float:
         """Floating-point operations (multiply and add counted separately), as the op counts them."""

@@ -85,7 +85,7 @@ from .records import (
     TrialRecord,
     Winner,
 )
-from .vllm_rules import fallback_configs
+from .vllm_rules import deployment_configs
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
 
@@ -1079,11 +1079,9 @@ class Store:
     def baseline_configs(self, problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
         """What a vLLM deployment on `target` runs for `problem`'s shape, by M key: the files imported for
         its device (`imported_configs`), else, for a MoE, vLLM's fallback rule at each M of `ms`
-        (`autotune.db.vllm.fallback_configs`); empty where neither applies."""
-        found = self.imported_configs(problem, device_key=target.device_key())
-        if found:
-            return found
-        return fallback_configs(problem, target, ms)
+        (`autotune.db.vllm_rules.deployment_configs`); empty where neither applies."""
+        imported = self.imported_configs(problem, device_key=target.device_key())
+        return deployment_configs(imported, problem, target, ms)[0]
 
     def known_configs(self, problem: Problem, *, fingerprint: str | None, limit: int = 3) -> list[Config]:
         """Configs worth trying first when tuning `problem`, best guesses first: the imported config of the

@@ -4,7 +4,7 @@ nothing of the database (the store reads the fallback as a profile's baseline)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
@@ -16,6 +16,7 @@ __all__ = [
     "OUR_KEYS",
     "VLLM_BACKEND",
     "VLLM_KEYS",
+    "deployment_configs",
     "fallback_at",
     "fallback_config",
     "fallback_configs",
@@ -88,3 +89,15 @@ def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dic
     for weights the rule does not cover (MXFP4)."""
     found = {m: fallback_at(problem, target, m) for m in sorted({*ms, problem.E, problem.E + 1}) if m >= 1}
     return {m: config for m, config in found.items() if config is not None}
+
+
+def deployment_configs(
+    imported: Mapping[int, Config], problem: Problem, target: Target, ms: Iterable[int]
+) -> tuple[dict[int, Config], str]:
+    """What a vLLM deployment on `target` runs for `problem`'s shape, by M key, and where it comes from:
+    `imported` (the files imported for that device) where there are any ("file"), else vLLM's fallback
+    rule at `ms` (`fallback_configs`, "vLLM fallback"); ({}, "") where neither applies."""
+    if imported:
+        return dict(imported), "file"
+    found = fallback_configs(problem, target, ms)
+    return found, "vLLM fallback" if found else ""

@@ -49,8 +49,10 @@ __all__ = [
     "VerifyReport",
     "deployment_baseline",
     "family_of_entry",
+    "has_vendor_library",
     "vendor_config",
     "verify",
+    "with_baseline",
 ]
 
 log = logging.getLogger(__name__)
@@ -197,7 +199,7 @@ def vendor_config(op: TunableOp, problem: Problem, target: Target) -> Config | N
     """The op's vendor-library config for `problem` on `target`, or None where its space has none or its
     entry point does not serve it (`Backend.served`: a baseline loop is no vendor library)."""
     space = op.space(problem, target)
-    if VENDOR_BACKEND not in space.backends or not _served_backend(op, VENDOR_BACKEND):
+    if VENDOR_BACKEND not in space.backends or not has_vendor_library(op):
         return None
     for values, broken in space.subspace(VENDOR_BACKEND).walk():
         if broken is None:
@@ -205,28 +207,35 @@ def vendor_config(op: TunableOp, problem: Problem, target: Target) -> Config | N
     return None
 
 
-def _served_backend(op: TunableOp, name: str) -> bool:
+def has_vendor_library(op: TunableOp) -> bool:
+    """Whether `op`'s entry point serves its vendor backend (`Backend.served`; an op of a test without
+    backends counts as one that does): the MoE's per-expert loop is no vendor library."""
     backend = getattr(op, "backend", None)
-    return backend is None or bool(backend(name).served)
+    return backend is None or bool(backend(VENDOR_BACKEND).served)
 
 
 def deployment_baseline(
     family: Problem, target: Target, ladder: Sequence[int], store: Any = None
 ) -> tuple[Baseline | None, str]:
-    """What a vLLM deployment on `target` runs for `family`'s shape at each M, and where that comes from:
-    the files imported into `store` for this device ("file"), else vLLM's fallback rule ("vLLM
-    fallback"); (None, "") where neither applies (another op, MXFP4 weights without a file). The config
-    at an M is the nearest M key's, as vLLM picks it (`autotune.dispatch.ranges.imported_pick`)."""
-    from autotune.db.vllm_rules import fallback_configs
+    """What a vLLM deployment on `target` runs for `family`'s shape at each M, and where that comes from
+    (`autotune.db.vllm_rules.deployment_configs`: the files imported into `store` for this device, else
+    vLLM's fallback rule); (None, "") where neither applies (another op, MXFP4 weights without a file).
+    The config at an M is the nearest M key's, as vLLM picks it (`autotune.dispatch.ranges.imported_pick`)."""
+    from autotune.db.vllm_rules import deployment_configs
     from autotune.dispatch.ranges import imported_pick
 
-    found = store.imported_configs(family, device_key=target.device_key()) if store is not None else {}
-    source = "file"
-    if not found:
-        found, source = fallback_configs(family, target, ladder), "vLLM fallback"
-    if not found:
-        return None, ""
-    return functools.partial(imported_pick, found), source
+    imported = store.imported_configs(family, device_key=target.device_key()) if store is not None else {}
+    found, source = deployment_configs(imported, family, target, ladder)
+    return (functools.partial(imported_pick, found) if found else None), source
+
+
+def with_baseline(fam: Family, target: Target, store: Any = None) -> tuple[Family, str]:
+    """`fam`, given `deployment_baseline` (from `store`'s files where given) where its op has no vendor
+    library and it has no baseline yet, and where that comes from ("" where nothing was given)."""
+    if fam.baseline is not None or has_vendor_library(fam.op):
+        return fam, ""
+    baseline, source = deployment_baseline(fam.problem, target, fam.ladder, store)
+    return replace(fam, baseline=baseline), source
 
 
 def family_of_entry(entry: Entry) -> Problem:
@@ -269,8 +278,7 @@ def verify(
         bench = benches.get(fam.name)
         if bench is None:
             bench = benches[fam.name] = bench_for(fam.op)
-        if fam.baseline is None and not _served_backend(fam.op, VENDOR_BACKEND):
-            fam = replace(fam, baseline=deployment_baseline(fam.problem, target, fam.ladder)[0])
+        fam, _ = with_baseline(fam, target)
         for M in fam.ladder:
             row = _row(fam, fam.problem.with_m(M), target, bench, served_config, rounds)
             report.rows.append(row)

@@ -37,7 +37,7 @@ from autotune.core.target import Target
 from autotune.kernels.dense.api import _running
 from autotune.kernels.moe.op import MOE, MXFP4
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
-from autotune.kernels.moe.routing import align_fixed
+from autotune.kernels.moe.routing import align_fixed, fresh_buffer
 from autotune.kernels.serve import served_config
 
 __all__ = ["WORKSPACES", "fused_moe", "moe_problem"]
@@ -73,8 +73,6 @@ def _capturing(device: torch.device) -> bool:
 def _buffers(key: tuple[Any, ...] | None) -> Any:
     """The `buffers` of `moe.kernel.fused_moe`: tensors kept under `key` (None: fresh ones, the graph
     pool's while capturing)."""
-    from autotune.kernels.moe.kernel import fresh_buffer
-
     if key is None:
         return fresh_buffer
     held = _workspaces.pop(key, None)
@@ -171,7 +169,7 @@ def fused_moe(
         key = (x.device, stream, problem, chosen.canonical())
     buffers = _buffers(key)
     bm = int(chosen["BLOCK_SIZE_M"])
-    alignment = align_fixed(topk_ids, bm, E, buffers if key is not None else None)
+    alignment = align_fixed(topk_ids, bm, E, buffers)
     params = dict(chosen.items())
     params.pop("backend", None)
     if mx:

@@ -30,7 +30,7 @@ num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ from autotune.core.problem import cdiv
 from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.moe.ref import FP8_BLOCK, align_block_size, validate_moe_inputs
+from autotune.kernels.moe.routing import Buffers, fresh_buffer
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [
@@ -466,15 +467,6 @@ def _check_tma_weights(w1: torch.Tensor, w2: torch.Tensor) -> None:
 #: Rows per program of the activation quantization kernel, and of `silu_mul_kernel`.
 _QUANT_ROWS = 16
 _ACT_ROWS = 4
-
-
-#: Where fused_moe takes its intermediate tensors: (name, shape, dtype, device) → an uninitialized tensor.
-Buffers = Callable[[str, tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
-
-
-def fresh_buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A new tensor for each call (the caching allocator's): fused_moe's default `buffers`."""
-    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _quantize_act(

@@ -33,16 +33,15 @@ from autotune.core.problem import cdiv
 from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
 from autotune.kernels.launch import pinned
 from autotune.kernels.moe.kernel import (
-    Buffers,
     _launch_options,
     _moe_store,
     _row_block,
     aligned,
-    fresh_buffer,
     output_for,
     silu_mul_kernel,
 )
 from autotune.kernels.moe.ref import validate_mxfp4_moe_inputs
+from autotune.kernels.moe.routing import Buffers, fresh_buffer
 from autotune.kernels.quant.formats import MX_BLOCK
 from autotune.kernels.scratch import split_scratch
 

@@ -11,14 +11,23 @@ min(E, M·topk) groups padded. Blocks past the routed ones hold only the sentine
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import torch
 
 from autotune.core.target import interpreting
 from autotune.kernels.moe.ref import route
 
-__all__ = ["align_fixed", "fixed_padded", "fused_topk"]
+__all__ = ["Buffers", "align_fixed", "fixed_padded", "fresh_buffer", "fused_topk"]
+
+
+#: Where the MoE takes its intermediate tensors: (name, shape, dtype, device) → an uninitialized tensor.
+Buffers = Callable[[str, tuple[int, ...], torch.dtype, torch.device], torch.Tensor]
+
+
+def fresh_buffer(name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A new tensor for each call (the caching allocator's): the default `buffers`."""
+    return torch.empty(shape, dtype=dtype, device=device)
 
 
 def fixed_padded(pairs: int, num_experts: int, block_m: int) -> int:
@@ -29,12 +38,12 @@ def fixed_padded(pairs: int, num_experts: int, block_m: int) -> int:
 
 
 def align_fixed(
-    topk_ids: torch.Tensor, block_m: int, num_experts: int, buffers: Any = None
+    topk_ids: torch.Tensor, block_m: int, num_experts: int, buffers: Buffers = fresh_buffer
 ) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(sorted_ids int32 (P,), expert_ids int32 (P / block_m,), P) with P = `fixed_padded`: the layout of
     `align_block_size`, then padding blocks (sentinel ids, expert -1) up to P. Pairs out of [0, E) must
-    be ruled out by the caller (they are not read back here). `buffers` (`moe.kernel.Buffers`), when
-    given, holds the two results."""
+    be ruled out by the caller (they are not read back here). `buffers` gives the two results and the
+    launches' scratch (by default new tensors)."""
     if topk_ids.dim() != 2:
         raise ValueError(f"topk_ids must be (M, topk), got shape {tuple(topk_ids.shape)}")
     if block_m < 1:
@@ -42,12 +51,8 @@ def align_fixed(
     device = topk_ids.device
     n = topk_ids.numel()
     slots = fixed_padded(n, num_experts, block_m)
-    if buffers is None:
-        sorted_ids = torch.empty(slots, dtype=torch.int32, device=device)
-        expert_ids = torch.empty(slots // block_m, dtype=torch.int32, device=device)
-    else:
-        sorted_ids = buffers("sorted_ids", (slots,), torch.int32, device)
-        expert_ids = buffers("expert_ids", (slots // block_m,), torch.int32, device)
+    sorted_ids = buffers("sorted_ids", (slots,), torch.int32, device)
+    expert_ids = buffers("expert_ids", (slots // block_m,), torch.int32, device)
     if device.type == "meta" or n == 0:  # no data (a compile-only recording), or no slot at all
         return sorted_ids, expert_ids, slots
     if device.type == "cpu" and not interpreting():
@@ -56,19 +61,7 @@ def align_fixed(
         )
     from autotune.kernels.moe.align import align_on_device, spans_for
 
-    size = (num_experts * spans_for(n, num_experts),)
-    if buffers is None:
-        counts = torch.empty(size, dtype=torch.int32, device=device)
-    else:
-        counts = buffers("expert_counts", size, torch.int32, device)
-    align_on_device(topk_ids.reshape(-1).contiguous(), block_m, num_experts, sorted_ids, expert_ids, counts)
-    return sorted_ids, expert_ids, slots
-    if device.type == "cpu" and not interpreting():
-        raise ValueError(
-            "align_fixed runs Triton kernels: give it a GPU's tensors, or set TRITON_INTERPRET=1"
-        )
-    from autotune.kernels.moe.align import align_on_device
-
+    counts = buffers("expert_counts", (num_experts * spans_for(n, num_experts),), torch.int32, device)
     align_on_device(topk_ids.reshape(-1).contiguous(), block_m, num_experts, sorted_ids, expert_ids, counts)
     return sorted_ids, expert_ids, slots
 

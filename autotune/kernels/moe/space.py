@@ -41,7 +41,7 @@ def _fewest_rows(problem: Problem, target: Target) -> int:
     """The row block no routing makes wasteful: 64 for FP8 weights on NVIDIA sm_90 and newer (a warp
     group's MMA; smaller blocks run FP8 through MMAs of another shape, and vLLM's 64-row FP8 tiles beat
     our 16-row ones from 16 tokens an expert: docs/notes/2026-11-28-moe-untuned.md), else the least tile."""
-    if problem.dtype_b.startswith("fp8") and target.is_nvidia and target.sm >= 90:
+    if problem.dtype_b.startswith("fp8") and target.sm >= 90:  # 0 off NVIDIA
         return 64
     return _MIN_TILE
 
@@ -309,16 +309,18 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     return Core(bm, bn, bk, warps, 2 if target.is_amd else 3)
 
 
-def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
+def _moe_config(problem: Problem, target: Target, core: Core, *, vllm: bool = False) -> Config | None:
     """`core` with K slices where the gate/up grid is small (`_default_split`), AMD's knobs, the weight
     tiles through TMA where `_tma_weights` says so, and the largest GROUP_SIZE_M that still changes the
     order (walking the row blocks grouped was faster wherever both were measured:
-    docs/notes/2026-11-22-moe.md); None where no group makes it a config of the space."""
+    docs/notes/2026-11-22-moe.md); None where no group makes it a config of the space. `vllm`: vLLM's
+    choices around the core instead (its structure, GATE_UP_FUSED 0; no K slices; groups of 32)."""
     params = moe_params(problem, target)
     bm, bn, bk, warps, stages = core
-    split = _default_split(problem, target, bm, bn, bk)
+    split = 1 if vllm else _default_split(problem, target, bm, bn, bk)
     values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
-                                    GATE_UP_FUSED=1, num_warps=warps, num_stages=stages)  # fmt: skip
+                                    GATE_UP_FUSED=int(not vllm), num_warps=warps,
+                                    num_stages=stages)  # fmt: skip
     tma: list[int | None] = [None]  # the knob is not there (AMD)
     if "B_TMA" in params:
         tma = [1, 0] if _tma_weights(problem, bm) else [0]
@@ -328,9 +330,10 @@ def _moe_config(problem: Problem, target: Target, core: Core) -> Config | None:
         values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
         if "kpack" in params:
             values["kpack"] = 2
+    groups = [32] if vllm else sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True)
     sub = SubSpace("triton", params, moe_constraints(problem, target))
     for b_tma in tma:
-        for group in sorted((int(g) for g in params["GROUP_SIZE_M"]), reverse=True):
+        for group in groups:
             config = Config(backend="triton", GROUP_SIZE_M=group, **values)
             config = config if b_tma is None else config.replace(B_TMA=b_tma)
             if sub.check(config) is None:
@@ -360,21 +363,9 @@ def _fp8_past_decode(problem: Problem) -> bool:
 def _vllm_fp8_tiles(problem: Problem, target: Target) -> Config | None:
     """The config vLLM's fallback rule runs FP8 128x128-block weights in, at every M: 64 x 128 tiles
     (the scale block's width), K steps of 128, groups of 32, 4 warps, 3 stages (2 on AMD), its structure
-    (GATE_UP_FUSED 0) and pointer loads; None where it is no config of the space."""
-    params = moe_params(problem, target)
-    values: dict[str, Value] = dict(BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=32,
-                                    SPLIT_K=1, GATE_UP_FUSED=0, num_warps=4,
-                                    num_stages=2 if target.is_amd else 3)  # fmt: skip
-    if "B_TMA" in params:
-        values["B_TMA"] = 0
-    if target.is_amd:
-        values.update(matrix_instr_nonkdim=16, waves_per_eu=0)
-        if "kpack" in params:
-            values["kpack"] = 2
-    config = Config(backend="triton", **values)
-    return (
-        config if SubSpace("triton", params, moe_constraints(problem, target)).check(config) is None else None
-    )
+    (GATE_UP_FUSED 0) and pointer loads (`_tma_weights` takes no FP8); None where it is no config of the
+    space."""
+    return _moe_config(problem, target, Core(64, 128, 128, 4, 2 if target.is_amd else 3), vllm=True)
 
 
 def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
