@@ -262,50 +262,34 @@ def test_export_writes_one_vllm_file_per_gpu_and_shape(measured: Store, tmp_path
     assert text == json.dumps({**top, **mi300x}, indent=4) + "\n"
 
 
-def test_split_k_winners_export_the_fastest_config_vllm_can_run(store: Store, tmp_path: Path) -> None:
-    """vLLM's kernel has no SPLIT_K: a split winner is skipped for the fastest unsplit Triton config, and
-    a file never carries the key."""
-    split = tiles(16, 64).replace(SPLIT_K=4)
-    put(store, H100, moe(1, MIXTRAL), timed(split, 5.0))
-    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
-    put(store, H100, moe(1, MIXTRAL), timed(tiles(32, 64), 9.0))
-    (path,) = export_vllm(store, tmp_path / "out")
-    doc = json.loads(path.read_text())
-    doc.pop("triton_version", None)
-    assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
-    with pytest.raises(InteropError, match="SPLIT_K=4 has no place in a vLLM config"):
-        vllm_json({1: split}, amd=False)
-
-
-def test_winners_of_our_fused_structure_export_the_fastest_config_measured_in_vllms(
-    store: Store, tmp_path: Path
+@pytest.mark.parametrize(
+    "knob, value, slower",
+    [
+        # vLLM's kernel has no SPLIT_K: a split winner gives way to the fastest unsplit Triton config
+        ("SPLIT_K", 4, [(tiles(32, 64), 9.0)]),
+        # GATE_UP_FUSED 1 is another tile in vLLM's kernel (its B tile holds gate and up): the file takes
+        # the fastest config measured in vLLM's structure
+        ("GATE_UP_FUSED", 1, [(tiles(16, 64), 8.0)]),
+        # B_TMA 1 loads the weight tiles through tensor descriptors, which vLLM's kernel does not
+        ("B_TMA", 1, []),
+    ],
+)
+def test_winners_vllms_kernel_cannot_run_give_way_to_the_fastest_it_can(
+    store: Store, tmp_path: Path, knob: str, value: int, slower: list[tuple[Config, float]]
 ) -> None:
-    """A config of GATE_UP_FUSED 1 is another tile in vLLM's kernel (its B tile holds gate and up): the
-    file takes the fastest config measured in vLLM's structure instead, and never the fused one."""
-    fused = tiles(16, 64).replace(GATE_UP_FUSED=1)
-    put(store, H100, moe(1, MIXTRAL), timed(fused, 5.0))
-    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 64), 8.0))
+    """A winner at a value of our own knob that vLLM's kernel lacks is skipped for the fastest config
+    measured at vLLM's value, and a file never carries the knob."""
+    ours = tiles(16, 64).replace(**{knob: value})
+    put(store, H100, moe(1, MIXTRAL), timed(ours, 5.0))
     put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
+    for config, us in slower:
+        put(store, H100, moe(1, MIXTRAL), timed(config, us))
     (path,) = export_vllm(store, tmp_path / "out")
     doc = json.loads(path.read_text())
     doc.pop("triton_version", None)
     assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
-    with pytest.raises(InteropError, match="GATE_UP_FUSED=1 has no place in a vLLM config"):
-        vllm_json({1: fused}, amd=False)
-
-
-def test_winners_loading_weights_through_descriptors_are_not_exported(store: Store, tmp_path: Path) -> None:
-    """B_TMA 1 loads the weight tiles through tensor descriptors, which vLLM's kernel does not: the file
-    takes the fastest config measured with pointer loads."""
-    tma = tiles(16, 64).replace(B_TMA=1)
-    put(store, H100, moe(1, MIXTRAL), timed(tma, 5.0))
-    put(store, H100, moe(1, MIXTRAL), timed(tiles(16, 128), 7.0))
-    (path,) = export_vllm(store, tmp_path / "out")
-    doc = json.loads(path.read_text())
-    doc.pop("triton_version", None)
-    assert doc == {"1": {k: tiles(16, 128)[k] for k in VLLM_KEYS}}
-    with pytest.raises(InteropError, match="B_TMA=1 has no place in a vLLM config"):
-        vllm_json({1: tma}, amd=False)
+    with pytest.raises(InteropError, match=f"{knob}={value} has no place in a vLLM config"):
+        vllm_json({1: ours}, amd=False)
 
 
 def test_round_trip_is_byte_identical(measured: Store, tmp_path: Path) -> None:
