@@ -177,3 +177,17 @@ def compile_per_arch() -> Callable[..., dict[str, Any]]:
         return out
 
     return run
+
+
+@pytest.fixture(scope="session")
+def compile_on_arch(compile_per_arch: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+    """`compile_per_arch` for one arch: `script`'s JSON for `arch` (and `payload`), the test skipped where
+    this process cannot compile for it."""
+
+    def run(script: str, arch: str, payload: Any = None) -> dict[str, Any]:
+        found: dict[str, Any] = compile_per_arch(script, (arch,), payload)[arch]
+        if "skip" in found:
+            pytest.skip(found["skip"])
+        return found
+
+    return run
