@@ -306,7 +306,19 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     else:
         bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
-    return Core(bm, bn, bk, warps, 2 if target.is_amd else 3)
+    stages = 2 if target.is_amd else 4 if _fp8_few_pairs(problem, bm) else 3
+    return Core(bm, bn, bk, warps, stages)
+
+
+#: Token-expert pairs (M x topk) up to which FP8 block weights in 16-row tiles take 4 stages instead of 3
+#: on NVIDIA: measured on five FP8 layers of top-8 models (H200), 4 stages ran 0.997-1.077x of 3 at M = 1
+#: to 4 (32 pairs) and 0.983-1.029x at M = 8 (docs/notes/2026-11-28-untuned-decode.md).
+FP8_DEEP_RING_MAX_PAIRS = 32
+
+
+def _fp8_few_pairs(problem: Problem, block_m: int) -> bool:
+    fp8 = problem.dtype_b.startswith("fp8")
+    return fp8 and block_m == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
 
 
 def _moe_config(problem: Problem, target: Target, core: Core, *, vllm: bool = False) -> Config | None:

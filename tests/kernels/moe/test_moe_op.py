@@ -141,6 +141,24 @@ def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
     assert moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8), h100)["GATE_UP_FUSED"] == 1
 
 
+def test_fp8_decode_tiles_take_a_deeper_ring_for_few_pairs() -> None:
+    """FP8 block weights in 16-row tiles: 4 stages up to FP8_DEEP_RING_MAX_PAIRS token-expert pairs on
+    NVIDIA, 3 above; bf16 weights keep 3, AMD 2."""
+    from autotune.kernels.moe.space import FP8_DEEP_RING_MAX_PAIRS
+
+    h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
+    edge = FP8_DEEP_RING_MAX_PAIRS // 8
+    for M, stages in ((1, 4), (edge, 4), (edge + 1, 3)):
+        problem = Problem.moe(M, 2048, 7168, 32, 8, weights="fp8e4m3")
+        config = moe_default_config(problem, h100)
+        assert (config["BLOCK_SIZE_M"], config["num_stages"]) == (16, stages), M
+        assert MOE.space(problem, h100).check(config) is None
+    top2 = Problem.moe(16, 2048, 7168, 32, 2, weights="fp8e4m3")  # 32 pairs at M = 16
+    assert moe_default_config(top2, h100)["num_stages"] == 4
+    assert moe_default_config(Problem.moe(1, 2048, 7168, 32, 8), h100)["num_stages"] == 3
+    assert moe_default_config(Problem.moe(1, 2048, 7168, 32, 8, weights="fp8e4m3"), mi300x)["num_stages"] == 2
+
+
 def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # With FP8 weights the kernel loads FP8 activations: A and two B tiles of 64 + 2 x 128 rows, 128 wide,
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
