@@ -43,15 +43,39 @@ def main() -> int:
     harness.add_out(ap, "folder for small_m_probe.json")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--held-out", action="store_true", help="only the held-out MoE layers, new vs old stages")
+    ap.add_argument("--blockwise", action="store_true", help="only blockwise FP8, other kernels at decode")
     args = ap.parse_args()
     target = local_target()
     rows: list[dict[str, Any]] = []
     op = get_op("gemm_fp8_blockwise")
     bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
-    for n, k in [] if args.held_out else DENSE:
+    wide = [(5120, 12800), (4096, 14336), (5120, 5120), (25600, 5120), (7168, 2304)]
+    for n, k in [] if args.held_out else wide if args.blockwise else DENSE:
         for m in (4, 8, 16):
             p = Problem.quant("gemm_fp8_blockwise", m, n, k)
             d = op.fallback_config(p, target)
+            if args.blockwise:
+                from autotune.kernels.quant import space as qs
+
+                v = variants_of(d, {"sk3": {"SPLIT_K": 3, "FUSED_SPLIT": 1}, "w8": {"num_warps": 8},
+                                    "bk128s6": {"BLOCK_K": 128, "num_stages": 6}})  # fmt: skip
+                tma = qs._tma_default(p, target, swapped=True)
+                gluon = qs.gluon_default_config(p, target)
+                for name, c in (("tma_swapped", tma), ("gluon", gluon)):
+                    if c is not None:
+                        v[name] = c
+                if gluon is not None:
+                    for bn, st, sk in ((64, 6, 1), (128, 6, 2), (64, 8, 2), (128, 6, 1)):
+                        try:
+                            v[f"gluon_swap{bn}s{st}k{sk}"] = gluon.replace(
+                                SWAP_AB=1, BLOCK_M=16, BLOCK_N=bn, num_stages=st, SPLIT_K=sk)
+                        except ValueError:
+                            pass
+                v["vendor"] = Config(backend="torch")
+                row = dict(kind="blockwise", N=n, K=k, M=m) | harness.side_by_side(bench, p, v, args.rounds)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+                continue
             v = variants_of(d, {
                 "bm32": {"BLOCK_M": 32}, "s4": {"num_stages": 4}, "s5": {"num_stages": 5},
                 "bk256s4": {"BLOCK_K": 256, "num_stages": 4}, "bk256s5": {"BLOCK_K": 256, "num_stages": 5},
@@ -63,7 +87,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
     op = get_op("moe")
     bench = Benchmarker(op, target, settings=BenchSettings(method="graph"))
-    for n, k, e, topk in HELD_OUT + MOE if args.held_out else MOE:
+    for n, k, e, topk in [] if args.blockwise else HELD_OUT + MOE if args.held_out else MOE:
         for m in (1, 2, 4) if args.held_out else (1, 2, 4, 8):
             p = Problem.moe(m, n, k, e, topk, "bf16", "fp8e4m3")
             d = op.default_config(p, target)
