@@ -317,6 +317,7 @@ FP8_DEEP_RING_MAX_PAIRS = 32
 
 
 def _fp8_few_pairs(problem: Problem, block_m: int) -> bool:
+    """Whether FP8 block weights in 16-row tiles see at most FP8_DEEP_RING_MAX_PAIRS token-expert pairs."""
     fp8 = problem.dtype_b.startswith("fp8")
     return fp8 and block_m == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
 
