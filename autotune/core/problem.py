@@ -196,17 +196,17 @@ def _no_registry(name: str) -> ProblemRules:
 
 
 #: The rules of the op called `name` (ValueError naming the known ops if there is none):
+#: `autotune.core.registry` installs its `rules_of` here when it is imported (which importing `autotune`
+#: does); this module does not import the registry (which depends on it).
+rules_of: Callable[[str], ProblemRules] = _no_registry
+
+
 @functools.lru_cache(maxsize=1024)
 def _table_params(op: str, dtype_b: str, own: str) -> str:
     """`Problem.table_params` where B's dtype is not A's (kept per op and dtypes: a served call asks)."""
     if not rules_of(op).key_b_dtype:
         return own
     return ",".join(filter(None, (own, f"{B_DTYPE_KEY}{dtype_b}")))
-
-
-#: `autotune.core.registry` installs its `rules_of` here when it is imported (which importing `autotune`
-#: does); this module does not import the registry (which depends on it).
-rules_of: Callable[[str], ProblemRules] = _no_registry
 
 
 def normalize_dtype(name: str) -> str:

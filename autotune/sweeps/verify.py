@@ -198,8 +198,10 @@ def _summary(name: str, rows: Sequence[Row], min_ratio: float) -> dict[str, Any]
 def vendor_config(op: TunableOp, problem: Problem, target: Target) -> Config | None:
     """The op's vendor-library config for `problem` on `target`, or None where its space has none or its
     entry point does not serve it (`Backend.served`: a baseline loop is no vendor library)."""
+    if not has_vendor_library(op):
+        return None
     space = op.space(problem, target)
-    if VENDOR_BACKEND not in space.backends or not has_vendor_library(op):
+    if VENDOR_BACKEND not in space.backends:
         return None
     for values, broken in space.subspace(VENDOR_BACKEND).walk():
         if broken is None:

@@ -37,11 +37,15 @@ def _mxfp4(problem: Problem) -> bool:
     return problem.dtype_b == _MXFP4
 
 
+def _fp8(problem: Problem) -> bool:
+    return problem.dtype_b.startswith("fp8")
+
+
 def _fewest_rows(problem: Problem, target: Target) -> int:
     """The row block no routing makes wasteful: 64 for FP8 weights on NVIDIA sm_90 and newer (a warp
     group's MMA; smaller blocks run FP8 through MMAs of another shape, and vLLM's 64-row FP8 tiles beat
     our 16-row ones from 16 tokens an expert: docs/notes/2026-11-28-moe-untuned.md), else the least tile."""
-    if problem.dtype_b.startswith("fp8") and target.sm >= 90:  # 0 off NVIDIA
+    if _fp8(problem) and target.sm >= 90:  # 0 off NVIDIA
         return 64
     return _MIN_TILE
 
@@ -59,7 +63,7 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     exported files carry only B_TMA 0 configs) and AMD's three on AMD. MXFP4 weights add
     BLOCK_SIZE_N_DOWN (the down GEMM's column tile; the other weights' kernels use BLOCK_SIZE_N for both
     GEMMs) and take K tiles of whole 32-wide scale groups."""
-    fp8 = problem.dtype_b.startswith("fp8")
+    fp8 = _fp8(problem)
     mx = _mxfp4(problem)
     if target.interpreter:
         tiny: dict[str, Sequence[Value]] = dict(
@@ -110,7 +114,7 @@ def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
 def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The fused kernel's constraints on `problem` and `target`."""
     tpe = tokens_per_expert(problem)
-    fp8 = problem.dtype_b.startswith("fp8")
+    fp8 = _fp8(problem)
     # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
     elem = 1 if fp8 else max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
 
@@ -293,7 +297,7 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     if target.interpreter:
         return Core(16, 32, 32, 4, 1)
     tpe = tokens_per_expert(problem)
-    fp8 = problem.dtype_b.startswith("fp8")
+    fp8 = _fp8(problem)
     # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step (MXFP4 weights: 128 too,
     # four scale groups a step, a 16x16x128 scaled MFMA's K where there is one). From 16 tokens per expert
     # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
@@ -306,20 +310,14 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     else:
         bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
-    stages = 2 if target.is_amd else 4 if _fp8_few_pairs(problem, bm) else 3
-    return Core(bm, bn, bk, warps, stages)
+    deep = fp8 and bm == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
+    return Core(bm, bn, bk, warps, 2 if target.is_amd else 4 if deep else 3)
 
 
 #: Token-expert pairs (M x topk) up to which FP8 block weights in 16-row tiles take 4 stages instead of 3
 #: on NVIDIA: measured on five FP8 layers of top-8 models (H200), 4 stages ran 0.997-1.077x of 3 at M = 1
 #: to 4 (32 pairs) and 0.983-1.029x at M = 8 (docs/notes/2026-11-28-untuned-decode.md).
 FP8_DEEP_RING_MAX_PAIRS = 32
-
-
-def _fp8_few_pairs(problem: Problem, block_m: int) -> bool:
-    """Whether FP8 block weights in 16-row tiles see at most FP8_DEEP_RING_MAX_PAIRS token-expert pairs."""
-    fp8 = problem.dtype_b.startswith("fp8")
-    return fp8 and block_m == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
 
 
 def _moe_config(problem: Problem, target: Target, core: Core, *, vllm: bool = False) -> Config | None:
@@ -370,7 +368,7 @@ FP8_OWN_TILES_MAX_TPE = 8
 
 
 def _fp8_past_decode(problem: Problem) -> bool:
-    return problem.dtype_b.startswith("fp8") and tokens_per_expert(problem) > FP8_OWN_TILES_MAX_TPE
+    return _fp8(problem) and tokens_per_expert(problem) > FP8_OWN_TILES_MAX_TPE
 
 
 def _vllm_fp8_tiles(problem: Problem, target: Target) -> Config | None:
