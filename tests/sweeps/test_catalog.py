@@ -189,6 +189,20 @@ def test_model_and_op_entries_dedupe_across_entries() -> None:
     assert len(s.problems()) == 5  # the op entry's (4096, 4096) is the model's attn.o
 
 
+def test_every_benchmark_spec_parses_and_most_held_out_layers_are_new() -> None:
+    """The benchmarks' specs load; of serve_every_m_heldout.toml's 15 (N, K), only Qwen2.5-72B's four
+    attention layers (Llama-3.1-70B's) are in serve_every_m.toml, whose layers the rules were read from."""
+    specs = sorted((REPO / "benchmarks").glob("*.toml"))
+    assert len(specs) >= 6
+    shapes = {}
+    for path in specs:
+        problems = load_spec(path).problems()
+        assert problems, path
+        shapes[path.stem] = {(p.N, p.K) for _, p in problems}
+    assert len(shapes["serve_every_m_heldout"]) == 15
+    assert len(shapes["serve_every_m_heldout"] - shapes["serve_every_m"]) == 11
+
+
 def test_every_shipped_spec_parses() -> None:
     specs = sorted((REPO / "autotune" / "sweeps").glob("*.toml"))
     assert len(specs) >= 8
