@@ -6,7 +6,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.space import default_splits, mla_default_candidates
+from autotune.kernels.mla.space import QUARTERS_STAGES, default_splits, mla_default_candidates
 from autotune.sweeps.spec import load_spec, parse_spec
 
 ARCHS = ("gfx942", "gfx950", "sm_90")
@@ -97,12 +97,35 @@ def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup
         return
     narrow_default = mla_default_candidates(_problem(1, 16, 4096, "fp8e4m3"), target)[0]
     assert narrow_default["BLOCK_H"] == 16 and narrow_default["F16_TILES"] == 1
+    unquartered = {"QUARTERS": 0} if "QUARTERS" in sub.params else {}
     wide = dict(first.items()) | dict(num_kv_splits=1, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2)
+    wide |= unquartered
     narrow = wide | dict(BLOCK_H=32)
     assert sub.check(Config(wide | dict(F16_TILES=1, Q_FP8=0))) is None
     assert sub.check(Config(narrow | dict(F16_TILES=1, Q_FP8=1))) is None
     why = sub.check(Config(wide | dict(F16_TILES=1, Q_FP8=1))) or ""
     assert ("f16_tiles_past_fp8_wgmma" in why) == (target.arch == "sm_90")
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
+def test_fp8_caches_on_64_head_tiles_default_to_quarters_with_fp8_queries(arch: str) -> None:
+    """On sm_90 an FP8 cache's 64-head default takes FP8 queries and the latent dims in quarters
+    (QUARTERS_STAGES stages); 16- and 32-head tiles, bf16 caches and AMD GPUs do not."""
+    target = Target.for_arch(arch)
+    for heads in (64, 128):
+        for batch, context in ((1, 1024), (64, 8192), (256, 32768)):
+            problem = _problem(batch, heads, context, "fp8e4m3")
+            first = mla_default_candidates(problem, target)[0]
+            assert MLA_DECODE.space(problem, target).subspace("triton").check(first) is None
+            if target.is_amd:
+                assert "QUARTERS" not in first and first["Q_FP8"] == 0
+                continue
+            assert first["BLOCK_H"] == 64 and first["QUARTERS"] == 1 and first["Q_FP8"] == 1
+            assert first["num_stages"] == QUARTERS_STAGES
+    for heads in (16, 32):
+        first = mla_default_candidates(_problem(64, heads, 8192, "fp8e4m3"), target)[0]
+        assert first.get("QUARTERS", 0) == 0
+    assert "QUARTERS" not in mla_default_candidates(_problem(64, 128, 8192), target)[0]
 
 
 def test_splits_follow_batch_and_context() -> None:
@@ -185,7 +208,7 @@ def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_war
 
 def test_quartered_latent_dims_are_an_sm90_fp8_knob_searched_on_64_head_tiles_with_fp8_queries() -> None:
     """QUARTERS exists on sm_90 with an FP8 cache; it is searched with 64-head tiles and FP8 queries only
-    (a search-only rule: such a config still runs), and is 0 in the defaults."""
+    (a search-only rule: such a config still runs); the default takes it on 64-head tiles only."""
     import dataclasses
 
     h100 = Target.for_arch("sm_90")
@@ -201,7 +224,7 @@ def test_quartered_latent_dims_are_an_sm90_fp8_knob_searched_on_64_head_tiles_wi
         config = good.replace(**change)
         assert "quarters_need_fp8_wgmma" in (sub.check(config) or ""), change
         assert sub.check(config, search_only=False) is None, change
-    assert all(c["QUARTERS"] == 0 for c in mla_default_candidates(fp8, h100))
+    assert all(c["QUARTERS"] == int(c["BLOCK_H"] >= 64) for c in mla_default_candidates(fp8, h100))
     assert mla_default_candidates(_problem(64, 16, 4096, "fp8e4m3"), h100)[0]["QUARTERS"] == 0
 
 
