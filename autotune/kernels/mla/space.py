@@ -24,7 +24,6 @@ from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, candidates, safer_cores
 
 __all__ = [
-    "QUARTERS_STAGES",
     "default_splits",
     "mla_constraints",
     "mla_default_candidates",
@@ -316,14 +315,11 @@ def _core(problem: Problem, target: Target) -> Core:
     return Core(bh, 32, 1, warps, 2)
 
 
-#: Stages of the quartered default (64-head tiles, FP8 cache and queries, sm_90).
-QUARTERS_STAGES = 2
-
-
 def _config(problem: Problem, target: Target, core: Core) -> Config | None:
     """`core` with its splits and AMD's knobs (bf16 queries; on NVIDIA fp16 tiles where a tile holds 16
     heads, bf16 tiles otherwise; with an FP8 cache on sm_90, 64-head tiles take FP8 queries and the latent
-    dims in quarters, QUARTERS_STAGES stages); None where that is no config of the space."""
+    dims in quarters: 1.41x the unquartered default on an H200, and 3 stages no faster than 2); None where
+    that is no config of the space."""
     bh, bn, _, warps, stages = core
     values: dict[str, Value] = dict(num_kv_splits=default_splits(problem, target, bh, bn), BLOCK_H=bh,
                                     BLOCK_N=bn, num_warps=warps, num_stages=stages)  # fmt: skip
@@ -338,8 +334,6 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
         values["SWAP"] = 0
     if _quarters_knob(problem, target):
         values["QUARTERS"] = int(quarters)
-        if quarters:
-            values["num_stages"] = QUARTERS_STAGES
     return _in_space(problem, target, Config(backend="triton", **values))
 
 

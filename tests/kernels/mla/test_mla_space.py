@@ -6,7 +6,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.space import QUARTERS_STAGES, default_splits, mla_default_candidates
+from autotune.kernels.mla.space import default_splits, mla_default_candidates
 from autotune.sweeps.spec import load_spec, parse_spec
 
 ARCHS = ("gfx942", "gfx950", "sm_90")
@@ -110,7 +110,7 @@ def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_fp8_caches_on_64_head_tiles_default_to_quarters_with_fp8_queries(arch: str) -> None:
     """On sm_90 an FP8 cache's 64-head default takes FP8 queries and the latent dims in quarters
-    (QUARTERS_STAGES stages); 16- and 32-head tiles, bf16 caches and AMD GPUs do not."""
+    (on the rule's 8 warps and 2 stages); 16- and 32-head tiles, bf16 caches and AMD GPUs do not."""
     target = Target.for_arch(arch)
     for heads in (64, 128):
         for batch, context in ((1, 1024), (64, 8192), (256, 32768)):
@@ -121,7 +121,7 @@ def test_fp8_caches_on_64_head_tiles_default_to_quarters_with_fp8_queries(arch: 
                 assert "QUARTERS" not in first and first["Q_FP8"] == 0
                 continue
             assert first["BLOCK_H"] == 64 and first["QUARTERS"] == 1 and first["Q_FP8"] == 1
-            assert first["num_stages"] == QUARTERS_STAGES
+            assert first["num_warps"] == 8 and first["num_stages"] == 2
     for heads in (16, 32):
         first = mla_default_candidates(_problem(64, heads, 8192, "fp8e4m3"), target)[0]
         assert first.get("QUARTERS", 0) == 0
