@@ -7,8 +7,8 @@ tile), `num_warps`, `num_stages`; on AMD `waves_per_eu` and `matrix_instr_nonkdi
 NVIDIA `F16_TILES` (1: the cache's tiles upcast to fp16, both dots in fp16, or P·V alone where the
 scores are swapped FP8 MMAs; 0: to bf16; see `autotune.kernels.mla.kernel`); on sm_90 with an FP8 cache
 and at most 32 heads `SWAP` (1: the dots swapped, the tile's tokens on the warpgroup MMAs' M side, FP8
-scores; see `_swap_knob`); on sm_90 with an FP8 cache `QUARTERS` (1: the latent dims in four
-accumulators, unswapped; see `_quarters_constraints`).
+scores; see `_swap_knob`); on sm_90 and AMD with an FP8 cache `QUARTERS` (1: the latent dims in four
+accumulators, unswapped; see `_quarters_knob`, `_quarters_constraints`).
 """
 
 from __future__ import annotations
@@ -69,8 +69,9 @@ def _swap_knob(problem: Problem, target: Target) -> bool:
 
 def _quarters_knob(problem: Problem, target: Target) -> bool:
     """Whether the space has `QUARTERS`: an FP8 cache on sm_90, where 64-head warpgroup tiles hold a whole
-    upcast tile in registers unquartered."""
-    return _fp8(problem) and target.arch == "sm_90"
+    upcast tile in registers unquartered, and on AMD, where (compiled for gfx950 at 128 heads) 64-head
+    tiles spill unquartered and not quartered (searched, not the default: not measured on an AMD GPU)."""
+    return _fp8(problem) and (target.arch == "sm_90" or target.is_amd)
 
 
 def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
@@ -85,12 +86,12 @@ def mla_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
         BLOCK_N=(16, 32, 64),
         num_warps=(4, 8),
     )
+    quarters: dict[str, Sequence[Value]] = {"QUARTERS": (0, 1)} if _quarters_knob(problem, target) else {}
     if target.is_amd:
         return {**common, "num_stages": (1, 2), "waves_per_eu": (0, 1, 2), "matrix_instr_nonkdim": (16, 32),
-                **q_fp8}  # fmt: skip
+                **q_fp8, **quarters}  # fmt: skip
     f16: dict[str, Sequence[Value]] = {"F16_TILES": (0, 1)} if _f16_knob(problem, target) else {}
     swap: dict[str, Sequence[Value]] = {"SWAP": (0, 1)} if _swap_knob(problem, target) else {}
-    quarters: dict[str, Sequence[Value]] = {"QUARTERS": (0, 1)} if _quarters_knob(problem, target) else {}
     return {**common, "num_stages": (1, 2, 3), **q_fp8, **f16, **swap, **quarters}
 
 
@@ -186,7 +187,7 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
         )
     if _swap_knob(problem, target):
         out += _swap_constraints()
-    if _quarters_knob(problem, target):
+    if _quarters_knob(problem, target) and not target.is_amd:
         out += _quarters_constraints(_swap_knob(problem, target))
     if target.is_amd:
         out.append(
@@ -231,11 +232,11 @@ def _swap_constraints() -> list[Constraint]:
 
 
 def _quarters_constraints(swap: bool) -> list[Constraint]:
-    """Where QUARTERS 1 is searched: 64-head tiles (warpgroup MMAs) with FP8 queries. Compiled for sm_90
-    at 128 heads on 8 warps, 32 or 64 tokens a tile, 1 or 2 stages, the quartered loop spills nothing
-    there, where the whole-tile loop spills up to 50 words at 64 tokens; with bf16 queries it spills more
-    than the whole-tile loop (194-210 words against 68-84). Never with SWAP 1, whose loop is quartered
-    already."""
+    """Where QUARTERS 1 is searched on sm_90: 64-head tiles (warpgroup MMAs) with FP8 queries. Compiled
+    for sm_90 at 128 heads on 8 warps, 32 or 64 tokens a tile, 1 or 2 stages, the quartered loop spills
+    nothing there, where the whole-tile loop spills up to 50 words at 64 tokens; with bf16 queries it
+    spills more than the whole-tile loop (194-210 words against 68-84). Never with SWAP 1, whose loop is
+    quartered already."""
     out = [
         Constraint(
             "quarters_need_fp8_wgmma",

@@ -110,7 +110,8 @@ def test_fp16_tiles_are_a_knob_of_nvidia_fp8_caches_that_keeps_the_fp8_warpgroup
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
 def test_fp8_caches_on_64_head_tiles_default_to_quarters_with_fp8_queries(arch: str) -> None:
     """On sm_90 an FP8 cache's 64-head default takes FP8 queries and the latent dims in quarters
-    (on the rule's 8 warps and 2 stages); 16- and 32-head tiles, bf16 caches and AMD GPUs do not."""
+    (on the rule's 8 warps and 2 stages); 16- and 32-head tiles, bf16 caches and AMD GPUs (where the
+    knob is searched only) do not."""
     target = Target.for_arch(arch)
     for heads in (64, 128):
         for batch, context in ((1, 1024), (64, 8192), (256, 32768)):
@@ -118,7 +119,7 @@ def test_fp8_caches_on_64_head_tiles_default_to_quarters_with_fp8_queries(arch: 
             first = mla_default_candidates(problem, target)[0]
             assert MLA_DECODE.space(problem, target).subspace("triton").check(first) is None
             if target.is_amd:
-                assert "QUARTERS" not in first and first["Q_FP8"] == 0
+                assert first["QUARTERS"] == 0 and first["Q_FP8"] == 0
                 continue
             assert first["BLOCK_H"] == 64 and first["QUARTERS"] == 1 and first["Q_FP8"] == 1
             assert first["num_warps"] == 8 and first["num_stages"] == 2
@@ -208,13 +209,23 @@ def test_swapped_dots_are_an_sm90_fp8_knob_searched_with_fp8_scores_on_whole_war
 
 def test_quartered_latent_dims_are_an_sm90_fp8_knob_searched_on_64_head_tiles_with_fp8_queries() -> None:
     """QUARTERS exists on sm_90 with an FP8 cache; it is searched with 64-head tiles and FP8 queries only
-    (a search-only rule: such a config still runs); the default takes it on 64-head tiles only."""
+    (a search-only rule: such a config still runs); the default takes it on 64-head tiles only. On AMD it
+    is searched on any tile, with either query dtype; sm_89 has no such knob."""
     import dataclasses
 
     h100 = Target.for_arch("sm_90")
     fp8 = _problem(64, 128, 4096, "fp8e4m3")
-    for target in (Target.for_arch("gfx942"), dataclasses.replace(h100, arch="sm_89")):
-        assert "QUARTERS" not in MLA_DECODE.space(fp8, target).subspace("triton").params, target.arch
+    assert (
+        "QUARTERS"
+        not in MLA_DECODE.space(fp8, dataclasses.replace(h100, arch="sm_89")).subspace("triton").params
+    )
+    for arch in ("gfx942", "gfx950"):
+        amd = MLA_DECODE.space(fp8, Target.for_arch(arch)).subspace("triton")
+        assert amd.params["QUARTERS"] == (0, 1), arch
+        for heads, q_fp8 in ((64, 0), (32, 0), (64, 1)):
+            config = Config(num_kv_splits=2, BLOCK_H=heads, BLOCK_N=32, num_warps=4, num_stages=2,
+                            Q_FP8=q_fp8, QUARTERS=1, waves_per_eu=0, matrix_instr_nonkdim=16)  # fmt: skip
+            assert amd.check(config) is None, (arch, heads, q_fp8, amd.check(config))
     assert "QUARTERS" not in MLA_DECODE.space(_problem(64, 128, 4096), h100).subspace("triton").params
     sub = MLA_DECODE.space(fp8, h100).subspace("triton")
     good = Config(num_kv_splits=2, BLOCK_H=64, BLOCK_N=64, num_warps=8, num_stages=2, Q_FP8=1, F16_TILES=0,

@@ -123,3 +123,33 @@ def test_quartered_latent_dims_spill_nothing_where_the_whole_tile_spills(tiles: 
     loop spills registers and the quartered one (QUARTERS) does not; both score with FP8 warpgroup MMAs."""
     assert tiles["quarters0"]["spills"] > 0 and tiles["quarters1"]["spills"] == 0, tiles
     assert tiles["quarters0"]["fp8_wgmma"] > 0 and tiles["quarters1"]["fp8_wgmma"] > 0, tiles
+
+
+AMD_QUARTERS_SCRIPT = r"""
+from autotune import Config
+from autotune.core.problem import Problem
+from autotune.engine.compile import compile_features
+from autotune.kernels import MLA_DECODE
+
+p = Problem.of("mla_decode", 64, 512, 576, heads=128, context=8192, kv_dtype="fp8e4m3", page_size=64)
+out = {}
+for q_fp8 in (0, 1):
+    for quarters in (0, 1):
+        c = Config(backend="triton", BLOCK_H=64, BLOCK_N=32, num_kv_splits=2, num_warps=4, num_stages=2,
+                   Q_FP8=q_fp8, QUARTERS=quarters, waves_per_eu=0, matrix_instr_nonkdim=16)
+        f = compile_features(MLA_DECODE, p, c, target)
+        out[f"q{q_fp8}quarters{quarters}"] = {"compiled": f.compiled, "spills": f.spills, "vgprs": f.vgprs}
+print(json.dumps(out))
+"""
+
+
+def test_quartered_latent_dims_let_64_head_tiles_compile_without_spills_on_gfx950(
+    compile_on_arch: Callable[..., dict[str, Any]],
+) -> None:
+    """gfx950, 128 heads on an FP8 cache, 64-head tiles of 32 tokens on 4 warps: the whole-tile loop spills
+    with bf16 and with FP8 queries (so the default steps down to 32-head tiles, which read the cache twice
+    as often), the quartered one spills nothing."""
+    found = compile_on_arch(AMD_QUARTERS_SCRIPT, "gfx950")
+    assert all(r["compiled"] for r in found.values()), found
+    for q in (0, 1):
+        assert found[f"q{q}quarters0"]["spills"] > 0 and found[f"q{q}quarters1"]["spills"] == 0, found
