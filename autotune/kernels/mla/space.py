@@ -187,7 +187,7 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
         )
     if _swap_knob(problem, target):
         out += _swap_constraints()
-    if _quarters_knob(problem, target) and not target.is_amd:
+    if _quarters_knob(problem, target) and target.arch == "sm_90":  # AMD searches it unconstrained
         out += _quarters_constraints(_swap_knob(problem, target))
     if target.is_amd:
         out.append(
@@ -326,7 +326,7 @@ def _config(problem: Problem, target: Target, core: Core) -> Config | None:
                                     BLOCK_N=bn, num_warps=warps, num_stages=stages)  # fmt: skip
     if target.is_amd:
         values.update(waves_per_eu=0, matrix_instr_nonkdim=16)
-    quarters = _quarters_knob(problem, target) and _wgmma(target, bh)
+    quarters = _fp8(problem) and _wgmma(target, bh)  # sm_90's 64-head tiles: the knob is there
     if _fp8(problem):
         values["Q_FP8"] = int(quarters)
     if _f16_knob(problem, target):  # fp16 tiles on 16-head tiles (`mma.sync`), where they were measured
