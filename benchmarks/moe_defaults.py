@@ -1,11 +1,12 @@
 """The fused MoE's heuristic default against the rule it replaced (GPU), on MoE layers it was not fitted to.
 
-The default's tile rule was read off the tuned winners of `benchmarks/moe.py`'s 18 problems (Mixtral-8x7B
-TP2, Qwen3-30B-A3B TP1, DeepSeek-V3 TP16). This script checks it out of sample: other deployments of
-those models (other E and N), timed side by side with the previous rule's config by one Benchmarker
-(CUDA-graph replay, as `moe.py` times), interleaved rounds, every config gated on correctness first.
-Where the GPU has TMA, the current default with its weight tiles loaded the other way (`B_TMA` flipped:
-descriptors where it uses pointers, and the reverse) is timed beside (a third column, its own geomean).
+The default's newest rule (`WIDE_TILE_MIN_TPE`: bf16 and fp16 weights from 64 tokens an expert take
+128 x 256 tiles on 8 warps in vLLM's structure, a program an SM, where the GPU has TMA) was read off
+Mixtral-8x7B TP 2 and Qwen3-30B-A3B TP 1. This script checks it out of sample: other deployments of
+those models and other models' MoE layers, the current default timed side by side with the default
+without that rule by one Benchmarker (CUDA-graph replay, as `moe.py` times), interleaved rounds, every
+config gated on correctness first. Where the GPU has TMA, the current default with its weight tiles
+loaded the other way (`B_TMA` flipped) is timed beside (a third column, its own geomean).
 
     python benchmarks/moe_defaults.py --out results/
 
@@ -22,35 +23,34 @@ from typing import Any
 import harness
 
 from autotune import Config, Problem
-from autotune.core.problem import next_pow2
 from autotune.core.target import Target, local_target
 from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels.moe.op import MoeOp
-from autotune.kernels.moe.space import tokens_per_expert
 
 # (model, deployment, E, N, K, topk, weights): MoE layers that benchmarks/moe.py does not tune.
 MODELS = [
     ("mixtral-8x7b", "tp8", 8, 1792, 4096, 2, "bf16"),
     ("qwen3-30b-a3b", "tp4", 128, 192, 2048, 8, "bf16"),
     ("deepseek-v3", "ep8", 32, 2048, 7168, 8, "fp8e4m3"),
+    ("mixtral-8x22b", "tp8", 8, 2048, 6144, 2, "bf16"),
+    ("olmoe-1b-7b", "tp1", 64, 1024, 2048, 8, "bf16"),
+    ("deepseek-v2-lite", "tp1", 64, 1408, 2048, 6, "bf16"),
+    ("dbrx", "tp8", 16, 1344, 6144, 4, "bf16"),
+    ("llama-4-scout", "tp8", 16, 1024, 5120, 1, "bf16"),
 ]
 MS = [64, 256, 1024, 4096]
 
 
-def previous_default(problem: Problem, target: Target, current: Config) -> Config:
-    """The tile rule the default had before (16 rows up to 32 tokens per expert, 32 rows up to 64, 64 rows
-    above, 4 warps below 256 tokens per expert, K tiles of 64 for FP8 too up to 256), with the current
-    default's GROUP_SIZE_M, SPLIT_K and stages."""
-    tpe = tokens_per_expert(problem)
-    fp8 = problem.dtype_b.startswith("fp8")
-    if tpe <= 32:
-        bm, bn, bk, warps = 16, 64, 128, 4
-    elif tpe <= 256:
-        bm, bn, bk, warps = 32 if tpe <= 64 else 64, 128, 64, 4
-    else:
-        bm, bn, bk, warps = 64, 128, 128 if fp8 else 64, 8
-    bn = min(bn, max(32, next_pow2(problem.N)))
-    return current.replace(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, num_warps=warps)
+def previous_default(problem: Problem, target: Target) -> Config:
+    """The default without its wide-tile rule (`WIDE_TILE_MIN_TPE` set past any M)."""
+    from autotune.kernels.moe import space
+
+    kept = space.WIDE_TILE_MIN_TPE
+    space.WIDE_TILE_MIN_TPE = math.inf
+    try:
+        return space.moe_default_candidates(problem, target)[0]
+    finally:
+        space.WIDE_TILE_MIN_TPE = kept
 
 
 def main() -> int:
@@ -66,7 +66,7 @@ def main() -> int:
         for m in MS:
             problem = Problem.moe(m, n, k, e, topk, "bf16", weights)
             current = op.default_config(problem, target)
-            variants = {"current": current, "previous": previous_default(problem, target, current)}
+            variants = {"current": current, "previous": previous_default(problem, target)}
             if "B_TMA" in current:  # the other way of loading the weight tiles
                 variants["b_tma"] = current.replace(B_TMA=1 - int(current["B_TMA"]))
             row: dict[str, Any] = dict(

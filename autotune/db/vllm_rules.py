@@ -37,11 +37,11 @@ VLLM_KEYS: tuple[str, ...] = (
 #: The keys ROCm files may add, in the order vLLM's writer puts them after `VLLM_KEYS`.
 AMD_KEYS: tuple[str, ...] = ("waves_per_eu", "matrix_instr_nonkdim", "kpack")
 #: Our kernel's knobs that vLLM's kernel lacks, with the value that means vLLM's behaviour: a config
-#: read from a file gets them (B_TMA only on targets with TMA, where the knob exists); only configs at
-#: these values are exported (measured in vLLM's kernel structure: GATE_UP_FUSED 0, the gate/up GEMM over
-#: all 2N rows of w1 and the activation after it; B_TMA 0, the weights loaded by pointer), and written
-#: without them.
-OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0, "B_TMA": 0}
+#: read from a file gets them (where the knob exists: `plain_keys`); only configs at these values are
+#: exported (measured in vLLM's kernel structure: GATE_UP_FUSED 0, the gate/up GEMM over all 2N rows of
+#: w1 and the activation after it; B_TMA 0, the weights loaded by pointer; PERSISTENT 0, a program a
+#: tile), and written without them.
+OUR_KEYS: dict[str, int] = {"SPLIT_K": 1, "GATE_UP_FUSED": 0, "B_TMA": 0, "PERSISTENT": 0}
 #: The backend configs are stored under (our Triton fused MoE takes vLLM's names).
 VLLM_BACKEND = "triton"
 
@@ -68,8 +68,10 @@ _FALLBACK_WEIGHTS = {"bf16": False, "fp16": False, "fp8e4m3": True}
 
 
 def plain_keys(target: Target) -> dict[str, int]:
-    """`OUR_KEYS` as a config of vLLM's kernel on `target` carries them (B_TMA only where TMA exists)."""
-    return {key: value for key, value in OUR_KEYS.items() if key != "B_TMA" or target.tma}
+    """`OUR_KEYS` as a config of vLLM's kernel on `target` carries them (B_TMA only where TMA exists,
+    PERSISTENT on every target but the interpreter)."""
+    missing = {"B_TMA": not target.tma, "PERSISTENT": target.interpreter}
+    return {key: value for key, value in OUR_KEYS.items() if not missing.get(key, False)}
 
 
 def fallback_at(problem: Problem, target: Target, M: int) -> Config | None:

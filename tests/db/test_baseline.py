@@ -30,7 +30,9 @@ def test_the_fallback_by_nearest_key_is_the_rule_at_every_m() -> None:
             want = fallback_config(m, 12, fp8)
             got = imported_pick(found, m)
             assert {k: got[k] for k in want} == want, (weights, m)
-            assert got["SPLIT_K"] == 1 and got["GATE_UP_FUSED"] == 0 and got["B_TMA"] == 0
+            assert (
+                got["SPLIT_K"] == 1 and got["GATE_UP_FUSED"] == 0 and got["B_TMA"] == got["PERSISTENT"] == 0
+            )
     amd = fallback_configs(Problem.moe(1, 7168, 4096, 8, 2), MI300X, LADDER)
     assert all(c["num_stages"] == 2 and "B_TMA" not in c for c in amd.values())
     assert fallback_configs(Problem.moe(1, 2880, 2880, 32, 4, weights="fp4e2m1"), H100, LADDER) == {}
@@ -58,7 +60,7 @@ def test_between_profiled_m_the_fallback_serves_where_no_pick_clears_both_ends()
     problem = Problem.moe(1, 128, 7168, 600, 8)
     fallback = fallback_configs(problem, H100, (512, 768))
     small = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=32,
-                   SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, num_warps=4, num_stages=3)  # fmt: skip
+                   SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, PERSISTENT=0, num_warps=4, num_stages=3)  # fmt: skip
     big = small.replace(BLOCK_SIZE_M=64, GATE_UP_FUSED=0)
     profile = {
         512: {small: 300.0, imported_pick(fallback, 512): 350.0},

@@ -21,7 +21,7 @@ from autotune.db import store as store_module
 from autotune.db.aiter import AITER_COLUMNS
 from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target, infer_moe_shape
 from autotune.db.interop import InteropError, read_imports
-from autotune.db.vllm import AMD_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
+from autotune.db.vllm import AMD_KEYS, OUR_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
 from autotune.db.vllm_export import vllm_json
 
 H100 = Target.for_arch("sm_90")
@@ -61,6 +61,7 @@ def tiles(
         GATE_UP_FUSED=0,
         num_warps=warps,
         num_stages=stages,
+        PERSISTENT=0,
         **({} if amd else {"B_TMA": 0}),  # the knob exists on the H100, not on the MI300X
         **amd,
     )
@@ -257,7 +258,7 @@ def test_export_writes_one_vllm_file_per_gpu_and_shape(measured: Store, tmp_path
         assert list(entry) == [*VLLM_KEYS, *AMD_KEYS]
         assert all(type(v) is int for v in entry.values())
         want = EXPECTED[("mi300x", int(m))]
-        assert entry == {k: v for k, v in want.items() if k not in ("backend", "SPLIT_K", "GATE_UP_FUSED")}
+        assert entry == {k: v for k, v in want.items() if k not in ("backend", *OUR_KEYS)}
     text = (tmp_path / "out" / DEEPSEEK_MI300X).read_text()
     assert text == json.dumps({**top, **mi300x}, indent=4) + "\n"
 
@@ -272,6 +273,8 @@ def test_export_writes_one_vllm_file_per_gpu_and_shape(measured: Store, tmp_path
         ("GATE_UP_FUSED", 1, [(tiles(16, 64), 8.0)]),
         # B_TMA 1 loads the weight tiles through tensor descriptors, which vLLM's kernel does not
         ("B_TMA", 1, []),
+        # PERSISTENT 1 walks the tiles on a program an SM; vLLM's kernel runs a program a tile
+        ("PERSISTENT", 1, []),
     ],
 )
 def test_winners_vllms_kernel_cannot_run_give_way_to_the_fastest_it_can(

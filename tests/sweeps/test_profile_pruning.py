@@ -454,7 +454,7 @@ def test_a_buckets_finalist_is_planned_where_it_runs_past_a_search_only_rule(tmp
         return TrialResult(config, TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 3, "graph"))
 
     split = Config(backend="triton", BLOCK_SIZE_K=128, BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, GATE_UP_FUSED=1,
-                   B_TMA=0, GROUP_SIZE_M=16, SPLIT_K=8, num_stages=3, num_warps=4)  # fmt: skip
+                   B_TMA=0, PERSISTENT=0, GROUP_SIZE_M=16, SPLIT_K=8, num_stages=3, num_warps=4)  # fmt: skip
     broken = split.replace(BLOCK_SIZE_N=48)  # no value of the knob: cannot run anywhere
     buckets = (Problem.moe(1, 128, 7168, 256, 8), Problem.moe(16, 128, 7168, 256, 8))
     job = FamilyProfile(MOE, buckets, (1, 2, 3, 4, 8, 16))

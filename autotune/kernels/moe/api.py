@@ -185,5 +185,5 @@ def fused_moe(
     return run_kernel(
         x, w1, w2, topk_weights, topk_ids, params, w1_scale=w1_scale, w2_scale=w2_scale,
         block_shape=block_shape if fp8 else None, is_amd=tgt.is_amd, interpret=tgt.interpreter, out=out,
-        alignment=alignment, buffers=buffers,
+        alignment=alignment, buffers=buffers, num_sms=tgt.cu_count,
     )  # fmt: skip

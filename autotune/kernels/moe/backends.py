@@ -55,7 +55,7 @@ def fused_launch(
         moe_triton.fused_moe(
             x, w1, w2, weights, ids, cfg, w1_scale=w1s, w2_scale=w2s, block_shape=block,
             is_amd=target.is_amd, interpret=target.interpreter, out=out, kernels=kernels,
-            alignment=alignment,
+            alignment=alignment, num_sms=target.cu_count,
         )  # fmt: skip
 
     return launch

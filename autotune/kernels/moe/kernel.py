@@ -23,9 +23,11 @@ b_scale[e, n // 128, k // 128] before it joins the fp32 accumulator. With SPLIT_
 in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet in a workspace and the last
 slice of a tile to finish adds them up in slice order and runs the epilogue, in the same launch.
 B_TMA = 1 (NVIDIA sm_90 and newer) loads the weight tiles through tensor descriptors (TMA) instead of
-pointers; the activation rows, gathered by sorted id, stay pointer loads.
-Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, B_TMA, num_warps,
-num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
+pointers; the activation rows, gathered by sorted id, stay pointer loads. PERSISTENT = p > 0 (SPLIT_K 1)
+runs each GEMM on p programs an SM (`moe_gemm_persistent_kernel`) that walk the routed tiles in one loop
+of tiles and K steps, instead of a program a tile.
+Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, B_TMA, PERSISTENT,
+num_warps, num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 """
 
 from __future__ import annotations
@@ -263,6 +265,80 @@ def moe_gemm_kernel(
 
 
 @triton.jit
+def _routed_blocks(expert_ids_ptr, max_blocks, CHUNK: tl.constexpr):
+    """The row blocks that hold routed pairs: those before the first block of expert id -1 (the padding
+    of a worst-case grid is the tail of `expert_ids`)."""
+    blocks = 0
+    for start in range(0, max_blocks, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        e = tl.load(expert_ids_ptr + offs, mask=offs < max_blocks, other=-1)
+        blocks += tl.sum((e >= 0).to(tl.int32), axis=0)
+    return blocks
+
+
+@triton.jit
+def moe_gemm_persistent_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    a_scale_ptr,
+    b_scale_ptr,
+    weights_ptr,
+    sorted_ids_ptr,
+    expert_ids_ptr,
+    num_padded,
+    num_valid,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_be,
+    stride_bn,
+    stride_bk,
+    stride_cm,
+    stride_cn,
+    stride_asm,
+    stride_ask,
+    stride_bse,
+    stride_bsn,
+    stride_bsk,
+    NUM_PROGRAMS,
+    A_ROW_DIV: tl.constexpr,
+    BLOCK_SIZE_M: tl.constexpr,
+    BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr,
+    FP8: tl.constexpr,
+    SCALE_GROUP: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr = False,
+    ONE_B_SCALE: tl.constexpr = False,
+    B_TMA: tl.constexpr = False,
+    b_desc=None,
+):
+    """`moe_gemm_kernel` on a grid of NUM_PROGRAMS programs (PERSISTENT an SM): program p runs tiles p,
+    p + NUM_PROGRAMS, ... of the routed row blocks (the padding blocks of a worst-case grid are not
+    walked), in one loop whose K steps run on from tile to tile (`tl.range(flatten=True)`), so that a
+    tile's epilogue overlaps the next tile's first loads."""
+    blocks = _routed_blocks(expert_ids_ptr, num_padded // BLOCK_SIZE_M, 1024)
+    routed = blocks * BLOCK_SIZE_M
+    tiles = blocks * tl.cdiv(N, BLOCK_SIZE_N)
+    for tile in tl.range(tl.program_id(0), tiles, NUM_PROGRAMS, flatten=True):
+        ids, row_mask, pid_n, acc, acc_up = _moe_tile(
+            a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tile, routed,
+            num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
+            stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse,
+            stride_bsn, stride_bsk,
+            A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP,
+            EVEN_K, DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
+        )  # fmt: skip
+        _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
+                   BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
+
+
+@triton.jit
 def moe_gemm_split_kernel(
     a_ptr,
     b_ptr,
@@ -402,7 +478,13 @@ def silu_mul_kernel(
 
 
 #: The JIT functions fused_moe launches, in the order its `kernels` argument replaces them.
-JIT_KERNELS = (moe_gemm_kernel, moe_gemm_split_kernel, act_quant_kernel, silu_mul_kernel)
+JIT_KERNELS = (
+    moe_gemm_kernel,
+    moe_gemm_split_kernel,
+    act_quant_kernel,
+    silu_mul_kernel,
+    moe_gemm_persistent_kernel,
+)
 #: FP8: one B scale per tile and K group where BLOCK_SIZE_N allows (benchmarks set it False to compare
 #: with the per-column scales).
 PER_TILE_B_SCALE = True
@@ -423,6 +505,7 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         "SPLIT_K": int(config.get("SPLIT_K", 1)),
         "GATE_UP_FUSED": int(config.get("GATE_UP_FUSED", 0)),
         "B_TMA": int(config.get("B_TMA", 0)),
+        "PERSISTENT": int(config.get("PERSISTENT", 0)),
     }
     for name in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"):
         v = opts[name]
@@ -436,6 +519,12 @@ def _launch_options(config: Mapping[str, Value], is_amd: bool, fp8: bool) -> dic
         raise ValueError(f"GATE_UP_FUSED must be 0 (vLLM's structure) or 1, got {opts['GATE_UP_FUSED']}")
     if opts["B_TMA"] not in (0, 1):
         raise ValueError(f"B_TMA must be 0 (pointer loads) or 1 (tensor descriptors), got {opts['B_TMA']}")
+    if opts["PERSISTENT"] not in (0, 1, 2):
+        raise ValueError(
+            f"PERSISTENT must be 0 (a program a tile), 1 or 2 (programs an SM), got {opts['PERSISTENT']}"
+        )
+    if opts["PERSISTENT"] and opts["SPLIT_K"] > 1:
+        raise ValueError("PERSISTENT runs whole tiles: it takes SPLIT_K 1")
     if opts["B_TMA"] and is_amd:
         raise ValueError("B_TMA 1 loads through tensor descriptors (TMA): NVIDIA sm_90 and newer only")
     group = FP8_BLOCK[1]
@@ -492,6 +581,13 @@ def _quantize_act(
         x, q, scale, M, K, x.stride(0), x.stride(1), q.stride(0), scale.stride(0)
     )
     return q, scale
+
+
+def _sm_count(device: torch.device) -> int:
+    """The SMs (CUs) of a GPU `device`; 1 elsewhere (the interpreter's one program walks every tile)."""
+    if device.type != "cuda":
+        return 1
+    return int(torch.cuda.get_device_properties(device).multi_processor_count)
 
 
 def output_for(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -560,6 +656,7 @@ def fused_moe(
     kernels: Sequence[Any] | None = None,
     alignment: tuple[torch.Tensor, torch.Tensor, int] | None = None,
     buffers: Buffers = fresh_buffer,
+    num_sms: int = 0,
 ) -> torch.Tensor:
     """The MoE MLP of `x` (M, K) with experts w1 (E, 2N, K) and w2 (E, K, N) → (M, K) in x's dtype.
 
@@ -577,8 +674,10 @@ def fused_moe(
     without host syncs or captured in a CUDA graph; its blocks past the routed pairs may carry the expert
     id -1 (`moe.routing.align_fixed`: a grid sized for the worst case). `buffers` supplies the
     intermediate tensors (the run-time entry point keeps them per shape). `config["GATE_UP_FUSED"]` picks
-    the structure of the first GEMM (module docstring; 0, vLLM's, where absent). Raises ValueError for
-    bad input.
+    the structure of the first GEMM (module docstring; 0, vLLM's, where absent); with
+    `config["PERSISTENT"]` > 0 each GEMM runs on that many programs per SM, of `num_sms` (the device's
+    SM count where 0). Raises
+    ValueError for bad input.
     """
     fp8 = validate_moe_inputs(
         x,
@@ -595,13 +694,18 @@ def fused_moe(
     split = opts.pop("SPLIT_K")
     fused_gate_up = bool(opts.pop("GATE_UP_FUSED"))
     b_tma = bool(opts.pop("B_TMA"))
+    persistent = int(opts.pop("PERSISTENT"))
+    if persistent and num_sms <= 0:
+        num_sms = _sm_count(x.device)
     if b_tma:
         _check_tma_weights(w1, w2)
     if interpret:
         opts["DOT_F32"] = True
     if kernels is not None and len(kernels) != len(JIT_KERNELS):
         raise ValueError(f"kernels must replace the {len(JIT_KERNELS)} of JIT_KERNELS, got {len(kernels)}")
-    kernel, split_kernel, quant_kernel, act_kernel = JIT_KERNELS if kernels is None else tuple(kernels)
+    kernel, split_kernel, quant_kernel, act_kernel, persistent_kernel = (
+        JIT_KERNELS if kernels is None else tuple(kernels)
+    )
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     topk = topk_ids.shape[1]
@@ -626,6 +730,7 @@ def fused_moe(
     s2 = w2_scale if w2_scale is not None else dummy
 
     pinned_main, pinned_split = pinned(kernel, **opts), pinned(split_kernel, **opts)
+    pinned_persistent = pinned(persistent_kernel, **opts)
 
     def gemm(
         a: torch.Tensor,
@@ -646,6 +751,10 @@ def fused_moe(
             slots = 2 if swiglu else 1
             scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
         launch = pinned_main[(tiles,)] if parts == 1 else pinned_split[(tiles, parts)]
+        programs: tuple[int, ...] = ()
+        if persistent:
+            programs = (min(tiles, persistent * num_sms),)
+            launch = pinned_persistent[programs]
         tma: dict[str, Any] = {}
         if b_tma:  # B as (E·rows, k), one (BLOCK_SIZE_N, BLOCK_SIZE_K) block a load
             rows = b.shape[0] * b.shape[1]
@@ -676,6 +785,7 @@ def fused_moe(
             b_scale.stride(0) if fp8 else 0,
             b_scale.stride(1) if fp8 else 0,
             b_scale.stride(2) if fp8 else 0,
+            *programs,
             A_ROW_DIV=a_row_div,
             SWIGLU=swiglu,
             MUL_ROUTED_WEIGHT=mul_weight,

@@ -60,7 +60,9 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
     in its launch; vLLM's kernel has none, so exported files carry only SPLIT_K 1 configs), GATE_UP_FUSED
     (the first GEMM's structure: 1 ours, 0 vLLM's, the only one exported to vLLM files), B_TMA on NVIDIA
     sm_90 and newer (the weight tiles through tensor descriptors; vLLM's kernel loads them by pointer, so
-    exported files carry only B_TMA 0 configs) and AMD's three on AMD. MXFP4 weights add
+    exported files carry only B_TMA 0 configs), PERSISTENT (1 or 2 programs an SM walking the tiles, one
+    loop over tiles and K steps; vLLM's kernel runs a program a tile, so exported files carry only
+    PERSISTENT 0; not in the interpreter's space) and AMD's three on AMD. MXFP4 weights add
     BLOCK_SIZE_N_DOWN (the down GEMM's column tile; the other weights' kernels use BLOCK_SIZE_N for both
     GEMMs) and take K tiles of whole 32-wide scale groups."""
     fp8 = _fp8(problem)
@@ -90,6 +92,8 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
         common["BLOCK_SIZE_N_DOWN"] = (32, 64, 128, 256)
     if target.tma and not mx:
         common["B_TMA"] = (0, 1)
+    if not mx:
+        common["PERSISTENT"] = (0, 1, 2)
     if target.is_amd:
         amd: dict[str, Sequence[Value]] = dict(
             num_stages=(1, 2), matrix_instr_nonkdim=(16, 32), waves_per_eu=(0, 1, 2)
@@ -245,6 +249,32 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
                     ),
                 )
             )
+    if not mx and not target.interpreter:
+        out.append(
+            Constraint(
+                "persistent_split",
+                "PERSISTENT {PERSISTENT} runs whole tiles: it takes SPLIT_K 1, not {SPLIT_K}",
+                lambda c: not int(c["PERSISTENT"]) or int(c["SPLIT_K"]) == 1,
+                knobs=("PERSISTENT", "SPLIT_K"),
+            )
+        )
+        out.append(
+            Constraint(
+                "persistent_pair_lds",
+                f"PERSISTENT 2 puts two programs on an SM/CU: their tiles x stages need more than the "
+                f"{target.lds_bytes} bytes of shared memory/LDS",
+                lambda c: int(c["PERSISTENT"]) < 2 or 2 * lds(c) <= target.lds_bytes,
+                knobs=(
+                    "PERSISTENT",
+                    "num_stages",
+                    "BLOCK_SIZE_M",
+                    "BLOCK_SIZE_N",
+                    "BLOCK_SIZE_K",
+                    "GATE_UP_FUSED",
+                ),
+                search_only=True,
+            )
+        )
     if target.tma and not mx:
         w_bytes = 1 if fp8 else DTYPE_BYTES[problem.dtype_b]
         out.append(
@@ -292,10 +322,35 @@ def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) 
     return split
 
 
+#: Tokens per expert from which bf16 and fp16 weights take 128 x 256 tiles on 8 warps, 4 stages, in
+#: vLLM's structure, walked by a program an SM with the weights through TMA (`_wide_tile`), where the
+#: target has TMA. Measured on Mixtral-8x7B TP 2 and Qwen3-30B-A3B (H200): 1.04-1.17x the 64 x 128 and
+#: 128 x 128 fused tiles from 64 tokens an expert, 0.94-0.97x at 32 (docs/notes/2026-11-29-moe-persistent.md).
+WIDE_TILE_MIN_TPE = 64
+
+
+def _wide_prefill(problem: Problem, target: Target) -> bool:
+    """Whether the default takes the wide persistent tile (WIDE_TILE_MIN_TPE)."""
+    return (
+        problem.dtype_b in ("bf16", "fp16")
+        and target.tma
+        and not target.interpreter
+        and tokens_per_expert(problem) >= WIDE_TILE_MIN_TPE
+    )
+
+
+def _wide_tile(problem: Problem, target: Target, core: Core) -> bool:
+    """Whether `core` runs as the wide prefill tile does: vLLM's structure (GATE_UP_FUSED 0) on a program
+    an SM (PERSISTENT 1): the rule's 128-row, 8-warp cores where `_wide_prefill` holds."""
+    return _wide_prefill(problem, target) and core.bm == 128 and core.warps == 8
+
+
 def _moe_core(problem: Problem, target: Target) -> Core:
     """The row block, column tile, K step, warps and stages for the tokens each expert gets."""
     if target.interpreter:
         return Core(16, 32, 32, 4, 1)
+    if _wide_prefill(problem, target):
+        return Core(128, min(256, max(32, next_pow2(problem.N))), 64, 8, 4)
     tpe = tokens_per_expert(problem)
     fp8 = _fp8(problem)
     # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step (MXFP4 weights: 128 too,
@@ -328,10 +383,13 @@ def _moe_config(problem: Problem, target: Target, core: Core, *, vllm: bool = Fa
     choices around the core instead (its structure, GATE_UP_FUSED 0; no K slices; groups of 32)."""
     params = moe_params(problem, target)
     bm, bn, bk, warps, stages = core
-    split = 1 if vllm else _default_split(problem, target, bm, bn, bk)
+    wide = _wide_tile(problem, target, core)
+    split = 1 if vllm or wide else _default_split(problem, target, bm, bn, bk)
     values: dict[str, Value] = dict(BLOCK_SIZE_M=bm, BLOCK_SIZE_N=bn, BLOCK_SIZE_K=bk, SPLIT_K=split,
-                                    GATE_UP_FUSED=int(not vllm), num_warps=warps,
+                                    GATE_UP_FUSED=int(not (vllm or wide)), num_warps=warps,
                                     num_stages=stages)  # fmt: skip
+    if "PERSISTENT" in params:
+        values["PERSISTENT"] = int(wide)
     tma: list[int | None] = [None]  # the knob is not there (AMD)
     if "B_TMA" in params:
         tma = [1, 0] if _tma_weights(problem, bm) else [0]

@@ -196,6 +196,60 @@ def test_weight_tiles_through_descriptors_give_the_pointer_loads_bits(
     assert torch.equal(out, run_kernel(args, kw, {**config, "B_TMA": 0}))
 
 
+PERSISTENT_CASES = [
+    # M, E, N, K, topk, fp8, config, programs: a program an SM over both structures, TMA, FP8, ragged N, K
+    (33, 6, 48, 80, 2, False, cfg(bn=32, bk=32, PERSISTENT=1), 3),
+    (33, 8, 64, 128, 2, False, cfg(bn=32, bk=32, group_m=4, PERSISTENT=1, GATE_UP_FUSED=1), 5),
+    (5, 4, 64, 192, 2, True, cfg(bn=64, bk=64, PERSISTENT=1, B_TMA=1), 2),
+    (9, 4, 64, 64, 1, False, cfg(bm=32, PERSISTENT=2), 32),  # more programs than tiles
+]
+
+
+@needs_interpreter
+@pytest.mark.parametrize("M, E, N, K, topk, fp8, config, programs", PERSISTENT_CASES)
+def test_a_program_an_sm_gives_the_bits_of_a_program_a_tile(
+    M: int, E: int, N: int, K: int, topk: int, fp8: bool, config: dict[str, int], programs: int
+) -> None:
+    """PERSISTENT 1 walks the same tiles with the same arithmetic, the padding blocks of a worst-case
+    alignment (expert id -1) left out: the same bits as one program a tile, and the reference's answer."""
+    from autotune.kernels.moe.kernel import fused_moe
+    from autotune.kernels.moe.routing import align_fixed
+
+    args, kw = make_case(M, E, N, K, topk, fp8=fp8, zipf=1.0)
+    want = run_kernel(args, kw, {**config, "PERSISTENT": 0})
+    check_close(want, moe_reference(*args, **kw), tol=5e-2 if fp8 else 1e-2)
+    worst = align_fixed(args[4], config["BLOCK_SIZE_M"], E)
+    assert int((worst[1] < 0).sum()) > 0  # the grid holds padding blocks
+    out = torch.full_like(args[0], float("nan"))
+    fused_moe(*args, config, interpret=True, out=out, alignment=worst, num_sms=programs, **kw)
+    assert torch.equal(out, want)
+
+
+def test_a_program_an_sm_launches_the_persistent_kernel_on_the_sms() -> None:
+    """PERSISTENT p: each GEMM on min(tiles, p x num_sms) programs of `moe_gemm_persistent_kernel`, told
+    their number; it refuses SPLIT_K > 1 and values other than 0, 1 and 2, before any launch."""
+    from autotune.kernels.moe.kernel import fused_moe
+
+    args, _ = make_case(5, 4, 128, 256, 2)
+    calls: list[KernelCall] = []
+    rec = tuple(Recorder(calls) for _ in range(5))
+    tagged = (rec[0], rec[1], rec[2], rec[3], TaggedRecorder(calls, "persistent"))
+    config = cfg(bm=16, bn=64, bk=64, PERSISTENT=1)
+    fused_moe(*args, config, kernels=tagged, num_sms=7)
+    gate_up, act, down = calls
+    assert gate_up.fn == down.fn == "persistent" and act.fn is None
+    tiles = gate_up.args[8] // 16 * (2 * 128 // 64)  # worst-case row blocks x column tiles of 2N
+    assert gate_up.grid == (min(tiles, 7),) and gate_up.args[-1] == min(tiles, 7)
+    assert down.grid == (min(down.args[8] // 16 * 4, 7),)  # K = 256 over 64-wide tiles
+    calls.clear()
+    fused_moe(*args, {**config, "PERSISTENT": 2}, kernels=tagged, num_sms=7)
+    assert calls[0].grid == (min(tiles, 14),) and calls[0].args[-1] == min(tiles, 14)  # two an SM
+    with pytest.raises(ValueError, match="PERSISTENT runs whole tiles"):
+        fused_moe(*args, cfg(PERSISTENT=1, SPLIT_K=2), kernels=recorders([]))
+    with pytest.raises(ValueError, match="PERSISTENT must be 0"):
+        fused_moe(*args, cfg(PERSISTENT=3), kernels=recorders([]))
+
+
 @needs_interpreter
 @pytest.mark.parametrize("fp8_dtype", [torch.float8_e4m3fn, torch.float8_e4m3fnuz])
 def test_activation_quantization_kernel_matches_the_torch_quantizer_bitwise(fp8_dtype: torch.dtype) -> None:
@@ -264,6 +318,20 @@ class Recorder:
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
         def record(*args: Any, **kwargs: Any) -> None:
             self.calls.append(KernelCall(None, tuple(grid), args, kwargs))
+
+        return record
+
+
+class TaggedRecorder(Recorder):
+    """A Recorder whose calls carry `tag` as their function."""
+
+    def __init__(self, calls: list[KernelCall], tag: str) -> None:
+        super().__init__(calls)
+        self.tag = tag
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
+        def record(*args: Any, **kwargs: Any) -> None:
+            self.calls.append(KernelCall(self.tag, tuple(grid), args, kwargs))
 
         return record
 

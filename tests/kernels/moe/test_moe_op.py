@@ -18,7 +18,7 @@ from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
 from autotune.kernels.moe.op import MoeOp
-from autotune.kernels.moe.space import moe_default_config
+from autotune.kernels.moe.space import WIDE_TILE_MIN_TPE, moe_default_config
 from autotune.sweeps import SpecError, parse_spec
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
@@ -76,7 +76,8 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     h100 = Target.for_arch("sm_90")
     prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
     shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
-                     SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, num_warps=4, num_stages=3)  # fmt: skip
+                     SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, PERSISTENT=0, num_warps=4,
+                     num_stages=3)  # fmt: skip
     assert MOE.space(prefill, h100).check(shipped) is None
     decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
     space = MOE.space(decode, h100)
@@ -121,7 +122,8 @@ def test_default_splits_k_only_for_a_small_gate_up_grid() -> None:
 
 def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
     """FP8 block weights: our 16-row decode tiles up to FP8_OWN_TILES_MAX_TPE tokens an expert, vLLM's
-    fallback config (its structure, 64 x 128 tiles) above, on every target; bf16 keeps our fused tiles."""
+    fallback config (its structure, 64 x 128 tiles) above, on every target; bf16 keeps our fused tiles below
+    the wide-tile rule's tokens an expert."""
     from autotune.db.vllm import fallback_at
     from autotune.kernels.moe.space import FP8_OWN_TILES_MAX_TPE
 
@@ -138,7 +140,7 @@ def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
         vllm = {k: config[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")}
         assert vllm == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32}
         assert config["GATE_UP_FUSED"] == 0 and config["num_stages"] == 2
-    assert moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8), h100)["GATE_UP_FUSED"] == 1
+    assert moe_default_config(Problem.moe(200, 2048, 7168, 32, 8), h100)["GATE_UP_FUSED"] == 1  # 50 an expert
 
 
 def test_fp8_decode_tiles_take_a_deeper_ring_for_few_pairs() -> None:
@@ -164,7 +166,7 @@ def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     # in 3 stages, are 120 KiB, well inside the H100's shared memory (bf16 would be 240 KiB).
     h100 = Target.for_arch("sm_90")
     config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
-                    SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, num_warps=4, num_stages=3)  # fmt: skip
+                    SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, PERSISTENT=0, num_warps=4, num_stages=3)  # fmt: skip
     fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
     bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
     assert MOE.space(fp8, h100).check(config) is None
@@ -310,7 +312,7 @@ def test_the_structure_is_a_knob_and_the_fused_one_needs_twice_the_b_tile() -> N
     space = MOE.space(problem, h100)
     assert {c["GATE_UP_FUSED"] for c in space.configs() if c.backend == "triton"} == {0, 1}
     wide = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=16,
-                  SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, num_warps=8, num_stages=4)  # fmt: skip
+                  SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, PERSISTENT=0, num_warps=8, num_stages=4)  # fmt: skip
     assert space.check(wide) is None
     assert "lds_overflow" in str(space.check(wide.replace(GATE_UP_FUSED=1)))
 
@@ -335,6 +337,50 @@ def test_weight_descriptors_are_a_knob_where_tma_is() -> None:
     config = next(c for c in MOE.space(odd, Target.for_arch("sm_90")).configs() if c.backend == "triton")
     assert config["B_TMA"] == 0
     assert "b_tma_rows" in str(MOE.space(odd, Target.for_arch("sm_90")).check(config.replace(B_TMA=1)))
+
+
+def test_a_program_an_sm_is_a_knob_and_the_default_of_wide_bf16_prefill_tiles() -> None:
+    """PERSISTENT exists on NVIDIA and AMD (not in the interpreter, not for MXFP4 weights), takes SPLIT_K
+    1, and searches 2 programs an SM only where two fit the shared memory. The default takes it, with
+    128 x 256 tiles on 8 warps in vLLM's structure and the weights through TMA, for bf16 and fp16 weights
+    from WIDE_TILE_MIN_TPE tokens an expert on targets with TMA; not below that, not for FP8 weights,
+    not on the MI300X."""
+    h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
+    mixtral = Problem.moe(4096, 7168, 4096, 8, 2)
+    for target in (h100, mi300x):
+        space = MOE.space(mixtral, target)
+        assert {c["PERSISTENT"] for c in space.configs() if c.backend == "triton"} == {0, 1, 2}
+        decode = MOE.space(mixtral.with_m(1), target)  # where slices are searched
+        one = next(
+            c
+            for c in decode.configs()
+            if c.backend == "triton" and c["PERSISTENT"] == 1 and c["BLOCK_SIZE_N"] == 256
+        )
+        assert one["SPLIT_K"] == 1 and "persistent_split" in str(decode.check(one.replace(SPLIT_K=2)))
+    wide = moe_default_config(mixtral, h100)  # 128 x 256 tiles, 4 stages: 192 KiB of the H100's 227
+    space = MOE.space(mixtral, h100)
+    assert space.check(wide) is None and "persistent_pair_lds" in str(space.check(wide.replace(PERSISTENT=2)))
+    assert space.check(wide.replace(PERSISTENT=2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128)) is None  # 96 KiB
+    assert all("PERSISTENT" not in c for c in MOE.space(mixtral, Target.for_arch("interpreter")).configs())
+    mx = Problem.moe(4096, 7168, 4096, 8, 2, weights="mxfp4")
+    assert all("PERSISTENT" not in c for c in MOE.space(mx, h100).configs())
+    qwen3 = Problem.moe(1, 768, 2048, 128, 8)
+    edge = WIDE_TILE_MIN_TPE * 128 // 8  # M at WIDE_TILE_MIN_TPE tokens an expert
+    for problem in (mixtral, mixtral.with_m(256), qwen3.with_m(edge), qwen3.with_m(4096)):
+        config = moe_default_config(problem, h100)
+        assert MOE.space(problem, h100).check(config) is None
+        got = {k: int(config[k]) for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "num_warps", "num_stages",
+                                           "GATE_UP_FUSED", "PERSISTENT", "B_TMA", "SPLIT_K")}  # fmt: skip
+        assert got == dict(BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, num_warps=8, num_stages=4, GATE_UP_FUSED=0,
+                           PERSISTENT=1, B_TMA=1, SPLIT_K=1), problem  # fmt: skip
+    for problem, target in (
+        (qwen3.with_m(edge - 16), h100),  # 62 tokens an expert
+        (mixtral.with_m(64), h100),
+        (mixtral, mi300x),
+        (Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), h100),
+    ):
+        config = moe_default_config(problem, target)
+        assert config["PERSISTENT"] == 0 and MOE.space(problem, target).check(config) is None, problem
 
 
 def test_moe_is_a_registered_op() -> None:

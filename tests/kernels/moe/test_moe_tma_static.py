@@ -23,8 +23,8 @@ for weights in ("bf16", "fp8e4m3"):
     for fused in (0, 1):
         for tma in (0, 1):
             config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64,
-                            GROUP_SIZE_M=16, SPLIT_K=1, GATE_UP_FUSED=fused, B_TMA=tma, num_warps=4,
-                            num_stages=3)
+                            GROUP_SIZE_M=16, SPLIT_K=1, GATE_UP_FUSED=fused, B_TMA=tma, PERSISTENT=0,
+                            num_warps=4, num_stages=3)
             ptx = compile_call(op.kernel_calls(problem, config, target)[0], target).asm["ptx"]
             out[f"{weights}-{fused}-{tma}"] = {
                 "space": op.space(problem, target).check(config),
