@@ -30,19 +30,37 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(
     op = get_op("moe")
     problem = Problem.moe(*mnk, e, topk, weights=weights)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
-                    SPLIT_K=split, GATE_UP_FUSED=1, num_warps=4, num_stages=3,
+                    SPLIT_K=split, GATE_UP_FUSED=1, PERSISTENT=0, num_warps=4, num_stages=3,
                     **({"B_TMA": tma} if target.tma else {}))  # fmt: skip
     assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
     right_and_repeatable(op, problem, config, target, "the MoE split-K sum")
 
 
+@pytest.mark.parametrize("persistent", [1, 2])
+def test_moe_programs_an_sm_on_gpu_are_right_and_repeatable(right_and_repeatable, target, persistent) -> None:
+    """PERSISTENT: programs an SM walk the routed tiles of a worst-case grid (its padding blocks left out):
+    the default's wide prefill tile (128 x 256, vLLM's structure, TMA weights where the target has them)
+    and a 64 x 128 tile two an SM match the reference and repeat bit for bit."""
+    from autotune.kernels import get_op
+
+    op = get_op("moe")
+    problem = Problem.moe(512, 1024, 2048, 8, 2)  # 128 tokens an expert
+    config = op.default_config(problem, target)
+    if persistent == 2 or not int(config.get("PERSISTENT", 0)):  # off TMA targets the default is not wide
+        config = config.replace(
+            BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, num_warps=4, SPLIT_K=1, GATE_UP_FUSED=0, PERSISTENT=persistent
+        )
+    assert op.space(problem, target).check(config) is None, op.space(problem, target).check(config)
+    right_and_repeatable(op, problem, config, target, f"PERSISTENT {persistent}")
+
+
 @pytest.mark.parametrize(
-    "weights, fused, tma",
-    [("bf16", 0, 0), ("bf16", 1, 0), ("fp8e4m3", 0, 0), ("mxfp4", 0, 0), ("mxfp4", 1, 0), ("bf16", 0, 1),
-     ("fp8e4m3", 1, 1)],
+    "weights, fused, tma, persistent",
+    [("bf16", 0, 0, 0), ("bf16", 1, 0, 0), ("fp8e4m3", 0, 0, 0), ("mxfp4", 0, 0, 0), ("mxfp4", 1, 0, 0),
+     ("bf16", 0, 1, 0), ("fp8e4m3", 1, 1, 0), ("bf16", 0, 1, 1), ("fp8e4m3", 1, 0, 2)],
 )  # fmt: skip
 def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routing(
-    target, weights: str, fused: int, tma: int, monkeypatch
+    target, weights: str, fused: int, tma: int, persistent: int, monkeypatch
 ) -> None:
     """`autotune.kernels.fused_moe` reads nothing back while captured: a graph of one call, replayed after
     the routing tensors were overwritten in place, gives the reference of the new routing; outside a
@@ -59,7 +77,8 @@ def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routin
     problem = Problem.moe(24, 256, 512, 16, 4, weights=weights)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                     SPLIT_K=1, GATE_UP_FUSED=fused, num_warps=4, num_stages=3,
-                    **({"B_TMA": 1} if tma else {}))  # fmt: skip
+                    **({"B_TMA": tma} if target.tma and weights != "mxfp4" else {}),
+                    **({} if weights == "mxfp4" else {"PERSISTENT": persistent}))  # fmt: skip
     table = Table.from_winners(target, [(problem, config, 1.0)])
     monkeypatch.setattr(
         "autotune.dispatch.dispatcher._default", Dispatcher([table], device_key=target.device_key())
