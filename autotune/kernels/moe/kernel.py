@@ -24,8 +24,8 @@ in up to SPLIT_K slices (`moe_gemm_split_kernel`): the slices' fp32 parts meet i
 slice of a tile to finish adds them up in slice order and runs the epilogue, in the same launch.
 B_TMA = 1 (NVIDIA sm_90 and newer) loads the weight tiles through tensor descriptors (TMA) instead of
 pointers; the activation rows, gathered by sorted id, stay pointer loads. PERSISTENT = p > 0 (SPLIT_K 1)
-runs each GEMM on p programs an SM (`moe_gemm_persistent_kernel`) that walk the routed tiles in one loop
-of tiles and K steps, instead of a program a tile.
+runs each GEMM on p programs an SM that walk the routed tiles in one loop of tiles and K steps, instead of
+a program a tile.
 Knobs: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SPLIT_K, GATE_UP_FUSED, B_TMA, PERSISTENT,
 num_warps, num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack.
 """
@@ -196,6 +196,42 @@ def _moe_store(
 
 
 @triton.jit
+def _moe_tile_and_store(
+    a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, weights_ptr, sorted_ids_ptr, expert_ids_ptr, tile,
+    num_padded, num_valid, N, K,
+    stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_asm, stride_ask,
+    stride_bse, stride_bsn, stride_bsk,
+    A_ROW_DIV: tl.constexpr, BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+    BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr, SWIGLU: tl.constexpr,
+    MUL_ROUTED_WEIGHT: tl.constexpr, FP8: tl.constexpr, SCALE_GROUP: tl.constexpr, EVEN_K: tl.constexpr,
+    DOT_F32: tl.constexpr, ONE_B_SCALE: tl.constexpr, b_desc, B_TMA: tl.constexpr,
+):  # fmt: skip
+    """Tile `tile` over all of K (`_moe_tile`), then its epilogue (`_moe_store`)."""
+    ids, row_mask, pid_n, acc, acc_up = _moe_tile(
+        a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tile, num_padded,
+        num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
+        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
+        stride_bsk,
+        A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
+        DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
+    )  # fmt: skip
+    _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
+               BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
+
+
+@triton.jit
+def _routed_blocks(expert_ids_ptr, max_blocks, CHUNK: tl.constexpr):
+    """The row blocks that hold routed pairs: those before the first block of expert id -1 (the padding
+    of a worst-case grid is the tail of `expert_ids`)."""
+    blocks = 0
+    for start in range(0, max_blocks, CHUNK):
+        offs = start + tl.arange(0, CHUNK)
+        e = tl.load(expert_ids_ptr + offs, mask=offs < max_blocks, other=-1)
+        blocks += tl.sum((e >= 0).to(tl.int32), axis=0)
+    return blocks
+
+
+@triton.jit
 def moe_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -235,6 +271,8 @@ def moe_gemm_kernel(
     ONE_B_SCALE: tl.constexpr = False,
     B_TMA: tl.constexpr = False,
     b_desc=None,
+    PERSISTENT: tl.constexpr = False,
+    NUM_PROGRAMS=1,
 ):
     """One (BLOCK_SIZE_M sorted rows, BLOCK_SIZE_N columns) tile of C = A[rows] @ B[e]ᵀ, e the block's expert.
 
@@ -247,95 +285,34 @@ def moe_gemm_kernel(
     a tile shares one B scale per K group, so a partial product is scaled by a per-row vector. B_TMA (the
     launcher's promise that B is dense): the B tiles load through `b_desc`, a tensor descriptor of B as
     (E·rows, K) with (BLOCK_SIZE_N, BLOCK_SIZE_K) blocks (TMA on sm_90 and newer). A row block
-    whose expert id is negative (padding of a worst-case grid) returns at once.
+    whose expert id is negative (padding of a worst-case grid) returns at once. PERSISTENT: the grid is
+    NUM_PROGRAMS programs, and program p runs tiles p, p + NUM_PROGRAMS, ... of the routed row blocks
+    (the padding blocks are not walked) in one loop whose K steps run on from tile to tile
+    (`tl.range(flatten=True)`), so that a tile's epilogue overlaps the next tile's first loads.
     """
-    pid_m, _ = _row_block(tl.program_id(0), num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
-    if tl.load(expert_ids_ptr + pid_m) < 0:
-        return
-    ids, row_mask, pid_n, acc, acc_up = _moe_tile(
-        a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tl.program_id(0), num_padded,
-        num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
-        stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse, stride_bsn,
-        stride_bsk,
-        A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP, EVEN_K,
-        DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
-    )  # fmt: skip
-    _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
-               BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
-
-
-@triton.jit
-def _routed_blocks(expert_ids_ptr, max_blocks, CHUNK: tl.constexpr):
-    """The row blocks that hold routed pairs: those before the first block of expert id -1 (the padding
-    of a worst-case grid is the tail of `expert_ids`)."""
-    blocks = 0
-    for start in range(0, max_blocks, CHUNK):
-        offs = start + tl.arange(0, CHUNK)
-        e = tl.load(expert_ids_ptr + offs, mask=offs < max_blocks, other=-1)
-        blocks += tl.sum((e >= 0).to(tl.int32), axis=0)
-    return blocks
-
-
-@triton.jit
-def moe_gemm_persistent_kernel(
-    a_ptr,
-    b_ptr,
-    c_ptr,
-    a_scale_ptr,
-    b_scale_ptr,
-    weights_ptr,
-    sorted_ids_ptr,
-    expert_ids_ptr,
-    num_padded,
-    num_valid,
-    N,
-    K,
-    stride_am,
-    stride_ak,
-    stride_be,
-    stride_bn,
-    stride_bk,
-    stride_cm,
-    stride_cn,
-    stride_asm,
-    stride_ask,
-    stride_bse,
-    stride_bsn,
-    stride_bsk,
-    NUM_PROGRAMS,
-    A_ROW_DIV: tl.constexpr,
-    BLOCK_SIZE_M: tl.constexpr,
-    BLOCK_SIZE_N: tl.constexpr,
-    BLOCK_SIZE_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr,
-    SWIGLU: tl.constexpr,
-    MUL_ROUTED_WEIGHT: tl.constexpr,
-    FP8: tl.constexpr,
-    SCALE_GROUP: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    DOT_F32: tl.constexpr = False,
-    ONE_B_SCALE: tl.constexpr = False,
-    B_TMA: tl.constexpr = False,
-    b_desc=None,
-):
-    """`moe_gemm_kernel` on a grid of NUM_PROGRAMS programs (PERSISTENT an SM): program p runs tiles p,
-    p + NUM_PROGRAMS, ... of the routed row blocks (the padding blocks of a worst-case grid are not
-    walked), in one loop whose K steps run on from tile to tile (`tl.range(flatten=True)`), so that a
-    tile's epilogue overlaps the next tile's first loads."""
-    blocks = _routed_blocks(expert_ids_ptr, num_padded // BLOCK_SIZE_M, 1024)
-    routed = blocks * BLOCK_SIZE_M
-    tiles = blocks * tl.cdiv(N, BLOCK_SIZE_N)
-    for tile in tl.range(tl.program_id(0), tiles, NUM_PROGRAMS, flatten=True):
-        ids, row_mask, pid_n, acc, acc_up = _moe_tile(
-            a_ptr, b_ptr, a_scale_ptr, b_scale_ptr, sorted_ids_ptr, expert_ids_ptr, tile, routed,
-            num_valid, N, K, 0, tl.cdiv(K, BLOCK_SIZE_K),
-            stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_asm, stride_ask, stride_bse,
-            stride_bsn, stride_bsk,
-            A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, FP8, SCALE_GROUP,
-            EVEN_K, DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
+    if PERSISTENT:
+        blocks = _routed_blocks(expert_ids_ptr, num_padded // BLOCK_SIZE_M, 1024)
+        for tile in tl.range(tl.program_id(0), blocks * tl.cdiv(N, BLOCK_SIZE_N), NUM_PROGRAMS, flatten=True):
+            _moe_tile_and_store(
+                a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, weights_ptr, sorted_ids_ptr, expert_ids_ptr,
+                tile, blocks * BLOCK_SIZE_M, num_valid, N, K,
+                stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_asm,
+                stride_ask, stride_bse, stride_bsn, stride_bsk,
+                A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, MUL_ROUTED_WEIGHT,
+                FP8, SCALE_GROUP, EVEN_K, DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
+            )  # fmt: skip
+    else:
+        pid_m, _ = _row_block(tl.program_id(0), num_padded, N, BLOCK_SIZE_M, BLOCK_SIZE_N, GROUP_SIZE_M)
+        if tl.load(expert_ids_ptr + pid_m) < 0:
+            return
+        _moe_tile_and_store(
+            a_ptr, b_ptr, c_ptr, a_scale_ptr, b_scale_ptr, weights_ptr, sorted_ids_ptr, expert_ids_ptr,
+            tl.program_id(0), num_padded, num_valid, N, K,
+            stride_am, stride_ak, stride_be, stride_bn, stride_bk, stride_cm, stride_cn, stride_asm,
+            stride_ask, stride_bse, stride_bsn, stride_bsk,
+            A_ROW_DIV, BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M, SWIGLU, MUL_ROUTED_WEIGHT,
+            FP8, SCALE_GROUP, EVEN_K, DOT_F32, ONE_B_SCALE, b_desc, B_TMA,
         )  # fmt: skip
-        _moe_store(acc, acc_up, c_ptr, weights_ptr, ids, row_mask, pid_n, N, stride_cm, stride_cn,
-                   BLOCK_SIZE_N, SWIGLU, MUL_ROUTED_WEIGHT, DOT_F32)  # fmt: skip
 
 
 @triton.jit
@@ -478,13 +455,7 @@ def silu_mul_kernel(
 
 
 #: The JIT functions fused_moe launches, in the order its `kernels` argument replaces them.
-JIT_KERNELS = (
-    moe_gemm_kernel,
-    moe_gemm_split_kernel,
-    act_quant_kernel,
-    silu_mul_kernel,
-    moe_gemm_persistent_kernel,
-)
+JIT_KERNELS = (moe_gemm_kernel, moe_gemm_split_kernel, act_quant_kernel, silu_mul_kernel)
 #: FP8: one B scale per tile and K group where BLOCK_SIZE_N allows (benchmarks set it False to compare
 #: with the per-column scales).
 PER_TILE_B_SCALE = True
@@ -703,9 +674,7 @@ def fused_moe(
         opts["DOT_F32"] = True
     if kernels is not None and len(kernels) != len(JIT_KERNELS):
         raise ValueError(f"kernels must replace the {len(JIT_KERNELS)} of JIT_KERNELS, got {len(kernels)}")
-    kernel, split_kernel, quant_kernel, act_kernel, persistent_kernel = (
-        JIT_KERNELS if kernels is None else tuple(kernels)
-    )
+    kernel, split_kernel, quant_kernel, act_kernel = JIT_KERNELS if kernels is None else tuple(kernels)
     M, K = x.shape
     E, N = w1.shape[0], w1.shape[1] // 2
     topk = topk_ids.shape[1]
@@ -730,7 +699,6 @@ def fused_moe(
     s2 = w2_scale if w2_scale is not None else dummy
 
     pinned_main, pinned_split = pinned(kernel, **opts), pinned(split_kernel, **opts)
-    pinned_persistent = pinned(persistent_kernel, **opts)
 
     def gemm(
         a: torch.Tensor,
@@ -751,10 +719,10 @@ def fused_moe(
             slots = 2 if swiglu else 1
             scratch = split_scratch(x.device, tiles * parts * slots * bm * bn, tiles)
         launch = pinned_main[(tiles,)] if parts == 1 else pinned_split[(tiles, parts)]
-        programs: tuple[int, ...] = ()
-        if persistent:
-            programs = (min(tiles, persistent * num_sms),)
-            launch = pinned_persistent[programs]
+        walk: dict[str, Any] = {}
+        if persistent:  # programs an SM walk the tiles
+            walk = dict(PERSISTENT=True, NUM_PROGRAMS=min(tiles, persistent * num_sms))
+            launch = pinned_main[(walk["NUM_PROGRAMS"],)]
         tma: dict[str, Any] = {}
         if b_tma:  # B as (E·rows, k), one (BLOCK_SIZE_N, BLOCK_SIZE_K) block a load
             rows = b.shape[0] * b.shape[1]
@@ -785,7 +753,6 @@ def fused_moe(
             b_scale.stride(0) if fp8 else 0,
             b_scale.stride(1) if fp8 else 0,
             b_scale.stride(2) if fp8 else 0,
-            *programs,
             A_ROW_DIV=a_row_div,
             SWIGLU=swiglu,
             MUL_ROUTED_WEIGHT=mul_weight,
@@ -795,6 +762,7 @@ def fused_moe(
             ONE_B_SCALE=fp8 and PER_TILE_B_SCALE and FP8_BLOCK[0] % bn == 0 and n % bn == 0,
             **({"SPLIT_K": parts} if parts > 1 else {}),
             **tma,
+            **walk,
         )
 
     inter = buffers("inter", (num_valid, N), x.dtype, x.device)

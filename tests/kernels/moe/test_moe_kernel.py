@@ -225,25 +225,24 @@ def test_a_program_an_sm_gives_the_bits_of_a_program_a_tile(
     assert torch.equal(out, want)
 
 
-def test_a_program_an_sm_launches_the_persistent_kernel_on_the_sms() -> None:
-    """PERSISTENT p: each GEMM on min(tiles, p x num_sms) programs of `moe_gemm_persistent_kernel`, told
-    their number; it refuses SPLIT_K > 1 and values other than 0, 1 and 2, before any launch."""
+def test_programs_an_sm_launch_on_the_sms() -> None:
+    """PERSISTENT p: each GEMM on min(tiles, p x num_sms) programs of `moe_gemm_kernel` with its
+    PERSISTENT path and their number (without it: a program a tile, the path off); SPLIT_K > 1 and values
+    other than 0, 1 and 2 are refused before any launch."""
     from autotune.kernels.moe.kernel import fused_moe
 
     args, _ = make_case(5, 4, 128, 256, 2)
     calls: list[KernelCall] = []
-    rec = tuple(Recorder(calls) for _ in range(5))
-    tagged = (rec[0], rec[1], rec[2], rec[3], TaggedRecorder(calls, "persistent"))
-    config = cfg(bm=16, bn=64, bk=64, PERSISTENT=1)
-    fused_moe(*args, config, kernels=tagged, num_sms=7)
-    gate_up, act, down = calls
-    assert gate_up.fn == down.fn == "persistent" and act.fn is None
-    tiles = gate_up.args[8] // 16 * (2 * 128 // 64)  # worst-case row blocks x column tiles of 2N
-    assert gate_up.grid == (min(tiles, 7),) and gate_up.args[-1] == min(tiles, 7)
-    assert down.grid == (min(down.args[8] // 16 * 4, 7),)  # K = 256 over 64-wide tiles
-    calls.clear()
-    fused_moe(*args, {**config, "PERSISTENT": 2}, kernels=tagged, num_sms=7)
-    assert calls[0].grid == (min(tiles, 14),) and calls[0].args[-1] == min(tiles, 14)  # two an SM
+    fused_moe(*args, cfg(bm=16, bn=64, bk=64), kernels=recorders(calls))
+    tiles = calls[0].args[8] // 16 * (2 * 128 // 64)  # worst-case row blocks x column tiles of 2N
+    assert calls[0].grid == (tiles,) and "PERSISTENT" not in calls[0].kwargs
+    for persistent, programs in ((1, 7), (2, 14)):
+        calls.clear()
+        fused_moe(*args, cfg(bm=16, bn=64, bk=64, PERSISTENT=persistent), kernels=recorders(calls), num_sms=7)
+        gate_up, act, down = calls
+        assert gate_up.kwargs["PERSISTENT"] and down.kwargs["PERSISTENT"] and "PERSISTENT" not in act.kwargs
+        assert gate_up.grid == (min(tiles, programs),) == (gate_up.kwargs["NUM_PROGRAMS"],)
+        assert down.grid == (min(down.args[8] // 16 * 4, programs),)  # K = 256 over 64-wide tiles
     with pytest.raises(ValueError, match="PERSISTENT runs whole tiles"):
         fused_moe(*args, cfg(PERSISTENT=1, SPLIT_K=2), kernels=recorders([]))
     with pytest.raises(ValueError, match="PERSISTENT must be 0"):
@@ -318,20 +317,6 @@ class Recorder:
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
         def record(*args: Any, **kwargs: Any) -> None:
             self.calls.append(KernelCall(None, tuple(grid), args, kwargs))
-
-        return record
-
-
-class TaggedRecorder(Recorder):
-    """A Recorder whose calls carry `tag` as their function."""
-
-    def __init__(self, calls: list[KernelCall], tag: str) -> None:
-        super().__init__(calls)
-        self.tag = tag
-
-    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
-        def record(*args: Any, **kwargs: Any) -> None:
-            self.calls.append(KernelCall(self.tag, tuple(grid), args, kwargs))
 
         return record
 
