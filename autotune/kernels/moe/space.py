@@ -324,8 +324,10 @@ def _default_split(problem: Problem, target: Target, bm: int, bn: int, bk: int) 
 
 #: Tokens per expert from which bf16 and fp16 weights take 128 x 256 tiles on 8 warps, 4 stages, in
 #: vLLM's structure, walked by a program an SM with the weights through TMA (`_wide_tile`), where the
-#: target has TMA. Measured on Mixtral-8x7B TP 2 and Qwen3-30B-A3B (H200): 1.04-1.17x the 64 x 128 and
-#: 128 x 128 fused tiles from 64 tokens an expert, 0.94-0.97x at 32 (docs/notes/2026-11-28-moe-persistent.md).
+#: target has TMA. Read off Mixtral-8x7B TP 2 and Qwen3-30B-A3B (H200): 1.04-1.25x the 64 x 128 and
+#: 128 x 128 fused tiles from 64 tokens an expert, while at 32 the 64 x 128 tile ran 1.04-1.07x faster
+#: than it; 1.03-1.24x the previous default on 17 problems of 7 other layers
+#: (docs/notes/2026-11-28-moe-persistent.md).
 WIDE_TILE_MIN_TPE = 64
 
 
