@@ -647,8 +647,7 @@ def fused_moe(
     intermediate tensors (the run-time entry point keeps them per shape). `config["GATE_UP_FUSED"]` picks
     the structure of the first GEMM (module docstring; 0, vLLM's, where absent); with
     `config["PERSISTENT"]` > 0 each GEMM runs on that many programs per SM, of `num_sms` (the device's
-    SM count where 0). Raises
-    ValueError for bad input.
+    SM count where 0). Raises ValueError for bad input.
     """
     fp8 = validate_moe_inputs(
         x,
