@@ -445,8 +445,9 @@ def moe_default_candidates(problem: Problem, target: Target) -> tuple[Config, ..
     The row block follows the tokens each expert gets (decode: 16 rows, most of them padding anyway);
     decode is bandwidth-bound (long K tiles, 4 warps), prefill compute-bound (64x128 tiles, and 128x128
     on 8 warps from 256 tokens per expert; bf16 and fp16 weights on targets with TMA take 128x256 tiles
-    on a program an SM from WIDE_TILE_MIN_TPE tokens per expert); the row blocks of all experts are walked in the largest
-    useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices (`_default_split`). FP8 block
+    on a program an SM from WIDE_TILE_MIN_TPE tokens per expert); the row blocks of all experts are
+    walked in the largest useful GROUP_SIZE_M; a gate/up grid too small for the GPU gets K slices
+    (`_default_split`). FP8 block
     weights past FP8_OWN_TILES_MAX_TPE tokens an expert take vLLM's fallback config instead
     (`_vllm_fp8_tiles`), which was measured ahead of that rule's there. That pick first (on small targets
     or odd shapes where it is no config of the space, the space's first), then its safer cores
