@@ -228,7 +228,7 @@ def _mx_options(config: Mapping[str, Value], is_amd: bool) -> tuple[dict[str, An
     if opts.pop("B_TMA"):
         raise ValueError("B_TMA 1: the MXFP4 weights decode through pointer loads; the knob is 0 there")
     if opts.pop("PERSISTENT"):
-        raise ValueError("PERSISTENT 1: the MXFP4 kernels run a program a tile; the knob is 0 there")
+        raise ValueError("PERSISTENT > 0: the MXFP4 kernels run a program a tile; the knob is 0 there")
     bn_down = opts["BLOCK_SIZE_N"] if down is None else int(down)
     if bn_down < 16 or bn_down & (bn_down - 1):
         raise ValueError(f"BLOCK_SIZE_N_DOWN must be a power of two >= 16, got {bn_down}")
