@@ -229,6 +229,8 @@ def test_configs_that_cannot_run_mxfp4_weights_are_refused() -> None:
         fused_moe_mx(*args, cfg(1, down=48), **kw, interpret=True)
     with pytest.raises(ValueError, match="B_TMA 1: the MXFP4 weights decode through pointer loads"):
         fused_moe_mx(*args, {**cfg(1), "B_TMA": 1}, **kw, interpret=True)
+    with pytest.raises(ValueError, match="PERSISTENT > 0: the MXFP4 kernels run a program a tile"):
+        fused_moe_mx(*args, {**cfg(1), "PERSISTENT": 2}, **kw, interpret=True)
 
 
 @needs_interpreter
