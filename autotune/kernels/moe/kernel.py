@@ -42,6 +42,7 @@ import triton.language as tl
 from autotune.core.config import Value
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
+from autotune.core.target import local_target
 from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.moe.ref import FP8_BLOCK, align_block_size, validate_moe_inputs
@@ -555,10 +556,9 @@ def _quantize_act(
 
 
 def _sm_count(device: torch.device) -> int:
-    """The SMs (CUs) of a GPU `device`; 1 elsewhere (the interpreter's one program walks every tile)."""
-    if device.type != "cuda":
-        return 1
-    return int(torch.cuda.get_device_properties(device).multi_processor_count)
+    """The SMs (CUs) of a GPU `device` (`local_target`'s, cached); 1 elsewhere (the interpreter's one
+    program walks every tile)."""
+    return local_target(device.index or 0).cu_count if device.type == "cuda" else 1
 
 
 def output_for(x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

@@ -334,10 +334,7 @@ WIDE_TILE_MIN_TPE = 64
 def _wide_prefill(problem: Problem, target: Target) -> bool:
     """Whether the default takes the wide persistent tile (WIDE_TILE_MIN_TPE)."""
     return (
-        problem.dtype_b in ("bf16", "fp16")
-        and target.tma
-        and not target.interpreter
-        and tokens_per_expert(problem) >= WIDE_TILE_MIN_TPE
+        problem.dtype_b in ("bf16", "fp16") and target.tma and tokens_per_expert(problem) >= WIDE_TILE_MIN_TPE
     )
 
 
@@ -351,8 +348,6 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     """The row block, column tile, K step, warps and stages for the tokens each expert gets."""
     if target.interpreter:
         return Core(16, 32, 32, 4, 1)
-    if _wide_prefill(problem, target):
-        return Core(128, min(256, max(32, next_pow2(problem.N))), 64, 8, 4)
     tpe = tokens_per_expert(problem)
     fp8 = _fp8(problem)
     # FP8 weights: K tiles of the 128-wide scale blocks, one scale load per step (MXFP4 weights: 128 too,
@@ -360,7 +355,10 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     # on, 64-row tiles (a Hopper warp group's MMA is 64 rows), from 256 on 128 x 128 tiles on 8 warps: what
     # the tuned winners of benchmarks/moe.py took (docs/notes/2026-11-22-moe.md).
     wide_k = 128 if fp8 or _mxfp4(problem) else 64
-    if tpe <= 16:
+    wide = _wide_prefill(problem, target)
+    if wide:  # bf16/fp16 on TMA targets from WIDE_TILE_MIN_TPE tokens an expert
+        bm, bn, bk, warps = 128, 256, 64, 8
+    elif tpe <= 16:
         bm, bn, bk, warps = 16, 64, 128, 4
     elif tpe < 256:
         bm, bn, bk, warps = 64, 128, wide_k, 4
@@ -368,7 +366,7 @@ def _moe_core(problem: Problem, target: Target) -> Core:
         bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
     deep = fp8 and bm == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
-    return Core(bm, bn, bk, warps, 2 if target.is_amd else 4 if deep else 3)
+    return Core(bm, bn, bk, warps, 2 if target.is_amd else 4 if deep or wide else 3)
 
 
 #: Token-expert pairs (M x topk) up to which FP8 block weights in 16-row tiles take 4 stages instead of 3
