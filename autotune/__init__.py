@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Strategy,
         make_strategy,
     )
+    from autotune.nn import patch
 
 __version__ = "0.1.0"
 
@@ -52,6 +53,7 @@ __all__ = [
     "TrialResult",
     "TrialStatus",
     "make_strategy",
+    "patch",
 ]
 
 _LAZY = {
@@ -62,6 +64,7 @@ _LAZY = {
     "RandomSearch": "autotune.engine.strategies",
     "Strategy": "autotune.engine.strategies",
     "make_strategy": "autotune.engine.strategies",
+    "patch": "autotune.nn",
 }
 
 
