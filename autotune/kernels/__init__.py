@@ -3,7 +3,9 @@
 `gemm`, `linear`, `gemm_quant`, `fused_moe` (with `fused_topk`, its routing) and `mla_decode` are the
 run-time entry points a serving process calls; they dispatch through the pinned tables of
 `autotune.dispatch`, and a shape no table covers runs the op's `fallback_config` (`served_config` says
-which config a call runs).
+which config a call runs). Each is a registered torch op, `torch.ops.autotune.<name>` (`torch_ops`; each
+entry point's module registers its ops, so they are defined once this package is imported):
+`torch.compile` sees one node a call and looks the table up at run time.
 Importing this package pulls in torch but not triton (imported on first launch), sqlalchemy, optuna or
 pandas.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.registry import get_op, register
+from autotune.kernels import torch_ops
 from autotune.kernels.dense.api import gemm, launch_config, linear
 from autotune.kernels.dense.op import GEMM, GemmOp
 from autotune.kernels.mla.api import mla_decode
@@ -47,6 +50,7 @@ __all__ = [
     "mla_decode",
     "served_config",
     "served_launch",
+    "torch_ops",
 ]
 
 #: The built-in tunable ops by name: the dense GEMM, the fused MoE, the quantized GEMMs (gemm_fp8_rowwise,

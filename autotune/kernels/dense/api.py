@@ -1,6 +1,8 @@
 """Run-time entry points: `gemm(a, b)` and `linear(x, weight, bias)` dispatch through the pinned tables.
 
-No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
+Each is a registered torch op (`TORCH_OPS`: autotune::gemm, autotune::gemm_out, autotune::linear; see
+`autotune.kernels.torch_ops`), so `torch.compile` and CUDA graphs see one node and the lookup runs at run
+time. No tuning happens here. Each call looks its shape up in `autotune.dispatch` (tables from
 $AUTOTUNE_TABLES or `autotune.dispatch.load_tables`) and launches the chosen backend and config. A shape
 that no table covers runs `GemmOp.fallback_config`: the vendor library (torch.mm: cuBLAS, hipBLASLt; on
 the interpreter too) at every M (`FALLBACK_GEMV_ROWS`: the heuristic GEMV default was not safe untuned).
@@ -19,8 +21,9 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target, TargetError, running_target
 from autotune.dispatch import lookup as _lookup
+from autotune.kernels.torch_ops import TorchOp, explained, known_zero, register
 
-__all__ = ["gemm", "launch_config", "linear"]
+__all__ = ["TORCH_OPS", "gemm", "launch_config", "linear"]
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYOUTS = ("nk", "kn")
@@ -84,7 +87,7 @@ def _explain(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
             f"inner dimensions differ: A is {tuple(a.shape)} (M x K) but B is {tuple(b.shape)} "
             f"({'N x K' if b_layout == 'nk' else 'K x N'})"
         )
-    if M == 0 or N == 0 or K == 0:
+    if known_zero(M) or known_zero(N) or known_zero(K):
         raise ValueError(f"empty GEMM: M={M}, N={N}, K={K}")
     return M, N, K, dtype
 
@@ -112,8 +115,15 @@ def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
             device = out.get_device()
             if device == a.get_device() and (device >= 0 or out.is_cpu == a.is_cpu):
                 return
+    _explain_out(out, a, M, N)
+
+
+def _explain_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    so = out.shape
+    if len(so) == 2 and so[0] == M and so[1] == N and out.dtype == a.dtype and out.device == a.device:
+        return
     raise ValueError(
         f"out must be a ({M}, {N}) {a.dtype} tensor on {a.device} (the shape and dtype of C), got "
         f"{tuple(out.shape)} {out.dtype} on {out.device}"
@@ -198,16 +208,8 @@ def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target)
     return config
 
 
-def gemm(
-    a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk", out: torch.Tensor | None = None
-) -> torch.Tensor:
-    """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
-
-    A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
-    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm). `out`, an (M, N) tensor of A's
-    dtype on A's device (any strides), receives C and is returned: a caller that keeps its buffers saves
-    the allocation's host time. It must not overlap A or B.
-    """
+def _gemm_impl(a: Any, b: Any, b_layout: str = "nk", out: torch.Tensor | None = None) -> torch.Tensor:
+    """autotune::gemm (and gemm_out with `out`): the checks, the lookup and the launch."""
     M, N, K, dtype = _check(a, b, b_layout)
     if out is not None:
         _check_out(out, a, M, N)
@@ -221,17 +223,95 @@ def gemm(
     return _run(plan, a, b, M, N, K, b_layout, out)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,)."""
+def _gemm_out_impl(a: Any, b: Any, b_layout: str, out: torch.Tensor) -> None:
+    _gemm_impl(a, b, b_layout, out)
+
+
+def _explain_call(a: Any, b: Any, b_layout: Any, out: Any = None) -> tuple[int, int]:
+    """The checks of a gemm call (a fake's, or for arguments that the op's schema refuses): (M, N)."""
+    M, N, _, _ = _check(a, b, b_layout)
+    if out is not None:
+        _check_out(out, a, M, N)
+    return M, N
+
+
+def _gemm_fake(a: Any, b: Any, b_layout: str = "nk") -> torch.Tensor:
+    return a.new_empty(_explain_call(a, b, b_layout))
+
+
+def _gemm_out_fake(a: Any, b: Any, b_layout: str, out: torch.Tensor) -> None:
+    _explain_call(a, b, b_layout, out)
+
+
+def gemm(
+    a: torch.Tensor, b: torch.Tensor, *, b_layout: str = "nk", out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """C = A · Bᵀ for B of shape (N, K) (b_layout "nk", nn.Linear's weight) or C = A · B for B (K, N).
+
+    A is (M, K); bf16 or fp16, one dtype for both; the result has A's dtype. The backend and config come
+    from the loaded tuned table, else `GemmOp.fallback_config` (torch.mm). `out`, an (M, N) tensor of A's
+    dtype on A's device (any strides), receives C and is returned: a caller that keeps its buffers saves
+    the allocation's host time. It must not overlap A or B. Runs the op autotune::gemm (autotune::gemm_out
+    with `out`): `torch.compile` sees one node, and the lookup runs at run time.
+    """
+    try:
+        if out is None:
+            return _GEMM(a, b, b_layout)
+        _GEMM_OUT(a, b, b_layout, out)
+        return out
+    except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
+        raise explained(exc, _explain_call, a, b, b_layout, out) from None
+
+
+def _linear_check(x: Any, weight: Any, bias: Any) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() < 1:
         raise ValueError("linear expects x as a tensor of shape (..., K)")
-    if bias is not None and isinstance(weight, torch.Tensor) and bias.shape != (weight.shape[0],):
-        raise ValueError(f"bias must have shape ({weight.shape[0]},), got {tuple(bias.shape)}")  # no launch
+    if bias is not None and isinstance(weight, torch.Tensor):  # no launch
+        if not isinstance(bias, torch.Tensor) or bias.shape != (weight.shape[0],):
+            got = tuple(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__
+            raise ValueError(f"bias must have shape ({weight.shape[0]},), got {got}")
+        if bias.device != x.device:
+            raise ValueError(f"bias is on {bias.device}, x on {x.device}; put both on one device")
+
+
+def _linear_explain(x: Any, weight: Any, bias: Any) -> int:
+    """The checks of a linear call (a fake's, or for arguments that the op's schema refuses): N."""
+    _linear_check(x, weight, bias)
+    return _check(x.reshape(-1, x.shape[-1]), weight, "nk")[1]
+
+
+def _linear_impl(x: Any, weight: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """autotune::linear: x (..., K) as a 2-D A through `_gemm_impl`, then the bias."""
+    _linear_check(x, weight, bias)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if not x2.is_contiguous():
         x2 = x2.contiguous()
-    y = gemm(x2, weight, b_layout="nk")
+    y = _gemm_impl(x2, weight, "nk")
     if bias is not None:
         y += bias
     return y.reshape(*lead, weight.shape[0])
+
+
+def _linear_fake(x: Any, weight: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return x.new_empty((*x.shape[:-1], _linear_explain(x, weight, bias)))
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,). Runs the
+    op autotune::linear."""
+    try:
+        return _LINEAR(x, weight, bias)
+    except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
+        raise explained(exc, _linear_explain, x, weight, bias) from None
+
+
+#: The ops of this module (`autotune.kernels.torch_ops.register`).
+TORCH_OPS = (
+    TorchOp('gemm(Tensor a, Tensor b, str b_layout="nk") -> Tensor', _gemm_impl, _gemm_fake),
+    TorchOp(
+        "gemm_out(Tensor a, Tensor b, str b_layout, Tensor(a!) out) -> ()", _gemm_out_impl, _gemm_out_fake
+    ),
+    TorchOp("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", _linear_impl, _linear_fake),
+)
+_GEMM, _GEMM_OUT, _LINEAR = register(*TORCH_OPS)

@@ -21,6 +21,9 @@ Rules:
 - Bad input is one ValueError before any launch: shapes, dtypes, devices, a missing or needless
   `kv_scale`. The page-table entries a sequence uses and the context lengths (negative, or more than the
   pages hold) are checked by reading them back, except while a CUDA/HIP graph is captured.
+- The entry point is a registered torch op (`TORCH_OPS`: autotune::mla_decode, and autotune::mla_decode_out
+  for `out`; see `autotune.kernels.torch_ops`); a call that names its `target` (which no op takes: eager
+  only) runs the implementation directly.
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.op import MLA_DECODE
 from autotune.kernels.mla.ref import gathered_attention
 from autotune.kernels.serve import served_config
+from autotune.kernels.torch_ops import TorchOp, explained, register
 
-__all__ = ["MIN_CONTEXT_BUCKET", "WORKSPACES", "context_bucket", "mla_decode", "mla_problem"]
+__all__ = ["MIN_CONTEXT_BUCKET", "TORCH_OPS", "WORKSPACES", "context_bucket", "mla_decode", "mla_problem"]
 
 #: The smallest context bucket.
 MIN_CONTEXT_BUCKET = 1024
@@ -165,28 +169,27 @@ def _workspace(
     return held
 
 
-def mla_decode(
+def _width(q: Any, latent: int | None) -> int:
+    """The value dims: `latent`, else K - 64."""
+    return latent if latent is not None else (q.shape[-1] - 64 if isinstance(q, torch.Tensor) else 0)
+
+
+def _mla_decode_impl(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
     page_table: torch.Tensor,
     context_lens: torch.Tensor,
-    *,
     sm_scale: float,
     kv_scale: float | None = None,
-    out: torch.Tensor | None = None,
     latent: int | None = None,
     max_context: int | None = None,
+    out: torch.Tensor | None = None,
     target: Target | None = None,
 ) -> torch.Tensor:
-    """softmax(q·kᵀ·sm_scale)·v of every sequence and head over its `context_lens[b]` cached tokens, in
-    the config the loaded tables give this shape (module docstring).
-
-    `latent`: the value dims (default K − 64); `max_context`: the longest context of the batch where the
-    caller knows it (it keys the lookup only). Returns (B, H, latent) bf16, written into `out` when
-    given. ValueError for bad input, before any launch."""
+    """autotune::mla_decode (and mla_decode_out with `out`): the checks, the lookup and the launch."""
     from autotune.kernels.mla.kernel import launcher
 
-    width = latent if latent is not None else (q.shape[-1] - 64 if isinstance(q, torch.Tensor) else 0)
+    width = _width(q, latent)
     _check(q, kv_cache, page_table, context_lens, width, kv_scale, out)
     B, H, _ = q.shape
     if B == 0 or H == 0:
@@ -210,3 +213,104 @@ def mla_decode(
         q, kv_cache, page_table, context_lens, out, part, lse, sm_scale, 1.0 if kv_scale is None else kv_scale
     )
     return out
+
+
+def _mla_decode_out_impl(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    sm_scale: float,
+    kv_scale: float | None,
+    latent: int | None,
+    max_context: int | None,
+    out: torch.Tensor,
+) -> None:
+    _mla_decode_impl(q, kv_cache, page_table, context_lens, sm_scale, kv_scale, latent, max_context, out)
+
+
+def _check_call(q: Any, kv: Any, table: Any, lens: Any, kv_scale: Any, latent: Any, out: Any = None) -> int:
+    """The checks that read no data (a fake's, or for arguments that the op's schema refuses): the value
+    dims."""
+    width = _width(q, latent)
+    _check(q, kv, table, lens, width, kv_scale, out)
+    return width
+
+
+def _mla_decode_fake(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    sm_scale: float,
+    kv_scale: float | None = None,
+    latent: int | None = None,
+    max_context: int | None = None,
+) -> torch.Tensor:
+    width = _check_call(q, kv_cache, page_table, context_lens, kv_scale, latent)
+    return q.new_empty((q.shape[0], q.shape[1], width))
+
+
+def _mla_decode_out_fake(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    sm_scale: float,
+    kv_scale: float | None,
+    latent: int | None,
+    max_context: int | None,
+    out: torch.Tensor,
+) -> None:
+    _check_call(q, kv_cache, page_table, context_lens, kv_scale, latent, out)
+
+
+def mla_decode(
+    q: torch.Tensor,
+    kv_cache: torch.Tensor,
+    page_table: torch.Tensor,
+    context_lens: torch.Tensor,
+    *,
+    sm_scale: float,
+    kv_scale: float | None = None,
+    out: torch.Tensor | None = None,
+    latent: int | None = None,
+    max_context: int | None = None,
+    target: Target | None = None,
+) -> torch.Tensor:
+    """softmax(q·kᵀ·sm_scale)·v of every sequence and head over its `context_lens[b]` cached tokens, in
+    the config the loaded tables give this shape (module docstring).
+
+    `latent`: the value dims (default K − 64); `max_context`: the longest context of the batch where the
+    caller knows it (it keys the lookup only). Returns (B, H, latent) bf16, written into `out` when
+    given. ValueError for bad input, before any launch. Runs the op autotune::mla_decode
+    (autotune::mla_decode_out with `out`); with a `target` (which no op takes: eager only) the
+    implementation is called directly."""
+    args = (q, kv_cache, page_table, context_lens, sm_scale, kv_scale, latent, max_context)
+    if target is not None:
+        return _mla_decode_impl(*args, out, target)
+    try:
+        if out is None:
+            return _MLA_DECODE(*args)
+        _MLA_DECODE_OUT(*args, out)
+        return out
+    except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
+        raise explained(
+            exc, _check_call, q, kv_cache, page_table, context_lens, kv_scale, latent, out
+        ) from None
+
+
+_MLA_ARGS = (
+    "Tensor q, Tensor kv_cache, Tensor page_table, Tensor context_lens, float sm_scale, "
+    "float? kv_scale=None, int? latent=None, int? max_context=None"
+)
+#: The ops of this module (`autotune.kernels.torch_ops.register`).
+TORCH_OPS = (
+    TorchOp(f"mla_decode({_MLA_ARGS}) -> Tensor", _mla_decode_impl, _mla_decode_fake),
+    TorchOp(
+        f"mla_decode_out({_MLA_ARGS.replace('=None', '')}, Tensor(a!) out) -> ()",
+        _mla_decode_out_impl,
+        _mla_decode_out_fake,
+    ),
+)
+_MLA_DECODE, _MLA_DECODE_OUT = register(*TORCH_OPS)

@@ -21,6 +21,9 @@ Rules:
 - Intermediate tensors (the alignment, the gate/up and down results, FP8 activations) are allocated once
   per (shape, config, device, stream) and reused by later calls (`WORKSPACES` most recent kept); while a
   graph is captured they come from the graph's pool instead, which keeps them as long as the graph.
+- The entry point is a registered torch op (`TORCH_OPS`: autotune::fused_moe, and autotune::fused_moe_out
+  for `out` and `inplace`; see `autotune.kernels.torch_ops`); a call that names its `target` or a
+  `config` (which no op takes: eager only) runs the implementation directly.
 """
 
 from __future__ import annotations
@@ -39,8 +42,9 @@ from autotune.kernels.moe.op import MOE, MXFP4
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
 from autotune.kernels.moe.routing import align_fixed, fresh_buffer
 from autotune.kernels.serve import served_config
+from autotune.kernels.torch_ops import TorchOp, explained, register
 
-__all__ = ["WORKSPACES", "fused_moe", "moe_problem"]
+__all__ = ["TORCH_OPS", "WORKSPACES", "fused_moe", "moe_problem"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: How many (shape, config, device, stream) workspaces are kept.
@@ -109,14 +113,41 @@ def _check_ids(topk_ids: torch.Tensor, E: int) -> None:
             raise ValueError(f"topk_ids out of range [0, {E}): min {lo_}, max {hi_}")
 
 
-def fused_moe(
+def _check_call(
+    x: Any,
+    w1: Any,
+    w2: Any,
+    topk_weights: Any,
+    topk_ids: Any,
+    w1_scale: Any,
+    w2_scale: Any,
+    block_shape: Sequence[int] | None,
+    out: Any,
+) -> str:
+    """The checks that read no data (shapes, dtypes, devices, `out`): the weights' kind."""
+    if not all(isinstance(t, torch.Tensor) for t in (x, w1, w2, topk_weights, topk_ids)):
+        raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")
+    kind = validate_moe_call(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
+                             block_shape=block_shape, check_ids=False)  # fmt: skip
+    if out is not None and (
+        not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype
+        or out.device != x.device or not out.is_contiguous()
+    ):  # fmt: skip
+        got = (
+            f"{tuple(out.shape)} {out.dtype} on {out.device}" if isinstance(out, torch.Tensor) else type(out)
+        )
+        raise ValueError(
+            f"out must be a contiguous {tuple(x.shape)} {x.dtype} tensor on {x.device}, got {got}"
+        )
+    return kind
+
+
+def _fused_moe_impl(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
     w2: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    *,
-    inplace: bool = False,
     w1_scale: torch.Tensor | None = None,
     w2_scale: torch.Tensor | None = None,
     block_shape: Sequence[int] | None = None,
@@ -124,34 +155,13 @@ def fused_moe(
     target: Target | None = None,
     config: Config | Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
-    """The MoE MLP out[t] = Σ_j topk_weights[t, j] · (silu(x[t] @ gateᵀ) · x[t] @ upᵀ) @ w2[e]ᵀ of every
-    token t, e = topk_ids[t, j], in the config the loaded tables give this shape (module docstring).
-
-    Returns (M, K) in hidden_states' dtype: written into `out` when given (contiguous, that shape and
-    dtype), into hidden_states with `inplace`, else a new tensor. `config` runs that config of the fused
-    kernel instead of the table's (vLLM's `override_config`; the knobs the kernel defaults need not be
-    given). ValueError for bad input, before any launch."""
+    """autotune::fused_moe (and fused_moe_out with `out`): the checks, the lookup and the launches."""
     from autotune.kernels.moe.kernel import fused_moe as run_kernel  # imports triton: on first call
 
-    if not all(isinstance(t, torch.Tensor) for t in (hidden_states, w1, w2, topk_weights, topk_ids)):
-        raise TypeError("fused_moe takes tensors hidden_states, w1, w2, topk_weights and topk_ids")
     x = hidden_states
-    kind = validate_moe_call(x, w1, w2, topk_weights, topk_ids, w1_scale=w1_scale, w2_scale=w2_scale,
-                             block_shape=block_shape, check_ids=False)  # fmt: skip
+    kind = _check_call(x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape, out)
     mx, fp8 = kind == "mxfp4", kind == "fp8"
     forced = None if config is None else _override(config)
-    if inplace and out is not None:
-        raise ValueError("give `out` or `inplace`, not both")
-    if inplace:
-        out = x
-    if out is not None and (
-        tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype or out.device != x.device
-        or not out.is_contiguous()
-    ):  # fmt: skip
-        raise ValueError(
-            f"out must be a contiguous {tuple(x.shape)} {x.dtype} tensor on {x.device}, got "
-            f"{tuple(out.shape)} {out.dtype} on {out.device}"
-        )
     capturing = _capturing(x.device)
     E = w1.shape[0]
     if not capturing:
@@ -187,3 +197,101 @@ def fused_moe(
         block_shape=block_shape if fp8 else None, is_amd=tgt.is_amd, interpret=tgt.interpreter, out=out,
         alignment=alignment, buffers=buffers, num_sms=tgt.cu_count,
     )  # fmt: skip
+
+
+def _fused_moe_out_impl(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    w1_scale: torch.Tensor | None,
+    w2_scale: torch.Tensor | None,
+    block_shape: Sequence[int] | None,
+    out: torch.Tensor,
+) -> None:
+    _fused_moe_impl(hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape, out)
+
+
+def _fused_moe_fake(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    block_shape: Sequence[int] | None = None,
+) -> torch.Tensor:
+    _check_call(hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape, None)
+    return torch.empty_like(hidden_states, memory_format=torch.contiguous_format)
+
+
+def _fused_moe_out_fake(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    w1_scale: torch.Tensor | None,
+    w2_scale: torch.Tensor | None,
+    block_shape: Sequence[int] | None,
+    out: torch.Tensor,
+) -> None:
+    _check_call(hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape, out)
+
+
+def fused_moe(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    *,
+    inplace: bool = False,
+    w1_scale: torch.Tensor | None = None,
+    w2_scale: torch.Tensor | None = None,
+    block_shape: Sequence[int] | None = None,
+    out: torch.Tensor | None = None,
+    target: Target | None = None,
+    config: Config | Mapping[str, Any] | None = None,
+) -> torch.Tensor:
+    """The MoE MLP out[t] = Σ_j topk_weights[t, j] · (silu(x[t] @ gateᵀ) · x[t] @ upᵀ) @ w2[e]ᵀ of every
+    token t, e = topk_ids[t, j], in the config the loaded tables give this shape (module docstring).
+
+    Returns (M, K) in hidden_states' dtype: written into `out` when given (contiguous, that shape and
+    dtype), into hidden_states with `inplace`, else a new tensor. `config` runs that config of the fused
+    kernel instead of the table's (vLLM's `override_config`; the knobs the kernel defaults need not be
+    given). ValueError for bad input, before any launch. Runs the op autotune::fused_moe
+    (autotune::fused_moe_out with `out` or `inplace`); with a `target` or a `config` (which no op takes:
+    eager only) the implementation is called directly."""
+    if inplace:
+        if out is not None:
+            raise ValueError("give `out` or `inplace`, not both")
+        out = hidden_states
+    args = (hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape)
+    if target is not None or config is not None:
+        return _fused_moe_impl(*args, out, target, config)
+    try:
+        if out is None:
+            return _FUSED_MOE(*args)
+        _FUSED_MOE_OUT(*args, out)
+        return out
+    except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
+        raise explained(exc, _check_call, *args, out) from None
+
+
+_MOE_ARGS = (
+    "Tensor hidden_states, Tensor w1, Tensor w2, Tensor topk_weights, Tensor topk_ids, "
+    "Tensor? w1_scale=None, Tensor? w2_scale=None, int[]? block_shape=None"
+)
+#: The ops of this module (`autotune.kernels.torch_ops.register`).
+TORCH_OPS = (
+    TorchOp(f"fused_moe({_MOE_ARGS}) -> Tensor", _fused_moe_impl, _fused_moe_fake),
+    TorchOp(
+        f"fused_moe_out({_MOE_ARGS.replace('=None', '')}, Tensor(a!) out) -> ()",
+        _fused_moe_out_impl,
+        _fused_moe_out_fake,
+    ),
+)
+_FUSED_MOE, _FUSED_MOE_OUT = register(*TORCH_OPS)

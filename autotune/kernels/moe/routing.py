@@ -7,18 +7,22 @@ a grid sized from the shapes alone: the most blocks any routing of M·topk pairs
 min(E, M·topk) groups padded. Blocks past the routed ones hold only the sentinel M·topk and the expert id
 -1: the kernel's programs for them return at once. Two Triton launches of one program per expert do it
 (`moe.align`), with sizes known from the shapes (no bincount, no nonzero, no `.item()`).
+
+`fused_topk` is a registered torch op (`TORCH_OPS`: autotune::fused_topk; see `autotune.kernels.torch_ops`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from autotune.core.target import interpreting
 from autotune.kernels.moe.ref import route
+from autotune.kernels.torch_ops import TorchOp, explained, register
 
-__all__ = ["Buffers", "align_fixed", "fixed_padded", "fresh_buffer", "fused_topk"]
+__all__ = ["TORCH_OPS", "Buffers", "align_fixed", "fixed_padded", "fresh_buffer", "fused_topk"]
 
 
 #: Where the MoE takes its intermediate tensors: (name, shape, dtype, device) → an uninitialized tensor.
@@ -66,15 +70,64 @@ def align_fixed(
     return sorted_ids, expert_ids, slots
 
 
+def _check_topk(hidden_states: Any, gating_output: Any, topk: int) -> tuple[int, int]:
+    """The shapes' checks (no data read): (M, E)."""
+    if not isinstance(hidden_states, torch.Tensor) or not isinstance(gating_output, torch.Tensor):
+        raise TypeError(
+            f"fused_topk takes tensors hidden_states and gating_output, got {type(hidden_states).__name__} "
+            f"and {type(gating_output).__name__}"
+        )
+    if gating_output.dim() != 2 or gating_output.shape[0] != hidden_states.shape[0]:
+        raise ValueError(
+            f"gating_output must be (M={hidden_states.shape[0]}, E), got {tuple(gating_output.shape)}"
+        )
+    if gating_output.device != hidden_states.device:
+        raise ValueError(
+            f"gating_output is on {gating_output.device}, hidden_states on {hidden_states.device}: one device"
+        )
+    M, E = gating_output.shape
+    if not 1 <= topk <= E:
+        raise ValueError(f"topk must be in [1, E={E}], got {topk}")
+    return M, E
+
+
+def _fused_topk_impl(
+    hidden_states: torch.Tensor, gating_output: torch.Tensor, topk: int, renormalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """autotune::fused_topk: the checks, then `moe.ref.route`."""
+    _check_topk(hidden_states, gating_output, topk)
+    return route(gating_output, topk, renormalize)
+
+
+def _fused_topk_fake(
+    hidden_states: torch.Tensor, gating_output: torch.Tensor, topk: int, renormalize: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    M, _ = _check_topk(hidden_states, gating_output, topk)
+    weights = gating_output.new_empty((M, topk), dtype=torch.float32)
+    return weights, gating_output.new_empty((M, topk), dtype=torch.int32)
+
+
 def fused_topk(
     hidden_states: torch.Tensor, gating_output: torch.Tensor, topk: int, renormalize: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The top-k experts of each token from its router logits (M, E) and their weights, with vLLM's
     `fused_topk` arguments (`moe.ref.route`: softmax in fp32, the `topk` largest, renormalized to sum to 1
     if asked). Returns (topk_weights fp32 (M, topk), topk_ids int32 (M, topk)). ValueError for
-    mismatched shapes."""
-    if gating_output.dim() != 2 or gating_output.shape[0] != hidden_states.shape[0]:
-        raise ValueError(
-            f"gating_output must be (M={hidden_states.shape[0]}, E), got {tuple(gating_output.shape)}"
-        )
-    return route(gating_output, topk, renormalize)
+    mismatched shapes. Runs the op autotune::fused_topk."""
+    try:
+        weights, ids = _FUSED_TOPK(hidden_states, gating_output, topk, renormalize)
+    except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
+        raise explained(exc, _check_topk, hidden_states, gating_output, topk) from None
+    return weights, ids
+
+
+#: The ops of this module (`autotune.kernels.torch_ops.register`).
+TORCH_OPS = (
+    TorchOp(
+        "fused_topk(Tensor hidden_states, Tensor gating_output, int topk, bool renormalize=True) "
+        "-> (Tensor, Tensor)",
+        _fused_topk_impl,
+        _fused_topk_fake,
+    ),
+)
+(_FUSED_TOPK,) = register(*TORCH_OPS)
