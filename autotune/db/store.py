@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
@@ -390,7 +392,11 @@ class Store:
             if write:
                 session.connection(execution_options={WRITE_OPTION: True})
             yield session
+            if write and crashpoints.armed():
+                crashpoints.point("db.commit", sys._getframe(2).f_code.co_name)
             session.commit()
+            if write and crashpoints.armed():
+                crashpoints.point("db.committed", sys._getframe(2).f_code.co_name)
         except SQLAlchemyError as exc:
             session.rollback()
             raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc

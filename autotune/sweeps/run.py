@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.registry import is_vendor
@@ -38,6 +39,7 @@ from autotune.sweeps.spec import SweepEntry, SweepSpec
 
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
+    from autotune.engine.predict import ProblemCheck
     from autotune.db import Store
     from autotune.engine.bench import Benchmarker
     from autotune.engine.checker import StaticChecker
@@ -718,7 +720,8 @@ def predict_sweep(
     """
     from autotune.core.op import kernel_versions
     from autotune.core.result import Source
-    from autotune.engine.predict import check_problem, model_result
+    from autotune.db import NewTrial
+    from autotune.engine.predict import check_problem
 
     target = checker.target
     plan(spec, target)
@@ -740,10 +743,10 @@ def predict_sweep(
             result = ProblemReport(
                 problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
             )
-            if any(r.ok for r in done.values()):
+            if _complete(done):
                 result.cached = len(done)
                 ok = [r for r in done.values() if r.ok]
-                result.best = min(ok, key=lambda r: r.score())
+                result.best = min(ok, key=lambda r: r.score(), default=None)
                 result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
             else:
                 found = check_problem(
@@ -755,26 +758,20 @@ def predict_sweep(
                     backends=entry.backends,
                     on_step=None if on_step is None else functools.partial(on_step, problem),
                 )
-                best = found.best(keep)
-                if found.vendor is not None and found.vendor not in best:
-                    best.append(found.vendor)
-                picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
-                for candidate, rank in picks:
-                    trial = model_result(candidate, None if rank is None else {"rank": rank})
-                    name, source_hash = kernels[candidate.config.backend]
-                    store.record(
-                        target=target,
-                        kernel=name,
-                        source_hash=source_hash,
-                        problem=problem,
-                        result=trial,
-                        sweep_id=report.sweep_id,
-                        source=Source.MODEL,
-                    )
-                    counted(problem, candidate.config, trial)
+                trials = _predictions(found, keep)
+                batch = [
+                    NewTrial(target, *kernels[t.config.backend], problem, t, Source.MODEL) for t in trials
+                ]
+                crashpoints.point("predict.batch", problem.key())
+                written = store.record_many(batch, sweep_id=report.sweep_id)  # one transaction
+                for trial, new in zip(trials, written, strict=True):
+                    if new:
+                        counted(problem, trial.config, trial)
+                    else:
+                        result.cached += 1
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
                         result.best = trial
-                    if trial.ok and is_vendor(problem.op, candidate.config.backend):
+                    if trial.ok and is_vendor(problem.op, trial.config.backend):
                         result.vendor = trial
                 result.ran = len(found.compiled)
                 result.static_pruned = found.static_pruned
@@ -786,3 +783,27 @@ def predict_sweep(
             if on_problem is not None:
                 on_problem(result)
     return report
+
+
+def _predictions(found: ProblemCheck, keep: int) -> list[TrialResult]:
+    """The trials a compile-only check of one problem stores, as one batch: every compiled config a static
+    check pruned, then the `keep` best predictions and the vendor library's; each says how many rows its
+    batch holds (``extra["batch"]``), so that a resumed sweep can tell a whole batch from part of one."""
+    from autotune.engine.predict import model_result
+
+    best = found.best(keep)
+    if found.vendor is not None and found.vendor not in best:
+        best.append(found.vendor)
+    picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
+    n = len(picks)
+    return [model_result(c, {"batch": n} if rank is None else {"rank": rank, "batch": n}) for c, rank in picks]
+
+
+def _complete(done: dict[str, TrialResult]) -> bool:
+    """Whether the stored predictions of a problem are its whole batch (`_predictions`): every row there
+    and none missing. Rows of an older sweep, which do not say their batch, count as incomplete: the
+    problem is checked again and only the missing rows are stored."""
+    if not done:
+        return False
+    sizes = {r.extra.get("batch") for r in done.values()}
+    return len(sizes) == 1 and isinstance(n := sizes.pop(), int) and len(done) >= n
