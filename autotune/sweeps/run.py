@@ -39,10 +39,10 @@ from autotune.sweeps.spec import SweepEntry, SweepSpec
 
 if TYPE_CHECKING:
     from autotune.core.op import TunableOp
-    from autotune.engine.predict import ProblemCheck
     from autotune.db import Store
     from autotune.engine.bench import Benchmarker
     from autotune.engine.checker import StaticChecker
+    from autotune.engine.predict import ProblemCheck
 
 __all__ = ["SweepReport", "families", "plan", "predict_sweep", "run_sweep"]
 
@@ -796,7 +796,7 @@ def _predictions(found: ProblemCheck, keep: int) -> list[TrialResult]:
         best.append(found.vendor)
     picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
     n = len(picks)
-    return [model_result(c, {"batch": n} if rank is None else {"rank": rank, "batch": n}) for c, rank in picks]
+    return [model_result(c, {"batch": n} if i is None else {"rank": i, "batch": n}) for c, i in picks]
 
 
 def _complete(done: dict[str, TrialResult]) -> bool:
