@@ -20,6 +20,7 @@ from autotune.core.registry import is_vendor
 from autotune.core.result import TrialResult
 from autotune.core.target import Target
 from autotune.db.liveness import heartbeat_s
+from autotune.db.unclosed import leave_unclosed
 from autotune.engine.bench import ServedTiming
 from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.engine.strategies import Budget
@@ -166,6 +167,10 @@ def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
     return out
 
 
+#: How often a process whose problems left are all held elsewhere looks whether one was freed, in seconds.
+WAIT_POLL_S = 0.25
+
+
 class _ProblemQueue:
     """The problems left, handed out one at a time with their share of the time budget. Thread-safe.
 
@@ -212,7 +217,24 @@ class _ProblemQueue:
             if not waited:
                 log.info("every problem left is held by another process of this sweep: waiting")
                 waited = True
-            time.sleep(min(5.0, heartbeat_s() / 2))
+            self._wait_for_free(should_stop)
+
+    def _wait_for_free(self, should_stop: Callable[[], bool]) -> None:
+        """Waits until a problem left may be claimed (its holder finished it, stopped or died: read every
+        `WAIT_POLL_S`), or half a heartbeat has passed, or `should_stop`."""
+        deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)
+        while time.monotonic() < deadline and not should_stop():
+            with self._lock:
+                left = {p.key(): p for _, p in self.todo}
+            if not left or self.shared is None:
+                return
+            free = self.shared.claimable(list(left))
+            if free:
+                with self._lock:
+                    for key in free:
+                        self._held_until.pop(left[key], None)
+                return
+            time.sleep(WAIT_POLL_S)
 
     def _claim(self, problem: Problem) -> bool:
         """Whether this sweep may take `problem` (claimed, or done elsewhere: read back). One found held
@@ -459,8 +481,13 @@ def _run_on_workers(
                     shared = queue.shared
                     if shared is None or shared.claim(profile_item(job[0].family)) != "held":
                         return profile_jobs.pop(i)
-            if stop.wait(min(5.0, heartbeat_s() / 2)):
-                return None
+                items = [profile_item(job[0].family) for job in profile_jobs]
+            deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)  # until one is freed: read often
+            while not (queue.shared is not None and queue.shared.claimable(items)):
+                if stop.wait(WAIT_POLL_S):
+                    return None
+                if time.monotonic() > deadline:
+                    break
 
     def profile(lane: _Lane) -> None:
         worker = lane.worker
@@ -688,13 +715,23 @@ def _sweep_row(
         report.wall_s = time.perf_counter() - t0
         if status != "failed":
             progress.beat(force=True)
+        failure = sys.exc_info()[1]
+        error = None if status != "failed" or failure is None else _reason(failure)
         try:
-            store.finish_sweep(sweep_id, status)
+            store.finish_sweep(sweep_id, status, error)
         except Exception as exc:
-            if sys.exc_info()[1] is None:
+            # The database is gone too: the next sweep of this host writes the end (`db.unclosed`).
+            leave_unclosed(store.url, sweep_id, status, error)
+            if failure is None:
                 raise
-            # The database is gone too: the error that stopped the sweep is the one to report.
+            # The error that stopped the sweep is the one to report.
             log.info("cannot mark sweep %d %s: %s", sweep_id, status, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a sweep failed, in one line for its row."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
 
 
 def predict_sweep(
