@@ -661,7 +661,7 @@ class Store:
                     pid=r.pid,
                     problems_total=r.problems_total,
                     problems_done=r.problems_done,
-                    trials_done=stored.get(r.id, 0),  # from the rows: counts a sweep's last moments too
+                    trials_done=stored.get(r.id, r.trials_done),  # the rows: a sweep's last moments too
                     workers=r.workers,
                     log_path=r.log_path,
                     gpu_fingerprint=fingerprint,

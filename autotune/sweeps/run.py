@@ -125,13 +125,15 @@ def run_sweep(
     for worker in workers or ():
         worker.start()  # worker processes import torch and open their GPUs while the sweep sets up
     planned = plan(spec, target)  # validate everything before any work
+    crashpoints.point("sweep.planned", spec.name)
     todo = spec.problems()
     n_workers = len(workers) if workers else None  # as the sweep's row records it
     if not workers:
         make = (lambda op: benchmarker_for(op.name)) if benchmarker_for else None
         workers = [InlineWorker(target, make=make)]
-    if len(workers) > 1:
-        todo = _longest_first(spec, target, store, todo, planned)
+    # Longest first, whether the workers are this process's or other processes' sharing the sweep: the
+    # workers then finish together.
+    todo = _longest_first(spec, target, store, todo, planned)
     queue = _ProblemQueue(todo, budget_s, len(workers))
     if checker is not None:
         checker.warm_up()  # the compile processes start while the GPU workers do
@@ -604,11 +606,14 @@ def _longest_first(
     store: Store,
     todo: list[tuple[SweepEntry, Problem]],
     planned: list[tuple[Problem, int, int]],
+    *,
+    compile_only: bool = False,
 ) -> list[tuple[SweepEntry, Problem]]:
     """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
     together); by trial count where the estimate cannot be made."""
     try:
-        est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
+        rows = plan_sweep(spec, target, store=store, compile_only=compile_only)
+        est = {row.problem: row.est_s for row in rows}
     except Exception as exc:  # the estimate is an optimisation only
         log.debug("no duration estimate (%s): ordering by trials", exc)
         sizes = {p: n for p, n, _ in planned}
@@ -761,8 +766,10 @@ def predict_sweep(
     from autotune.engine.predict import check_problem
 
     target = checker.target
-    plan(spec, target)
-    queue = _ProblemQueue(spec.problems(), None, 1)
+    planned = plan(spec, target)
+    crashpoints.point("sweep.planned", spec.name)
+    todo = _longest_first(spec, target, store, spec.problems(), planned, compile_only=True)
+    queue = _ProblemQueue(todo, None, 1)
     total = len(spec.problems())
     with _sweep_row(spec, store, target, predicted=True, problems_total=total, log_path=log_path) as (
         report,

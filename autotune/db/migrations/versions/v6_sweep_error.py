@@ -2,8 +2,8 @@
 
 ``sweeps.error`` (nullable text): the reason a sweep ended ``failed`` (the database lost mid-sweep
 included: a later process of the same host closes the row with it). Index ``ix_trials_sweep`` on
-``trials.sweep_id``: ``autotune status`` counts each sweep's trials from the rows. SQLite alters the
-table in batch mode.
+``trials.sweep_id``: ``autotune status`` counts each sweep's trials from the rows. Both are altered in
+place (SQLite 3.35+ drops a column itself: no copy of the table, which the claims' foreign key forbids).
 
 Revision ID: v6_sweep_error
 Revises: v5_claims
@@ -23,16 +23,17 @@ schema_version = 6
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("sweeps") as batch:
-        batch.add_column(sa.Column("error", sa.Text(), nullable=True))
+    op.add_column("sweeps", sa.Column("error", sa.Text(), nullable=True))
     op.create_index("ix_trials_sweep", "trials", ["sweep_id"])
     _set_schema_version(schema_version)
 
 
 def downgrade() -> None:
     op.drop_index("ix_trials_sweep", table_name="trials")
-    with op.batch_alter_table("sweeps") as batch:
-        batch.drop_column("error")
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute(sa.text("ALTER TABLE sweeps DROP COLUMN error"))
+    else:
+        op.drop_column("sweeps", "error")
     _set_schema_version(schema_version - 1)
 
 
