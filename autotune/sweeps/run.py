@@ -793,6 +793,7 @@ def predict_sweep(
                 result.best = min(ok, key=lambda r: r.score(), default=None)
                 result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
             else:
+                compiled_before = checker.compiled[problem.key()]
                 found = check_problem(
                     op,
                     problem,
@@ -817,7 +818,7 @@ def predict_sweep(
                         result.best = trial
                     if trial.ok and is_vendor(problem.op, trial.config.backend):
                         result.vendor = trial
-                result.ran = len(found.compiled)
+                result.ran = checker.compiled[problem.key()] - compiled_before  # not read back
                 result.static_pruned = found.static_pruned
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0

@@ -7,8 +7,9 @@ it). A fork starts in milliseconds where a new interpreter takes seconds to impo
 a harness can afford hundreds of killed runs.
 
 With `fake_timing`, every trial is still run (in the sweep's worker process) and checked against its
-reference, but the time the sweep is given is a function of the problem and the config, so that two runs of one spec store the same rows: the harness
-compares a resumed run with an uninterrupted one row for row.
+reference, but the time the sweep is given is a function of the problem and the config, so that two
+runs of one spec store the same rows: the harness compares a resumed run with an uninterrupted one row
+for row.
 """
 
 from __future__ import annotations
@@ -66,11 +67,11 @@ def _child(request: dict[str, object]) -> int:
 
 
 def serve() -> None:
-    import autotune.cli  # noqa: F401  (what every run needs, imported once)
-    import autotune.cli.emit  # noqa: F401
-    import autotune.cli.sweep  # noqa: F401
-    import autotune.engine.bench  # noqa: F401
-    import autotune.kernels  # noqa: F401
+    import autotune.cli
+    import autotune.cli.emit
+    import autotune.cli.sweep
+    import autotune.engine.bench
+    import autotune.kernels
     import autotune.sweeps  # noqa: F401
 
     print(json.dumps({"ready": os.getpid()}), flush=True)

@@ -24,7 +24,7 @@ replace, then run again). The checks:
 
 Trials run for real (interpreted kernels checked against their references); with ``fake_timing`` their
 times are a function of the problem and config so that two runs store the same rows (tests/crash/
-zygote.py). Run it on demand: ``python tests/crash/harness.py --points 200`` (see ``--help``).
+zygote.py). Run it on demand: ``python tests/crash/crash_harness.py --points 200`` (see ``--help``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +131,13 @@ class Zygote:
         return dict(json.loads(line))
 
     def run(
-        self, argv: Sequence[str], cwd: Path, env: dict[str, str], *, fake_timing: bool, kill_after: float | None
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: dict[str, str],
+        *,
+        fake_timing: bool,
+        kill_after: float | None,
     ) -> tuple[int, int]:
         """Runs ``autotune argv``; returns (pid, exit status: minus the signal where one ended it)."""
         assert self.proc.stdin is not None
@@ -141,10 +147,8 @@ class Zygote:
         pid = int(self._read()["pid"])
         if kill_after is not None:
             time.sleep(kill_after)
-            try:
+            with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return pid, int(self._read()["status"])
 
     def close(self) -> None:
@@ -170,10 +174,13 @@ def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
                 return [tuple(r) for r in conn.execute(text(query))]
         finally:
             engine.dispose()
-    con = sqlite3.connect(f"file:{url.removeprefix('sqlite:///')}?mode=ro", uri=True, timeout=30)
+    path = url.removeprefix("sqlite:///")
+    if not Path(path).exists():  # killed before it was created
+        return []
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         return con.execute(query).fetchall()
-    except sqlite3.OperationalError:  # nothing created yet
+    except sqlite3.OperationalError:  # no tables yet
         return []
     finally:
         con.close()
@@ -240,7 +247,9 @@ class Harness:
             return workdir, f"sqlite:///{workdir / 'crash.db'}"
         return workdir, self.new_pg_db()
 
-    def _run(self, argv: Sequence[str], workdir: Path, env: dict[str, str], kill_after: float | None = None) -> int:
+    def _run(
+        self, argv: Sequence[str], workdir: Path, env: dict[str, str], kill_after: float | None = None
+    ) -> int:
         return self.zygote.run(argv, workdir, env, fake_timing=self.fake, kill_after=kill_after)[1]
 
     def prepare(self) -> None:
@@ -253,7 +262,9 @@ class Harness:
             code = self._run(self.scenario.sweep_argv(url), workdir, {"AUTOTUNE_CRASH_JOURNAL": str(journal)})
             self.duration_s = time.monotonic() - t0
             assert code == 0, (workdir / "out.txt").read_text()[-3000:]
-            assert self._run(self.scenario.emit_argv(url), workdir, {}) == 0, (workdir / "out.txt").read_text()
+            assert self._run(self.scenario.emit_argv(url), workdir, {}) == 0, (
+                workdir / "out.txt"
+            ).read_text()
         self.reference = trials(url)
         self.reference_features = features(url)
         self.reference_table = _table(workdir / "table.json")
@@ -261,14 +272,20 @@ class Harness:
         assert self.reference and self.points
 
     def kill_points(self, n: int, seed: int = 0, *, random_share: float = 0.25) -> list[str]:
-        """`n` points: every crash point's index spread over the run (all of them when `n` allows), and
-        `random_share` of them SIGKILLs at random moments."""
+        """`n` points: crash points of every name first (one each, drawn at random), more drawn from
+        the whole run (all of them when `n` allows), and `random_share` of `n` SIGKILLs at random
+        moments."""
         rng = random.Random(seed)
         n_random = int(n * random_share)
         total = len(self.points)
         k = min(n - n_random, total)
-        picked = sorted(rng.sample(range(1, total + 1), k)) if k < total else list(range(1, total + 1))
-        out = [f"*:{i}" for i in picked]
+        by_name: dict[str, list[int]] = {}
+        for i, (name, _) in enumerate(self.points, start=1):
+            by_name.setdefault(name, []).append(i)
+        picked = {rng.choice(indices) for indices in by_name.values()}  # every phase once, at least
+        rest = [i for i in range(1, total + 1) if i not in picked]
+        picked.update(rng.sample(rest, max(0, min(k - len(picked), len(rest)))))
+        out = [f"*:{i}" for i in sorted(picked)]
         out += [f"random:{rng.uniform(0.05, self.duration_s):.2f}" for _ in range(n - len(out))]
         return out
 
@@ -295,12 +312,12 @@ class Harness:
         if alive:
             outcome.problems.append(f"{len(alive)} processes of the killed run alive 5 s after: {alive}")
             for pid in alive:
-                try:
+                with suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
         before = {(r[3], r[4], r[5]) for r in trials(url)}
-        code = self._run(self.scenario.sweep_argv(url), workdir, {"AUTOTUNE_CRASH_JOURNAL": str(resumed_journal)})
+        code = self._run(
+            self.scenario.sweep_argv(url), workdir, {"AUTOTUNE_CRASH_JOURNAL": str(resumed_journal)}
+        )
         if code != 0:
             outcome.problems.append(f"resumed run exited {code}: {(workdir / 'out.txt').read_text()[-1500:]}")
         # emit, killed at its replace, then again
@@ -379,7 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", type=int, default=200, help="kill points in all (default 200)")
     parser.add_argument("--mode", choices=("interpret", "compile", "both"), default="both")
-    parser.add_argument("--pg", help="also on PostgreSQL: a server URL, e.g. postgresql+psycopg://postgres@127.0.0.1/test")
+    parser.add_argument(
+        "--pg", help="also on PostgreSQL: a server URL, e.g. postgresql+psycopg://postgres@127.0.0.1/test"
+    )
     parser.add_argument("--root", default="crash-runs", help="folder for the runs (default ./crash-runs)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -402,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{'ok' if not o.problems else '; '.join(o.problems)}", flush=True)  # fmt: skip
         phases = sorted({o.killed_at for o in outcomes})
         summary.append(
-            f"{scenario.mode} on {'PostgreSQL' if scenario.db != 'sqlite' else 'SQLite'}: {len(outcomes)} points "
+            f"{scenario.mode} on {'PostgreSQL' if scenario.db != 'sqlite' else 'SQLite'}: "
+            f"{len(outcomes)} points "
             f"({len(h.points)} crash points in the reference), killed at {', '.join(phases)}; "
             f"lost {sum(o.lost for o in outcomes)}, duplicated {sum(o.duplicated for o in outcomes)}, "
             f"re-run {sum(o.rerun for o in outcomes)}, in flight at most "
