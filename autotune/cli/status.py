@@ -65,6 +65,11 @@ def run(args: argparse.Namespace) -> int:
         )
     print()
     print_table(rows)
+    failed = [sw for sw in sweeps if sw.error]
+    if failed:
+        print()
+        for sw in failed:
+            print(f"sweep {sw.id} failed: {sw.error}")
     if held:
         print()
         for sw in sweeps:

@@ -103,22 +103,39 @@ def check_sqlite_path(parsed: URL, *, read_only: bool = False) -> None:
     if path.exists():
         if not os.access(path, os.R_OK | os.W_OK):
             raise StoreError(f"cannot open database {path}: the file is not readable and writable")
+        mode = path.stat().st_mode
+        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH):  # root may write it; we do not
+            raise StoreError(
+                f"cannot write database {path}: its mode ({stat.filemode(mode)}) marks it read-only; the "
+                f"read-only verbs (status, best, report, ...) can read it, or `chmod u+w {path}` to write it"
+            )
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise StoreError(f"cannot create database {path}: directory {parent} is not writable")
 
 
 def read_only_sqlite(parsed: URL) -> URL:
     """`parsed` (a SQLite file) opened read-only: ``mode=ro``, and ``immutable=1`` where this process may
-    not write the file or its folder (a copy, a file of mode 0444, a read-only folder), since a reader of
-    a WAL database otherwise creates its ``-shm`` and ``-wal`` files. An immutable database is read as
-    its file holds it: changes left in a ``-wal`` beside it are not seen."""
+    not write the file or its folder (a copy, a file of mode 0444, a read-only folder) and no ``-wal``
+    file holds changes, since a reader of a WAL database otherwise creates its ``-shm`` and ``-wal``
+    files. Changes a writer committed to the ``-wal`` but did not fold into the file (it was killed) are
+    read: then the file is opened ``mode=ro`` (SQLite reads the ``-wal`` through its ``-shm``), and where
+    the ``-shm`` is missing and the folder cannot take one, StoreError says a writer must open the
+    database first."""
     path = Path(parsed.database or "")
     if not path.is_absolute():
         path = path.absolute()
     writable = all(
         os.access(p, os.W_OK) and p.stat().st_mode & stat.S_IWUSR for p in (path, path.parent)
     )  # the mode bits too: root may write what they mark read-only, and should not
-    query = "mode=ro" + ("" if writable else "&immutable=1")
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    pending = wal.is_file() and wal.stat().st_size > 0
+    if pending and not shm.is_file() and not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StoreError(
+            f"database {path} has changes in {wal.name} that only a writer can fold in (its -shm file is "
+            "gone and the folder is read-only): open it once with a writing verb, or copy the folder with "
+            "both files somewhere writable"
+        )
+    query = "mode=ro" + ("" if writable or pending else "&immutable=1")
     return make_url(f"sqlite:///file:{quote(path.as_posix())}?{query}&uri=true")
 
 

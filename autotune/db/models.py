@@ -13,6 +13,7 @@ Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alemb
                                       of the columns e, topk, dtype_a, dtype_b, dtype_out and layout
     version 5  ``v5_claims``       ``claims``: which sweep holds which problem of a shared sweep, and
                                       until when its lease runs
+    version 6  ``v6_sweep_error``  ``sweeps.error``: why a sweep failed; ``trials.sweep_id`` indexed
 
 A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
 transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
@@ -68,7 +69,7 @@ __all__ = [
 ]
 
 #: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
 BASE_VERSION = 1
 #: The Alembic revision of each schema version (``alembic_version.version_num``).
@@ -78,6 +79,7 @@ REVISIONS: dict[int, str] = {
     3: "v3_sweep_progress",
     4: "v4_problem_params",
     5: "v5_claims",
+    6: "v6_sweep_error",
 }
 #: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
 HEAD_REVISION = REVISIONS[SCHEMA_VERSION]
@@ -188,6 +190,8 @@ class SweepModel(Base):
     trials_done: Mapped[int | None] = mapped_column(Integer, nullable=True)
     workers: Mapped[int | None] = mapped_column(Integer, nullable=True)
     log_path: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Schema version 6: why it failed.
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ClaimModel(Base):
@@ -221,6 +225,7 @@ class TrialModel(Base):
     __table_args__ = (
         UniqueConstraint("gpu_id", "kernel_id", "problem_id", "config_hash", "source", name="uq_trials_key"),
         Index("ix_trials_gpu_problem_status", "gpu_id", "problem_id", "status"),
+        Index("ix_trials_sweep", "sweep_id"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

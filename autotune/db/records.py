@@ -155,6 +155,8 @@ class SweepRecord:
     spec_text: str = ""
     #: Whether its process is alive: known only for a running sweep of this host, else None.
     pid_alive: bool | None = None
+    #: Why it failed, where it did.
+    error: str | None = None
 
     def state(self, now: datetime, stale_after_s: float | None = None) -> str:
         if self.status != "running":

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import shlex
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
@@ -85,6 +87,7 @@ from .records import (
     TrialRecord,
     Winner,
 )
+from .unclosed import Unclosed, forget_unclosed, read_unclosed
 from .vllm_rules import deployment_configs
 
 __all__ = ["MIN_PREFIX", "VENDOR_BACKEND", "NewTrial", "Store", "StoreError", "resolve_url"]
@@ -390,7 +393,11 @@ class Store:
             if write:
                 session.connection(execution_options={WRITE_OPTION: True})
             yield session
+            if write and crashpoints.armed():
+                crashpoints.point("db.commit", sys._getframe(2).f_code.co_name)
             session.commit()
+            if write and crashpoints.armed():
+                crashpoints.point("db.committed", sys._getframe(2).f_code.co_name)
         except SQLAlchemyError as exc:
             session.rollback()
             raise StoreError(f"database error on {self._display_url}: {error_cause(exc)}") from exc
@@ -464,24 +471,31 @@ class Store:
     ) -> int:
         """Records a sweep as running on this host (this process) and `target`; returns its id.
 
-        Sweeps of this host left "running" by a process that no longer exists (killed with -9, a power
-        cut) are marked "interrupted" first."""
+        Sweeps of this host left "running" by a process that no longer exists are closed first: "failed"
+        with its reason where the process could not write its end (the database was lost:
+        `autotune.db.unclosed`), else "interrupted" (killed with -9, a power cut)."""
 
         gpu = self.gpu_id(target)
         now = utcnow()
+        unclosed = read_unclosed(self.url)
+        closed: dict[int, Unclosed | None] = {}
         with self._session(write=True) as session:
             for row in session.scalars(
                 select(SweepModel).where(SweepModel.host == _host(), SweepModel.status == "running")
             ):
                 if row.pid is not None and row.pid != os.getpid() and not pid_alive(row.pid):
-                    row.status = "interrupted"
+                    ending = closed[row.id] = unclosed.get(row.id)
+                    row.status = ending.status if ending else "interrupted"
+                    row.error = ending.error if ending else None
                     row.finished_at = row.heartbeat_at or now
             row = SweepModel(name=name, spec_text=spec_text, host=_host(), status="running", gpu_id=gpu,
                              pid=os.getpid(), heartbeat_at=now, problems_total=problems_total,
                              problems_done=0, trials_done=0, workers=workers, log_path=log_path)  # fmt: skip
             session.add(row)
             session.flush()
-            return int(row.id)
+            sweep_id = int(row.id)
+        forget_unclosed(self.url, {i: end for i, end in closed.items() if end is not None})
+        return sweep_id
 
     @_retrying
     def touch_sweep(
@@ -506,9 +520,10 @@ class Store:
             )
 
     @_retrying
-    def finish_sweep(self, sweep_id: int, status: str = "finished") -> None:
-        """Marks a sweep finished, interrupted or failed, and releases the problems it still holds (they are
-        free for the other processes of its work at once). Raises StoreError for an unknown id."""
+    def finish_sweep(self, sweep_id: int, status: str = "finished", error: str | None = None) -> None:
+        """Marks a sweep finished, interrupted or failed (with `error`, its reason), and releases the
+        problems it still holds (they are free for the other processes of its work at once). Raises
+        StoreError for an unknown id."""
         if status not in SWEEP_STATUSES:
             raise ValueError(f"unknown sweep status {status!r}; known: {', '.join(SWEEP_STATUSES)}")
         with self._session(write=True) as session:
@@ -516,6 +531,7 @@ class Store:
             if row is None:
                 raise StoreError(f"no sweep with id {sweep_id} in {self._display_url}")
             row.status = status
+            row.error = error
             now = row.finished_at = row.heartbeat_at = utcnow()
             c = ClaimModel  # what it still holds is free for the others at once
             session.execute(
@@ -560,6 +576,32 @@ class Store:
                 return "claimed"
         raise StoreError(f"cannot claim {item} in {self._display_url}")
 
+    def claimable(self, work: str, items: Sequence[str], sweep_id: int) -> list[str]:
+        """The items of `items` that `claim` would now give sweep `sweep_id` ("claimed" or "done"): never
+        claimed, done, held by it, or held by a sweep whose lease ran out or, on this host, whose process
+        is gone. Read only: cheap enough to ask every fraction of a second while waiting."""
+        c, sw = ClaimModel, SweepModel
+        if not items:
+            return []
+        rows: dict[str, tuple[bool, int, datetime, SweepModel | None]] = {}
+        with self._session() as session:
+            for start in range(0, len(items), _IN_CHUNK):
+                stmt = (
+                    select(c.item, c.done, c.sweep_id, c.lease_until, sw)
+                    .outerjoin(sw, sw.id == c.sweep_id)
+                    .where(c.work == work, c.item.in_(list(items[start : start + _IN_CHUNK])))
+                )
+                for item, done, holder, until, sweep in session.execute(stmt):
+                    rows[item] = (bool(done), int(holder), until, sweep)
+        now = utcnow()
+
+        def free(row: tuple[bool, int, datetime, SweepModel | None] | None) -> bool:
+            if row is None or row[0] or row[1] == sweep_id or _aware(row[2]) <= now:
+                return True
+            return row[3] is None or _gone(row[3])
+
+        return [item for item in items if free(rows.get(item))]
+
     @_retrying
     def release(self, work: str, item: str, sweep_id: int, *, done: bool) -> None:
         """Gives up `sweep_id`'s claim on `item` of `work`: marked done (never run again by a sweep of this
@@ -598,6 +640,14 @@ class Store:
         if status is not None:
             query = query.where(SweepModel.status == status)
         with self._session() as session:
+            found = list(session.execute(query))
+            stored = dict(
+                session.execute(
+                    select(TrialModel.sweep_id, func.count())
+                    .where(TrialModel.sweep_id.in_([r.id for r, _, _ in found]))
+                    .group_by(TrialModel.sweep_id)
+                ).all()
+            )
             return [
                 SweepRecord(
                     id=r.id,
@@ -611,7 +661,7 @@ class Store:
                     pid=r.pid,
                     problems_total=r.problems_total,
                     problems_done=r.problems_done,
-                    trials_done=r.trials_done,
+                    trials_done=stored.get(r.id, r.trials_done),  # the rows: a sweep's last moments too
                     workers=r.workers,
                     log_path=r.log_path,
                     gpu_fingerprint=fingerprint,
@@ -621,8 +671,9 @@ class Store:
                         if r.host == _host() and r.pid is not None and r.status == "running"
                         else None
                     ),
+                    error=r.error,
                 )
-                for r, gpu, fingerprint in session.execute(query)
+                for r, gpu, fingerprint in found
             ]
 
     # -- trials --------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ table was built as predicted), so a reader that knows no per-bucket field still 
 from __future__ import annotations
 
 import contextlib
+import glob
 import itertools
 import json
 import math
@@ -53,6 +54,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.target import Target
@@ -600,17 +602,20 @@ class Table:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the table atomically (a temporary file in the same folder, then os.replace), readable as
         any file this process creates is (the umask's mode, not the temporary file's 0600): a serving
-        process of another user reads it."""
+        process of another user reads it. The temporary files of earlier saves of `path` whose process is
+        gone (killed mid-save) are removed."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         text = self.to_json()
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+        _remove_orphans(p)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.{os.getpid()}.", suffix=".tmp", dir=p.parent)
         try:
             os.chmod(tmp, 0o666 & ~_umask())
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
+            crashpoints.point("emit.replace", str(p))
             os.replace(tmp, p)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -787,3 +792,22 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _remove_orphans(path: Path) -> None:
+    """Removes the temporary files `Table.save` left beside `path` in a process that no longer runs."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        pid = tmp.name[len(path.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Protocol
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.op import kernel_versions
 from autotune.core.problem import Problem
@@ -200,6 +201,7 @@ class StaticChecker:
             self._known[key] = features
             self.compiled[problem.key()] += 1
         if self.store is not None:
+            crashpoints.point("compile.done", f"{problem.key()} {config.digest()}")
             name, source_hash = kernel_versions(op, [config.backend])[config.backend]
             self.store.record_features(
                 arch=self.target.arch,

@@ -31,6 +31,7 @@ from autotune.core.result import root_cause
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target, TargetError, toolchain_versions
 from autotune.engine.isa import amd_mix, ptx_mix
+from autotune.engine.lifeline import PARENT_ENV, start_from_main
 
 __all__ = [
     "CompilePool",
@@ -390,11 +391,19 @@ def _pool_context() -> Any:
     return context
 
 
-def _worker_init(env: dict[str, str] | None = None) -> None:
+def _worker_init(env: dict[str, str] | None = None, forked: bool = True) -> None:
     """Each compile process takes the sweep's environment as it was when the pool started (a fork
     server's children would inherit the server's), without TRITON_INTERPRET, and runs niced: compiling
     ahead is background work. It is not pinned to a core: a compile runs some threads of its own, which
-    one core serializes (docs/notes/2026-11-22-compile-ahead.md)."""
+    one core serializes (docs/notes/2026-11-22-compile-ahead.md). It dies with its parent
+    (`autotune.engine.lifeline`): the fork server, `forked`, which dies with the sweep; else the sweep,
+    watched from a thread (a spawned child's parent is the thread that happened to start it)."""
+    from autotune.engine.lifeline import die_with_parent, watch_parent
+
+    if forked:
+        die_with_parent()
+    else:
+        watch_parent()
     if env is not None:
         os.environ.clear()
         os.environ.update(env)
@@ -408,24 +417,29 @@ def start_processes(
 ) -> tuple[ProcessPoolExecutor, Any]:
     """A pool of compile processes and the context it uses: `context`, or spawn where its fork server
     cannot start. `initializer` gets the environment of now (without TRITON_INTERPRET) first, then
-    `initargs`."""
+    whether the processes are forks of the fork server, then `initargs`."""
     saved = os.environ.pop("TRITON_INTERPRET", None)
     try:
         if context.get_start_method() == "forkserver":
             from multiprocessing import forkserver
 
-            # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions.
+            # Started here, without TRITON_INTERPRET: the kernels it preloads must be JIT functions; from a
+            # thread that lives as long as this process, told to die with it (`lifeline`).
+            os.environ[PARENT_ENV] = str(os.getpid())
             try:
-                forkserver.ensure_running()
+                start_from_main(forkserver.ensure_running)
             except OSError:  # no fork server here (e.g. no Unix sockets): each process imports itself
                 import multiprocessing
 
                 context = multiprocessing.get_context("spawn")
+            finally:
+                os.environ.pop(PARENT_ENV, None)
+        forked = context.get_start_method() == "forkserver"
         pool = ProcessPoolExecutor(
             max_workers=workers,
             mp_context=context,
             initializer=initializer,
-            initargs=(dict(os.environ), *initargs),
+            initargs=(dict(os.environ), forked, *initargs),
         )
         return pool, context
     finally:

@@ -48,8 +48,11 @@ def connect(address: str | None, *, interpret: bool = False) -> None:
         return
     env: dict[str, Any] = {"env_vars": {"TRITON_INTERPRET": "1"}} if interpret else {}
     try:
-        if address is None:
+        if address is None:  # a cluster of this process's own, whose processes die with it
+            from autotune.engine.lifeline import reap_descendants
+
             ray.init(include_dashboard=False, runtime_env=env or None, log_to_driver=False)
+            reap_descendants()
         else:
             ray.init(address=address, runtime_env=env or None, log_to_driver=False)
     except ConnectionError as exc:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import VENDOR_BACKEND, Source, TrialResult, TrialStatus
@@ -219,6 +220,7 @@ class Runner:
                             self._record(problem, kernel, last)
                             report.ran += 1
                         raise
+                    crashpoints.point("trial.measured", f"{problem.key()} {config.digest()}")
                     self._record(problem, kernel, result)
                     report.ran += 1
                     report.compile_s += result.compile_s

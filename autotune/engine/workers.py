@@ -27,6 +27,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import TrialResult, TrialStatus
 from autotune.core.target import Target
+from autotune.engine.lifeline import start_from_main
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection
@@ -319,7 +320,7 @@ class ProcessWorker:
             target=_child_main, args=(child, env, self.settings, log_file), name=f"autotune-{self.name}"
         )
         proc.daemon = True
-        proc.start()
+        start_from_main(proc.start)  # its death signal follows this process, not this thread
         child.close()
         self._proc, self._conn = proc, parent
         self._starting = time.monotonic()
@@ -481,22 +482,14 @@ def _tail_text(path: Path | None, lines: int = 8, limit: int = 1500) -> str:
 # -- the child process ------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """Linux: the child gets SIGKILL when the parent dies (kill -9 included), so no orphan holds a GPU."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _child_main(
     conn: Connection, env: dict[str, str], settings: BenchSettings | None, log_file: str | None
 ) -> None:
+    from autotune.engine.lifeline import die_with_parent, watch_parent
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _die_with_parent()
+    die_with_parent()  # no orphan holds a GPU: it goes with the sweep, kill -9 included
+    watch_parent()
     os.environ.update(env)  # before the first CUDA call: this process sees one GPU
     if log_file is not None:
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)

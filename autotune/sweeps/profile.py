@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.registry import is_served
@@ -470,10 +471,15 @@ def profile_family(
                 report.skipped += 1  # flagged by the static checks (spills, LDS, ...): not served
                 continue
             result = measurer.run(problem, config)
-            results.append(result)
             seen[config] = result
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
+            if config.backend == VENDOR_BACKEND:  # stored below, once it is known whether to time it again
+                results.append(result)
+                continue
+            crashpoints.point("profile.measured", f"{problem.key()} {config.digest()}")
+            new = NewTrial(target, *kernels[config.backend], problem, result, Source.PROFILE)
+            store.record_many([new], sweep_id=sweep_id)  # each as it is timed: a crash loses one
         for config, r in list(seen.items()):
             if config.backend == VENDOR_BACKEND and r in results and _beaten(seen, r):
                 best = _vendor_best(measurer, problem, config, r)
@@ -483,7 +489,7 @@ def profile_family(
         for config, r in seen.items():
             last[config] = (_ratio(r, fastest), step)
         known[index] = seen
-        if results:  # one transaction per M
+        if results:  # the vendor library's, and the final rounds' medians reused
             trials = [
                 NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results
             ]

@@ -13,12 +13,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.registry import is_vendor
 from autotune.core.result import TrialResult
 from autotune.core.target import Target
 from autotune.db.liveness import heartbeat_s
+from autotune.db.unclosed import leave_unclosed
 from autotune.engine.bench import ServedTiming
 from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
 from autotune.engine.strategies import Budget
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.engine.bench import Benchmarker
     from autotune.engine.checker import StaticChecker
+    from autotune.engine.predict import ProblemCheck
 
 __all__ = ["SweepReport", "families", "plan", "predict_sweep", "run_sweep"]
 
@@ -122,13 +125,15 @@ def run_sweep(
     for worker in workers or ():
         worker.start()  # worker processes import torch and open their GPUs while the sweep sets up
     planned = plan(spec, target)  # validate everything before any work
+    crashpoints.point("sweep.planned", spec.name)
     todo = spec.problems()
     n_workers = len(workers) if workers else None  # as the sweep's row records it
     if not workers:
         make = (lambda op: benchmarker_for(op.name)) if benchmarker_for else None
         workers = [InlineWorker(target, make=make)]
-    if len(workers) > 1:
-        todo = _longest_first(spec, target, store, todo, planned)
+    # Longest first, whether the workers are this process's or other processes' sharing the sweep: the
+    # workers then finish together.
+    todo = _longest_first(spec, target, store, todo, planned)
     queue = _ProblemQueue(todo, budget_s, len(workers))
     if checker is not None:
         checker.warm_up()  # the compile processes start while the GPU workers do
@@ -162,6 +167,10 @@ def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
         if ladder:
             out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder))
     return out
+
+
+#: How often a process whose problems left are all held elsewhere looks whether one was freed, in seconds.
+WAIT_POLL_S = 0.25
 
 
 class _ProblemQueue:
@@ -210,7 +219,24 @@ class _ProblemQueue:
             if not waited:
                 log.info("every problem left is held by another process of this sweep: waiting")
                 waited = True
-            time.sleep(min(5.0, heartbeat_s() / 2))
+            self._wait_for_free(should_stop)
+
+    def _wait_for_free(self, should_stop: Callable[[], bool]) -> None:
+        """Waits until a problem left may be claimed (its holder finished it, stopped or died: read every
+        `WAIT_POLL_S`), or half a heartbeat has passed, or `should_stop`."""
+        deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)
+        while time.monotonic() < deadline and not should_stop():
+            with self._lock:
+                left = {p.key(): p for _, p in self.todo}
+            if not left or self.shared is None:
+                return
+            free = self.shared.claimable(list(left))
+            if free:
+                with self._lock:
+                    for key in free:
+                        self._held_until.pop(left[key], None)
+                return
+            time.sleep(WAIT_POLL_S)
 
     def _claim(self, problem: Problem) -> bool:
         """Whether this sweep may take `problem` (claimed, or done elsewhere: read back). One found held
@@ -457,8 +483,13 @@ def _run_on_workers(
                     shared = queue.shared
                     if shared is None or shared.claim(profile_item(job[0].family)) != "held":
                         return profile_jobs.pop(i)
-            if stop.wait(min(5.0, heartbeat_s() / 2)):
-                return None
+                items = [profile_item(job[0].family) for job in profile_jobs]
+            deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)  # until one is freed: read often
+            while not (queue.shared is not None and queue.shared.claimable(items)):
+                if stop.wait(WAIT_POLL_S):
+                    return None
+                if time.monotonic() > deadline:
+                    break
 
     def profile(lane: _Lane) -> None:
         worker = lane.worker
@@ -575,11 +606,14 @@ def _longest_first(
     store: Store,
     todo: list[tuple[SweepEntry, Problem]],
     planned: list[tuple[Problem, int, int]],
+    *,
+    compile_only: bool = False,
 ) -> list[tuple[SweepEntry, Problem]]:
     """`todo` ordered by estimated time left, longest first (greedy scheduling then finishes the workers
     together); by trial count where the estimate cannot be made."""
     try:
-        est = {row.problem: row.est_s for row in plan_sweep(spec, target, store=store)}
+        rows = plan_sweep(spec, target, store=store, compile_only=compile_only)
+        est = {row.problem: row.est_s for row in rows}
     except Exception as exc:  # the estimate is an optimisation only
         log.debug("no duration estimate (%s): ordering by trials", exc)
         sizes = {p: n for p, n, _ in planned}
@@ -686,13 +720,23 @@ def _sweep_row(
         report.wall_s = time.perf_counter() - t0
         if status != "failed":
             progress.beat(force=True)
+        failure = sys.exc_info()[1]
+        error = None if status != "failed" or failure is None else _reason(failure)
         try:
-            store.finish_sweep(sweep_id, status)
+            store.finish_sweep(sweep_id, status, error)
         except Exception as exc:
-            if sys.exc_info()[1] is None:
+            # The database is gone too: the next sweep of this host writes the end (`db.unclosed`).
+            leave_unclosed(store.url, sweep_id, status, error)
+            if failure is None:
                 raise
-            # The database is gone too: the error that stopped the sweep is the one to report.
+            # The error that stopped the sweep is the one to report.
             log.info("cannot mark sweep %d %s: %s", sweep_id, status, exc)
+
+
+def _reason(exc: BaseException) -> str:
+    """Why a sweep failed, in one line for its row."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:1000]
 
 
 def predict_sweep(
@@ -718,11 +762,14 @@ def predict_sweep(
     """
     from autotune.core.op import kernel_versions
     from autotune.core.result import Source
-    from autotune.engine.predict import check_problem, model_result
+    from autotune.db import NewTrial
+    from autotune.engine.predict import check_problem
 
     target = checker.target
-    plan(spec, target)
-    queue = _ProblemQueue(spec.problems(), None, 1)
+    planned = plan(spec, target)
+    crashpoints.point("sweep.planned", spec.name)
+    todo = _longest_first(spec, target, store, spec.problems(), planned, compile_only=True)
+    queue = _ProblemQueue(todo, None, 1)
     total = len(spec.problems())
     with _sweep_row(spec, store, target, predicted=True, problems_total=total, log_path=log_path) as (
         report,
@@ -740,12 +787,13 @@ def predict_sweep(
             result = ProblemReport(
                 problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
             )
-            if any(r.ok for r in done.values()):
+            if _complete(done):
                 result.cached = len(done)
                 ok = [r for r in done.values() if r.ok]
-                result.best = min(ok, key=lambda r: r.score())
+                result.best = min(ok, key=lambda r: r.score(), default=None)
                 result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
             else:
+                compiled_before = checker.compiled[problem.key()]
                 found = check_problem(
                     op,
                     problem,
@@ -755,28 +803,22 @@ def predict_sweep(
                     backends=entry.backends,
                     on_step=None if on_step is None else functools.partial(on_step, problem),
                 )
-                best = found.best(keep)
-                if found.vendor is not None and found.vendor not in best:
-                    best.append(found.vendor)
-                picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
-                for candidate, rank in picks:
-                    trial = model_result(candidate, None if rank is None else {"rank": rank})
-                    name, source_hash = kernels[candidate.config.backend]
-                    store.record(
-                        target=target,
-                        kernel=name,
-                        source_hash=source_hash,
-                        problem=problem,
-                        result=trial,
-                        sweep_id=report.sweep_id,
-                        source=Source.MODEL,
-                    )
-                    counted(problem, candidate.config, trial)
+                trials = _predictions(found, keep)
+                batch = [
+                    NewTrial(target, *kernels[t.config.backend], problem, t, Source.MODEL) for t in trials
+                ]
+                crashpoints.point("predict.batch", problem.key())
+                written = store.record_many(batch, sweep_id=report.sweep_id)  # one transaction
+                for trial, new in zip(trials, written, strict=True):
+                    if new:
+                        counted(problem, trial.config, trial)
+                    else:
+                        result.cached += 1
                     if trial.ok and (result.best is None or trial.score() < result.best.score()):
                         result.best = trial
-                    if trial.ok and is_vendor(problem.op, candidate.config.backend):
+                    if trial.ok and is_vendor(problem.op, trial.config.backend):
                         result.vendor = trial
-                result.ran = len(found.compiled)
+                result.ran = checker.compiled[problem.key()] - compiled_before  # not read back
                 result.static_pruned = found.static_pruned
                 result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
             result.wall_s = time.perf_counter() - p0
@@ -786,3 +828,27 @@ def predict_sweep(
             if on_problem is not None:
                 on_problem(result)
     return report
+
+
+def _predictions(found: ProblemCheck, keep: int) -> list[TrialResult]:
+    """The trials a compile-only check of one problem stores, as one batch: every compiled config a static
+    check pruned, then the `keep` best predictions and the vendor library's; each says how many rows its
+    batch holds (``extra["batch"]``), so that a resumed sweep can tell a whole batch from part of one."""
+    from autotune.engine.predict import model_result
+
+    best = found.best(keep)
+    if found.vendor is not None and found.vendor not in best:
+        best.append(found.vendor)
+    picks = [(c, None) for c in found.compiled if c.pruned] + [(c, i) for i, c in enumerate(best)]
+    n = len(picks)
+    return [model_result(c, {"batch": n} if i is None else {"rank": i, "batch": n}) for c, i in picks]
+
+
+def _complete(done: dict[str, TrialResult]) -> bool:
+    """Whether the stored predictions of a problem are its whole batch (`_predictions`): every row there
+    and none missing. Rows of an older sweep, which do not say their batch, count as incomplete: the
+    problem is checked again and only the missing rows are stored."""
+    if not done:
+        return False
+    sizes = {r.extra.get("batch") for r in done.values()}
+    return len(sizes) == 1 and isinstance(n := sizes.pop(), int) and len(done) >= n

@@ -37,6 +37,10 @@ class SharedWork:
         """ "claimed" (this sweep runs `item` now), "held" (another live sweep does) or "done"."""
         return self.store.claim(self.work, item, self.sweep_id)
 
+    def claimable(self, items: list[str]) -> list[str]:
+        """The items of `items` a claim would now get (read only: `Store.claimable`)."""
+        return self.store.claimable(self.work, items, self.sweep_id)
+
     def done(self, item: str) -> None:
         """`item` is finished: no sweep of this work runs it again."""
         self.store.release(self.work, item, self.sweep_id, done=True)

@@ -86,6 +86,32 @@ def test_compile_only_sweep_resumes_without_recompiling(predicted) -> None:
         assert len(store.trials()) == before
 
 
+def test_a_deleted_prediction_is_stored_again_on_resume(predicted, tmp_path) -> None:
+    """Resume decides per row, as for measurements: a problem with one prediction missing (a sweep
+    killed while older code stored its predictions one by one, or a row deleted) is checked again (from
+    the stored features: nothing recompiled) and only the missing row stored."""
+    import shutil
+    import sqlite3
+
+    spec, db, _ = predicted
+    copy = tmp_path / "copy.db"
+    shutil.copy(db, copy)
+    con = sqlite3.connect(copy)
+    keys = sorted(con.execute("SELECT config_hash, source, status FROM trials").fetchall())
+    [(victim,)] = con.execute("SELECT id FROM trials WHERE status = 'ok' ORDER BY id LIMIT 1").fetchall()
+    con.execute("DELETE FROM trials WHERE id = ?", (victim,))
+    con.commit()
+    con.close()
+    code, out, err = run_cli(
+        "sweep", str(spec), "--target", "gfx950", "--db", str(copy), "--no-progress", "--log-dir", "none"
+    )
+    assert code == 0, err
+    assert "0 configs compiled" in out
+    con = sqlite3.connect(copy)
+    assert sorted(con.execute("SELECT config_hash, source, status FROM trials").fetchall()) == keys
+    con.close()
+
+
 def test_emit_marks_a_predicted_table_and_measurements_supersede_it(predicted, tmp_path) -> None:
     _, db, _ = predicted
     local = tmp_path / "p.db"

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +29,8 @@ ray = pytest.importorskip("ray", reason="the Ray executor's tests need Ray (pip 
 
 from autotune.engine.executors import make_workers  # noqa: E402
 from autotune.engine.rayworker import RayWorker  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
 
 SPEC = """
 name = "on-ray"
@@ -105,3 +114,53 @@ def test_an_actor_that_dies_is_a_crashed_trial_and_replaced(
         assert worker.starts == 2
     finally:
         worker.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_killed_sweep_on_its_own_local_ray_leaves_no_process(tmp_path: Path) -> None:
+    """kill -9 of a sweep that started its own Ray cluster: the actors, their trial processes and Ray's own
+    (GCS, raylet, agents) are all gone 5 s later (everything Ray started works in the sweep's folder)."""
+    (tmp_path / "spec.toml").write_text(SPEC.replace("trials = 3", "trials = 200"))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "autotune.cli", "sweep", "spec.toml", "--interpret", "--executor", "ray",
+           "--gpus", "0,1", "--db", "r.db", "--no-progress"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 180
+        while not _stored(tmp_path / "r.db"):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no trial stored within 180 s"
+            time.sleep(0.2)
+        assert len(_in_folder(tmp_path)) >= 6  # the sweep, GCS, raylet, agents, actors, trial processes
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 5
+    while (alive := _in_folder(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in alive:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert alive == []
+
+
+def _stored(db: Path) -> bool:
+    if not db.exists():
+        return False
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return bool(con.execute("SELECT count(*) FROM trials").fetchone()[0])
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        con.close()
+
+
+def _in_folder(folder: Path) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{entry}/cwd") == str(folder):
+                    out.append(int(entry))
+    return out

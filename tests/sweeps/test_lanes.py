@@ -113,7 +113,7 @@ def test_without_compiling_ahead_problems_run_one_after_the_other(tmp_path: Path
     with Store(str(tmp_path / "s.db")) as store:
         run_sweep(parse_spec(SPEC), store, TARGET, workers=[worker])  # type: ignore[arg-type]
     ms = [m for m, _ in worker.log]
-    assert ms == [16] * 6 + [32] * 6
+    assert ms in ([16] * 6 + [32] * 6, [32] * 6 + [16] * 6)  # whole problems, longest estimate first
 
 
 def _run_trials(
