@@ -276,9 +276,10 @@ def time_pairs(
     from torch._dynamo.utils import counters
 
     rows = []
-    fns = {
-        (v, side): compiled(m, decode) for v, pair in pairs.items() for side, m in zip(SIDES, pair, strict=True)
-    }
+    fns = {}
+    for v, pair in pairs.items():
+        for side, model in zip(SIDES, pair, strict=True):
+            fns[(v, side)] = compiled(model, decode)
     for T in tokens:
         x = torch.randn(T, hidden, device="cuda", dtype=torch.bfloat16)
         graphs: dict[tuple[str, str], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
