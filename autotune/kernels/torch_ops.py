@@ -16,18 +16,23 @@ Rules:
   implementation, so a compiled model fails while it is traced, with the same message.
 - A call through `torch.ops.autotune.<name>.default` costs about a microsecond of host time over a direct
   call (`Library.impl`; `torch.library.custom_op` costs several times that).
-- The ops have no autograd formula: they serve inference.
+- The ops have no autograd formula: they serve inference (torch warns where a backward pass goes through
+  one).
+- An implementation keeps no tensor past a call (a workspace cache) while a CUDA/HIP graph is captured or
+  while `torch.compile(mode="reduce-overhead")` warms one up (`graph_pool_warmup`): both allocate from
+  the graph's private pool, which must hold nothing it does not track.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-__all__ = ["NAMESPACE", "TorchOp", "explained", "known_zero", "register", "registered"]
+__all__ = ["NAMESPACE", "TorchOp", "explained", "graph_pool_warmup", "known_zero", "register", "registered"]
 
 #: The ops' namespace: `torch.ops.autotune`, "autotune::gemm".
 NAMESPACE = "autotune"
@@ -109,3 +114,21 @@ def explained(error: Exception, check: Callable[..., object], *args: Any) -> Exc
     except (TypeError, ValueError) as exc:
         return exc
     return error
+
+
+def graph_pool_warmup(device: torch.device) -> bool:
+    """Whether inductor's CUDA graph trees (`torch.compile(mode="reduce-overhead")`) are warming up or
+    recording a graph on this thread's current stream of `device`: its allocations then come from the
+    graph's private pool, where a tensor kept past the call would be neither tracked nor safe. False where
+    torch has not loaded the graph trees; True where their state cannot be read (this torch's internals
+    differ: keep nothing)."""
+    trees = sys.modules.get("torch._inductor.cudagraph_trees")
+    if trees is None or device.type != "cuda":
+        return False
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        container = getattr(trees.local, "tree_manager_containers", {}).get(index)
+        manager = None if container is None else container.tree_manager
+        return manager is not None and torch.cuda.current_stream(index) == manager.stream
+    except Exception:  # this torch's graph trees keep other state
+        return True

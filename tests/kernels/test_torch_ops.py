@@ -32,7 +32,7 @@ from autotune.kernels import (
 )
 from autotune.kernels.mla.ref import mla_reference, paged_inputs
 from autotune.kernels.moe.ref import moe_reference, routing_logits
-from autotune.kernels.torch_ops import TorchOp, register, registered
+from autotune.kernels.torch_ops import TorchOp, graph_pool_warmup, register, registered
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::autotune.dispatch.UntunedShapeWarning"),
@@ -171,6 +171,32 @@ def test_every_op_is_registered_and_once() -> None:
     assert register(op) == (OPS.gemm.default,)  # the same op again: left as it is
     with pytest.raises(ValueError, match="autotune::gemm is registered already"):
         register(TorchOp(op.schema, lambda *a: None, op.fake))
+
+
+def test_graph_pool_warmup_reads_the_cuda_graph_trees_of_this_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While inductor's CUDA graph trees warm a graph up, the current stream is their manager's: workspaces
+    are then not kept (they would live in the graph's private pool). A state that cannot be read: keep
+    nothing."""
+    import sys
+    import types
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees", raising=False)
+    assert not graph_pool_warmup(cuda)  # no graph trees loaded
+    theirs, other = object(), object()
+    trees = types.ModuleType("torch._inductor.cudagraph_trees")
+    manager = types.SimpleNamespace(stream=theirs)
+    trees.local = types.SimpleNamespace(
+        tree_manager_containers={0: types.SimpleNamespace(tree_manager=manager)}
+    )  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    current = [theirs]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: current[0])
+    assert graph_pool_warmup(cuda) and not graph_pool_warmup(torch.device("cpu"))
+    current[0] = other
+    assert not graph_pool_warmup(cuda)
+    trees.local = types.SimpleNamespace(tree_manager_containers={0: object()})  # type: ignore[attr-defined]
+    assert graph_pool_warmup(cuda)  # another torch's state: nothing kept
 
 
 # -- opcheck ------------------------------------------------------------------------------------------------
