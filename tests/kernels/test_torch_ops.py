@@ -229,6 +229,10 @@ def test_opcheck_gemm_through_the_vendor_fallback(
     b = rand(24, 32, dtype=dtype, seed=2) if layout == "nk" else rand(32, 24, dtype=dtype, seed=2)
     opcheck(OPS.gemm.default, (a, b, layout))
     opcheck(OPS.gemm_out.default, (a, b, layout, torch.empty(5, 24, dtype=dtype)))
+    if layout == "nk":
+        x = rand(2, 3, 32, dtype=dtype, seed=3)
+        opcheck(OPS.linear.default, (x, b, rand(24, dtype=dtype, seed=4)))
+        opcheck(OPS.linear.default, (x[0, 0], b, None))
     assert launched == []  # torch.mm, no Triton launcher
     want = a.float() @ (b.float().t() if layout == "nk" else b.float())
     assert rel_error(OPS.gemm.default(a, b, layout), want) < 1e-2
@@ -243,8 +247,7 @@ def test_opcheck_gemm_and_linear_through_a_triton_config(
     opcheck(OPS.gemm.default, (a, b, "nk"))
     opcheck(OPS.gemm_out.default, (a, b, "nk", torch.empty(6, 24, dtype=torch.bfloat16)))
     x, bias = rand(2, 3, 32, seed=5), rand(24, seed=6)
-    opcheck(OPS.linear.default, (x, b, bias))
-    opcheck(OPS.linear.default, (x[0], b, None))  # M = 3: the vendor's
+    opcheck(OPS.linear.default, (x, b, bias))  # M = 6 too
     assert launched == [config]  # the table's Triton config served M = 6 (its launcher built once)
     assert rel_error(linear(x, b, bias), x.float() @ b.float().t() + bias.float()) < 1e-2
 
@@ -465,6 +468,20 @@ def test_compiled_topk_and_moe(compiled: None, serve: Callable[..., None]) -> No
     assert counter.frame_count == 1 and not counters["graph_break"]
     graph = counter.graphs[0]
     assert nodes(graph, OPS.fused_topk.default) == 1 and nodes(graph, OPS.fused_moe.default) == 1
+
+
+def test_a_compiled_inplace_moe_writes_its_hidden_states(compiled: None, serve: Callable[..., None]) -> None:
+    problem, (x, w1, w2, weights, ids, _, _) = moe_inputs(4)
+    serve((problem, moe_config()))
+    want = fused_moe(x, w1, w2, weights, ids)
+
+    def moe(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return fused_moe(x, w1, w2, weights, ids, inplace=True) + 0
+
+    counter = CompileCounterWithBackend("aot_eager")
+    got = torch.compile(moe, backend=counter, fullgraph=True, dynamic=True)(x, weights, ids)
+    assert torch.equal(got, want) and torch.equal(x, want)  # hidden_states hold the result
+    assert nodes(counter.graphs[0], OPS.fused_moe_out.default) == 1
 
 
 # -- bad input ----------------------------------------------------------------------------------------------
