@@ -2,9 +2,9 @@
 
 Each op's folder declares its ops next to its entry point (`TorchOp`: a schema, the implementation, the
 fake) and `register`s them when it is imported (so, when `autotune.kernels` is), in one
-`torch.library.Library` fragment, so that `torch.compile` sees one
-opaque node per call (no graph break, no config frozen at trace time, no recompile per M: the table is
-looked up at run time on the real M) and CUDA/HIP graphs capture the call as it runs.
+`torch.library.Library` fragment. `torch.compile` then sees one opaque node per call (no graph break, no
+config frozen at trace time, no recompile per M: the table is looked up at run time on the real M), and
+CUDA/HIP graphs capture the call as it runs.
 
 Rules:
 - Schemas are written by hand (torch 2.4 and later take them); a mutated argument is `Tensor(a!)` and an
@@ -14,8 +14,9 @@ Rules:
 - The fake (`torch.library.register_fake`) gives the output's shape and dtype from sizes that may be
   symbolic: it never reads data nor looks a table up, and runs the cheap shape and dtype checks of the
   implementation, so a compiled model fails while it is traced, with the same message.
-- A call through `torch.ops.autotune.<name>.default` costs about a microsecond of host time over a direct
-  call (`Library.impl`; `torch.library.custom_op` costs several times that).
+- A call through `torch.ops.autotune.<name>.default` costs one pass through torch's dispatcher: about
+  1.5 µs of host time over a direct call on a 2-core development machine, 3.4 µs on an H100 test
+  machine's host (`torch.library.custom_op` costs several times that).
 - The ops have no autograd formula: they serve inference (torch warns where a backward pass goes through
   one).
 - An implementation keeps no tensor past a call (a workspace cache) while a CUDA/HIP graph is captured or
