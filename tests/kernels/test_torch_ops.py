@@ -568,3 +568,28 @@ def test_a_compiled_call_with_bad_shapes_fails_while_traced(
         fn(rand(5, 32))
     assert lookups == []  # refused by the fake, before anything ran
     assert "inner dimensions differ" in str(caught.value)
+
+
+def test_eager_calls_skip_the_dispatcher_and_traced_ones_take_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eager call on plain tensors runs the implementation without the op's dispatch (its host cost);
+    under a dispatch mode (`make_fx`, fake tensors) and under `torch.compile` the op is what runs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    through_op: list[str] = []
+    real = dense_api._LINEAR
+
+    def spy(*args: Any) -> Any:
+        through_op.append("linear")
+        return real(*args)
+
+    monkeypatch.setattr(dense_api, "_LINEAR", spy)
+    x, w = rand(3, 40), rand(24, 40, seed=1)
+    eager_out = linear(x, w)
+    assert through_op == []
+    assert torch.equal(eager_out, real(x, w))  # the same implementation either way
+    graph = make_fx(lambda a, b: linear(a, b))(x, w)
+    assert through_op == ["linear"]
+    assert any("autotune.linear" in str(n.target) for n in graph.graph.nodes)
+    compiled = torch.compile(lambda a, b: linear(a, b), backend="eager", fullgraph=True)
+    assert torch.equal(compiled(x, w), eager_out)
+    assert through_op[-1] == "linear" and len(through_op) >= 2

@@ -42,7 +42,7 @@ from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.op import MLA_DECODE
 from autotune.kernels.mla.ref import gathered_attention
 from autotune.kernels.serve import served_config
-from autotune.kernels.torch_ops import TorchOp, explained, graph_pool_warmup, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, graph_pool_warmup, register
 
 __all__ = ["MIN_CONTEXT_BUCKET", "TORCH_OPS", "WORKSPACES", "context_bucket", "mla_decode", "mla_problem"]
 
@@ -288,7 +288,7 @@ def mla_decode(
     (autotune::mla_decode_out with `out`); with a `target` (which no op takes: eager only) the
     implementation is called directly."""
     args = (q, kv_cache, page_table, context_lens, sm_scale, kv_scale, latent, max_context)
-    if target is not None:
+    if target is not None or eager(q, kv_cache):
         return _mla_decode_impl(*args, out, target)
     try:
         if out is None:

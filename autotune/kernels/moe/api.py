@@ -43,7 +43,7 @@ from autotune.kernels.moe.op import MOE, MXFP4
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
 from autotune.kernels.moe.routing import align_fixed, fresh_buffer
 from autotune.kernels.serve import served_config
-from autotune.kernels.torch_ops import TorchOp, explained, graph_pool_warmup, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, graph_pool_warmup, register
 
 __all__ = ["TORCH_OPS", "WORKSPACES", "fused_moe", "moe_problem"]
 
@@ -271,7 +271,7 @@ def fused_moe(
             raise ValueError("give `out` or `inplace`, not both")
         out = hidden_states
     args = (hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape)
-    if target is not None or config is not None:
+    if target is not None or config is not None or eager(hidden_states, w1):
         return _fused_moe_impl(*args, out, target, config)
     try:
         if out is None:
