@@ -6,12 +6,17 @@ clock with the GPU idle at its start, so that drifts of the host hit every varia
   in Triton's `JITFunction.run`;
 - `pinned`: the same launcher as the library builds it (`autotune.kernels.launch`);
 - `no lookup`: `autotune.kernels.launch_config(config, a, b)`, the dispatched call less its lookup;
+- `no op`: the implementation of the op autotune::gemm called directly (`dense.api._gemm_impl`);
+- `op`: the registered torch op, `torch.ops.autotune.gemm.default`: what a compiled model's graph calls;
 - `dispatched`: the run-time entry point (`autotune.kernels.gemm`, `gemm_quant`) reading a table that
-  holds the config, lookup, checks and output allocation included;
+  holds the config, lookup, checks and output allocation included (called eagerly on plain tensors, it
+  runs the implementation without the torch op's dispatch: `torch_ops.eager`);
 - `torch.mm`: the vendor library's call on the same inputs, for scale.
 For the quantized GEMM and the fused MoE, whose launches are built per call, the dispatched call (or
 the op's launch) runs with the shortcut off and on. The problems are tiny, so the GPU keeps up and the
-host is what is timed.
+host is what is timed. The `overhead` column is dispatched less pinned; `op cost` is op less no op, what
+the torch op's dispatch costs a call; `entry cost` dispatched less no op, what the entry point adds to its
+implementation (the target for both: under 3 µs).
 
     python benchmarks/launch_host.py --out results/
 
@@ -33,6 +38,7 @@ from autotune import Config, Problem
 from autotune.core.target import local_target
 from autotune.dispatch import Dispatcher, Table, install_dispatcher
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm, gemm_quant, launch_config
+from autotune.kernels.dense.api import _gemm_impl
 from autotune.kernels.dense.gemv import gemv_launcher
 from autotune.kernels.dense.kernel import launcher
 from autotune.kernels.dense.tma import tma_launcher
@@ -107,6 +113,8 @@ def dense_case(target: Any, backend: str) -> tuple[str, dict[str, Callable[[], A
         "triton": direct(plain),
         "pinned": direct(fast),
         "no lookup": lambda: launch_config(config, a, b, target=target),
+        "no op": lambda: _gemm_impl(a, b),
+        "op": lambda: torch.ops.autotune.gemm.default(a, b, "nk"),
         "dispatched": lambda: gemm(a, b),
         "torch.mm": lambda: torch.mm(a, b.t()),
     }
@@ -162,6 +170,11 @@ def profile(name: str, variants: dict[str, Callable[[], Any]], calls: int = 2000
         print(f"--- {name}: {variant}, {calls} calls\n" + text.getvalue().split("\n\n", 2)[-1])
 
 
+def _spread(o: dict[str, float] | None) -> str:
+    """A paired overhead as median (20th..80th percentile), or '-'."""
+    return f"{o['median']:+.2f} ({o['p20']:+.2f}..{o['p80']:+.2f})" if o else "-"
+
+
 def main() -> int:
     ap = harness.parser(__doc__)
     harness.add_out(ap, "folder for launch_host.json")
@@ -193,17 +206,20 @@ def main() -> int:
         row["median_us"] = {k: statistics.median(v) for k, v in times.items()}
         if "dispatched" in times and "pinned" in times:
             row["dispatch_overhead_us"] = harness.paired_overhead(times["dispatched"], times["pinned"])
+        if "op" in times and "no op" in times:
+            row["op_overhead_us"] = harness.paired_overhead(times["op"], times["no op"])
+        if "dispatched" in times and "no op" in times:
+            row["entry_overhead_us"] = harness.paired_overhead(times["dispatched"], times["no op"])
         info["cases"].append(row)
     harness.write_json(args.out, "launch_host", info)
-    cols = ("triton", "pinned", "no lookup", "dispatched", "torch.mm")
+    cols = ("triton", "pinned", "no lookup", "no op", "op", "dispatched", "torch.mm")
     table = []
     for row in info["cases"]:
         med = row["median_us"]
-        o = row.get("dispatch_overhead_us")
-        over = f"{o['median']:+.2f} ({o['p20']:+.2f}..{o['p80']:+.2f})" if o else "-"
-        table.append((row["case"][:44], *(med.get(c, float("nan")) for c in cols), over))
+        over = [_spread(row.get(k)) for k in ("dispatch_overhead_us", "op_overhead_us", "entry_overhead_us")]
+        table.append((row["case"][:44], *(med.get(c, float("nan")) for c in cols), *over))
     title = f"{harness.describe(info)}; host µs per call, median of {args.batches} batches"
-    harness.print_table(("case", *cols, "overhead"), table, title=title)
+    harness.print_table(("case", *cols, "overhead", "op cost", "entry cost"), table, title=title)
     return 0
 
 

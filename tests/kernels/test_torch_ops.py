@@ -32,7 +32,7 @@ from autotune.kernels import (
 )
 from autotune.kernels.mla.ref import mla_reference, paged_inputs
 from autotune.kernels.moe.ref import moe_reference, routing_logits
-from autotune.kernels.torch_ops import TorchOp, register, registered
+from autotune.kernels.torch_ops import TorchOp, graph_pool_warmup, register, registered
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::autotune.dispatch.UntunedShapeWarning"),
@@ -173,6 +173,32 @@ def test_every_op_is_registered_and_once() -> None:
         register(TorchOp(op.schema, lambda *a: None, op.fake))
 
 
+def test_graph_pool_warmup_reads_the_cuda_graph_trees_of_this_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While inductor's CUDA graph trees warm a graph up, the current stream is their manager's: workspaces
+    are then not kept (they would live in the graph's private pool). A state that cannot be read: keep
+    nothing."""
+    import sys
+    import types
+
+    cuda = torch.device("cuda", 0)
+    monkeypatch.delitem(sys.modules, "torch._inductor.cudagraph_trees", raising=False)
+    assert not graph_pool_warmup(cuda)  # no graph trees loaded
+    theirs, other = object(), object()
+    trees = types.ModuleType("torch._inductor.cudagraph_trees")
+    manager = types.SimpleNamespace(stream=theirs)
+    trees.local = types.SimpleNamespace(
+        tree_manager_containers={0: types.SimpleNamespace(tree_manager=manager)}
+    )  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch._inductor.cudagraph_trees", trees)
+    current = [theirs]
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: current[0])
+    assert graph_pool_warmup(cuda) and not graph_pool_warmup(torch.device("cpu"))
+    current[0] = other
+    assert not graph_pool_warmup(cuda)
+    trees.local = types.SimpleNamespace(tree_manager_containers={0: object()})  # type: ignore[attr-defined]
+    assert graph_pool_warmup(cuda)  # another torch's state: nothing kept
+
+
 # -- opcheck ------------------------------------------------------------------------------------------------
 
 
@@ -203,6 +229,10 @@ def test_opcheck_gemm_through_the_vendor_fallback(
     b = rand(24, 32, dtype=dtype, seed=2) if layout == "nk" else rand(32, 24, dtype=dtype, seed=2)
     opcheck(OPS.gemm.default, (a, b, layout))
     opcheck(OPS.gemm_out.default, (a, b, layout, torch.empty(5, 24, dtype=dtype)))
+    if layout == "nk":
+        x = rand(2, 3, 32, dtype=dtype, seed=3)
+        opcheck(OPS.linear.default, (x, b, rand(24, dtype=dtype, seed=4)))
+        opcheck(OPS.linear.default, (x[0, 0], b, None))
     assert launched == []  # torch.mm, no Triton launcher
     want = a.float() @ (b.float().t() if layout == "nk" else b.float())
     assert rel_error(OPS.gemm.default(a, b, layout), want) < 1e-2
@@ -217,8 +247,7 @@ def test_opcheck_gemm_and_linear_through_a_triton_config(
     opcheck(OPS.gemm.default, (a, b, "nk"))
     opcheck(OPS.gemm_out.default, (a, b, "nk", torch.empty(6, 24, dtype=torch.bfloat16)))
     x, bias = rand(2, 3, 32, seed=5), rand(24, seed=6)
-    opcheck(OPS.linear.default, (x, b, bias))
-    opcheck(OPS.linear.default, (x[0], b, None))  # M = 3: the vendor's
+    opcheck(OPS.linear.default, (x, b, bias))  # M = 6 too
     assert launched == [config]  # the table's Triton config served M = 6 (its launcher built once)
     assert rel_error(linear(x, b, bias), x.float() @ b.float().t() + bias.float()) < 1e-2
 
@@ -441,6 +470,20 @@ def test_compiled_topk_and_moe(compiled: None, serve: Callable[..., None]) -> No
     assert nodes(graph, OPS.fused_topk.default) == 1 and nodes(graph, OPS.fused_moe.default) == 1
 
 
+def test_a_compiled_inplace_moe_writes_its_hidden_states(compiled: None, serve: Callable[..., None]) -> None:
+    problem, (x, w1, w2, weights, ids, _, _) = moe_inputs(4)
+    serve((problem, moe_config()))
+    want = fused_moe(x, w1, w2, weights, ids)
+
+    def moe(x: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        return fused_moe(x, w1, w2, weights, ids, inplace=True) + 0
+
+    counter = CompileCounterWithBackend("aot_eager")
+    got = torch.compile(moe, backend=counter, fullgraph=True, dynamic=True)(x, weights, ids)
+    assert torch.equal(got, want) and torch.equal(x, want)  # hidden_states hold the result
+    assert nodes(counter.graphs[0], OPS.fused_moe_out.default) == 1
+
+
 # -- bad input ----------------------------------------------------------------------------------------------
 
 
@@ -525,3 +568,28 @@ def test_a_compiled_call_with_bad_shapes_fails_while_traced(
         fn(rand(5, 32))
     assert lookups == []  # refused by the fake, before anything ran
     assert "inner dimensions differ" in str(caught.value)
+
+
+def test_eager_calls_skip_the_dispatcher_and_traced_ones_take_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eager call on plain tensors runs the implementation without the op's dispatch (its host cost);
+    under a dispatch mode (`make_fx`, fake tensors) and under `torch.compile` the op is what runs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    through_op: list[str] = []
+    real = dense_api._LINEAR
+
+    def spy(*args: Any) -> Any:
+        through_op.append("linear")
+        return real(*args)
+
+    monkeypatch.setattr(dense_api, "_LINEAR", spy)
+    x, w = rand(3, 40), rand(24, 40, seed=1)
+    eager_out = linear(x, w)
+    assert through_op == []
+    assert torch.equal(eager_out, real(x, w))  # the same implementation either way
+    graph = make_fx(lambda a, b: linear(a, b))(x, w)
+    assert through_op == ["linear"]
+    assert any("autotune.linear" in str(n.target) for n in graph.graph.nodes)
+    compiled = torch.compile(lambda a, b: linear(a, b), backend="eager", fullgraph=True)
+    assert torch.equal(compiled(x, w), eager_out)
+    assert through_op[-1] == "linear" and len(through_op) >= 2

@@ -21,7 +21,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target, TargetError, running_target
 from autotune.dispatch import lookup as _lookup
-from autotune.kernels.torch_ops import TorchOp, explained, known_zero, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, known_zero, register
 
 __all__ = ["TORCH_OPS", "gemm", "launch_config", "linear"]
 
@@ -254,6 +254,8 @@ def gemm(
     the allocation's host time. It must not overlap A or B. Runs the op autotune::gemm (autotune::gemm_out
     with `out`): `torch.compile` sees one node, and the lookup runs at run time.
     """
+    if eager(a, b):
+        return _gemm_impl(a, b, b_layout, out)
     try:
         if out is None:
             return _GEMM(a, b, b_layout)
@@ -300,6 +302,8 @@ def _linear_fake(x: Any, weight: Any, bias: torch.Tensor | None = None) -> torch
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """`torch.nn.functional.linear` through the tuned GEMM: x (..., K), weight (N, K), bias (N,). Runs the
     op autotune::linear."""
+    if eager(x, weight):
+        return _linear_impl(x, weight, bias)
     try:
         return _LINEAR(x, weight, bias)
     except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why

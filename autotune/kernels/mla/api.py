@@ -17,7 +17,8 @@ Rules:
   any config; the bucket only picks the config.
 - No host sync and no data-dependent size: the splits and their workspace come from the shape and the
   config. The workspace is allocated once per (shape, config, device, stream) and kept (`WORKSPACES` most
-  recent); while a graph is captured it comes from the graph's pool instead.
+  recent); while a graph is captured it comes from the graph's pool instead, and while `torch.compile`'s
+  CUDA graph trees warm one up it is allocated per call.
 - Bad input is one ValueError before any launch: shapes, dtypes, devices, a missing or needless
   `kv_scale`. The page-table entries a sequence uses and the context lengths (negative, or more than the
   pages hold) are checked by reading them back, except while a CUDA/HIP graph is captured.
@@ -41,7 +42,7 @@ from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.op import MLA_DECODE
 from autotune.kernels.mla.ref import gathered_attention
 from autotune.kernels.serve import served_config
-from autotune.kernels.torch_ops import TorchOp, explained, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, graph_pool_warmup, register
 
 __all__ = ["MIN_CONTEXT_BUCKET", "TORCH_OPS", "WORKSPACES", "context_bucket", "mla_decode", "mla_problem"]
 
@@ -156,7 +157,7 @@ def _workspace(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     if int(config["num_kv_splits"]) == 1:
         return None, None
-    if capturing:
+    if capturing or graph_pool_warmup(device):  # the graph's pool: nothing kept past the call
         return split_workspace(config, problem.M, H, latent, device)
     stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
     key = (device, stream, problem, config.canonical())
@@ -287,7 +288,7 @@ def mla_decode(
     (autotune::mla_decode_out with `out`); with a `target` (which no op takes: eager only) the
     implementation is called directly."""
     args = (q, kv_cache, page_table, context_lens, sm_scale, kv_scale, latent, max_context)
-    if target is not None:
+    if target is not None or eager(q, kv_cache):
         return _mla_decode_impl(*args, out, target)
     try:
         if out is None:

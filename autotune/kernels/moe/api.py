@@ -20,7 +20,8 @@ Rules:
   the worst case of the shape (`moe.routing.align_fixed`), so a call can be captured and replayed.
 - Intermediate tensors (the alignment, the gate/up and down results, FP8 activations) are allocated once
   per (shape, config, device, stream) and reused by later calls (`WORKSPACES` most recent kept); while a
-  graph is captured they come from the graph's pool instead, which keeps them as long as the graph.
+  graph is captured they come from the graph's pool instead, which keeps them as long as the graph, and
+  while `torch.compile`'s CUDA graph trees warm one up they are allocated per call.
 - The entry point is a registered torch op (`TORCH_OPS`: autotune::fused_moe, and autotune::fused_moe_out
   for `out` and `inplace`; see `autotune.kernels.torch_ops`); a call that names its `target` or a
   `config` (which no op takes: eager only) runs the implementation directly.
@@ -42,7 +43,7 @@ from autotune.kernels.moe.op import MOE, MXFP4
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
 from autotune.kernels.moe.routing import align_fixed, fresh_buffer
 from autotune.kernels.serve import served_config
-from autotune.kernels.torch_ops import TorchOp, explained, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, graph_pool_warmup, register
 
 __all__ = ["TORCH_OPS", "WORKSPACES", "fused_moe", "moe_problem"]
 
@@ -174,7 +175,7 @@ def _fused_moe_impl(
     if problem.M == 0:
         return out
     key = None
-    if not capturing:
+    if not capturing and not graph_pool_warmup(x.device):
         stream = torch.cuda.current_stream(x.device).cuda_stream if x.device.type == "cuda" else 0
         key = (x.device, stream, problem, chosen.canonical())
     buffers = _buffers(key)
@@ -270,7 +271,7 @@ def fused_moe(
             raise ValueError("give `out` or `inplace`, not both")
         out = hidden_states
     args = (hidden_states, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale, block_shape)
-    if target is not None or config is not None:
+    if target is not None or config is not None or eager(hidden_states, w1):
         return _fused_moe_impl(*args, out, target, config)
     try:
         if out is None:

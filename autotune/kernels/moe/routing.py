@@ -20,7 +20,7 @@ import torch
 
 from autotune.core.target import interpreting
 from autotune.kernels.moe.ref import route
-from autotune.kernels.torch_ops import TorchOp, explained, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, register
 
 __all__ = ["TORCH_OPS", "Buffers", "align_fixed", "fixed_padded", "fresh_buffer", "fused_topk"]
 
@@ -114,6 +114,8 @@ def fused_topk(
     `fused_topk` arguments (`moe.ref.route`: softmax in fp32, the `topk` largest, renormalized to sum to 1
     if asked). Returns (topk_weights fp32 (M, topk), topk_ids int32 (M, topk)). ValueError for
     mismatched shapes. Runs the op autotune::fused_topk."""
+    if eager(hidden_states, gating_output):
+        return _fused_topk_impl(hidden_states, gating_output, topk, renormalize)
     try:
         weights, ids = _FUSED_TOPK(hidden_states, gating_output, topk, renormalize)
     except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why

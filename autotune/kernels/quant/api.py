@@ -22,7 +22,7 @@ from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.serve import served_config
-from autotune.kernels.torch_ops import TorchOp, explained, register
+from autotune.kernels.torch_ops import TorchOp, eager, explained, register
 
 __all__ = ["TORCH_OPS", "gemm_quant"]
 
@@ -161,7 +161,7 @@ def gemm_quant(
     shape, dtype, device or layout is a ValueError (a non-tensor a TypeError) before any launch. Without
     it C is allocated. Runs the op autotune::gemm_quant (autotune::gemm_quant_out with `out`); with a
     `target` (which no op takes: eager only) the implementation is called directly."""
-    if target is not None:
+    if target is not None or eager(a, b):
         return _gemm_quant_impl(op, a, b, a_scale, b_scale, out_dtype, out, target)
     try:
         if out is None:
