@@ -284,7 +284,10 @@ def time_pairs(
         x = torch.randn(T, hidden, device="cuda", dtype=torch.bfloat16)
         graphs: dict[tuple[str, str], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         for key, fn in fns.items():
+            t0 = time.perf_counter()
             graphs[key] = graph_of(lambda fn=fn, x=x: fn(x))
+            print(f"  {key[0]} {key[1]} {'decode' if decode else 'prefill'} {T}: captured in "
+                  f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
         torch.cuda.synchronize()
         for v in pairs:
             graphs[(v, "base")][0].replay()
@@ -311,7 +314,7 @@ def time_pairs(
 # -- phases -------------------------------------------------------------------------------------------
 
 
-def spec_text() -> str:
+def spec_text(trials: int = 24) -> str:
     """The sweep spec of every shape the bench times: the layers' GEMMs (bf16 and FP8 row-wise) of both
     models and the MoE's experts, at every token count."""
     ms = sorted(set(DECODE) | set(PREFILL))
@@ -320,19 +323,19 @@ def spec_text() -> str:
     attn = [[QWEN3_MOE.qkv, QWEN3_MOE.hidden], [QWEN3_MOE.hidden, QWEN3_MOE.heads * QWEN3_MOE.head_dim]]
     lines = ['name = "model-step"', 'description = "The layers of benchmarks/model_step.py"', ""]
     for op, shapes in (("gemm", dense + attn), ("gemm_fp8_rowwise", dense)):
-        lines += ["[[sweep]]", f'op = "{op}"', f"m = {ms}", f"nk = {shapes}", "trials = 24", ""]
+        lines += ["[[sweep]]", f'op = "{op}"', f"m = {ms}", f"nk = {shapes}", f"trials = {trials}", ""]
     moe = f"nk = [[{QWEN3_MOE.moe_intermediate}, {QWEN3_MOE.hidden}]]"
     lines += ["[[sweep]]", 'op = "moe"', f"e = {QWEN3_MOE.experts}", f"topk = {QWEN3_MOE.topk}", moe,
-              f"m = {ms}", "trials = 24", ""]  # fmt: skip
+              f"m = {ms}", f"trials = {trials}", ""]  # fmt: skip
     return "\n".join(lines)
 
 
-def sweep(out: Path, db: Path) -> Path:
+def sweep(out: Path, db: Path, budget: str | None, trials: int) -> Path:
     spec = out / "model_step.toml"
-    spec.write_text(spec_text())
+    spec.write_text(spec_text(trials))
     t0 = time.perf_counter()
-    code, text = harness.run_logged([*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress",
-                                     "--profile-m", "false"], out / "sweep.log")  # fmt: skip
+    cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--profile-m", "false"]
+    code, text = harness.run_logged(cmd + (["--budget", budget] if budget else []), out / "sweep.log")
     print(text.strip()[-3000:], flush=True)
     if code != 0:
         raise SystemExit(f"sweep failed with exit code {code}")
@@ -340,7 +343,7 @@ def sweep(out: Path, db: Path) -> Path:
     return harness.emit_table(db, out)
 
 
-def bench(args: Any) -> dict[str, Any]:
+def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     from autotune.dispatch import load_tables
 
     torch.manual_seed(0)
@@ -376,6 +379,7 @@ def bench(args: Any) -> dict[str, Any]:
                 reports[f"{name} {'decode' if decode else 'prefill'} dynamo"] = counters
         del pairs, model
         torch.cuda.empty_cache()
+        save({"rows": rows, "patched": {k: repr(v) for k, v in reports.items()}})  # what is done so far
     torch.set_default_device(None)
     return {"rows": rows, "patched": {k: repr(v) for k, v in reports.items()}}
 
@@ -385,6 +389,8 @@ def main() -> int:
     harness.add_out(ap)
     ap.add_argument("--phase", choices=("sweep", "bench", "both"), default="both")
     ap.add_argument("--db", type=Path, help="the sweep's database (default OUT/model_step.db)")
+    ap.add_argument("--budget", help="sweep: a time budget for the whole sweep (autotune sweep --budget)")
+    ap.add_argument("--trials", type=int, default=24, help="sweep: trials a problem (default 24)")
     ap.add_argument("--table", type=Path, help="bench: the table to load (default: the sweep's, else none)")
     ap.add_argument("--models", default="dense,moe", help="dense, moe or both (default)")
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
@@ -403,14 +409,14 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     db = args.db or out / "model_step.db"
     if args.phase in ("sweep", "both"):
-        table = sweep(out, db)
+        table = sweep(out, db, args.budget, args.trials)
         args.table = args.table or table
     if args.phase == "sweep":
         return 0
     from autotune.core.target import local_target
 
     info = harness.run_info(local_target(), layers=args.layers, context=args.context, table=str(args.table))
-    result = bench(args)
+    result = bench(args, lambda done: harness.write_json(out, "model_step", {"info": info, **done}))
     harness.write_json(out, "model_step", {"info": info, **result})
     rows = result["rows"]
     print(harness.describe(info))
