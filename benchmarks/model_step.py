@@ -142,7 +142,7 @@ class GroupedMoE(nn.Module):
         weights = weights / weights.sum(-1, keepdim=True)
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=E)
+        counts = torch.zeros(E, dtype=torch.int64).scatter_add_(0, flat, torch.ones_like(flat))  # no sync
         offs = counts.cumsum(0).to(torch.int32)
         xs = x.index_select(0, order // self.topk)
         h = torch._grouped_mm(xs, self.w1.transpose(1, 2), offs=offs)
@@ -270,22 +270,33 @@ def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def time_pairs(
     pairs: dict[str, tuple[nn.Module, nn.Module]], tokens: tuple[int, ...], decode: bool, hidden: int,
-    rounds: int, reps: int, tol: float,
+    rounds: int, reps: int, tol: float, tables: dict[str, Any],
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Per token count and variant: both sides compiled, captured and replayed in interleaved rounds."""
+    """Per token count and variant: both sides compiled, captured and replayed in interleaved rounds. The
+    patched side of variant v is captured with `tables[v]` installed (the lookups run while capturing)."""
     from torch._dynamo.utils import counters
+
+    from autotune.dispatch import install_dispatcher
 
     rows = []
     fns = {}
+    by_model: dict[int, Callable[[torch.Tensor], torch.Tensor]] = {}  # a model shared by variants: once
     for v, pair in pairs.items():
         for side, model in zip(SIDES, pair, strict=True):
-            fns[(v, side)] = compiled(model, decode)
+            fns[(v, side)] = by_model.setdefault(id(model), compiled(model, decode))
     for T in tokens:
         x = torch.randn(T, hidden, device="cuda", dtype=torch.bfloat16)
         graphs: dict[tuple[str, str], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        base_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}  # one graph a base model
         for key, fn in fns.items():
             t0 = time.perf_counter()
+            install_dispatcher(tables[key[0]])
+            if key[1] == "base" and id(fn) in base_graphs:
+                graphs[key] = base_graphs[id(fn)]
+                continue
             graphs[key] = graph_of(lambda fn=fn, x=x: fn(x))
+            if key[1] == "base":
+                base_graphs[id(fn)] = graphs[key]
             print(f"  {key[0]} {key[1]} {'decode' if decode else 'prefill'} {T}: captured in "
                   f"{time.perf_counter() - t0:.1f} s", flush=True)  # fmt: skip
         torch.cuda.synchronize()
@@ -296,16 +307,18 @@ def time_pairs(
             err = rel_err(graphs[(v, "ours")][1], graphs[(v, "base")][1])
             if not err <= tol:
                 raise SystemExit(f"{v} at {T} tokens: the patched output differs by {err:.3g} > {tol}")
-        times: dict[tuple[str, str], list[float]] = {k: [] for k in graphs}
-        keys = list(graphs)
+        unique = {id(g[0]): g[0] for g in graphs.values()}  # each graph timed once a round
+        order = list(unique)
+        timed: dict[int, list[float]] = {i: [] for i in order}
         for r in range(rounds):
-            for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
-                times[key].append(replay_us(graphs[key][0], reps))
+            for i in order[r % len(order) :] + order[: r % len(order)]:
+                timed[i].append(replay_us(unique[i], reps))
+        times = {key: timed[id(g[0])] for key, g in graphs.items()}
         for v in pairs:
             base, ours = statistics.median(times[(v, "base")]), statistics.median(times[(v, "ours")])
             rows.append(dict(variant=v, phase="decode" if decode else "prefill", tokens=T, base_us=base,
                              ours_us=ours, ratio=base / ours))  # fmt: skip
-        del graphs
+        del graphs, base_graphs, unique
         torch.cuda.empty_cache()
     rows.append(dict(counters={k: dict(v) for k, v in counters.items() if k in ("graph_break", "stats")}))
     return rows
@@ -334,7 +347,7 @@ def sweep(out: Path, db: Path, budget: str | None, trials: int) -> Path:
     spec = out / "model_step.toml"
     spec.write_text(spec_text(trials))
     t0 = time.perf_counter()
-    cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--profile-m", "false"]
+    cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--profile-m", "none"]
     code, text = harness.run_logged(cmd + (["--budget", budget] if budget else []), out / "sweep.log")
     print(text.strip()[-3000:], flush=True)
     if code != 0:
@@ -344,11 +357,12 @@ def sweep(out: Path, db: Path, budget: str | None, trials: int) -> Path:
 
 
 def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    from autotune.dispatch import load_tables
+    from autotune.core.target import local_target
+    from autotune.dispatch import Dispatcher, load_tables
 
     torch.manual_seed(0)
-    if args.table:
-        load_tables(str(args.table))
+    tuned = load_tables(str(args.table)) if args.table else None
+    untuned = Dispatcher([], device_key=local_target().device_key())
     torch.set_default_device("cuda")
     torch.set_default_dtype(torch.bfloat16)
     rows: list[dict[str, Any]] = []
@@ -361,6 +375,8 @@ def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
             ours, report = patched_model(model, fp8=False)
             pairs["dense bf16"] = (model, ours)
             reports["dense bf16"] = report
+            if args.untuned:  # the same patched model with no table: each layer's fallback, through the op
+                pairs["dense bf16 untuned"] = (model, ours)
             if args.fp8:
                 ours8, report8 = patched_model(model, fp8=True)
                 pairs["dense fp8"] = (scaled_mm_model(model), ours8)
@@ -373,7 +389,8 @@ def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
             for decode, tokens in ((True, args.decode), (False, args.prefill)):
                 torch._dynamo.reset()
                 torch._dynamo.utils.counters.clear()
-                found = time_pairs(pairs, tokens, decode, s.hidden, args.rounds, args.reps, args.tol)
+                tables = {v: untuned if v.endswith("untuned") else tuned for v in pairs}
+                found = time_pairs(pairs, tokens, decode, s.hidden, args.rounds, args.reps, args.tol, tables)
                 counters = found.pop()
                 rows += found
                 reports[f"{name} {'decode' if decode else 'prefill'} dynamo"] = counters
@@ -398,6 +415,7 @@ def main() -> int:
     ap.add_argument("--decode", default=",".join(map(str, DECODE)), help="decode batch sizes")
     ap.add_argument("--prefill", default=",".join(map(str, PREFILL)), help="prefill token counts")
     ap.add_argument("--no-fp8", dest="fp8", action="store_false", help="skip the dense FP8 variant")
+    ap.add_argument("--untuned", action="store_true", help="also the patched dense bf16 model with no table")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (default 5)")
     ap.add_argument("--reps", type=int, default=20, help="replays a round (default 20)")
     ap.add_argument("--tol", type=float, default=0.05, help="largest relative error of the patched output")
