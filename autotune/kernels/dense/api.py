@@ -304,10 +304,24 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     op autotune::linear."""
     if eager(x, weight):
         return _linear_impl(x, weight, bias)
+    if torch.compiler.is_compiling():
+        return _linear_compiled(x, weight, bias)
     try:
         return _LINEAR(x, weight, bias)
     except RuntimeError as exc:  # arguments that the schema refuses (not tensors): the check says why
         raise explained(exc, _linear_explain, x, weight, bias) from None
+
+
+def _linear_compiled(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """`linear` as `torch.compile` traces it: the output allocated in the graph and written by
+    autotune::gemm_out, so that inductor plans (and reuses) its buffer as it does its own matmul's, the
+    bias added by the graph (fused with what follows)."""
+    _linear_check(x, weight, bias)
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    out = x2.new_empty((x2.shape[0], weight.shape[0]))
+    _GEMM_OUT(x2, weight, "nk", out)
+    y = out if bias is None else out + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
 #: The ops of this module (`autotune.kernels.torch_ops.register`).
