@@ -373,6 +373,7 @@ COMPILE_NICENESS = 10
 #: What the fork server imports once (Linux), so that a compile process starts as a fork of it instead
 #: of importing torch and Triton itself: a pool of 15 is up in about the time one import takes.
 PRELOAD = (
+    "autotune.engine.fork_server",  # first: it dies with the sweep even while the rest is imported
     "torch",
     "triton",
     "autotune.engine.compile",

@@ -14,9 +14,7 @@ import importlib
 import pkgutil
 
 from autotune.core.registry import PLUGINS, load_plugins
-from autotune.engine.lifeline import parent_from_env
 
-parent_from_env()  # the server dies with the sweep that started it, and its compile processes with it
 with contextlib.suppress(Exception):
     load_plugins()
 

@@ -18,7 +18,8 @@ lifeline to its parent:
   descendant of this process still alive once this process is gone.
 
 A fork server started by the compile pool is told by `PARENT_ENV` to die with its parent, which it asks for
-from `autotune.engine.compile_preload`; it forks the compile processes, which die with it in turn.
+from `autotune.engine.fork_server`, the first module it imports; it forks the compile processes, which
+die with it in turn.
 """
 
 from __future__ import annotations
@@ -103,11 +104,13 @@ def start_from_main(start: Callable[[], _T]) -> _T:
 
 
 def parent_from_env() -> None:
-    """In a fork server: die with the parent named by `PARENT_ENV` when it is this process's parent (the
-    kernel's signal: the server waits in native code, and must start no thread since it forks)."""
+    """In a fork server: die with the parent named by `PARENT_ENV` (the kernel's signal: the server waits
+    in native code, and must start no thread since it forks), or now where that parent is gone already."""
     wanted = os.environ.get(PARENT_ENV, "")
     with contextlib.suppress(ValueError):
-        if wanted and int(wanted) == os.getppid():
+        if wanted and int(wanted) != os.getppid():  # the sweep died while this server started
+            os._exit(1)
+        if wanted:
             die_with_parent()
 
 

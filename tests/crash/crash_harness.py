@@ -167,11 +167,14 @@ class Zygote:
 def _rows(url: str, query: str) -> list[tuple[Any, ...]]:
     if url.startswith("postgresql"):
         from sqlalchemy import create_engine, text
+        from sqlalchemy.exc import ProgrammingError
 
         engine = create_engine(url)
         try:
             with engine.connect() as conn:
                 return [tuple(r) for r in conn.execute(text(query))]
+        except ProgrammingError:  # killed before its tables were created
+            return []
         finally:
             engine.dispose()
     path = url.removeprefix("sqlite:///")
