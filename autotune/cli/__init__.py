@@ -1,5 +1,5 @@
-"""The `autotune` command line: sweep, plan, check, best, diff, report, export, import, emit, verify, status,
-db.
+"""The `autotune` command line: doctor, sweep, plan, check, best, diff, report, export, import, emit, verify,
+status, db.
 
 One module per verb, each with `add_parser(subparsers)` (its flags) beside `run(args) -> int` (its
 handler). This module assembles the parser and maps errors to exit codes: a CliError or a database that
@@ -16,7 +16,21 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from autotune.cli import best, check, db, diff, emit, export, imports, plan, report, status, sweep, verify
+from autotune.cli import (
+    best,
+    check,
+    db,
+    diff,
+    doctor,
+    emit,
+    export,
+    imports,
+    plan,
+    report,
+    status,
+    sweep,
+    verify,
+)
 from autotune.cli.common import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliError
 from autotune.engine.bench import DeviceFault
 
@@ -26,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 #: The verbs, in the order `autotune --help` lists them.
-VERBS = (sweep, plan, check, best, diff, report, export, imports, emit, verify, status, db)
+VERBS = (doctor, sweep, plan, check, best, diff, report, export, imports, emit, verify, status, db)
 
 _DESCRIPTION = """\
 Autotune GPU matrix kernels per problem shape, keep every measurement in a database, and emit the
