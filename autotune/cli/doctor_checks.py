@@ -268,7 +268,7 @@ def gpus(found: list[Target]) -> Iterator[Check]:
 
 def _gpu_line(index: int, target: Target, props: Any) -> Check:
     parts = [props.name if hasattr(props, "name") else target.name, target.arch]
-    raw_arch = str(getattr(props, "gcnArchName", "") or "")
+    raw_arch = str(getattr(props, "gcnArchName", "") or "") if target.is_amd else ""  # CUDA: the name
     if raw_arch and raw_arch != target.arch:
         parts[-1] = f"{target.arch} ({raw_arch})"
     parts.append(f"{target.cu_count} {'CUs' if target.is_amd else 'SMs'}")
@@ -354,7 +354,7 @@ def op_checks_gpu(target: Target, ops: list[TunableOp], budget: Budget) -> Itera
     for op in ops:
         name = f"op {op.name}"
         if budget.left() < 5:
-            yield Check(name, None, "skipped: the doctor's time budget is spent")
+            yield _budget_line(name)
             continue
         problem, why = _applies(op, target)
         if problem is None:
@@ -385,8 +385,8 @@ def _op_line(name: str, problem: Problem, run: OpRun) -> Check:
             name,
             False,
             f"WRONG on {shape}: rel. error {error} > {run.tolerance:g} ({run.config})",
-            "the heuristic default computes a wrong result on this GPU: keep this op off (no table entry "
-            "for it) and report it with `autotune doctor --json`",
+            "the heuristic default computes a wrong result on this GPU: do not serve this op here, and "
+            "report it with the output of `autotune doctor --json`",
         )
     what = "failed to compile" if run.status == "compile_error" else "failed"
     return Check(
@@ -545,9 +545,8 @@ def _speed_line(name: str, t: GemmTimes) -> Check:
         return f"{x:.1f} µs" if math.isfinite(x) else "failed"
 
     def ratio(x: float) -> str:
-        return (
-            f" ({t.vendor_us / x:.2f}x)" if math.isfinite(x) and math.isfinite(t.vendor_us) and x > 0 else ""
-        )
+        finite = math.isfinite(x) and math.isfinite(t.vendor_us) and x > 0
+        return f" (speed-up {t.vendor_us / x:.2f}x)" if finite else ""
 
     detail = (
         f"torch.mm {us(t.vendor_us)}; served ({t.served}) {us(t.served_us)}{ratio(t.served_us)}; "

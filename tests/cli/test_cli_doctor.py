@@ -108,7 +108,7 @@ def test_an_unknown_op_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> N
 
 H100 = SimpleNamespace(
     name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132, total_memory=80 * GiB,
-    L2_cache_size=50 * MiB, clock_rate=1_980_000,
+    L2_cache_size=50 * MiB, clock_rate=1_980_000, gcnArchName="NVIDIA H100 80GB HBM3",  # torch 2.11's
 )  # fmt: skip
 MI300X = SimpleNamespace(
     name="AMD Instinct MI300X", major=9, minor=4, multi_processor_count=304, total_memory=192 * GiB,
@@ -166,10 +166,15 @@ def test_an_h100_runs_every_op_and_times_three_gemms(
     assert "CUDA 12.8 build" in glyph(out, "toolchain")
     gpu = glyph(out, "gpu 0")
     assert gpu.startswith("✓ ") and "sm_90" in gpu and "132 SMs" in gpu and "clock 1980 MHz" in gpu
+    assert "sm_90," in gpu  # a CUDA build's gcnArchName is the GPU's name, not its arch
     assert "tuned arch" in gpu
     assert glyph(out, "op gemm").startswith("✓ ") and "right on 16x512x512" in glyph(out, "op gemm")
     line = glyph(out, "speed 16x4096x4096")
-    assert "torch.mm 10.0 µs" in line and "served (torch) 12.5 µs (0.80x)" in line and "(1.25x)" in line
+    assert (
+        "torch.mm 10.0 µs" in line
+        and "served (torch) 12.5 µs (speed-up 0.80x)" in line
+        and "(speed-up 1.25x)" in line
+    )
 
 
 def test_an_mi300x_reports_a_wrong_result_and_a_compile_failure(
