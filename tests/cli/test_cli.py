@@ -488,17 +488,19 @@ def test_sigint_stops_cleanly_and_resumes(tmp_path: Path, capsys: pytest.Capture
     with Store(str(db)) as store:
         assert store.summary().sweeps_by_status == {"interrupted": 1}
 
-    # Resume the first problem (M=1): its stored trials are read back, the rest run.
-    stored_m1 = {row[2] for row in after if row[1] == 1}
-    assert stored_m1
-    resume = write(tmp_path / "m1.toml", BIG.replace("[1, 2, 3, 4, 5, 6, 7, 8]", "[1]"))
+    # Resume a problem the sweep had begun (problems go longest first): its stored trials are read back,
+    # the rest run.
+    begun = min((row for row in after if row[1] is not None), key=lambda row: row[0])[1]
+    stored_m = {row[2] for row in after if row[1] == begun}
+    assert stored_m
+    resume = write(tmp_path / "m.toml", BIG.replace("[1, 2, 3, 4, 5, 6, 7, 8]", f"[{begun}]"))
     assert main(["sweep", str(resume), "--interpret", "--db", str(db), "--no-progress"]) == 0
     text = capsys.readouterr().out
-    assert f"{10 - len(stored_m1)} trials run, {len(stored_m1)} read back from the database" in text
+    assert f"{10 - len(stored_m)} trials run, {len(stored_m)} read back from the database" in text
     final = _stored(db)
     assert set(after) <= set(final)
-    m1 = [row[2] for row in final if row[1] == 1]
-    assert len(m1) == len(set(m1)) == 10  # no trial run twice
+    m = [row[2] for row in final if row[1] == begun]
+    assert len(m) == len(set(m)) == 10  # no trial run twice
 
 
 @needs_interpreter
