@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from autotune.cli.tables import problem_label
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from autotune.core.config import Config
     from autotune.core.op import TunableOp
     from autotune.core.problem import Problem
@@ -437,29 +440,36 @@ def op_checks_compile(arch: str, ops: list[TunableOp], budget: Budget, workers: 
         yield Check("defaults", False, f"cannot compile for {arch}: {reason}", hint)
         return
     from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import TimeoutError as FutureTimeout
 
+    verdict_log = logging.getLogger("autotune.engine.verdicts")
     with CompilePool(target, workers=workers) as pool, ThreadPoolExecutor(max(1, len(ops))) as threads:
         pool.warm_up()
         chooser = _DefaultChooser(pool, budget)
-        futures = [threads.submit(chooser.compile, op, target) for op in ops]
-        which = "heuristic default" if chooser.checking else "rule's pick (TRITON_INTERPRET is set)"
-        yield Check(
-            "defaults",
-            None,
-            f"no GPU: each op's {which} is compiled for {arch}, not run ({workers} processes)",
-        )
-        for op, future in zip(ops, futures, strict=True):
-            name = f"op {op.name}"
-            try:
-                outcome = future.result(timeout=budget.left() + 1)
-            except Exception as exc:  # out of time, or the check's own failure
-                outcome = (
-                    _budget_line(name)
-                    if isinstance(exc, (FutureTimeout, TimeoutError, _OutOfTime))
-                    else Check(name, False, first_line(exc))
-                )
-            yield outcome
+        verdict_log.addFilter(chooser)
+        try:
+            futures = [threads.submit(chooser.compile, op, target) for op in ops]
+            which = "heuristic default" if chooser.checking else "rule's pick (TRITON_INTERPRET is set)"
+            yield Check(
+                "defaults",
+                None,
+                f"no GPU: each op's {which} is compiled for {arch}, not run ({workers} processes)",
+            )
+            for op, future in zip(ops, futures, strict=True):
+                yield _outcome(f"op {op.name}", future, budget)
+        finally:
+            verdict_log.removeFilter(chooser)
+
+
+def _outcome(name: str, future: Future[Check], budget: Budget) -> Check:
+    """The line of one op's compile: out of time (a budget line), the check's own failure, or its line."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    try:
+        return future.result(timeout=budget.left() + 1)
+    except (FutureTimeout, TimeoutError, _OutOfTime):
+        return _budget_line(name)
+    except Exception as exc:  # the check's own failure
+        return Check(name, False, first_line(exc))
 
 
 class _OutOfTime(Exception):
@@ -472,22 +482,42 @@ def _budget_line(name: str) -> Check:
     )
 
 
-class _DefaultChooser:
+class _DefaultChooser(logging.Filter):
     """Picks each op's default as `TunableOp.default_config` does (the first candidate whose binary passes
     the static checks), compiling candidates on the pool; where this process cannot compile (Triton's
-    interpreter is on) it takes the op's own `default_config` (the rule's pick) and compiles that."""
+    interpreter is on) it takes the op's own `default_config` (the rule's pick) and compiles that.
+
+    An op whose candidates were still being compiled when the budget ran out is skipped (a line), never
+    reported with a candidate the pick would have passed over. As a logging filter it drops the
+    verdicts' warnings about such an interrupted pick. `compile` runs on several threads at once."""
 
     def __init__(self, pool: CompilePool, budget: Budget) -> None:
         from autotune.engine.verdicts import Verdicts, cache_dir, can_check
 
+        super().__init__()
         self.pool, self.budget = pool, budget
         self.checking = can_check(pool.target)
-        self.verdicts = Verdicts(cache_dir(), features_of=self._compile) if self.checking else None
+        self.verdicts = (
+            Verdicts(cache_dir(), features_of=self._compile, checkable=lambda target: True)
+            if self.checking
+            else None
+        )
+        self.out_of_time = False  # set once, by any thread
+        self._local = threading.local()  # per thread: the op it picks for ran out of time
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.out_of_time and str(record.msg).startswith("cannot check the defaults"))
 
     def _compile(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures:
-        if self.budget.left() <= 0:
-            raise _OutOfTime
-        return self.pool.submit(op, problem, config).result(timeout=self.budget.left())
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        try:
+            if self.budget.left() <= 0:
+                raise _OutOfTime
+            return self.pool.submit(op, problem, config).result(timeout=self.budget.left())
+        except (_OutOfTime, FutureTimeout, TimeoutError):
+            self.out_of_time = self._local.out_of_time = True
+            raise _OutOfTime from None
 
     def compile(self, op: TunableOp, target: Target) -> Check:
         name = f"op {op.name}"
@@ -496,8 +526,11 @@ class _DefaultChooser:
         problem, why = _applies(op, target)
         if problem is None:
             return Check(name, None, f"{target.arch} does not run it: {why}")
+        self._local.out_of_time = False
         if self.verdicts is not None:
             config = self.verdicts.first_passing(op, problem, target, op.default_candidates(problem, target))
+            if self._local.out_of_time:  # the pick stopped at a candidate it could not check
+                return _budget_line(name)
             features = self.verdicts.features(op, problem, config, target)
         else:
             config = op.default_config(problem, target)

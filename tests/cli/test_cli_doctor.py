@@ -6,11 +6,13 @@ tables of $AUTOTUNE_TABLES; the database; a check that raises; the time budget."
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -97,6 +99,59 @@ def test_json_has_every_check_and_compiles_in_the_pool_under_the_interpreter(
     moe = checks[5]
     assert moe["ok"] is True and "compiled for gfx942" in moe["detail"]
     assert "rule's pick" in checks[4]["detail"]  # TRITON_INTERPRET is set in this process
+
+
+def _chooser(monkeypatch: pytest.MonkeyPatch, submit: Any) -> Any:
+    """A `_DefaultChooser` on a fake pool for sm_90 (`submit(config)` -> a Future of its features) that
+    checks candidates as a process that compiles would, keyed by config, with no verdict cache."""
+    from autotune.engine import verdicts
+
+    monkeypatch.setattr(verdicts, "can_check", lambda target: True)
+    pool: Any = SimpleNamespace(
+        target=Target.for_arch("sm_90"), submit=lambda op, problem, config: submit(config)
+    )
+    chooser = dc._DefaultChooser(pool, dc.Budget(30))
+    assert chooser.verdicts is not None
+    chooser.verdicts.directory = None
+    chooser.verdicts.key_of = lambda op, problem, config, target: config.canonical()  # no JIT here
+    return chooser
+
+
+def test_the_compiled_default_is_the_first_candidate_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from autotune.core.static import StaticFeatures
+
+    op = dc.registered_ops(["gemm"])[0]
+    target = Target.for_arch("sm_90")
+    candidates = op.default_candidates(dc.small_problem("gemm"), target)
+
+    def submit(config: Any) -> Future[StaticFeatures]:
+        spills = 12 if config == candidates[0] else 0  # the rule's pick spills: the default is the next one
+        future: Future[StaticFeatures] = Future()
+        future.set_result(StaticFeatures("sm_90", spills=spills, scratch_bytes=4 * spills, occupancy=2))
+        return future
+
+    check = _chooser(monkeypatch, submit).compile(op, target)
+    assert check.ok is True and "compiled for sm_90" in check.detail and "0 spills" in check.detail
+    assert check.detail.endswith(f"({candidates[1].short()})")
+
+
+def test_a_pick_the_budget_cut_short_is_skipped_not_reported(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def submit(config: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        future.set_exception(TimeoutError())  # as `result(timeout=...)` raises when the budget runs out
+        return future
+
+    chooser = _chooser(monkeypatch, submit)
+    logger = logging.getLogger("autotune.engine.verdicts")
+    logger.addFilter(chooser)
+    try:
+        check = chooser.compile(dc.registered_ops(["gemm"])[0], Target.for_arch("sm_90"))
+    finally:
+        logger.removeFilter(chooser)
+    assert check == dc._budget_line("op gemm")
+    assert "cannot check" not in caplog.text
 
 
 def test_an_unknown_op_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
