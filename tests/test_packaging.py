@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-VERBS = ("sweep", "best", "diff", "report", "export", "emit", "status")
+VERBS = ("doctor", "sweep", "best", "diff", "report", "export", "emit", "status")
 
 # Files that must be in the wheel, each a copy of the checkout's file at the same path.
 WHEEL_FILES = [

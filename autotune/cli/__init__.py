@@ -46,6 +46,7 @@ _DESCRIPTION = """\
 Autotune GPU matrix kernels per problem shape, keep every measurement in a database, and emit the
 pinned tables that autotune.kernels.gemm() reads at run time.
 
+New machine:    autotune doctor               (what works here, in under a minute)
 Before:         autotune plan my.toml         (problems, space sizes, estimated duration)
 Typical night:  autotune sweep my.toml        (tune; resumable: run it again after any stop)
 No GPU here:    autotune sweep my.toml --target gfx942   (compile-only: cost-model predictions)
