@@ -3,7 +3,8 @@
 One line per check, in order: the toolchain (torch, Triton, a second Triton shadowing the first, the
 packages), the GPUs, each op's heuristic default against its reference (compiled for an arch instead
 where there is no GPU), the speed of three GEMMs, the tables of $AUTOTUNE_TABLES and the database. Exits
-1 when a check failed, 0 otherwise. The checks are in `autotune.cli.doctor_checks`.
+1 when a check failed, 0 otherwise. The checks are in `autotune.cli.doctor_checks` and
+`autotune.cli.doctor_ops`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from autotune.cli import doctor_checks as dc
+from autotune.cli import doctor_ops as do
 from autotune.cli.common import DEFAULT_COMPILE_TARGET, EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg
 
 if TYPE_CHECKING:
@@ -95,11 +97,11 @@ def checks(args: argparse.Namespace, ops: list[TunableOp], budget: dc.Budget) ->
     gpus: list[Target] = []
     yield from dc.guarded("gpu", lambda: dc.gpus(gpus))
     if gpus:
-        yield from dc.guarded("ops", lambda: dc.op_checks_gpu(gpus[0], ops, budget))
-        yield from dc.guarded("speed", lambda: dc.speed(gpus[0], budget))
+        yield from dc.guarded("ops", lambda: do.op_checks_gpu(gpus[0], ops, budget))
+        yield from dc.guarded("speed", lambda: do.speed(gpus[0], budget))
     else:
         workers = max(1, min(4, os.cpu_count() or 1, len(ops)))
-        yield from dc.guarded("ops", lambda: dc.op_checks_compile(args.target, ops, budget, workers))
+        yield from dc.guarded("ops", lambda: do.op_checks_compile(args.target, ops, budget, workers))
         yield dc.Check("speed", None, "no GPU: nothing timed")
     device = gpus[0] if gpus else Target.interpreter_target() if interpreting() else None
     yield from dc.guarded("tables", lambda: dc.tables(device))
@@ -109,7 +111,7 @@ def checks(args: argparse.Namespace, ops: list[TunableOp], budget: dc.Budget) ->
 def _ops(names: list[str]) -> list[TunableOp]:
     """The ops to check (all registered ones where none is named); CliError naming an unknown one."""
     try:
-        return dc.registered_ops(names)
+        return do.registered_ops(names)
     except (KeyError, ValueError) as exc:
         raise CliError(f"--op: {exc}") from None
 

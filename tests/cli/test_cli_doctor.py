@@ -22,6 +22,7 @@ import torch
 
 from autotune.cli import doctor, main
 from autotune.cli import doctor_checks as dc
+from autotune.cli import doctor_ops as do
 from autotune.core.target import Target, local_target, toolchain_versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,7 +111,7 @@ def _chooser(monkeypatch: pytest.MonkeyPatch, submit: Any) -> Any:
     pool: Any = SimpleNamespace(
         target=Target.for_arch("sm_90"), submit=lambda op, problem, config: submit(config)
     )
-    chooser = dc._DefaultChooser(pool, dc.Budget(30))
+    chooser = do._DefaultChooser(pool, dc.Budget(30))
     assert chooser.verdicts is not None
     chooser.verdicts.directory = None
     chooser.verdicts.key_of = lambda op, problem, config, target: config.canonical()  # no JIT here
@@ -120,9 +121,9 @@ def _chooser(monkeypatch: pytest.MonkeyPatch, submit: Any) -> Any:
 def test_the_compiled_default_is_the_first_candidate_that_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.core.static import StaticFeatures
 
-    op = dc.registered_ops(["gemm"])[0]
+    op = do.registered_ops(["gemm"])[0]
     target = Target.for_arch("sm_90")
-    candidates = op.default_candidates(dc.small_problem("gemm"), target)
+    candidates = op.default_candidates(do.small_problem("gemm"), target)
 
     def submit(config: Any) -> Future[StaticFeatures]:
         spills = 12 if config == candidates[0] else 0  # the rule's pick spills: the default is the next one
@@ -147,10 +148,10 @@ def test_a_pick_the_budget_cut_short_is_skipped_not_reported(
     logger = logging.getLogger("autotune.engine.verdicts")
     logger.addFilter(chooser)
     try:
-        check = chooser.compile(dc.registered_ops(["gemm"])[0], Target.for_arch("sm_90"))
+        check = chooser.compile(do.registered_ops(["gemm"])[0], Target.for_arch("sm_90"))
     finally:
         logger.removeFilter(chooser)
-    assert check == dc._budget_line("op gemm")
+    assert check == do._budget_line("op gemm")
     assert "cannot check" not in caplog.text
 
 
@@ -189,19 +190,19 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, clean_env: Path) -> Iterator[Any]:
         local_target.cache_clear()
         toolchain_versions.cache_clear()
 
-    monkeypatch.setattr(dc, "run_default", _right)
-    monkeypatch.setattr(dc, "time_gemm", _timed)
+    monkeypatch.setattr(do, "run_default", _right)
+    monkeypatch.setattr(do, "time_gemm", _timed)
     yield install
     local_target.cache_clear()
     toolchain_versions.cache_clear()
 
 
-def _right(op: Any, problem: Any, target: Target) -> dc.OpRun:
-    return dc.OpRun("triton BM16 BN64", "right", rel_error=1e-3, tolerance=op.tolerance(problem))
+def _right(op: Any, problem: Any, target: Target) -> do.OpRun:
+    return do.OpRun("triton BM16 BN64", "right", rel_error=1e-3, tolerance=op.tolerance(problem))
 
 
-def _timed(target: Target, m: int, n: int, k: int) -> dc.GemmTimes:
-    return dc.GemmTimes(10.0, 12.5, 8.0, served="torch", default="triton BM16")  # a stub, not a measurement
+def _timed(target: Target, m: int, n: int, k: int) -> do.GemmTimes:
+    return do.GemmTimes(10.0, 12.5, 8.0, served="torch", default="triton BM16")  # a stub, not a measurement
 
 
 def _doctor(capsys: pytest.CaptureFixture[str], db: Path, *extra: str) -> tuple[int, str]:
@@ -214,8 +215,8 @@ def test_an_h100_runs_every_op_and_times_three_gemms(
 ) -> None:
     fake_gpu(H100)
     code, out = _doctor(capsys, clean_env)
-    ops = [f"op {op.name}" for op in dc.registered_ops()]
-    speed = [f"speed {m}x{n}x{k}" for m, n, k in dc.SPEED_SHAPES]
+    ops = [f"op {op.name}" for op in do.registered_ops()]
+    speed = [f"speed {m}x{n}x{k}" for m, n, k in do.SPEED_SHAPES]
     assert names(out) == [*HEAD[:3], "gpu 0", *ops, *speed, *TAIL], out
     assert code == 0, out
     assert "CUDA 12.8 build" in glyph(out, "toolchain")
@@ -237,17 +238,17 @@ def test_an_mi300x_reports_a_wrong_result_and_a_compile_failure(
 ) -> None:
     fake_gpu(MI300X, hip="6.4.43482")
 
-    def run(op: Any, problem: Any, target: Target) -> dc.OpRun:
+    def run(op: Any, problem: Any, target: Target) -> do.OpRun:
         assert target.arch == "gfx942" and target.cu_count == 304
         if op.name == "gemm":
-            return dc.OpRun("triton BM16", "wrong", rel_error=0.7, tolerance=0.01)
+            return do.OpRun("triton BM16", "wrong", rel_error=0.7, tolerance=0.01)
         if op.name == "moe":
-            return dc.OpRun("triton BM16", "wrong", rel_error=None, tolerance=0.01)  # NaN
+            return do.OpRun("triton BM16", "wrong", rel_error=None, tolerance=0.01)  # NaN
         if op.name == "mla_decode":
-            return dc.OpRun("triton BN32", "compile_error", "CompilationError: at 12:4: out of LDS")
+            return do.OpRun("triton BN32", "compile_error", "CompilationError: at 12:4: out of LDS")
         return _right(op, problem, target)
 
-    monkeypatch.setattr(dc, "run_default", run)
+    monkeypatch.setattr(do, "run_default", run)
     code, out = _doctor(capsys, clean_env)
     assert code == 1
     assert "ROCm 6.4.43482 build" in glyph(out, "toolchain")
@@ -283,7 +284,7 @@ def test_an_op_the_gpu_cannot_run_does_not_apply(
     def refuses(problem: Any, target: Target) -> Any:
         raise ValueError("gemm_mxfp4 needs gfx950\nmore")
 
-    op = dc.registered_ops(["gemm_mxfp4"])[0]
+    op = do.registered_ops(["gemm_mxfp4"])[0]
     monkeypatch.setattr(op, "default_candidates", refuses)
     code, out = _doctor(capsys, clean_env, "--op", "gemm_mxfp4")
     assert code == 0
@@ -296,13 +297,13 @@ def test_a_check_that_raises_is_a_failed_line_and_the_rest_go_on(
 ) -> None:
     fake_gpu(H100)
 
-    def broken(op: Any, problem: Any, target: Target) -> dc.OpRun:
+    def broken(op: Any, problem: Any, target: Target) -> do.OpRun:
         raise RuntimeError("CUDA error: an illegal memory access was encountered\nCUDA kernel errors ...")
 
     def no_packages() -> Any:
         raise OSError("metadata unreadable")
 
-    monkeypatch.setattr(dc, "run_default", broken)
+    monkeypatch.setattr(do, "run_default", broken)
     monkeypatch.setattr(dc, "packages", no_packages)
     code, out = _doctor(capsys, clean_env, "--op", "gemm", "--op", "moe")
     assert code == 1
@@ -323,12 +324,12 @@ def test_a_spent_budget_skips_the_slow_checks_with_a_line(
     checks = {c["name"]: c for c in json.loads(out)}
     assert code == 0
     assert checks["op gemm"]["ok"] is None and "budget" in checks["op gemm"]["detail"]
-    assert all(checks[f"speed {m}x{n}x{k}"]["ok"] is None for m, n, k in dc.SPEED_SHAPES)
+    assert all(checks[f"speed {m}x{n}x{k}"]["ok"] is None for m, n, k in do.SPEED_SHAPES)
 
 
 def test_the_speed_line_reports_a_failed_call() -> None:
-    times = dc.GemmTimes(10.0, math.nan, 8.0, "torch", "triton", error="served: runtime_error: boom")
-    check = dc._speed_line("speed 16x4096x4096", times)
+    times = do.GemmTimes(10.0, math.nan, 8.0, "torch", "triton", error="served: runtime_error: boom")
+    check = do._speed_line("speed 16x4096x4096", times)
     assert check.ok is False and "served (torch) failed" in check.detail and "boom" in check.detail
 
 
@@ -378,7 +379,7 @@ def test_the_shadowing_shows_in_the_report(
 ) -> None:
     _fake_metadata(monkeypatch, {"triton": "3.9.0", "pytorch-triton": "3.9.0"})
     for slow in ("op_checks_compile", "op_checks_gpu", "speed"):  # nothing compiled or run: not this test's
-        monkeypatch.setattr(dc, slow, lambda *a: iter(()))
+        monkeypatch.setattr(do, slow, lambda *a: iter(()))
     code, out = _doctor(capsys, clean_env)
     assert code == 1 and glyph(out, "triton packages").startswith("✗ ")
     assert "pip uninstall -y pytorch-triton triton" in out
