@@ -61,14 +61,30 @@ def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) ->
     key = (M, N, K, E, topk, x.dtype, w1.dtype, target.arch)
     found = _problems.get(key)
     if found is None:
+        if w1.dtype in FP8_DTYPES:
+            _check_fp8(w1.dtype, target)
         weights = "fp8e4m3" if w1.dtype in FP8_DTYPES else MXFP4 if w1.dtype == torch.uint8 else None
-        if weights and w1.dtype == torch.float8_e4m3fnuz and target.arch != "gfx942":
-            weights = "fp8e4m3fnuz"
         found = Problem.moe(M, N, K, E, topk, dtype=_DTYPES[x.dtype], weights=weights)
         if len(_problems) >= 4096:
             _problems.clear()
         _problems[key] = found
     return found
+
+
+def _check_fp8(dtype: torch.dtype, target: Target) -> None:
+    """FP8 weights are the target's own e4m3 (`quant.formats.fp8_dtype`: e4m3fnuz on gfx942, e4m3fn
+    elsewhere), the op's "fp8e4m3": ValueError for the other flavour, which the target has no matrix
+    instructions for (Triton emulates it, and no table holds it). The interpreter runs both."""
+    from autotune.kernels.quant.formats import fp8_dtype
+
+    if target.interpreter:
+        return
+    own = fp8_dtype("fp8e4m3", target.arch)
+    if dtype != own:
+        raise ValueError(
+            f"{target.arch} has no {str(dtype).removeprefix('torch.')} FP8: FP8 MoE weights there are "
+            f"{own} (quantize them to it)"
+        )
 
 
 def _capturing(device: torch.device) -> bool:
