@@ -1092,13 +1092,16 @@ class Store:
         with self._session() as session:
             return trial_records(session.execute(stmt))
 
-    def imported_configs(self, problem: Problem, *, device_key: str | None) -> dict[int, Config]:
+    def imported_configs(
+        self, problem: Problem, *, device_key: str | None, kernel: str | None = None
+    ) -> dict[int, Config]:
         """The configs imported for `problem`'s shape (any M: vLLM's, SGLang's and aiter's files), by the M
         they were imported for; the newest import of an M wins. With `device_key`, only the files of that
         device (`Target.device_key`: an H100's file does not speak for an H200, where vLLM would run its
-        own file or its fallback); None takes every device's. An imported config of a problem with
-        experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of its E and N.
-        Empty where nothing was imported for the shape."""
+        own file or its fallback); None takes every device's. With `kernel`, only the configs stored under
+        that kernel name (one project's files: `autotune.db.vllm.project_kernel`). An imported config of a
+        problem with experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of
+        its E and N. Empty where nothing was imported for the shape."""
         t, p = TrialModel, ProblemModel
         same = _same_shape(problem, imported=True)
         stmt = (
@@ -1114,6 +1117,8 @@ class Store:
             )
             .order_by(t.id)
         )
+        if kernel is not None:
+            stmt = stmt.join(KernelModel, t.kernel_id == KernelModel.id).where(KernelModel.name == kernel)
         with self._session() as session:
             rows = session.execute(stmt).all()
         keys: dict[str, str] = {}  # target JSON → its device key, once per GPU row
@@ -1272,14 +1277,21 @@ class Store:
         status: TrialStatus | None = None,
         source: Source | None = None,
     ) -> list[TrialRecord]:
-        """Stored trials, oldest first, filtered by GPU (fingerprint or prefix), problem, status, source."""
+        """Stored trials, oldest first, filtered by GPU (fingerprint or prefix), problem, status, source.
+
+        The imported trials (`source` IMPORTED) of a `problem` with experts include those of its shape
+        whose K and top-k were unknown (`UNKNOWN_K`: a file that fits several models), which count for
+        every K and top-k of their E and N; their problem says so."""
         gpu_ids = self._match_gpus(fingerprint)
         if gpu_ids == []:
             return []
         stmt = _trial_query()
         if gpu_ids is not None:
             stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
-        if problem is not None:
+        if problem is not None and problem.topk and source is not None and Source(source) is Source.IMPORTED:
+            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+            stmt = stmt.where(ProblemModel.key.in_([problem.key(), twin.key()]))
+        elif problem is not None:
             stmt = stmt.where(ProblemModel.key == problem.key())
         if status is not None:
             stmt = stmt.where(TrialModel.status == TrialStatus(status).value)
