@@ -12,6 +12,11 @@ no process compiles a binary a verdict is known for. Where this process cannot c
 (Triton's CPU interpreter, a Triton without the target's backend, `AUTOTUNE_CHECK_DEFAULTS=0`) nothing
 is compiled or read from disk and the first candidate is the default: the rule's pick, as before
 verdicts existed. Thread-safe.
+
+Two ways to pay less for compiling: `prefetch` compiles, on a CompilePool, what `first_passing` would
+compile for many problems, round by round, all of a round at once (a sweep before it builds its spaces);
+within `known_only()` nothing is compiled at all and the default is the first candidate not known to
+fail (`autotune plan`, whose estimates need no verdict).
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from autotune.core.config import Config
 from autotune.core.op import TunableOp
@@ -38,6 +46,7 @@ __all__ = [
     "cache_dir",
     "can_check",
     "first_passing",
+    "known_only",
     "verdicts",
 ]
 
@@ -53,6 +62,36 @@ _OFF = ("0", "off", "false", "no")
 FeatureSource = Callable[[TunableOp, Problem, Config, Target], StaticFeatures]
 #: (op, problem, config, target) -> what identifies the binary (equal keys: one binary).
 KeySource = Callable[[TunableOp, Problem, Config, Target], str]
+#: (op, problem, target, the op's default candidates): one default `prefetch` settles.
+Ask = tuple[TunableOp, Problem, Target, Sequence[Config]]
+
+
+class Compiler(Protocol):
+    """What `prefetch` compiles on (autotune.engine.compile.CompilePool is one): one target's compiles,
+    each a Future of its features."""
+
+    target: Target
+
+    def submit(self, op: TunableOp, problem: Problem, config: Config) -> Future[StaticFeatures]: ...
+
+
+_known_only = threading.local()
+
+
+@contextmanager
+def known_only() -> Iterator[None]:
+    """Within it (in this thread), `first_passing` compiles nothing: the default is the first candidate
+    not known to fail (verdicts in memory or on disk), the rule's pick where none is known."""
+    depth = getattr(_known_only, "depth", 0)
+    _known_only.depth = depth + 1
+    try:
+        yield
+    finally:
+        _known_only.depth = depth
+
+
+def _compiling() -> bool:
+    return not getattr(_known_only, "depth", 0)
 
 
 def cache_dir() -> Path | None:
@@ -158,45 +197,43 @@ class Verdicts:
         """The static features of `config` on `target`: from memory, from disk, or compiled (then kept)."""
         key = self.key(op, problem, config, target)
         if key is None:
-            return StaticFeatures.failed(target.arch, f"the launch of {config.short()} refuses it")
+            return _refused(config, target)
         with self._lock:
             known = self._known.get(key)
             key_lock = self._key_locks.setdefault(key, threading.Lock())
         if known is not None:
             return known
         with key_lock:  # another thread compiling the same binary finishes first
-            with self._lock:
-                known = self._known.get(key)
-            if known is None:
-                known = self._read(target, key)
+            known = self._recall(target, key)
             if known is None:
                 known = self.features_of(op, problem, config, target)
-                with self._lock:
-                    self.compiled += 1
-                if known.compiled:
-                    self._write(target, key, op, config, known)
-            with self._lock:
-                self._known[key] = known
+                self._keep(target, key, op, config, known)
         return known
+
+    def known(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures | None:
+        """The static features of `config` where they are known without compiling (in memory, on disk; a
+        config whose launch refuses it fails); None where only compiling would tell."""
+        key = self.key(op, problem, config, target)
+        return _refused(config, target) if key is None else self._recall(target, key)
 
     def passes(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> bool:
         """Whether `config` passes every static check of the policy on `target` (a vendor backend, with
         nothing to compile, always does)."""
-        backend = op.backend(config.backend)
-        if backend.library:
+        if op.backend(config.backend).library:
             return True
-        found = check_features(
-            self.features(op, problem, config, target), config, target,
-            min_occupancy=self.policy.min_occupancy,
-        )  # fmt: skip
-        return not self.policy.pruning(found, backend.exempt(target))
+        return self._passing(op, self.features(op, problem, config, target), config, target)
+
+    def _passing(self, op: TunableOp, features: StaticFeatures, config: Config, target: Target) -> bool:
+        found = check_features(features, config, target, min_occupancy=self.policy.min_occupancy)
+        return not self.policy.pruning(found, op.backend(config.backend).exempt(target))
 
     def first_passing(
         self, op: TunableOp, problem: Problem, target: Target, candidates: Iterable[Config]
     ) -> Config:
         """The first of `candidates` that passes (`passes`); the first one where none does (logged) or
         where this process cannot compile for `target` (`checkable`: then only the first is drawn from
-        `candidates`, which may be lazy). ValueError for no candidates."""
+        `candidates`, which may be lazy). Within `known_only()`: the first not known to fail, compiling
+        nothing. ValueError for no candidates."""
         drawn = iter(candidates)
         first = next(drawn, None)
         if first is None:
@@ -211,6 +248,8 @@ class Verdicts:
             pick = self._picks.get(memo)
         if pick is not None:
             return pick
+        if not _compiling():
+            return self._first_known(op, problem, target, candidates)
         try:
             pick = next((c for c in candidates if self.passes(op, problem, c, target)), None)
         except Exception as exc:  # reading features failed (no cuobjdump, ...): the first, as if unchecked
@@ -227,6 +266,88 @@ class Verdicts:
                 self._picks.clear()
             self._picks[memo] = pick
         return pick
+
+    def _first_known(
+        self, op: TunableOp, problem: Problem, target: Target, candidates: Sequence[Config]
+    ) -> Config:
+        """The first of `candidates` not known to fail (no verdict: not known to), compiling nothing; the
+        first where all are known to fail. Not memoized: a later `first_passing` may compile."""
+        for config in candidates:
+            if op.backend(config.backend).library:
+                return config
+            found = self.known(op, problem, config, target)
+            if found is None or self._passing(op, found, config, target):
+                return config
+        return candidates[0]
+
+    def prefetch(self, asks: Iterable[Ask], compiler: Compiler) -> int:
+        """Compiles on `compiler` what `first_passing` would compile for each ask, round by round: in each
+        round, the first candidate without a verdict of every ask that no known verdict settles yet
+        (one compile per binary), all at once; then the next round for those whose compiled candidate
+        failed. The same compiles as the asks' `first_passing` one after another, on every worker of
+        `compiler`. Asks for another target than `compiler`'s, or one this process does not check, are
+        left alone; a compile whose future raises ends the prefetch (`first_passing` compiles what is
+        left itself). Returns the number of binaries compiled."""
+        chosen = [
+            (op, problem, target, tuple(candidates))
+            for op, problem, target, candidates in asks
+            if target == compiler.target and len(candidates) > 1 and self.checkable(target)
+        ]
+        keys: dict[tuple[int, int], str | None] = {}
+        unsettled = list(range(len(chosen)))
+        compiled = 0
+        while unsettled:
+            jobs: dict[str, tuple[TunableOp, Problem, Config]] = {}
+            waiting = []
+            for n in unsettled:
+                op, problem, target, candidates = chosen[n]
+                for i, config in enumerate(candidates):
+                    if op.backend(config.backend).library:
+                        break
+                    if (n, i) not in keys:
+                        keys[n, i] = self.key(op, problem, config, target)
+                    key = keys[n, i]
+                    found = _refused(config, target) if key is None else self._recall(target, key)
+                    if found is None:
+                        assert key is not None
+                        jobs.setdefault(key, (op, problem, config))
+                        waiting.append(n)
+                        break
+                    if self._passing(op, found, config, target):
+                        break
+            futures = {key: (job, compiler.submit(*job)) for key, job in jobs.items()}
+            for key, ((op, _, config), future) in futures.items():
+                try:
+                    features = future.result()
+                except Exception as exc:  # a broken pool: what is left is `first_passing`'s
+                    log.info("prefetching the verdict of %s failed: %s", config.short(), exc)
+                    waiting = []
+                    continue
+                self._keep(compiler.target, key, op, config, features)
+                compiled += 1
+            unsettled = waiting
+        return compiled
+
+    def _recall(self, target: Target, key: str) -> StaticFeatures | None:
+        """The verdict of `key` from memory, else from disk (then kept in memory); None where unknown."""
+        with self._lock:
+            known = self._known.get(key)
+        if known is None:
+            known = self._read(target, key)
+            if known is not None:
+                with self._lock:
+                    self._known[key] = known
+        return known
+
+    def _keep(
+        self, target: Target, key: str, op: TunableOp, config: Config, features: StaticFeatures
+    ) -> None:
+        """A compiled verdict, counted and kept in memory, and on disk where it compiled."""
+        with self._lock:
+            self.compiled += 1
+            self._known[key] = features
+        if features.compiled:
+            self._write(target, key, op, config, features)
 
     # -- the on-disk cache: one small JSON file per verdict, written whole or not at all ----------------
 
@@ -260,6 +381,11 @@ class Verdicts:
             os.replace(f.name, path)
         except OSError as exc:  # a read-only home, a full disk: the verdict stays in memory
             log.info("cannot write the verdict cache %s: %s", path, exc)
+
+
+def _refused(config: Config, target: Target) -> StaticFeatures:
+    """The verdict of a config whose launch refuses it: failed, nothing to compile."""
+    return StaticFeatures.failed(target.arch, f"the launch of {config.short()} refuses it")
 
 
 _verdicts: Verdicts | None = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -186,3 +187,85 @@ def test_switches_and_the_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert not can_check(Target.interpreter_target())
     monkeypatch.setenv("TRITON_INTERPRET", "1")  # the kernels are interpreter objects: nothing compiles
     assert not can_check(TARGET)
+
+
+def test_known_only_compiles_nothing_and_takes_the_first_candidate_not_known_to_fail(tmp_path: Path) -> None:
+    from autotune.engine.verdicts import known_only
+
+    rng = random.Random(3)
+    big, mid, small = tile(256), tile(128), tile(64)
+    compiler = Compiler({big: features(spills=rng.randint(1, 300)), mid: features(), small: features()})
+    v = verdicts(compiler, tmp_path)
+    with known_only():
+        assert v.first_passing(FakeOp(), PROBLEM, TARGET, [big, mid, small]) == big  # nothing known yet
+    assert compiler.calls == []
+    v.features(FakeOp(), PROBLEM, big, TARGET)  # big's verdict (it spills) is known from now on
+    fresh = verdicts(Compiler({}), tmp_path)  # another process: the verdict is on disk
+    with known_only():
+        assert fresh.first_passing(FakeOp(), PROBLEM, TARGET, [big, mid, small]) == mid
+        assert fresh.first_passing(FakeOp(), PROBLEM, TARGET, [big, tile(256, 1)]) == tile(256, 1)
+    assert fresh.compiled == 0
+    # not memoized: outside, the default is checked by compiling
+    assert v.first_passing(FakeOp(), PROBLEM, TARGET, [big, mid, small]) == mid
+    assert compiler.calls == [big, mid]
+
+
+class _Waited(Future):  # type: ignore[type-arg]
+    """A finished Future that logs when its result is read."""
+
+    def __init__(self, log: list[str], value: StaticFeatures) -> None:
+        super().__init__()
+        self.log = log
+        self.set_result(value)
+
+    def result(self, timeout: float | None = None) -> StaticFeatures:
+        self.log.append("wait")
+        value: StaticFeatures = super().result(timeout)
+        return value
+
+
+class Pool:
+    """A CompilePool stand-in: logs each submit (config's BLOCK_M and the problem's M) and each wait."""
+
+    def __init__(self, table: dict[Config, StaticFeatures], target: Target = TARGET) -> None:
+        self.table, self.target, self.log = table, target, []
+
+    def submit(self, op: Any, problem: Problem, config: Config) -> Future:  # type: ignore[type-arg]
+        self.log.append(f"{problem.M}:{config['BLOCK_M']}")
+        found = self.table.get(config) or StaticFeatures.failed(self.target.arch, "error: out of registers")
+        return _Waited(self.log, found)
+
+
+def test_prefetch_compiles_what_first_passing_would_round_by_round_all_at_once(tmp_path: Path) -> None:
+    rng = random.Random(5)
+    big, mid, small = tile(256), tile(128), tile(64)
+    table = {big: features(spills=rng.randint(1, 300)), mid: features(occupancy=0), small: features()}
+
+    def per_problem(op: Any, problem: Problem, config: Config, target: Target) -> str:
+        return f"{problem.M}/{config.canonical()}"  # each problem its own binaries
+
+    m1, m2, m3 = rng.sample(range(1, 4097), 3)
+    asks = [
+        (FakeOp(), PROBLEM.with_m(m1), TARGET, (big, mid, small)),  # three rounds
+        (FakeOp(), PROBLEM.with_m(m2), TARGET, (small, big)),  # passes in the first
+        (FakeOp(), PROBLEM.with_m(m3), Target.for_arch("gfx942"), (big, small)),  # another target: left
+    ]
+    pool = Pool(table)
+    v = Verdicts(tmp_path, features_of=Compiler({}), key_of=per_problem, checkable=lambda t: True)
+    assert v.prefetch(asks, pool) == 4
+    assert pool.log == [f"{m1}:256", f"{m2}:64", "wait", "wait", f"{m1}:128", "wait", f"{m1}:64", "wait"]
+    # first_passing then compiles nothing, and picks what it would have picked compiling one by one
+    assert v.first_passing(FakeOp(), PROBLEM.with_m(m1), TARGET, [big, mid, small]) == small
+    assert v.first_passing(FakeOp(), PROBLEM.with_m(m2), TARGET, [small, big]) == small
+    assert v.compiled == 4
+    one_by_one = Compiler(table)
+    sequential = Verdicts(None, features_of=one_by_one, key_of=per_problem, checkable=lambda t: True)
+    for op, problem, target, candidates in asks[:2]:
+        sequential.first_passing(op, problem, target, candidates)
+    assert sorted(map(str, one_by_one.calls)) == sorted(map(str, [big, mid, small, small]))
+    # known verdicts (on disk) settle an ask without a compile; a vendor candidate needs none
+    again = Pool(table)
+    fresh = Verdicts(tmp_path, features_of=Compiler({}), key_of=per_problem, checkable=lambda t: True)
+    vendor = Config(backend="torch")
+    assert fresh.prefetch([*asks[:2], (FakeOp(), PROBLEM.with_m(m3), TARGET, (vendor, big))], again) == 0
+    assert again.log == []
