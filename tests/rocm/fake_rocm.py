@@ -26,7 +26,8 @@ What is faked minimally, because nothing here can run HIP:
   torch's source);
 - the interpreter's numerics: Triton's CPU interpreter runs bf16 and FP8 dots and some casts wrong, and
   the kernels carry flags for it (DOT_F32, ROUND_FP8, ROUND_BF16, EXACT_CAST set; ASM_CVT, inline
-  assembly, cleared) that the package sets only for the interpreter target. At the launch boundary the
+  assembly, cleared; CVT_MODEL, gfx950's FP4 conversion instruction by its software model, set) that the
+  package sets only for the interpreter target. At the launch boundary the
   fixture sets them the way the package would for the interpreter, and says so in the launch's record:
   the AMD options the code chose are checked and recorded untouched.
 """
@@ -533,6 +534,7 @@ INTERPRETER_NUMERICS: dict[str, bool] = {
     "ROUND_BF16": True,  # moe.mx
     "EXACT_CAST": True,  # moe activation quantization
     "ASM_CVT": False,  # mla: inline assembly, which the interpreter cannot run
+    "CVT_MODEL": True,  # quant.mx: gfx950's v_cvt_scalef32_pk_fp4_bf16 (inline assembly) by its model
 }
 
 
@@ -815,7 +817,7 @@ class FakeRocm:
                 fake.launches.append(Launch(name, grid, options, dtypes, numerics, bool(fake.capturing)))
             if fake.capturing:
                 return None  # recorded into the graph, not run
-            return real(fn, *args, grid=grid, warmup=warmup, **given, **numerics)
+            return real(fn, *args, grid=grid, warmup=warmup, **{**given, **numerics})
 
         return run
 

@@ -426,8 +426,8 @@ def test_export_writes_every_format_for_the_gpu(
         rows = list(csv.DictReader(f))
     assert {(r["arch"], r["cu_count"]) for r in rows} == {(gpu.arch, str(gpu.multi_processor_count))}
     assert {r["runtime"] for r in rows} == {"7.0.0"} and {r["interpreter"] for r in rows} == {"False"}
-    kpacks = {r.get("cfg_kpack", "") for r in rows if r["backend"] == "triton"}
-    assert (kpacks == {""}) == (gpu.arch == "gfx950")
+    ours = [r for r in rows if r["backend"] == "triton"]  # (the vendor may win every shape: timings are fake)
+    assert all((r.get("cfg_kpack", "") != "") == (gpu.arch == "gfx942") for r in ours)
     device = gpu.name.replace(" ", "_")
     for flavor, shape in (("vllm", "[128,128]"), ("sglang", "[128, 128]")):
         files = list((tmp_path / flavor).rglob("*.json"))
