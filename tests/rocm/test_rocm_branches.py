@@ -155,3 +155,33 @@ def test_aiter_is_asked_for_on_the_gpu(rocm: FakeRocm) -> None:
 
     reason = vendor_reason("aiter", Problem.quant("gemm_fp8_rowwise", 16, 256, 256), local_target())
     assert reason.startswith("aiter is not importable") or reason == ""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_the_package_s_amd_facts_are_triton_s(arch: str) -> None:
+    """What the package assumes of Triton's AMD backend, read off that backend (HIPBackend.parse_options:
+    HIPOptions): the wave size, the default warps and stages (vLLM's fallback config on ROCm takes them),
+    every AMD launch option a kernel passes, and the FP8 flavour a gfx950 dot no longer takes (e4m3fnuz,
+    Triton's fp8e4b8, is deprecated there; our e4m3fnuz is an error there)."""
+    from triton.backends.amd.compiler import HIPBackend
+    from triton.backends.compiler import GPUTarget
+
+    import autotune.kernels.quant.formats as formats
+    from autotune.core.target import ARCH_LIMITS
+    from autotune.db.vllm_rules import fallback_config
+    from autotune.kernels.dense.kernel import AMD_LAUNCH_OPTIONS as DENSE
+    from autotune.kernels.mla.kernel import AMD_LAUNCH_OPTIONS as MLA
+    from autotune.kernels.moe.kernel import AMD_LAUNCH_OPTIONS as MOE
+
+    options = HIPBackend(GPUTarget("hip", arch, 64)).parse_options({"enable_fp_fusion": True})
+    assert ARCH_LIMITS[arch]["wave_size"] == options.warp_size == 64
+    vllm = fallback_config(64, 8, False, rocm=True)
+    assert (vllm["num_warps"], vllm["num_stages"]) == (options.num_warps, options.num_stages)
+    assert set(DENSE) | set(MLA) | set(MOE) <= set(options.__dict__)
+    fnuz_deprecated = "fp8e4b8" in options.deprecated_fp8_dot_operand_dtypes
+    assert fnuz_deprecated == (arch == "gfx950")
+    if fnuz_deprecated:
+        with pytest.raises(ValueError, match="no e4m3fnuz"):
+            formats.fp8_dtype("fp8e4m3fnuz", arch)
+    else:
+        assert formats.fp8_dtype("fp8e4m3", arch) == torch.float8_e4m3fnuz

@@ -380,6 +380,55 @@ def test_a_table_s_triton_config_is_launched_with_its_amd_knobs(
         assert launched_with(fake.launches, "gemm_kernel", config), (config.short(), fake.launches)
 
 
+COMPILE_ONLY = """name = "no-gpu-here"
+[static]
+candidates = 2
+[[sweep]]
+op = "gemm"
+m = [16]
+nk = [[64, 128]]
+backends = ["triton"]
+"""
+
+
+@gpus
+def test_a_compile_only_sweep_s_picks_are_served_on_the_gpu(
+    gpu: FakeGpu, sweep_of: Callable[[FakeGpu], Swept], tmp_path: Path, capsys: Any
+) -> None:
+    """The user's database: the cost model's picks of a compile-only sweep for the arch, run on a machine
+    without the GPU (`--target gfx942`), and the GPU's own sweep. On the GPU they are one device: `emit`
+    takes both (the table predicted), and the predicted Triton config is served with its AMD knobs."""
+    import shutil
+
+    db = tmp_path / "both.db"
+    shutil.copy(sweep_of(gpu).db, db)
+    spec = tmp_path / "no-gpu.toml"
+    spec.write_text(COMPILE_ONLY)
+    args = ["--db", str(db), "--workers", "1", "--log-dir", "none", "--no-progress"]
+    assert main(["sweep", str(spec), "--target", gpu.arch, *args]) == 0  # no fake GPU: this CPU machine
+    table = tmp_path / "table.json"
+    with faked(gpu) as fake:
+        assert main(["emit", "--out", str(table), "--db", str(db)]) == 0
+        from autotune.dispatch import Dispatcher, Table, install_dispatcher
+        from autotune.kernels import GEMM, gemm
+
+        loaded = Table.load(table)
+        assert loaded.predicted and loaded.target.name == gpu.name and loaded.target.toolchain.get("hip")
+        predicted = loaded.lookup("gemm", 16, 64, 128)
+        assert predicted is not None and predicted.backend == "triton"
+        assert loaded.lookup("gemm", 16, 64, 64) is not None  # the measured shape, in the same table
+        previous = install_dispatcher(Dispatcher([loaded]))
+        try:
+            problem = Problem.gemm(16, 64, 128)
+            a, b = GEMM.make_inputs(problem, "cuda", seed=12)
+            out = gemm(a, b)
+        finally:
+            install_dispatcher(previous)
+        assert rel_error(out, GEMM.reference(problem, (a, b))) <= GEMM.tolerance(problem)
+        assert launched_with(fake.launches, "gemm_kernel", predicted), predicted.short()
+    capsys.readouterr()
+
+
 # -- autotune verify -----------------------------------------------------------------------------------------
 
 
