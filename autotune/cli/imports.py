@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from autotune.cli.common import Subparsers
 
 NAME = "import"
+#: The projects config files come from (`autotune.db.foreign.JSON_PROJECTS`, not imported here: the CLI
+#: loads no database module before a verb runs).
+PROJECTS = ("vllm", "sglang", "aiter")
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -36,13 +39,22 @@ def add_parser(subparsers: Subparsers) -> None:
         "to 3.2, block sizes that are not powers of two) or our op does not run them as measured "
         "(quantizations other than unquantized and FP8 128x128 blocks, _down files; pre-shuffled "
         "weights, bias epilogues, other output dtypes): reference records still, shown by best (and "
-        "vLLM's written back by export). Entries no op "
-        "of ours holds (int8, batched GEMMs, an unknown GPU) are skipped with the reason. K and topk of "
-        "vLLM files: given, else inferred from E and N for known models, else unknown (the file is kept "
-        "by E, N and device). Values out of bounds (sizes, tile sizes, times; see autotune.db.bounds) are "
-        "skipped with the reason. Only regular files are read (never a FIFO or a device), of at most 1 "
-        "GiB. Exit status 1 when a file could not be read at all; 2, with the reason as one line, when "
-        "the one file named cannot be imported.",
+        "vLLM's written back by export); aiter rows whose errRatio is above 0.05 are stored as wrong_result "
+        "with the ratio. Entries no op of ours holds (int8, batched GEMMs, an unknown GPU) are skipped "
+        "with the reason. K and topk of vLLM files: --shape for the files it names, else --k and --topk "
+        "(warned of where they fall on files of different E and N, or disagree with the one model of a "
+        "file's E and N), else inferred from E and N for known models, else unknown (the file is kept by "
+        "E, N and device; best shows it at every K and topk of its E and N, marked so). Values out of "
+        "bounds (sizes, tile sizes, times, see autotune.db.bounds; num_warps beyond a block of 1024 "
+        "threads, num_stages beyond the device's shared memory) are skipped with the reason. Only regular "
+        "files are read (never a FIFO or a device; one found in a "
+        "folder is reported), of at most 1 GiB, a JSON file a chunk at a time. Each file keeps its project "
+        "(vllm, sglang, aiter, tunableop: told by its folders and name, or --project): SGLang's and vLLM's "
+        "files of one name are two records, and where their configs differ at an M the import says so "
+        "(a conflict; export writes each project's file to its own layout). Exit status 1 when a file "
+        "could not be read at all or every entry it has is bad (no config, or out of bounds); 2, with the "
+        "reason as one line, when the one file named cannot be imported. A new database is made where "
+        "--db names none, and the import says so.",
     )
     p.add_argument(
         "files",
@@ -51,29 +63,57 @@ def add_parser(subparsers: Subparsers) -> None:
         help="vLLM/SGLang .json, aiter or TunableOp .csv files, or folders of them",
     )
     p.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="PATTERN:K,TOPK",
+        help="hidden size K and experts per token of the vLLM files PATTERN names: E=128,N=384 (those E "
+        "and N), a file or folder, or a glob; repeat per shape (the first that names a file wins)",
+    )
+    p.add_argument(
         "--k",
         type=int,
-        help="hidden size (K) of the vLLM files; default: inferred from E and N for known models",
+        help="hidden size (K) of the vLLM files no --shape names; default: inferred from E and N for known "
+        "models (warned of when the files have different E and N)",
     )
     p.add_argument(
         "--topk",
         type=int,
-        help="experts per token of the vLLM files; default: inferred from E and N for known models",
+        help="experts per token of the vLLM files no --shape names; default: inferred from E and N for "
+        "known models",
+    )
+    p.add_argument(
+        "--project",
+        choices=PROJECTS,
+        help="the project the config files come from (default: told by their folders and names: "
+        "SGLang's triton_X_Y_Z/, a folder named vllm or sglang, names only SGLang writes; else vllm)",
     )
     db_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Imports the files and prints, per file, its entries: ok, flagged (why), skipped (why), new."""
-    from autotune.db import StoreError, import_files
-    from autotune.db.interop import InteropError
+    """Imports the files and prints, per file, its entries: ok, flagged (why), skipped (why), new, and
+    what it warns of (conflicts with another project's file, shape flags that disagree)."""
+    from autotune.db import StoreError
+    from autotune.db.engine import resolve_url, sqlite_path
+    from autotune.db.interop import InteropError, ShapeFlag, import_files
 
+    try:
+        shapes = [ShapeFlag.parse(text) for text in args.shape]
+    except InteropError as exc:
+        raise CliError(str(exc)) from None
+    path = sqlite_path(resolve_url(args.db))
+    created = path is not None and not path.exists()
     with open_store(args.db) as store:
         try:
-            files = import_files(store, args.files, k=args.k, topk=args.topk)
+            files = import_files(
+                store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project
+            )
         except (InteropError, StoreError) as exc:
             raise CliError(str(exc)) from None
         where = store.display_url
+    if created:
+        print(f"created a new database at {path}")
     if len(files) == 1 and files[0].error and not Path(args.files[0]).expanduser().is_dir():
         raise CliError(files[0].error)  # the one file named could not be imported: nothing was written
     for f in files:
@@ -86,11 +126,16 @@ def run(args: argparse.Namespace) -> int:
             counts += f", {len(f.skipped)} skipped"
         print(f"{f.path}: {f.format}, {f.summary}")
         print(f"  imported {counts}; {new} new, {f.n_trials - new} already stored")
+        for warning in f.warnings:
+            print(f"  warning: {warning}")
         for entry, reason in f.flagged:
             print(f"  flagged {entry}: {reason}")
         for entry, reason in f.skipped:
             print(f"  skipped {entry}: {reason}")
     total = sum(f.written or 0 for f in files)
     bad = sum(1 for f in files if f.error)
-    print(f"imported {total} new trials from {len(files) - bad} files into {where}; {bad} files skipped")
-    return EXIT_FAIL if any(not f.readable for f in files) else EXIT_OK
+    failed = sum(1 for f in files if f.failed)
+    tail = f" ({failed} of them unreadable or with no good entry)" if failed else ""
+    print(f"imported {total} new trials from {len(files) - bad} files into {where}; "
+          f"{bad} files skipped{tail}")  # fmt: skip
+    return EXIT_FAIL if failed else EXIT_OK

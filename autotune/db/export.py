@@ -7,7 +7,7 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -17,7 +17,7 @@ from .files import write_atomically
 from .records import GpuRecord, Winner
 from .store import Store, StoreError
 
-__all__ = ["BASE_COLUMNS", "TAIL_COLUMNS", "csv_filename", "export_csv", "winner_row"]
+__all__ = ["BASE_COLUMNS", "TAIL_COLUMNS", "csv_filename", "export_csv", "winner_row", "with_predictions"]
 
 logger = logging.getLogger(__name__)
 
@@ -175,3 +175,34 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
         logger.info("wrote %d rows to %s", len(rows), path)
         written.append(path)
     return written
+
+
+def with_predictions(store: Store) -> Store:
+    """`store` as an exporter of measured winners reads it, with the cost model's picks of compile-only
+    sweeps (`Source.MODEL`) among its winners where nothing was measured: what ``export --predicted``
+    writes in a format that reads winners (``--format aiter``), as `export_csv` does always. Only
+    `Store.winners` differs; the rest is `store`'s own."""
+    return cast(Store, _WithPredictions(store))
+
+
+class _WithPredictions:
+    """A view of a Store whose measured winners are joined by predicted ones (`with_predictions`)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def winners(
+        self, fingerprint: str | None = None, source: Source | None = Source.MEASURED, *, final: bool = False
+    ) -> list[Winner]:
+        found = self._store.winners(fingerprint, source, final=final)
+        if source is not Source.MEASURED:
+            return found
+        held = {(w.gpu.id, w.problem) for w in found}
+        model = self._store.winners(fingerprint, source=Source.MODEL)
+        return sorted(
+            [*found, *(w for w in model if (w.gpu.id, w.problem) not in held)],
+            key=lambda w: (w.gpu.id, w.problem),
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)

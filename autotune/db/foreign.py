@@ -26,7 +26,9 @@ from .store import NewTrial
 __all__ = [
     "IMPORTED_SOURCE_HASH",
     "IMPORTED_TOOLCHAIN",
+    "JSON_PROJECTS",
     "KNOWN_MOE_MODELS",
+    "PROJECTS",
     "UNKNOWN_K",
     "UNKNOWN_TOPK",
     "Found",
@@ -47,6 +49,11 @@ logger = logging.getLogger(__name__)
 
 #: The toolchain of every imported Target: its fingerprint never equals a locally measured GPU's.
 IMPORTED_TOOLCHAIN: dict[str, str] = {"source": "imported"}
+#: The projects imported files come from (a record's ``imported_from``), those that ship vLLM-style
+#: fused-MoE config files first.
+PROJECTS: tuple[str, ...] = ("vllm", "sglang", "aiter", "tunableop")
+#: The projects whose files are vLLM-style fused-MoE config files (JSON).
+JSON_PROJECTS: tuple[str, ...] = ("vllm", "sglang", "aiter")
 #: The kernel source hash of imported trials where our own kernel's cannot be had.
 IMPORTED_SOURCE_HASH = "imported"
 
@@ -224,15 +231,19 @@ def moe_source_hash(backend: str = "triton") -> str:
 class ImportedFile:
     """What one file holds, ready to be written: its trials, and why some entries are flagged or skipped.
 
-    Flagged entries are among `trials`, stored with status pruned and the reason as their error;
-    skipped entries (a quantization or MLP variant our problems cannot express, an entry that is no
-    config) are not stored at all. `error` is why the whole file was skipped ("" when it was read);
-    `readable` is False when it could not be read at all. `written` is None until `import_files` has
-    written the trials, then how many were new.
+    Flagged entries are among `trials`, stored with status pruned (or wrong_result) and the reason as
+    their error; skipped entries (a quantization or MLP variant our problems cannot express, an entry
+    that is no config or holds a value out of bounds) are not stored at all. `error` is why the whole
+    file was skipped ("" when it was read); `readable` is False when it could not be read at all, and
+    `all_bad` True when it was read but every entry it has is bad (no config, or out of bounds): both
+    fail an import as much. `project` is the project the file came from (`PROJECTS`), `warnings` what
+    its import should say besides (shape flags that disagree with the file, configs that conflict with
+    another project's file of the same name). `written` is None until `import_files` has written the
+    trials, then how many were new.
     """
 
     path: Path
-    format: str  # "vllm" or "aiter"
+    format: str  # "vllm", "aiter" or "tunableop"
     summary: str
     trials: tuple[NewTrial, ...]
     flagged: tuple[tuple[str, str], ...] = ()  # (entry, reason)
@@ -242,6 +253,14 @@ class ImportedFile:
     readable: bool = True
     #: (ok, flagged) trials of a file written as it was read (streamed: `trials` is then empty).
     streamed: tuple[int, int] | None = None
+    all_bad: bool = False
+    project: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        """Whether the file failed its import: unreadable, or every entry bad."""
+        return not self.readable or self.all_bad
 
     @property
     def n_trials(self) -> int:
@@ -267,14 +286,26 @@ class ImportedFile:
 @dataclass
 class Found:
     """What a streaming reader found besides the trials it yields, filled in as it reads: the entries it
-    flagged or skipped (with the reason), how many trials it yielded of each status, and, once it is
-    done, the file's summary."""
+    flagged or skipped (with the reason), how many of the skipped ones were bad (no config, a value out
+    of bounds: not merely a variant no op of ours holds), how many trials it yielded of each status,
+    what it warns of, the project the file comes from, and, once it is done, the file's summary."""
 
     flagged: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     n_ok: int = 0
     n_flagged: int = 0
     summary: str = ""
+    n_bad: int = 0
+    first_bad: tuple[str, str] | None = None
+    warnings: list[str] = field(default_factory=list)
+    project: str = ""
+
+    def bad(self, entry: str, reason: str) -> None:
+        """Skips the bad `entry` (no config, or a value out of bounds), with the reason."""
+        self.skipped.append((entry, reason))
+        self.n_bad += 1
+        if self.first_bad is None:
+            self.first_bad = (entry, reason)
 
     def count(self, trial: NewTrial) -> NewTrial:
         """`trial`, counted by its status."""
@@ -287,7 +318,20 @@ class Found:
     def file(self, path: Path, format: str, trials: Iterable[NewTrial]) -> ImportedFile:
         """The ImportedFile of `path` holding `trials` (every trial the reader yielded)."""
         kept = tuple(trials)
-        return ImportedFile(path, format, self.summary, kept, tuple(self.flagged), tuple(self.skipped))
+        return ImportedFile(
+            path, format, self.summary, kept, tuple(self.flagged), tuple(self.skipped),
+            project=self.project or format, warnings=tuple(self.warnings),
+        )  # fmt: skip
+
+    def all_bad(self, path: Path) -> str:
+        """Why the file `path` is not imported where it has entries and every one is bad (`bad`); ""
+        where some entry was read (or only variants were skipped)."""
+        if self.n_ok or self.n_flagged or self.first_bad is None:
+            return ""
+        entry, why = self.first_bad
+        others = len(self.skipped) - self.n_bad
+        also = f", {others} of a variant not modelled" if others > 0 else ""
+        return f"{path}: no entry could be imported: {self.n_bad} bad{also} (first: {entry}: {why})"
 
 
 class JsonForm:

@@ -4,37 +4,59 @@ The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON co
 SGLang), `autotune.db.aiter` (aiter's tuned fused-MoE CSV), `autotune.db.aiter_gemm` (aiter's tuned GEMM
 tables) and `autotune.db.tunableop` (PyTorch TunableOp results); what they share is in
 `autotune.db.foreign`. Paths may be files or folders (searched recursively for ``.json`` and ``.csv``
-files); a file's format is told by its content. Each file is its own unit, written in its own
-transaction: a JSON file read and checked whole, then written (`Store.record_many`); a CSV streamed, its
-trials written as they are read (`Store.record_stream`), so that a file of any size takes bounded
-memory. Every value is checked against `autotune.db.bounds` first. A file that cannot be imported is
-reported with the reason and never stops or rolls back another.
+files; one of those that is no regular file, as a FIFO or a looping link, is reported, never passed
+over); a file's format is told by its content. Each file is its own unit, written in its own
+transaction, streamed: its trials written as they are read (`Store.record_stream`), so that a file of
+any size takes bounded memory (a JSON config file is read a chunk at a time,
+`autotune.db.json_members`). Every value is checked against `autotune.db.bounds` first. A file that
+cannot be imported is reported with the reason and never stops or rolls back another; one whose every
+entry is bad fails as an unreadable one does.
+
+Each file keeps the project it came from (`autotune.db.vllm.file_project`, or `project` given): two
+projects' config files of one name are two records, and where they hold different configs for one M the
+import says so (`ImportedFile.warnings`). K and top-k of the vLLM-style files come from `ShapeFlag`s
+(per shape or file), else from `k` and `topk`, else from the file's E and N; one flag set applied to
+files of different E and N is warned of.
 """
 
 from __future__ import annotations
 
 import codecs
 import csv
+import fnmatch
+import functools
 import gc
 import io
+import itertools
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from autotune.core.registry import load_plugins
 from autotune.core.result import TrialStatus
 
 from .bounds import open_bounded, out_of_range, read_bounded
-from .foreign import Found, ImportedFile, InteropError, moe_source_hash
+from .foreign import (
+    JSON_PROJECTS,
+    Found,
+    ImportedFile,
+    InteropError,
+    UnknownShape,
+    infer_moe_shape,
+    moe_source_hash,
+)
 from .tunableop import looks_like_tunableop
 
 if TYPE_CHECKING:
+    from autotune.core.config import Config
+
     from .store import NewTrial, Store
 
-__all__ = ["ImportedFile", "InteropError", "expand_paths", "import_files", "read_imports"]
+__all__ = ["ImportedFile", "InteropError", "ShapeFlag", "expand_paths", "import_files", "read_imports"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +73,10 @@ def _detect(path: Path, text: str) -> str:
     if looks_like_tunableop(text):
         return "tunableop"
     header = {c.strip() for c in (head.splitlines()[0] if head else "").split(",")}
-    if "cu_num" in header and {"M", "N", "K"} <= header and "token" not in header:
-        return "aiter-gemm"
+    if "token" not in header and ({"M", "N", "K"} <= header or len(header & _GEMM_COLUMNS) >= 2):
+        if "cu_num" not in header:
+            raise InteropError(f"{path}: an aiter tuned-GEMM CSV, but it lacks the column cu_num (the GPU)")
+        return "aiter-gemm"  # whose reader says which of its columns it lacks
     if "cu_num" in header or (not head and path.suffix.lower() == ".csv"):
         return "aiter"
     raise InteropError(
@@ -61,9 +85,17 @@ def _detect(path: Path, text: str) -> str:
     )
 
 
+#: Columns only aiter's tuned-GEMM tables have (two of them tell one that lacks M, N or K).
+_GEMM_COLUMNS = frozenset(
+    ("M", "N", "K", "kernelName", "solidx", "kernelId", "splitK", "libtype", "outdtype")
+)
+
+
 def expand_paths(paths: Sequence[str | Path]) -> Iterator[Path]:
-    """Each path of `paths`, a folder as its ``.json`` and ``.csv`` files (recursively, sorted; hidden
-    ones left out); a path that does not exist is yielded as it is (reading it reports it)."""
+    """Each path of `paths`, a folder as its ``.json`` and ``.csv`` entries (recursively, sorted; hidden
+    ones left out) but its folders: those that are no regular file (a FIFO, a device, a link that loops
+    or leads nowhere) too, so that reading them reports them. A path that does not exist is yielded as
+    it is (reading it reports it)."""
     for raw in paths:
         path = Path(raw).expanduser()
         if not path.is_dir():
@@ -71,58 +103,177 @@ def expand_paths(paths: Sequence[str | Path]) -> Iterator[Path]:
             continue
         for found in sorted(path.rglob("*")):
             hidden = any(part.startswith(".") for part in found.relative_to(path).parts)
-            if found.is_file() and found.suffix.lower() in _SUFFIXES and not hidden:
+            if found.suffix.lower() in _SUFFIXES and not hidden and not found.is_dir():
                 yield found
 
 
-def _read_one(path: Path, k: int | None, topk: int | None, source_hash: str | None) -> ImportedFile:
+@dataclass(frozen=True)
+class ShapeFlag:
+    """K and top-k for the vLLM-style files a pattern names (``--shape PATTERN:K,TOPK``): ``E=128,N=384``
+    names the files of those E and N; anything else a file (its path or name) or a folder above it, or a
+    glob of either."""
+
+    pattern: str
+    k: int
+    topk: int
+
+    @classmethod
+    def parse(cls, text: str) -> ShapeFlag:
+        """``PATTERN:K,TOPK`` (or ``PATTERN:K=..,topk=..``); InteropError for anything else."""
+        pattern, sep, shape = text.rpartition(":")
+        found = _SHAPE_RE.fullmatch(shape.replace(" ", ""))
+        if not sep or not pattern or found is None:
+            raise InteropError(
+                f"--shape {text!r}: expected PATTERN:K,TOPK, e.g. E=128,N=384:2048,8 or qwen3-30b/:2048,8"
+            )
+        k, topk = int(found["k"]), int(found["topk"])
+        if k <= 0 or topk < 1:
+            raise InteropError(f"--shape {text!r}: K must be positive and TOPK at least 1")
+        return cls(pattern, k, topk)
+
+    def matches(self, path: Path) -> bool:
+        """Whether the file `path` is one this flag names."""
+        en = _EN_RE.fullmatch(self.pattern)
+        if en is not None:
+            name = _EN_RE.match(path.name)
+            return name is not None and name.group(0) == en.group(0)
+        pattern = self.pattern.rstrip("/") or "/"
+        where = str(path)
+        if where == pattern or path.name == pattern or where.startswith(pattern + "/"):
+            return True
+        return fnmatch.fnmatchcase(path.name, pattern) or fnmatch.fnmatchcase(where, pattern)
+
+    def __str__(self) -> str:
+        return f"K={self.k}, topk={self.topk} (--shape {self.pattern}:{self.k},{self.topk})"
+
+
+_SHAPE_RE = re.compile(r"(?:K=)?(?P<k>\d+),(?:topk=)?(?P<topk>\d+)", re.IGNORECASE)
+_EN_RE = re.compile(r"E=\d+,N=\d+")
+
+
+def _shapes(
+    files: Sequence[Path], k: int | None, topk: int | None, flags: Sequence[ShapeFlag]
+) -> dict[Path, tuple[int | None, int | None, list[str]]]:
+    """(K, top-k, warnings) of each vLLM-style file of `files` (by its name): the first of `flags` that
+    names it, else `k` and `topk`. Warns (logged) when one flag set is applied to files of different E
+    and N, and, per file, when another flag names it too or what is given is not the K and top-k of the
+    one known model its E and N are."""
+    from .vllm import VllmFileName
+
+    out: dict[Path, tuple[int | None, int | None, list[str]]] = {}
+    shapes_of: dict[str, set[tuple[int, int]]] = {}
+    for path in files:
+        try:
+            parts = VllmFileName.parse(path.name)
+        except InteropError:
+            continue
+        named = [flag for flag in flags if flag.matches(path)]
+        warnings: list[str] = []
+        given: tuple[int | None, int | None]
+        if named:
+            given, what = (named[0].k, named[0].topk), str(named[0])
+            for other in named[1:]:
+                if (other.k, other.topk) != given:
+                    warnings.append(f"--shape {other.pattern} names it too: {what} is applied")
+        elif k is not None or topk is not None:
+            given, what = (k, topk), " ".join(f"--{n} {v}" for n, v in (("k", k), ("topk", topk)) if v)
+        else:
+            continue
+        shapes_of.setdefault(what, set()).add((parts.E, parts.N))
+        try:
+            known = infer_moe_shape(parts.E, parts.N)
+        except (UnknownShape, InteropError):
+            known = None
+        if known is not None and given != known[:2] and None not in given:
+            warnings.append(
+                f"K={given[0]}, topk={given[1]} given ({what}), but E={parts.E}, N={parts.N} is the layer of "
+                f"{known[2]} (K={known[0]}, topk={known[1]}): stored as given"
+            )
+        out[path] = (given[0], given[1], warnings)
+    for what, shapes in shapes_of.items():
+        if len(shapes) > 1:
+            shown = "; ".join(f"E={e},N={n}" for e, n in sorted(shapes))
+            logger.warning(
+                "%s applied to files of %d different E and N (%s): a model has one; give K and topk per "
+                "shape with --shape E=..,N=..:K,TOPK", what, len(shapes), shown,
+            )  # fmt: skip
+    return out
+
+
+def _read_one(
+    path: Path, k: int | None, topk: int | None, source_hash: str | None, project: str | None
+) -> ImportedFile:
     from .aiter import read_aiter
     from .aiter_gemm import read_aiter_gemm
     from .tunableop import read_tunableop
-    from .vllm import read_vllm
 
     try:
-        text = read_bounded(path).decode("utf-8")
+        head = _head(path)
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
         why = f"{path}: cannot read it: {exc.strerror or exc}"
         return ImportedFile(path, "?", "", (), error=why, readable=False)
     kind = "?"
+    found = Found()
     try:
-        kind = _detect(path, text)
+        kind = _detect(path, head)
         if kind == "vllm":
-            read = read_vllm(path, text, k=k, topk=topk, source_hash=source_hash or moe_source_hash("triton"))
-        elif kind == "tunableop":
-            read = read_tunableop(path, text)
-        elif kind == "aiter-gemm":
-            read = read_aiter_gemm(path, text)
+            trials = _vllm_reader(k, topk, source_hash, project)(path, found)
+            read = found.file(path, "vllm", _bounded(trials, found))
         else:
-            read = read_aiter(path, text)
+            text = read_bounded(path).decode("utf-8")
+            readers = {"tunableop": read_tunableop, "aiter-gemm": read_aiter_gemm, "aiter": read_aiter}
+            read = readers[kind](path, text)
+            found = Found(list(read.flagged), list(read.skipped))
+            read = replace(read, trials=tuple(_bounded(read.trials, found)))
+    except UnicodeDecodeError:
+        return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
+    except OSError as exc:
+        why = f"{path}: cannot read it: {exc.strerror or exc}"
+        return ImportedFile(path, "?", "", (), error=why, readable=False)
     except Exception as exc:
         error = _read_error(path, kind, exc)
         if error is None:
             raise
         return ImportedFile(path, "?", "", (), error=error)
-    return _within_bounds(read)
+    if not read.trials and found.all_bad(path):
+        return ImportedFile(path, read.format, read.summary, (), error=found.all_bad(path), all_bad=True)
+    return replace(read, flagged=tuple(found.flagged), skipped=tuple(found.skipped))
 
 
-def _within_bounds(read: ImportedFile) -> ImportedFile:
-    """`read` without the trials that hold a value out of bounds (`out_of_range`): those are skipped,
-    with the reason, and no more counted as flagged; a file with no entry left is not imported."""
-    found = Found(list(read.flagged), list(read.skipped))
-    kept = tuple(_bounded(read.trials, found))
-    if len(kept) == len(read.trials):
-        return read
-    error = _nothing_within(read.path, found, len(kept))
-    if error:
-        return ImportedFile(read.path, read.format, read.summary, (), error=error)
-    return replace(read, trials=kept, flagged=tuple(found.flagged), skipped=tuple(found.skipped))
+def _head(path: Path) -> str:
+    """The first `_HEAD_BYTES` of the file `path`, decoded (a character they cut in two is left out)."""
+    with open_bounded(path) as raw:
+        return codecs.getincrementaldecoder("utf-8")().decode(raw.read(_HEAD_BYTES), final=False)
+
+
+@contextmanager
+def _open_text(path: Path) -> Iterator[IO[str]]:
+    """The regular file `path` (`open_bounded`) as UTF-8 text."""
+    with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
+        yield text
+
+
+def _vllm_reader(
+    k: int | None, topk: int | None, source_hash: str | None, project: str | None
+) -> Callable[[Path, Found], Iterator[NewTrial]]:
+    """The reader of a vLLM-style file (`vllm_trials`) with these shape flags, source hash (default: our
+    moe op's, `moe_source_hash`: it imports the kernels) and project, as the CSV readers are called."""
+    from .vllm import vllm_trials
+
+    hash_ = source_hash or moe_source_hash("triton")
+
+    def read(path: Path, found: Found) -> Iterator[NewTrial]:
+        opener = functools.partial(_open_text, path)
+        return vllm_trials(path, opener, found, k=k, topk=topk, source_hash=hash_, project=project)
+
+    return read
 
 
 def _bounded(trials: Iterable[NewTrial], found: Found) -> Iterator[NewTrial]:
-    """`trials` but those out of bounds, which go to `found.skipped` with the reason (and leave its
-    flagged entries and counts)."""
+    """`trials` but those out of bounds, which go to `found.skipped` as bad, with the reason (and leave
+    its flagged entries and counts)."""
     for trial in trials:
         why = out_of_range(trial)
         if why is None:
@@ -135,19 +286,7 @@ def _bounded(trials: Iterable[NewTrial], found: Found) -> Iterator[NewTrial]:
             found.n_flagged = max(0, found.n_flagged - 1)
             if found.flagged and found.flagged[-1][0] == label:
                 found.flagged.pop()
-        found.skipped.append((label, f"{_OUT_OF_RANGE}{why}"))
-
-
-_OUT_OF_RANGE = "out of range: "
-
-
-def _nothing_within(path: Path, found: Found, kept: int) -> str:
-    """Why the file `path` is not imported where every entry it has is out of bounds; "" otherwise."""
-    out = [(e, r) for e, r in found.skipped if r.startswith(_OUT_OF_RANGE)]
-    if kept or not out or len(out) != len(found.skipped):
-        return ""
-    entry, why = out[0]
-    return f"{path}: no entry within bounds ({len(out)} out of range; {entry}: {why})"
+        found.bad(label, f"out of range: {why}")
 
 
 def _label(trial: NewTrial) -> str:
@@ -165,21 +304,30 @@ def read_imports(
     k: int | None = None,
     topk: int | None = None,
     source_hash: str | None = None,
+    shapes: Sequence[ShapeFlag] = (),
+    project: str | None = None,
 ) -> list[ImportedFile]:
     """Reads and checks every file of `paths` (files or folders; vLLM/SGLang .json, aiter's tuned fused-MoE
     and GEMM .csv, PyTorch TunableOp .csv; told apart by content) without writing anything: one
-    ImportedFile per file, with `error` set (and `readable` False where it could not be read at all) for
-    one that cannot be imported.
+    ImportedFile per file, with `error` set (and `readable` False where it could not be read at all,
+    `all_bad` True where every entry was bad) for one that cannot be imported.
 
-    `k` and `topk` are the hidden size and experts per token of the vLLM files (which lack both); where
-    absent they are inferred from the file's E and N, else left unknown (`moe_shape_or_unknown`).
-    `source_hash` is that of the Triton kernel the vLLM configs are stored under (default: our moe op's,
-    see `moe_source_hash`). Raises InteropError for no paths or a bad `k` or `topk`.
+    `shapes`, `k` and `topk` give the hidden size and experts per token of the vLLM files (which lack
+    both): the first of `shapes` that names a file, else `k` and `topk`; where absent they are inferred
+    from the file's E and N, else left unknown (`moe_shape_or_unknown`). `project` is the project the
+    vLLM files come from (default: told by their folders and names, `file_project`). `source_hash` is
+    that of the Triton kernel the vLLM configs are stored under (default: our moe op's, see
+    `moe_source_hash`). Raises InteropError for no paths or a bad `k`, `topk` or `project`.
     """
-    paths = _check_args(paths, k, topk)
-    if source_hash is None:
-        source_hash = moe_source_hash("triton")
-    return [_read_one(path, k, topk, source_hash) for path in expand_paths(paths)]
+    paths = _check_args(paths, k, topk, project)
+    files = list(expand_paths(paths))
+    plan = _shapes(files, k, topk, shapes)
+    out = []
+    for path in files:
+        fk, ftopk, warnings = plan.get(path, (k, topk, []))
+        f = _read_one(path, fk, ftopk, source_hash, project)
+        out.append(replace(f, warnings=(*warnings, *f.warnings)) if warnings else f)
+    return out
 
 
 def import_files(
@@ -189,23 +337,29 @@ def import_files(
     k: int | None = None,
     topk: int | None = None,
     source_hash: str | None = None,
+    shapes: Sequence[ShapeFlag] = (),
+    project: str | None = None,
 ) -> list[ImportedFile]:
     """Imports `paths` (files or folders) into `store`, each file on its own, in a transaction of its own
-    (trials already stored are skipped, so importing twice writes nothing new): a vLLM/SGLang file read
-    whole (`read_imports`), then written (`Store.record_many`); a CSV (aiter, TunableOp) streamed: its
-    trials written as they are read, a chunk at a time (`Store.record_stream`), so that memory does not
-    grow with the file; an error part-way rolls the whole file back. Returns the files with `written`
-    set (None for one that was skipped; a streamed file keeps no trials, only their counts). Raises
-    InteropError for no paths or a bad `k`/`topk`, StoreError for the database (files before it stay
-    written)."""
-    paths = _check_args(paths, k, topk)
+    (trials already stored are skipped, so importing twice writes nothing new), streamed: its trials
+    written as they are read, a chunk at a time (`Store.record_stream`), so that memory does not grow
+    with the file; an error part-way rolls the whole file back. `shapes`, `k`, `topk`, `project` and
+    `source_hash` as `read_imports` takes them. A vLLM-style file whose configs differ, at some M, from
+    those another project's file of the same name holds here is imported all the same (a record of its
+    own project) and says so in its `warnings`. Returns the files with `written` set (None for one that
+    was skipped; a streamed file keeps no trials, only their counts). Raises InteropError for no paths
+    or a bad `k`/`topk`/`project`, StoreError for the database (files before it stay written)."""
+    paths = _check_args(paths, k, topk, project)
     out: list[ImportedFile] = []
     with _heap_frozen(), _young_collections_rare():
-        for path in expand_paths(paths):
-            f = _import_one(store, path, k, topk, source_hash)
+        files = list(expand_paths(paths))
+        plan = _shapes(files, k, topk, shapes)
+        for path in files:
+            fk, ftopk, warnings = plan.get(path, (k, topk, []))
+            f = _import_one(store, path, fk, ftopk, source_hash, project)
             if f.error:
                 logger.info("skipped %s", f.error)  # the caller reports it
-            out.append(f)
+            out.append(replace(f, warnings=(*warnings, *f.warnings)) if warnings else f)
     total = sum(f.written or 0 for f in out)
     logger.info("imported %d new trials from %d files into %s", total, len(out), store.display_url)
     return out
@@ -248,16 +402,15 @@ _YOUNG_THRESHOLD = 100_000
 
 
 def _import_one(
-    store: Store, path: Path, k: int | None, topk: int | None, source_hash: str | None
+    store: Store, path: Path, k: int | None, topk: int | None, source_hash: str | None, project: str | None
 ) -> ImportedFile:
-    """Imports one file: read whole and written (vLLM JSON), or streamed (the CSV formats)."""
+    """Imports one file, streamed: its trials written as they are read."""
     from .aiter import aiter_trials
     from .aiter_gemm import aiter_gemm_trials
     from .tunableop import tunableop_trials
 
     try:
-        with open_bounded(path) as raw:  # a character the head cuts in two is decoded with the rest
-            head = codecs.getincrementaldecoder("utf-8")().decode(raw.read(_HEAD_BYTES), final=False)
+        head = _head(path)
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -267,14 +420,25 @@ def _import_one(
         kind = _detect(path, head)
     except InteropError as exc:
         return ImportedFile(path, "?", "", (), error=str(exc))
-    if kind == "vllm":  # our moe op's version, where a file needs it: it imports the kernels
-        f = _read_one(path, k, topk, source_hash or moe_source_hash("triton"))
-        return f if f.error else replace(f, written=sum(store.record_many(list(f.trials))))
-    readers = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
+    csv_readers = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
     found = Found()
+    conflicts: dict[str, list[int]] = {}
     try:
-        with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as lines:
-            written = store.record_stream(_bounded(readers[kind](path, lines, found), found))
+        if kind == "vllm":
+            trials = _vllm_reader(k, topk, source_hash, project)(path, found)
+            first = next(trials, None)  # the file read through once, checked, before the write begins
+            if first is not None:
+                others = _other_projects(store, first)
+                trials = _conflicting(itertools.chain([first], trials), others, conflicts)
+            written = store.record_stream(_bounded(trials, found))
+        else:
+            if project and project != _CSV_PROJECTS[kind]:
+                theirs = _CSV_PROJECTS[kind]
+                found.warnings.append(
+                    f"--project {project} is for config files, not applied: this is {theirs}'s"
+                )
+            with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as lines:
+                written = store.record_stream(_bounded(csv_readers[kind](path, lines, found), found))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -286,13 +450,58 @@ def _import_one(
         if error is None:
             raise
         return ImportedFile(path, "?", "", (), error=error)
-    error = _nothing_within(path, found, found.n_ok + found.n_flagged)
-    if error:
-        return ImportedFile(path, "?", "", (), error=error)
-    fmt = "tunableop" if kind == "tunableop" else "aiter"
-    notes = (tuple(found.flagged), tuple(found.skipped))
+    fmt = {"vllm": "vllm", "tunableop": "tunableop"}.get(kind, "aiter")
+    if found.all_bad(path):
+        return ImportedFile(path, fmt, found.summary, (), error=found.all_bad(path), all_bad=True)
+    warnings = [*found.warnings, *(_conflict_note(p, ms) for p, ms in sorted(conflicts.items()))]
     return ImportedFile(
-        path, fmt, found.summary, (), *notes, written=written, streamed=(found.n_ok, found.n_flagged)
+        path, fmt, found.summary, (), tuple(found.flagged), tuple(found.skipped), written=written,
+        streamed=(found.n_ok, found.n_flagged), project=found.project or _CSV_PROJECTS.get(kind, ""),
+        warnings=tuple(warnings),
+    )  # fmt: skip
+
+
+#: The project of each CSV format.
+_CSV_PROJECTS = {"tunableop": "tunableop", "aiter-gemm": "aiter", "aiter": "aiter"}
+
+
+def _other_projects(store: Store, trial: NewTrial) -> dict[str, dict[int, Config]]:
+    """The configs other projects' files of the name of `trial`'s file hold here (by project, then M):
+    files of the same device, shape and kernel variant (`Store.imported_configs`)."""
+    from .vllm import kernel_project, project_kernel
+
+    kernel, mine = kernel_project(trial.kernel)
+    device = trial.target.device_key()
+    out: dict[str, dict[int, Config]] = {}
+    for project in JSON_PROJECTS:
+        if project != mine:
+            held = store.imported_configs(
+                trial.problem, device_key=device, kernel=project_kernel(kernel, project)
+            )
+            if held:
+                out[project] = held
+    return out
+
+
+def _conflicting(
+    trials: Iterable[NewTrial], others: dict[str, dict[int, Config]], conflicts: dict[str, list[int]]
+) -> Iterator[NewTrial]:
+    """`trials`, noting in `conflicts` (by project) each M where another project's file (`others`) holds
+    another config."""
+    for trial in trials:
+        for project, held in others.items():
+            config = held.get(trial.problem.M)
+            if config is not None and config != trial.result.config:
+                conflicts.setdefault(project, []).append(trial.problem.M)
+        yield trial
+
+
+def _conflict_note(project: str, ms: list[int]) -> str:
+    """What an import says of the Ms `ms` where `project`'s file of the same name holds other configs."""
+    shown = ", ".join(map(str, ms[:8])) + (", ..." if len(ms) > 8 else "")
+    return (
+        f"conflict: {project}'s file of this name holds other configs at {len(ms)} M ({shown}); both are "
+        "kept, each its own project's (autotune export writes each to its project's layout)"
     )
 
 
@@ -313,8 +522,10 @@ def _read_error(path: Path, kind: str, exc: BaseException) -> str | None:
     return None
 
 
-def _check_args(paths: Sequence[str | Path], k: int | None, topk: int | None) -> Sequence[str | Path]:
-    """`paths` as a sequence; InteropError for none, or a bad `k` or `topk`."""
+def _check_args(
+    paths: Sequence[str | Path], k: int | None, topk: int | None, project: str | None = None
+) -> Sequence[str | Path]:
+    """`paths` as a sequence; InteropError for none, or a bad `k`, `topk` or `project`."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     if not paths:
@@ -323,4 +534,6 @@ def _check_args(paths: Sequence[str | Path], k: int | None, topk: int | None) ->
         raise InteropError(f"--k (hidden size) must be a positive integer, got {k}")
     if topk is not None and topk < 1:
         raise InteropError(f"--topk (experts per token) must be at least 1, got {topk}")
+    if project is not None and project not in JSON_PROJECTS:
+        raise InteropError(f"--project {project!r}: config files come from {', '.join(JSON_PROJECTS)}")
     return paths

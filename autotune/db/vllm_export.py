@@ -1,4 +1,5 @@
-"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json` and `export_vllm`.
+"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json`, `export_vllm` and
+`export_vllm_files` (which also says what each file holds and what was left out).
 
 A file is written as vLLM's writer writes it: ``json.dumps(doc, indent=4)`` and a newline, top-level
 keys first (vLLM's ``triton_version``), then M ascending. An entry's keys are in vLLM's order
@@ -6,13 +7,20 @@ keys first (vLLM's ``triton_version``), then M ascending. An entry's keys are in
 keys (``SPLIT_K``, ``USE_TMA``, ...) as they were. SGLang looks its files up in
 ``configs/triton_X_Y_Z/`` (X_Y_Z: the running Triton's version), so ``flavor`` "sglang" writes there
 and writes no top-level key (SGLang's loader takes every key for an M).
+
+Rules for imported files. Each project's file (a record's ``imported_from``) is written whole, from its
+own records, never merged with another project's file of the same name: where several projects' files
+share a name, the flavor's own project's is written (SGLang's for "sglang", vLLM's for "vllm"), else
+vLLM's, else the newest; the others are named in the notes, with the Ms where their configs differ (a
+conflict). vLLM never reads SGLang's ``_down`` and ``per_channel_quant`` files: flavor "vllm" leaves
+them out, saying so.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +34,10 @@ from .foreign import InteropError
 from .records import GpuRecord, TrialRecord
 from .store import Store, StoreError
 from .triton_compat import installed_triton
-from .vllm import AMD_KEYS, OUR_KEYS, VLLM_BACKEND, VLLM_KEYS
+from .vllm import AMD_KEYS, OUR_KEYS, VLLM_BACKEND, VLLM_KEYS, kernel_project
 from .vllm_names import FLAVORS, VLLM_KERNEL, VllmFileName
 
-__all__ = ["export_vllm", "sglang_dir", "vllm_json"]
+__all__ = ["VllmExport", "export_vllm", "export_vllm_files", "sglang_dir", "vllm_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,36 +104,47 @@ def _newest_version(records: list[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if (r.kernel, r.source_hash) == newest]
 
 
-def _measured(store: Store, fingerprint: str | None) -> list[tuple[GpuRecord, Problem, Config]]:
-    """Per (GPU, moe problem) measured, the Triton config to export: the winner, or the fastest measured
-    Triton config that vLLM's kernel can run where another backend or such a knob won."""
-    chosen: list[tuple[GpuRecord, Problem, Config]] = []
-    for w in store.winners(fingerprint):
+def _measured(
+    store: Store, fingerprint: str | None, predicted: bool
+) -> list[tuple[GpuRecord, Problem, Config, bool]]:
+    """Per (GPU, moe problem) measured (and, with `predicted`, per one only predicted there: the cost
+    model's pick of a compile-only sweep), the Triton config to export and whether it is a prediction:
+    the winner, or the fastest Triton config that vLLM's kernel can run where another backend or such a
+    knob won."""
+    chosen: list[tuple[GpuRecord, Problem, Config, bool]] = []
+    winners = [(w, Source.MEASURED) for w in store.winners(fingerprint)]
+    if predicted:
+        held = {(w.gpu.id, w.problem) for w, _ in winners}
+        model = store.winners(fingerprint, source=Source.MODEL)
+        winners += [(w, Source.MODEL) for w in model if (w.gpu.id, w.problem) not in held]
+    for w, source in winners:
         if w.problem.op != "moe":
             continue
+        guess = source is Source.MODEL
         if w.best.backend == VLLM_BACKEND and _vllm_runs(w.best.config):
-            chosen.append((w.gpu, w.problem, w.best.config))
+            chosen.append((w.gpu, w.problem, w.best.config, guess))
             continue
         records = store.trials(
-            fingerprint=w.gpu.fingerprint, problem=w.problem, status=TrialStatus.OK, source=Source.MEASURED
+            fingerprint=w.gpu.fingerprint, problem=w.problem, status=TrialStatus.OK, source=source
         )
         timed = [
             r for r in records if r.backend == VLLM_BACKEND and r.time_us is not None and _vllm_runs(r.config)
         ]
         if not timed:
             logger.warning(
-                "%s on %s: %s won and no Triton config vLLM can run was measured",
-                w.problem, w.gpu, w.best.config.short(),
+                "%s on %s: %s won and no Triton config vLLM can run was %s",
+                w.problem, w.gpu, w.best.config.short(), "predicted" if guess else "measured",
             )  # fmt: skip
             continue
         best = min(_newest_version(timed), key=lambda r: (r.time_us, r.id))
-        chosen.append((w.gpu, w.problem, best.config))
+        chosen.append((w.gpu, w.problem, best.config, guess))
     return chosen
 
 
 @dataclass
 class _File:
-    """One file to write: who it is for, its top-level keys, its entries, its SGLang folder version."""
+    """One file to write: who it is for, its top-level keys, its entries, its SGLang folder version, the
+    Ms of its flagged entries and of its predicted ones, and what it holds in words."""
 
     ident: tuple[Any, ...]
     what: str
@@ -134,16 +153,41 @@ class _File:
     entries: dict[int, dict[str, Any]] = field(default_factory=dict)
     triton: str | None = None
     flagged: list[str] = field(default_factory=list)
+    predicted: list[int] = field(default_factory=list)
+    holds: str = ""
+
+
+@dataclass
+class _Imported:
+    """One project's imported file of one name on one GPU: the newest record of each M, the Ms where an
+    older import of it held another config, and the id of its newest record."""
+
+    project: str
+    records: dict[int, TrialRecord] = field(default_factory=dict)
+    replaced: set[int] = field(default_factory=set)
+    newest: int = 0
+
+    def add(self, record: TrialRecord) -> None:
+        held = self.records.get(record.problem.M)
+        if held is not None and _imported_entry(held) != _imported_entry(record):
+            self.replaced.add(record.problem.M)
+        if held is None or record.id > held.id:
+            self.records[record.problem.M] = record
+        self.newest = max(self.newest, record.id)
+
+    def entries(self) -> dict[int, dict[str, Any]]:
+        return {m: _imported_entry(r) for m, r in self.records.items()}
 
 
 def _imported(
     store: Store, fingerprint: str | None, flavor: str, drop_flagged: bool
-) -> dict[str, dict[int, TrialRecord]]:
-    """Per file name (spelled as `flavor`), the newest imported record of each M, flagged ones too
-    unless `drop_flagged`."""
-    out: dict[str, dict[int, TrialRecord]] = {}
+) -> dict[str, list[_Imported]]:
+    """Per file name (spelled as `flavor`), each project's imported file of that name (per GPU): the
+    newest record of each M, flagged ones too unless `drop_flagged`."""
+    out: dict[str, dict[tuple[int, str], _Imported]] = {}
     for r in store.trials(fingerprint=fingerprint, source=Source.IMPORTED):
-        if r.backend != VLLM_BACKEND or r.kernel.split(":")[0] != VLLM_KERNEL or "file" not in r.extra:
+        kernel, project = kernel_project(r.kernel)
+        if r.backend != VLLM_BACKEND or kernel.split(":")[0] != VLLM_KERNEL or "file" not in r.extra:
             continue
         if r.status not in (TrialStatus.OK, TrialStatus.PRUNED) or (drop_flagged and not r.ok):
             continue
@@ -151,17 +195,75 @@ def _imported(
             name = VllmFileName.parse(r.extra["file"]).spelled(flavor).filename(flavor)
         except InteropError:
             continue
-        held = out.setdefault(f"{r.gpu.id}/{name}", {})
-        if r.problem.M not in held or r.id > held[r.problem.M].id:
-            held[r.problem.M] = r
-    return out
+        project = str(r.extra.get("imported_from") or project)
+        held = out.setdefault(name, {})
+        held.setdefault((r.gpu.id, project), _Imported(project)).add(r)
+    return {name: list(files.values()) for name, files in out.items()}
+
+
+def _ms(ms: Iterable[int]) -> str:
+    """Ms as a report lists them: the first eight."""
+    shown = sorted(ms)
+    return ", ".join(map(str, shown[:8])) + (", ..." if len(shown) > 8 else "")
+
+
+def _pick(name: str, candidates: list[_Imported], flavor: str, notes: list[str]) -> _Imported:
+    """The one of `candidates` (projects' files of one name) that is written as `flavor`: its own
+    project's, else vLLM's, else the newest; every other is named in `notes`, with the Ms where its
+    configs differ from the one written (a conflict)."""
+    ranked = sorted(
+        candidates, key=lambda c: (c.project != flavor, c.project != "vllm", -c.newest, c.project)
+    )
+    chosen = ranked[0]
+    mine = chosen.entries()
+    for other in ranked[1:]:
+        theirs = other.entries()
+        differ = [m for m in theirs if m in mine and theirs[m] != mine[m]]
+        only = [m for m in theirs if m not in mine]
+        hint = f" (`--format {other.project}` writes it)" if other.project in FLAVORS else ""
+        what = f"{other.project}'s file of this name" + (
+            " (of another GPU of that name)" if other.project == chosen.project else ""
+        )
+        if differ:
+            notes.append(
+                f"conflict: {name}: {chosen.project}'s file written; {what} holds other configs at "
+                f"{len(differ)} M ({_ms(differ)}) and is not written here{hint}"
+            )
+        else:
+            more = f", and {len(only)} M it alone holds ({_ms(only)})" if only else ""
+            notes.append(
+                f"{name}: {chosen.project}'s file written; {what}, the same at every M both hold{more}, "
+                f"is not written here{hint}"
+            )
+    if chosen.replaced:
+        notes.append(
+            f"{name}: {chosen.project}'s file was imported more than once, with other configs at "
+            f"{len(chosen.replaced)} M ({_ms(chosen.replaced)}): the newest import of each M is written"
+        )
+    return chosen
+
+
+def _vllm_never_reads(name: str) -> str:
+    """Why vLLM never reads the file `name` (SGLang's alone: ``_down``, ``per_channel_quant``); "" where
+    it does."""
+    parts = VllmFileName.parse(name)
+    if parts.down:
+        return "the second GEMM's configs (_down)"
+    return "per-channel quantized weights (per_channel_quant)" if parts.per_channel_quant else ""
 
 
 def _plan(
-    store: Store, fingerprint: str | None, flavor: str, triton_version: str | None, drop_flagged: bool
+    store: Store,
+    fingerprint: str | None,
+    flavor: str,
+    triton_version: str | None,
+    drop_flagged: bool,
+    predicted: bool,
+    notes: list[str],
 ) -> dict[str, _File]:
     files: dict[str, _File] = {}
-    for gpu, problem, config in sorted(_measured(store, fingerprint), key=lambda c: (c[0].id, c[1])):
+    chosen = sorted(_measured(store, fingerprint, predicted), key=lambda c: (c[0].id, c[1]))
+    for gpu, problem, config, guess in chosen:
         try:
             name = VllmFileName.of(problem, gpu.target, flavor).filename(flavor)
         except InteropError as exc:
@@ -171,7 +273,8 @@ def _plan(
         what = f"K={problem.K} topk={problem.topk} {problem.dtype_a}/{problem.dtype_b} on {gpu}"
         triton = triton_version or gpu.target.toolchain.get("triton")
         top = {"triton_version": triton} if triton and flavor == "vllm" else {}
-        held = files.setdefault(name, _File(ident, what, gpu, top, triton=triton))
+        holds = f"measured on {gpu}, K={problem.K} topk={problem.topk}"
+        held = files.setdefault(name, _File(ident, what, gpu, top, triton=triton, holds=holds))
         if held.ident != ident:
             raise InteropError(
                 f"{name}: two groups of winners would share this file: {held.what} and {what}; "
@@ -181,23 +284,47 @@ def _plan(
             held.entries[problem.M] = _entry(problem.M, config, gpu.target.is_amd)
         except InteropError as exc:
             raise InteropError(f"{name} ({what}): {exc}") from None
-    for key, by_m in sorted(_imported(store, fingerprint, flavor, drop_flagged).items()):
-        name = key.split("/", 1)[1]
-        first = by_m[min(by_m)]
+        if guess:
+            held.predicted.append(problem.M)
+    for file in files.values():
+        if file.predicted:
+            n, total = len(file.predicted), len(file.entries)
+            file.holds += f"; {n} of its {total} entries predicted by the cost model, not measured"
+    for name, candidates in sorted(_imported(store, fingerprint, flavor, drop_flagged).items()):
         if name in files:
-            logger.warning("%s: measured configs are exported; the imported file is not", name)
+            notes.append(f"{name}: measured configs are written; the imported file of this name is not")
             continue
+        never = _vllm_never_reads(name) if flavor == "vllm" else ""
+        if never:
+            projects = " and ".join(sorted({c.project for c in candidates}))
+            notes.append(
+                f"{name}: {projects}'s file not written: vLLM never reads {never} "
+                "(`--format sglang` writes it)"
+            )
+            continue
+        pick = _pick(name, candidates, flavor, notes)
+        first = pick.records[min(pick.records)]
         top = dict(first.extra.get("top", {})) if flavor == "vllm" else {}
         triton = (
             triton_version
             or first.extra.get("triton_dir")
             or first.extra.get("top", {}).get("triton_version")
         )
-        file = _File(("imported", key), f"imported {first.extra['file']}", first.gpu, top, triton=triton)
-        for m, r in sorted(by_m.items()):
+        holds = f"{pick.project}'s file imported"
+        if first.extra.get("shape") == "unknown":
+            holds += "; K and topk unknown (its E and N fit several models, or none known)"
+        file = _File(("imported", name), f"imported {first.extra['file']}", first.gpu, top, triton=triton)
+        for m, r in sorted(pick.records.items()):
             file.entries[m] = _imported_entry(r)
             if not r.ok:
                 file.flagged.append(f"M={m}")
+        if file.flagged:
+            holds += f"; {len(file.flagged)} flagged entries"
+            notes.append(
+                f"{name}: {len(file.flagged)} flagged entries ({', '.join(file.flagged)}) written as the "
+                "file had them; --drop-flagged leaves them out"
+            )
+        file.holds = holds
         files[name] = file
     return files
 
@@ -210,6 +337,20 @@ def _write(path: Path, text: str) -> None:
     write_atomically(path, write)
 
 
+@dataclass(frozen=True)
+class VllmExport:
+    """What `export_vllm_files` wrote: each file with what it holds in words (measured, predicted by the
+    cost model, a project's imported file, K and topk unknown, flagged entries), and the notes of what
+    was left out or conflicts."""
+
+    files: tuple[tuple[Path, str], ...]
+    notes: tuple[str, ...]
+
+    @property
+    def paths(self) -> list[Path]:
+        return [path for path, _ in self.files]
+
+
 def export_vllm(
     store: Store,
     out_dir: str | Path,
@@ -218,29 +359,59 @@ def export_vllm(
     *,
     triton_version: str | None = None,
     drop_flagged: bool = False,
+    predicted: bool = False,
 ) -> list[Path]:
+    """`export_vllm_files`, its notes logged as warnings; the paths written."""
+    done = export_vllm_files(
+        store, out_dir, fingerprint, flavor,
+        triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
+    )  # fmt: skip
+    for note in done.notes:
+        logger.warning("%s", note)
+    return done.paths
+
+
+def export_vllm_files(
+    store: Store,
+    out_dir: str | Path,
+    fingerprint: str | None = None,
+    flavor: str = "vllm",
+    *,
+    triton_version: str | None = None,
+    drop_flagged: bool = False,
+    predicted: bool = False,
+) -> VllmExport:
     """Writes moe configs as vLLM (or, `flavor` "sglang", SGLang) fused-MoE config files into `out_dir`:
     one file per (GPU, E, N, weights, variant), M ascending, byte-stable.
 
     Measured moe problems give the Triton config of their winner (the fastest one vLLM's kernel runs
-    where another backend or split-K won), imported files their entries as they were (flagged ones
-    too, with a warning, unless `drop_flagged`), the newest record of each M; a file both measured and
-    imported is written from the measurements. SGLang files go into ``triton_X_Y_Z/`` of
-    `triton_version`, else the imported file's folder (or its ``triton_version``), else the measuring
-    GPU's Triton, else the installed one. Everything is checked before the first file is written:
-    InteropError when two measured groups would share one file (another K or top-k, or another GPU of
-    the same name: pick one with `fingerprint`), a config does not fit the format, or no Triton version
-    names an SGLang folder; StoreError when there is nothing to export or `out_dir` cannot be written.
+    where another backend or split-K won); with `predicted`, problems only predicted (a compile-only
+    sweep) the cost model's pick, said so in what the file holds. Imported files give their entries as
+    they were (flagged ones too, with a note, unless `drop_flagged`), one project's file whole (the
+    module's rules: never two projects' merged; conflicts noted). A file both measured and imported is
+    written from the measurements. SGLang files go into ``triton_X_Y_Z/`` of `triton_version`, else
+    the imported file's folder (or its ``triton_version``), else the measuring GPU's Triton, else the
+    installed one. Everything is checked before the first file is written: InteropError when two
+    measured groups would share one file (another K or top-k, or another GPU of the same name: pick one
+    with `fingerprint`), a config does not fit the format, or no Triton version names an SGLang folder;
+    StoreError when there is nothing to export (naming `predicted` where predictions are stored) or
+    `out_dir` cannot be written.
     """
     if flavor not in FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r}; known: {', '.join(FLAVORS)}")
-    files = _plan(store, fingerprint, flavor, triton_version, drop_flagged)
+    notes: list[str] = []
+    files = _plan(store, fingerprint, flavor, triton_version, drop_flagged, predicted, notes)
     if not files:
         which = f" for GPU {fingerprint}" if fingerprint else ""
-        held = store.holdings("moe", fingerprint=fingerprint).describe()
+        holdings = store.holdings("moe", fingerprint=fingerprint)
+        hint = (
+            "; add --predicted to export the cost model's picks of compile-only sweeps"
+            if not predicted and holdings.counts.get(("model", TrialStatus.OK.value))
+            else ""
+        )
         raise StoreError(
             f"nothing to export: {store.display_url} holds no moe configs of a Triton kernel{which}"
-            f"; it holds {held}: run `autotune sweep` or `autotune import` to add some"
+            f"; it holds {holdings.describe()}: run `autotune sweep` or `autotune import` to add some{hint}"
         )
     out = Path(out_dir).expanduser()
     paths: dict[str, Path] = {}
@@ -256,16 +427,11 @@ def export_vllm(
             paths[name] = out / sglang_dir(version) / name
         else:
             paths[name] = out / name
-    written: list[Path] = []
+    written: list[tuple[Path, str]] = []
     for name in sorted(files, key=lambda n: str(paths[n])):
         file = files[name]
-        if file.flagged:
-            logger.warning(
-                "%s: %d flagged entries (%s) written as the file had them; --drop-flagged leaves them out",
-                name, len(file.flagged), ", ".join(file.flagged),
-            )  # fmt: skip
         doc: dict[str, Any] = {**file.top, **{str(m): file.entries[m] for m in sorted(file.entries)}}
         _write(paths[name], json.dumps(doc, indent=4) + "\n")
         logger.info("wrote %s", paths[name])
-        written.append(paths[name])
-    return written
+        written.append((paths[name], file.holds))
+    return VllmExport(tuple(written), tuple(notes))

@@ -178,6 +178,7 @@ def test_nothing_to_show_says_what_the_database_holds(
         assert main(["export", "--format", fmt, "--out", str(tmp_path / fmt), "--db", db]) == 2
         err = capsys.readouterr().err
         assert "nothing to export" in err and holds in err
+    Store(str(tmp_path / "e.db")).close()
     assert (
         main(["export", "--format", "vllm", "--out", str(tmp_path / "v"), "--db", str(tmp_path / "e.db")])
         == 2

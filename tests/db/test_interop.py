@@ -299,7 +299,7 @@ def test_round_trip_is_byte_identical(measured: Store, tmp_path: Path) -> None:
     first = export_vllm(measured, tmp_path / "a")
     with Store(str(tmp_path / "fresh.db")) as fresh:
         files = import_files(fresh, first, source_hash="imported")  # K and topk inferred from (E, N)
-        assert [f.written for f in files] == [len(f.trials) for f in files]
+        assert [f.written for f in files] == [f.n_trials for f in files] == [4, 5]
         assert all(f.n_flagged == 0 for f in files)
         second = export_vllm(fresh, tmp_path / "b")
         imported = fresh.trials(source=Source.IMPORTED)
@@ -550,10 +550,18 @@ def test_bad_input_is_reported_and_stops_no_other_file(
         assert files[1].written == 2 and files[1].error == ""  # the good file after it is imported
         assert message in reasons(files[0])
         assert bad.name in files[0].error or not files[0].error  # a file-level error names the file
-    # The same through the command line: a reason on the bad file's lines, exit 0 (it was readable).
-    assert main(["import", str(bad), str(good), "--db", str(tmp_path / "y.db")]) == 0
+    # The same through the command line: a reason on the bad file's lines; exit 0 where it was readable
+    # and held a good entry (or is no config file at all), 1 where every entry it has is bad, as for a
+    # file that cannot be read.
+    all_bad = case in ALL_ENTRIES_BAD
+    assert files[0].all_bad == all_bad and bool(files[0].error) >= all_bad
+    assert main(["import", str(bad), str(good), "--db", str(tmp_path / "y.db")]) == int(all_bad)
     out = capsys.readouterr().out
     assert message in out and "imported 2 entries" in out
+
+
+#: The bad files whose every entry is bad: each fails its import, whatever is wrong with the entries.
+ALL_ENTRIES_BAD = ("m-zero", "m-negative", "missing-key", "config-not-object", "value-not-int")
 
 
 BAD_K_TOPK = [
@@ -745,6 +753,7 @@ def test_cli_export_vllm_and_csv(measured: Store, tmp_path: Path, capsys: pytest
 
 
 def test_cli_export_vllm_of_an_empty_db(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    Store(str(tmp_path / "e.db")).close()
     assert (
         main(["export", "--format", "vllm", "--out", str(tmp_path / "v"), "--db", str(tmp_path / "e.db")])
         == 2

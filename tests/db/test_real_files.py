@@ -103,7 +103,11 @@ def test_every_real_variant_imports(store: Store, tmp_path: Path) -> None:
     write_all(tmp_path)
     files = {f.path.name: f for f in import_files(store, [tmp_path], source_hash="imported")}
     assert len(files) == len(VLLM_FILES) + len(SGLANG_FILES) and all(not f.error for f in files.values())
-    assert all(f.written == len(f.trials) for f in files.values())
+    assert all(f.written == f.n_trials for f in files.values())
+    assert {name: f.project for name, f in files.items()} == {
+        **dict.fromkeys(VLLM_FILES, "vllm"),
+        **dict.fromkeys(SGLANG_FILES, "sglang"),
+    }
     runnable = [
         f"E=128,N=384,device_name={H100}.json",
         f"E=128,N=192,device_name={H100},dtype=fp8_w8a8,block_shape=[128,128].json",
@@ -126,11 +130,11 @@ def test_every_real_variant_imports(store: Store, tmp_path: Path) -> None:
     int4 = records[(f"E=257,N=128,device_name={H100},dtype=int4_w4a16.json", 1)]
     assert int4.kernel == "moe.triton:dtype=int4_w4a16" and int4.problem.dtype_b == "bf16"
     down = records[(f"E=256,N=128,device_name={H100},dtype=fp8_w8a8,block_shape=[128, 128]_down.json", 1)]
-    assert down.kernel == "moe.triton:dtype=fp8_w8a8,block_shape=[128,128],down"
+    assert down.kernel == "moe.triton:dtype=fp8_w8a8,block_shape=[128,128],down@sglang"  # SGLang's file
     assert down.extra["other"] == {"USE_TMA": True} and down.extra["triton_dir"] == "3_4_0"
     assert down.extra["imported_from"] == "sglang" and "second GEMM" in down.error
     pcq = records[(f"E=128,N=352,device_name={H100},dtype=fp8_w8a8,per_channel_quant=True.json", 1)]
-    assert pcq.kernel == "moe.triton:dtype=fp8_w8a8,per_channel_quant=True"
+    assert pcq.kernel == "moe.triton:dtype=fp8_w8a8,per_channel_quant=True@sglang"
 
 
 def test_vllm_round_trip_is_byte_identical(store: Store, tmp_path: Path) -> None:
