@@ -75,11 +75,32 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`argv` parsed; a flag no parser knows is an error of the verb's parser (its usage, exit 2) where
+    it comes after the verb, else of the top level's."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        given = list(sys.argv[1:] if argv is None else argv)
+        verbs = _verb_parsers(parser)
+        at = given.index(args.verb) if args.verb in given else len(given)
+        after = args.verb in verbs and unknown[0] in given[at + 1 :]
+        (verbs[args.verb] if after else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def _verb_parsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """Each verb's sub-parser, by name."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the verb of `argv` (default: the command line) and returns its exit status; no verb: the
-    help, exit 2."""
+    help, exit 2; a bad flag: the verb's usage and the error, exit 2."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
     if not args.verb:
         parser.print_help()
         return EXIT_USAGE

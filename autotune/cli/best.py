@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import DB_READS, EXIT_FAIL, EXIT_OK, CliError, add_verb, open_store
 from autotune.cli.tables import fmt_us, print_table
 from autotune.core.result import VENDOR_BACKEND
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from autotune.cli.common import Subparsers
     from autotune.core.problem import Problem
+    from autotune.core.result import Source
     from autotune.db import Store
     from autotune.db.records import TrialRecord
 
@@ -29,8 +30,11 @@ def add_parser(subparsers: Subparsers) -> None:
         "reference records imported from other projects' files (autotune import: vLLM/SGLang, aiter, "
         "PyTorch TunableOp) for the same problem, each tagged with where it came from ([aiter], [vllm], "
         "[sglang], [tunableop]) and, where it was flagged at import, why ([flagged: reason]). Imported "
-        "records are never served (`autotune emit`) unless measured here. Exit status 1 when nothing "
-        "measured (or, with --predicted, predicted) is stored for the problem.",
+        "records are never served (`autotune emit`) unless measured here. Where nothing of the problem is "
+        "measured, the cost model's predictions of compile-only sweeps are shown, marked as such (as "
+        "`autotune emit` and `report` take them). Exit status 1 when nothing measured or predicted (with "
+        "--predicted: predicted) is stored for the problem.",
+        db=DB_READS,
     )
     p.add_argument("--op", default="gemm", help="op (default gemm)")
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
@@ -64,14 +68,14 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument(
         "--predicted",
         action="store_true",
-        help="show the cost model's predictions of compile-only sweeps instead of measurements",
+        help="the cost model's predictions of compile-only sweeps, also where measurements exist (without "
+        "it: measurements, else predictions)",
     )
-    db_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ranking per GPU, with the final round's where one ran; exit 1 when nothing is stored (saying
-    so, and whether predictions are)."""
+    """The ranking per GPU, with the final round's where one ran: measured, else (or with --predicted)
+    predicted; exit 1 when nothing is stored (saying so, and where --predicted hides measurements)."""
     from autotune.core.problem import normalize_dtype
     from autotune.core.result import Source
     from autotune.sweeps.spec import SPEC_DTYPES
@@ -81,26 +85,33 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--limit must be positive")
     with open_store(args.db, create=False, read_only=True) as store:
         try:
-            source = Source.MODEL if args.predicted else Source.MEASURED
-            records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=source)
+            predicted = args.predicted
+            records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=_source(predicted))
+            other = not records and bool(
+                store.best(problem, fingerprint=args.gpu, limit=1, source=_source(not predicted))
+            )  # what the other source holds, where this one holds nothing
+            if other and not predicted:  # nothing measured: the predictions, said so
+                predicted = True
+                records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=Source.MODEL)
             finals = (
-                []
-                if args.predicted
-                else store.best(problem, fingerprint=args.gpu, limit=64, source=Source.FINAL)
+                [] if predicted else store.best(problem, fingerprint=args.gpu, limit=64, source=Source.FINAL)
             )
-            other = Source.MEASURED if args.predicted else Source.MODEL  # what the other flag would show
-            elsewhere = not records and bool(store.best(problem, fingerprint=args.gpu, limit=1, source=other))
             imported = _imported(store, problem, args.gpu)
             holdings = store.holdings(problem.op).describe() if not records else ""
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous
             raise CliError(str(exc)) from None
+    if predicted and not args.predicted:
+        print(
+            f"nothing of {problem} is measured: the cost model's predictions of compile-only sweeps "
+            "(tune it on the GPU with `autotune sweep` to measure it)\n"
+        )
     by_gpu: dict[str, list[TrialRecord]] = {}
     for r in records:
         by_gpu.setdefault(r.gpu.fingerprint, []).append(r)
     for fp, recs in by_gpu.items():
         gpu = recs[0].gpu
         tag = " [interpreter: timings are not a GPU's]" if gpu.interpreter else ""
-        if args.predicted:
+        if predicted:
             tag += " [predicted by the cost model, not measured]"
         print(f"{problem} on {gpu.target} [{fp}]{tag}")
         _print_ranking(problem, recs[: args.limit], recs, "µs")
@@ -119,17 +130,18 @@ def run(args: argparse.Namespace) -> int:
         )
     if not records:
         what = "predicted" if args.predicted else "measured"
-        hint = ""
-        if elsewhere:
-            hint = (
-                " (the database holds measurements of it: drop --predicted)"
-                if args.predicted
-                else " (the database holds predictions of it: add --predicted)"
-            )
-        print(f"no {what} results for {problem}; the database holds {holdings}; tune it with "
+        nor = "" if args.predicted else " (nor predictions)"
+        hint = " (the database holds measurements of it: drop --predicted)" if other else ""
+        print(f"no {what} results for {problem}{nor}; the database holds {holdings}; tune it with "
               f"`autotune sweep`{hint}")  # fmt: skip
         return EXIT_FAIL
     return EXIT_OK
+
+
+def _source(predicted: bool) -> Source:
+    from autotune.core.result import Source
+
+    return Source.MODEL if predicted else Source.MEASURED
 
 
 def _imported(store: Store, problem: Problem, gpu: str | None) -> list[TrialRecord]:

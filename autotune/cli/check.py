@@ -8,10 +8,12 @@ from autotune.cli.common import (
     EXIT_OK,
     CliError,
     add_verb,
+    check_defaults,
     check_workers,
-    compile_target,
     open_store,
     progress,
+    spec_arg,
+    target_or_local,
 )
 from autotune.cli.tables import print_table, problem_label
 
@@ -29,23 +31,26 @@ def add_parser(subparsers: Subparsers) -> None:
         subparsers,
         NAME,
         help="compile-only checks of a spec's configs for a target (no GPU needed)",
-        description="For every problem of SPEC.toml: the space size, what compiled for --target, "
+        description="For every problem of SPEC: the space size, what compiled for the target (--target; "
+        "the local GPU's, else gfx942 where there is none), "
         "what the static checks prune and why (MFMA shape vs matrix_instr_nonkdim, spills, LDS over "
         "the target's, occupancy under the floor), the configs with far more vector ALU instructions per "
         "matrix instruction than their peers (a warning), and the best candidates by the cost model with "
         "their registers, LDS, occupancy, instructions and instruction mix. Compiles the model's best "
         "[static] candidates per problem (--all: the whole space) on every CPU core. Writes nothing "
         "unless --db is given (then compiled features are kept there and reused).",
+        db="keep and reuse compiled features in this database, which must exist: a URL or a SQLite file "
+        "(default: none)",
+        bar=True,
     )
-    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
-    p.add_argument("--target", required=True, metavar="ARCH", help="gfx942, gfx950 or sm_90")
+    spec_arg(p)
+    p.add_argument(
+        "--target", metavar="ARCH", help="gfx942, gfx950 or sm_90 (default: the local GPU's, else gfx942)"
+    )
     p.add_argument("--all", action="store_true", help="compile every config of each space (slow)")
     p.add_argument("--candidates", type=int, metavar="N", help="configs compiled per problem")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout, for machines")
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
-    p.add_argument(
-        "--db", metavar="URL", help="keep and reuse compiled features in this database (default: none)"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,31 +69,34 @@ def run(args: argparse.Namespace) -> int:
         spec = load_spec(args.spec)
     except SpecError as exc:
         raise CliError(str(exc)) from None
-    target = compile_target(args.target)
-    try:
-        plan(spec, target)
-    except SpecError as exc:
-        raise CliError(str(exc)) from None
+    target, _ = target_or_local(args.target)
     policy = spec.static if args.candidates is None else replace(spec.static, candidates=args.candidates)
-    store = open_store(args.db) if args.db else None
+    store = open_store(args.db, create=False) if args.db else None
     checks = []
     problems = spec.problems()
-    bar = progress(len(problems), disabled=args.json, unit="problem")
     try:
         with StaticChecker(target, policy, store=store, workers=args.workers) as checker:
-            for entry, problem in problems:
-                found = check_problem(
-                    entry.op_for(problem),
-                    problem,
-                    checker,
-                    candidates=policy.candidates,
-                    everything=args.all,
-                    backends=entry.backends,
-                )
-                checks.append(found)
-                bar.update(1)
+            check_defaults(spec, target, checker.pool)  # all at once, before the spaces start with them
+            try:
+                plan(spec, target)
+            except SpecError as exc:
+                raise CliError(str(exc)) from None
+            bar = progress(len(problems), disabled=args.json or args.no_progress, unit="problem")
+            try:
+                for entry, problem in problems:
+                    found = check_problem(
+                        entry.op_for(problem),
+                        problem,
+                        checker,
+                        candidates=policy.candidates,
+                        everything=args.all,
+                        backends=entry.backends,
+                    )
+                    checks.append(found)
+                    bar.update(1)
+            finally:
+                bar.close()
     finally:
-        bar.close()
         if store is not None:
             store.close()
     if args.json:

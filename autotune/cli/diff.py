@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, open_store
 from autotune.cli.tables import fmt_us, print_table, problem_label
 
 if TYPE_CHECKING:
     import argparse
 
     from autotune.cli.common import Subparsers
+    from autotune.core.result import Source
     from autotune.db import GpuRecord, Store, Winner
     from autotune.db.compare import DiffRow, DiffSummary
 
@@ -32,7 +33,11 @@ def add_parser(subparsers: Subparsers) -> None:
         "--db database, named by fingerprint (6+ characters of it) or by arch where one GPU has it: "
         "`autotune diff before.db after.db` (after a driver or Triton upgrade), `autotune diff gfx942 "
         "gfx950` (MI300X against MI355X in one database). A database holding several GPUs needs --gpu-a "
-        "or --gpu-b to pick one. Measured winners (the final round's where one ran) unless --predicted.",
+        "or --gpu-b to pick one. Measured winners (the final round's where one ran); where neither side "
+        "holds any, the cost model's predictions of compile-only sweeps, said so; --predicted compares the "
+        "predictions also where measurements exist.",
+        db="the database of A and B where they name GPUs: a URL or an existing SQLite file (default: "
+        "$AUTOTUNE_DB, else ./autotune.db)",
     )
     p.add_argument("a", metavar="A", help="side A: a database, or a GPU of the --db database")
     p.add_argument("b", metavar="B", help="side B: a database, or a GPU of the --db database")
@@ -40,7 +45,9 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("--gpu-b", metavar="GPU", help="the GPU of database B (fingerprint prefix or arch)")
     p.add_argument("--op", help="only problems of this op")
     p.add_argument(
-        "--predicted", action="store_true", help="compare the cost model's predictions of compile-only sweeps"
+        "--predicted",
+        action="store_true",
+        help="compare the cost model's predictions of compile-only sweeps, also where measurements exist",
     )
     p.add_argument(
         "--tolerance",
@@ -51,33 +58,37 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument("--limit", type=int, default=0, metavar="N", help="show only the first N rows (0: all)")
     p.add_argument("--json", action="store_true", help="print the comparison as JSON instead of tables")
-    db_arg(p)
 
 
 @dataclass(frozen=True)
 class Side:
-    """One side of the comparison: where it came from, its GPU and its winners."""
+    """One side of the comparison: where it came from, its GPU and its winners, measured and predicted."""
 
     name: str
     database: str
     gpu: GpuRecord
-    winners: list[Winner]
+    measured: list[Winner]
+    predicted: list[Winner]
 
     def describe(self) -> str:
         return f"{self.database}: {self.gpu}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def winners(self, predicted: bool) -> list[Winner]:
+        return self.predicted if predicted else self.measured
+
+    def to_dict(self, predicted: bool) -> dict[str, Any]:
         return {
             "database": self.database,
             "gpu": self.gpu.name,
             "arch": self.gpu.arch,
             "fingerprint": self.gpu.fingerprint,
-            "problems": len(self.winners),
+            "problems": len(self.winners(predicted)),
         }
 
 
 def run(args: argparse.Namespace) -> int:
-    """The comparison of A and B; exit 1 when neither side holds a winner."""
+    """The comparison of A and B: measured, else (or with --predicted) predicted; exit 1 when neither
+    side holds a winner."""
     from autotune.db.compare import diff_winners, summarize
 
     if args.tolerance < 0:
@@ -88,15 +99,18 @@ def run(args: argparse.Namespace) -> int:
     b = _side("B", args.b, args.gpu_b, args)
     if a.database == b.database and a.gpu.id == b.gpu.id:
         raise CliError(f"A and B are the same GPU of the same database ({a.describe()}): nothing to compare")
-    rows = diff_winners(a.winners, b.winners)
+    predicted = args.predicted or not (a.measured or b.measured)
+    note = _note(a, b, predicted, args.predicted)
+    rows = diff_winners(a.winners(predicted), b.winners(predicted))
     summary = summarize(rows, args.tolerance / 100.0)
     shown = rows[: args.limit] if args.limit else rows
     if args.json:
         print(
             json.dumps(
                 {
-                    "a": a.to_dict(),
-                    "b": b.to_dict(),
+                    "a": a.to_dict(predicted),
+                    "b": b.to_dict(predicted),
+                    "predicted": predicted,
                     "summary": summary.to_dict(),
                     "rows": [r.to_dict() for r in shown],
                 },
@@ -104,29 +118,58 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     else:
+        if note and rows:
+            print(note)
         _print(a, b, shown, summary, hidden=len(rows) - len(shown))
     if not rows:
-        what = "predictions" if args.predicted else "measured winners"
+        what = "predictions" if args.predicted else "measured winners or predictions"
         if not args.json:
             print(f"neither side holds {what}" + (f" of {args.op}" if args.op else ""))
         return EXIT_FAIL
     return EXIT_OK
 
 
+def _note(a: Side, b: Side, predicted: bool, asked: bool) -> str:
+    """What is compared where the flags did not say: predictions where neither side holds measurements;
+    measurements, and where a side holds only predictions, how to compare those."""
+    if predicted and not asked:
+        return (
+            "neither side holds measurements: comparing the cost model's predictions of compile-only "
+            "sweeps (--predicted compares them also where measurements exist)\n"
+        )
+    only = [s.name for s in (a, b) if not s.measured and s.predicted]
+    if not predicted and only:
+        return (
+            f"side {only[0]} holds no measurements, only predictions: --predicted compares the cost "
+            "model's predictions of both sides\n"
+        )
+    return ""
+
+
 def _side(name: str, text: str, gpu: str | None, args: argparse.Namespace) -> Side:
-    """Side `name` as `text` names it: a database (its GPU `gpu`, or its only GPU with winners), or a GPU
-    of the --db database."""
+    """Side `name` as `text` names it: a database (its GPU `gpu`, or its only GPU with winners, measured
+    where any are, else predicted), or a GPU of the --db database."""
+    from autotune.core.result import Source
+
     if _is_database(text):
         url, pick = text, gpu
     else:
         if gpu is not None:
             raise CliError(f"--gpu-{name.lower()} names a GPU of a database, but {name} ({text}) is a GPU")
         url, pick = args.db, text
-    with open_store(url, create=False) as store:
-        winners = _winners(store, args)
-        chosen = _pick_gpu(store, name, pick, winners)
+    with open_store(url, create=False, read_only=True) as store:
+        measured = _winners(store, Source.MEASURED, args.op)
+        predicted = _winners(store, Source.MODEL, args.op)
+        holding = predicted if args.predicted else measured or predicted
+        chosen = _pick_gpu(store, name, pick, holding)
         database = store.display_url
-    return Side(name, database, chosen, [w for w in winners if w.gpu.id == chosen.id])
+    return Side(
+        name,
+        database,
+        chosen,
+        [w for w in measured if w.gpu.id == chosen.id],
+        [w for w in predicted if w.gpu.id == chosen.id],
+    )
 
 
 def _is_database(text: str) -> bool:
@@ -135,12 +178,12 @@ def _is_database(text: str) -> bool:
     return "://" in text or Path(text).exists() or Path(text).suffix in (".db", ".sqlite", ".sqlite3")
 
 
-def _winners(store: Store, args: argparse.Namespace) -> list[Winner]:
+def _winners(store: Store, source: Source, op: str | None) -> list[Winner]:
+    """The winners of `source` (measured: the final round's where one ran), of `op` where given."""
     from autotune.core.result import Source
 
-    source = Source.MODEL if args.predicted else Source.MEASURED
-    found = store.winners(None, source, final=not args.predicted)
-    return [w for w in found if args.op is None or w.problem.op == args.op]
+    found = store.winners(None, source, final=source == Source.MEASURED)
+    return [w for w in found if op is None or w.problem.op == op]
 
 
 def _pick_gpu(store: Store, side: str, name: str | None, winners: list[Winner]) -> GpuRecord:

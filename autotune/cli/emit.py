@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import DB_READS, EXIT_OK, CliError, add_verb, open_store
 
 if TYPE_CHECKING:
     import argparse
@@ -22,7 +22,10 @@ def add_parser(subparsers: Subparsers) -> None:
         help="write a pinned lookup table for autotune.dispatch",
         description="Write the winners of one GPU as a pinned Table (JSON) that "
         "autotune.dispatch loads (explicit path or $AUTOTUNE_TABLES) and "
-        "autotune.kernels.gemm consults at run time.",
+        "autotune.kernels.gemm consults at run time. Measured winners; a problem with none (a compile-only "
+        "sweep's, on a machine without the GPU) is served by the cost model's prediction, and the table "
+        "is then marked predicted.",
+        db=DB_READS,
     )
     p.add_argument("--out", required=True, metavar="TABLE.json", help="output file")
     p.add_argument("--gpu", metavar="FINGERPRINT", help="which GPU (needed when the database holds several)")
@@ -61,7 +64,6 @@ def add_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="ignore stored M profiles: serve every shape from its tuned M buckets by the M policy",
     )
-    db_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:

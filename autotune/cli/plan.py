@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import sys
 from typing import TYPE_CHECKING
 
 from autotune.cli.common import (
-    DEFAULT_COMPILE_TARGET,
     EXIT_OK,
+    TRIAL_TIMEOUT_S,
     CliError,
     add_verb,
     check_workers,
-    compile_target,
-    db_arg,
+    missing_database,
     next_phase,
-    no_gpu,
     open_store,
     progress,
+    spec_arg,
+    target_or_local,
 )
 from autotune.cli.tables import print_table, problem_label, with_layers
 
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from autotune.cli.common import Subparsers
     from autotune.core.problem import Problem
     from autotune.core.target import Target
+    from autotune.db import Store
     from autotune.sweeps import SweepSpec
     from autotune.sweeps.estimate import PlanRow
 
@@ -38,13 +39,19 @@ def add_parser(subparsers: Subparsers) -> None:
         subparsers,
         NAME,
         help="what a sweep would do and how long it would take, without running it",
-        description="For every problem of SPEC.toml: the space size after the constraints (valid/all), the "
+        description="For every problem of SPEC: the space size after the constraints (valid/all), the "
         "trials the sweep would run (the budget caps them), how many are already in the database (a "
         "resumed sweep skips them) and an estimated duration, from the cost model's kernel times, the "
-        "benchmarker's settings and compilation ahead on every CPU core. On the local GPU, else for "
-        "--target (a compile-only sweep's plan; gfx942 when there is no GPU). Estimates, not promises.",
+        "benchmarker's settings, compilation ahead on every CPU core and the trial timeout. On the local "
+        "GPU, else for --target (a compile-only sweep's plan; gfx942 when there is no GPU). Compiles "
+        "nothing: the ops' defaults are taken as far as their static verdicts are known here. Estimates, "
+        "not promises.",
+        db="the database whose stored trials count as done, only read: a URL or a SQLite file (default: "
+        "$AUTOTUNE_DB, else ./autotune.db where it exists); a file that does not exist yet is planned as "
+        "empty, never created",
+        bar=True,
     )
-    p.add_argument("spec", metavar="SPEC.toml", help="sweep spec")
+    spec_arg(p)
     p.add_argument("--target", metavar="ARCH", help="plan a compile-only sweep for ARCH")
     p.add_argument(
         "--interpret",
@@ -60,13 +67,15 @@ def add_parser(subparsers: Subparsers) -> None:
         help="GPUs the sweep will run on, for the wall-time estimate (default: the GPUs visible here, or 1)",
     )
     p.add_argument("--workers", type=int, metavar="N", help="compiler processes (default: one per CPU core)")
-    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
     p.add_argument(
-        "--no-progress",
-        action="store_true",
-        help="no progress bar (there is none where stderr is not a terminal)",
+        "--trial-timeout",
+        type=float,
+        default=TRIAL_TIMEOUT_S,
+        metavar="S",
+        help="the sweep's --trial-timeout (default %(default)g): a trial estimated near it is counted at "
+        "the whole of it",
     )
-    db_arg(p)
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     progress bar on stderr names each phase as it starts (loading the spec, the target, planning)."""
     import time
 
+    from autotune.engine.verdicts import known_only
     from autotune.sweeps import SpecError, load_spec
     from autotune.sweeps.estimate import plan_sweep
 
@@ -84,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--gpus must be at least 1")
     if args.interpret and args.target:
         raise CliError("--interpret and --target exclude each other (interpreter or compile-only)")
+    if args.trial_timeout <= 0:
+        raise CliError("--trial-timeout must be positive")
     bar = progress(None, args.no_progress, unit="problem", desc=f"loading {args.spec}", leave=False)
 
     def planned(problem: Problem) -> None:
@@ -97,16 +109,14 @@ def run(args: argparse.Namespace) -> int:
             raise CliError(str(exc)) from None
         next_phase(bar, "target")
         target, compile_only = _target(args)
-        store = (
-            open_store(args.db)
-            if args.db or os.environ.get("AUTOTUNE_DB") or Path("autotune.db").exists()
-            else None
-        )
+        store = _store(args.db)
         next_phase(bar, "planning", len(spec.problems()))
         try:
-            rows = plan_sweep(
-                spec, target, store=store, workers=args.workers, compile_only=compile_only, on_problem=planned
-            )
+            with known_only():  # the defaults' verdicts known so far: the estimates need no compile
+                rows = plan_sweep(
+                    spec, target, store=store, workers=args.workers, compile_only=compile_only,
+                    on_problem=planned, trial_timeout_s=args.trial_timeout,
+                )  # fmt: skip
         except SpecError as exc:
             raise CliError(str(exc)) from None
         finally:
@@ -161,18 +171,25 @@ def _report(
 def _target(args: argparse.Namespace) -> tuple[Target, bool]:
     """(the target, whether the plan is compile-only): the interpreter with --interpret, --target, else
     the local GPU, else (no GPU here) the default compile target."""
-    from autotune.core.target import Target, TargetError, local_target
+    from autotune.core.target import Target
 
     if args.interpret:
         return Target.interpreter_target(), False
-    if args.target:
-        return compile_target(args.target), True
-    try:
-        return local_target(args.device), False
-    except TargetError as exc:
-        if not no_gpu():
-            raise CliError(str(exc)) from None
-        return compile_target(DEFAULT_COMPILE_TARGET), True
+    return target_or_local(args.target, args.device)
+
+
+def _store(url: str | None) -> Store | None:
+    """The database named (--db, $AUTOTUNE_DB) or at ./autotune.db, opened read-only; None where there is
+    none: where one is named but does not exist yet, saying so on stderr (a sweep will create it)."""
+    from autotune.db.engine import ENV_VAR
+
+    named = bool(url or os.environ.get(ENV_VAR, "").strip())
+    missing = missing_database(url)
+    if missing is None:
+        return open_store(url, create=False, read_only=True)
+    if named:
+        print(f"autotune plan: no database at {missing} yet: nothing counts as done", file=sys.stderr)
+    return None
 
 
 def _print_rows(

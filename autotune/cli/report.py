@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import DB_READS, EXIT_FAIL, EXIT_OK, CliError, add_verb, open_store
 
 if TYPE_CHECKING:
     import argparse
@@ -30,6 +30,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "measured winners shows the predictions of its compile-only sweeps, marked as such. Add "
         "--verify FILE (the JSON that `autotune verify` writes) for its served-vs-vendor curves. Exit "
         "status 1 when there is nothing to show.",
+        db=DB_READS,
     )
     p.add_argument(
         "--out", default="autotune-report.html", metavar="FILE", help="the HTML file (default %(default)s)"
@@ -43,7 +44,6 @@ def add_parser(subparsers: Subparsers) -> None:
         help="a JSON report of `autotune verify` to draw (repeat for several)",
     )
     p.add_argument("--title", default="autotune report", help="the page's title")
-    db_arg(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         verifies = [read_verify(path) for path in args.verify]
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    with open_store(args.db, create=False) as store:
+    with open_store(args.db, create=False, read_only=True) as store:
         try:
             views = gpu_views(store, args.gpu)
         except ValueError as exc:  # a --gpu prefix that is too short or ambiguous

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import DB_READS, EXIT_OK, CliError, add_verb, open_store
 from autotune.cli.tables import print_table
 
 if TYPE_CHECKING:
@@ -25,8 +25,8 @@ def add_parser(subparsers: Subparsers) -> None:
         "gone; stale when the heartbeat of one on another host stopped for under a minute: run its "
         "command again to resume), host and process, GPU, progress, start time and log file; then the "
         "problems each running sweep holds (processes that run one spec share its problems).",
+        db=DB_READS,
     )
-    db_arg(p)
     p.add_argument("--sweeps", type=int, default=10, metavar="N", help="how many sweeps to list (default 10)")
     p.add_argument("--running", action="store_true", help="only sweeps still marked running")
 

@@ -10,17 +10,17 @@ import re
 from typing import TYPE_CHECKING
 
 from autotune.cli.common import (
+    DB_CREATES,
     DEFAULT_COMPILE_TARGET,
+    TRIAL_TIMEOUT_S,
     CliError,
     add_verb,
     check_workers,
     compile_target,
-    db_arg,
     next_phase,
     no_gpu,
-    open_store,
-    planned_spaces,
     progress,
+    spec_arg,
 )
 from autotune.engine.executors import EXECUTORS
 
@@ -40,7 +40,7 @@ def add_parser(subparsers: Subparsers) -> None:
         subparsers,
         NAME,
         help="tune every problem of a spec on the local GPU (or compile-only for --target)",
-        description="Tune every problem of SPEC.toml on the local GPU, with a progress bar. "
+        description="Tune every problem of SPEC on the local GPU, with a progress bar. "
         "Each trial is stored as it finishes; running the same command again resumes and "
         "never re-runs a finished or failed trial. Ctrl-C stops cleanly, keeping everything "
         "finished. Configs compile ahead on every CPU core while the GPU measures, and those the "
@@ -49,11 +49,10 @@ def add_parser(subparsers: Subparsers) -> None:
         "sweep is compile-only: the cost model ranks each space, the best candidates are compiled "
         "for the target and checked, and the predictions are stored (source 'model'), never mixed "
         "with measurements; a later measured sweep on that GPU supersedes them.",
+        db=DB_CREATES,
+        bar=True,
     )
-    p.add_argument(
-        "spec", metavar="SPEC", nargs="?",
-        help="sweep spec: a TOML file, or the name of one that ships with the package (smoke, ...)",
-    )  # fmt: skip
+    spec_arg(p, nargs="?")
     p.add_argument(
         "--untuned",
         metavar="LOG",
@@ -64,7 +63,6 @@ def add_parser(subparsers: Subparsers) -> None:
     )
     p.add_argument("--strategy", help="with --untuned: exhaustive, random or optuna (default)")
     p.add_argument("--trials", type=int, help="with --untuned: trial budget per shape (default 60)")
-    db_arg(p)
     p.add_argument(
         "--interpret",
         action="store_true",
@@ -108,10 +106,10 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--trial-timeout",
         type=float,
-        default=300.0,
+        default=TRIAL_TIMEOUT_S,
         metavar="S",
         help="seconds one trial (compile, check, timing) may take before its worker is killed and the "
-        "trial stored as timeout (default 300)",
+        "trial stored as timeout (default %(default)g)",
     )
     p.add_argument(
         "--log-dir",
@@ -129,7 +127,7 @@ def _add_execution_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_limit_args(p: argparse.ArgumentParser) -> None:
-    """How long the sweep may take, what it profiles after tuning, and the progress bar."""
+    """How long the sweep may take and what it profiles after tuning."""
     p.add_argument(
         "--budget",
         metavar="TIME",
@@ -144,7 +142,6 @@ def _add_limit_args(p: argparse.ArgumentParser) -> None:
         "512, then log-spaced up to the shape's largest M; the default on a GPU), 'none', or M values "
         "and ranges LO-HI:STEP, e.g. 1,2,4,8-512:8,1024. `autotune emit` serves M ranges from it",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -199,15 +196,17 @@ def run(args: argparse.Namespace) -> int:
     if compile_only:
         assert target is not None
         spec = untuned_spec(args, target) if args.untuned is not None else spec
-        planned = planned_spaces(spec, target, args.no_progress)
-        return predict(args, spec, open_store(args.db), target, len(planned))
+        return predict(args, spec, target)
     return measure(args, spec if args.spec is not None else None, target, gpus, budget_s)
 
 
 def _check_flags(args: argparse.Namespace) -> float | None:
     """The flags' rules, checked in order; returns --budget in seconds (None: no budget)."""
     if (args.spec is None) == (args.untuned is None):
-        raise CliError("give either a SPEC.toml or --untuned [LOG] (one of the two)")
+        raise CliError(
+            "give either a SPEC.toml or --untuned [LOG] (one of the two); the name of a spec that ships "
+            "with the package (smoke, ...) is a SPEC too"
+        )
     if args.spec is not None and (args.strategy is not None or args.trials is not None):
         raise CliError("--strategy and --trials go with --untuned; a spec sets them per [[sweep]] table")
     if args.trials is not None and args.trials <= 0:

@@ -8,7 +8,15 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_INTERRUPTED, EXIT_OK, CliError, open_store, planned_spaces, progress
+from autotune.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    CliError,
+    missing_database,
+    open_store,
+    planned_spaces,
+    progress,
+)
 from autotune.cli.tables import fmt_us, print_table, problem_label, with_layers
 
 if TYPE_CHECKING:
@@ -21,6 +29,7 @@ if TYPE_CHECKING:
     from autotune.core.result import TrialResult
     from autotune.core.target import Target
     from autotune.db import Store
+    from autotune.engine.checker import StaticChecker
     from autotune.engine.runner import ProblemReport
     from autotune.engine.workers import Worker
     from autotune.sweeps import SweepReport, SweepSpec
@@ -43,6 +52,7 @@ def measure(
 
     stem = _log_stem(args.log_dir, spec.name if spec else "untuned")
     log_file = None if stem is None else stem.with_suffix(".log")
+    checker = None
     try:
         workers = make_workers(
             args.executor,
@@ -63,30 +73,53 @@ def measure(
                 spec = untuned_spec(args, target)
                 if args.profile_m is not None:
                     spec = with_profile_m(spec, args.profile_m)
-            planned = planned_spaces(spec, target, args.no_progress)
-            store = open_store(args.db)
+            checker = None if target.interpreter else _checker(args, spec, target, len(workers))
+            planned = planned_spaces(spec, target, args.no_progress, checker.pool if checker else None)
+            new = missing_database(args.db)
+            store = open_store(args.db)  # once the spec is known to be good: a bad one creates nothing
+            if checker is not None:
+                checker.store = store
             where = f"{len(workers)} workers ({args.executor})" if len(workers) > 1 else str(target)
-            print(f"sweep {spec.name!r}: {len(planned)} problems on {where}; database {store.display_url}")
+            print(f"sweep {spec.name!r}: {len(planned)} problems on {where}; database {_shown(store, new)}")
             if log_file is not None:
                 print(f"log: {log_file}")
             if target.interpreter:
-                print(_interpreter_note(spec, store, target, len(workers)))
-            report = _run_measured(args, spec, store, target, workers, planned, budget_s, log_file)
+                print(_interpreter_note(spec, store, target, len(workers), args.trial_timeout))
+            report = _run_measured(args, spec, store, target, workers, planned, budget_s, log_file, checker)
     except WorkerError as exc:
         raise CliError(f"{exc} (everything finished is stored; run the same command to resume)") from None
     finally:
+        if checker is not None:
+            checker.close()
         for worker in workers:
             worker.close()
     print_sweep_report(report, spec.layers())
     return _measured_exit(report, len(spec.problems()))
 
 
-def _interpreter_note(spec: SweepSpec, store: Store, target: Target, processes: int) -> str:
+def _shown(store: Store, new: Path | None) -> str:
+    """The database's URL, and whether the sweep created it."""
+    return store.display_url + (" (new: created now)" if new is not None else "")
+
+
+def _checker(args: argparse.Namespace, spec: SweepSpec, target: Target, gpu_workers: int) -> StaticChecker:
+    """The static checker of a measured sweep, its store set once opened: its compile processes take the
+    CPU cores that the local GPU workers leave free (one core per GPU worker measures)."""
+    from autotune.engine.checker import StaticChecker
+
+    measuring_here = gpu_workers if args.executor == "local" else 0
+    compilers = args.workers or max(1, (os.cpu_count() or 1) - measuring_here)
+    return StaticChecker(target, spec.static, workers=compilers)
+
+
+def _interpreter_note(
+    spec: SweepSpec, store: Store, target: Target, processes: int, trial_timeout_s: float
+) -> str:
     """What an interpreter sweep is and what it will cost, said before it starts."""
     from autotune.cli.plan import fmt_duration
     from autotune.sweeps.estimate import makespan, plan_sweep
 
-    rows = plan_sweep(spec, target, store=store)
+    rows = plan_sweep(spec, target, store=store, trial_timeout_s=trial_timeout_s)
     left = sum(r.trials - r.done for r in rows)
     wall = makespan([r.est_s for r in rows], max(1, processes))
     on = f"{processes} interpreter processes" if processes > 1 else "one interpreter process"
@@ -143,9 +176,10 @@ def _run_measured(
     planned: list[tuple[Problem, int, int]],
     budget_s: float | None,
     log_file: Path | None,
+    checker: StaticChecker | None,
 ) -> SweepReport:
     """`run_sweep` with the progress bar, its tally of problems, vendor wins and crashes, and the static
-    checker compiling on the CPU cores the local GPU workers leave free."""
+    checker (None: the interpreter's sweep, which checks nothing); closes the store, not the checker."""
     from autotune.sweeps import run_sweep
 
     budgets = {p: e.budget.trials for e, p in spec.problems()}
@@ -171,14 +205,6 @@ def _run_measured(
         tally["wins"] += int(report.speedup is not None and report.speedup > 1.0)
         postfix(f"{problem_label(report.problem)} done")
 
-    checker = None
-    if not target.interpreter:
-        from autotune.engine.checker import StaticChecker
-
-        # One core per local GPU worker is left to measuring; the compile processes get the others.
-        measuring_here = len(workers) if args.executor == "local" else 0
-        compilers = args.workers or max(1, (os.cpu_count() or 1) - measuring_here)
-        checker = StaticChecker(target, spec.static, store=store, workers=compilers)
     with store:
         try:
             report = run_sweep(
@@ -193,45 +219,47 @@ def _run_measured(
                 log_path=None if log_file is None else str(log_file.resolve()),
             )
         finally:
-            if checker is not None:
-                checker.close()
             bar.close()
     return report
 
 
-def predict(args: argparse.Namespace, spec: SweepSpec, store: Store, target: Target, n_problems: int) -> int:
-    """The compile-only sweep: model predictions for `target`, stored as such."""
+def predict(args: argparse.Namespace, spec: SweepSpec, target: Target) -> int:
+    """The compile-only sweep: model predictions for `target`, stored as such; the problems' defaults
+    checked first on the compile processes, all at once."""
     from autotune.engine.checker import StaticChecker
     from autotune.engine.executors import sweep_log
     from autotune.sweeps import predict_sweep
 
-    stem = _log_stem(args.log_dir, spec.name)
-    log_file = None if stem is None else stem.with_suffix(".log")
-    print(
-        f"compile-only sweep {spec.name!r}: {n_problems} problems for {target}; "
-        f"database {store.display_url}\n"
-        f"note: nothing runs on a GPU; the times below are the cost model's predictions, stored as "
-        f"source 'model' and superseded by a measured sweep on a {target.arch} GPU"
-    )
-    if log_file is not None:
-        print(f"log: {log_file}")
-    bar = progress(n_problems, disabled=args.no_progress, unit="problem")
-
-    def on_problem(report: ProblemReport) -> None:
-        bar.update(1)
-        p = report.problem
-        bar.set_postfix_str(f"{p.M}x{p.N}x{p.K}: {report.ran} compiled", refresh=False)
-
-    def on_step(problem: Problem, step: str) -> None:
-        bar.set_postfix_str(f"{problem_label(problem)}: {step}")  # drawn now: a compile takes seconds
-
-    log_path = None if log_file is None else str(log_file.resolve())
-    checker = StaticChecker(target, spec.static, store=store, workers=args.workers)
-    with sweep_log(log_file), store, checker:
-        report = predict_sweep(
-            spec, store, checker, on_problem=on_problem, on_step=on_step, log_path=log_path
+    with StaticChecker(target, spec.static, workers=args.workers) as checker:
+        n_problems = len(planned_spaces(spec, target, args.no_progress, checker.pool))
+        new = missing_database(args.db)
+        store = checker.store = open_store(args.db)  # once the spec is known to be good
+        stem = _log_stem(args.log_dir, spec.name)
+        log_file = None if stem is None else stem.with_suffix(".log")
+        print(
+            f"compile-only sweep {spec.name!r}: {n_problems} problems for {target}; "
+            f"database {_shown(store, new)}\n"
+            f"note: nothing runs on a GPU; the times below are the cost model's predictions, stored as "
+            f"source 'model' and superseded by a measured sweep on a {target.arch} GPU"
         )
-    bar.close()
+        if log_file is not None:
+            print(f"log: {log_file}")
+        bar = progress(n_problems, disabled=args.no_progress, unit="problem")
+
+        def on_problem(report: ProblemReport) -> None:
+            bar.update(1)
+            p = report.problem
+            bar.set_postfix_str(f"{p.M}x{p.N}x{p.K}: {report.ran} compiled", refresh=False)
+
+        def on_step(problem: Problem, step: str) -> None:
+            bar.set_postfix_str(f"{problem_label(problem)}: {step}")  # drawn now: a compile takes seconds
+
+        log_path = None if log_file is None else str(log_file.resolve())
+        with sweep_log(log_file), store:
+            report = predict_sweep(
+                spec, store, checker, on_problem=on_problem, on_step=on_step, log_path=log_path
+            )
+        bar.close()
     print_sweep_report(report, spec.layers())
     if report.interrupted:
         print("interrupted: finished problems are stored; run the same command to resume", file=sys.stderr)

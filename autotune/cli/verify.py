@@ -42,12 +42,17 @@ def add_parser(subparsers: Subparsers) -> None:
         "rotating inputs, interleaved rounds), each output checked first. Prints the worst rows and "
         "a summary per shape, writes every row as JSON, and exits 1 when a row's ratio (vendor "
         "time / served time) is under --min-ratio: run it before deploying a table.",
+        db="for a shape whose op has no vendor library (the fused MoE): the database whose files "
+        "imported for this GPU (vLLM, SGLang, aiter) are its baseline, as `autotune emit` took them; "
+        "without a file, vLLM's fallback rule (default: $AUTOTUNE_DB, else ./autotune.db where it exists)",
+        bar=True,
     )
     p.add_argument("table", metavar="TABLE.json", nargs="?", help="the table to verify (none: the fallbacks)")
     p.add_argument(
         "--problems",
-        metavar="SPEC.toml",
-        help="verify the shapes of this sweep spec (with or without TABLE) instead of TABLE's entries",
+        metavar="SPEC",
+        help="verify the shapes of this sweep spec, a TOML file or the name of one that ships with the "
+        "package (with or without TABLE), instead of TABLE's entries",
     )
     p.add_argument(
         "--m",
@@ -73,13 +78,6 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="JSON of every row (default %(default)s)",
     )
-    p.add_argument(
-        "--db",
-        metavar="URL",
-        help="for a shape whose op has no vendor library (the fused MoE): the database whose files "
-        "imported for this GPU (vLLM, SGLang, aiter) are its baseline, as `autotune emit` took them; "
-        "without a file, vLLM's fallback rule (default: $AUTOTUNE_DB, else ./autotune.db where it exists)",
-    )
     p.add_argument("--device", type=int, default=0, metavar="N", help="GPU index (default 0)")
     p.add_argument(
         "--shard",
@@ -92,7 +90,6 @@ def add_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="run in Triton's CPU interpreter (checks the pipeline; its timings mean nothing)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -161,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_flags(args: argparse.Namespace) -> None:
     """A table or a spec (or both); a positive ratio; one round or more; --max-m positive, without --m."""
     if args.table is None and args.problems is None:
-        raise CliError("give a TABLE.json, --problems SPEC.toml, or both")
+        raise CliError("give a TABLE.json, --problems SPEC, or both")
     if args.min_ratio <= 0:
         raise CliError("--min-ratio must be positive")
     if args.rounds < 1:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import stat
+import threading
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, Connection, make_url
@@ -114,16 +117,17 @@ def check_sqlite_path(parsed: URL, *, read_only: bool = False) -> None:
 
 
 def read_only_sqlite(parsed: URL) -> URL:
-    """`parsed` (a SQLite file) opened read-only: ``mode=ro``, and ``immutable=1`` where this process may
-    not write the file or its folder (a copy, a file of mode 0444, a read-only folder) and no ``-wal``
-    file holds changes, since a reader of a WAL database otherwise creates its ``-shm`` and ``-wal``
-    files. Changes a writer committed to the ``-wal`` but did not fold into the file (it was killed) are
-    read: then the file is opened ``mode=ro`` (SQLite reads the ``-wal`` through its ``-shm``), and where
-    the ``-shm`` is missing and the folder cannot take one, StoreError says a writer must open the
-    database first."""
-    path = Path(parsed.database or "")
-    if not path.is_absolute():
-        path = path.absolute()
+    """`parsed` (a SQLite file) opened read-only, leaving nothing beside it: ``mode=ro``, with
+    ``immutable=1`` where no ``-wal`` file is there (no process has the database open, and a reader of
+    a WAL database would otherwise create its ``-shm`` and ``-wal`` files) or where this process may not
+    write the file or its folder and the ``-wal`` holds no changes. Where a ``-wal`` is there, a writer
+    has the database open (or was killed): then it is opened ``mode=ro`` and what was committed to the
+    ``-wal`` is read through its ``-shm``; a ``-shm`` or ``-wal`` that this process's opening created is
+    removed again once the database is closed and no process has it open (`_ReadOnlyConnection`).
+    Where the ``-wal`` holds changes, its ``-shm`` is missing and the folder cannot take one, StoreError
+    says a writer must open the database first. An immutable reader does not see a writer that opens
+    the database while it reads; the read-only verbs read for a moment."""
+    path = _sqlite_file(parsed)
     writable = all(
         os.access(p, os.W_OK) and p.stat().st_mode & stat.S_IWUSR for p in (path, path.parent)
     )  # the mode bits too: root may write what they mark read-only, and should not
@@ -135,8 +139,117 @@ def read_only_sqlite(parsed: URL) -> URL:
             "gone and the folder is read-only): open it once with a writing verb, or copy the folder with "
             "both files somewhere writable"
         )
-    query = "mode=ro" + ("" if writable or pending else "&immutable=1")
+    immutable = not wal.exists() or not (writable or pending)
+    query = "mode=ro" + ("&immutable=1" if immutable else "")
     return make_url(f"sqlite:///file:{quote(path.as_posix())}?{query}&uri=true")
+
+
+def _sqlite_file(parsed: URL) -> Path:
+    """The absolute path of a SQLite URL's file (a ``file:`` URI's path where it is one)."""
+    database = parsed.database or ""
+    if database.startswith("file:"):
+        database = unquote(database[len("file:") :].partition("?")[0])
+    path = Path(database)
+    return path if path.is_absolute() else path.absolute()
+
+
+#: Open connections of this process per SQLite file (made by `make_engine`), and, per file, the -wal and
+#: -shm files that did not exist when this process first opened it read-only.
+_open: dict[Path, int] = {}
+_made: dict[Path, set[Path]] = {}
+_open_lock = threading.Lock()
+#: The byte of a -shm file that every connection using it holds a shared lock on (SQLite's unix VFS:
+#: UNIX_SHM_DMS, 120 + 8).
+_SHM_DMS_BYTE = 128
+
+
+class _TrackedConnection(sqlite3.Connection):
+    """A connection to the SQLite file `path` (set by `_connection_class`), counted while open."""
+
+    path: Path
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with _open_lock:
+            if not _open.get(self.path):
+                self._first_open()
+            _open[self.path] = _open.get(self.path, 0) + 1
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            self._closed()
+            raise
+        self._counted = True
+
+    def _first_open(self) -> None:
+        """Called, under the lock, as this process opens the file while it has no other connection."""
+
+    def close(self) -> None:
+        super().close()
+        if getattr(self, "_counted", False):
+            self._counted = False
+            self._closed()
+
+    def _closed(self) -> None:
+        with _open_lock:
+            left = _open.get(self.path, 1) - 1
+            if left > 0:
+                _open[self.path] = left
+                return
+            _open.pop(self.path, None)
+            self._last_closed()
+
+    def _last_closed(self) -> None:
+        """Called, under the lock, once this process has no connection to the file left."""
+
+
+class _ReadOnlyConnection(_TrackedConnection):
+    """A read-only connection that removes, once this process has closed its last connection to the file,
+    the -shm and (empty) -wal files that did not exist when it opened it, where no other process has the
+    database open (none holds a lock on the -shm)."""
+
+    def _first_open(self) -> None:
+        _made[self.path] = {f for f in _side_files(self.path) if not f.exists()}
+
+    def _last_closed(self) -> None:
+        made = {f for f in _made.pop(self.path, set()) if f.exists()}
+        if made and _unused(Path(f"{self.path}-shm")):
+            for f in sorted(made):
+                if f.name.endswith("-wal") and f.stat().st_size > 0:
+                    continue  # changes a writer made since: never thrown away
+                with contextlib.suppress(OSError):
+                    f.unlink()
+
+
+def _side_files(path: Path) -> tuple[Path, Path]:
+    return Path(f"{path}-wal"), Path(f"{path}-shm")
+
+
+def _unused(shm: Path) -> bool:
+    """Whether no process has the database of `shm` open in WAL mode: none holds its lock on the -shm
+    file (this process has no connection to it left, so its own locks are gone). False where that cannot
+    be told (no fcntl here, the file unreadable)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: leave the files
+        return False
+    if not shm.exists():
+        return True
+    try:
+        with open(shm, "r+b") as f:
+            try:
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _SHM_DMS_BYTE)
+            except OSError:
+                return False
+            fcntl.lockf(f, fcntl.LOCK_UN, 1, _SHM_DMS_BYTE)
+            return True
+    except OSError:
+        return False
+
+
+def _connection_class(path: Path, read_only: bool) -> type[sqlite3.Connection]:
+    """The connection class of SQLite file `path`: counted while open; read-only, also cleaning up."""
+    base = _ReadOnlyConnection if read_only else _TrackedConnection
+    return type(base.__name__, (base,), {"path": path})
 
 
 def make_engine(parsed: URL, *, read_only: bool = False) -> Engine:
@@ -152,8 +265,10 @@ def make_engine(parsed: URL, *, read_only: bool = False) -> Engine:
                 # One shared connection, or every connection would see its own empty database.
                 connect_args["check_same_thread"] = False
                 kwargs["poolclass"] = StaticPool
-            elif read_only and not (parsed.database or "").startswith("file:"):
-                parsed = read_only_sqlite(parsed)
+            else:
+                if read_only and not (parsed.database or "").startswith("file:"):
+                    parsed = read_only_sqlite(parsed)
+                connect_args["factory"] = _connection_class(_sqlite_file(parsed), read_only)
             engine = create_engine(parsed, connect_args=connect_args, **kwargs)
             event.listen(engine, "connect", _sqlite_on_connect_ro if read_only else _sqlite_on_connect)
             event.listen(engine, "begin", _sqlite_on_begin)

@@ -1,11 +1,12 @@
 """Plan a sweep before running it: per problem the space after pruning, the trials left to run, and an
-estimated duration from the cost model and the benchmarker's settings."""
+estimated duration from the cost model, the benchmarker's settings, what compiling costs and the trial
+timeout."""
 
 from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.problem import Problem
@@ -13,6 +14,7 @@ from autotune.core.registry import is_vendor
 from autotune.core.result import Source
 from autotune.core.target import Target
 from autotune.engine.bench import BenchSettings
+from autotune.engine.checker import compile_weight
 from autotune.sweeps.errors import SpecError
 
 if TYPE_CHECKING:
@@ -22,18 +24,39 @@ if TYPE_CHECKING:
     from autotune.db import Store
     from autotune.sweeps.spec import SweepSpec
 
-__all__ = ["PlanRow", "interpreter_launch_s", "makespan", "plan", "plan_sweep", "trial_seconds"]
+__all__ = [
+    "PlanRow",
+    "compile_seconds",
+    "interpreter_launch_s",
+    "makespan",
+    "plan",
+    "plan_sweep",
+    "timed_out_s",
+    "trial_seconds",
+]
 
 #: Per measured trial, besides timed runs: correctness check against the reference, graph capture or
 #: event set-up, Python bookkeeping and the database write (seen on the H100: 20-40 ms).
 FIXED_TRIAL_S = 0.03
 #: Per timed run: the GPU spin that hides launch latency (`lead_cycles` at ~2 GHz) plus launch cost.
 RUN_OVERHEAD_S = 110e-6
-#: One config compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; AMD's compiler is
-#: slower, ~1 s seen cross-compiling): compiles run ahead on every core while the GPU measures.
+#: One config of small tiles compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; AMD's
+#: compiler is slower, ~1 s seen cross-compiling): compiles run ahead on every core while the GPU measures.
 COMPILE_S = {"nvidia": 0.3, "amd": 1.0}
+#: A config compiles in `COMPILE_S` x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`): accumulator
+#: elements per warp (seen cross-compiling the MoE for gfx942 on two loaded cores: 1.0-1.6 s a config at
+#: 16-32 x 32-64 tiles on 4 warps, 2.3 s at 64-128 x 128 on 8, 3.8 s at 128 x 128 on 4).
+COMPILE_WEIGHT_REF = 1536.0
 #: A compile-only sweep compiles this many rounds of candidates at most per problem.
 PREDICT_ROUNDS = 1
+#: The compile processes of a compile-only sweep start before its first compile: a fork server imports
+#: torch, Triton and the kernels (2.8 s seen on a 2-core x86 host).
+POOL_START_S = 3.0
+#: A trial estimated at over this fraction of the trial timeout is counted as running into it: the
+#: estimate is not closer than that (`sweep smoke --interpret`: a GEMV trial estimated at 178 s was
+#: killed at the 300 s timeout), and the worker killed then is started again (`WORKER_START_S`).
+TIMEOUT_RISK = 0.5
+WORKER_START_S = 5.0
 #: Triton's CPU interpreter runs each program instance of a launch in Python, one after another: a launch
 #: costs about `INTERPRETER_LAUNCH_S`, plus `INTERPRETER_PROGRAM_S` per program and `INTERPRETER_ITER_S`
 #: per K step of each (seen on a 2-core x86 host: 16 programs of 32 K steps, 0.43 s); a library backend
@@ -84,23 +107,30 @@ def plan_sweep(
     compile_only: bool = False,
     settings: BenchSettings | None = None,
     on_problem: Callable[[Problem], None] | None = None,
+    trial_timeout_s: float | None = None,
 ) -> list[PlanRow]:
     """Every problem of `spec` on `target` with its estimated duration (SpecError for a bad backend);
     `on_problem` is called as each problem is planned.
 
     Measured sweeps: each config costs the larger of its measurement (the cost model's time for the
     kernel, timed as the settings say; a config the model puts over `settings.race` times the problem's
-    best counts as raced) and its share of compiling on `workers` cores. Compile-only sweeps:
-    `candidates` compiles per problem on `workers` cores. With a `store`, configs already stored for this
-    target and kernel version count as done and cost nothing.
+    best counts as raced) and its share of compiling on `workers` cores; with `trial_timeout_s`, a trial
+    costs at most the timeout, and the whole of it with a worker's restart where its estimate is over
+    `TIMEOUT_RISK` of it (`timed_out_s`). Compile-only sweeps: `candidates` compiles per problem on
+    `workers` cores, a wave of `workers` at a time each as long as the problem's longest
+    (`compile_seconds` of the heaviest of the space's first configs), and the compile processes' start
+    before the first. Both: the defaults whose
+    verdicts are not known here yet (`autotune.engine.verdicts`) are compiled before the sweep starts,
+    shared on `workers` cores. With a `store`, configs already stored for this target and kernel version
+    count as done and cost nothing.
     """
     from autotune.core.op import kernel_versions
 
     settings = settings or (BenchSettings.for_interpreter() if target.interpreter else BenchSettings())
     cores = max(1, workers or os.cpu_count() or 1)
-    compile_s = 0.0 if target.interpreter else COMPILE_S.get(target.vendor, 1.0)
     flush_s = target.llc_bytes / (target.mem_gbps * 1e9) if target.mem_gbps > 0 else 0.0
     spaces = _spaces(spec, target, on_problem)  # every problem's, so that a bad backend fails first
+    defaults = _unchecked_defaults(spec, target)
     rows: list[PlanRow] = []
     for (entry, problem), space in zip(spec.problems(), spaces, strict=True):
         op = entry.op_for(problem)
@@ -110,22 +140,74 @@ def plan_sweep(
         stored = (
             store.finished(target=target, problem=problem, kernels=kernels, source=source) if store else {}
         )
+        first = defaults.get(problem)
+        ahead = 0.0 if first is None else compile_seconds(target, problem, first) / cores
         if compile_only:
             n = min(valid, spec.static.candidates * PREDICT_ROUNDS)
             done = n if stored else 0
-            est = 0.0 if stored else n * compile_s / cores
-            rows.append(PlanRow(problem, valid, space.raw_size(), n, done, est))
+            # the cost model's picks are known only once it ranks the space: the heaviest of its first n
+            heaviest = max((compile_seconds(target, problem, c) for c in space.head(n + 1)), default=0.0)
+            est = 0.0 if stored else math.ceil(n / cores) * heaviest
+            rows.append(PlanRow(problem, valid, space.raw_size(), n, done, est + ahead))
             continue
         n = min(valid, entry.budget.trials or valid)
         todo = [c for c in space.head(n) if c.digest() not in stored]
         if target.interpreter:
-            est = sum(_interpreter_trial_s(problem, c, settings) for c in todo)
+            trials = [_interpreter_trial_s(problem, c, settings) for c in todo]
         else:
-            est = _measured_s(problem, todo, target, settings, flush_s, compile_s / cores)
+            trials = _measured_s(problem, todo, target, settings, flush_s, cores)
+        est = sum(timed_out_s(t, trial_timeout_s) for t in trials)
         if entry.budget.seconds is not None:
             est = min(est, entry.budget.seconds)
-        rows.append(PlanRow(problem, valid, space.raw_size(), n, n - len(todo), est))
+        rows.append(PlanRow(problem, valid, space.raw_size(), n, n - len(todo), est + ahead))
+    if compile_only:
+        starts = next((i for i, r in enumerate(rows) if r.est_s > 0), None)
+        if starts is not None:
+            rows[starts] = replace(rows[starts], est_s=rows[starts].est_s + POOL_START_S)
     return rows
+
+
+def compile_seconds(target: Target, problem: Problem, config: Any) -> float:
+    """Seconds one CPU core takes to compile `config` of `problem` for `target` (`COMPILE_S`, more for
+    larger tiles on fewer warps: `COMPILE_WEIGHT_REF`); none for a vendor library's config, or for the
+    interpreter, which compile nothing."""
+    if target.interpreter or is_vendor(problem.op, config.backend):
+        return 0.0
+    return COMPILE_S.get(target.vendor, 1.0) * (1.0 + compile_weight(config) / COMPILE_WEIGHT_REF)
+
+
+def timed_out_s(estimate_s: float, timeout_s: float | None) -> float:
+    """What a trial estimated at `estimate_s` costs under the trial timeout `timeout_s` (None: none): the
+    estimate, or, over `TIMEOUT_RISK` of the timeout, the whole timeout and a worker's restart."""
+    if timeout_s is None or estimate_s <= TIMEOUT_RISK * timeout_s:
+        return estimate_s
+    return timeout_s + WORKER_START_S
+
+
+def _unchecked_defaults(spec: SweepSpec, target: Target) -> dict[Problem, Any]:
+    """Per problem whose default a sweep will compile first (its first candidate has no verdict known
+    here: `autotune.engine.verdicts`), that candidate; one problem per binary. None where this process
+    does not check defaults for `target`."""
+    from autotune.engine.verdicts import can_check, verdicts
+
+    if target.interpreter or not can_check(target):
+        return {}
+    known, out = verdicts(), {}
+    seen: set[str | None] = set()
+    for entry, problem in spec.problems():
+        op = entry.op_for(problem)
+        try:
+            candidates = op.default_candidates(problem, target)
+        except ValueError:  # no default here: the space said so already
+            continue
+        if len(candidates) < 2 or op.backend(candidates[0].backend).library:
+            continue  # nothing to check: the rule's pick is the default
+        key = known.key(op, problem, candidates[0], target)
+        if key in seen or known.known(op, problem, candidates[0], target) is not None:
+            continue
+        seen.add(key)
+        out[problem] = candidates[0]
+    return out
 
 
 def _measured_s(
@@ -134,16 +216,16 @@ def _measured_s(
     target: Target,
     settings: BenchSettings,
     flush_s: float,
-    compile_share_s: float,
-) -> float:
-    """Seconds to measure `todo` on a GPU: per config the larger of its timing (the cost model's kernel
-    time; over `settings.race` times the best, raced) and its share of the compiling."""
+    cores: int,
+) -> list[float]:
+    """Seconds to measure each of `todo` on a GPU: the larger of its timing (the cost model's kernel time;
+    over `settings.race` times the best, raced) and its share of the compiling on `cores`."""
     from autotune.engine.model import predict_us
 
     predicted = [predict_us(problem, config, target) for config in todo]
     best_us = min((t for t in predicted if math.isfinite(t)), default=math.inf)
     bound_us = math.inf if settings.race is None else settings.race * best_us
-    est = 0.0
+    out = []
     for config, kernel_us in zip(todo, predicted, strict=True):
         # A config the model says cannot launch fails fast (out of resources): the fixed cost only.
         measure = (
@@ -151,9 +233,8 @@ def _measured_s(
             if math.isfinite(kernel_us)
             else FIXED_TRIAL_S
         )
-        compiles = not is_vendor(problem.op, config.backend)
-        est += max(measure, compile_share_s if compiles else 0.0)
-    return est
+        out.append(max(measure, compile_seconds(target, problem, config) / cores))
+    return out
 
 
 def _interpreter_trial_s(problem: Problem, config: Any, settings: BenchSettings) -> float:

@@ -91,32 +91,40 @@ def test_tests_never_write_the_users_untuned_log() -> None:
     assert not untuned_log_path().is_relative_to(Path.home() / ".cache")
 
 
-def test_best_says_which_flag_finds_the_other_kind_of_result(
+def test_best_shows_predictions_where_nothing_is_measured_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from autotune.core.op import kernel_versions
     from autotune.kernels import GEMM
 
+    rng = random.Random(17)
     kernels = kernel_versions(GEMM, GEMM.backends(GPU))
-    timing = Timing(5.0, 5.0, 5.0, 5.0, 5.0, 0.0, 5, "graph")
-    result = TrialResult(Config(backend="torch"), TrialStatus.OK, timing=timing)
+    us = [rng.uniform(3.0, 30.0) for _ in range(3)]
+    timing = [Timing(t, t, t, t, t, 0.0, 5, "graph") for t in us]
+    result = [TrialResult(Config(backend="torch"), TrialStatus.OK, timing=t) for t in timing]
     db = tmp_path / "b.db"
     with Store(str(db)) as store:
         store.record_many([
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(16, 64, 64), result, Source.MODEL),
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(32, 64, 64), result, Source.MEASURED),
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(16, 64, 64), result[0], Source.MODEL),
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(32, 64, 64), result[1], Source.MEASURED),
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(48, 64, 64), result[2], Source.MODEL),
+            NewTrial(GPU, *kernels["torch"], Problem.gemm(48, 64, 64), result[1], Source.MEASURED),
         ])  # fmt: skip
 
-    def best(m: int, *flags: str) -> str:
-        assert (
-            main(["best", "--db", str(db), "--op", "gemm", "--m", str(m), "--n", "64", "--k", "64", *flags])
-            == 1
-        )
+    def best(m: int, *flags: str, code: int = 0) -> str:
+        argv = ["best", "--db", str(db), "--op", "gemm", "--m", str(m), "--n", "64", "--k", "64", *flags]
+        assert main(argv) == code
         return capsys.readouterr().out
 
-    assert "add --predicted" in best(16)  # only a prediction of M = 16
-    assert "drop --predicted" in best(32, "--predicted")  # only a measurement of M = 32
-    assert "--predicted" not in best(64, "--predicted").split(";")[-1]  # nothing at all: no hint
+    only_predicted = best(16)  # as `emit` and `report` do: the prediction, marked, and exit 0
+    assert "nothing of gemm M=16" in only_predicted and "[predicted by the cost model" in only_predicted
+    assert f"{us[0]:.2f}" in only_predicted
+    both = best(48)  # measured where measured: no prediction, no note
+    assert f"{us[1]:.2f}" in both and "predicted" not in both
+    asked = best(48, "--predicted")  # the prediction also where a measurement exists
+    assert f"{us[2]:.2f}" in asked and "[predicted by the cost model" in asked and "nothing of" not in asked
+    assert "drop --predicted" in best(32, "--predicted", code=1)  # only a measurement of M = 32
+    assert "--predicted" not in best(64, code=1).split(";")[-1]  # nothing at all: no hint
 
 
 def test_plan_and_sweep_tables_name_a_models_layers(capsys: pytest.CaptureFixture[str]) -> None:

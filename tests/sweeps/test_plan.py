@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from autotune import Problem, Target
+from autotune import Config, Problem, Target
 from autotune.cli import main
 from autotune.core.result import Timing, TrialResult, TrialStatus
 from autotune.db import Store
@@ -118,3 +120,101 @@ def test_plan_gpus_must_be_positive(tmp_path: Path, capsys) -> None:
     spec.write_text(SPEC)
     assert main(["plan", str(spec), "--target", "gfx942", "--gpus", "0"]) == 2
     assert "--gpus must be at least 1" in capsys.readouterr().err
+
+
+def test_a_trial_estimated_near_the_timeout_counts_the_whole_of_it() -> None:
+    from autotune.sweeps.estimate import TIMEOUT_RISK, WORKER_START_S, timed_out_s
+
+    rng = random.Random(29)
+    timeout = rng.uniform(60.0, 600.0)
+    short, near, over = (rng.uniform(0.01, TIMEOUT_RISK) * timeout, rng.uniform(TIMEOUT_RISK, 1.0) * timeout,
+                         rng.uniform(1.0, 10.0) * timeout)  # fmt: skip
+    assert timed_out_s(short, timeout) == short and timed_out_s(over, None) == over
+    assert timed_out_s(near, timeout) == timed_out_s(over, timeout) == timeout + WORKER_START_S
+    # the interpreter's trials of a 1024-wide GEMM run seconds each: a timeout of a few counts every one
+    spec = parse_spec(SPEC.replace("m = [16, 4096]", "m = [16]").replace("[[4096, 4096]]", "[[1024, 1024]]")
+                      .replace("trials = 20", "trials = 3"))  # fmt: skip
+    interp = Target.interpreter_target()
+    free = plan_sweep(spec, interp)[0]
+    assert plan_sweep(spec, interp, trial_timeout_s=1e9)[0].est_s == free.est_s
+    capped = plan_sweep(spec, interp, trial_timeout_s=0.01)[0]
+    assert capped.est_s == pytest.approx(capped.trials * (0.01 + WORKER_START_S))
+
+
+def test_a_compile_only_plan_counts_waves_of_the_heaviest_compile_and_the_pools_start() -> None:
+    from autotune.sweeps.estimate import POOL_START_S, compile_seconds
+
+    gfx942 = Target.for_arch("gfx942")
+    problem = Problem.gemm(4096, 4096, 4096)
+    small = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, num_warps=4)
+    big = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, num_warps=4)
+    assert compile_seconds(gfx942, problem, big) > 4 * compile_seconds(gfx942, problem, small) > 0
+    assert compile_seconds(gfx942, problem, Config(backend="torch")) == 0.0  # the vendor's: nothing
+    assert compile_seconds(Target.interpreter_target(), problem, big) == 0.0
+    spec = parse_spec(SPEC.replace("m = [16, 4096]", "m = [4096]"))  # [static] candidates: 8 a problem
+    by_workers = {w: plan_sweep(spec, gfx942, compile_only=True, workers=w)[0].est_s for w in (1, 3, 8, 64)}
+    wave = by_workers[8] - POOL_START_S
+    assert wave > 0 and by_workers[64] == by_workers[8]  # one wave: as long as its heaviest compile
+    assert by_workers[3] - POOL_START_S == pytest.approx(3 * wave)  # 3 + 3 + 2
+    assert by_workers[1] - POOL_START_S == pytest.approx(8 * wave)
+    two = plan_sweep(parse_spec(SPEC), gfx942, compile_only=True, workers=8)
+    alone = plan_sweep(
+        parse_spec(SPEC.replace("m = [16, 4096]", "m = [16]")), gfx942, compile_only=True, workers=8
+    )
+    assert two[0].est_s == alone[0].est_s  # the pool starts once, before the first compile
+    assert two[1].est_s == pytest.approx(by_workers[8] - POOL_START_S)
+
+
+def test_the_defaults_a_sweep_compiles_first_count_unless_their_verdicts_are_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from autotune.core.static import StaticFeatures
+    from autotune.engine import verdicts as verdicts_module
+    from autotune.engine.verdicts import Verdicts, known_only
+    from autotune.kernels import GEMM
+    from autotune.sweeps.estimate import compile_seconds
+
+    def never(*_: object) -> StaticFeatures:
+        raise AssertionError("planning compiles nothing")
+
+    rng = random.Random(31)
+    n, k = 16 * rng.randint(200, 400), 16 * rng.randint(200, 400)  # a shape of this test alone
+    spec = parse_spec(SPEC.replace("m = [16, 4096]", "m = [4096]").replace("[[4096, 4096]]", f"[[{n}, {k}]]"))
+    gfx942 = Target.for_arch("gfx942")
+    fake = Verdicts(
+        None, features_of=never, key_of=lambda op, p, c, t: c.canonical(), checkable=lambda t: True
+    )
+    monkeypatch.setattr(verdicts_module, "_verdicts", fake)
+    monkeypatch.setattr(verdicts_module, "can_check", lambda target: True)
+    with known_only():
+        unknown = plan_sweep(spec, gfx942, compile_only=True, workers=2)[0].est_s
+        problem = Problem.gemm(4096, n, k)
+        first = GEMM.default_candidates(problem, gfx942)[0]
+        key = fake.key(GEMM, problem, first, gfx942)
+        assert key is not None
+        fake._keep(gfx942, key, GEMM, first, StaticFeatures(arch="gfx942", occupancy=2))
+        known = plan_sweep(spec, gfx942, compile_only=True, workers=2)[0].est_s
+    assert unknown - known == pytest.approx(compile_seconds(gfx942, problem, first) / 2)
+
+
+def test_plan_compiles_no_default(compile_per_arch: Any, tmp_path: Path) -> None:
+    """A GEMM at M = 4096 whose rule's pick spills on gfx942: a sweep compiles its candidates first;
+    `autotune plan` compiles none, from an empty verdict cache (in a process that can compile)."""
+    spec = tmp_path / "p.toml"
+    spec.write_text(SPEC.replace("m = [16, 4096]", "m = [4096]"))
+    script = """
+import contextlib, io
+from autotune.cli import main
+from autotune.engine.verdicts import verdicts
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["plan", json.loads(sys.argv[2]), "--target", target.arch, "--json", "--no-progress"])
+print(json.dumps({"code": code, "compiled": verdicts().compiled, "plan": json.loads(out.getvalue())}))
+"""
+    cache = tmp_path / "verdicts"
+    found = compile_per_arch(script, ("gfx942",), str(spec), env={"AUTOTUNE_VERDICT_CACHE": str(cache)})
+    doc = found["gfx942"]
+    if "skip" in doc:
+        pytest.skip(doc["skip"])
+    assert doc["code"] == 0 and doc["compiled"] == 0 and not cache.exists()
+    assert doc["plan"]["problems"][0]["trials"] == 8
