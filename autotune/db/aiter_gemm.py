@@ -35,6 +35,7 @@ from .store import NewTrial
 
 __all__ = [
     "AITER_GEMM_KINDS",
+    "MAX_ERROR_RATIO",
     "OUR_LIBTYPE_PREFIX",
     "GemmKind",
     "aiter_gemm_trials",
@@ -342,9 +343,10 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
     libtype, solidx or kernelId, splitK and kernelName as its config, or, for a row of ours (libtype
     ``autotune-{backend}``), the config its kernelName spells. Flagged (pruned with the reason, time kept):
     rows our op does not run as measured (the bpreshuffle tables, bias, scaleAB, another output dtype) and
-    rows without a usable time. Skipped with the reason: rows no op of ours holds (int8, an unknown GPU, a
-    shape the op refuses). Raises InteropError naming the file (and row) for a missing column, a value
-    that is no number, or a table we do not import.
+    rows without a usable time; stored as wrong_result, the ratio as their relative error: rows whose
+    error ratio (``errRatio``, ``err_ratio``) is above `MAX_ERROR_RATIO`. Skipped with the reason: rows no
+    op of ours holds (int8, an unknown GPU, a shape the op refuses). Raises InteropError naming the file
+    (and row) for a missing column, a value that is no number, or a table we do not import.
     """
     name = path.name
     reader = csv.reader(lines)
@@ -387,7 +389,11 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
             found.skipped.append((f"row {number}", str(exc).removeprefix(f"{name}: row {number}: ")))
             continue
         extra = _extra(name, kind, number, columns)
-        if 0.0 < us < math.inf and not row_kind.flags:  # the common case: a time, nothing to flag
+        ratio = _error_ratio(columns)
+        if ratio is not None and not ratio <= MAX_ERROR_RATIO:  # NaN too
+            result = _wrong(row_kind, us, ratio, extra)
+            found.flagged.append((f"row {number}", result.error))
+        elif 0.0 < us < math.inf and not row_kind.flags:  # the common case: a time, nothing to flag
             timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
             result = TrialResult(row_kind.config, TrialStatus.OK, timing=timing, extra=extra)
         else:
@@ -409,6 +415,34 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
         raise InteropError(f"{name}: the table has a header but no rows")
     on = ", ".join(sorted(devices)) or "no GPU of ours"
     found.summary = f"aiter {kind.name} tuned GEMM ({kind.op}) on {on}"
+
+
+#: The largest error ratio (the share of output elements out of tolerance) of a correct row: aiter's
+#: tuners drop candidates above it (their ``errRatio`` option's default).
+MAX_ERROR_RATIO = 0.05
+
+
+def _error_ratio(columns: Mapping[str, str]) -> float | None:
+    """The row's error ratio (``errRatio``, ``err_ratio``), None where it has none or it is no number."""
+    text = columns.get("errRatio") or columns.get("err_ratio") or ""
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None
+
+
+def _wrong(row_kind: _RowKind, us: float, ratio: float, extra: dict[str, Any]) -> TrialResult:
+    """The wrong_result of a row of kind `row_kind` whose error ratio `ratio` is above `MAX_ERROR_RATIO`:
+    the ratio as its relative error, its time kept where usable."""
+    timing = Timing(us, us, us, us, us, 0.0, 0, "imported") if math.isfinite(us) and us > 0 else None
+    why = (
+        f"aiter's error ratio {ratio:g} is above {MAX_ERROR_RATIO:g}: its output was wrong in that share "
+        "of elements"
+    )
+    flags = "; ".join([why, *row_kind.flags])
+    return TrialResult(
+        row_kind.config, TrialStatus.WRONG_RESULT, timing=timing, rel_error=ratio, error=flags, extra=extra
+    )
 
 
 def _flagged(row_kind: _RowKind, us: float, time_text: str, extra: dict[str, Any]) -> TrialResult:
