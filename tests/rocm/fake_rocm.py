@@ -553,17 +553,42 @@ def _numerics(params: list[str], given: Mapping[str, Any]) -> dict[str, Any]:
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
 
 
-def _scaling(t: torch.Tensor, scale: torch.Tensor, outer: int) -> str:
-    """ScaledBlas.cpp's is_*_scaling for operand `t` (rows = `outer`) and its `scale`."""
-    if t.dtype in _FP8 and scale.dtype == torch.float32 and scale.numel() == 1:
-        return "tensor"
-    if t.dtype in _FP8 and scale.dtype == torch.float32 and scale.dim() == 2:
-        if scale.shape[0] == outer and scale.shape[1] == 1 and scale.is_contiguous():
-            return "row"
-        return "block"  # 1x128 / 128x128 (not available with ROCm either way)
-    if scale.dtype == torch.float8_e8m0fnu:
-        return "mx"
-    return "?"
+def _is_scaling(kind: str, t: torch.Tensor, scale: torch.Tensor) -> bool:
+    """ScaledBlas.cpp's is_tensorwise_scaling, is_rowwise_scaling, is_blockwise_1x128_scaling and
+    is_blockwise_128x128_scaling for operand `t` (its sizes; the strides of the block scales aside)."""
+    if not (t.dtype in _FP8 and scale.dtype == torch.float32):
+        return False
+    rows, k_blocks = t.shape[0], -(-t.shape[1] // 128)
+    if kind == "tensor":
+        return scale.numel() == 1
+    if scale.dim() != 2:
+        return False
+    if kind == "row":
+        return tuple(scale.shape) == (rows, 1) and scale.is_contiguous()
+    if kind == "1x128":
+        return tuple(scale.shape) == (rows, k_blocks)
+    if kind == "128x128":
+        return tuple(scale.shape) == (-(-rows // 128), k_blocks)
+    return False
+
+
+#: get_joint_scaling's pairs of _scaled_mm (v1), in its order.
+_PAIRS = (
+    ("tensor", "tensor"),
+    ("row", "row"),
+    ("128x128", "1x128"),
+    ("1x128", "128x128"),
+    ("1x128", "1x128"),
+)
+
+
+def _joint_scaling(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> str:
+    """get_joint_scaling: the first pair that both operands satisfy (B checked transposed, as (N, K) with
+    its scale transposed): "tensor", "row" or "block"."""
+    for kind_a, kind_b in _PAIRS:
+        if _is_scaling(kind_a, a, sa) and _is_scaling(kind_b, b.t(), sb.t()):
+            return kind_a if kind_a in ("tensor", "row") else "block"
+    raise RuntimeError("Invalid scaling configuration.")
 
 
 class ScaledMM:
@@ -645,14 +670,12 @@ class ScaledMM:
     ) -> torch.Tensor:
         dtype = out_dtype or (out.dtype if out is not None else a.dtype)
         self._common(a, b, [a, b, scale_a, scale_b, bias, scale_result, out])
-        kinds = (_scaling(a, scale_a, a.shape[0]), _scaling(b.t(), scale_b.t(), b.shape[1]))
-        if kinds not in (("tensor", "tensor"), ("row", "row")):
-            if "block" in kinds:  # accepted by get_joint_scaling, then hipBLASLt: not in torch's source
-                raise NotImplementedError("fake ROCm: blockwise scales through torch._scaled_mm not modelled")
-            raise RuntimeError("Invalid scaling configuration.")
+        kind = _joint_scaling(a, b, scale_a, scale_b)
+        if kind == "block":  # accepted by get_joint_scaling, then hipBLASLt: not in torch's source
+            raise NotImplementedError("fake ROCm: blockwise scales through torch._scaled_mm not modelled")
         if out is not None and out_dtype is not None and out.dtype != out_dtype:
             raise RuntimeError("out_dtype must match output matrix type")
-        if kinds == ("row", "row"):
+        if kind == "row":
             self._fnuz_rule(b)
             if dtype != torch.bfloat16:
                 raise ValueError(

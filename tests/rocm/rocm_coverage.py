@@ -3,7 +3,8 @@
     python tests/rocm/rocm_coverage.py DATA_FILE [--list]
 
 A ROCm line is a statement of `autotune/` (not `autotune/cli/doctor*`) whose text names AMD or ROCm
-(`ROCM_WORDS`: is_amd, hip, gfx9, fnuz, xcd, waves_per_eu, kpack, matrix_instr_nonkdim, gcnArchName;
+(`ROCM_WORDS`: is_amd, amd, rocm, hip, gfx9, fnuz, xcd, waves_per_eu, kpack, matrix_instr_nonkdim,
+gcnArchName;
 in code or in a string that names something, not in a comment or prose), and,
 where that statement is an `if`/`elif`/`while` whose condition names them, every statement of its body.
 `def` and `class` lines (run at import) do not count; their bodies do only through such a branch.
@@ -21,7 +22,8 @@ import tokenize
 from pathlib import Path
 
 ROCM_WORDS = re.compile(
-    r"is_amd|\bhip|_hip\b|gfx9|fnuz|xcd|waves_per_eu|kpack|matrix_instr_nonkdim|gcnarch", re.I
+    r"is_amd|\bamd\b|\brocm\b|\bhip|_hip\b|gfx9|fnuz|xcd|waves_per_eu|kpack|matrix_instr_nonkdim|gcnarch",
+    re.I,
 )
 PACKAGE = Path(__file__).resolve().parents[2] / "autotune"
 

@@ -144,6 +144,13 @@ def test_scaled_mm_keeps_aten_s_rocm_checks(gpu: object, monkeypatch: pytest.Mon
         c = torch._scaled_mm(x.to(own), w.to(own).t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         ref = (x.to(own).float() * sa) @ (w.to(own).float().t() * sb)
         assert float((c.float() - ref).norm() / ref.norm()) < 1e-2 and on_gpu(c)
+        one = torch._scaled_mm(
+            x[:1].to(own), w.to(own).t(), scale_a=sa[:1], scale_b=sb, out_dtype=torch.bfloat16
+        )
+        assert one.shape == (1, 48)  # a (1, 1) scale of one row is row-wise: RowWise is tried before blocks
+        bad = sa.expand(32, 3).contiguous()  # neither a row's scale nor 1x128 blocks of K = 64
+        with pytest.raises(RuntimeError, match="Invalid scaling"):
+            torch._scaled_mm(x.to(own), w.to(own).t(), scale_a=bad, scale_b=sb, out_dtype=torch.bfloat16)
         with pytest.raises(ValueError, match=r"mat_b\.dtype"):
             torch._scaled_mm(x.to(other), w.to(other).t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
         with pytest.raises(ValueError, match="BFloat16"):
