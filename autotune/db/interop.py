@@ -139,7 +139,7 @@ class ShapeFlag:
             return name is not None and name.group(0) == en.group(0)
         pattern = self.pattern.rstrip("/") or "/"
         where = str(path)
-        if where == pattern or path.name == pattern or where.startswith(pattern + "/"):
+        if where == pattern or path.name == pattern or f"/{pattern}/" in f"/{where}":
             return True
         return fnmatch.fnmatchcase(path.name, pattern) or fnmatch.fnmatchcase(where, pattern)
 
@@ -190,6 +190,9 @@ def _shapes(
                 f"{known[2]} (K={known[0]}, topk={known[1]}): stored as given"
             )
         out[path] = (given[0], given[1], warnings)
+    for flag in flags:
+        if not any(flag.matches(path) for path in out):
+            logger.warning("--shape %s:%d,%d names no config file", flag.pattern, flag.k, flag.topk)
     for what, shapes in shapes_of.items():
         if len(shapes) > 1:
             shown = "; ".join(f"E={e},N={n}" for e, n in sorted(shapes))

@@ -373,6 +373,8 @@ def vllm_trials(
     summary += f" weights {weights}" + (f" [{parts.variant}]" if parts.variant else "")
     if how:
         summary += f" (K and topk {how})" if how.startswith("unknown") else f" (K and topk of {how})"
+    elif k is not None and topk is not None:
+        summary += " (K and topk given)"
     found.summary = summary + ("" if project == "vllm" else f", from {project}")
 
 

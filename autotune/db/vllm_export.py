@@ -312,7 +312,7 @@ def _plan(
         )
         holds = f"{pick.project}'s file imported"
         if first.extra.get("shape") == "unknown":
-            holds += "; K and topk unknown (its E and N fit several models, or none known)"
+            holds += "; K and topk unknown: its E and N fit several models, or none known"
         file = _File(("imported", name), f"imported {first.extra['file']}", first.gpu, top, triton=triton)
         for m, r in sorted(pick.records.items()):
             file.entries[m] = _imported_entry(r)
