@@ -24,6 +24,8 @@ MAX_VALUE_CHARS = 1 << 22
 
 _SPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER_PART = re.compile(r"[0-9eE.+-]*")
+#: The longest literal the decoder reads ("-Infinity"): one cut by the chunk's end fails at its start.
+_LONGEST_LITERAL = 9
 
 
 class JsonError(ValueError):
@@ -109,10 +111,12 @@ class _Text:
             try:
                 value, end = decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
-                if len(self.buf) - self.pos <= max_chars and self.fill():
-                    continue  # perhaps cut short by the chunk's end: decoded again with more
-                if len(self.buf) - self.pos > max_chars and exc.pos >= self.pos + max_chars:
-                    raise self.error(f"a value of more than {max_chars} characters") from None
+                cut = exc.pos >= len(self.buf) - _LONGEST_LITERAL or exc.msg.startswith("Unterminated string")
+                if cut and not self.eof:  # perhaps cut short by the chunk's end: decoded again with more
+                    if len(self.buf) - self.pos > max_chars:
+                        raise self.error(f"a value of more than {max_chars} characters") from None
+                    if self.fill():
+                        continue
                 raise self.error(exc.msg, exc.pos) from None
             if _may_go_on(value, self.buf, end) and self.fill():  # a number cut by the chunk's end
                 continue
