@@ -1,18 +1,54 @@
-"""Test set-up: without a GPU, Triton kernels run in the CPU interpreter; `gpu` tests are skipped."""
+"""Test set-up: without a GPU, Triton kernels run in the CPU interpreter; `gpu` tests are skipped.
+
+Everything a test session writes goes to one folder of its own in the temp dir (`SESSION_DIR`), removed
+when the session ends (`pytest_sessionfinish`, else at exit), so that a run leaves nothing in $HOME or
+the temp dir: the tests' `tmp_path` folders (unless --basetemp or $PYTEST_DEBUG_TEMPROOT names another),
+Triton's home and kernel cache (`TRITON_HOME`, `TRITON_CACHE_DIR`; $AUTOTUNE_TEST_TRITON_CACHE names a
+lasting kernel cache instead, warm across runs), torch inductor's cache, the untuned-shapes log and the
+verdict cache; the worker and compile processes the tests start inherit the environment, so theirs too.
+"""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-import torch
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine, make_url
+#: The one folder a test session writes to, removed when the session ends.
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+#: A lasting Triton kernel cache for the tests (a warm one makes compile-only tests seconds): none by
+#: default, so that the kernel cache is the session's (cold, as in CI).
+ENV_TRITON_CACHE = "AUTOTUNE_TEST_TRITON_CACHE"
+
+
+def _remove_session_dir() -> None:
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
+atexit.register(_remove_session_dir)  # a session that never reaches pytest_sessionfinish
+# Before torch and triton are imported (their caches read these when first used). Triton's home holds
+# its dump and override folders, and its cache unless TRITON_CACHE_DIR says otherwise.
+os.environ["TRITON_HOME"] = str(SESSION_DIR)
+os.environ["TRITON_CACHE_DIR"] = os.environ.get(ENV_TRITON_CACHE) or str(SESSION_DIR / ".triton" / "cache")
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(SESSION_DIR / "inductor")
+# A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
+# (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
+os.environ["AUTOTUNE_UNTUNED_LOG"] = str(SESSION_DIR / "untuned.jsonl")
+# The heuristic defaults' compiled verdicts (processes that compile: no interpreter) likewise go to the
+# session's folder, never the user's (~/.cache/autotune/verdicts).
+os.environ["AUTOTUNE_VERDICT_CACHE"] = str(SESSION_DIR / "verdicts")
+# The tests' `tmp_path` folders (pytest-of-USER/pytest-N) in the session's folder too, not kept across runs.
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(SESSION_DIR))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import Engine, make_url  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
 #: The PostgreSQL server of the database tests (each test creates and drops a database of its own).
@@ -20,12 +56,11 @@ PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.
 if not HAS_GPU:
     # Must be set before anything imports a @triton.jit function.
     os.environ.setdefault("TRITON_INTERPRET", "1")
-# A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
-# (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
-os.environ["AUTOTUNE_UNTUNED_LOG"] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "untuned.jsonl")
-# The heuristic defaults' compiled verdicts (processes that compile: no interpreter) likewise go to a folder
-# of the session's own, never the user's (~/.cache/autotune/verdicts).
-os.environ["AUTOTUNE_VERDICT_CACHE"] = str(Path(tempfile.mkdtemp(prefix="autotune-tests-")) / "verdicts")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The session's folder removed, with all that the tests and their processes wrote there."""
+    _remove_session_dir()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
