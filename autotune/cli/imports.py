@@ -107,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
     with open_store(args.db) as store:
         try:
             files = import_files(
-                store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project
-            )
+                store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project,
+                warn=lambda message: print(f"warning: {message}"),
+            )  # fmt: skip
         except (InteropError, StoreError) as exc:
             raise CliError(str(exc)) from None
         where = store.display_url

@@ -152,12 +152,16 @@ _EN_RE = re.compile(r"E=\d+,N=\d+")
 
 
 def _shapes(
-    files: Sequence[Path], k: int | None, topk: int | None, flags: Sequence[ShapeFlag]
+    files: Sequence[Path],
+    k: int | None,
+    topk: int | None,
+    flags: Sequence[ShapeFlag],
+    warn: Callable[[str], None],
 ) -> dict[Path, tuple[int | None, int | None, list[str]]]:
     """(K, top-k, warnings) of each vLLM-style file of `files` (by its name): the first of `flags` that
-    names it, else `k` and `topk`. Warns (logged) when one flag set is applied to files of different E
-    and N, and, per file, when another flag names it too or what is given is not the K and top-k of the
-    one known model its E and N are."""
+    names it, else `k` and `topk`. Warns (`warn`) when one flag set is applied to files of different E
+    and N or a flag names no file, and, per file, when another flag names it too or what is given is not
+    the K and top-k of the one known model its E and N are."""
     from .vllm import VllmFileName
 
     out: dict[Path, tuple[int | None, int | None, list[str]]] = {}
@@ -192,14 +196,14 @@ def _shapes(
         out[path] = (given[0], given[1], warnings)
     for flag in flags:
         if not any(flag.matches(path) for path in out):
-            logger.warning("--shape %s:%d,%d names no config file", flag.pattern, flag.k, flag.topk)
+            warn(f"--shape {flag.pattern}:{flag.k},{flag.topk} names no config file")
     for what, shapes in shapes_of.items():
         if len(shapes) > 1:
             shown = "; ".join(f"E={e},N={n}" for e, n in sorted(shapes))
-            logger.warning(
-                "%s applied to files of %d different E and N (%s): a model has one; give K and topk per "
-                "shape with --shape E=..,N=..:K,TOPK", what, len(shapes), shown,
-            )  # fmt: skip
+            warn(
+                f"{what} applied to files of {len(shapes)} different E and N ({shown}): a model has one; "
+                "give K and topk per shape with --shape E=..,N=..:K,TOPK"
+            )
     return out
 
 
@@ -309,6 +313,7 @@ def read_imports(
     source_hash: str | None = None,
     shapes: Sequence[ShapeFlag] = (),
     project: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[ImportedFile]:
     """Reads and checks every file of `paths` (files or folders; vLLM/SGLang .json, aiter's tuned fused-MoE
     and GEMM .csv, PyTorch TunableOp .csv; told apart by content) without writing anything: one
@@ -320,11 +325,13 @@ def read_imports(
     from the file's E and N, else left unknown (`moe_shape_or_unknown`). `project` is the project the
     vLLM files come from (default: told by their folders and names, `file_project`). `source_hash` is
     that of the Triton kernel the vLLM configs are stored under (default: our moe op's, see
-    `moe_source_hash`). Raises InteropError for no paths or a bad `k`, `topk` or `project`.
+    `moe_source_hash`). `warn` is told what concerns more than one file (one flag set applied to files
+    of different E and N; default: logged as a warning). Raises InteropError for no paths or a bad `k`,
+    `topk` or `project`.
     """
     paths = _check_args(paths, k, topk, project)
     files = list(expand_paths(paths))
-    plan = _shapes(files, k, topk, shapes)
+    plan = _shapes(files, k, topk, shapes, warn or _log_warning)
     out = []
     for path in files:
         fk, ftopk, warnings = plan.get(path, (k, topk, []))
@@ -342,21 +349,23 @@ def import_files(
     source_hash: str | None = None,
     shapes: Sequence[ShapeFlag] = (),
     project: str | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> list[ImportedFile]:
     """Imports `paths` (files or folders) into `store`, each file on its own, in a transaction of its own
     (trials already stored are skipped, so importing twice writes nothing new), streamed: its trials
     written as they are read, a chunk at a time (`Store.record_stream`), so that memory does not grow
-    with the file; an error part-way rolls the whole file back. `shapes`, `k`, `topk`, `project` and
-    `source_hash` as `read_imports` takes them. A vLLM-style file whose configs differ, at some M, from
-    those another project's file of the same name holds here is imported all the same (a record of its
-    own project) and says so in its `warnings`. Returns the files with `written` set (None for one that
-    was skipped; a streamed file keeps no trials, only their counts). Raises InteropError for no paths
-    or a bad `k`/`topk`/`project`, StoreError for the database (files before it stay written)."""
+    with the file; an error part-way rolls the whole file back. `shapes`, `k`, `topk`, `project`,
+    `source_hash` and `warn` as `read_imports` takes them. A vLLM-style file whose configs differ, at
+    some M, from those another project's file of the same name holds here is imported all the same (a
+    record of its own project) and says so in its `warnings`. Returns the files with `written` set (None
+    for one that was skipped; a streamed file keeps no trials, only their counts). Raises InteropError
+    for no paths or a bad `k`/`topk`/`project`, StoreError for the database (files before it stay
+    written)."""
     paths = _check_args(paths, k, topk, project)
     out: list[ImportedFile] = []
     with _heap_frozen(), _young_collections_rare():
         files = list(expand_paths(paths))
-        plan = _shapes(files, k, topk, shapes)
+        plan = _shapes(files, k, topk, shapes, warn or _log_warning)
         for path in files:
             fk, ftopk, warnings = plan.get(path, (k, topk, []))
             f = _import_one(store, path, fk, ftopk, source_hash, project)
@@ -366,6 +375,10 @@ def import_files(
     total = sum(f.written or 0 for f in out)
     logger.info("imported %d new trials from %d files into %s", total, len(out), store.display_url)
     return out
+
+
+def _log_warning(message: str) -> None:
+    logger.warning("%s", message)
 
 
 @contextmanager
