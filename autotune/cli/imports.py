@@ -124,15 +124,19 @@ def run(args: argparse.Namespace) -> int:
         new = f.written or 0
         counts = f"{f.n_entries} entries: {f.n_ok} ok, {f.n_flagged} flagged"
         if f.skipped:
-            counts += f", {len(f.skipped)} skipped"
+            counts += f", {len(f.skipped) + f.more[0]} skipped"
         print(f"{f.path}: {f.format}, {f.summary}")
         print(f"  imported {counts}; {new} new, {f.n_trials - new} already stored")
         for warning in f.warnings:
             print(f"  warning: {warning}")
         for entry, reason in f.flagged:
             print(f"  flagged {entry}: {reason}")
+        if f.more[1]:
+            print(f"  ... and {f.more[1]} more flagged entries")
         for entry, reason in f.skipped:
             print(f"  skipped {entry}: {reason}")
+        if f.more[0]:
+            print(f"  ... and {f.more[0]} more skipped entries")
     total = sum(f.written or 0 for f in files)
     bad = sum(1 for f in files if f.error)
     failed = sum(1 for f in files if f.failed)

@@ -146,7 +146,7 @@ def aiter_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[New
         variant = _variant(row)
         if weights is None or variant is not None:
             why = variant or f"quantization {row['q_type'].strip()} with {row['q_dtype_w'].strip()} weights"
-            found.skipped.append((f"row {line}", f"{why} is not modelled"))
+            found.skip(f"row {line}", f"{why} is not modelled")
             continue
         run_1stage = _flag(row["run_1stage"])
         if run_1stage is None:
@@ -173,7 +173,7 @@ def aiter_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[New
         else:
             reason = f"aiter recorded no usable time (us={row['us'].strip()})"
             result = TrialResult(config, TrialStatus.PRUNED, error=reason, extra=extra)
-            found.flagged.append((f"row {line}", reason))
+            found.flag(f"row {line}", reason)
         target = device_target(device)
         devices.add(str(target))
         yield found.count(

@@ -386,19 +386,19 @@ def aiter_gemm_trials(path: Path, lines: Iterable[str], found: Found) -> Iterato
         try:
             row_kind, problem = kinds.of(fields, cu_num, shape, number)
         except (InteropError, ValueError) as exc:
-            found.skipped.append((f"row {number}", str(exc).removeprefix(f"{name}: row {number}: ")))
+            found.skip(f"row {number}", str(exc).removeprefix(f"{name}: row {number}: "))
             continue
         extra = _extra(name, kind, number, columns)
         ratio = _error_ratio(columns)
         if ratio is not None and not ratio <= MAX_ERROR_RATIO:  # NaN too
             result = _wrong(row_kind, us, ratio, extra)
-            found.flagged.append((f"row {number}", result.error))
+            found.flag(f"row {number}", result.error)
         elif 0.0 < us < math.inf and not row_kind.flags:  # the common case: a time, nothing to flag
             timing = Timing(us, us, us, us, us, 0.0, 0, "imported")
             result = TrialResult(row_kind.config, TrialStatus.OK, timing=timing, extra=extra)
         else:
             result = _flagged(row_kind, us, f"{time_column}={raw_us}", extra)
-            found.flagged.append((f"row {number}", result.error))
+            found.flag(f"row {number}", result.error)
         devices.add(row_kind.device)
         yield found.count(
             NewTrial(

@@ -256,6 +256,8 @@ class ImportedFile:
     all_bad: bool = False
     project: str = ""
     warnings: tuple[str, ...] = ()
+    #: (skipped, flagged) entries beyond those listed (a reader lists `Found.NOTES_KEPT` of each).
+    more: tuple[int, int] = (0, 0)
 
     @property
     def failed(self) -> bool:
@@ -268,7 +270,7 @@ class ImportedFile:
 
     @property
     def n_entries(self) -> int:
-        return self.n_trials + len(self.skipped)
+        return self.n_trials + len(self.skipped) + self.more[0]
 
     @property
     def n_ok(self) -> int:
@@ -286,9 +288,14 @@ class ImportedFile:
 @dataclass
 class Found:
     """What a streaming reader found besides the trials it yields, filled in as it reads: the entries it
-    flagged or skipped (with the reason), how many of the skipped ones were bad (no config, a value out
-    of bounds: not merely a variant no op of ours holds), how many trials it yielded of each status,
-    what it warns of, the project the file comes from, and, once it is done, the file's summary."""
+    flagged or skipped (with the reason; the first `NOTES_KEPT` of each listed, the others counted, so
+    that a file of a million bad entries takes no more memory than one of a thousand), how many of the
+    skipped ones were bad (no config, a value out of bounds: not merely a variant no op of ours holds),
+    how many trials it yielded of each status, what it warns of, the project the file comes from, and,
+    once it is done, the file's summary."""
+
+    #: Flagged and skipped entries listed, each; those beyond are counted.
+    NOTES_KEPT = 1000
 
     flagged: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
@@ -299,13 +306,36 @@ class Found:
     first_bad: tuple[str, str] | None = None
     warnings: list[str] = field(default_factory=list)
     project: str = ""
+    more_skipped: int = 0
+    more_flagged: int = 0
+
+    def skip(self, entry: str, reason: str) -> None:
+        """Skips `entry` (a variant no op of ours holds), with the reason."""
+        if len(self.skipped) < self.NOTES_KEPT:
+            self.skipped.append((entry, reason))
+        else:
+            self.more_skipped += 1
 
     def bad(self, entry: str, reason: str) -> None:
         """Skips the bad `entry` (no config, or a value out of bounds), with the reason."""
-        self.skipped.append((entry, reason))
+        self.skip(entry, reason)
         self.n_bad += 1
         if self.first_bad is None:
             self.first_bad = (entry, reason)
+
+    def flag(self, entry: str, reason: str) -> None:
+        """Notes the flagged `entry` (stored, pruned or a wrong result), with the reason."""
+        if len(self.flagged) < self.NOTES_KEPT:
+            self.flagged.append((entry, reason))
+        else:
+            self.more_flagged += 1
+
+    def unflag(self, entry: str) -> None:
+        """Takes back the note of the flagged `entry`, the last one noted."""
+        if self.more_flagged:
+            self.more_flagged -= 1
+        elif self.flagged and self.flagged[-1][0] == entry:
+            self.flagged.pop()
 
     def count(self, trial: NewTrial) -> NewTrial:
         """`trial`, counted by its status."""
@@ -320,8 +350,13 @@ class Found:
         kept = tuple(trials)
         return ImportedFile(
             path, format, self.summary, kept, tuple(self.flagged), tuple(self.skipped),
-            project=self.project or format, warnings=tuple(self.warnings),
+            project=self.project or format, warnings=tuple(self.warnings), more=self.more,
         )  # fmt: skip
+
+    @property
+    def more(self) -> tuple[int, int]:
+        """(skipped, flagged) entries beyond those listed."""
+        return self.more_skipped, self.more_flagged
 
     def all_bad(self, path: Path) -> str:
         """Why the file `path` is not imported where it has entries and every one is bad (`bad`); ""
@@ -329,7 +364,7 @@ class Found:
         if self.n_ok or self.n_flagged or self.first_bad is None:
             return ""
         entry, why = self.first_bad
-        others = len(self.skipped) - self.n_bad
+        others = len(self.skipped) + self.more_skipped - self.n_bad
         also = f", {others} of a variant not modelled" if others > 0 else ""
         return f"{path}: no entry could be imported: {self.n_bad} bad{also} (first: {entry}: {why})"
 

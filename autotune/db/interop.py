@@ -232,7 +232,8 @@ def _read_one(
             text = read_bounded(path).decode("utf-8")
             readers = {"tunableop": read_tunableop, "aiter-gemm": read_aiter_gemm, "aiter": read_aiter}
             read = readers[kind](path, text)
-            found = Found(list(read.flagged), list(read.skipped))
+            found = Found(list(read.flagged), list(read.skipped), more_skipped=read.more[0],
+                          more_flagged=read.more[1])  # fmt: skip
             read = replace(read, trials=tuple(_bounded(read.trials, found)))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
@@ -246,7 +247,7 @@ def _read_one(
         return ImportedFile(path, "?", "", (), error=error)
     if not read.trials and found.all_bad(path):
         return ImportedFile(path, read.format, read.summary, (), error=found.all_bad(path), all_bad=True)
-    return replace(read, flagged=tuple(found.flagged), skipped=tuple(found.skipped))
+    return replace(read, flagged=tuple(found.flagged), skipped=tuple(found.skipped), more=found.more)
 
 
 def _head(path: Path) -> str:
@@ -291,8 +292,7 @@ def _bounded(trials: Iterable[NewTrial], found: Found) -> Iterator[NewTrial]:
             found.n_ok = max(0, found.n_ok - 1)
         else:
             found.n_flagged = max(0, found.n_flagged - 1)
-            if found.flagged and found.flagged[-1][0] == label:
-                found.flagged.pop()
+            found.unflag(label)
         found.bad(label, f"out of range: {why}")
 
 
@@ -473,7 +473,7 @@ def _import_one(
     return ImportedFile(
         path, fmt, found.summary, (), tuple(found.flagged), tuple(found.skipped), written=written,
         streamed=(found.n_ok, found.n_flagged), project=found.project or _CSV_PROJECTS.get(kind, ""),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings), more=found.more,
     )  # fmt: skip
 
 

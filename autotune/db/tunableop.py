@@ -224,19 +224,19 @@ def _line_trial(
     entry = f"line {number}"
     fields = line.split(",", 4)
     if len(fields) < 3:
-        found.skipped.append((entry, "not a result line (OpSignature,ParamSignature,Solution[,Time])"))
+        found.bad(entry, "not a result line (OpSignature,ParamSignature,Solution[,Time])")
         return None
     op_sig, params, solution = (f.strip() for f in fields[:3])
     raw = fields[3].strip() if len(fields) > 3 else ""
     try:
         ms = float(raw) if raw else 0.0
     except ValueError:
-        found.skipped.append((entry, f"time {raw!r} is not a number (ms)"))
+        found.bad(entry, f"time {raw!r} is not a number (ms)")
         return None
     try:
         problem, own, flags = _result(op_sig, params, target.arch)
     except ValueError as exc:  # _Skip, or a shape our problem refuses
-        found.skipped.append((entry, str(exc)))
+        found.skip(entry, str(exc))
         return None
     timing = None
     if math.isfinite(ms) and ms > 0:
@@ -252,6 +252,6 @@ def _line_trial(
     status = TrialStatus.PRUNED if flags else TrialStatus.OK
     result = TrialResult(config, status, timing=timing, error="; ".join(flags), extra=extra)
     if flags:
-        found.flagged.append((entry, "; ".join(flags)))
+        found.flag(entry, "; ".join(flags))
     kernel = f"{problem.op}.{TUNABLEOP_BACKEND}"
     return NewTrial(target, kernel, IMPORTED_SOURCE_HASH, problem, result, Source.IMPORTED)

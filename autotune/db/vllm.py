@@ -203,7 +203,8 @@ def _top_level(name: str, open_text: Callable[[], ContextManager[IO[str]]]) -> d
                 continue
             if key in others:
                 raise InteropError(f"{name}: key {key!r} appears twice in one object")
-            others.add(key)
+            if len(others) < _OTHER_KEYS_KEPT:  # beyond: bad keys all the same, their repeats unsaid
+                others.add(key)
             if not isinstance(value, dict) and not _M_KEY_RE.fullmatch(key):
                 top[key] = value
                 if len(top) > _MOST_TOP_KEYS:
@@ -219,6 +220,8 @@ def _top_level(name: str, open_text: Callable[[], ContextManager[IO[str]]]) -> d
 
 #: The most top-level keys that are no M a config file may have (vLLM's writer adds one).
 _MOST_TOP_KEYS = 64
+#: The keys that are no M within bounds a file's first read remembers, to find one twice.
+_OTHER_KEYS_KEPT = 10_000
 
 
 def file_project(path: Path, parts: VllmFileName) -> str:
@@ -366,7 +369,7 @@ def vllm_trials(
             if reasons:
                 why = "; ".join(reasons)
                 trial = replace(trial, result=TrialResult(config, TrialStatus.PRUNED, error=why, extra=extra))
-                found.flagged.append((label, why))
+                found.flag(label, why)
             yield found.count(trial)
     summary = f"{target} E={parts.E} N={parts.N}"
     summary += f" K={K} topk={top}" if not how.startswith("unknown") else " K and topk unknown"

@@ -99,6 +99,24 @@ def test_a_file_with_a_good_entry_imports_it_and_names_the_bad_ones(store: Store
     assert "64 KiB" in reasons["M=4"] and "num_warps must be a non-negative integer" in reasons["M=8"]
 
 
+def test_a_file_of_many_flagged_and_bad_entries_lists_a_thousand_of_each(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """num_stages 0 on an MI300X under Triton 3.2 is flagged: 5,000 such entries are stored, a thousand
+    listed with the reason and the rest counted (as are bad entries), so the notes take bounded memory."""
+    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: "3.2.0")
+    doc = {str(m): entry(num_stages=0) for m in range(1, 5001)}
+    doc.update({f"x{i}": entry() for i in range(1500)})
+    path = put(tmp_path / "in", MI300X_FILE, doc)
+    (f,) = import_files(store, [path])
+    assert (f.written, f.n_flagged, len(f.flagged), f.more) == (5000, 5000, 1000, (500, 4000))
+    assert len(f.skipped) == 1000 and f.n_entries == 6500 and not f.failed
+    assert main(["import", str(path), "--db", str(tmp_path / "y.db")]) == 0
+    out = capsys.readouterr().out
+    assert "imported 6500 entries: 0 ok, 5000 flagged, 1500 skipped" in out
+    assert "  ... and 4000 more flagged entries" in out and "  ... and 500 more skipped entries" in out
+
+
 @pytest.mark.parametrize(
     ("arch", "values", "fits"),
     [
