@@ -210,10 +210,7 @@ def _shapes(
 def _read_one(
     path: Path, k: int | None, topk: int | None, source_hash: str | None, project: str | None
 ) -> ImportedFile:
-    from .aiter import read_aiter
-    from .aiter_gemm import read_aiter_gemm
-    from .tunableop import read_tunableop
-
+    """Reads and checks one file, as `_import_one` would import it, keeping its trials."""
     try:
         head = _head(path)
     except UnicodeDecodeError:
@@ -227,14 +224,10 @@ def _read_one(
         kind = _detect(path, head)
         if kind == "vllm":
             trials = _vllm_reader(k, topk, source_hash, project)(path, found)
-            read = found.file(path, "vllm", _bounded(trials, found))
         else:
             text = read_bounded(path).decode("utf-8")
-            readers = {"tunableop": read_tunableop, "aiter-gemm": read_aiter_gemm, "aiter": read_aiter}
-            read = readers[kind](path, text)
-            found = Found(list(read.flagged), list(read.skipped), more_skipped=read.more[0],
-                          more_flagged=read.more[1])  # fmt: skip
-            read = replace(read, trials=tuple(_bounded(read.trials, found)))
+            trials = _csv_readers()[kind](path, io.StringIO(text), found)
+        read = found.file(path, _FORMATS[kind], _bounded(trials, found))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -245,9 +238,22 @@ def _read_one(
         if error is None:
             raise
         return ImportedFile(path, "?", "", (), error=error)
-    if not read.trials and found.all_bad(path):
+    if found.all_bad(path):
         return ImportedFile(path, read.format, read.summary, (), error=found.all_bad(path), all_bad=True)
-    return replace(read, flagged=tuple(found.flagged), skipped=tuple(found.skipped), more=found.more)
+    return read
+
+
+#: The format an ImportedFile names, of each kind `_detect` tells.
+_FORMATS = {"vllm": "vllm", "tunableop": "tunableop", "aiter-gemm": "aiter", "aiter": "aiter"}
+
+
+def _csv_readers() -> dict[str, Callable[[Path, Iterable[str], Found], Iterator[NewTrial]]]:
+    """The streaming reader of each CSV kind `_detect` tells."""
+    from .aiter import aiter_trials
+    from .aiter_gemm import aiter_gemm_trials
+    from .tunableop import tunableop_trials
+
+    return {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
 
 
 def _head(path: Path) -> str:
@@ -421,10 +427,6 @@ def _import_one(
     store: Store, path: Path, k: int | None, topk: int | None, source_hash: str | None, project: str | None
 ) -> ImportedFile:
     """Imports one file, streamed: its trials written as they are read."""
-    from .aiter import aiter_trials
-    from .aiter_gemm import aiter_gemm_trials
-    from .tunableop import tunableop_trials
-
     try:
         head = _head(path)
     except UnicodeDecodeError:
@@ -436,7 +438,6 @@ def _import_one(
         kind = _detect(path, head)
     except InteropError as exc:
         return ImportedFile(path, "?", "", (), error=str(exc))
-    csv_readers = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
     found = Found()
     conflicts: dict[str, list[int]] = {}
     try:
@@ -454,7 +455,7 @@ def _import_one(
                     f"--project {project} is for config files, not applied: this is {theirs}'s"
                 )
             with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as lines:
-                written = store.record_stream(_bounded(csv_readers[kind](path, lines, found), found))
+                written = store.record_stream(_bounded(_csv_readers()[kind](path, lines, found), found))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -466,7 +467,7 @@ def _import_one(
         if error is None:
             raise
         return ImportedFile(path, "?", "", (), error=error)
-    fmt = {"vllm": "vllm", "tunableop": "tunableop"}.get(kind, "aiter")
+    fmt = _FORMATS[kind]
     if found.all_bad(path):
         return ImportedFile(path, fmt, found.summary, (), error=found.all_bad(path), all_bad=True)
     warnings = [*found.warnings, *(_conflict_note(p, ms) for p, ms in sorted(conflicts.items()))]
