@@ -105,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     path = sqlite_path(resolve_url(args.db))
     created = path is not None and not path.exists()
     with open_store(args.db) as store:
+        if created:
+            print(f"created a new database at {path}")
         try:
             files = import_files(
                 store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project,
@@ -113,8 +115,6 @@ def run(args: argparse.Namespace) -> int:
         except (InteropError, StoreError) as exc:
             raise CliError(str(exc)) from None
         where = store.display_url
-    if created:
-        print(f"created a new database at {path}")
     if len(files) == 1 and files[0].error and not Path(args.files[0]).expanduser().is_dir():
         raise CliError(files[0].error)  # the one file named could not be imported: nothing was written
     for f in files:
