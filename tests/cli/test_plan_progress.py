@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune import Problem, Target
+from autotune import Config, Problem, Target
 from autotune.cli import main
 from autotune.sweeps import load_spec, parse_spec
 from autotune.sweeps import spec as spec_module
@@ -135,3 +135,44 @@ def test_a_compile_only_problem_tells_its_steps() -> None:
         "compiled 2/3",
         "compiled 3/3",
     ]
+
+
+def test_a_sweep_checks_every_problems_default_at_once_on_its_compile_processes(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import random
+    from concurrent.futures import Future
+
+    from autotune.cli.common import planned_spaces
+    from autotune.core.static import StaticFeatures
+    from autotune.engine import verdicts as verdicts_module
+    from autotune.engine.verdicts import Verdicts
+
+    gfx942 = Target.for_arch("gfx942")
+
+    class Pool:  # the compile processes: every binary passes, as the rule's pick would be taken unchecked
+        target, submitted = gfx942, []
+
+        def submit(self, op: object, problem: Problem, config: Config) -> Future[StaticFeatures]:
+            self.submitted.append(problem)
+            n = int(config.get("matrix_instr_nonkdim", 16))
+            done: Future[StaticFeatures] = Future()
+            done.set_result(StaticFeatures(arch="gfx942", occupancy=2, mma=(f"v_mfma_f32_{n}x{n}x16_bf16",)))
+            return done
+
+    def never(*_: object) -> StaticFeatures:
+        raise AssertionError("every default was checked on the compile processes")
+
+    def per_problem(op: object, problem: Problem, config: Config, target: Target) -> str:
+        return f"{problem.key()}/{config.canonical()}"
+
+    fake = Verdicts(None, features_of=never, key_of=per_problem, checkable=lambda t: True)
+    monkeypatch.setattr(verdicts_module, "_verdicts", fake)
+    monkeypatch.setattr(verdicts_module, "can_check", lambda target: True)
+    rng = random.Random(37)
+    n, k = 16 * rng.randint(300, 500), 16 * rng.randint(300, 500)  # shapes of this test alone
+    spec = parse_spec(SPEC.replace("[[4096, 4096]]", f"[[{n}, {k}]]"))
+    pool = Pool()
+    planned = planned_spaces(spec, gfx942, disabled=True, compiler=pool)
+    assert [p for p, _, _ in planned] == [Problem.gemm(16, n, k), Problem.gemm(4096, n, k)]
+    assert sorted(pool.submitted, key=lambda p: p.M) == [p for p, _, _ in planned] and fake.compiled == 2
