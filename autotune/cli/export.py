@@ -111,14 +111,13 @@ def run(args: argparse.Namespace) -> int:
 
 def _aiter_predictions(store: Store, gpu: str | None) -> tuple[str, ...]:
     """The note of an aiter export with --predicted: how many winners are the cost model's picks."""
-    from autotune.core.result import Source
     from autotune.db.aiter_gemm import kind_for_op
+    from autotune.db.export import predicted_winners
 
-    held = {(w.gpu.id, w.problem) for w in store.winners(gpu, final=True)}
     guessed = [
         w
-        for w in store.winners(gpu, source=Source.MODEL)
-        if (w.gpu.id, w.problem) not in held and w.gpu.target.is_amd and kind_for_op(w.problem.op)
+        for w, _ in predicted_winners(store, gpu, store.winners(gpu, final=True))
+        if w.gpu.target.is_amd and kind_for_op(w.problem.op)
     ]
     if not guessed:
         return ()

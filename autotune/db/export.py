@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,7 +18,15 @@ from .files import write_atomically
 from .records import GpuRecord, Winner
 from .store import Store, StoreError
 
-__all__ = ["BASE_COLUMNS", "TAIL_COLUMNS", "csv_filename", "export_csv", "winner_row", "with_predictions"]
+__all__ = [
+    "BASE_COLUMNS",
+    "TAIL_COLUMNS",
+    "csv_filename",
+    "export_csv",
+    "predicted_winners",
+    "winner_row",
+    "with_predictions",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -179,10 +188,34 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
 
 def with_predictions(store: Store) -> Store:
     """`store` as an exporter of measured winners reads it, with the cost model's picks of compile-only
-    sweeps (`Source.MODEL`) among its winners where nothing was measured: what ``export --predicted``
-    writes in a format that reads winners (``--format aiter``), as `export_csv` does always. Only
-    `Store.winners` differs; the rest is `store`'s own."""
+    sweeps (`Source.MODEL`) among its winners where nothing was measured (`predicted_winners`): what
+    ``export --predicted`` writes in a format that reads winners (``--format aiter``), as `export_csv` does
+    always. Only `Store.winners` differs; the rest is `store`'s own."""
     return cast(Store, _WithPredictions(store))
+
+
+def predicted_winners(
+    store: Store, fingerprint: str | None, measured: list[Winner]
+) -> list[tuple[Winner, GpuRecord]]:
+    """The cost model's winners (`Source.MODEL`) of problems that `measured` holds no winner of on their
+    device, each with the GPU to file it under: its device's measured GPU where `measured` has one, else
+    its own. A device is a hardware identity (`Target.device_key()`): a compile-only sweep's target for the
+    arch and the GPU measured later are one device under two fingerprints, as `emit` reads them. With
+    `fingerprint`, the predictions of that GPU's device."""
+    if fingerprint is None:
+        model = store.winners(None, source=Source.MODEL)
+    else:
+        named = store.match_gpus(fingerprint)
+        device = named[0].target.device_key() if named else None
+        model = [w for w in store.winners(None, source=Source.MODEL) if w.gpu.target.device_key() == device]
+    home = {w.gpu.target.device_key(): w.gpu for w in measured}
+    held = {(w.gpu.target.device_key(), w.problem) for w in measured}
+    out = []
+    for w in model:
+        device = w.gpu.target.device_key()
+        if (device, w.problem) not in held:
+            out.append((w, home.get(device, w.gpu)))
+    return out
 
 
 class _WithPredictions:
@@ -197,12 +230,8 @@ class _WithPredictions:
         found = self._store.winners(fingerprint, source, final=final)
         if source is not Source.MEASURED:
             return found
-        held = {(w.gpu.id, w.problem) for w in found}
-        model = self._store.winners(fingerprint, source=Source.MODEL)
-        return sorted(
-            [*found, *(w for w in model if (w.gpu.id, w.problem) not in held)],
-            key=lambda w: (w.gpu.id, w.problem),
-        )
+        predicted = [replace(w, gpu=gpu) for w, gpu in predicted_winners(self._store, fingerprint, found)]
+        return sorted([*found, *predicted], key=lambda w: (w.gpu.id, w.problem))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)

@@ -29,6 +29,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import Problem
 from autotune.core.result import Source, TrialStatus
 
+from .export import predicted_winners
 from .files import write_atomically
 from .foreign import InteropError
 from .records import GpuRecord, TrialRecord
@@ -112,17 +113,16 @@ def _measured(
     the winner, or the fastest Triton config that vLLM's kernel can run where another backend or such a
     knob won."""
     chosen: list[tuple[GpuRecord, Problem, Config, bool]] = []
-    winners = [(w, Source.MEASURED) for w in store.winners(fingerprint)]
-    if predicted:
-        held = {(w.gpu.id, w.problem) for w, _ in winners}
-        model = store.winners(fingerprint, source=Source.MODEL)
-        winners += [(w, Source.MODEL) for w in model if (w.gpu.id, w.problem) not in held]
-    for w, source in winners:
+    measured = store.winners(fingerprint)
+    winners = [(w, w.gpu, Source.MEASURED) for w in measured]
+    if predicted:  # under the measured GPU of their device, where there is one
+        winners += [(w, gpu, Source.MODEL) for w, gpu in predicted_winners(store, fingerprint, measured)]
+    for w, gpu, source in winners:
         if w.problem.op != "moe":
             continue
         guess = source is Source.MODEL
         if w.best.backend == VLLM_BACKEND and _vllm_runs(w.best.config):
-            chosen.append((w.gpu, w.problem, w.best.config, guess))
+            chosen.append((gpu, w.problem, w.best.config, guess))
             continue
         records = store.trials(
             fingerprint=w.gpu.fingerprint, problem=w.problem, status=TrialStatus.OK, source=source
@@ -137,7 +137,7 @@ def _measured(
             )  # fmt: skip
             continue
         best = min(_newest_version(timed), key=lambda r: (r.time_us, r.id))
-        chosen.append((w.gpu, w.problem, best.config, guess))
+        chosen.append((gpu, w.problem, best.config, guess))
     return chosen
 
 

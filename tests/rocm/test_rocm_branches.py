@@ -185,3 +185,18 @@ def test_the_package_s_amd_facts_are_triton_s(arch: str) -> None:
             formats.fp8_dtype("fp8e4m3fnuz", arch)
     else:
         assert formats.fp8_dtype("fp8e4m3", arch) == torch.float8_e4m3fnuz
+
+
+def test_the_cost_model_gives_gfx950_its_mx_instructions() -> None:
+    """MX GEMMs run natively on gfx950 (4-bit and 8-bit MFMA) and dequantized to bf16 on gfx942: the
+    compile-only ranking of an MI355X sweep sees the difference."""
+    from autotune.engine.model import predict_us
+    from autotune.kernels import QUANT_GEMMS
+
+    for op, factor in (("gemm_mxfp4", 4.0), ("gemm_mxfp8", 2.0)):
+        problem = Problem.quant(op, 8192, 8192, 8192)
+        us = {}
+        for arch in ("gfx942", "gfx950"):
+            target = Target.for_arch(arch)
+            us[arch] = predict_us(problem, QUANT_GEMMS[op].default_config(problem, target), target)
+        assert us["gfx950"] * factor < us["gfx942"], (op, us)

@@ -33,6 +33,7 @@ from autotune.core.op import kernel_versions
 from autotune.core.result import TrialStatus
 from autotune.core.target import interpreting, local_target
 from autotune.db import Store
+from autotune.db.vllm_rules import OUR_KEYS
 from autotune.engine.bench import rel_error
 from autotune.kernels import OPS
 
@@ -397,7 +398,8 @@ def test_a_compile_only_sweep_s_picks_are_served_on_the_gpu(
 ) -> None:
     """The user's database: the cost model's picks of a compile-only sweep for the arch, run on a machine
     without the GPU (`--target gfx942`), and the GPU's own sweep. On the GPU they are one device: `emit`
-    takes both (the table predicted), and the predicted Triton config is served with its AMD knobs."""
+    takes both (the table predicted), the predicted Triton config is served with its AMD knobs, and
+    `export --predicted` writes the predictions beside the measurements in aiter's and vLLM's files."""
     import shutil
 
     db = tmp_path / "both.db"
@@ -426,7 +428,44 @@ def test_a_compile_only_sweep_s_picks_are_served_on_the_gpu(
             install_dispatcher(previous)
         assert rel_error(out, GEMM.reference(problem, (a, b))) <= GEMM.tolerance(problem)
         assert launched_with(fake.launches, "gemm_kernel", predicted), predicted.short()
-    capsys.readouterr()
+        capsys.readouterr()
+        aiter = tmp_path / "aiter"
+        assert main(["export", "--format", "aiter", "--predicted", "--out", str(aiter), "--db", str(db)]) == 0
+    assert "cost model's picks" in capsys.readouterr().out
+    with (aiter / "bf16_tuned_gemm.csv").open(newline="") as f:
+        rows = {(r["M"], r["N"], r["K"]): r for r in csv.DictReader(f)}
+    assert rows[("16", "64", "128")]["gfx"] == gpu.arch and ("16", "64", "64") in rows
+
+
+@gpus
+def test_a_prediction_for_the_arch_joins_the_gpu_s_vllm_file(
+    gpu: FakeGpu, sweep_of: Callable[[FakeGpu], Swept], tmp_path: Path, capsys: Any
+) -> None:
+    """A compile-only pick for the arch (another fingerprint of the same device) at an M the GPU did not
+    measure: `export --format vllm --predicted` writes it into the GPU's file beside the measured M."""
+    import shutil
+
+    from autotune.core.result import Source, Timing, TrialResult
+    from autotune.core.target import Target
+    from autotune.kernels import MOE
+
+    db = tmp_path / "both.db"
+    shutil.copy(sweep_of(gpu).db, db)
+    with Store(str(db)) as store:
+        measured = [t for t in store.trials() if t.problem == MOE_PROBLEM and t.backend == "triton"]
+        config = next(t.config for t in measured if all(t.config.get(k, v) == v for k, v in OUR_KEYS.items()))
+        name, source_hash = kernel_versions(MOE, ["triton"])["triton"]
+        timing = Timing(5.0, 5.0, 5.0, 5.0, 5.0, 0.0, 1, "model")
+        result = TrialResult(config, TrialStatus.OK, timing=timing)
+        arch = Target.for_arch(gpu.arch)
+        assert store.record(target=arch, kernel=name, source_hash=source_hash, problem=MOE_PROBLEM.with_m(8),
+                            result=result, source=Source.MODEL)  # fmt: skip
+    out = tmp_path / "vllm"
+    with faked(gpu):
+        assert main(["export", "--format", "vllm", "--predicted", "--out", str(out), "--db", str(db)]) == 0
+    (file,) = out.glob("*.json")
+    assert set(json.loads(file.read_text())) - {"triton_version"} == {"4", "8"}
+    assert "1 of its 2 entries predicted" in capsys.readouterr().out
 
 
 # -- autotune verify -----------------------------------------------------------------------------------------
