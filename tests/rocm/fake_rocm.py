@@ -156,10 +156,10 @@ class FakeProperties:
         self.L2_cache_size = gpu.l2_cache_size
         self.warp_size = gpu.warp_size
         self.max_threads_per_multi_processor = gpu.max_threads_per_multi_processor
-        self.is_integrated = 0
+        self.is_integrated = 0  # a discrete OAM GPU (nothing here reads these two)
         self.is_multi_gpu_board = 0
-        self.shared_memory_per_block = gpu.lds_bytes
-        self.shared_memory_per_multiprocessor = gpu.lds_bytes
+        self.shared_memory_per_block = gpu.lds_bytes  # torch/cuda/_utils.py's LDS per workgroup
+        self.shared_memory_per_multiprocessor = gpu.lds_bytes  # a CU's LDS (rocminfo: GROUP segment)
         self.uuid = f"{index:08x}-0000-0000-0000-{gpu.key:0>12}"
         self.pci_bus_id = 5 + index
         self.pci_device_id = 0
@@ -268,7 +268,8 @@ class FakeEvent:
 
 
 class FakeGraph:
-    """torch.cuda.CUDAGraph (a HIP graph): a capture runs its launches at once; a replay runs nothing."""
+    """torch.cuda.CUDAGraph (a HIP graph): a capture records its Triton launches without running them (the
+    launch boundary sees `capturing`); a replay runs nothing."""
 
     def __init__(self, keep_graph: bool = False) -> None:
         self.replays = 0
@@ -458,7 +459,7 @@ class _DeviceMode(TorchFunctionMode):
         gpu_in = any(on_gpu(t) for t in inputs)
         if gpu_in and name not in _MIXED_OK and device is None:
             host = [t for t in inputs if not on_gpu(t) and t.dim() > 0]
-            if host:  # aten's "Expected all tensors to be on the same device" check
+            if host:  # aten's same-device check (TensorIteratorBase::compute_types and others)
                 raise RuntimeError(
                     f"Expected all tensors to be on the same device, but found at least two devices, "
                     f"cuda:{self.fake.device} and cpu! (fake ROCm: {name} got a host tensor of shape "
@@ -501,8 +502,8 @@ class _DeviceMode(TorchFunctionMode):
         return func(self_t, target, *rest, **kwargs)  # meta and the like
 
     def _check_generator(self, kwargs: dict[str, Any], to_gpu: bool, device: Any) -> None:
-        """aten checks the generator's device against the tensor's (check_generator in
-        aten/src/ATen/core/DistributionsHelper.h: "Expected a 'cuda' device type for generator")."""
+        """aten checks the generator's device against the tensor's (check_generator, in
+        aten/src/ATen/core/Generator.h: "Expected a 'cuda' device type for generator but found 'cpu'")."""
         gen = kwargs.get("generator")
         if gen is None:
             return

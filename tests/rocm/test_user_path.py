@@ -495,6 +495,8 @@ def test_verify_runs_on_the_gpu_and_refuses_clearly(
         assert f"tuned on {other.gpu.name}" in err and f"this is {gpu.name}" in err
         assert main(["verify", str(s.table), "--device", "1", *args]) == 2
         assert "verify times on a GPU: GPU index 1 does not exist; 1 visible" in capsys.readouterr().err
+        assert main(["verify", str(s.table), "--interpret", *args]) == 2  # (sets TRITON_INTERPRET: last)
+        assert "but this is Triton CPU interpreter" in capsys.readouterr().err
 
 
 # -- autotune export -----------------------------------------------------------------------------------------
