@@ -40,13 +40,17 @@ __all__ = [
 FIXED_TRIAL_S = 0.03
 #: Per timed run: the GPU spin that hides launch latency (`lead_cycles` at ~2 GHz) plus launch cost.
 RUN_OVERHEAD_S = 110e-6
-#: One config of small tiles compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; AMD's
-#: compiler is slower, ~1 s seen cross-compiling): compiles run ahead on every core while the GPU measures.
-COMPILE_S = {"nvidia": 0.3, "amd": 1.0}
-#: A config compiles in `COMPILE_S` x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`): accumulator
-#: elements per warp (seen cross-compiling the MoE for gfx942 on two loaded cores: 1.0-1.6 s a config at
-#: 16-32 x 32-64 tiles on 4 warps, 2.3 s at 64-128 x 128 on 8, 3.8 s at 128 x 128 on 4).
-COMPILE_WEIGHT_REF = 1536.0
+#: One kernel of small tiles compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; 0.3-0.5 s
+#: cross-compiling GEMMs for gfx942 on a loaded 2-core host): compiles run ahead on every core while the GPU
+#: measures.
+COMPILE_S = {"nvidia": 0.3, "amd": 0.5}
+#: A config compiles in `COMPILE_S` x its kernels x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`):
+#: larger tiles on fewer warps compile longer. Seen cross-compiling for gfx942 on two loaded cores: the
+#: fused MoE (two kernels a config) 1.0 s a config at 16 x 64 tiles on 4 warps, 2.3 s at 64-128 x 128 on 8,
+#: 3.8 s at 128 x 128 on 4; the GEMM (one kernel) 0.3-0.45 s at every tile. The compromise over-counts the
+#: GEMM's large tiles (`llama3-8b` compile-only: 84 s, planned 166 s) and under-counts the MoE's
+#: (`moe-mixtral-8x7b`: 59 s, planned 40 s).
+COMPILE_WEIGHT_REF = 3072.0
 #: A compile-only sweep compiles this many rounds of candidates at most per problem.
 PREDICT_ROUNDS = 1
 #: The compile processes of a compile-only sweep start before its first compile: a fork server imports
@@ -117,12 +121,11 @@ def plan_sweep(
     best counts as raced) and its share of compiling on `workers` cores; with `trial_timeout_s`, a trial
     costs at most the timeout, and the whole of it with a worker's restart where its estimate is over
     `TIMEOUT_RISK` of it (`timed_out_s`). Compile-only sweeps: `candidates` compiles per problem on
-    `workers` cores, a wave of `workers` at a time each as long as the problem's longest
-    (`compile_seconds` of the heaviest of the space's first configs), and the compile processes' start
-    before the first. Both: the defaults whose
-    verdicts are not known here yet (`autotune.engine.verdicts`) are compiled before the sweep starts,
-    shared on `workers` cores. With a `store`, configs already stored for this target and kernel version
-    count as done and cost nothing.
+    `workers` cores, a wave of `workers` at a time, each config as long as the problem's default takes
+    (`compile_seconds`, its kernels counted), and the compile processes' start before the first. Both:
+    the defaults whose verdicts are not known here yet (`autotune.engine.verdicts`) are compiled before
+    the sweep starts, shared on `workers` cores. With a `store`, configs already stored for this target
+    and kernel version count as done and cost nothing.
     """
     from autotune.core.op import kernel_versions
 
@@ -140,14 +143,16 @@ def plan_sweep(
         stored = (
             store.finished(target=target, problem=problem, kernels=kernels, source=source) if store else {}
         )
-        first = defaults.get(problem)
-        ahead = 0.0 if first is None else compile_seconds(target, problem, first) / cores
+        # what compiling one config of this problem costs: its default's, a stand-in for the configs tried
+        typical = next((c for c in space.head(2) if not is_vendor(problem.op, c.backend)), None)
+        launched = 1 if typical is None else _kernels(op, problem, typical, target)
+        unchecked = defaults.get(problem)
+        ahead = 0.0 if unchecked is None else compile_seconds(target, problem, unchecked, launched) / cores
         if compile_only:
             n = min(valid, spec.static.candidates * PREDICT_ROUNDS)
             done = n if stored else 0
-            # the cost model's picks are known only once it ranks the space: the heaviest of its first n
-            heaviest = max((compile_seconds(target, problem, c) for c in space.head(n + 1)), default=0.0)
-            est = 0.0 if stored else math.ceil(n / cores) * heaviest
+            wave = 0.0 if typical is None else compile_seconds(target, problem, typical, launched)
+            est = 0.0 if stored else math.ceil(n / cores) * wave
             rows.append(PlanRow(problem, valid, space.raw_size(), n, done, est + ahead))
             continue
         n = min(valid, entry.budget.trials or valid)
@@ -155,7 +160,7 @@ def plan_sweep(
         if target.interpreter:
             trials = [_interpreter_trial_s(problem, c, settings) for c in todo]
         else:
-            trials = _measured_s(problem, todo, target, settings, flush_s, cores)
+            trials = _measured_s(problem, todo, target, settings, flush_s, cores, launched)
         est = sum(timed_out_s(t, trial_timeout_s) for t in trials)
         if entry.budget.seconds is not None:
             est = min(est, entry.budget.seconds)
@@ -167,13 +172,23 @@ def plan_sweep(
     return rows
 
 
-def compile_seconds(target: Target, problem: Problem, config: Any) -> float:
-    """Seconds one CPU core takes to compile `config` of `problem` for `target` (`COMPILE_S`, more for
-    larger tiles on fewer warps: `COMPILE_WEIGHT_REF`); none for a vendor library's config, or for the
-    interpreter, which compile nothing."""
+def compile_seconds(target: Target, problem: Problem, config: Any, kernels: int = 1) -> float:
+    """Seconds one CPU core takes to compile `config` of `problem` for `target`, `kernels` kernels of it
+    (`COMPILE_S` each, more for larger tiles on fewer warps: `COMPILE_WEIGHT_REF`); none for a vendor
+    library's config, or for the interpreter, which compile nothing."""
     if target.interpreter or is_vendor(problem.op, config.backend):
         return 0.0
-    return COMPILE_S.get(target.vendor, 1.0) * (1.0 + compile_weight(config) / COMPILE_WEIGHT_REF)
+    each = COMPILE_S.get(target.vendor, 0.5) * (1.0 + compile_weight(config) / COMPILE_WEIGHT_REF)
+    return each * max(1, kernels)
+
+
+def _kernels(op: Any, problem: Problem, config: Any, target: Target) -> int:
+    """The Triton kernels one launch of `config` compiles (its captured launches; 1 where they cannot be
+    captured here)."""
+    try:
+        return max(1, len(op.kernel_calls(problem, config, target)))
+    except Exception:  # a launcher that refuses the config, a backend this host lacks: count one
+        return 1
 
 
 def timed_out_s(estimate_s: float, timeout_s: float | None) -> float:
@@ -217,9 +232,10 @@ def _measured_s(
     settings: BenchSettings,
     flush_s: float,
     cores: int,
+    kernels: int,
 ) -> list[float]:
     """Seconds to measure each of `todo` on a GPU: the larger of its timing (the cost model's kernel time;
-    over `settings.race` times the best, raced) and its share of the compiling on `cores`."""
+    over `settings.race` times the best, raced) and its share of compiling its `kernels` on `cores`."""
     from autotune.engine.model import predict_us
 
     predicted = [predict_us(problem, config, target) for config in todo]
@@ -233,7 +249,7 @@ def _measured_s(
             if math.isfinite(kernel_us)
             else FIXED_TRIAL_S
         )
-        out.append(max(measure, compile_seconds(target, problem, config) / cores))
+        out.append(max(measure, compile_seconds(target, problem, config, kernels) / cores))
     return out
 
 

@@ -149,6 +149,9 @@ def test_a_compile_only_plan_counts_waves_of_the_heaviest_compile_and_the_pools_
     small = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, num_warps=4)
     big = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, num_warps=4)
     assert compile_seconds(gfx942, problem, big) > 4 * compile_seconds(gfx942, problem, small) > 0
+    assert compile_seconds(gfx942, problem, big, 2) == pytest.approx(
+        2 * compile_seconds(gfx942, problem, big)
+    )
     assert compile_seconds(gfx942, problem, Config(backend="torch")) == 0.0  # the vendor's: nothing
     assert compile_seconds(Target.interpreter_target(), problem, big) == 0.0
     spec = parse_spec(SPEC.replace("m = [16, 4096]", "m = [4096]"))  # [static] candidates: 8 a problem
@@ -218,3 +221,14 @@ print(json.dumps({"code": code, "compiled": verdicts().compiled, "plan": json.lo
         pytest.skip(doc["skip"])
     assert doc["code"] == 0 and doc["compiled"] == 0 and not cache.exists()
     assert doc["plan"]["problems"][0]["trials"] == 8
+
+
+def test_a_config_of_two_kernels_costs_two_compiles() -> None:
+    from autotune.core.registry import get_op
+    from autotune.sweeps.estimate import _kernels
+
+    gfx942 = Target.for_arch("gfx942")
+    gemm, moe = Problem.gemm(256, 4096, 4096), Problem.moe(256, 7168, 4096, E=8, topk=2)
+    for problem, kernels in ((gemm, 1), (moe, 2)):  # the fused MoE: gate/up, then down
+        op = get_op(problem.op)
+        assert _kernels(op, problem, op.default_candidates(problem, gfx942)[0], gfx942) == kernels
