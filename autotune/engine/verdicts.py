@@ -169,13 +169,28 @@ class Verdicts:
         self.checkable = checkable
         self.compiled = 0
         self._known: dict[str, StaticFeatures] = {}
+        self._known_archs: set[str] = set()  # the archs of the verdicts in memory
+        self._keys: dict[tuple[object, ...], str | None] = {}
         self._picks: dict[tuple[object, ...], Config] = {}
         self._lock = threading.Lock()
         self._key_locks: dict[str, threading.Lock] = {}
 
     def key(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> str | None:
         """The verdict's key: Triton's version, the target, the op, the config and the binary's key; None
-        where the config's launches cannot even be bound (the launcher refuses the config)."""
+        where the config's launches cannot even be bound (the launcher refuses the config). Kept once
+        computed (binding the launches takes milliseconds)."""
+        memo = (op.name, problem, config, target)
+        with self._lock:
+            if memo in self._keys:
+                return self._keys[memo]
+        found = self._key(op, problem, config, target)
+        with self._lock:
+            if len(self._keys) >= 65536:
+                self._keys.clear()
+            self._keys[memo] = found
+        return found
+
+    def _key(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> str | None:
         try:
             binary = self.key_of(op, problem, config, target)
         except Exception as exc:  # a launcher's ValueError, a binder's TypeError: no binary at all
@@ -212,7 +227,10 @@ class Verdicts:
 
     def known(self, op: TunableOp, problem: Problem, config: Config, target: Target) -> StaticFeatures | None:
         """The static features of `config` where they are known without compiling (in memory, on disk; a
-        config whose launch refuses it fails); None where only compiling would tell."""
+        config whose launch refuses it fails); None where only compiling would tell, at once where no
+        verdict of `target`'s arch is known at all (its key is not computed then)."""
+        if self._none_known(target):
+            return None
         key = self.key(op, problem, config, target)
         return _refused(config, target) if key is None else self._recall(target, key)
 
@@ -328,6 +346,14 @@ class Verdicts:
             unsettled = waiting
         return compiled
 
+    def _none_known(self, target: Target) -> bool:
+        """Whether no verdict of `target`'s arch is in memory and its folder on disk holds none."""
+        with self._lock:
+            if target.arch in self._known_archs:
+                return False
+        folder = self._path(target, "x")
+        return folder is None or not folder.parent.is_dir()
+
     def _recall(self, target: Target, key: str) -> StaticFeatures | None:
         """The verdict of `key` from memory, else from disk (then kept in memory); None where unknown."""
         with self._lock:
@@ -337,6 +363,7 @@ class Verdicts:
             if known is not None:
                 with self._lock:
                     self._known[key] = known
+                    self._known_archs.add(target.arch)
         return known
 
     def _keep(
@@ -346,6 +373,7 @@ class Verdicts:
         with self._lock:
             self.compiled += 1
             self._known[key] = features
+            self._known_archs.add(target.arch)
         if features.compiled:
             self._write(target, key, op, config, features)
 

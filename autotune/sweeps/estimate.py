@@ -201,27 +201,29 @@ def timed_out_s(estimate_s: float, timeout_s: float | None) -> float:
 
 def _unchecked_defaults(spec: SweepSpec, target: Target) -> dict[Problem, Any]:
     """Per problem whose default a sweep will compile first (its first candidate has no verdict known
-    here: `autotune.engine.verdicts`), that candidate; one problem per binary. None where this process
-    does not check defaults for `target`."""
+    here: `autotune.engine.verdicts`), that candidate; one problem per op, config and shape but M (M is
+    mostly a run-time argument: one binary). None where this process does not check defaults for
+    `target`."""
     from autotune.engine.verdicts import can_check, verdicts
 
     if target.interpreter or not can_check(target):
         return {}
     known, out = verdicts(), {}
-    seen: set[str | None] = set()
+    seen: set[tuple[object, ...]] = set()
     for entry, problem in spec.problems():
         op = entry.op_for(problem)
         try:
             candidates = op.default_candidates(problem, target)
         except ValueError:  # no default here: the space said so already
             continue
-        if len(candidates) < 2 or op.backend(candidates[0].backend).library:
+        first = candidates[0] if candidates else None
+        if first is None or len(candidates) < 2 or op.backend(first.backend).library:
             continue  # nothing to check: the rule's pick is the default
-        key = known.key(op, problem, candidates[0], target)
-        if key in seen or known.known(op, problem, candidates[0], target) is not None:
+        binary = (op.name, problem.with_m(1), first)
+        if binary in seen or known.known(op, problem, first, target) is not None:
             continue
-        seen.add(key)
-        out[problem] = candidates[0]
+        seen.add(binary)
+        out[problem] = first
     return out
 
 

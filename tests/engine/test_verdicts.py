@@ -269,3 +269,24 @@ def test_prefetch_compiles_what_first_passing_would_round_by_round_all_at_once(t
     vendor = Config(backend="torch")
     assert fresh.prefetch([*asks[:2], (FakeOp(), PROBLEM.with_m(m3), TARGET, (vendor, big))], again) == 0
     assert again.log == []
+
+
+def test_keys_are_computed_once_and_not_at_all_where_nothing_of_the_arch_is_known(tmp_path: Path) -> None:
+    rng = random.Random(13)
+    bound: list[Config] = []
+
+    def counted(op: Any, problem: Problem, config: Config, target: Target) -> str:
+        bound.append(config)  # binding the launches: milliseconds each
+        return config.canonical()
+
+    configs = [tile(bm, s) for bm in (256, 128) for s in (1, 2)]
+    v = Verdicts(tmp_path, features_of=Compiler({c: features() for c in configs}), key_of=counted,
+                 checkable=lambda t: True)  # fmt: skip
+    problem = PROBLEM.with_m(rng.randint(1, 8192))
+    assert all(v.known(FakeOp(), problem, c, TARGET) is None for c in configs) and bound == []
+    v.features(FakeOp(), problem, configs[0], TARGET)  # now one verdict of gfx950 is known
+    assert v.known(FakeOp(), problem, configs[0], TARGET) == features()
+    assert v.known(FakeOp(), problem, configs[1], TARGET) is None
+    v.key(FakeOp(), problem, configs[1], TARGET)
+    assert bound == configs[:2]  # each key once
+    assert v.known(FakeOp(), problem, configs[0], Target.for_arch("gfx942")) is None  # another arch: none
