@@ -40,17 +40,18 @@ __all__ = [
 FIXED_TRIAL_S = 0.03
 #: Per timed run: the GPU spin that hides launch latency (`lead_cycles` at ~2 GHz) plus launch cost.
 RUN_OVERHEAD_S = 110e-6
-#: One kernel of small tiles compiled for a GPU on one CPU core (0.2-0.35 s seen on the H100's host; 0.3-0.5 s
-#: cross-compiling GEMMs for gfx942 on a loaded 2-core host): compiles run ahead on every core while the GPU
-#: measures.
-COMPILE_S = {"nvidia": 0.3, "amd": 0.5}
-#: A config compiles in `COMPILE_S` x its kernels x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`):
-#: larger tiles on fewer warps compile longer. Seen cross-compiling for gfx942 on two loaded cores: the
-#: fused MoE (two kernels a config) 1.0 s a config at 16 x 64 tiles on 4 warps, 2.3 s at 64-128 x 128 on 8,
-#: 3.8 s at 128 x 128 on 4; the GEMM (one kernel) 0.3-0.45 s at every tile. The compromise over-counts the
-#: GEMM's large tiles (`llama3-8b` compile-only: 84 s, planned 166 s) and under-counts the MoE's
-#: (`moe-mixtral-8x7b`: 59 s, planned 40 s).
-COMPILE_WEIGHT_REF = 3072.0
+#: One kernel of `KERNEL_SRC_REF` characters of Triton source compiled for a GPU on one CPU core (0.2-0.35 s
+#: seen on the H100's host; 0.3-0.45 s cross-compiling the dense GEMM's for gfx942 on a loaded 2-core host):
+#: compiles run ahead on every core while the GPU measures.
+COMPILE_S = {"nvidia": 0.3, "amd": 0.45}
+KERNEL_SRC_REF = 2200
+#: A config compiles in `COMPILE_S` x the source its launches compile (in `KERNEL_SRC_REF` units: the
+#: compiler's work grows with the kernel's code) x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`): larger
+#: tiles on fewer warps a little longer. Fitted on two compile-only sweeps for gfx942 on two loaded cores:
+#: `llama3-8b` (the GEMM, one kernel of 2,205 characters: 0.3-0.45 s a config at any tile) took 84 s,
+#: planned 91 s; `moe-mixtral-8x7b` (the fused MoE, two kernels of 3,842: 1.0 s a config at 16 x 64 tiles
+#: on 4 warps, 2.3 s at 64-128 x 128 on 8, 3.8 s at 128 x 128 on 4) took 59 s, planned 51 s.
+COMPILE_WEIGHT_REF = 8192.0
 #: A compile-only sweep compiles this many rounds of candidates at most per problem.
 PREDICT_ROUNDS = 1
 #: The compile processes of a compile-only sweep start before its first compile: a fork server imports
@@ -122,7 +123,7 @@ def plan_sweep(
     costs at most the timeout, and the whole of it with a worker's restart where its estimate is over
     `TIMEOUT_RISK` of it (`timed_out_s`). Compile-only sweeps: `candidates` compiles per problem on
     `workers` cores, a wave of `workers` at a time, each config as long as the problem's default takes
-    (`compile_seconds`, its kernels counted), and the compile processes' start before the first. Both:
+    (`compile_seconds`, its kernels' source counted), and the compile processes' start before the first. Both:
     the defaults whose verdicts are not known here yet (`autotune.engine.verdicts`) are compiled before
     the sweep starts, shared on `workers` cores. With a `store`, configs already stored for this target
     and kernel version count as done and cost nothing.
@@ -145,7 +146,7 @@ def plan_sweep(
         )
         # what compiling one config of this problem costs: its default's, a stand-in for the configs tried
         typical = next((c for c in space.head(2) if not is_vendor(problem.op, c.backend)), None)
-        launched = 1 if typical is None else _kernels(op, problem, typical, target)
+        launched = 1.0 if typical is None else _compiled_source(op, problem, typical, target)
         unchecked = defaults.get(problem)
         ahead = 0.0 if unchecked is None else compile_seconds(target, problem, unchecked, launched) / cores
         if compile_only:
@@ -172,23 +173,40 @@ def plan_sweep(
     return rows
 
 
-def compile_seconds(target: Target, problem: Problem, config: Any, kernels: int = 1) -> float:
-    """Seconds one CPU core takes to compile `config` of `problem` for `target`, `kernels` kernels of it
-    (`COMPILE_S` each, more for larger tiles on fewer warps: `COMPILE_WEIGHT_REF`); none for a vendor
-    library's config, or for the interpreter, which compile nothing."""
+def compile_seconds(target: Target, problem: Problem, config: Any, source: float = 1.0) -> float:
+    """Seconds one CPU core takes to compile `config` of `problem` for `target`, whose launches compile
+    `source` units of Triton source (`KERNEL_SRC_REF` characters each; `COMPILE_S` a unit, more for larger
+    tiles on fewer warps: `COMPILE_WEIGHT_REF`); none for a vendor library's config, or for the
+    interpreter, which compile nothing."""
     if target.interpreter or is_vendor(problem.op, config.backend):
         return 0.0
-    each = COMPILE_S.get(target.vendor, 0.5) * (1.0 + compile_weight(config) / COMPILE_WEIGHT_REF)
-    return each * max(1, kernels)
+    each = COMPILE_S.get(target.vendor, 0.45) * (1.0 + compile_weight(config) / COMPILE_WEIGHT_REF)
+    return each * max(source, 0.1)
 
 
-def _kernels(op: Any, problem: Problem, config: Any, target: Target) -> int:
-    """The Triton kernels one launch of `config` compiles (its captured launches; 1 where they cannot be
-    captured here)."""
+def _compiled_source(op: Any, problem: Problem, config: Any, target: Target) -> float:
+    """The Triton source one launch of `config` compiles, in `KERNEL_SRC_REF` units: each captured
+    launch's kernel source (a launch whose source cannot be read, one unit; 1 where the launches
+    cannot be captured here)."""
     try:
-        return max(1, len(op.kernel_calls(problem, config, target)))
-    except Exception:  # a launcher that refuses the config, a backend this host lacks: count one
-        return 1
+        calls = op.kernel_calls(problem, config, target)
+    except Exception:  # a launcher that refuses the config, a backend this host lacks: one unit
+        return 1.0
+    sizes = [len(_source(call.fn)) for call in calls]
+    return max(1.0, sum(size / KERNEL_SRC_REF if size else 1.0 for size in sizes))
+
+
+def _source(fn: Any) -> str:
+    """The Triton source of a JIT function (or of the interpreter's stand-in for one); "" where unknown."""
+    import inspect
+
+    src = getattr(fn, "src", None)
+    if isinstance(src, str):
+        return src
+    try:
+        return inspect.getsource(getattr(fn, "fn", fn))
+    except (OSError, TypeError):
+        return ""
 
 
 def timed_out_s(estimate_s: float, timeout_s: float | None) -> float:
@@ -234,10 +252,11 @@ def _measured_s(
     settings: BenchSettings,
     flush_s: float,
     cores: int,
-    kernels: int,
+    source: float,
 ) -> list[float]:
     """Seconds to measure each of `todo` on a GPU: the larger of its timing (the cost model's kernel time;
-    over `settings.race` times the best, raced) and its share of compiling its `kernels` on `cores`."""
+    over `settings.race` times the best, raced) and its share of compiling on `cores` (`source`: the
+    problem's configs' Triton source, as `compile_seconds` counts it)."""
     from autotune.engine.model import predict_us
 
     predicted = [predict_us(problem, config, target) for config in todo]
@@ -251,7 +270,7 @@ def _measured_s(
             if math.isfinite(kernel_us)
             else FIXED_TRIAL_S
         )
-        out.append(max(measure, compile_seconds(target, problem, config, kernels) / cores))
+        out.append(max(measure, compile_seconds(target, problem, config, source) / cores))
     return out
 
 

@@ -148,7 +148,7 @@ def test_a_compile_only_plan_counts_waves_of_the_heaviest_compile_and_the_pools_
     problem = Problem.gemm(4096, 4096, 4096)
     small = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, num_warps=4)
     big = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, num_warps=4)
-    assert compile_seconds(gfx942, problem, big) > 4 * compile_seconds(gfx942, problem, small) > 0
+    assert compile_seconds(gfx942, problem, big) > 2 * compile_seconds(gfx942, problem, small) > 0
     assert compile_seconds(gfx942, problem, big, 2) == pytest.approx(
         2 * compile_seconds(gfx942, problem, big)
     )
@@ -223,12 +223,15 @@ print(json.dumps({"code": code, "compiled": verdicts().compiled, "plan": json.lo
     assert doc["plan"]["problems"][0]["trials"] == 8
 
 
-def test_a_config_of_two_kernels_costs_two_compiles() -> None:
+def test_a_config_compiling_more_source_costs_more() -> None:
     from autotune.core.registry import get_op
-    from autotune.sweeps.estimate import _kernels
+    from autotune.sweeps.estimate import _compiled_source
 
     gfx942 = Target.for_arch("gfx942")
     gemm, moe = Problem.gemm(256, 4096, 4096), Problem.moe(256, 7168, 4096, E=8, topk=2)
-    for problem, kernels in ((gemm, 1), (moe, 2)):  # the fused MoE: gate/up, then down
+    sizes = {}
+    for problem in (gemm, moe):
         op = get_op(problem.op)
-        assert _kernels(op, problem, op.default_candidates(problem, gfx942)[0], gfx942) == kernels
+        sizes[problem.op] = _compiled_source(op, problem, op.default_candidates(problem, gfx942)[0], gfx942)
+    assert sizes["gemm"] == pytest.approx(1.0, rel=0.2)  # the dense GEMM's one kernel: the unit
+    assert sizes["moe"] > 2.5  # the fused MoE: two launches (gate/up, then down) of a longer kernel
