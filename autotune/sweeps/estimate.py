@@ -49,8 +49,8 @@ KERNEL_SRC_REF = 2200
 #: compiler's work grows with the kernel's code) x (1 + its `compile_weight` / `COMPILE_WEIGHT_REF`): larger
 #: tiles on fewer warps a little longer. Fitted on two compile-only sweeps for gfx942 on two loaded cores:
 #: `llama3-8b` (the GEMM, one kernel of 2,205 characters: 0.3-0.45 s a config at any tile) took 84 s,
-#: planned 91 s; `moe-mixtral-8x7b` (the fused MoE, two kernels of 3,842: 1.0 s a config at 16 x 64 tiles
-#: on 4 warps, 2.3 s at 64-128 x 128 on 8, 3.8 s at 128 x 128 on 4) took 59 s, planned 51 s.
+#: planned 104 s; `moe-mixtral-8x7b` (the fused MoE, two kernels of 3,842: 1.0 s a config at 16 x 64 tiles
+#: on 4 warps, 2.3 s at 64-128 x 128 on 8, 3.8 s at 128 x 128 on 4) took 59 s, planned 50 s.
 COMPILE_WEIGHT_REF = 8192.0
 #: A compile-only sweep compiles this many rounds of candidates at most per problem.
 PREDICT_ROUNDS = 1
