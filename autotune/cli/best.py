@@ -175,6 +175,8 @@ def _print_imported(problem: Problem, records: list[TrialRecord], limit: int) ->
             tflops = f"{problem.flops() / t / 1e6:.1f}" if t else "-"
             note = "" if r.ok else f"[flagged: {r.error or r.status.value}]"
             origin = f"[{r.extra.get('imported_from', 'imported')}]"
+            if r.extra.get("shape") == "unknown":  # a file that fits several models: K and topk not known
+                origin += " [K, topk unknown]"
             rows.append((rank, origin, r.config.backend, r.config.canonical(), fmt_us(t), tflops, note))
         print_table(rows)
         if len(recs) > limit:

@@ -4,10 +4,11 @@ PyTorch TunableOp results (.csv), files or folders, each file on its own. (The m
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, open_store
+from autotune.cli.common import EXIT_FAIL, EXIT_OK, CliError, add_verb, db_arg, missing_database, open_store
 
 if TYPE_CHECKING:
     import argparse
@@ -95,28 +96,31 @@ def run(args: argparse.Namespace) -> int:
     """Imports the files and prints, per file, its entries: ok, flagged (why), skipped (why), new, and
     what it warns of (conflicts with another project's file, shape flags that disagree)."""
     from autotune.db import StoreError
-    from autotune.db.engine import resolve_url, sqlite_path
     from autotune.db.interop import InteropError, ShapeFlag, import_files
 
     try:
         shapes = [ShapeFlag.parse(text) for text in args.shape]
     except InteropError as exc:
         raise CliError(str(exc)) from None
-    path = sqlite_path(resolve_url(args.db))
-    created = path is not None and not path.exists()
-    with open_store(args.db) as store:
-        if created:
-            print(f"created a new database at {path}")
-        try:
-            files = import_files(
-                store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project,
-                warn=lambda message: print(f"warning: {message}"),
-            )  # fmt: skip
-        except (InteropError, StoreError) as exc:
-            raise CliError(str(exc)) from None
-        where = store.display_url
-    if len(files) == 1 and files[0].error and not Path(args.files[0]).expanduser().is_dir():
-        raise CliError(files[0].error)  # the one file named could not be imported: nothing was written
+    created = missing_database(args.db)  # a database made for this import, said once it holds something
+    try:
+        with open_store(args.db, create=True) as store:
+            try:
+                files = import_files(
+                    store, args.files, k=args.k, topk=args.topk, shapes=shapes, project=args.project,
+                    warn=lambda message: print(f"warning: {message}"),
+                )  # fmt: skip
+            except (InteropError, StoreError) as exc:
+                raise CliError(str(exc)) from None
+            where = store.display_url
+        if len(files) == 1 and files[0].error and not Path(args.files[0]).expanduser().is_dir():
+            raise CliError(files[0].error)  # the one file named could not be imported: nothing was written
+    except BaseException:
+        if created is not None:  # a failed import leaves no empty database behind
+            _remove_database(created)
+        raise
+    if created is not None:
+        print(f"created a new database at {created}")
     for f in files:
         if f.error:
             print(f"{f.path}: {'unreadable' if not f.readable else 'skipped'}: {f.error}")
@@ -144,3 +148,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"imported {total} new trials from {len(files) - bad} files into {where}; "
           f"{bad} files skipped{tail}")  # fmt: skip
     return EXIT_FAIL if failed else EXIT_OK
+
+
+def _remove_database(path: Path) -> None:
+    """Removes the SQLite database at `path` and its -wal and -shm files, made by this import."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            Path(f"{path}{suffix}").unlink()

@@ -255,3 +255,9 @@ def test_export_never_makes_a_database_import_says_it_made_one(
     assert f"created a new database at {typo}" in capsys.readouterr().out
     assert main(["import", str(path), "--db", str(typo)]) == 0
     assert "created" not in capsys.readouterr().out
+    other = tmp_path / "other.db"  # an import that fails leaves no empty database behind
+    bad = put(tmp_path / "bad", MI300X_FILE, {"1": entry(num_warps=-4)})
+    assert main(["import", str(bad), "--db", str(other)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert not list(tmp_path.glob("other.db*"))
