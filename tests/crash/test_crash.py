@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).parent))
 from crash_harness import Harness, Scenario, harness
@@ -55,8 +55,6 @@ def test_compile_only_sweep_on_sqlite(tmp_path: Path) -> None:
 @pytest.fixture
 def pg_databases(pg_admin: Engine) -> Iterator[Callable[[], str]]:
     """Makes fresh PostgreSQL databases (URLs) on the test server, all dropped afterwards."""
-    from conftest import PG_BASE
-
     made: list[str] = []
 
     def new() -> str:
@@ -64,7 +62,7 @@ def pg_databases(pg_admin: Engine) -> Iterator[Callable[[], str]]:
         with pg_admin.connect() as conn:
             conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
         made.append(name)
-        return make_url(PG_BASE).set(database=name).render_as_string(hide_password=False)
+        return pg_admin.url.set(database=name).render_as_string(hide_password=False)
 
     yield new
     with pg_admin.connect() as conn:
