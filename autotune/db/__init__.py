@@ -65,14 +65,16 @@ def export_vllm(
     *,
     triton_version: str | None = None,
     drop_flagged: bool = False,
+    predicted: bool = False,
 ) -> list[Path]:
     """Writes moe configs as vLLM (or SGLang) fused-MoE config files; see
     `autotune.db.vllm_export.export_vllm`."""
     from .vllm_export import export_vllm as _export_vllm
 
     return _export_vllm(
-        store, out_dir, fingerprint, flavor, triton_version=triton_version, drop_flagged=drop_flagged
-    )
+        store, out_dir, fingerprint, flavor,
+        triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
+    )  # fmt: skip
 
 
 def import_files(
