@@ -4,8 +4,9 @@ Everything a test session writes goes to one folder of its own in the temp dir (
 when the session ends (`pytest_sessionfinish`, else at exit), so that a run leaves nothing in $HOME or
 the temp dir: the tests' `tmp_path` folders (unless --basetemp or $PYTEST_DEBUG_TEMPROOT names another),
 Triton's home and kernel cache (`TRITON_HOME`, `TRITON_CACHE_DIR`; $AUTOTUNE_TEST_TRITON_CACHE names a
-lasting kernel cache instead, warm across runs), torch inductor's cache, the untuned-shapes log and the
-verdict cache; the worker and compile processes the tests start inherit the environment, so theirs too.
+lasting kernel cache instead, warm across runs), torch inductor's cache, the untuned-shapes log, the
+verdict cache, the temp dir ($TMPDIR, Ray's) and the XDG cache and config folders; the worker and compile
+processes the tests start inherit the environment, so theirs too.
 """
 
 from __future__ import annotations
@@ -44,6 +45,14 @@ os.environ["AUTOTUNE_UNTUNED_LOG"] = str(SESSION_DIR / "untuned.jsonl")
 os.environ["AUTOTUNE_VERDICT_CACHE"] = str(SESSION_DIR / "verdicts")
 # The tests' `tmp_path` folders (pytest-of-USER/pytest-N) in the session's folder too, not kept across runs.
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(SESSION_DIR))
+# What the tests' processes write to the temp dir (multiprocessing's pymp-* folders of a killed fork server,
+# a Ray actor's log, Ray's own session folder) and to $HOME's cache and config (a browser's profile, the
+# ends a sweep that lost its database leaves, `autotune.db.unclosed`) goes there too.
+for _name, _env in (("tmp", "TMPDIR"), ("tmp", "RAY_TMPDIR"), ("cache", "XDG_CACHE_HOME"),
+                    ("config", "XDG_CONFIG_HOME"), ("unclosed", "AUTOTUNE_UNCLOSED_DIR")):  # fmt: skip
+    (SESSION_DIR / _name).mkdir(exist_ok=True)
+    os.environ[_env] = str(SESSION_DIR / _name)
+tempfile.tempdir = str(SESSION_DIR / "tmp")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
