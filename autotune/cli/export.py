@@ -20,7 +20,8 @@ def add_parser(subparsers: Subparsers) -> None:
     p = add_verb(
         subparsers,
         NAME,
-        help="write tuned tables (one CSV per GPU, vLLM/SGLang fused-MoE configs, aiter GEMM tables)",
+        help="write tuned tables (one CSV per GPU, vLLM/SGLang fused-MoE configs, aiter GEMM tables, "
+        "TunableOp results files)",
         description="--format csv (default): one CSV per GPU fingerprint, a row per winning (problem, "
         "backend, config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
         "library, the GPU's arch and CU count, and the toolchain versions (the cost model's picks of "
@@ -40,7 +41,11 @@ def add_parser(subparsers: Subparsers) -> None:
         "measured gemm, gemm_fp8_rowwise and gemm_fp8_blockwise winners of AMD GPUs as aiter's "
         "tuned-GEMM tables (bf16_tuned_gemm.csv, a8w8_tuned_gemm.csv, a8w8_blockscale_tuned_gemm.csv) in "
         "aiter's columns, libtype autotune-<backend> and kernelName the config's short form, to diff "
-        "against aiter's own (autotune import reads them back). --predicted adds, for vllm, sglang and "
+        "against aiter's own (autotune import reads them back). --format tunableop: the vendor solutions "
+        'PyTorch\'s TunableOp picked (sweeps with backends = ["tunableop"], imported TunableOp files) as '
+        "the results files TunableOp reads, tunableop_results_device_name=DEVICE.csv, one per device and "
+        "validator set (PyTorch reads a file only where its validators match its own build; autotune "
+        "import reads them back). --predicted adds, for vllm, sglang and "
         "aiter, the cost model's picks of compile-only sweeps where nothing was measured (said so for "
         "each file; aiter's tables have no place to mark them). The database must exist: a --db that "
         "names none is an error.",
@@ -48,7 +53,7 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument(
         "--format",
         default="csv",
-        choices=("csv", "vllm", "sglang", "aiter"),
+        choices=("csv", "vllm", "sglang", "aiter", "tunableop"),
         help="output format (default csv)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created if missing)")
@@ -84,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             if args.format == "csv":
                 files = [(str(p), "") for p in export_csv(store, args.out, fingerprint=args.gpu)]
+            elif args.format == "tunableop":
+                from autotune.db.tunableop_export import export_tunableop
+
+                files = [(str(p), "") for p in export_tunableop(store, args.out, fingerprint=args.gpu)]
             elif args.format == "aiter":
                 source = with_predictions(store) if args.predicted else store
                 files = [(str(p), "") for p in export_aiter(source, args.out, fingerprint=args.gpu)]

@@ -94,6 +94,8 @@ class Backend:
     - `exempt(target)`: the static checks (`autotune.core.static.CHECKS`) that do not prune its configs
       on `target`, where measurement showed configs failing them winning (the MLA decode's spilling
       64-head tiles on sm_90). A sweep still records the findings.
+    - `opt_in`: searched only where a sweep names it in `backends` (its tuning is costly, or it serves
+      only where a table pins it); otherwise a backend of the target like any other.
     """
 
     name: str
@@ -109,6 +111,7 @@ class Backend:
     max_m: int | None = None
     served: bool = True
     exempt: Callable[[Target], frozenset[str]] = _no_exemption
+    opt_in: bool = False
 
     def __post_init__(self) -> None:
         if not self.modules and self.version is None:
@@ -169,11 +172,11 @@ class Backends:
         return tuple(r.name for r in self._by_name.values() if r.runs_on(target))
 
     def chosen(self, target: Target, names: Sequence[str] | None) -> list[Backend]:
-        """The records of `names` (all that exist on `target` for None), in the order given; ValueError
-        for a name that does not exist on `target`."""
+        """The records of `names` (all that exist on `target` for None, but those that are `opt_in`), in
+        the order given; ValueError for a name that does not exist on `target`."""
         available = self.names(target)
         if names is None:
-            names = available
+            names = tuple(n for n in available if not self._by_name[n].opt_in)
         for name in names:
             if name not in available:
                 raise ValueError(

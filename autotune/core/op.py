@@ -23,6 +23,8 @@ __all__ = ["FP_OPTIONS", "Inputs", "KernelCall", "Launch", "Recorder", "TunableO
 FP_OPTIONS = {"enable_fp_fusion": True}
 
 Inputs = Sequence["torch.Tensor"]
+#: A zero-argument launch. One may carry `extra`, a dict of what preparing it found (TunableOp's pin),
+#: which the trial it is timed for stores in its result's extra.
 Launch = Callable[[], None]
 
 

@@ -91,7 +91,7 @@ def _fp8(name: str, arch: str) -> str:
     ours = _TYPES[name]
     if not ours.startswith("fp8:"):
         raise _Skip(f"{name}: our FP8 GEMMs take e4m3")
-    if ours != f"fp8:{arch}":
+    if ours != ("fp8:gfx942" if arch == "gfx942" else "fp8:gfx950"):  # fnuz on gfx942, OCP elsewhere
         raise _Skip(f"{name} on {arch}: {arch}'s FP8 is the other e4m3 flavour")
     return "fp8e4m3"
 
@@ -155,14 +155,26 @@ def _result(op_sig: str, params: str, arch: str) -> tuple[Problem, dict[str, Val
     return problem, own, flags
 
 
+_DEVICE_RE = re.compile(r"device_name=([^,/]+?)(?:_\d+)?\.csv$")
+
+
 def _target(name: str, validators: dict[str, str]) -> Target:
-    """The GPU of the file's GCN_ARCH_NAME (the arch's flagship: TunableOp records no CU count)."""
+    """The GPU of the file: the device its name gives (``device_name=...``, what `export --format
+    tunableop` writes), else the flagship of its GCN_ARCH_NAME's arch (TunableOp records no CU count). A
+    name's device must be of the GCN_ARCH_NAME's arch."""
     gcn = validators.get("GCN_ARCH_NAME", "")
     arch = gcn.split(":")[0].strip().lower()
+    named = _DEVICE_RE.search(name)
+    if named is not None:
+        target = device_target(named.group(1))
+        if arch and target.arch != arch:
+            raise InteropError(f"{name}: the name's device {target.name} is no {arch} (GCN_ARCH_NAME {gcn})")
+        return target
     if not arch:
         raise InteropError(
-            f"{name}: no Validator GCN_ARCH_NAME: the GPU its times were taken on is unknown (ROCm builds of "
-            "PyTorch write it)"
+            f"{name}: no Validator GCN_ARCH_NAME and no device_name= in the file name: the GPU its times "
+            "were taken on is unknown (ROCm builds of PyTorch write GCN_ARCH_NAME; name a CUDA build's "
+            "file tunableop_results_device_name=NVIDIA_H100_80GB_HBM3.csv, say)"
         )
     if arch not in ("gfx942", "gfx950"):
         raise InteropError(f"{name}: GCN_ARCH_NAME {gcn} is no GPU we know (gfx942, gfx950)")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
@@ -154,7 +155,45 @@ def emit_table(
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
-    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+    served = {c.backend for _, c, _, _ in picks} | {
+        r.config.backend for rows in ranges.values() for r in rows
+    }
+    pins = _tunableop_pins(store, newest.gpu.target.device_key()) if TUNABLEOP in served else {}
+    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
+
+
+#: The dense GEMM's backend that serves the vendor solution TunableOp pinned per shape.
+TUNABLEOP = "tunableop"
+
+
+def _tunableop_pins(store: Store, device_key: str) -> dict[str, list[dict[str, Any]]]:
+    """The pins of the device's measured and profiled "tunableop" trials, grouped by validators: what the
+    run-time gives TunableOp (`Table.pins`). Per shape, the newest trial's pin."""
+    newest: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
+    for source in (Source.MEASURED, Source.PROFILE):
+        for t in store.trials(status=TrialStatus.OK, source=source):
+            pin = t.extra.get(TUNABLEOP)
+            if t.backend != TUNABLEOP or not isinstance(pin, dict) or t.gpu.target.device_key() != device_key:
+                continue
+            p = t.problem
+            shape = (p.M, p.N, p.K, p.dtype_a, p.layout)
+            if shape not in newest or t.id > newest[shape][0]:
+                newest[shape] = (t.id, pin)
+    groups: dict[str, dict[str, Any]] = {}
+    for shape, (_, pin) in sorted(newest.items()):
+        validators = {str(k): str(v) for k, v in dict(pin.get("validators", {})).items()}
+        group = groups.setdefault(
+            json.dumps(validators, sort_keys=True), {"validators": validators, "results": []}
+        )
+        row = [
+            pin["op_signature"],
+            pin["param_signature"],
+            pin["solution"],
+            float(pin.get("ms", 0.0)),
+            *shape,
+        ]
+        group["results"].append(row)
+    return {TUNABLEOP: list(groups.values())} if groups else {}
 
 
 def _best_served(store: Store, winner: Winner) -> TrialRecord | None:

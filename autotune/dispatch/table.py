@@ -33,6 +33,11 @@ A bucket whose config a cost model predicted (nothing measured it) carries ``"pr
 without the field is measured. The top-level ``predicted`` is true when any bucket is (or when the whole
 table was built as predicted), so a reader that knows no per-bucket field still sees the table as predicted.
 
+A table whose shapes are served by the dense GEMM's "tunableop" backend carries ``"pins": {"tunableop":
+[{"validators": {...}, "results": [[op_signature, param_signature, solution, ms, M, N, K, dtype, layout],
+...]}]}``: the vendor solutions TunableOp picked for those exact shapes, which the run-time hands to
+PyTorch's TunableOp (`autotune.kernels.dense.tunableop`). Readers that know no pins ignore the field.
+
 ``dtype`` is the canonical short name of A's dtype ("bf16", "fp16", "fp8e4m3", ...); torch-style aliases
 ("bfloat16", "torch.float16") are accepted when a table is built or loaded. ``time_us`` may be null.
 ``fingerprint`` and ``device_key`` must agree with ``target``; a file where they do not is rejected.
@@ -320,6 +325,31 @@ class Entry:
         return self.ranges or self.buckets
 
 
+def _check_pins(pins: Any) -> dict[str, tuple[Mapping[str, Any], ...]]:
+    """`pins` as a Table holds them: backend name → groups, each an object with "validators" (an object of
+    strings) and "results" (a list of lists); ValueError naming what is wrong."""
+    if not isinstance(pins, Mapping):
+        raise ValueError(f"'pins' must be an object of backend → list, got {type(pins).__name__}")
+    out: dict[str, tuple[Mapping[str, Any], ...]] = {}
+    for backend, groups in pins.items():
+        if not isinstance(groups, (list, tuple)) or not all(isinstance(g, Mapping) for g in groups):
+            raise ValueError(f"'pins'[{backend!r}] must be a list of objects")
+        for g in groups:
+            validators, results = g.get("validators"), g.get("results")
+            if not isinstance(validators, Mapping) or not all(
+                isinstance(v, str) for v in validators.values()
+            ):
+                raise ValueError(f"'pins'[{backend!r}]: 'validators' must be an object of strings")
+            if not isinstance(results, (list, tuple)) or not all(
+                isinstance(r, (list, tuple)) for r in results
+            ):
+                raise ValueError(f"'pins'[{backend!r}]: 'results' must be a list of lists")
+        out[str(backend)] = tuple(
+            {"validators": dict(g["validators"]), "results": [list(r) for r in g["results"]]} for g in groups
+        )
+    return out
+
+
 def _describe(key: Key) -> str:
     op, dtype, layout, n, k, e, topk, params = key
     moe = f" E={e} topk={topk}" if e or topk else ""
@@ -352,7 +382,17 @@ class Table:
     file and, for a malformed entry, which entry and field.
     """
 
-    __slots__ = ("_index", "created", "entries", "generator", "m_policy", "predicted", "source", "target")
+    __slots__ = (
+        "_index",
+        "created",
+        "entries",
+        "generator",
+        "m_policy",
+        "pins",
+        "predicted",
+        "source",
+        "target",
+    )
 
     target: Target
     m_policy: str
@@ -361,6 +401,9 @@ class Table:
     generator: str  # the tool that wrote the file read, "" for a table built in memory
     source: str  # the file it was read from, or "<memory>" / "<string>"
     entries: tuple[Entry, ...]
+    #: What a backend serves beside its configs, by backend: "tunableop" → the vendor solutions pinned per
+    #: shape (`autotune.kernels.dense.tunableop.install`). Empty for most tables.
+    pins: Mapping[str, tuple[Mapping[str, Any], ...]]
     #: key → (starts: tuned M values or range los, their configs, the entry's rows, the entry's policy)
     _index: dict[Key, _Hit]
 
@@ -373,6 +416,7 @@ class Table:
         predicted: bool = False,
         created: str | None = None,
         source: str = "<memory>",
+        pins: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
     ) -> None:
         if not isinstance(target, Target):
             raise ValueError(f"target must be a Target, got {target!r}")
@@ -399,6 +443,7 @@ class Table:
         init(self, "generator", "")
         init(self, "source", source)
         init(self, "entries", tuple(ordered))
+        init(self, "pins", _check_pins(pins or {}))
         init(self, "_index", index)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -427,6 +472,7 @@ class Table:
         m_policy: str = "round_up",
         predicted: bool = False,
         ranges: Mapping[Key, Iterable[Range]] | None = None,
+        pins: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
     ) -> Table:
         """Builds a table from (problem, winning config, time in µs or None[, predicted]) tuples.
 
@@ -463,7 +509,7 @@ class Table:
             if key not in ranged
         ]
         entries += [Entry(*key[:7], ranges=rows, params=key[7]) for key, rows in ranged.items()]
-        return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted)
+        return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted, pins=pins)
 
     # -- serialization --------------------------------------------------------------------------------
 
@@ -556,6 +602,7 @@ class Table:
                 predicted=predicted,
                 created=created,
                 source=source,
+                pins=data.get("pins") or {},
             )
         except ValueError as exc:
             raise bad(str(exc)) from None
@@ -575,6 +622,7 @@ class Table:
             "m_policy": self.m_policy,
             "created": self.created,
             "generator": _generator(),
+            **({"pins": {k: [dict(g) for g in v] for k, v in self.pins.items()}} if self.pins else {}),
             "entries": [entry.to_dict() for entry in self.entries],
         }
 

@@ -368,6 +368,7 @@ class Benchmarker:
             if not raced and (state.best_us is None or timing.median_us < state.best_us):
                 state.best_us = timing.median_us
             extra = {"raced": f"{self.settings.race:g}x"} if raced else {}
+            extra.update(getattr(launches[0], "extra", None) or {})  # what the launch found (a pin)
             return TrialResult(
                 config,
                 TrialStatus.OK,

@@ -69,9 +69,11 @@ class FakeGemm:
                 raise OutOfResources(300000, 65536, "shared memory")
             elif mode == "fault":
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
-            else:
+            else:  # "real", "pinned"
                 out.copy_(ref)
 
+        if mode == "pinned":
+            launch.extra = {"tunableop": {"solution": "Gemm_Hipblaslt_1_9"}}  # type: ignore[attr-defined]
         return launch
 
 
@@ -216,12 +218,15 @@ class _ClockedGemm(FakeGemm):
         self.now_us = 0.0
 
     def prepare(self, problem: Problem, config: Config, target: Target, inputs: Any, out: Any) -> Launch:
-        inner = super().prepare(problem, config.replace(mode="real"), target, inputs, out)
+        mode = "pinned" if config.get("mode") == "pinned" else "real"
+        inner = super().prepare(problem, config.replace(mode=mode), target, inputs, out)
 
         def launch() -> None:
             inner()
             self.now_us = float(config["us"])
 
+        if hasattr(inner, "extra"):
+            launch.extra = inner.extra  # type: ignore[attr-defined]
         return launch
 
 
@@ -254,6 +259,14 @@ class _FakeGpuBench(Benchmarker):
 
     def _graph_sampler(self, launches: Sequence[Launch]) -> Any:
         return (lambda count: [self._tick(launches[0]) for _ in range(count)]), 4
+
+
+def test_what_a_launch_found_is_stored_with_its_trial() -> None:
+    bench = _FakeGpuBench(BenchSettings(method="events", min_reps=5, max_reps=5, precision=None))
+    result = bench.run(PROBLEM, Config(backend="triton", mode="pinned", us=10.0))
+    assert result.ok and result.extra["tunableop"] == {"solution": "Gemm_Hipblaslt_1_9"}
+    plain = bench.run(PROBLEM, Config(backend="triton", mode="real", us=10.0))
+    assert plain.ok and "tunableop" not in plain.extra
 
 
 def _timed(bench: _FakeGpuBench, us: float, problem: Problem = PROBLEM, **kw: Any) -> tuple[Any, int]:

@@ -131,7 +131,8 @@ def _explain_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
 
 
 # A launch plan per config: (kind, launch function, workspace slices: SPLIT_K, or 1 without a workspace,
-# the most rows of A it takes); kind 0 = the vendor library (torch.mm), 1 = B's strides, 2 = B's layout.
+# the most rows of A it takes); kind 0 = the vendor library (torch.mm), 1 = B's strides, 2 = B's layout,
+# 3 = torch.mm with TunableOp's pinned solution (`dense.tunableop`).
 _Plan = tuple[int, Callable[..., None] | None, int, int]
 _plans: dict[Config, _Plan] = {}
 
@@ -144,7 +145,9 @@ def _plan(config: Config, target: Target) -> _Plan:
 
         record = GEMM_BACKENDS[config.backend]
         rows = sys.maxsize if record.max_m is None else record.max_m
-        if record.library:
+        if record.name == "tunableop":
+            plan = (3, None, 1, rows)
+        elif record.library:
             plan = (0, None, 1, rows)
         else:
             kernel = record.launch
@@ -183,6 +186,8 @@ def _run(
     if kind == 0:  # the very call the tuner timed (F.linear can pick another cuBLAS path)
         bt = b.t() if b_layout == "nk" else b
         return torch.mm(a, bt) if out is None else torch.mm(a, bt, out=out)
+    if kind == 3:  # torch.mm with the solution a table pinned for this very shape, else plain torch.mm
+        return _pinned(a, b, M, N, K, b_layout, out)
     assert run is not None
     c = a.new_empty((M, N)) if out is None else out
     workspace = a.new_empty(split_k * M * N, dtype=torch.float32) if split_k > 1 else None
@@ -195,6 +200,20 @@ def _run(
         else:
             run(a, b, c, sb[0], sb[1], M, N, K, workspace)
     return c
+
+
+def _pinned(
+    a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, b_layout: str, out: torch.Tensor | None
+) -> torch.Tensor:
+    from autotune.kernels.dense import tunableop
+
+    if tunableop.installed_shapes() is None:  # first call: the pins of the tables in use
+        from autotune.dispatch import default_dispatcher
+
+        pins = [p for t in default_dispatcher().tables for p in t.pins.get("tunableop", ())]
+        tunableop.install(pins, a.device)
+    bt = b.t() if b_layout == "nk" else b
+    return tunableop.mm(a, bt, tunableop.pin_key(M, N, K, _DTYPE_NAMES[a.dtype], b_layout), out)
 
 
 def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target) -> Config:

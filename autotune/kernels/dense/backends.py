@@ -145,16 +145,60 @@ def _torch_version() -> str:
     return f"torch.mm {torch.__version__}"
 
 
+def _tunableop_launch(
+    problem: Problem,
+    config: Config,
+    target: Target,
+    inputs: Inputs,
+    out: torch.Tensor,
+    calls: list[KernelCall] | None = None,
+) -> Launch:
+    """TunableOp tunes this GEMM (here, untimed: a sweep's worker prepares before it times) and the launch
+    replays its pick; the pin rides on the launch (`extra`), which the trial stores."""
+    from autotune.kernels.dense import tunableop
+
+    a, b = inputs
+    bt = b.t() if problem.layout == "nk" else b
+    pin = tunableop.tune(a, bt, out)
+    shape = tunableop.pin_key(problem.M, problem.N, problem.K, problem.dtype_a, problem.layout)
+
+    def launch() -> None:
+        tunableop.run_pinned(a, bt, out)
+
+    launch.extra = {"tunableop": {**pin, "shape": list(shape)}}  # type: ignore[attr-defined]
+    return launch
+
+
+def _tunableop_version() -> str:
+    import torch
+
+    return f"torch.mm through TunableOp {torch.__version__}"
+
+
+def _gpu(target: Target) -> bool:
+    return not target.interpreter
+
+
 def _module(name: str) -> tuple[str, ...]:
     return (f"autotune.kernels.dense.{name}",)
 
 
-#: The dense GEMM's backends: torch.mm (cuBLAS or hipBLASLt), the tiled kernel (split-K, stream-K), the
-#: GEMV kernel (A of at most GEMV_ROWS rows) and on Hopper and newer the TMA kernel.
+#: The dense GEMM's backends: torch.mm (cuBLAS or hipBLASLt), torch.mm with the vendor solution TunableOp
+#: picked pinned (searched where a sweep names it), the tiled kernel (split-K, stream-K), the GEMV kernel
+#: (A of at most GEMV_ROWS rows) and on Hopper and newer the TMA kernel.
 GEMM_BACKENDS = Backends(
     "gemm",
     (
         Backend("torch", _torch_launch, library=True, version=_torch_version, cost=LIBRARY),
+        Backend(
+            "tunableop",
+            _tunableop_launch,
+            library=True,
+            version=_tunableop_version,
+            cost=LIBRARY,
+            runs_on=_gpu,
+            opt_in=True,
+        ),
         Backend("triton", KernelLaunch(_pointer), triton_subspace, modules=_module("kernel"), cost=TILED),
         Backend(
             "triton_gemv",
