@@ -12,6 +12,8 @@ clock with the GPU idle at its start, so that drifts of the host hit every varia
   holds the config, lookup, checks and output allocation included (called eagerly on plain tensors, it
   runs the implementation without the torch op's dispatch: `torch_ops.eager`);
 - `torch.mm`: the vendor library's call on the same inputs, for scale.
+The first case is the floor: an op that does nothing, registered and called as ours are; its op cost is
+what torch's dispatcher takes from any op implemented in Python on this host.
 For the quantized GEMM and the fused MoE, whose launches are built per call, the dispatched call (or
 the op's launch) runs with the shortcut off and on. The problems are tiny, so the GPU keeps up and the
 host is what is timed. The `overhead` column is dispatched less pinned; `op cost` is op less no op, what
@@ -149,6 +151,24 @@ def moe_case(target: Any) -> tuple[str, dict[str, Callable[[], Any]]]:
     }
 
 
+def floor_case() -> tuple[str, dict[str, Callable[[], Any]]]:
+    """The dispatcher's own cost on this host: an op that does nothing, registered as autotune's ops are
+    (a `torch.library.Library` fragment, the CUDA key, autotune::gemm's schema), called through
+    `torch.ops` (`op`) and as its Python function (`no op`). No op implemented in Python costs less."""
+    from autotune.kernels.torch_ops import TorchOp, register
+
+    def impl(a: torch.Tensor, b: torch.Tensor, b_layout: str = "nk") -> torch.Tensor:
+        return a
+
+    (op,) = register(TorchOp("dispatch_floor(Tensor a, Tensor b, str b_layout='nk') -> Tensor", impl, impl))
+    a = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    return "dispatch floor (an op that does nothing)", {
+        "no op": lambda: impl(a, b, "nk"),
+        "op": lambda: op(a, b, "nk"),
+    }
+
+
 def profile(name: str, variants: dict[str, Callable[[], Any]], calls: int = 2000, top: int = 12) -> None:
     """cProfile of `calls` calls of each variant: the functions with the most own time."""
     import cProfile
@@ -188,7 +208,7 @@ def main() -> int:
         return 2
     target = local_target()
     info = harness.run_info(target, cases=[])
-    cases = [dense_case(target, "triton"), quant_case(target), moe_case(target)]
+    cases = [floor_case(), dense_case(target, "triton"), quant_case(target), moe_case(target)]
     from autotune.kernels.dense.space import has_tma
 
     if has_tma(target):

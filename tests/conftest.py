@@ -69,7 +69,19 @@ if not HAS_GPU:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The session's folder removed, with all that the tests and their processes wrote there."""
+    _finish_multiprocessing_temp_dir()
     _remove_session_dir()
+
+
+def _finish_multiprocessing_temp_dir() -> None:
+    """Runs now the finalizer that removes this process's multiprocessing temp folder (a pymp-* folder in
+    the session's), which would otherwise run at exit and fail on a folder already gone."""
+    from multiprocessing import util
+
+    remove = getattr(util, "_remove_temp_dir", None)
+    for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
+        if remove is not None and getattr(finalizer, "_callback", None) is remove:
+            finalizer()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
