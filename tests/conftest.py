@@ -53,6 +53,8 @@ for _name, _env in (("tmp", "TMPDIR"), ("tmp", "RAY_TMPDIR"), ("cache", "XDG_CAC
     (SESSION_DIR / _name).mkdir(exist_ok=True)
     os.environ[_env] = str(SESSION_DIR / _name)
 tempfile.tempdir = str(SESSION_DIR / "tmp")
+# A local Ray cluster of the tests needs no token: Ray's default would write one to ~/.ray/auth_token.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
