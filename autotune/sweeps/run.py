@@ -145,7 +145,7 @@ def run_sweep(
         queue.shared = SharedWork(store, work_key(spec.text, target), report.sweep_id)
         counted = progress.wrap(on_trial)
         try:
-            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker, jobs)
+            _WorkerLoop(queue, workers, store, report, progress, counted, on_problem, checker, jobs).run()
         finally:
             report.budget_spent = queue.budget_spent
             if queue.budget_spent:
@@ -382,163 +382,95 @@ class _LaneChecker:
             return self.checker.findings(op, problem, config)
 
 
-def _run_on_workers(
-    queue: _ProblemQueue,
-    workers: Sequence[Worker],
-    store: Store,
-    report: SweepReport,
-    progress: _Progress,
-    on_trial: TrialCallback | None,
-    on_problem: Callable[[ProblemReport], None] | None,
-    checker: StaticChecker | None,
-    jobs: Sequence[FamilyProfile] = (),
-) -> None:
-    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one), then, once every
-    problem is tuned, the profile `jobs`, one thread per worker; Ctrl-C here aborts the running trials
-    and stops them all."""
-    stop = threading.Event()
-    lock = threading.Lock()  # the report and the callbacks
-    errors: list[BaseException] = []
-    tickets = itertools.count()
-    lanes = [_Lane(w, tickets) for w in workers]
+@dataclass
+class _Tuning:
+    """A problem taken from the queue, and the Runner tuning it while it runs (what a sweep stopped
+    mid-way reports of it)."""
 
-    def locked_on_trial(problem: Problem, config: Any, result: Any) -> None:
-        if on_trial is not None:
-            with lock:
-                on_trial(problem, config, result)
+    entry: SweepEntry
+    problem: Problem
+    budget: Budget
+    runner: Runner | None = None
 
-    def drain(lane: _Lane) -> None:
-        worker = lane.worker
-        runner: Runner | None = None
-        item = None
+
+@dataclass
+class _Profiling:
+    """A shape family to profile, and its plan once made (`PlansAhead`), kept when it is handed back."""
+
+    family: FamilyProfile
+    plan: tuple[Plan, int] | None = None
+
+
+class _WorkerLoop:
+    """The sweep's threads over its workers: they drain the problem queue, `IN_FLIGHT` per worker when
+    compiling ahead (else one), then, once every problem is tuned, profile the shape families, one thread
+    per worker. Ctrl-C in `run` aborts the running trials and stops them all.
+
+    Contract: `run` is called once. The report, the callbacks, `errors` and the families left are guarded
+    by `lock`; `stop` tells every thread to stop between trials. A thread's failure becomes the sweep's
+    outcome in one place, `_failed`: a stop (SweepStopped, WorkerAborted) ends the thread, the problem in
+    flight reporting what it stored; a WorkerError (this worker cannot go on) hands its item back to
+    the other workers; anything else (a bug, a database error) stops the sweep. `run` then raises the
+    first error that stopped the sweep, or, where work is left that no worker could do, the first
+    WorkerError.
+    """
+
+    def __init__(
+        self,
+        queue: _ProblemQueue,
+        workers: Sequence[Worker],
+        store: Store,
+        report: SweepReport,
+        progress: _Progress,
+        on_trial: TrialCallback | None,
+        on_problem: Callable[[ProblemReport], None] | None,
+        checker: StaticChecker | None,
+        jobs: Sequence[FamilyProfile] = (),
+    ) -> None:
+        self.queue, self.workers, self.store, self.report = queue, workers, store, report
+        self.progress, self.on_trial, self.on_problem, self.checker = progress, on_trial, on_problem, checker
+        self.stop = threading.Event()
+        self.lock = threading.Lock()  # the report, the callbacks, `errors` and `families`
+        self.errors: list[BaseException] = []
+        tickets = itertools.count()
+        self.lanes = [_Lane(w, tickets) for w in workers]
+        self.families = [_Profiling(job) for job in jobs]  # the families left to profile
+        self.ahead: PlansAhead | None = None  # the profile's plans, made on a thread once tuning is done
+
+    def run(self) -> None:
+        one_thread = len(self.workers) == 1 and self.checker is None
         try:
-            while not stop.is_set() and (item := queue.take(stop.is_set)) is not None:
-                entry, problem, budget = item
-                op = entry.op_for(problem)
-                if checker is not None:  # this problem's first compiles, then the next problem's
-                    _compile_ahead(checker, entry, problem)  # (queued first, so they are compiled first)
-                    if (following := queue.peek()) is not None:
-                        _compile_ahead(checker, *following)
-                ticket = lane.join()
-                try:
-                    runner = Runner(
-                        store,
-                        worker.target,
-                        _InLane(lane, ticket, op),
-                        served=_InLane(lane, ticket, ServedTiming(op)),
-                        sweep_id=report.sweep_id,
-                        on_trial=locked_on_trial,
-                        checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
-                        should_stop=stop.is_set,
-                        warm_start=entry.warm_start,
-                        final_rounds=entry.final_rounds_on(worker.target),
-                    )
-                    result = runner.tune(
-                        op,
-                        problem,
-                        strategy=entry.strategy,
-                        budget=budget,
-                        seed=entry.seed,
-                        backends=entry.backends,
-                        clock=lane.clock(ticket),
-                    )
-                finally:
-                    lane.leave(ticket)
-                queue.done(problem)
-                item = None
-                with lock:
-                    report.problems.append(result)
-                    progress.problem_done(result)
-                    if on_problem is not None:
-                        on_problem(result)
-        except (SweepStopped, WorkerAborted):
-            pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its problem
-            log.error("%s stopped: %s", worker.name, exc)
-            if item is not None:
-                queue.put_back(item[0], item[1])
-                item = None
-            with lock:
-                errors.append(exc)
-        except BaseException as exc:  # a bug or a database error: stop the sweep
-            with lock:
-                errors.append(exc)
-            stop.set()
+            self._run_phase(self._drain, IN_FLIGHT if self.checker is not None else 1)
+            self._check_errors(bool(self.queue.todo))
+            queue = self.queue
+            if self.families and not self.stop.is_set() and not queue.budget_spent and not queue.todo:
+                self._profile_all()
         finally:
-            if item is not None and runner is not None and runner.current is not None:
-                with lock:
-                    report.problems.append(runner.current)  # stopped mid-way: its stored trials count
+            if one_thread:
+                self.workers[0].close()
 
-    profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
-    ahead: PlansAhead | None = None  # the profile's plans, made on a thread once tuning is done
-
-    def next_job() -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
-        """The next family to profile: for a shared sweep, one no other live process holds (waiting
-        while others hold every one left)."""
-        while True:
-            with lock:
-                if not profile_jobs:
-                    return None
-                for i, job in enumerate(profile_jobs):
-                    shared = queue.shared
-                    if shared is None or shared.claim(profile_item(job[0].family)) != "held":
-                        return profile_jobs.pop(i)
-                items = [profile_item(job[0].family) for job in profile_jobs]
-            deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)  # until one is freed: read often
-            while not (queue.shared is not None and queue.shared.claimable(items)):
-                if stop.wait(WAIT_POLL_S):
-                    return None
-                if time.monotonic() > deadline:
-                    break
-
-    def profile(lane: _Lane) -> None:
-        worker = lane.worker
-        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
+    def _profile_all(self) -> None:
+        t0 = time.perf_counter()
+        if self.checker is not None:  # planned in order while the families before are timed
+            families = [job.family for job in self.families]
+            target = self.workers[0].target
+            self.ahead = PlansAhead(families, store=self.store, target=target, checker=self.checker)
         try:
-            while not stop.is_set() and (job := next_job()) is not None:
-                if job[1] is None and ahead is not None:
-                    job = (job[0], ahead.wait(job[0], stop.is_set))
-                ticket = lane.join()
-                try:
-                    done = profile_family(
-                        job[0],
-                        store=store,
-                        target=worker.target,
-                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op, race=PROFILE_RACE)),
-                        sweep_id=report.sweep_id,
-                        should_stop=stop.is_set,
-                        on_point=lambda *_: progress.beat(),
-                        compiler=checker,
-                        plan=job[1],
-                    )
-                finally:
-                    lane.leave(ticket)
-                if queue.shared is not None:
-                    queue.shared.done(profile_item(job[0].family))
-                job = None
-                with lock:
-                    report.profiles.append(done)
-        except (SweepStopped, WorkerAborted):
-            pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its family
-            log.error("%s stopped: %s", worker.name, exc)
-            with lock:
-                if job is not None:
-                    profile_jobs.insert(0, job)
-                errors.append(exc)
-        except BaseException as exc:  # a bug or a database error: stop the sweep
-            with lock:
-                errors.append(exc)
-            stop.set()
+            self._run_phase(self._profile, 1)
+        finally:
+            self.report.profile_s = time.perf_counter() - t0
+            if self.ahead is not None:
+                self.ahead.close()
+        self._check_errors(bool(self.families))
 
-    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
-        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
-            body(lanes[0])
+    def _run_phase(self, body: Callable[[_Lane], None], per_worker: int) -> None:
+        if len(self.workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the trial
+            body(self.lanes[0])
             return
         threads = [
             threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
             for i in range(per_worker)
-            for lane in lanes
+            for lane in self.lanes
         ]
         for t in threads:
             t.start()
@@ -547,40 +479,157 @@ def _run_on_workers(
                 for t in threads:
                     t.join(0.2)
         except KeyboardInterrupt:
-            stop.set()
-            for w in workers:
+            self.stop.set()
+            for w in self.workers:
                 w.close()  # a running trial is cut short, and not stored
             for t in threads:
                 t.join()
             raise
 
-    def check_errors(left: bool) -> None:
-        fatal = [e for e in errors if not isinstance(e, WorkerError)]
+    def _check_errors(self, left: bool) -> None:
+        fatal = [e for e in self.errors if not isinstance(e, WorkerError)]
         if fatal:
             raise fatal[0]
-        if left and not stop.is_set() and not queue.budget_spent:
-            raise errors[0] if errors else RuntimeError("work left with no worker to do it")
+        if left and not self.stop.is_set() and not self.queue.budget_spent:
+            raise self.errors[0] if self.errors else RuntimeError("work left with no worker to do it")
 
-    one_thread = len(workers) == 1 and checker is None
-    try:
-        run_phase(drain, IN_FLIGHT if checker is not None else 1)
-        check_errors(bool(queue.todo))
-        if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
-            t0 = time.perf_counter()
-            if checker is not None:  # planned in order while the families before are timed
-                ahead = PlansAhead(
-                    [job for job, _ in profile_jobs], store=store, target=workers[0].target, checker=checker
-                )
-            try:
-                run_phase(profile, 1)
-            finally:
-                report.profile_s = time.perf_counter() - t0
-                if ahead is not None:
-                    ahead.close()
-            check_errors(bool(profile_jobs))
-    finally:
-        if one_thread:
-            workers[0].close()
+    # -- the threads ----------------------------------------------------------------------------------
+
+    def _drain(self, lane: _Lane) -> None:
+        """Tunes the problems of the queue on `lane`'s worker until none is left or the sweep stops."""
+        item: _Tuning | None = None
+        try:
+            while not self.stop.is_set() and (item := self._take()) is not None:
+                self._tune(lane, item)
+                item = None
+        except BaseException as exc:
+            self._failed(lane, exc, item)
+
+    def _profile(self, lane: _Lane) -> None:
+        """Profiles the families left on `lane`'s worker until none is left or the sweep stops."""
+        job: _Profiling | None = None
+        try:
+            while not self.stop.is_set() and (job := self._next_job()) is not None:
+                self._profile_one(lane, job)
+                job = None
+        except BaseException as exc:
+            self._failed(lane, exc, job)
+
+    def _failed(self, lane: _Lane, exc: BaseException, item: _Tuning | _Profiling | None) -> None:
+        """What the failure `exc` of `lane`'s thread, with `item` in flight, makes of the sweep: the one
+        place a worker's failure becomes the stored outcome (the class docstring says how)."""
+        if isinstance(exc, WorkerError):  # this worker cannot go on; the others take its item
+            log.error("%s stopped: %s", lane.worker.name, exc)
+            with self.lock:
+                if isinstance(item, _Tuning):
+                    self.queue.put_back(item.entry, item.problem)
+                elif item is not None:
+                    self.families.insert(0, item)
+                self.errors.append(exc)
+            return
+        if not isinstance(exc, (SweepStopped, WorkerAborted)):  # a bug or a database error: stop the sweep
+            with self.lock:
+                self.errors.append(exc)
+            self.stop.set()
+        if isinstance(item, _Tuning) and item.runner is not None and item.runner.current is not None:
+            with self.lock:
+                self.report.problems.append(item.runner.current)  # stopped mid-way: its stored trials count
+
+    # -- tuning ---------------------------------------------------------------------------------------
+
+    def _take(self) -> _Tuning | None:
+        taken = self.queue.take(self.stop.is_set)
+        return None if taken is None else _Tuning(*taken)
+
+    def _tune(self, lane: _Lane, item: _Tuning) -> None:
+        entry, problem, worker, checker = item.entry, item.problem, lane.worker, self.checker
+        op = entry.op_for(problem)
+        if checker is not None:  # this problem's first compiles, then the next problem's
+            _compile_ahead(checker, entry, problem)  # (queued first, so they are compiled first)
+            if (following := self.queue.peek()) is not None:
+                _compile_ahead(checker, *following)
+        ticket = lane.join()
+        try:
+            item.runner = Runner(
+                self.store,
+                worker.target,
+                _InLane(lane, ticket, op),
+                served=_InLane(lane, ticket, ServedTiming(op)),
+                sweep_id=self.report.sweep_id,
+                on_trial=self._on_trial,
+                checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
+                should_stop=self.stop.is_set,
+                warm_start=entry.warm_start,
+                final_rounds=entry.final_rounds_on(worker.target),
+            )
+            result = item.runner.tune(
+                op,
+                problem,
+                strategy=entry.strategy,
+                budget=item.budget,
+                seed=entry.seed,
+                backends=entry.backends,
+                clock=lane.clock(ticket),
+            )
+        finally:
+            lane.leave(ticket)
+        self.queue.done(problem)
+        item.runner = None  # tuned: its report is the one below, whatever follows
+        with self.lock:
+            self.report.problems.append(result)
+            self.progress.problem_done(result)
+            if self.on_problem is not None:
+                self.on_problem(result)
+
+    def _on_trial(self, problem: Problem, config: Any, result: Any) -> None:
+        if self.on_trial is not None:
+            with self.lock:
+                self.on_trial(problem, config, result)
+
+    # -- profiling ------------------------------------------------------------------------------------
+
+    def _next_job(self) -> _Profiling | None:
+        """The next family to profile: for a shared sweep, one no other live process holds (waiting
+        while others hold every one left)."""
+        shared = self.queue.shared
+        while True:
+            with self.lock:
+                if not self.families:
+                    return None
+                for i, job in enumerate(self.families):
+                    if shared is None or shared.claim(profile_item(job.family.family)) != "held":
+                        return self.families.pop(i)
+                items = [profile_item(job.family.family) for job in self.families]
+            deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)  # until one is freed: read often
+            while not (shared is not None and shared.claimable(items)):
+                if self.stop.wait(WAIT_POLL_S):
+                    return None
+                if time.monotonic() > deadline:
+                    break
+
+    def _profile_one(self, lane: _Lane, job: _Profiling) -> None:
+        family = job.family
+        if job.plan is None and self.ahead is not None:
+            job.plan = self.ahead.wait(family, self.stop.is_set)
+        ticket = lane.join()
+        try:
+            done = profile_family(
+                family,
+                store=self.store,
+                target=lane.worker.target,
+                measurer=_InLane(lane, ticket, ServedTiming(family.op, race=PROFILE_RACE)),
+                sweep_id=self.report.sweep_id,
+                should_stop=self.stop.is_set,
+                on_point=lambda *_: self.progress.beat(),
+                compiler=self.checker,
+                plan=job.plan,
+            )
+        finally:
+            lane.leave(ticket)
+        if self.queue.shared is not None:
+            self.queue.shared.done(profile_item(family.family))
+        with self.lock:
+            self.report.profiles.append(done)
 
 
 def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
