@@ -58,6 +58,9 @@ class Store(SweepLog, Claims, TrialWrites, TrialStream, FeatureCache, Winners, B
     the sweep's per-GPU threads share one). Separate processes (and hosts, with PostgreSQL) may share one
     database, each with its own Store. Errors inside the database surface as
     StoreError; bad arguments as ValueError.
+
+    Its methods are those of its parts (this module's docstring lists them), each a `Database` that calls
+    only its own methods and the Database's, so that each can be read alone.
     """
 
     def __enter__(self) -> Store:
