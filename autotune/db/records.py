@@ -18,7 +18,33 @@ UNKNOWN_K = 1
 UNKNOWN_TOPK = 1
 
 
-__all__ = ["GpuRecord", "GpuSummary", "Holdings", "Summary", "SweepRecord", "TrialRecord", "Winner"]
+__all__ = [
+    "GpuRecord",
+    "GpuSummary",
+    "Holdings",
+    "NewTrial",
+    "Summary",
+    "SweepRecord",
+    "TrialRecord",
+    "Winner",
+]
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """One trial for `Store.record_many`: what `Store.record` takes as arguments, as a value.
+
+    `extra_json` is the JSON of `result.extra` as the Store writes it (`json.dumps`, keys sorted) where
+    its maker has it already (an import's row, `autotune.db.foreign.JsonForm`); "": the Store encodes it.
+    """
+
+    target: Target
+    kernel: str
+    source_hash: str
+    problem: Problem
+    result: TrialResult
+    source: Source = Source.MEASURED
+    extra_json: str = ""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ import logging
 import os
 import threading
 import warnings
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -26,7 +25,7 @@ from typing import Any, TypeAlias
 
 from autotune.core.config import Config
 from autotune.core.target import Target
-from autotune.dispatch.table import RANGES, Key, Table, TableError, _describe, canonical_dtype, pick
+from autotune.dispatch.table import Key, Table, TableError, _describe, _Hit, canonical_dtype, find
 
 __all__ = [
     "ENV_TABLES",
@@ -51,8 +50,6 @@ ENV_UNTUNED_LOG = "AUTOTUNE_UNTUNED_LOG"
 #: What a Dispatcher is told about the running GPU: its device key, its Target, or None for no GPU.
 DeviceKeySource: TypeAlias = "str | Target | Callable[[], str | Target | None] | None"
 
-# (tuned ms or range starts, their configs, the M policy or RANGES)
-_IndexValue = tuple[tuple[int, ...], tuple[Config, ...], str]
 _LOG_FIELDS = ("op", "m", "n", "k", "e", "topk", "dtype", "layout", "device_key")
 
 
@@ -104,7 +101,7 @@ class Dispatcher:
         self._running_target: Target | None = None
         self._untuned_log = Path(untuned_log).expanduser() if untuned_log is not None else None
         self._tables: tuple[Table, ...] = ()
-        self._index: dict[Key, _IndexValue] = {}
+        self._index: dict[Key, _Hit] = {}
         self._warned_shapes: set[Key] = set()
         self._logged: set[tuple[Key, int]] = set()
         self._log_failed = False
@@ -177,7 +174,7 @@ class Dispatcher:
             for table in tables:
                 if self._accepts(table):
                     accepted.append(table)
-            index: dict[Key, _IndexValue] = {}
+            index: dict[Key, _Hit] = {}
             for table in accepted:
                 index.update(_index_of(table))
             self._tables = tuple(accepted)
@@ -247,27 +244,14 @@ class Dispatcher:
 
         None also records the shape as untuned (see `note_untuned`).
         """
-        hit = self._index.get((op, dtype, layout, N, K, E, topk, params))
-        if hit is not None:
-            ms, configs, policy = hit
-            if policy == RANGES:
-                return configs[bisect_right(ms, M) - 1]
-            if policy == "round_up":
-                i = bisect_left(ms, M)
-                return configs[i] if i < len(ms) else configs[-1]
-            return configs[pick(ms, M, policy)]
-        return self._miss(op, M, N, K, E, dtype, layout, topk, params)
+        config: Config | None = find(self._index, (op, dtype, layout, N, K, E, topk, params), M)
+        return config if config is not None else self._miss(op, M, N, K, E, dtype, layout, topk, params)
 
     def _miss(
         self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int, params: str = ""
     ) -> Config | None:
-        canon = canonical_dtype(dtype)
-        key: Key = (op, canon, layout, N, K, E, topk, params)
-        if canon != dtype:  # an alias such as "bfloat16" or torch.bfloat16
-            hit = self._index.get(key)
-            if hit is not None:
-                return hit[1][pick(hit[0], M, hit[2])]
-        self._record_untuned(key, M, stacklevel=4)
+        """A shape no table covers (nor under its canonical dtype name): recorded as untuned."""
+        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk, params), M, stacklevel=4)
         return None
 
     # -- untuned shapes -------------------------------------------------------------------------------
@@ -355,8 +339,8 @@ def _format_toolchain(toolchain: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items())) or "unknown"
 
 
-def _index_of(table: Table) -> dict[Key, _IndexValue]:
-    return {key: (ms, configs, policy) for key, (ms, configs, _, policy) in table._index.items()}
+def _index_of(table: Table) -> dict[Key, _Hit]:
+    return dict(table._index)
 
 
 # -- the untuned-shapes log ---------------------------------------------------------------------------
@@ -462,17 +446,9 @@ def lookup(
     d = _default
     if d is None:
         d = default_dispatcher()
-    # Dispatcher.lookup, inlined: one call less
-    hit = d._index.get((op, dtype, layout, N, K, E, topk, params))
-    if hit is not None:
-        ms, configs, policy = hit
-        if policy == RANGES:
-            return configs[bisect_right(ms, M) - 1]
-        if policy == "round_up":
-            i = bisect_left(ms, M)
-            return configs[i] if i < len(ms) else configs[-1]
-        return configs[pick(ms, M, policy)]
-    return d._miss(op, M, N, K, E, dtype, layout, topk, params)
+    # find, not d.lookup: one call less
+    config: Config | None = find(d._index, (op, dtype, layout, N, K, E, topk, params), M)
+    return config if config is not None else d._miss(op, M, N, K, E, dtype, layout, topk, params)
 
 
 def _tables_from_env(strict: bool) -> list[Table]:

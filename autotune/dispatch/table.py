@@ -76,6 +76,7 @@ __all__ = [
     "Table",
     "TableError",
     "check_ranges",
+    "find",
 ]
 
 #: The value of the "format" field of every table file.
@@ -130,6 +131,30 @@ def pick(ms: tuple[int, ...], M: int, policy: str) -> int:
         # |log2 M - log2 lo| < |log2 hi - log2 M|  <=>  M / lo < hi / M  <=>  M * M < lo * hi
         return i - 1 if lo * hi > M * M else i
     raise ValueError(f"unknown m_policy {policy!r}; known: {', '.join(M_POLICIES)}")
+
+
+def find(index: Mapping[Key, _Hit], key: Key, M: int, m_policy: str | None = None, column: int = 1) -> Any:
+    """The lookup, written once (`Table.lookup_row`, `Dispatcher.lookup` and `autotune.dispatch.lookup`
+    call it): item `column` (1: the config, 2: the Bucket or Range) of the row that serves `M` in the
+    entry of `index` that `key` names, else in the entry of its canonical dtype name ("bfloat16",
+    torch.bfloat16 -> "bf16"); None where neither is there. An entry with M ranges serves the range that
+    holds M (the first for M < 1); one with buckets serves M by `m_policy`, else by its own policy.
+
+    The hot path: one dict get and one bisect, no allocation (ValueError for an unknown `m_policy`).
+    """
+    hit = index.get(key)
+    if hit is None:
+        canon = canonical_dtype(key[1])
+        if canon == key[1] or (hit := index.get((key[0], canon, *key[2:]))) is None:
+            return None
+    policy = hit[3]
+    if policy == RANGES:  # lo=1: the first range (its lo is 1) for M < 1
+        return hit[column][bisect_right(hit[0], M, 1) - 1]
+    if m_policy:
+        policy = m_policy
+    if policy == "round_up":  # hi: the last bucket for an M above them all
+        return hit[column][bisect_left(hit[0], M, 0, len(hit[0]) - 1)]
+    return hit[column][pick(hit[0], M, policy)]
 
 
 def _check_policy(policy: str) -> str:
@@ -691,10 +716,8 @@ class Table:
         `m_policy` overrides the table's policy for this call, for entries with buckets (an entry with
         M ranges always serves the range that holds M).
         """
-        row = self.lookup_row(
-            op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, params=params, m_policy=m_policy
-        )
-        return None if row is None else row.config
+        config: Config | None = find(self._index, (op, dtype, layout, N, K, E, topk, params), M, m_policy)
+        return config
 
     def lookup_row(
         self,
@@ -711,13 +734,9 @@ class Table:
         m_policy: str | None = None,
     ) -> Bucket | Range | None:
         """Like `lookup`, but returns the row that serves M: its Range, or its Bucket (tuned m, time)."""
-        hit = self._index.get((op, dtype, layout, N, K, E, topk, params))
-        if hit is None:
-            hit = self._alias_hit((op, dtype, layout, N, K, E, topk, params))
-            if hit is None:
-                return None
-        policy = hit[3] if hit[3] == RANGES else m_policy or hit[3]
-        row: Bucket | Range = hit[2][pick(hit[0], M, policy)]
+        row: Bucket | Range | None = find(
+            self._index, (op, dtype, layout, N, K, E, topk, params), M, m_policy, 2
+        )
         return row
 
     def lookup_bucket(
@@ -740,13 +759,6 @@ class Table:
             op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, params=params, m_policy=m_policy
         )
         return row if isinstance(row, Bucket) else None
-
-    def _alias_hit(self, key: Key) -> _Hit | None:
-        # Miss path only: retry with the canonical dtype name ("bfloat16", torch.bfloat16 -> "bf16").
-        canon = canonical_dtype(key[1])
-        if canon == key[1]:
-            return None
-        return self._index.get((key[0], canon, *key[2:]))
 
     def keys(self) -> tuple[Key, ...]:
         """The (op, dtype, layout, N, K, E, topk, params) keys, sorted."""

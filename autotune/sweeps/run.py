@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import sys
 import threading
@@ -14,32 +13,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from autotune.core import crashpoints
-from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.registry import is_vendor
 from autotune.core.result import TrialResult
 from autotune.core.target import Target
 from autotune.db.liveness import heartbeat_s
 from autotune.db.unclosed import leave_unclosed
-from autotune.engine.bench import ServedTiming
-from autotune.engine.runner import ProblemReport, Runner, SweepStopped, TrialCallback
+from autotune.engine.runner import ProblemReport, TrialCallback
 from autotune.engine.strategies import Budget
-from autotune.engine.workers import InlineWorker, Worker, WorkerAborted, WorkerError
+from autotune.engine.workers import InlineWorker, Worker
 from autotune.sweeps.estimate import plan, plan_sweep
-from autotune.sweeps.plans_ahead import PlansAhead
 from autotune.sweeps.profile import (
-    PROFILE_RACE,
     FamilyProfile,
-    Plan,
     ProfileReport,
     family_of,
-    profile_family,
 )
-from autotune.sweeps.shared import SharedWork, profile_item, work_key
+from autotune.sweeps.shared import WAIT_POLL_S, SharedWork, work_key
 from autotune.sweeps.spec import SweepEntry, SweepSpec
+from autotune.sweeps.worker_loop import WorkerLoop
 
 if TYPE_CHECKING:
-    from autotune.core.op import TunableOp
     from autotune.db import Store
     from autotune.engine.bench import Benchmarker
     from autotune.engine.checker import StaticChecker
@@ -145,7 +138,7 @@ def run_sweep(
         queue.shared = SharedWork(store, work_key(spec.text, target), report.sweep_id)
         counted = progress.wrap(on_trial)
         try:
-            _run_on_workers(queue, workers, store, report, progress, counted, on_problem, checker, jobs)
+            WorkerLoop(queue, workers, store, report, progress, counted, on_problem, checker, jobs).run()
         finally:
             report.budget_spent = queue.budget_spent
             if queue.budget_spent:
@@ -167,10 +160,6 @@ def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
         if ladder:
             out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder))
     return out
-
-
-#: How often a process whose problems left are all held elsewhere looks whether one was freed, in seconds.
-WAIT_POLL_S = 0.25
 
 
 class _ProblemQueue:
@@ -272,332 +261,6 @@ class _ProblemQueue:
     def put_back(self, entry: SweepEntry, problem: Problem) -> None:
         with self._lock:
             self.todo.insert(0, (entry, problem))
-
-
-#: Problems in flight per worker while configs compile ahead: the one taken first measures whenever one of
-#: its configs is ready; the one behind it measures while the first waits on a slow compile.
-IN_FLIGHT = 2
-
-
-class _Lane:
-    """One worker shared by the problems in flight on it, one trial at a time. The problem taken first
-    (the front) has the worker whenever it asks; a problem behind it gets the worker only while the
-    front waits on a compile. A problem's time budget counts its own time only: all of it while in
-    front, its trials while behind. Thread-safe."""
-
-    def __init__(self, worker: Worker, tickets: Iterator[int]) -> None:
-        self.worker = worker
-        self._tickets = tickets
-        self._cv = threading.Condition()
-        self._busy = False
-        self._order: list[int] = []  # problems in flight, front first
-        self._compiling: set[int] = set()  # problems waiting on a compile
-        self._own: dict[int, float] = {}  # seconds counted so far per problem
-        self._front_since = 0.0
-
-    def join(self) -> int:
-        with self._cv:
-            ticket = next(self._tickets)
-            self._order.append(ticket)
-            self._own[ticket] = 0.0
-            if len(self._order) == 1:
-                self._front_since = time.monotonic()
-            return ticket
-
-    def leave(self, ticket: int) -> None:
-        with self._cv:
-            was_front = self._order[0] == ticket
-            self._order.remove(ticket)
-            self._own.pop(ticket, None)
-            self._compiling.discard(ticket)
-            if was_front and self._order:
-                self._front_since = time.monotonic()
-            self._cv.notify_all()
-
-    def clock(self, ticket: int) -> Callable[[], float]:
-        """Seconds counted for `ticket`'s problem (monotonic), for its strategy's time budget."""
-
-        def now() -> float:
-            with self._cv:
-                own = self._own.get(ticket, 0.0)
-                if self._order and self._order[0] == ticket:
-                    own += time.monotonic() - self._front_since
-                return own
-
-        return now
-
-    @contextmanager
-    def compiling(self, ticket: int) -> Iterator[None]:
-        """`ticket`'s problem waits on a compile meanwhile: a problem behind it may use the worker."""
-        with self._cv:
-            self._compiling.add(ticket)
-            self._cv.notify_all()
-        try:
-            yield
-        finally:
-            with self._cv:
-                self._compiling.discard(ticket)
-
-    def run(self, ticket: int, op: TunableOp, problem: Problem, config: Config) -> TrialResult:
-        with self._cv:
-            while self._busy or (self._order[0] != ticket and self._order[0] not in self._compiling):
-                self._cv.wait()
-            self._busy = True
-        t0 = time.monotonic()
-        try:
-            return self.worker.run(op, problem, config)
-        finally:
-            with self._cv:
-                self._busy = False
-                if self._order and self._order[0] != ticket and ticket in self._own:
-                    self._own[ticket] += time.monotonic() - t0
-                self._cv.notify_all()
-
-
-@dataclass
-class _InLane:
-    """The Runner's measurer for one problem on a lane."""
-
-    lane: _Lane
-    ticket: int
-    op: TunableOp
-
-    def run(self, problem: Problem, config: Config) -> TrialResult:
-        return self.lane.run(self.ticket, self.op, problem, config)
-
-
-class _LaneChecker:
-    """The sweep's checker as one problem's Runner sees it: a wait on a compile tells the lane."""
-
-    def __init__(self, checker: StaticChecker, lane: _Lane, ticket: int) -> None:
-        self.checker, self.lane, self.ticket = checker, lane, ticket
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.checker, name)
-
-    def findings(self, op: TunableOp, problem: Problem, config: Config) -> Any:
-        if self.checker.ready(problem, config):
-            return self.checker.findings(op, problem, config)
-        with self.lane.compiling(self.ticket):
-            return self.checker.findings(op, problem, config)
-
-
-def _run_on_workers(
-    queue: _ProblemQueue,
-    workers: Sequence[Worker],
-    store: Store,
-    report: SweepReport,
-    progress: _Progress,
-    on_trial: TrialCallback | None,
-    on_problem: Callable[[ProblemReport], None] | None,
-    checker: StaticChecker | None,
-    jobs: Sequence[FamilyProfile] = (),
-) -> None:
-    """Threads drain the queue, `IN_FLIGHT` per worker when compiling ahead (else one), then, once every
-    problem is tuned, the profile `jobs`, one thread per worker; Ctrl-C here aborts the running trials
-    and stops them all."""
-    stop = threading.Event()
-    lock = threading.Lock()  # the report and the callbacks
-    errors: list[BaseException] = []
-    tickets = itertools.count()
-    lanes = [_Lane(w, tickets) for w in workers]
-
-    def locked_on_trial(problem: Problem, config: Any, result: Any) -> None:
-        if on_trial is not None:
-            with lock:
-                on_trial(problem, config, result)
-
-    def drain(lane: _Lane) -> None:
-        worker = lane.worker
-        runner: Runner | None = None
-        item = None
-        try:
-            while not stop.is_set() and (item := queue.take(stop.is_set)) is not None:
-                entry, problem, budget = item
-                op = entry.op_for(problem)
-                if checker is not None:  # this problem's first compiles, then the next problem's
-                    _compile_ahead(checker, entry, problem)  # (queued first, so they are compiled first)
-                    if (following := queue.peek()) is not None:
-                        _compile_ahead(checker, *following)
-                ticket = lane.join()
-                try:
-                    runner = Runner(
-                        store,
-                        worker.target,
-                        _InLane(lane, ticket, op),
-                        served=_InLane(lane, ticket, ServedTiming(op)),
-                        sweep_id=report.sweep_id,
-                        on_trial=locked_on_trial,
-                        checker=None if checker is None else _LaneChecker(checker, lane, ticket),  # type: ignore[arg-type]
-                        should_stop=stop.is_set,
-                        warm_start=entry.warm_start,
-                        final_rounds=entry.final_rounds_on(worker.target),
-                    )
-                    result = runner.tune(
-                        op,
-                        problem,
-                        strategy=entry.strategy,
-                        budget=budget,
-                        seed=entry.seed,
-                        backends=entry.backends,
-                        clock=lane.clock(ticket),
-                    )
-                finally:
-                    lane.leave(ticket)
-                queue.done(problem)
-                item = None
-                with lock:
-                    report.problems.append(result)
-                    progress.problem_done(result)
-                    if on_problem is not None:
-                        on_problem(result)
-        except (SweepStopped, WorkerAborted):
-            pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its problem
-            log.error("%s stopped: %s", worker.name, exc)
-            if item is not None:
-                queue.put_back(item[0], item[1])
-                item = None
-            with lock:
-                errors.append(exc)
-        except BaseException as exc:  # a bug or a database error: stop the sweep
-            with lock:
-                errors.append(exc)
-            stop.set()
-        finally:
-            if item is not None and runner is not None and runner.current is not None:
-                with lock:
-                    report.problems.append(runner.current)  # stopped mid-way: its stored trials count
-
-    profile_jobs: list[tuple[FamilyProfile, tuple[Plan, int] | None]] = [(job, None) for job in jobs]
-    ahead: PlansAhead | None = None  # the profile's plans, made on a thread once tuning is done
-
-    def next_job() -> tuple[FamilyProfile, tuple[Plan, int] | None] | None:
-        """The next family to profile: for a shared sweep, one no other live process holds (waiting
-        while others hold every one left)."""
-        while True:
-            with lock:
-                if not profile_jobs:
-                    return None
-                for i, job in enumerate(profile_jobs):
-                    shared = queue.shared
-                    if shared is None or shared.claim(profile_item(job[0].family)) != "held":
-                        return profile_jobs.pop(i)
-                items = [profile_item(job[0].family) for job in profile_jobs]
-            deadline = time.monotonic() + min(5.0, heartbeat_s() / 2)  # until one is freed: read often
-            while not (queue.shared is not None and queue.shared.claimable(items)):
-                if stop.wait(WAIT_POLL_S):
-                    return None
-                if time.monotonic() > deadline:
-                    break
-
-    def profile(lane: _Lane) -> None:
-        worker = lane.worker
-        job: tuple[FamilyProfile, tuple[Plan, int] | None] | None = None
-        try:
-            while not stop.is_set() and (job := next_job()) is not None:
-                if job[1] is None and ahead is not None:
-                    job = (job[0], ahead.wait(job[0], stop.is_set))
-                ticket = lane.join()
-                try:
-                    done = profile_family(
-                        job[0],
-                        store=store,
-                        target=worker.target,
-                        measurer=_InLane(lane, ticket, ServedTiming(job[0].op, race=PROFILE_RACE)),
-                        sweep_id=report.sweep_id,
-                        should_stop=stop.is_set,
-                        on_point=lambda *_: progress.beat(),
-                        compiler=checker,
-                        plan=job[1],
-                    )
-                finally:
-                    lane.leave(ticket)
-                if queue.shared is not None:
-                    queue.shared.done(profile_item(job[0].family))
-                job = None
-                with lock:
-                    report.profiles.append(done)
-        except (SweepStopped, WorkerAborted):
-            pass
-        except WorkerError as exc:  # this worker cannot go on; the others take its family
-            log.error("%s stopped: %s", worker.name, exc)
-            with lock:
-                if job is not None:
-                    profile_jobs.insert(0, job)
-                errors.append(exc)
-        except BaseException as exc:  # a bug or a database error: stop the sweep
-            with lock:
-                errors.append(exc)
-            stop.set()
-
-    def run_phase(body: Callable[[_Lane], None], per_worker: int) -> None:
-        if len(workers) * per_worker == 1:  # one thread: this one, so Ctrl-C lands inside the running trial
-            body(lanes[0])
-            return
-        threads = [
-            threading.Thread(target=body, args=(lane,), name=f"sweep-{lane.worker.name}-{i}", daemon=True)
-            for i in range(per_worker)
-            for lane in lanes
-        ]
-        for t in threads:
-            t.start()
-        try:
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(0.2)
-        except KeyboardInterrupt:
-            stop.set()
-            for w in workers:
-                w.close()  # a running trial is cut short, and not stored
-            for t in threads:
-                t.join()
-            raise
-
-    def check_errors(left: bool) -> None:
-        fatal = [e for e in errors if not isinstance(e, WorkerError)]
-        if fatal:
-            raise fatal[0]
-        if left and not stop.is_set() and not queue.budget_spent:
-            raise errors[0] if errors else RuntimeError("work left with no worker to do it")
-
-    one_thread = len(workers) == 1 and checker is None
-    try:
-        run_phase(drain, IN_FLIGHT if checker is not None else 1)
-        check_errors(bool(queue.todo))
-        if profile_jobs and not stop.is_set() and not queue.budget_spent and not queue.todo:
-            t0 = time.perf_counter()
-            if checker is not None:  # planned in order while the families before are timed
-                ahead = PlansAhead(
-                    [job for job, _ in profile_jobs], store=store, target=workers[0].target, checker=checker
-                )
-            try:
-                run_phase(profile, 1)
-            finally:
-                report.profile_s = time.perf_counter() - t0
-                if ahead is not None:
-                    ahead.close()
-            check_errors(bool(profile_jobs))
-    finally:
-        if one_thread:
-            workers[0].close()
-
-
-def _compile_ahead(checker: StaticChecker, entry: SweepEntry, problem: Problem) -> None:
-    """Queues compiles of the configs `problem`'s strategy will ask first (where the strategy can say),
-    so that they run while the GPU is still busy with the problem before it, or still starting."""
-    from autotune.engine.strategies import make_strategy
-
-    op = entry.op_for(problem)
-    try:
-        space = op.space(problem, checker.target, entry.backends)
-        first = make_strategy(entry.strategy, space, entry.budget, seed=entry.seed).upcoming(
-            checker.lookahead
-        )
-    except Exception as exc:  # only an optimisation: the runner compiles what it needs anyway
-        log.debug("no compile-ahead for %s: %s", problem, exc)
-        return
-    checker.prefetch(op, problem, first)
 
 
 def _longest_first(
@@ -760,11 +423,6 @@ def predict_sweep(
     do. Ctrl-C marks the sweep "interrupted". `on_step` is told of each step of a problem as it starts
     (`check_problem`'s). `log_path` (the sweep's log file) is recorded with its row.
     """
-    from autotune.core.op import kernel_versions
-    from autotune.core.result import Source
-    from autotune.db import NewTrial
-    from autotune.engine.predict import check_problem
-
     target = checker.target
     planned = plan(spec, target)
     crashpoints.point("sweep.planned", spec.name)
@@ -779,55 +437,79 @@ def predict_sweep(
         counted = progress.wrap(on_trial)  # the sweep's row counts the configs it stores, as a GPU sweep's
         while (item := queue.take()) is not None:
             entry, problem, _ = item
-            op = entry.op_for(problem)
-            p0 = time.perf_counter()
-            space = op.space(problem, target, entry.backends)
-            kernels = kernel_versions(op, space.backends)
-            done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
-            result = ProblemReport(
-                problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+            steps = None if on_step is None else functools.partial(on_step, problem)
+            result = _predict_problem(
+                spec, entry, problem, store, checker, report.sweep_id, keep, counted, steps
             )
-            if _complete(done):
-                result.cached = len(done)
-                ok = [r for r in done.values() if r.ok]
-                result.best = min(ok, key=lambda r: r.score(), default=None)
-                result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
-            else:
-                compiled_before = checker.compiled[problem.key()]
-                found = check_problem(
-                    op,
-                    problem,
-                    checker,
-                    candidates=spec.static.candidates,
-                    keep=keep,
-                    backends=entry.backends,
-                    on_step=None if on_step is None else functools.partial(on_step, problem),
-                )
-                trials = _predictions(found, keep)
-                batch = [
-                    NewTrial(target, *kernels[t.config.backend], problem, t, Source.MODEL) for t in trials
-                ]
-                crashpoints.point("predict.batch", problem.key())
-                written = store.record_many(batch, sweep_id=report.sweep_id)  # one transaction
-                for trial, new in zip(trials, written, strict=True):
-                    if new:
-                        counted(problem, trial.config, trial)
-                    else:
-                        result.cached += 1
-                    if trial.ok and (result.best is None or trial.score() < result.best.score()):
-                        result.best = trial
-                    if trial.ok and is_vendor(problem.op, trial.config.backend):
-                        result.vendor = trial
-                result.ran = checker.compiled[problem.key()] - compiled_before  # not read back
-                result.static_pruned = found.static_pruned
-                result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
-            result.wall_s = time.perf_counter() - p0
             queue.done(problem)
             report.problems.append(result)
             progress.problem_done(result)
             if on_problem is not None:
                 on_problem(result)
     return report
+
+
+def _predict_problem(
+    spec: SweepSpec,
+    entry: SweepEntry,
+    problem: Problem,
+    store: Store,
+    checker: StaticChecker,
+    sweep_id: int,
+    keep: int,
+    on_trial: TrialCallback,
+    on_step: Callable[[str], None] | None,
+) -> ProblemReport:
+    """One problem of `predict_sweep`: its predictions read back where a whole batch is stored, else
+    checked (`check_problem`) and stored in one transaction."""
+    from autotune.core.op import kernel_versions
+    from autotune.core.result import Source
+    from autotune.db import NewTrial
+    from autotune.engine.predict import check_problem
+
+    target = checker.target
+    op = entry.op_for(problem)
+    p0 = time.perf_counter()
+    space = op.space(problem, target, entry.backends)
+    kernels = kernel_versions(op, space.backends)
+    done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.MODEL)
+    result = ProblemReport(
+        problem, space_size=len(space), raw_size=space.raw_size(), pruned=space.prune_summary()
+    )
+    if _complete(done):
+        result.cached = len(done)
+        ok = [r for r in done.values() if r.ok]
+        result.best = min(ok, key=lambda r: r.score(), default=None)
+        result.vendor = next((r for r in ok if is_vendor(problem.op, r.config.backend)), None)
+    else:
+        compiled_before = checker.compiled[problem.key()]
+        found = check_problem(
+            op,
+            problem,
+            checker,
+            candidates=spec.static.candidates,
+            keep=keep,
+            backends=entry.backends,
+            on_step=on_step,
+        )
+        trials = _predictions(found, keep)
+        batch = [NewTrial(target, *kernels[t.config.backend], problem, t, Source.MODEL) for t in trials]
+        crashpoints.point("predict.batch", problem.key())
+        written = store.record_many(batch, sweep_id=sweep_id)  # one transaction
+        for trial, new in zip(trials, written, strict=True):
+            if new:
+                on_trial(problem, trial.config, trial)
+            else:
+                result.cached += 1
+            if trial.ok and (result.best is None or trial.score() < result.best.score()):
+                result.best = trial
+            if trial.ok and is_vendor(problem.op, trial.config.backend):
+                result.vendor = trial
+        result.ran = checker.compiled[problem.key()] - compiled_before  # not read back
+        result.static_pruned = found.static_pruned
+        result.compile_s = sum(c.features.compile_s for c in found.compiled if c.features)
+    result.wall_s = time.perf_counter() - p0
+    return result
 
 
 def _predictions(found: ProblemCheck, keep: int) -> list[TrialResult]:

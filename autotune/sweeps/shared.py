@@ -16,7 +16,10 @@ if TYPE_CHECKING:
     from autotune.core.target import Target
     from autotune.db import Store
 
-__all__ = ["SharedWork", "profile_item", "work_key"]
+__all__ = ["WAIT_POLL_S", "SharedWork", "profile_item", "work_key"]
+
+#: How often a process whose problems left are all held elsewhere looks whether one was freed, in seconds.
+WAIT_POLL_S = 0.25
 
 
 def work_key(spec_text: str, target: Target) -> str:

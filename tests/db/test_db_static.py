@@ -205,7 +205,7 @@ def test_the_instruction_mix_round_trips_and_rows_without_it_still_load(db_url: 
 
 def test_features_of_an_older_extraction_are_not_read(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Features stored by an older way of reading binaries (FEATURES_VERSION) are compiled again."""
-    import autotune.db.store as store_module
+    import autotune.db.feature_cache as store_module
 
     monkeypatch.setattr(store_module, "FEATURES_VERSION", "1")
     assert put_features(store, cfg(64), feats(vgprs=100)) is True

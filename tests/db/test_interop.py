@@ -16,8 +16,7 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
-from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files
-from autotune.db import store as store_module
+from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files, trial_writes
 from autotune.db.aiter import AITER_COLUMNS
 from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target, infer_moe_shape
 from autotune.db.interop import InteropError, read_imports
@@ -607,7 +606,7 @@ def batch(n: int = 3) -> list[NewTrial]:
 
 
 def test_record_many_is_all_or_nothing(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = store_module._trial_row
+    real = trial_writes.trial_row
     calls = {"n": 0}
 
     def failing(*args: object, **kwargs: object) -> object:
@@ -617,12 +616,12 @@ def test_record_many_is_all_or_nothing(db_url: str, monkeypatch: pytest.MonkeyPa
         return real(*args, **kwargs)
 
     with Store(db_url) as store:
-        monkeypatch.setattr(store_module, "_trial_row", failing)
+        monkeypatch.setattr(trial_writes, "trial_row", failing)
         with pytest.raises(RuntimeError, match="disk on fire"):
             store.record_many(batch(4))
         assert calls["n"] == 3  # it failed after the GPU, kernel, problem and two trial rows were added
         assert counts(store) == (0, 0, 0, 0)
-        monkeypatch.setattr(store_module, "_trial_row", real)
+        monkeypatch.setattr(trial_writes, "trial_row", real)
         assert store.record_many(batch(4)) == [True] * 4  # the cached ids of the failed try are not used
         assert counts(store) == (1, 1, 4, 4)
 

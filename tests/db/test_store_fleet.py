@@ -15,7 +15,7 @@ from autotune.core.problem import Problem
 from autotune.core.result import Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store, StoreError
-from autotune.db.store import _retrying
+from autotune.db.retry import retrying
 
 H100 = Target.for_arch("sm_90")
 PROBLEM = Problem.gemm(16, 64, 64)
@@ -58,7 +58,7 @@ class Flaky:
         self.n, self.cause, self.calls = n, cause, 0
         self.retry_delays_s = (0.0, 0.0, 0.0)
 
-    @_retrying
+    @retrying
     def write(self) -> str:
         self.calls += 1
         if self.calls <= self.n:

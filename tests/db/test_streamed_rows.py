@@ -19,8 +19,7 @@ from autotune.db.bulk import insert_rows
 from autotune.db.engine import make_engine, resolve_url
 from autotune.db.interop import read_imports
 from autotune.db.models import Base
-from autotune.db.store import _TRIAL_COLUMNS as TRIAL_COLUMNS
-from autotune.db.store import TRIALS
+from autotune.db.rows import TRIAL_COLUMNS, TRIALS
 
 HEADER = (
     "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName,"

@@ -11,8 +11,8 @@ from pathlib import Path
 from autotune import Config, Problem, Target, Timing, TrialResult, TrialStatus
 from autotune.db import Store
 from autotune.sweeps import run_sweep
-from autotune.sweeps.run import _Lane
 from autotune.sweeps.spec import parse_spec
+from autotune.sweeps.worker_loop import Lane
 
 TARGET = Target.for_arch("sm_90")
 
@@ -116,9 +116,7 @@ def test_without_compiling_ahead_problems_run_one_after_the_other(tmp_path: Path
     assert ms in ([16] * 6 + [32] * 6, [32] * 6 + [16] * 6)  # whole problems, longest estimate first
 
 
-def _run_trials(
-    lane: _Lane, ticket: int, name: str, n: int, order: list[str], compile_s: float = 0.0
-) -> None:
+def _run_trials(lane: Lane, ticket: int, name: str, n: int, order: list[str], compile_s: float = 0.0) -> None:
     for _ in range(n):
         if compile_s:
             with lane.compiling(ticket):
@@ -137,7 +135,7 @@ def _in_threads(*jobs: tuple) -> None:
 
 
 def test_the_back_waits_while_the_front_measures_and_runs_while_it_compiles() -> None:
-    lane = _Lane(RecordingWorker(trial_s=0.02), itertools.count())  # type: ignore[arg-type]
+    lane = Lane(RecordingWorker(trial_s=0.02), itertools.count())  # type: ignore[arg-type]
     front, back = lane.join(), lane.join()
     order: list[str] = []
     done = threading.Event()
@@ -158,7 +156,7 @@ def test_the_back_waits_while_the_front_measures_and_runs_while_it_compiles() ->
         t.join()
     assert order == ["front"] * 4 + ["back"] * 3  # no compile waits: the back never got in
 
-    lane = _Lane(RecordingWorker(trial_s=0.02), itertools.count())  # type: ignore[arg-type]
+    lane = Lane(RecordingWorker(trial_s=0.02), itertools.count())  # type: ignore[arg-type]
     front, back = lane.join(), lane.join()
     order = []
     _in_threads((lane, front, "front", 2, order, 0.3), (lane, back, "back", 6, order))
@@ -168,7 +166,7 @@ def test_the_back_waits_while_the_front_measures_and_runs_while_it_compiles() ->
 
 def test_a_problem_behind_counts_only_its_own_trials_against_its_time_budget() -> None:
     worker = RecordingWorker(trial_s=0.05)
-    lane = _Lane(worker, itertools.count())  # type: ignore[arg-type]
+    lane = Lane(worker, itertools.count())  # type: ignore[arg-type]
     front, back = lane.join(), lane.join()
     front_clock, back_clock = lane.clock(front), lane.clock(back)
     b0 = back_clock()
