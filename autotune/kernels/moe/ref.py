@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from autotune.core.problem import cdiv
-from autotune.kernels.quant.formats import MX_BLOCK, dequantize_mx, quantize_mx
+from autotune.kernels.common.formats import MX_BLOCK, dequantize_mx, quantize_mx
 
 __all__ = [
     "FP8_BLOCK",
