@@ -72,7 +72,7 @@ def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) ->
 
 
 def _check_fp8(dtype: torch.dtype, target: Target) -> None:
-    """FP8 weights are the target's own e4m3 (`quant.formats.fp8_dtype`: e4m3fnuz on gfx942, e4m3fn
+    """FP8 weights are the target's own e4m3 (`common.formats.fp8_dtype`: e4m3fnuz on gfx942, e4m3fn
     elsewhere), the op's "fp8e4m3": ValueError for the other flavour, which the target has no matrix
     instructions for (Triton emulates it, and no table holds it). The interpreter runs both."""
     from autotune.kernels.common.formats import fp8_dtype
