@@ -24,8 +24,8 @@ def launch_target() -> Target:
     target = running_target()
     if target is None:
         raise TargetError(
-            "autotune.kernels.gemm needs a GPU; on a CPU-only machine set TRITON_INTERPRET=1 "
-            "to run the Triton kernels in the interpreter"
+            "the entry points of autotune.kernels (gemm, gemm_quant, fused_moe, mla_decode) need a GPU; on "
+            "a CPU-only machine set TRITON_INTERPRET=1 to run the Triton kernels in the interpreter"
         )
     return target
 

@@ -4,9 +4,9 @@ Imported lazily (it imports triton); `autotune.kernels.gemm` is the entry point 
 Knobs: BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M (tile swizzle for L2 reuse), SPLIT_K (K split over a second
 grid axis; partial sums go to an fp32 workspace and a second kernel reduces them in a fixed order, so the
 result is deterministic), FUSED_SPLIT (the same sum in the GEMM's own launch: the last slice of a tile to
-finish adds the slices up in order, see `store_tile`), NUM_XCDS (program-id remapping so neighbouring
-tiles share an XCD's L2 on MI300X/MI355X), num_warps, num_stages, and on AMD matrix_instr_nonkdim,
-waves_per_eu and kpack.
+finish adds the slices up in order, `common.splitk.store_tile`), NUM_XCDS (program-id remapping so
+neighbouring tiles share an XCD's L2 on MI300X/MI355X), num_warps, num_stages, and on AMD
+matrix_instr_nonkdim, waves_per_eu and kpack.
 """
 
 from __future__ import annotations
