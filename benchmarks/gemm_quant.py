@@ -51,8 +51,8 @@ from autotune.engine.bench import Benchmarker, BenchSettings, interleaved_median
 from autotune.engine.runner import Runner
 from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM, get_op
+from autotune.kernels.common.target import mx_native
 from autotune.kernels.quant.problem import QUANT_OPS
-from autotune.kernels.quant.space import mx_native
 
 #: (model, TP) whose dense layers are benchmarked, and the layers (catalog labels) of each.
 MODELS = [("deepseek-v3", 8), ("llama-3.1-70b", 8)]

@@ -209,7 +209,7 @@ def main() -> int:
     target = local_target()
     info = harness.run_info(target, cases=[])
     cases = [floor_case(), dense_case(target, "triton"), quant_case(target), moe_case(target)]
-    from autotune.kernels.dense.space import has_tma
+    from autotune.kernels.common.target import has_tma
 
     if has_tma(target):
         cases.insert(1, dense_case(target, "triton_tma"))

@@ -187,7 +187,7 @@ class ScaledMMLinear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        from autotune.kernels.quant.formats import device_arch, fp8_dtype, quantize_fp8
+        from autotune.kernels.common.formats import device_arch, fp8_dtype, quantize_fp8
 
         w = linear.weight.detach()
         self.fp8 = fp8_dtype("fp8e4m3", device_arch(w.device))

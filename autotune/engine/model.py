@@ -72,7 +72,7 @@ CU_DRAM_SHARE = 3.5
 #: other SMs' traffic: about twice its idle latency).
 L2_LATENCY_US = {"nvidia": 0.5, "amd": 0.6}
 DRAM_LATENCY_US = {"nvidia": 0.7, "amd": 1.0}
-#: Outputs per program of the pointer kernel's split-K reduce kernel (dense.kernel.REDUCE_BLOCK).
+#: Outputs per program of the pointer kernel's split-K reduce kernel (common.splitk.REDUCE_BLOCK).
 REDUCE_BLOCK = 1024
 #: Fraction of the last-level cache that holds A and B (the rest holds C, the workspace and conflicts).
 LLC_USABLE = 0.75

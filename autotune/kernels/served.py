@@ -11,7 +11,8 @@ from autotune.core.config import Config
 from autotune.core.op import Inputs, Launch, TunableOp
 from autotune.core.problem import Problem
 from autotune.core.target import Target
-from autotune.kernels.dense.api import _check, _check_out, _running, gemm
+from autotune.kernels.common.target import launch_target
+from autotune.kernels.dense.api import _check, _check_out, gemm
 from autotune.kernels.moe.api import fused_moe, moe_problem
 from autotune.kernels.quant.api import _check_out as _check_quant_out
 from autotune.kernels.quant.api import _problem as _quant_problem
@@ -65,7 +66,7 @@ def served_launch(
 
 
 def _gemm_launch(problem: Problem, target: Target, inputs: Inputs, out: torch.Tensor) -> Launch:
-    running = _running()
+    running = launch_target()
     if running.device_key() != target.device_key():
         raise ValueError(f"gemm runs on {running}, not on {target}: its served config would be another's")
     a, b = inputs

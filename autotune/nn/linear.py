@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from autotune.core.problem import Problem
-from autotune.kernels.quant.formats import device_arch, fp8_dtype, quantize_fp8
+from autotune.kernels.common.formats import device_arch, fp8_dtype, quantize_fp8
 from autotune.nn import calls
 from autotune.nn.quantize import FP8_GROUP, quantize_groups, quantize_rows
 

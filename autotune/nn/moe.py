@@ -9,8 +9,8 @@ from torch import nn
 
 from autotune.core.problem import Problem
 from autotune.kernels import fused_topk
+from autotune.kernels.common.formats import device_arch, fp8_dtype
 from autotune.kernels.moe.ref import FP8_BLOCK, quantize_fp8_weight_blockwise
-from autotune.kernels.quant.formats import device_arch, fp8_dtype
 from autotune.nn import calls
 from autotune.nn.hf import read_moe_block
 

@@ -2,7 +2,7 @@
 neighbours).
 
 Rule: each scale maps its group's amax onto the FP8 format's largest value (at least 1e-12), and the values
-are divided by it, clamped and cast: exactly `autotune.kernels.quant.formats.quantize_fp8` with block
+are divided by it, clamped and cast: exactly `autotune.kernels.common.formats.quantize_fp8` with block
 (1, 0) (`quantize_rows`) or (1, group) (`quantize_groups`), without its padded copy.
 """
 

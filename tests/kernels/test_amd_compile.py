@@ -17,7 +17,8 @@ import sys, triton
 from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from autotune import Config
-from autotune.kernels.dense.kernel import AMD_LAUNCH_OPTIONS, gemm_kernel
+from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS
+from autotune.kernels.dense.kernel import gemm_kernel
 
 arch, nonkdim = sys.argv[1], int(sys.argv[2])
 config = Config(backend="triton", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, NUM_XCDS=8,

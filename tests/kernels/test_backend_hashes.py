@@ -25,7 +25,8 @@ def _kernels(*modules: str) -> str:
 
 
 def _quant(*names: str) -> str:
-    return _kernels(*(f"autotune.kernels.quant.{n}" for n in names))
+    """The quantization formats (`common.formats`, once `quant.formats`) with these modules of the op."""
+    return _kernels("autotune.kernels.common.formats", *(f"autotune.kernels.quant.{n}" for n in names))
 
 
 def test_the_dense_gemm_s_hashes_are_unchanged() -> None:
@@ -39,11 +40,11 @@ def test_the_dense_gemm_s_hashes_are_unchanged() -> None:
 def test_the_quantized_gemms_hashes_are_unchanged(name: str) -> None:
     op = QUANT_GEMMS[name]
     mx = ["mx"] if name in ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a") else []
-    triton = _quant("formats", "kernel", *mx)
+    triton = _quant("kernel", *mx)
     assert op.source_hash("triton") == triton
     for native in (True, False):
         assert QuantGemmOp(name, native_mx=native).source_hash("triton") == _sha(f"{triton} native={native}")
-    vendor = _quant("formats", "vendor")
+    vendor = _quant("vendor")
     assert op.source_hash("torch") == _sha(f"torch {name} {torch.__version__} {vendor}")
     try:
         aiter = metadata.version("aiter")
@@ -51,8 +52,8 @@ def test_the_quantized_gemms_hashes_are_unchanged(name: str) -> None:
         aiter = "absent"
     assert op.source_hash("aiter") == _sha(f"aiter {name} {aiter} {vendor}")
     fp8 = name.startswith("gemm_fp8")
-    kernels = {"triton_tma": (fp8, ("formats", "tma")), "triton_gemv": (fp8, ("formats", "gemv")),
-               "gluon": (name == "gemm_fp8_blockwise", ("formats", "gluon"))}  # fmt: skip
+    kernels = {"triton_tma": (fp8, ("tma",)), "triton_gemv": (fp8, ("gemv",)),
+               "gluon": (name == "gemm_fp8_blockwise", ("gluon",))}  # fmt: skip
     for backend, (has, modules) in kernels.items():
         if has:
             assert op.source_hash(backend) == _quant(*modules), backend

@@ -361,7 +361,7 @@ def test_tma_launches_rekey_on_every_size_and_pass_each_call_s_tensors(monkeypat
     new tensors of the same sizes reuse the kernel and reach it in new descriptors."""
     pytest.importorskip("triton")
     from autotune import Config
-    from autotune.kernels.dense import kernel as gemm_triton
+    from autotune.kernels.common import splitk
     from autotune.kernels.dense import tma as gemm_tma
 
     monkeypatch.setattr(launch_mod, "_is_jit", lambda fn: True)
@@ -376,7 +376,7 @@ def test_tma_launches_rekey_on_every_size_and_pass_each_call_s_tensors(monkeypat
             self.params = [SimpleNamespace(name=p.name, is_constexpr="constexpr" in str(p.annotation))
                            for p in params]  # fmt: skip
 
-    jits = [TmaJit(k) for k in (gemm_tma.gemm_tma_kernel, gemm_triton.splitk_reduce_kernel,
+    jits = [TmaJit(k) for k in (gemm_tma.gemm_tma_kernel, splitk.splitk_reduce_kernel,
                                 gemm_tma.gemm_tma_tail_kernel)]  # fmt: skip
     config = Config(backend="triton_tma", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                     PERSISTENT=0, TAIL_SPLIT=0, num_warps=4, num_stages=3)  # fmt: skip

@@ -21,7 +21,7 @@ from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
 from autotune.engine.bench import rel_error
 from autotune.kernels import GEMM, MOE, QUANT_GEMMS, gemm_quant, served_config, served_launch
-from autotune.kernels.dense.geometry import GEMV_ROWS
+from autotune.kernels.common.geometry import GEMV_ROWS
 from autotune.kernels.dense.op import FALLBACK_GEMV_ROWS
 from autotune.kernels.quant.op import QUANT_DEFAULT_MAX_M
 

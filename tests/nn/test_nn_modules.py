@@ -12,8 +12,8 @@ from nn_checks import TOLERANCE, no_launch, rel_err
 from torch import nn
 
 import autotune.nn.calls as calls
+from autotune.kernels.common.formats import dequantize_fp8, fp8_dtype, quantize_fp8
 from autotune.kernels.moe.ref import dequantize_blockwise, moe_reference
-from autotune.kernels.quant.formats import dequantize_fp8, fp8_dtype, quantize_fp8
 from autotune.nn import FusedMoE, Linear, quantize_groups, quantize_rows
 
 DTYPES = [torch.bfloat16, torch.float16]

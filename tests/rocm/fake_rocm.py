@@ -962,12 +962,14 @@ def reset_caches() -> None:
     import autotune.kernels.serve as serve
     from autotune.core import target
     from autotune.engine import bench
+    from autotune.kernels.common.target import launch_target
 
     target.local_target.cache_clear()
     target.toolchain_versions.cache_clear()
     vendor.probe_scaled_mm.cache_clear()
     vendor.probe_rows.cache_clear()
-    for cache in (dense_api._target, dense_api._fallbacks, dense_api._plans, serve._fallbacks,
+    launch_target.cache_clear()
+    for cache in (dense_api._fallbacks, dense_api._plans, serve._fallbacks,
                   quant_api._problems, moe_api._problems, moe_api._workspaces, mla_api._problems,
                   mla_api._workspaces, quant_op._launchers, scratch._scratch, scratch._outgrown,
                   bench._side_streams):  # fmt: skip

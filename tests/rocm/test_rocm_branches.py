@@ -166,18 +166,17 @@ def test_the_package_s_amd_facts_are_triton_s(arch: str) -> None:
     from triton.backends.amd.compiler import HIPBackend
     from triton.backends.compiler import GPUTarget
 
-    import autotune.kernels.quant.formats as formats
+    import autotune.kernels.common.formats as formats
     from autotune.core.target import ARCH_LIMITS
     from autotune.db.vllm_rules import fallback_config
-    from autotune.kernels.dense.kernel import AMD_LAUNCH_OPTIONS as DENSE
+    from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS as SHARED
     from autotune.kernels.mla.kernel import AMD_LAUNCH_OPTIONS as MLA
-    from autotune.kernels.moe.kernel import AMD_LAUNCH_OPTIONS as MOE
 
     options = HIPBackend(GPUTarget("hip", arch, 64)).parse_options({"enable_fp_fusion": True})
     assert ARCH_LIMITS[arch]["wave_size"] == options.warp_size == 64
     vllm = fallback_config(64, 8, False, rocm=True)
     assert (vllm["num_warps"], vllm["num_stages"]) == (options.num_warps, options.num_stages)
-    assert set(DENSE) | set(MLA) | set(MOE) <= set(options.__dict__)
+    assert set(SHARED) | set(MLA) <= set(options.__dict__)
     fnuz_deprecated = "fp8e4b8" in options.deprecated_fp8_dot_operand_dtypes
     assert fnuz_deprecated == (arch == "gfx950")
     if fnuz_deprecated:

@@ -19,8 +19,9 @@ import torch
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
-from autotune.core.target import Target, TargetError, running_target
+from autotune.core.target import Target
 from autotune.dispatch import lookup as _lookup
+from autotune.kernels.common.target import launch_target
 from autotune.kernels.torch_ops import TorchOp, eager, explained, known_zero, register
 
 __all__ = ["TORCH_OPS", "gemm", "launch_config", "linear"]
@@ -30,21 +31,8 @@ _LAYOUTS = ("nk", "kn")
 # Plain tensors and module weights take the fast check; other subclasses the full one.
 _TENSOR_TYPES = frozenset((torch.Tensor, torch.nn.Parameter))
 
-# Per-process caches: the config of each shape no table covers, the running target.
+# Per-process cache: the config of each shape no table covers.
 _fallbacks: dict[tuple[int, int, int, str, str], Config] = {}
-_target: list[Target] = []
-
-
-def _running() -> Target:
-    if not _target:
-        target = running_target()
-        if target is None:
-            raise TargetError(
-                "autotune.kernels.gemm needs a GPU; on a CPU-only machine set TRITON_INTERPRET=1 "
-                "to run the Triton kernels in the interpreter"
-            )
-        _target.append(target)
-    return _target[0]
 
 
 def _check(a: Any, b: Any, b_layout: str) -> tuple[int, int, int, str]:
@@ -105,7 +93,7 @@ def launch_config(
     M, N, K, _ = _check(a, b, b_layout)
     if out is not None:
         _check_out(out, a, M, N)
-    return _launch(config, a, b, M, N, K, b_layout, target or _running(), out)
+    return _launch(config, a, b, M, N, K, b_layout, target or launch_target(), out)
 
 
 def _check_out(out: Any, a: torch.Tensor, M: int, N: int) -> None:
@@ -232,7 +220,7 @@ def _gemm_impl(a: Any, b: Any, b_layout: str = "nk", out: torch.Tensor | None = 
     M, N, K, dtype = _check(a, b, b_layout)
     if out is not None:
         _check_out(out, a, M, N)
-    target = _target[0] if _target else _running()
+    target = launch_target()
     config = _lookup("gemm", M, N, K, dtype=dtype, layout=b_layout)
     plan = None if config is None else _plans.get(config) or _plan(config, target)
     # a table entry serves no larger M than its kernel takes (a GEMV's: a policy other than round-up can

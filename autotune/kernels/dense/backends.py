@@ -17,11 +17,11 @@ from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.dense.geometry import GEMV_ROWS
+from autotune.kernels.common.geometry import GEMV_ROWS
+from autotune.kernels.common.target import has_tma
 from autotune.kernels.dense.space import (
     gemm_default_config,
     gemv_subspace,
-    has_tma,
     tma_subspace,
     triton_subspace,
 )
@@ -97,7 +97,8 @@ def _recorders(calls: list[KernelCall] | None, *fns: Any) -> tuple[Any, ...] | N
 
 
 def _pointer(config: Config, target: Target, calls: list[KernelCall] | None) -> Callable[..., None]:
-    from autotune.kernels.dense.kernel import gemm_kernel, gemm_sum_kernel, launcher, splitk_reduce_kernel
+    from autotune.kernels.common.splitk import splitk_reduce_kernel
+    from autotune.kernels.dense.kernel import gemm_kernel, gemm_sum_kernel, launcher
 
     kernels = _recorders(calls, gemm_kernel, splitk_reduce_kernel, gemm_sum_kernel)
     return launcher(
@@ -113,7 +114,7 @@ def _gemv(config: Config, target: Target, calls: list[KernelCall] | None) -> Cal
 
 
 def _tma(config: Config, target: Target, calls: list[KernelCall] | None) -> Callable[..., None]:
-    from autotune.kernels.dense.kernel import splitk_reduce_kernel
+    from autotune.kernels.common.splitk import splitk_reduce_kernel
     from autotune.kernels.dense.tma import gemm_tma_kernel, gemm_tma_tail_kernel, tma_launcher
 
     kernels = _recorders(calls, gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel)

@@ -2,31 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
 from autotune.core.config import Config, Value
-from autotune.core.problem import DTYPE_BYTES, Problem, cdiv, next_pow2
+from autotune.core.problem import Problem, cdiv, next_pow2
 from autotune.core.registry import get_op
-from autotune.core.space import Constraint, SubSpace
+from autotune.core.space import SubSpace
 from autotune.core.target import Target
-from autotune.engine.model import GEMV_PARTIALS
 from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, space_ladder, unique
-from autotune.kernels.dense.geometry import (
-    GEMV_ROWS,
-    MIN_TILE,
-    c_store_cols,
-    tail_split_schedule,
-    tile_parts,
-)
+from autotune.kernels.common.constraints import gemv_constraints, tile_constraints, tma_constraints
+from autotune.kernels.common.defaults import fit_to_space, pick_split_k
+from autotune.kernels.common.geometry import MIN_TILE, tail_split_schedule, tile_parts
+from autotune.kernels.common.knobs import gemv_params, knob_values
+from autotune.kernels.common.target import has_tma
 
 __all__ = [
     "gemm_default_candidates",
     "gemm_default_config",
-    "gemv_params",
     "gemv_subspace",
-    "has_tma",
     "tma_default",
     "tma_params",
     "tma_subspace",
@@ -46,65 +41,10 @@ def triton_params(target: Target) -> dict[str, Sequence[Value]]:
     )
 
 
-def knob_values(
-    target: Target,
-    *,
-    k_tiles: Sequence[int],
-    nvidia_stages: Sequence[int],
-    interpreter_k_tiles: Sequence[int],
-    in_launch: bool = False,
-) -> dict[str, Sequence[Value]]:
-    """The tile, split-K, warp and stage knobs of a Triton GEMM on `target`, with the AMD knobs
-    (matrix_instr_nonkdim, waves_per_eu, XCD remap, kpack on gfx942) only on AMD; the dense and the
-    quantized GEMMs differ only in their K tiles and NVIDIA pipeline depths. `in_launch` adds the knobs of
-    the kernels that sum K parts in their own launch: FUSED_SPLIT (the SPLIT_K slices) and STREAM_K
-    (programs per CU that share the K steps of all tiles evenly; 0 = one program per tile and K slice)."""
-    streams: dict[str, Sequence[Value]] = {}
-    if in_launch:
-        streams = {"FUSED_SPLIT": (0, 1), "STREAM_K": (0, 1) if target.interpreter else (0, 1, 2)}
-    if target.interpreter:
-        return (
-            dict(
-                BLOCK_M=(16, 32),
-                BLOCK_N=(16, 32),
-                BLOCK_K=tuple(interpreter_k_tiles),
-                GROUP_M=(1, 4),
-                SPLIT_K=(1, 2, 4),
-                num_warps=(4,),
-                num_stages=(1,),
-            )
-            | streams
-        )
-    tiles = (16, 32, 64, 128, 256)
-    common: dict[str, Sequence[Value]] = dict(
-        BLOCK_M=tiles,
-        BLOCK_N=tiles[1:],
-        BLOCK_K=tuple(k_tiles),
-        GROUP_M=(1, 8),
-        SPLIT_K=(1, 2, 4, 8, 16),
-        num_warps=(4, 8),
-    )
-    if target.is_amd:
-        amd: dict[str, Sequence[Value]] = dict(
-            BLOCK_N=tiles,
-            num_stages=(1, 2),
-            matrix_instr_nonkdim=(16, 32),
-            waves_per_eu=(0, 1, 2),
-            NUM_XCDS=(1, target.xcds) if target.xcds > 1 else (1,),
-        )
-        if target.arch == "gfx942":
-            amd["kpack"] = (1, 2)
-        return {**common, **amd, **streams}
-    return {**common, "num_stages": tuple(nvidia_stages), **streams}
-
-
 #: Columns of C per store with EPILOGUE_N > 0: the TMA kernel stores each tile part in slices this wide
 #: through one shared-memory buffer, instead of one buffer the size of the tile that Triton does not share
 #: with the K loop's ring (a 128 x 256 bf16 tile: 16 KB instead of 64 KB).
 EPILOGUE_SLICE = 64
-#: Accumulator registers a lane may hold in the TMA kernel on NVIDIA: 128 x 384 on 8 warps (192) compiles
-#: without spilling on sm_90 (218 registers in all), where the pointer kernel keeps the limit of 128.
-TMA_ACC_LIMIT = 192
 
 
 def tma_params(target: Target) -> dict[str, Sequence[Value]]:
@@ -141,39 +81,6 @@ def tma_params(target: Target) -> dict[str, Sequence[Value]]:
     )
 
 
-def gemv_params(target: Target) -> dict[str, Sequence[Value]]:
-    """Knobs of the GEMV kernel (`triton_gemv`, A of at most 4 rows): columns of C and K step per
-    program, warps, and stages (1: no software pipelining of the loads)."""
-    if target.interpreter:
-        return dict(BLOCK_N=(4, 8), BLOCK_K=(32, 64), num_warps=(4,), num_stages=(1,))
-    return dict(BLOCK_N=(4, 8, 16), BLOCK_K=(256, 512, 1024), num_warps=(4, 8), num_stages=(1, 3))
-
-
-def _gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    M, K = problem.M, problem.K
-    smallest_k = min(int(v) for v in gemv_params(target)["BLOCK_K"])
-    return [
-        Constraint(
-            "gemv_rows",
-            f"the GEMV kernel keeps one register partial per row of A: M <= {GEMV_ROWS} (M={M})",
-            lambda c: M <= GEMV_ROWS,
-            knobs=(),
-        ),
-        Constraint(
-            "gemv_registers",
-            f"BLOCK_N x BLOCK_K x M fp32 partials exceed {GEMV_PARTIALS} per program (they would spill)",
-            lambda c: int(c["BLOCK_N"]) * int(c["BLOCK_K"]) * M <= GEMV_PARTIALS,
-            knobs=("BLOCK_N", "BLOCK_K"),
-        ),
-        Constraint(
-            "gemv_k_tile_needless",
-            f"BLOCK_K beyond K={K} rounded up to a power of two: masked lanes only",
-            lambda c: int(c["BLOCK_K"]) <= max(smallest_k, next_pow2(K)),
-            knobs=("BLOCK_K",),
-        ),
-    ]
-
-
 def _gemv_default(problem: Problem, target: Target) -> Config:
     """4 columns of C per program, K steps of 1024, 3 stages; 8 warps at M = 1, 4 at M = 2. At M = 1,
     8 warps stay close to each problem's fastest GEMV config where 4 can fall well behind; at M = 2,
@@ -182,7 +89,7 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
     config = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=warps, num_stages=3)
     return fit_to_space(
         config,
-        SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target)),
+        SubSpace("triton_gemv", gemv_params(target), gemv_constraints(problem, target)),
         ("BLOCK_K", "BLOCK_N", "num_stages"),
     )
 
@@ -190,237 +97,9 @@ def _gemv_default(problem: Problem, target: Target) -> Config:
 def _gemv_candidates(problem: Problem, target: Target) -> list[Config]:
     """The GEMV default, then the same with each shorter K step of the space."""
     pick = _gemv_default(problem, target)
-    sub = SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target))
+    sub = SubSpace("triton_gemv", gemv_params(target), gemv_constraints(problem, target))
     shorter = (pick.replace(BLOCK_K=int(k)) for k in sorted(sub.params["BLOCK_K"], reverse=True))
     return [pick, *(c for c in shorter if int(c["BLOCK_K"]) < int(pick["BLOCK_K"]) and sub.check(c) is None)]
-
-
-def has_tma(target: Target) -> bool:
-    """Tensor descriptors with hardware TMA: NVIDIA Hopper and newer (and the interpreter, for tests)."""
-    return target.interpreter or target.tma
-
-
-def _tile_count(problem: Problem, c: Mapping[str, Value]) -> int:
-    """The C tiles of `problem` in `c`'s BLOCK_M x BLOCK_N tiles."""
-    return cdiv(problem.M, int(c["BLOCK_M"])) * cdiv(problem.N, int(c["BLOCK_N"]))
-
-
-def _tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    elem = DTYPE_BYTES[problem.dtype_a]
-    out_elem = DTYPE_BYTES[problem.dtype_out]
-    aligned = (
-        (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
-    )
-
-    def tiles(c: Mapping[str, Value]) -> int:
-        return _tile_count(problem, c)
-
-    def tail_splits(c: Mapping[str, Value]) -> int:
-        return tail_split_schedule(tiles(c), cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
-
-    def smem(c: Mapping[str, Value]) -> int:
-        """The ring of A and B tiles, and the C store's buffer: the tile (fp32 slices of the workspace
-        with SPLIT_K > 1), or one EPILOGUE_N-wide slice that every store of the tile reuses."""
-        bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
-        ring = (bm + bn) * bk * elem * int(c["num_stages"])
-        if int(c.get("SPLIT_K", 1)) > 1:
-            return int(ring + bm * bn * 4)
-        return int(ring + bm * c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
-
-    extra = [
-        Constraint(
-            "tma_alignment",
-            f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
-            f"N={problem.N} in {problem.dtype_a})",
-            lambda c: aligned,
-            knobs=(),
-        ),
-        Constraint(
-            "tail_split_alone",
-            "TAIL_SPLIT is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
-            lambda c: (
-                not int(c.get("TAIL_SPLIT", 0)) or (int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1)
-            ),
-            knobs=("TAIL_SPLIT", "PERSISTENT", "SPLIT_K"),
-        ),
-        Constraint(
-            "tail_split_pow2",
-            "TAIL_SPLIT sums whole tiles of one part: its BLOCK_N is a power of two",
-            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tile_parts(int(c["BLOCK_N"]))[1] == 0,
-            knobs=("TAIL_SPLIT", "BLOCK_N"),
-        ),
-        Constraint(
-            "persistent_needless",
-            "PERSISTENT with fewer work items (tiles x SPLIT_K) than CUs: every program does one",
-            lambda c: (
-                not int(c["PERSISTENT"])
-                or int(c.get("TAIL_SPLIT", 0)) > 0
-                or tiles(c) * int(c["SPLIT_K"]) > target.cu_count
-            ),
-            knobs=("PERSISTENT", "TAIL_SPLIT", "BLOCK_M", "BLOCK_N", "SPLIT_K"),
-        ),
-        Constraint(
-            "tail_split_needless",
-            f"TAIL_SPLIT where the last wave of tiles on {target.cu_count} CUs is full, or too full or "
-            "too short in K to split",
-            lambda c: not int(c.get("TAIL_SPLIT", 0)) or tail_splits(c) > 1,
-            knobs=("TAIL_SPLIT", "BLOCK_M", "BLOCK_N", "BLOCK_K"),
-        ),
-        Constraint(
-            "epilogue_needless",
-            "EPILOGUE_N {EPILOGUE_N} slices nothing: no tile part is wider, or SPLIT_K > 1 (the fp32 "
-            "workspace is stored whole)",
-            lambda c: (
-                not int(c.get("EPILOGUE_N", 0))
-                or (
-                    int(c.get("SPLIT_K", 1)) == 1
-                    and max(tile_parts(int(c["BLOCK_N"]))) > int(c["EPILOGUE_N"])
-                )
-            ),
-            knobs=("EPILOGUE_N", "SPLIT_K", "BLOCK_N"),
-        ),
-        Constraint(
-            "lds_overflow",
-            f"A and B tiles x stages + the C store's buffer need more than the {target.lds_bytes} bytes of "
-            "shared memory",
-            lambda c: target.interpreter or smem(c) <= target.lds_bytes,
-            knobs=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "SPLIT_K", "EPILOGUE_N"),
-        ),
-    ]
-    if not target.is_amd:
-        extra.append(
-            Constraint(
-                "accumulator_spill",
-                f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {TMA_ACC_LIMIT} registers "
-                "a lane",
-                lambda c: (
-                    int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= TMA_ACC_LIMIT * int(c["num_warps"]) * 32
-                    or target.interpreter
-                ),
-                knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
-            )
-        )
-    replaced = {x.name for x in extra}
-    return extra + [c for c in _constraints(problem, target) if c.name not in replaced]
-
-
-def _constraints(problem: Problem, target: Target) -> list[Constraint]:
-    M, N, K = problem.M, problem.N, problem.K
-    narrowest_n = min(int(v) for v in triton_params(target)["BLOCK_N"])
-    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
-    cus = target.cu_count
-
-    def tiles(c: Mapping[str, Value]) -> int:
-        return _tile_count(problem, c)
-
-    def lds_bytes(c: Mapping[str, Value]) -> int:
-        stages = int(c["num_stages"])
-        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
-        return int((int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * elem * buffers)
-
-    acc_limit = 256 if target.is_amd else 128
-    out = [
-        Constraint(
-            "block_m_waste",
-            f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
-            lambda c: int(c["BLOCK_M"]) <= max(MIN_TILE, next_pow2(M)),
-            knobs=("BLOCK_M",),
-        ),
-        Constraint(
-            "block_n_waste",
-            f"BLOCK_N {{BLOCK_N}} > next_pow2(N={N}): columns computed for nothing",
-            # the narrowest tile of the space always stays (a router GEMM has N = 8 experts)
-            lambda c: int(c["BLOCK_N"]) <= max(MIN_TILE, next_pow2(N), narrowest_n),
-            knobs=("BLOCK_N",),
-        ),
-        Constraint(
-            "block_k_waste",
-            f"BLOCK_K x SPLIT_K > next_pow2(K={K}): empty K slices",
-            lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(MIN_TILE, next_pow2(K)),
-            knobs=("BLOCK_K", "SPLIT_K"),
-        ),
-        Constraint(
-            "split_k_needless",
-            f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
-            lambda c: int(c.get("SPLIT_K", 1)) == 1 or tiles(c) * int(c["SPLIT_K"]) <= 2 * cus,
-            knobs=("SPLIT_K", "BLOCK_M", "BLOCK_N"),
-            search_only=True,
-        ),
-        Constraint(
-            "fused_split_alone",
-            "FUSED_SPLIT sums K slices in the GEMM's launch: it needs SPLIT_K > 1",
-            lambda c: not int(c.get("FUSED_SPLIT", 0)) or int(c.get("SPLIT_K", 1)) > 1,
-            knobs=("FUSED_SPLIT", "SPLIT_K"),
-        ),
-        Constraint(
-            "stream_k_alone",
-            "STREAM_K deals the K steps itself: it goes with SPLIT_K 1",
-            lambda c: not int(c.get("STREAM_K", 0)) or int(c.get("SPLIT_K", 1)) == 1,
-            knobs=("STREAM_K", "SPLIT_K"),
-        ),
-        Constraint(
-            "stream_k_needless",
-            f"STREAM_K on a tile grid that already fills {cus} CUs twice (tiles > 2 x CUs)",
-            lambda c: not int(c.get("STREAM_K", 0)) or tiles(c) <= 2 * cus,
-            knobs=("STREAM_K", "BLOCK_M", "BLOCK_N"),
-        ),
-        Constraint(
-            "group_m_redundant",
-            f"GROUP_M {{GROUP_M}} with one row of tiles (M={M}) equals GROUP_M 1",
-            lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
-            knobs=("GROUP_M", "BLOCK_M"),
-        ),
-        Constraint(
-            "lds_overflow",
-            f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
-            lambda c: target.interpreter or lds_bytes(c) <= target.lds_bytes,
-            knobs=("num_stages", "BLOCK_M", "BLOCK_N", "BLOCK_K"),
-        ),
-        Constraint(
-            "accumulator_spill",
-            f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {acc_limit} registers a lane",
-            lambda c: (
-                int(c["BLOCK_M"]) * int(c["BLOCK_N"]) <= acc_limit * int(c["num_warps"]) * target.wave_size
-                or target.interpreter
-            ),
-            knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
-        ),
-        Constraint(
-            "idle_warps",
-            "{num_warps} warps on a {BLOCK_M}x{BLOCK_N} tile leave warps idle",
-            lambda c: int(c["num_warps"]) <= 4 or int(c["BLOCK_M"]) * int(c["BLOCK_N"]) >= 8192,
-            knobs=("num_warps", "BLOCK_M", "BLOCK_N"),
-        ),
-    ]
-    if target.is_amd:
-        out += [
-            Constraint(
-                "mfma_32_small_tile",
-                "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
-                lambda c: (
-                    int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32
-                ),
-                knobs=("matrix_instr_nonkdim", "BLOCK_M", "BLOCK_N"),
-            ),
-            Constraint(
-                "xcd_remap_redundant",
-                f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
-                lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds,
-                knobs=("NUM_XCDS", "BLOCK_M", "BLOCK_N"),
-            ),
-        ]
-    return out
-
-
-def _pick_split_k(
-    problem: Problem, target: Target, bm: int, bn: int, bk: int, choices: Sequence[Value]
-) -> int:
-    tiles = cdiv(problem.M, bm) * cdiv(problem.N, bn)
-    best = 1
-    for sk in sorted(int(v) for v in choices):
-        if tiles * sk <= target.cu_count and problem.K // sk >= 2 * bk:
-            best = sk
-    return best
 
 
 def gemm_default_candidates(problem: Problem, target: Target) -> tuple[Config, ...]:
@@ -508,14 +187,14 @@ def tma_default(
         if fills and parts_cost < cost:
             bn, cost = width, parts_cost
     wide_tile = bn > 128
-    split_k = 1 if wide_tile else _pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
+    split_k = 1 if wide_tile else pick_split_k(problem, target, bm, bn, bk, tma_params(target)["SPLIT_K"])
     items = rows * cdiv(problem.N, bn) * split_k
     tail_split = (
         split_k == 1
         and tile_parts(bn)[1] == 0
         and tail_split_schedule(items, cdiv(problem.K, bk), cus)[2] > 1
     )
-    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    sub = SubSpace("triton_tma", tma_params(target), tma_constraints(problem, target))
     if depths is None:
         depths = _ring_depths(problem)[:-1]
     for stages in (3,) if wide_tile else depths:
@@ -543,7 +222,7 @@ def _tma_candidates(problem: Problem, target: Target) -> list[Config]:
     pick = tma_default(problem, target)
     if pick is None:
         return []
-    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    sub = SubSpace("triton_tma", tma_params(target), tma_constraints(problem, target))
     stages = sorted(
         (int(s) for s in sub.params["num_stages"] if int(s) < int(pick["num_stages"])), reverse=True
     )
@@ -588,7 +267,7 @@ def _pointer_config(problem: Problem, target: Target, core: Core) -> Config:
     bm, bn, bk, warps, stages = core
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
-    values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    values["SPLIT_K"] = pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch beats a reduce kernel
     values["STREAM_K"] = 0
     if target.is_amd:
@@ -602,7 +281,7 @@ def _pointer_config(problem: Problem, target: Target, core: Core) -> Config:
 
 
 def _pointer_default(problem: Problem, target: Target) -> Config:
-    sub = SubSpace("triton", triton_params(target), _constraints(problem, target))
+    sub = SubSpace("triton", triton_params(target), tile_constraints(problem, target))
     return fit_to_space(_pointer_config(problem, target, _pointer_core(problem, target)), sub)
 
 
@@ -612,46 +291,27 @@ def _pointer_candidates(problem: Problem, target: Target) -> Iterator[Config]:
     if target.interpreter:
         return
     params = triton_params(target)
-    sub = SubSpace("triton", params, _constraints(problem, target))
+    sub = SubSpace("triton", params, tile_constraints(problem, target))
     core = _pointer_core(problem, target)
     yield from space_ladder(core, params, sub, lambda c: _pointer_config(problem, target, c))
-
-
-def fit_to_space(
-    config: Config, sub: SubSpace, shrink: Sequence[str] = ("num_stages", "BLOCK_K", "BLOCK_N", "BLOCK_M")
-) -> Config:
-    """`config` if `sub` holds it; else `config` with the first knob of `shrink` that can be made smaller
-    and fit; else the first config of `sub`; ValueError when `sub` holds none. Heuristic defaults go
-    through this, so they always belong to their space."""
-    if sub.check(config) is None:
-        return config
-    for smaller in shrink:
-        for value in sorted((int(v) for v in sub.params[smaller]), reverse=True):
-            candidate = config.replace(**{smaller: value})
-            if int(value) < int(config[smaller]) and sub.check(candidate) is None:
-                return candidate
-    for values, broken in sub.walk():
-        if broken is None:
-            return Config(values)
-    raise ValueError(f"no {sub.backend} config fits this problem: each breaks a constraint of its space")
 
 
 def triton_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
     """The tiled kernel's configs, the heuristic default first (the op's, or this kernel's own)."""
     first = default or _pointer_default(problem, target)
-    return SubSpace("triton", triton_params(target), _constraints(problem, target), first=(first,))
+    return SubSpace("triton", triton_params(target), tile_constraints(problem, target), first=(first,))
 
 
 def gemv_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
     """The GEMV kernel's configs (A of at most GEMV_ROWS rows; pruned with the reason otherwise), the op's
     default first where it is one of them."""
     first = () if default is None else (default,)
-    return SubSpace("triton_gemv", gemv_params(target), _gemv_constraints(problem, target), first=first)
+    return SubSpace("triton_gemv", gemv_params(target), gemv_constraints(problem, target), first=first)
 
 
 def tma_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
     """The TMA kernel's configs: the op's default where it is one of them, then the wave-filling tiles."""
-    sub = SubSpace("triton_tma", tma_params(target), _tma_constraints(problem, target))
+    sub = SubSpace("triton_tma", tma_params(target), tma_constraints(problem, target))
     first = () if default is None else (default,)
     return replace(sub, first=(*first, *wave_filling_tiles(problem, target, sub)))
 

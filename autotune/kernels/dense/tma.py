@@ -4,7 +4,7 @@ Backend "triton_tma", for NVIDIA sm_90 and newer. The tile loads and the C store
 tensor descriptors, which handle the ragged edges (no masks, no wrap-around). With PERSISTENT = 1 the grid
 is one program per SM and each program walks the tiles with a stride of the grid; with PERSISTENT = 0 there
 is one program per tile. With SPLIT_K > 1 each (tile, K slice) is a work item and the partial sums go
-through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel of `dense.kernel` sums in a
+through a 3-D descriptor into an fp32 workspace that the split-K reduce kernel (`common.splitk`) sums in a
 fixed order. TAIL_SPLIT = 1 runs whole waves of tiles persistently and splits the tiles of the last,
 partly filled wave along K over the SMs that wave would leave idle (see `gemm_tma_tail_kernel` and
 `tail_split_schedule`). BLOCK_N need not be a power of two: a 96-wide tile runs as a 64- and a 32-wide part
@@ -24,82 +24,21 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.dense.geometry import c_store_cols, tail_split_schedule, tile_parts
-from autotune.kernels.dense.kernel import (
+from autotune.kernels.common.geometry import c_store_cols, tail_split_schedule, tile_parts
+from autotune.kernels.common.splitk import (
+    REDUCE_BLOCK,
     arrives_last,
-    column_halves,
     publish_part,
     release_tile,
+    splitk_reduce_kernel,
     sum_parts,
-    tile_rows_cols,
 )
+from autotune.kernels.common.tile import column_halves
+from autotune.kernels.common.tma import tile_origin, tile_part_sums, tma_ready, work_item
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.scratch import split_scratch
 
 __all__ = ["gemm_tma_kernel", "gemm_tma_tail_kernel", "tma_launcher"]
-
-
-@triton.jit
-def _tile_origin(
-    tile, num_pid_m, num_pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr
-):
-    """Where `tile` starts in C (row, column), in grouped order (`tile_rows_cols`)."""
-    pid_m, pid_n = tile_rows_cols(tile, num_pid_m, num_pid_n, GROUP_M)
-    return pid_m * BLOCK_M, pid_n * BLOCK_N
-
-
-@triton.jit
-def _work_item(item, num_tiles, k_per_split, k_tiles_all):
-    """(tile, K slice, first K tile, end K tile) of work item `item`: items run tile-major within a slice."""
-    tile = item % num_tiles
-    split = item // num_tiles
-    k_first = split * k_per_split
-    return tile, split, k_first, min(k_first + k_per_split, k_tiles_all)
-
-
-@triton.jit
-def _dot_part(acc, a, b_desc, off_n, off_k, B_KN: tl.constexpr, DOT_F32: tl.constexpr):
-    """acc + a · (the B tile of `b_desc` at column off_n and K offset off_k)."""
-    if B_KN:
-        b = b_desc.load([off_k, off_n])
-    else:
-        b = b_desc.load([off_n, off_k]).T
-    # DOT_F32: interpreter only (its bf16 dot multiplies raw bits; bf16 products are exact in fp32)
-    if DOT_F32:
-        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    else:
-        acc = tl.dot(a, b, acc)
-    return acc
-
-
-@triton.jit
-def _tile_parts(
-    a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_lo, k_hi,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BN2: tl.constexpr, BN3: tl.constexpr,
-    BLOCK_K: tl.constexpr, B_KN: tl.constexpr, DOT_F32: tl.constexpr,
-):  # fmt: skip
-    """The fp32 sums over K tiles k_lo .. k_hi - 1 of one C tile BLOCK_N + BN2 + BN3 wide, as up to three
-    column parts (a width that is not a power of two, which Triton's blocks must be) that share each A
-    tile: (acc, acc2, acc3), where a part of width 0 is absent and its accumulator a stand-in nobody
-    stores (BN2 = BN3 = 0: the plain tile, one dot per K tile)."""
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if BN2 > 0:
-        acc2 = tl.zeros((BLOCK_M, BN2), dtype=tl.float32)
-    else:
-        acc2 = acc
-    if BN3 > 0:
-        acc3 = tl.zeros((BLOCK_M, BN3), dtype=tl.float32)
-    else:
-        acc3 = acc
-    for kt in range(k_lo, k_hi):
-        off_k = kt * BLOCK_K
-        a = a_desc.load([off_m, off_k])
-        acc = _dot_part(acc, a, b_desc, off_n, off_k, B_KN, DOT_F32)
-        if BN2 > 0:
-            acc2 = _dot_part(acc2, a, b2_desc, off_n + BLOCK_N, off_k, B_KN, DOT_F32)
-        if BN3 > 0:
-            acc3 = _dot_part(acc3, a, b3_desc, off_n + BLOCK_N + BN2, off_k, B_KN, DOT_F32)
-    return acc, acc2, acc3
 
 
 @triton.jit
@@ -120,8 +59,8 @@ def gemm_tma_tail_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     iters = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(pid, DP_TILES, NUM_PROGRAMS, flatten=True):
-        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_parts(
+        off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tile_part_sums(
             a_desc, b_desc, None, None, off_m, off_n, 0, iters, BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, B_KN, DOT_F32
         )[0]
         _store_c(c_desc, acc, off_m, off_n, BLOCK_M, BLOCK_N, EPI_N)
@@ -131,8 +70,8 @@ def gemm_tma_tail_kernel(
         per = tl.cdiv(iters, SPLITS)
         k_lo = (pid // tail) * per
         k_hi = min(k_lo + per, iters)
-        off_m, off_n = _tile_origin(DP_TILES + ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
-        acc = _tile_parts(
+        off_m, off_n = tile_origin(DP_TILES + ts, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        acc = tile_part_sums(
             a_desc,
             b_desc,
             None,
@@ -181,9 +120,9 @@ def gemm_tma_kernel(
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True):
-        tile, split, k_first, k_last = _work_item(item, num_tiles, k_per_split, k_tiles_all)
-        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, WIDTH, GROUP_M)
-        acc, acc2, acc3 = _tile_parts(
+        tile, split, k_first, k_last = work_item(item, num_tiles, k_per_split, k_tiles_all)
+        off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, WIDTH, GROUP_M)
+        acc, acc2, acc3 = tile_part_sums(
             a_desc, b_desc, b2_desc, b3_desc, off_m, off_n, k_first, k_last,
             BLOCK_M, BLOCK_N, BN2, BN3, BLOCK_K, B_KN, DOT_F32,
         )  # fmt: skip
@@ -234,13 +173,6 @@ def _store_part(
         c_desc.store([split, off_m, off_n], acc.reshape(1, BLOCK_M, BLOCK_N))
 
 
-def tma_ready(t: torch.Tensor) -> torch.Tensor:
-    """`t`, or a dense copy where its rows are not dense and 16-byte aligned, as tensor descriptors need."""
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
-        return t
-    return t.clone(memory_format=torch.contiguous_format)
-
-
 def tma_launcher(
     config: Config, *, num_sms: int, interpret: bool = False, kernels: tuple[Any, ...] | None = None
 ) -> Callable[..., None]:
@@ -251,8 +183,6 @@ def tma_launcher(
     elements when SPLIT_K > 1 (else ignored); TAIL_SPLIT keeps its own scratch per device and stream.
     `kernels` replaces (gemm_tma_kernel, splitk_reduce_kernel, gemm_tma_tail_kernel), as in
     `dense.kernel.launcher`."""
-    from autotune.kernels.dense.kernel import REDUCE_BLOCK, splitk_reduce_kernel
-
     bm, width, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     bn, bn2, bn3 = tile_parts(width)
     persistent = bool(config.get("PERSISTENT", 0))

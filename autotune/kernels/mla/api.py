@@ -37,7 +37,7 @@ import torch
 from autotune.core.config import Config
 from autotune.core.problem import Problem, next_pow2
 from autotune.core.target import Target
-from autotune.kernels.dense.api import _running
+from autotune.kernels.common.target import launch_target
 from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.op import MLA_DECODE
 from autotune.kernels.mla.ref import gathered_attention
@@ -198,7 +198,7 @@ def _mla_decode_impl(
     capturing = _capturing(q.device)
     if not capturing:
         _check_values(kv_cache, page_table, context_lens)
-    tgt = target or _running()
+    tgt = target or launch_target()
     capacity = page_table.shape[1] * kv_cache.shape[1]
     problem = mla_problem(q, kv_cache, page_table, width, min(max_context or capacity, capacity), tgt)
     config = served_config(MLA_DECODE, problem, tgt)  # never aiter's: it is not served

@@ -54,7 +54,7 @@ import triton
 import triton.language as tl
 
 from autotune.core.op import FP_OPTIONS
-from autotune.kernels.dense.kernel import column_halves
+from autotune.kernels.common.tile import column_halves
 from autotune.kernels.launch import pinned
 
 __all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "launcher", "mla_reduce_kernel", "mla_split_kernel"]

@@ -28,7 +28,7 @@ def cache_dtype(name: str, arch: str) -> torch.dtype:
     """The torch dtype of cache dtype `name` on `arch` (ValueError for e4m3fnuz off gfx942)."""
     import torch
 
-    from autotune.kernels.quant.formats import fp8_dtype
+    from autotune.kernels.common.formats import fp8_dtype
 
     return torch.bfloat16 if name == "bf16" else fp8_dtype(name, arch)
 
@@ -148,8 +148,8 @@ class MlaDecodeOp(ProblemRules):
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
+        from autotune.kernels.common.formats import device_arch
         from autotune.kernels.mla.ref import paged_inputs
-        from autotune.kernels.quant.formats import device_arch
 
         self.check_problem(problem)
         heads, context, kv, page = own(problem)

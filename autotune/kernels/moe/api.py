@@ -38,7 +38,7 @@ import torch
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
-from autotune.kernels.dense.api import _running
+from autotune.kernels.common.target import launch_target
 from autotune.kernels.moe.op import MOE, MXFP4
 from autotune.kernels.moe.ref import FP8_DTYPES, validate_moe_call
 from autotune.kernels.moe.routing import align_fixed, fresh_buffer
@@ -72,10 +72,10 @@ def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) ->
 
 
 def _check_fp8(dtype: torch.dtype, target: Target) -> None:
-    """FP8 weights are the target's own e4m3 (`quant.formats.fp8_dtype`: e4m3fnuz on gfx942, e4m3fn
+    """FP8 weights are the target's own e4m3 (`common.formats.fp8_dtype`: e4m3fnuz on gfx942, e4m3fn
     elsewhere), the op's "fp8e4m3": ValueError for the other flavour, which the target has no matrix
     instructions for (Triton emulates it, and no table holds it). The interpreter runs both."""
-    from autotune.kernels.quant.formats import fp8_dtype
+    from autotune.kernels.common.formats import fp8_dtype
 
     if target.interpreter:
         return
@@ -183,7 +183,7 @@ def _fused_moe_impl(
     E = w1.shape[0]
     if not capturing:
         _check_ids(topk_ids, E)
-    tgt = target or _running()
+    tgt = target or launch_target()
     problem = moe_problem(x, w1, topk_ids.shape[1], tgt)
     chosen = forced if forced is not None else served_config(MOE, problem, tgt)
     if out is None:
@@ -200,8 +200,8 @@ def _fused_moe_impl(
     params = dict(chosen.items())
     params.pop("backend", None)
     if mx:
+        from autotune.kernels.common.target import mx_native
         from autotune.kernels.moe.mx import fused_moe_mx
-        from autotune.kernels.quant.space import mx_native
 
         assert w1_scale is not None and w2_scale is not None
         return fused_moe_mx(

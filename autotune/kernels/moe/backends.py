@@ -70,8 +70,8 @@ def _mx_launch(
     alignment: tuple[torch.Tensor, torch.Tensor, int],
 ) -> Launch:
     """`fused_launch` of MXFP4 weights (`moe.mx`): native where the target has MX instructions."""
+    from autotune.kernels.common.target import mx_native
     from autotune.kernels.moe.mx import MX_JIT_KERNELS, fused_moe_mx
-    from autotune.kernels.quant.space import mx_native
 
     x, w1, w2, weights, ids, w1s, w2s = inputs
     kernels = None if calls is None else tuple(Recorder(fn, calls) for fn in MX_JIT_KERNELS)

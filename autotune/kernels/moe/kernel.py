@@ -43,14 +43,15 @@ from autotune.core.config import Value
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
 from autotune.core.target import local_target
-from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
+from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS
+from autotune.kernels.common.splitk import arrives_last, publish_part, release_tile, sum_parts
+from autotune.kernels.common.tile import edge_clamped
 from autotune.kernels.launch import descriptor, pinned
 from autotune.kernels.moe.ref import FP8_BLOCK, align_block_size, validate_moe_inputs
 from autotune.kernels.moe.routing import Buffers, fresh_buffer
 from autotune.kernels.scratch import split_scratch
 
 __all__ = [
-    "AMD_LAUNCH_OPTIONS",
     "JIT_KERNELS",
     "MOE_PARAMS",
     "act_quant_kernel",
@@ -62,8 +63,6 @@ __all__ = [
 
 #: The config parameters of the kernel (vLLM's names, so its tuned JSON files read as they are).
 MOE_PARAMS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
-#: Config parameters passed to Triton as compile options on AMD only.
-AMD_LAUNCH_OPTIONS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
 
 
 @triton.jit

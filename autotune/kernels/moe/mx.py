@@ -30,7 +30,9 @@ import triton.language as tl
 from autotune.core.config import Value
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.dense.kernel import arrives_last, edge_clamped, publish_part, release_tile, sum_parts
+from autotune.kernels.common.formats import MX_BLOCK
+from autotune.kernels.common.splitk import arrives_last, publish_part, release_tile, sum_parts
+from autotune.kernels.common.tile import edge_clamped
 from autotune.kernels.launch import pinned
 from autotune.kernels.moe.kernel import (
     _launch_options,
@@ -42,7 +44,6 @@ from autotune.kernels.moe.kernel import (
 )
 from autotune.kernels.moe.ref import validate_mxfp4_moe_inputs
 from autotune.kernels.moe.routing import Buffers, fresh_buffer
-from autotune.kernels.quant.formats import MX_BLOCK
 from autotune.kernels.scratch import split_scratch
 
 __all__ = ["MX_JIT_KERNELS", "fused_moe_mx", "moe_mx_gemm_kernel", "moe_mx_gemm_split_kernel"]

@@ -11,10 +11,10 @@ from autotune.core.op import Inputs, KernelCall, Launch
 from autotune.core.problem import DTYPE_BYTES, Problem, ProblemRules, normalize_dtype
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
+from autotune.kernels.common.formats import MX_BLOCK
+from autotune.kernels.common.target import mx_native
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
 from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
-from autotune.kernels.quant.formats import MX_BLOCK
-from autotune.kernels.quant.space import mx_native
 
 if TYPE_CHECKING:
     import torch

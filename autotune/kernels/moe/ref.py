@@ -4,7 +4,7 @@ weights, and the reference.
 Shapes: x (M, K) activations; w1 (E, 2N, K), rows [0, N) the gate projection and rows [N, 2N) the up
 projection; w2 (E, K, N) the down projection; topk_weights (M, topk) and topk_ids (M, topk) from `route`.
 MXFP4 weights (OCP MX: e2m1 packed two per byte along K, the earlier element in the low nibble, e8m0
-scales per 32 elements of K, `quant.formats`) are w1 (E, 2N, K/2) and w2 (E, K, N/2) uint8 with scales
+scales per 32 elements of K, `common.formats`) are w1 (E, 2N, K/2) and w2 (E, K, N/2) uint8 with scales
 w1_scale (E, 2N, K/32) and w2_scale (E, K, N/32) uint8; K and N multiples of 32.
 Torch only (no triton): `moe.kernel` uses `align_block_size`, the quantizers and `validate_moe_inputs`, and
 the tests compare its output with `moe_reference`.
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from autotune.core.problem import cdiv
-from autotune.kernels.quant.formats import MX_BLOCK, dequantize_mx, quantize_mx
+from autotune.kernels.common.formats import MX_BLOCK, dequantize_mx, quantize_mx
 
 __all__ = [
     "FP8_BLOCK",

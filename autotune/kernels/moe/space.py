@@ -11,7 +11,7 @@ from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, candidates, safer_cores
-from autotune.kernels.quant.space import mx_native
+from autotune.kernels.common.target import mx_native
 
 __all__ = [
     "FP8_BLOCK",

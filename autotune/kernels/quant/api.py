@@ -77,10 +77,10 @@ def _gemm_quant_impl(
     target: Target | None = None,
 ) -> torch.Tensor:
     """autotune::gemm_quant (and gemm_quant_out with `out`): the checks, the lookup and the launch."""
-    from autotune.kernels.dense.api import _running
+    from autotune.kernels.common.target import launch_target
     from autotune.kernels.quant.op import QUANT_GEMMS
 
-    tgt = target or _running()
+    tgt = target or launch_target()
     problem = _problem(op, a, b, out_dtype, tgt)
     if out is not None:
         _check_out(op, out, problem, out_dtype, a)

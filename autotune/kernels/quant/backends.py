@@ -11,7 +11,7 @@ from autotune.core.config import Config
 from autotune.core.op import Inputs, KernelCall, Launch
 from autotune.core.problem import Problem
 from autotune.core.target import Target
-from autotune.kernels.dense.geometry import GEMV_ROWS
+from autotune.kernels.common.geometry import GEMV_ROWS
 from autotune.kernels.quant.space import (
     GEMV_OPS,
     GLUON_OPS,
@@ -37,7 +37,8 @@ MX_OPS = ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
 
 
 def _modules(*names: str) -> tuple[str, ...]:
-    return tuple(f"autotune.kernels.quant.{n}" for n in names)
+    """The quantization formats (`common.formats`) and these modules of `autotune.kernels.quant`."""
+    return ("autotune.kernels.common.formats", *(f"autotune.kernels.quant.{n}" for n in names))
 
 
 def _torch_version(op: str) -> str:
@@ -107,8 +108,8 @@ def quant_backends(op: QuantGemmOp) -> Backends:
     and for the FP8 ops the TMA kernel where tensor descriptors exist and the GEMV kernel (A of at most
     GEMV_ROWS rows)."""
     name = op.name
-    vendor = _modules("formats", "vendor")
-    triton = _modules("formats", "kernel", *(["mx"] if name in MX_OPS else []))
+    vendor = _modules("vendor")
+    triton = _modules("kernel", *(["mx"] if name in MX_OPS else []))
     records = [
         Backend(
             "torch",
@@ -139,7 +140,7 @@ def quant_backends(op: QuantGemmOp) -> Backends:
         ),
     ]
     if name in GLUON_OPS:
-        gluon = _modules("formats", "gluon")
+        gluon = _modules("gluon")
         runs_on = partial(gluon_runs, name)
         records.append(
             Backend(
@@ -153,7 +154,7 @@ def quant_backends(op: QuantGemmOp) -> Backends:
             )
         )
     if name.startswith("gemm_fp8"):
-        tma = _modules("formats", "tma")
+        tma = _modules("tma")
         launch = partial(op._kernel_launch, op._tma_launcher)
         runs_on = partial(tma_runs, name)
         records.append(
@@ -161,7 +162,7 @@ def quant_backends(op: QuantGemmOp) -> Backends:
         )
     if name in GEMV_OPS:
         launch = partial(op._kernel_launch, op._gemv_launcher)
-        gemv = _modules("formats", "gemv")
+        gemv = _modules("gemv")
         rows = GEMV_ROWS
         records.append(Backend("triton_gemv", launch, gemv_subspace, modules=gemv, cost=GEMV, max_m=rows))
     return Backends(name, records)

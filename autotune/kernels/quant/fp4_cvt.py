@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from autotune.kernels.quant.formats import MX_BLOCK
+from autotune.kernels.common.formats import MX_BLOCK
 
 __all__ = ["cvt_pk_fp4", "floor_scale", "quantize_words", "rounded_scale"]
 

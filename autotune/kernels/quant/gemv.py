@@ -1,11 +1,12 @@
 """Triton FP8 GEMV for decode: C = (A·a_scale) · (B·b_scale)ᵀ for A of at most 4 rows, without matrix
 instructions.
 
-Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`dense.gemv`):
-each program reads BLOCK_N rows of B (columns of C) in BLOCK_K-wide steps and multiplies them by the rows
-of A in registers, so that many programs stream the weight where the tiled kernel's 64-column tiles leave
-SMs idle on narrow layers (docs/notes/2026-11-22-fp8-decode-ceiling.md). Rows of B past N read row
-N - 1, so B's loads need no mask; stores are masked.
+Backend "triton_gemv" of gemm_fp8_rowwise and gemm_fp8_blockwise. As the dense GEMV (`dense.gemv`; both
+take their rows' helpers from `common.gemv`): each program reads BLOCK_N rows of B (columns of C) in
+BLOCK_K-wide steps and multiplies them by the rows of A in registers, so that many programs stream the
+weight where the tiled kernel's 64-column tiles leave SMs idle on narrow layers
+(docs/notes/2026-11-22-fp8-decode-ceiling.md). Rows of B past N read row N - 1, so B's loads need no
+mask; stores are masked.
 
 - row-wise: one fp32 (BLOCK_N, BLOCK_K) partial per row of A, summed along K at the end and scaled once
   by the row's scale and each column's (a scale stride of 0: one scale for the tensor); with STEP_SUM,
@@ -32,9 +33,9 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.dense.gemv import rows_step, store_rows
-from autotune.kernels.dense.geometry import GEMV_ROWS
-from autotune.kernels.dense.kernel import edge_clamped
+from autotune.kernels.common.gemv import rows_step, store_rows
+from autotune.kernels.common.geometry import GEMV_ROWS
+from autotune.kernels.common.tile import edge_clamped
 from autotune.kernels.launch import pinned
 
 __all__ = ["gemv_fp8_kernel", "gemv_fp8_launcher"]

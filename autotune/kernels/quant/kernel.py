@@ -12,8 +12,8 @@ Imported lazily (it imports triton). Two scaling modes, one kernel:
   the weight: A_GROUPED reads its scales per 128 rows and B's (the activations') per row.
 
 Knobs as in the dense GEMM (`dense.kernel`): BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 workspace and the same
-deterministic reduce kernel), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own launch, by
-`gemm_fp8_sum_kernel`), SWAP_AB (the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
+deterministic reduce kernel, `common.splitk`), FUSED_SPLIT and STREAM_K (K parts summed in the GEMM's own
+launch, by `gemm_fp8_sum_kernel`), SWAP_AB (the kernel run on C^T = B . A^T), NUM_XCDS, num_warps,
 num_stages, and on AMD matrix_instr_nonkdim, waves_per_eu and kpack. `quant_launcher` builds the launch
 of either quantized kernel (FP8 and MX).
 """
@@ -30,19 +30,16 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.dense.kernel import (
-    AMD_LAUNCH_OPTIONS,
+from autotune.kernels.common.grid import split_coords, stream_range, stream_segment, tile_rows_cols
+from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS
+from autotune.kernels.common.splitk import (
     REDUCE_BLOCK,
-    edge_clamped,
-    split_coords,
     splitk_reduce_kernel,
     store_tile,
-    stream_range,
-    stream_segment,
     stream_store,
     summed_launch,
-    tile_rows_cols,
 )
+from autotune.kernels.common.tile import edge_clamped
 from autotune.kernels.launch import pinned
 
 try:  # programmatic dependent launch (NVIDIA sm_90+): PDL

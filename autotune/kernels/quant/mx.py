@@ -26,7 +26,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from autotune.kernels.dense.kernel import _remap_xcd, edge_clamped
+from autotune.kernels.common.grid import remap_xcd
+from autotune.kernels.common.tile import edge_clamped
 
 __all__ = ["gemm_mx_kernel"]
 
@@ -200,7 +201,7 @@ def gemm_mx_kernel(
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid = _remap_xcd(pid, num_pid_m * num_pid_n, NUM_XCDS)
+    pid = remap_xcd(pid, num_pid_m * num_pid_n, NUM_XCDS)
     width = GROUP_M * num_pid_n
     group_id = pid // width
     first_m = group_id * GROUP_M

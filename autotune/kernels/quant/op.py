@@ -71,7 +71,7 @@ def _expected(problem: Problem, arch: str) -> list[tuple[str, tuple[tuple[int, .
     """(name, allowed shapes, dtype) of a, b, a_scale and b_scale; dtype None for a_scale: must be None."""
     import torch
 
-    from autotune.kernels.quant.formats import MX_BLOCK, fp8_dtype
+    from autotune.kernels.common.formats import MX_BLOCK, fp8_dtype
 
     M, N, K, op = problem.M, problem.N, problem.K, problem.op
     if op.startswith("gemm_fp8"):
@@ -152,7 +152,7 @@ class QuantGemmOp(QuantRules):
         if problem.op != self.name:
             raise ValueError(f"{self.name} got a {problem.op} problem")
         if target is not None and problem.op.startswith("gemm_fp8"):
-            from autotune.kernels.quant.formats import fp8_dtype
+            from autotune.kernels.common.formats import fp8_dtype
 
             fp8_dtype(problem.dtype_a, _arch(target))
 
@@ -181,7 +181,7 @@ class QuantGemmOp(QuantRules):
     def make_inputs(self, problem: Problem, device: str, seed: int) -> Inputs:
         import torch
 
-        import autotune.kernels.quant.formats as quant
+        import autotune.kernels.common.formats as quant
 
         self.check_problem(problem)
         M, N, K, op = problem.M, problem.N, problem.K, problem.op
@@ -211,7 +211,7 @@ class QuantGemmOp(QuantRules):
     def dequantized(self, problem: Problem, inputs: Inputs) -> tuple[torch.Tensor, torch.Tensor]:
         """A and B in fp32 exactly as the kernel reads them (bf16 activations quantized as the kernel
         quantizes them)."""
-        import autotune.kernels.quant.formats as quant
+        import autotune.kernels.common.formats as quant
 
         a, b, sa, sb = inputs
         op = problem.op
@@ -341,7 +341,7 @@ class QuantGemmOp(QuantRules):
         it does not exist."""
         if config.backend not in self.backends(target):
             raise ValueError(f"{self.name} has no TMA kernel on {_arch(target)}: {config.short()}")
-        from autotune.kernels.dense.kernel import splitk_reduce_kernel
+        from autotune.kernels.common.splitk import splitk_reduce_kernel
         from autotune.kernels.quant.tma import fp8_tma_launcher, gemm_fp8_tma_kernel
 
         kernels = None if calls is None else (Recorder(gemm_fp8_tma_kernel, calls),
@@ -354,7 +354,7 @@ class QuantGemmOp(QuantRules):
 
     def _pointer_launcher(self, config: Config, target: Target, calls: list[KernelCall] | None) -> Any:
         """`quant_launcher` of this op's kernel and mode for `config` (recording into `calls` if given)."""
-        from autotune.kernels.dense.kernel import splitk_reduce_kernel
+        from autotune.kernels.common.splitk import splitk_reduce_kernel
         from autotune.kernels.quant.kernel import quant_launcher
 
         constexprs: dict[str, Any] = {"DOT_F32": True} if target.interpreter else {}

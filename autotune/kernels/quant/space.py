@@ -42,16 +42,10 @@ from autotune.core.space import Constraint, SearchSpace, SubSpace
 from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, space_ladder, unique
-from autotune.kernels.dense.space import _constraints as _dense_constraints
-from autotune.kernels.dense.space import (
-    _gemv_constraints,
-    _pick_split_k,
-    _tma_constraints,
-    fit_to_space,
-    gemv_params,
-    has_tma,
-    knob_values,
-)
+from autotune.kernels.common.constraints import gemv_constraints, tile_constraints, tma_constraints
+from autotune.kernels.common.defaults import fit_to_space, pick_split_k
+from autotune.kernels.common.knobs import gemv_params, knob_values
+from autotune.kernels.common.target import has_tma, mx_native
 from autotune.kernels.quant.gluon_split import split_slices
 from autotune.kernels.quant.problem import QUANT_OPS
 
@@ -70,7 +64,6 @@ __all__ = [
     "gluon_subspace",
     "gluon_target",
     "hw_fp4_cvt_target",
-    "mx_native",
     "quant_default_candidates",
     "quant_default_config",
     "quant_space",
@@ -85,12 +78,6 @@ __all__ = [
 ]
 
 _MIN_TILE = 16
-
-
-def mx_native(target: Target) -> bool:
-    """Whether `target` has MX matrix instructions (tl.dot_scaled runs natively): gfx950 and Blackwell.
-    Elsewhere (gfx942, Hopper, the interpreter) MX tiles are dequantized to bf16 in the kernel."""
-    return target.arch == "gfx950" or target.sm >= 100
 
 
 def _k_tiles(op: str, target: Target) -> tuple[int, ...]:
@@ -165,7 +152,7 @@ def _swap_constraints() -> list[Constraint]:
 
 
 def _constraints(problem: Problem, target: Target) -> list[Constraint]:
-    out = list(_dense_constraints(problem, target))
+    out = list(tile_constraints(problem, target))
     if "SWAP_AB" in quant_triton_params(problem.op, target):
         out += _swap_constraints()
     if problem.op == "gemm_mxfp4_bf16a":
@@ -386,7 +373,7 @@ def _triton_core(problem: Problem, target: Target) -> Core:
     bk = max(ks[0], min(bk, next_pow2(problem.K)))
     if "SCALES_AHEAD" in params and _swapped(params, bm, bn):  # with the scales ahead, 4 stages beat 5
         stages = 4
-        split_k = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+        split_k = pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
         if _long_single_wave(problem, target, bm, bn, split_k, ks):
             bk, stages = _AHEAD_LONG_K, 3
     return Core(bm, bn, bk, warps, stages)
@@ -408,7 +395,7 @@ def _triton_config(problem: Problem, target: Target, core: Core) -> Config:
     bm, bn, bk, warps, stages = core
     values: dict[str, Value] = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
     values["GROUP_M"] = 8 if cdiv(M, bm) > 1 and 8 in params["GROUP_M"] else 1
-    values["SPLIT_K"] = _pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
+    values["SPLIT_K"] = pick_split_k(problem, target, bm, bn, bk, params["SPLIT_K"])
     if "STREAM_K" in params:
         values["FUSED_SPLIT"] = 1 if int(values["SPLIT_K"]) > 1 else 0  # one launch beats a reduce kernel
         values["STREAM_K"] = 0
@@ -515,7 +502,7 @@ TMA_BLOCKWISE_MAX_M = 64
 def _tma_quant_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The dense TMA kernel's constraints (alignment, shared memory, tile waste, PERSISTENT ...; those of
     its split tail hold trivially, as this kernel has no TAIL_SPLIT) and the row-wise kernel's own."""
-    out = [*_tma_constraints(problem, target), _swap_constraints()[0]]
+    out = [*tma_constraints(problem, target), _swap_constraints()[0]]
     if problem.op == "gemm_fp8_blockwise":
         out.append(
             Constraint(
@@ -562,7 +549,7 @@ GEMV_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise")
 def _gemv_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
     """The FP8 GEMV kernel's knobs (the dense GEMV's; row-wise also STEP_SUM, `quant.gemv`) and
     constraints; blockwise K steps lie in one scale group or cover whole groups."""
-    constraints = list(_gemv_constraints(problem, target))
+    constraints = list(gemv_constraints(problem, target))
     params = gemv_params(target)
     if problem.op == "gemm_fp8_rowwise":
         params["STEP_SUM"] = (0, 1)

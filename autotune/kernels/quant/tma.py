@@ -3,10 +3,11 @@ and gemm_fp8_blockwise.
 
 C = (A·a_scale) · (B·b_scale)ᵀ with A (M, K) and B (N, K) in e4m3 and fp32 scales per row (or per tensor,
 a scale stride of 0), applied to each tile in the epilogue. The tiles load through tensor descriptors as
-in the dense `dense.tma` kernel (whose K loop it shares), which zero-fill past the edges. Knobs: BLOCK_M/N/K,
-GROUP_M, SPLIT_K (fp32 slices summed by the dense reduce kernel), PERSISTENT, SWAP_AB, num_warps,
-num_stages. SWAP_AB runs the kernel on Cᵀ = B·Aᵀ (the config's BLOCK_M still tiles M and BLOCK_N tiles N)
-and stores each tile transposed into C: at decode the weight's rows become wgmma's M side, which needs 64.
+in the dense `dense.tma` kernel (whose K loop, `common.tma`, it shares), which zero-fill past the edges.
+Knobs: BLOCK_M/N/K, GROUP_M, SPLIT_K (fp32 slices summed by the reduce kernel of `common.splitk`),
+PERSISTENT, SWAP_AB, num_warps, num_stages. SWAP_AB runs the kernel on Cᵀ = B·Aᵀ (the config's BLOCK_M
+still tiles M and BLOCK_N tiles N) and stores each tile transposed into C: at decode the weight's rows
+become wgmma's M side, which needs 64.
 The descriptor loads read decode layers faster than the pointer kernel's
 (docs/notes/2026-11-22-fp8-rowwise-decode.md).
 
@@ -30,8 +31,9 @@ import triton.language as tl
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.dense.kernel import edge_clamped
-from autotune.kernels.dense.tma import _tile_origin, _tile_parts, _work_item, tma_ready
+from autotune.kernels.common.splitk import REDUCE_BLOCK, splitk_reduce_kernel
+from autotune.kernels.common.tile import edge_clamped
+from autotune.kernels.common.tma import tile_origin, tile_part_sums, tma_ready, work_item
 from autotune.kernels.launch import descriptor, pinned, tensor_key
 from autotune.kernels.quant.kernel import FP8_SCALE_BLOCK, _nth, _tile_scales, swap_operands
 
@@ -107,8 +109,8 @@ def gemm_fp8_tma_kernel(
     k_per_split = tl.cdiv(k_tiles_all, SPLIT_K)
     num_tiles = num_pid_m * num_pid_n
     for item in tl.range(tl.program_id(0), num_tiles * SPLIT_K, NUM_PROGRAMS, flatten=True):
-        tile, split, k_first, k_last = _work_item(item, num_tiles, k_per_split, k_tiles_all)
-        off_m, off_n = _tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
+        tile, split, k_first, k_last = work_item(item, num_tiles, k_per_split, k_tiles_all)
+        off_m, off_n = tile_origin(tile, num_pid_m, num_pid_n, BLOCK_M, BLOCK_N, GROUP_M)
         if BLOCKWISE:
             acc = _blockwise_tile(
                 a_desc, b_desc, as_ptr, bs_ptr, M, N, K, stride_as, stride_ask, stride_bs, stride_bsk,
@@ -121,7 +123,7 @@ def gemm_fp8_tma_kernel(
             cols = off_n + tl.arange(0, BLOCK_N)
             a_s = tl.load(as_ptr + rows * stride_as, mask=rows < M, other=0.0)
             b_s = tl.load(bs_ptr + cols * stride_bs, mask=cols < N, other=0.0)
-            acc = _tile_parts(
+            acc = tile_part_sums(
                 a_desc, b_desc, None, None, off_m, off_n, k_first, k_last,
                 BLOCK_M, BLOCK_N, 0, 0, BLOCK_K, False, DOT_F32,
             )[0]  # fmt: skip
@@ -147,8 +149,6 @@ def fp8_tma_launcher(
     `workspace`: fp32, SPLIT_K·M·N elements when SPLIT_K > 1. Inputs whose rows are not dense and 16-byte
     aligned are copied first, and C goes through a dense temporary where `out` is not dense. `kernels`
     replaces (gemm_fp8_tma_kernel, splitk_reduce_kernel) (the compile-only checks record launches)."""
-    from autotune.kernels.dense.kernel import REDUCE_BLOCK, splitk_reduce_kernel
-
     swap = bool(config.get("SWAP_AB", 0))
     bm, bn, bk = int(config["BLOCK_M"]), int(config["BLOCK_N"]), int(config["BLOCK_K"])
     if swap:  # the kernel's M tile runs along N

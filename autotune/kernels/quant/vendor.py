@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import autotune.kernels.quant.formats as quant
+import autotune.kernels.common.formats as quant
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 

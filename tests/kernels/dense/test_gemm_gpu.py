@@ -62,7 +62,7 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_tma_backend_on_gpu(target, split_k: int, persistent: int, width: int, warps: int, stages: int,
                             layout: str) -> None:  # fmt: skip
-    from autotune.kernels.dense.space import has_tma
+    from autotune.kernels.common.target import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -87,7 +87,7 @@ def test_sliced_c_stores_on_gpu(
 ) -> None:
     """C stored in 64-column slices through one shared-memory buffer (EPILOGUE_N = 64), on ragged M and N:
     right, and bit-identical to the same tile stored whole where that fits."""
-    from autotune.kernels.dense.space import has_tma
+    from autotune.kernels.common.target import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -142,7 +142,7 @@ def test_gemv_backend_on_gpu(target, M: int, layout: str) -> None:
 def test_tail_split_on_gpu_is_right_and_repeatable(right_and_repeatable, target, mnk, tile) -> None:
     """The slices of a split tile meet through a counter and a workspace across SMs: a missing fence shows
     as a wrong or run-to-run different result, so the kernel runs many times and every result must match."""
-    from autotune.kernels.dense.space import has_tma
+    from autotune.kernels.common.target import has_tma
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -233,9 +233,10 @@ def _launchers(config, target, monkeypatch):
 def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -> None:
     """Launches after a key's first skip Triton's binder: over new inputs, another M and (pointer kernel)
     an A that is not 16-byte aligned, each result must equal Triton's own launch bit for bit."""
+    from autotune.kernels.common import splitk
+    from autotune.kernels.common.target import has_tma
     from autotune.kernels.dense import kernel as gemm_triton
     from autotune.kernels.dense import tma as gemm_tma
-    from autotune.kernels.dense.space import has_tma
 
     if knobs["backend"] == "triton_tma" and not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
@@ -244,7 +245,7 @@ def test_pinned_launches_give_triton_s_own_results(target, monkeypatch, knobs) -
     fast, plain = _launchers(config, target, monkeypatch)
     jit_runs = {"fast": 0, "plain": 0}
     which = ["fast"]
-    for kernel in (gemm_triton.gemm_kernel, gemm_triton.gemm_sum_kernel, gemm_triton.splitk_reduce_kernel,
+    for kernel in (gemm_triton.gemm_kernel, gemm_triton.gemm_sum_kernel, splitk.splitk_reduce_kernel,
                    gemm_tma.gemm_tma_kernel, gemm_tma.gemm_tma_tail_kernel):  # fmt: skip
 
         def counted(*args, _run=kernel.run, **kwargs):
@@ -292,7 +293,7 @@ def test_out_gets_the_bits_of_a_fresh_c_on_gpu(target, knobs) -> None:
     """`gemm(..., out=)` into a dense and into a transposed buffer (through a temporary where the kernel
     needs a dense C) equals the C the call would have allocated."""
     from autotune.kernels import launch_config
-    from autotune.kernels.dense.space import has_tma
+    from autotune.kernels.common.target import has_tma
 
     if knobs["backend"] == "triton_tma" and not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import autotune.dispatch.dispatcher as dispatcher_mod
+import autotune.kernels.common.grid as grid
 import autotune.kernels.dense.api as api
-import autotune.kernels.dense.kernel as gemm_triton
 from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.dispatch import Dispatcher, Table, UntunedShapeWarning
@@ -139,8 +139,8 @@ def test_xcd_remap_writes_every_tile(target: Target, mnk: tuple[int, int, int], 
 
 
 def test_remap_xcd_is_a_bijection() -> None:
-    """The kernel's own `_remap_xcd` (its Python body, called with ints) permutes [0, num_pids)."""
-    remap = gemm_triton._remap_xcd.fn
+    """The kernels' own `remap_xcd` (its Python body, called with ints) permutes [0, num_pids)."""
+    remap = grid.remap_xcd.fn
     for xcds in (1, 2, 3, 8):
         for num_pids in range(1, 70):
             assert sorted(remap(pid, num_pids, xcds) for pid in range(num_pids)) == list(range(num_pids)), (
@@ -192,7 +192,7 @@ def test_in_launch_sums_match_the_reference_and_repeat_exactly(
 def test_stream_plan_deals_every_k_step_once() -> None:
     """Program p owns flat steps [p*per, (p+1)*per); no tile is shared by more than max_parts programs."""
     for tiles, iters, sms in [(6, 10, 4), (72, 28, 132), (1, 5, 8), (3, 3, 4), (64, 112, 264), (7, 1, 3)]:
-        programs, per, max_parts = gemm_triton.stream_plan(tiles, iters, sms)
+        programs, per, max_parts = grid.stream_plan(tiles, iters, sms)
         assert programs <= sms and (programs - 1) * per < tiles * iters <= programs * per
         for tile in range(tiles):
             owners = {step // per for step in range(tile * iters, (tile + 1) * iters)}

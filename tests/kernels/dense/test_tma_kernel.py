@@ -9,7 +9,7 @@ import torch
 
 from autotune import Config, Problem, Target
 from autotune.kernels import GEMM
-from autotune.kernels.dense.geometry import tile_parts
+from autotune.kernels.common.geometry import tile_parts
 
 pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="interpreter tests")
 
@@ -140,7 +140,7 @@ def test_tail_slices_are_summed_not_overwritten() -> None:
 
 
 def test_tail_split_schedule() -> None:
-    from autotune.kernels.dense.geometry import tail_split_schedule
+    from autotune.kernels.common.geometry import tail_split_schedule
 
     assert tail_split_schedule(320, 128, 132) == (132, 264, 2)  # 2 whole waves, 56 tiles split in 2
     assert tail_split_schedule(160, 128, 132) == (132, 132, 4)  # 1 whole wave, 28 tiles split in 4

@@ -16,6 +16,7 @@ from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.engine.bench import rel_error
 from autotune.kernels import MOE, fused_moe
+from autotune.kernels.common.formats import e2m1_decode, unpack_fp4
 from autotune.kernels.moe.mx import _e2m1_bf16
 from autotune.kernels.moe.op import mx_emulated
 from autotune.kernels.moe.ref import (
@@ -26,7 +27,6 @@ from autotune.kernels.moe.ref import (
     routing_logits,
     validate_mxfp4_moe_inputs,
 )
-from autotune.kernels.quant.formats import e2m1_decode, unpack_fp4
 
 INTERP = Target.interpreter_target()
 needs_interpreter = pytest.mark.skipif(

@@ -15,7 +15,7 @@ import torch
 from autotune import Config, Problem
 from autotune.core.target import Target, TargetError, interpreting
 from autotune.kernels import get_op
-from autotune.kernels.quant.formats import dequantize_mx, quantize_mx, unpack_fp4
+from autotune.kernels.common.formats import dequantize_mx, quantize_mx, unpack_fp4
 from autotune.kernels.quant.fp4_cvt import cvt_pk_fp4, floor_scale, quantize_words, rounded_scale
 from autotune.kernels.quant.space import hw_fp4_cvt_target, triton_default
 

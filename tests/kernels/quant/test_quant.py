@@ -12,10 +12,11 @@ from autotune import Config, Problem, Target
 from autotune.core.target import interpreting
 from autotune.engine.bench import Benchmarker, rel_error
 from autotune.kernels import OPS, QUANT_GEMMS, get_op
-from autotune.kernels.quant import formats as q
+from autotune.kernels.common import formats as q
+from autotune.kernels.common.target import mx_native
 from autotune.kernels.quant.op import QuantGemmOp
 from autotune.kernels.quant.problem import QUANT_OPS
-from autotune.kernels.quant.space import mx_native, quant_default_config, triton_default
+from autotune.kernels.quant.space import quant_default_config, triton_default
 from autotune.sweeps import SpecError, parse_spec
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")

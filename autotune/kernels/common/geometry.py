@@ -1,6 +1,7 @@
-"""The dense GEMM's launch geometry, pure Python: what the kernels' launchers and the search space both
-follow (how many rows the GEMV takes, how a TMA tile splits into parts and its C store into slices, how
-a partial wave's tail tiles split along K). The kernels import it, so it is part of their version."""
+"""Launch geometry of the ops' GEMM kernels, pure Python: what the kernels' launchers and the search spaces
+both follow (how many rows the GEMV kernels take, how a TMA tile splits into parts and its C store into
+slices, how a partial wave's tail tiles split along K). The kernels import it, so it is part of their
+version."""
 
 from __future__ import annotations
 
