@@ -61,6 +61,11 @@ class TunableOp(Protocol):
     Everything here is pure or allocates on `device`; nothing times anything. `prepare` does the work that
     a caller would do once (allocating workspaces, building launch arguments) and returns a zero-argument
     launch that writes into `out`; the first call may compile.
+
+    Optional, looked up by the shared layers where an op has them (never by its name):
+    `entry_launch(problem, target, inputs, out, config=None) -> Launch`, the op's run-time entry point
+    called on `make_inputs`'s inputs (what `autotune verify` and the M profile time as served; without it,
+    `prepare` of the served config), and `entry_takes_config`, true where that entry point takes a config.
     """
 
     name: str

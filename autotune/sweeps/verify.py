@@ -68,17 +68,17 @@ VERIFY_SETTINGS = BenchSettings(min_reps=5, max_reps=60, target_time_s=0.04, rac
 class EntryPoint(ServedTiming):
     """`op`, timed as served, whose config `SERVED` launches the run-time entry point's call
     (`autotune.kernels.serve`); every other config is the entry point's call forced to it where the
-    entry point takes a config (`CONFIG_ENTRY_OPS`: the MoE, whose alignment runs on every call), else
+    entry point takes a config (`entry_takes_config`: the MoE, whose alignment runs on every call), else
     `op`'s own launch."""
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
-        from autotune.kernels.served import CONFIG_ENTRY_OPS, served_launch
+        from autotune.kernels.served import entry_takes_config, served_launch
 
         if config == SERVED:
             return served_launch(self.op, problem, target, inputs, out)
-        if self.op.name in CONFIG_ENTRY_OPS:
+        if entry_takes_config(self.op):
             return served_launch(self.op, problem, target, inputs, out, config)
         return self.op.prepare(problem, config, target, inputs, out)
 

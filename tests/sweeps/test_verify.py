@@ -254,13 +254,14 @@ def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.Monke
     both run `fused_moe`, the baseline's forced to its config. Other ops' entry points take no config."""
     import torch
 
+    import autotune.kernels.moe.api as moe_api
     import autotune.kernels.served as served
     from autotune.db.vllm import fallback_at
     from autotune.kernels import MOE
     from autotune.sweeps.verify import EntryPoint
 
     calls: list[object] = []
-    monkeypatch.setattr(served, "fused_moe", lambda *args, **kw: calls.append(kw["config"]))
+    monkeypatch.setattr(moe_api, "fused_moe", lambda *args, **kw: calls.append(kw["config"]))
     problem = MOE_FAMILY.with_m(4)
     inputs = MOE.make_inputs(problem, "cpu", seed=3)
     out = torch.empty(4, 128, dtype=torch.bfloat16)

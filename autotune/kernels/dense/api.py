@@ -24,7 +24,7 @@ from autotune.dispatch import lookup as _lookup
 from autotune.kernels.common.target import launch_target
 from autotune.kernels.torch_ops import TorchOp, eager, explained, known_zero, register
 
-__all__ = ["TORCH_OPS", "gemm", "launch_config", "linear"]
+__all__ = ["TORCH_OPS", "entry_launch", "gemm", "launch_config", "linear"]
 
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _LAYOUTS = ("nk", "kn")
@@ -340,3 +340,24 @@ TORCH_OPS = (
     TorchOp("linear(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor", _linear_impl, _linear_fake),
 )
 _GEMM, _GEMM_OUT, _LINEAR = register(*TORCH_OPS)
+
+
+def entry_launch(problem: Problem, target: Target, inputs: Any, out: torch.Tensor) -> Callable[[], None]:
+    """A launch of the entry point's own call, `gemm(a, b, b_layout=problem.layout, out=out)`, lookup and
+    fallback included on every call (`autotune.kernels.served_launch`). It runs on the process's launch
+    target: ValueError where `target` is another GPU, or the inputs or `out` are not `problem`'s."""
+    running = launch_target()
+    if running.device_key() != target.device_key():
+        raise ValueError(f"gemm runs on {running}, not on {target}: its served config would be another's")
+    a, b = inputs
+    layout = problem.layout
+    M, N, K, dtype = _check(a, b, layout)
+    given = Problem.gemm(M, N, K, dtype, layout)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    _check_out(out, a, M, N)
+
+    def launch() -> None:
+        gemm(a, b, b_layout=layout, out=out)
+
+    return launch

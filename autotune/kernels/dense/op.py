@@ -109,6 +109,19 @@ class GemmOp(ProblemRules):
     def tolerance(self, problem: Problem) -> float:
         return _TOLERANCE[problem.dtype_out]
 
+    def entry_launch(
+        self,
+        problem: Problem,
+        target: Target,
+        inputs: Inputs,
+        out: torch.Tensor,
+        config: Config | None = None,
+    ) -> Launch:
+        """The run-time entry point's own call on `inputs` (`autotune.kernels.served_launch`)."""
+        from autotune.kernels.dense.api import entry_launch
+
+        return entry_launch(problem, target, inputs, out)
+
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:

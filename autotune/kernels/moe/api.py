@@ -30,7 +30,7 @@ Rules:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,7 +45,7 @@ from autotune.kernels.moe.routing import align_fixed, fresh_buffer
 from autotune.kernels.serve import served_config
 from autotune.kernels.torch_ops import TorchOp, eager, explained, graph_pool_warmup, register
 
-__all__ = ["TORCH_OPS", "WORKSPACES", "fused_moe", "moe_problem"]
+__all__ = ["TORCH_OPS", "WORKSPACES", "entry_launch", "fused_moe", "moe_problem"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 #: How many (shape, config, device, stream) workspaces are kept.
@@ -312,3 +312,27 @@ TORCH_OPS = (
     ),
 )
 _FUSED_MOE, _FUSED_MOE_OUT = register(*TORCH_OPS)
+
+
+def entry_launch(
+    problem: Problem, target: Target, inputs: Any, out: torch.Tensor, config: Config | None = None
+) -> Callable[[], None]:
+    """A launch of the entry point's own call, `fused_moe(x, w1, w2, topk_weights, topk_ids, ..., out=out,
+    target=target)` on `MOE.make_inputs`'s inputs, the routing's alignment included on every call
+    (`autotune.kernels.served_launch`); `config` forces the call's config. ValueError where the inputs
+    are not `problem`'s."""
+    if len(inputs) != 7:
+        raise ValueError(
+            f"moe takes (x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale), got {len(inputs)} inputs"
+        )
+    x, w1, w2, weights, ids, w1s, w2s = inputs
+    given = moe_problem(x, w1, ids.shape[1], target)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    block = [128, 128] if w1s is not None and w1.dtype.is_floating_point else None  # FP8: 128x128 scales
+
+    def launch() -> None:
+        fused_moe(x, w1, w2, weights, ids, w1_scale=w1s, w2_scale=w2s, block_shape=block, out=out,
+                  target=target, config=config)  # fmt: skip
+
+    return launch

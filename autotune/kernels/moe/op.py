@@ -263,6 +263,24 @@ class MoeOp(ProblemRules):
             return _FP8_TOLERANCE
         return _TOLERANCE[problem.dtype_out]
 
+    #: `fused_moe` takes a config: a config of the MoE is timed through the entry point, with the per-call
+    #: work it does besides the kernels (the routing's block alignment on the device).
+    entry_takes_config = True
+
+    def entry_launch(
+        self,
+        problem: Problem,
+        target: Target,
+        inputs: Inputs,
+        out: torch.Tensor,
+        config: Config | None = None,
+    ) -> Launch:
+        """The run-time entry point's own call on `inputs` (`autotune.kernels.served_launch`), forced to
+        `config` where one is given."""
+        from autotune.kernels.moe.api import entry_launch
+
+        return entry_launch(problem, target, inputs, out, config)
+
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:

@@ -14,6 +14,7 @@ see `autotune.kernels.torch_ops`); a call that names its `target` runs the imple
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -24,7 +25,7 @@ from autotune.kernels.quant.problem import QUANT_OPS
 from autotune.kernels.serve import served_config
 from autotune.kernels.torch_ops import TorchOp, eager, explained, register
 
-__all__ = ["TORCH_OPS", "gemm_quant"]
+__all__ = ["TORCH_OPS", "entry_launch", "gemm_quant"]
 
 _OUT_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 # The problem of each (op, M, N, K, dtypes, arch) seen: building one validates it, which costs host time.
@@ -209,3 +210,25 @@ TORCH_OPS = (
     ),
 )
 _GEMM_QUANT, _GEMM_QUANT_OUT = register(*TORCH_OPS)
+
+
+def entry_launch(problem: Problem, target: Target, inputs: Any, out: torch.Tensor) -> Callable[[], None]:
+    """A launch of the entry point's own call, `gemm_quant(problem.op, a, b, a_scale, b_scale,
+    out_dtype=out.dtype, target=target, out=out)`, lookup and fallback included on every call
+    (`autotune.kernels.served_launch`); ValueError where the inputs or `out` are not `problem`'s."""
+    op = problem.op
+    if len(inputs) != 4:
+        raise ValueError(f"{op} takes (a, b, a_scale, b_scale), got {len(inputs)} inputs")
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{op}: out must be a torch.Tensor, got {type(out).__name__}")
+    a, b, a_scale, b_scale = inputs
+    dtype = out.dtype
+    given = _problem(op, a, b, dtype, target)
+    if given != problem:
+        raise ValueError(f"the inputs are those of {given}, not {problem}")
+    _check_out(op, out, problem, dtype, a)
+
+    def launch() -> None:
+        gemm_quant(op, a, b, a_scale, b_scale, out_dtype=dtype, target=target, out=out)
+
+    return launch

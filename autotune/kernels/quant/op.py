@@ -231,6 +231,19 @@ class QuantGemmOp(QuantRules):
     def tolerance(self, problem: Problem) -> float:
         return _TOLERANCE[problem.dtype_out]
 
+    def entry_launch(
+        self,
+        problem: Problem,
+        target: Target,
+        inputs: Inputs,
+        out: torch.Tensor,
+        config: Config | None = None,
+    ) -> Launch:
+        """The run-time entry point's own call on `inputs` (`autotune.kernels.served_launch`)."""
+        from autotune.kernels.quant.api import entry_launch
+
+        return entry_launch(problem, target, inputs, out)
+
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor
     ) -> Launch:
