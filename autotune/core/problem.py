@@ -9,7 +9,10 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from autotune.core.target import Target
 
 __all__ = [
     "DTYPE_BYTES",
@@ -75,6 +78,11 @@ class ProblemRules:
     #: `b=DTYPE`): the fused MoE's bf16, FP8 and MXFP4 weights of one shape are three families, whose
     #: configs do not carry over (an FP8 tile can overflow shared memory with bf16 weights).
     key_b_dtype: ClassVar[bool] = False
+
+    def element_bytes(self, problem: Problem, target: Target) -> float:
+        """The element size (bytes) the op's matrix instructions run at on `target`, which sets the cost
+        model's peak rate (fp8 twice bf16's): by default the wider of A's and B's dtypes."""
+        return float(max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b]))
 
     def validate_problem(self, problem: Problem) -> None:
         """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""

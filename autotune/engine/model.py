@@ -110,9 +110,6 @@ AMD_MAX_WAVES_PER_SIMD = 8
 BASE_REGS = 40
 #: Peak relative to dense bf16 by input element size (fp32 runs as tf32 / xf32; fp8 doubles; fp4 4x).
 PEAK_SCALE_BY_BYTES = {4.0: 0.5, 2.0: 1.0, 1.0: 2.0, 0.5: 4.0}
-#: The MX GEMMs: their compute runs at the rate of the element format where the target has MX
-#: instructions, at bf16's where the kernel dequantizes (gemm_mxfp4_bf16a feeds FP4 to the MFMA).
-MX_OPS = ("gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
 #: Targets without peaks (the CPU interpreter): numpy-ish work rate (flops per µs) and per-program and
 #: per-iteration Python overheads (µs).
 FALLBACK_FLOPS_PER_US = 2.0e3
@@ -134,10 +131,7 @@ def _vendor(target: Target) -> str:
 
 
 def _peak_flops_per_us(problem: Problem, target: Target) -> float:
-    elem = float(max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b]))
-    if problem.op in MX_OPS:  # MX matrix instructions on gfx950 only; elsewhere dequantized to bf16
-        native = target.arch == "gfx950" or target.arch.startswith("sm_1")
-        elem = (0.5 if problem.dtype_b == "fp4e2m1" else 1.0) if native else 2.0
+    elem = rules_of(problem.op).element_bytes(problem, target)  # the op's own rate (MX formats)
     scale = PEAK_SCALE_BY_BYTES.get(elem, 1.0)
     return target.peak_tflops * 1e6 * scale
 

@@ -288,3 +288,25 @@ def test_the_model_imports_neither_torch_nor_triton() -> None:
     code = "import sys, autotune.engine.model; print(sorted({'torch', 'triton'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_op_says_the_rate_its_elements_run_at() -> None:
+    """The peak is the op's: MX formats at their element's rate where the target has MX instructions
+    (gfx950), at bf16's where the kernel dequantizes (gfx942); FP8 twice bf16's; no op named here."""
+    from autotune.core.registry import rules_of
+
+    mx4 = Problem.quant("gemm_mxfp4", 64, 4096, 4096)
+    mx4a = Problem.quant("gemm_mxfp4_bf16a", 64, 4096, 4096)
+    fp8 = Problem.quant("gemm_fp8_rowwise", 64, 4096, 4096)
+    gfx950, gfx942 = Target.for_arch("gfx950"), Target.for_arch("gfx942")
+    assert rules_of("gemm_mxfp4").element_bytes(mx4, gfx950) == 0.5
+    assert rules_of("gemm_mxfp4_bf16a").element_bytes(mx4a, gfx950) == 0.5
+    assert rules_of("gemm_mxfp4").element_bytes(mx4, gfx942) == 2.0
+    assert rules_of("gemm_fp8_rowwise").element_bytes(fp8, gfx942) == 1.0
+    assert rules_of("gemm").element_bytes(Problem.gemm(64, 4096, 4096), gfx942) == 2.0
+    # and the cost model's peak follows: FP4 four times bf16's where it runs natively, bf16's elsewhere
+    from autotune.engine.model import _peak_flops_per_us
+
+    bf16 = Problem.gemm(64, 4096, 4096)
+    assert _peak_flops_per_us(mx4, gfx950) == 4 * _peak_flops_per_us(bf16, gfx950)
+    assert _peak_flops_per_us(mx4, gfx942) == _peak_flops_per_us(bf16, gfx942)

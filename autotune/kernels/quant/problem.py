@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.core.problem import Problem, ProblemRules
+from autotune.core.target import Target
+from autotune.kernels.common.target import mx_native
 
 __all__ = ["FP8_FLAVOURS", "QUANT_OPS", "QuantFormat", "QuantRules"]
 
@@ -28,6 +30,9 @@ class QuantFormat:
     scale_bytes: int
     k_multiple: int
     fixed: tuple[str, str] | None = None
+    #: An MX format (OCP microscaling: e8m0 scales per 32 values): on MX matrix instructions where the
+    #: target has them (`autotune.kernels.common.target.mx_native`), dequantized to bf16 elsewhere.
+    mx: bool = False
 
     def scale_count(self, rows: int, K: int, block: tuple[int, int]) -> int:
         """How many scales an operand of `rows` x K has."""
@@ -47,9 +52,11 @@ FP8_FLAVOURS = ("fp8e4m3", "fp8e4m3fnuz")
 QUANT_OPS: dict[str, QuantFormat] = {
     "gemm_fp8_rowwise": QuantFormat(FP8_FLAVOURS, FP8_FLAVOURS, (1, 0), (1, 0), 4, 1),
     "gemm_fp8_blockwise": QuantFormat(FP8_FLAVOURS, FP8_FLAVOURS, (1, 128), (128, 128), 4, 128),
-    "gemm_mxfp8": QuantFormat(("fp8e4m3",), ("fp8e4m3",), (1, 32), (1, 32), 1, 32, ("fp8e4m3", "fp8e4m3")),
-    "gemm_mxfp4": QuantFormat(("fp4e2m1",), ("fp4e2m1",), (1, 32), (1, 32), 1, 32, ("fp4e2m1", "fp4e2m1")),
-    "gemm_mxfp4_bf16a": QuantFormat(("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32, ("bf16", "fp4e2m1")),
+    "gemm_mxfp8": QuantFormat(("fp8e4m3",), ("fp8e4m3",), (1, 32), (1, 32), 1, 32, ("fp8e4m3",) * 2, mx=True),
+    "gemm_mxfp4": QuantFormat(("fp4e2m1",), ("fp4e2m1",), (1, 32), (1, 32), 1, 32, ("fp4e2m1",) * 2, mx=True),
+    "gemm_mxfp4_bf16a": QuantFormat(
+        ("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32, ("bf16", "fp4e2m1"), mx=True
+    ),
 }
 
 
@@ -71,6 +78,15 @@ class QuantRules(ProblemRules):
             return fixed[0], fixed[1], dtype
         fp8 = variant or "fp8e4m3"
         return fp8, fp8, dtype
+
+    def element_bytes(self, problem: Problem, target: Target) -> float:
+        """An MX format runs at its element's rate on MX matrix instructions (FP4 feeds them in
+        gemm_mxfp4_bf16a too) and at bf16's where the kernel dequantizes; the others as stored."""
+        if not self.format.mx:
+            return super().element_bytes(problem, target)
+        if mx_native(target):
+            return 0.5 if problem.dtype_b == "fp4e2m1" else 1.0
+        return 2.0
 
     def validate_problem(self, problem: Problem) -> None:
         super().validate_problem(problem)
