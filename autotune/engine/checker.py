@@ -15,7 +15,7 @@ from autotune.core import crashpoints
 from autotune.core.config import Config
 from autotune.core.op import kernel_versions
 from autotune.core.problem import Problem
-from autotune.core.registry import is_vendor
+from autotune.core.registry import backend_of
 from autotune.core.static import StaticFeatures, StaticFinding, StaticPolicy, check_features
 from autotune.core.target import Target, toolchain_versions
 from autotune.engine.compile import CompilePool, _result
@@ -231,9 +231,9 @@ def compile_weight(config: Config) -> float:
 
 
 def _compiles(problem: Problem, config: Config) -> bool:
-    """Everything but the op's vendor baseline goes through the compiler (a library backend's kernel
-    calls are none: its features are empty)."""
-    return not is_vendor(problem.op, config.backend)
+    """Every config of a backend that runs kernels of ours goes through the compiler; a library backend's
+    (the vendor baseline, TunableOp's pin, aiter) has no kernel calls, so nothing to compile or prune."""
+    return not backend_of(problem.op, config.backend).library
 
 
 def finding_text(findings: Iterable[StaticFinding]) -> str:

@@ -134,6 +134,25 @@ def test_its_kernels_are_compile_checked_and_its_vendor_baseline_is_not(toy: Toy
     assert toy.kernel_calls(problem, Config(backend="torch"), SM90) == []
 
 
+@pytest.mark.parametrize(
+    "arch, problem, library",
+    [
+        ("sm_90", Problem.gemm(64, 4096, 4096), "tunableop"),  # TunableOp's pin: torch.mm, nothing of ours
+        ("gfx942", Problem.quant("gemm_fp8_rowwise", 64, 4096, 4096), "aiter"),  # aiter's own kernels
+    ],
+)
+def test_no_library_backend_is_compiled_or_pruned(arch: str, problem: Problem, library: str) -> None:
+    """Only the op's own kernels go through the compiler: a library backend beside the vendor baseline has
+    no kernel calls, so its empty features never fail a static check (occupancy 0 pruned every TunableOp
+    trial of a sweep before)."""
+    from autotune.engine.checker import StaticChecker
+    from autotune.kernels import get_op
+
+    checker = StaticChecker(Target.for_arch(arch), workers=1)
+    config = Config(backend=library)
+    assert checker.ready(problem, config) and checker.findings(get_op(problem.op), problem, config) == []
+
+
 def test_it_is_served_through_its_records(toy: ToyRecords, monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.dispatch import Dispatcher, Table
     from autotune.kernels.serve import served_config
