@@ -62,10 +62,11 @@ class TunableOp(Protocol):
     a caller would do once (allocating workspaces, building launch arguments) and returns a zero-argument
     launch that writes into `out`; the first call may compile.
 
-    Optional, looked up by the shared layers where an op has them (never by its name):
-    `entry_launch(problem, target, inputs, out, config=None) -> Launch`, the op's run-time entry point
-    called on `make_inputs`'s inputs (what `autotune verify` and the M profile time as served; without it,
-    `prepare` of the served config), and `entry_takes_config`, true where that entry point takes a config.
+    Optional, looked up by the shared layers where an op has them (never by its name): `entry_module`,
+    the module of the op's run-time entry point, whose `entry_launch(problem, target, inputs, out,
+    config=None) -> Launch` calls it on `make_inputs`'s inputs (what `autotune verify` times as served;
+    without it, `prepare` of the served config), and `entry_takes_config`, true where that entry point
+    takes a config.
     """
 
     name: str

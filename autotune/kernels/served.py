@@ -5,6 +5,7 @@ that a benchmark or `autotune verify` times the served call itself.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from autotune.core.config import Config
@@ -37,11 +38,12 @@ def served_launch(
     """A zero-argument launch of the run-time entry point's own call on `inputs` (`op.make_inputs`'s
     layout), writing C into `out`: lookup and fallback included, on every call.
 
-    An op with an entry point says how it is called: `op.entry_launch(problem, target, inputs, out,
-    config)` (the dense GEMM's `gemm`, which runs on the process's GPU, so `target` must be it; the
-    quantized GEMMs' `gemm_quant`; the MoE's `fused_moe`, routing included). Others: `op.prepare` of
-    `served_config`, chosen once, here. `config` (an op whose entry point takes one, `entry_takes_config`):
-    the entry point's call forced to that config instead of the served one.
+    An op with an entry point names its module (`op.entry_module`), whose `entry_launch(problem,
+    target, inputs, out, config)` launches its call: the dense GEMM's `gemm`, which runs on the
+    process's GPU (so `target` must be it); the quantized GEMMs' `gemm_quant`; the MoE's `fused_moe`,
+    routing included. Others: `op.prepare` of `served_config`, chosen once, here. `config` (an op whose
+    entry point takes one, `entry_takes_config`): the entry point's call forced to that config instead of
+    the served one.
 
     Raises:
         ValueError: `problem` is another op's, the inputs or `out` do not fit it, (gemm) `target` is not
@@ -50,8 +52,8 @@ def served_launch(
     check_op(op, problem)
     if config is not None and not entry_takes_config(op):
         raise ValueError(f"the entry point of {op.name} takes no config")
-    entry = getattr(op, "entry_launch", None)
-    if entry is not None:
-        launch: Launch = entry(problem, target, inputs, out, config)
+    module = getattr(op, "entry_module", None)
+    if module is not None:
+        launch: Launch = importlib.import_module(module).entry_launch(problem, target, inputs, out, config)
         return launch
     return op.prepare(problem, served_config(op, problem, target), target, inputs, out)

@@ -1,7 +1,8 @@
 """The run-time entry points as registered torch ops, namespace "autotune" (`torch.ops.autotune.<name>`).
 
 Each op's folder declares its ops next to its entry point (`TorchOp`: a schema, the implementation, the
-fake) and `register`s them when it is imported (so, when `autotune.kernels` is), in one
+fake) and `register`s them when it is imported (with the entry point, or by
+`autotune.kernels.register_torch_ops()`), in one
 `torch.library.Library` fragment. `torch.compile` then sees one opaque node per call (no graph break, no
 config frozen at trace time, no recompile per M: the table is looked up at run time on the real M), and
 CUDA/HIP graphs capture the call as it runs.

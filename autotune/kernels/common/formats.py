@@ -15,10 +15,13 @@ loop (`gemm_mxfp4_bf16a`) gets it from the exponent bits of amax, as `mx_scale_e
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from autotune.core.problem import cdiv
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
 
 __all__ = [
     "E2M1_MAX",
@@ -50,6 +53,8 @@ def fp8_dtype(name: str, arch: str) -> torch.dtype:
 
     ValueError for a flavour the target has no matrix instructions for (e4m3fnuz off gfx942).
     """
+    import torch
+
     if name == "fp8e4m3":
         return torch.float8_e4m3fnuz if arch == "gfx942" else torch.float8_e4m3fn
     if name == "fp8e4m3fnuz":
@@ -63,6 +68,8 @@ def fp8_dtype(name: str, arch: str) -> torch.dtype:
 
 def device_arch(device: str | torch.device) -> str:
     """The arch of `device` as targets name it: "gfx942", "sm_90" ...; "interpreter" for the CPU."""
+    import torch
+
     dev = torch.device(device)
     if dev.type == "cpu":
         return "interpreter"
@@ -84,6 +91,8 @@ def quantize_fp8(x: Tensor, dtype: torch.dtype, block: tuple[int, int] = (1, 0))
     (1, 0) one per row (rows, 1), (1, 128) per 1x128 group and (128, 128) per block, a partial block at
     the edge of rows getting its own scale. Each scale maps its block's amax onto the format's largest value.
     """
+    import torch
+
     if x.dim() != 2:
         raise ValueError(f"quantize_fp8 takes a 2-D tensor, got shape {tuple(x.shape)}")
     rows, K = x.shape
@@ -119,12 +128,16 @@ def dequantize_fp8(q: Tensor, scale: Tensor, block: tuple[int, int] = (1, 0)) ->
 
 def e8m0_to_float(s: Tensor) -> Tensor:
     """e8m0 scales (uint8, bias 127) as fp32 powers of two; 0 is 2^-127 (255, NaN, is never produced)."""
+    import torch
+
     return torch.exp2(s.to(torch.int32).float() - 127.0)
 
 
 def mx_scale_exponent(amax: Tensor, fmt: str) -> Tensor:
     """The e8m0 scale (uint8) of groups with largest magnitude `amax` (fp32): the biased exponent of amax
     (its fp32 exponent bits) minus the element format's emax, clamped to [0, 254]."""
+    import torch
+
     biased = (amax.float().contiguous().view(torch.int32) >> 23) & 0xFF
     return (biased - _EMAX[fmt]).clamp(0, 254).to(torch.uint8)
 
@@ -132,6 +145,8 @@ def mx_scale_exponent(amax: Tensor, fmt: str) -> Tensor:
 def e2m1_encode(y: Tensor) -> Tensor:
     """fp32 values (already divided by their scale) → e2m1 codes (uint8, sign in bit 3), rounded to the
     nearest e2m1 value with ties to even and saturated at ±6. The kernel uses the same thresholds."""
+    import torch
+
     a = y.abs()
     code = (
         (a > 0.25).to(torch.uint8)
@@ -147,6 +162,8 @@ def e2m1_encode(y: Tensor) -> Tensor:
 
 def e2m1_decode(code: Tensor) -> Tensor:
     """e2m1 codes (uint8, low 4 bits) → fp32 values."""
+    import torch
+
     lut = torch.tensor(_E2M1_VALUES, device=code.device, dtype=torch.float32)
     c = code.to(torch.int64)
     mag = lut[c & 7]
@@ -155,6 +172,8 @@ def e2m1_decode(code: Tensor) -> Tensor:
 
 def pack_fp4(code: Tensor) -> Tensor:
     """e2m1 codes (..., K) → bytes (..., K / 2), element 2i in the low nibble of byte i."""
+    import torch
+
     if code.shape[-1] % 2:
         raise ValueError(f"packing FP4 needs an even last dimension, got {code.shape[-1]}")
     pairs = code.to(torch.uint8).view(*code.shape[:-1], code.shape[-1] // 2, 2)
@@ -163,6 +182,8 @@ def pack_fp4(code: Tensor) -> Tensor:
 
 def unpack_fp4(packed: Tensor) -> Tensor:
     """bytes (..., K / 2) → e2m1 codes (..., K)."""
+    import torch
+
     lo, hi = packed & 0xF, packed >> 4
     return torch.stack((lo, hi), dim=-1).view(*packed.shape[:-1], packed.shape[-1] * 2)
 
@@ -170,6 +191,8 @@ def unpack_fp4(packed: Tensor) -> Tensor:
 def quantize_mx(x: Tensor, fmt: str) -> tuple[Tensor, Tensor]:
     """x (rows, K) → (data, e8m0 scales (rows, K / 32) uint8); `fmt` "e4m3" gives float8_e4m3fn data,
     "e2m1" packed FP4 bytes (rows, K / 2). Values past the element format's range saturate."""
+    import torch
+
     if fmt not in _EMAX:
         raise ValueError(f"unknown MX element format {fmt!r}; known: {', '.join(_EMAX)}")
     if x.dim() != 2 or x.shape[1] % MX_BLOCK:

@@ -342,7 +342,9 @@ TORCH_OPS = (
 _GEMM, _GEMM_OUT, _LINEAR = register(*TORCH_OPS)
 
 
-def entry_launch(problem: Problem, target: Target, inputs: Any, out: torch.Tensor) -> Callable[[], None]:
+def entry_launch(
+    problem: Problem, target: Target, inputs: Any, out: torch.Tensor, config: Config | None = None
+) -> Callable[[], None]:
     """A launch of the entry point's own call, `gemm(a, b, b_layout=problem.layout, out=out)`, lookup and
     fallback included on every call (`autotune.kernels.served_launch`). It runs on the process's launch
     target: ValueError where `target` is another GPU, or the inputs or `out` are not `problem`'s."""

@@ -109,18 +109,9 @@ class GemmOp(ProblemRules):
     def tolerance(self, problem: Problem) -> float:
         return _TOLERANCE[problem.dtype_out]
 
-    def entry_launch(
-        self,
-        problem: Problem,
-        target: Target,
-        inputs: Inputs,
-        out: torch.Tensor,
-        config: Config | None = None,
-    ) -> Launch:
-        """The run-time entry point's own call on `inputs` (`autotune.kernels.served_launch`)."""
-        from autotune.kernels.dense.api import entry_launch
-
-        return entry_launch(problem, target, inputs, out)
+    #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
+    #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
+    entry_module = "autotune.kernels.dense.api"
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

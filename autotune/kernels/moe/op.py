@@ -267,19 +267,9 @@ class MoeOp(ProblemRules):
     #: work it does besides the kernels (the routing's block alignment on the device).
     entry_takes_config = True
 
-    def entry_launch(
-        self,
-        problem: Problem,
-        target: Target,
-        inputs: Inputs,
-        out: torch.Tensor,
-        config: Config | None = None,
-    ) -> Launch:
-        """The run-time entry point's own call on `inputs` (`autotune.kernels.served_launch`), forced to
-        `config` where one is given."""
-        from autotune.kernels.moe.api import entry_launch
-
-        return entry_launch(problem, target, inputs, out, config)
+    #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
+    #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
+    entry_module = "autotune.kernels.moe.api"
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.kernels.quant.problem import QUANT_OPS
@@ -212,7 +213,9 @@ TORCH_OPS = (
 _GEMM_QUANT, _GEMM_QUANT_OUT = register(*TORCH_OPS)
 
 
-def entry_launch(problem: Problem, target: Target, inputs: Any, out: torch.Tensor) -> Callable[[], None]:
+def entry_launch(
+    problem: Problem, target: Target, inputs: Any, out: torch.Tensor, config: Config | None = None
+) -> Callable[[], None]:
     """A launch of the entry point's own call, `gemm_quant(problem.op, a, b, a_scale, b_scale,
     out_dtype=out.dtype, target=target, out=out)`, lookup and fallback included on every call
     (`autotune.kernels.served_launch`); ValueError where the inputs or `out` are not `problem`'s."""
