@@ -7,6 +7,12 @@ Triton's home and kernel cache (`TRITON_HOME`, `TRITON_CACHE_DIR`; $AUTOTUNE_TES
 lasting kernel cache instead, warm across runs), torch inductor's cache, the untuned-shapes log, the
 verdict cache, the temp dir ($TMPDIR, Ray's) and the XDG cache and config folders; the worker and compile
 processes the tests start inherit the environment, so theirs too.
+
+Under pytest-xdist (`-n 2`) the controller makes the folder and each worker works in a folder of its own
+inside it (`gw0`, `gw1`: short, for the Unix sockets of a worker's local Ray), with the worker's temp dir,
+tmp_path folders and caches; the workers share the session's Triton home and kernel cache, so that a
+kernel compiled on one is a cache hit on the other. Each worker removes its folder when it ends, and the
+controller the whole one after its workers are gone.
 """
 
 from __future__ import annotations
@@ -20,22 +26,33 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-#: The one folder a test session writes to, removed when the session ends.
-SESSION_DIR = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+#: The pytest-xdist worker this process is (gw0, gw1 ...), or None: not a worker.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+#: Names the session's folder to the pytest-xdist workers (they inherit the controller's environment).
+_ENV_SESSION = "AUTOTUNE_TEST_SESSION_DIR"
+if XDIST_WORKER and os.environ.get(_ENV_SESSION):
+    #: The whole session's folder: the controller's, or this process's own where it is no xdist worker.
+    SESSION_ROOT = Path(os.environ[_ENV_SESSION])
+    #: The one folder this process of the test session writes to, removed when the session ends.
+    SESSION_DIR = SESSION_ROOT / XDIST_WORKER
+    SESSION_DIR.mkdir(exist_ok=True)  # a worker xdist starts again in place of a crashed one: the same
+else:
+    SESSION_ROOT = SESSION_DIR = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+    os.environ[_ENV_SESSION] = str(SESSION_DIR)
 #: A lasting Triton kernel cache for the tests (a warm one makes compile-only tests seconds): none by
 #: default, so that the kernel cache is the session's (cold, as in CI).
 ENV_TRITON_CACHE = "AUTOTUNE_TEST_TRITON_CACHE"
 
 
 def _remove_session_dir() -> None:
-    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)  # a worker's own, or the controller's whole one
 
 
 atexit.register(_remove_session_dir)  # a session that never reaches pytest_sessionfinish
 # Before torch and triton are imported (their caches read these when first used). Triton's home holds
 # its dump and override folders, and its cache unless TRITON_CACHE_DIR says otherwise.
-os.environ["TRITON_HOME"] = str(SESSION_DIR)
-os.environ["TRITON_CACHE_DIR"] = os.environ.get(ENV_TRITON_CACHE) or str(SESSION_DIR / ".triton" / "cache")
+os.environ["TRITON_HOME"] = str(SESSION_ROOT)
+os.environ["TRITON_CACHE_DIR"] = os.environ.get(ENV_TRITON_CACHE) or str(SESSION_ROOT / ".triton" / "cache")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(SESSION_DIR / "inductor")
 # A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
 # (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
@@ -72,6 +89,12 @@ if not HAS_GPU:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The session's folder removed, with all that the tests and their processes wrote there."""
     _finish_multiprocessing_temp_dir()
+    _remove_session_dir()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Again at the very end: under pytest-xdist, after the workers have ended (the controller's session
+    finishes while they may still be exiting)."""
     _remove_session_dir()
 
 
