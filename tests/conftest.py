@@ -109,6 +109,41 @@ def _finish_multiprocessing_temp_dir() -> None:
             finalizer()
 
 
+#: Test files whose tests run on one pytest-xdist worker (`--dist loadgroup`), one after the other: file ->
+#: group. Every other test goes to whichever worker is free. The modules whose module-scoped fixture
+#: compiles or sweeps (on one worker it runs once); the Ray tests (test_ray_cluster.py's `ray stop` ends
+#: every Ray process of the machine, the local Ray of test_ray.py's fixture too); test_user_path.py (each
+#: GPU's sweep runs once a process, kept in `_swept`).
+XDIST_GROUPS = {
+    **{f"tests/{name}.py": name.rsplit("/", 1)[-1] for name in (
+        "kernels/test_defaults_static", "core/test_static", "kernels/mla/test_mla_static",
+        "kernels/moe/test_moe_persistent_static", "kernels/moe/test_moe_mxfp4_static",
+        "kernels/moe/test_moe_tma_static", "kernels/quant/test_fp8_gluon", "kernels/quant/test_quant_static",
+        "engine/test_isa", "cli/test_cli", "cli/test_cli_static", "cli/test_cli_read_only",
+        "cli/test_cli_report", "rocm/test_user_path")},
+    "tests/engine/test_ray.py": "ray",
+    "tests/engine/test_ray_cluster.py": "ray",
+}  # fmt: skip
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: xdist's scheduling by group, with the groups of `XDIST_GROUPS` (xdist's own
+    `xdist_group` marks name no group under pytest 9, whose node ids xdist 3.8 cannot rename)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)  # an `xdist_group` mark's, where xdist names it
+            if scope != nodeid:
+                return scope
+            return XDIST_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip = pytest.mark.skip(reason="needs a CUDA or ROCm GPU")
     for item in items:

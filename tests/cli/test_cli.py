@@ -31,9 +31,6 @@ from autotune.dispatch import Dispatcher, Table
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import launch_config
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("cli")
-
 needs_interpreter = pytest.mark.skipif(
     not interpreting(), reason="runs sweeps in-process in the CPU interpreter (TRITON_INTERPRET=1)"
 )

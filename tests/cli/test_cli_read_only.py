@@ -18,9 +18,6 @@ from autotune.cli import main
 from autotune.core.target import interpreting
 from autotune.db import Store, StoreError
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("cli_read_only")
-
 SPEC = """
 name = "ro"
 [[sweep]]

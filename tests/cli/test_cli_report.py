@@ -20,9 +20,6 @@ from autotune.cli import main
 from autotune.cli.reporting.svg import PALETTE, speedup_color
 from autotune.db import Store
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("cli_report")
-
 KINDS = ("heatmap", "backends", "roofline", "curves", "bars")
 
 

@@ -16,9 +16,6 @@ from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.db import Store
 from autotune.dispatch import Table
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("cli_static")
-
 pytest.importorskip("triton")
 
 # One decode problem, two candidates compiled: enough to see the whole pipeline, cheap to compile.

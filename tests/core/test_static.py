@@ -23,9 +23,6 @@ from autotune.engine.compile import (
 )
 from autotune.kernels import GEMM, get_op
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("core_static")
-
 pytest.importorskip("triton")
 
 PROBLEM = Problem.gemm(64, 256, 512)

@@ -17,9 +17,6 @@ from autotune.core.target import Target
 from autotune.engine.compile import amd_features
 from autotune.engine.isa import amd_mix, ptx_mix
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("isa")
-
 AMD = """\
 \t.amdgcn_target "amdgcn-amd-amdhsa--gfx950"
 \t.text

@@ -25,10 +25,6 @@ from autotune.kernels.faults import FaultyOp
 from autotune.sweeps import run_sweep
 from autotune.sweeps.spec import parse_spec
 
-# Under pytest-xdist, the Ray tests run on one worker, one module after the other: test_ray_cluster.py's
-# `ray stop` ends every Ray process of the machine.
-pytestmark = pytest.mark.xdist_group("ray")
-
 ray = pytest.importorskip("ray", reason="the Ray executor's tests need Ray (pip install ray)")
 
 from autotune.engine.executors import make_workers  # noqa: E402

@@ -18,10 +18,6 @@ import pytest
 
 from autotune.db import Store
 
-# Under pytest-xdist, the Ray tests run on one worker, one module after the other: this module's `ray stop`
-# ends every Ray process of the machine.
-pytestmark = pytest.mark.xdist_group("ray")
-
 pytest.importorskip("ray", reason="the Ray executor's tests need Ray (pip install ray)")
 
 SPEC = """

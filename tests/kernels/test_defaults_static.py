@@ -13,9 +13,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("defaults_static")
-
 ARCHS = ("gfx942", "gfx950", "sm_90")
 GEMM_OPS = ("gemm", "gemm_fp8_rowwise", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
 #: Decode (GEMV and swapped kernels on NVIDIA at M = 1), mid (64-row tiles), prefill (the largest tiles).

@@ -37,11 +37,7 @@ from autotune.db.vllm_rules import OUR_KEYS
 from autotune.engine.bench import rel_error
 from autotune.kernels import OPS
 
-pytestmark = [
-    pytest.mark.skipif(not interpreting(), reason="the fake GPU runs its kernels in the interpreter"),
-    # Under pytest-xdist, one worker runs this module: each GPU's sweep (`swept`, kept in `_swept`) runs once.
-    pytest.mark.xdist_group("user_path"),
-]
+pytestmark = pytest.mark.skipif(not interpreting(), reason="the fake GPU runs its kernels in the interpreter")
 
 AMD_KNOBS = ("matrix_instr_nonkdim", "waves_per_eu", "kpack")
 SPEC = """name = "rocm-first-contact"

@@ -10,9 +10,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("mla_static")
-
 ARCHS = ("gfx942", "gfx950", "sm_90")
 #: (B, heads, context, kv_dtype): decode at batch 1 (many splits) and 64 (few), both head counts.
 PROBLEMS = [

@@ -18,9 +18,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("moe_mxfp4_static")
-
 ARCHS = ("gfx950", "gfx942")
 #: (M, N, K, E, topk): Mixtral-sized experts at decode and prefill.
 PROBLEMS = [(16, 1792, 4096, 8, 2), (4096, 1792, 4096, 8, 2)]

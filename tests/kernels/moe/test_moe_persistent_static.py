@@ -11,9 +11,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("moe_persistent_static")
-
 SCRIPT = r"""
 from autotune import Config
 from autotune.core.problem import Problem

@@ -10,9 +10,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("moe_tma_static")
-
 SCRIPT = r"""
 from autotune import Config
 from autotune.core.problem import Problem

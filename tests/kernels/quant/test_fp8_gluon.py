@@ -19,9 +19,6 @@ from typing import Any
 
 import pytest
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("fp8_gluon")
-
 ROOT = Path(__file__).resolve().parents[3]
 #: (BLOCK_M, BLOCK_N, num_warps, num_stages, persistent, warp_spec, split_k, swap); the first is the main
 #: config. Swapped (decode, compiled at M = 16): BLOCK_M is the activations' tile, wgmma's N side.

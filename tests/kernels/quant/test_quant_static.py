@@ -14,9 +14,6 @@ from autotune.core.target import Target, TargetError
 from autotune.engine.compile import CompilePool
 from autotune.kernels import get_op
 
-# Under pytest-xdist, one worker runs this module: its module-scoped compiles run once.
-pytestmark = pytest.mark.xdist_group("quant_static")
-
 pytest.importorskip("triton")
 
 
