@@ -9,10 +9,10 @@ verdict cache, the temp dir ($TMPDIR, Ray's) and the XDG cache and config folder
 processes the tests start inherit the environment, so theirs too.
 
 Under pytest-xdist (`-n 2`) the controller makes the folder and each worker works in a folder of its own
-inside it (`gw0`, `gw1`: short, for the Unix sockets of a worker's local Ray), with the worker's temp dir,
-tmp_path folders and caches; the workers share the session's Triton home and kernel cache, so that a
-kernel compiled on one is a cache hit on the other. Each worker removes its folder when it ends, and the
-controller the whole one after its workers are gone.
+inside it (`gw0`, `gw1`: short, for the Unix sockets of a worker's local Ray), with the worker's temp dir
+and caches (its tmp_path folders are the controller's, `popen-gw0` ...); the workers share the session's
+Triton home and kernel cache, so that a kernel compiled on one is a cache hit on the other. Each worker
+removes its folder when it ends, and the controller the whole one after its workers are gone.
 """
 
 from __future__ import annotations
