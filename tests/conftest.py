@@ -7,6 +7,12 @@ Triton's home and kernel cache (`TRITON_HOME`, `TRITON_CACHE_DIR`; $AUTOTUNE_TES
 lasting kernel cache instead, warm across runs), torch inductor's cache, the untuned-shapes log, the
 verdict cache, the temp dir ($TMPDIR, Ray's) and the XDG cache and config folders; the worker and compile
 processes the tests start inherit the environment, so theirs too.
+
+Under pytest-xdist (`-n 2`) the controller makes the folder and each worker works in a folder of its own
+inside it (`gw0`, `gw1`: short, for the Unix sockets of a worker's local Ray), with the worker's temp dir
+and caches (its tmp_path folders are the controller's, `popen-gw0` ...); the workers share the session's
+Triton home and kernel cache, so that a kernel compiled on one is a cache hit on the other. Each worker
+removes its folder when it ends, and the controller the whole one after its workers are gone.
 """
 
 from __future__ import annotations
@@ -20,22 +26,33 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-#: The one folder a test session writes to, removed when the session ends.
-SESSION_DIR = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+#: The pytest-xdist worker this process is (gw0, gw1 ...), or None: not a worker.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+#: Names the session's folder to the pytest-xdist workers (they inherit the controller's environment).
+_ENV_SESSION = "AUTOTUNE_TEST_SESSION_DIR"
+if XDIST_WORKER and os.environ.get(_ENV_SESSION):
+    #: The whole session's folder: the controller's, or this process's own where it is no xdist worker.
+    SESSION_ROOT = Path(os.environ[_ENV_SESSION])
+    #: The one folder this process of the test session writes to, removed when the session ends.
+    SESSION_DIR = SESSION_ROOT / XDIST_WORKER
+    SESSION_DIR.mkdir(exist_ok=True)  # a worker xdist starts again in place of a crashed one: the same
+else:
+    SESSION_ROOT = SESSION_DIR = Path(tempfile.mkdtemp(prefix="autotune-tests-"))
+    os.environ[_ENV_SESSION] = str(SESSION_DIR)
 #: A lasting Triton kernel cache for the tests (a warm one makes compile-only tests seconds): none by
 #: default, so that the kernel cache is the session's (cold, as in CI).
 ENV_TRITON_CACHE = "AUTOTUNE_TEST_TRITON_CACHE"
 
 
 def _remove_session_dir() -> None:
-    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)  # a worker's own, or the controller's whole one
 
 
 atexit.register(_remove_session_dir)  # a session that never reaches pytest_sessionfinish
 # Before torch and triton are imported (their caches read these when first used). Triton's home holds
 # its dump and override folders, and its cache unless TRITON_CACHE_DIR says otherwise.
-os.environ["TRITON_HOME"] = str(SESSION_DIR)
-os.environ["TRITON_CACHE_DIR"] = os.environ.get(ENV_TRITON_CACHE) or str(SESSION_DIR / ".triton" / "cache")
+os.environ["TRITON_HOME"] = str(SESSION_ROOT)
+os.environ["TRITON_CACHE_DIR"] = os.environ.get(ENV_TRITON_CACHE) or str(SESSION_ROOT / ".triton" / "cache")
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(SESSION_DIR / "inductor")
 # A served call that no table covers appends its shape to the untuned-shapes log: never the user's own
 # (~/.cache/autotune/untuned.jsonl) from a test. Tests that read the log set their own.
@@ -75,6 +92,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     _remove_session_dir()
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Again at the very end: under pytest-xdist, after the workers have ended (the controller's session
+    finishes while they may still be exiting)."""
+    _remove_session_dir()
+
+
 def _finish_multiprocessing_temp_dir() -> None:
     """Runs now the finalizer that removes this process's multiprocessing temp folder (a pymp-* folder in
     the session's), which would otherwise run at exit and fail on a folder already gone."""
@@ -84,6 +107,41 @@ def _finish_multiprocessing_temp_dir() -> None:
     for finalizer in list(getattr(util, "_finalizer_registry", {}).values()):
         if remove is not None and getattr(finalizer, "_callback", None) is remove:
             finalizer()
+
+
+#: Test files whose tests run on one pytest-xdist worker (`--dist loadgroup`), one after the other: file ->
+#: group. Every other test goes to whichever worker is free. The modules whose module-scoped fixture
+#: compiles or sweeps (on one worker it runs once); the Ray tests (test_ray_cluster.py's `ray stop` ends
+#: every Ray process of the machine, the local Ray of test_ray.py's fixture too); test_user_path.py (each
+#: GPU's sweep runs once a process, kept in `_swept`).
+XDIST_GROUPS = {
+    **{f"tests/{name}.py": name.rsplit("/", 1)[-1] for name in (
+        "kernels/test_defaults_static", "core/test_static", "kernels/mla/test_mla_static",
+        "kernels/moe/test_moe_persistent_static", "kernels/moe/test_moe_mxfp4_static",
+        "kernels/moe/test_moe_tma_static", "kernels/quant/test_fp8_gluon", "kernels/quant/test_quant_static",
+        "engine/test_isa", "cli/test_cli", "cli/test_cli_static", "cli/test_cli_read_only",
+        "cli/test_cli_report", "rocm/test_user_path")},
+    "tests/engine/test_ray.py": "ray",
+    "tests/engine/test_ray_cluster.py": "ray",
+}  # fmt: skip
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup`: xdist's scheduling by group, with the groups of `XDIST_GROUPS` (xdist's own
+    `xdist_group` marks name no group under pytest 9, whose node ids xdist 3.8 cannot rename)."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class Scheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)  # an `xdist_group` mark's, where xdist names it
+            if scope != nodeid:
+                return scope
+            return XDIST_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
+
+    return Scheduling(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -3,6 +3,7 @@ and the processes they start write to one folder of the session, removed when it
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,6 +30,8 @@ def test_writes_where_a_session_writes(tmp_path: Path) -> None:
 
 
 def test_a_session_leaves_nothing_in_home_or_the_temp_dir(tmp_path: Path) -> None:
+    """A session in one process, and one on two pytest-xdist workers (the README's test command) where
+    pytest-xdist is installed."""
     home, temp, tests = tmp_path / "home", tmp_path / "tmp", tmp_path / "inner"
     for folder in (home, temp, tests):
         folder.mkdir()
@@ -36,10 +39,15 @@ def test_a_session_leaves_nothing_in_home_or_the_temp_dir(tmp_path: Path) -> Non
     ours = ("TRITON_", "TORCHINDUCTOR_", "PYTEST_", "AUTOTUNE_")  # the outer session's: set afresh inside
     env = {k: v for k, v in os.environ.items() if not k.startswith(ours)}
     env |= {"HOME": str(home), "TMPDIR": str(temp), "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", str(tests)],
-        cwd=tests, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "1 passed" in proc.stdout
-    assert sorted(os.listdir(home)) == [] and sorted(os.listdir(temp)) == []
+    sessions = [[]]
+    if importlib.util.find_spec("xdist") is not None:
+        sessions.append(["-n", "2", "--dist", "loadgroup"])
+    for options in sessions:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", *options,
+             str(tests)],
+            cwd=tests, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert "1 passed" in proc.stdout
+        assert sorted(os.listdir(home)) == [] and sorted(os.listdir(temp)) == [], options

@@ -55,11 +55,17 @@ _PR_SET_PDEATHSIG = 1
 _T = TypeVar("_T")
 
 
-def die_with_parent() -> None:
-    """Linux: this process gets SIGKILL when its parent dies; a parent already gone kills it now."""
+def die_with_parent(parent: int | None = None) -> None:
+    """Linux: this process gets SIGKILL when its parent dies; a parent already gone kills it now. `parent`:
+    the process id of the parent that started it, where the child knows it (a multiprocessing child:
+    `multiprocessing.parent_process().pid`), so that a parent that died before this call (a child slow
+    to start, on a busy machine) is caught too; by default the current parent."""
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    if parent is None:
+        parent = os.getppid()
+    elif os.getppid() != parent:  # the parent died before this process could ask for the signal
+        os.kill(os.getpid(), signal.SIGKILL)
     try:
         import ctypes
 

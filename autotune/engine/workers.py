@@ -485,11 +485,17 @@ def _tail_text(path: Path | None, lines: int = 8, limit: int = 1500) -> str:
 def _child_main(
     conn: Connection, env: dict[str, str], settings: BenchSettings | None, log_file: str | None
 ) -> None:
+    import multiprocessing
+
     from autotune.engine.lifeline import die_with_parent, watch_parent
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    die_with_parent()  # no orphan holds a GPU: it goes with the sweep, kill -9 included
-    watch_parent()
+    # The sweep that started this process, even where it died before this line ran (kill -9 at a busy
+    # moment): this process then ends now.
+    parent = multiprocessing.parent_process()
+    sweep = parent.pid if parent is not None else None
+    die_with_parent(sweep)  # no orphan holds a GPU: it goes with the sweep, kill -9 included
+    watch_parent(sweep)
     os.environ.update(env)  # before the first CUDA call: this process sees one GPU
     if log_file is not None:
         fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
