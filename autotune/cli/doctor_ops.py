@@ -63,19 +63,11 @@ class GemmTimes:
 
 
 def small_problem(name: str) -> Problem:
-    """A small problem of op `name`, as the op's tests build them; a GEMM-shaped one for an op (a plugin)
-    this doctor does not know (ValueError where that op refuses it)."""
-    from autotune.core.problem import Problem
+    """A small problem of op `name`, as the op's tests build them (`ProblemRules.example_problem`: a
+    GEMM-shaped one for an op with no rules of its own; ValueError where that op refuses it)."""
+    from autotune.core.registry import rules_of
 
-    if name == "gemm":
-        return Problem.gemm(16, 512, 512)
-    if name == "moe":
-        return Problem.moe(16, 256, 512, 8, 2)
-    if name == "mla_decode":
-        return Problem.of(name, 4, 512, 576, heads=16, context=256, kv_dtype="bf16", page_size=16)
-    if name.startswith("gemm_"):
-        return Problem.quant(name, 16, 256, 512)
-    return Problem.of(name, 16, 512, 512)
+    return rules_of(name).example_problem(name)
 
 
 def registered_ops(only: Iterable[str] = ()) -> list[TunableOp]:

@@ -84,6 +84,11 @@ class ProblemRules:
         model's peak rate (fp8 twice bf16's): by default the wider of A's and B's dtypes."""
         return float(max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b]))
 
+    def example_problem(self, op: str) -> Problem:
+        """A small problem of the op called `op`, as its tests build them: what `autotune doctor` checks its
+        default on. GEMM-shaped by default (16 x 512 x 512, bf16)."""
+        return Problem.of(op, 16, 512, 512)
+
     def validate_problem(self, problem: Problem) -> None:
         """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""
         if problem.E or problem.topk:

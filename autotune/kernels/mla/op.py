@@ -57,6 +57,10 @@ class MlaDecodeOp(ProblemRules):
 
     # -- problems ----------------------------------------------------------------------------------------
 
+    def example_problem(self, op: str) -> Problem:
+        """4 sequences of 256 tokens, 16 heads, DeepSeek-V3's latent sizes, bf16 cache in 16-token pages."""
+        return Problem.of(op, 4, 512, 576, heads=16, context=256, kv_dtype="bf16", page_size=16)
+
     def validate_problem(self, problem: Problem) -> None:
         """bf16 queries; N and K − N powers of two of at least 16; positive heads, context, page size."""
         super().validate_problem(problem)

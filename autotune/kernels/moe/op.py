@@ -88,6 +88,10 @@ class MoeOp(ProblemRules):
         against, not a vendor library to fall back on."""
         return moe_default_config(problem, target)
 
+    def example_problem(self, op: str) -> Problem:
+        """16 tokens, 8 experts of 256 x 512, top 2."""
+        return Problem.moe(16, 256, 512, 8, 2)
+
     def validate_problem(self, problem: Problem) -> None:
         """topk >= 1 experts per token, of E >= topk."""
         if problem.topk < 1:

@@ -88,6 +88,10 @@ class QuantRules(ProblemRules):
             return 0.5 if problem.dtype_b == "fp4e2m1" else 1.0
         return 2.0
 
+    def example_problem(self, op: str) -> Problem:
+        """16 x 256 x 512 in the op's formats, bf16 out."""
+        return Problem.quant(op, 16, 256, 512)
+
     def validate_problem(self, problem: Problem) -> None:
         super().validate_problem(problem)
         fmt, op, p = self.format, problem.op, problem

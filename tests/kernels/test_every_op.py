@@ -1,0 +1,32 @@
+"""Properties every registered op keeps, parametrized over the registry (a new op is checked as soon as it
+is registered): its example problem builds, its heuristic default and its fallback are configs of its own
+space on each target it runs on, and the doctor checks it on that problem."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import Target
+from autotune.cli.doctor_ops import small_problem
+from autotune.core.registry import ops, rules_of
+
+TARGETS = [Target.for_arch(arch) for arch in ("gfx942", "gfx950", "sm_90")]
+OPS = sorted(ops())
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_its_example_problem_is_its_own(name: str) -> None:
+    problem = rules_of(name).example_problem(name)
+    assert problem.op == name and problem.M > 0 and problem.flops() > 0
+    assert small_problem(name) == problem  # what `autotune doctor` checks
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.arch)
+@pytest.mark.parametrize("name", OPS)
+def test_its_default_and_fallback_are_in_its_space(name: str, target: Target) -> None:
+    op = ops()[name]
+    problem = rules_of(name).example_problem(name)
+    for config in (op.default_config(problem, target), op.fallback_config(problem, target)):
+        record = op.backend(config.backend)
+        assert record.runs_on(target), (config, target)
+        assert record.check(problem, target, config, search_only=False) is None, config
