@@ -12,7 +12,22 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     from autotune.core.target import Target
+
+    class LayerShape(Protocol):
+        """A catalog layer's sizes: N, K and, for routed experts, E and topk."""
+
+        @property
+        def N(self) -> int: ...
+        @property
+        def K(self) -> int: ...
+        @property
+        def E(self) -> int: ...
+        @property
+        def topk(self) -> int: ...
+
 
 __all__ = [
     "DTYPE_BYTES",
@@ -83,6 +98,15 @@ class ProblemRules:
         """The element size (bytes) the op's matrix instructions run at on `target`, which sets the cost
         model's peak rate (fp8 twice bf16's): by default the wider of A's and B's dtypes."""
         return float(max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b]))
+
+    #: The layer of a model the op serves in the model catalog (`autotune.sweeps.catalog`): "linear",
+    #: "experts", "mla_attention"; "" for none. The catalog asks for the op of a layer, never by name.
+    layer: ClassVar[str] = ""
+
+    def layer_problem(self, op: str, M: int, shape: LayerShape, dtype: str, weights: str | None) -> Problem:
+        """The problem of one catalog layer of the op called `op` at M tokens: by default GEMM-shaped, C
+        (M, `shape.N`) of `dtype` (`weights` is the MoE's)."""
+        return Problem.of(op, M, shape.N, shape.K, dtype)
 
     def example_problem(self, op: str) -> Problem:
         """A small problem of the op called `op`, as its tests build them: what `autotune doctor` checks its

@@ -27,6 +27,7 @@ __all__ = [
     "is_known",
     "is_served",
     "is_vendor",
+    "layer_op",
     "load_plugins",
     "ops",
     "register",
@@ -93,6 +94,17 @@ def is_known(name: str) -> bool:
 
 
 problem.rules_of = rules_of  # a Problem is validated, counted and shown by its op's rules
+
+
+def layer_op(layer: str) -> str:
+    """The name of the op that serves model layer `layer` (`ProblemRules.layer`: "linear", "experts",
+    "mla_attention"; the first registered); ValueError naming the layers some op serves otherwise."""
+    load_plugins()
+    for name, op in _ops.items():
+        if getattr(op, "layer", "") == layer:
+            return name
+    known = sorted({getattr(op, "layer", "") for op in _ops.values()} - {""})
+    raise ValueError(f"no op serves {layer!r} layers; served: {', '.join(known)}")
 
 
 def get_op(name: str) -> TunableOp:

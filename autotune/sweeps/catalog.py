@@ -50,6 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.registry import layer_op, rules_of
 from autotune.sweeps.errors import SpecError
 
 __all__ = [
@@ -169,21 +170,31 @@ _MODELS: tuple[ModelSpec, ...] = (
 MODELS: dict[str, ModelSpec] = {m.name: m for m in _MODELS}
 
 
+#: The kinds of layer a model's shapes are: a linear layer (N, K), and the routed experts of one rank
+#: (N, K, E experts, top-k); the op of each is the registry's (`ProblemRules.layer`).
+LINEAR, EXPERTS, MLA_ATTENTION = "linear", "experts", "mla_attention"
+
+
 @dataclass(frozen=True)
 class Shape:
-    """One layer's problem shape without M: op "gemm" (N, K) or "moe" (N, K, E experts on this rank)."""
+    """One layer's problem shape without M: a `layer` kind (LINEAR: N, K; EXPERTS: N, K, E experts on this
+    rank, top-k), whose problems the op that serves that layer builds."""
 
     label: str
-    op: str
+    layer: str
     N: int
     K: int
     E: int = 0
     topk: int = 0
 
+    @property
+    def op(self) -> str:
+        """The op that serves this layer (`autotune.core.registry.layer_op`)."""
+        return layer_op(self.layer)
+
     def problem(self, m: int, dtype: str, weights: str | None) -> Problem:
-        if self.op == "moe":
-            return Problem.moe(m, self.N, self.K, self.E, self.topk, dtype, weights)
-        return Problem.gemm(m, self.N, self.K, dtype)
+        op = self.op
+        return rules_of(op).layer_problem(op, m, self, dtype, weights)
 
 
 def get_model(name: str) -> ModelSpec:
@@ -241,14 +252,14 @@ def layer_shapes(
         a = model.mla
         heads = div(model.heads, tp, "attention heads")
         if a.q_lora_rank:
-            shapes.append(Shape("attn.q_a", "gemm", a.q_lora_rank, h))
-            shapes.append(Shape("attn.q_b", "gemm", heads * (a.qk_nope_head_dim + a.qk_rope_head_dim),
+            shapes.append(Shape("attn.q_a", LINEAR, a.q_lora_rank, h))
+            shapes.append(Shape("attn.q_b", LINEAR, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim),
                                 a.q_lora_rank))  # fmt: skip
         else:
-            shapes.append(Shape("attn.q", "gemm", heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), h))
-        shapes.append(Shape("attn.kv_a", "gemm", a.kv_lora_rank + a.qk_rope_head_dim, h))
-        shapes.append(Shape("attn.kv_b", "gemm", heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank))
-        shapes.append(Shape("attn.o", "gemm", h, heads * a.v_head_dim))
+            shapes.append(Shape("attn.q", LINEAR, heads * (a.qk_nope_head_dim + a.qk_rope_head_dim), h))
+        shapes.append(Shape("attn.kv_a", LINEAR, a.kv_lora_rank + a.qk_rope_head_dim, h))
+        shapes.append(Shape("attn.kv_b", LINEAR, heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank))
+        shapes.append(Shape("attn.o", LINEAR, h, heads * a.v_head_dim))
     else:
         heads = div(model.heads, tp, "attention heads")
         if model.kv_heads >= tp:
@@ -257,19 +268,19 @@ def layer_shapes(
             kv = 1
             if tp % model.kv_heads:
                 bad.append(f"KV heads ({model.kv_heads}) cannot be replicated evenly over TP {tp}")
-        shapes.append(Shape("attn.qkv", "gemm", (heads + 2 * kv) * model.head_dim, h))
-        shapes.append(Shape("attn.o", "gemm", h, heads * model.head_dim))
+        shapes.append(Shape("attn.qkv", LINEAR, (heads + 2 * kv) * model.head_dim, h))
+        shapes.append(Shape("attn.o", LINEAR, h, heads * model.head_dim))
     if model.has_dense_mlp:
         inter = div(model.intermediate, tp, "MLP intermediate size")
-        shapes.append(Shape("mlp.gate_up", "gemm", 2 * inter, h))
-        shapes.append(Shape("mlp.down", "gemm", h, inter))
+        shapes.append(Shape("mlp.gate_up", LINEAR, 2 * inter, h))
+        shapes.append(Shape("mlp.down", LINEAR, h, inter))
     if model.is_moe:
         wdtype = _weights(model, weights, dtype)
         if model.shared_intermediate:
             inter = div(model.shared_intermediate, tp, "shared expert intermediate size")
-            shapes.append(Shape("shared.gate_up", "gemm", 2 * inter, h))
-            shapes.append(Shape("shared.down", "gemm", h, inter))
-        shapes.append(Shape("moe.router", "gemm", model.experts, h))
+            shapes.append(Shape("shared.gate_up", LINEAR, 2 * inter, h))
+            shapes.append(Shape("shared.down", LINEAR, h, inter))
+        shapes.append(Shape("moe.router", LINEAR, model.experts, h))
         if ep > 1:
             e_local, n = div(model.experts, ep, "experts", "EP"), model.moe_intermediate
             if e_local < model.topk and not model.experts % ep:
@@ -280,14 +291,14 @@ def layer_shapes(
             bad.append(
                 f"FP8 block-scaled expert weights need N and K multiples of {FP8_BLOCK}, got N={n}, K={h}"
             )
-        shapes.append(Shape("moe.experts", "moe", n, h, e_local, model.topk))
-    shapes.append(Shape("lm_head", "gemm", div(model.vocab, tp, "vocabulary"), h))
+        shapes.append(Shape("moe.experts", EXPERTS, n, h, e_local, model.topk))
+    shapes.append(Shape("lm_head", LINEAR, div(model.vocab, tp, "vocabulary"), h))
     if bad:
         raise SpecError(f"model {name} cannot be split at {split}: {'; '.join(bad)}")
     merged: dict[tuple[str, int, int, int, int], list[str]] = {}
     for s in shapes:
-        merged.setdefault((s.op, s.N, s.K, s.E, s.topk), []).append(s.label)
-    return [Shape("+".join(labels), op, n, k, e, t) for (op, n, k, e, t), labels in merged.items()]
+        merged.setdefault((s.layer, s.N, s.K, s.E, s.topk), []).append(s.label)
+    return [Shape("+".join(labels), kind, n, k, e, t) for (kind, n, k, e, t), labels in merged.items()]
 
 
 def _weights(model: ModelSpec, weights: str | None, dtype: str) -> str:
@@ -354,9 +365,9 @@ def mla_decode_problems(
         raise SpecError(f"model {name} has no multi-head latent attention")
     if isinstance(tp, bool) or not isinstance(tp, int) or tp <= 0 or model.heads % tp:
         raise SpecError(f"model {name}: {model.heads} attention heads are not divisible by TP {tp}")
-    a, label = model.mla, f"attn.decode tp{tp}"
+    a, label, op = model.mla, f"attn.decode tp{tp}", layer_op(MLA_ATTENTION)
     return [
-        (label, Problem.of("mla_decode", b, a.kv_lora_rank, a.kv_lora_rank + a.qk_rope_head_dim,
+        (label, Problem.of(op, b, a.kv_lora_rank, a.kv_lora_rank + a.qk_rope_head_dim,
                            heads=model.heads // tp, context=c, kv_dtype=kv, page_size=p))
         for kv in kv_dtypes
         for p in page_sizes

@@ -51,6 +51,7 @@ class GemmOp(ProblemRules):
     """
 
     name = "gemm"
+    layer = "linear"
 
     def backends(self, target: Target) -> tuple[str, ...]:
         return GEMM_BACKENDS.names(target)

@@ -51,6 +51,7 @@ class MlaDecodeOp(ProblemRules):
     """
 
     name = "mla_decode"
+    layer = "mla_attention"
     params: ClassVar[dict[str, type]] = {"context": int, "heads": int, "kv_dtype": str, "page_size": int}
     spec_keys = frozenset(params)
     layout_params = ("page_size",)

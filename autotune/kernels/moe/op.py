@@ -53,6 +53,7 @@ class MoeOp(ProblemRules):
     """
 
     name = "moe"
+    layer = "experts"
     #: bf16, FP8 and MXFP4 weights of one shape are three families of a table (`Problem.table_params`).
     key_b_dtype = True
 
@@ -87,6 +88,10 @@ class MoeOp(ProblemRules):
         """Always the heuristic default: the "torch" backend is a per-expert loop, a baseline to measure
         against, not a vendor library to fall back on."""
         return moe_default_config(problem, target)
+
+    def layer_problem(self, op: str, M: int, shape: Any, dtype: str, weights: str | None) -> Problem:
+        """The routed experts of one rank: `shape.E` experts of N x K, top `shape.topk`."""
+        return Problem.moe(M, shape.N, shape.K, shape.E, shape.topk, dtype, weights)
 
     def example_problem(self, op: str) -> Problem:
         """16 tokens, 8 experts of 256 x 512, top 2."""
