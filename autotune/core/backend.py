@@ -96,6 +96,8 @@ class Backend:
       64-head tiles on sm_90). A sweep still records the findings.
     - `opt_in`: searched only where a sweep names it in `backends` (its tuning is costly, or it serves
       only where a table pins it); otherwise a backend of the target like any other.
+    - `pins`: a trial of it keeps in `extra[name]` what serving it needs beside its config, {"validators":
+      {...}, "row": [...]}, which `emit` writes into the table (`Table.pins[name]`).
     """
 
     name: str
@@ -112,6 +114,7 @@ class Backend:
     served: bool = True
     exempt: Callable[[Target], frozenset[str]] = _no_exemption
     opt_in: bool = False
+    pins: bool = False
 
     def __post_init__(self) -> None:
         if not self.modules and self.version is None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem, normalize_dtype
-from autotune.core.registry import is_served
+from autotune.core.registry import backend_of, is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
 from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe
@@ -155,45 +155,36 @@ def emit_table(
                 )  # fmt: skip
             except ValueError as exc:  # nothing measured: the family keeps its buckets
                 log.warning("no M ranges for %s: %s", _describe(key), exc)
-    served = {c.backend for _, c, _, _ in picks} | {
-        r.config.backend for rows in ranges.values() for r in rows
-    }
-    pins = _tunableop_pins(store, newest.gpu.target.device_key()) if TUNABLEOP in served else {}
+    served = {(p.op, c.backend) for p, c, _, _ in picks}
+    served |= {(key[0], r.config.backend) for key, rows in ranges.items() for r in rows}
+    pinning = {backend for op, backend in served if backend_of(op, backend).pins}
+    pins = _pins(store, newest.gpu.target.device_key(), pinning) if pinning else {}
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
 
 
-#: The dense GEMM's backend that serves the vendor solution TunableOp pinned per shape.
-TUNABLEOP = "tunableop"
-
-
-def _tunableop_pins(store: Store, device_key: str) -> dict[str, list[dict[str, Any]]]:
-    """The pins of the device's measured and profiled "tunableop" trials, grouped by validators: what the
-    run-time gives TunableOp (`Table.pins`). Per shape, the newest trial's pin."""
-    newest: dict[tuple[Any, ...], tuple[int, dict[str, Any]]] = {}
+def _pins(store: Store, device_key: str, pinning: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """What the served backends that pin (`Backend.pins`) keep per shape beside their configs
+    (`Table.pins`): the pin a trial of backend B holds in `extra[B]`, {"validators": {...}, "row": [...]}
+    (the dense GEMM's "tunableop": TunableOp's solution), the newest per problem, measured or profiled on
+    the device, grouped by validators."""
+    newest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for source in (Source.MEASURED, Source.PROFILE):
         for t in store.trials(status=TrialStatus.OK, source=source):
-            pin = t.extra.get(TUNABLEOP)
-            if t.backend != TUNABLEOP or not isinstance(pin, dict) or t.gpu.target.device_key() != device_key:
+            pin = t.extra.get(t.backend)
+            if t.backend not in pinning or not isinstance(pin, dict) or "row" not in pin:
                 continue
-            p = t.problem
-            shape = (p.M, p.N, p.K, p.dtype_a, p.layout)
-            if shape not in newest or t.id > newest[shape][0]:
-                newest[shape] = (t.id, pin)
-    groups: dict[str, dict[str, Any]] = {}
-    for shape, (_, pin) in sorted(newest.items()):
+            if t.gpu.target.device_key() != device_key:
+                continue
+            key = (t.backend, t.problem.key())
+            if key not in newest or t.id > newest[key][0]:
+                newest[key] = (t.id, pin)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (backend, _), (_, pin) in sorted(newest.items()):
         validators = {str(k): str(v) for k, v in dict(pin.get("validators", {})).items()}
-        group = groups.setdefault(
-            json.dumps(validators, sort_keys=True), {"validators": validators, "results": []}
-        )
-        row = [
-            pin["op_signature"],
-            pin["param_signature"],
-            pin["solution"],
-            float(pin.get("ms", 0.0)),
-            *shape,
-        ]
-        group["results"].append(row)
-    return {TUNABLEOP: list(groups.values())} if groups else {}
+        held = json.dumps(validators, sort_keys=True)
+        group = out.setdefault(backend, {}).setdefault(held, {"validators": validators, "results": []})
+        group["results"].append(list(pin["row"]))
+    return {backend: list(groups.values()) for backend, groups in out.items()}
 
 
 def _best_served(store: Store, winner: Winner) -> TrialRecord | None:

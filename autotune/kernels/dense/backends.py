@@ -166,7 +166,8 @@ def _tunableop_launch(
     def launch() -> None:
         tunableop.run_pinned(a, bt, out)
 
-    launch.extra = {"tunableop": {**pin, "shape": list(shape)}}  # type: ignore[attr-defined]
+    row = [pin["op_signature"], pin["param_signature"], pin["solution"], pin["ms"], *shape]
+    launch.extra = {"tunableop": {**pin, "shape": list(shape), "row": row}}  # type: ignore[attr-defined]
     return launch
 
 
@@ -199,6 +200,7 @@ GEMM_BACKENDS = Backends(
             cost=LIBRARY,
             runs_on=_gpu,
             opt_in=True,
+            pins=True,
         ),
         Backend("triton", KernelLaunch(_pointer), triton_subspace, modules=_module("kernel"), cost=TILED),
         Backend(

@@ -277,6 +277,17 @@ def _pin(M: int, N: int, K: int, validators: dict[str, str], solution: str) -> d
         "ms": 0.02,
         "validators": validators,
         "shape": [M, N, K, "bf16", "nk"],
+        "row": [
+            "GemmTunableOp_BFloat16_TN",
+            f"tn_{N}_{M}_{K}_ld_{K}_{K}_{N}",
+            solution,
+            0.02,
+            M,
+            N,
+            K,
+            "bf16",
+            "nk",
+        ],
     }
 
 
