@@ -6,7 +6,9 @@ vendor library at every ladder M, with the table and without one, in one run on 
 
 Phases: `sweep` (`autotune sweep SPEC`: tuning, final rounds, the M profile), `verify` (`autotune emit`,
 then `autotune verify TABLE --problems SPEC` and `autotune verify --problems SPEC`, each shared out over
-the GPUs with --shard), or `all`. Prints the profile's share of the sweep's time and, per model and
+the GPUs with --shard), or `all`. `--export FORMAT` adds a round trip after verify: `autotune export`,
+`autotune import` of those files into a fresh database, and `autotune export` of that one; the two
+exports must hold the same files with the same rows. Prints the profile's share of the sweep's time and, per model and
 overall, the served call's ratio to the vendor library (geometric mean, lowest, rows under 0.98) with the
 table and without; writes the logs, the table and every verify row to --out.
 """
@@ -82,6 +84,35 @@ def verify(
     return {"rows": rows}
 
 
+def export_roundtrip(db: Path, fmt: str, out: Path) -> dict[str, Any]:
+    """Export `db` in `fmt`, import the files into a fresh database, export that: the files of both exports
+    and whether their rows match (each file's lines compared as a set: the order of rows is not kept)."""
+    first, second, again = out / f"export-{fmt}", out / f"export-{fmt}-again", out / "imported.db"
+    again.unlink(missing_ok=True)
+    log = out / "export.log"
+    steps = [
+        [*harness.CLI, "export", "--format", fmt, "--db", str(db), "--out", str(first)],
+        [*harness.CLI, "import", str(first), "--db", str(again)],
+        [*harness.CLI, "export", "--format", fmt, "--db", str(again), "--out", str(second)],
+    ]
+    for cmd in steps:
+        code, text = harness.run_logged(cmd, log)
+        if code != 0:
+            print(text[-3000:])
+            raise SystemExit(f"{' '.join(cmd[3:5])} failed with exit code {code}")
+
+    def files(folder: Path) -> dict[str, set[str]]:
+        return {
+            str(f.relative_to(folder)): set(f.read_text(encoding="utf-8").splitlines())
+            for f in sorted(folder.rglob("*"))
+            if f.is_file()
+        }
+
+    a, b = files(first), files(second)
+    lost = {name: sorted(rows - b.get(name, set())) for name, rows in a.items() if rows - b.get(name, set())}
+    return {"files": sorted(a), "rows": sum(len(r) for r in a.values()), "same": a == b, "lost": lost}
+
+
 def summarize(rows: list[dict[str, Any]], min_ratio: float) -> dict[str, Any]:
     ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
     positive = [x for x in ratios if x > 0]
@@ -109,6 +140,7 @@ def main() -> int:
     ap.add_argument("--phase", choices=("all", "sweep", "verify"), default="all")
     ap.add_argument("--min-ratio", type=float, default=0.98)
     ap.add_argument("--gpus", type=int, help="GPUs to verify on at once (default: all visible)")
+    ap.add_argument("--export", metavar="FORMAT", help="after verify, an export/import/export round trip")
     ap.add_argument(
         "--fallback-spec",
         type=Path,
@@ -147,6 +179,11 @@ def main() -> int:
             print(f"\n{name}: worst rows")
             for r in worst:
                 print(f"  {r['ratio']:.3f}  M={r['M']:<5} {r['family']}: {r['served']}  [{r['status']}]")
+    if args.export and args.phase in ("all", "verify"):
+        results["export"] = export_roundtrip(db, args.export, args.out)
+        rt = results["export"]
+        print(f"\nexport {args.export}: {len(rt['files'])} files, {rt['rows']} lines, round trip "
+              f"{'identical' if rt['same'] else 'DIFFERS: ' + json.dumps(rt['lost'])[:2000]}")  # fmt: skip
     results[f"{args.phase}_wall_s"] = time.perf_counter() - t0
     summary.write_text(json.dumps(results, indent=1) + "\n")
     if "sweep" in results and "profile_s" in results["sweep"]:
