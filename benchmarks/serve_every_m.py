@@ -8,9 +8,9 @@ Phases: `sweep` (`autotune sweep SPEC`: tuning, final rounds, the M profile), `v
 then `autotune verify TABLE --problems SPEC` and `autotune verify --problems SPEC`, each shared out over
 the GPUs with --shard), or `all`. `--export FORMAT` adds a round trip after verify: `autotune export`,
 `autotune import` of those files into a fresh database, and `autotune export` of that one; the two
-exports must hold the same files with the same rows. Prints the profile's share of the sweep's time and, per model and
-overall, the served call's ratio to the vendor library (geometric mean, lowest, rows under 0.98) with the
-table and without; writes the logs, the table and every verify row to --out.
+exports must hold the same files with the same rows. Prints the profile's share of the sweep's time and,
+per model and overall, the served call's ratio to the vendor library (geometric mean, lowest, rows under
+0.98) with the table and without; writes the logs, the table and every verify row to --out.
 """
 
 from __future__ import annotations
