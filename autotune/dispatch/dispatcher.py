@@ -12,12 +12,13 @@ GEMMs on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op], moe) or the vendor library
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,6 +115,11 @@ class Dispatcher:
     def device_key(self) -> str | None:
         """The running GPU's device key (None where no GPU was found); resolved on first use."""
         return self._running()[0]
+
+    @property
+    def running_target(self) -> Target | None:
+        """The running GPU's Target where one was given or detected (None otherwise)."""
+        return self._running()[1]
 
     @property
     def tables(self) -> tuple[Table, ...]:
@@ -254,6 +260,21 @@ class Dispatcher:
         self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk, params), M, stacklevel=4)
         return None
 
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[set[Key]]:
+        """Inside: the keys of every lookup this dispatcher answers (through `lookup` too) are added to the
+        set it yields, covered or not. For tools that ask which families a model's call looks up
+        (`autotune.nn.confirm`); the hot path outside is unchanged."""
+        seen: set[Key] = set()
+        with self._lock:
+            self._index = _Recording(self._index, seen)
+        try:
+            yield seen
+        finally:
+            with self._lock:
+                if isinstance(self._index, _Recording):
+                    self._index = dict(self._index)  # tables added inside are kept
+
     # -- untuned shapes -------------------------------------------------------------------------------
 
     def note_untuned(
@@ -337,6 +358,18 @@ def _toolchain() -> dict[str, str]:
 
 def _format_toolchain(toolchain: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(toolchain.items())) or "unknown"
+
+
+class _Recording(dict[Key, _Hit]):
+    """An index that adds each key asked for to `seen`."""
+
+    def __init__(self, index: dict[Key, _Hit], seen: set[Key]) -> None:
+        super().__init__(index)
+        self.seen = seen
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        self.seen.add(key)
+        return super().get(key, default)
 
 
 def _index_of(table: Table) -> dict[Key, _Hit]:
