@@ -111,7 +111,8 @@ def test_confirm_keeps_what_wins_and_serves_the_fallbacks_where_the_table_loses(
     # the confirmed table: the fallback over 5..16 (geometric midpoints to 2 and 32) for the two families
     # looked up at 8, the table everywhere else; the family the model never looked up is as it was
     new = result.table
-    for key in new.keys():
+    families = new.keys()
+    for key in families:
         for M in range(1, 100):
             inside = 5 <= M <= 16 and key[3] != 80
             expected = VENDOR if inside else served_config(table, key, M)
