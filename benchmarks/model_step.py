@@ -10,6 +10,8 @@ Phases (`--phase`, default both):
   (decode: a batch of B sequences, one new token each, attending to `--context` cached tokens; prefill:
   one sequence of T tokens, causal) is captured in a CUDA graph per variant and the graphs are replayed
   in interleaved rounds; outputs are compared first (relative error against the unpatched model).
+  With `--confirm`, the table is first checked against each patched variant's own step at every token
+  count (`autotune.nn.confirm`), and the bench loads the confirmed table (OUT/table.confirmed.json).
 
 Variants, each compiled once (`dynamic=True`, `fullgraph=True`):
 - dense bf16: `torch.nn.Linear` (cuBLAS) against `autotune.patch(model)` (the tuned `linear`);
@@ -233,29 +235,11 @@ def patched_model(model: nn.Module, fp8: bool) -> tuple[nn.Module, Any]:
 
 def graph_of(fn: Callable[[], torch.Tensor]) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
     """`fn` captured in a CUDA graph after warm-up runs on a side stream; (graph, its output)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = fn()
-    return g, out
+    from autotune.nn.confirm import capture
 
-
-def replay_us(g: torch.cuda.CUDAGraph, reps: int) -> float:
-    """Median µs of `reps` replays, each timed by events."""
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
+    out: list[torch.Tensor] = []
+    g = capture(lambda: out.append(fn()))
+    return g, out[-1]
 
 
 def compiled(model: nn.Module, decode: bool) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -279,6 +263,7 @@ def time_pairs(
     from torch._dynamo.utils import counters
 
     from autotune.dispatch import install_dispatcher
+    from autotune.nn.confirm import replay_us
 
     rows = []
     fns = {}
@@ -359,6 +344,60 @@ def sweep(out: Path, db: Path, budget: str | None, trials: int) -> Path:
     return harness.emit_table(db, out)
 
 
+Pairs = dict[str, tuple[nn.Module, nn.Module]]
+
+
+def variants(name: str, layers: int, context: int, fp8: bool) -> tuple[Shape, Pairs, dict[str, Any]]:
+    """Model `name`'s shape, its variants (name → (unpatched, patched)) and what each patch swapped."""
+    s = LLAMA if name == "dense" else QWEN3_MOE
+    model = Decoder(s, layers, context, max(DECODE)).eval()
+    ours, report = patched_model(model, fp8=False)
+    pairs = {"dense bf16" if name == "dense" else "moe bf16": (model, ours)}
+    reports = {next(iter(pairs)): report}
+    if name == "dense" and fp8:
+        ours8, report8 = patched_model(model, fp8=True)
+        pairs["dense fp8"] = (scaled_mm_model(model), ours8)
+        reports["dense fp8"] = report8
+    return s, pairs, reports
+
+
+def confirm_table(args: Any, table: Any, out: Path) -> tuple[Any, list[dict[str, Any]]]:
+    """`autotune.nn.confirm` of `table` against each patched variant's step at every token count timed
+    (decode batches and prefills, compiled as the bench compiles them), one variant after the other; the
+    confirmed table (saved to OUT/table.confirmed.json) and a row per point."""
+    from autotune.nn import confirm
+
+    torch.manual_seed(1)
+    torch.set_default_device("cuda")
+    torch.set_default_dtype(torch.bfloat16)
+    rows: list[dict[str, Any]] = []
+    with torch.no_grad():
+        for name in args.models:
+            s, pairs, _ = variants(name, args.layers, args.context, args.fp8)
+            for v, (_, ours) in pairs.items():
+                fns = {True: compiled(ours, True), False: compiled(ours, False)}
+
+                def step(T: int, fns: Any = fns, hidden: int = s.hidden) -> Callable[[], Any]:
+                    x = torch.randn(T, hidden)
+                    fn = fns[T in args.decode]
+                    return lambda: fn(x)
+
+                t0 = time.perf_counter()
+                found = confirm(step, (*args.decode, *args.prefill), table,
+                                progress=lambda p, v=v: print(f"  confirm {v}: {p}", flush=True))  # fmt: skip
+                table = found.table
+                print(f"confirm {v}: {time.perf_counter() - t0:.0f} s, served by the fallbacks at "
+                      f"{list(found.reverted) or 'no token count'}", flush=True)  # fmt: skip
+                rows += [dict(variant=v, tokens=p.tokens, served=list(p.served), table_us=p.table_us,
+                              fallback_us=p.fallback_us, kept=p.kept) for p in found.points]  # fmt: skip
+            del pairs
+            torch.cuda.empty_cache()
+    torch.set_default_device(None)
+    path = out / "table.confirmed.json"
+    table.save(path)
+    return path, rows
+
+
 def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     from autotune.core.target import local_target
     from autotune.dispatch import Dispatcher, load_tables
@@ -371,23 +410,10 @@ def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     reports: dict[str, Any] = {}
     for name in args.models:
-        s = LLAMA if name == "dense" else QWEN3_MOE
-        model = Decoder(s, args.layers, args.context, max(DECODE)).eval()
-        pairs: dict[str, tuple[nn.Module, nn.Module]] = {}
-        if name == "dense":
-            ours, report = patched_model(model, fp8=False)
-            pairs["dense bf16"] = (model, ours)
-            reports["dense bf16"] = report
-            if args.untuned:  # the same patched model with no table: each layer's fallback, through the op
-                pairs["dense bf16 untuned"] = (model, ours)
-            if args.fp8:
-                ours8, report8 = patched_model(model, fp8=True)
-                pairs["dense fp8"] = (scaled_mm_model(model), ours8)
-                reports["dense fp8"] = report8
-        else:
-            ours, report = patched_model(model, fp8=False)
-            pairs["moe bf16"] = (model, ours)
-            reports["moe bf16"] = report
+        s, pairs, found = variants(name, args.layers, args.context, args.fp8)
+        reports |= found
+        if name == "dense" and args.untuned:  # the patched model with no table: each layer's fallback
+            pairs["dense bf16 untuned"] = pairs["dense bf16"]
         with torch.no_grad():
             for decode, tokens in ((True, args.decode), (False, args.prefill)):
                 torch._dynamo.reset()
@@ -399,7 +425,7 @@ def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
                 counters = found.pop()
                 rows += found
                 reports[f"{name} {'decode' if decode else 'prefill'} dynamo"] = counters
-        del pairs, model
+        del pairs
         torch.cuda.empty_cache()
         save({"rows": rows, "patched": {k: repr(v) for k, v in reports.items()}})  # what is done so far
     torch.set_default_device(None)
@@ -415,6 +441,9 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=24, help="sweep: trials a problem (default 24)")
     ap.add_argument("--table", type=Path, help="bench: the table to load (default: the sweep's, else none)")
     ap.add_argument("--models", default="dense,moe", help="dense, moe or both (default)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="bench: first confirm the table against each patched step (autotune.nn.confirm), "
+                         "then time with the confirmed table (OUT/table.confirmed.json)")  # fmt: skip
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     ap.add_argument("--context", type=int, default=1024, help="cached tokens a decode attends to")
     ap.add_argument("--decode", default=",".join(map(str, DECODE)), help="decode batch sizes")
@@ -439,9 +468,14 @@ def main() -> int:
         return 0
     from autotune.core.target import local_target
 
+    confirmed: list[dict[str, Any]] = []
+    if args.confirm and args.table:
+        from autotune.dispatch import Table
+
+        args.table, confirmed = confirm_table(args, Table.load(args.table), out)
     info = harness.run_info(local_target(), layers=args.layers, context=args.context, table=str(args.table))
     result = bench(args, lambda done: harness.write_json(out, "model_step", {"info": info, **done}))
-    harness.write_json(out, "model_step", {"info": info, **result})
+    harness.write_json(out, "model_step", {"info": info, **result, "confirm": confirmed})
     rows = result["rows"]
     print(harness.describe(info))
     harness.print_table(

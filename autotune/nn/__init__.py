@@ -4,11 +4,14 @@
 `autotune.kernels.linear` and `gemm_quant`; `FusedMoE` serves a sparse MoE block (router top-k and fused
 experts, optional FP8 blockwise weights) through `fused_topk` and `fused_moe`, built from the Mixtral and
 Qwen3-MoE blocks of transformers (`autotune.nn.hf`, no transformers import); `patch(model)` swaps them in
-place and returns a `PatchReport`. Importing this package imports torch (and `autotune.kernels`).
+place and returns a `PatchReport`; `confirm(step, tokens, table)` checks a table against the model's own
+step and serves the ops' fallbacks where the step is slower with it. Importing this package imports
+torch (and `autotune.kernels`).
 """
 
 from __future__ import annotations
 
+from autotune.nn.confirm import Confirmation, confirm
 from autotune.nn.hf import MOE_BLOCKS, MoeBlockWeights, moe_block_family, read_moe_block
 from autotune.nn.linear import LINEAR_WEIGHTS, Linear, LinearWeights
 from autotune.nn.moe import FusedMoE, MoeWeights
@@ -19,6 +22,7 @@ __all__ = [
     "FP8_GROUP",
     "LINEAR_WEIGHTS",
     "MOE_BLOCKS",
+    "Confirmation",
     "FusedMoE",
     "Left",
     "Linear",
@@ -27,6 +31,7 @@ __all__ = [
     "MoeWeights",
     "NameFilter",
     "PatchReport",
+    "confirm",
     "moe_block_family",
     "patch",
     "quantize_groups",
