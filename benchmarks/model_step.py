@@ -315,25 +315,28 @@ def time_pairs(
 # -- phases -------------------------------------------------------------------------------------------
 
 
-def spec_text(trials: int = 24) -> str:
-    """The sweep spec of every shape the bench times: the layers' GEMMs (bf16 and FP8 row-wise) of both
-    models and the MoE's experts, at every token count."""
+def spec_text(trials: int = 24, models: tuple[str, ...] = ("dense", "moe"), fp8: bool = True) -> str:
+    """The sweep spec of every shape the bench times for `models`: the layers' GEMMs (bf16, and FP8
+    row-wise for the dense model where `fp8`) and the MoE's experts, at every token count."""
     ms = sorted(set(DECODE) | set(PREFILL))
     dense = [[LLAMA.qkv, LLAMA.hidden], [LLAMA.hidden, LLAMA.heads * LLAMA.head_dim],
              [2 * LLAMA.intermediate, LLAMA.hidden], [LLAMA.hidden, LLAMA.intermediate]]  # fmt: skip
     attn = [[QWEN3_MOE.qkv, QWEN3_MOE.hidden], [QWEN3_MOE.hidden, QWEN3_MOE.heads * QWEN3_MOE.head_dim]]
     lines = ['name = "model-step"', 'description = "The layers of benchmarks/model_step.py"', ""]
-    for op, shapes in (("gemm", dense + attn), ("gemm_fp8_rowwise", dense)):
-        lines += ["[[sweep]]", f'op = "{op}"', f"m = {ms}", f"nk = {shapes}", f"trials = {trials}", ""]
-    moe = f"nk = [[{QWEN3_MOE.moe_intermediate}, {QWEN3_MOE.hidden}]]"
-    lines += ["[[sweep]]", 'op = "moe"', f"e = {QWEN3_MOE.experts}", f"topk = {QWEN3_MOE.topk}", moe,
-              f"m = {ms}", f"trials = {trials}", ""]  # fmt: skip
+    bf16 = (dense if "dense" in models else []) + (attn if "moe" in models else [])
+    for op, shapes in (("gemm", bf16), ("gemm_fp8_rowwise", dense if "dense" in models and fp8 else [])):
+        if shapes:
+            lines += ["[[sweep]]", f'op = "{op}"', f"m = {ms}", f"nk = {shapes}", f"trials = {trials}", ""]
+    if "moe" in models:
+        moe = f"nk = [[{QWEN3_MOE.moe_intermediate}, {QWEN3_MOE.hidden}]]"
+        lines += ["[[sweep]]", 'op = "moe"', f"e = {QWEN3_MOE.experts}", f"topk = {QWEN3_MOE.topk}", moe,
+                  f"m = {ms}", f"trials = {trials}", ""]  # fmt: skip
     return "\n".join(lines)
 
 
-def sweep(out: Path, db: Path, budget: str | None, trials: int) -> Path:
+def sweep(out: Path, db: Path, budget: str | None, trials: int, models: tuple[str, ...], fp8: bool) -> Path:
     spec = out / "model_step.toml"
-    spec.write_text(spec_text(trials))
+    spec.write_text(spec_text(trials, models, fp8))
     t0 = time.perf_counter()
     cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--profile-m", "none"]
     code, text = harness.run_logged(cmd + (["--budget", budget] if budget else []), out / "sweep.log")
@@ -462,7 +465,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     db = args.db or out / "model_step.db"
     if args.phase in ("sweep", "both"):
-        table = sweep(out, db, args.budget, args.trials)
+        table = sweep(out, db, args.budget, args.trials, tuple(args.models), args.fp8)
         args.table = args.table or table
     if args.phase == "sweep":
         return 0
