@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
@@ -12,7 +13,7 @@ from autotune.core.problem import Problem, normalize_dtype
 from autotune.core.registry import backend_of, is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
 from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
-from autotune.dispatch.table import Key, Table, _describe
+from autotune.dispatch.table import Key, Table, _describe, find
 
 if TYPE_CHECKING:
     from autotune.db import Store, TrialRecord, Winner
@@ -158,20 +159,38 @@ def emit_table(
     served = {(p.op, c.backend) for p, c, _, _ in picks}
     served |= {(key[0], r.config.backend) for key, rows in ranges.items() for r in rows}
     pinning = {backend for op, backend in served if backend_of(op, backend).pins}
-    pins = _pins(store, newest.gpu.target.device_key(), pinning) if pinning else {}
+    table = Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
+    if not pinning:
+        return table
+
+    def serves(problem: Problem, backend: str) -> bool:
+        """Whether `table` serves `problem` (its exact M) with `backend`."""
+        config = find(table._index, _key_of(problem), problem.M)
+        return config is not None and config.backend == backend
+
+    pins = _pins(store, newest.gpu.target.device_key(), pinning, serves)
     return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
 
 
-def _pins(store: Store, device_key: str, pinning: set[str]) -> dict[str, list[dict[str, Any]]]:
+def _key_of(p: Problem) -> Key:
+    """The table key of problem `p`'s family."""
+    return (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.table_params)
+
+
+def _pins(
+    store: Store, device_key: str, pinning: set[str], serves: Callable[[Problem, str], bool]
+) -> dict[str, list[dict[str, Any]]]:
     """What the served backends that pin (`Backend.pins`) keep per shape beside their configs
     (`Table.pins`): the pin a trial of backend B holds in `extra[B]`, {"validators": {...}, "row": [...]}
     (the dense GEMM's "tunableop": TunableOp's solution), the newest per problem, measured or profiled on
-    the device, grouped by validators."""
+    the device, of the problems the table serves with B (`serves`), grouped by validators."""
     newest: dict[tuple[str, str], tuple[int, dict[str, Any]]] = {}
     for source in (Source.MEASURED, Source.PROFILE):
         for t in store.trials(status=TrialStatus.OK, source=source):
             pin = t.extra.get(t.backend)
             if t.backend not in pinning or not isinstance(pin, dict) or "row" not in pin:
+                continue
+            if not serves(t.problem, t.backend):
                 continue
             if t.gpu.target.device_key() != device_key:
                 continue
@@ -231,9 +250,7 @@ def _profile_families(store: Store, device_key: str) -> dict[Key, tuple[Problem,
     trials = [t for t in store.trials(source=Source.PROFILE) if t.gpu.target.device_key() == device_key]
     by_family: dict[Key, list[TrialRecord]] = {}
     for t in trials:
-        p = t.problem
-        key: Key = (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.table_params)
-        by_family.setdefault(key, []).append(t)
+        by_family.setdefault(_key_of(t.problem), []).append(t)
     out: dict[Key, tuple[Problem, Profile]] = {}
     for key, rows in by_family.items():
         newest_gpu = max(rows, key=lambda t: t.id).gpu.id
@@ -244,7 +261,7 @@ def _profile_families(store: Store, device_key: str) -> dict[Key, tuple[Problem,
                 current[t.backend] = (t.id, t.source_hash)
         profile: dict[int, dict[Config, float]] = {}
         for t in rows:
-            if t.source_hash == current[t.backend][1] and is_served(p.op, t.backend):
+            if t.source_hash == current[t.backend][1] and is_served(t.problem.op, t.backend):
                 profile.setdefault(t.problem.M, {})[t.config] = _profile_time(t)
         out[key] = (rows[0].problem.with_m(1), profile)
     return out

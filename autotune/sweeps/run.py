@@ -148,8 +148,8 @@ def run_sweep(
 
 def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
     """The shape families of `spec` to profile on `target`: per family (problems differing only in M),
-    its tuned problems and the ladder of the entry that holds its first problem; families with an empty
-    ladder are left out."""
+    its tuned problems, the ladder and the backends of the entry that holds its first problem; families with
+    an empty ladder are left out."""
     grouped: dict[Problem, tuple[SweepEntry, list[Problem]]] = {}
     for entry, problem in spec.problems():
         grouped.setdefault(family_of(problem), (entry, []))[1].append(problem)
@@ -158,7 +158,7 @@ def families(spec: SweepSpec, target: Target) -> list[FamilyProfile]:
         buckets = tuple(sorted(problems, key=lambda p: p.M))
         ladder = entry.ladder_on(target, tuple(p.M for p in buckets))
         if ladder:
-            out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder))
+            out.append(FamilyProfile(entry.op_for(buckets[0]), buckets, ladder, entry.backends))
     return out
 
 
