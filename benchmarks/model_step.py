@@ -403,10 +403,11 @@ def confirm_table(args: Any, table: Any, out: Path) -> tuple[Any, list[dict[str,
 
 def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
     from autotune.core.target import local_target
-    from autotune.dispatch import Dispatcher, load_tables
+    from autotune.dispatch import Dispatcher, Table
 
     torch.manual_seed(0)
-    tuned = load_tables(str(args.table)) if args.table else None
+    tuned = Dispatcher([Table.load(args.table)]) if args.table else None
+    other = Dispatcher([Table.load(args.unconfirmed)]) if args.unconfirmed else None  # its own dispatcher
     untuned = Dispatcher([], device_key=local_target().device_key())
     torch.set_default_device("cuda")
     torch.set_default_dtype(torch.bfloat16)
@@ -417,11 +418,15 @@ def bench(args: Any, save: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
         reports |= found
         if name == "dense" and args.untuned:  # the patched model with no table: each layer's fallback
             pairs["dense bf16 untuned"] = pairs["dense bf16"]
+        if name == "dense" and other is not None:  # the patched model with the table before confirming
+            pairs["dense bf16 unconfirmed"] = pairs["dense bf16"]
         with torch.no_grad():
             for decode, tokens in ((True, args.decode), (False, args.prefill)):
                 torch._dynamo.reset()
                 torch._dynamo.utils.counters.clear()
                 tables = {v: untuned if v.endswith("untuned") else tuned for v in pairs}
+                if other is not None:
+                    tables["dense bf16 unconfirmed"] = other
                 found = time_pairs(
                     pairs, tokens, decode, s.hidden, args.rounds, args.reps, args.tol, tables, args.captures
                 )
@@ -447,6 +452,9 @@ def main() -> int:
     ap.add_argument("--confirm", action="store_true",
                     help="bench: first confirm the table against each patched step (autotune.nn.confirm), "
                          "then time with the confirmed table (OUT/table.confirmed.json)")  # fmt: skip
+    ap.add_argument("--unconfirmed", type=Path,
+                    help="bench: also the patched dense bf16 model with this table (--confirm: the table it "
+                         "confirmed)")  # fmt: skip
     ap.add_argument("--layers", type=int, default=4, help="decoder layers (default 4)")
     ap.add_argument("--context", type=int, default=1024, help="cached tokens a decode attends to")
     ap.add_argument("--decode", default=",".join(map(str, DECODE)), help="decode batch sizes")
@@ -475,6 +483,7 @@ def main() -> int:
     if args.confirm and args.table:
         from autotune.dispatch import Table
 
+        args.unconfirmed = args.table
         args.table, confirmed = confirm_table(args, Table.load(args.table), out)
     info = harness.run_info(local_target(), layers=args.layers, context=args.context, table=str(args.table))
     result = bench(args, lambda done: harness.write_json(out, "model_step", {"info": info, **done}))
