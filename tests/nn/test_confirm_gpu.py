@@ -4,6 +4,8 @@ in CUDA graphs and replayed. Skipped without a CUDA or ROCm GPU."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
@@ -13,6 +15,7 @@ from autotune.core.target import local_target
 from autotune.dispatch import Dispatcher, Table
 from autotune.dispatch.narrow import served_config
 from autotune.nn import confirm, patch
+from autotune.nn.confirm import Point
 
 pytestmark = pytest.mark.gpu
 
@@ -31,12 +34,12 @@ def test_confirm_times_the_step_in_graphs_and_writes_a_table_this_gpu_serves() -
     table = Table.from_winners(target, winners)
     fn = torch.compile(model, dynamic=True, fullgraph=True)
 
-    def step(T: int):  # type: ignore[no-untyped-def]
+    def step(T: int) -> Callable[[], torch.Tensor]:
         x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
         return lambda: fn(x)
 
     families = table.keys()
-    seen = []
+    seen: list[Point] = []
     with torch.no_grad():
         found = confirm(step, [16, 64], table, progress=seen.append)
     assert [p.tokens for p in found.points] == [16, 64] and seen == list(found.points)
