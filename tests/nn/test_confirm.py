@@ -60,6 +60,7 @@ class _Timer:
     def __init__(self, times: dict[int, tuple[float, float]], monkeypatch: pytest.MonkeyPatch) -> None:
         self.times, self.calls, self.served = times, [], []  # type: ignore[var-annotated]
         self.now: list[Config | None] = []
+        self.T = 0  # the token count of the step being confirmed
         real = dense_api._lookup
 
         def spy(*args: Any, **kwargs: Any) -> Config | None:
@@ -90,7 +91,7 @@ def test_confirm_keeps_what_wins_and_serves_the_fallbacks_where_the_table_loses(
 
     def step(T: int) -> Callable[[], Any]:
         x = torch.randn(T, 64, dtype=BF16)
-        timer.T = T  # type: ignore[attr-defined]
+        timer.T = T
         with torch.no_grad():
             ref = plain(x.float().to(BF16))
         timer.check = lambda out: (
@@ -122,7 +123,8 @@ def test_confirm_keeps_what_wins_and_serves_the_fallbacks_where_the_table_loses(
 
 def test_confirm_refuses_bad_token_counts_and_a_table_of_another_gpu() -> None:
     table = _table()
-    for tokens in ([], [0, 4], [2.5], [True]):
+    bad: tuple[list[Any], ...] = ([], [0, 4], [2.5], [True])
+    for tokens in bad:
         with pytest.raises(ValueError, match="positive integers"):
             confirm(lambda T: lambda: None, tokens, table, dispatcher=_here)
     h100 = Table.from_winners(Target.for_arch("sm_90"), [(Problem.gemm(2, 32, 64), VENDOR, 1.0)])
