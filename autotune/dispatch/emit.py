@@ -16,6 +16,7 @@ from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
 from autotune.dispatch.table import Key, Table, _describe, find
 
 if TYPE_CHECKING:
+    from autotune.core.target import Target
     from autotune.db import Store, TrialRecord, Winner
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,34 @@ def emit_table(
             "vendor_margin, range_margin and range_slack_us must be >= 0, "
             f"got {vendor_margin}, {range_margin}, {range_slack_us}"
         )
+    chosen = _chosen(_device_winners(store, fingerprint))
+    picks = _picks(store, chosen, vendor_margin)
+    newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
+    target = newest.gpu.target
+    ranges = _family_ranges(store, target, range_margin, range_slack_us) if profiles else {}
+    served = {(p.op, c.backend) for p, c, _, _ in picks}
+    served |= {(key[0], r.config.backend) for key, rows in ranges.items() for r in rows}
+    pinning = {backend for op, backend in served if backend_of(op, backend).pins}
+    table = Table.from_winners(target, picks, m_policy=m_policy, ranges=ranges)
+    if not pinning:
+        return table
+
+    def serves(problem: Problem, backend: str) -> bool:
+        """Whether `table` serves `problem` (its exact M) with `backend`."""
+        config = find(table._index, _key_of(problem), problem.M)
+        return config is not None and config.backend == backend
+
+    pins = _pins(store, target.device_key(), pinning, serves)
+    return Table.from_winners(target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
+
+
+def _device_winners(store: Store, fingerprint: str | None) -> list[tuple[Winner, bool]]:
+    """The winners of the device `fingerprint` names (of the one device the database holds without it),
+    measured then model ones, each with whether it is a model's (predicted).
+
+    Raises:
+        ValueError: `fingerprint` naming no GPU, no winner, or several devices and no `fingerprint`.
+    """
     device: str | None = None
     if fingerprint is not None:
         named = store.match_gpus(fingerprint)
@@ -121,13 +150,26 @@ def emit_table(
     if len(devices) > 1:
         listing = "; ".join(_describe_device(ws) for ws in devices.values())
         raise ValueError(f"the database holds {len(devices)} GPUs; pick one with --gpu: {listing}")
+    return winners
 
-    # Per problem: measured before model, then the newest winner (its best trial stored last).
+
+def _chosen(winners: list[tuple[Winner, bool]]) -> dict[Problem, tuple[Winner, bool]]:
+    """Per problem, the winner that serves it: measured before model, then the newest (its best trial
+    stored last)."""
     chosen: dict[Problem, tuple[Winner, bool]] = {}
     for w, predicted in winners:
         held = chosen.get(w.problem)
         if held is None or (predicted, -w.best.id) < (held[1], -held[0].best.id):
             chosen[w.problem] = (w, predicted)
+    return chosen
+
+
+def _picks(
+    store: Store, chosen: dict[Problem, tuple[Winner, bool]], vendor_margin: float
+) -> list[tuple[Problem, Config, float | None, bool]]:
+    """Per problem, its pinned (config, time, predicted): the fastest config the entry point serves, the
+    vendor library's unless that beats it by more than `vendor_margin`; a problem with no served config
+    measured is left out."""
     picks: list[tuple[Problem, Config, float | None, bool]] = []
     for w, predicted in chosen.values():
         pick = w.best if is_served(w.problem.op, w.best.config.backend) else _best_served(store, w)
@@ -143,33 +185,25 @@ def emit_table(
         ):
             pick = vendor
         picks.append((w.problem, pick.config, pick.time_us, predicted))
-    newest, _ = min(chosen.values(), key=lambda c: (c[1], -c[0].best.id))
+    return picks
+
+
+def _family_ranges(
+    store: Store, target: Target, range_margin: float, range_slack_us: float
+) -> dict[Key, tuple[Range, ...]]:
+    """The M ranges of each shape family with a stored profile on `target`'s device
+    (`ranges_from_profile`); a family whose profile measured nothing keeps its buckets (left out)."""
     ranges: dict[Key, tuple[Range, ...]] = {}
-    if profiles:
-        target = newest.gpu.target
-        families = _profile_families(store, target.device_key())
-        for key, (family, profile) in families.items():
-            try:
-                ranges[key] = ranges_from_profile(
-                    profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
-                    imported=store.baseline_configs(family, target, profile) or None,
-                )  # fmt: skip
-            except ValueError as exc:  # nothing measured: the family keeps its buckets
-                log.warning("no M ranges for %s: %s", _describe(key), exc)
-    served = {(p.op, c.backend) for p, c, _, _ in picks}
-    served |= {(key[0], r.config.backend) for key, rows in ranges.items() for r in rows}
-    pinning = {backend for op, backend in served if backend_of(op, backend).pins}
-    table = Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges)
-    if not pinning:
-        return table
-
-    def serves(problem: Problem, backend: str) -> bool:
-        """Whether `table` serves `problem` (its exact M) with `backend`."""
-        config = find(table._index, _key_of(problem), problem.M)
-        return config is not None and config.backend == backend
-
-    pins = _pins(store, newest.gpu.target.device_key(), pinning, serves)
-    return Table.from_winners(newest.gpu.target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
+    families = _profile_families(store, target.device_key())
+    for key, (family, profile) in families.items():
+        try:
+            ranges[key] = ranges_from_profile(
+                profile, is_vendor=_is_vendor, margin=range_margin, slack_us=range_slack_us,
+                imported=store.baseline_configs(family, target, profile) or None,
+            )  # fmt: skip
+        except ValueError as exc:  # nothing measured: the family keeps its buckets
+            log.warning("no M ranges for %s: %s", _describe(key), exc)
+    return ranges
 
 
 def _key_of(p: Problem) -> Key:

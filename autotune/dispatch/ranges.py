@@ -39,6 +39,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from autotune.core.config import Config
 from autotune.dispatch.table import Range, check_ranges
@@ -70,26 +71,55 @@ def ranges_from_profile(
     """
     if margin < 0 or slack_us < 0:
         raise ValueError(f"the vendor margin and slack must be >= 0, got {margin} and {slack_us} µs")
-
-    def clears(t: float, vendor_us: float) -> bool:
-        """Whether a time `t` beats the vendor library's `vendor_us` by the margin and the slack."""
-        return t * (1 + margin) + slack_us < vendor_us
-
-    times = {
-        m: {c: float(t) for c, t in row.items() if math.isfinite(t) and t > 0} for m, row in profile.items()
-    }
-    failed = {  # M where a vendor config was timed and failed (a crashed worker, say): the vendor, untimed
-        m: min((c for c in row if is_vendor(c)), key=Config.canonical)
-        for m, row in profile.items()
-        if any(is_vendor(c) and not (math.isfinite(t) and t > 0) for c, t in row.items())
-    }
+    times, failed = _finite_times(profile, is_vendor)
     if baseline is None and imported:
         baseline = {m: imported_pick(imported, m) for m in profile}
     points = sorted(m for m, row in times.items() if row or m in failed)
     if not points:
         raise ValueError("the profile holds no measured time")
+    uncapped, stand_in = _vendor_times(points, times, is_vendor, baseline)
+    vendors = _capped_vendors(points, times, uncapped, failed)
+    measured = _Measured(times, vendors, stand_in, is_vendor, margin, slack_us)
+    picks = _point_picks(points, measured)
+    vendor_config = next(
+        (v[0] for m in reversed(points) if (v := measured.vendors[m]) is not None and m not in stand_in), None
+    )
+    segments = _segments(points, picks, measured, vendor_config, imported)
+    ranges = _served_ranges(segments, points, measured)
+    check_ranges(ranges)
+    return ranges
+
+
+#: A served M range before ranges are merged: lo, hi (None: no upper end), config.
+_Segment = tuple[int, int | None, Config]
+
+
+def _finite_times(
+    profile: Profile, is_vendor: Callable[[Config], bool]
+) -> tuple[dict[int, dict[Config, float]], dict[int, Config]]:
+    """Per M the finite, positive times of `profile`; and the M where a vendor config was timed and failed
+    (a crashed worker, say), with that vendor config (the least canonical of those that failed)."""
+    times = {
+        m: {c: float(t) for c, t in row.items() if math.isfinite(t) and t > 0} for m, row in profile.items()
+    }
+    failed = {
+        m: min((c for c in row if is_vendor(c)), key=Config.canonical)
+        for m, row in profile.items()
+        if any(is_vendor(c) and not (math.isfinite(t) and t > 0) for c, t in row.items())
+    }
+    return times, failed
+
+
+def _vendor_times(
+    points: list[int],
+    times: Mapping[int, Mapping[Config, float]],
+    is_vendor: Callable[[Config], bool],
+    baseline: Mapping[int, Config] | None,
+) -> tuple[dict[int, tuple[Config, float]], dict[int, Config]]:
+    """Per profiled M, the vendor's fastest (config, time), else the baseline's where it was measured; and
+    the M where the baseline plays the vendor's part, with its config."""
     measured: dict[int, tuple[Config, float]] = {}
-    stand_in: dict[int, Config] = {}  # M where the baseline plays the vendor's part: its config
+    stand_in: dict[int, Config] = {}
     for m in points:
         found = [(t, c) for c, t in times[m].items() if is_vendor(c)]
         if found:
@@ -98,6 +128,17 @@ def ranges_from_profile(
         elif baseline is not None and baseline.get(m) in times[m]:
             stand_in[m] = baseline[m]
             measured[m] = (baseline[m], times[m][baseline[m]])
+    return measured, stand_in
+
+
+def _capped_vendors(
+    points: list[int],
+    times: Mapping[int, Mapping[Config, float]],
+    measured: Mapping[int, tuple[Config, float]],
+    failed: Mapping[int, Config],
+) -> dict[int, tuple[Config, float] | None]:
+    """Per profiled M, the vendor's (config, time) with its time capped at the larger of its times at the
+    two neighbouring M; where it failed, that cap (else the fastest time there); None where it has none."""
     vendors: dict[int, tuple[Config, float] | None] = {}
     for i, m in enumerate(points):
         # A vendor time above its times at both neighbouring M is taken as noise (time grows with M) and
@@ -113,23 +154,57 @@ def ranges_from_profile(
             vendors[m] = (failed[m], cap if cap is not None else floor)
         else:
             vendors[m] = None
+    return vendors
 
-    def vendor_at(m: int) -> tuple[Config, float] | None:
-        return vendors[m]
 
-    def reference(m: int) -> float:
-        v = vendor_at(m)
-        return v[1] if v is not None else min(times[m].values())
+@dataclass(frozen=True)
+class _Measured:
+    """What the rules read of a profile: per profiled M the finite times, the vendor's (config, capped
+    time) or None, and the M where a baseline plays the vendor's part; the margin and the slack."""
 
+    times: Mapping[int, Mapping[Config, float]]
+    vendors: Mapping[int, tuple[Config, float] | None]
+    stand_in: Mapping[int, Config]
+    is_vendor: Callable[[Config], bool]
+    margin: float
+    slack_us: float
+
+    def clears(self, t: float, vendor_us: float) -> bool:
+        """Whether a time `t` beats the vendor library's `vendor_us` by the margin and the slack."""
+        return t * (1 + self.margin) + self.slack_us < vendor_us
+
+    def reference(self, m: int) -> float:
+        """The time to beat at `m`: the vendor's, else the fastest there."""
+        v = self.vendors[m]
+        return v[1] if v is not None else min(self.times[m].values())
+
+    def worst(self, c: Config, a: int, b: int) -> float:
+        """The larger of `c`'s time over the reference at the two ends (inf where it is not measured)."""
+        ends = [self.times[x].get(c) for x in (a, b)]
+        if any(t is None for t in ends):
+            return math.inf
+        return max(t / self.reference(x) for t, x in zip(ends, (a, b), strict=True) if t is not None)
+
+    def clears_both(self, c: Config, a: int, b: int) -> bool:
+        """Whether `c` beats the reference by the margin and the slack at both ends of a gap."""
+        return all(c in self.times[x] and self.clears(self.times[x][c], self.reference(x)) for x in (a, b))
+
+
+def _point_picks(points: list[int], measured: _Measured) -> dict[int, Config]:
+    """Per profiled M, the fastest config that beats the vendor by the margin and the slack (with no vendor
+    there, the fastest), or the previous M's pick where it beats it too within the margin of the fastest;
+    else the vendor's."""
     picks: dict[int, Config] = {}
     previous: Config | None = None
     for m in points:
-        row, vendor = times[m], vendor_at(m)
+        row, vendor = measured.times[m], measured.vendors[m]
         if vendor is None:
             beats = dict(row)
         else:
             beats = {
-                c: t for c, t in row.items() if not is_vendor(c) and c != vendor[0] and clears(t, vendor[1])
+                c: t
+                for c, t in row.items()
+                if not measured.is_vendor(c) and c != vendor[0] and measured.clears(t, vendor[1])
             }
         if not beats:
             assert vendor is not None
@@ -139,46 +214,50 @@ def ranges_from_profile(
             keep = (
                 previous is not None
                 and previous in beats
-                and beats[previous] <= beats[fastest] * (1 + margin)
+                and beats[previous] <= beats[fastest] * (1 + measured.margin)
             )
             pick = previous if keep and previous is not None else fastest
         picks[m] = pick
         previous = pick
-    vendor_config = next(
-        (v[0] for m in reversed(points) if (v := vendor_at(m)) is not None and m not in stand_in), None
-    )
+    return picks
 
-    def worst(c: Config, a: int, b: int) -> float:
-        """The larger of `c`'s time over the reference at the two ends (inf where it is not measured)."""
-        ends = [times[x].get(c) for x in (a, b)]
-        if any(t is None for t in ends):
-            return math.inf
-        return max(t / reference(x) for t, x in zip(ends, (a, b), strict=True) if t is not None)
 
-    def clears_both(c: Config, a: int, b: int) -> bool:
-        """Whether `c` beats the reference by the margin and the slack at both ends of a gap."""
-        return all(c in times[x] and clears(times[x][c], reference(x)) for x in (a, b))
+def _gap_pick(
+    a: int, b: int, picks: Mapping[int, Config], measured: _Measured, vendor_config: Config | None
+) -> Config:
+    """The config served between profiled M `a` and `b`: of the ends' picks, the first (by its worse end)
+    that beats the reference at both ends; else the vendor's, the baseline, or the pick of either end."""
+    if picks[a] == picks[b]:
+        return picks[a]
+    options = [c for c in (picks[a], picks[b]) if not measured.is_vendor(c)]
+    scored = sorted((measured.worst(c, a, b), i, c) for i, c in enumerate(options))
+    clearing = next((c for _, _, c in scored if measured.clears_both(c, a, b)), None)
+    if vendor_config is not None:  # the first that beats the vendor by the margin and slack at both ends
+        return clearing or vendor_config
+    stand_in = measured.stand_in
+    if a in stand_in or b in stand_in:  # a baseline: the first that beats it at both ends, else its own
+        if clearing is not None:
+            return clearing
+        if a in stand_in and stand_in[a] in measured.times[b]:
+            return stand_in[a]
+    if scored and math.isfinite(scored[0][0]):
+        return scored[0][2]
+    # no vendor, neither measured at both ends: the upper end's (valid at fewer M more often)
+    return picks[b]
 
-    def gap_pick(a: int, b: int) -> Config:
-        if picks[a] == picks[b]:
-            return picks[a]
-        options = [c for c in (picks[a], picks[b]) if not is_vendor(c)]
-        scored = sorted((worst(c, a, b), i, c) for i, c in enumerate(options))
-        clearing = next((c for _, _, c in scored if clears_both(c, a, b)), None)
-        if vendor_config is not None:  # the first that beats the vendor by the margin and slack at both ends
-            return clearing or vendor_config
-        if a in stand_in or b in stand_in:  # a baseline: the first that beats it at both ends, else its own
-            if clearing is not None:
-                return clearing
-            if a in stand_in and stand_in[a] in times[b]:
-                return stand_in[a]
-        if scored and math.isfinite(scored[0][0]):
-            return scored[0][2]
-        return picks[
-            b
-        ]  # no vendor, neither measured at both ends: the upper end's (valid at fewer M more often)
 
-    segments: list[tuple[int, int | None, Config]] = []
+def _segments(
+    points: list[int],
+    picks: Mapping[int, Config],
+    measured: _Measured,
+    vendor_config: Config | None,
+    imported: Mapping[int, Config] | None,
+) -> list[_Segment]:
+    """The M ranges from 1 up, in order and unmerged: below the first profiled M, each profiled M and the
+    gap above it (the imported file's picks where a baseline stands in and no pick clears the gap), and
+    above the last profiled M."""
+    stand_in = measured.stand_in
+    segments: list[_Segment] = []
     if points[0] > 1:
         first = points[0]
         if imported is not None and first in stand_in and picks[first] == stand_in[first]:  # the file's
@@ -188,16 +267,25 @@ def ranges_from_profile(
     for a, b in itertools.pairwise(points):
         segments.append((a, a, picks[a]))
         if b > a + 1:
-            pick = gap_pick(a, b)
-            if imported is not None and (a in stand_in or b in stand_in) and not clears_both(pick, a, b):
+            pick = _gap_pick(a, b, picks, measured, vendor_config)
+            if (
+                imported is not None
+                and (a in stand_in or b in stand_in)
+                and not measured.clears_both(pick, a, b)
+            ):
                 segments += _file_segments(imported, a + 1, b - 1)
             else:
                 segments.append((a + 1, b - 1, pick))
     last = points[-1]
     segments.append((last, last, picks[last]))
     segments.append((last + 1, None, vendor_config or picks[last]))
+    return segments
 
-    merged: list[tuple[int, int | None, Config]] = []
+
+def _served_ranges(segments: list[_Segment], points: list[int], measured: _Measured) -> tuple[Range, ...]:
+    """`segments` with neighbours of one config merged (never into the range above the profile), each
+    with its geometric-mean speedup over the vendor at the profiled M inside it and their count."""
+    merged: list[_Segment] = []
     for lo, hi, config in segments:
         if merged and merged[-1][2] == config and hi is not None:  # the range above the profile stays apart
             merged[-1] = (merged[-1][0], hi, config)
@@ -207,21 +295,21 @@ def ranges_from_profile(
     for lo, hi, config in merged:
         inside = [m for m in points if m >= lo and (hi is None or m <= hi)]
         ratios = [
-            reference(m) / times[m][config] for m in inside if vendor_at(m) is not None and config in times[m]
+            measured.reference(m) / measured.times[m][config]
+            for m in inside
+            if measured.vendors[m] is not None and config in measured.times[m]
         ]
         speedup = math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else None
         out.append(Range(lo, hi, config, speedup, len(inside)))
-    ranges = tuple(out)
-    check_ranges(ranges)
-    return ranges
+    return tuple(out)
 
 
-def _file_segments(imported: Mapping[int, Config], lo: int, hi: int) -> list[tuple[int, int | None, Config]]:
+def _file_segments(imported: Mapping[int, Config], lo: int, hi: int) -> list[_Segment]:
     """M ranges covering [lo, hi] with the config `imported_pick` gives at each M: each key's from the M
     after the previous key's last (the midpoint, ties to the smaller key) up to its own last."""
     keys = sorted(imported)
     lasts = [(k + above) // 2 for k, above in itertools.pairwise(keys)] + [hi]
-    out: list[tuple[int, int | None, Config]] = []
+    out: list[_Segment] = []
     start = lo
     for key, last in zip(keys, lasts, strict=True):
         end = min(last, hi)

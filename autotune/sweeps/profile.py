@@ -32,7 +32,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from autotune.core import crashpoints
@@ -430,26 +430,109 @@ def profile_family(
     times as served too, head to head. The vendor library is timed anew there, its fastest of
     `VENDOR_SAMPLES` where beaten, as at every M (its two speeds per capture)."""
     from autotune.core.op import kernel_versions
-    from autotune.db import NewTrial
 
     t0 = time.perf_counter()
     op = job.op
     report = ProfileReport(job.family)
     kernels = kernel_versions(op, op.backends(target))
     points, report.skipped = plan or family_plan(job, store=store, target=target, finalists=finalists)
-    first = compile_once(points)
-    tuned = {p.M for p in job.buckets}
-    picks = baseline_picks(store, job.buckets[0], target, job.ladder)
-    last: dict[Config, tuple[float, int]] = {}  # config → (its time over the fastest, the timed M's step)
-    known: dict[int, dict[Config, TrialResult]] = {}  # ladder index → what is known there
+    walk = _Walk(
+        job, store, target, measurer, kernels, points, report, sweep_id, should_stop, on_point, compiler
+    )
+    walk.run(sparse)
+    report.wall_s = time.perf_counter() - t0
+    log.info("profiled %s at %d M: %d timed (%d of them the vendor library again), %d read back, %d failed, "
+             "%d pruned as hopeless, %d M left to the vendor library, %.1f s", job.family, report.points,
+             report.ran + report.retimed, report.retimed, report.cached, report.failed, report.pruned,
+             report.left_out, report.wall_s)  # fmt: skip
+    return report
 
-    def time_point(index: int, due: Callable[[Config], bool]) -> None:
-        step = len(known)  # how many M were timed before this one
-        problem, todo = points[index]
-        done = store.finished(target=target, problem=problem, kernels=kernels, source=Source.PROFILE)
+
+@dataclass
+class _Walk:
+    """One profile under way (`profile_family`): what it times and stores with, its plan, and what it
+    knows so far: per config its last time over the fastest and that timed M's step (`last`), per timed
+    ladder index what is known there (`known`), the ladder indices left to the vendor library (`left`).
+    Not thread-safe: one walk, one thread."""
+
+    job: FamilyProfile
+    store: ProfileStore
+    target: Target
+    measurer: Measurer
+    kernels: dict[str, tuple[str, str]]
+    points: Plan
+    report: ProfileReport
+    sweep_id: int | None
+    should_stop: Callable[[], bool] | None
+    on_point: Callable[[Problem, int, int], None] | None
+    compiler: Compiler | None
+    last: dict[Config, tuple[float, int]] = field(default_factory=dict)
+    known: dict[int, dict[Config, TrialResult]] = field(default_factory=dict)
+    left: set[int] = field(default_factory=set)
+    first: dict[tuple[Config, tuple[bool, bool]], Problem] = field(init=False)  # `compile_once`'s
+    tuned: set[int] = field(init=False)  # the tuned M
+    picks: Callable[[int], Config | None] = field(init=False)  # `baseline_picks`'
+
+    def __post_init__(self) -> None:
+        self.first = compile_once(self.points)
+        self.tuned = {p.M for p in self.job.buckets}
+        self.picks = baseline_picks(self.store, self.job.buckets[0], self.target, self.job.ladder)
+
+    def run(self, sparse: bool) -> None:
+        """Times the anchors (`_anchors`), then every `COARSE`-th ladder M beside a contested timed one, then
+        the refinements (`_refinements`) between two timed M where either is contested."""
+        points, known = self.points, self.known
+        tuned_at = [i for i, (p, _) in enumerate(points) if p.M in self.tuned]
+        for index in _anchors(len(points), tuned_at, sparse):
+            self.time_point(index, functools.partial(_due_at, self.last, len(known)))
+        for index in (i for i in range(0, len(points), COARSE) if i not in known):
+            if self.contested_beside(index) is not None:
+                self.time_point(index, functools.partial(_due_at, self.last, len(known)))
+        for index in (i for i in _refinements(len(points)) if i not in known and i not in self.left):
+            if (near := self.contested_beside(index)) is not None:
+                self.time_point(index, functools.partial(_between, self.last, known[near[0]], known[near[1]]))
+
+    def time_point(self, index: int, due: Callable[[Config], bool]) -> None:
+        """Times ladder index `index`'s configs (`_measure`; a hopeless one only where `due`), the vendor's
+        again where beaten, stores what is not stored yet, and notes each config's ratio to the fastest."""
+        from autotune.db import NewTrial
+
+        step = len(self.known)  # how many M were timed before this one
+        problem, todo = self.points[index]
+        seen, results, ran = self._measure(problem, todo, due)
+        self._retime_vendor(problem, seen, results)
+        fastest = min((r.score() for r in seen.values()), default=math.inf)
+        for config, r in seen.items():
+            self.last[config] = (_ratio(r, fastest), step)
+        self.known[index] = seen
+        if results:  # the vendor library's, and the final rounds' medians reused
+            trials = [
+                NewTrial(self.target, *self.kernels[r.config.backend], problem, r, Source.PROFILE)
+                for r in results
+            ]
+            self.store.record_many(trials, sweep_id=self.sweep_id)
+        self.report.ran += ran
+        self.report.points += 1
+        if self.on_point is not None:
+            self.on_point(problem, ran, len(todo))
+
+    def _measure(
+        self, problem: Problem, todo: list[Config], due: Callable[[Config], bool]
+    ) -> tuple[dict[Config, TrialResult], list[TrialResult], int]:
+        """What is known at `problem` of `todo`: read back from the store, its final round's median (not
+        the vendor's), or timed now and stored at once (the vendor's later); then the results still to
+        store and how many were timed."""
+        from autotune.db import NewTrial
+
+        report = self.report
+        done = self.store.finished(
+            target=self.target, problem=problem, kernels=self.kernels, source=Source.PROFILE
+        )
         final = (
-            store.finished(target=target, problem=problem, kernels=kernels, source=Source.FINAL)
-            if problem.M in tuned
+            self.store.finished(
+                target=self.target, problem=problem, kernels=self.kernels, source=Source.FINAL
+            )
+            if problem.M in self.tuned
             else {}
         )
         ran = 0
@@ -465,16 +548,9 @@ def profile_family(
                 seen[config] = head
                 report.reused += 1
                 continue
-            baseline = config.backend == VENDOR_BACKEND or config == picks(problem.M)
-            if not baseline and problem.M not in tuned and not due(config):
-                report.pruned += 1
+            if self._leaves_out(problem, config, due):
                 continue
-            if should_stop is not None and should_stop():
-                raise SweepStopped
-            if compiler is not None and compiler.findings(op, first[(config, _variant(problem.M))], config):
-                report.skipped += 1  # flagged by the static checks (spills, LDS, ...): not served
-                continue
-            result = measurer.run(problem, config)
+            result = self.measurer.run(problem, config)
             seen[config] = result
             ran += 1
             report.failed += int(result.status is not TrialStatus.OK)
@@ -482,54 +558,48 @@ def profile_family(
                 results.append(result)
                 continue
             crashpoints.point("profile.measured", f"{problem.key()} {config.digest()}")
-            new = NewTrial(target, *kernels[config.backend], problem, result, Source.PROFILE)
-            store.record_many([new], sweep_id=sweep_id)  # each as it is timed: a crash loses one
+            new = NewTrial(self.target, *self.kernels[config.backend], problem, result, Source.PROFILE)
+            self.store.record_many([new], sweep_id=self.sweep_id)  # each as it is timed: a crash loses one
+        return seen, results, ran
+
+    def _leaves_out(self, problem: Problem, config: Config, due: Callable[[Config], bool]) -> bool:
+        """Whether `config` is not timed at `problem`, counted: pruned where not `due` (never the vendor's,
+        the baseline's pick, nor at a tuned M), or flagged by the static checks. SweepStopped where
+        `should_stop` says so, checked before each timing."""
+        baseline = config.backend == VENDOR_BACKEND or config == self.picks(problem.M)
+        if not baseline and problem.M not in self.tuned and not due(config):
+            self.report.pruned += 1
+            return True
+        if self.should_stop is not None and self.should_stop():
+            raise SweepStopped
+        variant = self.first[(config, _variant(problem.M))]
+        if self.compiler is not None and self.compiler.findings(self.job.op, variant, config):
+            self.report.skipped += 1  # flagged by the static checks (spills, LDS, ...): not served
+            return True
+        return False
+
+    def _retime_vendor(
+        self, problem: Problem, seen: dict[Config, TrialResult], results: list[TrialResult]
+    ) -> None:
+        """Where another config ran faster than the vendor's timing just taken, the vendor's fastest of
+        `VENDOR_SAMPLES` timings in its place, in `seen` and `results`."""
         for config, r in list(seen.items()):
             if config.backend == VENDOR_BACKEND and r in results and _beaten(seen, r):
-                best = _vendor_best(measurer, problem, config, r)
+                best = _vendor_best(self.measurer, problem, config, r)
                 results[results.index(r)] = seen[config] = best
-                report.retimed += VENDOR_SAMPLES - 1
-        fastest = min((r.score() for r in seen.values()), default=math.inf)
-        for config, r in seen.items():
-            last[config] = (_ratio(r, fastest), step)
-        known[index] = seen
-        if results:  # the vendor library's, and the final rounds' medians reused
-            trials = [
-                NewTrial(target, *kernels[r.config.backend], problem, r, Source.PROFILE) for r in results
-            ]
-            store.record_many(trials, sweep_id=sweep_id)
-        report.ran += ran
-        report.points += 1
-        if on_point is not None:
-            on_point(problem, ran, len(todo))
+                self.report.retimed += VENDOR_SAMPLES - 1
 
-    def contested_beside(index: int) -> tuple[int, int] | None:
+    def contested_beside(self, index: int) -> tuple[int, int] | None:
         """The nearest timed ladder indices below and above `index` where either is contested; else None,
         and the M is left to the vendor library (counted, not timed)."""
+        known = self.known
         lo = max(i for i in known if i < index)
         hi = min(i for i in known if i > index)
         if _contested(known[lo]) or _contested(known[hi]):
             return lo, hi
-        left.add(index)
-        report.left_out += 1
-        report.points += 1
-        if on_point is not None:
-            on_point(points[index][0], 0, 0)
+        self.left.add(index)
+        self.report.left_out += 1
+        self.report.points += 1
+        if self.on_point is not None:
+            self.on_point(self.points[index][0], 0, 0)
         return None
-
-    left: set[int] = set()  # ladder indices left to the vendor library
-    tuned_at = [i for i, (p, _) in enumerate(points) if p.M in tuned]
-    for index in _anchors(len(points), tuned_at, sparse):
-        time_point(index, functools.partial(_due_at, last, len(known)))
-    for index in (i for i in range(0, len(points), COARSE) if i not in known):
-        if contested_beside(index) is not None:
-            time_point(index, functools.partial(_due_at, last, len(known)))
-    for index in (i for i in _refinements(len(points)) if i not in known and i not in left):
-        if (near := contested_beside(index)) is not None:
-            time_point(index, functools.partial(_between, last, known[near[0]], known[near[1]]))
-    report.wall_s = time.perf_counter() - t0
-    log.info("profiled %s at %d M: %d timed (%d of them the vendor library again), %d read back, %d failed, "
-             "%d pruned as hopeless, %d M left to the vendor library, %.1f s", job.family, report.points,
-             report.ran + report.retimed, report.retimed, report.cached, report.failed, report.pruned,
-             report.left_out, report.wall_s)  # fmt: skip
-    return report

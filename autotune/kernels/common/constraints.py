@@ -38,21 +38,17 @@ def tile_constraints(problem: Problem, target: Target) -> list[Constraint]:
     underfill the CUs and each without the knobs it excludes, tiles that fit shared memory and registers,
     no idle warps; on AMD the 32-wide MFMA only on tiles of 32 and more, and the XCD remap only on grids
     of enough tiles."""
+    out = [*_tile_waste(problem, target), *_grid_rules(problem, target), *_tile_resources(problem, target)]
+    if target.is_amd:
+        out += _amd_tile_rules(problem, target)
+    return out
+
+
+def _tile_waste(problem: Problem, target: Target) -> list[Constraint]:
+    """No tile or K slice wider than the problem needs; the narrowest tile of the space always stays."""
     M, N, K = problem.M, problem.N, problem.K
     narrowest_n = min(tile_widths(target))
-    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
-    cus = target.cu_count
-
-    def tiles(c: Mapping[str, Value]) -> int:
-        return tile_count(problem, c)
-
-    def lds_bytes(c: Mapping[str, Value]) -> int:
-        stages = int(c["num_stages"])
-        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
-        return int((int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * elem * buffers)
-
-    acc_limit = 256 if target.is_amd else 128
-    out = [
+    return [
         Constraint(
             "block_m_waste",
             f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing",
@@ -72,6 +68,18 @@ def tile_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: int(c["BLOCK_K"]) * int(c.get("SPLIT_K", 1)) <= max(MIN_TILE, next_pow2(K)),
             knobs=("BLOCK_K", "SPLIT_K"),
         ),
+    ]
+
+
+def _grid_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """Split-K and stream-K only on grids that underfill the CUs, each without the knobs it excludes;
+    GROUP_M only over several rows of tiles."""
+    M, cus = problem.M, target.cu_count
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return tile_count(problem, c)
+
+    return [
         Constraint(
             "split_k_needless",
             f"SPLIT_K on a tile grid that already fills {cus} CUs (tiles x SPLIT_K > 2 x CUs)",
@@ -103,6 +111,21 @@ def tile_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: int(c["GROUP_M"]) == 1 or cdiv(M, int(c["BLOCK_M"])) > 1,
             knobs=("GROUP_M", "BLOCK_M"),
         ),
+    ]
+
+
+def _tile_resources(problem: Problem, target: Target) -> list[Constraint]:
+    """Tiles that fit shared memory (the stages AMD keeps in LDS: one fewer) and the accumulator registers
+    a lane may hold; no idle warps (more than 4 only on tiles of 8192 elements and more)."""
+    elem = max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
+    acc_limit = 256 if target.is_amd else 128
+
+    def lds_bytes(c: Mapping[str, Value]) -> int:
+        stages = int(c["num_stages"])
+        buffers = max(1, stages - 1) if target.is_amd else max(1, stages)
+        return int((int(c["BLOCK_M"]) + int(c["BLOCK_N"])) * int(c["BLOCK_K"]) * elem * buffers)
+
+    return [
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages need more than the {target.lds_bytes} bytes of shared memory/LDS",
@@ -125,24 +148,25 @@ def tile_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("num_warps", "BLOCK_M", "BLOCK_N"),
         ),
     ]
-    if target.is_amd:
-        out += [
-            Constraint(
-                "mfma_32_small_tile",
-                "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
-                lambda c: (
-                    int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32
-                ),
-                knobs=("matrix_instr_nonkdim", "BLOCK_M", "BLOCK_N"),
-            ),
-            Constraint(
-                "xcd_remap_redundant",
-                f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
-                lambda c: int(c["NUM_XCDS"]) == 1 or tiles(c) >= 2 * target.xcds,
-                knobs=("NUM_XCDS", "BLOCK_M", "BLOCK_N"),
-            ),
-        ]
-    return out
+
+
+def _amd_tile_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """On AMD: the 32-wide MFMA only on tiles of 32 and more, the XCD remap only on grids of at least two
+    tiles an XCD."""
+    return [
+        Constraint(
+            "mfma_32_small_tile",
+            "matrix_instr_nonkdim 32 needs BLOCK_M and BLOCK_N >= 32",
+            lambda c: int(c["matrix_instr_nonkdim"]) == 16 or min(int(c["BLOCK_M"]), int(c["BLOCK_N"])) >= 32,
+            knobs=("matrix_instr_nonkdim", "BLOCK_M", "BLOCK_N"),
+        ),
+        Constraint(
+            "xcd_remap_redundant",
+            f"NUM_XCDS remapping with fewer than {2 * target.xcds} tiles",
+            lambda c: int(c["NUM_XCDS"]) == 1 or tile_count(problem, c) >= 2 * target.xcds,
+            knobs=("NUM_XCDS", "BLOCK_M", "BLOCK_N"),
+        ),
+    ]
 
 
 def tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
@@ -150,11 +174,29 @@ def tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     persistent grid's knobs only where they change something, shared memory for the ring of loads and the
     C store, and on NVIDIA the accumulator in TMA_ACC_LIMIT registers a lane; then those of
     `tile_constraints` that these do not replace."""
+    extra = [_tma_alignment(problem), *_tma_knob_rules(problem, target), *_tma_resources(problem, target)]
+    replaced = {x.name for x in extra}
+    return extra + [c for c in tile_constraints(problem, target) if c.name not in replaced]
+
+
+def _tma_alignment(problem: Problem) -> Constraint:
+    """Tensor descriptors need rows of A, B and C in 16-byte multiples."""
     elem = DTYPE_BYTES[problem.dtype_a]
     out_elem = DTYPE_BYTES[problem.dtype_out]
     aligned = (
         (problem.K * elem) % 16 == 0 and (problem.N * elem) % 16 == 0 and (problem.N * out_elem) % 16 == 0
     )
+    return Constraint(
+        "tma_alignment",
+        f"tensor descriptors need 16-byte aligned rows (K={problem.K}, N={problem.N} in {problem.dtype_a})",
+        lambda c: aligned,
+        knobs=(),
+    )
+
+
+def _tma_knob_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """TAIL_SPLIT only persistent, unsplit, on power-of-two BLOCK_N and where the last wave splits;
+    PERSISTENT only over more work items than CUs; EPILOGUE_N only where it slices a tile part."""
 
     def tiles(c: Mapping[str, Value]) -> int:
         return tile_count(problem, c)
@@ -162,23 +204,7 @@ def tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
     def tail_splits(c: Mapping[str, Value]) -> int:
         return tail_split_schedule(tiles(c), cdiv(problem.K, int(c["BLOCK_K"])), target.cu_count)[2]
 
-    def smem(c: Mapping[str, Value]) -> int:
-        """The ring of A and B tiles, and the C store's buffer: the tile (fp32 slices of the workspace
-        with SPLIT_K > 1), or one EPILOGUE_N-wide slice that every store of the tile reuses."""
-        bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
-        ring = (bm + bn) * bk * elem * int(c["num_stages"])
-        if int(c.get("SPLIT_K", 1)) > 1:
-            return int(ring + bm * bn * 4)
-        return int(ring + bm * c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
-
-    extra = [
-        Constraint(
-            "tma_alignment",
-            f"tensor descriptors need 16-byte aligned rows (K={problem.K}, "
-            f"N={problem.N} in {problem.dtype_a})",
-            lambda c: aligned,
-            knobs=(),
-        ),
+    return [
         Constraint(
             "tail_split_alone",
             "TAIL_SPLIT is persistent and splits K itself: it goes with PERSISTENT=1 and SPLIT_K=1",
@@ -223,16 +249,35 @@ def tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
             ),
             knobs=("EPILOGUE_N", "SPLIT_K", "BLOCK_N"),
         ),
+    ]
+
+
+def _tma_resources(problem: Problem, target: Target) -> list[Constraint]:
+    """Shared memory for the ring of loads and the C store; on NVIDIA the accumulator in TMA_ACC_LIMIT
+    registers a lane."""
+    elem = DTYPE_BYTES[problem.dtype_a]
+    out_elem = DTYPE_BYTES[problem.dtype_out]
+
+    def smem(c: Mapping[str, Value]) -> int:
+        """The ring of A and B tiles, and the C store's buffer: the tile (fp32 slices of the workspace
+        with SPLIT_K > 1), or one EPILOGUE_N-wide slice that every store of the tile reuses."""
+        bm, bn, bk = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["BLOCK_K"])
+        ring = (bm + bn) * bk * elem * int(c["num_stages"])
+        if int(c.get("SPLIT_K", 1)) > 1:
+            return int(ring + bm * bn * 4)
+        return int(ring + bm * c_store_cols(bn, int(c.get("EPILOGUE_N", 0))) * out_elem)
+
+    out = [
         Constraint(
             "lds_overflow",
             f"A and B tiles x stages + the C store's buffer need more than the {target.lds_bytes} bytes of "
             "shared memory",
             lambda c: target.interpreter or smem(c) <= target.lds_bytes,
             knobs=("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_stages", "SPLIT_K", "EPILOGUE_N"),
-        ),
+        )
     ]
     if not target.is_amd:
-        extra.append(
+        out.append(
             Constraint(
                 "accumulator_spill",
                 f"BLOCK_M x BLOCK_N accumulator over {{num_warps}} warps exceeds {TMA_ACC_LIMIT} registers "
@@ -244,8 +289,7 @@ def tma_constraints(problem: Problem, target: Target) -> list[Constraint]:
                 knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
             )
         )
-    replaced = {x.name for x in extra}
-    return extra + [c for c in tile_constraints(problem, target) if c.name not in replaced]
+    return out
 
 
 def gemv_constraints(problem: Problem, target: Target) -> list[Constraint]:

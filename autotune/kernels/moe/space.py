@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import DTYPE_BYTES, Problem, next_pow2
@@ -116,12 +116,40 @@ def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
 
 
 def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    """The fused kernel's constraints on `problem` and `target`."""
+    """The fused kernel's constraints on `problem` and `target`: the grid's (`_moe_grid_rules`), the tiles'
+    shared memory and warps, MXFP4's (`_mx_rules`), PERSISTENT's, and those of the weights' format and the
+    target (`_moe_format_rules`)."""
     tpe = tokens_per_expert(problem)
+
+    # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
+    # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
+    # walks them in one order. At most min(E, M·topk) experts are busy.
+    def max_row_blocks(bm: int) -> int:
+        return _max_row_blocks(problem, bm)
+
+    def gate_up_tiles(c: Mapping[str, Value]) -> int:
+        return _gate_up_tiles(problem, int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"]))
+
+    mx = _mxfp4(problem)
+    lds = _moe_lds(problem, target)
+    out = [
+        *_moe_grid_rules(problem, target, tpe, max_row_blocks, gate_up_tiles),
+        *_moe_tile_rules(target, lds, mx),
+    ]
+    if mx:
+        out += _mx_rules(problem, target)
+    if not mx and not target.interpreter:
+        out += _persistent_rules(target, lds)
+    return out + _moe_format_rules(problem, target)
+
+
+def _moe_lds(problem: Problem, target: Target) -> Callable[[Mapping[str, Value]], int]:
+    """The shared memory/LDS bytes of a config's A and B tiles x the stages it buffers (one fewer on AMD):
+    two B tiles with GATE_UP_FUSED; with MXFP4 weights, bf16 A and B staged upcast with its scales, the
+    down GEMM's B tile where wider; activations in FP8 where the weights are."""
     fp8 = _fp8(problem)
     # with FP8 weights the activations are quantized to FP8 too before the kernel loads them
     elem = 1 if fp8 else max(DTYPE_BYTES[problem.dtype_a], DTYPE_BYTES[problem.dtype_b])
-
     mx = _mxfp4(problem)
 
     def lds(c: Mapping[str, Value]) -> int:
@@ -138,28 +166,21 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
         rows = int(c["BLOCK_SIZE_M"]) + b_rows
         return int(rows * bk * elem * buffers)
 
-    lanes_per_warp = target.wave_size or (64 if target.is_amd else 32)
+    return lds
 
-    def mx_lane_registers(c: Mapping[str, Value]) -> float:
-        """Per lane, in 32-bit registers, of the emulated MXFP4 path's largest GEMM: the fp32
-        accumulators (two with GATE_UP_FUSED) and one B tile as it is decoded (a 32-bit word a weight)."""
-        bm, bk, fused = int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_K"]), 1 + int(c["GATE_UP_FUSED"])
-        gate_up = bm * int(c["BLOCK_SIZE_N"]) * fused + bk * int(c["BLOCK_SIZE_N"])
-        down = bm * int(c["BLOCK_SIZE_N_DOWN"]) + bk * int(c["BLOCK_SIZE_N_DOWN"])
-        return max(gate_up, down) / (int(c["num_warps"]) * lanes_per_warp)
 
-    # The kernel's grid walks the row blocks of ALL experts (each expert's rows padded to BLOCK_SIZE_M) in
-    # GROUP_SIZE_M swizzle order, in both GEMMs; a group as large as the number of row blocks, or larger,
-    # walks them in one order. At most min(E, M·topk) experts are busy.
+def _moe_grid_rules(
+    problem: Problem,
+    target: Target,
+    tpe: float,
+    max_row_blocks: Callable[[int], int],
+    gate_up_tiles: Callable[[Mapping[str, Value]], int],
+) -> list[Constraint]:
+    """SPLIT_K only on grids that underfill the CUs and within the K steps; no row tile wider than twice
+    the tokens per expert `tpe` need, no column tile wider than N; no GROUP_SIZE_M above a group that
+    already walks every row block (`max_row_blocks`, the most any routing gives)."""
     groups = sorted(int(v) for v in moe_params(problem, target)["GROUP_SIZE_M"])
-
-    def max_row_blocks(bm: int) -> int:
-        return _max_row_blocks(problem, bm)
-
-    def gate_up_tiles(c: Mapping[str, Value]) -> int:
-        return _gate_up_tiles(problem, int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_N"]))
-
-    out = [
+    return [
         Constraint(
             "split_k_needless",
             f"SPLIT_K {{SPLIT_K}} x the gate/up GEMM's tiles (at most, over any routing) exceeds 2 x the "
@@ -201,6 +222,13 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             ),
             knobs=("GROUP_SIZE_M", "BLOCK_SIZE_M"),
         ),
+    ]
+
+
+def _moe_tile_rules(target: Target, lds: Callable[[Mapping[str, Value]], int], mx: bool) -> list[Constraint]:
+    """The tiles x stages within shared memory/LDS (`lds`; `mx`: MXFP4 weights, whose down GEMM's tile
+    counts too), no idle warps."""
+    return [
         Constraint(
             "lds_overflow",
             f"the A and B tiles (two with GATE_UP_FUSED) x stages need more than the {target.lds_bytes} "
@@ -222,60 +250,85 @@ def moe_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("num_warps", "BLOCK_SIZE_M", "BLOCK_SIZE_N"),
         ),
     ]
-    if mx:
-        out.append(
-            Constraint(
-                "block_n_down_waste",
-                f"BLOCK_SIZE_N_DOWN {{BLOCK_SIZE_N_DOWN}} > next_pow2(K={problem.K}), the down GEMM's width",
-                lambda c: int(c["BLOCK_SIZE_N_DOWN"]) <= max(32, next_pow2(problem.K)),
-                knobs=("BLOCK_SIZE_N_DOWN",),
-            )
+
+
+def _mx_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """MXFP4 weights: no down GEMM tile wider than K; where MXFP4 is emulated, the accumulators and the
+    weight tile decoded in registers within `_MX_LANE_REGISTERS` a lane."""
+    out = [
+        Constraint(
+            "block_n_down_waste",
+            f"BLOCK_SIZE_N_DOWN {{BLOCK_SIZE_N_DOWN}} > next_pow2(K={problem.K}), the down GEMM's width",
+            lambda c: int(c["BLOCK_SIZE_N_DOWN"]) <= max(32, next_pow2(problem.K)),
+            knobs=("BLOCK_SIZE_N_DOWN",),
         )
-        if not mx_native(target):
-            budget = _MX_LANE_REGISTERS[target.is_amd]
-            out.append(
-                Constraint(
-                    "mx_dequant_registers",
-                    f"the accumulators and the dequantized MXFP4 weight tile need more than {budget} "
-                    "registers a lane (emulated: the tile is decoded in registers)",
-                    lambda c: target.interpreter or mx_lane_registers(c) <= budget,
-                    knobs=(
-                        "BLOCK_SIZE_M",
-                        "BLOCK_SIZE_N",
-                        "BLOCK_SIZE_N_DOWN",
-                        "BLOCK_SIZE_K",
-                        "GATE_UP_FUSED",
-                        "num_warps",
-                    ),
-                )
-            )
-    if not mx and not target.interpreter:
-        out.append(
-            Constraint(
-                "persistent_split",
-                "PERSISTENT {PERSISTENT} runs whole tiles: it takes SPLIT_K 1, not {SPLIT_K}",
-                lambda c: not int(c["PERSISTENT"]) or int(c["SPLIT_K"]) == 1,
-                knobs=("PERSISTENT", "SPLIT_K"),
-            )
+    ]
+    if mx_native(target):
+        return out
+    budget = _MX_LANE_REGISTERS[target.is_amd]
+    lanes_per_warp = target.wave_size or (64 if target.is_amd else 32)
+
+    def mx_lane_registers(c: Mapping[str, Value]) -> float:
+        """Per lane, in 32-bit registers, of the emulated MXFP4 path's largest GEMM: the fp32
+        accumulators (two with GATE_UP_FUSED) and one B tile as it is decoded (a 32-bit word a weight)."""
+        bm, bk, fused = int(c["BLOCK_SIZE_M"]), int(c["BLOCK_SIZE_K"]), 1 + int(c["GATE_UP_FUSED"])
+        gate_up = bm * int(c["BLOCK_SIZE_N"]) * fused + bk * int(c["BLOCK_SIZE_N"])
+        down = bm * int(c["BLOCK_SIZE_N_DOWN"]) + bk * int(c["BLOCK_SIZE_N_DOWN"])
+        return max(gate_up, down) / (int(c["num_warps"]) * lanes_per_warp)
+
+    out.append(
+        Constraint(
+            "mx_dequant_registers",
+            f"the accumulators and the dequantized MXFP4 weight tile need more than {budget} "
+            "registers a lane (emulated: the tile is decoded in registers)",
+            lambda c: target.interpreter or mx_lane_registers(c) <= budget,
+            knobs=(
+                "BLOCK_SIZE_M",
+                "BLOCK_SIZE_N",
+                "BLOCK_SIZE_N_DOWN",
+                "BLOCK_SIZE_K",
+                "GATE_UP_FUSED",
+                "num_warps",
+            ),
         )
-        out.append(
-            Constraint(
-                "persistent_pair_lds",
-                f"PERSISTENT 2 puts two programs on an SM/CU: their tiles x stages need more than the "
-                f"{target.lds_bytes} bytes of shared memory/LDS",
-                lambda c: int(c["PERSISTENT"]) < 2 or 2 * lds(c) <= target.lds_bytes,
-                knobs=(
-                    "PERSISTENT",
-                    "num_stages",
-                    "BLOCK_SIZE_M",
-                    "BLOCK_SIZE_N",
-                    "BLOCK_SIZE_K",
-                    "GATE_UP_FUSED",
-                ),
-                search_only=True,
-            )
-        )
-    if target.tma and not mx:
+    )
+    return out
+
+
+def _persistent_rules(target: Target, lds: Callable[[Mapping[str, Value]], int]) -> list[Constraint]:
+    """PERSISTENT runs whole tiles (SPLIT_K 1); two programs an SM/CU only where both fit its shared
+    memory/LDS (`lds`: one program's bytes)."""
+    return [
+        Constraint(
+            "persistent_split",
+            "PERSISTENT {PERSISTENT} runs whole tiles: it takes SPLIT_K 1, not {SPLIT_K}",
+            lambda c: not int(c["PERSISTENT"]) or int(c["SPLIT_K"]) == 1,
+            knobs=("PERSISTENT", "SPLIT_K"),
+        ),
+        Constraint(
+            "persistent_pair_lds",
+            f"PERSISTENT 2 puts two programs on an SM/CU: their tiles x stages need more than the "
+            f"{target.lds_bytes} bytes of shared memory/LDS",
+            lambda c: int(c["PERSISTENT"]) < 2 or 2 * lds(c) <= target.lds_bytes,
+            knobs=(
+                "PERSISTENT",
+                "num_stages",
+                "BLOCK_SIZE_M",
+                "BLOCK_SIZE_N",
+                "BLOCK_SIZE_K",
+                "GATE_UP_FUSED",
+            ),
+            search_only=True,
+        ),
+    ]
+
+
+def _moe_format_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """B_TMA only on weight rows of 16-byte multiples (where it exists: TMA, not MXFP4); FP8 K tiles
+    within one scale block; on AMD the 32-wide MFMA only on tiles of 32 and more."""
+    out: list[Constraint] = []
+    fp8 = _fp8(problem)
+    if target.tma and not _mxfp4(problem):
         w_bytes = 1 if fp8 else DTYPE_BYTES[problem.dtype_b]
         out.append(
             Constraint(

@@ -623,22 +623,26 @@ def gluon_missing() -> str:
 
 
 def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    M, N, cus = problem.M, problem.N, target.cu_count
-    groups = cdiv(problem.K, _GLUON_BLOCK_K)
-    out_bytes = int(DTYPE_BYTES[problem.dtype_out])
-    aligned = N * out_bytes % 16 == 0  # A and B rows are K bytes, a multiple of 128
+    """The gluon kernel's rules: what its wgmma layout takes (`_gluon_layout_rules`), no tile, group,
+    persistent grid or K split that does nothing (`_gluon_grid_rules`), and shared memory for the ring, the
+    C tile and the mbarriers."""
+    return [
+        *_gluon_layout_rules(problem, target),
+        *_gluon_grid_rules(problem, target),
+        _gluon_smem(problem, target),
+    ]
 
-    def tiles(c: Mapping[str, Value]) -> int:
-        return cdiv(M, int(c["BLOCK_M"])) * cdiv(N, int(c["BLOCK_N"]))
 
-    def swapped(c: Mapping[str, Value]) -> bool:
-        return bool(int(c.get("SWAP_AB", 0)))
+def _gluon_swapped(c: Mapping[str, Value]) -> bool:
+    """Whether a gluon config runs swapped: SWAP_AB 1 (a config stored without the knob runs unswapped)."""
+    return bool(int(c.get("SWAP_AB", 0)))
 
-    def smem(c: Mapping[str, Value]) -> int:  # the ring of A and B tiles, the C tile, the mbarriers
-        bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
-        barriers = 2 if int(c.get("WARP_SPEC", 0)) else 1  # WARP_SPEC: "ready" and "empty" per slot
-        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages * barriers
 
+def _gluon_layout_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """C rows aligned for its TMA store; SWAP_AB only at decode and on the tiles and warps the swapped
+    kernel takes; unswapped, whole 64-row warpgroups; three fp32 tiles a lane without spills."""
+    M, N = problem.M, problem.N
+    aligned = N * int(DTYPE_BYTES[problem.dtype_out]) % 16 == 0  # A and B rows are K bytes, a multiple of 128
     return [
         Constraint(
             "gluon_tma_alignment",
@@ -651,7 +655,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"SWAP_AB at M={M} > {GLUON_SWAP_MAX_M}: swapped, the activations' rows are wgmma's N side, a "
             "decode tile of 16 or 32 rows (at M = 64 the swapped kernel lost to the default on every layer "
             "measured, H100 and H200)",
-            lambda c: not swapped(c) or M <= GLUON_SWAP_MAX_M,
+            lambda c: not _gluon_swapped(c) or M <= GLUON_SWAP_MAX_M,
             knobs=("SWAP_AB",),
         ),
         Constraint(
@@ -660,7 +664,7 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "BLOCK_N rows (64 or 128, one scale a tile) are wgmma's M side over one warpgroup, the "
             "activations' BLOCK_M (16, 32 or 64) its N side (the kernel refuses others)",
             lambda c: (
-                not swapped(c)
+                not _gluon_swapped(c)
                 or (int(c["BLOCK_M"]) <= 64 and int(c["BLOCK_N"]) >= 64 and int(c["num_warps"]) == 4)
             ),
             knobs=("SWAP_AB", "BLOCK_M", "BLOCK_N", "num_warps"),
@@ -671,7 +675,8 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "{num_warps} warps need a multiple of 64 rows, at least 16 x {num_warps}, not BLOCK_M {BLOCK_M} "
             "(unswapped; the kernel refuses it)",
             lambda c: (
-                swapped(c) or (int(c["BLOCK_M"]) % 64 == 0 and int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]))
+                _gluon_swapped(c)
+                or (int(c["BLOCK_M"]) % 64 == 0 and int(c["BLOCK_M"]) >= 16 * int(c["num_warps"]))
             ),
             knobs=("SWAP_AB", "BLOCK_M", "num_warps"),
         ),
@@ -685,11 +690,25 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             ),
             knobs=("BLOCK_M", "BLOCK_N", "num_warps"),
         ),
+    ]
+
+
+def _gluon_grid_rules(problem: Problem, target: Target) -> list[Constraint]:
+    """No tile wider than the problem needs (wgmma's least rows stay), GROUP_M only over several rows of
+    tiles, PERSISTENT only over more tiles than SMs, SPLIT_K only where the tiles underfill the SMs and
+    every slice has a K group."""
+    M, N, cus = problem.M, problem.N, target.cu_count
+    groups = cdiv(problem.K, _GLUON_BLOCK_K)
+
+    def tiles(c: Mapping[str, Value]) -> int:
+        return cdiv(M, int(c["BLOCK_M"])) * cdiv(N, int(c["BLOCK_N"]))
+
+    return [
         Constraint(
             "block_m_waste",
             f"BLOCK_M {{BLOCK_M}} > next_pow2(M={M}): rows computed for nothing (wgmma's least: 64 rows "
             "unswapped, 16 swapped)",
-            lambda c: int(c["BLOCK_M"]) <= max(16 if swapped(c) else 64, next_pow2(M)),
+            lambda c: int(c["BLOCK_M"]) <= max(16 if _gluon_swapped(c) else 64, next_pow2(M)),
             knobs=("BLOCK_M", "SWAP_AB"),
         ),
         Constraint(
@@ -722,14 +741,24 @@ def _gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             lambda c: split_slices(groups, int(c.get("SPLIT_K", 1))) == int(c.get("SPLIT_K", 1)),
             knobs=("SPLIT_K",),
         ),
-        Constraint(
-            "lds_overflow",
-            f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of "
-            "shared memory",
-            lambda c: smem(c) <= target.lds_bytes,
-            knobs=("BLOCK_M", "BLOCK_N", "num_stages", "WARP_SPEC"),
-        ),
     ]
+
+
+def _gluon_smem(problem: Problem, target: Target) -> Constraint:
+    """The ring of A and B tiles, the C tile and the mbarriers in shared memory."""
+    out_bytes = int(DTYPE_BYTES[problem.dtype_out])
+
+    def smem(c: Mapping[str, Value]) -> int:
+        bm, bn, stages = int(c["BLOCK_M"]), int(c["BLOCK_N"]), int(c["num_stages"])
+        barriers = 2 if int(c.get("WARP_SPEC", 0)) else 1  # WARP_SPEC: "ready" and "empty" per slot
+        return stages * (bm + bn) * _GLUON_BLOCK_K + bm * bn * out_bytes + 8 * stages * barriers
+
+    return Constraint(
+        "lds_overflow",
+        f"A and B tiles x stages + the C tile need more than the {target.lds_bytes} bytes of shared memory",
+        lambda c: smem(c) <= target.lds_bytes,
+        knobs=("BLOCK_M", "BLOCK_N", "num_stages", "WARP_SPEC"),
+    )
 
 
 def _gluon_sub(problem: Problem, target: Target, first: Sequence[Config] = ()) -> SubSpace:
