@@ -65,6 +65,7 @@ def layers(sample: bool) -> list[Layer]:
     """The distinct layers of the shipped specs (GEMM shapes once each, whatever their op or dtype in the
     spec), each with the serving ladder up to its largest M (its spec's M values included)."""
     from autotune.core.ladder import serving_ladder
+    from autotune.kernels.moe.params import experts
     from autotune.sweeps import load_spec
     from autotune.sweeps.spec import EMBEDDED, embedded_specs
 
@@ -76,8 +77,9 @@ def layers(sample: bool) -> list[Layer]:
         labels = spec.layers()
         for _, p in spec.problems():
             moe = p.op == "moe"
-            key = (moe, p.N, p.K, p.E if moe else 0, p.topk if moe else 0, p.dtype_b if moe else None)
-            shape = f"{p.N}x{p.K}" + (f" E{p.E} top{p.topk}" if moe else "")
+            e, topk = experts(p) if moe else (0, 0)
+            key = (moe, p.N, p.K, e, topk, p.dtype_b if moe else None)
+            shape = f"{p.N}x{p.K}" + (f" E{e} top{topk}" if moe else "")
             label = f"{name}: {labels.get(p, shape)}"
             found.setdefault(key, (label, set()))[1].add(p.M)
     out = []

@@ -47,6 +47,7 @@ from autotune.dispatch.ranges import imported_pick
 from autotune.engine.bench import Benchmarker, ServedTiming, interleaved_medians
 from autotune.kernels import served_config
 from autotune.kernels.moe.op import MOE
+from autotune.kernels.moe.params import experts
 from autotune.sweeps import load_spec
 from autotune.sweeps.verify import SERVED, VERIFY_SETTINGS
 
@@ -87,7 +88,7 @@ def vllm_file(folder: Path, problem: Problem, target: Target) -> tuple[dict[int,
     """vLLM's shipped configs for `problem`'s (E, N) on `target` by M key, in vLLM's structure (the
     values of our extra knobs that mean it: `plain_keys`); ({}, why) without a file."""
     dtype = ",dtype=fp8_w8a8,block_shape=[128,128]" if problem.dtype_b.startswith("fp8") else ""
-    name = f"E={problem.E},N={problem.N},device_name={target.name.replace(' ', '_')}{dtype}.json"
+    name = f"E={experts(problem)[0]},N={problem.N},device_name={target.name.replace(' ', '_')}{dtype}.json"
     path = folder / name
     if not path.is_file():
         return {}, f"no {name}"
@@ -186,8 +187,9 @@ def measure(
             times = interleaved_medians(
                 bench, p, variants, rounds, precision=PRECISION, max_rounds=3 * rounds
             )
-            row: dict[str, Any] = dict(family=str(family).replace(" M=1 ", " "), M=M, E=p.E, N=p.N, K=p.K,
-                                       topk=p.topk, weights=p.dtype_b, off_ladder=M not in ladder,
+            e, topk = experts(p)
+            row: dict[str, Any] = dict(family=str(family).replace(" M=1 ", " "), M=M, E=e, N=p.N, K=p.K,
+                                       topk=topk, weights=p.dtype_b, off_ladder=M not in ladder,
                                        served=served_config(MOE, p, target).short())  # fmt: skip
             for name, (us, status) in times.items():
                 row[f"{name}_us"] = us if status == "ok" else math.nan

@@ -40,9 +40,14 @@ def add_parser(subparsers: Subparsers) -> None:
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
     p.add_argument("--n", type=int, required=True, help="N (columns of C)")
     p.add_argument("--k", type=int, required=True, help="K (the reduction dimension)")
-    p.add_argument("--e", type=int, default=0, help="experts of a moe problem (default 0: dense)")
     p.add_argument(
-        "--topk", type=int, default=0, help="experts per token of a moe problem (default 0: dense)"
+        "--e", type=int, default=0, help="experts of a moe problem: short for --param E=N (default 0: none)"
+    )
+    p.add_argument(
+        "--topk",
+        type=int,
+        default=0,
+        help="experts per token of a moe problem: short for --param topk=N (default 0: none)",
     )
     p.add_argument(
         "--dtype",
@@ -190,12 +195,13 @@ def _problem(args: argparse.Namespace) -> Problem:
     from autotune.core.problem import Problem
     from autotune.core.registry import rules_of
 
+    # --e and --topk: the fused MoE's own parameters spelled short, as its specs name them
+    short = [f"{name}={value}" for name, value in (("E", args.e), ("topk", args.topk)) if value]
     try:
-        extra = rules_of(args.op).parse_params(args.param)
+        extra = rules_of(args.op).parse_params([*short, *args.param])
         return Problem.of(
-            args.op, args.m, args.n, args.k, args.dtype, args.weights,
-            E=args.e, topk=args.topk, layout=args.layout, **extra,
-        )  # fmt: skip
+            args.op, args.m, args.n, args.k, args.dtype, args.weights, layout=args.layout, **extra
+        )
     except ValueError as exc:
         raise CliError(str(exc)) from None
 

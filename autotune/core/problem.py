@@ -17,16 +17,12 @@ if TYPE_CHECKING:
     from autotune.core.target import Target
 
     class LayerShape(Protocol):
-        """A catalog layer's sizes: N, K and, for routed experts, E and topk."""
+        """A catalog layer's sizes: N and K (and what else the layer's kind has, which its op reads)."""
 
         @property
         def N(self) -> int: ...
         @property
         def K(self) -> int: ...
-        @property
-        def E(self) -> int: ...
-        @property
-        def topk(self) -> int: ...
 
 
 __all__ = [
@@ -82,7 +78,7 @@ class ProblemRules:
 
     #: The op's own problem parameters beyond M, N, K, the dtypes and the layout, by name and type: a
     #: problem holds them in `Problem.extra`, the database stores them with the rest, and a table keys its
-    #: entries by them. The fused MoE's expert counts are the fields E and topk.
+    #: entries by them (the fused MoE's expert counts, the MLA decode's heads and context).
     params: ClassVar[dict[str, type]] = {}
 
     #: Own parameters that are layout choices of the caller (the MLA decode's page size), not facts of
@@ -114,9 +110,8 @@ class ProblemRules:
         return Problem.of(op, 16, 512, 512)
 
     def validate_problem(self, problem: Problem) -> None:
-        """ValueError for a problem of this op that cannot exist (beyond the generic checks)."""
-        if problem.E or problem.topk:
-            raise ValueError(f"E and topk belong to problems with experts, not {problem.op}")
+        """ValueError for a problem of this op that cannot exist (beyond the generic checks, its own
+        parameters' names and types included)."""
 
     def problem_dtypes(self, dtype: str, variant: str | None = None) -> tuple[str, str, str]:
         """The dtypes of A, B and C of a problem whose activations are `dtype`; `variant` names another
@@ -126,6 +121,11 @@ class ProblemRules:
     def problem_flops(self, problem: Problem) -> float:
         """Floating-point operations (multiply and add counted separately)."""
         return 2.0 * problem.M * problem.N * problem.K
+
+    def kernel_rows(self, problem: Problem) -> int:
+        """The rows of A the op's kernels run over (what a program grid's M dimension covers): M by
+        default (the fused MoE's: a row per token and expert it is routed to)."""
+        return problem.M
 
     def problem_bytes(self, problem: Problem) -> float:
         """Fewest bytes any kernel must move: each input read once, the output written once."""
@@ -150,14 +150,20 @@ class ProblemRules:
         p, own = problem, "".join(f" {k}={v}" for k, v in problem.extra)
         return f"{p.M}x{p.N}x{p.K} {p.dtype} {p.layout}{own}"
 
-    def key_problem(self, key: tuple[str, str, str, int, int, int, int, str]) -> Problem:
-        """The problem at M = 1 of a table key (op, dtype, layout, N, K, E, topk, params), whose dtype is
-        A's (`autotune.dispatch.table.Key`)."""
-        op, dtype, layout, n, k, e, topk, params = key
+    def key_problem(self, key: tuple[str, str, str, int, int, str]) -> Problem:
+        """The problem at M = 1 of a table key (op, dtype, layout, N, K, params), whose dtype is A's
+        (`autotune.dispatch.table.Key`)."""
+        op, dtype, layout, n, k, params = key
         items = params.split(",") if params else []
         b_dtype = next((item[len(B_DTYPE_KEY) :] for item in items if item.startswith(B_DTYPE_KEY)), None)
         own = self.parse_params(item for item in items if not item.startswith(B_DTYPE_KEY))
-        return Problem.of(op, 1, n, k, dtype, b_dtype, E=e, topk=topk, layout=layout, **own)
+        return Problem.of(op, 1, n, k, dtype, b_dtype, layout=layout, **own)
+
+    def unknown_twin(self, problem: Problem) -> Problem | None:
+        """The problem under which an import stores a config of `problem`'s shape family where its file does
+        not say the whole shape (the fused MoE's vLLM files name its experts and N, not K and top-k), whose
+        configs count for `problem` too; None (the default) where every import knows the whole shape."""
+        return None
 
     def parse_params(self, items: Iterable[str]) -> dict[str, ParamValue]:
         """The op's own parameters from "NAME=VALUE" texts (a table key's `params`, `best --param`), each
@@ -260,18 +266,17 @@ class Problem:
     """One problem shape of op `op`: M rows (tokens) of a product C (M, N) = A (M, K) · B, as the op
     defines it.
 
-    Immutable and hashable. `E` is the expert count (0 for ops without experts) and `topk` the experts per
-    token; `extra` holds the op's own parameters (`ProblemRules.params`), sorted by name (a mapping is
-    accepted). The op's rules (`ProblemRules`, found by its name in the registry) validate it and give its
-    FLOPs, bytes and display. `key()` is its canonical string, used as the identity in the database.
+    Immutable and hashable. `extra` holds the op's own parameters (`ProblemRules.params`: the fused MoE's
+    expert count and experts per token, the MLA decode's heads and context, ...), sorted by name (a
+    mapping is accepted). The op's rules (`ProblemRules`, found by its name in the registry) validate it
+    and give its FLOPs, bytes and display. `key()` is its canonical string, used as the identity in the
+    database.
     """
 
     op: str
     M: int
     N: int
     K: int
-    E: int = 0
-    topk: int = 0
     dtype_a: str = "bf16"
     dtype_b: str = "bf16"
     dtype_out: str = "bf16"
@@ -281,10 +286,6 @@ class Problem:
     def __post_init__(self) -> None:
         rules = rules_of(self.op)  # ValueError for an unknown op
         self._check_sizes()
-        for name in ("E", "topk"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
         for name in ("dtype_a", "dtype_b", "dtype_out"):
             object.__setattr__(self, name, normalize_dtype(getattr(self, name)))
         if self.layout not in LAYOUTS:
@@ -316,23 +317,22 @@ class Problem:
         dtype: str = "bf16",
         variant: str | None = None,
         *,
-        E: int = 0,
-        topk: int = 0,
         layout: str = "nk",
         **extra: ParamValue,
     ) -> Problem:
         """A problem of `op` whose activations are `dtype`: the op's rules give the dtypes of A, B and C
         (`variant`: its other operand dtype, e.g. a weight dtype or an FP8 flavour); `extra`: the op's own
-        parameters."""
+        parameters (`Problem.of("moe", 16, 1536, 4096, E=128, topk=8)`)."""
         a, b, out = rules_of(op).problem_dtypes(normalize_dtype(dtype), variant)
-        return cls(op, M, N, K, E, topk, a, b, out, layout, tuple(extra.items()))
+        return cls(op, M, N, K, a, b, out, layout, tuple(extra.items()))
 
     @classmethod
     def moe(
         cls, M: int, N: int, K: int, E: int, topk: int, dtype: str = "bf16", weights: str | None = None
     ) -> Problem:
         """A fused MoE: M tokens, E experts of intermediate size N (per shard) and hidden size K, top-k
-        routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`)."""
+        routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`).
+        `Problem.of("moe", ...)` spelled out: E and topk are the op's own parameters."""
         return cls.of("moe", M, N, K, dtype, weights, E=E, topk=topk)
 
     @classmethod
@@ -346,10 +346,10 @@ class Problem:
         """The input dtype (A's), the name tables and specs use."""
         return self.dtype_a
 
-    @property
+    @functools.cached_property
     def params_key(self) -> str:
-        """The op's own parameters as text ("" where it has none): part of a table entry's key (a served
-        call builds it: no work where there are none)."""
+        """The op's own parameters as text, "NAME=VALUE" by name, comma-separated ("" where it has none):
+        part of its key and of a table entry's key (a served call asks: built once a problem)."""
         return ",".join(f"{k}={v}" for k, v in self.extra) if self.extra else ""
 
     @property
@@ -364,23 +364,18 @@ class Problem:
         """Floating-point operations (multiply and add counted separately), as the op counts them."""
         return rules_of(self.op).problem_flops(self)
 
-    def experts_touched(self) -> float:
-        """Expected number of experts that receive a token under uniform routing (0 without experts)."""
-        if not self.E:
-            return 0.0
-        return self.E * (1.0 - (1.0 - self.topk / self.E) ** self.M)
-
     def min_bytes(self) -> float:
         """Fewest bytes any kernel must move, as the op counts them (each input read once, the output
         written once)."""
         return rules_of(self.op).problem_bytes(self)
 
     def key(self) -> str:
-        """Canonical string identity, e.g. ``gemm:M=16,N=64,K=64,E=0,topk=0:bf16,bf16,bf16:nk`` (the op's
-        own parameters follow after another colon where it has any)."""
+        """Canonical string identity, e.g. ``gemm:M=16,N=64,K=64:bf16,bf16,bf16:nk``; the op's own
+        parameters follow after another colon where it has any (`params_key`), e.g.
+        ``moe:M=16,N=1536,K=4096:bf16,bf16,bf16:nk:E=128,topk=8``."""
         own = f":{self.params_key}" if self.extra else ""
         return (
-            f"{self.op}:M={self.M},N={self.N},K={self.K},E={self.E},topk={self.topk}:"
+            f"{self.op}:M={self.M},N={self.N},K={self.K}:"
             f"{self.dtype_a},{self.dtype_b},{self.dtype_out}:{self.layout}{own}"
         )
 

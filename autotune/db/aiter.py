@@ -17,10 +17,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from autotune.core.config import Config, Value
-from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.problem import normalize_dtype
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 
 from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
+from .moe_shape import moe_problem
 from .store import NewTrial
 
 __all__ = ["AITER_BACKEND", "AITER_COLUMNS", "AITER_CU_DEVICES", "AITER_KERNEL", "aiter_trials", "read_aiter"]
@@ -152,7 +153,7 @@ def aiter_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator[New
         if run_1stage is None:
             raise InteropError(f"{where}: run_1stage is {row['run_1stage']!r}, not 0/1 or True/False")
         try:
-            problem = Problem.moe(
+            problem = moe_problem(
                 ints["token"], ints["inter_dim"], ints["model_dim"], E, topk, dtype, weights
             )
         except ValueError as exc:

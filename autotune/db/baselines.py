@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterable
@@ -12,12 +11,12 @@ from sqlalchemy import select
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
+from autotune.core.registry import rules_of
 from autotune.core.result import Source, TrialStatus
 from autotune.core.target import Target
 
 from .database import Database
 from .models import GpuModel, KernelModel, ProblemModel, TrialModel
-from .records import UNKNOWN_K, UNKNOWN_TOPK
 from .vllm_rules import deployment_configs
 
 __all__ = ["Baselines"]
@@ -26,8 +25,8 @@ __all__ = ["Baselines"]
 class Baselines(Database):
     """The configs imported for a shape (vLLM's, SGLang's and aiter's files), what a vLLM deployment runs
     for it (those files, else vLLM's fallback rule), and the configs worth trying first when tuning it
-    (warm starts). An imported config of a problem with experts whose K and top-k were unknown
-    (`UNKNOWN_K`) counts for every K and top-k of its E and N. Read-only."""
+    (warm starts). An imported config of a problem's op's `unknown_twin` (a fused MoE's vLLM file whose K
+    and top-k were unknown) counts for every problem of that family. Read-only."""
 
     def imported_configs(
         self, problem: Problem, *, device_key: str | None, kernel: str | None = None
@@ -36,9 +35,8 @@ class Baselines(Database):
         they were imported for; the newest import of an M wins. With `device_key`, only the files of that
         device (`Target.device_key`: an H100's file does not speak for an H200, where vLLM would run its
         own file or its fallback); None takes every device's. With `kernel`, only the configs stored under
-        that kernel name (one project's files: `autotune.db.vllm.project_kernel`). An imported config of a
-        problem with experts whose K and top-k were unknown (`UNKNOWN_K`) counts for every K and top-k of
-        its E and N. Empty where nothing was imported for the shape."""
+        that kernel name (one project's files: `autotune.db.vllm.project_kernel`). An imported config of the
+        problem's `unknown_twin` counts for it. Empty where nothing was imported for the shape."""
         t, p = TrialModel, ProblemModel
         same = _same_shape(problem, imported=True)
         stmt = (
@@ -81,8 +79,7 @@ class Baselines(Database):
         nearest M of the same shape (vLLM's and aiter's files, as vLLM picks a bucket), then the winners
         measured on the GPU `fingerprint` names for the same shape at other M, nearest M (on a log scale)
         first; at most `limit` measured ones, no config twice. Empty where nothing of the shape is known.
-        An imported config of a problem with experts whose K and top-k were unknown (`UNKNOWN_K`) counts
-        for every K and top-k of its E and N."""
+        An imported config of the problem's `unknown_twin` counts for it."""
         t, p = TrialModel, ProblemModel
         is_imported = t.source == Source.IMPORTED.value
         same = _same_shape(problem, imported=is_imported)
@@ -124,12 +121,12 @@ class Baselines(Database):
 
 def _same_shape(problem: Problem, *, imported: Any) -> Any:
     """The SQL condition of a stored problem of `problem`'s shape at any M (its K and params), given op
-    and N: with experts, also an imported one whose K and top-k were unknown (`UNKNOWN_K`), where
-    `imported` (True, or a condition on the trial) holds."""
+    and N; also its op's `unknown_twin` (`ProblemRules.unknown_twin`), where `imported` (True, or a
+    condition on the trial) holds."""
     p = ProblemModel
     same = (p.k == problem.K) & (p.params == problem.params_json())
-    if problem.topk:
-        twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+    twin = rules_of(problem.op).unknown_twin(problem)
+    if twin is not None:
         unknown = (p.k == twin.K) & (p.params == twin.params_json())
         same = same | (unknown if imported is True else imported & unknown)
     return same

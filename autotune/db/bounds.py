@@ -1,13 +1,14 @@
 """What an imported entry may hold: the bounds every value read from another project's file is checked
 against before it is stored (`out_of_range`), and the bounded read of such a file (`read_bounded`).
 
-Rules. Problem sizes: 1 <= M <= `MAX_M`, 1 <= N, K <= `MAX_DIM`, 0 <= E <= `MAX_EXPERTS` and
-0 <= topk <= max(E, 1). Config values: a tile size (a parameter named ``BLOCK_*`` or ``block_*``) lies
-from 1 to `MAX_TILE` (one that is no power of two is stored flagged, as the format's own checks say);
-any other integer lies within +-`MAX_INT`; a float is finite. A timing's median is finite, positive and
-at most `MAX_US`. An entry that breaks one is not stored (it is
-reported as skipped with the reason), so it is never exported or served. A file is read only if it is
-a regular file (never a FIFO or a device, which could block or never end) of at most `MAX_BYTES`.
+Rules. Problem sizes: 1 <= M <= `MAX_M`, 1 <= N, K <= `MAX_DIM`, and each integer parameter of the
+problem's op (the fused MoE's experts and top-k) from 0 to `MAX_PARAM`. Config values: a tile size (a
+parameter named ``BLOCK_*`` or ``block_*``) lies from 1 to `MAX_TILE` (one that is no power of two is
+stored flagged, as the format's own checks say); any other integer lies within +-`MAX_INT`; a float is
+finite. A timing's median is finite, positive and at most `MAX_US`. An entry that breaks one is not
+stored (it is reported as skipped with the reason), so it is never exported or served. A file is read
+only if it is a regular file (never a FIFO or a device, which could block or never end) of at most
+`MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -25,15 +26,15 @@ if TYPE_CHECKING:
 
     from .store import NewTrial
 
-__all__ = ["MAX_BYTES", "MAX_DIM", "MAX_EXPERTS", "MAX_INT", "MAX_M", "MAX_TILE", "MAX_US", "open_bounded",
+__all__ = ["MAX_BYTES", "MAX_DIM", "MAX_INT", "MAX_M", "MAX_PARAM", "MAX_TILE", "MAX_US", "open_bounded",
            "out_of_range", "read_bounded"]  # fmt: skip
 
 #: The largest M (tokens, rows) of an imported problem.
 MAX_M = 1 << 24
 #: The largest N and K of an imported problem.
 MAX_DIM = 1 << 20
-#: The most experts of an imported MoE problem.
-MAX_EXPERTS = 1 << 12
+#: The largest integer parameter of an imported problem's op (`Problem.extra`: the MoE's experts).
+MAX_PARAM = 1 << 12
 #: The largest tile size of an imported config.
 MAX_TILE = 1 << 10
 #: The largest magnitude of any other integer of an imported config.
@@ -47,9 +48,10 @@ MAX_BYTES = 1 << 30
 def out_of_range(trial: NewTrial) -> str | None:
     """Why `trial` (read from an imported file) holds a value out of bounds; None when all are within."""
     p = trial.problem
-    if not (1 <= p.M <= MAX_M and 1 <= p.N <= MAX_DIM and 1 <= p.K <= MAX_DIM and 0 <= p.E <= MAX_EXPERTS
-            and 0 <= p.topk <= max(p.E, 1)):  # fmt: skip
-        return _size_out_of_range(p)
+    if not (1 <= p.M <= MAX_M and 1 <= p.N <= MAX_DIM and 1 <= p.K <= MAX_DIM) or p.extra:
+        why = _size_out_of_range(p)
+        if why is not None:
+            return why
     why = _config_out_of_range(trial.result.config)
     if why is not None:
         return why
@@ -65,8 +67,7 @@ def _size_out_of_range(p: Problem) -> str | None:
         ("M", p.M, 1, MAX_M),
         ("N", p.N, 1, MAX_DIM),
         ("K", p.K, 1, MAX_DIM),
-        ("E", p.E, 0, MAX_EXPERTS),
-        ("topk", p.topk, 0, max(p.E, 1)),
+        *((name, value, 0, MAX_PARAM) for name, value in p.extra if type(value) is int),
     )
     for name, size, low, high in sizes:
         if not low <= size <= high:

@@ -1,4 +1,9 @@
-"""Per-GPU tuned CSV: one row per (GPU, problem) winner, each config parameter in its own column."""
+"""Per-GPU tuned CSV: one row per (GPU, problem) winner, each config parameter in its own column.
+
+Columns: `BASE_COLUMNS` (the GPU, then the problem), the problems' own parameters as ``param_<NAME>``
+(`Problem.extra`: the fused MoE's ``param_E`` and ``param_topk``, the MLA decode's ``param_heads``, ...;
+empty for a problem without that parameter), the backend, the config's parameters as ``cfg_<PARAM>``,
+then `TAIL_COLUMNS`."""
 
 from __future__ import annotations
 
@@ -30,7 +35,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Columns before the config parameters (which follow as ``cfg_<PARAM>``).
+#: Columns before the problems' own parameters (``param_<NAME>``), the backend and the config's parameters
+#: (``cfg_<PARAM>``).
 BASE_COLUMNS: tuple[str, ...] = (
     "gpu_name",
     "arch",
@@ -41,11 +47,8 @@ BASE_COLUMNS: tuple[str, ...] = (
     "m",
     "n",
     "k",
-    "e",
-    "topk",
     "dtype",
     "layout",
-    "backend",
 )
 #: Columns after the config parameters.
 TAIL_COLUMNS: tuple[str, ...] = (
@@ -95,12 +98,11 @@ def winner_row(winner: Winner) -> dict[str, Any]:
         "m": problem.M,
         "n": problem.N,
         "k": problem.K,
-        "e": problem.E,
-        "topk": problem.topk,
         "dtype": problem.dtype,
         "layout": problem.layout,
-        "backend": best.backend,
     }
+    row.update({f"param_{name}": value for name, value in problem.extra})
+    row["backend"] = best.backend
     row.update({f"cfg_{name}": value for name, value in best.config.items() if name != "backend"})
     row.update(
         time_us=time_us,
@@ -170,14 +172,15 @@ def export_csv(store: Store, out_dir: str | Path, fingerprint: str | None = None
                 w.problem.dtype,
                 w.problem.N,
                 w.problem.K,
-                w.problem.E,
+                w.problem.extra,
                 w.problem.M,
                 w.problem.key(),
             )
         )
         rows = [winner_row(w) for w in group]
+        param_columns = sorted({c for row in rows for c in row if c.startswith("param_")})
         cfg_columns = sorted({c for row in rows for c in row if c.startswith("cfg_")})
-        columns = [*BASE_COLUMNS, *cfg_columns, *TAIL_COLUMNS]
+        columns = [*BASE_COLUMNS, *param_columns, "backend", *cfg_columns, *TAIL_COLUMNS]
         frame = pd.DataFrame(rows, columns=columns, dtype=object)
         path = out / name
         write_atomically(path, functools.partial(frame.to_csv, index=False))

@@ -20,7 +20,7 @@ from typing import Any
 from autotune.core.result import TrialStatus
 from autotune.core.target import _NAME_OVERRIDES, ARCH_LIMITS, Target
 
-from .records import UNKNOWN_K, UNKNOWN_TOPK
+from .moe_shape import UNKNOWN_K, UNKNOWN_TOPK
 from .store import NewTrial
 
 __all__ = [

@@ -14,6 +14,9 @@ Each schema version is exactly one Alembic revision (`REVISIONS`), kept in Alemb
     version 5  ``v5_claims``       ``claims``: which sweep holds which problem of a shared sweep, and
                                       until when its lease runs
     version 6  ``v6_sweep_error``  ``sweeps.error``: why a sweep failed; ``trials.sweep_id`` indexed
+    version 7  ``v7_moe_params``   ``problems``: the MoE's E and topk are its own parameters (in
+                                      ``params["extra"]``), out of every other problem's params and
+                                      out of every key (the claims' items too)
 
 A new database is created at the head directly (``create_all``, ``meta`` and ``alembic_version`` in one
 transaction). A Store refuses a database of an older version, naming ``autotune db upgrade``, which runs
@@ -69,7 +72,7 @@ __all__ = [
 ]
 
 #: Version of the tables below; stored in `meta` under the key "schema_version" (the version of record).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 #: The oldest schema version `autotune db upgrade` migrates from (the Alembic baseline).
 BASE_VERSION = 1
 #: The Alembic revision of each schema version (``alembic_version.version_num``).
@@ -80,6 +83,7 @@ REVISIONS: dict[int, str] = {
     4: "v4_problem_params",
     5: "v5_claims",
     6: "v6_sweep_error",
+    7: "v7_moe_params",
 }
 #: The revision of `SCHEMA_VERSION`: what a new database is stamped with.
 HEAD_REVISION = REVISIONS[SCHEMA_VERSION]

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from sqlalchemy import case, func, select
 
 from autotune.core.problem import Problem
+from autotune.core.registry import rules_of
 from autotune.core.result import Source, TrialStatus
 
 from .convert import gpu_record, trial_records
 from .database import Database
 from .models import SCHEMA_VERSION, GpuModel, KernelModel, ProblemModel, SweepModel, TrialModel
-from .records import UNKNOWN_K, UNKNOWN_TOPK, GpuRecord, GpuSummary, Holdings, Summary, TrialRecord
+from .records import GpuRecord, GpuSummary, Holdings, Summary, TrialRecord
 from .rows import trial_query
 
 __all__ = ["Queries"]
@@ -65,17 +64,19 @@ class Queries(Database):
     ) -> list[TrialRecord]:
         """Stored trials, oldest first, filtered by GPU (fingerprint or prefix), problem, status, source.
 
-        The imported trials (`source` IMPORTED) of a `problem` with experts include those of its shape
-        whose K and top-k were unknown (`UNKNOWN_K`: a file that fits several models), which count for
-        every K and top-k of their E and N; their problem says so."""
+        The imported trials (`source` IMPORTED) of a `problem` include those of its op's `unknown_twin`
+        (a fused MoE's vLLM file whose K and top-k were unknown: it fits several models), which count for
+        every problem of that family; their problem says so."""
         gpu_ids = self._match_gpus(fingerprint)
         if gpu_ids == []:
             return []
         stmt = trial_query()
         if gpu_ids is not None:
             stmt = stmt.where(TrialModel.gpu_id.in_(gpu_ids))
-        if problem is not None and problem.topk and source is not None and Source(source) is Source.IMPORTED:
-            twin = dataclasses.replace(problem, K=UNKNOWN_K, topk=UNKNOWN_TOPK)
+        twin = None
+        if problem is not None and source is not None and Source(source) is Source.IMPORTED:
+            twin = rules_of(problem.op).unknown_twin(problem)
+        if problem is not None and twin is not None:
             stmt = stmt.where(ProblemModel.key.in_([problem.key(), twin.key()]))
         elif problem is not None:
             stmt = stmt.where(ProblemModel.key == problem.key())

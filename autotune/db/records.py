@@ -11,13 +11,6 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 
-#: K and top-k of an imported MoE config whose model is unknown: no MoE layer has hidden size 1, so
-#: K = `UNKNOWN_K` marks "K and top-k unknown" (a moe problem needs K >= 1 and 1 <= topk <= E). Warm
-#: starts find such configs by the rest of the shape (`Store.known_configs`).
-UNKNOWN_K = 1
-UNKNOWN_TOPK = 1
-
-
 __all__ = [
     "GpuRecord",
     "GpuSummary",

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from autotune.core.config import Config
-from autotune.core.problem import Problem
 from autotune.core.result import Source, TrialResult, TrialStatus
 from autotune.core.target import Target
 
 from .bounds import MAX_M, out_of_range
 from .foreign import JSON_PROJECTS, Found, ImportedFile, InteropError, device_target, moe_shape_or_unknown
 from .json_members import JsonError, NotAnObject, object_members
+from .moe_shape import moe_problem
 from .store import NewTrial
 from .triton_compat import installed_triton, num_stages_0_rejected, parse_version
 from .vllm_names import FLAVORS, FP8_BLOCK_SHAPE, VLLM_KERNEL, VllmFileName
@@ -328,7 +328,7 @@ def vllm_trials(
     if how.startswith("unknown"):
         base_extra["shape"] = "unknown"
     plain = plain_keys(target)
-    base = Problem.moe(1, parts.N, K, parts.E, top, dtype="bf16", weights=weights)
+    base = moe_problem(1, parts.N, K, parts.E, top, dtype="bf16", weights=weights)
     configs: dict[tuple[tuple[str, int], ...], Config] = {}  # an import's entries share few configs
     with open_text() as text:
         for m_key, entry in _members(name, text):

@@ -32,6 +32,7 @@ from autotune.core.result import Source, TrialStatus
 from .export import predicted_winners
 from .files import write_atomically
 from .foreign import InteropError
+from .moe_shape import experts
 from .records import GpuRecord, TrialRecord
 from .store import Store, StoreError
 from .triton_compat import installed_triton
@@ -269,11 +270,12 @@ def _plan(
         except InteropError as exc:
             logger.warning("not exported: %s", exc)
             continue
-        ident = (gpu.fingerprint, problem.K, problem.topk, problem.dtype_a, problem.dtype_b)
-        what = f"K={problem.K} topk={problem.topk} {problem.dtype_a}/{problem.dtype_b} on {gpu}"
+        topk = experts(problem)[1]
+        ident = (gpu.fingerprint, problem.K, topk, problem.dtype_a, problem.dtype_b)
+        what = f"K={problem.K} topk={topk} {problem.dtype_a}/{problem.dtype_b} on {gpu}"
         triton = triton_version or gpu.target.toolchain.get("triton")
         top = {"triton_version": triton} if triton and flavor == "vllm" else {}
-        holds = f"measured on {gpu}, K={problem.K} topk={problem.topk}"
+        holds = f"measured on {gpu}, K={problem.K} topk={topk}"
         held = files.setdefault(name, _File(ident, what, gpu, top, triton=triton, holds=holds))
         if held.ident != ident:
             raise InteropError(

@@ -19,6 +19,7 @@ from autotune.core.problem import Problem
 from autotune.core.target import Target
 
 from .foreign import InteropError, device_name_of
+from .moe_shape import experts
 from .vllm_rules import FP8_BLOCK_SHAPE
 
 __all__ = ["FLAVORS", "FP8_BLOCK_SHAPE", "VLLM_KERNEL", "VllmFileName"]
@@ -78,11 +79,11 @@ class VllmFileName:
         them, which vLLM's files do not name)."""
         if flavor not in FLAVORS:
             raise ValueError(f"unknown flavor {flavor!r}; known: {', '.join(FLAVORS)}")
-        device = device_name_of(target)
+        device, (E, _) = device_name_of(target), experts(problem)
         if problem.dtype_b == problem.dtype_a and problem.dtype_a in _UNQUANTIZED:
-            return cls(problem.E, problem.N, device).spelled(flavor)
+            return cls(E, problem.N, device).spelled(flavor)
         if problem.dtype_b in ("fp8e4m3", "fp8e4m3fnuz"):
-            return cls(problem.E, problem.N, device, _FP8_DTYPE, FP8_BLOCK_SHAPE).spelled(flavor)
+            return cls(E, problem.N, device, _FP8_DTYPE, FP8_BLOCK_SHAPE).spelled(flavor)
         if problem.dtype_b == "fp4e2m1":
             raise InteropError(
                 f"{problem}: vLLM names no config file for MXFP4 weights with {problem.dtype_a} activations "

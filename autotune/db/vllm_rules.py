@@ -10,6 +10,8 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 
+from .moe_shape import MOE_OP, experts
+
 __all__ = [
     "AMD_KEYS",
     "FP8_BLOCK_SHAPE",
@@ -78,9 +80,9 @@ def fallback_at(problem: Problem, target: Target, M: int) -> Config | None:
     """vLLM's fallback for `problem`'s MoE shape at `M` on `target` (`fallback_config`, with `plain_keys`);
     None for another op or for weights the rule does not cover (MXFP4)."""
     fp8 = _FALLBACK_WEIGHTS.get(problem.dtype_b)
-    if problem.op != "moe" or fp8 is None:
+    if problem.op != MOE_OP or fp8 is None:
         return None
-    values = fallback_config(M, problem.E, fp8, rocm=target.is_amd)
+    values = fallback_config(M, experts(problem)[0], fp8, rocm=target.is_amd)
     return Config(backend=VLLM_BACKEND, **values, **plain_keys(target))
 
 
@@ -89,7 +91,10 @@ def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dic
     and at the rule's own step (M = E and E + 1), so that the nearest key
     (`autotune.dispatch.ranges.imported_pick`) gives the rule's config at every M. Empty for another op or
     for weights the rule does not cover (MXFP4)."""
-    found = {m: fallback_at(problem, target, m) for m in sorted({*ms, problem.E, problem.E + 1}) if m >= 1}
+    if problem.op != MOE_OP:
+        return {}
+    E = experts(problem)[0]
+    found = {m: fallback_at(problem, target, m) for m in sorted({*ms, E, E + 1}) if m >= 1}
     return {m: config for m, config in found.items() if config is not None}
 
 

@@ -51,7 +51,7 @@ ENV_UNTUNED_LOG = "AUTOTUNE_UNTUNED_LOG"
 #: What a Dispatcher is told about the running GPU: its device key, its Target, or None for no GPU.
 DeviceKeySource: TypeAlias = "str | Target | Callable[[], str | Target | None] | None"
 
-_LOG_FIELDS = ("op", "m", "n", "k", "e", "topk", "dtype", "layout", "device_key")
+_LOG_FIELDS = ("op", "m", "n", "k", "dtype", "layout", "params", "device_key")
 
 
 class UntunedShapeWarning(UserWarning):
@@ -239,25 +239,24 @@ class Dispatcher:
         M: int,
         N: int,
         K: int,
-        E: int = 0,
         *,
         dtype: str = "bf16",
         layout: str = "nk",
-        topk: int = 0,
         params: str = "",
     ) -> Config | None:
-        """The tuned config for this shape, or None when no table covers its family (`Key`).
+        """The tuned config for this shape, or None when no table covers its family (`Key`; `params`: the
+        op's own parameters, `Problem.table_params`).
 
         None also records the shape as untuned (see `note_untuned`).
         """
-        config: Config | None = find(self._index, (op, dtype, layout, N, K, E, topk, params), M)
-        return config if config is not None else self._miss(op, M, N, K, E, dtype, layout, topk, params)
+        config: Config | None = find(self._index, (op, dtype, layout, N, K, params), M)
+        return config if config is not None else self._miss(op, M, N, K, dtype, layout, params)
 
     def _miss(
-        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int, params: str = ""
+        self, op: str, M: int, N: int, K: int, dtype: str, layout: str, params: str = ""
     ) -> Config | None:
         """A shape no table covers (nor under its canonical dtype name): recorded as untuned."""
-        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk, params), M, stacklevel=4)
+        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, params), M, stacklevel=4)
         return None
 
     @contextlib.contextmanager
@@ -278,14 +277,14 @@ class Dispatcher:
     # -- untuned shapes -------------------------------------------------------------------------------
 
     def note_untuned(
-        self, op: str, M: int, N: int, K: int, E: int, dtype: str, layout: str, topk: int, params: str = ""
+        self, op: str, M: int, N: int, K: int, dtype: str, layout: str, params: str = ""
     ) -> None:
         """Records that this shape has no tuned config.
 
-        Warns once per (op, dtype, layout, N, K, E, topk, params) and appends one JSON line per distinct
-        (shape, M) to the untuned-shapes log. Never raises for a log that cannot be written.
+        Warns once per (op, dtype, layout, N, K, params) and appends one JSON line per distinct (shape, M)
+        to the untuned-shapes log. Never raises for a log that cannot be written.
         """
-        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, E, topk, params), M, stacklevel=3)
+        self._record_untuned((op, canonical_dtype(dtype), layout, N, K, params), M, stacklevel=3)
 
     def _record_untuned(self, key: Key, M: int, stacklevel: int) -> None:
         if (key, M) in self._logged:
@@ -311,14 +310,12 @@ class Dispatcher:
         path: Path | None = None
         try:
             path = self.untuned_log_path
-            op, dtype, layout, n, k, e, topk, params = key
+            op, dtype, layout, n, k, params = key
             record = {
                 "op": op,
                 "m": M,
                 "n": n,
                 "k": k,
-                "e": e,
-                "topk": topk,
                 "dtype": dtype,
                 "layout": layout,
                 **({"params": params} if params else {}),
@@ -468,11 +465,9 @@ def lookup(
     M: int,
     N: int,
     K: int,
-    E: int = 0,
     *,
     dtype: str = "bf16",
     layout: str = "nk",
-    topk: int = 0,
     params: str = "",
 ) -> Config | None:
     """`default_dispatcher().lookup(...)`: the tuned config, or None for an untuned shape."""
@@ -480,8 +475,8 @@ def lookup(
     if d is None:
         d = default_dispatcher()
     # find, not d.lookup: one call less
-    config: Config | None = find(d._index, (op, dtype, layout, N, K, E, topk, params), M)
-    return config if config is not None else d._miss(op, M, N, K, E, dtype, layout, topk, params)
+    config: Config | None = find(d._index, (op, dtype, layout, N, K, params), M)
+    return config if config is not None else d._miss(op, M, N, K, dtype, layout, params)
 
 
 def _tables_from_env(strict: bool) -> list[Table]:

@@ -208,7 +208,7 @@ def _family_ranges(
 
 def _key_of(p: Problem) -> Key:
     """The table key of problem `p`'s family."""
-    return (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.E, p.topk, p.table_params)
+    return (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.table_params)
 
 
 def _pins(

@@ -1,6 +1,6 @@
 """Table: the pinned, immutable lookup of tuned configs for one GPU.
 
-A Table maps a shape family ``(op, dtype, layout, N, K, E, topk, params)`` either to **M ranges** (contiguous
+A Table maps a shape family ``(op, dtype, layout, N, K, params)`` either to **M ranges** (contiguous
 intervals covering every M from 1 up, each with the config measured fastest there: built from a profile
 at a ladder of M, see `autotune.dispatch.ranges`) or, for a family that was not profiled, to a sorted list
 of **M buckets**, each with the config that won at that tuned M, an M between buckets being served by the
@@ -8,7 +8,7 @@ table's M policy (see `M_POLICIES`). A lookup is one dict get on a tuple key and
 
 File format (JSON, UTF-8; written by `Table.save`, read with the standard library only)::
 
-    {"format": "autotune-table", "version": 2,
+    {"format": "autotune-table", "version": 3,
      "fingerprint": "<Target.fingerprint()>",   # hardware + toolchain the configs were measured with
      "device_key": "<Target.device_key()>",     # hardware alone: what the dispatch guard compares
      "target": { ...Target.to_dict()... },
@@ -16,18 +16,27 @@ File format (JSON, UTF-8; written by `Table.save`, read with the standard librar
      "m_policy": "round_up",    # how an M between tuned buckets is served (one of M_POLICIES)
      "created": "2026-11-21T19:00:00Z", "generator": "autotune 0.1.0",
      "entries": [
-       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096, "e": 0, "topk": 0,
+       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096,
         "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]},
-       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 8192, "k": 4096, "e": 0, "topk": 0,
+       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 8192, "k": 4096,
         "ranges": [{"lo": 1, "hi": 2, "config": {"backend": "triton_gemv", ...}, "speedup": 1.1, "points": 2},
-                   {"lo": 3, "hi": null, "config": {"backend": "torch"}, "speedup": 1.0, "points": 70}]}
+                   {"lo": 3, "hi": null, "config": {"backend": "torch"}, "speedup": 1.0, "points": 70}]},
+       {"op": "moe", "dtype": "bf16", "layout": "nk", "n": 1536, "k": 4096, "params": "E=128,topk=8",
+        "buckets": [...]}
      ]}
 
 An entry has either "buckets" or "ranges". Ranges start at M = 1, follow each other without a gap, and
 the last has ``"hi": null``; ``speedup`` is the vendor library's time over the config's, geometric mean
 over the profiled M inside (null where not profiled against the vendor), ``points`` how many profiled M
-lie inside. A file without ranges is written as version 1 (what older readers read); one with ranges as
-version 2. Both are read.
+lie inside. ``params`` (absent for none) are the op's own problem parameters, "NAME=VALUE" by name, then
+B's dtype where the op keys it (`Problem.table_params`).
+
+Versions: 1 has no ranges, 2 has ranges; in both an entry also has ``"e"`` and ``"topk"``, the fused
+MoE's expert counts (0 for other ops), which version 3 holds in ``params`` like any op's own parameters
+(``"e": 128, "topk": 8`` is ``"params": "E=128,topk=8"``). A file is written as the oldest version that
+reads it the same: 1 without ranges, 2 with, 3 where an entry's params hold what versions 1 and 2 kept in
+"e" and "topk" (an older reader would take such an entry for another family). All three are read, the
+older two converted as they are read.
 
 A bucket whose config a cost model predicted (nothing measured it) carries ``"predicted": true``; a bucket
 without the field is measured. The top-level ``predicted`` is true when any bucket is (or when the whole
@@ -61,7 +70,7 @@ from typing import Any
 
 from autotune.core import crashpoints
 from autotune.core.config import Config
-from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.problem import B_DTYPE_KEY, Problem, normalize_dtype
 from autotune.core.target import Target
 
 __all__ = [
@@ -81,10 +90,13 @@ __all__ = [
 
 #: The value of the "format" field of every table file.
 FORMAT = "autotune-table"
-#: The newest table file version this code reads; written where a table has M ranges (else version 1).
-VERSION = 2
+#: The newest table file version this code reads and writes (see the module docstring for which is written).
+VERSION = 3
 #: The file versions this code reads.
-VERSIONS = (1, 2)
+VERSIONS = (1, 2, 3)
+#: The fields of an entry of versions 1 and 2 that version 3 holds in its params, by the name of the
+#: parameter they are (the fused MoE's expert counts, which predate the ops' own parameters).
+_FORMER_FIELDS = {"e": "E", "topk": "topk"}
 #: The lookup rule of an entry with M ranges: the range whose lo is the largest <= M (an index policy, not
 #: one of `M_POLICIES`, which say how an M between tuned buckets is served).
 RANGES = "ranges"
@@ -95,9 +107,9 @@ RANGES = "ranges"
 #: nearest: nearest by |M - m| (ties go up); nearest_log: nearest by |log2 M - log2 m| (ties go up).
 M_POLICIES: tuple[str, ...] = ("round_up", "round_down", "nearest", "nearest_log")
 
-#: Index key of a shape family: (op, dtype, layout, N, K, E, topk, params); `params` is the op's own
-#: problem parameters as text, and B's dtype where the op keys it (`Problem.table_params`), "" for none.
-Key = tuple[str, str, str, int, int, int, int, str]
+#: Index key of a shape family: (op, dtype, layout, N, K, params); `params` is the op's own problem
+#: parameters as text, and B's dtype where the op keys it (`Problem.table_params`), "" for none.
+Key = tuple[str, str, str, int, int, str]
 _Hit = tuple[tuple[int, ...], tuple[Config, ...], tuple[Any, ...], str]
 
 
@@ -273,8 +285,8 @@ def check_ranges(ranges: tuple[Range, ...]) -> None:
 
 @dataclass(frozen=True)
 class Entry:
-    """How one shape family (`Key`: op, dtype, layout, N, K, E, topk, params) is served: its M ranges or
-    its M buckets.
+    """How one shape family (`Key`: op, dtype, layout, N, K, params) is served: its M ranges or its M
+    buckets.
 
     Immutable. An entry has `ranges` (contiguous from M = 1, the last open-ended: built from a profile) or
     `buckets` (tuned M values, served by the table's M policy), not both. `buckets` is stored sorted by m;
@@ -287,8 +299,6 @@ class Entry:
     layout: str
     n: int
     k: int
-    e: int
-    topk: int
     buckets: tuple[Bucket, ...] = ()
     ranges: tuple[Range, ...] = ()
     params: str = ""
@@ -301,8 +311,6 @@ class Entry:
         object.__setattr__(self, "dtype", normalize_dtype(self.dtype))
         _check_int("n", self.n, 1)
         _check_int("k", self.k, 1)
-        _check_int("e", self.e, 0)
-        _check_int("topk", self.topk, 0)
         if not isinstance(self.params, str):
             raise ValueError(f"params must be a string, got {self.params!r}")
         buckets = tuple(sorted(self.buckets, key=lambda b: b.m))
@@ -321,8 +329,8 @@ class Entry:
 
     @property
     def key(self) -> Key:
-        """The index key (op, dtype, layout, N, K, E, topk, params)."""
-        return (self.op, self.dtype, self.layout, self.n, self.k, self.e, self.topk, self.params)
+        """The index key (op, dtype, layout, N, K, params)."""
+        return (self.op, self.dtype, self.layout, self.n, self.k, self.params)
 
     def describe(self) -> str:
         """Human form of the shape family, e.g. ``gemm bf16 B:nk N=4096 K=4096``."""
@@ -335,8 +343,6 @@ class Entry:
             "layout": self.layout,
             "n": self.n,
             "k": self.k,
-            "e": self.e,
-            "topk": self.topk,
             **({"params": self.params} if self.params else {}),
             **(
                 {"ranges": [r.to_dict() for r in self.ranges]}
@@ -376,10 +382,9 @@ def _check_pins(pins: Any) -> dict[str, tuple[Mapping[str, Any], ...]]:
 
 
 def _describe(key: Key) -> str:
-    op, dtype, layout, n, k, e, topk, params = key
-    moe = f" E={e} topk={topk}" if e or topk else ""
+    op, dtype, layout, n, k, params = key
     own = f" {params}" if params else ""
-    return f"{op} {dtype} B:{layout} N={n} K={k}{moe}{own}"
+    return f"{op} {dtype} B:{layout} N={n} K={k}{own}"
 
 
 def _utc_now() -> str:
@@ -501,7 +506,7 @@ class Table:
     ) -> Table:
         """Builds a table from (problem, winning config, time in µs or None[, predicted]) tuples.
 
-        Problems are grouped by (op, dtype, layout, N, K, E, topk, params), one bucket per M; `dtype` is the
+        Problems are grouped by (op, dtype, layout, N, K, params), one bucket per M; `dtype` is the
         problem's A dtype. A bucket is predicted where its tuple's fourth item is true, or every bucket
         where `predicted` is true; the table is predicted when any bucket is. A family with `ranges`
         (key → its M ranges, e.g. from `ranges_from_profile`) is served by them instead of its buckets.
@@ -519,8 +524,6 @@ class Table:
                 problem.layout,
                 problem.N,
                 problem.K,
-                problem.E,
-                problem.topk,
                 problem.table_params,
             )
             group = groups.setdefault(key, {})
@@ -529,11 +532,11 @@ class Table:
             group[problem.M] = Bucket(problem.M, config, time_us, guessed)
         ranged = {key: tuple(rows) for key, rows in (ranges or {}).items()}
         entries = [
-            Entry(*key[:7], buckets=tuple(group.values()), params=key[7])
+            Entry(*key[:5], buckets=tuple(group.values()), params=key[5])
             for key, group in groups.items()
             if key not in ranged
         ]
-        entries += [Entry(*key[:7], ranges=rows, params=key[7]) for key, rows in ranged.items()]
+        entries += [Entry(*key[:5], ranges=rows, params=key[5]) for key, rows in ranged.items()]
         return cls(target=target, entries=entries, m_policy=m_policy, predicted=predicted, pins=pins)
 
     # -- serialization --------------------------------------------------------------------------------
@@ -586,10 +589,10 @@ class Table:
                 f"{source}: unsupported table version {version} (this autotune reads versions "
                 f"{', '.join(map(str, VERSIONS))}){hint}"
             )
-        return cls._from_dict(data, source)
+        return cls._from_dict(data, source, version)
 
     @classmethod
-    def _from_dict(cls, data: dict[str, Any], source: str) -> Table:
+    def _from_dict(cls, data: dict[str, Any], source: str, version: int = VERSION) -> Table:
         def bad(what: str) -> TableError:
             return TableError(f"{source}: malformed table: {what}")
 
@@ -618,7 +621,7 @@ class Table:
         raw_entries = data.get("entries")
         if not isinstance(raw_entries, list):
             raise bad("'entries' must be a list")
-        entries = [_entry_from_dict(raw, f"entries[{i}]", bad) for i, raw in enumerate(raw_entries)]
+        entries = [_entry_from_dict(raw, f"entries[{i}]", bad, version) for i, raw in enumerate(raw_entries)]
         try:
             table = cls(
                 target=target,
@@ -639,7 +642,7 @@ class Table:
         """The JSON-ready form (see the module docstring)."""
         return {
             "format": FORMAT,
-            "version": VERSION if self.ranged else 1,  # readable by older autotune where it can be
+            "version": self.version,
             "fingerprint": self.fingerprint,
             "device_key": self.device_key,
             "target": self.target.to_dict(),
@@ -703,20 +706,18 @@ class Table:
         M: int,
         N: int,
         K: int,
-        E: int = 0,
         *,
         dtype: str = "bf16",
         layout: str = "nk",
-        topk: int = 0,
         params: str = "",
         m_policy: str | None = None,
     ) -> Config | None:
         """The config for this shape, or None when its family (`Key`) is not in the table.
 
         `m_policy` overrides the table's policy for this call, for entries with buckets (an entry with
-        M ranges always serves the range that holds M).
+        M ranges always serves the range that holds M). `params`: the family's (`Problem.table_params`).
         """
-        config: Config | None = find(self._index, (op, dtype, layout, N, K, E, topk, params), M, m_policy)
+        config: Config | None = find(self._index, (op, dtype, layout, N, K, params), M, m_policy)
         return config
 
     def lookup_row(
@@ -725,18 +726,14 @@ class Table:
         M: int,
         N: int,
         K: int,
-        E: int = 0,
         *,
         dtype: str = "bf16",
         layout: str = "nk",
-        topk: int = 0,
         params: str = "",
         m_policy: str | None = None,
     ) -> Bucket | Range | None:
         """Like `lookup`, but returns the row that serves M: its Range, or its Bucket (tuned m, time)."""
-        row: Bucket | Range | None = find(
-            self._index, (op, dtype, layout, N, K, E, topk, params), M, m_policy, 2
-        )
+        row: Bucket | Range | None = find(self._index, (op, dtype, layout, N, K, params), M, m_policy, 2)
         return row
 
     def lookup_bucket(
@@ -745,23 +742,19 @@ class Table:
         M: int,
         N: int,
         K: int,
-        E: int = 0,
         *,
         dtype: str = "bf16",
         layout: str = "nk",
-        topk: int = 0,
         params: str = "",
         m_policy: str | None = None,
     ) -> Bucket | None:
         """Like `lookup`, but returns the whole bucket (its tuned m and time as well); None for a shape
         that is not in the table or is served by M ranges (see `lookup_row`)."""
-        row = self.lookup_row(
-            op, M, N, K, E, dtype=dtype, layout=layout, topk=topk, params=params, m_policy=m_policy
-        )
+        row = self.lookup_row(op, M, N, K, dtype=dtype, layout=layout, params=params, m_policy=m_policy)
         return row if isinstance(row, Bucket) else None
 
     def keys(self) -> tuple[Key, ...]:
-        """The (op, dtype, layout, N, K, E, topk, params) keys, sorted."""
+        """The (op, dtype, layout, N, K, params) keys, sorted."""
         return tuple(entry.key for entry in self.entries)
 
     def __contains__(self, key: object) -> bool:
@@ -770,6 +763,15 @@ class Table:
     def __len__(self) -> int:
         """Number of rows (buckets and ranges) over all entries."""
         return sum(len(entry.rows()) for entry in self.entries)
+
+    @property
+    def version(self) -> int:
+        """The file version this table is written as: the oldest that reads it the same (3 where an
+        entry's params hold what versions 1 and 2 kept in fields of their own, else 2 with M ranges, 1
+        without)."""
+        if any(_holds_former_fields(entry.params) for entry in self.entries):
+            return VERSION
+        return 2 if self.ranged else 1
 
     @property
     def ranged(self) -> int:
@@ -791,10 +793,35 @@ def canonical_dtype(dtype: object) -> str:
         return str(dtype)
 
 
-def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
+def _holds_former_fields(params: str) -> bool:
+    """Whether a family's `params` name a parameter that versions 1 and 2 kept in a field of its own."""
+    return bool(params) and any(
+        item.partition("=")[0] in _FORMER_FIELDS.values() for item in params.split(",")
+    )
+
+
+def _former_params(raw: Mapping[str, Any], params: Any) -> str:
+    """The params of an entry of version 1 or 2: its "e" and "topk" (where not 0) as the parameters
+    they are, among the op's own by name, before B's dtype (as `Problem.table_params` orders them);
+    ValueError for a field that is no non-negative integer."""
+    if not isinstance(params, str):
+        raise ValueError(f"params must be a string, got {params!r}")
+    items = [item for item in params.split(",") if item]
+    for field, name in _FORMER_FIELDS.items():
+        value = _check_int(field, raw.get(field, 0), 0)
+        if value:
+            items.append(f"{name}={value}")
+    b_dtype = [item for item in items if item.startswith(B_DTYPE_KEY)]
+    own = sorted(
+        (item for item in items if not item.startswith(B_DTYPE_KEY)), key=lambda i: i.partition("=")[0]
+    )
+    return ",".join(own + b_dtype)
+
+
+def _entry_from_dict(raw: Any, where: str, bad: Any, version: int = VERSION) -> Entry:
     if not isinstance(raw, dict):
         raise bad(f"{where} must be an object, got {type(raw).__name__}")
-    fields = ("op", "dtype", "layout", "n", "k", "e", "topk", "params")
+    fields = ("op", "dtype", "layout", "n", "k", *(_FORMER_FIELDS if version < 3 else ()), "params")
     shape = " (" + " ".join(f"{f}={raw[f]}" for f in fields if f in raw) + ")"
     missing = [f for f in ("op", "dtype", "layout", "n", "k") if f not in raw]
     if "buckets" not in raw and "ranges" not in raw:
@@ -831,17 +858,11 @@ def _entry_from_dict(raw: Any, where: str, bad: Any) -> Entry:
             except (TypeError, ValueError) as exc:
                 raise bad(f"{at}: {exc}") from None
     try:
+        params = raw.get("params", "")
+        if version < 3:
+            params = _former_params(raw, params)
         return Entry(
-            raw["op"],
-            raw["dtype"],
-            raw["layout"],
-            raw["n"],
-            raw["k"],
-            raw.get("e", 0),
-            raw.get("topk", 0),
-            tuple(buckets),
-            tuple(ranges),
-            raw.get("params", ""),
+            raw["op"], raw["dtype"], raw["layout"], raw["n"], raw["k"], tuple(buckets), tuple(ranges), params
         )
     except (TypeError, ValueError) as exc:
         raise bad(f"{where}{shape}: {exc}") from None

@@ -47,8 +47,8 @@ def served_config(op: TunableOp, problem: Problem, target: Target) -> Config:
     """
     check_op(op, problem)
     config = lookup(
-        op.name, problem.M, problem.N, problem.K, problem.E,
-        dtype=problem.dtype, layout=problem.layout, topk=problem.topk, params=problem.table_params,
+        op.name, problem.M, problem.N, problem.K,
+        dtype=problem.dtype, layout=problem.layout, params=problem.table_params,
     )  # fmt: skip
     if config is None or not _serves(op.backend(config.backend), problem.M):
         key = (op.name, problem, target)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.problem import Problem
-from autotune.core.registry import is_vendor
+from autotune.core.registry import is_vendor, rules_of
 from autotune.core.result import Source
 from autotune.core.target import Target
 from autotune.engine.bench import BenchSettings
@@ -285,7 +285,8 @@ def _interpreter_trial_s(problem: Problem, config: Any, settings: BenchSettings)
 def interpreter_launch_s(problem: Problem, config: Any, library: bool) -> float:
     """Seconds one launch of `config` takes in Triton's CPU interpreter: a library backend's on the CPU,
     else the Python cost of every program instance and its K steps (tiles from BLOCK_M/N/K or
-    BLOCK_SIZE_M/N/K, the whole of M or N or K where a config has no such knob; rows M × topk)."""
+    BLOCK_SIZE_M/N/K, the whole of M or N or K where a config has no such knob; rows: the op's
+    `kernel_rows`, M × topk for the fused MoE)."""
     if library:
         return INTERPRETER_LAUNCH_S + problem.flops() / INTERPRETER_LIBRARY_FLOPS
 
@@ -293,7 +294,7 @@ def interpreter_launch_s(problem: Problem, config: Any, library: bool) -> float:
         value = config.get(f"BLOCK_{name}", config.get(f"BLOCK_SIZE_{name}", whole))
         return max(1, int(value))
 
-    rows = problem.M * max(1, problem.topk)
+    rows = rules_of(problem.op).kernel_rows(problem)
     split_k = max(1, int(config.get("SPLIT_K", 1)))
     programs = math.ceil(rows / tile("M", rows)) * math.ceil(problem.N / tile("N", problem.N)) * split_k
     iters = math.ceil(problem.K / (split_k * tile("K", problem.K)))

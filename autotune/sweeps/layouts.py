@@ -27,7 +27,7 @@ class LayoutPick:
 def _shape(problem: Problem, left_out: str) -> tuple[Any, ...]:
     p = problem
     others = tuple(item for item in p.extra if item[0] != left_out)
-    return (p.op, p.M, p.N, p.K, p.E, p.topk, p.dtype_a, p.dtype_b, p.dtype_out, p.layout, others)
+    return (p.op, p.M, p.N, p.K, p.dtype_a, p.dtype_b, p.dtype_out, p.layout, others)
 
 
 def fastest_layouts(results: Iterable[tuple[Problem, float | None]]) -> list[LayoutPick]:

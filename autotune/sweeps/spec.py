@@ -368,7 +368,8 @@ def _model_entry(table: Mapping[str, Any], where: str) -> SweepEntry:
     """A [[sweep]] table naming a catalog model: its problems come from `sweeps/catalog.py`."""
     from autotune.sweeps.catalog import MODELS
 
-    clash = sorted({"op", "nk", "e", "topk", "layout"} & set(table))
+    shapes = {"op", "nk", "layout"}.union(*(rules_of(op).spec_keys for op in ops())) - _MODEL_KEYS
+    clash = sorted(shapes & set(table))  # the fields of explicit shapes, any op's own among them
     if clash:
         fields = ", ".join(f"`{k}`" for k in clash)
         raise SpecError(

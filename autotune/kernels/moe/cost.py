@@ -11,6 +11,7 @@ from autotune.core.registry import backend_of
 from autotune.core.static import StaticFeatures
 from autotune.core.target import Target
 from autotune.engine.model import LAUNCH_US, library_us, predict_us
+from autotune.kernels.moe.params import experts, experts_touched
 
 __all__ = ["MOE_EXTRA_LAUNCHES", "MOE_TORCH_LAUNCHES_PER_EXPERT", "moe_us"]
 
@@ -30,8 +31,8 @@ def moe_us(problem: Problem, config: Config, target: Target, features: StaticFea
     (the dense model reads B once) and the extra launches; with MXFP4 weights the down GEMM takes
     BLOCK_SIZE_N_DOWN as its column tile. A first model: not yet validated against
     measurements (the dense GEMM's is, in BENCHMARKS.md)."""
-    touched = max(1.0, problem.experts_touched())
-    per_expert = problem.M * problem.topk / touched
+    touched = max(1.0, experts_touched(problem))
+    per_expert = problem.M * experts(problem)[1] / touched
     wbytes = DTYPE_BYTES[problem.dtype_b]
     if backend_of(problem.op, config.backend).library or target.peak_tflops <= 0 or target.mem_gbps <= 0:
         launches = touched * MOE_TORCH_LAUNCHES_PER_EXPERT * (LAUNCH_US if target.peak_tflops > 0 else 1.0)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from autotune.core.backend import Backend
 from autotune.core.config import Config
@@ -14,6 +15,7 @@ from autotune.core.target import Target
 from autotune.kernels.common.formats import MX_BLOCK
 from autotune.kernels.common.target import mx_native
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
+from autotune.kernels.moe.params import PARAMS, experts, experts_touched
 from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
 
 if TYPE_CHECKING:
@@ -54,6 +56,8 @@ class MoeOp(ProblemRules):
 
     name = "moe"
     layer = "experts"
+    #: E (experts) and topk (experts per token): every problem names both (`params.experts` reads them).
+    params: ClassVar[dict[str, type]] = PARAMS
     #: bf16, FP8 and MXFP4 weights of one shape are three families of a table (`Problem.table_params`).
     key_b_dtype = True
 
@@ -91,7 +95,7 @@ class MoeOp(ProblemRules):
 
     def layer_problem(self, op: str, M: int, shape: Any, dtype: str, weights: str | None) -> Problem:
         """The routed experts of one rank: `shape.E` experts of N x K, top `shape.topk`."""
-        return Problem.moe(M, shape.N, shape.K, shape.E, shape.topk, dtype, weights)
+        return Problem.of(op, M, shape.N, shape.K, dtype, weights, E=shape.E, topk=shape.topk)
 
     def example_problem(self, op: str) -> Problem:
         """16 tokens, 8 experts of 256 x 512, top 2."""
@@ -99,16 +103,23 @@ class MoeOp(ProblemRules):
 
     def validate_problem(self, problem: Problem) -> None:
         """topk >= 1 experts per token, of E >= topk."""
-        if problem.topk < 1:
-            raise ValueError(f"a moe problem needs topk >= 1, got {problem.topk}")
-        if problem.topk > problem.E:
-            raise ValueError(
-                f"a moe problem needs E >= topk (experts per token), got E={problem.E}, topk={problem.topk}"
-            )
+        E, topk = experts(problem)
+        if topk < 1:
+            raise ValueError(f"a moe problem needs topk >= 1, got {topk}")
+        if topk > E:
+            raise ValueError(f"a moe problem needs E >= topk (experts per token), got E={E}, topk={topk}")
         if problem.layout != "nk":
             raise ValueError("op moe has no `layout` (its weights are (E, N, K))")
         if problem.dtype_b == MXFP4:
             _check_mxfp4(problem)
+
+    def unknown_twin(self, problem: Problem) -> Problem:
+        """The problem of its experts and N whose K and top-k a vLLM file left unknown
+        (`autotune.db.moe_shape.UNKNOWN_K` and `UNKNOWN_TOPK`)."""
+        from autotune.db.moe_shape import UNKNOWN_K, UNKNOWN_TOPK
+
+        E, _ = experts(problem)
+        return replace(problem, K=UNKNOWN_K, extra=(("E", E), ("topk", UNKNOWN_TOPK)))
 
     def problem_dtypes(self, dtype: str, variant: str | None = None) -> tuple[str, str, str]:
         """Activations and output `dtype`; weights `variant` ("mxfp4" is MXFP4: "fp4e2m1"), else `dtype`."""
@@ -117,13 +128,18 @@ class MoeOp(ProblemRules):
 
     def problem_flops(self, problem: Problem) -> float:
         """Both projections of every (token, expert) pair: 2·N·K for gate and up, N·K for down, times 2."""
-        return 6.0 * problem.M * problem.topk * problem.N * problem.K
+        return 6.0 * problem.M * experts(problem)[1] * problem.N * problem.K
+
+    def kernel_rows(self, problem: Problem) -> int:
+        """A row per token and expert it is routed to: M x topk."""
+        return problem.M * experts(problem)[1]
 
     def problem_bytes(self, problem: Problem) -> float:
         """The weights of the experts uniform routing touches, the tokens in, the result out."""
-        w = problem.experts_touched() * 3 * problem.N * problem.K * DTYPE_BYTES[problem.dtype_b]
+        touched = experts_touched(problem)
+        w = touched * 3 * problem.N * problem.K * DTYPE_BYTES[problem.dtype_b]
         if problem.dtype_b == MXFP4:  # one e8m0 byte per 32 weights
-            w += problem.experts_touched() * 3 * problem.N * problem.K / MX_BLOCK
+            w += touched * 3 * problem.N * problem.K / MX_BLOCK
         tokens = problem.M * problem.K * (DTYPE_BYTES[problem.dtype_a] + DTYPE_BYTES[problem.dtype_out])
         return float(w + tokens)
 
@@ -187,14 +203,14 @@ class MoeOp(ProblemRules):
         return moe_us(problem, config, target, features)
 
     def label(self, problem: Problem) -> str:
-        p = problem
+        p, (E, topk) = problem, experts(problem)
         weights = "" if p.dtype_b == p.dtype_a else f" w:{p.dtype_b}"
-        return f"{p.M}x{p.N}x{p.K} E{p.E} top{p.topk} {p.dtype}{weights}"
+        return f"{p.M}x{p.N}x{p.K} E{E} top{topk} {p.dtype}{weights}"
 
     def describe_problem(self, problem: Problem) -> str:
-        p = problem
+        p, (E, topk) = problem, experts(problem)
         weights = "" if p.dtype_b == p.dtype_a else f" weights {p.dtype_b}"
-        return f"moe M={p.M} N={p.N} K={p.K} E={p.E} topk={p.topk} {p.dtype_a}{weights}"
+        return f"moe M={p.M} N={p.N} K={p.K} E={E} topk={topk} {p.dtype_a}{weights}"
 
     def check_problem(self, problem: Problem) -> None:
         if problem.op != "moe":
@@ -226,7 +242,7 @@ class MoeOp(ProblemRules):
         )
 
         self.check_problem(problem)
-        M, N, K, E = problem.M, problem.N, problem.K, problem.E
+        (M, N, K), (E, topk) = (problem.M, problem.N, problem.K), experts(problem)
         gen = torch.Generator(device=device).manual_seed(seed)
         dtype = _act_dtype(problem.dtype_a)
 
@@ -239,7 +255,7 @@ class MoeOp(ProblemRules):
         # the routing is drawn on the CPU (the same tokens go to the same experts on every device)
         routing_gen = torch.Generator().manual_seed(seed)
         logits = routing_logits(M, E, zipf=self.zipf, generator=routing_gen, device=device)
-        weights, ids = route(logits, problem.topk)
+        weights, ids = route(logits, topk)
         if problem.dtype_b == MXFP4:
             w1q, w1s = quantize_mxfp4_weight(w1)
             w2q, w2s = quantize_mxfp4_weight(w2)
@@ -293,7 +309,7 @@ class MoeOp(ProblemRules):
         if self.records[config.backend].library:
             return []
         self.check_problem(problem)
-        M, N, K, E = problem.M, problem.N, problem.K, problem.E
+        (M, N, K), (E, topk) = (problem.M, problem.N, problem.K), experts(problem)
         act = _act_dtype(problem.dtype_a)
         fp8, mx = problem.dtype_b == "fp8e4m3", problem.dtype_b == MXFP4
         wdtype = _fp8_dtype("cuda", target) if fp8 else torch.uint8 if mx else act
@@ -304,7 +320,7 @@ class MoeOp(ProblemRules):
         x, out = _phantom((M, K), act), _phantom((M, K), act)
         w1, w2 = _phantom((E, 2 * N, K // pack), wdtype), _phantom((E, K, N // pack), wdtype)
         gen = torch.Generator().manual_seed(0)
-        weights, ids = route(routing_logits(M, E, zipf=self.zipf, generator=gen), problem.topk)
+        weights, ids = route(routing_logits(M, E, zipf=self.zipf, generator=gen), topk)
         sorted_ids, expert_ids, num_padded = align_block_size(ids, int(config["BLOCK_SIZE_M"]), E)
         alignment = (sorted_ids.to("meta"), expert_ids.to("meta"), num_padded)
         scales: tuple[Any, Any] = (None, None)

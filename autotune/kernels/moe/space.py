@@ -12,6 +12,7 @@ from autotune.core.target import Target
 from autotune.engine.verdicts import first_passing
 from autotune.kernels.candidates import Core, candidates, safer_cores
 from autotune.kernels.common.target import mx_native
+from autotune.kernels.moe.params import experts
 
 __all__ = [
     "FP8_BLOCK",
@@ -52,7 +53,8 @@ def _fewest_rows(problem: Problem, target: Target) -> int:
 
 def tokens_per_expert(problem: Problem) -> float:
     """Mean (token, expert) pairs per expert under uniform routing: the M of each expert's GEMM."""
-    return problem.M * problem.topk / problem.E
+    E, topk = experts(problem)
+    return problem.M * topk / E
 
 
 def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
@@ -106,8 +108,9 @@ def moe_params(problem: Problem, target: Target) -> dict[str, Sequence[Value]]:
 
 def _max_row_blocks(problem: Problem, bm: int) -> int:
     """The most row blocks of `bm` rows any routing can give: every busy expert's rows padded to bm."""
-    pairs = problem.M * problem.topk
-    return -(-(pairs + min(problem.E, pairs) * (bm - 1)) // bm)
+    E, topk = experts(problem)
+    pairs = problem.M * topk
+    return -(-(pairs + min(E, pairs) * (bm - 1)) // bm)
 
 
 def _gate_up_tiles(problem: Problem, bm: int, bn: int) -> int:
@@ -418,7 +421,7 @@ def _moe_core(problem: Problem, target: Target) -> Core:
     else:
         bm, bn, bk, warps = 128, 128, wide_k, 8
     bn = min(bn, max(32, next_pow2(problem.N)))
-    deep = fp8 and bm == 16 and problem.M * problem.topk <= FP8_DEEP_RING_MAX_PAIRS
+    deep = fp8 and bm == 16 and problem.M * experts(problem)[1] <= FP8_DEEP_RING_MAX_PAIRS
     return Core(bm, bn, bk, warps, 2 if target.is_amd else 4 if deep or wide else 3)
 
 

@@ -132,7 +132,7 @@ class QuantRules(ProblemRules):
         fp8 = options.get("fp8")
         return [Problem.of(op, m, n, k, dtype, fp8, layout=x) for x in layouts for n, k in nks for m in ms]
 
-    def key_problem(self, key: tuple[str, str, str, int, int, int, int, str]) -> Problem:
+    def key_problem(self, key: tuple[str, str, str, int, int, str]) -> Problem:
         """A table keys a quantized GEMM by A's dtype: its output is taken as bf16."""
         op, dtype, _layout, n, k = key[:5]
         return Problem.of(op, 1, n, k, "bf16", dtype)
