@@ -113,7 +113,7 @@ def test_a_backend_check_agrees_with_the_op_s_space(op_name: str) -> None:
     base = {
         "gemm": Problem.gemm(1, 1280, 8192),
         "gemm_fp8_rowwise": Problem("gemm_fp8_rowwise", 1, 1280, 8192, dtype_a="fp8e4m3", dtype_b="fp8e4m3"),
-        "moe": Problem("moe", 1, 256, 512, E=8, topk=2),
+        "moe": Problem.of("moe", 1, 256, 512, E=8, topk=2),
     }[op_name]
     rng = random.Random(0)
     ms = (1, 3, 16, 40, 256, 3000)

@@ -12,7 +12,7 @@ def test_problem_flops_bytes_and_key() -> None:
     p = Problem.gemm(16, 4096, 1024, "bf16")
     assert p.flops() == 2 * 16 * 4096 * 1024
     assert p.min_bytes() == 2 * (16 * 1024 + 4096 * 1024 + 16 * 4096)
-    assert p.key() == "gemm:M=16,N=4096,K=1024,E=0,topk=0:bf16,bf16,bf16:nk"
+    assert p.key() == "gemm:M=16,N=4096,K=1024:bf16,bf16,bf16:nk"
     assert Problem.gemm(16, 4096, 1024, "bfloat16") == p  # aliases normalise
     assert p.with_m(32).M == 32
 

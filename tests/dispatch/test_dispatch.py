@@ -55,7 +55,7 @@ def h100() -> Target:
 
 
 def hand_table(target: Target, m_policy: str = "round_up", n: int = 4096, k: int = 4096) -> Table:
-    entry = Entry("gemm", "bf16", "nk", n, k, 0, 0, tuple(Bucket(m, cfg(m), float(m)) for m in MS))
+    entry = Entry("gemm", "bf16", "nk", n, k, tuple(Bucket(m, cfg(m), float(m)) for m in MS))
     return Table(target=target, entries=[entry], m_policy=m_policy)
 
 
@@ -143,13 +143,15 @@ def test_round_trip_from_winners_save_load(tmp_path: Path, interp: Target) -> No
     assert (loaded.m_policy, loaded.predicted, loaded.created) == ("nearest", True, table.created)
     assert loaded.source == str(path) and loaded.generator.startswith("autotune")
     for problem, config, time_us in ws:
-        args = (problem.op, problem.M, problem.N, problem.K, problem.E)
-        kw: dict[str, Any] = dict(dtype=problem.dtype, layout=problem.layout, topk=problem.topk)
+        args = (problem.op, problem.M, problem.N, problem.K)
+        kw: dict[str, Any] = dict(dtype=problem.dtype, layout=problem.layout, params=problem.table_params)
         assert loaded.lookup(*args, **kw) == config == table.lookup(*args, **kw)
         bucket = loaded.lookup_bucket(*args, **kw)
         assert bucket is not None and bucket.m == problem.M and bucket.time_us == time_us
     data = json.loads(path.read_text())
-    assert data["format"] == "autotune-table" and data["version"] == 1
+    assert data["format"] == "autotune-table" and data["version"] == 3  # the moe's params: E and topk
+    assert [e.get("params", "") for e in data["entries"]][-1] == "E=64,topk=6"
+    assert not any("e" in e or "topk" in e for e in data["entries"])
     assert data["entries"][0]["buckets"][0]["config"]["backend"] == "triton"
     # the text form is stable: saving what was loaded gives the same entries and header
     assert json.loads(loaded.to_json())["entries"] == data["entries"]
@@ -167,12 +169,14 @@ def test_moe_weights_dtypes_are_three_families(tmp_path: Path, interp: Target) -
     problems = [Problem.moe(**shape, weights=w) for w in (None, "fp8e4m3", "mxfp4")]  # type: ignore[arg-type]
     configs = [Config(backend="triton", BLOCK_SIZE_M=m) for m in (16, 32, 64)]
     table = Table.from_winners(interp, [(p, c, 1.0) for p, c in zip(problems, configs, strict=True)])
-    assert sorted(e.params for e in table.entries) == ["", "b=fp4e2m1", "b=fp8e4m3"]
+    own = "E=128,topk=8"
+    assert sorted(e.params for e in table.entries) == [own, f"{own},b=fp4e2m1", f"{own},b=fp8e4m3"]
     table.save(tmp_path / "t.json")
     loaded = Table.load(tmp_path / "t.json")
     assert {family_of_entry(e).dtype_b for e in loaded.entries} == {"bf16", "fp8e4m3", "fp4e2m1"}
     old = Table(
-        target=interp, entries=[replace(e, params="") for e in loaded.entries if e.params == "b=fp8e4m3"]
+        target=interp,
+        entries=[replace(e, params=own) for e in loaded.entries if e.params == f"{own},b=fp8e4m3"],
     )
     previous = install_dispatcher(Dispatcher([loaded], device_key=interp, untuned_log=os.devnull))
     try:
@@ -193,9 +197,10 @@ def test_unknown_key_returns_none(interp: Target) -> None:
     assert table.lookup("gemm", 8, 2048, 4096) is None  # another N
     assert table.lookup("gemm", 8, 4096, 4096, dtype="fp16") is None  # tuned only for kn
     assert table.lookup("gemm", 8, 4096, 4096, layout="kn") is None  # tuned only for fp16
-    assert table.lookup("gemm", 8, 4096, 4096, 8) is None  # an E
-    assert table.lookup("gemm", 16, 1408, 2048, 64, topk=2) is None  # another topk
-    assert table.lookup("moe", 16, 1408, 2048, 64, topk=6) == cfg(16, seed=0, moe=1)
+    assert table.lookup("gemm", 8, 4096, 4096, params="E=8") is None  # own parameters it has not
+    assert table.lookup("moe", 16, 1408, 2048, params="E=64,topk=2") is None  # another topk
+    assert table.lookup("moe", 16, 1408, 2048, params="E=64,topk=6") == cfg(16, seed=0, moe=1)
+    assert table.lookup("moe", 16, 1408, 2048) is None  # no params
     assert table.lookup("moe", 8, 4096, 4096) is None
     assert table.lookup_bucket("gemm", 8, 4096, 4097) is None
 
@@ -203,10 +208,10 @@ def test_unknown_key_returns_none(interp: Target) -> None:
 def test_dtype_aliases_are_accepted(interp: Target) -> None:
     torch = pytest.importorskip("torch")
     bucket = Bucket(1, {"BLOCK_M": 16})  # type: ignore[arg-type]  # a plain mapping is converted
-    entry = Entry("gemm", "bfloat16", "nk", 64, 64, 0, 0, (bucket,))
+    entry = Entry("gemm", "bfloat16", "nk", 64, 64, (bucket,))
     assert entry.dtype == "bf16" and entry.buckets[0].config == Config(BLOCK_M=16)
     table = Table(target=interp, entries=[entry])
-    assert table.keys() == (("gemm", "bf16", "nk", 64, 64, 0, 0, ""),)
+    assert table.keys() == (("gemm", "bf16", "nk", 64, 64, ""),)
     for alias in ("bf16", "bfloat16", "torch.bfloat16", torch.bfloat16):
         assert table.lookup("gemm", 1, 64, 64, dtype=alias) == Config(BLOCK_M=16)
     d = Dispatcher([table], device_key=interp.device_key())
@@ -219,9 +224,9 @@ def test_invalid_tables_are_refused(interp: Target) -> None:
     with pytest.raises(ValueError, match="two winners"):
         Table.from_winners(interp, [(Problem.gemm(1, 64, 64), cfg(1), 1.0)] * 2)
     with pytest.raises(ValueError, match="two buckets for m=4"):
-        Entry("gemm", "bf16", "nk", 64, 64, 0, 0, (Bucket(4, cfg(4)), Bucket(4, cfg(5))))
+        Entry("gemm", "bf16", "nk", 64, 64, (Bucket(4, cfg(4)), Bucket(4, cfg(5))))
     with pytest.raises(ValueError, match="needs buckets or ranges"):
-        Entry("gemm", "bf16", "nk", 64, 64, 0, 0, ())
+        Entry("gemm", "bf16", "nk", 64, 64, ())
     with pytest.raises(ValueError, match="two entries"):
         Table(target=interp, entries=[*hand_table(interp).entries, *hand_table(interp).entries])
     with pytest.raises(ValueError, match="time_us"):
@@ -243,7 +248,10 @@ def _valid_dict(target: Target) -> dict[str, Any]:
         (b"[1, 2, 3]", r"is not an autotune table .*got list"),
         (b"\xff\xfe\x00\x13garbage", r"is not an autotune table: not UTF-8"),
         (b"{not json at all", r"is not an autotune table: not valid JSON"),
-        ("version", r"unsupported table version 3 \(this autotune reads versions 1, 2\); upgrade autotune"),
+        (
+            "version",
+            r"unsupported table version 4 \(this autotune reads versions 1, 2, 3\); upgrade autotune",
+        ),
         (
             "bad_m",
             r"malformed table: entries\[0\]\.buckets\[1\] \(op=gemm .*n=4096.*\): m must be a positive",
@@ -263,7 +271,7 @@ def test_not_our_file_raises_table_error(
         data = _valid_dict(interp)
         entry = data["entries"][0]
         if content == "version":
-            data["version"] = 3
+            data["version"] = 4
         elif content == "bad_m":
             entry["buckets"][1]["m"] = -1
         elif content == "no_n":
@@ -387,25 +395,27 @@ def test_untuned_warns_once_per_shape_and_logs_each_m(tmp_path: Path, interp: Ta
         warnings.simplefilter("always")
         for M in (1, 1, 5, 5, 7, 1):
             assert d.lookup("gemm", M, 512, 512) is None
-        assert d.lookup("gemm", 3, 512, 512, 8, topk=2, dtype="fp16") is None
+        assert d.lookup("moe", 3, 512, 512, params="E=8,topk=2", dtype="fp16") is None
         assert d.lookup("gemm", 3, 4096, 4096) == cfg(16)  # tuned: no warning, no log
-        d.note_untuned("gemm", 9, 512, 512, 0, "bf16", "nk", 0)
+        d.note_untuned("gemm", 9, 512, 512, "bf16", "nk")
     untuned = [w for w in record if issubclass(w.category, UntunedShapeWarning)]
     assert len(untuned) == 2 == len(record)
     text = str(untuned[0].message)
     assert "gemm bf16 B:nk N=512 K=512" in text and "M=1" in text
     assert "run `autotune sweep`" in text.lower() and str(log) in text
-    assert "E=8 topk=2" in str(untuned[1].message)
+    assert "moe fp16 B:nk N=512 K=512 E=8,topk=2" in str(untuned[1].message)
     assert untuned[0].filename == __file__
     lines = log.read_text().splitlines()
     assert len(lines) == 5  # (512, M) for M in 1, 5, 7, 9 and the MoE shape at M=3
     records = read_untuned_log(log)
     assert [(r["n"], r["m"]) for r in records] == [(512, 1), (512, 5), (512, 7), (512, 3), (512, 9)]
     first = records[0]
-    assert set(first) == {"op", "m", "n", "k", "e", "topk", "dtype", "layout", "device_key", "time"}
-    assert (first["op"], first["k"], first["e"], first["topk"]) == ("gemm", 512, 0, 0)
+    assert set(first) == {"op", "m", "n", "k", "dtype", "layout", "device_key", "time"}
+    assert (first["op"], first["k"]) == ("gemm", 512)
     assert (first["dtype"], first["layout"], first["device_key"]) == ("bf16", "nk", interp.device_key())
-    assert records[3]["e"] == 8 and records[3]["topk"] == 2 and records[3]["dtype"] == "fp16"
+    assert (
+        records[3]["params"] == "E=8,topk=2" and records[3]["op"] == "moe" and records[3]["dtype"] == "fp16"
+    )
 
 
 def test_read_untuned_log_dedupes_and_skips_corrupt_lines(

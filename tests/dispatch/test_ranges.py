@@ -279,9 +279,7 @@ def _ranged_table() -> Table:
         Range(4097, None, VENDOR, None, 0),
     )
     buckets = Table.from_winners(H100, [(Problem.gemm(16, 1024, 1024), TILE, 3.0)]).entries
-    return Table(
-        target=H100, entries=[Entry("gemm", "bf16", "nk", 4096, 4096, 0, 0, ranges=ranges), *buckets]
-    )
+    return Table(target=H100, entries=[Entry("gemm", "bf16", "nk", 4096, 4096, ranges=ranges), *buckets])
 
 
 def test_ranged_table_round_trip(tmp_path: Path) -> None:

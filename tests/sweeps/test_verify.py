@@ -87,14 +87,14 @@ def test_no_vendor_rows_are_not_compared() -> None:
 
 def test_vendor_config_and_family_of_entry() -> None:
     assert vendor_config(GEMM, Problem.gemm(4, 256, 512), INTERP) == VENDOR
-    entry = Entry("gemm", "bf16", "kn", 256, 512, 0, 0, ranges=(Range(1, None, VENDOR),))
+    entry = Entry("gemm", "bf16", "kn", 256, 512, ranges=(Range(1, None, VENDOR),))
     assert family_of_entry(entry) == Problem.gemm(1, 256, 512, "bf16", "kn")
-    quant = Entry("gemm_fp8_rowwise", "fp8e4m3", "nk", 256, 512, 0, 0, ranges=(Range(1, None, VENDOR),))
+    quant = Entry("gemm_fp8_rowwise", "fp8e4m3", "nk", 256, 512, ranges=(Range(1, None, VENDOR),))
     assert family_of_entry(quant) == Problem.quant("gemm_fp8_rowwise", 1, 256, 512, "bf16", "fp8e4m3")
 
 
 def _table(path: Path) -> Path:
-    entry = Entry("gemm", "bf16", "nk", 256, 512, 0, 0, ranges=(Range(1, 16, OURS), Range(17, None, VENDOR)))
+    entry = Entry("gemm", "bf16", "nk", 256, 512, ranges=(Range(1, 16, OURS), Range(17, None, VENDOR)))
     Table(target=INTERP, entries=[entry]).save(path)
     return path
 
