@@ -95,8 +95,6 @@ def test_one_file_per_gpu_with_the_right_columns(filled: Store, tmp_path: Path) 
         "m",
         "n",
         "k",
-        "e",
-        "topk",
         "dtype",
         "layout",
         "backend",
@@ -118,6 +116,21 @@ def test_one_file_per_gpu_with_the_right_columns(filled: Store, tmp_path: Path) 
     assert {r["source"] for r in rows} == {"measured"}
 
 
+def test_an_op_s_own_parameters_are_columns_of_their_own(store: Store, tmp_path: Path) -> None:
+    """A moe winner's E and topk (its op's own parameters) are param_E and param_topk, after the problem's
+    columns; a dense GEMM's row in the same file leaves them empty."""
+    moe = Problem.moe(16, 256, 512, 8, 2)
+    store.record(target=H100, kernel="moe.triton", source_hash="m", problem=moe,
+                 result=ok(Config(backend="triton", BLOCK_SIZE_M=16), 9.0))  # fmt: skip
+    put(store, H100, SMALL, ok(Config(backend="torch"), 5.0))
+    [path] = export_csv(store, tmp_path)
+    columns, rows = read(path)
+    assert columns[columns.index("layout") + 1 : columns.index("backend")] == ["param_E", "param_topk"]
+    by_op = {r["op"]: r for r in rows}
+    assert (by_op["moe"]["param_E"], by_op["moe"]["param_topk"]) == ("8", "2")
+    assert (by_op["gemm"]["param_E"], by_op["gemm"]["param_topk"]) == ("", "")
+
+
 def test_rows_hold_the_winner_and_its_numbers(filled: Store, tmp_path: Path) -> None:
     h100_csv, other_csv = export_csv(filled, tmp_path)
     _, (small, big) = read(h100_csv)
@@ -125,7 +138,7 @@ def test_rows_hold_the_winner_and_its_numbers(filled: Store, tmp_path: Path) -> 
     assert small["gpu_name"] == "NVIDIA H100 80GB HBM3" and small["arch"] == "sm_90"
     assert small["cu_count"] == "132" and small["fingerprint"] == H100.fingerprint()
     assert small["interpreter"] == "False" and small["op"] == "gemm" and small["dtype"] == "bf16"
-    assert (small["e"], small["topk"], small["layout"]) == ("0", "0", "nk")
+    assert small["layout"] == "nk" and not any(c.startswith("param_") for c in small)
     assert (
         small["backend"] == "triton" and small["kernel"] == "gemm.triton" and small["source_hash"] == "abc123"
     )

@@ -772,7 +772,7 @@ def test_cli_best_moe(measured: Store, capsys: pytest.CaptureFixture[str]) -> No
     capsys.readouterr()
     gemm_with_e = ["best", "--m", "16", "--n", "64", "--k", "64", "--e", "8", "--topk", "2"]
     assert main([*gemm_with_e, "--db", measured.url]) == 2
-    assert "belong to problems with experts, not gemm" in capsys.readouterr().err
+    assert "gemm has no parameter 'E' (its own parameters: none)" in capsys.readouterr().err
     assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 0  # dense default
 
 

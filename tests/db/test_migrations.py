@@ -27,7 +27,7 @@ from sqlalchemy.engine import make_url
 from autotune.cli import main
 from autotune.core.config import Config
 from autotune.core.problem import Problem
-from autotune.core.result import Timing, TrialResult, TrialStatus
+from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store, StoreError
 from autotune.db.engine import mask_url, resolve_url
@@ -102,6 +102,27 @@ def _engine(db: str) -> Engine:
     return create_engine(resolve_url(db))
 
 
+def old_key(p: Problem) -> str:
+    """`p`'s key as schema versions 1 to 6 stored it: E and topk after M, N and K (0 without experts)."""
+    own = dict(p.extra)
+    e, topk = own.pop("E", 0), own.pop("topk", 0)
+    params = ",".join(f"{k}={v}" for k, v in sorted(own.items()))
+    return (
+        f"{p.op}:M={p.M},N={p.N},K={p.K},E={e},topk={topk}:{p.dtype_a},{p.dtype_b},{p.dtype_out}:{p.layout}"
+        + (f":{params}" if params else "")
+    )
+
+
+def old_fields(p: Problem) -> dict[str, Any]:
+    """`p`'s params as schema versions 4 to 6 stored them: E and topk beside the dtypes and layout."""
+    own = dict(p.extra)
+    fields: dict[str, Any] = {"E": own.pop("E", 0), "topk": own.pop("topk", 0), "dtype_a": p.dtype_a,
+                              "dtype_b": p.dtype_b, "dtype_out": p.dtype_out, "layout": p.layout}  # fmt: skip
+    if own:
+        fields["extra"] = own
+    return fields
+
+
 def make_v1(db: str, *, static_features: bool = True) -> None:
     """A version-1 database with a few rows (without static_features, as before that table joined)."""
     engine = _engine(db)
@@ -137,7 +158,7 @@ def make_v1(db: str, *, static_features: bool = True) -> None:
                     'INSERT INTO problems ("key", op, m, n, k, e, topk, dtype_a, dtype_b, dtype_out, layout)'
                     " VALUES (:key, :op, :m, :n, :k, :e, :topk, :a, :b, :o, :layout)"
                 ),
-                dict(key=p.key(), op=p.op, m=p.M, n=p.N, k=p.K, e=p.E, topk=p.topk, a=p.dtype_a,
+                dict(key=old_key(p), op=p.op, m=p.M, n=p.N, k=p.K, e=0, topk=0, a=p.dtype_a,
                      b=p.dtype_b, o=p.dtype_out, layout=p.layout),
             )  # fmt: skip
         conn.execute(
@@ -325,12 +346,14 @@ def test_upgrade_migrates_a_version1_database_and_keeps_its_data(
     assert counts(v1_db) == TRIAL_COUNTS
     for name, old in before.items():
         new = rows(v1_db, name)
-        if name == "problems":  # version 4: the fields other than op, m, n and k moved into params
-            moved = {"e": "E", "topk": "topk", "dtype_a": "dtype_a", "dtype_b": "dtype_b",
-                     "dtype_out": "dtype_out", "layout": "layout"}  # fmt: skip
-            new = [{**{k: v for k, v in r.items() if k != "params"},
+        if name == "problems":  # version 4: the fields other than op, m, n and k moved into params;
+            # version 7: E and topk are the moe's own parameters, in neither params nor key of a GEMM
+            assert [r["key"] for r in new] == [P1.key(), P2.key()]
+            assert [r["params"] for r in new] == [P1.params_json(), P2.params_json()]
+            moved = {"dtype_a": "dtype_a", "dtype_b": "dtype_b", "dtype_out": "dtype_out", "layout": "layout"}
+            new = [{**{k: v for k, v in r.items() if k != "params"}, "e": 0, "topk": 0, "key": old_key(p),
                     **{col: json.loads(r["params"])[field] for col, field in moved.items()}}
-                   for r in new]  # fmt: skip
+                   for r, p in zip(new, (P1, P2), strict=True)]  # fmt: skip
         assert [{k: r[k] for k in old[0]} for r in new] == old, name  # every old value, unchanged
     assert [r["host"] for r in rows(v1_db, "trials")] == [None, None, None]
     assert meta_version(v1_db) == str(SCHEMA_VERSION)
@@ -532,7 +555,8 @@ def test_a_version3_database_upgrades_and_answers_best_the_same(
     def best(problem: Problem) -> str:
         flags = ["--op", problem.op, "--m", str(problem.M), "--n", str(problem.N), "--k", str(problem.K)]
         if problem.op == "moe":
-            flags += ["--e", str(problem.E), "--topk", str(problem.topk), "--weights", problem.dtype_b]
+            own = dict(problem.extra)
+            flags += ["--e", str(own["E"]), "--topk", str(own["topk"]), "--weights", problem.dtype_b]
         elif problem.op == "gemm":
             flags += ["--dtype", problem.dtype_a, "--layout", problem.layout]
         code, out, err = run_cli(capsys, "best", "--db", db_url, *flags)
@@ -543,17 +567,20 @@ def test_a_version3_database_upgrades_and_answers_best_the_same(
     command.downgrade(alembic_config(url=db_url), REVISIONS[3])
     assert meta_version(db_url) == "3" and "layout" in columns(db_url, "problems")
     v3 = {r["key"]: r for r in rows(db_url, "problems")}
-    assert set(v3) == {p.key() for p in problems}
+    assert set(v3) == {old_key(p) for p in problems}
     with pytest.raises(StoreError, match="autotune db upgrade"):
         Store(db_url)
     code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
     assert code == 0 and f"from schema version 3 to {SCHEMA_VERSION}" in out
     assert [best(p) for p in problems] == before
+    by_key = {p.key(): p for p in problems}
+    assert {r["key"] for r in rows(db_url, "problems")} == set(by_key)
     for row in rows(db_url, "problems"):
-        old = v3[row["key"]]
+        old = v3[old_key(by_key[row["key"]])]
+        experts = {"extra": {"E": old["e"], "topk": old["topk"]}} if old["e"] else {}
         assert json.loads(row["params"]) == {
-            "E": old["e"], "topk": old["topk"], "dtype_a": old["dtype_a"], "dtype_b": old["dtype_b"],
-            "dtype_out": old["dtype_out"], "layout": old["layout"],
+            "dtype_a": old["dtype_a"], "dtype_b": old["dtype_b"], "dtype_out": old["dtype_out"],
+            "layout": old["layout"], **experts,
         }  # fmt: skip
 
 
@@ -576,3 +603,163 @@ def test_a_version4_database_upgrades_to_shared_sweeps(
         assert store.claim("w", "gemm:M=1", sweep) == "claimed" and store.held([sweep]) == {
             sweep: ["gemm:M=1"]
         }
+
+
+# -- version 7: the MoE's E and topk are its own parameters ----------------------------------------------
+
+V6_GEMM = Problem.gemm(16, 4096, 4096)
+V6_PROBLEMS = [
+    V6_GEMM,
+    Problem.gemm(64, 1024, 512, "fp16", "kn"),
+    Problem.moe(32, 1536, 4096, 128, 8),
+    Problem.moe(32, 1536, 4096, 128, 8, weights="fp8e4m3"),
+    Problem.moe(32, 1536, 1, 128, 1),  # an imported file's config whose K and topk were unknown
+    Problem.of("mla_decode", 4, 512, 576, heads=16, context=256, kv_dtype="bf16", page_size=16),
+    Problem.quant("gemm_fp8_blockwise", 16, 7168, 2048),
+]
+V6_MOE, V6_UNKNOWN, V6_MLA = V6_PROBLEMS[2], V6_PROBLEMS[4], V6_PROBLEMS[5]
+#: The claims of a shared sweep: (item, done), by a problem's key, a profile's, and an item of no key.
+V6_CLAIMS = [(old_key(V6_MOE), True), ("profile:" + old_key(V6_MOE.with_m(1)), False),
+             ("gemm:M=1", False), (old_key(V6_MLA), False)]  # fmt: skip
+
+
+def make_v6(db: str) -> None:
+    """A database of schema version 6, built by the revisions up to it, with rows written as version 6
+    wrote them (SQL): every kind of problem, a trial of each (the unknown shape's imported), a static
+    feature, a sweep and its claims."""
+    if make_url(resolve_url(db)).get_backend_name() == "sqlite":
+        sqlite3.connect(db).close()
+    command.upgrade(alembic_config(url=db), REVISIONS[6])
+    engine = _engine(db)
+    ts = "2025-01-02 03:04:05.000000" + ("+00:00" if engine.dialect.name == "postgresql" else "")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO gpus (fingerprint, vendor, arch, name, cu_count, xcds, memory_bytes, llc_bytes,"
+                " interpreter, toolchain, target_json, created_at) VALUES (:fp, :vendor, :arch, :name, :cu,"
+                " :xcds, :mem, :llc, :interp, :tc, :tj, :ts)"
+            ),
+            dict(fp=H100.fingerprint(), vendor=H100.vendor, arch=H100.arch, name=H100.name, cu=H100.cu_count,
+                 xcds=H100.xcds, mem=H100.memory_bytes, llc=H100.llc_bytes, interp=False,
+                 tc=json.dumps(H100.toolchain, sort_keys=True), tj=json.dumps(H100.to_dict(), sort_keys=True),
+                 ts=ts),
+        )  # fmt: skip
+        conn.execute(
+            text("INSERT INTO kernels (name, source_hash, created_at) VALUES ('k.triton', 'v', :ts)"),
+            dict(ts=ts),
+        )
+        for i, p in enumerate(V6_PROBLEMS):
+            conn.execute(
+                text('INSERT INTO problems ("key", op, m, n, k, params) VALUES (:key, :op, :m, :n, :k, :p)'),
+                dict(key=old_key(p), op=p.op, m=p.M, n=p.N, k=p.K,
+                     p=json.dumps(old_fields(p), sort_keys=True, separators=(",", ":"))),
+            )  # fmt: skip
+            config = Config(backend="triton", BLOCK_M=16 * (i + 1))
+            conn.execute(
+                text(
+                    "INSERT INTO trials (gpu_id, kernel_id, problem_id, backend, config_json, config_hash,"
+                    " status, source, time_us, error, compile_s, measure_s, extra, created_at) VALUES (1, 1,"
+                    " :problem, 'triton', :cj, :ch, 'ok', :source, :t, '', 0.5, 0.25, '{}', :ts)"
+                ),
+                dict(problem=i + 1, cj=config.canonical(), ch=config.digest(), t=10.0 + i, ts=ts,
+                     source="imported" if p == V6_UNKNOWN else "measured"),
+            )  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO static_features (arch, toolchain, toolchain_hash, kernel_id, problem_id,"
+                " backend, config_json, config_hash, compiled, features_json, findings_json, compile_s,"
+                " created_at) VALUES ('sm_90', '{}', 'abc', 1, 3, 'triton', '{}', 'h', :yes, '{}', '[]', 0.5,"
+                " :ts)"
+            ),
+            dict(yes=True, ts=ts),
+        )
+        conn.execute(
+            text(
+                "INSERT INTO sweeps (name, spec_text, host, status, started_at, gpu_id)"
+                " VALUES ('shared', '', 'node7', 'running', :ts, 1)"
+            ),
+            dict(ts=ts),
+        )
+        for item, done in V6_CLAIMS:
+            conn.execute(
+                text(
+                    "INSERT INTO claims (work, item, sweep_id, lease_until, done, claimed_at)"
+                    " VALUES ('w', :item, 1, :ts, :done, :ts)"
+                ),
+                dict(item=item, done=done, ts=ts),
+            )
+    engine.dispose()
+
+
+def test_a_version6_database_upgrades_with_every_problem_s_params_and_key(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Schema version 7 moves the MoE's E and topk from every problem's params into the moe's own
+    parameters and out of every key (the claims' items too): after `autotune db upgrade` each row is
+    the problem of this autotune, trials and all, a Store reads it, and a downgrade gives back version 6's
+    rows exactly."""
+    make_v6(db_url)
+    counted = ("gpus", "kernels", "problems", "trials", "static_features", "sweeps", "claims")
+    before = {name: rows(db_url, name) for name in counted}
+    assert [r["key"] for r in before["problems"]][:3] == [
+        "gemm:M=16,N=4096,K=4096,E=0,topk=0:bf16,bf16,bf16:nk",
+        "gemm:M=64,N=1024,K=512,E=0,topk=0:fp16,fp16,fp16:kn",
+        "moe:M=32,N=1536,K=4096,E=128,topk=8:bf16,bf16,bf16:nk",
+    ]
+    with pytest.raises(StoreError, match="autotune db upgrade"):
+        Store(db_url)
+
+    code, out, _ = run_cli(capsys, "db", "upgrade", "--db", db_url)
+    assert code == 0 and f"from schema version 6 to {SCHEMA_VERSION}" in out
+    assert meta_version(db_url) == str(SCHEMA_VERSION) == "7"
+    assert schema_differences(db_url) == (HEAD_REVISION, [])
+    after = {name: rows(db_url, name) for name in counted}
+    for name in counted:  # every row kept; nothing but the problems' keys and params, the claims' items
+        changed = {"problems": ("key", "params"), "claims": ("item",)}.get(name, ())
+        assert [{k: v for k, v in r.items() if k not in changed} for r in after[name]] == [
+            {k: v for k, v in r.items() if k not in changed} for r in before[name]
+        ], name
+    assert [r["key"] for r in after["problems"]] == [p.key() for p in V6_PROBLEMS]
+    assert [r["params"] for r in after["problems"]] == [p.params_json() for p in V6_PROBLEMS]
+    assert after["problems"][2]["key"] == "moe:M=32,N=1536,K=4096:bf16,bf16,bf16:nk:E=128,topk=8"
+    assert after["problems"][5]["key"] == (
+        "mla_decode:M=4,N=512,K=576:bf16,bf16,bf16:nk:context=256,heads=16,kv_dtype=bf16,page_size=16"
+    )
+    for r, p in zip(after["problems"], V6_PROBLEMS, strict=True):
+        assert Problem.from_params(r["op"], r["m"], r["n"], r["k"], r["params"]) == p
+    assert [r["item"] for r in after["claims"]] == [
+        V6_MOE.key(),
+        "profile:" + V6_MOE.with_m(1).key(),
+        "gemm:M=1",
+        V6_MLA.key(),
+    ]
+
+    with Store(db_url) as store:
+        for i, p in enumerate(V6_PROBLEMS):
+            source = Source.IMPORTED if p == V6_UNKNOWN else Source.MEASURED
+            [best] = store.best(p, fingerprint=H100.fingerprint(), source=source)
+            assert (best.problem, best.time_us, best.config["BLOCK_M"]) == (p, 10.0 + i, 16 * (i + 1))
+        imported = store.trials(problem=V6_MOE, source=Source.IMPORTED)  # the unknown shape's counts
+        assert [r.problem for r in imported] == [V6_UNKNOWN]
+        sweep = store.start_sweep("again", "", H100)
+        assert store.claim("w", V6_MOE.key(), sweep) == "done"  # finished before the upgrade: still
+        assert store.claim("w", V6_MLA.key(), sweep) == "claimed"
+
+    command.downgrade(alembic_config(url=db_url), REVISIONS[6])
+    assert meta_version(db_url) == "6"
+    assert rows(db_url, "problems") == before["problems"]
+    assert [r["item"] for r in rows(db_url, "claims")] == [item for item, _ in V6_CLAIMS]
+
+
+def test_version7_keys_of_every_form() -> None:
+    """The revision's own rewrite of keys and params, both ways, on forms no database above holds."""
+    rev = script().get_revision(REVISIONS[7])
+    assert rev is not None
+    v7 = rev.module
+    for p in [*V6_PROBLEMS, Problem.moe(1, 64, 128, 8, 2, weights="mxfp4")]:
+        assert v7.new_key(old_key(p)) == p.key() and v7.old_key(p.key()) == old_key(p)
+        old = json.dumps(old_fields(p), sort_keys=True, separators=(",", ":"))
+        assert v7.new_params(old) == p.params_json() and v7.old_params(p.params_json()) == old
+        assert v7.new_key(p.key()) == p.key() and v7.old_key(old_key(p)) == old_key(p)  # no twice
+    for other in ("gemm:M=1", "", "profile:", "w:x:y"):
+        assert v7.new_key(other) == other == v7.old_key(other)

@@ -17,6 +17,7 @@ from autotune.core.result import Source, TrialStatus
 from autotune.db import Store, export_vllm, import_files
 from autotune.db.triton_compat import NUM_STAGES_0_REJECTED, num_stages_0_rejected, parse_version
 from autotune.db.vllm_export import sglang_dir
+from autotune.kernels.moe.params import experts
 
 H100 = "NVIDIA_H100_80GB_HBM3"
 MI300X = "AMD_Instinct_MI300X"
@@ -120,13 +121,13 @@ def test_every_real_variant_imports(store: Store, tmp_path: Path) -> None:
     records = {(r.extra["file"], r.problem.M): r for r in store.trials(source=Source.IMPORTED)}
     h100 = records[(f"E=128,N=384,device_name={H100}.json", 64)]
     assert h100.ok and h100.extra["top"] == {"triton_version": "3.5.0"} and h100.extra["shape"] == "unknown"
-    assert (h100.problem.K, h100.problem.topk) == (1, 1)  # ambiguous: K and topk unknown
+    assert (h100.problem.K, experts(h100.problem)[1]) == (1, 1)  # ambiguous: K and topk unknown
     split = records[(f"E=128,N=384,device_name={MI300X}.json", 8)]
     assert split.ok and split.extra["other"] == {"SPLIT_K": 1} and split.config["SPLIT_K"] == 1
     per_tensor = records[(f"E=8,N=7168,device_name={H100},dtype=fp8_w8a8.json", 1)]
     assert per_tensor.status is TrialStatus.PRUNED and per_tensor.kernel == "moe.triton:dtype=fp8_w8a8"
     assert per_tensor.problem.dtype_b == "fp8e4m3" and "per-tensor scales" in per_tensor.error
-    assert (per_tensor.problem.K, per_tensor.problem.topk) == (4096, 2)  # Mixtral TP2
+    assert (per_tensor.problem.K, experts(per_tensor.problem)[1]) == (4096, 2)  # Mixtral TP2
     int4 = records[(f"E=257,N=128,device_name={H100},dtype=int4_w4a16.json", 1)]
     assert int4.kernel == "moe.triton:dtype=int4_w4a16" and int4.problem.dtype_b == "bf16"
     down = records[(f"E=256,N=128,device_name={H100},dtype=fp8_w8a8,block_shape=[128, 128]_down.json", 1)]
