@@ -40,7 +40,7 @@ def test_each_catalog_layer_has_one_op_and_builds_its_problems() -> None:
     assert len(served) == 3 and all(rules_of(op).layer == kind for op, kind in served.items())
     experts = Shape("moe.experts", EXPERTS, 768, 2048, 128, 8).problem(16, "bf16", None)
     assert experts.op == layer_op(EXPERTS)
-    assert (experts.E, experts.topk, experts.N, experts.K) == (128, 8, 768, 2048)
+    assert (experts.extra, experts.N, experts.K) == ((("E", 128), ("topk", 8)), 768, 2048)
     linear = Shape("attn.o", LINEAR, 4096, 2048).problem(64, "fp16", None)
     assert (linear.op, linear.M, linear.dtype) == (layer_op(LINEAR), 64, "fp16")
     with pytest.raises(ValueError, match="no op serves 'conv' layers"):

@@ -19,6 +19,7 @@ from autotune.kernels import MOE, fused_moe
 from autotune.kernels.common.formats import e2m1_decode, unpack_fp4
 from autotune.kernels.moe.mx import _e2m1_bf16
 from autotune.kernels.moe.op import mx_emulated
+from autotune.kernels.moe.params import experts_touched
 from autotune.kernels.moe.ref import (
     dequantize_mxfp4_weight,
     moe_reference,
@@ -252,10 +253,10 @@ def test_the_benchmarker_checks_both_backends_on_mxfp4_problems() -> None:
 
 def test_problems_spec_fields_and_emulated_targets() -> None:
     p = Problem.moe(16, 1024, 2048, 8, 2, weights="mxfp4")
-    assert p.dtype_b == "fp4e2m1" and p.key() == "moe:M=16,N=1024,K=2048,E=8,topk=2:bf16,fp4e2m1,bf16:nk"
+    assert p.dtype_b == "fp4e2m1" and p.key() == "moe:M=16,N=1024,K=2048:bf16,fp4e2m1,bf16:nk:E=8,topk=2"
     # half a byte a weight and one scale byte per 32
     weights = p.min_bytes() - 16 * 2048 * 4
-    assert weights == pytest.approx(p.experts_touched() * 3 * 1024 * 2048 * (0.5 + 1 / 32))
+    assert weights == pytest.approx(experts_touched(p) * 3 * 1024 * 2048 * (0.5 + 1 / 32))
     with pytest.raises(ValueError, match="multiples of 32"):
         Problem.moe(16, 1000, 2048, 8, 2, weights="mxfp4")
     with pytest.raises(ValueError, match="bf16 activations"):

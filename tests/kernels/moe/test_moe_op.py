@@ -18,6 +18,7 @@ from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
 from autotune.kernels.moe.op import MoeOp
+from autotune.kernels.moe.params import experts, experts_touched
 from autotune.kernels.moe.space import WIDE_TILE_MIN_TPE, moe_default_config
 from autotune.sweeps import SpecError, parse_spec
 
@@ -28,15 +29,25 @@ TINY = Problem.moe(5, 32, 64, 4, 2)
 
 def test_moe_problems_validate() -> None:
     p = Problem.moe(16, 2048, 7168, 32, 8, weights="fp8e4m3")
-    assert p.key() == "moe:M=16,N=2048,K=7168,E=32,topk=8:bf16,fp8e4m3,bf16:nk"
+    assert p.key() == "moe:M=16,N=2048,K=7168:bf16,fp8e4m3,bf16:nk:E=32,topk=8"
+    assert (
+        p.extra == (("E", 32), ("topk", 8))
+        and experts(p) == (32, 8)
+        and p.table_params == "E=32,topk=8,b=fp8e4m3"
+    )
+    assert p == Problem.of("moe", 16, 2048, 7168, "bf16", "fp8e4m3", E=32, topk=8)  # the op's own parameters
     assert p.flops() == 6.0 * 16 * 8 * 2048 * 7168
-    assert 0 < p.experts_touched() <= 32
+    assert 0 < experts_touched(p) <= 32
     with pytest.raises(ValueError, match="E >= topk"):
         Problem.moe(16, 64, 64, 4, 8)
     with pytest.raises(ValueError, match="topk >= 1"):
-        Problem("moe", 16, 64, 64, 4, 0)
-    with pytest.raises(ValueError, match="belong to problems with experts, not gemm"):
-        Problem("gemm", 16, 64, 64, 4, 2)
+        Problem("moe", 16, 64, 64, extra={"E": 4, "topk": 0})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="moe problems need the parameter"):
+        Problem("moe", 16, 64, 64)
+    with pytest.raises(ValueError, match="moe parameter topk must be int"):
+        Problem.of("moe", 16, 64, 64, E=4, topk=2.0)
+    with pytest.raises(ValueError, match="gemm has no parameter 'E'"):
+        Problem.of("gemm", 16, 64, 64, E=4, topk=2)
     with pytest.raises(ValueError, match="multiples of 128"):
         MOE.space(Problem.moe(16, 100, 256, 8, 2, weights="fp8e4m3"), Target.for_arch("sm_90"))
 
@@ -178,7 +189,11 @@ def test_moe_spec_fields() -> None:
     text = 'name = "m"\n[[sweep]]\nop = "moe"\nm = [1, 64]\nnk = [[128, 256]]\ne = [8, 16]\ntopk = 2\n'
     spec = parse_spec(text + 'weights = "fp8e4m3"\nzipf = 1.2\n')
     problems = [p for _, p in spec.problems()]
-    assert len(problems) == 4 and {p.E for p in problems} == {8, 16} and problems[0].dtype_b == "fp8e4m3"
+    assert (
+        len(problems) == 4
+        and {experts(p)[0] for p in problems} == {8, 16}
+        and problems[0].dtype_b == "fp8e4m3"
+    )
     entry = spec.entries[0]
     op = entry.make_op()
     assert isinstance(op, MoeOp) and op.zipf == 1.2
@@ -220,7 +235,7 @@ def test_benchmarker_checks_both_backends(weights: str) -> None:
     ],
 )
 def test_vllm_fallback_configs_run_right_in_our_kernel(problem: Problem, tiles: tuple[int, ...]) -> None:
-    fallback = fallback_config(problem.M, problem.E, problem.dtype_b == "fp8e4m3")
+    fallback = fallback_config(problem.M, experts(problem)[0], problem.dtype_b == "fp8e4m3")
     assert tuple(fallback.values())[:4] == tiles and (fallback["num_warps"], fallback["num_stages"]) == (4, 3)
     result = Benchmarker(MOE, Target.interpreter_target()).run(problem, Config(backend="triton", **fallback))
     assert result.ok, (result.status, result.error[:500])
@@ -283,13 +298,14 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     recorded = MOE.kernel_calls(problem, config, target)
     x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cpu", seed=1)
     gen = torch.Generator().manual_seed(0)  # the routing kernel_calls uses
-    topk_weights, ids = route(routing_logits(problem.M, problem.E, generator=gen), problem.topk)
+    E, topk = experts(problem)
+    topk_weights, ids = route(routing_logits(problem.M, E, generator=gen), topk)
     real: list[KernelCall] = []
     out = MOE.make_output(problem, "cpu")
     fused_launch(config, target, (x, w1, w2, topk_weights, ids, w1s, w2s), out, calls=real)()
     real = main_first(real)
     # the gate/up GEMM first (rows of x: pair id // topk): the kernel a compile-only check reads
-    assert recorded[0].kwargs["A_ROW_DIV"] == problem.topk
+    assert recorded[0].kwargs["A_ROW_DIV"] == topk
 
     def signature(call: KernelCall) -> list[object]:
         tensor = torch.Tensor
