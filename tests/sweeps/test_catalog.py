@@ -214,9 +214,10 @@ def test_every_shipped_spec_parses() -> None:
     assert len(llama.problems()) == 5 * 2 * 14
     ds = load_spec(REPO / "autotune" / "sweeps" / "deepseek-v3-mi300x.toml")
     moe = {p for _, p in ds.problems() if p.op == "moe"}
-    assert {(p.N, p.K, p.E, p.topk, p.dtype_b) for p in moe} == {(2048, 7168, 32, 8, "fp8e4m3")}
+    assert {(p.N, p.K, p.params_key, p.dtype_b) for p in moe} == {(2048, 7168, "E=32,topk=8", "fp8e4m3")}
     qwen = load_spec(REPO / "autotune" / "sweeps" / "qwen3-235b-a22b-h100.toml")
-    assert {(p.N, p.E) for _, p in qwen.problems() if p.op == "moe"} == {(192, 128), (1536, 16)}
+    qwen_moe = {(p.N, dict(p.extra)["E"]) for _, p in qwen.problems() if p.op == "moe"}
+    assert qwen_moe == {(192, 128), (1536, 16)}
 
 
 @pytest.mark.parametrize(

@@ -244,7 +244,7 @@ class BoundTimed:
     "op, extra, key",
     [
         ("gemm_fp8_rowwise", "", {"dtype": "fp8e4m3"}),
-        ("moe", "e = 8\ntopk = 2\n", {"E": 8, "topk": 2, "dtype": "bf16"}),
+        ("moe", "e = 8\ntopk = 2\n", {"params": "E=8,topk=2", "dtype": "bf16"}),
     ],
 )
 def test_other_ops_are_profiled_and_served_by_ranges_through_the_same_path(
@@ -359,7 +359,9 @@ def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: P
         timed = {(t.problem.M, t.config) for t in profile}
         assert all((m, imported_pick(fallback, m)) in timed for m in (1, 8, 16, 40, 64))
         table = emit_table(store)
-        assert all(table.lookup("moe", m, 64, 128, E=8, topk=2) != shipped for m in (1, 8, 16, 40, 64, 100))
+        assert all(
+            table.lookup("moe", m, 64, 128, params="E=8,topk=2") != shipped for m in (1, 8, 16, 40, 64, 100)
+        )
 
 
 def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_path: Path) -> None:
@@ -394,12 +396,12 @@ def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_
         # our configs' times differ by under 1.2%: within the margin the file's config serves at each M
         ranged = emit_table(store)
         for m in (1, 8, 16, 40, 64):
-            assert ranged.lookup("moe", m, 64, 128, E=8, topk=2) == imported_pick(imported, m), m
+            assert ranged.lookup("moe", m, 64, 128, params="E=8,topk=2") == imported_pick(imported, m), m
         # the baseline won every search, yet no table serves it: the fastest served config does
         for profiles in (True, False):
             table = emit_table(store, profiles=profiles, range_slack_us=0.0)
             for m in (1, 8, 16, 40, 64, 100):
-                assert table.lookup("moe", m, 64, 128, E=8, topk=2).backend == "triton", (profiles, m)
+                assert table.lookup("moe", m, 64, 128, params="E=8,topk=2").backend == "triton", (profiles, m)
 
 
 def test_the_profile_times_only_the_backends_its_spec_searches(tmp_path: Path) -> None:

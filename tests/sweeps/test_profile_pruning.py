@@ -411,7 +411,7 @@ def test_emit_serves_the_files_own_config_between_profiled_m(tmp_path: Path) -> 
         store.record_many([NewTrial(GPU, *kernels["triton"], p, r, Source.MEASURED)
                            for p, r in zip(job.buckets, searched, strict=True)])  # fmt: skip
         table = emit_table(store, range_slack_us=0.0)
-    served = {m: table.lookup("moe", m, 64, 128, E=8, topk=2) for m in (1, 2, 4, 5, 15, 16)}
+    served = {m: table.lookup("moe", m, 64, 128, params="E=8,topk=2") for m in (1, 2, 4, 5, 15, 16)}
     assert served[1] == first and served[16] == ours
     assert served[2] == served[4] == first and served[5] == served[15] == eighth
 
