@@ -16,6 +16,7 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import Store
+from autotune.kernels.moe.params import experts
 
 H100, MI300X = Target.for_arch("sm_90"), Target.for_arch("gfx942")
 MIXTRAL = "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3.json"  # Mixtral-8x7B at TP1: K=4096, topk=2
@@ -39,7 +40,7 @@ def shapes(db: str) -> dict[str, set[tuple[int, int]]]:
     out: dict[str, set[tuple[int, int]]] = {}
     with Store(db) as store:
         for r in store.trials(source=Source.IMPORTED):
-            out.setdefault(r.extra["file"], set()).add((r.problem.K, r.problem.topk))
+            out.setdefault(r.extra["file"], set()).add((r.problem.K, experts(r.problem)[1]))
     return out
 
 
@@ -87,7 +88,7 @@ def test_a_file_of_ambiguous_shape_is_shown_wherever_its_e_and_n_match(
         assert '"BLOCK_SIZE_M":64' in out  # its entry of that M
     with Store(db) as store:
         [r] = store.trials(problem=Problem.moe(64, 384, 2048, 128, 8), source=Source.IMPORTED)
-        assert (r.problem.K, r.problem.topk) == (1, 1) and r.extra["shape"] == "unknown"  # marked so
+        assert (r.problem.K, experts(r.problem)[1]) == (1, 1) and r.extra["shape"] == "unknown"  # marked so
         assert store.trials(problem=Problem.moe(64, 384, 2048, 64, 8), source=Source.IMPORTED) == []
         assert store.trials(problem=Problem.moe(64, 512, 2048, 128, 8), source=Source.IMPORTED) == []
         assert store.trials(problem=Problem.moe(64, 384, 2048, 128, 8)) == []  # imported ones only
