@@ -1,15 +1,15 @@
 """M profiles: after a shape family's M buckets are tuned, its candidates timed at a ladder of M.
 
-A shape family is every problem that differs only in M (op, N, K, E, topk, dtypes, layout). Once its buckets
-are tuned, `profile_family` times, at each M of a ladder (`autotune.core.ladder`), the vendor library, the
-op's heuristic default at that M (where the sweep's entry searches its backend), the config an imported file
-(vLLM's, SGLang's, aiter's) serves at that M where the shape has one (so a table never loses to the file it
-replaces), and the finalists of the tuned buckets on either side of that M (the configs the final round timed,
-else the searches' fastest), the way they run when served (`ServedTiming`). Only backends the op's run-time
-entry point serves are profiled (`Backend.served`). Each time is stored as a `Source.PROFILE` trial of the
-problem at that M, so a sweep that stops resumes its profile, and `autotune emit` turns the profile into the M
-ranges a table serves (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's space at an
-M is not timed there, except the imported file's pick.
+A shape family is every problem that differs only in M (op, N, K, dtypes, layout, own parameters). Once its
+buckets are tuned, `profile_family` times, at each M of a ladder (`autotune.core.ladder`), the vendor library,
+the op's heuristic default at that M (where the sweep's entry searches its backend), the config an imported
+file (vLLM's, SGLang's, aiter's) serves at that M where the shape has one (so a table never loses to the file
+it replaces), and the finalists of the tuned buckets on either side of that M (the configs the final round
+timed, else the searches' fastest), the way they run when served (`ServedTiming`). Only backends the op's
+run-time entry point serves are profiled (`Backend.served`). Each time is stored as a `Source.PROFILE` trial
+of the problem at that M, so a sweep that stops resumes its profile, and `autotune emit` turns the profile
+into the M ranges a table serves (`autotune.dispatch.ranges`). Nothing is searched; a config outside the op's
+space at an M is not timed there, except the imported file's pick.
 
 The profile is sparse (`COARSE`, `CLOSE`): the tuned M, the first and the last first; then every
 fourth ladder M, and then, halving the step, every M between two timed ones, each only where a candidate
