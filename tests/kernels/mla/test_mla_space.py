@@ -22,7 +22,7 @@ def test_problem_counts_the_cache_and_keys_its_parameters() -> None:
     assert p.min_bytes() == 2 * 4096 * 576 + 2 * 64 * 4 + 2 * 16 * (576 + 512) * 2
     assert p.flops() == 2.0 * 2 * 16 * 4096 * (576 + 512)
     assert MLA_DECODE.label(p) == "B2 ctx4096 H16 fp8e4m3 p64"
-    assert MLA_DECODE.key_problem(("mla_decode", "bf16", "nk", 512, 576, 0, 0, p.params_key)) == p.with_m(1)
+    assert MLA_DECODE.key_problem(("mla_decode", "bf16", "nk", 512, 576, p.params_key)) == p.with_m(1)
 
 
 @pytest.mark.parametrize("kw, message", [
