@@ -73,4 +73,4 @@ def test_override_refuses_bad_bounds_and_unknown_families() -> None:
         with pytest.raises(ValueError, match="1 <= lo <= hi"):
             override(table, key, lo, hi, VENDOR)
     with pytest.raises(ValueError, match="no family"):
-        override(table, ("gemm", "bf16", "nk", 1, 1, 0, 0, ""), 1, 2, VENDOR)
+        override(table, ("gemm", "bf16", "nk", 1, 1, ""), 1, 2, VENDOR)
