@@ -67,6 +67,11 @@ def _child(request: dict[str, object]) -> int:
 
 
 def serve() -> None:
+    # torch and Triton too (a sweep imports them in its first second: the toolchain's versions, the trial
+    # worker), so that a fork starts with them in memory as the compile pool's fork server's children do.
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
     import autotune.cli
     import autotune.cli.emit
     import autotune.cli.sweep
