@@ -84,6 +84,10 @@ PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.
 if not HAS_GPU:
     # Must be set before anything imports a @triton.jit function.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from fast_interpreter import install as _install_fast_interpreter
+
+    _install_fast_interpreter()  # the interpreter without the work it repeats (tests/fast_interpreter.py)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
