@@ -337,29 +337,37 @@ class CompileServer:
 
 
 @pytest.fixture(scope="session")
-def compile_per_arch() -> Iterator[Callable[..., dict[str, Any]]]:
+def compile_server() -> Iterator[CompileServer]:
+    """The session's (an xdist worker's) `CompileServer`, ended with it."""
+    server = CompileServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def compile_per_arch(compile_server: CompileServer) -> Callable[..., dict[str, Any]]:
     """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
     `archs`, all at once, each in a process without TRITON_INTERPRET (compiling needs real JIT
     functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed. The
     script starts after `COMPILE_PREAMBLE`: `json`, `sys` and `target` (the arch's) are defined, and a
     process that cannot compile for the arch prints {"skip": reason} instead. Each process is a fork of
     the session's `CompileServer`, which runs it as `python -c` would."""
-    server = CompileServer()
 
     def run(
         script: str, archs: Sequence[str], payload: Any, env: dict[str, str] | None = None
     ) -> dict[str, Any]:
         pytest.importorskip("triton")
         base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env or {})
-        found = server.run(COMPILE_PREAMBLE + script, [(arch, json.dumps(payload)) for arch in archs], base)
+        found = compile_server.run(
+            COMPILE_PREAMBLE + script, [(arch, json.dumps(payload)) for arch in archs], base
+        )
         out: dict[str, Any] = {}
         for arch, (code, stdout, stderr) in zip(archs, found, strict=True):
             assert code == 0, stderr[-3000:]
             out[arch] = json.loads(stdout.strip().splitlines()[-1])
         return out
 
-    yield run
-    server.close()
+    return run
 
 
 @pytest.fixture(scope="session")
