@@ -345,6 +345,19 @@ def compile_server() -> Iterator[CompileServer]:
 
 
 @pytest.fixture(scope="session")
+def compile_script(compile_server: CompileServer) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`run(script, *argv, env=...)`: `python -c script *argv` with the environment `env` (whole), run as a
+    fork of the session's `CompileServer`, as its CompletedProcess (exit code, stdout, stderr). For compile
+    scripts: the server runs without TRITON_INTERPRET, whatever `env` says."""
+
+    def run(script: str, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        ((code, out, err),) = compile_server.run(script, [argv], env)
+        return subprocess.CompletedProcess([sys.executable, "-c", script, *argv], code, out, err)
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def compile_per_arch(compile_server: CompileServer) -> Callable[..., dict[str, Any]]:
     """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
     `archs`, all at once, each in a process without TRITON_INTERPRET (compiling needs real JIT
