@@ -15,8 +15,9 @@ third of the interpreter's time.
 - `_patch_builtin` scans with `dir()` and `getattr` (what `inspect.getmembers` does, without building
   and sorting its list): the same builtins, swapped the same way;
 - a nested call's `_patch_lang` is skipped where the launch running on this thread has already patched
-  every language module that the nested function sees (`triton.language`, `triton.language.core`);
-  elsewhere (a helper that sees another of them, a call outside a launch) it runs as before.
+  every language module that the nested function sees (`triton.language`, `triton.language.core`) and
+  they are patched still; elsewhere (a helper that sees another of them, a call outside a launch, a
+  language another thread's launch has restored meanwhile) it runs as before.
 
 `tests/core/test_fast_interpreter.py` checks both against Triton's own functions. Where the installed
 Triton lacks what is replaced, `install()` changes nothing.
@@ -64,9 +65,13 @@ def install() -> bool:
             if is_builtin(member):
                 patch_attr(pkg, name, member, builder, scope)
 
+    by_id = {id(tl): tl, id(tl.core): tl.core}
+
     def _patch_lang(fn: Any) -> Any:
         langs = _lang_modules(fn, tl)
-        if getattr(_state, "depth", 0) and langs <= _state.patched:
+        nested = getattr(_state, "depth", 0) and langs <= _state.patched
+        # patched still: no other thread's launch has undone it meanwhile
+        if nested and not any(is_builtin(by_id[lang].load) for lang in langs):
             return interpreter._LangPatchScope()  # a nested call: already patched, nothing to undo
         scope = ORIGINAL["_patch_lang"](fn)
         if getattr(_state, "depth", 0):
