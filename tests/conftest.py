@@ -18,8 +18,14 @@ removes its folder when it ends, and the controller the whole one after its work
 from __future__ import annotations
 
 import atexit
+import contextlib
+import json
 import os
+import select
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -84,6 +90,10 @@ PG_BASE = os.environ.get("AUTOTUNE_TEST_PG", "postgresql+psycopg://postgres@127.
 if not HAS_GPU:
     # Must be set before anything imports a @triton.jit function.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+if os.environ.get("TRITON_INTERPRET") == "1":
+    from fast_interpreter import install as _install_fast_interpreter
+
+    _install_fast_interpreter()  # the interpreter without the work it repeats (tests/fast_interpreter.py)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -253,43 +263,121 @@ if not can_check(target):
 """
 
 
+class CompileServer:
+    """tests/compile_server.py: a process without TRITON_INTERPRET that has loaded torch, Triton's compiler
+    and the op plug-ins once, and forks a child per compile script (a new interpreter would load them
+    again, seconds a script). Started at the first `run` of a session (of an xdist worker)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.folder = Path(tempfile.mkdtemp(prefix="compile-", dir=SESSION_DIR))
+        self.count = 0
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        server = Path(__file__).with_name("compile_server.py")
+        proc = subprocess.Popen(
+            [sys.executable, str(server)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+        self.proc = proc
+        self._read(600)  # ready
+        return proc
+
+    def _read(self, timeout: float) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        if not select.select([self.proc.stdout], [], [], timeout)[0]:
+            self.close(kill=True)
+            raise TimeoutError(f"the compile server answered nothing in {timeout:.0f} s")
+        line = self.proc.stdout.readline()
+        if not line:
+            code = self.proc.wait()
+            self.proc = None
+            raise RuntimeError(f"the compile server exited ({code})")
+        return dict(json.loads(line))
+
+    def run(
+        self, script: str, argvs: Sequence[Sequence[str]], env: dict[str, str]
+    ) -> list[tuple[int, str, str]]:
+        """Runs `script` as `python -c script *argv` for each of `argvs`, all at once, with the environment
+        `env`: (exit code, stdout, stderr) of each."""
+        proc = self.proc if self.proc is not None and self.proc.poll() is None else self._start()
+        jobs = []
+        for argv in argvs:
+            self.count += 1
+            out, err = self.folder / f"{self.count}.out", self.folder / f"{self.count}.err"
+            job = dict(script=script, argv=list(argv), env=env, cwd=os.getcwd(), out=str(out), err=str(err))
+            jobs.append(job)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps({"jobs": jobs}) + "\n")
+        proc.stdin.flush()
+        codes = self._read(600)["codes"]
+        found = []
+        for job, code in zip(jobs, codes, strict=True):
+            out, err = Path(job["out"]), Path(job["err"])
+            found.append((int(code), out.read_text(), err.read_text()))
+            out.unlink()
+            err.unlink()
+        return found
+
+    def close(self, kill: bool = False) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        if not kill and proc.stdin is not None:
+            proc.stdin.close()
+            try:
+                proc.wait(30)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the server and the children it forked
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
-def compile_per_arch() -> Callable[..., dict[str, Any]]:
+def compile_server() -> Iterator[CompileServer]:
+    """The session's (an xdist worker's) `CompileServer`, ended with it."""
+    server = CompileServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def compile_script(compile_server: CompileServer) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`run(script, *argv, env=...)`: `python -c script *argv` with the environment `env` (whole), run as a
+    fork of the session's `CompileServer`, as its CompletedProcess (exit code, stdout, stderr). For compile
+    scripts: the server runs without TRITON_INTERPRET, whatever `env` says."""
+
+    def run(script: str, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        ((code, out, err),) = compile_server.run(script, [argv], env)
+        return subprocess.CompletedProcess([sys.executable, "-c", script, *argv], code, out, err)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def compile_per_arch(compile_server: CompileServer) -> Callable[..., dict[str, Any]]:
     """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
-    `archs`, all at once, each in a subprocess without TRITON_INTERPRET (compiling needs real JIT
+    `archs`, all at once, each in a process without TRITON_INTERPRET (compiling needs real JIT
     functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed. The
     script starts after `COMPILE_PREAMBLE`: `json`, `sys` and `target` (the arch's) are defined, and a
-    process that cannot compile for the arch prints {"skip": reason} instead."""
-    import json
-    import subprocess
-    import sys
+    process that cannot compile for the arch prints {"skip": reason} instead. Each process is a fork of
+    the session's `CompileServer`, which runs it as `python -c` would."""
 
     def run(
         script: str, archs: Sequence[str], payload: Any, env: dict[str, str] | None = None
     ) -> dict[str, Any]:
         pytest.importorskip("triton")
         base = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | (env or {})
-        procs = {
-            arch: subprocess.Popen(
-                [sys.executable, "-c", COMPILE_PREAMBLE + script, arch, json.dumps(payload)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=base,
-            )
-            for arch in archs
-        }
+        found = compile_server.run(
+            COMPILE_PREAMBLE + script, [(arch, json.dumps(payload)) for arch in archs], base
+        )
         out: dict[str, Any] = {}
-        try:
-            for arch, proc in procs.items():
-                stdout, stderr = proc.communicate(timeout=600)
-                assert proc.returncode == 0, stderr[-3000:]
-                out[arch] = json.loads(stdout.strip().splitlines()[-1])
-        finally:
-            for proc in procs.values():
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        for arch, (code, stdout, stderr) in zip(archs, found, strict=True):
+            assert code == 0, stderr[-3000:]
+            out[arch] = json.loads(stdout.strip().splitlines()[-1])
         return out
 
     return run

@@ -67,6 +67,17 @@ def _child(request: dict[str, object]) -> int:
 
 
 def serve() -> None:
+    # torch and Triton too (a sweep imports them in its first second: the toolchain's versions, the trial
+    # worker), so that a fork starts with them in memory as the compile pool's fork server's children do.
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+
+    if os.environ.get("TRITON_INTERPRET") == "1":  # the session's interpreter: tests/fast_interpreter.py
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from fast_interpreter import install
+
+        install()
+
     import autotune.cli
     import autotune.cli.emit
     import autotune.cli.sweep

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -192,11 +192,10 @@ json.dump(out, sys.stdout)
 
 
 @pytest.fixture(scope="module")
-def assembly() -> dict[str, str]:
+def assembly(compile_script: Callable[..., subprocess.CompletedProcess[str]]) -> dict[str, str]:
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)  # fmt: skip
+    done = compile_script(_COMPILE, env=env)
     if done.returncode != 0:
         pytest.fail(f"cross-compiling failed:\n{done.stderr[-3000:]}")
     return dict(json.loads(done.stdout))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -39,12 +39,13 @@ print(sorted({line.split()[0] for line in kernel.asm["amdgcn"].splitlines() if "
 
 
 @pytest.mark.parametrize("arch, nonkdim, mfma", [("gfx942", 16, "16x16"), ("gfx950", 32, "32x32")])
-def test_amd_knobs_compile_to_the_matching_mfma(arch: str, nonkdim: int, mfma: str) -> None:
+def test_amd_knobs_compile_to_the_matching_mfma(
+    arch: str, nonkdim: int, mfma: str, compile_script: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, arch, str(nonkdim)], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+    proc = compile_script(SCRIPT, arch, str(nonkdim), env=env)
     if proc.returncode != 0 and "hip" in proc.stderr.lower() and "backend" in proc.stderr.lower():
         pytest.skip(f"this Triton cannot compile for {arch}: {proc.stderr.strip().splitlines()[-1]}")
     assert proc.returncode == 0, proc.stderr[-2000:]

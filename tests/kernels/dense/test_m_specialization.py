@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 
@@ -61,11 +61,11 @@ print(json.dumps(checked))
 """
 
 
-def test_kernels_compile_once_for_every_m() -> None:
+def test_kernels_compile_once_for_every_m(
+    compile_script: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, env=env, timeout=600
-    )
+    proc = compile_script(SCRIPT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     checked = json.loads(proc.stdout.strip().splitlines()[-1])
     compared = 0

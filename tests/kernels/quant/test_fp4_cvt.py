@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -172,7 +172,9 @@ print(json.dumps(dict(amd_mix(asm), cvt="v_cvt_scalef32_pk_fp4_bf16" in asm)))
 """
 
 
-def test_gfx950_binary_converts_in_hardware_with_a_quarter_of_the_vector_instructions() -> None:
+def test_gfx950_binary_converts_in_hardware_with_a_quarter_of_the_vector_instructions(
+    compile_script: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """Compile-only (cross-compiled for gfx950, outside the interpreter): the default at M = 16 with
     HW_FP4_CVT 1 holds the conversion instruction, the software ladder's binary does not, and the vector
     instructions per scaled MFMA fall at least 4x (1116 to 248 for 4 MFMAs with Triton 3.9)."""
@@ -186,8 +188,7 @@ def test_gfx950_binary_converts_in_hardware_with_a_quarter_of_the_vector_instruc
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     mixes = []
     for hw in (0, 1):
-        run = subprocess.run([sys.executable, "-c", _COMPILE, str(hw)], env=env, capture_output=True,
-                             text=True, timeout=600)  # fmt: skip
+        run = compile_script(_COMPILE, str(hw), env=env)
         assert run.returncode == 0, run.stderr[-3000:]
         mixes.append(json.loads(run.stdout.splitlines()[-1]))
     software, hardware = mixes

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,7 @@ def _consumers(cfg: Cfg) -> int:
 
 
 @pytest.fixture(scope="module")
-def facts() -> dict[str, Any]:
+def facts(compile_script: Callable[..., subprocess.CompletedProcess[str]]) -> dict[str, Any]:
     """What the sm_90 compile of each config shows (one subprocess for all)."""
     pytest.importorskip("triton")
     try:
@@ -114,10 +114,7 @@ def facts() -> dict[str, Any]:
         pytest.skip(f"this Triton has no Gluon for Hopper (triton.experimental.gluon): {exc}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, json.dumps(CONFIGS)],
-        capture_output=True, text=True, env=env, timeout=540,
-    )  # fmt: skip
+    proc = compile_script(SCRIPT, json.dumps(CONFIGS), env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result

@@ -4,6 +4,8 @@ matrix_instr_nonkdim asks for on MI355X, FP8 MFMAs on MI300X, FP8 wgmma on the H
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -182,15 +184,15 @@ print(json.dumps(out))
 """
 
 
-def test_blockwise_scales_ahead_add_no_barrier_and_keep_the_pipeline_on_sm90() -> None:
+def test_blockwise_scales_ahead_add_no_barrier_and_keep_the_pipeline_on_sm90(
+    compile_script: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """The scales loaded one K tile ahead are one value per sub-tile, each loaded in the layout that scales
     its product: the kernel has no more barriers and shared-memory traffic than without them (picking a
     column out of a [rows, G] tile cost an exchange through shared memory and two barriers per sub-tile),
     and the tiles keep their multi-buffered shared memory (Triton's pipeliner still applies)."""
     import json
     import os
-    import subprocess
-    import sys
 
     from autotune.engine.compile import check_compilable
 
@@ -199,8 +201,7 @@ def test_blockwise_scales_ahead_add_no_barrier_and_keep_the_pipeline_on_sm90() -
     except TargetError as exc:
         pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, "-c", _AHEAD_PTX]
-    run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    run = compile_script(_AHEAD_PTX, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(run.stdout.strip().splitlines()[-1])
     for plain, ahead in zip(rows[0::2], rows[1::2], strict=True):
@@ -265,15 +266,15 @@ print(json.dumps(out))
 """
 
 
-def test_pdl_compiles_to_griddepcontrol_and_an_l2_prefetch_on_sm90() -> None:
+def test_pdl_compiles_to_griddepcontrol_and_an_l2_prefetch_on_sm90(
+    compile_script: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
     """PDL: the kernel lets the next launch start (griddepcontrol.launch_dependents) and waits for the
     previous one (griddepcontrol.wait), launches with the programmatic attribute, and with PREFETCH_K
     asks L2 for its weight tile's first columns before the wait: 64 rows x 512 columns, 256 lines of 128
     bytes, 2 a thread."""
     import json
     import os
-    import subprocess
-    import sys
 
     from autotune.engine.compile import check_compilable
 
@@ -282,9 +283,7 @@ def test_pdl_compiles_to_griddepcontrol_and_an_l2_prefetch_on_sm90() -> None:
     except TargetError as exc:
         pytest.skip(f"this Triton cannot compile for sm_90: {exc}")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run(
-        [sys.executable, "-c", _PDL_PTX], env=env, capture_output=True, text=True, timeout=900
-    )
+    run = compile_script(_PDL_PTX, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = json.loads(run.stdout.strip().splitlines()[-1])
     assert [(r[0], r[1]) for r in rows] == [
