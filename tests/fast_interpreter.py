@@ -8,7 +8,7 @@ lists every member of `triton.language`, `triton.language.core`, `tensor` and `m
 `inspect.getmembers` (which sorts them) to find the builtins. Nothing is found the second time (the
 builtins are already swapped for lambdas, which are no builtins) and the rest is set again to functions
 that do the same, so the repeats change nothing: on the suite's interpreted kernels they are about a
-third of the interpreter's time.
+quarter of the interpreter's time (test_moe_kernel.py: 45 CPU-s without them, 32 with).
 
 `install()` keeps the interpreter's behaviour and drops the repeats:
 
