@@ -9,11 +9,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune.core.config import Config
-from autotune.core.problem import Problem, normalize_dtype
+from autotune.core.problem import Problem
 from autotune.core.registry import backend_of, is_served
 from autotune.core.result import VENDOR_BACKEND, Source, TrialStatus
+from autotune.dispatch.narrow import served_config
 from autotune.dispatch.ranges import Profile, Range, ranges_from_profile
-from autotune.dispatch.table import Key, Table, _describe, find
+from autotune.dispatch.table import Key, Table, _describe, key_of
 
 if TYPE_CHECKING:
     from autotune.core.target import Target
@@ -109,11 +110,12 @@ def emit_table(
 
     def serves(problem: Problem, backend: str) -> bool:
         """Whether `table` serves `problem` (its exact M) with `backend`."""
-        config = find(table._index, _key_of(problem), problem.M)
+        config = served_config(table, key_of(problem), problem.M)
         return config is not None and config.backend == backend
 
     pins = _pins(store, target.device_key(), pinning, serves)
-    return Table.from_winners(target, picks, m_policy=m_policy, ranges=ranges, pins=pins)
+    return Table(target=target, entries=table.entries, m_policy=table.m_policy, predicted=table.predicted,
+                 pins=pins)  # fmt: skip
 
 
 def _device_winners(store: Store, fingerprint: str | None) -> list[tuple[Winner, bool]]:
@@ -206,11 +208,6 @@ def _family_ranges(
     return ranges
 
 
-def _key_of(p: Problem) -> Key:
-    """The table key of problem `p`'s family."""
-    return (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.table_params)
-
-
 def _pins(
     store: Store, device_key: str, pinning: set[str], serves: Callable[[Problem, str], bool]
 ) -> dict[str, list[dict[str, Any]]]:
@@ -284,7 +281,7 @@ def _profile_families(store: Store, device_key: str) -> dict[Key, tuple[Problem,
     trials = [t for t in store.trials(source=Source.PROFILE) if t.gpu.target.device_key() == device_key]
     by_family: dict[Key, list[TrialRecord]] = {}
     for t in trials:
-        by_family.setdefault(_key_of(t.problem), []).append(t)
+        by_family.setdefault(key_of(t.problem), []).append(t)
     out: dict[Key, tuple[Problem, Profile]] = {}
     for key, rows in by_family.items():
         newest_gpu = max(rows, key=lambda t: t.id).gpu.id

@@ -86,6 +86,7 @@ __all__ = [
     "TableError",
     "check_ranges",
     "find",
+    "key_of",
 ]
 
 #: The value of the "format" field of every table file.
@@ -167,6 +168,12 @@ def find(index: Mapping[Key, _Hit], key: Key, M: int, m_policy: str | None = Non
     if policy == "round_up":  # hi: the last bucket for an M above them all
         return hit[column][bisect_left(hit[0], M, 0, len(hit[0]) - 1)]
     return hit[column][pick(hit[0], M, policy)]
+
+
+def key_of(problem: Problem) -> Key:
+    """The key of `problem`'s shape family: (op, A's canonical dtype, layout, N, K, params)."""
+    p = problem
+    return (p.op, normalize_dtype(p.dtype), p.layout, p.N, p.K, p.table_params)
 
 
 def _check_policy(policy: str) -> str:
@@ -518,14 +525,7 @@ class Table:
         for winner in winners:
             problem, config, time_us = winner[0], winner[1], winner[2]
             guessed = predicted or (len(winner) > 3 and bool(winner[3]))
-            key: Key = (
-                problem.op,
-                normalize_dtype(problem.dtype),
-                problem.layout,
-                problem.N,
-                problem.K,
-                problem.table_params,
-            )
+            key = key_of(problem)
             group = groups.setdefault(key, {})
             if problem.M in group:
                 raise ValueError(f"two winners for {_describe(key)} M={problem.M}; pass one per M")

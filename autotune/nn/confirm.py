@@ -17,9 +17,10 @@ step's µs both ways, what was served, and whether the table was kept there.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -162,18 +163,14 @@ def _served(table: Table, seen: set[Key], T: int, target: Any) -> dict[Key, Conf
     return out
 
 
-class _installed:
+@contextlib.contextmanager
+def _installed(dispatcher: Dispatcher) -> Iterator[Dispatcher]:
     """Installs `dispatcher` for the `with` block, then the one before it."""
-
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self.dispatcher = dispatcher
-
-    def __enter__(self) -> Dispatcher:
-        self.previous = install_dispatcher(self.dispatcher)
-        return self.dispatcher
-
-    def __exit__(self, *exc: object) -> None:
-        install_dispatcher(self.previous)
+    previous = install_dispatcher(dispatcher)
+    try:
+        yield dispatcher
+    finally:
+        install_dispatcher(previous)
 
 
 def _runner(dispatcher: Dispatcher, fn: Callable[[], Any]) -> Callable[[], Any]:
