@@ -339,7 +339,7 @@ def time_gemm(target: Target, m: int, n: int, k: int) -> GemmTimes:
     from autotune.kernels import GEMM, served_config
     from autotune.sweeps.verify import SERVED, VERIFY_SETTINGS, EntryPoint, vendor_config
 
-    problem = Problem.gemm(m, n, k)
+    problem = Problem.of("gemm", m, n, k)
     previous = install_dispatcher(Dispatcher([], device_key=target, untuned_log=os.devnull))
     try:
         with warnings.catch_warnings():

@@ -149,7 +149,7 @@ def _result(op_sig: str, params: str, arch: str) -> tuple[Problem, dict[str, Val
         if op == "GemmAndBiasTunableOp":
             own["bias"] = True
             flags.append("bias epilogue (GemmAndBias): our GEMMs have none")
-        problem = Problem.gemm(n, m, k, dtype, layout)
+        problem = Problem.of("gemm", n, m, k, dtype, layout=layout)
     if rest:
         flags.append(f"signature fields we do not read: {rest.lstrip('_')}")
     return problem, own, flags

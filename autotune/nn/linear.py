@@ -75,7 +75,7 @@ class Linear(nn.Module):
             raise _refuse(f"an empty weight ({N}, {K})")
         try:
             if weights is None:
-                Problem.gemm(1, N, K, dtype)
+                Problem.of("gemm", 1, N, K, dtype)
             else:
                 Problem.quant(LINEAR_WEIGHTS[weights][0], 1, N, K, dtype)
         except ValueError as exc:

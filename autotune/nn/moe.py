@@ -87,7 +87,7 @@ class FusedMoE(nn.Module):
         if N == 0 or K == 0:
             raise _refuse(f"empty experts: N={N}, K={K}")
         try:
-            Problem.moe(1, N, K, E, topk, dtype, "fp8e4m3" if weights else None)
+            Problem.of("moe", 1, N, K, dtype, "fp8e4m3" if weights else None, E=E, topk=topk)
         except ValueError as exc:
             raise _refuse(str(exc)) from None
         self.num_experts, self.hidden_size, self.intermediate_size = E, K, N

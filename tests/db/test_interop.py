@@ -40,7 +40,7 @@ AITER_HEADER = (
 
 
 def moe(M: int, shape: dict[str, int], weights: str = "bf16") -> Problem:
-    return Problem.moe(M, shape["N"], shape["K"], shape["E"], shape["topk"], dtype="bf16", weights=weights)
+    return Problem.of("moe", M, shape["N"], shape["K"], "bf16", weights, E=shape["E"], topk=shape["topk"])
 
 
 def timed(config: Config, us: float) -> TrialResult:
@@ -128,7 +128,7 @@ def measured(store: Store) -> Store:
         put(store, MI300X, moe(M, DEEPSEEK, "fp8e4m3"), timed(best.replace(num_warps=8), 40.0 + M))
         EXPECTED[("mi300x", M)] = best
     gemm = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
-    store.record(target=H100, kernel="gemm.triton", source_hash="g", problem=Problem.gemm(16, 64, 64),
+    store.record(target=H100, kernel="gemm.triton", source_hash="g", problem=Problem.of("gemm", 16, 64, 64),
                  result=timed(gemm, 3.0))  # fmt: skip
     return store
 
@@ -388,7 +388,7 @@ def test_mi300x_file_with_num_stages_0_is_flagged(store: Store, tmp_path: Path) 
     assert by_m[4].status is TrialStatus.PRUNED and "BLOCK_SIZE_N=96 is not a power of two" in by_m[4].error
     assert by_m[2].ok and by_m[8].ok and by_m[2].error == ""
     assert all(r.source is Source.IMPORTED and r.gpu.arch == "gfx942" for r in by_m.values())
-    assert by_m[2].problem == Problem.moe(2, 14336, 4096, 8, 2)  # Mixtral TP1, inferred
+    assert by_m[2].problem == Problem.of("moe", 2, 14336, 4096, E=8, topk=2)  # Mixtral TP1, inferred
     assert file.flagged[0][0] == "M=1"
 
 
@@ -441,7 +441,7 @@ def test_aiter_csv_import(store: Store, tmp_path: Path) -> None:
     first = records[("AMD Instinct MI300X", 16)]
     assert first.gpu.arch == "gfx942" and first.gpu.target.cu_count == 304
     assert first.gpu.target.toolchain == IMPORTED_TOOLCHAIN
-    assert first.problem == Problem.moe(16, 256, 7168, 256, 8, dtype="bf16", weights="fp8e4m3")
+    assert first.problem == Problem.of("moe", 16, 256, 7168, "bf16", "fp8e4m3", E=256, topk=8)
     assert first.config == Config(
         backend="aiter",
         kernelName1="moe_stage1_kernel",
@@ -734,7 +734,9 @@ def test_cli_import_with_k_and_topk(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["import", str(path), "--k", "4096", "--topk", "8", "--db", db]) == 0
     with Store(db) as store:
         problems = sorted(r.problem for r in store.trials())
-    assert problems == sorted([Problem.moe(64, 768, 1, 128, 1), Problem.moe(64, 768, 4096, 128, 8)])
+    assert problems == sorted(
+        [Problem.of("moe", 64, 768, 1, E=128, topk=1), Problem.of("moe", 64, 768, 4096, E=128, topk=8)]
+    )
 
 
 def test_cli_export_vllm_and_csv(measured: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

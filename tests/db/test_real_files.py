@@ -298,9 +298,9 @@ def test_configs_of_an_unknown_models_file_seed_any_k_and_topk_of_its_e_and_n(
     import_files(store, [path])
     h100 = Target.for_arch("sm_90").fingerprint()
     for K, topk in ((2048, 8), (4096, 8)):
-        [seed] = store.known_configs(Problem.moe(16, 384, K, 128, topk), fingerprint=h100)
+        [seed] = store.known_configs(Problem.of("moe", 16, 384, K, E=128, topk=topk), fingerprint=h100)
         assert seed["BLOCK_SIZE_M"] == 16  # M = 8's entry, the nearest to 16
-        [seed] = store.known_configs(Problem.moe(2048, 384, K, 128, topk), fingerprint=h100)
+        [seed] = store.known_configs(Problem.of("moe", 2048, 384, K, E=128, topk=topk), fingerprint=h100)
         assert seed["BLOCK_SIZE_M"] == 128
-    assert store.known_configs(Problem.moe(16, 512, 2048, 128, 8), fingerprint=h100) == []
-    assert store.known_configs(Problem.moe(16, 384, 2048, 64, 8), fingerprint=h100) == []
+    assert store.known_configs(Problem.of("moe", 16, 512, 2048, E=128, topk=8), fingerprint=h100) == []
+    assert store.known_configs(Problem.of("moe", 16, 384, 2048, E=64, topk=8), fingerprint=h100) == []

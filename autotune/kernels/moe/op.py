@@ -26,7 +26,7 @@ __all__ = ["MOE", "MXFP4", "MoeOp", "mx_emulated"]
 _ACT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
 _FP8_TOLERANCE = 5e-2
-#: MXFP4 weights: the problem's `dtype_b`, and the name a spec or `Problem.moe` may give it.
+#: MXFP4 weights: the problem's `dtype_b`, and the name a spec or `Problem.of` may give it.
 MXFP4 = "fp4e2m1"
 _WEIGHT_ALIASES = {"mxfp4": MXFP4}
 
@@ -99,7 +99,7 @@ class MoeOp(ProblemRules):
 
     def example_problem(self, op: str) -> Problem:
         """16 tokens, 8 experts of 256 x 512, top 2."""
-        return Problem.moe(16, 256, 512, 8, 2)
+        return Problem.of("moe", 16, 256, 512, E=8, topk=2)
 
     def validate_problem(self, problem: Problem) -> None:
         """topk >= 1 experts per token, of E >= topk."""
