@@ -32,6 +32,7 @@ __all__ = [
     "ParamValue",
     "Problem",
     "ProblemRules",
+    "check_sizes",
     "normalize_dtype",
     "rules_of",
 ]
@@ -261,6 +262,13 @@ def normalize_dtype(name: str) -> str:
     return key
 
 
+def check_sizes(M: object, N: object, K: object) -> None:
+    """ValueError unless M, N and K are positive integers (what every problem's sizes are)."""
+    for name, value in (("M", M), ("N", N), ("K", K)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """One problem shape of op `op`: M rows (tokens) of a product C (M, N) = A (M, K) · B, as the op
@@ -294,11 +302,7 @@ class Problem:
         rules.validate_problem(self)
 
     def _check_sizes(self) -> None:
-        """ValueError unless M, N and K are positive integers."""
-        for name in ("M", "N", "K"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_sizes(self.M, self.N, self.K)
 
     @classmethod
     def of(

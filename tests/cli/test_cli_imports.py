@@ -19,7 +19,7 @@ from autotune.db import Store
 
 MI300X = Target.for_arch("gfx942")
 LINEAR = Problem.of("gemm", 16, 4096, 8192)  # x (16, 8192) · W (4096, 8192)ᵀ
-BEST = ["best", "--m", "16", "--n", "4096", "--k", "8192"]
+BEST = ["best", "--op", "gemm", "--m", "16", "--n", "4096", "--k", "8192"]
 BF16 = (
     "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName,err_ratio,"
     "tflops,bw"
@@ -108,6 +108,8 @@ def test_best_shows_imported_records_beside_the_measured(
     capsys.readouterr()
     assert main([*BEST, "--db", str(db)]) == 0
     out = capsys.readouterr().out
+    assert main([*BEST[:1], *BEST[3:], "--db", str(db)]) == 2  # no --op: the database holds several
+    assert "problems of several ops (gemm, gemm_fp8_blockwise, moe): name one" in capsys.readouterr().err
     measured, _, imported = out.partition("reference records from imported files")
     assert f"{measured_us:.2f}" in measured and "[aiter]" not in measured
     assert "(not measured here; never served)" in imported
