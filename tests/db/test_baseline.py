@@ -1,5 +1,6 @@
 """What a vLLM deployment runs, as the baseline of a MoE profile and table: the imported file of the
-table's device, else vLLM's fallback rule (`Store.baseline_configs`, `autotune.db.vllm.fallback_configs`)."""
+table's device, else vLLM's fallback rule (`Store.baseline_configs`,
+`autotune.kernels.moe.formats.vllm.fallback_configs`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 from autotune.db import Store, import_files
-from autotune.db.vllm import fallback_config, fallback_configs
 from autotune.dispatch.ranges import imported_pick, ranges_from_profile
+from autotune.kernels.moe.formats.vllm import fallback_config, fallback_configs
 
 H100 = Target.for_arch("sm_90")
 MI300X = Target.for_arch("gfx942")

@@ -17,11 +17,12 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files, trial_writes
-from autotune.db.aiter import AITER_COLUMNS
-from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target, infer_moe_shape
+from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target
 from autotune.db.interop import InteropError, read_imports
-from autotune.db.vllm import AMD_KEYS, OUR_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
-from autotune.db.vllm_export import vllm_json
+from autotune.kernels.moe.formats.aiter import AITER_COLUMNS
+from autotune.kernels.moe.formats.shape import infer_moe_shape
+from autotune.kernels.moe.formats.vllm import AMD_KEYS, OUR_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
+from autotune.kernels.moe.formats.vllm_export import vllm_json
 
 H100 = Target.for_arch("sm_90")
 MI300X = Target.for_arch("gfx942")
@@ -92,7 +93,7 @@ def counts(store: Store) -> tuple[int, int, int, int]:
 @pytest.fixture(autouse=True)
 def no_installed_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     """The files' own Triton versions decide the flags, whatever Triton this machine has."""
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: None)
 
 
 @pytest.fixture
@@ -772,10 +773,13 @@ def test_cli_best_moe(measured: Store, capsys: pytest.CaptureFixture[str]) -> No
     assert "28.00" in capsys.readouterr().out
     assert main([*fp8, "--db", measured.url]) == 1  # bf16 weights: nobody tuned that
     capsys.readouterr()
-    gemm_with_e = ["best", "--m", "16", "--n", "64", "--k", "64", "--e", "8", "--topk", "2"]
+    gemm_with_e = ["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64", "--e", "8", "--topk", "2"]
     assert main([*gemm_with_e, "--db", measured.url]) == 2
     assert "gemm has no parameter 'E' (its own parameters: none)" in capsys.readouterr().err
-    assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 0  # dense default
+    assert main(["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 0
+    capsys.readouterr()
+    assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 2  # which op?
+    assert "holds problems of several ops (gemm, moe): name one with --op" in capsys.readouterr().err
 
 
 def test_imported_trials_are_never_winners_of_measured(measured: Store, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.core.result import Source, TrialStatus
 from autotune.db import Store, export_vllm, import_files
 from autotune.db.triton_compat import NUM_STAGES_0_REJECTED, num_stages_0_rejected, parse_version
-from autotune.db.vllm_export import sglang_dir
+from autotune.kernels.moe.formats.vllm_export import sglang_dir
 from autotune.kernels.moe.params import experts
 
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -56,8 +56,8 @@ def put(directory: Path, name: str, text: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_installed_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: None)
-    monkeypatch.setattr("autotune.db.vllm_export.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm_export.installed_triton", lambda: None)
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_the_installed_triton_decides_num_stages_0(
 ) -> None:
     text = vllm_text({1: amd(16, stages=0)}, triton="3.5.0")
     path = put(tmp_path, f"E=8,N=14336,device_name={MI300X}.json", text)
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: "3.1.0")
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: "3.1.0")
     (f,) = import_files(store, [path], source_hash="imported")
     assert f.n_flagged == 1 and "Triton 3.1.0" in f.flagged[0][1]
     assert num_stages_0_rejected(parse_version("3.2.0")) and not num_stages_0_rejected(parse_version("3.9.0"))

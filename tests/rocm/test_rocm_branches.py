@@ -168,9 +168,9 @@ def test_the_package_s_amd_facts_are_triton_s(arch: str) -> None:
 
     import autotune.kernels.common.formats as formats
     from autotune.core.target import ARCH_LIMITS
-    from autotune.db.vllm_rules import fallback_config
     from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS as SHARED
     from autotune.kernels.mla.kernel import AMD_LAUNCH_OPTIONS as MLA
+    from autotune.kernels.moe.formats.vllm_rules import fallback_config
 
     options = HIPBackend(GPUTarget("hip", arch, 64)).parse_options({"enable_fp_fusion": True})
     assert ARCH_LIMITS[arch]["wave_size"] == options.warp_size == 64

@@ -33,9 +33,9 @@ from autotune.core.op import kernel_versions
 from autotune.core.result import TrialStatus
 from autotune.core.target import interpreting, local_target
 from autotune.db import Store
-from autotune.db.vllm_rules import OUR_KEYS
 from autotune.engine.bench import rel_error
 from autotune.kernels import OPS
+from autotune.kernels.moe.formats.vllm_rules import OUR_KEYS
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="the fake GPU runs its kernels in the interpreter")
 
@@ -106,9 +106,9 @@ _swept: dict[str, Swept] = {}
 def _moe_seed() -> int:
     """A seed whose random search tries, after the vendor and the default, a config vLLM's kernel can run
     (so that `export --format vllm` has one to write): what the first user gets from a real sweep."""
-    from autotune.db.vllm_rules import OUR_KEYS
     from autotune.engine.strategies import Budget, RandomSearch
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm_rules import OUR_KEYS
 
     space = MOE.space(MOE_PROBLEM, local_target())
     for seed in range(500):

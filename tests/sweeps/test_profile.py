@@ -330,7 +330,7 @@ def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: P
     from dataclasses import replace
 
     from autotune.db.interop import import_files
-    from autotune.db.vllm import fallback_configs
+    from autotune.kernels.moe.formats.vllm import fallback_configs
     from autotune.sweeps.profile import imported_pick
 
     keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")

@@ -156,8 +156,8 @@ def test_a_moe_is_compared_with_what_vllm_runs_not_with_its_per_expert_loop() ->
     """The MoE's "torch" backend is a baseline loop the entry point never serves: no vendor. Its rows are
     compared with vLLM's fallback rule at each M instead (the rule steps at M = E): a row served that
     config is the baseline's own call, others are timed against it."""
-    from autotune.db.vllm import fallback_at
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm import fallback_at
 
     assert vendor_config(MOE, MOE_FAMILY.with_m(4), INTERP) is None
     small, large = fallback_at(MOE_FAMILY, INTERP, 4), fallback_at(MOE_FAMILY, INTERP, 64)
@@ -189,7 +189,7 @@ def test_the_deployment_baseline_is_the_devices_file_else_the_fallback(tmp_path:
     from dataclasses import replace
 
     from autotune.db import Store, import_files
-    from autotune.db.vllm import fallback_configs
+    from autotune.kernels.moe.formats.vllm import fallback_configs
     from autotune.sweeps.verify import deployment_baseline
 
     h100 = Target.for_arch("sm_90")
@@ -256,8 +256,8 @@ def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.Monke
 
     import autotune.kernels.moe.api as moe_api
     import autotune.kernels.served as served
-    from autotune.db.vllm import fallback_at
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm import fallback_at
     from autotune.sweeps.verify import EntryPoint
 
     calls: list[object] = []

@@ -15,7 +15,7 @@ from autotune.core.target import Target
 from autotune.kernels.common.formats import MX_BLOCK
 from autotune.kernels.common.target import mx_native
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
-from autotune.kernels.moe.params import PARAMS, experts, experts_touched
+from autotune.kernels.moe.params import PARAMS, UNKNOWN_K, UNKNOWN_TOPK, experts, experts_touched
 from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
 
 if TYPE_CHECKING:
@@ -114,10 +114,8 @@ class MoeOp(ProblemRules):
             _check_mxfp4(problem)
 
     def unknown_twin(self, problem: Problem) -> Problem:
-        """The problem of its experts and N whose K and top-k a vLLM file left unknown
-        (`autotune.db.moe_shape.UNKNOWN_K` and `UNKNOWN_TOPK`)."""
-        from autotune.db.moe_shape import UNKNOWN_K, UNKNOWN_TOPK
-
+        """The problem of its experts and N whose K and top-k a vLLM file left unknown (`UNKNOWN_K` and
+        `UNKNOWN_TOPK`)."""
         E, _ = experts(problem)
         return replace(problem, K=UNKNOWN_K, extra=(("E", E), ("topk", UNKNOWN_TOPK)))
 
@@ -295,6 +293,10 @@ class MoeOp(ProblemRules):
     #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
     #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
     entry_module = "autotune.kernels.moe.api"
+    #: The module of the op's parts of other projects' files (vLLM's and SGLang's config files, aiter's
+    #: tuned fused-MoE CSV, vLLM's fallback rule, the vllm and sglang exports): named, not imported (it
+    #: imports the database).
+    format_modules = ("autotune.kernels.moe.formats",)
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

@@ -14,9 +14,9 @@ from autotune.cli import main
 from autotune.core.result import Source, TrialStatus
 from autotune.core.target import interpreting
 from autotune.db import Store
-from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
+from autotune.kernels.moe.formats.vllm import fallback_config
 from autotune.kernels.moe.op import MoeOp
 from autotune.kernels.moe.params import experts, experts_touched
 from autotune.kernels.moe.space import WIDE_TILE_MIN_TPE, moe_default_config
@@ -146,7 +146,7 @@ def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
     """FP8 block weights: our 16-row decode tiles up to FP8_OWN_TILES_MAX_TPE tokens an expert, vLLM's
     fallback config (its structure, 64 x 128 tiles) above, on every target; bf16 keeps our fused tiles below
     the wide-tile rule's tokens an expert."""
-    from autotune.db.vllm import fallback_at
+    from autotune.kernels.moe.formats.vllm import fallback_at
     from autotune.kernels.moe.space import FP8_OWN_TILES_MAX_TPE
 
     h100 = Target.for_arch("sm_90")
