@@ -10,6 +10,7 @@ when `import_files`, `export_vllm` or `export_aiter` is first called. Schema mig
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,6 +43,8 @@ __all__ = [
     "upgrade_schema",
 ]
 
+logger = logging.getLogger(__name__)
+
 
 def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
     """Writes our measured GEMM winners as aiter's tuned-GEMM tables into `out_dir`; see
@@ -71,8 +74,6 @@ def export_vllm(
     """Writes the configs of vLLM's (or SGLang's) fused-MoE config files, the notes of what was left out
     or conflicts logged as warnings; the paths written. The exporter is the op's whose configs those
     files hold (`autotune.db.formats.exporter`)."""
-    import logging
-
     from .formats import exporter
 
     done = exporter("vllm").write(
@@ -80,7 +81,7 @@ def export_vllm(
         triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
     )  # fmt: skip
     for note in done.notes:
-        logging.getLogger(__name__).warning("%s", note)
+        logger.warning("%s", note)
     return done.paths
 
 

@@ -10,8 +10,7 @@ Formats:
 Every dequantizer reads exactly the bits a kernel reads, so `dequantize(q, s) @ ...` in fp32 is the
 reference the kernels are checked against. The MX scale of a 32-group is 2^(floor(log2 amax) - emax) with
 emax the element format's largest exponent (2 for e2m1, 8 for e4m3): the kernel computing it in the GEMM
-loop (the MXFP4 GEMM with bf16 activations) gets it from the exponent bits of amax, as
-`mx_scale_exponent` does here.
+loop (`gemm_mxfp4_bf16a`) gets it from the exponent bits of amax, as `mx_scale_exponent` does here.
 """
 
 from __future__ import annotations

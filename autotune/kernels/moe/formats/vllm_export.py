@@ -1,5 +1,6 @@
-"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json`, `export_vllm` and
-`export_vllm_files` (which also says what each file holds and what was left out).
+"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json` and `export_vllm_files`
+(which also says what each file holds and what was left out; `autotune export --format vllm` and
+`autotune.db.export_vllm` find it as this op's `Exporter`).
 
 A file is written as vLLM's writer writes it: ``json.dumps(doc, indent=4)`` and a newline, top-level
 keys first (vLLM's ``triton_version``), then M ascending. An entry's keys are in vLLM's order
@@ -40,7 +41,7 @@ from .shape import MOE_OP, experts
 from .vllm import AMD_KEYS, OUR_KEYS, VLLM_BACKEND, VLLM_KEYS, kernel_project
 from .vllm_names import FLAVORS, VLLM_KERNEL, VllmFileName
 
-__all__ = ["VllmExport", "export_vllm", "export_vllm_files", "sglang_dir", "vllm_json"]
+__all__ = ["VllmExport", "export_vllm_files", "sglang_dir", "vllm_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -344,26 +345,6 @@ def _write(path: Path, text: str) -> None:
 #: model, a project's imported file, K and topk unknown, flagged entries), and the notes of what was left
 #: out or conflicts.
 VllmExport = Export
-
-
-def export_vllm(
-    store: Store,
-    out_dir: str | Path,
-    fingerprint: str | None = None,
-    flavor: str = "vllm",
-    *,
-    triton_version: str | None = None,
-    drop_flagged: bool = False,
-    predicted: bool = False,
-) -> list[Path]:
-    """`export_vllm_files`, its notes logged as warnings; the paths written."""
-    done = export_vllm_files(
-        store, out_dir, fingerprint, flavor,
-        triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
-    )  # fmt: skip
-    for note in done.notes:
-        logger.warning("%s", note)
-    return done.paths
 
 
 def export_vllm_files(
