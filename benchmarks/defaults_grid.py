@@ -96,9 +96,9 @@ def _problem(op: str, layer: Layer, m: int) -> Any:
     from autotune.core.problem import Problem
 
     if op == "moe":
-        return Problem.moe(m, layer.N, layer.K, layer.E, layer.topk, "bf16", layer.weights)
+        return Problem.of("moe", m, layer.N, layer.K, "bf16", layer.weights, E=layer.E, topk=layer.topk)
     if op == "gemm":
-        return Problem.gemm(m, layer.N, layer.K)
+        return Problem.of("gemm", m, layer.N, layer.K)
     return Problem.quant(op, m, layer.N, layer.K)
 
 

@@ -60,7 +60,7 @@ def problems(quick: bool, regime: str = "all") -> list[tuple[str, str, Problem]]
         ms = [m for m in ms if m >= 256]
     elif regime != "all":
         ms = [m for m in ms if (m in DECODE_M) == (regime == "decode")]
-    return [(model, layer, Problem.gemm(m, n, k, "bf16")) for model, layer, n, k in shapes for m in ms]
+    return [(model, layer, Problem.of("gemm", m, n, k, "bf16")) for model, layer, n, k in shapes for m in ms]
 
 
 def tune(store: Store, problems: list[Problem], args: argparse.Namespace, log: list[dict]) -> None:
@@ -214,7 +214,7 @@ def policy_regret(store: Store, out: dict, quick: bool) -> None:
         for m in UNTUNED_M:
             if m in buckets or m > ms[-1] or m < ms[0]:
                 continue
-            p = Problem.gemm(m, n, k, "bf16")
+            p = Problem.of("gemm", m, n, k, "bf16")
             lo = max(x for x in ms if x <= m)
             hi = min(x for x in ms if x >= m)
             times: dict[int, float] = {}
@@ -259,7 +259,7 @@ def host_overhead(out: dict) -> None:
     from autotune.kernels.dense.kernel import launcher
 
     target = local_target()
-    p = Problem.gemm(1, 256, 256, "bf16")  # tiny: the GPU keeps up, so the host is what is measured
+    p = Problem.of("gemm", 1, 256, 256, "bf16")  # tiny: the GPU keeps up, so the host is what is measured
     config = GEMM.default_config(p, target)
     install_dispatcher(Dispatcher([Table.from_winners(target, [(p, config, None)])],
                                   device_key=target.device_key()))  # fmt: skip

@@ -88,7 +88,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for group, layers in (("fit", LAYERS), ("held out", HELD_OUT), ("fresh", FRESH)):
         for (model, layer, n, k), m in itertools.product(layers, MS):
-            problem = Problem.gemm(m, n, k, "bf16")
+            problem = Problem.of("gemm", m, n, k, "bf16")
             current = GEMM.default_config(problem, target)
             previous = previous_default(problem, target)
             if args.changed_only and previous == current:

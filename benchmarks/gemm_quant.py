@@ -175,7 +175,7 @@ def measure(
         if not vendor_reason:
             variants["scaled_mm"] = vendor
         res = interleaved_medians(bench, p, variants, args.rounds)
-        dense = Problem.gemm(p.M, p.N, p.K, "bf16")
+        dense = Problem.of("gemm", p.M, p.N, p.K, "bf16")
         res |= {
             "bf16": interleaved_medians(bf16_bench, dense, {"bf16": Config(backend="torch")}, args.rounds)[
                 "bf16"

@@ -79,7 +79,7 @@ def _plain(make: Callable[[], Callable[..., None]]) -> Callable[..., None]:
 def dense_case(target: Any, backend: str) -> tuple[str, dict[str, Callable[[], Any]]]:
     # the default config at these M: the pointer kernel at 16 rows, the GEMV kernel (NVIDIA) at 1
     M, N, K = {"triton": (16, 256, 256), "triton_gemv": (1, 256, 256)}.get(backend, (256, 256, 256))
-    p = Problem.gemm(M, N, K, "bf16")
+    p = Problem.of("gemm", M, N, K, "bf16")
     if backend == "triton":
         config = GEMM.default_config(p, target)
         make: Callable[[], Callable[..., None]] = lambda: launcher(  # noqa: E731
@@ -140,7 +140,7 @@ def quant_case(target: Any) -> tuple[str, dict[str, Callable[[], Any]]]:
 
 
 def moe_case(target: Any) -> tuple[str, dict[str, Callable[[], Any]]]:
-    p = Problem.moe(1, 256, 256, 8, 2)
+    p = Problem.of("moe", 1, 256, 256, E=8, topk=2)
     config = MOE.default_config(p, target)
     inputs = MOE.make_inputs(p, "cuda", seed=0)
     out = MOE.make_output(p, "cuda")

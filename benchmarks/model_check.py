@@ -43,7 +43,10 @@ GOAL = 0.05
 def problems(labels: str | None = None) -> list[tuple[str, Problem]]:
     wanted = set(labels.split(",")) if labels else {label for label, _, _ in SHAPES}
     out = [
-        (label, Problem.gemm(m, n, k, "bf16")) for label, n, k in SHAPES if label in wanted for m in MS[label]
+        (label, Problem.of("gemm", m, n, k, "bf16"))
+        for label, n, k in SHAPES
+        if label in wanted
+        for m in MS[label]
     ]
     return sorted(out, key=lambda lp: (lp[1].M > 256, lp[1].M, lp[0]))  # cheap shapes first
 

@@ -7,8 +7,8 @@ table, and time at every M of the serving ladder, in one run, three calls of the
 - `vllm`: the config of vLLM's shipped file for this GPU and (E, N) at the file's closest M key (as vLLM
   picks it), run in vLLM's kernel structure (`GATE_UP_FUSED=0`: the w1 GEMM over all 2N columns, then
   SiLU·up as its own step; `B_TMA=0`: the weights loaded by pointer);
-- `fallback`: the config vLLM runs where it has no file (`autotune.db.vllm.fallback_at`), in the
-  same structure.
+- `fallback`: the config vLLM runs where it has no file (`autotune.kernels.moe.formats.vllm.fallback_at`),
+  in the same structure.
 
 By default vLLM's files are imported into the database before the sweep (`autotune import`), as a user
 replacing them does: the sweep's M profile then also times the file's config at each M. All three pay the
@@ -42,10 +42,10 @@ import harness
 from autotune import Config, Problem
 from autotune.core.ladder import serving_ladder
 from autotune.core.target import Target, local_target
-from autotune.db.vllm import VLLM_KEYS, fallback_at, plain_keys
 from autotune.dispatch.ranges import imported_pick
 from autotune.engine.bench import Benchmarker, ServedTiming, interleaved_medians
 from autotune.kernels import served_config
+from autotune.kernels.moe.formats.vllm import VLLM_KEYS, fallback_at, plain_keys
 from autotune.kernels.moe.op import MOE
 from autotune.kernels.moe.params import experts
 from autotune.sweeps import load_spec

@@ -64,7 +64,7 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     for model, deploy, e, n, k, topk, weights in MODELS:
         for m in MS:
-            problem = Problem.moe(m, n, k, e, topk, "bf16", weights)
+            problem = Problem.of("moe", m, n, k, "bf16", weights, E=e, topk=topk)
             current = op.default_config(problem, target)
             variants = {"current": current, "previous": previous_default(problem, target)}
             if "B_TMA" in current:  # the other way of loading the weight tiles

@@ -52,9 +52,9 @@ Typical night:  autotune sweep my.toml        (tune; resumable: run it again aft
 No GPU here:    autotune sweep my.toml --target gfx942   (compile-only: cost-model predictions)
                 autotune check --target gfx950 my.toml   (registers, spills, LDS, MFMA per config)
 Next morning:   autotune status
-                autotune best --op gemm --m 16 --n 4096 --k 4096
+                autotune best --m 16 --n 4096 --k 4096
                 autotune export --format csv --out tuned/   (one CSV per GPU)
-                autotune emit --out gemm-table.json         (then AUTOTUNE_TABLES=gemm-table.json)
+                autotune emit --out table.json              (then AUTOTUNE_TABLES=table.json)
                 autotune report --out report.html           (figures: speed-ups, roofline, cost)
 After upgrades: autotune diff before.db after.db            (per problem: which got slower)
 

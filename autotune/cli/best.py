@@ -36,29 +36,36 @@ def add_parser(subparsers: Subparsers) -> None:
         "--predicted: predicted) is stored for the problem.",
         db=DB_READS,
     )
-    p.add_argument("--op", default="gemm", help="op (default gemm)")
+    p.add_argument(
+        "--op",
+        help="the op, one of those registered (`autotune doctor` checks each); default: the one op the "
+        "database holds problems of (where it holds several, name one; an empty one: the first registered)",
+    )
     p.add_argument("--m", type=int, required=True, help="M (rows of A, tokens)")
     p.add_argument("--n", type=int, required=True, help="N (columns of C)")
     p.add_argument("--k", type=int, required=True, help="K (the reduction dimension)")
     p.add_argument(
-        "--e", type=int, default=0, help="experts of a moe problem: short for --param E=N (default 0: none)"
+        "--e",
+        type=int,
+        default=0,
+        help="experts, of an op with experts: short for --param E=N (default 0: none)",
     )
     p.add_argument(
         "--topk",
         type=int,
         default=0,
-        help="experts per token of a moe problem: short for --param topk=N (default 0: none)",
+        help="experts per token, of an op with experts: short for --param topk=N (default 0: none)",
     )
     p.add_argument(
         "--dtype",
         default="bf16",
-        help="input dtype (default bf16); for the quantized gemm_* ops, whose op fixes the inputs, the "
-        "output dtype",
+        help="input dtype (default bf16); for an op that fixes its inputs (the quantized GEMMs), the output "
+        "dtype",
     )
     p.add_argument(
         "--weights",
         help="the op's other operand dtype if not --dtype: e.g. fp8e4m3 for FP8 MoE weights with block "
-        "scales; for gemm_fp8_rowwise/blockwise the FP8 flavour (fp8e4m3fnuz names MI300X's)",
+        "scales; for an FP8 GEMM the FP8 flavour (fp8e4m3fnuz names MI300X's)",
     )
     p.add_argument("--layout", default="nk", choices=("nk", "kn"), help="B as (N, K) [default] or (K, N)")
     p.add_argument(
@@ -85,10 +92,13 @@ def run(args: argparse.Namespace) -> int:
     from autotune.core.result import Source
     from autotune.sweeps.spec import SPEC_DTYPES
 
-    problem = _problem(args)
+    if args.op is None:
+        _check_sizes(args)  # the op is the database's: flags no problem has are told first all the same
+    given = _problem(args, args.op) if args.op else None
     if args.limit <= 0:
         raise CliError("--limit must be positive")
     with open_store(args.db, create=False, read_only=True) as store:
+        problem = given or _problem(args, _stored_op(store))
         try:
             predicted = args.predicted
             records = store.best(problem, fingerprint=args.gpu, limit=10_000, source=_source(predicted))
@@ -189,19 +199,38 @@ def _print_imported(problem: Problem, records: list[TrialRecord], limit: int) ->
         print()
 
 
-def _problem(args: argparse.Namespace) -> Problem:
-    """The problem the flags name, its dtypes as the op's rules give them (a quantized op fixes its
-    inputs: --dtype is then the output's)."""
+def _stored_op(store: Store) -> str:
+    """The op `best` shows where --op names none: the one op `store` holds problems of (the first
+    registered op where it holds none); CliError naming them where it holds several."""
+    from autotune.core.registry import ops
+
+    held = store.problem_ops()
+    if len(held) > 1:
+        raise CliError(f"the database holds problems of several ops ({', '.join(held)}): name one with --op")
+    return held[0] if held else next(iter(ops()))
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    """CliError for an M, N or K that no problem has (checked before the database is opened)."""
+    from autotune.core.problem import check_sizes
+
+    try:
+        check_sizes(args.m, args.n, args.k)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _problem(args: argparse.Namespace, op: str) -> Problem:
+    """The problem of `op` the flags name, its dtypes as the op's rules give them (a quantized op fixes
+    its inputs: --dtype is then the output's)."""
     from autotune.core.problem import Problem
     from autotune.core.registry import rules_of
 
-    # --e and --topk: the fused MoE's own parameters spelled short, as its specs name them
+    # --e and --topk: the experts' parameters spelled short, as specs name them
     short = [f"{name}={value}" for name, value in (("E", args.e), ("topk", args.topk)) if value]
     try:
-        extra = rules_of(args.op).parse_params([*short, *args.param])
-        return Problem.of(
-            args.op, args.m, args.n, args.k, args.dtype, args.weights, layout=args.layout, **extra
-        )
+        extra = rules_of(op).parse_params([*short, *args.param])
+        return Problem.of(op, args.m, args.n, args.k, args.dtype, args.weights, layout=args.layout, **extra)
     except ValueError as exc:
         raise CliError(str(exc)) from None
 

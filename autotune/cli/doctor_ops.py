@@ -326,7 +326,9 @@ def _speed_line(name: str, t: GemmTimes) -> Check:
         f"default ({t.default}) {us(t.default_us)}{ratio(t.default_us)}"
     )
     if t.error:
-        return Check(name, False, f"{detail}: {t.error}", "a call failed: see the `op gemm` line")
+        from autotune.kernels import GEMM
+
+        return Check(name, False, f"{detail}: {t.error}", f"a call failed: see the `op {GEMM.name}` line")
     return Check(name, True, detail)
 
 
@@ -339,7 +341,7 @@ def time_gemm(target: Target, m: int, n: int, k: int) -> GemmTimes:
     from autotune.kernels import GEMM, served_config
     from autotune.sweeps.verify import SERVED, VERIFY_SETTINGS, EntryPoint, vendor_config
 
-    problem = Problem.gemm(m, n, k)
+    problem = Problem.of(GEMM.name, m, n, k)
     previous = install_dispatcher(Dispatcher([], device_key=target, untuned_log=os.devnull))
     try:
         with warnings.catch_warnings():

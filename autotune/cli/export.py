@@ -26,7 +26,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "backend, config) with time, TFLOP/s, GB/s, fraction of roofline, speedup over the vendor "
         "library, the GPU's arch and CU count, and the toolchain versions (the cost model's picks of "
         "compile-only sweeps where nothing was measured, source 'model'). --format vllm (or sglang): "
-        "the moe winners as fused-MoE config files, one per (GPU, E, N, weights), mapping M to the "
+        "the fused MoE's winners as fused-MoE config files, one per (GPU, E, N, weights), mapping M to the "
         "Triton config (where another backend won, the best Triton config of that M; imported configs "
         "where nothing was measured). vllm and sglang differ in the file name and place: vLLM writes "
         "block_shape=[128,128] and NVIDIA_H200 for every H200, SGLang block_shape=[128, 128]; SGLang "
@@ -38,7 +38,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "where their configs differ (a conflict); SGLang's _down and per_channel_quant files are never "
         "written as vLLM's, which never reads them. Flagged entries are written too, with a warning, "
         "unless --drop-flagged; files whose K and topk are unknown are marked so. --format aiter: the "
-        "measured gemm, gemm_fp8_rowwise and gemm_fp8_blockwise winners of AMD GPUs as aiter's "
+        "measured winners of the dense and FP8 GEMMs aiter has tables for, of AMD GPUs, as aiter's "
         "tuned-GEMM tables (bf16_tuned_gemm.csv, a8w8_tuned_gemm.csv, a8w8_blockscale_tuned_gemm.csv) in "
         "aiter's columns, libtype autotune-<backend> and kernelName the config's short form, to diff "
         "against aiter's own (autotune import reads them back). --format tunableop: the vendor solutions "
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     """Writes the files and prints each path with what it holds, then what was left out or conflicts."""
     from autotune.db import StoreError, export_aiter, export_csv
     from autotune.db.export import with_predictions
-    from autotune.db.vllm_export import export_vllm_files
+    from autotune.db.formats import exporter
 
     files: list[tuple[str, str]] = []
     notes: tuple[str, ...] = ()
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 if args.predicted:
                     notes = _aiter_predictions(store, args.gpu)
             else:
-                done = export_vllm_files(
+                done = exporter(args.format).write(
                     store,
                     args.out,
                     fingerprint=args.gpu,

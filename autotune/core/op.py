@@ -65,8 +65,9 @@ class TunableOp(Protocol):
     Optional, looked up by the shared layers where an op has them (never by its name): `entry_module`,
     the module of the op's run-time entry point, whose `entry_launch(problem, target, inputs, out,
     config=None) -> Launch` calls it on `make_inputs`'s inputs (what `autotune verify` times as served;
-    without it, `prepare` of the served config), and `entry_takes_config`, true where that entry point
-    takes a config.
+    without it, `prepare` of the served config), `entry_takes_config`, true where that entry point
+    takes a config, and `format_modules`, the modules of the op's parts of other projects' file formats
+    (names: the database imports them, `autotune.db.formats`).
     """
 
     name: str

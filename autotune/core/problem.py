@@ -32,6 +32,7 @@ __all__ = [
     "ParamValue",
     "Problem",
     "ProblemRules",
+    "check_sizes",
     "normalize_dtype",
     "rules_of",
 ]
@@ -261,6 +262,13 @@ def normalize_dtype(name: str) -> str:
     return key
 
 
+def check_sizes(M: object, N: object, K: object) -> None:
+    """ValueError unless M, N and K are positive integers (what every problem's sizes are)."""
+    for name, value in (("M", M), ("N", N), ("K", K)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
 @dataclass(frozen=True, order=True)
 class Problem:
     """One problem shape of op `op`: M rows (tokens) of a product C (M, N) = A (M, K) · B, as the op
@@ -294,18 +302,7 @@ class Problem:
         rules.validate_problem(self)
 
     def _check_sizes(self) -> None:
-        """ValueError unless M, N and K are positive integers."""
-        for name in ("M", "N", "K"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-    @classmethod
-    def gemm(
-        cls, M: int, N: int, K: int, dtype: str = "bf16", layout: str = "nk", op: str = "gemm"
-    ) -> Problem:
-        """A dense GEMM with the same dtype for A, B and C (`op`: another GEMM-shaped op's problem)."""
-        return cls(op, M, N, K, dtype_a=dtype, dtype_b=dtype, dtype_out=dtype, layout=layout)
+        check_sizes(self.M, self.N, self.K)
 
     @classmethod
     def of(
@@ -322,18 +319,10 @@ class Problem:
     ) -> Problem:
         """A problem of `op` whose activations are `dtype`: the op's rules give the dtypes of A, B and C
         (`variant`: its other operand dtype, e.g. a weight dtype or an FP8 flavour); `extra`: the op's own
-        parameters (`Problem.of("moe", 16, 1536, 4096, E=128, topk=8)`)."""
+        parameters (`Problem.of(op, 16, 1536, 4096, E=128, topk=8)` for an op whose own parameters are E
+        and topk)."""
         a, b, out = rules_of(op).problem_dtypes(normalize_dtype(dtype), variant)
         return cls(op, M, N, K, a, b, out, layout, tuple(extra.items()))
-
-    @classmethod
-    def moe(
-        cls, M: int, N: int, K: int, E: int, topk: int, dtype: str = "bf16", weights: str | None = None
-    ) -> Problem:
-        """A fused MoE: M tokens, E experts of intermediate size N (per shard) and hidden size K, top-k
-        routing; `weights` "fp8e4m3" for FP8 weights with 128x128 block scales (default: `dtype`).
-        `Problem.of("moe", ...)` spelled out: E and topk are the op's own parameters."""
-        return cls.of("moe", M, N, K, dtype, weights, E=E, topk=topk)
 
     @classmethod
     def quant(cls, op: str, M: int, N: int, K: int, dtype: str = "bf16", fp8: str = "fp8e4m3") -> Problem:
@@ -370,9 +359,9 @@ class Problem:
         return rules_of(self.op).problem_bytes(self)
 
     def key(self) -> str:
-        """Canonical string identity, e.g. ``gemm:M=16,N=64,K=64:bf16,bf16,bf16:nk``; the op's own
+        """Canonical string identity, e.g. ``OP:M=16,N=64,K=64:bf16,bf16,bf16:nk``; the op's own
         parameters follow after another colon where it has any (`params_key`), e.g.
-        ``moe:M=16,N=1536,K=4096:bf16,bf16,bf16:nk:E=128,topk=8``."""
+        ``OP:M=16,N=1536,K=4096:bf16,bf16,bf16:nk:E=128,topk=8``."""
         own = f":{self.params_key}" if self.extra else ""
         return (
             f"{self.op}:M={self.M},N={self.N},K={self.K}:"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PLUGINS",
     "backend_of",
+    "format_modules",
     "get_op",
     "is_known",
     "is_served",
@@ -105,6 +106,15 @@ def layer_op(layer: str) -> str:
             return name
     known = sorted({getattr(op, "layer", "") for op in _ops.values()} - {""})
     raise ValueError(f"no op serves {layer!r} layers; served: {', '.join(known)}")
+
+
+def format_modules() -> tuple[str, ...]:
+    """The modules of the registered ops' parts of other projects' file formats (an op's optional
+    `format_modules`: the readers of the files that hold its problems, its rows of a table several ops
+    share, its exporters), in registration order, each once. Names only: the database imports them
+    (`autotune.db.formats`), which the ops' own modules never do."""
+    load_plugins()
+    return tuple(dict.fromkeys(name for op in _ops.values() for name in getattr(op, "format_modules", ())))
 
 
 def get_op(name: str) -> TunableOp:

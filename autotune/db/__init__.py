@@ -1,14 +1,16 @@
 """The tuned-config database: SQLAlchemy models, the Store, exporters and importers.
 
-SQLAlchemy is imported with this package; pandas only when `export_csv` is called. The vLLM/SGLang
-fused-MoE JSON, aiter CSV and TunableOp interop lives in `autotune.db.vllm`, `autotune.db.aiter`,
-`autotune.db.aiter_gemm`, `autotune.db.tunableop` and `autotune.db.interop`, imported when
-`import_files`, `export_vllm` or `export_aiter` is first called. Schema migrations (Alembic) live in
+SQLAlchemy is imported with this package; pandas only when `export_csv` is called. Other projects' files
+are read by `autotune.db.interop`, which tells a file's format and finds its reader among the ops' format
+parts (`autotune.db.formats`: vLLM/SGLang's fused-MoE JSON and aiter's fused-MoE CSV are the MoE's) or
+its own readers of tables several ops share (`autotune.db.aiter_gemm`, `autotune.db.tunableop`), imported
+when `import_files`, `export_vllm` or `export_aiter` is first called. Schema migrations (Alembic) live in
 `autotune.db.migrations`, imported when `upgrade_schema` is first called.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,6 +43,8 @@ __all__ = [
     "upgrade_schema",
 ]
 
+logger = logging.getLogger(__name__)
+
 
 def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
     """Writes our measured GEMM winners as aiter's tuned-GEMM tables into `out_dir`; see
@@ -67,14 +71,18 @@ def export_vllm(
     drop_flagged: bool = False,
     predicted: bool = False,
 ) -> list[Path]:
-    """Writes moe configs as vLLM (or SGLang) fused-MoE config files; see
-    `autotune.db.vllm_export.export_vllm`."""
-    from .vllm_export import export_vllm as _export_vllm
+    """Writes the configs of vLLM's (or SGLang's) fused-MoE config files, the notes of what was left out
+    or conflicts logged as warnings; the paths written. The exporter is the op's whose configs those
+    files hold (`autotune.db.formats.exporter`)."""
+    from .formats import exporter
 
-    return _export_vllm(
+    done = exporter("vllm").write(
         store, out_dir, fingerprint, flavor,
         triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
     )  # fmt: skip
+    for note in done.notes:
+        logger.warning("%s", note)
+    return done.paths
 
 
 def import_files(

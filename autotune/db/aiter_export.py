@@ -1,5 +1,6 @@
 """`autotune export --format aiter`: our measured GEMM winners in aiter's tuned-GEMM tables, to be read side
-by side with aiter's own (the tables and their columns: `autotune.db.aiter_gemm.AITER_GEMM_KINDS`)."""
+by side with aiter's own (the tables and their columns: `autotune.db.aiter_gemm.AITER_GEMM_KINDS`; the op
+each table's winners are of: the ops' `AiterRows`, `autotune.db.aiter_gemm.kind_for_op`)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def _why_not(kind: GemmKind | None, winner: Winner) -> str:
         return f"aiter has no {p.op} table"
     if p.layout != "nk":
         return "B is (K, N): aiter's tables hold B as (N, K)"
-    if kind.op != "gemm" and p.dtype_out != "bf16":
+    if "outdtype" not in kind.columns and p.dtype_out != "bf16":
         return f"{p.dtype_out} output: aiter's {kind.name} table holds bf16 outputs"
     try:
         config_name(winner.config)
@@ -74,11 +75,11 @@ def _why_not(kind: GemmKind | None, winner: Winner) -> str:
 
 
 def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = None) -> list[Path]:
-    """Writes the measured winners of the GEMM ops aiter has tables for (gemm, gemm_fp8_rowwise,
-    gemm_fp8_blockwise) on AMD GPUs (all, or the one `fingerprint` names) into `out_dir`, one file per table
-    under aiter's name, rows sorted by GPU, N, K and M. Where the final round holds a winner's fastest
-    config, its time is the final round's. Winners with no row (another GPU, layout or output dtype, a
-    config no kernel name can spell) are logged. Returns the paths written.
+    """Writes the measured winners of the GEMM ops aiter has tables for (`kind_for_op`) on AMD GPUs (all, or
+    the one `fingerprint` names) into `out_dir`, one file per table under aiter's name, rows sorted by
+    GPU, N, K and M. Where the final round holds a winner's fastest config, its time is the final round's.
+    Winners with no row (another GPU, layout or output dtype, a config no kernel name can spell) are
+    logged. Returns the paths written.
 
     Raises StoreError when there is nothing to write (saying what the database holds), when
     two GPUs of one gfx and CU count would share rows (aiter keys rows by them: pick one with
@@ -98,7 +99,7 @@ def export_aiter(store: Store, out_dir: str | Path, fingerprint: str | None = No
         logger.warning("%d winners not written: %s", n, why)
     if not tables:
         which = f" of GPU {fingerprint}" if fingerprint else ""
-        ops = ", ".join(sorted({k.op for k in AITER_GEMM_KINDS.values()}))
+        ops = ", ".join(sorted({op for k in AITER_GEMM_KINDS.values() if (op := k.op)}))
         held = store.holdings(fingerprint=fingerprint).describe()
         raise StoreError(
             f"nothing to export: {store.display_url} holds no measured winners of {ops} on an AMD GPU{which}"

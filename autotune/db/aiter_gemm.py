@@ -1,5 +1,6 @@
-"""aiter's tuned GEMM tables: which file is which op (the one rule, `AITER_GEMM_KINDS`), reading them, and
-the short config names our own rows carry (`config_name`, `config_of_name`).
+"""aiter's tuned GEMM tables: the tables (`AITER_GEMM_KINDS`), reading them, and the short config names our
+own rows carry (`config_name`, `config_of_name`). Which op's problems a table's rows are, each op says of
+its own rows (`AiterRows`, one of its format parts: `autotune.db.formats`); this module names no op.
 
 aiter keeps one CSV per GEMM family, a row per (GPU, shape) with the kernel its tuner picked and the time it
 measured (µs): ``bf16_tuned_gemm.csv`` (keyed by gfx, cu_num, M, N, K, bias, dtype, outdtype, scaleAB,
@@ -31,12 +32,14 @@ from autotune.core.target import Target
 
 from .aiter import AITER_BACKEND, AITER_CU_DEVICES
 from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, JsonForm, device_target
+from .formats import parts
 from .store import NewTrial
 
 __all__ = [
     "AITER_GEMM_KINDS",
     "MAX_ERROR_RATIO",
     "OUR_LIBTYPE_PREFIX",
+    "AiterRows",
     "GemmKind",
     "aiter_gemm_trials",
     "aiter_target",
@@ -45,6 +48,7 @@ __all__ = [
     "fp8_column",
     "gemm_kind_of",
     "kind_for_op",
+    "op_of",
     "read_aiter_gemm",
 ]
 
@@ -67,46 +71,62 @@ PRESHUFFLED = "weights pre-shuffled (bpreshuffle): a layout we do not run"
 
 @dataclass(frozen=True)
 class GemmKind:
-    """One aiter GEMM table: its file name, our op its rows are problems of, the columns aiter writes
-    today (what `autotune export --format aiter` writes), and `flag`: why every row is a reference record
-    only ("" when our op runs what the row measured)."""
+    """One aiter GEMM table: its file name, the columns aiter writes today (what `autotune export --format
+    aiter` writes), whether its rows are FP8 GEMMs (`fp8`; the bf16 table's are of floating-point inputs,
+    some of FP8 ones with scalar scales), and `flag`: why every row is a reference record only ("" when
+    the op runs what the row measured). Its op is the one whose `AiterRows` hold its rows (`op_of`)."""
 
     name: str
     file: str
-    op: str
     columns: tuple[str, ...]
+    fp8: bool
     flag: str = ""
 
+    @property
+    def op(self) -> str | None:
+        """The op its own rows are problems of (`op_of`), None where no op holds them."""
+        return op_of(self)
 
-#: The rule: each aiter GEMM table and the op it maps to. bf16 (and fp16, fp32) → the dense gemm; a8w8
-#: (FP8 per-token and per-channel scales) → gemm_fp8_rowwise; blockscale (FP8, 1x128 scales of A, 128x128
-#: of B) → gemm_fp8_blockwise; the bpreshuffle tables → the same ops, flagged. Rows of int8 (the a8w8
-#: tables' other dtype, and every row of an a8w8 file without q_dtype_w) have no op of ours: skipped. FP8
-#: rows of the bf16 table (hipBLASLt with scalar scales) → gemm_fp8_rowwise, whose per-tensor case they are.
+
+#: aiter's GEMM tables: bf16 (and fp16, fp32; FP8 with scalar scales), a8w8 (FP8 per-token and per-channel
+#: scales, or int8), blockscale (FP8, 1x128 scales of A, 128x128 of B), and the bpreshuffle tables of
+#: pre-shuffled weights (flagged). Rows of int8 (the a8w8 tables' other dtype, and every row of an a8w8
+#: file without q_dtype_w) have no op of ours: skipped.
 AITER_GEMM_KINDS: dict[str, GemmKind] = {
     k.name: k
     for k in (
-        GemmKind("bf16", "bf16_tuned_gemm.csv", "gemm", BF16_COLUMNS),
-        GemmKind("a8w8", "a8w8_tuned_gemm.csv", "gemm_fp8_rowwise", A8W8_COLUMNS),
-        GemmKind(
-            "a8w8_blockscale", "a8w8_blockscale_tuned_gemm.csv", "gemm_fp8_blockwise", BLOCKSCALE_COLUMNS
-        ),
-        GemmKind(
-            "a8w8_bpreshuffle",
-            "a8w8_bpreshuffle_tuned_gemm.csv",
-            "gemm_fp8_rowwise",
-            A8W8_COLUMNS,
-            PRESHUFFLED,
-        ),
+        GemmKind("bf16", "bf16_tuned_gemm.csv", BF16_COLUMNS, fp8=False),
+        GemmKind("a8w8", "a8w8_tuned_gemm.csv", A8W8_COLUMNS, fp8=True),
+        GemmKind("a8w8_blockscale", "a8w8_blockscale_tuned_gemm.csv", BLOCKSCALE_COLUMNS, fp8=True),
+        GemmKind("a8w8_bpreshuffle", "a8w8_bpreshuffle_tuned_gemm.csv", A8W8_COLUMNS, True, PRESHUFFLED),
         GemmKind(
             "a8w8_blockscale_bpreshuffle",
             "a8w8_blockscale_bpreshuffle_tuned_gemm.csv",
-            "gemm_fp8_blockwise",
             BLOCKSCALE_COLUMNS,
+            True,
             PRESHUFFLED,
         ),
     )
 }
+
+
+@dataclass(frozen=True)
+class AiterRows:
+    """An op's rows of aiter's GEMM tables (a format part of the op: `autotune.db.formats`): the rows of
+    the tables named `tables` whose inputs are FP8 (`fp8`), or floating point (not `fp8`), are problems
+    of the op called `op`."""
+
+    op: str
+    tables: tuple[str, ...]
+    fp8: bool
+
+
+def op_of(kind: GemmKind, fp8: bool | None = None) -> str | None:
+    """The op whose problems the rows of table `kind` with FP8 inputs (`fp8`; default: the table's own
+    rows, `GemmKind.fp8`) are, as the ops' `AiterRows` say; None where no op holds them."""
+    want = kind.fp8 if fp8 is None else fp8
+    return next((r.op for r in parts(AiterRows) if kind.name in r.tables and r.fp8 == want), None)
+
 
 #: The libtype of rows `autotune export --format aiter` writes: ``autotune-{backend}``.
 OUR_LIBTYPE_PREFIX = "autotune-"
@@ -117,8 +137,9 @@ _TORCH_FP8 = {"float8_e4m3fnuz": "gfx942", "float8_e4m3fn": "gfx950"}
 
 
 def kind_for_op(op: str) -> GemmKind | None:
-    """The table our winners of `op` are written to (the unflagged kind of that op), None for none."""
-    return next((k for k in AITER_GEMM_KINDS.values() if k.op == op and not k.flag), None)
+    """The table our winners of `op` are written to (the unflagged table whose own rows are the op's), None
+    for none."""
+    return next((k for k in AITER_GEMM_KINDS.values() if not k.flag and op_of(k) == op), None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -273,18 +294,18 @@ def _int(row: Mapping[str, str], column: str, where: str, default: int | None = 
 def _problem(
     kind: GemmKind, row: Mapping[str, str], arch: str, shape: tuple[int, int, int], where: str
 ) -> tuple[Problem, list[str]]:
-    """The problem a row measured, and why it is a reference only (none: our op runs it). ValueError (the
-    reason) for a row no op of ours can hold."""
+    """The problem a row measured (of the op `op_of` gives), and why it is a reference only (none: the op
+    runs it). ValueError (the reason) for a row no op of ours can hold."""
     M, N, K = shape
     flags = [kind.flag] if kind.flag else []
-    if kind.name != "bf16":
+    if kind.fp8:
         q_w = (row.get("q_dtype_w") or "").strip()
-        if not q_w and kind.op == "gemm_fp8_rowwise":
+        if not q_w and "q_dtype_w" in kind.columns:
             raise ValueError(
                 "no q_dtype_w column: aiter's a8w8 tables of that format hold int8 GEMMs, no op of ours"
             )
         fp8 = _fp8_of(q_w, arch) if q_w else "fp8e4m3"
-        return Problem.of(kind.op, M, N, K, "bf16", fp8), flags
+        return Problem.of(_op(kind, True), M, N, K, "bf16", fp8), flags
     dtype, out = row["dtype"].strip(), row["outdtype"].strip()
     if _bool(row, "bias", where):
         flags.append("bias=True: our GEMMs have no bias epilogue")
@@ -292,14 +313,24 @@ def _problem(
         flags.append(PRESHUFFLED)
     out_dtype = normalize_dtype(out)
     if dtype.removeprefix("torch.") in _TORCH_FP8:
-        return Problem.of("gemm_fp8_rowwise", M, N, K, out_dtype, _fp8_of(dtype, arch)), flags
+        return Problem.of(_op(kind, True), M, N, K, out_dtype, _fp8_of(dtype, arch)), flags
     in_dtype = normalize_dtype(dtype)
+    op = _op(kind, False)
     if _bool(row, "scaleAB", where):
         flags.append(f"scaleAB=True: a scaled {in_dtype} GEMM")
     if out_dtype != in_dtype:
-        flags.append(f"{out_dtype} output of {in_dtype} inputs: our gemm writes its input dtype")
-    problem = Problem(kind.op, M, N, K, dtype_a=in_dtype, dtype_b=in_dtype, dtype_out=out_dtype, layout="nk")
+        flags.append(f"{out_dtype} output of {in_dtype} inputs: our {op} writes its input dtype")
+    problem = Problem(op, M, N, K, dtype_a=in_dtype, dtype_b=in_dtype, dtype_out=out_dtype, layout="nk")
     return problem, flags
+
+
+def _op(kind: GemmKind, fp8: bool) -> str:
+    """`op_of`; ValueError (the reason) where no op holds those rows."""
+    op = op_of(kind, fp8)
+    if op is None:
+        inputs = "FP8" if fp8 else "floating-point"
+        raise ValueError(f"{inputs} rows of aiter's {kind.name} table: no op of ours holds them")
+    return op
 
 
 def _config(kind: GemmKind, row: Mapping[str, str], header: list[str], where: str) -> tuple[Config, str]:

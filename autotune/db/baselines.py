@@ -1,10 +1,11 @@
-"""Baselines: the configs others ship (imported files) and what a vLLM deployment runs without tuning."""
+"""Baselines: the configs others ship (imported files) and what a deployment runs without tuning (its
+files, else the serving engine's fallback rule: an op's `Fallback`, `autotune.db.formats`)."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import select
@@ -16,10 +17,26 @@ from autotune.core.result import Source, TrialStatus
 from autotune.core.target import Target
 
 from .database import Database
+from .formats import Fallback, parts
 from .models import GpuModel, KernelModel, ProblemModel, TrialModel
-from .vllm_rules import deployment_configs
 
-__all__ = ["Baselines"]
+__all__ = ["Baselines", "deployment_configs"]
+
+
+def deployment_configs(
+    imported: Mapping[int, Config], problem: Problem, target: Target, ms: Iterable[int]
+) -> tuple[dict[int, Config], str]:
+    """What a deployment on `target` runs for `problem`'s shape, by M key, and where it comes from:
+    `imported` (the files imported for that device) where there are any ("file"), else the first of the
+    ops' fallback rules (`Fallback`: vLLM's fused-MoE rule) that covers the problem, at `ms`, and its
+    name ("vLLM fallback"); ({}, "") where none applies."""
+    if imported:
+        return dict(imported), "file"
+    for fallback in parts(Fallback):
+        found = fallback.configs(problem, target, ms)
+        if found:
+            return found, fallback.source
+    return {}, ""
 
 
 class Baselines(Database):
@@ -35,7 +52,7 @@ class Baselines(Database):
         they were imported for; the newest import of an M wins. With `device_key`, only the files of that
         device (`Target.device_key`: an H100's file does not speak for an H200, where vLLM would run its
         own file or its fallback); None takes every device's. With `kernel`, only the configs stored under
-        that kernel name (one project's files: `autotune.db.vllm.project_kernel`). An imported config of the
+        that kernel name (one project's files, as the format's reader names them). An imported config of the
         problem's `unknown_twin` counts for it. Empty where nothing was imported for the shape."""
         t, p = TrialModel, ProblemModel
         same = _same_shape(problem, imported=True)
@@ -68,9 +85,9 @@ class Baselines(Database):
         return {int(m): Config.from_json(text) for m, text, target_json in rows if on_device(target_json)}
 
     def baseline_configs(self, problem: Problem, target: Target, ms: Iterable[int]) -> dict[int, Config]:
-        """What a vLLM deployment on `target` runs for `problem`'s shape, by M key: the files imported for
-        its device (`imported_configs`), else, for a MoE, vLLM's fallback rule at each M of `ms`
-        (`autotune.db.vllm_rules.deployment_configs`); empty where neither applies."""
+        """What a deployment on `target` runs for `problem`'s shape, by M key: the files imported for its
+        device (`imported_configs`), else the serving engine's fallback rule at each M of `ms` (vLLM's for
+        a fused MoE: `deployment_configs`); empty where neither applies."""
         imported = self.imported_configs(problem, device_key=target.device_key())
         return deployment_configs(imported, problem, target, ms)[0]
 

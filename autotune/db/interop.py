@@ -1,9 +1,11 @@
 """Importing the tuned configs other projects ship: `read_imports` and `import_files`.
 
-The formats live in their own modules: `autotune.db.vllm` (the fused-MoE JSON configs of vLLM and
-SGLang), `autotune.db.aiter` (aiter's tuned fused-MoE CSV), `autotune.db.aiter_gemm` (aiter's tuned GEMM
-tables) and `autotune.db.tunableop` (PyTorch TunableOp results); what they share is in
-`autotune.db.foreign`. Paths may be files or folders (searched recursively for ``.json`` and ``.csv``
+A file's format is told here (`_detect`); its reader is the op's that owns the format (a `JsonReader` or
+`CsvReader` of the ops' format parts, `autotune.db.formats`: the fused-MoE JSON configs of vLLM and
+SGLang, aiter's tuned fused-MoE CSV), or, for a table whose rows several ops share, a reader of the
+database's own whose rows the ops claim (`autotune.db.aiter_gemm`: aiter's tuned GEMM tables;
+`autotune.db.tunableop`: PyTorch TunableOp results); what they share is in `autotune.db.foreign`. Paths
+may be files or folders (searched recursively for ``.json`` and ``.csv``
 files; one of those that is no regular file, as a FIFO or a looping link, is reported, never passed
 over); a file's format is told by its content. Each file is its own unit, written in its own
 transaction, streamed: its trials written as they are read (`Store.record_stream`), so that a file of
@@ -12,7 +14,7 @@ any size takes bounded memory (a JSON config file is read a chunk at a time,
 cannot be imported is reported with the reason and never stops or rolls back another; one whose every
 entry is bad fails as an unreadable one does.
 
-Each file keeps the project it came from (`autotune.db.vllm.file_project`, or `project` given): two
+Each file keeps the project it came from (told by its folders and name, or `project` given): two
 projects' config files of one name are two records, and where they hold different configs for one M the
 import says so (`ImportedFile.warnings`). K and top-k of the vLLM-style files come from `ShapeFlag`s
 (per shape or file), else from `k` and `topk`, else from the file's E and N; one flag set applied to
@@ -40,15 +42,8 @@ from autotune.core.registry import load_plugins
 from autotune.core.result import TrialStatus
 
 from .bounds import open_bounded, out_of_range, read_bounded
-from .foreign import (
-    JSON_PROJECTS,
-    Found,
-    ImportedFile,
-    InteropError,
-    UnknownShape,
-    infer_moe_shape,
-    moe_source_hash,
-)
+from .foreign import JSON_PROJECTS, Found, ImportedFile, InteropError
+from .formats import CsvReader, JsonReader, parts
 from .tunableop import looks_like_tunableop
 
 if TYPE_CHECKING:
@@ -158,52 +153,11 @@ def _shapes(
     flags: Sequence[ShapeFlag],
     warn: Callable[[str], None],
 ) -> dict[Path, tuple[int | None, int | None, list[str]]]:
-    """(K, top-k, warnings) of each vLLM-style file of `files` (by its name): the first of `flags` that
-    names it, else `k` and `topk`. Warns (`warn`) when one flag set is applied to files of different E
-    and N or a flag names no file, and, per file, when another flag names it too or what is given is not
-    the K and top-k of the one known model its E and N are."""
-    from .vllm import VllmFileName
-
+    """(K, top-k, warnings) of each config file of `files` that `flags` (else `k` and `topk`) name, as the
+    JSON readers plan them (`JsonReader.plan`)."""
     out: dict[Path, tuple[int | None, int | None, list[str]]] = {}
-    shapes_of: dict[str, set[tuple[int, int]]] = {}
-    for path in files:
-        try:
-            parts = VllmFileName.parse(path.name)
-        except InteropError:
-            continue
-        named = [flag for flag in flags if flag.matches(path)]
-        warnings: list[str] = []
-        given: tuple[int | None, int | None]
-        if named:
-            given, what = (named[0].k, named[0].topk), str(named[0])
-            for other in named[1:]:
-                if (other.k, other.topk) != given:
-                    warnings.append(f"--shape {other.pattern} names it too: {what} is applied")
-        elif k is not None or topk is not None:
-            given, what = (k, topk), " ".join(f"--{n} {v}" for n, v in (("k", k), ("topk", topk)) if v)
-        else:
-            continue
-        shapes_of.setdefault(what, set()).add((parts.E, parts.N))
-        try:
-            known = infer_moe_shape(parts.E, parts.N)
-        except (UnknownShape, InteropError):
-            known = None
-        if known is not None and given != known[:2] and None not in given:
-            warnings.append(
-                f"K={given[0]}, topk={given[1]} given ({what}), but E={parts.E}, N={parts.N} is the layer of "
-                f"{known[2]} (K={known[0]}, topk={known[1]}): stored as given"
-            )
-        out[path] = (given[0], given[1], warnings)
-    for flag in flags:
-        if not any(flag.matches(path) for path in out):
-            warn(f"--shape {flag.pattern}:{flag.k},{flag.topk} names no config file")
-    for what, shapes in shapes_of.items():
-        if len(shapes) > 1:
-            shown = "; ".join(f"E={e},N={n}" for e, n in sorted(shapes))
-            warn(
-                f"{what} applied to files of {len(shapes)} different E and N ({shown}): a model has one; "
-                "give K and topk per shape with --shape E=..,N=..:K,TOPK"
-            )
+    for reader in _json_readers().values():
+        out.update(reader.plan(files, k, topk, flags, warn))
     return out
 
 
@@ -222,11 +176,15 @@ def _read_one(
     found = Found()
     try:
         kind = _detect(path, head)
-        if kind == "vllm":
-            trials = _vllm_reader(k, topk, source_hash, project)(path, found)
+        json_reader = _json_readers().get(kind)
+        if json_reader is not None:
+            opener = functools.partial(_open_text, path)
+            trials = json_reader.trials(
+                path, opener, found, k=k, topk=topk, source_hash=source_hash, project=project
+            )
         else:
             text = read_bounded(path).decode("utf-8")
-            trials = _csv_readers()[kind](path, io.StringIO(text), found)
+            trials = _csv_reader(path, kind)(path, io.StringIO(text), found)
         read = found.file(path, _FORMATS[kind], _bounded(trials, found))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
@@ -247,13 +205,23 @@ def _read_one(
 _FORMATS = {"vllm": "vllm", "tunableop": "tunableop", "aiter-gemm": "aiter", "aiter": "aiter"}
 
 
-def _csv_readers() -> dict[str, Callable[[Path, Iterable[str], Found], Iterator[NewTrial]]]:
-    """The streaming reader of each CSV kind `_detect` tells."""
-    from .aiter import aiter_trials
+def _json_readers() -> dict[str, JsonReader]:
+    """The reader of each JSON format the ops read, by the kind `_detect` tells."""
+    return {reader.format: reader for reader in reversed(parts(JsonReader))}
+
+
+def _csv_reader(path: Path, kind: str) -> Callable[[Path, Iterable[str], Found], Iterator[NewTrial]]:
+    """The streaming reader of the CSV kind `kind` (as `_detect` tells it) of the file `path`: the
+    database's own for a table whose rows several ops share, else the op's that reads it; InteropError
+    where no op reads it."""
     from .aiter_gemm import aiter_gemm_trials
     from .tunableop import tunableop_trials
 
-    return {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials, "aiter": aiter_trials}
+    shared = {"tunableop": tunableop_trials, "aiter-gemm": aiter_gemm_trials}
+    readers = {**{reader.format: reader.trials for reader in reversed(parts(CsvReader))}, **shared}
+    if kind not in readers:
+        raise InteropError(f"{path}: no op of ours reads {kind} files")
+    return readers[kind]
 
 
 def _head(path: Path) -> str:
@@ -267,22 +235,6 @@ def _open_text(path: Path) -> Iterator[IO[str]]:
     """The regular file `path` (`open_bounded`) as UTF-8 text."""
     with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as text:
         yield text
-
-
-def _vllm_reader(
-    k: int | None, topk: int | None, source_hash: str | None, project: str | None
-) -> Callable[[Path, Found], Iterator[NewTrial]]:
-    """The reader of a vLLM-style file (`vllm_trials`) with these shape flags, source hash (default: our
-    moe op's, `moe_source_hash`: it imports the kernels) and project, as the CSV readers are called."""
-    from .vllm import vllm_trials
-
-    hash_ = source_hash or moe_source_hash("triton")
-
-    def read(path: Path, found: Found) -> Iterator[NewTrial]:
-        opener = functools.partial(_open_text, path)
-        return vllm_trials(path, opener, found, k=k, topk=topk, source_hash=hash_, project=project)
-
-    return read
 
 
 def _bounded(trials: Iterable[NewTrial], found: Found) -> Iterator[NewTrial]:
@@ -328,12 +280,11 @@ def read_imports(
 
     `shapes`, `k` and `topk` give the hidden size and experts per token of the vLLM files (which lack
     both): the first of `shapes` that names a file, else `k` and `topk`; where absent they are inferred
-    from the file's E and N, else left unknown (`moe_shape_or_unknown`). `project` is the project the
-    vLLM files come from (default: told by their folders and names, `file_project`). `source_hash` is
-    that of the Triton kernel the vLLM configs are stored under (default: our moe op's, see
-    `moe_source_hash`). `warn` is told what concerns more than one file (one flag set applied to files
-    of different E and N; default: logged as a warning). Raises InteropError for no paths or a bad `k`,
-    `topk` or `project`.
+    from the file's E and N, else left unknown. `project` is the project the vLLM files come from
+    (default: told by their folders and names). `source_hash` is that of the Triton kernel the vLLM
+    configs are stored under (default: the reader's, our own kernel's). `warn` is told what concerns more
+    than one file (one flag set applied to files of different E and N; default: logged as a warning).
+    Raises InteropError for no paths or a bad `k`, `topk` or `project`.
     """
     paths = _check_args(paths, k, topk, project)
     files = list(expand_paths(paths))
@@ -390,10 +341,12 @@ def _log_warning(message: str) -> None:
 @contextmanager
 def _heap_frozen() -> Iterator[None]:
     """Runs the block with the objects alive before it left out of the garbage collector's passes
-    (`gc.freeze`): the ops' modules (loaded first: every problem needs its op's rules) and torch's are
-    many, and an import makes so many small objects that the collector would otherwise walk them all
-    again and again. A heap frozen already, on purpose, is left as it is."""
+    (`gc.freeze`): the ops' modules and their format parts (loaded first: every problem needs its op's
+    rules, every file its format's reader) and torch's are many, and an import makes so many small
+    objects that the collector would otherwise walk them all again and again. A heap frozen already, on
+    purpose, is left as it is."""
     load_plugins()
+    parts(object)
     if gc.get_freeze_count():
         yield
         return
@@ -441,11 +394,15 @@ def _import_one(
     found = Found()
     conflicts: dict[str, list[int]] = {}
     try:
-        if kind == "vllm":
-            trials = _vllm_reader(k, topk, source_hash, project)(path, found)
+        json_reader = _json_readers().get(kind)
+        if json_reader is not None:
+            opener = functools.partial(_open_text, path)
+            trials = json_reader.trials(
+                path, opener, found, k=k, topk=topk, source_hash=source_hash, project=project
+            )
             first = next(trials, None)  # the file read through once, checked, before the write begins
             if first is not None:
-                others = _other_projects(store, first)
+                others = json_reader.held(store, first)
                 trials = _conflicting(itertools.chain([first], trials), others, conflicts)
             written = store.record_stream(_bounded(trials, found))
         else:
@@ -454,8 +411,9 @@ def _import_one(
                 found.warnings.append(
                     f"--project {project} is for config files, not applied: this is {theirs}'s"
                 )
+            read = _csv_reader(path, kind)
             with open_bounded(path) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as lines:
-                written = store.record_stream(_bounded(_csv_readers()[kind](path, lines, found), found))
+                written = store.record_stream(_bounded(read(path, lines, found), found))
     except UnicodeDecodeError:
         return ImportedFile(path, "?", "", (), error=f"{path}: not a UTF-8 text file", readable=False)
     except OSError as exc:
@@ -480,24 +438,6 @@ def _import_one(
 
 #: The project of each CSV format.
 _CSV_PROJECTS = {"tunableop": "tunableop", "aiter-gemm": "aiter", "aiter": "aiter"}
-
-
-def _other_projects(store: Store, trial: NewTrial) -> dict[str, dict[int, Config]]:
-    """The configs other projects' files of the name of `trial`'s file hold here (by project, then M):
-    files of the same device, shape and kernel variant (`Store.imported_configs`)."""
-    from .vllm import kernel_project, project_kernel
-
-    kernel, mine = kernel_project(trial.kernel)
-    device = trial.target.device_key()
-    out: dict[str, dict[int, Config]] = {}
-    for project in JSON_PROJECTS:
-        if project != mine:
-            held = store.imported_configs(
-                trial.problem, device_key=device, kernel=project_kernel(kernel, project)
-            )
-            if held:
-                out[project] = held
-    return out
 
 
 def _conflicting(

@@ -145,7 +145,7 @@ class GpuModel(Base):
 
 
 class KernelModel(Base):
-    """One version of one kernel: its name (``gemm.triton``) and the hash of its source."""
+    """One version of one kernel: its name (``OP.BACKEND``) and the hash of its source."""
 
     __tablename__ = "kernels"
     __table_args__ = (UniqueConstraint("name", "source_hash", name="uq_kernels_name_hash"),)

@@ -119,6 +119,11 @@ class Queries(Database):
                 for fp, op, src, n, ok, c, m in session.execute(stmt)
             ]
 
+    def problem_ops(self) -> list[str]:
+        """The ops of the stored problems, by name (sorted)."""
+        with self._session() as session:
+            return sorted(str(op) for op in session.scalars(select(ProblemModel.op).distinct()))
+
     def gpus(self) -> list[GpuRecord]:
         """Every stored GPU, in the order they were first seen."""
         with self._session() as session:

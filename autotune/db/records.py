@@ -267,7 +267,7 @@ class Holdings:
 
     def describe(self) -> str:
         """The holdings in words, e.g. "12 reference records from imported files (2 flagged) and no
-        measured trials of gemm"."""
+        measured trials of OP"."""
         of = f" of {self.op}" if self.op else ""
         if not self.counts:
             return f"no trials{of}"

@@ -9,7 +9,9 @@ is ``{a}{b}_{m}_{n}_{k}[_B_{batch}]_ld_{lda}_{ldb}_{ldc}``, ScaledGemm's with ``
 after it. These are column-major BLAS calls: PyTorch computes a row-major C (M, N) = A · B as Cᵀ = Bᵀ · Aᵀ,
 so BLAS m is our N, n our M (the tokens of nn.Linear), and the first letter is B's: ``t`` is B as (N, K)
 (our layout "nk", nn.Linear's weight), ``n`` B as (K, N) ("kn"); a second letter ``t`` is A stored
-transposed, which our ops do not take.
+transposed, which our ops do not take. Which op's problems the results of each TunableOp op are, the ops
+say of their own (`TunableOpRows`, one of their format parts: `autotune.db.formats`); this module names
+no op.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import io
 import math
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +30,21 @@ from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import ARCH_LIMITS, Target
 
 from .foreign import IMPORTED_SOURCE_HASH, Found, ImportedFile, InteropError, device_target
+from .formats import parts
 from .store import NewTrial
 
-__all__ = ["TUNABLEOP_BACKEND", "TUNABLEOP_OPS", "looks_like_tunableop", "read_tunableop", "tunableop_trials"]
+__all__ = [
+    "TUNABLEOP_BACKEND",
+    "TUNABLEOP_OPS",
+    "TunableOpRows",
+    "looks_like_tunableop",
+    "read_tunableop",
+    "tunableop_trials",
+]
 
 #: The backend imported TunableOp solutions are stored under (their config: the solution's name).
 TUNABLEOP_BACKEND = "tunableop"
-#: The TunableOp ops read, and what each is: gemm (and its bias, batched variants) and scaled FP8 gemm.
+#: The TunableOp ops read: the GEMM (and its bias, batched variants) and the scaled FP8 GEMM.
 TUNABLEOP_OPS: tuple[str, ...] = (
     "GemmTunableOp",
     "GemmAndBiasTunableOp",
@@ -72,6 +83,24 @@ def looks_like_tunableop(text: str) -> bool:
 
 class _Skip(ValueError):
     """A result line no op of ours holds; the message says why."""
+
+
+@dataclass(frozen=True)
+class TunableOpRows:
+    """An op's TunableOp results (a format part of the op: `autotune.db.formats`): the result lines of the
+    TunableOp ops `signatures` (of `TUNABLEOP_OPS`) are problems of the op called `op`."""
+
+    op: str
+    signatures: tuple[str, ...]
+
+
+def _op_of(signature: str) -> str:
+    """The op whose problems the results of TunableOp op `signature` are (the ops' `TunableOpRows`);
+    _Skip where no op holds them."""
+    found = next((r.op for r in parts(TunableOpRows) if signature in r.signatures), None)
+    if found is None:
+        raise _Skip(f"{signature} results: no op of ours holds them")
+    return found
 
 
 def _types(text: str) -> list[str]:
@@ -140,7 +169,7 @@ def _result(op_sig: str, params: str, arch: str) -> tuple[Problem, dict[str, Val
                 own["bias"] = True
                 flags.append(f"bias epilogue ({scaled['bias']}): our GEMMs have none")
             rest = rest[scaled.end() :]
-        problem = Problem.of("gemm_fp8_rowwise", n, m, k, out, fp8)
+        problem = Problem.of(_op_of(op), n, m, k, out, fp8)
     else:
         name = "_".join(types)
         dtype = _TYPES.get(name, "")
@@ -149,7 +178,7 @@ def _result(op_sig: str, params: str, arch: str) -> tuple[Problem, dict[str, Val
         if op == "GemmAndBiasTunableOp":
             own["bias"] = True
             flags.append("bias epilogue (GemmAndBias): our GEMMs have none")
-        problem = Problem.gemm(n, m, k, dtype, layout)
+        problem = Problem.of(_op_of(op), n, m, k, dtype, layout=layout)
     if rest:
         flags.append(f"signature fields we do not read: {rest.lstrip('_')}")
     return problem, own, flags
@@ -194,8 +223,9 @@ def tunableop_trials(path: Path, lines: Iterable[str], found: Found) -> Iterator
     One trial per result line that maps to an op of ours, on the arch's flagship GPU (GCN_ARCH_NAME;
     gfx942 → MI300X, gfx950 → MI355X), with backend "tunableop" and the solution as its config (and, for
     ScaledGemm, the scaling: rowwise or tensor), the time in µs (the file's ms x 1000, runs 0, method
-    "imported"): GemmTunableOp (and GemmStridedBatched of one batch) → gemm; ScaledGemmTunableOp of e4m3
-    inputs → gemm_fp8_rowwise (per-tensor scales are its special case). Flagged: bias epilogues,
+    "imported"), of the op whose `TunableOpRows` hold the line's TunableOp op: GemmTunableOp (and
+    GemmStridedBatched of one batch) the dense GEMM's; ScaledGemmTunableOp of e4m3 inputs the row-wise
+    FP8 GEMM's (per-tensor scales are its special case). Flagged: bias epilogues,
     strided operands, signature fields we do not read, and lines without a time. Skipped with the reason:
     batched GEMMs, A transposed, dtypes no op of ours takes. The validators (which TunableOp writes
     first) are kept in each trial's extra. Raises InteropError naming the file for no or an unknown

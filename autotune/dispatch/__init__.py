@@ -8,7 +8,7 @@ Example::
     from autotune import dispatch
 
     dispatch.load_tables("tables/")          # or set $AUTOTUNE_TABLES
-    config = dispatch.lookup("gemm", M, N, K, dtype="bf16")   # None: untuned, use a default
+    config = dispatch.lookup(op, M, N, K, dtype="bf16")   # op: its name; None: untuned, use a default
 """
 
 from __future__ import annotations

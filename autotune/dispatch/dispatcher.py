@@ -6,8 +6,8 @@ tables). A table tuned on another GPU is refused with one warning. A shape that 
 None, is warned about once, and is appended to the untuned-shapes log (JSON lines) so that a later
 ``autotune sweep`` can tune it. The caller then runs the op's `fallback_config`
 (`autotune.kernels.serve`): the vendor library (torch.mm, torch._scaled_mm where it runs the mode),
-except where the heuristic default is measured ahead of it (the FP8
-GEMMs on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op], moe) or the vendor library cannot run the problem.
+except where the heuristic default is measured ahead of it (each op's `fallback_config` says where) or
+the vendor library cannot run the problem.
 """
 
 from __future__ import annotations

@@ -16,13 +16,13 @@ File format (JSON, UTF-8; written by `Table.save`, read with the standard librar
      "m_policy": "round_up",    # how an M between tuned buckets is served (one of M_POLICIES)
      "created": "2026-11-21T19:00:00Z", "generator": "autotune 0.1.0",
      "entries": [
-       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096,
+       {"op": "<op>", "dtype": "bf16", "layout": "nk", "n": 4096, "k": 4096,
         "buckets": [{"m": 1, "config": {"backend": "triton", "BLOCK_M": 16, ...}, "time_us": 12.3}, ...]},
-       {"op": "gemm", "dtype": "bf16", "layout": "nk", "n": 8192, "k": 4096,
+       {"op": "<op>", "dtype": "bf16", "layout": "nk", "n": 8192, "k": 4096,
         "ranges": [{"lo": 1, "hi": 2, "config": {"backend": "triton_gemv", ...}, "speedup": 1.1, "points": 2},
                    {"lo": 3, "hi": null, "config": {"backend": "torch"}, "speedup": 1.0, "points": 70}]},
-       {"op": "moe", "dtype": "bf16", "layout": "nk", "n": 1536, "k": 4096, "params": "E=128,topk=8",
-        "buckets": [...]}
+       {"op": "<op with parameters>", "dtype": "bf16", "layout": "nk", "n": 1536, "k": 4096,
+        "params": "E=128,topk=8", "buckets": [...]}
      ]}
 
 An entry has either "buckets" or "ranges". Ranges start at M = 1, follow each other without a gap, and
@@ -340,7 +340,7 @@ class Entry:
         return (self.op, self.dtype, self.layout, self.n, self.k, self.params)
 
     def describe(self) -> str:
-        """Human form of the shape family, e.g. ``gemm bf16 B:nk N=4096 K=4096``."""
+        """Human form of the shape family, e.g. ``OP bf16 B:nk N=4096 K=4096``."""
         return _describe(self.key)
 
     def to_dict(self) -> dict[str, Any]:

@@ -494,7 +494,7 @@ class CompilePool:
         was compiling with it, as a failed compile) is replaced, so the compiles after it go on."""
         from concurrent.futures.process import BrokenProcessPool
 
-        try:  # the op travels pickled (an moe op with skewed routing keeps its routing)
+        try:  # the op travels pickled (an op instance's own setting, as the MoE's routing skew, with it)
             return self._pool.submit(_compile_job, op, problem, config, self.target)
         except BrokenProcessPool:
             self._pool.shutdown(wait=False, cancel_futures=True)

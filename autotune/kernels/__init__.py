@@ -6,7 +6,8 @@ run-time entry points a serving process calls; they dispatch through the pinned 
 which config a call runs). Each is a registered torch op, `torch.ops.autotune.<name>` (`torch_ops`),
 defined when its entry point's module is first imported (an entry point named here imports it;
 `register_torch_ops()` imports them all, for a process that calls `torch.ops.autotune` first):
-`torch.compile` sees one node a call and looks the table up at run time.
+`torch.compile` sees one node a call and looks the table up at run time. `LINEAR_WEIGHTS`, `FP8_BLOCK` and
+`quantize_fp8_weight_blockwise` are what the drop-in modules (`autotune.nn`) need of the ops besides.
 
 Importing this package registers the ops with `autotune.core.registry` and imports nothing heavy: torch
 comes with the first entry point (or anything else that launches), triton with the first launch, and
@@ -24,19 +25,23 @@ from autotune.kernels.dense.op import GEMM, GemmOp
 from autotune.kernels.mla.op import MLA_DECODE, MlaDecodeOp
 from autotune.kernels.moe.op import MOE, MoeOp
 from autotune.kernels.quant.op import QUANT_GEMMS, QuantGemmOp
+from autotune.kernels.quant.problem import LINEAR_WEIGHTS
 
 if TYPE_CHECKING:
     from autotune.kernels import torch_ops
     from autotune.kernels.dense.api import gemm, launch_config, linear
     from autotune.kernels.mla.api import mla_decode
     from autotune.kernels.moe.api import fused_moe
+    from autotune.kernels.moe.ref import FP8_BLOCK, quantize_fp8_weight_blockwise
     from autotune.kernels.moe.routing import fused_topk
     from autotune.kernels.quant.api import gemm_quant
     from autotune.kernels.serve import served_config
     from autotune.kernels.served import served_launch
 
 __all__ = [
+    "FP8_BLOCK",
     "GEMM",
+    "LINEAR_WEIGHTS",
     "MLA_DECODE",
     "MOE",
     "OPS",
@@ -56,15 +61,16 @@ __all__ = [
     "launch_config",
     "linear",
     "mla_decode",
+    "quantize_fp8_weight_blockwise",
     "register_torch_ops",
     "served_config",
     "served_launch",
     "torch_ops",
 ]
 
-#: The built-in tunable ops by name: the dense GEMM, the fused MoE, the quantized GEMMs (gemm_fp8_rowwise,
-#: gemm_fp8_blockwise, gemm_mxfp8, gemm_mxfp4, gemm_mxfp4_bf16a) and the MLA decode, each registered
-#: (`autotune.core.registry`): what makes an op known to specs, the CLI, the database and tables.
+#: The built-in tunable ops by name: the dense GEMM, the fused MoE, the quantized GEMMs (`QUANT_GEMMS`) and
+#: the MLA decode, each registered (`autotune.core.registry`): what makes an op known to specs, the CLI,
+#: the database and tables. A new op adds itself here (one entry).
 _BUILT_IN: tuple[TunableOp, ...] = (GEMM, MOE, *QUANT_GEMMS.values(), MLA_DECODE)
 OPS: dict[str, TunableOp] = {op.name: register(op) for op in _BUILT_IN}
 
@@ -77,6 +83,8 @@ _LAZY = {
     "gemm_quant": "autotune.kernels.quant.api",
     "fused_moe": "autotune.kernels.moe.api",
     "fused_topk": "autotune.kernels.moe.routing",
+    "FP8_BLOCK": "autotune.kernels.moe.ref",
+    "quantize_fp8_weight_blockwise": "autotune.kernels.moe.ref",
     "mla_decode": "autotune.kernels.mla.api",
     "served_config": "autotune.kernels.serve",
     "served_launch": "autotune.kernels.served",

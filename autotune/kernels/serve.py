@@ -3,12 +3,9 @@
 `served_config(op, problem, target)` is the config the run-time entry point (`autotune.kernels.gemm` and
 `linear`, `gemm_quant`) runs for `problem`: the loaded tables' (`autotune.dispatch.lookup`, keyed as the
 entry points key it), else `op.fallback_config(problem, target)`. The vendor library is the safe default;
-the heuristic default runs only where it is measured ahead (see each op's `fallback_config`):
-
-- gemm: torch.mm, at every M (FALLBACK_GEMV_ROWS: the GEMV kernel was not safe).
-- quantized GEMMs: torch._scaled_mm where the op's space on the target holds it, except for the FP8 ops
-  on NVIDIA GPUs at M <= QUANT_DEFAULT_MAX_M[op]; else the heuristic default.
-- moe: the heuristic default (its "torch" backend is a baseline loop, not a vendor library).
+the heuristic default runs only where it is measured ahead, or where the op has no vendor library (each
+op's `fallback_config` says which: the dense GEMM's torch.mm at every M, the quantized GEMMs'
+torch._scaled_mm but the FP8 ones' on NVIDIA GPUs at small M, the fused MoE's heuristic default).
 
 A table's config of a backend the entry point does not run (`Backend.served`: the MoE's per-expert loop,
 the MLA decode's aiter call) is answered with the fallback too.

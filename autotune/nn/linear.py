@@ -8,19 +8,17 @@ import torch
 from torch import nn
 
 from autotune.core.problem import Problem
+from autotune.core.registry import layer_op
+from autotune.kernels import LINEAR_WEIGHTS
 from autotune.kernels.common.formats import device_arch, fp8_dtype, quantize_fp8
 from autotune.nn import calls
-from autotune.nn.quantize import FP8_GROUP, quantize_groups, quantize_rows
+from autotune.nn.quantize import quantize_groups, quantize_rows
 
 __all__ = ["LINEAR_WEIGHTS", "Linear", "LinearWeights"]
 
-#: How a `Linear` keeps its weights: None (the module's own bf16 or fp16), or FP8 per row or per block.
+#: How a `Linear` keeps its weights: None (the module's own bf16 or fp16), or FP8 per row or per block
+#: (`LINEAR_WEIGHTS`: each FP8 kind with its quantized GEMM and the extent of one weight scale).
 LinearWeights = Literal["fp8_rowwise", "fp8_blockwise"]
-#: The FP8 weight kinds, each with its quantized GEMM and the (rows, K) extent of one weight scale.
-LINEAR_WEIGHTS: dict[str, tuple[str, tuple[int, int]]] = {
-    "fp8_rowwise": ("gemm_fp8_rowwise", (1, 0)),
-    "fp8_blockwise": ("gemm_fp8_blockwise", (FP8_GROUP, FP8_GROUP)),
-}
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -75,7 +73,7 @@ class Linear(nn.Module):
             raise _refuse(f"an empty weight ({N}, {K})")
         try:
             if weights is None:
-                Problem.gemm(1, N, K, dtype)
+                Problem.of(layer_op("linear"), 1, N, K, dtype)
             else:
                 Problem.quant(LINEAR_WEIGHTS[weights][0], 1, N, K, dtype)
         except ValueError as exc:

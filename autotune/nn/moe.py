@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from autotune.core.problem import Problem
-from autotune.kernels import fused_topk
+from autotune.core.registry import layer_op
+from autotune.kernels import FP8_BLOCK, fused_topk, quantize_fp8_weight_blockwise
 from autotune.kernels.common.formats import device_arch, fp8_dtype
-from autotune.kernels.moe.ref import FP8_BLOCK, quantize_fp8_weight_blockwise
 from autotune.nn import calls
 from autotune.nn.hf import read_moe_block
 
@@ -87,7 +87,7 @@ class FusedMoE(nn.Module):
         if N == 0 or K == 0:
             raise _refuse(f"empty experts: N={N}, K={K}")
         try:
-            Problem.moe(1, N, K, E, topk, dtype, "fp8e4m3" if weights else None)
+            Problem.of(layer_op("experts"), 1, N, K, dtype, "fp8e4m3" if weights else None, E=E, topk=topk)
         except ValueError as exc:
             raise _refuse(str(exc)) from None
         self.num_experts, self.hidden_size, self.intermediate_size = E, K, N

@@ -5,8 +5,8 @@ name = "smoke"                 # required
 description = "..."            # optional
 
 [[sweep]]                      # one or more
-op = "gemm"                    # required; a known op
-dtype = "bf16"                 # bf16 (default) or fp16
+op = "OP"                      # required; a registered op (`autotune doctor` checks each)
+dtype = "bf16"                 # bf16 (default) or fp16; of an op that fixes its inputs, C's
 m = [1, 16]                    # required: M values (token counts)
 nk = [[64, 64]]                # required: (N, K) pairs
 layout = "nk"                  # B as (N, K) ("nk", default) or (K, N) ("kn"); or a list of both
@@ -25,20 +25,11 @@ profile_m = "serving"          # after the buckets of a shape are tuned, time th
                                # emitted table serves M ranges from it. Default "serving" on a GPU, none
                                # in the interpreter
 
-[[sweep]]                      # a fused MoE: N = expert intermediate size per shard, K = hidden size
-op = "moe"
-m = [1, 16, 256]               # token counts
-nk = [[2048, 7168]]
-e = 32                         # experts on this rank (a list for several)
-topk = 8
-weights = "fp8e4m3"            # FP8 weights with 128x128 block scales (default: dtype)
-zipf = 1.0                     # routing skew: 0 (default) uniform, s > 0 load of the r-th expert ~ 1/r^s
-
-[[sweep]]                      # a quantized GEMM (gemm_fp8_rowwise, gemm_fp8_blockwise, gemm_mxfp8,
-op = "gemm_fp8_blockwise"      # gemm_mxfp4, gemm_mxfp4_bf16a); B is (N, K), `dtype` is C's (bf16/fp16)
-m = [1, 16, 512]
-nk = [[7168, 2048]]            # K a multiple of the scale block (128 blockwise, 32 MX)
-fp8 = "fp8e4m3"                # FP8 ops: "fp8e4m3" (the target's e4m3, default) or "fp8e4m3fnuz" (gfx942)
+[[sweep]]                      # an op with fields of its own (`ProblemRules.spec_keys`: each of its
+op = "OP"                      # problem parameters, one value or a list, and its options; docs/spec.md
+m = [1, 16, 256]               # lists each op's: the fused MoE's e, topk, weights and zipf, a quantized
+nk = [[2048, 7168]]            # GEMM's fp8)
+e = 32                         # e.g. the fused MoE's experts on this rank (a list for several)
 
 [[sweep]]                      # a model from the catalog (sweeps/catalog.py) instead of op and nk:
 model = "deepseek-v3"          # every GEMM and MoE problem of one layer, plus the LM head, per shard
@@ -64,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.problem import LAYOUTS, Problem, ProblemRules, normalize_dtype
-from autotune.core.registry import is_known, ops, rules_of
+from autotune.core.registry import is_known, layer_op, ops, rules_of
 from autotune.core.static import StaticPolicy
 from autotune.core.target import Target
 from autotune.engine.strategies import STRATEGIES, Budget
@@ -101,8 +92,8 @@ class SweepEntry:
     """One [[sweep]] table: a set of problems and how to tune them.
 
     Either an op entry (`op` with `nks`: the product of M values, (N, K) pairs and layouts) or a model
-    entry (`model`, with `tps` and `eps`: the catalog's problems of that model, gemm and moe alike; its
-    `op` is ""). Each problem's TunableOp is `op_for(problem)`.
+    entry (`model`, with `tps` and `eps`: the catalog's problems of that model, of each op its layers
+    need; its `op` is ""). Each problem's TunableOp is `op_for(problem)`.
     """
 
     op: str
@@ -171,13 +162,14 @@ class SweepEntry:
         )
 
     def op_for(self, problem: Problem) -> Any:
-        """The TunableOp that tunes `problem` of this entry (a moe problem's op carries the routing skew)."""
+        """The TunableOp that tunes `problem` of this entry (with the entry's options: the MoE's routing
+        skew)."""
         return self._op(problem.op)
 
     def make_op(self) -> Any:
         """The TunableOp of an op entry; a model entry has problems of several ops: use `op_for`."""
         if self.model:
-            raise ValueError(f"model entry {self.model!r} has gemm and moe problems: use op_for(problem)")
+            raise ValueError(f"model entry {self.model!r} has problems of several ops: use op_for(problem)")
         return self._op(self.op)
 
     def _op(self, name: str) -> Any:
@@ -508,7 +500,7 @@ def _weights(value: Any, dtype: str, where: str) -> str:
     except ValueError as exc:
         raise SpecError(f"{where}: {exc}") from None
     if weights not in (dtype, "fp8e4m3"):
-        raise SpecError(f"{where}: moe `weights` are {dtype} or fp8e4m3, not {weights}")
+        raise SpecError(f"{where}: {layer_op('experts')} `weights` are {dtype} or fp8e4m3, not {weights}")
     return weights
 
 

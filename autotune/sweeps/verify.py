@@ -220,10 +220,10 @@ def deployment_baseline(
     family: Problem, target: Target, ladder: Sequence[int], store: Any = None
 ) -> tuple[Baseline | None, str]:
     """What a vLLM deployment on `target` runs for `family`'s shape at each M, and where that comes from
-    (`autotune.db.vllm_rules.deployment_configs`: the files imported into `store` for this device, else
+    (`autotune.db.baselines.deployment_configs`: the files imported into `store` for this device, else
     vLLM's fallback rule); (None, "") where neither applies (another op, MXFP4 weights without a file).
     The config at an M is the nearest M key's, as vLLM picks it (`autotune.dispatch.ranges.imported_pick`)."""
-    from autotune.db.vllm_rules import deployment_configs
+    from autotune.db.baselines import deployment_configs
     from autotune.dispatch.ranges import imported_pick
 
     imported = store.imported_configs(family, device_key=target.device_key()) if store is not None else {}

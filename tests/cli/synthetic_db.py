@@ -65,7 +65,7 @@ def fill(
         sweep = store.start_sweep("synthetic", 'name = "synthetic"\n', target, problems_total=6)
         for n, k in FAMILIES:
             for m in MS:
-                p = Problem.gemm(m, n, k)
+                p = Problem.of("gemm", m, n, k)
                 if p in skip:
                     continue
                 vendor_us = rng.uniform(5.0, 50.0)
@@ -101,7 +101,7 @@ def fill(
                 )
                 out.best[(arch, p)] = best
         for m in (1, 2, 4, 8):
-            p = Problem.gemm(m, *FAMILIES[0])
+            p = Problem.of("gemm", m, *FAMILIES[0])
             v, c = rng.uniform(5.0, 9.0), rng.uniform(4.0, 9.0)
             for config, us in ((VENDOR, v), (triton(16, 4), c)):
                 kernel = "gemm.torch" if config == VENDOR else "gemm.triton"

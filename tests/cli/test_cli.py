@@ -59,7 +59,7 @@ strategy = "exhaustive"
 trials = 10
 """
 
-P16 = Problem.gemm(16, 64, 64)
+P16 = Problem.of("gemm", 16, 64, 64)
 
 
 def write(path: Path, text: str) -> Path:
@@ -121,7 +121,7 @@ def test_smoke_sweep_stores_twelve_interpreter_trials(smoke: tuple[Path, int, st
     assert len(trials) == 12
     assert all(t.status is TrialStatus.OK for t in trials), [t.error for t in trials if not t.ok]
     assert sorted(t.problem.M for t in trials) == [1] * 6 + [16] * 6
-    assert {t.problem for t in trials} == {Problem.gemm(1, 64, 64), P16}
+    assert {t.problem for t in trials} == {Problem.of("gemm", 1, 64, 64), P16}
     assert {t.backend for t in trials} == {"torch", "triton"}
     assert all(t.timing is not None and t.timing.method == "wallclock" for t in trials)
     assert len(gpus) == 1 and gpus[0].interpreter and gpus[0].target.interpreter
@@ -210,7 +210,7 @@ def test_emit_table_serves_the_best_config(
     table = Table.load(path)
     assert table.target.interpreter and table.fingerprint == Target.interpreter_target().fingerprint()
     with Store(str(smoke_db)) as store:
-        best = {m: store.best(Problem.gemm(m, 64, 64), limit=1)[0].config for m in (1, 16)}
+        best = {m: store.best(Problem.of("gemm", m, 64, 64), limit=1)[0].config for m in (1, 16)}
     assert table.lookup("gemm", 16, 64, 64) == best[16]
     assert table.lookup("gemm", 1, 64, 64) == best[1]
     # gemm() serves that config once the table is loaded.

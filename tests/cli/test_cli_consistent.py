@@ -132,7 +132,9 @@ def _winners(db: Path, gpu: Target, rng: random.Random, sources: dict[int, Sourc
             result = TrialResult(
                 Config(backend="torch"), TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph")
             )
-            store.record_many([NewTrial(gpu, *kernels["torch"], Problem.gemm(m, 64, 64), result, source)])
+            store.record_many(
+                [NewTrial(gpu, *kernels["torch"], Problem.of("gemm", m, 64, 64), result, source)]
+            )
     return times
 
 

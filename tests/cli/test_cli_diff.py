@@ -13,8 +13,8 @@ from autotune import Problem
 from autotune.cli import main
 from autotune.db import Store
 
-SKIPPED_A = Problem.gemm(MS[0], *FAMILIES[0])
-SKIPPED_B = Problem.gemm(MS[-1], *FAMILIES[1])
+SKIPPED_A = Problem.of("gemm", MS[0], *FAMILIES[0])
+SKIPPED_B = Problem.of("gemm", MS[-1], *FAMILIES[1])
 
 
 def two_databases(tmp_path: Path, seed: int) -> tuple[Path, Path, Filled, Filled]:

@@ -142,7 +142,7 @@ def test_untuned_without_a_gpu_tunes_the_compile_targets_shapes(
     assert "compile-only sweep 'untuned': 1 problems" in out
     assert "1 logged shape came from a process that ran on no GPU" in out
     with Store(str(db)) as store:
-        assert {t.problem for t in store.trials()} == {Problem.gemm(16, 512, 1024)}
+        assert {t.problem for t in store.trials()} == {Problem.of("gemm", 16, 512, 1024)}
         [sweep] = store.sweeps()
     # a compile-only sweep writes its log file, as a measured one does, and its row names it
     assert sweep.log_path is not None and Path(sweep.log_path).is_file()
@@ -164,7 +164,9 @@ def test_prune_counts_count_each_config_once() -> None:
     for i in range(20):
         found = [StaticFinding(c, "r") for c in rng.sample(checks, rng.randint(0, 3))]
         compiled.append(Candidate(Config(backend="triton", BLOCK_M=16 * (i + 1)), 1.0, findings=found))
-    check = ProblemCheck(Problem.gemm(16, 64, 64), Target.for_arch("gfx942"), 20, 20, constraint_pruned={})
+    check = ProblemCheck(
+        Problem.of("gemm", 16, 64, 64), Target.for_arch("gfx942"), 20, 20, constraint_pruned={}
+    )
     check.compiled = compiled
     assert sum(check.static_pruned.values()) == check.n_pruned == sum(1 for c in compiled if c.findings)
     first: dict[str, int] = {}

@@ -18,8 +18,8 @@ from autotune.core.target import Target
 from autotune.db import Store
 
 MI300X = Target.for_arch("gfx942")
-LINEAR = Problem.gemm(16, 4096, 8192)  # x (16, 8192) · W (4096, 8192)ᵀ
-BEST = ["best", "--m", "16", "--n", "4096", "--k", "8192"]
+LINEAR = Problem.of("gemm", 16, 4096, 8192)  # x (16, 8192) · W (4096, 8192)ᵀ
+BEST = ["best", "--op", "gemm", "--m", "16", "--n", "4096", "--k", "8192"]
 BF16 = (
     "gfx,cu_num,M,N,K,bias,dtype,outdtype,scaleAB,bpreshuffle,libtype,solidx,splitK,us,kernelName,err_ratio,"
     "tflops,bw"
@@ -108,6 +108,8 @@ def test_best_shows_imported_records_beside_the_measured(
     capsys.readouterr()
     assert main([*BEST, "--db", str(db)]) == 0
     out = capsys.readouterr().out
+    assert main([*BEST[:1], *BEST[3:], "--db", str(db)]) == 2  # no --op: the database holds several
+    assert "problems of several ops (gemm, gemm_fp8_blockwise, moe): name one" in capsys.readouterr().err
     measured, _, imported = out.partition("reference records from imported files")
     assert f"{measured_us:.2f}" in measured and "[aiter]" not in measured
     assert "(not measured here; never served)" in imported
@@ -189,7 +191,7 @@ def test_nothing_to_show_says_what_the_database_holds(
 def test_emit_serves_measured_configs_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     mixed_folder(tmp_path / "in", random.Random(6))
     db = tmp_path / "x.db"
-    measure(db, Problem.gemm(32, 4096, 8192), 20.0)
+    measure(db, Problem.of("gemm", 32, 4096, 8192), 20.0)
     assert main(["import", str(tmp_path / "in"), "--db", str(db)]) == 0
     assert main(["emit", "--out", str(tmp_path / "t.json"), "--db", str(db)]) == 0
     capsys.readouterr()

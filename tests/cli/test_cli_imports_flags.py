@@ -87,11 +87,18 @@ def test_a_file_of_ambiguous_shape_is_shown_wherever_its_e_and_n_match(
         assert "reference records from imported files" in out and "[vllm]" in out
         assert '"BLOCK_SIZE_M":64' in out  # its entry of that M
     with Store(db) as store:
-        [r] = store.trials(problem=Problem.moe(64, 384, 2048, 128, 8), source=Source.IMPORTED)
+        [r] = store.trials(problem=Problem.of("moe", 64, 384, 2048, E=128, topk=8), source=Source.IMPORTED)
         assert (r.problem.K, experts(r.problem)[1]) == (1, 1) and r.extra["shape"] == "unknown"  # marked so
-        assert store.trials(problem=Problem.moe(64, 384, 2048, 64, 8), source=Source.IMPORTED) == []
-        assert store.trials(problem=Problem.moe(64, 512, 2048, 128, 8), source=Source.IMPORTED) == []
-        assert store.trials(problem=Problem.moe(64, 384, 2048, 128, 8)) == []  # imported ones only
+        assert (
+            store.trials(problem=Problem.of("moe", 64, 384, 2048, E=64, topk=8), source=Source.IMPORTED) == []
+        )
+        assert (
+            store.trials(problem=Problem.of("moe", 64, 512, 2048, E=128, topk=8), source=Source.IMPORTED)
+            == []
+        )
+        assert (
+            store.trials(problem=Problem.of("moe", 64, 384, 2048, E=128, topk=8)) == []
+        )  # imported ones only
     assert main(["export", "--format", "vllm", "--out", str(tmp_path / "v"), "--db", db]) == 0
     out = capsys.readouterr().out
     qwen = next(line for line in out.splitlines() if QWEN in line)
@@ -122,11 +129,16 @@ def test_export_of_predictions_is_asked_for_with_predicted(
     with Store(db) as store:
         for m, bm in ((1, 16), (64, 64)):
             predicted(
-                store, H100, "moe.triton", Problem.moe(m, 14336, 4096, 8, 2), moe_tiles(bm, B_TMA=0), 9.0
+                store,
+                H100,
+                "moe.triton",
+                Problem.of("moe", m, 14336, 4096, E=8, topk=2),
+                moe_tiles(bm, B_TMA=0),
+                9.0,
             )
         gemm = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, SPLIT_K=1,
                       num_warps=4, num_stages=2)  # fmt: skip
-        predicted(store, MI300X, "gemm.triton", Problem.gemm(16, 4096, 8192), gemm, 12.0)
+        predicted(store, MI300X, "gemm.triton", Problem.of("gemm", 16, 4096, 8192), gemm, 12.0)
     for fmt in ("vllm", "sglang", "aiter"):  # refused, naming the flag
         argv = ["export", "--format", fmt, "--out", str(tmp_path / fmt), "--triton-version", "3.4.0"]
         assert main([*argv, "--db", db]) == 2

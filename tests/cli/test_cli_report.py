@@ -185,7 +185,7 @@ def test_a_gpu_of_predictions_is_marked(tmp_path: Path, capsys: pytest.CaptureFi
     db = tmp_path / "p.db"
     target = Target.for_arch("gfx950")
     with Store(str(db)) as store:
-        p = Problem.gemm(32, 2048, 2048)
+        p = Problem.of("gemm", 32, 2048, 2048)
         for config, us in ((VENDOR, 9.0), (triton(32, 4), 6.0)):
             store.record(
                 target=target,

@@ -32,7 +32,9 @@ def _database(path: Path, problems: int = 300) -> None:
         result = TrialResult(
             Config(backend="torch"), TrialStatus.OK, timing=Timing(t, t, t, t, t, 0.0, 5, "graph")
         )
-        trials.append(NewTrial(GPU, *kernels["torch"], Problem.gemm(m, 64, 64), result, Source.MEASURED))
+        trials.append(
+            NewTrial(GPU, *kernels["torch"], Problem.of("gemm", m, 64, 64), result, Source.MEASURED)
+        )
     with Store(str(path)) as store:
         store.record_many(trials)
 
@@ -105,10 +107,10 @@ def test_best_shows_predictions_where_nothing_is_measured_and_says_so(
     db = tmp_path / "b.db"
     with Store(str(db)) as store:
         store.record_many([
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(16, 64, 64), result[0], Source.MODEL),
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(32, 64, 64), result[1], Source.MEASURED),
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(48, 64, 64), result[2], Source.MODEL),
-            NewTrial(GPU, *kernels["torch"], Problem.gemm(48, 64, 64), result[1], Source.MEASURED),
+            NewTrial(GPU, *kernels["torch"], Problem.of("gemm", 16, 64, 64), result[0], Source.MODEL),
+            NewTrial(GPU, *kernels["torch"], Problem.of("gemm", 32, 64, 64), result[1], Source.MEASURED),
+            NewTrial(GPU, *kernels["torch"], Problem.of("gemm", 48, 64, 64), result[2], Source.MODEL),
+            NewTrial(GPU, *kernels["torch"], Problem.of("gemm", 48, 64, 64), result[1], Source.MEASURED),
         ])  # fmt: skip
 
     def best(m: int, *flags: str, code: int = 0) -> str:
@@ -140,12 +142,15 @@ def test_plan_and_sweep_tables_name_a_models_layers(capsys: pytest.CaptureFixtur
     )
     layers = spec.layers()
     problems = [p for _, p in spec.problems()]
-    assert layers[Problem.gemm(16, 768, 4096)] == "attn.qkv tp8"
-    assert Problem.gemm(16, 64, 64) in problems and Problem.gemm(16, 64, 64) not in layers
+    assert layers[Problem.of("gemm", 16, 768, 4096)] == "attn.qkv tp8"
+    assert Problem.of("gemm", 16, 64, 64) in problems and Problem.of("gemm", 16, 64, 64) not in layers
     rows = with_layers([("problem",), *((str(p.N),) for p in problems)], problems, layers)
     assert rows[0] == ("layer", "problem") and ("attn.qkv tp8", "768") in rows and ("-", "64") in rows
     # an op entry alone: no layer column
-    assert with_layers([("problem",), ("64",)], [Problem.gemm(16, 64, 64)], {}) == [("problem",), ("64",)]
+    assert with_layers([("problem",), ("64",)], [Problem.of("gemm", 16, 64, 64)], {}) == [
+        ("problem",),
+        ("64",),
+    ]
 
     report = SweepReport(1, "x", GPU, problems=[ProblemReport(p, space_size=1, raw_size=1) for p in problems])
     print_sweep_report(report, layers)
@@ -161,7 +166,9 @@ def test_the_prune_summary_says_it_counts_configs_summed_over_problems(
     from autotune.sweeps.run import SweepReport
 
     problems = [
-        ProblemReport(Problem.gemm(m, 64, 64), space_size=10, raw_size=100, pruned={"block_m_waste": 90})
+        ProblemReport(
+            Problem.of("gemm", m, 64, 64), space_size=10, raw_size=100, pruned={"block_m_waste": 90}
+        )
         for m in (16, 32)
     ]
     print_sweep_report(SweepReport(1, "x", GPU, problems=problems))

@@ -55,7 +55,7 @@ def predicted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str
 def test_compile_only_sweep_stores_predictions(predicted) -> None:
     _, db, out = predicted
     assert "compile-only" in out and "predicted µs" in out
-    problem = Problem.gemm(16, 512, 1024)
+    problem = Problem.of("gemm", 16, 512, 1024)
     with Store(str(db)) as store:
         trials = store.trials(problem=problem)
         assert trials and all(t.source is Source.MODEL for t in trials)
@@ -125,7 +125,7 @@ def test_emit_marks_a_predicted_table_and_measurements_supersede_it(predicted, t
     # A measured sweep on a real gfx950 (same hardware, other toolchain) supersedes the prediction.
     real = Target.for_arch("gfx950")
     real = Target.from_dict({**real.to_dict(), "toolchain": {"torch": "9.9", "hip": "7.0"}, "present": True})
-    problem = Problem.gemm(16, 512, 1024)
+    problem = Problem.of("gemm", 16, 512, 1024)
     timing = Timing(5.0, 5.0, 5.0, 5.0, 5.0, 0.0, 10, "graph")
     with Store(str(local)) as store:
         store.record(target=real, kernel="gemm.torch", source_hash=_hash("torch"), problem=problem,
@@ -182,7 +182,7 @@ def test_check_prints_the_instruction_mix_and_warnings(capsys: pytest.CaptureFix
     features = StaticFeatures(arch="gfx950", mma=("v_mfma_f32_16x16x32_bf16",), mix=mix)
     config = Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, num_warps=4)
     warning = StaticFinding("valu_per_mma", "80.8 vector ALU instructions per matrix instruction, 4.0x ...")
-    check = ProblemCheck(Problem.gemm(16, 512, 1024), Target.for_arch("gfx950"), 10, 20, {},
+    check = ProblemCheck(Problem.of("gemm", 16, 512, 1024), Target.for_arch("gfx950"), 10, 20, {},
                          compiled=[Candidate(config, 3.0, features, warnings=[warning])])  # fmt: skip
     _print_check(check)
     out = capsys.readouterr().out

@@ -95,7 +95,10 @@ def test_a_sweep_start_up_shows_the_spaces_being_built(
     _terminal(monkeypatch)
     spec = parse_spec(SPEC)
     planned = planned_spaces(spec, Target.for_arch("gfx942"), disabled=False)
-    assert [p for p, _, _ in planned] == [Problem.gemm(16, 4096, 4096), Problem.gemm(4096, 4096, 4096)]
+    assert [p for p, _, _ in planned] == [
+        Problem.of("gemm", 16, 4096, 4096),
+        Problem.of("gemm", 4096, 4096, 4096),
+    ]
     assert "search spaces" in capsys.readouterr().err
     planned_spaces(spec, Target.for_arch("gfx942"), disabled=True)
     assert capsys.readouterr().err == ""
@@ -125,7 +128,7 @@ def test_a_compile_only_problem_tells_its_steps() -> None:
             return {c: (None, []) for c in configs}
 
     steps: list[str] = []
-    problem = Problem.gemm(64, 4096, 4096)
+    problem = Problem.of("gemm", 64, 4096, 4096)
     check_problem(GEMM, problem, Checker(), candidates=3, keep=2, on_step=steps.append)  # type: ignore[arg-type]
     n = len(GEMM.space(problem, Target.for_arch("gfx942")))
     assert steps == [
@@ -174,5 +177,5 @@ def test_a_sweep_checks_every_problems_default_at_once_on_its_compile_processes(
     spec = parse_spec(SPEC.replace("[[4096, 4096]]", f"[[{n}, {k}]]"))
     pool = Pool()
     planned = planned_spaces(spec, gfx942, disabled=True, compiler=pool)
-    assert [p for p, _, _ in planned] == [Problem.gemm(16, n, k), Problem.gemm(4096, n, k)]
+    assert [p for p, _, _ in planned] == [Problem.of("gemm", 16, n, k), Problem.of("gemm", 4096, n, k)]
     assert sorted(pool.submitted, key=lambda p: p.M) == [p for p, _, _ in planned] and fake.compiled == 2

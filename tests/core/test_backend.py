@@ -49,7 +49,7 @@ def test_cost_kinds_are_checked() -> None:
 
 
 def test_a_space_is_the_backend_s_own_or_one_config_pruned_with_the_reason() -> None:
-    problem = Problem.gemm(16, 64, 64)
+    problem = Problem.of("gemm", 16, 64, 64)
     seen: list[Config | None] = []
 
     def tiles(p: Problem, t: Target, default: Config | None) -> SubSpace:
@@ -111,7 +111,7 @@ def test_a_backend_check_agrees_with_the_op_s_space(op_name: str) -> None:
 
     op = get_op(op_name)
     base = {
-        "gemm": Problem.gemm(1, 1280, 8192),
+        "gemm": Problem.of("gemm", 1, 1280, 8192),
         "gemm_fp8_rowwise": Problem("gemm_fp8_rowwise", 1, 1280, 8192, dtype_a="fp8e4m3", dtype_b="fp8e4m3"),
         "moe": Problem.of("moe", 1, 256, 512, E=8, topk=2),
     }[op_name]

@@ -9,11 +9,11 @@ from autotune import Config, Problem, Target, TargetError
 
 
 def test_problem_flops_bytes_and_key() -> None:
-    p = Problem.gemm(16, 4096, 1024, "bf16")
+    p = Problem.of("gemm", 16, 4096, 1024, "bf16")
     assert p.flops() == 2 * 16 * 4096 * 1024
     assert p.min_bytes() == 2 * (16 * 1024 + 4096 * 1024 + 16 * 4096)
     assert p.key() == "gemm:M=16,N=4096,K=1024:bf16,bf16,bf16:nk"
-    assert Problem.gemm(16, 4096, 1024, "bfloat16") == p  # aliases normalise
+    assert Problem.of("gemm", 16, 4096, 1024, "bfloat16") == p  # aliases normalise
     assert p.with_m(32).M == 32
 
 
@@ -57,11 +57,13 @@ def test_config_digest_known_value() -> None:
 
 
 def test_a_problem_with_another_shape_is_checked_as_a_new_one() -> None:
-    p = Problem.gemm(16, 4096, 1024, "fp16")
+    p = Problem.of("gemm", 16, 4096, 1024, "fp16")
     q = p.with_shape(32, 2048, 512)
-    assert q == Problem.gemm(32, 2048, 512, "fp16") and hash(q) == hash(Problem.gemm(32, 2048, 512, "fp16"))
+    assert q == Problem.of("gemm", 32, 2048, 512, "fp16") and hash(q) == hash(
+        Problem.of("gemm", 32, 2048, 512, "fp16")
+    )
     assert (p.M, p.N, p.K) == (16, 4096, 1024)  # the first is left as it was
-    assert q.key() == Problem.gemm(32, 2048, 512, "fp16").key() and q.params_json() == p.params_json()
+    assert q.key() == Problem.of("gemm", 32, 2048, 512, "fp16").key() and q.params_json() == p.params_json()
     for shape in [(0, 1, 1), (1, -2, 1), (1, 1, True)]:
         with pytest.raises(ValueError, match="must be a positive integer") as got:
             p.with_shape(*shape)
@@ -81,11 +83,11 @@ def test_params_json_is_the_problems_own_whatever_was_encoded_before() -> None:
     import json
 
     problems = [
-        Problem.gemm(5, 64, 64, "bf16"),
-        Problem.gemm(6, 64, 64, "fp16"),
-        Problem.gemm(5, 64, 64, "bf16", "kn"),
-        Problem.moe(5, 64, 64, 8, 2),
-        Problem.moe(5, 64, 64, 8, 2, weights="fp8e4m3"),
+        Problem.of("gemm", 5, 64, 64, "bf16"),
+        Problem.of("gemm", 6, 64, 64, "fp16"),
+        Problem.of("gemm", 5, 64, 64, "bf16", layout="kn"),
+        Problem.of("moe", 5, 64, 64, E=8, topk=2),
+        Problem.of("moe", 5, 64, 64, variant="fp8e4m3", E=8, topk=2),
         Problem.of("mla_decode", 4, 512, 576, context=1024, heads=16, kv_dtype="bf16", page_size=64),
         Problem.of("mla_decode", 4, 512, 576, context=1024, heads=16, kv_dtype="bf16", page_size=32),
     ]
@@ -118,7 +120,7 @@ def test_interpreter_target_is_its_own() -> None:
 
 def test_roofline() -> None:
     h100 = Target.for_arch("sm_90")
-    p = Problem.gemm(1, 4096, 4096)
+    p = Problem.of("gemm", 1, 4096, 4096)
     # decode is memory-bound: bytes / bandwidth
     assert h100.roofline_us(p.flops(), p.min_bytes()) == pytest.approx(p.min_bytes() / 3350e3)
 

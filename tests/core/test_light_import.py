@@ -11,7 +11,7 @@ PROBLEMS = """
 import sys, autotune
 from autotune import Problem
 from autotune.core.registry import ops
-ps = [Problem.gemm(16, 4096, 4096), Problem.moe(16, 1024, 4096, 8, 2),
+ps = [Problem.of("gemm", 16, 4096, 4096), Problem.of("moe", 16, 1024, 4096, E=8, topk=2),
       Problem.quant("gemm_fp8_blockwise", 16, 4096, 4096), Problem.quant("gemm_mxfp4", 16, 4096, 4096)]
 print(sorted(ops()), [p.flops for p in ps])
 print("heavy:", [m for m in ("torch", "triton", "sqlalchemy", "optuna", "pandas") if m in sys.modules])

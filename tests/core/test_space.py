@@ -21,7 +21,7 @@ def test_amd_knobs_exist_only_on_amd() -> None:
 @pytest.mark.parametrize("mnk", [(1, 4096, 4096), (16, 6144, 4096), (4096, 4096, 4096), (33, 17, 100)])
 def test_default_config_is_in_the_space_and_vendor_first(arch: str, mnk: tuple[int, int, int]) -> None:
     target = Target.for_arch(arch)
-    problem = Problem.gemm(*mnk)
+    problem = Problem.of("gemm", *mnk)
     space = GEMM.space(problem, target)
     default = gemm_default_config(problem, target)
     assert space.check(default) is None, space.check(default)
@@ -33,7 +33,7 @@ def test_default_config_is_in_the_space_and_vendor_first(arch: str, mnk: tuple[i
 
 def test_constraints_prune_with_reasons() -> None:
     target = Target.for_arch("gfx942")
-    problem = Problem.gemm(4096, 4096, 4096)
+    problem = Problem.of("gemm", 4096, 4096, 4096)
     space = GEMM.space(problem, target)
     big = Config(
         backend="triton",
@@ -62,25 +62,25 @@ def test_constraints_prune_with_reasons() -> None:
 
 def test_decode_space_has_split_k_and_narrow_tiles() -> None:
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(1, 4096, 4096)
+    problem = Problem.of("gemm", 1, 4096, 4096)
     configs = [c for c in GEMM.space(problem, target).configs() if c.backend == "triton"]
     assert {c["BLOCK_M"] for c in configs} == {16}
     assert {c["SPLIT_K"] for c in configs} >= {1, 2, 4, 8, 16}
     assert {c["GROUP_M"] for c in configs} == {1}  # one row of tiles: GROUP_M is redundant
     assert gemm_default_config(problem, target).backend == "triton_gemv"  # one row: the GEMV kernel
-    default = gemm_default_config(Problem.gemm(16, 4096, 4096), target)
+    default = gemm_default_config(Problem.of("gemm", 16, 4096, 4096), target)
     assert default.backend == "triton" and default["SPLIT_K"] > 1  # 64 tiles underfill 132 SMs
 
 
 def test_prefill_space_drops_split_k() -> None:
     target = Target.for_arch("sm_90")
-    configs = GEMM.space(Problem.gemm(8192, 8192, 8192), target).configs()
+    configs = GEMM.space(Problem.of("gemm", 8192, 8192, 8192), target).configs()
     assert all(c.get("SPLIT_K", 1) == 1 or c["BLOCK_M"] * c["BLOCK_N"] >= 128 * 256 for c in configs[1:])
 
 
 def test_unknown_backend_and_foreign_configs_are_rejected() -> None:
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(64, 64, 64)
+    problem = Problem.of("gemm", 64, 64, 64)
     with pytest.raises(ValueError, match="unknown gemm backend 'cutlass'"):
         GEMM.space(problem, target, ("cutlass",))
     space = GEMM.space(problem, target)
@@ -95,7 +95,7 @@ def test_a_router_gemm_with_fewer_columns_than_any_tile_has_a_space() -> None:
 
     for arch in ("sm_90", "gfx942", "gfx950"):
         target = Target.for_arch(arch)
-        problem = Problem.gemm(16, 8, 4096)
+        problem = Problem.of("gemm", 16, 8, 4096)
         space = GEMM.space(problem, target)
         assert GEMM.default_config(problem, target) in space
         widths = {int(c["BLOCK_N"]) for c in space.configs() if c.backend == "triton"}
@@ -105,8 +105,8 @@ def test_a_router_gemm_with_fewer_columns_than_any_tile_has_a_space() -> None:
 def test_split_modes_exclude_each_other_with_reasons() -> None:
     """FUSED_SPLIT needs SPLIT_K > 1; STREAM_K deals K itself (SPLIT_K 1) and only where tiles are few."""
     target = Target.for_arch("sm_90")
-    decode = GEMM.space(Problem.gemm(16, 4096, 4096), target)
-    base = gemm_default_config(Problem.gemm(16, 4096, 4096), target)
+    decode = GEMM.space(Problem.of("gemm", 16, 4096, 4096), target)
+    base = gemm_default_config(Problem.of("gemm", 16, 4096, 4096), target)
     for change, reason in [
         (dict(SPLIT_K=1, FUSED_SPLIT=1), "fused_split_alone"),
         (dict(SPLIT_K=2, FUSED_SPLIT=0, STREAM_K=1), "stream_k_alone"),
@@ -115,7 +115,7 @@ def test_split_modes_exclude_each_other_with_reasons() -> None:
         assert got is not None and got.startswith(reason), got
     assert decode.check(base.replace(SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=2)) is None
     assert decode.check(base.replace(SPLIT_K=4, FUSED_SPLIT=1, STREAM_K=0)) is None
-    prefill = Problem.gemm(4096, 4096, 4096)  # 1024 tiles of 128 x 128: more than twice 132 SMs
+    prefill = Problem.of("gemm", 4096, 4096, 4096)  # 1024 tiles of 128 x 128: more than twice 132 SMs
     big = base.replace(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=1)
     got = GEMM.space(prefill, target).check(big)
     assert got is not None and got.startswith("stream_k_needless"), got
@@ -138,7 +138,7 @@ def test_tma_default_picks_the_tile_whose_waves_finish_first(mnk, tile, stages) 
     from autotune.kernels.dense.space import WIDE_TILE_COST
 
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(*mnk)
+    problem = Problem.of("gemm", *mnk)
     config = gemm_default_config(problem, target)
     assert config.backend == "triton_tma" and (config["BLOCK_M"], config["BLOCK_N"]) == tile
     assert config["num_stages"] == stages and config in GEMM.space(problem, target)
@@ -154,7 +154,7 @@ def test_tma_space_prices_the_c_buffer_of_each_epilogue() -> None:
     """The shared-memory rule counts the C store's buffer: the whole tile, one EPILOGUE_N slice, or the fp32
     workspace tile with SPLIT_K > 1 (sizes the sm_90 compiles report, barriers aside)."""
     target = Target.for_arch("sm_90")
-    space = GEMM.space(Problem.gemm(4096, 1280, 8192), target, ("triton_tma",))
+    space = GEMM.space(Problem.of("gemm", 4096, 1280, 8192), target, ("triton_tma",))
     base = dict(BLOCK_M=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, PERSISTENT=0, TAIL_SPLIT=0, num_warps=8)
 
     def why(**knobs: int) -> str | None:
@@ -182,7 +182,7 @@ def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
     from autotune.kernels.dense.space import WAVE_FILL, wave_filling_tiles
 
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(1024, 1280, 8192)
+    problem = Problem.of("gemm", 1024, 1280, 8192)
     space = GEMM.space(problem, target, ("triton_tma",))
     sub = space.subspaces[0]
     filling = wave_filling_tiles(problem, target, sub)
@@ -202,7 +202,7 @@ def test_tma_search_starts_with_the_tiles_that_fill_the_sms() -> None:
         strategy.tell(config, TrialResult(config, TrialStatus.COMPILE_ERROR, error="not run"))
     assert asked == list(sub.first)
     interp = Target.interpreter_target()
-    small = Problem.gemm(64, 64, 64)
+    small = Problem.of("gemm", 64, 64, 64)
     assert wave_filling_tiles(small, interp, GEMM.space(small, interp, ("triton_tma",)).subspaces[0]) == ()
 
 

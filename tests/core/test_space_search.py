@@ -102,12 +102,12 @@ INTERPRETER = Target.for_arch("interpreter")
 @pytest.mark.parametrize(
     ("problem", "target"),
     [
-        (Problem.gemm(64, 8192, 8192), GFX942),
-        (Problem.gemm(1, 1280, 8192), GFX950),
-        (Problem.gemm(4096, 1280, 8192), SM90),
-        (Problem.gemm(33, 17, 100), INTERPRETER),
-        (Problem.moe(16, 2048, 7168, 32, 8, weights="fp8e4m3"), GFX942),
-        (Problem.moe(4096, 1024, 4096, 8, 2), SM90),
+        (Problem.of("gemm", 64, 8192, 8192), GFX942),
+        (Problem.of("gemm", 1, 1280, 8192), GFX950),
+        (Problem.of("gemm", 4096, 1280, 8192), SM90),
+        (Problem.of("gemm", 33, 17, 100), INTERPRETER),
+        (Problem.of("moe", 16, 2048, 7168, variant="fp8e4m3", E=32, topk=8), GFX942),
+        (Problem.of("moe", 4096, 1024, 4096, E=8, topk=2), SM90),
         (Problem.quant("gemm_fp8_rowwise", 16, 4096, 4096), SM90),
         (Problem.quant("gemm_fp8_blockwise", 2048, 4096, 7168), SM90),
         (Problem.quant("gemm_mxfp4_bf16a", 256, 4096, 4096), GFX950),
@@ -149,7 +149,7 @@ def test_a_constraint_raising_where_no_config_reaches_it_costs_nothing() -> None
 
 
 def test_counting_lists_nothing() -> None:
-    space = get_op("gemm").space(Problem.gemm(128, 8192, 28672), GFX942)
+    space = get_op("gemm").space(Problem.of("gemm", 128, 8192, 28672), GFX942)
     fresh = SearchSpace([SubSpace(s.backend, s.params, s.constraints, s.first) for s in space.subspaces])
     assert len(fresh) == len(space.configs()) and fresh.prune_summary() == space.prune_summary()
     assert fresh._valid is None and all(s._search().configs is None for s in fresh.subspaces)
@@ -157,7 +157,7 @@ def test_counting_lists_nothing() -> None:
 
 def test_subspaces_with_equal_tables_are_counted_once() -> None:
     def fresh(m: int) -> SubSpace:
-        s = get_op("gemm").space(Problem.gemm(m, 4096, 4096), SM90).subspace("triton")
+        s = get_op("gemm").space(Problem.of("gemm", m, 4096, 4096), SM90).subspace("triton")
         return SubSpace(s.backend, s.params, s.constraints, s.first)
 
     twelve, sixteen = fresh(12), fresh(16)  # one row of tiles of at least 16 rows either way

@@ -25,7 +25,7 @@ from autotune.kernels import GEMM, get_op
 
 pytest.importorskip("triton")
 
-PROBLEM = Problem.gemm(64, 256, 512)
+PROBLEM = Problem.of("gemm", 64, 256, 512)
 
 
 def amd_config(**kw: int) -> Config:
@@ -35,7 +35,7 @@ def amd_config(**kw: int) -> Config:
 
 
 GEMV = Config(backend="triton_gemv", BLOCK_N=4, BLOCK_K=1024, num_warps=8, num_stages=3)
-MOE_DECODE = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")
+MOE_DECODE = Problem.of("moe", 1, 128, 7168, variant="fp8e4m3", E=256, topk=8)
 MOE_SPLIT = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                    SPLIT_K=8, num_warps=4)  # fmt: skip
 
@@ -51,9 +51,9 @@ CASES = {
     # 256x256 tiles on 4 warps: the accumulator spills on gfx942 (on 8 warps Triton 3.6 fits it in 216
     # VGPRs, 3.9 spills); 3 stages of 256x128 A and B tiles overflow the 160 KiB of LDS (Triton 3.6 keeps
     # 128 KiB with 2 stages, 3.9 263 KiB)
-    "942-spill": ("gfx942", Problem.gemm(512, 512, 512),
+    "942-spill": ("gfx942", Problem.of("gemm", 512, 512, 512),
                   amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=4, kpack=2)),
-    "950-lds": ("gfx950", Problem.gemm(512, 512, 512),
+    "950-lds": ("gfx950", Problem.of("gemm", 512, 512, 512),
                 amd_config(BLOCK_M=256, BLOCK_N=256, BLOCK_K=128, num_warps=8, num_stages=3)),
     # BLOCK_K = 8 is below what an MFMA needs: the compiler falls back to plain FMA
     "942-fma": ("gfx942", PROBLEM, amd_config(BLOCK_M=32, BLOCK_N=32, BLOCK_K=8, kpack=1)),
@@ -61,20 +61,21 @@ CASES = {
     "942-broken": ("gfx942", PROBLEM, amd_config(BLOCK_M=48, kpack=1)),
     "sm90": ("sm_90", PROBLEM, Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1,
                                       SPLIT_K=2, num_warps=4, num_stages=3)),
-    "sm90-tma": ("sm_90", Problem.gemm(256, 256, 512),
+    "sm90-tma": ("sm_90", Problem.of("gemm", 256, 256, 512),
                  Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                         PERSISTENT=1, TAIL_SPLIT=0, num_warps=8, num_stages=3)),
-    "sm90-tail": ("sm_90", Problem.gemm(4096, 1280, 8192),
+    "sm90-tail": ("sm_90", Problem.of("gemm", 4096, 1280, 8192),
                   Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, SPLIT_K=1,
                          PERSISTENT=1, TAIL_SPLIT=1, num_warps=4, num_stages=4)),
     # C stored whole or in 64-column slices: 128 x 256 tiles with 3 stages; a 128 x 384 tile of two parts
-    "sm90-c-whole": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE),
-    "sm90-c-sliced": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE.replace(EPILOGUE_N=64)),
-    "sm90-384": ("sm_90", Problem.gemm(1024, 6144, 4096), TMA_WIDE.replace(BLOCK_N=384, EPILOGUE_N=64)),
+    "sm90-c-whole": ("sm_90", Problem.of("gemm", 1024, 6144, 4096), TMA_WIDE),
+    "sm90-c-sliced": ("sm_90", Problem.of("gemm", 1024, 6144, 4096), TMA_WIDE.replace(EPILOGUE_N=64)),
+    "sm90-384": ("sm_90", Problem.of("gemm", 1024, 6144, 4096),
+                 TMA_WIDE.replace(BLOCK_N=384, EPILOGUE_N=64)),
     # the K parts of a tile summed in the launch (gemm_sum_kernel): split-K slices on MI300X, stream-K on H100
-    "942-fused": ("gfx942", Problem.gemm(16, 4096, 4096), amd_config(BLOCK_M=16, SPLIT_K=4, FUSED_SPLIT=1,
-                                                                      kpack=1)),
-    "sm90-stream": ("sm_90", Problem.gemm(16, 4096, 14336),
+    "942-fused": ("gfx942", Problem.of("gemm", 16, 4096, 4096),
+                  amd_config(BLOCK_M=16, SPLIT_K=4, FUSED_SPLIT=1, kpack=1)),
+    "sm90-stream": ("sm_90", Problem.of("gemm", 16, 4096, 14336),
                     Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_M=1, SPLIT_K=1,
                            STREAM_K=2, num_warps=4, num_stages=4)),
     # the fused MoE with FP8 weights and K slices summed in the launch (DeepSeek-V3 TP16 decode)
@@ -82,12 +83,12 @@ CASES = {
                                                    waves_per_eu=0, kpack=1)),
     "sm90-moe-split": ("sm_90", MOE_DECODE, Config(MOE_SPLIT, num_stages=3)),
     # a 256 x 256 fp32 accumulator on 4 warps: 512 registers a thread wanted, spilled to the stack frame
-    "sm90-spill": ("sm_90", Problem.gemm(512, 512, 512),
+    "sm90-spill": ("sm_90", Problem.of("gemm", 512, 512, 512),
                    Config(backend="triton", BLOCK_M=256, BLOCK_N=256, BLOCK_K=32, GROUP_M=1, SPLIT_K=1,
                           num_warps=4, num_stages=2)),
     # the GEMV kernel (decode, no matrix instructions) with the NVIDIA default, on both vendors
-    "sm90-gemv": ("sm_90", Problem.gemm(1, 4096, 4096), GEMV),
-    "942-gemv": ("gfx942", Problem.gemm(1, 4096, 4096), GEMV),
+    "sm90-gemv": ("sm_90", Problem.of("gemm", 1, 4096, 4096), GEMV),
+    "942-gemv": ("gfx942", Problem.of("gemm", 1, 4096, 4096), GEMV),
     # the FP8 GEMV kernel (A of 1-4 rows): row-wise and blockwise scales, on both vendors (e4m3fnuz on gfx942)
     "sm90-gemv-fp8row": ("sm_90", Problem.quant("gemm_fp8_rowwise", 1, 4096, 7168), GEMV),
     "sm90-gemv-fp8block": ("sm_90", Problem.quant("gemm_fp8_blockwise", 2, 1536, 7168), GEMV),
@@ -387,7 +388,7 @@ def test_runner_stores_statically_pruned_configs_without_running_them(tmp_path) 
     from autotune.engine.strategies import Budget
 
     target = Target.interpreter_target()
-    problem = Problem.gemm(16, 32, 64)
+    problem = Problem.of("gemm", 16, 32, 64)
     checker = _FakeChecker()
     ran: list[Config] = []
     bench = Benchmarker(GEMM, target)
@@ -435,7 +436,7 @@ def test_a_broken_pool_is_replaced(monkeypatch) -> None:
         time.sleep(1.0)
         knobs = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=2)
         config = Config(backend="triton", **knobs)
-        features = dict(pool.map(GEMM, Problem.gemm(16, 64, 64), [config]))[config]
+        features = dict(pool.map(GEMM, Problem.of("gemm", 16, 64, 64), [config]))[config]
         assert pool._pool is not original
     assert features.compiled, features.error
 
@@ -463,7 +464,7 @@ def test_prefetch_queues_the_next_configs_first_then_the_slowest_looking() -> No
     pool = checker._pool = RecordingPool()  # type: ignore[assignment]
     sizes = [(16, 16, 4), (32, 32, 4), (64, 64, 4), (128, 256, 4), (128, 128, 8), (16, 32, 4)]
     batch = [cfg(*s) for s in sizes]
-    problem = Problem.gemm(64, 256, 256)
+    problem = Problem.of("gemm", 64, 256, 256)
     checker.prefetch(GEMM, problem, [*batch, Config(backend="torch"), batch[0]])
     assert pool.order[:2] == batch[:2]  # the GPU needs these first
     assert pool.order[2:] == [batch[3], batch[4], batch[2], batch[5]]  # then 8192, 2048, 1024, 128 per warp
@@ -565,10 +566,10 @@ def test_every_launch_pins_fp_contraction() -> None:
 
     target = Target.for_arch("sm_90")
     problems = [
-        Problem.gemm(64, 512, 512, "bf16"),
+        Problem.of("gemm", 64, 512, 512, "bf16"),
         Problem.quant("gemm_fp8_blockwise", 64, 512, 512),
         Problem.quant("gemm_mxfp4", 64, 512, 512),
-        Problem.moe(16, 256, 256, 8, 2, weights="fp8e4m3"),
+        Problem.of("moe", 16, 256, 256, variant="fp8e4m3", E=8, topk=2),
     ]
     for problem in problems:
         op = get_op(problem.op)

@@ -146,7 +146,7 @@ def test_bf16_table_of_today(store: Store, tmp_path: Path) -> None:
     assert "bf16 tuned GEMM (gemm)" in file.summary
     rows = {(t.extra["row"]): t for t in store.trials()}
     first = rows[2]
-    assert first.problem == Problem.gemm(64, 256, 5120, "bf16", "nk")
+    assert first.problem == Problem.of("gemm", 64, 256, 5120, "bf16", layout="nk")
     assert (first.gpu.name, first.gpu.arch, first.gpu.target.cu_count) == (
         "AMD Instinct MI355X",
         "gfx950",
@@ -387,7 +387,9 @@ def test_rows_of_one_kind_are_read_once_and_each_is_stored_as_its_own(store: Sto
             continue
         record, values = rows[number], next(csv.reader([line]))
         m, n, k = (int(v) for v in values[2:5])
-        assert record.problem == Problem.gemm(m, n, k, "bf16") and record.extra["columns"]["M"] == str(m)
+        assert record.problem == Problem.of("gemm", m, n, k, "bf16") and record.extra["columns"]["M"] == str(
+            m
+        )
         assert record.extra["columns"]["kernelName"] == values[14].strip()
         assert record.extra["columns"]["tflops"] == values[16] and record.extra["table"] == "bf16"
         assert record.config["solidx"] == int(values[11]) and record.config["splitK"] == int(values[12])
@@ -508,8 +510,8 @@ def measured(store: Store) -> Store:
     for target in (MI300X, MI355X):
         for M in (1, 16, 256):
             for problem in (
-                Problem.gemm(M, 4096, 4096),
-                Problem.gemm(M, 1024, 8192, "fp16"),
+                Problem.of("gemm", M, 4096, 4096),
+                Problem.of("gemm", M, 1024, 8192, "fp16"),
                 Problem.quant("gemm_fp8_rowwise", M, 1280, 8192),
                 Problem.quant("gemm_fp8_blockwise", M, 1536, 7168),
             ):
@@ -517,9 +519,9 @@ def measured(store: Store) -> Store:
                 best = TRITON.replace(BLOCK_M=16 if M < 64 else 128, SPLIT_K=1 + M % 3)
                 put(store, target, problem, best, us)
                 put(store, target, problem, Config(backend="torch"), us * rng.uniform(1.05, 2.0))
-    put(store, MI300X, Problem.gemm(16, 4096, 4096, layout="kn"), TRITON, 9.0)
-    put(store, H100, Problem.gemm(16, 4096, 4096), TRITON, 9.0)
-    put(store, MI300X, Problem.moe(16, 256, 7168, 32, 8), Config(backend="torch"), 30.0)
+    put(store, MI300X, Problem.of("gemm", 16, 4096, 4096, layout="kn"), TRITON, 9.0)
+    put(store, H100, Problem.of("gemm", 16, 4096, 4096), TRITON, 9.0)
+    put(store, MI300X, Problem.of("moe", 16, 256, 7168, E=32, topk=8), Config(backend="torch"), 30.0)
     return store
 
 
@@ -551,7 +553,7 @@ def test_export_writes_aiters_columns(measured: Store, tmp_path: Path) -> None:
     row = next(
         r for r in bf16 if (r["gfx"], r["M"], r["N"], r["dtype"]) == ("gfx950", "16", "1024", "torch.float16")
     )
-    w = winners[("gfx950", Problem.gemm(16, 1024, 8192, "fp16"))]
+    w = winners[("gfx950", Problem.of("gemm", 16, 1024, 8192, "fp16"))]
     assert (row["cu_num"], row["K"], row["outdtype"]) == ("256", "8192", "torch.float16")
     assert (row["bias"], row["scaleAB"], row["bpreshuffle"], row["solidx"]) == (
         "False",
@@ -609,13 +611,13 @@ def test_export_of_one_gpu_and_of_two_gpus_of_one_key(measured: Store, tmp_path:
     paths = export_aiter(measured, tmp_path / "one", fingerprint=MI355X.fingerprint()[:8])
     assert {r["gfx"] for p in paths for r in rows_of(p)[1]} == {"gfx950"}
     other = dataclasses.replace(MI300X, toolchain={"torch": "0.0-other"})
-    put(measured, other, Problem.gemm(16, 4096, 4096), TRITON, 5.0)
+    put(measured, other, Problem.of("gemm", 16, 4096, 4096), TRITON, 5.0)
     with pytest.raises(StoreError, match="both gfx942 with 304 CUs; pick one with --gpu"):
         export_aiter(measured, tmp_path / "two")
 
 
 def test_export_without_gemm_winners_says_what_the_database_holds(store: Store, tmp_path: Path) -> None:
-    put(store, H100, Problem.gemm(16, 4096, 4096), TRITON, 9.0)
+    put(store, H100, Problem.of("gemm", 16, 4096, 4096), TRITON, 9.0)
     with pytest.raises(StoreError, match=r"no measured winners .* on an AMD GPU; it holds 1 measured trial"):
         export_aiter(store, tmp_path / "out")
 
@@ -623,8 +625,8 @@ def test_export_without_gemm_winners_says_what_the_database_holds(store: Store, 
 def test_export_leaves_out_what_no_table_holds(
     store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    put(store, MI300X, Problem.gemm(16, 4096, 4096), TRITON, 9.0)
-    put(store, MI300X, Problem.gemm(32, 4096, 4096), Config(backend="triton", mode="a b"), 9.0)
+    put(store, MI300X, Problem.of("gemm", 16, 4096, 4096), TRITON, 9.0)
+    put(store, MI300X, Problem.of("gemm", 32, 4096, 4096), Config(backend="triton", mode="a b"), 9.0)
     put(store, MI300X, Problem.quant("gemm_fp8_rowwise", 16, 1280, 8192, "fp16"), TRITON, 9.0)
     with caplog.at_level("WARNING"):
         (path,) = export_aiter(store, tmp_path / "out")

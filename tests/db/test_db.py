@@ -43,7 +43,7 @@ def store(db_url: str) -> Iterator[Store]:
 
 H100 = Target.for_arch("sm_90")
 OTHER = dataclasses.replace(H100, name="x")
-PROBLEM = Problem.gemm(16, 64, 64)
+PROBLEM = Problem.of("gemm", 16, 64, 64)
 
 
 def cfg(bm: int = 16, bn: int = 64, backend: str = "triton") -> Config:
@@ -157,7 +157,7 @@ def test_failed_trials_are_stored_with_their_reason(store: Store) -> None:
     ]
     assert store.trials(status=TrialStatus.OUT_OF_RESOURCES)[0].error == "shared memory 262144 > 232448"
     assert len(store.trials(problem=PROBLEM)) == 3
-    assert store.trials(problem=Problem.gemm(32, 64, 64)) == []
+    assert store.trials(problem=Problem.of("gemm", 32, 64, 64)) == []
 
 
 def test_best_is_fastest_first(store: Store) -> None:
@@ -174,7 +174,7 @@ def test_best_is_fastest_first(store: Store) -> None:
     assert [r.time_us for r in store.best(PROBLEM, fingerprint=fp[:6], limit=2)] == [10.0, 20.0]
     assert store.best(PROBLEM)[0].time_us == 1.0  # any GPU
     assert store.best(PROBLEM, source=Source.IMPORTED) == []
-    assert store.best(Problem.gemm(17, 64, 64), fingerprint=fp) == []
+    assert store.best(Problem.of("gemm", 17, 64, 64), fingerprint=fp) == []
     with pytest.raises(ValueError, match="at least 6"):
         store.best(PROBLEM, fingerprint=fp[:4])
 
@@ -184,7 +184,7 @@ def test_winners_give_the_speedup_over_the_vendor_library(store: Store) -> None:
     put(store, ok(cfg(32), 12.0))
     put(store, failed(cfg(64)))
     put(store, ok(cfg(backend="torch"), 10.0))
-    slow = Problem.gemm(4096, 4096, 4096)
+    slow = Problem.of("gemm", 4096, 4096, 4096)
     put(store, ok(cfg(16), 900.0), problem=slow)
     put(store, ok(cfg(backend="torch"), 600.0), problem=slow)
 
@@ -198,8 +198,8 @@ def test_winners_give_the_speedup_over_the_vendor_library(store: Store) -> None:
     v = winners[slow]
     assert v.best.backend == "torch" and v.speedup_vs_vendor == pytest.approx(1.0)
     # Without a vendor trial there is no speedup.
-    put(store, ok(cfg(16), 5.0), problem=Problem.gemm(8, 64, 64))
-    lone = {w.problem: w for w in store.winners()}[Problem.gemm(8, 64, 64)]
+    put(store, ok(cfg(16), 5.0), problem=Problem.of("gemm", 8, 64, 64))
+    lone = {w.problem: w for w in store.winners()}[Problem.of("gemm", 8, 64, 64)]
     assert lone.vendor is None and lone.speedup_vs_vendor is None
 
 
@@ -284,7 +284,7 @@ with Store(url) as store:
         r = TrialResult(Config(backend="triton", BLOCK_M=bm), TrialStatus.OK,
                         timing=Timing(float(bm), 1.0, 1.0, 1.0, 1.0, 0.0, 3, "events"))
         wins += store.record(target=target, kernel="gemm.triton", source_hash="h",
-                             problem=Problem.gemm(16, 64, 64), result=r)
+                             problem=Problem.of("gemm", 16, 64, 64), result=r)
 print(wins)
 """
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -360,7 +360,7 @@ from autotune.core.target import Target
 store = Store(sys.argv[1])
 target = Target.from_dict(json.loads(sys.argv[2]))
 for bm in (16, 32, 64):
-    store.record(target=target, kernel="gemm.triton", source_hash="h", problem=Problem.gemm(16, 64, 64),
+    store.record(target=target, kernel="gemm.triton", source_hash="h", problem=Problem.of("gemm", 16, 64, 64),
                  result=TrialResult(Config(backend="triton", BLOCK_M=bm), TrialStatus.CRASHED, error="x"))
 os._exit(9)  # no close, no atexit: as if the process were killed
 """

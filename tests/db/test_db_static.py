@@ -31,7 +31,7 @@ TOOLCHAIN = {"triton": "3.6.0", "torch": "2.13.0", "hip": "7.0"}
 NEWER = {**TOOLCHAIN, "triton": "3.7.0"}
 KERNEL = ("gemm.triton", "src-v1")
 KERNELS = {"triton": KERNEL}
-PROBLEM = Problem.gemm(16, 4096, 4096)
+PROBLEM = Problem.of("gemm", 16, 4096, 4096)
 
 
 # -- fixtures (PostgreSQL ones: conftest.py) ----------------------------------------------------------
@@ -167,7 +167,7 @@ def test_record_features_is_idempotent_on_its_key(store: Store) -> None:
     # Each part of the key makes another row: toolchain, arch, problem, kernel version, config.
     assert put_features(store, cfg(64), feats(vgprs=101), toolchain=NEWER) is True
     assert put_features(store, cfg(64), feats(vgprs=102, arch="gfx950"), arch="gfx950") is True
-    assert put_features(store, cfg(64), feats(vgprs=103), problem=Problem.gemm(32, 4096, 4096)) is True
+    assert put_features(store, cfg(64), feats(vgprs=103), problem=Problem.of("gemm", 32, 4096, 4096)) is True
     assert put_features(store, cfg(64), feats(vgprs=104), kernel=("gemm.triton", "src-v2")) is True
     assert put_features(store, cfg(32), feats(vgprs=105)) is True
     assert put_features(store, cfg(64), feats(vgprs=101), toolchain=NEWER) is False
@@ -175,7 +175,7 @@ def test_record_features_is_idempotent_on_its_key(store: Store) -> None:
     assert {k: v[0].vgprs for k, v in read(store).items()} == {cfg(64).digest(): 100, cfg(32).digest(): 105}
     assert [v[0].vgprs for v in read(store, toolchain=NEWER).values()] == [101]
     assert [v[0].vgprs for v in read(store, arch="gfx950").values()] == [102]
-    assert [v[0].vgprs for v in read(store, problem=Problem.gemm(32, 4096, 4096)).values()] == [103]
+    assert [v[0].vgprs for v in read(store, problem=Problem.of("gemm", 32, 4096, 4096)).values()] == [103]
     assert read(store, arch="sm_90") == {}
     assert read(store, toolchain={**TOOLCHAIN, "hip": "6.4"}) == {}
 
@@ -293,7 +293,7 @@ wins = 0
 with Store(sys.argv[1]) as store:
     for bm in range(1, 21):
         wins += store.record_features(arch="gfx942", toolchain={"triton": "3.6.0"}, kernel="gemm.triton",
-                                      source_hash="h", problem=Problem.gemm(16, 64, 64),
+                                      source_hash="h", problem=Problem.of("gemm", 16, 64, 64),
                                       config=Config(backend="triton", BLOCK_M=bm),
                                       features=StaticFeatures(arch="gfx942", vgprs=bm))
 print(wins)
@@ -316,7 +316,7 @@ print(wins)
         got = store.features(
             arch="gfx942",
             toolchain={"triton": "3.6.0"},
-            problem=Problem.gemm(16, 64, 64),
+            problem=Problem.of("gemm", 16, 64, 64),
             kernels={"triton": ("gemm.triton", "h")},
         )
     assert sorted(f.vgprs for f, _ in got.values()) == list(range(1, 21))
@@ -362,9 +362,9 @@ def trial(store: Store, target: Target, problem: Problem, config: Config, t: flo
     )
 
 
-P16 = Problem.gemm(16, 4096, 4096)
-P64 = Problem.gemm(64, 4096, 4096)  # same shape family as P16: another bucket of the same entry
-P_WIDE = Problem.gemm(16, 8192, 4096)
+P16 = Problem.of("gemm", 16, 4096, 4096)
+P64 = Problem.of("gemm", 64, 4096, 4096)  # same shape family as P16: another bucket of the same entry
+P_WIDE = Problem.of("gemm", 16, 8192, 4096)
 
 
 def model_sweep(store: Store) -> None:

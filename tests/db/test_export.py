@@ -21,8 +21,8 @@ from autotune.db import Store, StoreError, export_csv
 REPO = Path(__file__).resolve().parents[2]
 H100 = Target.for_arch("sm_90")
 NO_PEAKS = dataclasses.replace(H100, name="Lab GPU #2 (x)", peak_tflops=0.0, mem_gbps=0.0)
-SMALL = Problem.gemm(16, 64, 64)
-BIG = Problem.gemm(4096, 8192, 1024)
+SMALL = Problem.of("gemm", 16, 64, 64)
+BIG = Problem.of("gemm", 4096, 8192, 1024)
 
 
 def ok(config: Config, median: float) -> TrialResult:
@@ -119,7 +119,7 @@ def test_one_file_per_gpu_with_the_right_columns(filled: Store, tmp_path: Path) 
 def test_an_op_s_own_parameters_are_columns_of_their_own(store: Store, tmp_path: Path) -> None:
     """A moe winner's E and topk (its op's own parameters) are param_E and param_topk, after the problem's
     columns; a dense GEMM's row in the same file leaves them empty."""
-    moe = Problem.moe(16, 256, 512, 8, 2)
+    moe = Problem.of("moe", 16, 256, 512, E=8, topk=2)
     store.record(target=H100, kernel="moe.triton", source_hash="m", problem=moe,
                  result=ok(Config(backend="triton", BLOCK_SIZE_M=16), 9.0))  # fmt: skip
     put(store, H100, SMALL, ok(Config(backend="torch"), 5.0))

@@ -20,7 +20,7 @@ from autotune.core.target import Target
 from autotune.db import Store
 from autotune.db.aiter_gemm import MAX_ERROR_RATIO
 from autotune.db.interop import import_files
-from autotune.db.vllm import beyond_target
+from autotune.kernels.moe.formats.vllm import beyond_target
 
 MI300X_FILE = "E=8,N=14336,device_name=AMD_Instinct_MI300X.json"  # Mixtral-8x7B at TP1
 H100_FILE = "E=8,N=14336,device_name=NVIDIA_H100_80GB_HBM3.json"
@@ -104,7 +104,7 @@ def test_a_file_of_many_flagged_and_bad_entries_lists_a_thousand_of_each(
 ) -> None:
     """num_stages 0 on an MI300X under Triton 3.2 is flagged: 5,000 such entries are stored, a thousand
     listed with the reason and the rest counted (as are bad entries), so the notes take bounded memory."""
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: "3.2.0")
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: "3.2.0")
     doc = {str(m): entry(num_stages=0) for m in range(1, 5001)}
     doc.update({f"x{i}": entry() for i in range(1500)})
     path = put(tmp_path / "in", MI300X_FILE, doc)

@@ -15,9 +15,9 @@ from autotune.cli import main
 from autotune.core.result import Source
 from autotune.db import Store
 from autotune.db.interop import import_files
-from autotune.db.vllm import file_project
-from autotune.db.vllm_export import export_vllm_files
-from autotune.db.vllm_names import VllmFileName
+from autotune.kernels.moe.formats.vllm import file_project
+from autotune.kernels.moe.formats.vllm_export import export_vllm_files
+from autotune.kernels.moe.formats.vllm_names import VllmFileName
 
 #: The name SGLang and vLLM both ship (as the issue's user found them), SGLang's spelling of the shape.
 NAME = "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128, 128].json"
@@ -45,8 +45,8 @@ def put(folder: Path, name: str, doc: dict[str, Any]) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_installed_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: "3.9.0")
-    monkeypatch.setattr("autotune.db.vllm_export.installed_triton", lambda: "3.9.0")
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: "3.9.0")
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm_export.installed_triton", lambda: "3.9.0")
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from autotune.core.problem import Problem
 from autotune.core.result import Source, Timing, TrialResult, TrialStatus
 from autotune.core.target import Target
 from autotune.db import NewTrial, Store, StoreError, export_csv, export_vllm, import_files, trial_writes
-from autotune.db.aiter import AITER_COLUMNS
-from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target, infer_moe_shape
+from autotune.db.foreign import IMPORTED_TOOLCHAIN, ImportedFile, device_target
 from autotune.db.interop import InteropError, read_imports
-from autotune.db.vllm import AMD_KEYS, OUR_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
-from autotune.db.vllm_export import vllm_json
+from autotune.kernels.moe.formats.aiter import AITER_COLUMNS
+from autotune.kernels.moe.formats.shape import infer_moe_shape
+from autotune.kernels.moe.formats.vllm import AMD_KEYS, OUR_KEYS, VLLM_KEYS, VllmFileName, check_vllm_config
+from autotune.kernels.moe.formats.vllm_export import vllm_json
 
 H100 = Target.for_arch("sm_90")
 MI300X = Target.for_arch("gfx942")
@@ -40,7 +41,7 @@ AITER_HEADER = (
 
 
 def moe(M: int, shape: dict[str, int], weights: str = "bf16") -> Problem:
-    return Problem.moe(M, shape["N"], shape["K"], shape["E"], shape["topk"], dtype="bf16", weights=weights)
+    return Problem.of("moe", M, shape["N"], shape["K"], "bf16", weights, E=shape["E"], topk=shape["topk"])
 
 
 def timed(config: Config, us: float) -> TrialResult:
@@ -92,7 +93,7 @@ def counts(store: Store) -> tuple[int, int, int, int]:
 @pytest.fixture(autouse=True)
 def no_installed_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     """The files' own Triton versions decide the flags, whatever Triton this machine has."""
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: None)
 
 
 @pytest.fixture
@@ -128,7 +129,7 @@ def measured(store: Store) -> Store:
         put(store, MI300X, moe(M, DEEPSEEK, "fp8e4m3"), timed(best.replace(num_warps=8), 40.0 + M))
         EXPECTED[("mi300x", M)] = best
     gemm = Config(backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=32, num_warps=4, num_stages=2)
-    store.record(target=H100, kernel="gemm.triton", source_hash="g", problem=Problem.gemm(16, 64, 64),
+    store.record(target=H100, kernel="gemm.triton", source_hash="g", problem=Problem.of("gemm", 16, 64, 64),
                  result=timed(gemm, 3.0))  # fmt: skip
     return store
 
@@ -388,7 +389,7 @@ def test_mi300x_file_with_num_stages_0_is_flagged(store: Store, tmp_path: Path) 
     assert by_m[4].status is TrialStatus.PRUNED and "BLOCK_SIZE_N=96 is not a power of two" in by_m[4].error
     assert by_m[2].ok and by_m[8].ok and by_m[2].error == ""
     assert all(r.source is Source.IMPORTED and r.gpu.arch == "gfx942" for r in by_m.values())
-    assert by_m[2].problem == Problem.moe(2, 14336, 4096, 8, 2)  # Mixtral TP1, inferred
+    assert by_m[2].problem == Problem.of("moe", 2, 14336, 4096, E=8, topk=2)  # Mixtral TP1, inferred
     assert file.flagged[0][0] == "M=1"
 
 
@@ -441,7 +442,7 @@ def test_aiter_csv_import(store: Store, tmp_path: Path) -> None:
     first = records[("AMD Instinct MI300X", 16)]
     assert first.gpu.arch == "gfx942" and first.gpu.target.cu_count == 304
     assert first.gpu.target.toolchain == IMPORTED_TOOLCHAIN
-    assert first.problem == Problem.moe(16, 256, 7168, 256, 8, dtype="bf16", weights="fp8e4m3")
+    assert first.problem == Problem.of("moe", 16, 256, 7168, "bf16", "fp8e4m3", E=256, topk=8)
     assert first.config == Config(
         backend="aiter",
         kernelName1="moe_stage1_kernel",
@@ -734,7 +735,9 @@ def test_cli_import_with_k_and_topk(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["import", str(path), "--k", "4096", "--topk", "8", "--db", db]) == 0
     with Store(db) as store:
         problems = sorted(r.problem for r in store.trials())
-    assert problems == sorted([Problem.moe(64, 768, 1, 128, 1), Problem.moe(64, 768, 4096, 128, 8)])
+    assert problems == sorted(
+        [Problem.of("moe", 64, 768, 1, E=128, topk=1), Problem.of("moe", 64, 768, 4096, E=128, topk=8)]
+    )
 
 
 def test_cli_export_vllm_and_csv(measured: Store, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -770,10 +773,13 @@ def test_cli_best_moe(measured: Store, capsys: pytest.CaptureFixture[str]) -> No
     assert "28.00" in capsys.readouterr().out
     assert main([*fp8, "--db", measured.url]) == 1  # bf16 weights: nobody tuned that
     capsys.readouterr()
-    gemm_with_e = ["best", "--m", "16", "--n", "64", "--k", "64", "--e", "8", "--topk", "2"]
+    gemm_with_e = ["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64", "--e", "8", "--topk", "2"]
     assert main([*gemm_with_e, "--db", measured.url]) == 2
     assert "gemm has no parameter 'E' (its own parameters: none)" in capsys.readouterr().err
-    assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 0  # dense default
+    assert main(["best", "--op", "gemm", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 0
+    capsys.readouterr()
+    assert main(["best", "--m", "16", "--n", "64", "--k", "64", "--db", measured.url]) == 2  # which op?
+    assert "holds problems of several ops (gemm, moe): name one with --op" in capsys.readouterr().err
 
 
 def test_imported_trials_are_never_winners_of_measured(measured: Store, tmp_path: Path) -> None:

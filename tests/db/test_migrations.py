@@ -94,7 +94,7 @@ CREATE INDEX ix_trials_gpu_problem_status ON trials (gpu_id, problem_id, status)
 
 H100 = Target.for_arch("sm_90")
 MI300X = Target.for_arch("gfx942")
-P1, P2 = Problem.gemm(16, 4096, 4096), Problem.gemm(1, 64, 64)
+P1, P2 = Problem.of("gemm", 16, 4096, 4096), Problem.of("gemm", 1, 64, 64)
 TRIAL_COUNTS = {"gpus": 2, "kernels": 2, "problems": 2, "sweeps": 1, "trials": 3, "static_features": 1}
 
 
@@ -539,9 +539,9 @@ def test_a_version3_database_upgrades_and_answers_best_the_same(
     the same after `autotune db upgrade` as before the downgrade, and every field of every problem is
     carried over."""
     problems = [
-        Problem.gemm(16, 4096, 4096),
-        Problem.gemm(64, 1024, 512, "fp16", "kn"),
-        Problem.moe(32, 1536, 4096, 128, 8, weights="fp8e4m3"),
+        Problem.of("gemm", 16, 4096, 4096),
+        Problem.of("gemm", 64, 1024, 512, "fp16", layout="kn"),
+        Problem.of("moe", 32, 1536, 4096, variant="fp8e4m3", E=128, topk=8),
         Problem.quant("gemm_fp8_blockwise", 16, 7168, 2048),
     ]
     with Store(db_url) as store:
@@ -607,13 +607,13 @@ def test_a_version4_database_upgrades_to_shared_sweeps(
 
 # -- version 7: the MoE's E and topk are its own parameters ----------------------------------------------
 
-V6_GEMM = Problem.gemm(16, 4096, 4096)
+V6_GEMM = Problem.of("gemm", 16, 4096, 4096)
 V6_PROBLEMS = [
     V6_GEMM,
-    Problem.gemm(64, 1024, 512, "fp16", "kn"),
-    Problem.moe(32, 1536, 4096, 128, 8),
-    Problem.moe(32, 1536, 4096, 128, 8, weights="fp8e4m3"),
-    Problem.moe(32, 1536, 1, 128, 1),  # an imported file's config whose K and topk were unknown
+    Problem.of("gemm", 64, 1024, 512, "fp16", layout="kn"),
+    Problem.of("moe", 32, 1536, 4096, E=128, topk=8),
+    Problem.of("moe", 32, 1536, 4096, variant="fp8e4m3", E=128, topk=8),
+    Problem.of("moe", 32, 1536, 1, E=128, topk=1),  # an imported file's config whose K and topk were unknown
     Problem.of("mla_decode", 4, 512, 576, heads=16, context=256, kv_dtype="bf16", page_size=16),
     Problem.quant("gemm_fp8_blockwise", 16, 7168, 2048),
 ]
@@ -756,7 +756,7 @@ def test_version7_keys_of_every_form() -> None:
     rev = script().get_revision(REVISIONS[7])
     assert rev is not None
     v7 = rev.module
-    for p in [*V6_PROBLEMS, Problem.moe(1, 64, 128, 8, 2, weights="mxfp4")]:
+    for p in [*V6_PROBLEMS, Problem.of("moe", 1, 64, 128, variant="mxfp4", E=8, topk=2)]:
         assert v7.new_key(old_key(p)) == p.key() and v7.old_key(p.key()) == old_key(p)
         old = json.dumps(old_fields(p), sort_keys=True, separators=(",", ":"))
         assert v7.new_params(old) == p.params_json() and v7.old_params(p.params_json()) == old

@@ -16,7 +16,7 @@ from autotune.cli import main
 from autotune.core.result import Source, TrialStatus
 from autotune.db import Store, export_vllm, import_files
 from autotune.db.triton_compat import NUM_STAGES_0_REJECTED, num_stages_0_rejected, parse_version
-from autotune.db.vllm_export import sglang_dir
+from autotune.kernels.moe.formats.vllm_export import sglang_dir
 from autotune.kernels.moe.params import experts
 
 H100 = "NVIDIA_H100_80GB_HBM3"
@@ -56,8 +56,8 @@ def put(directory: Path, name: str, text: str) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_installed_triton(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: None)
-    monkeypatch.setattr("autotune.db.vllm_export.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: None)
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm_export.installed_triton", lambda: None)
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_the_installed_triton_decides_num_stages_0(
 ) -> None:
     text = vllm_text({1: amd(16, stages=0)}, triton="3.5.0")
     path = put(tmp_path, f"E=8,N=14336,device_name={MI300X}.json", text)
-    monkeypatch.setattr("autotune.db.vllm.installed_triton", lambda: "3.1.0")
+    monkeypatch.setattr("autotune.kernels.moe.formats.vllm.installed_triton", lambda: "3.1.0")
     (f,) = import_files(store, [path], source_hash="imported")
     assert f.n_flagged == 1 and "Triton 3.1.0" in f.flagged[0][1]
     assert num_stages_0_rejected(parse_version("3.2.0")) and not num_stages_0_rejected(parse_version("3.9.0"))
@@ -298,9 +298,9 @@ def test_configs_of_an_unknown_models_file_seed_any_k_and_topk_of_its_e_and_n(
     import_files(store, [path])
     h100 = Target.for_arch("sm_90").fingerprint()
     for K, topk in ((2048, 8), (4096, 8)):
-        [seed] = store.known_configs(Problem.moe(16, 384, K, 128, topk), fingerprint=h100)
+        [seed] = store.known_configs(Problem.of("moe", 16, 384, K, E=128, topk=topk), fingerprint=h100)
         assert seed["BLOCK_SIZE_M"] == 16  # M = 8's entry, the nearest to 16
-        [seed] = store.known_configs(Problem.moe(2048, 384, K, 128, topk), fingerprint=h100)
+        [seed] = store.known_configs(Problem.of("moe", 2048, 384, K, E=128, topk=topk), fingerprint=h100)
         assert seed["BLOCK_SIZE_M"] == 128
-    assert store.known_configs(Problem.moe(16, 512, 2048, 128, 8), fingerprint=h100) == []
-    assert store.known_configs(Problem.moe(16, 384, 2048, 64, 8), fingerprint=h100) == []
+    assert store.known_configs(Problem.of("moe", 16, 512, 2048, E=128, topk=8), fingerprint=h100) == []
+    assert store.known_configs(Problem.of("moe", 16, 384, 2048, E=64, topk=8), fingerprint=h100) == []

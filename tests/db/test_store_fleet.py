@@ -18,7 +18,7 @@ from autotune.db import Store, StoreError
 from autotune.db.retry import retrying
 
 H100 = Target.for_arch("sm_90")
-PROBLEM = Problem.gemm(16, 64, 64)
+PROBLEM = Problem.of("gemm", 16, 64, 64)
 
 
 def result(block_m: int, thread: int) -> TrialResult:

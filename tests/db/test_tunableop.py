@@ -59,16 +59,16 @@ def test_gemm_signatures_map_to_our_gemm(store: Store, tmp_path: Path) -> None:
     assert "PT_VERSION 2.6.0" in file.summary
     lines = by_line(store)
     linear = lines[6]
-    assert linear.problem == Problem.gemm(16, 4096, 8192, "bf16", "nk")
+    assert linear.problem == Problem.of("gemm", 16, 4096, 8192, "bf16", layout="nk")
     assert linear.config == Config(backend="tunableop", solution="Gemm_Hipblaslt_1_12345")
     assert linear.time_us == pytest.approx(12.3) and linear.ok and linear.source is Source.IMPORTED
     assert linear.kernel == "gemm.tunableop" and linear.gpu.target.toolchain == IMPORTED_TOOLCHAIN
     assert linear.extra["validators"]["GCN_ARCH_NAME"] == "gfx942:sramecc+:xnack-"
     assert linear.extra["op_signature"] == "GemmTunableOp_BFloat16_TN"
-    assert lines[7].problem == Problem.gemm(64, 1024, 512, "fp16", "kn")  # B as (K, N)
+    assert lines[7].problem == Problem.of("gemm", 64, 1024, 512, "fp16", layout="kn")  # B as (K, N)
     assert lines[7].time_us == pytest.approx(4.11)
     assert lines[8].problem.dtype == "fp32" and lines[8].config["solution"] == "Default"
-    assert lines[9].problem == Problem.gemm(8, 512, 1024) and lines[9].ok  # one batch: a plain GEMM
+    assert lines[9].problem == Problem.of("gemm", 8, 512, 1024) and lines[9].ok  # one batch: a plain GEMM
 
 
 def test_scaled_gemm_maps_to_gemm_fp8_rowwise(store: Store, tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_blas_log_lines_and_files_without_ld(store: Store, tmp_path: Path) -> No
     assert file.written == 2 and not file.flagged
     lines = by_line(store)
     assert lines[6].extra["more"] == blas and lines[6].time_us == pytest.approx(12.3)
-    assert lines[7].problem == Problem.gemm(32, 4096, 8192) and lines[7].config["solution"] == "1216"
+    assert lines[7].problem == Problem.of("gemm", 32, 4096, 8192) and lines[7].config["solution"] == "1216"
 
 
 def test_devices_of_the_arch_validator(tmp_path: Path) -> None:

@@ -63,9 +63,9 @@ def winners(seed: int = 0) -> list[tuple[Problem, Config, float | None]]:
     out: list[tuple[Problem, Config, float | None]] = []
     for n, k in ((4096, 4096), (1024, 8192)):
         for m in (1, 8, 64, 512):
-            out.append((Problem.gemm(m, n, k), cfg(m, seed=seed, N=n), 3.5 * m))
-    out.append((Problem.gemm(32, 4096, 4096, dtype="fp16", layout="kn"), cfg(32, seed=seed), None))
-    moe = Problem.moe(16, 1408, 2048, 64, 6)
+            out.append((Problem.of("gemm", m, n, k), cfg(m, seed=seed, N=n), 3.5 * m))
+    out.append((Problem.of("gemm", 32, 4096, 4096, "fp16", layout="kn"), cfg(32, seed=seed), None))
+    moe = Problem.of("moe", 16, 1408, 2048, E=64, topk=6)
     out.append((moe, cfg(16, seed=seed, moe=1), 7.0))
     return out
 
@@ -166,7 +166,7 @@ def test_moe_weights_dtypes_are_three_families(tmp_path: Path, interp: Target) -
     from autotune.sweeps.verify import family_of_entry
 
     shape = dict(M=64, N=768, K=2048, E=128, topk=8)
-    problems = [Problem.moe(**shape, weights=w) for w in (None, "fp8e4m3", "mxfp4")]  # type: ignore[arg-type]
+    problems = [Problem.of("moe", variant=w, **shape) for w in (None, "fp8e4m3", "mxfp4")]  # type: ignore[arg-type]
     configs = [Config(backend="triton", BLOCK_SIZE_M=m) for m in (16, 32, 64)]
     table = Table.from_winners(interp, [(p, c, 1.0) for p, c in zip(problems, configs, strict=True)])
     own = "E=128,topk=8"
@@ -222,7 +222,7 @@ def test_invalid_tables_are_refused(interp: Target) -> None:
     with pytest.raises(ValueError, match="unknown m_policy"):
         hand_table(interp, "closest")
     with pytest.raises(ValueError, match="two winners"):
-        Table.from_winners(interp, [(Problem.gemm(1, 64, 64), cfg(1), 1.0)] * 2)
+        Table.from_winners(interp, [(Problem.of("gemm", 1, 64, 64), cfg(1), 1.0)] * 2)
     with pytest.raises(ValueError, match="two buckets for m=4"):
         Entry("gemm", "bf16", "nk", 64, 64, (Bucket(4, cfg(4)), Bucket(4, cfg(5))))
     with pytest.raises(ValueError, match="needs buckets or ranges"):
@@ -353,7 +353,7 @@ def test_no_gpu_uses_only_interpreter_tables(tmp_path: Path, interp: Target, h10
 def test_later_table_wins(tmp_path: Path, interp: Target) -> None:
     first = Table.from_winners(interp, winners(seed=1))
     second = Table.from_winners(
-        interp, [(Problem.gemm(m, 4096, 4096), cfg(m, seed=2), None) for m in (1, 64)]
+        interp, [(Problem.of("gemm", m, 4096, 4096), cfg(m, seed=2), None) for m in (1, 64)]
     )
     d = Dispatcher([first, second], device_key=interp.device_key(), untuned_log=tmp_path / "u.jsonl")
     assert d.tables == (first, second)
@@ -478,8 +478,8 @@ def fresh_default(tmp_path: Path, interp: Target, monkeypatch: pytest.MonkeyPatc
 def _two_tables(folder: Path, interp: Target) -> None:
     folder.mkdir()
     Table.from_winners(interp, winners(seed=1)).save(folder / "a.json")
-    late = [(Problem.gemm(m, 4096, 4096), cfg(m, seed=2), None) for m in (1, 64)]
-    late.append((Problem.gemm(16, 777, 4096), cfg(16, seed=2), None))
+    late = [(Problem.of("gemm", m, 4096, 4096), cfg(m, seed=2), None) for m in (1, 64)]
+    late.append((Problem.of("gemm", 16, 777, 4096), cfg(16, seed=2), None))
     Table.from_winners(interp, late).save(folder / "b.json")
     (folder / "notes.txt").write_text("not a table, not *.json")
 

@@ -26,7 +26,7 @@ def _ok(config: Config, t: float) -> TrialResult:
 
 def _store(tmp_path: Path, triton_us: float, target: Target = H100) -> Store:
     store = Store(str(tmp_path / "e.db"))
-    p = Problem.gemm(16, 4096, 4096)
+    p = Problem.of("gemm", 16, 4096, 4096)
     store.record(target=target, kernel="gemm.torch", source_hash="v", problem=p, result=_ok(VENDOR, 10.0))
     store.record(
         target=target, kernel="gemm.triton", source_hash="t", problem=p, result=_ok(TRITON, triton_us)
@@ -52,7 +52,7 @@ def test_zero_margin_takes_the_fastest(tmp_path: Path) -> None:
 def test_several_gpus_need_a_choice(tmp_path: Path) -> None:
     other = dataclasses.replace(H100, name="NVIDIA H200")
     with _store(tmp_path, 9.0) as store:
-        p = Problem.gemm(16, 4096, 4096)
+        p = Problem.of("gemm", 16, 4096, 4096)
         store.record(target=other, kernel="gemm.torch", source_hash="v", problem=p, result=_ok(VENDOR, 8.0))
         with pytest.raises(ValueError, match="holds 2 GPUs; pick one with --gpu"):
             emit_table(store)

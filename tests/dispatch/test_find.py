@@ -22,7 +22,9 @@ def cfg(i: int) -> Config:
 
 
 def tables(target: Target, policy: str) -> Table:
-    winners = [(Problem.gemm(m, 4096, 4096, "bf16", "nk"), cfg(i), 1.0) for i, m in enumerate(MS)]
+    winners = [
+        (Problem.of("gemm", m, 4096, 4096, "bf16", layout="nk"), cfg(i), 1.0) for i, m in enumerate(MS)
+    ]
     buckets = Table.from_winners(target, winners, m_policy=policy)
     ranges = (Range(1, 15, cfg(0)), Range(16, 255, cfg(1)), Range(256, None, cfg(2)))
     ranged = dataclasses.replace(buckets.entries[0], n=8192, buckets=(), ranges=ranges)

@@ -21,7 +21,9 @@ def _config(i: int) -> Config:
 
 
 def _table(ms: list[int], policy: str, shapes: tuple[tuple[int, int], ...] = ((64, 32),)) -> Table:
-    winners = [(Problem.gemm(m, n, k), _config(i), 1.0 + i) for n, k in shapes for i, m in enumerate(ms)]
+    winners = [
+        (Problem.of("gemm", m, n, k), _config(i), 1.0 + i) for n, k in shapes for i, m in enumerate(ms)
+    ]
     return Table.from_winners(Target.interpreter_target(), winners, m_policy=policy)
 
 

@@ -22,16 +22,22 @@ DATA = Path(__file__).resolve().parent / "data"
 MLA = dict(heads=16, context=256, kv_dtype="bf16", page_size=16)
 #: What each file's families serve, as that code served them: (problem, its config).
 SERVED = [
-    (Problem.gemm(16, 4096, 4096), Config(backend="triton", BLOCK_M=16, BLOCK_N=64)),
-    (Problem.gemm(64, 4096, 4096), Config(backend="triton", BLOCK_M=64, BLOCK_N=128)),
+    (Problem.of("gemm", 16, 4096, 4096), Config(backend="triton", BLOCK_M=16, BLOCK_N=64)),
+    (Problem.of("gemm", 64, 4096, 4096), Config(backend="triton", BLOCK_M=64, BLOCK_N=128)),
     (Problem.of("mla_decode", 4, 512, 576, **MLA), Config(backend="triton", BLOCK_H=16, BLOCK_N=32)),  # type: ignore[arg-type]
-    (Problem.moe(16, 1536, 4096, 128, 8), Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64)),
-    (Problem.moe(256, 1536, 4096, 128, 8), Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128)),
     (
-        Problem.moe(16, 1536, 4096, 128, 8, weights="fp8e4m3"),
+        Problem.of("moe", 16, 1536, 4096, E=128, topk=8),
+        Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64),
+    ),
+    (
+        Problem.of("moe", 256, 1536, 4096, E=128, topk=8),
+        Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128),
+    ),
+    (
+        Problem.of("moe", 16, 1536, 4096, variant="fp8e4m3", E=128, topk=8),
         Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=128),
     ),
-    (Problem.moe(16, 512, 2048, 64, 6), Config(backend="triton", BLOCK_SIZE_M=16)),
+    (Problem.of("moe", 16, 512, 2048, E=64, topk=6), Config(backend="triton", BLOCK_SIZE_M=16)),
 ]
 KEYS = [
     ("gemm", "bf16", "nk", 4096, 4096, ""),
@@ -59,7 +65,7 @@ def test_an_old_table_loads_with_its_expert_counts_as_params(tmp_path: Path, nam
         assert _lookup(table, problem) == config, problem
     assert table.ranged == (version == 2)
     if version == 2:  # the family with M ranges keeps them
-        assert _lookup(table, Problem.moe(100, 512, 2048, 64, 6)) == Config(backend="torch")
+        assert _lookup(table, Problem.of("moe", 100, 512, 2048, E=64, topk=6)) == Config(backend="torch")
     # written again, it is version 3: the expert counts in params, no "e" or "topk" left
     table.save(tmp_path / "new.json")
     data = json.loads((tmp_path / "new.json").read_text())
@@ -83,7 +89,7 @@ def test_an_old_table_serves_the_moe_entry_point(interp: Target) -> None:
         for problem, config in SERVED:
             if problem.op == "moe":
                 assert served_config(MOE, problem, interp) == config
-        other = Problem.moe(16, 1536, 4096, 64, 8)  # another E: untuned, the fallback runs
+        other = Problem.of("moe", 16, 1536, 4096, E=64, topk=8)  # another E: untuned, the fallback runs
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UntunedShapeWarning)
             assert served_config(MOE, other, interp) == MOE.fallback_config(other, interp)

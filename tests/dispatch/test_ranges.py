@@ -278,7 +278,7 @@ def _ranged_table() -> Table:
         Range(24, 4096, SPLIT, 1.05, 70),
         Range(4097, None, VENDOR, None, 0),
     )
-    buckets = Table.from_winners(H100, [(Problem.gemm(16, 1024, 1024), TILE, 3.0)]).entries
+    buckets = Table.from_winners(H100, [(Problem.of("gemm", 16, 1024, 1024), TILE, 3.0)]).entries
     return Table(target=H100, entries=[Entry("gemm", "bf16", "nk", 4096, 4096, ranges=ranges), *buckets])
 
 
@@ -316,7 +316,7 @@ def test_ranged_table_round_trip(tmp_path: Path) -> None:
 
 
 def test_tables_without_ranges_stay_version_1_and_old_files_load(tmp_path: Path) -> None:
-    table = Table.from_winners(H100, [(Problem.gemm(16, 1024, 1024), TILE, 3.0)])
+    table = Table.from_winners(H100, [(Problem.of("gemm", 16, 1024, 1024), TILE, 3.0)])
     path = tmp_path / "old.json"
     table.save(path)
     data = json.loads(path.read_text())

@@ -22,7 +22,7 @@ needs_interpreter = pytest.mark.skipif(
     not interpreting(), reason="runs the Triton kernels in the CPU interpreter (TRITON_INTERPRET=1)"
 )
 
-PROBLEM = Problem.gemm(16, 32, 32, "bf16")
+PROBLEM = Problem.of("gemm", 16, 32, 32, "bf16")
 GOOD = Config(
     backend="triton", BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=1, SPLIT_K=1, num_warps=4, num_stages=1
 )
@@ -298,7 +298,7 @@ def test_racing_stops_configs_clearly_slower_than_the_best(method: str) -> None:
     full, _ = _timed(bench, 300.0, full=True)
     assert "raced" not in full.extra and full.timing.runs == 200
     # The bound is per problem: a new problem starts with none.
-    other = Problem.gemm(16, 32, 48, "bf16")
+    other = Problem.of("gemm", 16, 32, 48, "bf16")
     fresh, _ = _timed(bench, 300.0, problem=other)
     assert "raced" not in fresh.extra and fresh.timing.runs == 200
 
@@ -381,7 +381,7 @@ def test_runs_for_precision() -> None:
 def test_two_problems_measured_in_turns_keep_their_states() -> None:
     settings = BenchSettings(method="events", max_reps=50, target_time_s=1.0, race=1.5, precision=None)
     bench = _FakeGpuBench(settings)
-    a, b, c = PROBLEM, Problem.gemm(16, 32, 48, "bf16"), Problem.gemm(16, 48, 32, "bf16")
+    a, b, c = PROBLEM, Problem.of("gemm", 16, 32, 48, "bf16"), Problem.of("gemm", 16, 48, 32, "bf16")
     _timed(bench, 100.0, problem=a)
     state_a = bench._states[a]
     _timed(bench, 100.0, problem=b)
@@ -416,7 +416,7 @@ def test_interleaved_medians_times_others_in_the_same_rounds() -> None:
     other = _ScriptedTimer({"c": [7.0, 9.0, 8.0]}, log)
     res = interleaved_medians(
         main,  # type: ignore[arg-type]
-        Problem.gemm(1, 16, 16),
+        Problem.of("gemm", 1, 16, 16),
         {"a": Config(backend="x", name="a"), "b": Config(backend="x", name="b")},
         3,
         others={"c": (other, Config(backend="y", name="c"))},  # type: ignore[dict-item]
@@ -482,7 +482,7 @@ def test_a_shared_problem_is_timed_on_the_same_buffers(interp: Target) -> None:
     state = main._states[PROBLEM]
     assert other._states[PROBLEM] is state
     assert seen == [(state.inputs[0][0].data_ptr(), state.outputs[0].data_ptr())]
-    elsewhere = Problem.gemm(16, 48, 32, "bf16")
+    elsewhere = Problem.of("gemm", 16, 48, 32, "bf16")
     assert other.run(elsewhere, fake_config("real")).ok
     assert elsewhere not in main._states and other._states[elsewhere] is not state
     with pytest.raises(ValueError, match="cannot share"):
@@ -497,7 +497,7 @@ def test_interleaved_medians_add_rounds_until_the_spread_allows_the_precision() 
     jumpy = [10.0, 12.0, 9.0, 11.5, 9.5, 10.2, 10.1, 9.9, 10.0, 10.05]
     timer = _ScriptedTimer({"steady": list(steady), "jumpy": list(jumpy)}, log)
     configs = {"steady": Config(backend="x", name="steady"), "jumpy": Config(backend="x", name="jumpy")}
-    p = Problem.gemm(1, 16, 16)
+    p = Problem.of("gemm", 1, 16, 16)
     res = interleaved_medians(timer, p, configs, 3, precision=0.01, max_rounds=8)  # type: ignore[arg-type]
     assert log == ["steady", "jumpy"] * 8  # the jumpy one's spread asked for more than 8 rounds: capped
     assert res["jumpy"] == (statistics.median(jumpy[:8]), "ok")

@@ -16,10 +16,10 @@ pytestmark = pytest.mark.gpu
 
 def test_benchmarker_times_both_backends(target) -> None:
     bench = Benchmarker(GEMM, target)
-    small = Problem.gemm(1, 1024, 1024)
+    small = Problem.of("gemm", 1, 1024, 1024)
     r = bench.run(small, Config(backend="torch"))
     assert r.ok and r.timing is not None and r.timing.method == "graph" and r.time_us > 0
-    big = Problem.gemm(4096, 4096, 4096)
+    big = Problem.of("gemm", 4096, 4096, 4096)
     r2 = bench.run(big, GEMM.default_config(big, target))
     assert r2.ok and r2.timing is not None and r2.timing.method == "events"
     # 137 GFLOP cannot take under 50 µs on any GPU we know, nor over a second
@@ -33,7 +33,7 @@ def test_served_timing_at_many_m_holds_no_memory(target) -> None:
     from autotune.kernels import scratch
 
     bench = Benchmarker(ServedTiming(GEMM), target)
-    fam = Problem.gemm(1, 4096, 4096)
+    fam = Problem.of("gemm", 1, 4096, 4096)
     split = GEMM.default_config(fam.with_m(64), target)
     configs = [c for c in (split, GEMM.default_config(fam.with_m(2048), target)) if c.backend != "torch"]
     for M in (8, 16, 24):  # the first M allocate what every later one reuses
@@ -52,7 +52,7 @@ def test_served_timing_at_many_m_holds_no_memory(target) -> None:
 
 def test_out_of_resources_is_a_status(target) -> None:
     bench = Benchmarker(GEMM, target)
-    problem = Problem.gemm(256, 256, 1024)
+    problem = Problem.of("gemm", 256, 256, 1024)
     huge = Config(
         backend="triton",
         BLOCK_M=256,
@@ -78,7 +78,7 @@ def test_compile_pool_features_and_warm_cache_on_local_gpu(target, tmp_path, mon
     from autotune.engine.compile import CompilePool
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    problem = Problem.gemm(64, 2048, 1024)
+    problem = Problem.of("gemm", 64, 2048, 1024)
     config = next(c for c in GEMM.space(problem, target, ("triton",)).configs() if c["SPLIT_K"] == 1)
     with CompilePool(target, workers=2) as pool:
         features = dict(pool.map(GEMM, problem, [config]))[config]
@@ -101,7 +101,7 @@ def test_worker_process_on_the_gpu_survives_a_gpu_fault_and_a_segfault(tmp_path)
     from autotune.kernels.faults import FaultyOp
 
     op = FaultyOp(("none", "illegal_address", "segv"))
-    problem = Problem.gemm(64, 256, 256)
+    problem = Problem.of("gemm", 64, 256, 256)
     with ProcessWorker(name="gpu0", env=device_env(visible_devices()[0]), timeout_s=120,
                        log_path=tmp_path / "w.log") as worker:  # fmt: skip
         assert not worker.target.interpreter

@@ -173,11 +173,11 @@ def amd(**kw):
                 num_stages=2, matrix_instr_nonkdim=16, waves_per_eu=0)
     return Config(backend="triton", **{**base, **kw})
 
-small = Problem.gemm(64, 256, 512)
+small = Problem.of("gemm", 64, 256, 512)
 cases = {
     "gfx942": ("gfx942", small, amd(kpack=1)),
     "gfx950": ("gfx950", small, amd()),
-    "942-spill": ("gfx942", Problem.gemm(512, 512, 512),
+    "942-spill": ("gfx942", Problem.of("gemm", 512, 512, 512),
                   amd(BLOCK_M=256, BLOCK_N=256, BLOCK_K=64, num_warps=4, kpack=2)),
     "sm_90": ("sm_90", small, Config(backend="triton", BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=1,
                                      SPLIT_K=2, num_warps=4, num_stages=3)),

@@ -16,8 +16,8 @@ from autotune.engine.model import MODEL_VERSION, predict_us, rank
 from autotune.kernels import get_op
 
 GPU_ARCHS = ("sm_90", "gfx942", "gfx950")
-DECODE = Problem.gemm(16, 4096, 4096)
-PREFILL = Problem.gemm(4096, 4096, 4096)
+DECODE = Problem.of("gemm", 16, 4096, 4096)
+PREFILL = Problem.of("gemm", 4096, 4096, 4096)
 
 
 def _tile(target: Target, bm: int, bn: int, bk: int = 64, split_k: int = 1, **more: int) -> Config:
@@ -57,7 +57,7 @@ def test_model_version_is_a_nonempty_string() -> None:
 @pytest.mark.parametrize("mnk", [(1, 4096, 4096), (16, 6144, 4096), (4096, 4096, 4096), (33, 17, 100)])
 def test_every_config_of_the_space_gets_a_finite_positive_time(arch: str, mnk: tuple[int, int, int]) -> None:
     target = Target.for_arch(arch)
-    problem = Problem.gemm(*mnk)
+    problem = Problem.of("gemm", *mnk)
     configs = get_op("gemm").space(problem, target).configs()
     assert len(configs) > 1
     for config in configs:
@@ -68,7 +68,7 @@ def test_every_config_of_the_space_gets_a_finite_positive_time(arch: str, mnk: t
 @pytest.mark.parametrize("arch", GPU_ARCHS)
 def test_no_config_beats_the_roofline(arch: str) -> None:
     target = Target.for_arch(arch)
-    for problem in (DECODE, PREFILL, Problem.gemm(1, 8192, 8192)):
+    for problem in (DECODE, PREFILL, Problem.of("gemm", 1, 8192, 8192)):
         roof = target.roofline_us(problem.flops(), problem.min_bytes())
         configs = get_op("gemm").space(problem, target).configs()
         fastest = min(predict_us(problem, c, target) for c in configs)
@@ -150,8 +150,8 @@ def test_one_program_past_a_full_wave_costs_another_wave(arch: str) -> None:
     target = Target.for_arch(arch)
     cus = target.cu_count
     config = _tile(target, 128, 128, num_warps=8)
-    full = Problem.gemm(128 * cus, 128, 8192)  # exactly one program per CU
-    over = Problem.gemm(128 * (cus + 1), 128, 8192)  # one more
+    full = Problem.of("gemm", 128 * cus, 128, 8192)  # exactly one program per CU
+    over = Problem.of("gemm", 128 * (cus + 1), 128, 8192)  # one more
     assert _programs(full, config) == cus and _programs(over, config) == cus + 1
     # One resident block per CU (8 warps: 2 waves per SIMD on AMD), so the extra program needs a new wave.
     one_block = StaticFeatures(arch=arch, lds_bytes=65536, occupancy=2 if target.is_amd else 1)
@@ -189,7 +189,7 @@ def test_split_k_partials_cost_hbm_traffic_on_sm90() -> None:
     # Measured on H100 at M=64, N=6144, K=4096 (96 programs either way): 64x64 without split-K beats
     # 64x256 split 4, and split 8 is slower again: the fp32 partials go through HBM and a reduce kernel.
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(64, 6144, 4096)
+    problem = Problem.of("gemm", 64, 6144, 4096)
     wide = [predict_us(problem, _tile(target, 64, 256, split_k=sk), target) for sk in (4, 8)]
     assert wide[1] > wide[0]
     square = predict_us(problem, _tile(target, 64, 64, bk=128, num_stages=5), target)
@@ -200,7 +200,7 @@ def test_decode_needs_no_full_grid_on_sm90() -> None:
     # Measured on H100 at M=1, N=6144, K=4096: 48 programs (BN 128) are as fast as 96 (BN 64), since one
     # SM draws ~3.5x its fair share of HBM bandwidth; roofline-1 predicted them 1.6x slower.
     target = Target.for_arch("sm_90")
-    problem = Problem.gemm(1, 6144, 4096)
+    problem = Problem.of("gemm", 1, 6144, 4096)
     half = predict_us(problem, _tile(target, 16, 128, bk=128, num_stages=4), target)
     full = predict_us(problem, _tile(target, 16, 64, bk=128, num_stages=4), target)
     assert half < 1.15 * full
@@ -219,16 +219,16 @@ def test_split_k_on_a_full_grid_only_adds_cost(arch: str) -> None:
 def test_more_work_takes_longer(arch: str) -> None:
     target = Target.for_arch(arch)
     config = _tile(target, 64, 64)
-    times = [predict_us(Problem.gemm(1024, 1024, k), config, target) for k in (256, 1024, 4096, 16384)]
+    times = [predict_us(Problem.of("gemm", 1024, 1024, k), config, target) for k in (256, 1024, 4096, 16384)]
     assert times == sorted(times) and times[0] < times[-1]
     library = Config(backend="torch")
-    lib = [predict_us(Problem.gemm(m, 4096, 4096), library, target) for m in (1, 64, 1024, 8192)]
+    lib = [predict_us(Problem.of("gemm", m, 4096, 4096), library, target) for m in (1, 64, 1024, 8192)]
     assert lib == sorted(lib) and lib[0] < lib[-1]
 
 
 def test_prefill_top_of_rank_is_near_the_roofline_on_sm90() -> None:
     target = Target.for_arch("sm_90")
-    for problem in (PREFILL, Problem.gemm(8192, 8192, 8192), Problem.gemm(4096, 14336, 4096)):
+    for problem in (PREFILL, Problem.of("gemm", 8192, 8192, 8192), Problem.of("gemm", 4096, 14336, 4096)):
         configs = get_op("gemm").space(problem, target).configs()
         ranked = rank(problem, configs, target)
         best_triton = next((c, us) for c, us in ranked if c.backend != "torch")
@@ -273,7 +273,7 @@ def test_rank_uses_features_by_digest() -> None:
 def test_the_interpreter_gets_finite_times_from_work_alone() -> None:
     target = Target.for_arch("interpreter")
     assert target.peak_tflops == 0
-    small, large = Problem.gemm(16, 64, 64), Problem.gemm(256, 256, 256)
+    small, large = Problem.of("gemm", 16, 64, 64), Problem.of("gemm", 256, 256, 256)
     for config in (Config(backend="torch"), _tile(target, 16, 32, bk=16, num_stages=1)):
         t_small, t_large = predict_us(small, config, target), predict_us(large, config, target)
         assert 0 < t_small < t_large < math.inf
@@ -303,10 +303,10 @@ def test_the_op_says_the_rate_its_elements_run_at() -> None:
     assert rules_of("gemm_mxfp4_bf16a").element_bytes(mx4a, gfx950) == 0.5
     assert rules_of("gemm_mxfp4").element_bytes(mx4, gfx942) == 2.0
     assert rules_of("gemm_fp8_rowwise").element_bytes(fp8, gfx942) == 1.0
-    assert rules_of("gemm").element_bytes(Problem.gemm(64, 4096, 4096), gfx942) == 2.0
+    assert rules_of("gemm").element_bytes(Problem.of("gemm", 64, 4096, 4096), gfx942) == 2.0
     # and the cost model's peak follows: FP4 four times bf16's where it runs natively, bf16's elsewhere
     from autotune.engine.model import _peak_flops_per_us
 
-    bf16 = Problem.gemm(64, 4096, 4096)
+    bf16 = Problem.of("gemm", 64, 4096, 4096)
     assert _peak_flops_per_us(mx4, gfx950) == 4 * _peak_flops_per_us(bf16, gfx950)
     assert _peak_flops_per_us(mx4, gfx942) == _peak_flops_per_us(bf16, gfx942)

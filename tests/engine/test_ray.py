@@ -72,7 +72,7 @@ def test_a_sweep_through_ray_actors_lands_in_the_database(local_ray: None, tmp_p
 
 def test_ray_actor_crashes_and_hangs_are_trial_results(local_ray: None, tmp_path: Path) -> None:
     op = FaultyOp(("none", "segv", "hang", "error"))
-    problem = Problem.gemm(8, 32, 32)
+    problem = Problem.of("gemm", 8, 32, 32)
     worker = RayWorker(name="r", interpret=True, timeout_s=5.0)
     try:
         with Store(str(tmp_path / "f.db")) as store:
@@ -103,7 +103,7 @@ def test_an_actor_that_dies_is_a_crashed_trial_and_replaced(
     """Where the actor itself dies (its node lost, say), the trial is `crashed` and a new actor takes the
     next one."""
     op = FaultyOp(("none",))
-    problem = Problem.gemm(8, 32, 32)
+    problem = Problem.of("gemm", 8, 32, 32)
     worker = RayWorker(name="r", interpret=True, timeout_s=30.0)
     try:
         assert worker.target.interpreter  # started

@@ -14,7 +14,7 @@ from autotune.engine.strategies import Budget
 from autotune.kernels import GEMM
 
 TARGET = Target.for_arch("sm_90")
-PROBLEM = Problem.gemm(16, 4096, 4096)
+PROBLEM = Problem.of("gemm", 16, 4096, 4096)
 
 
 class FakeBench:
@@ -235,7 +235,7 @@ def test_a_final_round_after_searches_that_split_the_backends_takes_finalists_fr
 ) -> None:
     from autotune.core.result import Source
 
-    LARGE = Problem.gemm(256, 4096, 4096)  # the TMA kernel's space is empty at M = 16
+    LARGE = Problem.of("gemm", 256, 4096, 4096)  # the TMA kernel's space is empty at M = 16
     with Store(str(tmp_path / "b.db")) as store:
         for backends in (
             ("torch", "triton"),

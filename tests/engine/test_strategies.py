@@ -208,7 +208,7 @@ def test_strategies_on_the_real_gemm_space() -> None:
     """The gemm space of a decode shape on sm_90 drives every strategy without stray configs."""
     from autotune.kernels import GEMM
 
-    space = GEMM.space(Problem.gemm(16, 4096, 4096), Target.for_arch("sm_90"))
+    space = GEMM.space(Problem.of("gemm", 16, 4096, 4096), Target.for_arch("sm_90"))
     valid = set(space.configs())
     for name in ("exhaustive", "random", "optuna"):
         s = make_strategy(name, space, Budget(trials=20), seed=0)

@@ -19,7 +19,7 @@ from autotune.core.target import Target
 from autotune.engine.verdicts import ENV_CACHE, ENV_CHECK, Verdicts, cache_dir, can_check
 
 TARGET = Target.for_arch("gfx950")
-PROBLEM = Problem.gemm(256, 4096, 4096)
+PROBLEM = Problem.of("gemm", 256, 4096, 4096)
 
 
 class _Backend:

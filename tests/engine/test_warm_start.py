@@ -16,7 +16,7 @@ from autotune.sweeps.spec import parse_spec
 TARGET = Target.for_arch("sm_90")
 OTHER_GPU = dataclasses.replace(TARGET, pci_id="0000:99:00.0", name="another H100")
 IMPORTED = dataclasses.replace(TARGET, toolchain={"source": "imported"})
-PROBLEM = Problem.gemm(16, 4096, 4096)
+PROBLEM = Problem.of("gemm", 16, 4096, 4096)
 
 
 class FakeBench:
@@ -70,7 +70,7 @@ def test_known_configs_are_the_imported_bucket_then_winners_at_the_nearest_m(tmp
         known = store.known_configs(PROBLEM, fingerprint=TARGET.fingerprint())
         assert known == [imported, near, big, far]  # M 64, 2048, 4096: nearest first on a log scale
         assert store.known_configs(PROBLEM, fingerprint=TARGET.fingerprint(), limit=1) == [imported, near]
-        unrelated = Problem.gemm(16, 4096, 8192)
+        unrelated = Problem.of("gemm", 16, 4096, 8192)
         assert store.known_configs(unrelated, fingerprint=TARGET.fingerprint()) == []
 
 
@@ -85,7 +85,7 @@ def test_the_runner_tries_known_configs_right_after_the_anchors(tmp_path: Path) 
         assert big not in bench.calls  # outside this problem's space: skipped, not run
         assert report.seeded == 3  # imported, near and far; not big
 
-        fresh = Problem.gemm(32, 4096, 4096)
+        fresh = Problem.of("gemm", 32, 4096, 4096)
         space = GEMM.space(fresh, TARGET)
         anchors = [Config(backend="torch"), GEMM.default_config(fresh, TARGET)]
         plain = next(c for c in space.configs() if c not in anchors)  # the exhaustive order's first
@@ -94,7 +94,7 @@ def test_the_runner_tries_known_configs_right_after_the_anchors(tmp_path: Path) 
             GEMM, fresh, strategy="exhaustive", budget=Budget(trials=3)
         )
         assert cold.calls == [*anchors, plain]
-        p48 = Problem.gemm(48, 4096, 4096)
+        p48 = Problem.of("gemm", 48, 4096, 4096)
         known = store.known_configs(p48, fingerprint=TARGET.fingerprint())
         seed = next(c for c in known if GEMM.space(p48, TARGET).check(c) is None)
         warm = FakeBench()

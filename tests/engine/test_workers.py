@@ -27,7 +27,7 @@ from autotune.kernels.faults import FaultyOp
 from autotune.sweeps import run_sweep
 from autotune.sweeps.spec import parse_spec
 
-PROBLEM = Problem.gemm(8, 32, 32)
+PROBLEM = Problem.of("gemm", 8, 32, 32)
 CPU = Target.interpreter_target()
 
 

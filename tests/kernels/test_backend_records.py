@@ -103,7 +103,7 @@ def test_its_records_answer_for_it(toy: ToyRecords) -> None:
 def test_the_cost_model_reads_its_cost_kind(toy: ToyRecords) -> None:
     from autotune.engine.model import library_us, predict_us
 
-    problem, gemm = Problem("toy_records", 64, 4096, 4096), Problem.gemm(64, 4096, 4096)
+    problem, gemm = Problem("toy_records", 64, 4096, 4096), Problem.of("gemm", 64, 4096, 4096)
     same_as_triton = Config(DEFAULT, backend="triton", BLOCK_K=16)  # the record's K step, as a knob
     assert predict_us(problem, DEFAULT, SM90) == predict_us(gemm, same_as_triton, SM90)
     assert predict_us(problem, Config(backend="torch"), SM90) == library_us(problem, SM90)
@@ -137,7 +137,11 @@ def test_its_kernels_are_compile_checked_and_its_vendor_baseline_is_not(toy: Toy
 @pytest.mark.parametrize(
     "arch, problem, library",
     [
-        ("sm_90", Problem.gemm(64, 4096, 4096), "tunableop"),  # TunableOp's pin: torch.mm, nothing of ours
+        (
+            "sm_90",
+            Problem.of("gemm", 64, 4096, 4096),
+            "tunableop",
+        ),  # TunableOp's pin: torch.mm, nothing of ours
         ("gfx942", Problem.quant("gemm_fp8_rowwise", 64, 4096, 4096), "aiter"),  # aiter's own kernels
     ],
 )

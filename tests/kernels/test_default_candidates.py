@@ -56,10 +56,12 @@ def _problems(op: str, rng: random.Random) -> list[Problem]:
     ms = [*rng.sample(serving_ladder(8192), 6), 1, 16, 4096]
     if op == "moe":
         return [
-            Problem.moe(m, n, k, e, topk, "bf16", w) for m in ms for n, k, e, topk, w in rng.sample(MOE, 2)
+            Problem.of("moe", m, n, k, "bf16", w, E=e, topk=topk)
+            for m in ms
+            for n, k, e, topk, w in rng.sample(MOE, 2)
         ]
-    make = Problem.gemm if op == "gemm" else lambda m, n, k: Problem.quant(op, m, n, k)
-    return [make(m, n, k) for m in ms for n, k in rng.sample(LAYERS, 2)]
+    make = Problem.of if op == "gemm" else Problem.quant
+    return [make(op, m, n, k) for m in ms for n, k in rng.sample(LAYERS, 2)]
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950", "sm_90", "interpreter"])

@@ -35,8 +35,8 @@ from autotune.engine.verdicts import verdicts
 out = []
 for op_name, m, n, k, *moe in json.loads(sys.argv[2]):
     op = get_op(op_name)
-    problem = Problem.moe(m, n, k, *moe[:2], "bf16", moe[2]) if moe else (
-        Problem.gemm(m, n, k) if op_name == "gemm" else Problem.quant(op_name, m, n, k))
+    problem = Problem.of("moe", m, n, k, "bf16", moe[2], E=moe[0], topk=moe[1]) if moe else (
+        Problem.of("gemm", m, n, k) if op_name == "gemm" else Problem.quant(op_name, m, n, k))
     candidates = op.default_candidates(problem, target)
     default = op.default_config(problem, target)
     floor = StaticPolicy().min_occupancy

@@ -165,7 +165,7 @@ def test_an_op_s_own_cost_model_and_label_are_used(
     monkeypatch.setattr(GroupedToy, "predict_us", lambda self, problem, config, target, features=None: 42.0)
     assert predict_us(p, Config(backend="toy_backend"), target) == 42.0
     assert problem_label(p) == "16x64x64 bf16 nk groups=2"
-    assert problem_label(Problem.moe(4, 64, 64, 8, 2)) == "4x64x64 E8 top2 bf16"
+    assert problem_label(Problem.of("moe", 4, 64, 64, E=8, topk=2)) == "4x64x64 E8 top2 bf16"
 
 
 def test_an_op_without_rules_of_its_own_tunes_its_spec_entries_itself(

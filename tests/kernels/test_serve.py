@@ -90,7 +90,7 @@ def quiet() -> Iterator[None]:
 def test_gemm_fallback_on_nvidia_is_torch_at_every_m(
     M: int, layout: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    problem = Problem.gemm(M, 4096, 4096, "bf16", layout)
+    problem = Problem.of("gemm", M, 4096, 4096, "bf16", layout=layout)
     assert FALLBACK_GEMV_ROWS == 0  # the GEMV default lost to cuBLAS at M = 1 on an H200
     assert GEMM.fallback_config(problem, SM90) == TORCH
     # where a regime of the heuristic were set, it would run there
@@ -106,7 +106,7 @@ def test_gemm_fallback_on_nvidia_is_torch_at_every_m(
 @pytest.mark.parametrize("target", [GFX942, GFX950, INTERP], ids=lambda t: t.arch)
 @pytest.mark.parametrize("M", [1, 2, 3, 96, 4096])
 def test_gemm_fallback_on_amd_and_the_interpreter_is_torch(target: Target, M: int) -> None:
-    problem = Problem.gemm(M, 1024, 512, "fp16")
+    problem = Problem.of("gemm", M, 1024, 512, "fp16")
     assert GEMM.fallback_config(problem, target) == TORCH
 
 
@@ -201,7 +201,7 @@ def test_quant_fallback_on_the_interpreter_follows_the_cpu_scaled_mm() -> None:
 @pytest.mark.parametrize("target", [SM90, GFX942, INTERP], ids=lambda t: t.arch)
 @pytest.mark.parametrize("M", [1, 64, 4096])
 def test_moe_fallback_is_always_the_heuristic(target: Target, M: int) -> None:
-    problem = Problem.moe(M, 1408, 2048, 64, 6)
+    problem = Problem.of("moe", M, 1408, 2048, E=64, topk=6)
     fallback = MOE.fallback_config(problem, target)
     assert fallback == MOE.default_config(problem, target) and fallback.backend == "triton"
 
@@ -210,7 +210,7 @@ def test_moe_fallback_is_always_the_heuristic(target: Target, M: int) -> None:
 
 
 def test_served_config_reads_the_table_else_the_fallback(install: Callable[..., Dispatcher]) -> None:
-    tuned = Problem.gemm(16, 64, 32)
+    tuned = Problem.of("gemm", 16, 64, 32)
     install(SM90, [(tuned, tcfg(), 5.0)])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a covered shape warns about nothing
@@ -218,21 +218,23 @@ def test_served_config_reads_the_table_else_the_fallback(install: Callable[..., 
         assert served_config(GEMM, tuned.with_m(9), SM90) == tcfg()  # M rounds up to the bucket
         assert served_config(GEMM, tuned.with_m(900), SM90) == tcfg()  # above all buckets: the largest
     with pytest.warns(UntunedShapeWarning, match="N=65 K=32"):
-        assert served_config(GEMM, Problem.gemm(16, 65, 32), SM90) == TORCH
+        assert served_config(GEMM, Problem.of("gemm", 16, 65, 32), SM90) == TORCH
     with quiet():
-        assert served_config(GEMM, Problem.gemm(16, 64, 32, "fp16"), SM90) == TORCH  # another dtype
-        assert served_config(GEMM, Problem.gemm(16, 64, 32, "bf16", "kn"), SM90) == TORCH  # another layout
-        untuned_one = Problem.gemm(1, 64, 33)
+        assert served_config(GEMM, Problem.of("gemm", 16, 64, 32, "fp16"), SM90) == TORCH  # another dtype
+        assert (
+            served_config(GEMM, Problem.of("gemm", 16, 64, 32, "bf16", layout="kn"), SM90) == TORCH
+        )  # another layout
+        untuned_one = Problem.of("gemm", 1, 64, 33)
         assert served_config(GEMM, untuned_one, SM90) == GEMM.fallback_config(untuned_one, SM90) == TORCH
 
 
 def test_served_config_never_serves_a_gemv_config_above_its_rows(install: Callable[..., Dispatcher]) -> None:
     """A GEMV bucket at M = 1 and rounding down: up to GEMV_ROWS rows the GEMV config, above the fallback."""
-    install(SM90, [(Problem.gemm(1, 64, 128), gemv_cfg(), 2.0)], m_policy="round_down")
+    install(SM90, [(Problem.of("gemm", 1, 64, 128), gemv_cfg(), 2.0)], m_policy="round_down")
     for M in range(1, GEMV_ROWS + 1):
-        assert served_config(GEMM, Problem.gemm(M, 64, 128), SM90) == gemv_cfg(), M
+        assert served_config(GEMM, Problem.of("gemm", M, 64, 128), SM90) == gemv_cfg(), M
     for M in (GEMV_ROWS + 1, 100):
-        assert served_config(GEMM, Problem.gemm(M, 64, 128), SM90) == TORCH, M
+        assert served_config(GEMM, Problem.of("gemm", M, 64, 128), SM90) == TORCH, M
     quant = QUANT_GEMMS[ROWWISE]
     install(SM90, [(Problem.quant(ROWWISE, 1, 64, 128), gemv_cfg(), 2.0)], m_policy="round_down")
     assert served_config(quant, Problem.quant(ROWWISE, 3, 64, 128), SM90) == gemv_cfg()
@@ -244,7 +246,7 @@ def test_served_config_keys_quantized_and_moe_problems_as_their_tables(
     install: Callable[..., Dispatcher],
 ) -> None:
     rowwise = Problem.quant(ROWWISE, 128, 256, 512)
-    moe = Problem.moe(16, 128, 256, 8, 2)
+    moe = Problem.of("moe", 16, 128, 256, E=8, topk=2)
     moe_config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=64, GROUP_SIZE_M=1,
                         SPLIT_K=1, num_warps=4, num_stages=2)  # fmt: skip
     install(SM90, [(rowwise, tcfg(), 3.0), (moe, moe_config, 9.0)])
@@ -258,15 +260,15 @@ def test_served_config_keys_quantized_and_moe_problems_as_their_tables(
         assert served_config(QUANT_GEMMS[BLOCKWISE], other, SM90) == QUANT_GEMMS[BLOCKWISE].fallback_config(
             other, SM90
         )
-        more_experts = Problem.moe(16, 128, 256, 16, 2)
+        more_experts = Problem.of("moe", 16, 128, 256, E=16, topk=2)
         assert served_config(MOE, more_experts, SM90) == MOE.default_config(more_experts, SM90)
-        top3 = Problem.moe(16, 128, 256, 8, 3)
+        top3 = Problem.of("moe", 16, 128, 256, E=8, topk=3)
         assert served_config(MOE, top3, SM90) == MOE.default_config(top3, SM90)
 
 
 def test_served_config_refuses_another_ops_problem(no_tables: Path) -> None:
     with pytest.raises(ValueError, match="gemm cannot serve a moe problem"):
-        served_config(GEMM, Problem.moe(16, 128, 256, 8, 2), SM90)
+        served_config(GEMM, Problem.of("moe", 16, 128, 256, E=8, topk=2), SM90)
 
 
 def test_served_config_caches_the_fallback(no_tables: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,7 +280,7 @@ def test_served_config_caches_the_fallback(no_tables: Path, monkeypatch: pytest.
         return real(self, problem, target)
 
     monkeypatch.setattr(type(GEMM), "fallback_config", counting)
-    problem = Problem.gemm(8, 48, 48)
+    problem = Problem.of("gemm", 8, 48, 48)
     with quiet():
         assert served_config(GEMM, problem, GFX942) == served_config(GEMM, problem, GFX942) == TORCH
         assert served_config(GEMM, problem.with_m(1), SM90) == TORCH
@@ -303,7 +305,7 @@ def _run(op: Any, problem: Problem, target: Target, seed: int = 0) -> tuple[torc
 def test_served_launch_of_an_untuned_gemm_runs_torch(
     no_tables: Path, launched: list[Config], layout: str
 ) -> None:
-    problem = Problem.gemm(5, 24, 40, "bf16", layout)
+    problem = Problem.of("gemm", 5, 24, 40, "bf16", layout=layout)
     with quiet():
         assert served_config(GEMM, problem, INTERP) == TORCH
     out, err = _run(GEMM, problem, INTERP, seed=3)
@@ -318,7 +320,7 @@ def test_served_launch_of_an_untuned_gemm_runs_torch(
 def test_served_launch_of_a_tuned_gemm_runs_the_tables_config(
     install: Callable[..., Dispatcher], launched: list[Config]
 ) -> None:
-    problem = Problem.gemm(6, 20, 70)
+    problem = Problem.of("gemm", 6, 20, 70)
     chosen = tcfg(bn=32, split_k=2)
     install(INTERP, [(problem, chosen, 1.0)])
     assert served_config(GEMM, problem, INTERP) == chosen
@@ -329,7 +331,7 @@ def test_served_launch_of_a_tuned_gemm_runs_the_tables_config(
 
 @needs_interpreter
 def test_served_launch_checks_its_arguments(no_tables: Path) -> None:
-    problem = Problem.gemm(5, 24, 40)
+    problem = Problem.of("gemm", 5, 24, 40)
     inputs = GEMM.make_inputs(problem, "cpu", 0)
     out = GEMM.make_output(problem, "cpu")
     with pytest.raises(ValueError, match="not on NVIDIA H100"):
@@ -360,7 +362,7 @@ def test_served_launch_of_moe_is_the_entry_points_call(
 ) -> None:
     import autotune.kernels.moe.kernel as kernel
 
-    problem = Problem.moe(5, 32, 64, 4, 2)
+    problem = Problem.of("moe", 5, 32, 64, E=4, topk=2)
     chosen = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=32, GROUP_SIZE_M=1,
                     num_warps=4, num_stages=1, GATE_UP_FUSED=0)  # fmt: skip
     install(INTERP, [(problem, chosen, 1.0)])
@@ -423,7 +425,7 @@ def test_gemm_quant_refuses_an_out_that_does_not_fit(
 @needs_interpreter
 def test_served_launch_of_an_mxfp4_moe_is_the_entry_points_call(no_tables: Path) -> None:
     """Packed e2m1 weights with their e8m0 scales: no FP8 block shape passed, the default served."""
-    problem = Problem.moe(5, 32, 64, 4, 2, weights="mxfp4")
+    problem = Problem.of("moe", 5, 32, 64, variant="mxfp4", E=4, topk=2)
     _, err = _run(MOE, problem, INTERP, seed=7)
     assert err < MOE.tolerance(problem)
 
@@ -432,7 +434,7 @@ def test_a_tables_config_of_a_backend_the_entry_point_does_not_run_gets_the_fall
     install: Callable[..., Dispatcher],
 ) -> None:
     """The MoE's per-expert loop in a table (an older emit, say) is never what a call runs."""
-    problem = Problem.moe(5, 32, 64, 4, 2)
+    problem = Problem.of("moe", 5, 32, 64, E=4, topk=2)
     install(INTERP, [(problem, Config(backend="torch"), 1.0)])
     with quiet():
         assert served_config(MOE, problem, INTERP) == MOE.fallback_config(problem, INTERP)

@@ -140,7 +140,7 @@ def compiled() -> Iterator[None]:
 
 def moe_inputs(M: int, E: int = 4, N: int = 32, K: int = 32, topk: int = 2, weights: str | None = None):  # type: ignore[no-untyped-def]
     """(x, w1, w2, topk_weights, topk_ids, w1_scale, w2_scale) of a tiny MoE, routed by `fused_topk`."""
-    problem = Problem.moe(M, N, K, E, topk, weights=weights)
+    problem = Problem.of("moe", M, N, K, variant=weights, E=E, topk=topk)
     x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cpu", seed=M)
     gen = torch.Generator().manual_seed(M + 1)
     topk_weights, topk_ids = fused_topk(x, routing_logits(M, E, generator=gen), topk)
@@ -242,7 +242,7 @@ def test_opcheck_gemm_and_linear_through_a_triton_config(
     serve: Callable[..., None], launched: list[Config]
 ) -> None:
     config = tcfg(SPLIT_K=2)
-    serve((Problem.gemm(6, 24, 32), config))
+    serve((Problem.of("gemm", 6, 24, 32), config))
     a, b = rand(6, 32, seed=3), rand(24, 32, seed=4)
     opcheck(OPS.gemm.default, (a, b, "nk"))
     opcheck(OPS.gemm_out.default, (a, b, "nk", torch.empty(6, 24, dtype=torch.bfloat16)))
@@ -341,7 +341,7 @@ def test_fake_gemm_quant(op: str, fp8: torch.dtype | None, out_dtype: torch.dtyp
     [("bf16", None), ("fp16", None), ("bf16", "fp8e4m3"), ("fp16", "fp8e4m3"), ("bf16", "mxfp4")],
 )
 def test_fake_fused_moe(dtype: str, weights: str | None) -> None:
-    problem = Problem.moe(6, 128, 128, 4, 2, dtype=dtype, weights=weights)
+    problem = Problem.of("moe", 6, 128, 128, dtype, weights, E=4, topk=2)
     x, w1, w2, tw, ids, w1s, w2s = meta(*MOE.make_inputs(problem, "cpu", seed=1))
     block = [128, 128] if weights == "fp8e4m3" else None
     y = OPS.fused_moe.default(x, w1, w2, tw, ids, w1s, w2s, block)
@@ -397,7 +397,7 @@ def test_compiled_linears_see_one_node_each_and_no_recompile_per_m(
     compiled: None, serve: Callable[..., None], launched: list[Config], lookups: list[int], backend: str
 ) -> None:
     config = tcfg()
-    serve((Problem.gemm(8, 48, 32), config))  # round-up: M up to 8 runs it, larger M the vendor
+    serve((Problem.of("gemm", 8, 48, 32), config))  # round-up: M up to 8 runs it, larger M the vendor
     w1, b1, w2 = rand(48, 32, seed=1), rand(48, seed=2), rand(16, 48, seed=3)
 
     def mlp(x: torch.Tensor) -> torch.Tensor:

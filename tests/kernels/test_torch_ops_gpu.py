@@ -61,9 +61,10 @@ def test_a_compiled_mlp_serves_every_batch_from_cuda_graphs_without_a_recompile(
 
     # Triton configs and the vendor library at different batches, in both layers
     install(monkeypatch, target, [
-        (Problem.gemm(16, H, K), tcfg(16, 64)), (Problem.gemm(64, H, K), Config(backend="torch")),
-        (Problem.gemm(256, H, K), tcfg(64, 128, split_k=2)),
-        (Problem.gemm(16, K, H), Config(backend="torch")), (Problem.gemm(256, K, H), tcfg(32, 64)),
+        (Problem.of("gemm", 16, H, K), tcfg(16, 64)), (Problem.of("gemm", 64, H, K), Config(backend="torch")),
+        (Problem.of("gemm", 256, H, K), tcfg(64, 128, split_k=2)),
+        (Problem.of("gemm", 16, K, H), Config(backend="torch")),
+        (Problem.of("gemm", 256, K, H), tcfg(32, 64)),
     ])  # fmt: skip
     model = MLP()
     torch._dynamo.reset()
@@ -91,12 +92,14 @@ def test_captured_graphs_replay_the_config_the_table_gives_each_batch(
 ) -> None:
     N = 1024
     small, large = tcfg(16, 64), tcfg(64, 128)
-    install(monkeypatch, target, [(Problem.gemm(8, N, K), small), (Problem.gemm(64, N, K), large)])
+    install(
+        monkeypatch, target, [(Problem.of("gemm", 8, N, K), small), (Problem.of("gemm", 64, N, K), large)]
+    )
     gen = torch.Generator(device="cuda").manual_seed(2)
     w = (torch.randn(N, K, device="cuda", generator=gen) * K**-0.5).to(torch.bfloat16)
     graphs = {}
     for M, config in ((8, small), (64, large)):
-        assert served_config(GEMM, Problem.gemm(M, N, K), target) == config
+        assert served_config(GEMM, Problem.of("gemm", M, N, K), target) == config
         x = torch.randn(M, K, device="cuda", generator=gen).to(torch.bfloat16)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -131,7 +134,7 @@ def test_the_moe_and_mla_ops_are_captured_and_replay_new_routing_and_contexts(
     from autotune.kernels.mla.ref import mla_reference, paged_inputs
     from autotune.kernels.moe.ref import moe_reference, routing_logits
 
-    moe = Problem.moe(24, 256, 512, 16, 4)
+    moe = Problem.of("moe", 24, 256, 512, E=16, topk=4)
     contexts = [[700, 1, 2048, 33], [2048, 1500, 64, 0]]  # both 32 pages wide, 60 pages in all
     cases = [paged_inputs(16, 512, 64, 64, c, kv_dtype=torch.bfloat16, device="cuda", seed=i,
                           spare_pages=60 - sum(-(-n // 64) for n in c))
@@ -174,8 +177,10 @@ def test_a_compiled_moe_serves_every_batch_from_cuda_graphs_without_a_recompile(
 
     from autotune.kernels import MOE, fused_moe, fused_topk
 
-    install(monkeypatch, target, [(Problem.moe(16, 256, 512, 16, 4), moe_config())])  # larger M: the default
-    x0, w1, w2, *_ = MOE.make_inputs(Problem.moe(64, 256, 512, 16, 4), "cuda", seed=3)
+    install(
+        monkeypatch, target, [(Problem.of("moe", 16, 256, 512, E=16, topk=4), moe_config())]
+    )  # larger M: the default
+    x0, w1, w2, *_ = MOE.make_inputs(Problem.of("moe", 64, 256, 512, E=16, topk=4), "cuda", seed=3)
     router = (torch.randn(16, 512, device="cuda") * 512**-0.5).to(torch.bfloat16)
 
     def moe(x: torch.Tensor) -> torch.Tensor:

@@ -28,14 +28,14 @@ SHAPES = ((32, 64), (48, 32), (80, 64))  # (N, K): the model's two layers, and o
 
 
 def _triton(N: int, K: int) -> Config:
-    return get_op("gemm").default_config(Problem.gemm(16, N, K), TARGET)
+    return get_op("gemm").default_config(Problem.of("gemm", 16, N, K), TARGET)
 
 
 def _table() -> Table:
-    winners = [(Problem.gemm(m, n, k), _triton(n, k), 1.0) for n, k in SHAPES for m in (2, 8, 32)]
+    winners = [(Problem.of("gemm", m, n, k), _triton(n, k), 1.0) for n, k in SHAPES for m in (2, 8, 32)]
     winners = [w for w in winners if not (w[0].N == 48 and w[0].M == 32)]
-    winners += [(Problem.gemm(32, 48, 32), VENDOR, 1.0)]  # at 32, one layer is served by the vendor
-    winners += [(Problem.gemm(64, n, k), VENDOR, 1.0) for n, k in SHAPES]  # at 64, both are
+    winners += [(Problem.of("gemm", 32, 48, 32), VENDOR, 1.0)]  # at 32, one layer is served by the vendor
+    winners += [(Problem.of("gemm", 64, n, k), VENDOR, 1.0) for n, k in SHAPES]  # at 64, both are
     return Table.from_winners(TARGET, winners)
 
 
@@ -127,7 +127,7 @@ def test_confirm_refuses_bad_token_counts_and_a_table_of_another_gpu() -> None:
     for tokens in bad:
         with pytest.raises(ValueError, match="positive integers"):
             confirm(lambda T: lambda: None, tokens, table, dispatcher=_here)
-    h100 = Table.from_winners(Target.for_arch("sm_90"), [(Problem.gemm(2, 32, 64), VENDOR, 1.0)])
+    h100 = Table.from_winners(Target.for_arch("sm_90"), [(Problem.of("gemm", 2, 32, 64), VENDOR, 1.0)])
     with (
         pytest.raises(RuntimeError, match="refuses the table"),
         pytest.warns(RuntimeWarning, match="another GPU"),

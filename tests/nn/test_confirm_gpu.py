@@ -30,7 +30,7 @@ def test_confirm_times_the_step_in_graphs_and_writes_a_table_this_gpu_serves() -
     model = model.to("cuda", torch.bfloat16).eval()
     assert len(patch(model).swapped) == 2
     target = local_target()
-    winners = [(Problem.gemm(m, n, k), TRITON, 1.0) for m in (16, 64) for n, k in ((H, K), (K, H))]
+    winners = [(Problem.of("gemm", m, n, k), TRITON, 1.0) for m in (16, 64) for n, k in ((H, K), (K, H))]
     table = Table.from_winners(target, winners)
     fn = torch.compile(model, dynamic=True, fullgraph=True)
 

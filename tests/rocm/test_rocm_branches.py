@@ -29,7 +29,7 @@ def test_xcd_remapped_tiles_are_each_computed_once(rocm: FakeRocm, M: int, N: in
     from autotune.kernels import GEMM, gemm
 
     assert local_target().xcds == 8
-    problem = Problem.gemm(M, N, 64)
+    problem = Problem.of("gemm", M, N, 64)
     knobs = {"matrix_instr_nonkdim": 16, "waves_per_eu": 0, **({"kpack": 1} if rocm.gpu is MI300X else {})}
     tiles = dict(BLOCK_M=16, BLOCK_N=16 if N % 32 else 32, BLOCK_K=32, GROUP_M=1, SPLIT_K=1, NUM_XCDS=8)
     config = Config(backend="triton", FUSED_SPLIT=0, STREAM_K=0, num_warps=4, num_stages=2, **tiles, **knobs)
@@ -168,9 +168,9 @@ def test_the_package_s_amd_facts_are_triton_s(arch: str) -> None:
 
     import autotune.kernels.common.formats as formats
     from autotune.core.target import ARCH_LIMITS
-    from autotune.db.vllm_rules import fallback_config
     from autotune.kernels.common.knobs import AMD_LAUNCH_OPTIONS as SHARED
     from autotune.kernels.mla.kernel import AMD_LAUNCH_OPTIONS as MLA
+    from autotune.kernels.moe.formats.vllm_rules import fallback_config
 
     options = HIPBackend(GPUTarget("hip", arch, 64)).parse_options({"enable_fp_fusion": True})
     assert ARCH_LIMITS[arch]["wave_size"] == options.warp_size == 64

@@ -33,9 +33,9 @@ from autotune.core.op import kernel_versions
 from autotune.core.result import TrialStatus
 from autotune.core.target import interpreting, local_target
 from autotune.db import Store
-from autotune.db.vllm_rules import OUR_KEYS
 from autotune.engine.bench import rel_error
 from autotune.kernels import OPS
+from autotune.kernels.moe.formats.vllm_rules import OUR_KEYS
 
 pytestmark = pytest.mark.skipif(not interpreting(), reason="the fake GPU runs its kernels in the interpreter")
 
@@ -75,7 +75,7 @@ profile_m = false
 """
 QUANT_OPS = ("gemm_fp8_rowwise", "gemm_fp8_blockwise", "gemm_mxfp8", "gemm_mxfp4", "gemm_mxfp4_bf16a")
 GEMM_ONLY = 'name = "gemm-only"\n[[sweep]]\nop = "gemm"\nm = [16]\nnk = [[64, 64]]\n'
-MOE_PROBLEM = Problem.moe(4, 128, 256, 4, 2, weights="fp8e4m3")
+MOE_PROBLEM = Problem.of("moe", 4, 128, 256, variant="fp8e4m3", E=4, topk=2)
 
 
 @dataclass
@@ -106,9 +106,9 @@ _swept: dict[str, Swept] = {}
 def _moe_seed() -> int:
     """A seed whose random search tries, after the vendor and the default, a config vLLM's kernel can run
     (so that `export --format vllm` has one to write): what the first user gets from a real sweep."""
-    from autotune.db.vllm_rules import OUR_KEYS
     from autotune.engine.strategies import Budget, RandomSearch
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm_rules import OUR_KEYS
 
     space = MOE.space(MOE_PROBLEM, local_target())
     for seed in range(500):
@@ -257,7 +257,7 @@ def _moe(weights: str | None) -> Callable[[FakeRocm], tuple[float, float]]:
     def run(fake: FakeRocm) -> tuple[float, float]:
         from autotune.kernels import MOE, fused_moe
 
-        problem = Problem.moe(4, 128, 256, 4, 2, weights=weights)
+        problem = Problem.of("moe", 4, 128, 256, variant=weights, E=4, topk=2)
         x, w1, w2, wt, ids, s1, s2 = MOE.make_inputs(problem, "cuda", seed=6)
         kw: dict[str, Any] = dict(w1_scale=s1, w2_scale=s2)
         if weights == "fp8e4m3":
@@ -293,7 +293,7 @@ def _mla(kv: str) -> Callable[[FakeRocm], tuple[float, float]]:
 def _gemm(fake: FakeRocm) -> tuple[float, float]:
     from autotune.kernels import GEMM, gemm
 
-    problem = Problem.gemm(16, 64, 64)
+    problem = Problem.of("gemm", 16, 64, 64)
     a, b = GEMM.make_inputs(problem, "cuda", seed=8)
     return rel_error(gemm(a, b), GEMM.reference(problem, (a, b))), GEMM.tolerance(problem)
 
@@ -368,7 +368,7 @@ def test_a_table_s_triton_config_is_launched_with_its_amd_knobs(
     s = sweep_of(gpu)
     with Store(s.db) as store:
         config = next(t.config for t in store.trials() if t.problem.op == "gemm" and t.backend == "triton")
-    problem = Problem.gemm(16, 64, 64)
+    problem = Problem.of("gemm", 16, 64, 64)
     with faked(gpu) as fake:
         table = Table.from_winners(local_target(), [(problem, config, 1.0)])
         previous = install_dispatcher(Dispatcher([table]))
@@ -421,7 +421,7 @@ def test_a_compile_only_sweep_s_picks_are_served_on_the_gpu(
         assert loaded.lookup("gemm", 16, 64, 64) is not None  # the measured shape, in the same table
         previous = install_dispatcher(Dispatcher([loaded]))
         try:
-            problem = Problem.gemm(16, 64, 128)
+            problem = Problem.of("gemm", 16, 64, 128)
             a, b = GEMM.make_inputs(problem, "cuda", seed=12)
             out = gemm(a, b)
         finally:

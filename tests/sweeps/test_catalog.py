@@ -47,9 +47,9 @@ def test_llama_3_1_70b_at_tp8_by_hand() -> None:
 def test_model_problems_expand_every_shape_at_every_m() -> None:
     pairs = model_problems("llama-3.1-70b", tp=8, ms=[1, 64])
     assert len(pairs) == 5 * 2
-    assert pairs[0] == ("attn.qkv", Problem.gemm(1, 1280, 8192))
-    assert pairs[1] == ("attn.qkv", Problem.gemm(64, 1280, 8192))
-    assert pairs[-1] == ("lm_head", Problem.gemm(64, 16032, 8192))
+    assert pairs[0] == ("attn.qkv", Problem.of("gemm", 1, 1280, 8192))
+    assert pairs[1] == ("attn.qkv", Problem.of("gemm", 64, 1280, 8192))
+    assert pairs[-1] == ("lm_head", Problem.of("gemm", 64, 16032, 8192))
     fp16 = model_problems("llama-3.1-70b", tp=8, ms="decode", dtype="float16")
     assert {p.dtype for _, p in fp16} == {"fp16"} and len(fp16) == 5 * 9
 
@@ -82,8 +82,8 @@ def test_deepseek_v3_at_tp8_ep8_by_hand() -> None:
     }
     pairs = dict(model_problems("deepseek-v3", tp=8, ep=8, ms=[16]))
     # its experts are FP8 block-scaled by default, its dense GEMMs bf16
-    assert pairs["moe.experts"] == Problem.moe(16, 2048, 7168, 32, 8, "bf16", "fp8e4m3")
-    assert pairs["attn.o"] == Problem.gemm(16, 7168, 2048, "bf16")
+    assert pairs["moe.experts"] == Problem.of("moe", 16, 2048, 7168, "bf16", "fp8e4m3", E=32, topk=8)
+    assert pairs["attn.o"] == Problem.of("gemm", 16, 7168, 2048, "bf16")
     bf16 = dict(model_problems("deepseek-v3", tp=8, ep=8, ms=[16], weights="bf16"))
     assert bf16["moe.experts"].dtype_b == "bf16"
 
@@ -137,7 +137,7 @@ def test_layers_that_share_a_shape_are_one_problem(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(MODELS, "toy", toy)
     pairs = model_problems("toy", tp=2, ms=[4])
     assert [label for label, _ in pairs] == ["attn.qkv", "attn.o+mlp.down", "mlp.gate_up", "lm_head"]
-    assert pairs[1][1] == Problem.gemm(4, 256, 256)
+    assert pairs[1][1] == Problem.of("gemm", 4, 256, 256)
 
 
 def test_m_presets() -> None:
@@ -167,8 +167,8 @@ def test_model_entry_gives_gemm_and_moe_problems_with_their_ops() -> None:
     # (qkv, o, router, lm_head) shared by both EP layouts, plus two expert layouts: 6 shapes x 2 M
     assert len(pairs) == 6 * 2
     labels = dict((p, label) for label, p in entry.labeled_problems())
-    assert labels[Problem.moe(16, 1536, 4096, 16, 8)] == "moe.experts tp8 ep8"
-    assert labels[Problem.gemm(1, 1280, 4096)] == "attn.qkv tp8"
+    assert labels[Problem.of("moe", 16, 1536, 4096, E=16, topk=8)] == "moe.experts tp8 ep8"
+    assert labels[Problem.of("gemm", 1, 1280, 4096)] == "attn.qkv tp8"
     for e, p in pairs:
         op = e.op_for(p)
         assert op.name == p.op

@@ -121,7 +121,7 @@ def _run_trials(lane: Lane, ticket: int, name: str, n: int, order: list[str], co
         if compile_s:
             with lane.compiling(ticket):
                 time.sleep(compile_s)
-        lane.run(ticket, None, Problem.gemm(1, 8, 8), Config(backend="torch"))  # type: ignore[arg-type]
+        lane.run(ticket, None, Problem.of("gemm", 1, 8, 8), Config(backend="torch"))  # type: ignore[arg-type]
         order.append(name)
         time.sleep(0.01)  # bookkeeping between trials: not a compile wait, the worker stays the front's
 
@@ -174,7 +174,7 @@ def test_a_problem_behind_counts_only_its_own_trials_against_its_time_budget() -
     assert back_clock() - b0 == 0.0
     assert front_clock() >= 0.2
     with lane.compiling(front):  # the front waits on a compile: the back measures
-        lane.run(back, None, Problem.gemm(2, 8, 8), Config(backend="torch"))  # type: ignore[arg-type]
+        lane.run(back, None, Problem.of("gemm", 2, 8, 8), Config(backend="torch"))  # type: ignore[arg-type]
     assert 0.04 < back_clock() - b0 < 0.2  # its own trial counts
     lane.leave(front)  # the back comes to the front: from now on all its time counts
     before = back_clock()

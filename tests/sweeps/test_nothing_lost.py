@@ -172,7 +172,7 @@ def _writer_killed_with_wal(db: Path, n: int) -> None:
             t = Timing(10.0, 10.0, 10.0, 10.0, 10.0, 0.0, 5, "events")
             result = TrialResult(Config(backend="triton", BLOCK_M=i), TrialStatus.OK, timing=t)
             store.record(target=Target.for_arch("sm_90"), kernel="gemm.triton", source_hash="h",
-                         problem=Problem.gemm(16, 64, 64), result=result)
+                         problem=Problem.of("gemm", 16, 64, 64), result=result)
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
@@ -285,7 +285,7 @@ def test_progress_is_counted_from_the_rows(tmp_path: Path) -> None:
         sweep = store.start_sweep("s", "", TARGET)
         for i in range(3):
             result = ok(Config(backend="triton", BLOCK_M=i))
-            problem = Problem.gemm(16, 64, 64)
+            problem = Problem.of("gemm", 16, 64, 64)
             store.record(target=TARGET, kernel="gemm.triton", source_hash="h", problem=problem, result=result,
                          sweep_id=sweep)  # fmt: skip
         store.touch_sweep(sweep, trials_done=1)  # the heartbeat lagged: the process was killed

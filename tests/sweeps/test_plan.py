@@ -58,7 +58,10 @@ def test_plan_of_a_measured_sweep_counts_what_is_stored(tmp_path: Path) -> None:
     spec = parse_spec(SPEC)
     h100 = Target.for_arch("sm_90")
     rows = plan_sweep(spec, h100, workers=16)
-    assert [r.problem for r in rows] == [Problem.gemm(16, 4096, 4096), Problem.gemm(4096, 4096, 4096)]
+    assert [r.problem for r in rows] == [
+        Problem.of("gemm", 16, 4096, 4096),
+        Problem.of("gemm", 4096, 4096, 4096),
+    ]
     assert all(r.trials == 20 and r.done == 0 and r.valid > 20 and r.raw >= r.valid for r in rows)
     assert all(20 * FIXED_TRIAL_S < r.est_s < 60 for r in rows)
     assert rows[1].est_s > rows[0].est_s  # 4096 rows: longer kernels, more time per timed run
@@ -145,7 +148,7 @@ def test_a_compile_only_plan_counts_waves_of_the_heaviest_compile_and_the_pools_
     from autotune.sweeps.estimate import POOL_START_S, compile_seconds
 
     gfx942 = Target.for_arch("gfx942")
-    problem = Problem.gemm(4096, 4096, 4096)
+    problem = Problem.of("gemm", 4096, 4096, 4096)
     small = Config(backend="triton", BLOCK_M=16, BLOCK_N=16, num_warps=4)
     big = Config(backend="triton", BLOCK_M=256, BLOCK_N=256, num_warps=4)
     assert compile_seconds(gfx942, problem, big) > 2 * compile_seconds(gfx942, problem, small) > 0
@@ -191,7 +194,7 @@ def test_the_defaults_a_sweep_compiles_first_count_unless_their_verdicts_are_kno
     monkeypatch.setattr(verdicts_module, "can_check", lambda target: True)
     with known_only():
         unknown = plan_sweep(spec, gfx942, compile_only=True, workers=2)[0].est_s
-        problem = Problem.gemm(4096, n, k)
+        problem = Problem.of("gemm", 4096, n, k)
         first = GEMM.default_candidates(problem, gfx942)[0]
         key = fake.key(GEMM, problem, first, gfx942)
         assert key is not None
@@ -228,7 +231,7 @@ def test_a_config_compiling_more_source_costs_more() -> None:
     from autotune.sweeps.estimate import _compiled_source
 
     gfx942 = Target.for_arch("gfx942")
-    gemm, moe = Problem.gemm(256, 4096, 4096), Problem.moe(256, 7168, 4096, E=8, topk=2)
+    gemm, moe = Problem.of("gemm", 256, 4096, 4096), Problem.of("moe", 256, 7168, 4096, E=8, topk=2)
     sizes = {}
     for problem in (gemm, moe):
         op = get_op(problem.op)

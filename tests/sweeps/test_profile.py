@@ -78,7 +78,7 @@ def test_a_sweep_profiles_each_family_as_served_and_emit_serves_its_ranges(tmp_p
         assert report.profile_s > 0
         profile_trials = store.trials(source=Source.PROFILE)
         assert sorted({t.problem.M for t in profile_trials}) == [1, 2, 8, 16, 24, 64]
-        assert all(t.problem.with_m(1) == Problem.gemm(1, 256, 512) for t in profile_trials)
+        assert all(t.problem.with_m(1) == Problem.of("gemm", 1, 256, 512) for t in profile_trials)
         # the vendor is timed at every point; the final round and the profile are timed as served, the
         # searches are not
         assert all(any(m == t.problem.M and t.backend == "torch" for t in profile_trials) for m in (1, 8, 64))
@@ -135,7 +135,7 @@ def test_bucket_candidates_prefer_the_final_round(tmp_path: Path) -> None:
     from autotune.core.op import kernel_versions
     from autotune.kernels import GEMM
 
-    p = Problem.gemm(16, 256, 512)
+    p = Problem.of("gemm", 16, 256, 512)
     kernels = kernel_versions(GEMM, ("torch", "triton"))
     configs = [Config(backend="triton", BLOCK_M=m) for m in (16, 32, 64)]
 
@@ -281,7 +281,7 @@ def test_ranges_compare_a_config_with_the_vendors_fastest_run(tmp_path: Path) ->
     ) -> NewTrial:
         timing = Timing(median, fastest, fastest, median, median, 0.0, 50, "graph")
         result = TrialResult(config, TrialStatus.OK, timing=timing)
-        return NewTrial(GPU, *kernels[config.backend], Problem.gemm(M, 8192, 28672), result, source)
+        return NewTrial(GPU, *kernels[config.backend], Problem.of("gemm", M, 8192, 28672), result, source)
 
     with Store(str(tmp_path / "v.db")) as store:
         store.record_many([
@@ -330,7 +330,7 @@ def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: P
     from dataclasses import replace
 
     from autotune.db.interop import import_files
-    from autotune.db.vllm import fallback_configs
+    from autotune.kernels.moe.formats.vllm import fallback_configs
     from autotune.sweeps.profile import imported_pick
 
     keys = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps", "num_stages")
@@ -344,7 +344,7 @@ def test_another_devices_file_is_no_baseline_of_a_profile_or_a_table(tmp_path: P
         def target(self) -> Target:
             return h200
 
-    family = Problem.moe(1, 64, 128, 8, 2)
+    family = Problem.of("moe", 1, 64, 128, E=8, topk=2)
     with Store(str(tmp_path / "m.db")) as store:
         import_files(store, [vllm], k=128, topk=2)
         assert sorted(store.imported_configs(family, device_key=GPU.device_key())) == [1, 16, 48]
@@ -377,7 +377,7 @@ def test_a_moe_profile_times_the_imported_files_pick_and_never_the_baseline(tmp_
     worker = MoeWorker()
     with Store(str(tmp_path / "m.db")) as store:
         import_files(store, [vllm], k=128, topk=2)
-        imported = store.imported_configs(Problem.moe(1, 64, 128, 8, 2), device_key=None)
+        imported = store.imported_configs(Problem.of("moe", 1, 64, 128, E=8, topk=2), device_key=None)
         assert sorted(imported) == [1, 16, 48]
         assert imported[16]["GATE_UP_FUSED"] == 0 and imported[16]["BLOCK_SIZE_N"] == 64
         # vLLM's rule: the nearest M key, the smaller on a tie

@@ -59,7 +59,7 @@ class Refuses:
 def _job(ladder: Sequence[int], tuned: Sequence[int]) -> FamilyProfile:
     from autotune.kernels import GEMM
 
-    return FamilyProfile(GEMM, tuple(Problem.gemm(m, 256, 512) for m in tuned), tuple(ladder))
+    return FamilyProfile(GEMM, tuple(Problem.of("gemm", m, 256, 512) for m in tuned), tuple(ladder))
 
 
 def _plan(job: FamilyProfile, configs: Callable[[int], list[Config]]) -> tuple[Plan, int]:
@@ -359,7 +359,7 @@ def test_an_imported_files_pick_is_timed_at_every_m_however_far_behind(tmp_path:
     shipped = {"1": (16, 32, 64, 1, 4, 3), "8": (16, 64, 32, 8, 4, 4)}
     vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
     vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in shipped.items()}))
-    family = Problem.moe(1, 64, 128, 8, 2)
+    family = Problem.of("moe", 1, 64, 128, E=8, topk=2)
     job = FamilyProfile(MOE, (family,), LADDER)
     ours = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                   num_warps=4, num_stages=2, GATE_UP_FUSED=1, SPLIT_K=1)  # fmt: skip
@@ -392,7 +392,7 @@ def test_emit_serves_the_files_own_config_between_profiled_m(tmp_path: Path) -> 
     shipped = {"1": (16, 32, 64, 1, 4, 3), "8": (16, 64, 32, 8, 4, 4)}
     vllm = tmp_path / "E=8,N=64,device_name=NVIDIA_H100_80GB_HBM3.json"
     vllm.write_text(json.dumps({m: dict(zip(keys, v, strict=True)) for m, v in shipped.items()}))
-    family = Problem.moe(1, 64, 128, 8, 2)
+    family = Problem.of("moe", 1, 64, 128, E=8, topk=2)
     ladder = (1, 16)
     job = FamilyProfile(MOE, (family, family.with_m(16)), ladder)
     ours = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=32, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
@@ -456,7 +456,10 @@ def test_a_buckets_finalist_is_planned_where_it_runs_past_a_search_only_rule(tmp
     split = Config(backend="triton", BLOCK_SIZE_K=128, BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, GATE_UP_FUSED=1,
                    B_TMA=0, PERSISTENT=0, GROUP_SIZE_M=16, SPLIT_K=8, num_stages=3, num_warps=4)  # fmt: skip
     broken = split.replace(BLOCK_SIZE_N=48)  # no value of the knob: cannot run anywhere
-    buckets = (Problem.moe(1, 128, 7168, 256, 8), Problem.moe(16, 128, 7168, 256, 8))
+    buckets = (
+        Problem.of("moe", 1, 128, 7168, E=256, topk=8),
+        Problem.of("moe", 16, 128, 7168, E=256, topk=8),
+    )
     job = FamilyProfile(MOE, buckets, (1, 2, 3, 4, 8, 16))
     backend = MOE.backend("triton")
     assert backend.check(buckets[0].with_m(3), GPU, split) is not None  # the search's rule

@@ -62,7 +62,7 @@ nk = [[4096, 4096]]
     assert second.dtype == "bf16" and second.layouts == ("nk",) and second.strategy == "optuna"
     assert second.budget == Budget() and second.seed == 0 and second.backends is None
     expected_first = [
-        Problem.gemm(m, n, k, "fp16", layout)
+        Problem.of("gemm", m, n, k, "fp16", layout=layout)
         for layout in ("nk", "kn")
         for n, k in ((4096, 4096), (6144, 4096))
         for m in (1, 8)
@@ -71,8 +71,8 @@ nk = [[4096, 4096]]
     pairs = s.problems()
     assert [p for _, p in pairs] == [
         *expected_first,
-        Problem.gemm(8, 4096, 4096, "bf16"),
-        Problem.gemm(32, 4096, 4096, "bf16"),
+        Problem.of("gemm", 8, 4096, 4096, "bf16"),
+        Problem.of("gemm", 32, 4096, 4096, "bf16"),
     ]
     assert all(e is first for e, _ in pairs[:8]) and all(e is second for e, _ in pairs[8:])
 
@@ -91,7 +91,10 @@ def test_duplicate_problems_across_entries_are_tuned_once() -> None:
 def test_shipped_specs_parse() -> None:
     smoke = load_spec(REPO / "autotune" / "sweeps" / "smoke.toml")
     assert smoke.name == "smoke" and smoke.path.endswith("smoke.toml")
-    assert [p for _, p in smoke.problems()] == [Problem.gemm(1, 4096, 4096), Problem.gemm(16, 4096, 4096)]
+    assert [p for _, p in smoke.problems()] == [
+        Problem.of("gemm", 1, 4096, 4096),
+        Problem.of("gemm", 16, 4096, 4096),
+    ]
     assert smoke.entries[0].strategy == "exhaustive" and smoke.entries[0].budget.trials == 6
     llama = load_spec(REPO / "autotune" / "sweeps" / "llama3-8b.toml")
     assert len(llama.problems()) == 9 * 4

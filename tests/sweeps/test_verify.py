@@ -40,7 +40,7 @@ def served_by_m(op: object, problem: Problem, target: Target) -> Config:
 
 def test_rows_ratio_and_the_vendor_rows_not_timed() -> None:
     bench = FakeBench(served_us=lambda m: 8.0, vendor_us=lambda m: 10.0)
-    fam = Family(GEMM, Problem.gemm(1, 256, 512), (1, 8, 16, 64, 512))
+    fam = Family(GEMM, Problem.of("gemm", 1, 256, 512), (1, 8, 16, 64, 512))
     report = verify([fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m, rounds=3)
     by_m = {r.M: r for r in report.rows}
     assert [r.M for r in report.rows] == [1, 8, 16, 64, 512]
@@ -59,7 +59,7 @@ def test_rows_ratio_and_the_vendor_rows_not_timed() -> None:
 
 def test_a_slow_row_or_a_wrong_result_fails() -> None:
     bench = FakeBench(served_us=lambda m: 10.0 if m != 8 else 12.0, vendor_us=lambda m: 10.0, fail_at=16)
-    fam = Family(GEMM, Problem.gemm(1, 256, 512), (1, 8, 16))
+    fam = Family(GEMM, Problem.of("gemm", 1, 256, 512), (1, 8, 16))
     report = verify(
         [fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m, min_ratio=0.98
     )
@@ -79,16 +79,16 @@ def test_no_vendor_rows_are_not_compared() -> None:
         def space(self, problem: Problem, target: Target) -> object:
             return GEMM.space(problem, target, ("triton",))
 
-    fam = Family(NoVendor(), Problem.gemm(1, 256, 512), (1, 2))  # type: ignore[arg-type]
+    fam = Family(NoVendor(), Problem.of("gemm", 1, 256, 512), (1, 2))  # type: ignore[arg-type]
     bench = FakeBench(served_us=lambda m: 1.0, vendor_us=lambda m: 1.0)
     report = verify([fam], target=INTERP, bench_for=lambda op: bench, served_config=served_by_m)
     assert [r.status for r in report.rows] == ["no vendor", "no vendor"] and report.ok and not bench.runs
 
 
 def test_vendor_config_and_family_of_entry() -> None:
-    assert vendor_config(GEMM, Problem.gemm(4, 256, 512), INTERP) == VENDOR
+    assert vendor_config(GEMM, Problem.of("gemm", 4, 256, 512), INTERP) == VENDOR
     entry = Entry("gemm", "bf16", "kn", 256, 512, ranges=(Range(1, None, VENDOR),))
-    assert family_of_entry(entry) == Problem.gemm(1, 256, 512, "bf16", "kn")
+    assert family_of_entry(entry) == Problem.of("gemm", 1, 256, 512, "bf16", layout="kn")
     quant = Entry("gemm_fp8_rowwise", "fp8e4m3", "nk", 256, 512, ranges=(Range(1, None, VENDOR),))
     assert family_of_entry(quant) == Problem.quant("gemm_fp8_rowwise", 1, 256, 512, "bf16", "fp8e4m3")
 
@@ -149,15 +149,15 @@ def test_cli_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "verify it on that GPU" in capsys.readouterr().err
 
 
-MOE_FAMILY = Problem.moe(1, 64, 128, 8, 2)
+MOE_FAMILY = Problem.of("moe", 1, 64, 128, E=8, topk=2)
 
 
 def test_a_moe_is_compared_with_what_vllm_runs_not_with_its_per_expert_loop() -> None:
     """The MoE's "torch" backend is a baseline loop the entry point never serves: no vendor. Its rows are
     compared with vLLM's fallback rule at each M instead (the rule steps at M = E): a row served that
     config is the baseline's own call, others are timed against it."""
-    from autotune.db.vllm import fallback_at
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm import fallback_at
 
     assert vendor_config(MOE, MOE_FAMILY.with_m(4), INTERP) is None
     small, large = fallback_at(MOE_FAMILY, INTERP, 4), fallback_at(MOE_FAMILY, INTERP, 64)
@@ -189,7 +189,7 @@ def test_the_deployment_baseline_is_the_devices_file_else_the_fallback(tmp_path:
     from dataclasses import replace
 
     from autotune.db import Store, import_files
-    from autotune.db.vllm import fallback_configs
+    from autotune.kernels.moe.formats.vllm import fallback_configs
     from autotune.sweeps.verify import deployment_baseline
 
     h100 = Target.for_arch("sm_90")
@@ -207,7 +207,7 @@ def test_the_deployment_baseline_is_the_devices_file_else_the_fallback(tmp_path:
         pick, source = deployment_baseline(MOE_FAMILY, h200, ladder, store)
         want = fallback_configs(MOE_FAMILY, h200, ladder)
         assert source == "vLLM fallback" and pick is not None and pick(512) == want[512]
-    mxfp4 = Problem.moe(1, 2880, 2880, 32, 4, weights="fp4e2m1")
+    mxfp4 = Problem.of("moe", 1, 2880, 2880, variant="fp4e2m1", E=32, topk=4)
     assert deployment_baseline(mxfp4, h100, ladder) == (None, "")
 
 
@@ -256,8 +256,8 @@ def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.Monke
 
     import autotune.kernels.moe.api as moe_api
     import autotune.kernels.served as served
-    from autotune.db.vllm import fallback_at
     from autotune.kernels import MOE
+    from autotune.kernels.moe.formats.vllm import fallback_at
     from autotune.sweeps.verify import EntryPoint
 
     calls: list[object] = []
@@ -269,6 +269,6 @@ def test_a_moe_config_is_timed_through_the_entry_point(monkeypatch: pytest.Monke
     EntryPoint(MOE).prepare(problem, baseline, INTERP, inputs, out)()
     EntryPoint(MOE).prepare(problem, SERVED, INTERP, inputs, out)()
     assert calls == [baseline, None]
-    gemm_inputs = GEMM.make_inputs(Problem.gemm(4, 256, 512), "cpu", seed=3)
+    gemm_inputs = GEMM.make_inputs(Problem.of("gemm", 4, 256, 512), "cpu", seed=3)
     with pytest.raises(ValueError, match="gemm takes no config"):
-        served.served_launch(GEMM, Problem.gemm(4, 256, 512), INTERP, gemm_inputs, out, VENDOR)
+        served.served_launch(GEMM, Problem.of("gemm", 4, 256, 512), INTERP, gemm_inputs, out, VENDOR)

@@ -210,7 +210,7 @@ def _fallback(M: int, N: int, K: int, dtype: str, b_layout: str, target: Target)
     if config is None:
         from autotune.kernels.dense.op import GEMM
 
-        config = GEMM.fallback_config(Problem.gemm(M, N, K, dtype, b_layout), target)
+        config = GEMM.fallback_config(Problem.of("gemm", M, N, K, dtype, layout=b_layout), target)
         _fallbacks[key] = config
     return config
 
@@ -354,7 +354,7 @@ def entry_launch(
     a, b = inputs
     layout = problem.layout
     M, N, K, dtype = _check(a, b, layout)
-    given = Problem.gemm(M, N, K, dtype, layout)
+    given = Problem.of("gemm", M, N, K, dtype, layout=layout)
     if given != problem:
         raise ValueError(f"the inputs are those of {given}, not {problem}")
     _check_out(out, a, M, N)

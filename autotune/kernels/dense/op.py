@@ -113,6 +113,9 @@ class GemmOp(ProblemRules):
     #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
     #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
     entry_module = "autotune.kernels.dense.api"
+    #: The module of the op's parts of other projects' files (aiter's bf16 table, TunableOp's GEMM
+    #: results): named, not imported (it imports the database).
+    format_modules = ("autotune.kernels.dense.formats",)
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

@@ -64,7 +64,7 @@ def moe_problem(x: torch.Tensor, w1: torch.Tensor, topk: int, target: Target) ->
         if w1.dtype in FP8_DTYPES:
             _check_fp8(w1.dtype, target)
         weights = "fp8e4m3" if w1.dtype in FP8_DTYPES else MXFP4 if w1.dtype == torch.uint8 else None
-        found = Problem.moe(M, N, K, E, topk, dtype=_DTYPES[x.dtype], weights=weights)
+        found = Problem.of("moe", M, N, K, _DTYPES[x.dtype], weights, E=E, topk=topk)
         if len(_problems) >= 4096:
             _problems.clear()
         _problems[key] = found

@@ -15,7 +15,7 @@ from autotune.core.target import Target
 from autotune.kernels.common.formats import MX_BLOCK
 from autotune.kernels.common.target import mx_native
 from autotune.kernels.moe.backends import fused_launch, moe_backends, moe_space
-from autotune.kernels.moe.params import PARAMS, experts, experts_touched
+from autotune.kernels.moe.params import PARAMS, UNKNOWN_K, UNKNOWN_TOPK, experts, experts_touched
 from autotune.kernels.moe.space import FP8_BLOCK, moe_default_candidates, moe_default_config
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ __all__ = ["MOE", "MXFP4", "MoeOp", "mx_emulated"]
 _ACT_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 _TOLERANCE = {"bf16": 2e-2, "fp16": 5e-3}
 _FP8_TOLERANCE = 5e-2
-#: MXFP4 weights: the problem's `dtype_b`, and the name a spec or `Problem.moe` may give it.
+#: MXFP4 weights: the problem's `dtype_b`, and the name a spec or `Problem.of` may give it.
 MXFP4 = "fp4e2m1"
 _WEIGHT_ALIASES = {"mxfp4": MXFP4}
 
@@ -99,7 +99,7 @@ class MoeOp(ProblemRules):
 
     def example_problem(self, op: str) -> Problem:
         """16 tokens, 8 experts of 256 x 512, top 2."""
-        return Problem.moe(16, 256, 512, 8, 2)
+        return Problem.of("moe", 16, 256, 512, E=8, topk=2)
 
     def validate_problem(self, problem: Problem) -> None:
         """topk >= 1 experts per token, of E >= topk."""
@@ -114,10 +114,8 @@ class MoeOp(ProblemRules):
             _check_mxfp4(problem)
 
     def unknown_twin(self, problem: Problem) -> Problem:
-        """The problem of its experts and N whose K and top-k a vLLM file left unknown
-        (`autotune.db.moe_shape.UNKNOWN_K` and `UNKNOWN_TOPK`)."""
-        from autotune.db.moe_shape import UNKNOWN_K, UNKNOWN_TOPK
-
+        """The problem of its experts and N whose K and top-k a vLLM file left unknown (`UNKNOWN_K` and
+        `UNKNOWN_TOPK`)."""
         E, _ = experts(problem)
         return replace(problem, K=UNKNOWN_K, extra=(("E", E), ("topk", UNKNOWN_TOPK)))
 
@@ -295,6 +293,10 @@ class MoeOp(ProblemRules):
     #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
     #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
     entry_module = "autotune.kernels.moe.api"
+    #: The module of the op's parts of other projects' files (vLLM's and SGLang's config files, aiter's
+    #: tuned fused-MoE CSV, vLLM's fallback rule, the vllm and sglang exports): named, not imported (it
+    #: imports the database).
+    format_modules = ("autotune.kernels.moe.formats",)
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

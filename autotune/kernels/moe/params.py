@@ -7,10 +7,15 @@ from __future__ import annotations
 
 from autotune.core.problem import Problem
 
-__all__ = ["PARAMS", "experts", "experts_touched"]
+__all__ = ["PARAMS", "UNKNOWN_K", "UNKNOWN_TOPK", "experts", "experts_touched"]
 
 #: The MoE's own parameters by name and type (`MoeOp.params`).
 PARAMS: dict[str, type] = {"E": int, "topk": int}
+#: K and top-k of an imported MoE config whose model is unknown: no MoE layer has hidden size 1, so
+#: K = `UNKNOWN_K` marks "K and top-k unknown" (a moe problem needs K >= 1 and 1 <= topk <= E). Warm
+#: starts find such configs by the rest of the shape (the moe op's `unknown_twin`).
+UNKNOWN_K = 1
+UNKNOWN_TOPK = 1
 
 
 def experts(problem: Problem) -> tuple[int, int]:

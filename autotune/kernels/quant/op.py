@@ -234,6 +234,9 @@ class QuantGemmOp(QuantRules):
     #: The module of the op's run-time entry point, whose `entry_launch` launches its own call
     #: (`autotune.kernels.served_launch`); named, not imported, so that the op needs no torch.
     entry_module = "autotune.kernels.quant.api"
+    #: The module of the ops' parts of other projects' files (aiter's FP8 GEMM tables, TunableOp's scaled
+    #: GEMM results): named, not imported (it imports the database).
+    format_modules = ("autotune.kernels.quant.formats",)
 
     def prepare(
         self, problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor

@@ -10,7 +10,7 @@ from autotune.core.problem import Problem, ProblemRules
 from autotune.core.target import Target
 from autotune.kernels.common.target import mx_native
 
-__all__ = ["FP8_FLAVOURS", "QUANT_OPS", "QuantFormat", "QuantRules"]
+__all__ = ["FP8_FLAVOURS", "LINEAR_WEIGHTS", "QUANT_OPS", "QuantFormat", "QuantRules"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,13 @@ QUANT_OPS: dict[str, QuantFormat] = {
     "gemm_mxfp4_bf16a": QuantFormat(
         ("bf16",), ("fp4e2m1",), (0, 0), (1, 32), 1, 32, ("bf16", "fp4e2m1"), mx=True
     ),
+}
+
+#: The FP8 weights a linear layer may keep (`autotune.nn.Linear`'s `weights`), each with the quantized GEMM
+#: that serves it and the (rows, K) extent of one weight scale (that op's `QuantFormat.block_b`).
+LINEAR_WEIGHTS: dict[str, tuple[str, tuple[int, int]]] = {
+    kind: (op, QUANT_OPS[op].block_b)
+    for kind, op in (("fp8_rowwise", "gemm_fp8_rowwise"), ("fp8_blockwise", "gemm_fp8_blockwise"))
 }
 
 

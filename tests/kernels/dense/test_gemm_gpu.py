@@ -19,7 +19,7 @@ CASES = [(1, 4096, 4096, "nk"), (16, 6144, 4096, "kn"), (77, 1000, 3000, "nk"), 
 @pytest.mark.parametrize("mnk", CASES)
 def test_kernel_matches_reference_on_gpu(target, mnk, dtype) -> None:
     M, N, K, layout = mnk
-    problem = Problem.gemm(M, N, K, dtype, layout)
+    problem = Problem.of("gemm", M, N, K, dtype, layout=layout)
     space = GEMM.space(problem, target)
     configs = [c for c in space.configs() if c.backend == "triton"]
     picked = configs[:: max(1, len(configs) // 6)][:6] + [c for c in configs if c["SPLIT_K"] > 1][:2]
@@ -37,7 +37,7 @@ def test_dispatched_gemm_uses_the_table(target, tmp_path, monkeypatch) -> None:
     from autotune.dispatch import Dispatcher, Table
     from autotune.kernels import gemm
 
-    problem = Problem.gemm(16, 512, 1024)
+    problem = Problem.of("gemm", 16, 512, 1024)
     config = Config(
         backend="triton", BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_M=1, SPLIT_K=4, num_warps=4, num_stages=3
     )
@@ -66,7 +66,7 @@ def test_tma_backend_on_gpu(target, split_k: int, persistent: int, width: int, w
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
-    problem = Problem.gemm(200, 1280 if width == 128 else 1000, 4096, "bf16", layout)
+    problem = Problem.of("gemm", 200, 1280 if width == 128 else 1000, 4096, "bf16", layout=layout)
     config = Config(backend="triton_tma", BLOCK_M=128, BLOCK_N=width, BLOCK_K=64, GROUP_M=8, SPLIT_K=split_k,
                     PERSISTENT=persistent, TAIL_SPLIT=0, num_warps=warps, num_stages=stages)  # fmt: skip
     inputs = GEMM.make_inputs(problem, "cuda", seed=4)
@@ -91,7 +91,7 @@ def test_sliced_c_stores_on_gpu(
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
-    problem = Problem.gemm(1000 if persistent else 200, 3000, 4096, "bf16", layout)
+    problem = Problem.of("gemm", 1000 if persistent else 200, 3000, 4096, "bf16", layout=layout)
     knobs = dict(BLOCK_M=128, BLOCK_N=width, BLOCK_K=64, GROUP_M=8, SPLIT_K=1, PERSISTENT=persistent,
                  TAIL_SPLIT=tail, num_warps=8, num_stages=stages)  # fmt: skip
     inputs = GEMM.make_inputs(problem, "cuda", seed=9)
@@ -114,7 +114,7 @@ def test_gemv_backend_on_gpu(target, M: int, layout: str) -> None:
     (torch.mm: the GEMV default is not safe untuned)."""
     from autotune.kernels import gemm
 
-    problem = Problem.gemm(M, 1000, 4100, "bf16", layout)
+    problem = Problem.of("gemm", M, 1000, 4100, "bf16", layout=layout)
     inputs = GEMM.make_inputs(problem, "cuda", seed=M)
     ref = GEMM.reference(problem, inputs)
     for bn, bk, stages in [(4, 1024, 3), (16, 256, 1)]:
@@ -146,7 +146,7 @@ def test_tail_split_on_gpu_is_right_and_repeatable(right_and_repeatable, target,
 
     if not has_tma(target):
         pytest.skip("no tensor-memory accelerator on this GPU")
-    problem = Problem.gemm(*mnk, "bf16")
+    problem = Problem.of("gemm", *mnk, "bf16")
     bm, bn, bk = tile
     config = Config(backend="triton_tma", BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, SPLIT_K=1,
                     PERSISTENT=1, TAIL_SPLIT=1, num_warps=8 if bm * bn > 128 * 128 else 4,
@@ -190,7 +190,7 @@ def test_in_launch_sums_on_gpu_are_right_and_repeatable(
     from autotune.kernels import get_op
 
     op = get_op(op_name)
-    problem = Problem.gemm(*mnk, "bf16") if op_name == "gemm" else Problem.quant(op_name, *mnk)
+    problem = Problem.of("gemm", *mnk, "bf16") if op_name == "gemm" else Problem.quant(op_name, *mnk)
     values = dict(BLOCK_M=16, GROUP_M=1, SPLIT_K=1, FUSED_SPLIT=0, STREAM_K=0, num_warps=4, num_stages=3)
     if op_name.startswith("gemm_fp8"):
         values["SWAP_AB"] = 0

@@ -81,7 +81,7 @@ def check(problem: Problem, config: Config, target: Target, seed: int = 0) -> to
 
 def test_inputs_are_random_not_zero() -> None:
     """make_inputs draws random, seed-dependent, non-zero inputs of the right shapes."""
-    p = Problem.gemm(5, 37, 70, "bf16", "kn")
+    p = Problem.of("gemm", 5, 37, 70, "bf16", layout="kn")
     a, b = GEMM.make_inputs(p, "cpu", 0)
     a2, _ = GEMM.make_inputs(p, "cpu", 1)
     assert a.shape == (5, 70) and b.shape == (70, 37) and a.dtype == torch.bfloat16
@@ -94,14 +94,14 @@ def test_inputs_are_random_not_zero() -> None:
 @pytest.mark.parametrize("split_k", [1, 2, 4])
 def test_split_k_on_odd_shape(target: Target, split_k: int) -> None:
     """5x37x70: partial M/N tiles, K not a multiple of BLOCK_K; SPLIT_K 4 leaves an empty K slice."""
-    check(Problem.gemm(5, 37, 70), tcfg(bn=32, bk=32, split_k=split_k), target)
+    check(Problem.of("gemm", 5, 37, 70), tcfg(bn=32, bk=32, split_k=split_k), target)
 
 
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
 def test_dtypes_and_layouts(target: Target, dtype: str, layout: str) -> None:
     """33x17x100 with split-K 4 in both dtypes and both B layouts."""
-    check(Problem.gemm(33, 17, 100, dtype, layout), tcfg(split_k=4), target, seed=3)
+    check(Problem.of("gemm", 33, 17, 100, dtype, layout=layout), tcfg(split_k=4), target, seed=3)
 
 
 @pytest.mark.parametrize(
@@ -115,12 +115,12 @@ def test_dtypes_and_layouts(target: Target, dtype: str, layout: str) -> None:
     ids=["decode", "even-k-split", "k-lt-block", "k1-split"],
 )
 def test_edge_shapes(target: Target, mnk: tuple[int, int, int], config: Config) -> None:
-    check(Problem.gemm(*mnk, "fp16", "nk"), config, target, seed=7)
+    check(Problem.of("gemm", *mnk, "fp16", layout="nk"), config, target, seed=7)
 
 
 def test_group_m_with_several_tile_rows(target: Target) -> None:
     """GROUP_M 4 over 5 rows of tiles (the last group is short) x 3 columns: every tile written once."""
-    check(Problem.gemm(80, 48, 32), tcfg(group_m=4), target, seed=1)
+    check(Problem.of("gemm", 80, 48, 32), tcfg(group_m=4), target, seed=1)
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_group_m_with_several_tile_rows(target: Target) -> None:
 )
 def test_xcd_remap_writes_every_tile(target: Target, mnk: tuple[int, int, int], config: Config) -> None:
     """NUM_XCDS=8 remaps program ids; any tile it skipped would keep the NaN poison."""
-    out = check(Problem.gemm(*mnk, "bf16", "kn"), config, target, seed=2)
+    out = check(Problem.of("gemm", *mnk, "bf16", layout="kn"), config, target, seed=2)
     assert bool(torch.isfinite(out.float()).all())
 
 
@@ -153,7 +153,7 @@ def test_remap_xcd_is_a_bijection() -> None:
 
 def test_split_k_is_deterministic(target: Target) -> None:
     """Split-K sums its slices in a fixed order: two runs give bit-identical results."""
-    p = Problem.gemm(33, 17, 100, "bf16")
+    p = Problem.of("gemm", 33, 17, 100, "bf16")
     first, _ = run_op(p, tcfg(split_k=4), target, seed=5)
     second, _ = run_op(p, tcfg(split_k=4), target, seed=5)
     assert torch.equal(first, second)
@@ -180,7 +180,7 @@ def test_in_launch_sums_match_the_reference_and_repeat_exactly(
     adding them up in a fixed order; the second launch relies on the first having reset its counters."""
     from autotune.kernels import scratch
 
-    p = Problem.gemm(*mnk, "bf16")
+    p = Problem.of("gemm", *mnk, "bf16")
     first = check(p, config, target, seed=4)
     second = check(p, config, target, seed=4)
     assert torch.equal(first, second)
@@ -202,7 +202,7 @@ def test_stream_plan_deals_every_k_step_once() -> None:
 
 def test_strided_output_view_is_written_in_place(target: Target) -> None:
     """Without split-K, a non-contiguous `out` view is written through its strides and nothing around it."""
-    p = Problem.gemm(20, 24, 40)
+    p = Problem.of("gemm", 20, 24, 40)
     inputs = GEMM.make_inputs(p, "cpu", 0)
     big = torch.full((22, 27), float("nan"), dtype=torch.bfloat16)
     out = big[1:21, 1:25]
@@ -215,7 +215,7 @@ def test_strided_output_view_is_written_in_place(target: Target) -> None:
 
 def test_split_k_strided_output_view(target: Target) -> None:
     """Split-K reduces into C as a contiguous array, so a non-contiguous `out` view is refused up front."""
-    p = Problem.gemm(20, 24, 40)
+    p = Problem.of("gemm", 20, 24, 40)
     inputs = GEMM.make_inputs(p, "cpu", 0)
     big = torch.full((22, 27), float("nan"), dtype=torch.bfloat16)
     out = big[1:21, 1:25]
@@ -226,7 +226,7 @@ def test_split_k_strided_output_view(target: Target) -> None:
 
 def test_space_configs_are_correct(target: Target) -> None:
     """The first Triton configs of the interpreter's search space (default first) all compute C."""
-    p = Problem.gemm(9, 40, 48, "bf16")
+    p = Problem.of("gemm", 9, 40, 48, "bf16")
     configs = [c for c in GEMM.space(p, target).configs() if c.backend == "triton"]
     assert configs[0] == GEMM.default_config(p, target)
     picked = configs[:: max(1, len(configs) // 3)][:3]
@@ -237,7 +237,7 @@ def test_space_configs_are_correct(target: Target) -> None:
 
 
 def test_amd_only_knobs_are_refused_on_the_interpreter(target: Target) -> None:
-    p = Problem.gemm(16, 16, 16)
+    p = Problem.of("gemm", 16, 16, 16)
     inputs = GEMM.make_inputs(p, "cpu", 0)
     with pytest.raises(ValueError, match="only on AMD"):
         GEMM.prepare(p, tcfg(kpack=2), target, inputs, GEMM.make_output(p, "cpu"))
@@ -278,7 +278,7 @@ def test_gemm_untuned_runs_the_fallback_warns_once_and_logs(
     assert c.shape == (6, 24) and c.dtype == torch.bfloat16 and torch.equal(c, c2)
     ref = a.float() @ b.float().t()
     assert_close_to(c, ref, 1e-2)
-    problem = Problem.gemm(6, 24, 40, "bf16", "nk")
+    problem = Problem.of("gemm", 6, 24, 40, "bf16", layout="nk")
     assert GEMM.fallback_config(problem, target) == Config(backend="torch")
     assert launched == [] and torch.equal(c, torch.mm(a, b.t()))  # torch.mm ran, no Triton launcher
     lines = [json.loads(line) for line in fresh_dispatch.read_text().splitlines()]
@@ -305,7 +305,7 @@ def test_gemm_kn_layout_fp16(
     fresh_dispatch: Path, monkeypatch: pytest.MonkeyPatch, target: Target, config: Config | None
 ) -> None:
     a, b = rand(9, 33, dtype=torch.float16, seed=4), rand(33, 20, dtype=torch.float16, seed=5)
-    with tuned_or_not(monkeypatch, target, Problem.gemm(9, 20, 33, "fp16", "kn"), config):
+    with tuned_or_not(monkeypatch, target, Problem.of("gemm", 9, 20, 33, "fp16", layout="kn"), config):
         c = gemm(a, b, b_layout="kn")
     assert c.dtype == torch.float16 and c.shape == (9, 20)
     assert_close_to(c, a.float() @ b.float(), 2e-3)
@@ -320,7 +320,7 @@ def test_gemm_non_contiguous_inputs(
     bt = rand(30, 18, seed=7)  # (K, N)
     a, b = at.t(), bt.t()
     assert not a.is_contiguous() and not b.is_contiguous()
-    with tuned_or_not(monkeypatch, target, Problem.gemm(7, 18, 30), config):
+    with tuned_or_not(monkeypatch, target, Problem.of("gemm", 7, 18, 30), config):
         c = gemm(a, b)
     assert_close_to(c, a.float() @ b.float().t(), 1e-2)
 
@@ -331,7 +331,7 @@ def test_gemm_uses_split_k_config_from_table(
     """A table's split-K config is the one launched, with no untuned warning, and its result is right."""
     M, N, K = 12, 20, 70
     chosen = tcfg(bn=32, bk=16, split_k=4)
-    table = Table.from_winners(target, [(Problem.gemm(M, N, K, "bf16", "nk"), chosen, 10.0)])
+    table = Table.from_winners(target, [(Problem.of("gemm", M, N, K, "bf16", layout="nk"), chosen, 10.0)])
     monkeypatch.setattr(dispatcher_mod, "_default", Dispatcher([table], device_key=target.device_key()))
     a, b = rand(M, K, seed=8), rand(N, K, seed=9)
     with warnings.catch_warnings():
@@ -346,7 +346,9 @@ def test_gemm_torch_config_from_table(
     monkeypatch: pytest.MonkeyPatch, fresh_dispatch: Path, launched: list[Config], target: Target
 ) -> None:
     """A table naming the vendor backend runs torch (bit-identical to F.linear), no Triton launcher."""
-    table = Table.from_winners(target, [(Problem.gemm(4, 8, 16, "bf16", "nk"), Config(backend="torch"), 1.0)])
+    table = Table.from_winners(
+        target, [(Problem.of("gemm", 4, 8, 16, "bf16", layout="nk"), Config(backend="torch"), 1.0)]
+    )
     monkeypatch.setattr(dispatcher_mod, "_default", Dispatcher([table], device_key=target.device_key()))
     a, b = rand(4, 16, seed=10), rand(8, 16, seed=11)
     assert torch.equal(gemm(a, b), torch.nn.functional.linear(a, b))
@@ -398,7 +400,7 @@ def test_out_receives_c_for_every_backend(
     )
     assert launch_config(config, a, b, out=out) is out
     assert torch.equal(out, want)
-    table = Table.from_winners(target, [(Problem.gemm(20, 24, 32, "bf16", "nk"), config, 1.0)])
+    table = Table.from_winners(target, [(Problem.of("gemm", 20, 24, 32, "bf16", layout="nk"), config, 1.0)])
     monkeypatch.setattr(dispatcher_mod, "_default", Dispatcher([table], device_key=target.device_key()))
     out.fill_(float("nan"))
     assert gemm(a, b, out=out) is out

@@ -26,7 +26,7 @@ from triton.compiler import make_backend
 from triton.runtime.jit import create_function_from_signature
 
 def problem(op, M):
-    return Problem.gemm(M, 256, 512)
+    return Problem.of("gemm", M, 256, 512)
 
 def keys(op, target, config, M):
     backend = make_backend(gpu_target(target))

@@ -35,7 +35,7 @@ def _tma(**knobs: int) -> Config:
 @pytest.mark.parametrize("split_k", [1, 2, 3])
 def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, split_k: int) -> None:
     # 40 x 48 with 16 x 16 tiles: 9 tiles over 4 "CUs" so the persistent loop takes several turns
-    problem = Problem.gemm(40, 48, 72, dtype, layout)
+    problem = Problem.of("gemm", 40, 48, 72, dtype, layout=layout)
     config = _tma(GROUP_M=4, SPLIT_K=split_k, PERSISTENT=persistent)
     if split_k == 1:  # (split-K on 9 tiles is pruned from the 4-CU interpreter space; it must still be right)
         space = GEMM.space(problem, INTERP)
@@ -47,7 +47,7 @@ def test_tma_kernel_matches_reference(layout: str, dtype: str, persistent: int, 
 
 
 def test_tma_ragged_edges_are_clipped() -> None:
-    problem = Problem.gemm(17, 24, 40, "bf16")  # no dimension a multiple of the 16/32 tiles
+    problem = Problem.of("gemm", 17, 24, 40, "bf16")  # no dimension a multiple of the 16/32 tiles
     inputs = GEMM.make_inputs(problem, "cpu", seed=2)
     config = _tma(BLOCK_M=32, SPLIT_K=2)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
@@ -56,7 +56,7 @@ def test_tma_ragged_edges_are_clipped() -> None:
 
 
 def test_tma_unaligned_rows_are_pruned_with_a_reason() -> None:
-    problem = Problem.gemm(16, 64, 70, "bf16")  # 70 x 2 bytes is not a multiple of 16
+    problem = Problem.of("gemm", 16, 64, 70, "bf16")  # 70 x 2 bytes is not a multiple of 16
     space = GEMM.space(problem, INTERP)
     assert not [c for c in space.configs() if c.backend == "triton_tma"]
     reasons = [r for c, r in space.pruned() if c.backend == "triton_tma"]
@@ -68,14 +68,14 @@ def test_tma_backend_only_where_it_exists() -> None:
     assert "triton_tma" not in GEMM.backends(Target.for_arch("gfx942"))
     assert "triton_tma" not in GEMM.backends(Target.for_arch("gfx950"))
     with pytest.raises(ValueError, match="unknown gemm backend 'triton_tma' on gfx942"):
-        GEMM.space(Problem.gemm(64, 64, 64), Target.for_arch("gfx942"), ("triton_tma",))
+        GEMM.space(Problem.of("gemm", 64, 64, 64), Target.for_arch("gfx942"), ("triton_tma",))
 
 
 def test_dispatched_tma_config_runs_through_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
     from autotune.dispatch import Dispatcher, Table
     from autotune.kernels import gemm
 
-    problem = Problem.gemm(32, 48, 64, "fp16", "kn")
+    problem = Problem.of("gemm", 32, 48, 64, "fp16", layout="kn")
     config = _tma(BLOCK_K=16, SPLIT_K=2, PERSISTENT=1)
     table = Table.from_winners(INTERP, [(problem, config, 1.0)])
     monkeypatch.setattr(
@@ -106,7 +106,7 @@ def test_tail_split_matches_reference_and_repeats_exactly(
 ) -> None:
     from autotune.kernels import scratch
 
-    problem = Problem.gemm(*shape, "bf16", layout)
+    problem = Problem.of("gemm", *shape, "bf16", layout=layout)
     config = _tail_config(group_m=group_m)
     assert GEMM.space(problem, INTERP).check(config) is None
     inputs = GEMM.make_inputs(problem, "cpu", seed=23)
@@ -126,7 +126,7 @@ def test_tail_split_matches_reference_and_repeats_exactly(
 def test_tail_slices_are_summed_not_overwritten() -> None:
     # One tile, K = 512 in 16 steps on 4 programs: 4 slices of 4 steps. A kernel that stored one slice's
     # partial instead of the sum would miss about three quarters of every dot product.
-    problem = Problem.gemm(16, 16, 512, "fp16")
+    problem = Problem.of("gemm", 16, 16, 512, "fp16")
     inputs = GEMM.make_inputs(problem, "cpu", seed=3)
     out = GEMM.make_output(problem, "cpu").fill_(float("nan"))
     GEMM.prepare(problem, _tail_config(), INTERP, inputs, out)()
@@ -153,14 +153,14 @@ def test_tail_split_schedule() -> None:
 def test_tail_split_space_constraints() -> None:
     h100 = Target.for_arch("sm_90")
     # 4096 x 1280: 320 tiles of 128 x 128 (tail 56: split in 2), 160 of 128 x 256 (tail 28: in 4)
-    space = GEMM.space(Problem.gemm(4096, 1280, 8192), h100, ("triton_tma",))
+    space = GEMM.space(Problem.of("gemm", 4096, 1280, 8192), h100, ("triton_tma",))
     picked = [c for c in space.configs() if int(c["TAIL_SPLIT"])]
     assert picked and all(int(c["PERSISTENT"]) == 1 and int(c["SPLIT_K"]) == 1 for c in picked)
     assert {(int(c["BLOCK_M"]), int(c["BLOCK_N"])) for c in picked} >= {(128, 128), (128, 256)}
     reasons = {r.split(":")[0] for c, r in space.pruned() if int(c["TAIL_SPLIT"])}
     assert "tail_split_alone" in reasons
     # 4224 x 512 in 128 x 128 tiles: 33 x 4 = 132 tiles, one whole wave: no tail to split
-    even = GEMM.space(Problem.gemm(128 * 33, 128 * 4, 4096), h100, ("triton_tma",))
+    even = GEMM.space(Problem.of("gemm", 128 * 33, 128 * 4, 4096), h100, ("triton_tma",))
     whole = [
         c
         for c in even.configs()
@@ -196,7 +196,7 @@ def test_tile_of_column_parts_matches_reference(
     width: int, split_k: int, persistent: int, layout: str
 ) -> None:
     # N = 152: the last tile's second and third parts start past N (clipped loads and stores)
-    problem = Problem.gemm(33, 152, 96, "bf16", layout)
+    problem = Problem.of("gemm", 33, 152, 96, "bf16", layout=layout)
     config = _tma(BLOCK_N=width, GROUP_M=4, SPLIT_K=split_k, PERSISTENT=persistent)
     inputs = GEMM.make_inputs(problem, "cpu", seed=5)
     ref = GEMM.reference(problem, inputs)
@@ -227,7 +227,7 @@ def test_tail_split_refuses_a_tile_of_parts() -> None:
 
 def test_tma_space_has_tiles_of_parts_and_no_split_tail_for_them() -> None:
     h100 = Target.for_arch("sm_90")
-    space = GEMM.space(Problem.gemm(1024, 1280, 8192), h100, ("triton_tma",))
+    space = GEMM.space(Problem.of("gemm", 1024, 1280, 8192), h100, ("triton_tma",))
     widths = {int(c["BLOCK_N"]) for c in space.configs()}
     assert {96, 160, 192} <= widths and {64, 128, 256} <= widths
     tails = [c for c in space.configs() if int(c["TAIL_SPLIT"])]
@@ -252,7 +252,7 @@ def test_sliced_epilogue_matches_reference(
     width: int, epilogue: int, split_k: int, persistent: int, tail: int, layout: str
 ) -> None:
     # N = 152: the last tile's slices start past N (clipped stores); 3 x 5 tiles and more on 4 "CUs"
-    problem = Problem.gemm(40, 152, 288, "bf16", layout)
+    problem = Problem.of("gemm", 40, 152, 288, "bf16", layout=layout)
     knobs = dict(BLOCK_N=width, GROUP_M=4, SPLIT_K=split_k, PERSISTENT=persistent, TAIL_SPLIT=tail)
     config = _tma(**knobs, EPILOGUE_N=epilogue)
     inputs = GEMM.make_inputs(problem, "cpu", seed=31)

@@ -160,7 +160,7 @@ def test_tune_without_a_gemm_result_is_an_error(fake: FakeTunable, monkeypatch: 
 
 
 def test_backend_launch_carries_its_pin_and_replays_it(fake: FakeTunable) -> None:
-    problem = Problem.gemm(16, 64, 32, "fp32")
+    problem = Problem.of("gemm", 16, 64, 32, "fp32")
     a, b = _inputs()
     out = torch.empty(16, 64)
     target = Target.for_arch("gfx942")
@@ -174,7 +174,7 @@ def test_backend_launch_carries_its_pin_and_replays_it(fake: FakeTunable) -> Non
 
 
 def test_opt_in_backend_of_gpus_only() -> None:
-    problem = Problem.gemm(16, 4096, 4096)
+    problem = Problem.of("gemm", 16, 4096, 4096)
     for arch in ("gfx942", "gfx950", "sm_90"):
         target = Target.for_arch(arch)
         assert "tunableop" in GEMM_BACKENDS.names(target)
@@ -230,7 +230,7 @@ def test_entry_point_plan_serves_the_tables_pins(fake: FakeTunable, monkeypatch:
     row = ["GemmTunableOp_BFloat16_TN", "tn_64_16_32_ld_32_32_64", "Gemm_Hipblaslt_1_7", 0.01, 16, 64, 32]
     table = Table.from_winners(
         Target.for_arch("gfx942"),
-        [(Problem.gemm(16, 64, 32), Config(backend="tunableop"), 5.0)],
+        [(Problem.of("gemm", 16, 64, 32), Config(backend="tunableop"), 5.0)],
         pins={"tunableop": [{"validators": MI300X_VALIDATORS, "results": [[*row, "bf16", "nk"]]}]},
     )
 
@@ -249,13 +249,13 @@ def test_table_pins_round_trip_and_bad_pins_are_refused(tmp_path: Path) -> None:
     pins = {"tunableop": [{"validators": MI300X_VALIDATORS, "results": [ROW]}]}
     table = Table.from_winners(
         Target.for_arch("gfx942"),
-        [(Problem.gemm(16, 64, 32, "fp32"), Config(backend="tunableop"), 5.0)],
+        [(Problem.of("gemm", 16, 64, 32, "fp32"), Config(backend="tunableop"), 5.0)],
         pins=pins,
     )
     again = Table.from_json(table.to_json())
     assert again.pins == table.pins and again.pins["tunableop"][0]["results"] == [ROW]
     plain = Table.from_winners(
-        Target.for_arch("gfx942"), [(Problem.gemm(16, 64, 32), Config(backend="torch"), 5.0)]
+        Target.for_arch("gfx942"), [(Problem.of("gemm", 16, 64, 32), Config(backend="torch"), 5.0)]
     )
     assert "pins" not in plain.to_dict() and Table.from_json(plain.to_json()).pins == {}
     data = json.loads(table.to_json())
@@ -292,7 +292,7 @@ def _pin(M: int, N: int, K: int, validators: dict[str, str], solution: str) -> d
 
 
 def _swept(store: Store, target: Target, M: int, pinned_us: float, validators: dict[str, str]) -> None:
-    p = Problem.gemm(M, 4096, 4096)
+    p = Problem.of("gemm", M, 4096, 4096)
     store.record(
         target=target,
         kernel="gemm.torch",
@@ -344,7 +344,7 @@ def test_export_then_import_loses_nothing(tmp_path: Path, arch: str, validators:
         back = {t.problem.M: t for t in again.trials()}
     assert sorted(back) == [1, 16, 256]
     for M, t in back.items():
-        assert t.problem == Problem.gemm(M, 4096, 4096) and t.ok and t.source is Source.IMPORTED
+        assert t.problem == Problem.of("gemm", M, 4096, 4096) and t.ok and t.source is Source.IMPORTED
         assert t.config == Config(backend="tunableop", solution=f"Gemm_Hipblaslt_1_{M}")
         assert t.time_us == pytest.approx(10.0 + M / 100)
         assert t.extra["validators"] == validators and t.gpu.target.arch == arch
@@ -358,7 +358,7 @@ def test_export_without_solutions_says_what_to_do(tmp_path: Path) -> None:
     with Store(str(tmp_path / "a.db")) as store:
         store.record(
             target=Target.for_arch("gfx942"), kernel="gemm.torch", source_hash="v",
-            problem=Problem.gemm(16, 64, 32), result=_ok(Config(backend="torch"), 5.0),
+            problem=Problem.of("gemm", 16, 64, 32), result=_ok(Config(backend="torch"), 5.0),
         )  # fmt: skip
         with pytest.raises(ValueError, match='backends = \\["tunableop"\\]'):
             export_tunableop(store, tmp_path / "out")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.gpu
 
 def test_a_pinned_shape_is_served_through_tunableop(monkeypatch: pytest.MonkeyPatch) -> None:
     target = local_target()
-    problem = Problem.gemm(64, 1024, 512)
+    problem = Problem.of("gemm", 64, 1024, 512)
     gen = torch.Generator(device="cuda").manual_seed(0)
     a = torch.randn(64, 512, device="cuda", generator=gen).to(torch.bfloat16)
     b = torch.randn(1024, 512, device="cuda", generator=gen).to(torch.bfloat16)

@@ -162,7 +162,12 @@ def test_a_sweep_of_several_page_sizes_reports_the_fastest_per_shape() -> None:
         (4, "bf16", 256), (64, "fp8e4m3", 256),
     ]  # fmt: skip
     assert picks[0].param == "page_size" and picks[0].times_us == ((16, 30.0), (256, 21.0), (2048, 25.0))
-    assert fastest_layouts([(Problem.gemm(16, 64, 64), 1.0), (Problem.gemm(16, 64, 64, "fp16"), 2.0)]) == []
+    assert (
+        fastest_layouts(
+            [(Problem.of("gemm", 16, 64, 64), 1.0), (Problem.of("gemm", 16, 64, 64, "fp16"), 2.0)]
+        )
+        == []
+    )
 
 
 def test_fp16_tiles_need_the_fp8_conversions_of_sm_89_on() -> None:

@@ -71,7 +71,7 @@ def test_align_fixed_reads_nothing_back() -> None:
 def _case(
     M: int, E: int, N: int, K: int, topk: int, zipf: float = 0.0, fp8: bool = False
 ) -> tuple[tuple[torch.Tensor, ...], dict[str, Any], Problem]:
-    problem = Problem.moe(M, N, K, E, topk, weights="fp8e4m3" if fp8 else None)
+    problem = Problem.of("moe", M, N, K, variant="fp8e4m3" if fp8 else None, E=E, topk=topk)
     x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cpu", seed=M + E)
     weights, ids = _routing(M, E, topk, zipf, seed=K)
     kw: dict[str, Any] = {}

@@ -28,7 +28,7 @@ def test_moe_split_k_on_gpu_is_right_and_repeatable(
     if tma and not target.tma:
         pytest.skip(f"{target.arch} has no TMA")
     op = get_op("moe")
-    problem = Problem.moe(*mnk, e, topk, weights=weights)
+    problem = Problem.of("moe", *mnk, variant=weights, E=e, topk=topk)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                     SPLIT_K=split, GATE_UP_FUSED=1, PERSISTENT=0, num_warps=4, num_stages=3,
                     **({"B_TMA": tma} if target.tma else {}))  # fmt: skip
@@ -44,7 +44,7 @@ def test_moe_programs_an_sm_on_gpu_are_right_and_repeatable(right_and_repeatable
     from autotune.kernels import get_op
 
     op = get_op("moe")
-    problem = Problem.moe(512, 1024, 2048, 8, 2)  # 128 tokens an expert
+    problem = Problem.of("moe", 512, 1024, 2048, E=8, topk=2)  # 128 tokens an expert
     config = op.default_config(problem, target)
     if persistent == 2 or not int(config.get("PERSISTENT", 0)):  # off TMA targets the default is not wide
         config = config.replace(
@@ -74,7 +74,7 @@ def test_the_served_fused_moe_is_captured_in_a_cuda_graph_and_replays_new_routin
 
     if tma and not target.tma:
         pytest.skip(f"{target.arch} has no TMA")
-    problem = Problem.moe(24, 256, 512, 16, 4, weights=weights)
+    problem = Problem.of("moe", 24, 256, 512, variant=weights, E=16, topk=4)
     config = Config(backend="triton", BLOCK_SIZE_M=16, BLOCK_SIZE_N=64, BLOCK_SIZE_K=128, GROUP_SIZE_M=1,
                     SPLIT_K=1, GATE_UP_FUSED=fused, num_warps=4, num_stages=3,
                     **({"B_TMA": tma} if target.tma and weights != "mxfp4" else {}),

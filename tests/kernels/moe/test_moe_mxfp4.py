@@ -153,7 +153,7 @@ def test_the_served_entry_point_takes_mxfp4_weights(monkeypatch: pytest.MonkeyPa
     from autotune.dispatch import Dispatcher, Table
 
     args, kw = make_case(6, 4, 32, 64, 2, seed=5)
-    problem = Problem.moe(6, 32, 64, 4, 2, weights="mxfp4")
+    problem = Problem.of("moe", 6, 32, 64, variant="mxfp4", E=4, topk=2)
     config = Config(backend="triton", **cfg(0, split=2))
     table = Table.from_winners(INTERP, [(problem, config, 1.0)])
     monkeypatch.setattr(
@@ -239,7 +239,7 @@ def test_the_benchmarker_checks_both_backends_on_mxfp4_problems() -> None:
     """The op's own inputs, reference and tolerance; the output is poisoned with NaN before each run."""
     from autotune.engine.bench import Benchmarker
 
-    problem = Problem.moe(5, 32, 64, 4, 2, weights="mxfp4")
+    problem = Problem.of("moe", 5, 32, 64, variant="mxfp4", E=4, topk=2)
     bench = Benchmarker(MOE, INTERP)
     default = MOE.default_config(problem, INTERP)
     for config in [Config(backend="torch"), default]:
@@ -252,15 +252,15 @@ def test_the_benchmarker_checks_both_backends_on_mxfp4_problems() -> None:
 
 
 def test_problems_spec_fields_and_emulated_targets() -> None:
-    p = Problem.moe(16, 1024, 2048, 8, 2, weights="mxfp4")
+    p = Problem.of("moe", 16, 1024, 2048, variant="mxfp4", E=8, topk=2)
     assert p.dtype_b == "fp4e2m1" and p.key() == "moe:M=16,N=1024,K=2048:bf16,fp4e2m1,bf16:nk:E=8,topk=2"
     # half a byte a weight and one scale byte per 32
     weights = p.min_bytes() - 16 * 2048 * 4
     assert weights == pytest.approx(experts_touched(p) * 3 * 1024 * 2048 * (0.5 + 1 / 32))
     with pytest.raises(ValueError, match="multiples of 32"):
-        Problem.moe(16, 1000, 2048, 8, 2, weights="mxfp4")
+        Problem.of("moe", 16, 1000, 2048, variant="mxfp4", E=8, topk=2)
     with pytest.raises(ValueError, match="bf16 activations"):
-        Problem.moe(16, 1024, 2048, 8, 2, dtype="fp16", weights="mxfp4")
+        Problem.of("moe", 16, 1024, 2048, "fp16", "mxfp4", E=8, topk=2)
     options = MOE.spec_options({"e": 8, "topk": 2, "weights": "mxfp4"}, "bf16")
     assert options["weights"] == "fp4e2m1"
     with pytest.raises(ValueError, match="take bf16 activations"):
@@ -268,14 +268,14 @@ def test_problems_spec_fields_and_emulated_targets() -> None:
     assert [mx_emulated(p, Target.for_arch(a)) for a in ("gfx950", "gfx942", "sm_90", "interpreter")] == [
         False, True, True, True,
     ]  # fmt: skip
-    assert not mx_emulated(Problem.moe(16, 1024, 2048, 8, 2), Target.for_arch("gfx942"))
+    assert not mx_emulated(Problem.of("moe", 16, 1024, 2048, E=8, topk=2), Target.for_arch("gfx942"))
 
 
 @pytest.mark.parametrize("arch", ["gfx950", "gfx942", "sm_90"])
 def test_the_down_tile_is_a_knob_of_the_mxfp4_space_only(arch: str) -> None:
     target = Target.for_arch(arch)
-    mx = MOE.space(Problem.moe(64, 1024, 2048, 8, 2, weights="mxfp4"), target).subspace("triton")
-    plain = MOE.space(Problem.moe(64, 1024, 2048, 8, 2), target).subspace("triton")
+    mx = MOE.space(Problem.of("moe", 64, 1024, 2048, variant="mxfp4", E=8, topk=2), target).subspace("triton")
+    plain = MOE.space(Problem.of("moe", 64, 1024, 2048, E=8, topk=2), target).subspace("triton")
     assert "BLOCK_SIZE_N_DOWN" in mx.params and "BLOCK_SIZE_N_DOWN" not in plain.params
     assert all(int(k) % 32 == 0 for k in mx.params["BLOCK_SIZE_K"]) and mx.params["SPLIT_K"] == (1, 2, 4, 8)
     # B is staged in LDS upcast to bf16 (two bytes a weight, not half a byte): a 64x256 bf16 A tile and
@@ -288,7 +288,7 @@ def test_the_down_tile_is_a_knob_of_the_mxfp4_space_only(arch: str) -> None:
 
 def test_the_cost_model_takes_the_down_tile() -> None:
     target = Target.for_arch("gfx950")
-    problem = Problem.moe(64, 1792, 4096, 8, 2, weights="mxfp4")
+    problem = Problem.of("moe", 64, 1792, 4096, variant="mxfp4", E=8, topk=2)
     configs = MOE.space(problem, target).configs()[:100]
     times = [MOE.predict_us(problem, c, target) for c in configs]
     assert all(t is not None and 0 < t < float("inf") for t in times)

@@ -32,7 +32,7 @@ from autotune.engine.compile import amd_features, compile_call
 op = get_op("moe")
 out = []
 for m, n, k, e, topk in json.loads(sys.argv[2]):
-    problem = Problem.moe(m, n, k, e, topk, weights="mxfp4")
+    problem = Problem.of("moe", m, n, k, variant="mxfp4", E=e, topk=topk)
     config = op.default_config(problem, target)
     call = op.kernel_calls(problem, config, target)[0]
     kernel = compile_call(call, target)

@@ -14,9 +14,9 @@ from autotune.cli import main
 from autotune.core.result import Source, TrialStatus
 from autotune.core.target import interpreting
 from autotune.db import Store
-from autotune.db.vllm import fallback_config
 from autotune.engine.bench import Benchmarker
 from autotune.kernels import MOE, get_op
+from autotune.kernels.moe.formats.vllm import fallback_config
 from autotune.kernels.moe.op import MoeOp
 from autotune.kernels.moe.params import experts, experts_touched
 from autotune.kernels.moe.space import WIDE_TILE_MIN_TPE, moe_default_config
@@ -24,11 +24,11 @@ from autotune.sweeps import SpecError, parse_spec
 
 needs_interpreter = pytest.mark.skipif(not interpreting(), reason="runs kernels in the CPU interpreter")
 
-TINY = Problem.moe(5, 32, 64, 4, 2)
+TINY = Problem.of("moe", 5, 32, 64, E=4, topk=2)
 
 
 def test_moe_problems_validate() -> None:
-    p = Problem.moe(16, 2048, 7168, 32, 8, weights="fp8e4m3")
+    p = Problem.of("moe", 16, 2048, 7168, variant="fp8e4m3", E=32, topk=8)
     assert p.key() == "moe:M=16,N=2048,K=7168:bf16,fp8e4m3,bf16:nk:E=32,topk=8"
     assert (
         p.extra == (("E", 32), ("topk", 8))
@@ -39,7 +39,7 @@ def test_moe_problems_validate() -> None:
     assert p.flops() == 6.0 * 16 * 8 * 2048 * 7168
     assert 0 < experts_touched(p) <= 32
     with pytest.raises(ValueError, match="E >= topk"):
-        Problem.moe(16, 64, 64, 4, 8)
+        Problem.of("moe", 16, 64, 64, E=4, topk=8)
     with pytest.raises(ValueError, match="topk >= 1"):
         Problem("moe", 16, 64, 64, extra={"E": 4, "topk": 0})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="moe problems need the parameter"):
@@ -49,12 +49,14 @@ def test_moe_problems_validate() -> None:
     with pytest.raises(ValueError, match="gemm has no parameter 'E'"):
         Problem.of("gemm", 16, 64, 64, E=4, topk=2)
     with pytest.raises(ValueError, match="multiples of 128"):
-        MOE.space(Problem.moe(16, 100, 256, 8, 2, weights="fp8e4m3"), Target.for_arch("sm_90"))
+        MOE.space(Problem.of("moe", 16, 100, 256, variant="fp8e4m3", E=8, topk=2), Target.for_arch("sm_90"))
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942", "gfx950", "interpreter"])
-@pytest.mark.parametrize("problem", [Problem.moe(1, 7168, 4096, 8, 2), Problem.moe(4096, 768, 2048, 128, 8),
-                                     Problem.moe(16, 128, 7168, 256, 8, weights="fp8e4m3")])  # fmt: skip
+@pytest.mark.parametrize("problem", [Problem.of("moe", 1, 7168, 4096, E=8, topk=2),
+                                     Problem.of("moe", 4096, 768, 2048, E=128, topk=8),
+                                     Problem.of("moe", 16, 128, 7168, "bf16", "fp8e4m3", E=256, topk=8),
+                                     ])  # fmt: skip
 def test_default_config_is_in_the_space(arch: str, problem: Problem) -> None:
     target = Target.for_arch(arch)
     space = MOE.space(problem, target)
@@ -70,12 +72,12 @@ def test_default_config_is_in_the_space(arch: str, problem: Problem) -> None:
 def test_decode_space_prunes_padded_row_blocks() -> None:
     # one token per expert on average: BLOCK_SIZE_M of 64 or 128 would be padding
     h100 = Target.for_arch("sm_90")
-    space = MOE.space(Problem.moe(1, 128, 7168, 256, 8), h100)
+    space = MOE.space(Problem.of("moe", 1, 128, 7168, E=256, topk=8), h100)
     assert {int(c["BLOCK_SIZE_M"]) for c in space.configs() if c.backend == "triton"} <= {16}
     assert space.prune_summary()["block_m_waste"] > 0
     # FP8 weights on sm_90: up to a warp group's 64 rows at any routing (128 is still padding)
     for target, most in ((h100, 64), (Target.for_arch("gfx942"), 16)):
-        fp8 = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), target)
+        fp8 = MOE.space(Problem.of("moe", 1, 128, 7168, variant="fp8e4m3", E=256, topk=8), target)
         assert max(int(c["BLOCK_SIZE_M"]) for c in fp8.configs() if c.backend == "triton") == most
         assert fp8.prune_summary()["block_m_waste"] > 0
 
@@ -85,12 +87,14 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
     # order (vLLM ships GROUP_SIZE_M 64 with BLOCK_SIZE_M 64 for DeepSeek-V3 TP16 at M = 1024, and it is
     # fast); only a group at least as large as all the row blocks equals a smaller such group.
     h100 = Target.for_arch("sm_90")
-    prefill = Problem.moe(1024, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 rows per expert
+    prefill = Problem.of("moe", 1024, 128, 7168, variant="fp8e4m3", E=256, topk=8)  # 32 rows per expert
     shipped = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=64,
                      SPLIT_K=1, GATE_UP_FUSED=0, B_TMA=0, PERSISTENT=0, num_warps=4,
                      num_stages=3)  # fmt: skip
     assert MOE.space(prefill, h100).check(shipped) is None
-    decode = Problem.moe(1, 2048, 7168, 256, 8, weights="fp8e4m3")  # 8 (token, expert) pairs: 8 row blocks
+    decode = Problem.of(
+        "moe", 1, 2048, 7168, variant="fp8e4m3", E=256, topk=8
+    )  # 8 (token, expert) pairs: 8 row blocks
     space = MOE.space(decode, h100)
     groups = {int(c["GROUP_SIZE_M"]) for c in space.configs() if c.backend == "triton"}
     assert groups == {1, 16}  # 32 and 64 walk the 8 blocks as 16 does
@@ -100,20 +104,20 @@ def test_group_size_m_is_pruned_only_where_it_changes_nothing() -> None:
 def test_split_k_only_where_the_gate_up_grid_is_small() -> None:
     h100 = Target.for_arch("sm_90")
     # DeepSeek-V3 TP16 at M = 1: 8 row blocks x 2 column tiles of 64: slices fill the 132 SMs
-    decode = MOE.space(Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3"), h100)
+    decode = MOE.space(Problem.of("moe", 1, 128, 7168, variant="fp8e4m3", E=256, topk=8), h100)
     splits = {int(c["SPLIT_K"]) for c in decode.configs() if c.backend == "triton"}
     assert splits == {1, 2, 4, 8}
     # M = 4: up to 32 row blocks; 32 x 4 column tiles of 32 in 4 slices are more than twice the SMs
-    four = MOE.space(Problem.moe(4, 128, 7168, 256, 8, weights="fp8e4m3"), h100)
+    four = MOE.space(Problem.of("moe", 4, 128, 7168, variant="fp8e4m3", E=256, topk=8), h100)
     too_many = [c for c, r in four.pruned() if r.startswith("split_k_needless")]
     assert too_many and "2 x the 132 CUs" in four.check(too_many[0])
     unsplit = four.check(too_many[0].replace(SPLIT_K=1)) or ""
     assert not unsplit.startswith("split")
     # Mixtral at M = 4096: thousands of tiles, never split
-    prefill = MOE.space(Problem.moe(4096, 7168, 4096, 8, 2), h100)
+    prefill = MOE.space(Problem.of("moe", 4096, 7168, 4096, E=8, topk=2), h100)
     assert {int(c["SPLIT_K"]) for c in prefill.configs() if c.backend == "triton"} == {1}
     # a short K: no more slices than K steps
-    short = MOE.space(Problem.moe(1, 128, 256, 64, 2), h100)
+    short = MOE.space(Problem.of("moe", 1, 128, 256, E=64, topk=2), h100)
     wide = [c for c in short.configs() if c.backend == "triton" and c["BLOCK_SIZE_K"] == 128]
     assert max(int(c["SPLIT_K"]) for c in wide) == 2
     assert any(r.startswith("split_k_steps") for _, r in short.pruned())
@@ -122,12 +126,19 @@ def test_split_k_only_where_the_gate_up_grid_is_small() -> None:
 def test_default_splits_k_only_for_a_small_gate_up_grid() -> None:
     h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
     for target in (h100, mi300x):
-        one = Problem.moe(1, 128, 7168, 256, 8, weights="fp8e4m3")  # 8 row blocks x 2 tiles of 64 columns
+        one = Problem.of(
+            "moe", 1, 128, 7168, variant="fp8e4m3", E=256, topk=8
+        )  # 8 row blocks x 2 tiles of 64 columns
         config = moe_default_config(one, target)
         assert config["SPLIT_K"] == 8 and MOE.space(one, target).check(config) is None
-    two = Problem.moe(2, 128, 7168, 256, 8, weights="fp8e4m3")  # 32 tiles: 4 slices fill the 132 SMs
+    two = Problem.of(
+        "moe", 2, 128, 7168, variant="fp8e4m3", E=256, topk=8
+    )  # 32 tiles: 4 slices fill the 132 SMs
     assert moe_default_config(two, h100)["SPLIT_K"] == 4
-    for wide in (Problem.moe(1, 768, 2048, 128, 8), Problem.moe(4096, 7168, 4096, 8, 2)):
+    for wide in (
+        Problem.of("moe", 1, 768, 2048, E=128, topk=8),
+        Problem.of("moe", 4096, 7168, 4096, E=8, topk=2),
+    ):
         assert moe_default_config(wide, h100)["SPLIT_K"] == 1  # 96 tiles and more: the grid is full
 
 
@@ -135,23 +146,25 @@ def test_fp8_past_decode_takes_vllms_fallback_config() -> None:
     """FP8 block weights: our 16-row decode tiles up to FP8_OWN_TILES_MAX_TPE tokens an expert, vLLM's
     fallback config (its structure, 64 x 128 tiles) above, on every target; bf16 keeps our fused tiles below
     the wide-tile rule's tokens an expert."""
-    from autotune.db.vllm import fallback_at
+    from autotune.kernels.moe.formats.vllm import fallback_at
     from autotune.kernels.moe.space import FP8_OWN_TILES_MAX_TPE
 
     h100 = Target.for_arch("sm_90")
     edge = FP8_OWN_TILES_MAX_TPE * 32 // 8  # tokens at which 32 experts of top-8 get that many each
     for M, own in ((1, True), (edge, True), (edge + 1, False), (4096, False)):
-        problem = Problem.moe(M, 2048, 7168, 32, 8, weights="fp8e4m3")
+        problem = Problem.of("moe", M, 2048, 7168, variant="fp8e4m3", E=32, topk=8)
         config = moe_default_config(problem, h100)
         assert (config == fallback_at(problem, h100, M)) is not own, M
         assert config["GATE_UP_FUSED"] == int(own) and config["BLOCK_SIZE_M"] == (16 if own else 64)
     for arch in ("gfx942", "gfx950"):
         amd = Target.for_arch(arch)
-        config = moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), amd)
+        config = moe_default_config(Problem.of("moe", 4096, 2048, 7168, variant="fp8e4m3", E=32, topk=8), amd)
         vllm = {k: config[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")}
         assert vllm == {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 128, "GROUP_SIZE_M": 32}
         assert config["GATE_UP_FUSED"] == 0 and config["num_stages"] == 2
-    assert moe_default_config(Problem.moe(200, 2048, 7168, 32, 8), h100)["GATE_UP_FUSED"] == 1  # 50 an expert
+    assert (
+        moe_default_config(Problem.of("moe", 200, 2048, 7168, E=32, topk=8), h100)["GATE_UP_FUSED"] == 1
+    )  # 50 an expert
 
 
 def test_fp8_decode_tiles_take_a_deeper_ring_for_few_pairs() -> None:
@@ -162,14 +175,19 @@ def test_fp8_decode_tiles_take_a_deeper_ring_for_few_pairs() -> None:
     h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
     edge = FP8_DEEP_RING_MAX_PAIRS // 8
     for M, stages in ((1, 4), (edge, 4), (edge + 1, 3)):
-        problem = Problem.moe(M, 2048, 7168, 32, 8, weights="fp8e4m3")
+        problem = Problem.of("moe", M, 2048, 7168, variant="fp8e4m3", E=32, topk=8)
         config = moe_default_config(problem, h100)
         assert (config["BLOCK_SIZE_M"], config["num_stages"]) == (16, stages), M
         assert MOE.space(problem, h100).check(config) is None
-    top2 = Problem.moe(16, 2048, 7168, 32, 2, weights="fp8e4m3")  # 32 pairs at M = 16
+    top2 = Problem.of("moe", 16, 2048, 7168, variant="fp8e4m3", E=32, topk=2)  # 32 pairs at M = 16
     assert moe_default_config(top2, h100)["num_stages"] == 4
-    assert moe_default_config(Problem.moe(1, 2048, 7168, 32, 8), h100)["num_stages"] == 3
-    assert moe_default_config(Problem.moe(1, 2048, 7168, 32, 8, weights="fp8e4m3"), mi300x)["num_stages"] == 2
+    assert moe_default_config(Problem.of("moe", 1, 2048, 7168, E=32, topk=8), h100)["num_stages"] == 3
+    assert (
+        moe_default_config(Problem.of("moe", 1, 2048, 7168, variant="fp8e4m3", E=32, topk=8), mi300x)[
+            "num_stages"
+        ]
+        == 2
+    )
 
 
 def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
@@ -178,8 +196,8 @@ def test_fp8_tiles_are_sized_for_fp8_activations() -> None:
     h100 = Target.for_arch("sm_90")
     config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=128, GROUP_SIZE_M=16,
                     SPLIT_K=1, GATE_UP_FUSED=1, B_TMA=1, PERSISTENT=0, num_warps=4, num_stages=3)  # fmt: skip
-    fp8 = Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3")
-    bf16 = Problem.moe(4096, 2048, 7168, 32, 8)
+    fp8 = Problem.of("moe", 4096, 2048, 7168, variant="fp8e4m3", E=32, topk=8)
+    bf16 = Problem.of("moe", 4096, 2048, 7168, E=32, topk=8)
     assert MOE.space(fp8, h100).check(config) is None
     reason = MOE.space(bf16, h100).check(config)
     assert reason is not None and reason.startswith("lds_overflow")
@@ -216,7 +234,7 @@ def test_moe_spec_fields() -> None:
 @needs_interpreter
 @pytest.mark.parametrize("weights", ["bf16", "fp8e4m3"])
 def test_benchmarker_checks_both_backends(weights: str) -> None:
-    problem = Problem.moe(5, 128, 128, 4, 2, weights=weights) if weights != "bf16" else TINY
+    problem = Problem.of("moe", 5, 128, 128, variant=weights, E=4, topk=2) if weights != "bf16" else TINY
     bench = Benchmarker(MOE, Target.interpreter_target())
     space = MOE.space(problem, bench.target)
     for config in [Config(backend="torch"), space.configs()[1], space.configs()[-1]]:
@@ -230,8 +248,8 @@ def test_benchmarker_checks_both_backends(weights: str) -> None:
     ("problem", "tiles"),
     [
         (TINY, (64, 64, 32, 8)),  # 5 tokens for 4 experts: M > E takes the wide tiles
-        (Problem.moe(3, 32, 64, 4, 2), (16, 32, 64, 1)),
-        (Problem.moe(5, 128, 128, 4, 2, weights="fp8e4m3"), (64, 128, 128, 32)),
+        (Problem.of("moe", 3, 32, 64, E=4, topk=2), (16, 32, 64, 1)),
+        (Problem.of("moe", 5, 128, 128, variant="fp8e4m3", E=4, topk=2), (64, 128, 128, 32)),
     ],
 )
 def test_vllm_fallback_configs_run_right_in_our_kernel(problem: Problem, tiles: tuple[int, ...]) -> None:
@@ -259,14 +277,14 @@ def test_moe_sweep_through_the_cli(tmp_path: Path) -> None:
         code = main(["sweep", str(spec), "--interpret", "--db", str(db), "--no-progress"])
     assert code == 0, out.getvalue()
     with Store(str(db)) as store:
-        trials = store.trials(problem=Problem.moe(3, 32, 64, 4, 2), source=Source.MEASURED)
+        trials = store.trials(problem=Problem.of("moe", 3, 32, 64, E=4, topk=2), source=Source.MEASURED)
     assert len(trials) == 3 and all(t.status is TrialStatus.OK for t in trials)
     assert {t.config.backend for t in trials} == {"torch", "triton"}
 
 
 def test_kernel_calls_capture_the_launches_without_running_them() -> None:
     target = Target.for_arch("gfx942")
-    problem = Problem.moe(16, 256, 512, 8, 2)
+    problem = Problem.of("moe", 16, 256, 512, E=8, topk=2)
     config = moe_default_config(problem, target)
     calls = MOE.kernel_calls(problem, config, target)
     # 40 gate/up tiles at most, on MI300X's 304 CUs: the default splits K
@@ -293,7 +311,7 @@ def test_kernel_calls_record_on_meta_tensors_what_a_real_launch_records(weights:
     from autotune.kernels.moe.ref import route, routing_logits
 
     target = Target.for_arch("sm_90")
-    problem = Problem.moe(40, 256, 384, 8, 2, weights=weights)
+    problem = Problem.of("moe", 40, 256, 384, variant=weights, E=8, topk=2)
     config = moe_default_config(problem, target)
     recorded = MOE.kernel_calls(problem, config, target)
     x, w1, w2, _, _, w1s, w2s = MOE.make_inputs(problem, "cpu", seed=1)
@@ -324,7 +342,7 @@ def test_the_structure_is_a_knob_and_the_fused_one_needs_twice_the_b_tile() -> N
     """GATE_UP_FUSED 1 holds gate and up B tiles side by side: a vLLM prefill config that fits an H100's
     shared memory in vLLM's structure (0) overflows it in the fused one."""
     h100 = Target.for_arch("sm_90")
-    problem = Problem.moe(4096, 14336, 4096, 8, 2)  # Mixtral TP1 prefill
+    problem = Problem.of("moe", 4096, 14336, 4096, E=8, topk=2)  # Mixtral TP1 prefill
     space = MOE.space(problem, h100)
     assert {c["GATE_UP_FUSED"] for c in space.configs() if c.backend == "triton"} == {0, 1}
     wide = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=256, BLOCK_SIZE_K=64, GROUP_SIZE_M=16,
@@ -338,18 +356,25 @@ def test_weight_descriptors_are_a_knob_where_tma_is() -> None:
     weights in row blocks of 64 or more only (not in 16-row decode tiles, not with FP8 weights), and
     needs weight rows of 16-byte multiples."""
     h100 = Target.for_arch("sm_90")
-    mixtral = Problem.moe(4096, 7168, 4096, 8, 2)
+    mixtral = Problem.of("moe", 4096, 7168, 4096, E=8, topk=2)
     space = MOE.space(mixtral, h100)
     assert {c["B_TMA"] for c in space.configs() if c.backend == "triton"} == {0, 1}
     prefill = moe_default_config(mixtral, h100)
     assert prefill["B_TMA"] == 1 and int(prefill["BLOCK_SIZE_M"]) >= 64 and space.check(prefill) is None
     assert moe_default_config(mixtral.with_m(16), h100)["B_TMA"] == 0  # 4 tokens an expert: 16-row tiles
-    assert moe_default_config(Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), h100)["B_TMA"] == 0
-    odd_prefill = moe_default_config(Problem.moe(4096, 7168, 4100, 8, 2), h100)  # rows TMA cannot load
+    assert (
+        moe_default_config(Problem.of("moe", 4096, 2048, 7168, variant="fp8e4m3", E=32, topk=8), h100)[
+            "B_TMA"
+        ]
+        == 0
+    )
+    odd_prefill = moe_default_config(
+        Problem.of("moe", 4096, 7168, 4100, E=8, topk=2), h100
+    )  # rows TMA cannot load
     assert odd_prefill["B_TMA"] == 0 and int(odd_prefill["BLOCK_SIZE_M"]) >= 64
     for arch in ("gfx942", "interpreter"):
         assert all("B_TMA" not in c for c in MOE.space(mixtral, Target.for_arch(arch)).configs())
-    odd = Problem.moe(64, 7168, 4100, 8, 2)  # bf16 rows of 8200 bytes
+    odd = Problem.of("moe", 64, 7168, 4100, E=8, topk=2)  # bf16 rows of 8200 bytes
     config = next(c for c in MOE.space(odd, Target.for_arch("sm_90")).configs() if c.backend == "triton")
     assert config["B_TMA"] == 0
     assert "b_tma_rows" in str(MOE.space(odd, Target.for_arch("sm_90")).check(config.replace(B_TMA=1)))
@@ -362,7 +387,7 @@ def test_a_program_an_sm_is_a_knob_and_the_default_of_wide_bf16_prefill_tiles() 
     from WIDE_TILE_MIN_TPE tokens an expert on targets with TMA; not below that, not for FP8 weights,
     not on the MI300X."""
     h100, mi300x = Target.for_arch("sm_90"), Target.for_arch("gfx942")
-    mixtral = Problem.moe(4096, 7168, 4096, 8, 2)
+    mixtral = Problem.of("moe", 4096, 7168, 4096, E=8, topk=2)
     for target in (h100, mi300x):
         space = MOE.space(mixtral, target)
         assert {c["PERSISTENT"] for c in space.configs() if c.backend == "triton"} == {0, 1, 2}
@@ -378,9 +403,9 @@ def test_a_program_an_sm_is_a_knob_and_the_default_of_wide_bf16_prefill_tiles() 
     assert space.check(wide) is None and "persistent_pair_lds" in str(space.check(wide.replace(PERSISTENT=2)))
     assert space.check(wide.replace(PERSISTENT=2, BLOCK_SIZE_M=64, BLOCK_SIZE_N=128)) is None  # 96 KiB
     assert all("PERSISTENT" not in c for c in MOE.space(mixtral, Target.for_arch("interpreter")).configs())
-    mx = Problem.moe(4096, 7168, 4096, 8, 2, weights="mxfp4")
+    mx = Problem.of("moe", 4096, 7168, 4096, variant="mxfp4", E=8, topk=2)
     assert all("PERSISTENT" not in c for c in MOE.space(mx, h100).configs())
-    qwen3 = Problem.moe(1, 768, 2048, 128, 8)
+    qwen3 = Problem.of("moe", 1, 768, 2048, E=128, topk=8)
     edge = WIDE_TILE_MIN_TPE * 128 // 8  # M at WIDE_TILE_MIN_TPE tokens an expert
     for problem in (mixtral, mixtral.with_m(256), qwen3.with_m(edge), qwen3.with_m(4096)):
         config = moe_default_config(problem, h100)
@@ -393,7 +418,7 @@ def test_a_program_an_sm_is_a_knob_and_the_default_of_wide_bf16_prefill_tiles() 
         (qwen3.with_m(edge - 16), h100),  # 62 tokens an expert
         (mixtral.with_m(64), h100),
         (mixtral, mi300x),
-        (Problem.moe(4096, 2048, 7168, 32, 8, weights="fp8e4m3"), h100),
+        (Problem.of("moe", 4096, 2048, 7168, variant="fp8e4m3", E=32, topk=8), h100),
     ):
         config = moe_default_config(problem, target)
         assert config["PERSISTENT"] == 0 and MOE.space(problem, target).check(config) is None, problem
@@ -408,7 +433,7 @@ def test_the_moe_cost_model_takes_every_config_of_its_space() -> None:
     from autotune.engine.model import predict_us
 
     target = Target.for_arch("sm_90")
-    problem = Problem.moe(16, 256, 512, 8, 2)
+    problem = Problem.of("moe", 16, 256, 512, E=8, topk=2)
     configs = list(MOE.space(problem, target).configs())
     assert any(c.get("SPLIT_K", 1) > 1 for c in configs)
     times = [

@@ -18,7 +18,7 @@ from autotune.engine.compile import compile_features
 from autotune.kernels import get_op
 
 op = get_op("moe")
-problem = Problem.moe(4096, 7168, 4096, 8, 2)  # Mixtral-8x7B TP 2 prefill, 1024 tokens an expert
+problem = Problem.of("moe", 4096, 7168, 4096, E=8, topk=2)  # Mixtral-8x7B TP 2 prefill, 1024 tokens an expert
 if target.is_amd:
     config = Config(backend="triton", BLOCK_SIZE_M=128, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64, GROUP_SIZE_M=16,
                     SPLIT_K=1, GATE_UP_FUSED=0, PERSISTENT=1, num_warps=8, num_stages=2,

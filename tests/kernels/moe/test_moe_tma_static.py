@@ -19,7 +19,7 @@ from autotune.kernels import get_op
 op = get_op("moe")
 out = {}
 for weights in ("bf16", "fp8e4m3"):
-    problem = Problem.moe(512, 768, 2048, 128, 8, weights=weights)
+    problem = Problem.of("moe", 512, 768, 2048, variant=weights, E=128, topk=8)
     for fused in (0, 1):
         for tma in (0, 1):
             config = Config(backend="triton", BLOCK_SIZE_M=64, BLOCK_SIZE_N=128, BLOCK_SIZE_K=64,

@@ -1,16 +1,16 @@
 """What vLLM's fused MoE runs where our tables do not reach: the keys of its configs, the values of our
-kernel's extra knobs that mean its behaviour, and its fallback rule for shapes without a file. Imports
-nothing of the database (the store reads the fallback as a profile's baseline)."""
+kernel's extra knobs that mean its behaviour, and its fallback rule for shapes without a file (the store
+reads it as a profile's baseline: `autotune.db.baselines`, through this op's `Fallback`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 from autotune.core.config import Config
 from autotune.core.problem import Problem
 from autotune.core.target import Target
 
-from .moe_shape import MOE_OP, experts
+from .shape import MOE_OP, experts
 
 __all__ = [
     "AMD_KEYS",
@@ -18,7 +18,6 @@ __all__ = [
     "OUR_KEYS",
     "VLLM_BACKEND",
     "VLLM_KEYS",
-    "deployment_configs",
     "fallback_at",
     "fallback_config",
     "fallback_configs",
@@ -96,15 +95,3 @@ def fallback_configs(problem: Problem, target: Target, ms: Iterable[int]) -> dic
     E = experts(problem)[0]
     found = {m: fallback_at(problem, target, m) for m in sorted({*ms, E, E + 1}) if m >= 1}
     return {m: config for m, config in found.items() if config is not None}
-
-
-def deployment_configs(
-    imported: Mapping[int, Config], problem: Problem, target: Target, ms: Iterable[int]
-) -> tuple[dict[int, Config], str]:
-    """What a vLLM deployment on `target` runs for `problem`'s shape, by M key, and where it comes from:
-    `imported` (the files imported for that device) where there are any ("file"), else vLLM's fallback
-    rule at `ms` (`fallback_configs`, "vLLM fallback"); ({}, "") where neither applies."""
-    if imported:
-        return dict(imported), "file"
-    found = fallback_configs(problem, target, ms)
-    return found, "vLLM fallback" if found else ""

@@ -1,5 +1,6 @@
-"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json`, `export_vllm` and
-`export_vllm_files` (which also says what each file holds and what was left out).
+"""Writing moe configs as vLLM's and SGLang's fused-MoE config files: `vllm_json` and `export_vllm_files`
+(which also says what each file holds and what was left out; `autotune export --format vllm` and
+`autotune.db.export_vllm` find it as this op's `Exporter`).
 
 A file is written as vLLM's writer writes it: ``json.dumps(doc, indent=4)`` and a newline, top-level
 keys first (vLLM's ``triton_version``), then M ascending. An entry's keys are in vLLM's order
@@ -28,18 +29,19 @@ from typing import Any
 from autotune.core.config import Config, Value
 from autotune.core.problem import Problem
 from autotune.core.result import Source, TrialStatus
+from autotune.db.export import predicted_winners
+from autotune.db.files import write_atomically
+from autotune.db.foreign import InteropError
+from autotune.db.formats import Export
+from autotune.db.records import GpuRecord, TrialRecord
+from autotune.db.store import Store, StoreError
+from autotune.db.triton_compat import installed_triton
 
-from .export import predicted_winners
-from .files import write_atomically
-from .foreign import InteropError
-from .moe_shape import experts
-from .records import GpuRecord, TrialRecord
-from .store import Store, StoreError
-from .triton_compat import installed_triton
+from .shape import MOE_OP, experts
 from .vllm import AMD_KEYS, OUR_KEYS, VLLM_BACKEND, VLLM_KEYS, kernel_project
 from .vllm_names import FLAVORS, VLLM_KERNEL, VllmFileName
 
-__all__ = ["VllmExport", "export_vllm", "export_vllm_files", "sglang_dir", "vllm_json"]
+__all__ = ["VllmExport", "export_vllm_files", "sglang_dir", "vllm_json"]
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +121,7 @@ def _measured(
     if predicted:  # under the measured GPU of their device, where there is one
         winners += [(w, gpu, Source.MODEL) for w, gpu in predicted_winners(store, fingerprint, measured)]
     for w, gpu, source in winners:
-        if w.problem.op != "moe":
+        if w.problem.op != MOE_OP:
             continue
         guess = source is Source.MODEL
         if w.best.backend == VLLM_BACKEND and _vllm_runs(w.best.config):
@@ -339,38 +341,10 @@ def _write(path: Path, text: str) -> None:
     write_atomically(path, write)
 
 
-@dataclass(frozen=True)
-class VllmExport:
-    """What `export_vllm_files` wrote: each file with what it holds in words (measured, predicted by the
-    cost model, a project's imported file, K and topk unknown, flagged entries), and the notes of what
-    was left out or conflicts."""
-
-    files: tuple[tuple[Path, str], ...]
-    notes: tuple[str, ...]
-
-    @property
-    def paths(self) -> list[Path]:
-        return [path for path, _ in self.files]
-
-
-def export_vllm(
-    store: Store,
-    out_dir: str | Path,
-    fingerprint: str | None = None,
-    flavor: str = "vllm",
-    *,
-    triton_version: str | None = None,
-    drop_flagged: bool = False,
-    predicted: bool = False,
-) -> list[Path]:
-    """`export_vllm_files`, its notes logged as warnings; the paths written."""
-    done = export_vllm_files(
-        store, out_dir, fingerprint, flavor,
-        triton_version=triton_version, drop_flagged=drop_flagged, predicted=predicted,
-    )  # fmt: skip
-    for note in done.notes:
-        logger.warning("%s", note)
-    return done.paths
+#: What `export_vllm_files` wrote: each file with what it holds in words (measured, predicted by the cost
+#: model, a project's imported file, K and topk unknown, flagged entries), and the notes of what was left
+#: out or conflicts.
+VllmExport = Export
 
 
 def export_vllm_files(
@@ -405,7 +379,7 @@ def export_vllm_files(
     files = _plan(store, fingerprint, flavor, triton_version, drop_flagged, predicted, notes)
     if not files:
         which = f" for GPU {fingerprint}" if fingerprint else ""
-        holdings = store.holdings("moe", fingerprint=fingerprint)
+        holdings = store.holdings(MOE_OP, fingerprint=fingerprint)
         hint = (
             "; add --predicted to export the cost model's picks of compile-only sweeps"
             if not predicted and holdings.counts.get(("model", TrialStatus.OK.value))

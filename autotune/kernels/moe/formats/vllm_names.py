@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 
 from autotune.core.problem import Problem
 from autotune.core.target import Target
+from autotune.db.foreign import InteropError, device_name_of
 
-from .foreign import InteropError, device_name_of
-from .moe_shape import experts
+from .shape import experts
 from .vllm_rules import FP8_BLOCK_SHAPE
 
 __all__ = ["FLAVORS", "FP8_BLOCK_SHAPE", "VLLM_KERNEL", "VllmFileName"]

@@ -1,11 +1,11 @@
 """The fused-MoE config files of vLLM and SGLang: reading them, and the rules their configs follow.
 
-A file (named as `autotune.db.vllm_names` describes) holds, for one MoE layer (E experts on this rank,
+A file (named as `vllm_names` describes) holds, for one MoE layer (E experts on this rank,
 intermediate size N per shard) on one device, a JSON object mapping M (the token count, as a string) to
 the Triton config of the fused MoE kernel: BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M,
 num_warps, num_stages and, on AMD, waves_per_eu, matrix_instr_nonkdim and kpack. vLLM's writer adds a
 top-level ``"triton_version"`` (its loader drops it); SGLang keeps files in a ``triton_X_Y_Z`` folder
-instead. Other keys (``SPLIT_K``, ``USE_TMA``, ...) appear in entries. Writing is `autotune.db.vllm_export`.
+instead. Other keys (``SPLIT_K``, ``USE_TMA``, ...) appear in entries. Writing is `vllm_export`.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import IO, Any
 from autotune.core.config import Config
 from autotune.core.result import Source, TrialResult, TrialStatus
 from autotune.core.target import Target
+from autotune.db.bounds import MAX_M, out_of_range
+from autotune.db.foreign import JSON_PROJECTS, Found, ImportedFile, InteropError, device_target
+from autotune.db.json_members import JsonError, NotAnObject, object_members
+from autotune.db.store import NewTrial
+from autotune.db.triton_compat import installed_triton, num_stages_0_rejected, parse_version
 
-from .bounds import MAX_M, out_of_range
-from .foreign import JSON_PROJECTS, Found, ImportedFile, InteropError, device_target, moe_shape_or_unknown
-from .json_members import JsonError, NotAnObject, object_members
-from .moe_shape import moe_problem
-from .store import NewTrial
-from .triton_compat import installed_triton, num_stages_0_rejected, parse_version
+from .shape import moe_problem, moe_shape_or_unknown
 from .vllm_names import FLAVORS, FP8_BLOCK_SHAPE, VLLM_KERNEL, VllmFileName
 from .vllm_rules import (
     AMD_KEYS,
