@@ -70,7 +70,6 @@ __all__ = [
     "ROPE",
     "gluon_launcher",
     "mla_gluon_kernel",
-    "smem_bytes",
 ]
 
 #: Query heads a program takes (the M of every wgmma: one warpgroup's 64 rows).
@@ -83,14 +82,6 @@ ROPE = 64
 #: Columns of one TMA box (128 bytes of bf16: one 128-byte swizzle row).
 CHUNK = 64
 _LOG2E = 1.4426950408889634
-
-
-def smem_bytes(block_n: int, stages: int) -> int:
-    """The shared memory the kernel allocates (bf16): the queries, `stages` cache tiles, P, the mbarriers;
-    Triton adds a little scratch for the softmax's reductions across the two warpgroups."""
-    queries = BLOCK_H * (LATENT + ROPE) * 2
-    tiles = stages * block_n * (LATENT + ROPE) * 2
-    return queries + tiles + BLOCK_H * block_n * 2 + 8 * stages
 
 
 @gluon.constexpr_function
