@@ -4,8 +4,11 @@ Why: at 128 heads the decode is bound by its dots. The Triton kernel (`mla.kerne
 through registers and shared memory twice (once per dot) and its 64-head tiles spill; here each tile
 crosses from global to shared memory once, by TMA, and both dots read it there with warpgroup MMAs.
 
-Layout of the work (FlashMLA's): one program per (sequence, group of 64 query heads, split of the
-context), two warpgroups (8 warps, num_warps fixed). Shared memory holds the group's queries (64 x 576
+Layout of the work (FlashMLA's): one program per (group of 64 query heads, sequence, split of the
+context), two warpgroups (8 warps, num_warps fixed). The head groups are the grid's fastest dimension, so
+the groups of a sequence run at the same time and all but the first read its tiles from L2 (at 128 heads
+and batch 128, grouped by sequence first, a whole wave of first groups would read the cache from DRAM
+and the second groups again). Shared memory holds the group's queries (64 x 576
 bf16, 72 KiB, staged once), a ring of STAGES cache tiles (BLOCK_N tokens x 576 each, 72 KiB at 64 tokens)
 and the probabilities P (64 x BLOCK_N bf16). Both accumulators have the wgmma layout with warps [4, 2]:
 - scores S = Q·Kᵀ (64 x BLOCK_N, K = 512 latent + 64 RoPE dims, two dots): warpgroup w scores the tile's
@@ -164,8 +167,8 @@ def mla_gluon_kernel(
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
 
-    b = gl.program_id(0)
-    g = gl.program_id(1)
+    g = gl.program_id(0)  # the head groups of a sequence run side by side: the second reads its tiles from L2
+    b = gl.program_id(1)
     s = gl.program_id(2)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
@@ -306,7 +309,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         extra = dict(**consts, **opts) if recorded else {}
         ws_part = out if part is None else part
         ws_lse = lens if lse is None else lse
-        fn[(B, H // BLOCK_H, splits)](
+        fn[(H // BLOCK_H, B, splits)](
             q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E, H,
             q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
         )  # fmt: skip

@@ -92,7 +92,7 @@ def test_it_is_never_the_default_and_its_first_config_is_of_its_space(B: int, co
 
 
 def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_the_reduce() -> None:
-    """Captured on the meta device: a (B, H / 64, splits) grid of the Gluon kernel on 8 warps, the cache
+    """Captured on the meta device: an (H / 64, B, splits) grid of the Gluon kernel on 8 warps, the cache
     as (pages · page_size, 576) rows in a descriptor of BLOCK_N x 64 boxes, then (several splits) the
     Triton kernel's reduce over (B, H)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
@@ -100,9 +100,9 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     calls = MLA_DECODE.kernel_calls(problem, _gluon(num_kv_splits=4, BLOCK_N=32, num_stages=4), H100)
     assert [c.fn.__name__ for c in calls] == ["mla_gluon_kernel", "mla_reduce_kernel"]
     split, reduce = calls
-    assert split.grid == (32, 2, 4) and reduce.grid == (32, 128)
+    assert split.grid == (2, 32, 4) and reduce.grid == (32, 128)
     assert split.kwargs["num_warps"] == 8 and split.kwargs["STAGES"] == 4 and split.kwargs["PAGE"] == 64
     desc = split.args[1]
     assert list(desc.block_shape) == [32, 64] and list(desc.shape) == [(32 * 64 + 1) * 64, 576]
     (one,) = MLA_DECODE.kernel_calls(problem, _gluon(), H100)
-    assert one.grid == (32, 2, 1) and one.kwargs["SPLITS"] == 1
+    assert one.grid == (2, 32, 1) and one.kwargs["SPLITS"] == 1

@@ -88,8 +88,9 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
     assert f["local"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
     assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
     assert f["warps"] == 8  # two warpgroups
-    # one program per (sequence, 64 heads, split); the reduce launch only with several splits
-    assert f["grid"] == [16, 2, splits] and f["calls"] == (1 if splits == 1 else 2)
+    # one program per (64 heads, sequence, split), a sequence's head groups side by side; the reduce
+    # launch only with several splits
+    assert f["grid"] == [2, 16, splits] and f["calls"] == (1 if splits == 1 else 2)
     # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
     assert f["wgmma"] == sorted([f"m64n{block_n // 2}k16", "m64n256k16"]), f["wgmma"]
     # nine 64-column boxes a tile (8 latent + 1 RoPE), issued in the prologue and in the loop
