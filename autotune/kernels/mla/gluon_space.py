@@ -25,7 +25,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import Problem, cdiv
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
-from autotune.kernels.mla.space import MAX_SPLITS, default_splits, own
+from autotune.kernels.mla.space import MAX_SPLITS, own
 
 __all__ = [
     "GLUON_BLOCK_H",
@@ -35,6 +35,7 @@ __all__ = [
     "gluon_first",
     "gluon_runs",
     "gluon_smem_bytes",
+    "gluon_splits",
     "gluon_subspace",
 ]
 
@@ -132,13 +133,29 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     ]
 
 
+def gluon_splits(problem: Problem, target: Target) -> int:
+    """Splits for one wave: a program fills an SM's shared memory, so the largest power of two with
+    (sequences x head groups x splits) programs within the SMs, at least four tiles of 64 tokens a split;
+    1 where the sequences fill the SMs already. On an H100 at 128 heads the fastest splits of every shape
+    measured (batch 32-128, context 4K-32K: 2 at batch 32, 1 from 64; docs/notes/2026-12-08-mla-gluon.md)."""
+    context = own(problem)[1]
+    programs = problem.M * cdiv(own(problem)[0], GLUON_BLOCK_H)
+    splits = 1
+    while (
+        programs * 2 * splits <= target.cu_count
+        and 2 * splits * 4 * 64 <= context
+        and 2 * splits <= MAX_SPLITS
+    ):
+        splits *= 2
+    return splits
+
+
 def gluon_first(problem: Problem, target: Target) -> Config | None:
     """The config visited first: 64-token tiles in 2 stages (32 tokens in 4 where the page size or the
-    shared memory refuses 64), the Triton kernel's rule for splits at 64 heads a program; None where the
-    space holds neither."""
+    shared memory refuses 64), `gluon_splits`; None where the space holds none of them."""
     sub = SubSpace("gluon", GLUON_PARAMS, gluon_constraints(problem, target))
+    splits = gluon_splits(problem, target)
     for block_n, stages in ((64, 2), (32, 4), (32, 2)):
-        splits = default_splits(problem, target, GLUON_BLOCK_H, block_n)
         config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
         if sub.check(config) is None:
             return config

@@ -89,6 +89,8 @@ def test_it_is_never_the_default_and_its_first_config_is_of_its_space(B: int, co
     (first,) = sub.first
     assert sub.check(first) is None and (first["BLOCK_N"], first["num_stages"]) == (64, 2)
     assert MLA_DECODE.predict_us(problem, first, H100) > 0
+    # one wave of one program an SM (the splits measured fastest on an H100 at batch 32-128)
+    assert first["num_kv_splits"] == {1: 4, 32: 2, 64: 1, 128: 1, 256: 1}[B]  # (1024 tokens: 4 of 256)
 
 
 def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_the_reduce() -> None:
