@@ -10,8 +10,8 @@ from importlib import metadata
 import pytest
 import torch
 
-from autotune.core.codehash import modules_hash
-from autotune.kernels import GEMM, MOE, QUANT_GEMMS
+from autotune.core.codehash import module_files, modules_hash
+from autotune.kernels import GEMM, MLA_DECODE, MOE, QUANT_GEMMS
 from autotune.kernels.moe.op import MoeOp
 from autotune.kernels.quant.op import QuantGemmOp
 
@@ -70,3 +70,13 @@ def test_the_moe_s_hashes_are_unchanged() -> None:
     torch_loop = _sha(f"torch {torch.__version__} {_kernels('autotune.kernels.moe.baseline')}")
     assert MOE.source_hash("torch") == torch_loop
     assert MoeOp(zipf=1.2).source_hash("torch") == _sha(f"{torch_loop} zipf=1.2")
+
+
+def test_the_mla_decode_s_hashes_are_its_kernels_modules() -> None:
+    """The Triton kernel's hash is its module's, as before the Gluon kernel came; the Gluon kernel's
+    covers its own module, the shared Gluon helpers and `mla.kernel` (whose reduce kernel it launches)."""
+    assert MLA_DECODE.source_hash("triton") == _kernels("autotune.kernels.mla.kernel")
+    gluon = _kernels("autotune.kernels.mla.gluon_kernel")
+    assert MLA_DECODE.source_hash("gluon") == gluon
+    files = {f.name for f in module_files("autotune.kernels.mla.gluon_kernel", within="autotune.kernels")}
+    assert {"gluon_kernel.py", "kernel.py", "gluon_hopper.py"} <= files

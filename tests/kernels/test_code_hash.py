@@ -37,10 +37,11 @@ USES = {
     ("gemm_fp8_rowwise", "triton"): {"formats", "grid", "knobs", "splitk", "tile"},
     ("gemm_fp8_rowwise", "triton_tma"): {"formats", "grid", "splitk", "tile", "tma"},
     ("gemm_fp8_rowwise", "triton_gemv"): {"formats", "gemv", "geometry", "tile"},
-    ("gemm_fp8_blockwise", "gluon"): {"formats"},
+    ("gemm_fp8_blockwise", "gluon"): {"formats", "gluon_hopper"},
     ("gemm_mxfp4", "triton"): {"formats", "grid", "knobs", "splitk", "tile"},
     ("gemm_mxfp8", "torch"): {"formats"},
     ("mla_decode", "triton"): {"tile"},
+    ("mla_decode", "gluon"): {"gluon_hopper", "tile"},
 }
 
 

@@ -11,6 +11,8 @@ no op imports another.
   `grid` (XCD remap, grouped tile order, split-K and stream-K coordinates), `splitk` (the split-K reduce
   kernel and the sums of K parts in a GEMM's own launch), `tma` (tensor-descriptor tiles), `gemv` (the
   GEMV kernels' rows).
+- Gluon for Hopper, not re-exported here (it needs a Triton with Gluon): `gluon_hopper` (the Triton 3.6 /
+  3.9 shims, a ring's mbarrier protocol under warp specialization, the wgmma layout, the TMA check).
 
 A kernel module imports these names from their module (`from autotune.kernels.common.tile import
 edge_clamped`), not from this package: a backend's version hashes the modules its kernels import

@@ -7,8 +7,9 @@ given by `latent` (default K − 64).
 
 Each call looks its shape up in the loaded tables (op "mla_decode", N = latent, K, M = B through the M
 ranges, the parameters heads, context bucket, kv_dtype and page_size) and runs that config: of the split-KV
-kernel, or the gathered baseline where a table measured it fastest ("aiter" is never served); a shape no
-table covers runs the kernel's heuristic default (and is logged as untuned).
+kernel, of its Gluon version on Hopper (never a default: where a table picked it), or the gathered
+baseline where a table measured it fastest ("aiter" is never served); a shape no table covers runs the
+kernel's heuristic default (and is logged as untuned).
 
 Rules:
 - The context bucket is a shape, never a value of `context_lens`: `max_context` where the caller gives it
@@ -30,6 +31,7 @@ Rules:
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 import torch
@@ -170,6 +172,14 @@ def _workspace(
     return held
 
 
+@lru_cache(maxsize=64)
+def _gluon_run(params: tuple[tuple[str, Any], ...]) -> Any:
+    """The Gluon kernel's launch of a config's knobs (kept: it is built once per config)."""
+    from autotune.kernels.mla.gluon_kernel import gluon_launcher
+
+    return gluon_launcher(dict(params))
+
+
 def _width(q: Any, latent: int | None) -> int:
     """The value dims: `latent`, else K - 64."""
     return latent if latent is not None else (q.shape[-1] - 64 if isinstance(q, torch.Tensor) else 0)
@@ -209,7 +219,10 @@ def _mla_decode_impl(
         return out
     part, lse = _workspace(config, problem, H, width, q.device, capturing)
     params = {k: v for k, v in config.items() if k != "backend"}
-    run = launcher(params, is_amd=tgt.is_amd, interpret=tgt.interpreter)
+    if config.backend == "gluon":  # (a table's pick on Hopper: never a default)
+        run = _gluon_run(tuple(sorted(params.items())))
+    else:
+        run = launcher(params, is_amd=tgt.is_amd, interpret=tgt.interpreter)
     run(
         q, kv_cache, page_table, context_lens, out, part, lse, sm_scale, 1.0 if kv_scale is None else kv_scale
     )

@@ -1,5 +1,7 @@
 """The MLA decode's backends, one record each: "torch" (the gathered baseline, `mla.ref`), "triton"
-(the split-KV kernel, `mla.kernel`) and, on ROCm where `import aiter` works, "aiter" (aiter's MLA decode).
+(the split-KV kernel, `mla.kernel`), on Hopper "gluon" (the split-KV kernel in Gluon, `mla.gluon_kernel`,
+with its space in `mla.gluon_space`) and, on ROCm where `import aiter` works, "aiter" (aiter's MLA
+decode).
 
 Inputs, in order: q (B, H, K) bf16, kv_cache (pages, page_size, K), page_table (B, max_pages) int32,
 context_lens (B,) int32, and the FP8 cache's scale as a 0-d fp32 CPU tensor (None for a bf16 cache).
@@ -16,6 +18,7 @@ from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
+from autotune.kernels.mla.gluon_space import gluon_absent, gluon_runs, gluon_subspace
 from autotune.kernels.mla.space import mla_default_config, mla_subspace, spill_exempt
 
 if TYPE_CHECKING:
@@ -58,6 +61,25 @@ def _triton(
     kernels = None if calls is None else (Recorder(JIT_KERNELS[0], calls), Recorder(JIT_KERNELS[1], calls))
     params = {k: v for k, v in config.items() if k != "backend"}
     run = launcher(params, is_amd=target.is_amd, interpret=target.interpreter, kernels=kernels)
+    part, lse = split_workspace(config, q.shape[0], q.shape[1], out.shape[2], q.device)
+    sm_scale, kv_scale = sm_scale_of(problem), _scale(inputs)
+
+    def launch() -> None:
+        run(q, kv, table, lens, out, part, lse, sm_scale, kv_scale)
+
+    return launch
+
+
+def _gluon(
+    problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor,
+    calls: list[KernelCall] | None = None,
+) -> Launch:  # fmt: skip
+    from autotune.kernels.mla.gluon_kernel import JIT_KERNELS, gluon_launcher
+
+    q, kv, table, lens = inputs[:4]
+    kernels = None if calls is None else (Recorder(JIT_KERNELS[0], calls), Recorder(JIT_KERNELS[1], calls))
+    params = {k: v for k, v in config.items() if k != "backend"}
+    run = gluon_launcher(params, kernels=kernels)
     part, lse = split_workspace(config, q.shape[0], q.shape[1], out.shape[2], q.device)
     sm_scale, kv_scale = sm_scale_of(problem), _scale(inputs)
 
@@ -142,13 +164,22 @@ def _torch_version() -> str:
 
 #: The MLA decode's backends. "torch" is the baseline every winner is compared with (served where a table
 #: picks it: it reads nothing back, though it holds a copy of every sequence's whole context). "aiter"
-#: takes page lists built from the context lengths on the host, so it is measured, not served.
+#: takes page lists built from the context lengths on the host, so it is measured, not served. "gluon" is
+#: never a default (not measured where the defaults were): it serves where a table picks it.
 MLA_BACKENDS = Backends(
     "mla_decode",
     (
         Backend("torch", _torch, library=True, modules=("autotune.kernels.mla.ref",), version=_torch_version),
         Backend(
             "triton", _triton, mla_subspace, modules=("autotune.kernels.mla.kernel",), exempt=spill_exempt
+        ),
+        Backend(
+            "gluon",
+            _gluon,
+            gluon_subspace,
+            modules=("autotune.kernels.mla.gluon_kernel",),
+            runs_on=gluon_runs,
+            absent=gluon_absent,
         ),
         Backend("aiter", _aiter, library=True, version=aiter_version, runs_on=_runs_aiter, served=False),
     ),

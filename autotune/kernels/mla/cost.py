@@ -8,6 +8,7 @@ from typing import Any
 from autotune.core.problem import Problem, cdiv
 from autotune.core.registry import backend_of
 from autotune.engine.model import LAUNCH_US
+from autotune.kernels.mla.gluon_space import GLUON_BLOCK_H
 from autotune.kernels.mla.space import own
 
 __all__ = ["LLC_REREAD", "mla_us"]
@@ -26,7 +27,7 @@ def mla_us(problem: Problem, config: Any, target: Any) -> float:
     if backend_of(problem.op, config.backend).library:  # a gathered copy written and read twice more
         return 3 * stream_us + _TORCH_LAUNCHES * LAUNCH_US
     heads = own(problem)[0]
-    groups = cdiv(heads, int(config["BLOCK_H"]))
+    groups = cdiv(heads, int(config.get("BLOCK_H", GLUON_BLOCK_H)))  # the gluon kernel's: 64, no knob
     splits = int(config["num_kv_splits"])
     programs = problem.M * groups * splits
     busy = min(1.0, programs / target.cu_count)

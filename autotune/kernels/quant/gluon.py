@@ -27,16 +27,16 @@ each computing its rows of every tile as above, with its own C block (c_desc's) 
 warp, the loader, makes every TMA load. The ring has two mbarriers per slot:
 - ready (count 1): the loader's expect (one arrival, plus the bytes) and the two TMA loads complete it;
   use n of a slot (load number it = n · STAGES + slot) completes its phase n, waited for with parity n & 1;
-- empty (count `_release_count`: every consumer warp on 3.9, every consumer warpgroup on 3.6): each consumer
+- empty (count `release_count`: every consumer warp on 3.9, every consumer warpgroup on 3.6): each consumer
   warp arrives once for each load, after the wait that retired the wgmma reading it (the tails' waits for
   0 too); use n's arrivals complete its phase n. Load `it` waits for phase n - 1, parity (n & 1) ^ 1, which
   a fresh barrier counts as complete for n = 0.
 Neither barrier can run two phases ahead of a waiter (a load needs the release of the slot's previous
 load, which needs every consumer past its wait for it), so parities are unambiguous. Persistent programs:
 the loader walks the consumers' tile sequence, and load numbers (so slots and phases) continue across
-tiles. On 3.9 the consumers wait and arrive in PTX of their own (`_wait_ready`, `_release`): Gluon's calls
-put a bar.sync of the partition before each. Registers (setmaxnreg): 240 a thread for each consumer
-warpgroup, 24 for the loader's.
+tiles. On 3.9 the consumers wait and arrive in PTX of their own (`wait_ready`, `release` of
+`common.gluon_hopper`): Gluon's calls put a bar.sync of the partition before each. Registers
+(setmaxnreg): 240 a thread for each consumer warpgroup, 24 for the loader's.
 
 SPLIT_K (decode grids of fewer tiles than SMs): a grid of tiles x K slices; each slice's fp32 part goes to
 a workspace, and the last slice of a block of C to bump its counter sums the parts in slice order and
@@ -78,23 +78,19 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from autotune.core.config import Config
 from autotune.core.op import FP_OPTIONS
 from autotune.core.problem import cdiv
-from autotune.kernels.launch import pinned
-from autotune.kernels.quant.gluon_hopper import (
-    _CONSUMER_REGS,
-    _GL_OUT,
-    _LOADER_REGS,
-    _check_tma,
-    _cta_barrier,
-    _k_slice,
-    _load,
-    _load_all,
-    _mma_layout,
-    _origin,
-    _release,
-    _release_count,
-    _store,
-    _wait_ready,
+from autotune.kernels.common.gluon_hopper import (
+    CONSUMER_REGS,
+    GL_DTYPES,
+    LOADER_REGS,
+    check_tma,
+    cta_barrier,
+    release,
+    release_count,
+    wait_ready,
+    wgmma_layout,
 )
+from autotune.kernels.launch import pinned
+from autotune.kernels.quant.gluon_hopper import _k_slice, _load, _load_all, _origin, _store
 from autotune.kernels.quant.gluon_split import split_slices
 from autotune.kernels.scratch import split_scratch
 
@@ -121,7 +117,7 @@ def _issue(bars, a_bufs, b_bufs, it, regs, no: gl.tensor, STAGES: gl.constexpr, 
     False at run time)."""
     slot = it % STAGES
     # The slot's n-th load completes the barrier's phase n; wait(parity) returns once that phase is done.
-    _wait_ready(bars.index(slot), (it // STAGES) & 1, WARP_SPEC)
+    wait_ready(bars.index(slot), (it // STAGES) & 1, WARP_SPEC)
     a = a_bufs.index(slot)
     if a_bufs.shape[1] > ROWS:  # one consumer warpgroup's rows (WARP_SPEC)
         a = a.slice(ROW0, ROWS)
@@ -163,11 +159,11 @@ def _retire(acc, done, scale, a_desc, b_desc, bars, empty, a_bufs, b_bufs, off_m
     if WARP_SPEC:
         # The wait before this call retired the wgmma that read the slot (a wgmma-group completes as a
         # whole, the warpgroup's smem reads included): this warp's part of releasing it.
-        _release(empty.index(it % STAGES))
+        release(empty.index(it % STAGES))
     else:
         # Each warpgroup waited for its own wgmma only: the barrier makes sure all of them have finished
         # reading the slot before the TMA (one thread) overwrites it.
-        _cta_barrier()
+        cta_barrier()
         nxt = group + STAGES
         more = nxt < k_tiles
         _load(a_desc, b_desc, bars, a_bufs, b_bufs, off_m, off_n, k0 + nxt, it + STAGES, more, STAGES)
@@ -236,12 +232,12 @@ def _tile(a_desc, b_desc, as_ptr, bs_ptr, bars, empty, a_bufs, b_bufs, off_m, of
                           last - 1, base + last - 1, k_tiles, STAGES, WARP_SPEC, SWAP)  # fmt: skip
         d1 = warpgroup_mma_wait(num_outstanding=0, deps=(p1,))
         if WARP_SPEC:  # the last group's slot, or the next tile's loads would wait for it forever
-            _release(empty.index((base + last) % STAGES))
+            release(empty.index((base + last) % STAGES))
         acc = _scaled_add(acc, d1, s1, SWAP)
     else:
         d0 = warpgroup_mma_wait(num_outstanding=0, deps=(p0,))
         if WARP_SPEC:
-            _release(empty.index((base + k_tiles - 1) % STAGES))
+            release(empty.index((base + k_tiles - 1) % STAGES))
         acc = _scaled_add(acc, d0, s0, SWAP)
     return acc
 
@@ -270,10 +266,10 @@ def _add_up(acc, c_desc, c_smem, ws_ptr, count_ptr, part, off_m, off_n, SPLIT_K:
     offs = rows[:, None] * BLOCK_N + cols[None, :]
     slots = ws_ptr + part * (SPLIT_K * ROWS * BLOCK_N)
     gl.store(slots + gl.program_id(1) * (ROWS * BLOCK_N) + offs, acc)
-    _cta_barrier()  # every thread's part is written before the counter says so
+    cta_barrier()  # every thread's part is written before the counter says so
     arrived = gl.atomic_add(count_ptr + part, 1, sem="acq_rel", scope="gpu")
     if arrived == SPLIT_K - 1:
-        _cta_barrier()
+        cta_barrier()
         total = gl.zeros([ROWS, BLOCK_N], gl.float32, mma_layout)
         for sl in gl.static_range(SPLIT_K):
             total += gl.load(slots + sl * (ROWS * BLOCK_N) + offs, cache_modifier=".cg")
@@ -347,7 +343,7 @@ def gluon_fp8_blockwise_kernel(
     gl.static_assert(WARP_SPEC or CONSUMERS == 1, "several consumers: WARP_SPEC only")
     gl.static_assert(not WARP_SPEC or num_warps == 4, "WARP_SPEC: one warpgroup per consumer partition")
     gl.static_assert(SPLIT_K == 1 or not PERSISTENT, "SPLIT_K: one program per tile and K slice")
-    mma_layout: gl.constexpr = _mma_layout(BLOCK_M // CONSUMERS, BLOCK_N, num_warps)
+    mma_layout: gl.constexpr = wgmma_layout(BLOCK_M // CONSUMERS, BLOCK_N, num_warps)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)  # noqa: RUF005
@@ -358,20 +354,20 @@ def gluon_fp8_blockwise_kernel(
         mbarrier.init(bars.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
     if not WARP_SPEC:
         fence_async_shared()
-        _cta_barrier()
+        cta_barrier()
         _consume(a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, bars, a_bufs, b_bufs,
                  c_smem, M, N, K, stride_asm, stride_ask, stride_bsn, stride_bsk, GROUP_M, STAGES, PERSISTENT,
                  WARP_SPEC, SPLIT_K, 0, CONSUMERS, mma_layout, SWAP)  # fmt: skip
     else:
         # "empty": a slot's phase completes when every consumer warp is past the wait that retired the
-        # wgmma reading it (see _release for the count).
+        # wgmma reading it (see `release` for the count).
         empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
-            mbarrier.init(empty.index(i), count=_release_count(CONSUMERS * num_warps))
+            mbarrier.init(empty.index(i), count=release_count(CONSUMERS * num_warps))
         loads = (a_desc, b_desc, bars, empty, a_bufs, b_bufs, M, N, K, GROUP_M, STAGES, PERSISTENT, SPLIT_K)
         if CONSUMERS == 1:
             fence_async_shared()
-            _cta_barrier()
+            cta_barrier()
             gl.warp_specialize(
                 [
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
@@ -381,12 +377,12 @@ def gluon_fp8_blockwise_kernel(
                     (_load_all, loads),
                 ],
                 [1],
-                [_LOADER_REGS],
+                [LOADER_REGS],
             )  # fmt: skip
         else:
             c_smem1 = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
             fence_async_shared()
-            _cta_barrier()
+            cta_barrier()
             gl.warp_specialize(
                 [
                     (_consume, (a_desc, b_desc, c_desc, as_ptr, bs_ptr, ws_ptr, count_ptr, bars, empty,
@@ -400,7 +396,7 @@ def gluon_fp8_blockwise_kernel(
                     (_load_all, loads),
                 ],
                 [num_warps, 1],
-                [_CONSUMER_REGS, _LOADER_REGS],
+                [CONSUMER_REGS, LOADER_REGS],
             )  # fmt: skip
 
 
@@ -437,13 +433,13 @@ def _layouts(
     block_m: int, block_n: int, out_dtype: torch.dtype, c_block: tuple[int, int]
 ) -> tuple[Any, Any, Any]:
     """The shared-memory layouts of the A, B and C tiles (the TMA boxes; C's `c_block`)."""
-    if out_dtype not in _GL_OUT:
+    if out_dtype not in GL_DTYPES:
         raise ValueError(f"the gluon backend writes bf16 or fp16, not {out_dtype}")
     fp8 = gl.float8e4nv
     return (
         gl.NVMMASharedLayout.get_default_for([block_m, SCALE_BLOCK], fp8),
         gl.NVMMASharedLayout.get_default_for([block_n, SCALE_BLOCK], fp8),
-        gl.NVMMASharedLayout.get_default_for(list(c_block), _GL_OUT[out_dtype]),
+        gl.NVMMASharedLayout.get_default_for(list(c_block), GL_DTYPES[out_dtype]),
     )
 
 
@@ -464,7 +460,7 @@ def _kernel_args(
             f"SPLIT_K {split_k} over K={K} ({K // SCALE_BLOCK} groups of {SCALE_BLOCK}) leaves a slice empty"
         )
     for name, t in (("a", a), ("b", b), ("out", out)):
-        _check_tma(name, t)
+        check_tma(name, t)
     c_block = (block_n, block_m // consumers) if swap else (block_m // consumers, block_n)
     a_layout, b_layout, c_layout = _layouts(block_m, block_n, out.dtype, c_block)
     a_desc = TensorDescriptor.from_tensor(a, [block_m, SCALE_BLOCK], a_layout)

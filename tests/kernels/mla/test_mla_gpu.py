@@ -96,3 +96,117 @@ def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
     bad[0, 0] = cache_t.shape[0]
     with pytest.raises(ValueError, match="out of range"):
         mla_decode(q_t, cache_t, bad, lens_t, sm_scale=0.1, target=target)
+
+
+#: (BLOCK_N, num_stages) of the Gluon kernel's rings: 64 tokens (1 and 2 stages) and 32 (2 and 4).
+GLUON_RINGS = [(64, 2), (64, 1), (32, 4), (32, 2)]
+
+
+def _gluon_target(target) -> None:
+    from autotune.kernels.mla.gluon_space import gluon_runs
+
+    if not gluon_runs(target):
+        pytest.skip(f"the gluon backend runs on Hopper (sm_90), not {target.arch}")
+
+
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("block_n, stages", GLUON_RINGS)
+def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
+    target, page: int, splits: int, block_n: int, stages: int
+) -> None:
+    """The Gluon kernel at 128 heads on random inputs with ragged contexts (0 tokens, 1, a page's edges, a
+    tail inside a tile, several pages), pages of 64 and 128 tokens, one split and several: within the
+    bf16 tolerance of the reference, no NaN (the output is poisoned first; past a context's end the tile
+    holds another sequence's tokens or random data), zeros for context 0, bit-identical on a repeat."""
+    import torch
+
+    from autotune import Config
+    from autotune.engine.bench import rel_error
+    from autotune.kernels.mla.backends import split_workspace
+    from autotune.kernels.mla.gluon_kernel import gluon_launcher
+    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+    _gluon_target(target)
+    contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
+    q, kv, table, lens, _ = paged_inputs(128, 512, 64, page, contexts, kv_dtype=torch.bfloat16, device="cuda",
+                                         seed=page + splits)  # fmt: skip
+    params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), 128, 512, q.device)
+    run = gluon_launcher(params)
+    ref = mla_reference(q, kv, table, lens, 0.07, 512)
+    out = torch.full((len(contexts), 128, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    run(q, kv, table, lens, out, part, lse, 0.07, 1.0)
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+    assert rel_error(out, ref) <= 2e-2, rel_error(out, ref)
+    for b, n in enumerate(contexts):  # each sequence on its own: a short one is not drowned by the rest
+        if n:
+            assert rel_error(out[b], ref[b]) <= 2e-2, (n, rel_error(out[b], ref[b]))
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    first = out.clone()
+    out.fill_(float("nan"))
+    run(q, kv, table, lens, out, part, lse, 0.07, 1.0)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+
+
+@pytest.mark.parametrize("block_n, stages", GLUON_RINGS[:2])
+def test_the_gluon_backend_is_right_and_repeatable(
+    right_and_repeatable, target, block_n: int, stages: int
+) -> None:
+    """The op's "gluon" configs (its space's first, and others) compute the reference through `prepare`,
+    bit-identical on repeats."""
+    from autotune import Config
+    from autotune.kernels import MLA_DECODE
+
+    _gluon_target(target)
+    problem = _problem(8, 128, 4096, "bf16")
+    space = MLA_DECODE.space(problem, target)
+    first = space.subspace("gluon").first[0]
+    right_and_repeatable(MLA_DECODE, problem, first, target, "the gluon space's first config")
+    for splits in (1, 8):
+        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+        assert space.check(config) is None, space.check(config)
+        right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, {splits} splits")
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(target, splits: int, monkeypatch) -> None:
+    """A table that picks a gluon config: `autotune.kernels.mla_decode` runs it, captured in a CUDA graph
+    whose replays, after the queries, cache, page table and context lengths were overwritten in place,
+    give the reference of the new ones."""
+    import torch
+
+    from autotune import Config
+    from autotune.dispatch import Dispatcher, Table
+    from autotune.engine.bench import rel_error
+    from autotune.kernels import mla_decode
+    from autotune.kernels.mla.api import mla_problem
+    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+    _gluon_target(target)
+    contexts = [[700, 1, 2048, 33], [2048, 1500, 64, 0]]  # both 32 pages wide, 60 pages in all
+    cases = [paged_inputs(128, 512, 64, 64, c, kv_dtype=torch.bfloat16, device="cuda", seed=i,
+                          spare_pages=60 - sum(-(-n // 64) for n in c))
+             for i, c in enumerate(contexts)]  # fmt: skip
+    q, cache, table, lens, _ = cases[0]
+    problem = mla_problem(q, cache, table, 512, table.shape[1] * 64, target)
+    config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=64, num_stages=2)
+    tables = [Table.from_winners(target, [(problem, config, 1.0)])]
+    monkeypatch.setattr(
+        "autotune.dispatch.dispatcher._default", Dispatcher(tables, device_key=target.device_key())
+    )
+    q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
+    mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)  # compiles, outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)
+    for q2, cache2, table2, lens2, _ in (cases[1], cases[0]):
+        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512)) <= 2e-2

@@ -1,0 +1,322 @@
+"""The MLA decode's "gluon" backend: a split-KV decode kernel for NVIDIA Hopper (sm_90) in Gluon.
+
+Why: at 128 heads the decode is bound by its dots. The Triton kernel (`mla.kernel`) reads each cache tile
+through registers and shared memory twice (once per dot) and its 64-head tiles spill; here each tile
+crosses from global to shared memory once, by TMA, and both dots read it there with warpgroup MMAs.
+
+Layout of the work (FlashMLA's): one program per (group of 64 query heads, sequence, split of the
+context), two warpgroups (8 warps, num_warps fixed). The head groups are the grid's fastest dimension, so
+the groups of a sequence run at the same time and all but the first read its tiles from L2 (at 128 heads
+and batch 128, grouped by sequence first, a whole wave of first groups would read the cache from DRAM
+and the second groups again). Shared memory holds the group's queries (64 x 576
+bf16, 72 KiB, staged once), a ring of STAGES cache tiles (BLOCK_N tokens x 576 each, 72 KiB at 64 tokens)
+and the probabilities P (64 x BLOCK_N bf16). Both accumulators have the wgmma layout with warps [4, 2]:
+- scores S = Q·Kᵀ (64 x BLOCK_N, K = 512 latent + 64 RoPE dims, two dots): warpgroup w scores the tile's
+  tokens [w·BLOCK_N/2, (w+1)·BLOCK_N/2) (an N = BLOCK_N/2 wgmma each);
+- the output O (64 x 512 fp32): warpgroup w sums the columns [256w, 256w + 256) (128 registers a thread,
+  one N = 256 wgmma per 16 tokens), O += P·V with V the tile's first 512 columns, read from the same slot.
+The softmax's row maxima and sums meet across the two warpgroups through shared memory (Triton's
+reduction across warps), P is written to shared memory for both, and O is rescaled by each tile's
+alpha before its P·V.
+
+Each tile of a split, in order (one CTA barrier after each step that another warpgroup's next step
+reads): wait for the slot's TMA (its `ready` mbarrier); S = Q·Kᵀ (async wgmmas, waited for); the
+online softmax in base 2 (`scale` = sm_scale · log2 e, tokens past the split's end at -inf); P to shared
+memory; O = O·alpha + P·V (async, waited for); then the slot is refilled with the tile STAGES ahead
+(one TMA load per 64 columns, into the slot's column slices). A tile lies inside one page (PAGE %
+BLOCK_N == 0, and a split starts at a multiple of BLOCK_N), so its rows are contiguous in the cache seen
+as 2-D, (pages · PAGE, 576): the first at page_table[b, t // PAGE] · PAGE + t % PAGE.
+
+Rules (the Triton kernel's, so the launcher's contract and the split workspace are the same):
+- A split's slice is a whole number of BLOCK_N tiles, cdiv(context, splits) rounded up; the context is
+  read on the device; a split past the end writes an empty part (log-sum-exp -inf), and a context of 0
+  gives a zero output. One split writes the output; several write their normalized parts and base-2
+  log-sum-exps, which `mla.kernel.mla_reduce_kernel` combines.
+- The tail tile (the split's end inside it) has its rows past the end zeroed in shared memory before the
+  dots: the TMA reads the whole tile (the rest of the page, whatever it holds), and a probability of 0
+  times a NaN would still be a NaN.
+- bf16 cache only (an FP8 cache: see `docs/notes/2026-12-08-mla-gluon.md`); 64 heads a program (the
+  heads a multiple of 64); 512 latent + 64 RoPE dims.
+
+Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
+ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P). Gluon has no
+interpreter: the kernel runs on Hopper only and is cross-compiled for sm_90 by the static checks.
+Imported lazily (it imports triton and Gluon).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from autotune.core.op import FP_OPTIONS
+from autotune.kernels.common.gluon_hopper import check_tma, cta_barrier, tma_load
+from autotune.kernels.launch import pinned
+from autotune.kernels.mla.kernel import mla_reduce_kernel
+
+__all__ = [
+    "BLOCK_H",
+    "CHUNK",
+    "JIT_KERNELS",
+    "LATENT",
+    "NUM_WARPS",
+    "ROPE",
+    "gluon_launcher",
+    "mla_gluon_kernel",
+]
+
+#: Query heads a program takes (the M of every wgmma: one warpgroup's 64 rows).
+BLOCK_H = 64
+#: Warps a program runs: two warpgroups.
+NUM_WARPS = 8
+#: The latent (value) and RoPE dims the kernel is built for (DeepSeek-V3, Kimi-K2).
+LATENT = 512
+ROPE = 64
+#: Columns of one TMA box (128 bytes of bf16: one 128-byte swizzle row).
+CHUNK = 64
+_LOG2E = 1.4426950408889634
+
+
+@gluon.constexpr_function
+def _smem_layout(cols: int) -> Any:
+    """The NVMMA shared layout of a bf16 tile `cols` wide (the widest swizzle its rows fill, 128 bytes)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, cols * 2), element_bitwidth=16, rank=2)
+
+
+@gluon.constexpr_function
+def _acc_layout(cols: int, num_warps: int) -> Any:
+    """The wgmma accumulator layout of a (64, cols) tile on `num_warps` warps: warps [4, num_warps / 4],
+    each warpgroup a slice of the columns, bf16's K of 16."""
+    warps_n = num_warps // 4
+    return gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, warps_n], instr_shape=[16, min(256, cols // warps_n), 16]
+    )
+
+
+@gluon.jit
+def _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT: gl.constexpr,
+                   ROPE: gl.constexpr, BLOCK_H: gl.constexpr, CHUNK: gl.constexpr,
+                   num_warps: gl.constexpr):  # fmt: skip
+    """The group's queries (heads past H as zeros) into shared memory, CHUNK columns at a time."""
+    blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    heads = g * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, blocked))
+    cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, blocked))
+    hmask = heads < H
+    rows = q_ptr + b.to(gl.int64) * stride_qb + heads[:, None] * stride_qh + cols[None, :]
+    for c in gl.static_range(LATENT // CHUNK):
+        q_lat.slice(c * CHUNK, CHUNK, dim=1).store(gl.load(rows + c * CHUNK, mask=hmask[:, None], other=0.0))
+    for c in gl.static_range(ROPE // CHUNK):
+        part = gl.load(rows + LATENT + c * CHUNK, mask=hmask[:, None], other=0.0)
+        q_rope.slice(c * CHUNK, CHUNK, dim=1).store(part)
+
+
+@gluon.jit
+def _load_tile(kv_desc, pages, t0, bar, lat, rope, pred, PAGE: gl.constexpr, LATENT: gl.constexpr,
+               ROPE: gl.constexpr):  # fmt: skip
+    """TMA loads of the tile of tokens from t0 (inside one page) into a ring slot (its latent and RoPE
+    buffers), completing `bar`; nothing where `pred` is false."""
+    CHUNK: gl.constexpr = kv_desc.block_type.shape[1]
+    page = gl.load(pages + t0 // PAGE, mask=pred, other=0)
+    row = page * PAGE + t0 % PAGE
+    mbarrier.expect(bar, kv_desc.block_type.nbytes * ((LATENT + ROPE) // CHUNK), pred)
+    for c in gl.static_range(LATENT // CHUNK):
+        tma_load(kv_desc, [row, c * CHUNK], bar, lat.slice(c * CHUNK, CHUNK, dim=1), pred)
+    for c in gl.static_range(ROPE // CHUNK):
+        tma_load(kv_desc, [row, LATENT + c * CHUNK], bar, rope.slice(c * CHUNK, CHUNK, dim=1), pred)
+
+
+@gluon.jit
+def _zero_tail(lat, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr, CHUNK: gl.constexpr,
+               num_warps: gl.constexpr):  # fmt: skip
+    """Rows `keep` .. BLOCK_N of a slot's latent tile (the tokens past the split's end) set to 0."""
+    blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blocked))
+    for c in gl.static_range(LATENT // CHUNK):
+        part = lat.slice(c * CHUNK, CHUNK, dim=1)
+        x = part.load(blocked)
+        part.store(gl.where(rows[:, None] < keep, x, gl.zeros_like(x)))
+
+
+@gluon.jit
+def mla_gluon_kernel(
+    q_ptr, kv_desc, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
+    scale, H,
+    stride_qb, stride_qh, stride_ptb, stride_ob, stride_oh,
+    LATENT: gl.constexpr, ROPE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
+    SPLITS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """One (sequence, 64-head group, split) of the MLA decode (module docstring)."""
+    BLOCK_H: gl.constexpr = 64
+    CHUNK: gl.constexpr = kv_desc.block_type.shape[1]
+    gl.static_assert(num_warps == 8, "two warpgroups: num_warps 8")
+    gl.static_assert(kv_desc.block_type.shape[0] == BLOCK_N, "the descriptor's box is BLOCK_N rows")
+    gl.static_assert(PAGE % BLOCK_N == 0, "a tile must lie inside one page")
+    gl.static_assert(STAGES >= 1, "at least one slot")
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N, num_warps)
+    o_layout: gl.constexpr = _acc_layout(LATENT, num_warps)
+    row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
+    row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
+
+    g = gl.program_id(0)  # the head groups of a sequence run side by side: the second reads its tiles from L2
+    b = gl.program_id(1)
+    s = gl.program_id(2)
+
+    # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
+    q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LATENT], _smem_layout(LATENT))
+    q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, ROPE], _smem_layout(ROPE))
+    k_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, LATENT], _smem_layout(LATENT))
+    k_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, ROPE], _smem_layout(ROPE))
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
+
+    ctx = gl.load(lens_ptr + b)
+    per_split = gl.cdiv(gl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N
+    start = s * per_split
+    end = gl.minimum(start + per_split, ctx)
+    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
+    pages = pt_ptr + b.to(gl.int64) * stride_ptb
+
+    _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
+                   num_warps)  # fmt: skip
+    fence_async_shared()  # the queries and the barriers' init → visible to the TMA and the wgmmas
+    cta_barrier()
+    for i in gl.static_range(STAGES):
+        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
+                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+
+    m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([BLOCK_H], gl.float32, row_s)
+    acc = gl.zeros([BLOCK_H, LATENT], gl.float32, o_layout)
+    s_zero = gl.zeros([BLOCK_H, BLOCK_N], gl.float32, s_layout)
+    tokens = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    for i in range(n_tiles):
+        slot = i % STAGES
+        # The slot's n-th load completes its barrier's phase n: wait(parity) returns once that is done.
+        mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+        lat = k_lat.index(slot)
+        rope = k_rope.index(slot)
+        n0 = start + i * BLOCK_N
+        if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach P·V
+            _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+            fence_async_shared()
+            cta_barrier()
+        qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+        qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
+        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
+        # the online softmax in base 2 (the row maxima and sums meet across the warpgroups)
+        x = gl.where((n0 + tokens < end)[None, :], qk * scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(x, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(x - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        p_smem.store(p.to(gl.bfloat16))
+        fence_async_shared()  # P (generic-proxy stores) → visible to the wgmma (async proxy) ...
+        cta_barrier()  # ... of both warpgroups: each reads all of P
+        acc = acc * gl.convert_layout(alpha, row_o)[:, None]
+        acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        # every warpgroup is past its wgmmas reading the slot and P: refill the slot
+        cta_barrier()
+        _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), lat, rope, i + STAGES < n_tiles,
+                   PAGE, LATENT, ROPE)  # fmt: skip
+
+    # the output (one split) or the split's normalized part and log-sum-exp (base 2; -inf when empty)
+    l_o = gl.convert_layout(l_i, row_o)
+    heads = g * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_o)
+    hmask = heads < H
+    cols = gl.arange(0, LATENT, layout=gl.SliceLayout(0, o_layout))
+    o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
+    if SPLITS == 1:
+        dst = out_ptr + b.to(gl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
+        gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
+        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
+        m_o = gl.convert_layout(m_i, row_o)
+        lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))
+        gl.store(lse_ptr + slot_o, lse, mask=hmask)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+
+
+#: The JIT functions of a launch, in order (what a Recorder stands in for).
+JIT_KERNELS = (mla_gluon_kernel, mla_reduce_kernel)
+
+
+def _cache_rows(kv: torch.Tensor) -> torch.Tensor:
+    """The cache as 2-D (pages · page_size, K), a view of its rows; ValueError where its pages are not
+    evenly strided rows or a row index would not fit TMA's int32 coordinates."""
+    pages, page, K = kv.shape
+    if kv.stride(2) != 1 or (pages > 1 and kv.stride(0) != page * kv.stride(1)):
+        raise ValueError(
+            f"the gluon backend reads the cache as rows of pages x page_size: strides {tuple(kv.stride())} "
+            f"of a {tuple(kv.shape)} cache are not"
+        )
+    if pages * page >= 2**31:
+        raise ValueError(f"the gluon backend's TMA takes int32 rows: {pages} pages x {page} is too many")
+    rows = kv.as_strided((pages * page, K), (kv.stride(1), 1))
+    check_tma("kv_cache", rows)
+    return rows
+
+
+def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = None) -> Callable[..., None]:
+    """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_N, num_stages) as `run(q,
+    kv_cache, page_table, context_lens, out, part, lse, sm_scale, kv_scale)`, the Triton kernel's
+    contract (`mla.kernel.launcher`): `part` and `lse` are the split workspace (None with one split).
+    `kernels`: stand-ins of `JIT_KERNELS` (recorders) in their order. ValueError, when run, for a
+    problem the kernel does not take (an FP8 cache, heads not a multiple of 64, other dims than 512 +
+    64, a page size BLOCK_N does not divide, a cache that is not rows)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
+    split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
+    recorded = kernels is not None
+    reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=2 * CHUNK, element_bitwidth=16, rank=2)
+
+    def run(
+        q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
+        part: torch.Tensor | None, lse: torch.Tensor | None, sm_scale: float, kv_scale: float,
+    ) -> None:  # fmt: skip
+        B, H, K = q.shape
+        latent, page = out.shape[2], kv.shape[1]
+        if kv.dtype != torch.bfloat16 or q.dtype != torch.bfloat16:
+            raise ValueError(f"the gluon backend takes a bf16 cache and queries, got {kv.dtype}, {q.dtype}")
+        if H % BLOCK_H or (latent, K - latent) != (LATENT, ROPE):
+            raise ValueError(
+                f"the gluon backend takes heads in groups of {BLOCK_H} and {LATENT} + {ROPE} dims, got "
+                f"H={H}, {latent} + {K - latent}"
+            )
+        if page % block_n:
+            raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
+        desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
+        consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
+        opts = dict(num_warps=NUM_WARPS, **FP_OPTIONS)
+        fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
+        extra = dict(**consts, **opts) if recorded else {}
+        ws_part = out if part is None else part
+        ws_lse = lens if lse is None else lse
+        fn[(H // BLOCK_H, B, splits)](
+            q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E, H,
+            q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
+        )  # fmt: skip
+        if splits > 1:
+            rconsts = dict(LATENT=latent, SPLITS=splits)
+            rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
+            rextra = dict(**rconsts, **reduce_opts) if recorded else {}
+            rfn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **rextra)
+
+    return run

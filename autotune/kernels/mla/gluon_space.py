@@ -1,0 +1,171 @@
+"""The search space of the MLA decode's Gluon kernel (backend "gluon", `mla.gluon_kernel`) on Hopper.
+
+Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a cache tile) and
+`num_stages` (1 to 4 tiles in the ring of shared-memory slots). Fixed: 64 heads a program on 8 warps (two
+warpgroups), so no BLOCK_H or num_warps knob.
+
+Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
+prunes its one config with the reason (`gluon_absent`): an FP8 cache, heads not a multiple of 64, other
+dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divides.
+
+Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
+program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0) and `lds_overflow` (the
+queries, the ring and P within the target's shared memory: 2 stages of 64 tokens, or 4 of 32, at most
+on an H100). It is never the op's default (`mla.space` picks the Triton kernel's): its first config
+only orders its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from functools import cache
+
+from autotune.core.config import Config, Value
+from autotune.core.problem import Problem, cdiv
+from autotune.core.space import Constraint, SubSpace
+from autotune.core.target import Target
+from autotune.kernels.mla.space import MAX_SPLITS, own
+
+__all__ = [
+    "GLUON_BLOCK_H",
+    "GLUON_PARAMS",
+    "SMEM_SCRATCH",
+    "gluon_absent",
+    "gluon_first",
+    "gluon_runs",
+    "gluon_smem_bytes",
+    "gluon_splits",
+    "gluon_subspace",
+]
+
+#: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
+GLUON_BLOCK_H = 64
+#: The kernel's knobs.
+GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
+    "num_kv_splits": tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
+    "BLOCK_N": (32, 64),
+    "num_stages": (1, 2, 3, 4),
+}
+#: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
+#: warpgroups, layout conversions), at most, as compiled for sm_90 by Triton 3.6 and 3.9.
+SMEM_SCRATCH = 1024
+_LATENT, _K = 512, 576
+
+
+def gluon_runs(target: Target) -> bool:
+    """Hopper (sm_90, sm_90a): where wgmma and TMA exist (not Blackwell, not AMD, not the interpreter)."""
+    return target.is_nvidia and target.arch.rstrip("a") == "sm_90"
+
+
+@cache
+def _gluon_missing() -> str:
+    """Why the kernel module cannot be imported here ("" when it can): it needs a Triton with Gluon for
+    Hopper. Imports it, once per process."""
+    try:
+        importlib.import_module("autotune.kernels.mla.gluon_kernel")
+    except Exception as exc:  # no Triton, or one without Gluon or with other names for its calls
+        return (
+            "the gluon kernel needs a Triton with Gluon for Hopper (triton.experimental.gluon), and it does "
+            f"not import here: {type(exc).__name__}: {exc}"
+        )
+    return ""
+
+
+def gluon_absent(problem: Problem, target: Target) -> str:
+    """Why the kernel cannot run `problem` on `target` ("" when it can)."""
+    heads, _, kv, page = own(problem)
+    if kv != "bf16":
+        return f"the gluon kernel reads a bf16 cache, not {kv}"
+    if heads % GLUON_BLOCK_H:
+        return f"the gluon kernel takes heads in groups of {GLUON_BLOCK_H}, not H={heads}"
+    if (problem.N, problem.K) != (_LATENT, _K):
+        rope = _K - _LATENT
+        return f"the gluon kernel is built for {_LATENT} + {rope} dims, not N={problem.N}, K={problem.K}"
+    if page % min(int(v) for v in GLUON_PARAMS["BLOCK_N"]):
+        return (
+            f"the gluon kernel's tiles (32 or 64 tokens) lie inside a page: page_size {page} is no multiple"
+        )
+    return _gluon_missing()
+
+
+def gluon_smem_bytes(block_n: int, stages: int) -> int:
+    """The shared memory the kernel allocates itself (bf16): the queries (64 x 576), `stages` cache tiles
+    (block_n x 576), P (64 x block_n) and the ring's mbarriers; Triton adds up to SMEM_SCRATCH."""
+    return GLUON_BLOCK_H * _K * 2 + stages * block_n * _K * 2 + GLUON_BLOCK_H * block_n * 2 + 8 * stages
+
+
+def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The kernel's rules on `problem` and `target` (module docstring)."""
+    heads, context, _, page = own(problem)
+    B, cus = problem.M, target.cu_count
+    programs = B * cdiv(heads, GLUON_BLOCK_H)
+
+    def smem(c: Mapping[str, Value]) -> int:
+        return gluon_smem_bytes(int(c["BLOCK_N"]), int(c["num_stages"])) + SMEM_SCRATCH
+
+    return [
+        Constraint(
+            "splits_past_context",
+            f"{{num_kv_splits}} splits of BLOCK_N {{BLOCK_N}} tokens exceed the context {context}",
+            lambda c: int(c["num_kv_splits"]) * int(c["BLOCK_N"]) <= max(context, int(c["BLOCK_N"])),
+            knobs=("num_kv_splits", "BLOCK_N"),
+        ),
+        Constraint(
+            "splits_needless",
+            f"half the splits already give {B} sequences x head groups 2 programs per SM ({cus} SMs)",
+            lambda c: int(c["num_kv_splits"]) == 1 or programs * int(c["num_kv_splits"]) // 2 < 2 * cus,
+            knobs=("num_kv_splits",),
+        ),
+        Constraint(
+            "tile_past_page",
+            f"BLOCK_N {{BLOCK_N}} does not divide the page size {page}: a tile must lie inside one page",
+            lambda c: page % int(c["BLOCK_N"]) == 0,
+            knobs=("BLOCK_N",),
+        ),
+        Constraint(
+            "lds_overflow",
+            f"the queries, {{num_stages}} tiles of BLOCK_N {{BLOCK_N}} tokens and P need more than the "
+            f"{target.lds_bytes} bytes of shared memory",
+            lambda c: target.interpreter or smem(c) <= target.lds_bytes,
+            knobs=("BLOCK_N", "num_stages"),
+        ),
+    ]
+
+
+def gluon_splits(problem: Problem, target: Target) -> int:
+    """Splits for one wave: a program fills an SM's shared memory, so the largest power of two with
+    (sequences x head groups x splits) programs within the SMs, at least four tiles of 64 tokens a split;
+    1 where the sequences fill the SMs already. On an H100 at 128 heads the fastest splits of every shape
+    measured (batch 32-128, context 4K-32K: 2 at batch 32, 1 from 64; docs/notes/2026-12-08-mla-gluon.md)."""
+    context = own(problem)[1]
+    programs = problem.M * cdiv(own(problem)[0], GLUON_BLOCK_H)
+    splits = 1
+    while (
+        programs * 2 * splits <= target.cu_count
+        and 2 * splits * 4 * 64 <= context
+        and 2 * splits <= MAX_SPLITS
+    ):
+        splits *= 2
+    return splits
+
+
+def gluon_first(problem: Problem, target: Target) -> Config | None:
+    """The config visited first: 64-token tiles in 2 stages (32 tokens in 4 where the page size or the
+    shared memory refuses 64), `gluon_splits`; None where the space holds none of them."""
+    sub = SubSpace("gluon", GLUON_PARAMS, gluon_constraints(problem, target))
+    splits = gluon_splits(problem, target)
+    for block_n, stages in ((64, 2), (32, 4), (32, 2)):
+        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+        if sub.check(config) is None:
+            return config
+    return None
+
+
+def gluon_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
+    """The kernel's configs, `default` (the op's, where it is a gluon config: never, today) or
+    `gluon_first` first."""
+    first = default or gluon_first(problem, target)
+    return SubSpace(
+        "gluon", GLUON_PARAMS, gluon_constraints(problem, target), first=() if first is None else (first,)
+    )

@@ -1,0 +1,235 @@
+"""MLA decode at 128 heads on Hopper: the Gluon kernel (backend "gluon") beside the Triton kernel.
+
+Shapes: H = 128, DeepSeek-V3's 512 latent + 64 RoPE dims, a bf16 cache in pages of 64 tokens, batch
+32 / 64 / 128 x context 4096 / 8192 / 32768 (--quick: batch 32 x context 4096, fewer configs).
+
+Rules:
+- Every config is checked before it is timed: its output (poisoned with NaN first) against the fp32
+  reference `mla.ref.mla_reference` on random inputs (never zeros); printed: max abs error and
+  ‖out − ref‖ / ‖ref‖. A NaN or a relative error over 2e-2 fails the config (a FAIL line); so does a
+  compile error. A failing config is skipped and the rest go on; the script exits 1 if any Gluon config
+  failed. Each Gluon config is also checked once on ragged contexts (0, 1, 63, 64, 65, ... tokens) in
+  pages of 64 and 128 tokens.
+- Timing: CUDA graphs of 10 launches, the median of 20 replays, per launch (µs). TFLOP/s = B·H·ctx·2·(576 +
+  512) / time. Timed: the Triton kernel's heuristic default (`MLA_DECODE.default_config`), strong Triton
+  configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs of its
+  space (BLOCK_N 32 / 64, stages, splits 1 / 2 / 4 / 8).
+- A kernel that hangs ends the run after --hang-s seconds (with the traceback); a device fault ends it too
+  (the CUDA context is lost): the JSON written so far (after each shape) stays.
+- Prints one table: per shape the Triton default, the best Triton config and the best Gluon config (µs,
+  TFLOP/s) and gluon / best Triton. Details go to --out (default $OUT, else ./out): mla_gluon_probe.json.
+
+    python benchmarks/mla_gluon_probe.py [--out DIR] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from autotune import Config, Problem
+from autotune.core.target import local_target
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.backends import split_workspace
+from autotune.kernels.mla.gluon_kernel import gluon_launcher
+from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+H, LATENT, ROPE, PAGE = 128, 512, 64, 64
+TOLERANCE = 2e-2
+TRITON = [
+    dict(BLOCK_H=64, num_warps=8, BLOCK_N=bn, num_kv_splits=s, num_stages=2)
+    for bn in (32, 64)
+    for s in (1, 2, 4)
+]
+#: (BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits.
+RINGS = ((64, 1), (64, 2), (32, 2), (32, 3), (32, 4))
+GLUON = [dict(BLOCK_N=bn, num_stages=st, num_kv_splits=s) for bn, st in RINGS for s in (1, 2, 4, 8)]
+RAGGED = [0, 1, 63, 64, 65, 1000, 2047, 4096]
+
+
+def problem_of(B: int, ctx: int) -> Problem:
+    return Problem.of(
+        "mla_decode", B, LATENT, LATENT + ROPE, heads=H, context=ctx, kv_dtype="bf16", page_size=PAGE
+    )
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """(max abs error, ‖out − ref‖ / ‖ref‖), NaN where out has one."""
+    diff = out.double() - ref.double()
+    return float(diff.abs().max()), float(diff.norm() / ref.double().norm())
+
+
+def check(name: str, out: torch.Tensor, ref: torch.Tensor, log: dict[str, Any]) -> bool:
+    worst, rel = errors(out, ref)
+    ok = rel == rel and worst == worst and rel <= TOLERANCE and not bool(out.isnan().any())
+    log.update(max_abs=worst, rel=rel, ok=ok)
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}: max abs {worst:.3e}, rel {rel:.3e}", flush=True)
+    return ok
+
+
+def graph_us(launch: Any, per_graph: int = 10, replays: int = 20) -> float:
+    """µs a launch: the median of `replays` replays of a CUDA graph of `per_graph` launches."""
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        launch()  # warm: compiled and bound outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(per_graph):
+            launch()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / per_graph)
+    return sorted(times)[len(times) // 2]
+
+
+def ragged_check(params: dict[str, Any], log: dict[str, Any]) -> bool:
+    """A Gluon config on ragged contexts (RAGGED, with 0), in pages of 64 and 128 tokens."""
+    ok = True
+    for page in (64, 128):
+        q, kv, table, lens, _ = paged_inputs(
+            H, LATENT, ROPE, page, RAGGED, kv_dtype=torch.bfloat16, device="cuda", seed=page
+        )
+        out = torch.full((len(RAGGED), H, LATENT), float("nan"), device="cuda", dtype=torch.bfloat16)
+        part, lse = split_workspace(Config(backend="gluon", **params), len(RAGGED), H, LATENT, q.device)
+        gluon_launcher(params)(q, kv, table, lens, out, part, lse, 0.1, 1.0)
+        torch.cuda.synchronize()
+        entry: dict[str, Any] = {}
+        ok &= check(f"ragged, page {page}", out, mla_reference(q, kv, table, lens, 0.1, LATENT), entry)
+        log[f"ragged_p{page}"] = entry
+    return ok
+
+
+def run_config(
+    p: Problem, config: Config, inputs: Any, ref: torch.Tensor, log: dict[str, Any]
+) -> float | None:
+    """The config's µs a launch on `p` once its output is right; None (and why, in `log`) if it fails."""
+    target = local_target()
+    try:
+        out = MLA_DECODE.make_output(p, "cuda").fill_(float("nan"))
+        launch = MLA_DECODE.prepare(p, config, target, inputs, out)
+        launch()
+        torch.cuda.synchronize()
+        if not check(config.short(), out, ref, log):
+            return None
+        us = graph_us(launch)
+    except Exception as exc:  # a compile error, a launch the kernel refuses: this config only
+        log.update(ok=False, error=f"{type(exc).__name__}: {exc}"[-3000:])
+        print(f"  FAIL {config.short()}: {log['error'][:500]}", flush=True)
+        traceback.print_exc(limit=3)
+        return None
+    log.update(us=us, tflops=p.flops() / us / 1e6)
+    return us
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "out"), help="folder of the JSON details")
+    ap.add_argument("--quick", action="store_true", help="batch 32 x context 4096 and fewer configs")
+    ap.add_argument(
+        "--hang-s", type=float, default=300.0, help="seconds a config may take before the run ends"
+    )
+    args = ap.parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    shapes = [(32, 4096)] if args.quick else [(b, c) for c in (4096, 8192, 32768) for b in (32, 64, 128)]
+    gluon = [g for g in GLUON if g["num_kv_splits"] <= 4] if args.quick else GLUON
+    target = local_target()
+    info = dict(
+        device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__
+    )
+    print(f"{info['device']}, torch {info['torch']}, triton {info['triton']}", flush=True)
+    report: dict[str, Any] = dict(info=info, ragged={}, shapes=[])
+    failed = False
+
+    print("ragged contexts (Gluon configs):", flush=True)
+    for params in gluon:
+        name = Config(backend="gluon", **params).short()
+        print(f" {name}", flush=True)
+        entry: dict[str, Any] = {}
+        faulthandler.dump_traceback_later(args.hang_s, exit=True)
+        try:
+            ok = ragged_check(params, entry)
+        except Exception as exc:
+            ok = False
+            entry["error"] = f"{type(exc).__name__}: {exc}"[-3000:]
+            print(f"  FAIL {name}: {entry['error'][:500]}", flush=True)
+        faulthandler.cancel_dump_traceback_later()
+        failed |= not ok
+        report["ragged"][name] = entry
+
+    rows = []
+    for B, ctx in shapes:
+        p = problem_of(B, ctx)
+        print(f"\nB={B} ctx={ctx}: {MLA_DECODE.describe_problem(p)}", flush=True)
+        inputs = MLA_DECODE.make_inputs(p, "cuda", seed=B + ctx)
+        ref = MLA_DECODE.reference(p, inputs)
+        try:
+            default = MLA_DECODE.default_config(p, target)
+        except Exception:  # the static checks need the compiler's tools: the rule's pick then
+            default = MLA_DECODE.default_candidates(p, target)[0]
+        space = MLA_DECODE.space(p, target)
+        candidates = [("triton-default", default)]
+        candidates += [("triton", Config(backend="triton", **c)) for c in TRITON]
+        candidates += [("gluon", Config(backend="gluon", **g)) for g in gluon]
+        shape: dict[str, Any] = dict(B=B, context=ctx, flops=p.flops(), configs=[])
+        best: dict[str, tuple[float, str] | None] = {"triton-default": None, "triton": None, "gluon": None}
+        for kind, config in candidates:
+            log: dict[str, Any] = dict(kind=kind, config=config.short(), space=space.check(config))
+            faulthandler.dump_traceback_later(args.hang_s, exit=True)
+            us = run_config(p, config, inputs, ref, log)
+            faulthandler.cancel_dump_traceback_later()
+            shape["configs"].append(log)
+            if us is None:
+                failed |= kind == "gluon"
+                continue
+            print(f"    {us:9.1f} us {p.flops() / us / 1e6:6.1f} TFLOP/s", flush=True)
+            for k in {kind, "triton"} if kind == "triton-default" else {kind}:
+                if best[k] is None or us < best[k][0]:  # type: ignore[index]
+                    best[k] = (us, config.short())
+        shape["best"] = best
+        report["shapes"].append(shape)
+        rows.append((B, ctx, p.flops(), best))
+        (out_dir / "mla_gluon_probe.json").write_text(json.dumps(report, indent=1))
+        del inputs, ref
+        torch.cuda.empty_cache()
+
+    heads = ("triton default", "best triton", "best gluon")
+    print("\n  B    ctx | " + " | ".join(f"{h:18}" for h in heads) + " | gluon/triton | best gluon config")
+    for B, ctx, flops, best in rows:
+        cells = []
+        for k in ("triton-default", "triton", "gluon"):
+            cells.append(
+                f"{best[k][0]:7.1f} us {flops / best[k][0] / 1e6:5.0f} TF" if best[k] else f"{'-':>18}"
+            )
+        ratio = (
+            f"{best['triton'][0] / best['gluon'][0]:11.2f}x"
+            if best["gluon"] and best["triton"]
+            else f"{'-':>12}"
+        )
+        print(
+            f"{B:>4} {ctx:>6} | {' | '.join(cells)} | {ratio} | {best['gluon'][1] if best['gluon'] else '-'}"
+        )
+    (out_dir / "mla_gluon_probe.json").write_text(json.dumps(report, indent=1))
+    print(
+        f"\ndetails: {out_dir / 'mla_gluon_probe.json'}"
+        + ("\nFAILED: a Gluon config was wrong or did not run" if failed else "")
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

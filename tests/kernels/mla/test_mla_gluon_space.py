@@ -1,0 +1,110 @@
+"""The search space of the MLA decode's Gluon kernel (backend "gluon"): where it exists, its knobs and
+constraints, that it is never a default, its cost and its launches as captured (pure: nothing compiled,
+no GPU; the launches are captured with inputs on torch's meta device)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autotune import Config, Problem, Target
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, gluon_smem_bytes
+
+H100 = Target.for_arch("sm_90")
+
+
+def _problem(B: int = 32, heads: int = 128, context: int = 4096, kv: str = "bf16", page: int = 64) -> Problem:
+    return Problem.of("mla_decode", B, 512, 576, heads=heads, context=context, kv_dtype=kv, page_size=page)
+
+
+def _gluon(**knobs: int) -> Config:
+    return Config(backend="gluon", **({"num_kv_splits": 1, "BLOCK_N": 64, "num_stages": 2} | knobs))
+
+
+def test_the_backend_exists_on_hopper_only() -> None:
+    assert "gluon" in MLA_DECODE.backends(H100)
+    assert "gluon" in MLA_DECODE.backends(dataclasses.replace(H100, arch="sm_90a"))
+    others = [Target.for_arch(a) for a in ("gfx942", "gfx950", "interpreter")]
+    others += [dataclasses.replace(H100, arch=a) for a in ("sm_100", "sm_89")]
+    for target in others:
+        assert "gluon" not in MLA_DECODE.backends(target), target.arch
+    assert MLA_DECODE.space(_problem(), H100).backends == ("torch", "triton", "gluon")
+
+
+def test_its_knobs_are_splits_tiles_and_stages_and_the_ring_fits_shared_memory() -> None:
+    """BLOCK_N 32 or 64, 1 to 4 stages: the queries (72 KiB), the ring and P within the H100's 227 KiB
+    (2 stages of 64 tokens, 4 of 32), pruned with the reason beyond."""
+    sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
+    assert dict(sub.params) == dict(GLUON_PARAMS)
+    assert set(GLUON_PARAMS) == {"num_kv_splits", "BLOCK_N", "num_stages"}
+    rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs()}
+    assert rings == {(64, 1), (64, 2), (32, 1), (32, 2), (32, 3), (32, 4)}
+    for block_n, stages in ((64, 3), (64, 4)):
+        assert (sub.check(_gluon(BLOCK_N=block_n, num_stages=stages)) or "").startswith("lds_overflow")
+    assert gluon_smem_bytes(64, 2) == 73728 + 2 * 73728 + 8192 + 16
+    assert gluon_smem_bytes(64, 2) + SMEM_SCRATCH <= H100.lds_bytes < gluon_smem_bytes(64, 3)
+
+
+def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -> None:
+    sub = MLA_DECODE.space(_problem(page=32), H100).subspace("gluon")
+    assert (sub.check(_gluon(BLOCK_N=64)) or "").startswith("tile_past_page")
+    assert sub.check(_gluon(BLOCK_N=32)) is None
+    assert MLA_DECODE.space(_problem(page=128), H100).subspace("gluon").check(_gluon()) is None
+    # B = 32 at 64 heads a program: 64 programs; 8 splits fill 2 programs an SM with half of them already
+    sub = MLA_DECODE.space(_problem(32, context=8192), H100).subspace("gluon")
+    assert sub.check(_gluon(num_kv_splits=8)) is None
+    assert (sub.check(_gluon(num_kv_splits=16)) or "").startswith("splits_needless")
+    short = MLA_DECODE.space(_problem(1, context=256), H100).subspace("gluon")
+    assert (short.check(_gluon(num_kv_splits=8)) or "").startswith("splits_past_context")
+
+
+@pytest.mark.parametrize(
+    "kw, why",
+    [
+        (dict(kv="fp8e4m3"), "reads a bf16 cache"),
+        (dict(heads=16), "heads in groups of 64"),
+        (dict(heads=96), "heads in groups of 64"),
+        (dict(page=16), "lie inside a page"),
+    ],
+)
+def test_problems_it_cannot_run_prune_its_one_config_with_the_reason(kw: dict[str, object], why: str) -> None:
+    space = MLA_DECODE.space(_problem(**kw), H100)  # type: ignore[arg-type]
+    assert not [c for c in space.configs() if c.backend == "gluon"]
+    assert why in (space.subspace("gluon").check(Config(backend="gluon")) or "")
+    kimi = Problem.of("mla_decode", 8, 256, 320, heads=128, context=4096, kv_dtype="bf16", page_size=64)
+    assert "512 + 64 dims" in (
+        MLA_DECODE.space(kimi, H100).subspace("gluon").check(Config(backend="gluon")) or ""
+    )
+
+
+@pytest.mark.parametrize("B, context", [(1, 1024), (32, 4096), (64, 8192), (128, 32768), (256, 4096)])
+def test_it_is_never_the_default_and_its_first_config_is_of_its_space(B: int, context: int) -> None:
+    """The op's default (and every candidate) stays the Triton kernel's on sm_90: the Gluon kernel is
+    searched, not picked untuned; its own first config is 64-token tiles in 2 stages."""
+    problem = _problem(B, context=context)
+    assert all(c.backend == "triton" for c in MLA_DECODE.default_candidates(problem, H100))
+    sub = MLA_DECODE.space(problem, H100).subspace("gluon")
+    (first,) = sub.first
+    assert sub.check(first) is None and (first["BLOCK_N"], first["num_stages"]) == (64, 2)
+    assert MLA_DECODE.predict_us(problem, first, H100) > 0
+    # one wave of one program an SM (the splits measured fastest on an H100 at batch 32-128)
+    assert first["num_kv_splits"] == {1: 4, 32: 2, 64: 1, 128: 1, 256: 1}[B]  # (1024 tokens: 4 of 256)
+
+
+def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_the_reduce() -> None:
+    """Captured on the meta device: an (H / 64, B, splits) grid of the Gluon kernel on 8 warps, the cache
+    as (pages · page_size, 576) rows in a descriptor of BLOCK_N x 64 boxes, then (several splits) the
+    Triton kernel's reduce over (B, H)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    problem = _problem(32, context=4096)
+    calls = MLA_DECODE.kernel_calls(problem, _gluon(num_kv_splits=4, BLOCK_N=32, num_stages=4), H100)
+    assert [c.fn.__name__ for c in calls] == ["mla_gluon_kernel", "mla_reduce_kernel"]
+    split, reduce = calls
+    assert split.grid == (2, 32, 4) and reduce.grid == (32, 128)
+    assert split.kwargs["num_warps"] == 8 and split.kwargs["STAGES"] == 4 and split.kwargs["PAGE"] == 64
+    desc = split.args[1]
+    assert list(desc.block_shape) == [32, 64] and list(desc.shape) == [(32 * 64 + 1) * 64, 576]
+    (one,) = MLA_DECODE.kernel_calls(problem, _gluon(), H100)
+    assert one.grid == (2, 32, 1) and one.kwargs["SPLITS"] == 1

@@ -1,0 +1,99 @@
+"""The MLA decode's Gluon kernel (backend "gluon", `mla/gluon_kernel.py`) cross-compiles for sm_90 without a
+GPU, for each ring the space holds (BLOCK_N 32 and 64, 1 to 4 stages) and for one split and several:
+no spills, registers within 255, shared memory within the target's 227 KiB and within what the space
+counts (`gluon_space.gluon_smem_bytes` + SMEM_SCRATCH), warpgroup MMAs for both dots (S: N = BLOCK_N / 2
+a warpgroup; P·V: N = 256), nine TMA boxes a tile, and the waits as written (ptxas serializes no wgmma).
+
+Compiles through the op (`MLA_DECODE.kernel_calls`, as a sweep's static check does), in one process
+without TRITON_INTERPRET. Numerics need a Hopper GPU (`tests/kernels/mla/test_mla_gpu.py -k gluon`, and
+`benchmarks/mla_gluon_probe.py`); Gluon has no interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+#: (BLOCK_N, num_stages, num_kv_splits): every ring that fits, with one split and several.
+CONFIGS = [(64, 1, 1), (64, 2, 1), (64, 2, 4), (32, 2, 2), (32, 3, 1), (32, 4, 8)]
+
+SCRIPT = r"""
+import os, re, subprocess, tempfile
+from triton import knobs
+from autotune import Config
+from autotune.core.problem import Problem
+from autotune.engine.compile import _cubin_usage, compile_call
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
+
+out = {}
+for block_n, stages, splits in json.loads(sys.argv[2]):
+    name = f"{block_n}x{stages}x{splits}"
+    p = Problem.of("mla_decode", 16, 512, 576, heads=128, context=8192, kv_dtype="bf16", page_size=64)
+    c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits)
+    try:
+        calls = MLA_DECODE.kernel_calls(p, c, target)
+        kernel = compile_call(calls[0], target)
+        for extra in calls[1:]:
+            compile_call(extra, target)
+    except Exception as exc:
+        out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
+        continue
+    ptx = kernel.asm["ptx"]
+    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
+                              check=True).stdout
+    out[name] = dict(
+        regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
+        counted=gluon_smem_bytes(block_n, stages) + SMEM_SCRATCH, space=MLA_DECODE.space(p, target).check(c),
+        calls=len(calls), grid=list(calls[0].grid), warps=int(kernel.metadata.num_warps),
+        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.bf16\.bf16", ptx))),
+        wait0=ptx.count("wgmma.wait_group.sync.aligned 0;"),
+        sass_wait0=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0"),
+        spill_ops=len(re.findall(r"\b(STL|LDL)\b", sass)),
+        tma=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::c\w+\.global", ptx)),
+    )
+print(json.dumps(out))
+"""
+
+
+def _name(cfg: tuple[int, int, int]) -> str:
+    return "x".join(str(v) for v in cfg)
+
+
+@pytest.fixture(scope="module")
+def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """What the sm_90 compile of each config shows (one process for all)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
+def test_compiles_for_sm90_without_spills_within_its_shared_memory(
+    facts: dict[str, Any], cfg: tuple[int, int, int], record_property: Any
+) -> None:
+    f = facts[_name(cfg)]
+    assert "error" not in f, f.get("error")
+    for key, value in f.items():
+        record_property(key, value)
+    print(f"{_name(cfg)}: {f}")
+    block_n, stages, splits = cfg
+    assert f["space"] is None, f["space"]  # a config of the space
+    assert f["local"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
+    assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
+    assert f["warps"] == 8  # two warpgroups
+    # one program per (64 heads, sequence, split), a sequence's head groups side by side; the reduce
+    # launch only with several splits
+    assert f["grid"] == [2, 16, splits] and f["calls"] == (1 if splits == 1 else 2)
+    # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
+    assert f["wgmma"] == sorted([f"m64n{block_n // 2}k16", "m64n256k16"]), f["wgmma"]
+    # nine 64-column boxes a tile (8 latent + 1 RoPE), issued in the prologue and in the loop
+    assert f["tma"] == 9 * (stages + 1), f["tma"]
+    # each dot waited for once (then the softmax, then the next tile), and ptxas added no waits
+    assert f["wait0"] == 2 and f["sass_wait0"] == f["wait0"], f
