@@ -137,7 +137,7 @@ def gluon_splits(problem: Problem, target: Target) -> int:
     """Splits for one wave: a program fills an SM's shared memory, so the largest power of two with
     (sequences x head groups x splits) programs within the SMs, at least four tiles of 64 tokens a split;
     1 where the sequences fill the SMs already. On an H100 at 128 heads the fastest splits of every shape
-    measured (batch 32-128, context 4K-32K: 2 at batch 32, 1 from 64; docs/notes/2026-12-08-mla-gluon.md)."""
+    measured (batch 32-128, context 4K-32K: 2 at batch 32, 1 from 64; docs/notes/2026-12-07-mla-gluon.md)."""
     context = own(problem)[1]
     programs = problem.M * cdiv(own(problem)[0], GLUON_BLOCK_H)
     splits = 1
