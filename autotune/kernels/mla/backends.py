@@ -74,11 +74,12 @@ def _gluon(
     problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor,
     calls: list[KernelCall] | None = None,
 ) -> Launch:  # fmt: skip
-    from autotune.kernels.mla.gluon_kernel import JIT_KERNELS, gluon_launcher
+    from autotune.kernels.mla.gluon_kernel import gluon_launcher, jit_kernels
 
     q, kv, table, lens = inputs[:4]
-    kernels = None if calls is None else (Recorder(JIT_KERNELS[0], calls), Recorder(JIT_KERNELS[1], calls))
     params = {k: v for k, v in config.items() if k != "backend"}
+    fns = jit_kernels(int(params.get("SCHEDULE", 0)))
+    kernels = None if calls is None else (Recorder(fns[0], calls), Recorder(fns[1], calls))
     run = gluon_launcher(params, kernels=kernels)
     part, lse = split_workspace(config, q.shape[0], q.shape[1], out.shape[2], q.device)
     sm_scale, kv_scale = sm_scale_of(problem), _scale(inputs)
@@ -177,7 +178,7 @@ MLA_BACKENDS = Backends(
             "gluon",
             _gluon,
             gluon_subspace,
-            modules=("autotune.kernels.mla.gluon_kernel",),
+            modules=("autotune.kernels.mla.gluon_kernel", "autotune.kernels.mla.gluon_seesaw"),
             runs_on=gluon_runs,
             absent=gluon_absent,
         ),

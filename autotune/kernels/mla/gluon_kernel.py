@@ -39,7 +39,9 @@ Rules (the Triton kernel's, so the launcher's contract and the split workspace a
   heads a multiple of 64); 512 latent + 64 RoPE dims.
 
 Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
-ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P). Gluon has no
+ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P) and SCHEDULE: 0 this
+module's kernel (the warpgroups in lockstep), 1 the seesaw (`mla.gluon_seesaw`: the warpgroups take the
+tiles in turn, a loader warp, the same launch contract). Gluon has no
 interpreter: the kernel runs on Hopper only and is cross-compiled for sm_90 by the static checks.
 Imported lazily (it imports triton and Gluon).
 """
@@ -71,7 +73,9 @@ __all__ = [
     "LATENT",
     "NUM_WARPS",
     "ROPE",
+    "SCHEDULES",
     "gluon_launcher",
+    "jit_kernels",
     "mla_gluon_kernel",
 ]
 
@@ -252,8 +256,22 @@ def mla_gluon_kernel(
         mbarrier.invalidate(ready.index(i))
 
 
-#: The JIT functions of a launch, in order (what a Recorder stands in for).
+#: The JIT functions of a launch of the lockstep schedule (SCHEDULE 0), in order (what a Recorder stands in
+#: for); `jit_kernels` gives those of either schedule.
 JIT_KERNELS = (mla_gluon_kernel, mla_reduce_kernel)
+#: The schedules (the SCHEDULE knob): 0 this module's lockstep kernel, 1 the seesaw (`mla.gluon_seesaw`).
+SCHEDULES = (0, 1)
+
+
+def jit_kernels(schedule: int) -> tuple[Any, Any]:
+    """The JIT functions of a launch of `schedule` (the split kernel, the reduce), in order."""
+    if schedule == 0:
+        return JIT_KERNELS
+    if schedule == 1:
+        from autotune.kernels.mla.gluon_seesaw import mla_seesaw_kernel
+
+        return (mla_seesaw_kernel, mla_reduce_kernel)
+    raise ValueError(f"the gluon backend's SCHEDULE is one of {SCHEDULES}, not {schedule}")
 
 
 def _cache_rows(kv: torch.Tensor) -> torch.Tensor:
@@ -273,16 +291,19 @@ def _cache_rows(kv: torch.Tensor) -> torch.Tensor:
 
 
 def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = None) -> Callable[..., None]:
-    """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_N, num_stages) as `run(q,
+    """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_N, num_stages, SCHEDULE: 0 where
+    absent, as stored before it existed) as `run(q,
     kv_cache, page_table, context_lens, out, part, lse, sm_scale, kv_scale)`, the Triton kernel's
     contract (`mla.kernel.launcher`): `part` and `lse` are the split workspace (None with one split).
-    `kernels`: stand-ins of `JIT_KERNELS` (recorders) in their order. ValueError, when run, for a
+    `kernels`: stand-ins of `jit_kernels(SCHEDULE)` (recorders) in their order. ValueError, when run, for a
     problem the kernel does not take (an FP8 cache, heads not a multiple of 64, other dims than 512 +
     64, a page size BLOCK_N does not divide, a cache that is not rows)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
-    split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
+    schedule = int(params.get("SCHEDULE", 0))
+    split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
+    num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: warpgroup 0; the rest are partitions)
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
     layout = gl.NVMMASharedLayout(swizzle_byte_width=2 * CHUNK, element_bitwidth=16, rank=2)
@@ -304,7 +325,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
             raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
         desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
         consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
-        opts = dict(num_warps=NUM_WARPS, **FP_OPTIONS)
+        opts = dict(num_warps=num_warps, **FP_OPTIONS)
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
         extra = dict(**consts, **opts) if recorded else {}
         ws_part = out if part is None else part

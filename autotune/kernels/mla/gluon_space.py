@@ -1,18 +1,21 @@
 """The search space of the MLA decode's Gluon kernel (backend "gluon", `mla.gluon_kernel`) on Hopper.
 
-Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a cache tile) and
-`num_stages` (1 to 4 tiles in the ring of shared-memory slots). Fixed: 64 heads a program on 8 warps (two
-warpgroups), so no BLOCK_H or num_warps knob.
+Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a cache tile), `num_stages`
+(1 to 4 tiles in the ring of shared-memory slots) and `SCHEDULE` (0: the two warpgroups in lockstep,
+`mla.gluon_kernel`; 1: the seesaw, `mla.gluon_seesaw`, the warpgroups taking the tiles in turn beside a
+loader warp). Fixed: 64 heads a program on two warpgroups, so no BLOCK_H or num_warps knob.
 
 Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
 prunes its one config with the reason (`gluon_absent`): an FP8 cache, heads not a multiple of 64, other
 dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divides.
 
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
-program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0) and `lds_overflow` (the
-queries, the ring and P within the target's shared memory: 2 stages of 64 tokens, or 4 of 32, at most
-on an H100). It is never the op's default (`mla.space` picks the Triton kernel's): its first config
-only orders its own.
+program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
+seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
+the first), `seesaw_registers` (the seesaw at 32-token tiles only: at 64 its consumers spill) and
+`lds_overflow` (the queries, the ring, P and, in the seesaw, the row statistics within the target's
+shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100). It is never the op's default
+(`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only orders its own.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from autotune.kernels.mla.space import MAX_SPLITS, own
 __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
+    "SEESAW_MAX_BLOCK_N",
     "SMEM_SCRATCH",
     "gluon_absent",
     "gluon_first",
@@ -46,7 +50,10 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_kv_splits": tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
     "BLOCK_N": (32, 64),
     "num_stages": (1, 2, 3, 4),
+    "SCHEDULE": (0, 1),
 }
+#: The widest tile of the seesaw schedule (SCHEDULE 1) that compiles without spills (Triton 3.9, sm_90).
+SEESAW_MAX_BLOCK_N = 32
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
 #: warpgroups, layout conversions), at most, as compiled for sm_90 by Triton 3.6 and 3.9.
 SMEM_SCRATCH = 1024
@@ -89,10 +96,14 @@ def gluon_absent(problem: Problem, target: Target) -> str:
     return _gluon_missing()
 
 
-def gluon_smem_bytes(block_n: int, stages: int) -> int:
+def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0) -> int:
     """The shared memory the kernel allocates itself (bf16): the queries (64 x 576), `stages` cache tiles
-    (block_n x 576), P (64 x block_n) and the ring's mbarriers; Triton adds up to SMEM_SCRATCH."""
-    return GLUON_BLOCK_H * _K * 2 + stages * block_n * _K * 2 + GLUON_BLOCK_H * block_n * 2 + 8 * stages
+    (block_n x 576), P (64 x block_n) and the ring's mbarriers; the seesaw (`schedule` 1) also the row
+    maxima and sums (2 x 64 fp32), two mbarriers a slot and two more. Triton adds up to SMEM_SCRATCH."""
+    queries, ring, p = GLUON_BLOCK_H * _K * 2, stages * block_n * _K * 2, GLUON_BLOCK_H * block_n * 2
+    if schedule == 0:
+        return queries + ring + p + 8 * stages
+    return queries + ring + p + 2 * GLUON_BLOCK_H * 4 + 8 * (2 * stages + 2)
 
 
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
@@ -102,7 +113,7 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     programs = B * cdiv(heads, GLUON_BLOCK_H)
 
     def smem(c: Mapping[str, Value]) -> int:
-        return gluon_smem_bytes(int(c["BLOCK_N"]), int(c["num_stages"])) + SMEM_SCRATCH
+        return gluon_smem_bytes(int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])) + SMEM_SCRATCH
 
     return [
         Constraint(
@@ -124,11 +135,24 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             knobs=("BLOCK_N",),
         ),
         Constraint(
+            "seesaw_one_stage",
+            "the seesaw schedule (SCHEDULE 1) needs 2 stages at least, not {num_stages}",
+            lambda c: int(c["SCHEDULE"]) == 0 or int(c["num_stages"]) >= 2,
+            knobs=("SCHEDULE", "num_stages"),
+        ),
+        Constraint(
+            "seesaw_registers",
+            "the seesaw schedule (SCHEDULE 1) at BLOCK_N {BLOCK_N}: 64 x 64 scores and P beside the 64 x 256 "
+            "accumulator exceed a consumer warpgroup's 240 registers (spills); 32-token tiles only",
+            lambda c: int(c["SCHEDULE"]) == 0 or int(c["BLOCK_N"]) <= SEESAW_MAX_BLOCK_N,
+            knobs=("SCHEDULE", "BLOCK_N"),
+        ),
+        Constraint(
             "lds_overflow",
-            f"the queries, {{num_stages}} tiles of BLOCK_N {{BLOCK_N}} tokens and P need more than the "
-            f"{target.lds_bytes} bytes of shared memory",
+            f"the queries, {{num_stages}} tiles of BLOCK_N {{BLOCK_N}} tokens and P (SCHEDULE {{SCHEDULE}}) "
+            f"need more than the {target.lds_bytes} bytes of shared memory",
             lambda c: target.interpreter or smem(c) <= target.lds_bytes,
-            knobs=("BLOCK_N", "num_stages"),
+            knobs=("BLOCK_N", "num_stages", "SCHEDULE"),
         ),
     ]
 
@@ -151,12 +175,13 @@ def gluon_splits(problem: Problem, target: Target) -> int:
 
 
 def gluon_first(problem: Problem, target: Target) -> Config | None:
-    """The config visited first: 64-token tiles in 2 stages (32 tokens in 4 where the page size or the
-    shared memory refuses 64), `gluon_splits`; None where the space holds none of them."""
+    """The config visited first: the lockstep schedule (0), 64-token tiles in 2 stages (32 tokens in 4
+    where the page size or the shared memory refuses 64), `gluon_splits`; None where the space holds none
+    of them."""
     sub = SubSpace("gluon", GLUON_PARAMS, gluon_constraints(problem, target))
     splits = gluon_splits(problem, target)
     for block_n, stages in ((64, 2), (32, 4), (32, 2)):
-        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0)
         if sub.check(config) is None:
             return config
     return None
