@@ -1,4 +1,5 @@
-"""MLA decode at 128 heads on Hopper: the Gluon kernel (backend "gluon") beside the Triton kernel.
+"""MLA decode at 128 heads on Hopper: the Gluon kernel (backend "gluon"), both schedules, beside the Triton
+kernel.
 
 Shapes: H = 128, DeepSeek-V3's 512 latent + 64 RoPE dims, a bf16 cache in pages of 64 tokens, batch
 32 / 64 / 128 x context 4096 / 8192 / 32768 (--quick: batch 32 x context 4096, fewer configs).
@@ -12,14 +13,18 @@ Rules:
   pages of 64 and 128 tokens.
 - Timing: CUDA graphs of 10 launches, the median of 20 replays, per launch (µs). TFLOP/s = B·H·ctx·2·(576 +
   512) / time. Timed: the Triton kernel's heuristic default (`MLA_DECODE.default_config`), strong Triton
-  configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs of its
-  space (BLOCK_N 32 / 64, stages, splits 1 / 2 / 4 / 8).
+  configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs: the
+  lockstep schedule (SCHEDULE 0: BLOCK_N 32 / 64, stages, splits 1 / 2 / 4 / 8) and the seesaw (SCHEDULE
+  1: 32-token tiles in 2 to 4 stages, and 64 x 2 stages, outside the space (its consumers spill), marked
+  "*").
 - A kernel that hangs ends the run after --hang-s seconds (with the traceback); a device fault ends it too
   (the CUDA context is lost): the JSON written so far (after each shape) stays.
-- Prints one table: per shape the Triton default, the best Triton config and the best Gluon config (µs,
-  TFLOP/s) and gluon / best Triton. Details go to --out (default $OUT, else ./out): mla_gluon_probe.json.
+- Prints one table: per shape the Triton default, the best Triton config, the best config of each Gluon
+  schedule (µs, TFLOP/s), lockstep / best Triton and seesaw / lockstep. Details go to --out (default
+  $OUT, else ./out): mla_gluon_probe.json.
 
-    python benchmarks/mla_gluon_probe.py [--out DIR] [--quick]
+    python benchmarks/mla_gluon_probe.py [--out DIR] [--quick] [--shapes 32x4096,64x8192] [--splits 1,2]
+        [--schedules 0,1] [--rings 0:64:2,1:32:2] [--no-triton]
 """
 
 from __future__ import annotations
@@ -49,9 +54,24 @@ TRITON = [
     for bn in (32, 64)
     for s in (1, 2, 4)
 ]
-#: (BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits.
-RINGS = ((64, 1), (64, 2), (32, 2), (32, 3), (32, 4))
-GLUON = [dict(BLOCK_N=bn, num_stages=st, num_kv_splits=s) for bn, st in RINGS for s in (1, 2, 4, 8)]
+#: (SCHEDULE, BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits (the seesaw at 64
+#: tokens outside the space: its consumers spill).
+RINGS = (
+    (0, 64, 1),
+    (0, 64, 2),
+    (0, 32, 2),
+    (0, 32, 3),
+    (0, 32, 4),
+    (1, 32, 2),
+    (1, 32, 3),
+    (1, 32, 4),
+    (1, 64, 2),
+)
+GLUON = [
+    dict(BLOCK_N=bn, num_stages=st, num_kv_splits=s, SCHEDULE=sch)
+    for sch, bn, st in RINGS
+    for s in (1, 2, 4, 8)
+]
 RAGGED = [0, 1, 63, 64, 65, 1000, 2047, 4096]
 
 
@@ -135,18 +155,40 @@ def run_config(
     return us
 
 
+def _ints(text: str) -> set[int]:
+    return {int(v) for v in text.split(",") if v}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "out"), help="folder of the JSON details")
     ap.add_argument("--quick", action="store_true", help="batch 32 x context 4096 and fewer configs")
+    ap.add_argument("--shapes", default="", help="BxCONTEXT,... instead of the default grid")
+    ap.add_argument("--splits", default="", help="the Gluon configs' num_kv_splits (all: 1,2,4,8)")
+    ap.add_argument("--schedules", default="0,1", help="the Gluon schedules timed")
+    ap.add_argument("--rings", default="", help="SCHEDULE:BLOCK_N:stages,... of RINGS (all by default)")
+    ap.add_argument("--no-triton", action="store_true", help="no Triton config but the default")
     ap.add_argument(
         "--hang-s", type=float, default=300.0, help="seconds a config may take before the run ends"
     )
     args = ap.parse_args()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shapes = [(32, 4096)] if args.quick else [(b, c) for c in (4096, 8192, 32768) for b in (32, 64, 128)]
-    gluon = [g for g in GLUON if g["num_kv_splits"] <= 4] if args.quick else GLUON
+    shapes = [(b, c) for c in (4096, 8192, 32768) for b in (32, 64, 128)]
+    if args.quick:
+        shapes = [(32, 4096)]
+    if args.shapes:
+        shapes = [(int(b), int(c)) for b, c in (x.split("x") for x in args.shapes.split(","))]
+    splits = _ints(args.splits) or ({1, 2, 4} if args.quick else {1, 2, 4, 8})
+    schedules = _ints(args.schedules)
+    rings = {tuple(int(v) for v in r.split(":")) for r in args.rings.split(",") if r} or set(RINGS)
+    gluon = [
+        g
+        for g in GLUON
+        if g["num_kv_splits"] in splits
+        and g["SCHEDULE"] in schedules
+        and (g["SCHEDULE"], g["BLOCK_N"], g["num_stages"]) in rings
+    ]
     target = local_target()
     info = dict(
         device=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__
@@ -171,6 +213,7 @@ def main() -> int:
         failed |= not ok
         report["ragged"][name] = entry
 
+    kinds = ("triton-default", "triton", "gluon", "seesaw")
     rows = []
     for B, ctx in shapes:
         p = problem_of(B, ctx)
@@ -183,23 +226,26 @@ def main() -> int:
             default = MLA_DECODE.default_candidates(p, target)[0]
         space = MLA_DECODE.space(p, target)
         candidates = [("triton-default", default)]
-        candidates += [("triton", Config(backend="triton", **c)) for c in TRITON]
-        candidates += [("gluon", Config(backend="gluon", **g)) for g in gluon]
+        if not args.no_triton:
+            candidates += [("triton", Config(backend="triton", **c)) for c in TRITON]
+        candidates += [("seesaw" if g["SCHEDULE"] else "gluon", Config(backend="gluon", **g)) for g in gluon]
         shape: dict[str, Any] = dict(B=B, context=ctx, flops=p.flops(), configs=[])
-        best: dict[str, tuple[float, str] | None] = {"triton-default": None, "triton": None, "gluon": None}
+        best: dict[str, tuple[float, str] | None] = dict.fromkeys(kinds)
         for kind, config in candidates:
-            log: dict[str, Any] = dict(kind=kind, config=config.short(), space=space.check(config))
+            why = space.check(config)
+            log: dict[str, Any] = dict(kind=kind, config=config.short(), space=why)
             faulthandler.dump_traceback_later(args.hang_s, exit=True)
             us = run_config(p, config, inputs, ref, log)
             faulthandler.cancel_dump_traceback_later()
             shape["configs"].append(log)
             if us is None:
-                failed |= kind == "gluon"
+                failed |= kind in ("gluon", "seesaw")
                 continue
             print(f"    {us:9.1f} us {p.flops() / us / 1e6:6.1f} TFLOP/s", flush=True)
+            name = config.short() + ("" if why is None else " *")
             for k in {kind, "triton"} if kind == "triton-default" else {kind}:
                 if best[k] is None or us < best[k][0]:  # type: ignore[index]
-                    best[k] = (us, config.short())
+                    best[k] = (us, name)
         shape["best"] = best
         report["shapes"].append(shape)
         rows.append((B, ctx, p.flops(), best))
@@ -207,21 +253,24 @@ def main() -> int:
         del inputs, ref
         torch.cuda.empty_cache()
 
-    heads = ("triton default", "best triton", "best gluon")
-    print("\n  B    ctx | " + " | ".join(f"{h:18}" for h in heads) + " | gluon/triton | best gluon config")
+    def ratio(num: tuple[float, str] | None, den: tuple[float, str] | None) -> str:
+        return f"{num[0] / den[0]:6.2f}x" if num and den else f"{'-':>7}"
+
+    heads = ("triton default", "best triton", "best lockstep", "best seesaw")
+    print(
+        "\n  B    ctx | "
+        + " | ".join(f"{h:18}" for h in heads)
+        + " | lock/tri | see/lock | best lockstep config | best seesaw config (* outside the space)"
+    )
     for B, ctx, flops, best in rows:
-        cells = []
-        for k in ("triton-default", "triton", "gluon"):
-            cells.append(
-                f"{best[k][0]:7.1f} us {flops / best[k][0] / 1e6:5.0f} TF" if best[k] else f"{'-':>18}"
-            )
-        ratio = (
-            f"{best['triton'][0] / best['gluon'][0]:11.2f}x"
-            if best["gluon"] and best["triton"]
-            else f"{'-':>12}"
-        )
+        cells = [
+            f"{best[k][0]:7.1f} us {flops / best[k][0] / 1e6:5.0f} TF" if best[k] else f"{'-':>18}"  # type: ignore[index]
+            for k in kinds
+        ]
+        lock, see = best["gluon"], best["seesaw"]
         print(
-            f"{B:>4} {ctx:>6} | {' | '.join(cells)} | {ratio} | {best['gluon'][1] if best['gluon'] else '-'}"
+            f"{B:>4} {ctx:>6} | {' | '.join(cells)} |  {ratio(best['triton'], lock)} |  {ratio(lock, see)} | "
+            f"{lock[1] if lock else '-'} | {see[1] if see else '-'}"
         )
     (out_dir / "mla_gluon_probe.json").write_text(json.dumps(report, indent=1))
     print(
