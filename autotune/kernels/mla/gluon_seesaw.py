@@ -38,9 +38,11 @@ phase before the first as complete):
 
 Shared memory (bf16): the queries (72 KiB), STAGES tiles (BLOCK_N x 1,152 bytes each), P (64 x BLOCK_N),
 m and l (2 x 64 fp32) and 8-byte mbarriers (two a slot, two more): `gluon_space.gluon_smem_bytes`.
-Registers: at 32-token tiles the consumers fit their 240 (no spills, Triton 3.9); at 64 the 64 x 64
-scores and P beside the 64 x 256 accumulator do not (ptxas spills 15-30 words a consumer), so the space
-holds the seesaw at 32 tokens only (`seesaw_registers`).
+Registers: the consumers hold the 64 x 256 accumulator (128 a thread), the scores and P, within 240.
+At 32-token tiles in 3 or 4 stages ptxas spills nothing (Triton 3.6 and 3.9); at 64 tokens it spills
+in the consumers (15-150 words, by version), and in 2 stages too at 32 (the slots of a warpgroup's
+tiles are then constants, and more is kept across the loop), so the space holds those two rings only
+(`gluon_space.SEESAW_RINGS`).
 
 Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4, the
 default partition being warpgroup 0). Imported lazily (it imports triton and Gluon).
