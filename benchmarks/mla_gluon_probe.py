@@ -167,7 +167,7 @@ def main() -> int:
     ap.add_argument("--splits", default="", help="the Gluon configs' num_kv_splits (all: 1,2,4,8)")
     ap.add_argument("--schedules", default="0,1", help="the Gluon schedules timed")
     ap.add_argument("--rings", default="", help="SCHEDULE:BLOCK_N:stages,... of RINGS (all by default)")
-    ap.add_argument("--no-triton", action="store_true", help="no Triton config but the default")
+    ap.add_argument("--no-triton", action="store_true", help="the Gluon configs only")
     ap.add_argument(
         "--hang-s", type=float, default=300.0, help="seconds a config may take before the run ends"
     )
@@ -220,13 +220,14 @@ def main() -> int:
         print(f"\nB={B} ctx={ctx}: {MLA_DECODE.describe_problem(p)}", flush=True)
         inputs = MLA_DECODE.make_inputs(p, "cuda", seed=B + ctx)
         ref = MLA_DECODE.reference(p, inputs)
-        try:
-            default = MLA_DECODE.default_config(p, target)
-        except Exception:  # the static checks need the compiler's tools: the rule's pick then
-            default = MLA_DECODE.default_candidates(p, target)[0]
         space = MLA_DECODE.space(p, target)
-        candidates = [("triton-default", default)]
+        candidates = []
         if not args.no_triton:
+            try:
+                default = MLA_DECODE.default_config(p, target)
+            except Exception:  # the static checks need the compiler's tools: the rule's pick then
+                default = MLA_DECODE.default_candidates(p, target)[0]
+            candidates += [("triton-default", default)]
             candidates += [("triton", Config(backend="triton", **c)) for c in TRITON]
         candidates += [("seesaw" if g["SCHEDULE"] else "gluon", Config(backend="gluon", **g)) for g in gluon]
         shape: dict[str, Any] = dict(B=B, context=ctx, flops=p.flops(), configs=[])
