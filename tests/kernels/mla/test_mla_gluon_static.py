@@ -1,8 +1,11 @@
-"""The MLA decode's Gluon kernel (backend "gluon", `mla/gluon_kernel.py`) cross-compiles for sm_90 without a
-GPU, for each ring the space holds (BLOCK_N 32 and 64, 1 to 4 stages) and for one split and several:
-no spills, registers within 255, shared memory within the target's 227 KiB and within what the space
-counts (`gluon_space.gluon_smem_bytes` + SMEM_SCRATCH), warpgroup MMAs for both dots (S: N = BLOCK_N / 2
-a warpgroup; P·V: N = 256), nine TMA boxes a tile, and the waits as written (ptxas serializes no wgmma).
+"""The MLA decode's Gluon kernel (backend "gluon") cross-compiles for sm_90 without a GPU, in both schedules
+(SCHEDULE 0, `mla/gluon_kernel.py`: each ring the space holds, BLOCK_N 32 and 64, 1 to 4 stages; SCHEDULE
+1, the seesaw, `mla/gluon_seesaw.py`: its rings, 32 x 3 and 32 x 4) and for one split and several: no
+spills, registers within 255, shared memory within the target's 227 KiB and within what the space counts
+(`gluon_space.gluon_smem_bytes` + SMEM_SCRATCH), warpgroup MMAs for both dots (S: N = BLOCK_N / 2 a
+warpgroup in lockstep, N = BLOCK_N in the seesaw; P·V: N = 256), nine TMA boxes a tile, and the waits as
+written (ptxas serializes no wgmma). The seesaw: two consumer warpgroups and a loader warp
+(`gl.warp_specialize`, setmaxnreg 240 and 24).
 
 Compiles through the op (`MLA_DECODE.kernel_calls`, as a sweep's static check does), in one process
 without TRITON_INTERPRET. Numerics need a Hopper GPU (`tests/kernels/mla/test_mla_gpu.py -k gluon`, and
@@ -16,8 +19,19 @@ from typing import Any
 
 import pytest
 
-#: (BLOCK_N, num_stages, num_kv_splits): every ring that fits, with one split and several.
-CONFIGS = [(64, 1, 1), (64, 2, 1), (64, 2, 4), (32, 2, 2), (32, 3, 1), (32, 4, 8)]
+#: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits): every ring of the space, with one split and several.
+CONFIGS = [
+    (0, 64, 1, 1),
+    (0, 64, 2, 1),
+    (0, 64, 2, 4),
+    (0, 32, 2, 2),
+    (0, 32, 3, 1),
+    (0, 32, 4, 8),
+    (1, 32, 3, 1),
+    (1, 32, 3, 4),
+    (1, 32, 4, 1),
+    (1, 32, 4, 8),
+]
 
 SCRIPT = r"""
 import os, re, subprocess, tempfile
@@ -29,10 +43,10 @@ from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
 out = {}
-for block_n, stages, splits in json.loads(sys.argv[2]):
-    name = f"{block_n}x{stages}x{splits}"
+for schedule, block_n, stages, splits in json.loads(sys.argv[2]):
+    name = f"{schedule}x{block_n}x{stages}x{splits}"
     p = Problem.of("mla_decode", 16, 512, 576, heads=128, context=8192, kv_dtype="bf16", page_size=64)
-    c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits)
+    c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits, SCHEDULE=schedule)
     try:
         calls = MLA_DECODE.kernel_calls(p, c, target)
         kernel = compile_call(calls[0], target)
@@ -51,11 +65,15 @@ for block_n, stages, splits in json.loads(sys.argv[2]):
                               check=True).stdout
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
-        counted=gluon_smem_bytes(block_n, stages) + SMEM_SCRATCH, space=MLA_DECODE.space(p, target).check(c),
+        counted=gluon_smem_bytes(block_n, stages, schedule) + SMEM_SCRATCH,
+        space=MLA_DECODE.space(p, target).check(c),
         calls=len(calls), grid=list(calls[0].grid), warps=int(kernel.metadata.num_warps),
         wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.bf16\.bf16", ptx))),
         wait0=ptx.count("wgmma.wait_group.sync.aligned 0;"),
         sass_wait0=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0"),
+        wait1=ptx.count("wgmma.wait_group.sync.aligned 1;"),
+        sass_wait1=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x1"),
+        setmaxnreg=sorted({int(v) for v in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+);", ptx)}),
         spill_ops=len(re.findall(r"\b(STL|LDL)\b", sass)),
         tma=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::c\w+\.global", ptx)),
     )
@@ -63,7 +81,7 @@ print(json.dumps(out))
 """
 
 
-def _name(cfg: tuple[int, int, int]) -> str:
+def _name(cfg: tuple[int, int, int, int]) -> str:
     return "x".join(str(v) for v in cfg)
 
 
@@ -76,24 +94,35 @@ def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
 def test_compiles_for_sm90_without_spills_within_its_shared_memory(
-    facts: dict[str, Any], cfg: tuple[int, int, int], record_property: Any
+    facts: dict[str, Any], cfg: tuple[int, int, int, int], record_property: Any
 ) -> None:
     f = facts[_name(cfg)]
     assert "error" not in f, f.get("error")
     for key, value in f.items():
         record_property(key, value)
     print(f"{_name(cfg)}: {f}")
-    block_n, stages, splits = cfg
+    schedule, block_n, stages, splits = cfg
     assert f["space"] is None, f["space"]  # a config of the space
-    assert f["local"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
+    assert f["local"] == 0 and f["stack"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
     assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
-    assert f["warps"] == 8  # two warpgroups
     # one program per (64 heads, sequence, split), a sequence's head groups side by side; the reduce
     # launch only with several splits
     assert f["grid"] == [2, 16, splits] and f["calls"] == (1 if splits == 1 else 2)
-    # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
-    assert f["wgmma"] == sorted([f"m64n{block_n // 2}k16", "m64n256k16"]), f["wgmma"]
-    # nine 64-column boxes a tile (8 latent + 1 RoPE), issued in the prologue and in the loop
-    assert f["tma"] == 9 * (stages + 1), f["tma"]
-    # each dot waited for once (then the softmax, then the next tile), and ptxas added no waits
-    assert f["wait0"] == 2 and f["sass_wait0"] == f["wait0"], f
+    # the waits as written: ptxas added none (no wgmma serialized)
+    assert (f["sass_wait0"], f["sass_wait1"]) == (f["wait0"], f["wait1"]), f
+    if schedule == 0:
+        assert f["warps"] == 8  # two warpgroups
+        # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
+        assert f["wgmma"] == sorted([f"m64n{block_n // 2}k16", "m64n256k16"]), f["wgmma"]
+        # nine 64-column boxes a tile (8 latent + 1 RoPE), issued in the prologue and in the loop
+        assert f["tma"] == 9 * (stages + 1), f["tma"]
+        # each dot waited for once (then the softmax, then the next tile)
+        assert (f["wait0"], f["wait1"]) == (2, 0), f
+    else:
+        # two consumer warpgroups and the loader warp (its warpgroup rounded up), registers reallocated
+        assert f["warps"] == 12 and 24 in f["setmaxnreg"] and 240 in f["setmaxnreg"], f
+        # S = Q·Kᵀ of a whole tile by one warpgroup; O += P·V: each 256 of the 512 columns
+        assert f["wgmma"] == sorted([f"m64n{block_n}k16", "m64n256k16"]), f["wgmma"]
+        assert f["tma"] == 9, f["tma"]  # one load site, the loader's
+        # the scores waited for with the other's P·V left in flight (one wait for 1 a loop)
+        assert f["wait1"] == 2 and f["wait0"] >= 4, f
