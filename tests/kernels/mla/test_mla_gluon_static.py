@@ -108,8 +108,9 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
     # one program per (64 heads, sequence, split), a sequence's head groups side by side; the reduce
     # launch only with several splits
     assert f["grid"] == [2, 16, splits] and f["calls"] == (1 if splits == 1 else 2)
-    # the waits as written: ptxas added none (no wgmma serialized)
-    assert (f["sass_wait0"], f["sass_wait1"]) == (f["wait0"], f["wait1"]), f
+    # the waits as written: ptxas serialized no wgmma (Triton 3.6's seesaw: one wait for 0 more, the
+    # scores retired before the other's P·V is issued in one consumer's loop)
+    assert f["sass_wait1"] == f["wait1"] and f["wait0"] <= f["sass_wait0"] <= f["wait0"] + schedule, f
     if schedule == 0:
         assert f["warps"] == 8  # two warpgroups
         # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
