@@ -10,7 +10,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, gluon_smem_bytes
+from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SEESAW_RINGS, SMEM_SCRATCH, gluon_smem_bytes
 
 H100 = Target.for_arch("sm_90")
 
@@ -20,7 +20,9 @@ def _problem(B: int = 32, heads: int = 128, context: int = 4096, kv: str = "bf16
 
 
 def _gluon(**knobs: int) -> Config:
-    return Config(backend="gluon", **({"num_kv_splits": 1, "BLOCK_N": 64, "num_stages": 2} | knobs))
+    return Config(
+        backend="gluon", **({"num_kv_splits": 1, "BLOCK_N": 64, "num_stages": 2, "SCHEDULE": 0} | knobs)
+    )
 
 
 def test_the_backend_exists_on_hopper_only() -> None:
@@ -33,18 +35,39 @@ def test_the_backend_exists_on_hopper_only() -> None:
     assert MLA_DECODE.space(_problem(), H100).backends == ("torch", "triton", "gluon")
 
 
-def test_its_knobs_are_splits_tiles_and_stages_and_the_ring_fits_shared_memory() -> None:
-    """BLOCK_N 32 or 64, 1 to 4 stages: the queries (72 KiB), the ring and P within the H100's 227 KiB
-    (2 stages of 64 tokens, 4 of 32), pruned with the reason beyond."""
+def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared_memory() -> None:
+    """BLOCK_N 32 or 64, 1 to 4 stages, SCHEDULE 0 (lockstep) or 1 (seesaw): the queries (72 KiB), the ring
+    and P within the H100's 227 KiB (2 stages of 64 tokens, 4 of 32), pruned with the reason beyond."""
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     assert dict(sub.params) == dict(GLUON_PARAMS)
-    assert set(GLUON_PARAMS) == {"num_kv_splits", "BLOCK_N", "num_stages"}
-    rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs()}
+    assert set(GLUON_PARAMS) == {"num_kv_splits", "BLOCK_N", "num_stages", "SCHEDULE"}
+    assert GLUON_PARAMS["SCHEDULE"] == (0, 1)
+    rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 0}
     assert rings == {(64, 1), (64, 2), (32, 1), (32, 2), (32, 3), (32, 4)}
     for block_n, stages in ((64, 3), (64, 4)):
         assert (sub.check(_gluon(BLOCK_N=block_n, num_stages=stages)) or "").startswith("lds_overflow")
     assert gluon_smem_bytes(64, 2) == 73728 + 2 * 73728 + 8192 + 16
     assert gluon_smem_bytes(64, 2) + SMEM_SCRATCH <= H100.lds_bytes < gluon_smem_bytes(64, 3)
+
+
+def test_the_seesaw_schedule_takes_the_rings_that_compile_clean_and_counts_its_shared_memory() -> None:
+    """SCHEDULE 1 (`mla.gluon_seesaw`): 2 stages at least (one slot would deadlock), and only the rings its
+    consumers compile without spills (32 x 3, 32 x 4; `seesaw_registers`); its shared memory adds the
+    row maxima and sums and the extra mbarriers to the lockstep kernel's (the same single P buffer)."""
+    sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
+    rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 1}
+    assert rings == set(SEESAW_RINGS) == {(32, 3), (32, 4)}
+    assert (sub.check(_gluon(SCHEDULE=1, BLOCK_N=32, num_stages=1)) or "").startswith("seesaw_one_stage")
+    for block_n, stages in ((64, 2), (64, 1), (32, 2)):
+        why = sub.check(_gluon(SCHEDULE=1, BLOCK_N=block_n, num_stages=stages)) or ""
+        assert why.startswith(("seesaw_registers", "seesaw_one_stage")), why
+    for block_n, stages in SEESAW_RINGS:
+        assert sub.check(_gluon(SCHEDULE=1, BLOCK_N=block_n, num_stages=stages, num_kv_splits=2)) is None
+    assert gluon_smem_bytes(64, 2, 1) == gluon_smem_bytes(64, 2) + 2 * 64 * 4 + 8 * (2 + 2)
+    assert gluon_smem_bytes(32, 4, 1) + SMEM_SCRATCH <= H100.lds_bytes < gluon_smem_bytes(64, 3, 1)
+    # where the page or the splits rule, the seesaw is pruned as the lockstep kernel is
+    paged = MLA_DECODE.space(_problem(page=32), H100).subspace("gluon")
+    assert paged.check(_gluon(SCHEDULE=1, BLOCK_N=32, num_stages=4)) is None
 
 
 def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -> None:
@@ -108,3 +131,9 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     assert list(desc.block_shape) == [32, 64] and list(desc.shape) == [(32 * 64 + 1) * 64, 576]
     (one,) = MLA_DECODE.kernel_calls(problem, _gluon(), H100)
     assert one.grid == (2, 32, 1) and one.kwargs["SPLITS"] == 1
+    # the seesaw: the same grid and reduce; its kernel on 4 warps (warpgroup 0; the partitions are its own)
+    seesaw = _gluon(SCHEDULE=1, BLOCK_N=32, num_stages=3, num_kv_splits=2)
+    split, reduce = MLA_DECODE.kernel_calls(problem, seesaw, H100)
+    assert [split.fn.__name__, reduce.fn.__name__] == ["mla_seesaw_kernel", "mla_reduce_kernel"]
+    assert split.grid == (2, 32, 2) and split.kwargs["num_warps"] == 4 and split.kwargs["STAGES"] == 3
+    assert list(split.args[1].block_shape) == [32, 64]
