@@ -74,9 +74,10 @@ def test_the_moe_s_hashes_are_unchanged() -> None:
 
 def test_the_mla_decode_s_hashes_are_its_kernels_modules() -> None:
     """The Triton kernel's hash is its module's, as before the Gluon kernel came; the Gluon kernel's
-    covers its own module, the shared Gluon helpers and `mla.kernel` (whose reduce kernel it launches)."""
+    covers its two schedules' modules, the shared Gluon helpers and `mla.kernel` (whose reduce kernel it
+    launches)."""
     assert MLA_DECODE.source_hash("triton") == _kernels("autotune.kernels.mla.kernel")
-    gluon = _kernels("autotune.kernels.mla.gluon_kernel")
+    gluon = _kernels("autotune.kernels.mla.gluon_kernel", "autotune.kernels.mla.gluon_seesaw")
     assert MLA_DECODE.source_hash("gluon") == gluon
     files = {f.name for f in module_files("autotune.kernels.mla.gluon_kernel", within="autotune.kernels")}
     assert {"gluon_kernel.py", "kernel.py", "gluon_hopper.py"} <= files
