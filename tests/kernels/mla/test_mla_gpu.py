@@ -98,8 +98,9 @@ def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
         mla_decode(q_t, cache_t, bad, lens_t, sm_scale=0.1, target=target)
 
 
-#: (BLOCK_N, num_stages) of the Gluon kernel's rings: 64 tokens (1 and 2 stages) and 32 (2 and 4).
-GLUON_RINGS = [(64, 2), (64, 1), (32, 4), (32, 2)]
+#: (SCHEDULE, BLOCK_N, num_stages) of the Gluon kernel's rings: the lockstep schedule at 64 tokens (1 and 2
+#: stages) and 32 (2 and 4), the seesaw's at 32 tokens (3 and 4 stages).
+GLUON_RINGS = [(0, 64, 2), (0, 64, 1), (0, 32, 4), (0, 32, 2), (1, 32, 3), (1, 32, 4)]
 
 
 def _gluon_target(target) -> None:
@@ -111,14 +112,15 @@ def _gluon_target(target) -> None:
 
 @pytest.mark.parametrize("page", [64, 128])
 @pytest.mark.parametrize("splits", [1, 4])
-@pytest.mark.parametrize("block_n, stages", GLUON_RINGS)
+@pytest.mark.parametrize("schedule, block_n, stages", GLUON_RINGS)
 def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
-    target, page: int, splits: int, block_n: int, stages: int
+    target, page: int, splits: int, schedule: int, block_n: int, stages: int
 ) -> None:
-    """The Gluon kernel at 128 heads on random inputs with ragged contexts (0 tokens, 1, a page's edges, a
-    tail inside a tile, several pages), pages of 64 and 128 tokens, one split and several: within the
-    bf16 tolerance of the reference, no NaN (the output is poisoned first; past a context's end the tile
-    holds another sequence's tokens or random data), zeros for context 0, bit-identical on a repeat."""
+    """The Gluon kernel (both schedules) at 128 heads on random inputs with ragged contexts (0 tokens, 1, a
+    page's edges, a tail inside a tile, several pages), pages of 64 and 128 tokens, one split and several:
+    within the bf16 tolerance of the reference, no NaN (the output is poisoned first; past a context's end
+    the tile holds another sequence's tokens or random data), zeros for context 0, bit-identical on a
+    repeat."""
     import torch
 
     from autotune import Config
@@ -131,7 +133,7 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
     contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
     q, kv, table, lens, _ = paged_inputs(128, 512, 64, page, contexts, kv_dtype=torch.bfloat16, device="cuda",
                                          seed=page + splits)  # fmt: skip
-    params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+    params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule)
     part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), 128, 512, q.device)
     run = gluon_launcher(params)
     ref = mla_reference(q, kv, table, lens, 0.07, 512)
@@ -151,9 +153,9 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
     assert torch.equal(out, first)
 
 
-@pytest.mark.parametrize("block_n, stages", GLUON_RINGS[:2])
+@pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[1], GLUON_RINGS[4]])
 def test_the_gluon_backend_is_right_and_repeatable(
-    right_and_repeatable, target, block_n: int, stages: int
+    right_and_repeatable, target, schedule: int, block_n: int, stages: int
 ) -> None:
     """The op's "gluon" configs (its space's first, and others) compute the reference through `prepare`,
     bit-identical on repeats."""
@@ -166,13 +168,18 @@ def test_the_gluon_backend_is_right_and_repeatable(
     first = space.subspace("gluon").first[0]
     right_and_repeatable(MLA_DECODE, problem, first, target, "the gluon space's first config")
     for splits in (1, 8):
-        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages)
+        config = Config(
+            backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule
+        )
         assert space.check(config) is None, space.check(config)
         right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, {splits} splits")
 
 
+@pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[4]])
 @pytest.mark.parametrize("splits", [1, 4])
-def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(target, splits: int, monkeypatch) -> None:
+def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(
+    target, splits: int, schedule: int, block_n: int, stages: int, monkeypatch
+) -> None:
     """A table that picks a gluon config: `autotune.kernels.mla_decode` runs it, captured in a CUDA graph
     whose replays, after the queries, cache, page table and context lengths were overwritten in place,
     give the reference of the new ones."""
@@ -192,7 +199,9 @@ def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(target, splits: i
              for i, c in enumerate(contexts)]  # fmt: skip
     q, cache, table, lens, _ = cases[0]
     problem = mla_problem(q, cache, table, 512, table.shape[1] * 64, target)
-    config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=64, num_stages=2)
+    config = Config(
+        backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule
+    )
     tables = [Table.from_winners(target, [(problem, config, 1.0)])]
     monkeypatch.setattr(
         "autotune.dispatch.dispatcher._default", Dispatcher(tables, device_key=target.device_key())
