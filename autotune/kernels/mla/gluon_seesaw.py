@@ -77,11 +77,22 @@ from autotune.kernels.mla.gluon_kernel import (
 
 __all__ = ["mla_seesaw_kernel"]
 
+#: The row maximum before any tile: finite, so that exp2(m - m_new) is 0 or 1, never exp2(-inf + inf).
+_NO_MAX = gl.constexpr(-1.0e30)
+
 
 @gluon.constexpr_function
 def _vec_layout() -> gl.SwizzledSharedLayout:
     """The shared layout of the row statistics (m, l): plain rows of fp32."""
     return gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])
+
+
+@gluon.jit
+def _opaque_zero(i):
+    """0, computed from `i` where the compiler cannot see it: the address of a store into shared memory then
+    varies with the tile to the compiler, so it is not hoisted out of the loop as one register per element
+    (at 64-token tiles P's 32 addresses a thread, kept across the loop, made the consumers spill)."""
+    return gl.inline_asm_elementwise("and.b32 $0, $1, 0;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -91,15 +102,18 @@ def _take_other(acc, m_i, j, k_lat, ready, p_ready, p_smem, m_smem, l_smem, W: g
     += P_j·V_j[:, w's half] (async, not waited for). Returns (acc, m_j, l_j, j's slot)."""
     row_s: gl.constexpr = m_i.type.layout
     o_layout: gl.constexpr = acc.type.layout
-    jslot = j % STAGES
-    wait_ready(p_ready.index(1 - W), (j // 2) & 1, True)
-    wait_ready(ready.index(jslot), (j // STAGES) & 1, True)  # the tile's TMA bytes, seen by this warpgroup
+    # j = -1 (before warpgroup 0's first tile) takes the initial P = 0, m = _NO_MAX, l = 0 against tile
+    # 0's slot: its p_ready parity is 1, the phase before the first, complete on a fresh barrier
+    jt = gl.maximum(j, 0)
+    jslot = jt % STAGES
+    wait_ready(p_ready.index(1 - W), ((j + 2) // 2 + 1) & 1, True)
+    wait_ready(ready.index(jslot), (jt // STAGES) & 1, True)  # the tile's TMA bytes, seen by this warpgroup
     m_j = m_smem.load(row_s)
     l_j = l_smem.load(row_s)
-    alpha = gl.exp2(m_i - m_j)  # m_i <= m_j; 0 while this warpgroup has seen no tile (-inf)
+    alpha = gl.exp2(m_i - m_j)  # m_i <= m_j (finite: _NO_MAX before any tile, so no inf - inf)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
     v = k_lat.index(jslot).slice(W * HALF, HALF, dim=1)
-    acc = warpgroup_mma(p_smem, v, acc, is_async=True)
+    acc = warpgroup_mma(p_smem.index(0), v, acc, is_async=True)
     return acc, m_j, l_j, jslot
 
 
@@ -118,7 +132,7 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     rope = k_rope.index(slot)
     n0 = start + i * BLOCK_N
     if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach either warpgroup's P·V
-        _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, 4)
+        _zero_tail(k_lat.index(slot + _opaque_zero(i)), end - n0, BLOCK_N, LATENT, CHUNK, 4)
         fence_async_shared()
         cta_barrier()  # (this warpgroup's warps; the other reads the tile after p_ready)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
@@ -131,8 +145,8 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     else:
         qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
     # the online softmax in base 2, from the maximum and sum of the tile before (either warpgroup's)
-    tokens = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-    x = gl.where((n0 + tokens < end)[None, :], qk * scale, float("-inf"))
+    tokens = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)) + _opaque_zero(i)
+    x = gl.where((tokens < end - n0)[None, :], qk * scale, float("-inf"))
     m_new = gl.maximum(m_i, gl.max(x, 1))
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(x - m_new[:, None])
@@ -140,10 +154,11 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     m_i = m_new
     if TAKE:  # the other's P·V is retired: its P, m and l are read, their buffers free
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        release(empty.index(jslot))
+        if i > 0:  # (no release for tile -1)
+            release(empty.index(jslot))
     # publish P_i, m_i, l_i (the other warpgroup waits for them before it publishes its next)
     p16 = p.to(gl.bfloat16)
-    p_smem.store(p16)
+    p_smem.index(_opaque_zero(i)).store(p16)
     m_smem.store(m_i)
     l_smem.store(l_i)
     fence_async_shared()  # P (generic-proxy stores) → visible to the other's wgmma (async proxy) ...
@@ -170,15 +185,10 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
     o_layout: gl.constexpr = _acc_layout(HALF, 4)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
-    m_i = gl.full([64], float("-inf"), gl.float32, row_s)
+    m_i = gl.full([64], _NO_MAX, gl.float32, row_s)
     l_i = gl.zeros([64], gl.float32, row_s)
     acc = gl.zeros([64, HALF], gl.float32, o_layout)
-    if W == 0:  # noqa: SIM102 (a constexpr test, then a run-time one)
-        if n_tiles > 0:  # tile 0: nothing to take before it
-            acc, m_i, l_i = _own_tile(acc, m_i, l_i, 0, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem,
-                                      ready, empty, p_ready, scale, start, end, W, False, BLOCK_N, STAGES,
-                                      LATENT, CHUNK)  # fmt: skip
-    for i in range(W + 2 * (1 - W), n_tiles, 2):  # own tiles from 2 (W = 0) or 1 (W = 1)
+    for i in range(W, n_tiles, 2):  # own tiles; warpgroup 0's first takes tile -1 (nothing)
         acc, m_i, l_i = _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem,
                                   ready, empty, p_ready, scale, start, end, W, True, BLOCK_N, STAGES, LATENT,
                                   CHUNK)  # fmt: skip
@@ -191,8 +201,11 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
 
     # this warpgroup's half of the output (one split) or of the split's normalized part; the log-sum-exp
     # (base 2; -inf when empty) by warpgroup 0
+    z = _opaque_zero(n_tiles)  # (the output's addresses computed here, not kept across the loop)
+    b = b + z
+    s = s + z
     l_o = gl.convert_layout(l_i, row_o)
-    heads = g * 64 + gl.arange(0, 64, layout=row_o)
+    heads = (g + z) * 64 + gl.arange(0, 64, layout=row_o)
     hmask = heads < H
     cols = W * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
@@ -245,7 +258,7 @@ def mla_seesaw_kernel(
     q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, ROPE], _smem_layout(ROPE))
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, LATENT], _smem_layout(LATENT))
     k_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, ROPE], _smem_layout(ROPE))
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
+    p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
     m_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], _vec_layout())  # the published m ...
     l_smem = gl.allocate_shared_memory(gl.float32, [BLOCK_H], _vec_layout())  # ... and l
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -266,19 +279,24 @@ def mla_seesaw_kernel(
 
     _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
                    num_warps)  # fmt: skip
+    # what warpgroup 0's first tile takes as tile -1: P = 0, m = _NO_MAX, l = 0
+    init: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    p_smem.index(0).store(gl.zeros([BLOCK_H, BLOCK_N], gl.bfloat16, init))
+    m_smem.store(gl.full([BLOCK_H], _NO_MAX, gl.float32, gl.SliceLayout(1, init)))
+    l_smem.store(gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, init)))
     fence_async_shared()  # the queries and the barriers' init → visible to the TMA and the wgmmas
     cta_barrier()
     gl.warp_specialize(
         [
+            (_loader, (kv_desc, pages, k_lat, k_rope, ready, empty, start, n_tiles, PAGE, LATENT, ROPE,
+                       BLOCK_N, STAGES)),
             (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
                          part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh, 0,
                          LATENT, BLOCK_N, SPLITS, STAGES, CHUNK)),
             (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
                          part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh, 1,
                          LATENT, BLOCK_N, SPLITS, STAGES, CHUNK)),
-            (_loader, (kv_desc, pages, k_lat, k_rope, ready, empty, start, n_tiles, PAGE, LATENT, ROPE,
-                       BLOCK_N, STAGES)),
         ],
-        [4, 1],
-        [CONSUMER_REGS, LOADER_REGS],
+        [4, 4],
+        [CONSUMER_REGS, CONSUMER_REGS],
     )  # fmt: skip
