@@ -15,7 +15,7 @@ Rules:
   512) / time. Timed: the Triton kernel's heuristic default (`MLA_DECODE.default_config`), strong Triton
   configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs: the
   lockstep schedule (SCHEDULE 0: BLOCK_N 32 / 64, stages, splits 1 / 2 / 4 / 8) and the seesaw (SCHEDULE
-  1: 32-token tiles in 3 or 4 stages; 32 x 2 and 64 x 2, outside the space since their consumers spill,
+  1: 32-token tiles in 2 or 4 stages; 32 x 3 and 64 x 2, outside the space since their consumers spill,
   marked "*").
 - A kernel that hangs ends the run after --hang-s seconds (with the traceback); a device fault ends it too
   (the CUDA context is lost): the JSON written so far (after each shape) stays.
@@ -55,7 +55,7 @@ TRITON = [
     for s in (1, 2, 4)
 ]
 #: (SCHEDULE, BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits (the seesaw's
-#: 32 x 2 and 64 x 2 outside the space: their consumers spill).
+#: 32 x 3 and 64 x 2 outside the space: their consumers spill).
 RINGS = (
     (0, 64, 1),
     (0, 64, 2),

@@ -12,16 +12,20 @@ on Hopper), with a loader warp:
 - each warpgroup keeps its half of the output, O_w = the columns [256w, 256w + 256) (64 x 256 fp32, 128
   registers a thread), and adds P_j·V_j[:, its half] for every tile j: its own from registers right
   after its softmax, the other's from shared memory once published, O_w rescaled first by exp2(m - m_j);
-- a loader partition (one warp, `gl.warp_specialize`; setmaxnreg: 24 registers, 240 for each consumer
-  warpgroup) makes every TMA load, each into the next ring slot once both warpgroups have released it.
+- the loader is the default partition (the kernel's 4 warps, which stage the queries first; setmaxnreg
+  24 registers), the two consumer warpgroups are its workers (240 each): every TMA load goes into the
+  next ring slot once both warpgroups have released it.
 
-Per own tile i of warpgroup w (TAKE: the other's tile j = i - 1 first; all but tile 0): wait `ready`
-of i's slot; (tail tile) rows past the split's end zeroed; issue S_i (async); TAKE: wait `p_ready[1-w]`,
-read m_j, l_j, rescale O_w, issue O_w += P_j·V_j (async); wait for S_i (P·V_j stays in flight); the
-softmax of S_i; TAKE: wait for P·V_j, release j's slot; publish P_i, m_i, l_i (stores, fence, a barrier
-of the warpgroup, arrive on `p_ready[w]`); O_w = O_w·alpha_i + P_i·V_i (waited for); release i's slot.
-After its last own tile a warpgroup takes the other's last tile if the split ends there. Both end with
-the last tile's m and l, so each divides its own half.
+Per own tile i of warpgroup w (j = i - 1, the other's tile before it): wait `ready` of i's slot; (tail
+tile) rows past the split's end zeroed; issue S_i (async); wait `p_ready[1-w]`, read m_j, l_j, rescale
+O_w, issue O_w += P_j·V_j (async); wait for S_i (P·V_j stays in flight); the softmax of S_i; wait for
+P·V_j, release j's slot; publish P_i, m_i, l_i (stores, fence, a barrier of the warpgroup, arrive on
+`p_ready[w]`); O_w = O_w·alpha_i + P_i·V_i (waited for); release i's slot. Tile 0 takes tile -1: what
+the kernel's body put there (P = 0, m = _NO_MAX, finite so that no exp2(-inf + inf) arises, l = 0)
+against tile 0's slot, waiting for p_ready's phase before the first (complete on a fresh barrier) and
+releasing nothing; so both warpgroups run one loop with no first tile peeled (a peeled copy of the tile
+made ptxas spill). After its last own tile a warpgroup takes the other's last tile if the split ends
+there. Both end with the last tile's m and l, so each divides its own half.
 
 One P buffer and one (m, l) suffice: the other warpgroup overwrites them (publishing P_(i+1)) only after
 its P·V of tile i is retired, and this one publishes P_(i+2) only after it took P_(i+1) (the maximum it
@@ -38,14 +42,19 @@ phase before the first as complete):
 
 Shared memory (bf16): the queries (72 KiB), STAGES tiles (BLOCK_N x 1,152 bytes each), P (64 x BLOCK_N),
 m and l (2 x 64 fp32) and 8-byte mbarriers (two a slot, two more): `gluon_space.gluon_smem_bytes`.
-Registers: the consumers hold the 64 x 256 accumulator (128 a thread), the scores and P, within 240.
-At 32-token tiles in 3 or 4 stages ptxas spills nothing (Triton 3.6 and 3.9); at 64 tokens it spills
-in the consumers (15-150 words, by version), and in 2 stages too at 32 (the slots of a warpgroup's
-tiles are then constants, and more is kept across the loop), so the space holds those two rings only
-(`gluon_space.SEESAW_RINGS`).
+Registers: the consumers hold the 64 x 256 accumulator (128 a thread), the scores and P, within 240. What
+LLVM hoists out of the loop costs registers the whole loop: one address per element of P's store into
+shared memory (32 at 64-token tiles), of the tail's zeroing, and the softmax's column indices; so those
+take a zero the compiler cannot see (`_opaque_zero`, volatile PTX) tile by tile, and the output's
+addresses too after the loop. Then ptxas spills nothing at 32-token tiles in 2 or 4 stages (Triton 3.6
+and 3.9: `gluon_space.SEESAW_RINGS`, the rings of the space); at 64 tokens 4-10 words a consumer (some
+per-element addresses still hoisted), at 32 x 3 two on 3.6.
 
-Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4, the
-default partition being warpgroup 0). Imported lazily (it imports triton and Gluon).
+Not measured on a GPU yet: `benchmarks/mla_gluon_probe.py` times it beside the lockstep schedule (and the
+64-token seesaw, outside the space), `tests/kernels/mla/test_mla_gpu.py` checks it on ragged contexts.
+
+Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4: the
+default partition's). Imported lazily (it imports triton and Gluon).
 """
 
 from __future__ import annotations
@@ -61,7 +70,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from autotune.kernels.common.gluon_hopper import (
     CONSUMER_REGS,
-    LOADER_REGS,
     cta_barrier,
     release,
     release_count,
@@ -119,10 +127,10 @@ def _take_other(acc, m_i, j, k_lat, ready, p_ready, p_smem, m_smem, l_smem, W: g
 
 @gluon.jit
 def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready,
-              scale, start, end, W: gl.constexpr, TAKE: gl.constexpr, BLOCK_N: gl.constexpr,
-              STAGES: gl.constexpr, LATENT: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
-    """Warpgroup W's tile i (and, TAKE, the other's tile i - 1 first): module docstring. Returns (acc, m,
-    l) after both."""
+              scale, start, end, W: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              LATENT: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
+    """Warpgroup W's tile i, and the other's tile i - 1 (module docstring). Returns (acc, m, l) after
+    both."""
     HALF: gl.constexpr = LATENT // 2
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4)
     o_layout: gl.constexpr = acc.type.layout
@@ -138,12 +146,9 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
     qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
     qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
-    if TAKE:
-        acc, m_i, l_i, jslot = _take_other(acc, m_i, i - 1, k_lat, ready, p_ready, p_smem, m_smem, l_smem, W,
-                                           HALF, STAGES)  # fmt: skip
-        qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))  # S_i; the other's P·V stays in flight
-    else:
-        qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
+    acc, m_i, l_i, jslot = _take_other(acc, m_i, i - 1, k_lat, ready, p_ready, p_smem, m_smem, l_smem, W,
+                                       HALF, STAGES)  # fmt: skip
+    qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))  # S_i; the other's P·V stays in flight
     # the online softmax in base 2, from the maximum and sum of the tile before (either warpgroup's)
     tokens = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout)) + _opaque_zero(i)
     x = gl.where((tokens < end - n0)[None, :], qk * scale, float("-inf"))
@@ -152,10 +157,10 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     p = gl.exp2(x - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, 1)
     m_i = m_new
-    if TAKE:  # the other's P·V is retired: its P, m and l are read, their buffers free
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        if i > 0:  # (no release for tile -1)
-            release(empty.index(jslot))
+    # the other's P·V retired: its P, m and l read, their buffers free, its slot released (not tile -1's)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    if i > 0:
+        release(empty.index(jslot))
     # publish P_i, m_i, l_i (the other warpgroup waits for them before it publishes its next)
     p16 = p.to(gl.bfloat16)
     p_smem.index(_opaque_zero(i)).store(p16)
@@ -176,9 +181,8 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
 @gluon.jit
 def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
               part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh,
-              W: gl.constexpr,
-              LATENT: gl.constexpr, BLOCK_N: gl.constexpr, SPLITS: gl.constexpr, STAGES: gl.constexpr,
-              CHUNK: gl.constexpr):  # fmt: skip
+              W: gl.constexpr, LATENT: gl.constexpr, BLOCK_N: gl.constexpr, SPLITS: gl.constexpr,
+              STAGES: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
     """Warpgroup W (a partition of 4 warps): its tiles, the other's, and its half of the output."""
     HALF: gl.constexpr = LATENT // 2
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4)
@@ -190,7 +194,7 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
     acc = gl.zeros([64, HALF], gl.float32, o_layout)
     for i in range(W, n_tiles, 2):  # own tiles; warpgroup 0's first takes tile -1 (nothing)
         acc, m_i, l_i = _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem,
-                                  ready, empty, p_ready, scale, start, end, W, True, BLOCK_N, STAGES, LATENT,
+                                  ready, empty, p_ready, scale, start, end, W, BLOCK_N, STAGES, LATENT,
                                   CHUNK)  # fmt: skip
     last = n_tiles - 1
     if (last >= 0) & (last % 2 != W):  # the other's last tile
@@ -225,7 +229,7 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
 def _loader(kv_desc, pages, k_lat, k_rope, ready, empty, start, n_tiles, PAGE: gl.constexpr,
             LATENT: gl.constexpr, ROPE: gl.constexpr, BLOCK_N: gl.constexpr,
             STAGES: gl.constexpr):  # fmt: skip
-    """The loader partition (one warp): every tile of the split, in order, into the next slot once both
+    """The loader, the default partition: every tile of the split, in order, into the next slot once both
     warpgroups have released it (a fresh barrier counts the phase before its first as complete)."""
     for t in range(n_tiles):
         slot = t % STAGES

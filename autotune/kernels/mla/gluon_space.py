@@ -12,7 +12,7 @@ dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divi
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first), `seesaw_registers` (the seesaw in 32-token tiles x 3 or 4 stages only: elsewhere its
+the first), `seesaw_registers` (the seesaw in 32-token tiles x 2 or 4 stages only: elsewhere its
 consumers spill) and
 `lds_overflow` (the queries, the ring, P and, in the seesaw, the row statistics within the target's
 shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100). It is never the op's default
@@ -54,8 +54,9 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "SCHEDULE": (0, 1),
 }
 #: The seesaw schedule's (SCHEDULE 1) rings that compile without spills for sm_90 on Triton 3.6 and 3.9:
-#: 32-token tiles in 3 or 4 stages (at 64 tokens, or in 2 stages, ptxas spills in the consumers).
-SEESAW_RINGS = ((32, 3), (32, 4))
+#: 32-token tiles in 2 or 4 stages (at 64 tokens ptxas spills 4-10 words in the consumers, at 32 x 3 two
+#: on Triton 3.6).
+SEESAW_RINGS = ((32, 2), (32, 4))
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
 #: warpgroups, layout conversions), at most, as compiled for sm_90 by Triton 3.6 and 3.9.
 SMEM_SCRATCH = 1024
