@@ -144,8 +144,11 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
         fence_async_shared()
         cta_barrier()  # (this warpgroup's warps; the other reads the tile after p_ready)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
-    qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
+    # (the queries' descriptors, one a K step, computed tile by tile: 36 registers kept across the loop
+    # otherwise)
+    zq = _opaque_zero(i)
+    qk = warpgroup_mma(q_lat.index(zq), lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+    qk = warpgroup_mma(q_rope.index(zq), rope.permute((1, 0)), qk, is_async=True)
     acc, m_i, l_i, jslot = _take_other(acc, m_i, i - 1, k_lat, ready, p_ready, p_smem, m_smem, l_smem, W,
                                        HALF, STAGES)  # fmt: skip
     qk = warpgroup_mma_wait(num_outstanding=1, deps=(qk,))  # S_i; the other's P·V stays in flight
@@ -258,8 +261,8 @@ def mla_seesaw_kernel(
     b = gl.program_id(1)
     s = gl.program_id(2)
 
-    q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LATENT], _smem_layout(LATENT))
-    q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, ROPE], _smem_layout(ROPE))
+    q_lat = gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_H, LATENT], _smem_layout(LATENT))
+    q_rope = gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_H, ROPE], _smem_layout(ROPE))
     k_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, LATENT], _smem_layout(LATENT))
     k_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, ROPE], _smem_layout(ROPE))
     p_smem = gl.allocate_shared_memory(gl.bfloat16, [1, BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
@@ -281,7 +284,7 @@ def mla_seesaw_kernel(
     n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
     pages = pt_ptr + b.to(gl.int64) * stride_ptb
 
-    _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
+    _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
                    num_warps)  # fmt: skip
     # what warpgroup 0's first tile takes as tile -1: P = 0, m = _NO_MAX, l = 0
     init: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
