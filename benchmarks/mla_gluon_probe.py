@@ -15,8 +15,7 @@ Rules:
   512) / time. Timed: the Triton kernel's heuristic default (`MLA_DECODE.default_config`), strong Triton
   configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs: the
   lockstep schedule (SCHEDULE 0: BLOCK_N 32 / 64, stages, splits 1 / 2 / 4 / 8) and the seesaw (SCHEDULE
-  1: 32-token tiles in 2 or 4 stages; 32 x 3 and 64 x 2, outside the space since their consumers spill,
-  marked "*").
+  1: 64 x 2, 32 x 2 to 4). A config outside the op's space is marked "*".
 - A kernel that hangs ends the run after --hang-s seconds (with the traceback); a device fault ends it too
   (the CUDA context is lost): the JSON written so far (after each shape) stays.
 - Prints one table: per shape the Triton default, the best Triton config, the best config of each Gluon
@@ -54,8 +53,8 @@ TRITON = [
     for bn in (32, 64)
     for s in (1, 2, 4)
 ]
-#: (SCHEDULE, BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits (the seesaw's
-#: 32 x 3 and 64 x 2 outside the space: their consumers spill).
+#: (SCHEDULE, BLOCK_N, num_stages) of the Gluon configs: each of the shared memory's fits (the seesaw needs
+#: 2 stages).
 RINGS = (
     (0, 64, 1),
     (0, 64, 2),

@@ -43,15 +43,15 @@ phase before the first as complete):
 Shared memory (bf16): the queries (72 KiB), STAGES tiles (BLOCK_N x 1,152 bytes each), P (64 x BLOCK_N),
 m and l (2 x 64 fp32) and 8-byte mbarriers (two a slot, two more): `gluon_space.gluon_smem_bytes`.
 Registers: the consumers hold the 64 x 256 accumulator (128 a thread), the scores and P, within 240. What
-LLVM hoists out of the loop costs registers the whole loop: one address per element of P's store into
-shared memory (32 at 64-token tiles), of the tail's zeroing, and the softmax's column indices; so those
-take a zero the compiler cannot see (`_opaque_zero`, volatile PTX) tile by tile, and the output's
-addresses too after the loop. Then ptxas spills nothing at 32-token tiles in 2 or 4 stages (Triton 3.6
-and 3.9: `gluon_space.SEESAW_RINGS`, the rings of the space); at 64 tokens 4-10 words a consumer (some
-per-element addresses still hoisted), at 32 x 3 two on 3.6.
+LLVM hoists out of the loop costs registers for the whole loop: the queries' wgmma descriptors (one a K
+step: 36), the tail zeroing's addresses (with 2 stages a warpgroup's slots are constants), the output's
+addresses. So these are derived from a zero the compiler cannot see (`_opaque_zero`, volatile PTX),
+tile by tile (the queries as a one-slot ring, `.index(zero)`), and after the loop for the output. Then
+ptxas spills nothing in any ring, 64 x 2 included (Triton 3.6 and 3.9; the consumers' highest register
+213-236 of 240).
 
-Not measured on a GPU yet: `benchmarks/mla_gluon_probe.py` times it beside the lockstep schedule (and the
-64-token seesaw, outside the space), `tests/kernels/mla/test_mla_gpu.py` checks it on ragged contexts.
+Not measured on a GPU yet: `benchmarks/mla_gluon_probe.py` times it beside the lockstep schedule,
+`tests/kernels/mla/test_mla_gpu.py` checks it on ragged contexts.
 
 Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4: the
 default partition's). Imported lazily (it imports triton and Gluon).
@@ -97,9 +97,9 @@ def _vec_layout() -> gl.SwizzledSharedLayout:
 
 @gluon.jit
 def _opaque_zero(i):
-    """0, computed from `i` where the compiler cannot see it: the address of a store into shared memory then
-    varies with the tile to the compiler, so it is not hoisted out of the loop as one register per element
-    (at 64-token tiles P's 32 addresses a thread, kept across the loop, made the consumers spill)."""
+    """0, computed from `i` where the compiler cannot see it (volatile PTX): what is derived from it (a
+    shared-memory view's descriptors and addresses) varies with the tile to the compiler, so it is not
+    hoisted out of the loop into registers kept across it (module docstring)."""
     return gl.inline_asm_elementwise("and.b32 $0, $1, 0;", "=r,r", [i], dtype=gl.int32, is_pure=False, pack=1)
 
 
@@ -284,8 +284,8 @@ def mla_seesaw_kernel(
     n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
     pages = pt_ptr + b.to(gl.int64) * stride_ptb
 
-    _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
-                   num_warps)  # fmt: skip
+    _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE,
+                   BLOCK_H, CHUNK, num_warps)  # fmt: skip
     # what warpgroup 0's first tile takes as tile -1: P = 0, m = _NO_MAX, l = 0
     init: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     p_smem.index(0).store(gl.zeros([BLOCK_H, BLOCK_N], gl.bfloat16, init))

@@ -12,8 +12,7 @@ dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divi
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first), `seesaw_registers` (the seesaw in 32-token tiles x 2 or 4 stages only: elsewhere its
-consumers spill) and
+the first) and
 `lds_overflow` (the queries, the ring, P and, in the seesaw, the row statistics within the target's
 shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100). It is never the op's default
 (`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only orders its own.
@@ -34,7 +33,6 @@ from autotune.kernels.mla.space import MAX_SPLITS, own
 __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
-    "SEESAW_RINGS",
     "SMEM_SCRATCH",
     "gluon_absent",
     "gluon_first",
@@ -53,10 +51,6 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_stages": (1, 2, 3, 4),
     "SCHEDULE": (0, 1),
 }
-#: The seesaw schedule's (SCHEDULE 1) rings that compile without spills for sm_90 on Triton 3.6 and 3.9:
-#: 32-token tiles in 2 or 4 stages (at 64 tokens ptxas spills 4-10 words in the consumers, at 32 x 3 two
-#: on Triton 3.6).
-SEESAW_RINGS = ((32, 2), (32, 4))
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
 #: warpgroups, layout conversions), at most, as compiled for sm_90 by Triton 3.6 and 3.9.
 SMEM_SCRATCH = 1024
@@ -142,13 +136,6 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "the seesaw schedule (SCHEDULE 1) needs 2 stages at least, not {num_stages}",
             lambda c: int(c["SCHEDULE"]) == 0 or int(c["num_stages"]) >= 2,
             knobs=("SCHEDULE", "num_stages"),
-        ),
-        Constraint(
-            "seesaw_registers",
-            "the seesaw schedule (SCHEDULE 1) with BLOCK_N {BLOCK_N} x {num_stages} stages: its consumer "
-            f"warpgroups spill (240 registers a thread); it compiles clean in {SEESAW_RINGS} only",
-            lambda c: int(c["SCHEDULE"]) == 0 or (int(c["BLOCK_N"]), int(c["num_stages"])) in SEESAW_RINGS,
-            knobs=("SCHEDULE", "BLOCK_N", "num_stages"),
         ),
         Constraint(
             "lds_overflow",

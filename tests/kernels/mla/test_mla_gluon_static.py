@@ -1,6 +1,6 @@
 """The MLA decode's Gluon kernel (backend "gluon") cross-compiles for sm_90 without a GPU, in both schedules
 (SCHEDULE 0, `mla/gluon_kernel.py`: each ring the space holds, BLOCK_N 32 and 64, 1 to 4 stages; SCHEDULE
-1, the seesaw, `mla/gluon_seesaw.py`: its rings, 32 x 2 and 32 x 4) and for one split and several: no
+1, the seesaw, `mla/gluon_seesaw.py`: 64 x 2, 32 x 2 to 4) and for one split and several: no
 spills, registers within 255, shared memory within the target's 227 KiB and within what the space counts
 (`gluon_space.gluon_smem_bytes` + SMEM_SCRATCH), warpgroup MMAs for both dots (S: N = BLOCK_N / 2 a
 warpgroup in lockstep, N = BLOCK_N in the seesaw; P·V: N = 256), nine TMA boxes a tile, and the waits as
@@ -27,8 +27,10 @@ CONFIGS = [
     (0, 32, 2, 2),
     (0, 32, 3, 1),
     (0, 32, 4, 8),
-    (1, 32, 2, 1),
+    (1, 64, 2, 1),
+    (1, 64, 2, 4),
     (1, 32, 2, 4),
+    (1, 32, 3, 2),
     (1, 32, 4, 1),
     (1, 32, 4, 8),
 ]

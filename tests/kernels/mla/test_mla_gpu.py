@@ -99,8 +99,8 @@ def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
 
 
 #: (SCHEDULE, BLOCK_N, num_stages) of the Gluon kernel's rings: the lockstep schedule at 64 tokens (1 and 2
-#: stages) and 32 (2 and 4), the seesaw's at 32 tokens (2 and 4 stages).
-GLUON_RINGS = [(0, 64, 2), (0, 64, 1), (0, 32, 4), (0, 32, 2), (1, 32, 2), (1, 32, 4)]
+#: stages) and 32 (2 and 4), the seesaw's at 64 tokens (2 stages) and 32 (2 and 4).
+GLUON_RINGS = [(0, 64, 2), (0, 64, 1), (0, 32, 4), (0, 32, 2), (1, 64, 2), (1, 32, 4), (1, 32, 2)]
 
 
 def _gluon_target(target) -> None:
