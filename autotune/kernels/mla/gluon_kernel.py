@@ -303,7 +303,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
     schedule = int(params.get("SCHEDULE", 0))
     split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
-    num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: warpgroup 0; the rest are partitions)
+    num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
     layout = gl.NVMMASharedLayout(swizzle_byte_width=2 * CHUNK, element_bitwidth=16, rank=2)

@@ -252,7 +252,7 @@ def mla_seesaw_kernel(
     """One (sequence, 64-head group, split) of the MLA decode, seesaw schedule (module docstring)."""
     BLOCK_H: gl.constexpr = 64
     CHUNK: gl.constexpr = kv_desc.block_type.shape[1]
-    gl.static_assert(num_warps == 4, "the default partition is warpgroup 0: num_warps 4")
+    gl.static_assert(num_warps == 4, "the default partition (the loader) is one warpgroup: num_warps 4")
     gl.static_assert(kv_desc.block_type.shape[0] == BLOCK_N, "the descriptor's box is BLOCK_N rows")
     gl.static_assert(PAGE % BLOCK_N == 0, "a tile must lie inside one page")
     gl.static_assert(STAGES >= 2, "the seesaw needs two slots (module docstring)")

@@ -132,7 +132,7 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     assert list(desc.block_shape) == [32, 64] and list(desc.shape) == [(32 * 64 + 1) * 64, 576]
     (one,) = MLA_DECODE.kernel_calls(problem, _gluon(), H100)
     assert one.grid == (2, 32, 1) and one.kwargs["SPLITS"] == 1
-    # the seesaw: the same grid and reduce; its kernel on 4 warps (warpgroup 0; the partitions are its own)
+    # the seesaw: the same grid and reduce; its kernel on 4 warps (the loader's; the consumers are workers)
     seesaw = _gluon(SCHEDULE=1, BLOCK_N=32, num_stages=4, num_kv_splits=2)
     split, reduce = MLA_DECODE.kernel_calls(problem, seesaw, H100)
     assert [split.fn.__name__, reduce.fn.__name__] == ["mla_seesaw_kernel", "mla_reduce_kernel"]
