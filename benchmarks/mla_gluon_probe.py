@@ -43,7 +43,7 @@ from autotune import Config, Problem
 from autotune.core.target import local_target
 from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.backends import split_workspace
-from autotune.kernels.mla.gluon_kernel import gluon_launcher
+from autotune.kernels.mla.gluon_launch import gluon_launcher
 from autotune.kernels.mla.ref import mla_reference, paged_inputs
 
 H, LATENT, ROPE, PAGE = 128, 512, 64, 64

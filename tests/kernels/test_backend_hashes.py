@@ -77,7 +77,7 @@ def test_the_mla_decode_s_hashes_are_its_kernels_modules() -> None:
     covers its two schedules' modules, the shared Gluon helpers and `mla.kernel` (whose reduce kernel it
     launches)."""
     assert MLA_DECODE.source_hash("triton") == _kernels("autotune.kernels.mla.kernel")
-    gluon = _kernels("autotune.kernels.mla.gluon_kernel", "autotune.kernels.mla.gluon_seesaw")
+    gluon = _kernels("autotune.kernels.mla.gluon_launch")
     assert MLA_DECODE.source_hash("gluon") == gluon
-    files = {f.name for f in module_files("autotune.kernels.mla.gluon_kernel", within="autotune.kernels")}
-    assert {"gluon_kernel.py", "kernel.py", "gluon_hopper.py"} <= files
+    files = {f.name for f in module_files("autotune.kernels.mla.gluon_launch", within="autotune.kernels")}
+    assert {"gluon_launch.py", "gluon_kernel.py", "gluon_seesaw.py", "kernel.py", "gluon_hopper.py"} <= files

@@ -175,7 +175,7 @@ def _workspace(
 @lru_cache(maxsize=64)
 def _gluon_run(params: tuple[tuple[str, Any], ...]) -> Any:
     """The Gluon kernel's launch of a config's knobs (kept: it is built once per config)."""
-    from autotune.kernels.mla.gluon_kernel import gluon_launcher
+    from autotune.kernels.mla.gluon_launch import gluon_launcher
 
     return gluon_launcher(dict(params))
 

@@ -74,7 +74,7 @@ def _gluon(
     problem: Problem, config: Config, target: Target, inputs: Inputs, out: torch.Tensor,
     calls: list[KernelCall] | None = None,
 ) -> Launch:  # fmt: skip
-    from autotune.kernels.mla.gluon_kernel import gluon_launcher, jit_kernels
+    from autotune.kernels.mla.gluon_launch import gluon_launcher, jit_kernels
 
     q, kv, table, lens = inputs[:4]
     params = {k: v for k, v in config.items() if k != "backend"}
@@ -178,7 +178,7 @@ MLA_BACKENDS = Backends(
             "gluon",
             _gluon,
             gluon_subspace,
-            modules=("autotune.kernels.mla.gluon_kernel", "autotune.kernels.mla.gluon_seesaw"),
+            modules=("autotune.kernels.mla.gluon_launch",),
             runs_on=gluon_runs,
             absent=gluon_absent,
         ),

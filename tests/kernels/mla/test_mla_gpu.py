@@ -126,7 +126,7 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
     from autotune import Config
     from autotune.engine.bench import rel_error
     from autotune.kernels.mla.backends import split_workspace
-    from autotune.kernels.mla.gluon_kernel import gluon_launcher
+    from autotune.kernels.mla.gluon_launch import gluon_launcher
     from autotune.kernels.mla.ref import mla_reference, paged_inputs
 
     _gluon_target(target)

@@ -1,0 +1,103 @@
+"""The launch of the MLA decode's Gluon kernels (backend "gluon"): either schedule of the SCHEDULE knob, 0
+the lockstep kernel (`mla.gluon_kernel`), 1 the seesaw (`mla.gluon_seesaw`), each followed by the Triton
+reduce of several splits (`mla.kernel.mla_reduce_kernel`). Imported lazily (it imports triton and Gluon)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from triton.experimental.gluon import language as gl
+
+from autotune.core.op import FP_OPTIONS
+from autotune.kernels.common.gluon_hopper import check_tma
+from autotune.kernels.launch import pinned
+from autotune.kernels.mla.gluon_kernel import BLOCK_H, CHUNK, JIT_KERNELS, LATENT, NUM_WARPS, ROPE
+from autotune.kernels.mla.gluon_seesaw import mla_seesaw_kernel
+from autotune.kernels.mla.kernel import mla_reduce_kernel
+
+__all__ = ["SCHEDULES", "gluon_launcher", "jit_kernels"]
+
+_LOG2E = 1.4426950408889634
+
+#: The schedules (the SCHEDULE knob): 0 this module's lockstep kernel, 1 the seesaw (`mla.gluon_seesaw`).
+SCHEDULES = (0, 1)
+
+
+def jit_kernels(schedule: int) -> tuple[Any, Any]:
+    """The JIT functions of a launch of `schedule` (the split kernel, the reduce), in order."""
+    if schedule == 0:
+        return JIT_KERNELS
+    if schedule == 1:
+        return (mla_seesaw_kernel, mla_reduce_kernel)
+    raise ValueError(f"the gluon backend's SCHEDULE is one of {SCHEDULES}, not {schedule}")
+
+
+def _cache_rows(kv: torch.Tensor) -> torch.Tensor:
+    """The cache as 2-D (pages · page_size, K), a view of its rows; ValueError where its pages are not
+    evenly strided rows or a row index would not fit TMA's int32 coordinates."""
+    pages, page, K = kv.shape
+    if kv.stride(2) != 1 or (pages > 1 and kv.stride(0) != page * kv.stride(1)):
+        raise ValueError(
+            f"the gluon backend reads the cache as rows of pages x page_size: strides {tuple(kv.stride())} "
+            f"of a {tuple(kv.shape)} cache are not"
+        )
+    if pages * page >= 2**31:
+        raise ValueError(f"the gluon backend's TMA takes int32 rows: {pages} pages x {page} is too many")
+    rows = kv.as_strided((pages * page, K), (kv.stride(1), 1))
+    check_tma("kv_cache", rows)
+    return rows
+
+
+def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = None) -> Callable[..., None]:
+    """The launch of one config's knobs (`params`: num_kv_splits, BLOCK_N, num_stages, SCHEDULE: 0 where
+    absent, as stored before it existed) as `run(q,
+    kv_cache, page_table, context_lens, out, part, lse, sm_scale, kv_scale)`, the Triton kernel's
+    contract (`mla.kernel.launcher`): `part` and `lse` are the split workspace (None with one split).
+    `kernels`: stand-ins of `jit_kernels(SCHEDULE)` (recorders) in their order. ValueError, when run, for a
+    problem the kernel does not take (an FP8 cache, heads not a multiple of 64, other dims than 512 +
+    64, a page size BLOCK_N does not divide, a cache that is not rows)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
+    schedule = int(params.get("SCHEDULE", 0))
+    split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
+    num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
+    recorded = kernels is not None
+    reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=2 * CHUNK, element_bitwidth=16, rank=2)
+
+    def run(
+        q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
+        part: torch.Tensor | None, lse: torch.Tensor | None, sm_scale: float, kv_scale: float,
+    ) -> None:  # fmt: skip
+        B, H, K = q.shape
+        latent, page = out.shape[2], kv.shape[1]
+        if kv.dtype != torch.bfloat16 or q.dtype != torch.bfloat16:
+            raise ValueError(f"the gluon backend takes a bf16 cache and queries, got {kv.dtype}, {q.dtype}")
+        if H % BLOCK_H or (latent, K - latent) != (LATENT, ROPE):
+            raise ValueError(
+                f"the gluon backend takes heads in groups of {BLOCK_H} and {LATENT} + {ROPE} dims, got "
+                f"H={H}, {latent} + {K - latent}"
+            )
+        if page % block_n:
+            raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
+        desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
+        consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
+        opts = dict(num_warps=num_warps, **FP_OPTIONS)
+        fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
+        extra = dict(**consts, **opts) if recorded else {}
+        ws_part = out if part is None else part
+        ws_lse = lens if lse is None else lse
+        fn[(H // BLOCK_H, B, splits)](
+            q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E, H,
+            q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
+        )  # fmt: skip
+        if splits > 1:
+            rconsts = dict(LATENT=latent, SPLITS=splits)
+            rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
+            rextra = dict(**rconsts, **reduce_opts) if recorded else {}
+            rfn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **rextra)
+
+    return run
