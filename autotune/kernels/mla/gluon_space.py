@@ -21,6 +21,7 @@ shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100). It is nev
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from functools import cache
 
@@ -33,6 +34,7 @@ from autotune.kernels.mla.space import MAX_SPLITS, own
 __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
+    "SEESAW_ENV",
     "SMEM_SCRATCH",
     "gluon_absent",
     "gluon_first",
@@ -40,6 +42,7 @@ __all__ = [
     "gluon_smem_bytes",
     "gluon_splits",
     "gluon_subspace",
+    "seesaw_searched",
 ]
 
 #: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
@@ -51,6 +54,17 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_stages": (1, 2, 3, 4),
     "SCHEDULE": (0, 1),
 }
+#: Set to 1, sweeps search the seesaw schedule too. It compiles without spills but has not run on a GPU:
+#: until a GPU test and the probe have measured it, it is not searched by default, so that a fault of its
+#: (a hang costs a trial's timeout, and five in a row end the worker) cannot cost a user's sweep.
+SEESAW_ENV = "AUTOTUNE_MLA_SEESAW"
+
+
+def seesaw_searched() -> bool:
+    """Whether sweeps search SCHEDULE 1 (`SEESAW_ENV`)."""
+    return os.environ.get(SEESAW_ENV, "").strip() == "1"
+
+
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
 #: warpgroups, layout conversions), at most, as compiled for sm_90 by Triton 3.6 and 3.9.
 SMEM_SCRATCH = 1024
@@ -130,6 +144,12 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"BLOCK_N {{BLOCK_N}} does not divide the page size {page}: a tile must lie inside one page",
             lambda c: page % int(c["BLOCK_N"]) == 0,
             knobs=("BLOCK_N",),
+        ),
+        Constraint(
+            "seesaw_unmeasured",
+            f"the seesaw schedule (SCHEDULE 1) has not run on a GPU yet: searched only with {SEESAW_ENV}=1",
+            lambda c: int(c["SCHEDULE"]) == 0 or seesaw_searched(),
+            knobs=("SCHEDULE",),
         ),
         Constraint(
             "seesaw_one_stage",

@@ -10,7 +10,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, gluon_smem_bytes
+from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SEESAW_ENV, SMEM_SCRATCH, gluon_smem_bytes
 
 H100 = Target.for_arch("sm_90")
 
@@ -50,10 +50,24 @@ def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared
     assert gluon_smem_bytes(64, 2) + SMEM_SCRATCH <= H100.lds_bytes < gluon_smem_bytes(64, 3)
 
 
-def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory() -> None:
+def test_the_seesaw_schedule_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SCHEDULE 1 has not run on a GPU: pruned with the reason, unless AUTOTUNE_MLA_SEESAW=1."""
+    monkeypatch.delenv(SEESAW_ENV, raising=False)
+    sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
+    assert {c["SCHEDULE"] for c in sub.configs()} == {0}
+    why = sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or ""
+    assert why.startswith("seesaw_unmeasured") and SEESAW_ENV in why, why
+    monkeypatch.setenv(SEESAW_ENV, "1")
+    assert sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) is None
+
+
+def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """SCHEDULE 1 (`mla.gluon_seesaw`): 2 stages at least (one slot would deadlock: `seesaw_one_stage`),
     64 x 2 and 32 x 2-4 within the shared memory; it adds the row maxima and sums and the extra mbarriers
     to the lockstep kernel's (the same single P buffer)."""
+    monkeypatch.setenv(SEESAW_ENV, "1")
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 1}
     assert rings == {(64, 2), (32, 2), (32, 3), (32, 4)}

@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from autotune.kernels.mla.gluon_space import SEESAW_ENV
+
 #: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits): every ring of the space, with one split and several.
 CONFIGS = [
     (0, 64, 1, 1),
@@ -91,7 +93,9 @@ def _name(cfg: tuple[int, int, int, int]) -> str:
 def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """What the sm_90 compile of each config shows (one process for all)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
+    with pytest.MonkeyPatch.context() as mp:  # the seesaw's rings are in the space once searched
+        mp.setenv(SEESAW_ENV, "1")
+        return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)

@@ -155,12 +155,15 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
 
 @pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[1], GLUON_RINGS[4]])
 def test_the_gluon_backend_is_right_and_repeatable(
-    right_and_repeatable, target, schedule: int, block_n: int, stages: int
+    right_and_repeatable, target, schedule: int, block_n: int, stages: int, monkeypatch
 ) -> None:
     """The op's "gluon" configs (its space's first, and others) compute the reference through `prepare`,
-    bit-identical on repeats."""
+    bit-identical on repeats (the seesaw's rings in the space as sweeps search it once asked to)."""
     from autotune import Config
     from autotune.kernels import MLA_DECODE
+    from autotune.kernels.mla.gluon_space import SEESAW_ENV
+
+    monkeypatch.setenv(SEESAW_ENV, "1")
 
     _gluon_target(target)
     problem = _problem(8, 128, 4096, "bf16")
