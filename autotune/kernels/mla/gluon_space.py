@@ -119,6 +119,7 @@ def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0) -> int:
 
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The kernel's rules on `problem` and `target` (module docstring)."""
+    searched = seesaw_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
     heads, context, _, page = own(problem)
     B, cus = problem.M, target.cu_count
     programs = B * cdiv(heads, GLUON_BLOCK_H)
@@ -148,7 +149,7 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "seesaw_unmeasured",
             f"the seesaw schedule (SCHEDULE 1) has not run on a GPU yet: searched only with {SEESAW_ENV}=1",
-            lambda c: int(c["SCHEDULE"]) == 0 or seesaw_searched(),
+            lambda c: int(c["SCHEDULE"]) == 0 or searched,
             knobs=("SCHEDULE",),
         ),
         Constraint(

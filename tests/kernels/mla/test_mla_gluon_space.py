@@ -57,8 +57,10 @@ def test_the_seesaw_schedule_is_searched_only_when_asked_for(monkeypatch: pytest
     assert {c["SCHEDULE"] for c in sub.configs()} == {0}
     why = sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or ""
     assert why.startswith("seesaw_unmeasured") and SEESAW_ENV in why, why
-    monkeypatch.setenv(SEESAW_ENV, "1")
-    assert sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) is None
+    monkeypatch.setenv(SEESAW_ENV, "1")  # read when a space is built: a new one holds it
+    searched = MLA_DECODE.space(_problem(), H100).subspace("gluon")
+    assert searched.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) is None
+    assert {c["SCHEDULE"] for c in searched.configs()} == {0, 1}
 
 
 def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory(
