@@ -29,7 +29,7 @@ from autotune.core.config import Config, Value
 from autotune.core.problem import Problem, cdiv
 from autotune.core.space import Constraint, SubSpace
 from autotune.core.target import Target
-from autotune.kernels.mla.space import MAX_SPLITS, own
+from autotune.kernels.mla.space import MAX_SPLITS, own, split_constraints
 
 __all__ = [
     "GLUON_BLOCK_H",
@@ -120,26 +120,14 @@ def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0) -> int:
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The kernel's rules on `problem` and `target` (module docstring)."""
     searched = seesaw_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
-    heads, context, _, page = own(problem)
-    B, cus = problem.M, target.cu_count
-    programs = B * cdiv(heads, GLUON_BLOCK_H)
+    heads, _, _, page = own(problem)
+    groups = cdiv(heads, GLUON_BLOCK_H)
 
     def smem(c: Mapping[str, Value]) -> int:
         return gluon_smem_bytes(int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])) + SMEM_SCRATCH
 
     return [
-        Constraint(
-            "splits_past_context",
-            f"{{num_kv_splits}} splits of BLOCK_N {{BLOCK_N}} tokens exceed the context {context}",
-            lambda c: int(c["num_kv_splits"]) * int(c["BLOCK_N"]) <= max(context, int(c["BLOCK_N"])),
-            knobs=("num_kv_splits", "BLOCK_N"),
-        ),
-        Constraint(
-            "splits_needless",
-            f"half the splits already give {B} sequences x head groups 2 programs per SM ({cus} SMs)",
-            lambda c: int(c["num_kv_splits"]) == 1 or programs * int(c["num_kv_splits"]) // 2 < 2 * cus,
-            knobs=("num_kv_splits",),
-        ),
+        *split_constraints(problem, target, lambda c: groups, ()),
         Constraint(
             "tile_past_page",
             f"BLOCK_N {{BLOCK_N}} does not divide the page size {page}: a tile must lie inside one page",

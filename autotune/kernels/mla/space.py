@@ -13,7 +13,7 @@ accumulators, unswapped; see `_quarters_knob`, `_quarters_constraints`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from autotune.core.config import Config, Value
 from autotune.core.problem import Problem, cdiv, next_pow2
@@ -31,6 +31,7 @@ __all__ = [
     "mla_params",
     "own",
     "spill_exempt",
+    "split_constraints",
 ]
 
 #: Most splits of a sequence's context the space holds.
@@ -136,12 +137,17 @@ def _lds_bytes(problem: Problem, target: Target, c: Mapping[str, Value]) -> int:
     return int(c["BLOCK_N"]) * problem.K * elem * buffers
 
 
-def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
-    """The kernel's constraints on `problem` and `target`."""
-    heads, context, _, _ = own(problem)
-    B, cus = problem.M, target.cu_count
-    budget = _LANE_REGISTERS[target.is_amd]
-    out = [
+def split_constraints(
+    problem: Problem,
+    target: Target,
+    groups: Callable[[Mapping[str, Value]], int],
+    group_knobs: tuple[str, ...],
+) -> list[Constraint]:
+    """The split rules every MLA kernel shares: no more splits than BLOCK_N tiles of the context, and none
+    past what fills the GPU (half the splits already give every CU two programs); `groups`: a config's
+    head groups a sequence, from `group_knobs`."""
+    context, B, cus = own(problem)[1], problem.M, target.cu_count
+    return [
         Constraint(
             "splits_past_context",
             f"{{num_kv_splits}} splits of BLOCK_N {{BLOCK_N}} tokens exceed the context {context}",
@@ -151,12 +157,18 @@ def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "splits_needless",
             f"half the splits already give {B} sequences x head groups 2 programs per CU ({cus} CUs)",
-            lambda c: (
-                int(c["num_kv_splits"]) == 1
-                or B * _groups(problem, int(c["BLOCK_H"])) * int(c["num_kv_splits"]) // 2 < 2 * cus
-            ),
-            knobs=("num_kv_splits", "BLOCK_H"),
+            lambda c: int(c["num_kv_splits"]) == 1 or B * groups(c) * int(c["num_kv_splits"]) // 2 < 2 * cus,
+            knobs=("num_kv_splits", *group_knobs),
         ),
+    ]
+
+
+def mla_constraints(problem: Problem, target: Target) -> list[Constraint]:
+    """The kernel's constraints on `problem` and `target`."""
+    heads = own(problem)[0]
+    budget = _LANE_REGISTERS[target.is_amd]
+    out = [
+        *split_constraints(problem, target, lambda c: _groups(problem, int(c["BLOCK_H"])), ("BLOCK_H",)),
         Constraint(
             "block_h_waste",
             f"BLOCK_H {{BLOCK_H}} > next_pow2(H={heads}): idle rows",
