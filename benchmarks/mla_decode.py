@@ -3,13 +3,15 @@ baseline, and the KV-cache read bandwidth it reaches against a copy's, measured 
 
 Grid (default): batch 1, 4, 32, 64, 128, 256 x context 1K, 4K, 8K, 32K x H = 16 and 128 x bf16 and FP8
 caches, DeepSeek-V3's 512 latent + 64 RoPE dims, pages of --page-sizes tokens (several: each is tuned and the
-fastest reported per shape). Phase `sweep` tunes the grid
-(`autotune sweep` of a spec written to OUT/mla.toml, --trials a problem, no M profile); phase `measure`
-times, per problem, in interleaved rounds on the same inputs: `tuned` (the sweep's winner among the
-kernel's configs), `fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile, whatever the shape) and `torch`
-(the gathered baseline). Each output is checked against the reference first. KV GB/s is the cache bytes
-a call must read over the tuned time; "of copy" divides it by the bandwidth of a 1 GiB device copy
-(read + write bytes over its time).
+fastest reported per shape). Phase `sweep` tunes the grid: `autotune sweep` of OUT/mla.toml (the Triton
+kernel, --trials a problem, no M profile), then on Hopper of OUT/mla-gluon.toml (the Gluon kernel, on the
+grid's 128-head bf16 problems, --trials a problem), into one database. Phase `measure` times, per problem,
+in interleaved rounds on the same inputs: `tuned` (the sweep's winner over both kernels), `triton` (the
+winner among the Triton kernel's configs alone), `fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile,
+whatever the shape) and `torch` (the gathered baseline). Each output is checked against the reference
+first. KV GB/s is the cache bytes a call must read over the tuned time; "of copy" divides it by the
+bandwidth of a 1 GiB device copy (read + write bytes over its time); TFLOP/s counts both dots,
+B·H·context·2·(576 + 512) over the tuned time.
 
     python benchmarks/mla_decode.py --out results/                  # sweep, then measure
     python benchmarks/mla_decode.py --phase measure --out results/
@@ -35,6 +37,7 @@ from autotune.engine.bench import Benchmarker
 from autotune.kernels import MLA_DECODE
 
 LATENT, K = 512, 576
+GLUON = "gluon"
 #: The fixed default the tuned kernel is compared with (AMD adds its two knobs; an FP8 cache bf16 queries
 #: and, where the space has the knobs, bf16 tiles, unswapped).
 FIXED = dict(num_kv_splits=8, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2)
@@ -57,13 +60,36 @@ def grid(args: Any) -> list[Problem]:
     ]  # fmt: skip
 
 
-def spec_text(args: Any) -> str:
+def spec_text(args: Any, backend: str = "triton") -> str:
+    """The sweep of one kernel: the Triton kernel on the whole grid, the Gluon one on its 128-head bf16
+    problems ("" where the grid has none)."""
+    heads, kv = args.heads, args.kv
+    if backend == GLUON:
+        heads, kv = [h for h in heads if h == 128], [k for k in kv if k == "bf16"]
+        if not heads or not kv:
+            return ""
     return (
-        f'name = "mla-decode-bench"\n[[sweep]]\nop = "mla_decode"\nnk = [[{LATENT}, {K}]]\n'
-        f"m = {args.batches}\nheads = {args.heads}\ncontext = {args.contexts}\n"
-        f"kv_dtype = {json.dumps(args.kv)}\npage_size = {args.page_sizes}\n"
+        f'name = "mla-decode-bench-{backend}"\n[[sweep]]\nop = "mla_decode"\nnk = [[{LATENT}, {K}]]\n'
+        f"m = {args.batches}\nheads = {heads}\ncontext = {args.contexts}\n"
+        f"kv_dtype = {json.dumps(kv)}\npage_size = {args.page_sizes}\nbackends = [\"{backend}\"]\n"
         f'strategy = "optuna"\ntrials = {args.trials}\nprofile_m = false\n'
     )
+
+
+def sweep(args: Any, db: Path) -> None:
+    from autotune.kernels.mla.gluon_space import gluon_runs
+
+    backends = ["triton", *([GLUON] if gluon_runs(local_target()) else [])]
+    for backend in backends:
+        text = spec_text(args, backend)
+        if not text:
+            continue
+        spec = args.out / ("mla.toml" if backend == "triton" else f"mla-{backend}.toml")
+        spec.write_text(text, encoding="utf-8")
+        cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
+        code, _ = harness.run_logged(cmd, args.out / f"sweep-{backend}.log")
+        if code != 0:
+            raise SystemExit(f"the {backend} sweep failed with exit code {code} (see sweep-{backend}.log)")
 
 
 def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
@@ -74,8 +100,10 @@ def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
     rows = []
     with Store(str(db)) as store:
         for p in grid(args):
-            tuned = harness.tuned_config(store, p, target.fingerprint(), ("triton",))
-            variants = {"tuned": tuned or MLA_DECODE.default_config(p, target), "fixed": fixed(p, target),
+            tuned = harness.tuned_config(store, p, target.fingerprint(), ("triton", GLUON))
+            triton = harness.tuned_config(store, p, target.fingerprint(), ("triton",))
+            default = MLA_DECODE.default_config(p, target)
+            variants = {"tuned": tuned or default, "triton": triton or default, "fixed": fixed(p, target),
                         "torch": Config(backend="torch")}  # fmt: skip
             own = dict(p.extra)
             row: dict[str, Any] = dict(B=p.M, context=own["context"], H=own["heads"], kv=own["kv_dtype"],
@@ -83,7 +111,9 @@ def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
                                        splits=variants["tuned"]["num_kv_splits"])  # fmt: skip
             row |= harness.side_by_side(bench, p, variants, args.rounds)
             cache = p.M * int(own["context"]) * K * (1 if own["kv_dtype"] != "bf16" else 2)
-            row |= dict(cache_mb=cache / 1e6, kv_gbps=cache / row["tuned_us"] / 1e3)
+            flops = p.M * int(own["heads"]) * int(own["context"]) * 2 * (K + LATENT)
+            row |= dict(cache_mb=cache / 1e6, kv_gbps=cache / row["tuned_us"] / 1e3,
+                        tflops=flops / row["tuned_us"] / 1e6, backend=variants["tuned"].backend)  # fmt: skip
             row["of_copy"] = row["kv_gbps"] / copy
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -91,16 +121,20 @@ def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
 
 
 def report(rows: list[dict[str, Any]]) -> None:
-    """Per (H, cache dtype): geomean of fixed / tuned and torch / tuned, the lowest fraction of the copy
-    bandwidth where the cache is >= 64 MB; then the splits the tuned configs took per (batch, context)."""
+    """Per (H, cache dtype): geomean of triton / tuned, fixed / tuned and torch / tuned, the lowest
+    triton / tuned, the lowest fraction of the copy bandwidth where the cache is >= 64 MB, and the TFLOP/s
+    of the rows with batch >= 32 and context >= 4K; then the picks per (batch, context)."""
     table = []
     for key in sorted({(r["H"], r["kv"]) for r in rows}):
         rs = [r for r in rows if (r["H"], r["kv"]) == key]
         big = [r["of_copy"] for r in rs if r["cache_mb"] >= 64 and r["of_copy"] > 0]
-        table.append([f"H{key[0]} {key[1]}", len(rs),
+        large = [r["tflops"] for r in rs if r["B"] >= 32 and r["context"] >= 4096 and r["tflops"] > 0]
+        gain = [r["triton_us"] / r["tuned_us"] for r in rs]
+        table.append([f"H{key[0]} {key[1]}", len(rs), harness.geomean(gain), min(gain, default=math.nan),
                       harness.geomean(r["fixed_us"] / r["tuned_us"] for r in rs),
                       harness.geomean(r["torch_us"] / r["tuned_us"] for r in rs),
-                      min(big, default=math.nan)])  # fmt: skip
+                      min(big, default=math.nan),
+                      f"{min(large, default=math.nan):.0f}-{max(large, default=math.nan):.0f}"])  # fmt: skip
     print("\npicks (H kv: B x context -> the tuned config's splits, if swapped, the fastest page size):")
     shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
@@ -109,10 +143,12 @@ def report(rows: list[dict[str, Any]]) -> None:
         best = min(rs, key=lambda r: r["tuned_us"] if r["tuned_us"] > 0 else math.inf)
         tuned = str(best["configs"].get("tuned", ""))
         kind = ", swapped" if "SWAP1" in tuned.split() else ""
-        print(f"  H{h} {kv}: {b} x {c} -> {best['splits']} splits{kind}, page {best['page']}")
-    cols = ("shapes", "rows", "fixed/tuned", "torch/tuned", "min of copy (>= 64 MB)")
+        print(f"  H{h} {kv}: {b} x {c} -> {best['backend']}, {best['splits']} splits{kind}, page {best['page']}"
+              f", {best['tflops']:.0f} TFLOP/s, triton/tuned {best['triton_us'] / best['tuned_us']:.2f}")
+    cols = ("shapes", "rows", "triton/tuned", "lowest", "fixed/tuned", "torch/tuned", "min of copy (>= 64 MB)",
+            "TFLOP/s (B >= 32, ctx >= 4K)")  # fmt: skip
     title = "MLA decode: speedups (geomean) and bandwidth"
-    harness.print_table(cols, table, digits=(0, 0, 2, 2, 2), title=title)
+    harness.print_table(cols, table, digits=(0, 0, 2, 2, 2, 2, 2, 0), title=title)
 
 
 def main() -> int:
@@ -134,12 +170,7 @@ def main() -> int:
     db = args.db or args.out / "mla.db"
     t0 = time.perf_counter()
     if args.phase in ("all", "sweep"):
-        spec = args.out / "mla.toml"
-        spec.write_text(spec_text(args), encoding="utf-8")
-        cmd = [*harness.CLI, "sweep", str(spec), "--db", str(db), "--no-progress", "--log-dir", "none"]
-        code, _ = harness.run_logged(cmd, args.out / "sweep.log")
-        if code != 0:
-            raise SystemExit(f"sweep failed with exit code {code} (see sweep.log)")
+        sweep(args, db)
     if args.phase in ("all", "measure"):
         rows, copy = measure(args, db)
         info = harness.run_info(local_target(), args=vars(args), copy_gbps=copy, rows=rows)
