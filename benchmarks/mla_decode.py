@@ -71,7 +71,7 @@ def spec_text(args: Any, backend: str = "triton") -> str:
     return (
         f'name = "mla-decode-bench-{backend}"\n[[sweep]]\nop = "mla_decode"\nnk = [[{LATENT}, {K}]]\n'
         f"m = {args.batches}\nheads = {heads}\ncontext = {args.contexts}\n"
-        f"kv_dtype = {json.dumps(kv)}\npage_size = {args.page_sizes}\nbackends = [\"{backend}\"]\n"
+        f'kv_dtype = {json.dumps(kv)}\npage_size = {args.page_sizes}\nbackends = ["{backend}"]\n'
         f'strategy = "optuna"\ntrials = {args.trials}\nprofile_m = false\n'
     )
 
@@ -143,10 +143,13 @@ def report(rows: list[dict[str, Any]]) -> None:
         best = min(rs, key=lambda r: r["tuned_us"] if r["tuned_us"] > 0 else math.inf)
         tuned = str(best["configs"].get("tuned", ""))
         kind = ", swapped" if "SWAP1" in tuned.split() else ""
-        print(f"  H{h} {kv}: {b} x {c} -> {best['backend']}, {best['splits']} splits{kind}, page {best['page']}"
-              f", {best['tflops']:.0f} TFLOP/s, triton/tuned {best['triton_us'] / best['tuned_us']:.2f}")
-    cols = ("shapes", "rows", "triton/tuned", "lowest", "fixed/tuned", "torch/tuned", "min of copy (>= 64 MB)",
-            "TFLOP/s (B >= 32, ctx >= 4K)")  # fmt: skip
+        gain = best["triton_us"] / best["tuned_us"]
+        print(
+            f"  H{h} {kv}: {b} x {c} -> {best['backend']}, {best['splits']} splits{kind}, "
+            f"page {best['page']}, {best['tflops']:.0f} TFLOP/s, triton/tuned {gain:.2f}"
+        )
+    cols = ("shapes", "rows", "triton/tuned", "lowest", "fixed/tuned", "torch/tuned",
+            "min of copy (>= 64 MB)", "TFLOP/s (B >= 32, ctx >= 4K)")  # fmt: skip
     title = "MLA decode: speedups (geomean) and bandwidth"
     harness.print_table(cols, table, digits=(0, 0, 2, 2, 2, 2, 2, 0), title=title)
 
