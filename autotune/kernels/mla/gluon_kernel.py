@@ -35,8 +35,9 @@ Rules (the Triton kernel's, so the launcher's contract and the split workspace a
 - The tail tile (the split's end inside it) has its rows past the end zeroed in shared memory before the
   dots: the TMA reads the whole tile (the rest of the page, whatever it holds), and a probability of 0
   times a NaN would still be a NaN.
-- bf16 cache only (an FP8 cache: see `docs/notes/2026-12-07-mla-gluon.md`); 64 heads a program (the
-  heads a multiple of 64); 512 latent + 64 RoPE dims.
+- bf16 cache only (an FP8 cache: see `docs/notes/2026-12-07-mla-gluon.md`); 64 heads a program (the last
+  group's rows past H are zero queries, their output not stored: at 16 heads a rank three quarters of the
+  dots are padding, which a memory-bound shape can afford); 512 latent + 64 RoPE dims.
 
 Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
 ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P) and SCHEDULE: 0 this

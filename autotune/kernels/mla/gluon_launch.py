@@ -56,8 +56,9 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     kv_cache, page_table, context_lens, out, part, lse, sm_scale, kv_scale)`, the Triton kernel's
     contract (`mla.kernel.launcher`): `part` and `lse` are the split workspace (None with one split).
     `kernels`: stand-ins of `jit_kernels(SCHEDULE)` (recorders) in their order. ValueError, when run, for a
-    problem the kernel does not take (an FP8 cache, heads not a multiple of 64, other dims than 512 +
-    64, a page size BLOCK_N does not divide, a cache that is not rows)."""
+    problem the kernel does not take (an FP8 cache, other dims than 512 + 64, a page size BLOCK_N does
+    not divide, a cache that is not rows). Heads come in programs of 64: the last group's rows past H are
+    zeros, computed and not stored."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
@@ -76,11 +77,8 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         latent, page = out.shape[2], kv.shape[1]
         if kv.dtype != torch.bfloat16 or q.dtype != torch.bfloat16:
             raise ValueError(f"the gluon backend takes a bf16 cache and queries, got {kv.dtype}, {q.dtype}")
-        if H % BLOCK_H or (latent, K - latent) != (LATENT, ROPE):
-            raise ValueError(
-                f"the gluon backend takes heads in groups of {BLOCK_H} and {LATENT} + {ROPE} dims, got "
-                f"H={H}, {latent} + {K - latent}"
-            )
+        if (latent, K - latent) != (LATENT, ROPE):
+            raise ValueError(f"the gluon backend takes {LATENT} + {ROPE} dims, got {latent} + {K - latent}")
         if page % block_n:
             raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
         desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
@@ -90,7 +88,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         extra = dict(**consts, **opts) if recorded else {}
         ws_part = out if part is None else part
         ws_lse = lens if lse is None else lse
-        fn[(H // BLOCK_H, B, splits)](
+        fn[(-(-H // BLOCK_H), B, splits)](
             q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E, H,
             q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
         )  # fmt: skip

@@ -6,8 +6,9 @@ Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a ca
 loader warp). Fixed: 64 heads a program on two warpgroups, so no BLOCK_H or num_warps knob.
 
 Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
-prunes its one config with the reason (`gluon_absent`): an FP8 cache, heads not a multiple of 64, other
-dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divides.
+prunes its one config with the reason (`gluon_absent`): an FP8 cache, other dims than 512 latent + 64
+RoPE, a page size that no tile of 32 or 64 tokens divides. Any head count: programs of 64 heads, the
+last one padded with zero queries.
 
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
@@ -92,11 +93,9 @@ def _gluon_missing() -> str:
 
 def gluon_absent(problem: Problem, target: Target) -> str:
     """Why the kernel cannot run `problem` on `target` ("" when it can)."""
-    heads, _, kv, page = own(problem)
+    _, _, kv, page = own(problem)
     if kv != "bf16":
         return f"the gluon kernel reads a bf16 cache, not {kv}"
-    if heads % GLUON_BLOCK_H:
-        return f"the gluon kernel takes heads in groups of {GLUON_BLOCK_H}, not H={heads}"
     if (problem.N, problem.K) != (_LATENT, _K):
         rope = _K - _LATENT
         return f"the gluon kernel is built for {_LATENT} + {rope} dims, not N={problem.N}, K={problem.K}"

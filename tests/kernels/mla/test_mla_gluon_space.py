@@ -104,8 +104,6 @@ def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -
     "kw, why",
     [
         (dict(kv="fp8e4m3"), "reads a bf16 cache"),
-        (dict(heads=16), "heads in groups of 64"),
-        (dict(heads=96), "heads in groups of 64"),
         (dict(page=16), "lie inside a page"),
     ],
 )
@@ -154,3 +152,19 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     assert [split.fn.__name__, reduce.fn.__name__] == ["mla_seesaw_kernel", "mla_reduce_kernel"]
     assert split.grid == (2, 32, 2) and split.kwargs["num_warps"] == 4 and split.kwargs["STAGES"] == 4
     assert list(split.args[1].block_shape) == [32, 64]
+
+
+@pytest.mark.parametrize("heads, groups", [(16, 1), (64, 1), (96, 2), (128, 2)])
+def test_any_head_count_runs_in_programs_of_64_heads(heads: int, groups: int) -> None:
+    """16 or 96 heads: the space holds gluon configs (the last group padded), the grid has one program per
+    64 heads rounded up, the reduce one per real head, and the split rules count the padded groups."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    problem = _problem(32, heads=heads, context=8192)
+    space = MLA_DECODE.space(problem, H100)
+    assert [c for c in space.configs() if c.backend == "gluon"]
+    split, reduce = MLA_DECODE.kernel_calls(problem, _gluon(num_kv_splits=4), H100)
+    assert split.grid == (groups, 32, 4) and reduce.grid == (32, heads)
+    # half of 32 sequences x groups x splits programs already give the 132 SMs two each
+    sub = space.subspace("gluon")
+    assert sub.check(_gluon(num_kv_splits=8 // groups)) is None
+    assert (sub.check(_gluon(num_kv_splits=32 // groups)) or "").startswith("splits_needless")

@@ -110,17 +110,18 @@ def _gluon_target(target) -> None:
         pytest.skip(f"the gluon backend runs on Hopper (sm_90), not {target.arch}")
 
 
+@pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("page", [64, 128])
 @pytest.mark.parametrize("splits", [1, 4])
 @pytest.mark.parametrize("schedule, block_n, stages", GLUON_RINGS)
 def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
-    target, page: int, splits: int, schedule: int, block_n: int, stages: int
+    target, heads: int, page: int, splits: int, schedule: int, block_n: int, stages: int
 ) -> None:
-    """The Gluon kernel (both schedules) at 128 heads on random inputs with ragged contexts (0 tokens, 1, a
-    page's edges, a tail inside a tile, several pages), pages of 64 and 128 tokens, one split and several:
-    within the bf16 tolerance of the reference, no NaN (the output is poisoned first; past a context's end
-    the tile holds another sequence's tokens or random data), zeros for context 0, bit-identical on a
-    repeat."""
+    """The Gluon kernel (both schedules) at 128 heads and at 16 (one program's 64 rows, 48 of them padding)
+    on random inputs with ragged contexts (0 tokens, 1, a page's edges, a tail inside a tile, several
+    pages), pages of 64 and 128 tokens, one split and several: within the bf16 tolerance of the reference,
+    no NaN (the output is poisoned first; past a context's end the tile holds another sequence's tokens or
+    random data), zeros for context 0, bit-identical on a repeat."""
     import torch
 
     from autotune import Config
@@ -131,13 +132,13 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
 
     _gluon_target(target)
     contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
-    q, kv, table, lens, _ = paged_inputs(128, 512, 64, page, contexts, kv_dtype=torch.bfloat16, device="cuda",
-                                         seed=page + splits)  # fmt: skip
+    q, kv, table, lens, _ = paged_inputs(heads, 512, 64, page, contexts, kv_dtype=torch.bfloat16,
+                                         device="cuda", seed=page + splits)  # fmt: skip
     params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule)
-    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), 128, 512, q.device)
+    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
     run = gluon_launcher(params)
     ref = mla_reference(q, kv, table, lens, 0.07, 512)
-    out = torch.full((len(contexts), 128, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
     run(q, kv, table, lens, out, part, lse, 0.07, 1.0)
     torch.cuda.synchronize()
     assert not out.isnan().any()
