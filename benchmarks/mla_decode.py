@@ -5,7 +5,7 @@ Grid (default): batch 1, 4, 32, 64, 128, 256 x context 1K, 4K, 8K, 32K x H = 16 
 caches, DeepSeek-V3's 512 latent + 64 RoPE dims, pages of --page-sizes tokens (several: each is tuned and the
 fastest reported per shape). Phase `sweep` tunes the grid: `autotune sweep` of OUT/mla.toml (the Triton
 kernel, --trials a problem, no M profile), then on Hopper of OUT/mla-gluon.toml (the Gluon kernel, on the
-grid's bf16 problems, --trials a problem), into one database. Phase `measure` times, per problem,
+grid's bf16 and e4m3 problems, --trials a problem), into one database. Phase `measure` times, per problem,
 in interleaved rounds on the same inputs: `tuned` (the sweep's winner over both kernels), `triton` (the
 winner among the Triton kernel's configs alone), `fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile,
 whatever the shape) and `torch` (the gathered baseline). Each output is checked against the reference
@@ -61,11 +61,11 @@ def grid(args: Any) -> list[Problem]:
 
 
 def spec_text(args: Any, backend: str = "triton") -> str:
-    """The sweep of one kernel: the Triton kernel on the whole grid, the Gluon one on its bf16 problems
-    ("" where the grid has none)."""
+    """The sweep of one kernel: the Triton kernel on the whole grid, the Gluon one on its bf16 and e4m3
+    problems ("" where the grid has none)."""
     heads, kv = args.heads, args.kv
     if backend == GLUON:
-        kv = [k for k in kv if k == "bf16"]
+        kv = [k for k in kv if k in ("bf16", "fp8e4m3")]
         if not kv:
             return ""
     return (

@@ -35,9 +35,18 @@ Rules (the Triton kernel's, so the launcher's contract and the split workspace a
 - The tail tile (the split's end inside it) has its rows past the end zeroed in shared memory before the
   dots: the TMA reads the whole tile (the rest of the page, whatever it holds), and a probability of 0
   times a NaN would still be a NaN.
-- bf16 cache only (an FP8 cache: see `docs/notes/2026-12-07-mla-gluon.md`); 64 heads a program (the last
-  group's rows past H are zero queries, their output not stored: at 16 heads a rank three quarters of the
-  dots are padding, which a memory-bound shape can afford); 512 latent + 64 RoPE dims.
+- 64 heads a program (the last group's rows past H are zero queries, their output not stored: at 16
+  heads a rank three quarters of the dots are padding, which a memory-bound shape can afford); 512 latent
+  + 64 RoPE dims.
+
+A bf16 cache or an FP8 one (e4m3, per-tensor `v_scale`; the launcher folds it into `scale` for the
+scores). FP8 tiles land in the ring by TMA (half the bytes) and are upcast, tile by tile, into one fp16
+tile that both dots read (e4m3 is exact in fp16; the queries and P are staged as fp16): the slot is
+refilled as soon as every warp has converted it, and the tail's rows are zeroed in the same pass. The
+dots stay 16-bit because FP8 wgmma takes K-major operands only, and P·V's B (V, tokens by dims) is
+MN-major: an FP8 V would need a transpose through registers per tile. So an FP8 cache costs no accuracy
+beyond its own quantization (the reference dequantizes the same values), and the conversion is the price
+of half the bytes.
 
 Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
 ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P) and SCHEDULE: 0 this
@@ -91,6 +100,18 @@ def _smem_layout(cols: int) -> Any:
 
 
 @gluon.constexpr_function
+def _ring_layout(bits: int) -> Any:
+    """The NVMMA shared layout of the ring's tiles and of the TMA boxes that fill them: one box of CHUNK
+    columns a swizzle row (128 bytes of bf16, 64 of FP8)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=CHUNK * bits // 8, element_bitwidth=bits, rank=2)
+
+
+@gluon.constexpr_function
+def _is_fp8(dtype: Any) -> bool:
+    return dtype.is_fp8()
+
+
+@gluon.constexpr_function
 def _acc_layout(cols: int, num_warps: int) -> Any:
     """The wgmma accumulator layout of a (64, cols) tile on `num_warps` warps: warps [4, num_warps / 4],
     each warpgroup a slice of the columns, bf16's K of 16."""
@@ -104,17 +125,19 @@ def _acc_layout(cols: int, num_warps: int) -> Any:
 def _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT: gl.constexpr,
                    ROPE: gl.constexpr, BLOCK_H: gl.constexpr, CHUNK: gl.constexpr,
                    num_warps: gl.constexpr):  # fmt: skip
-    """The group's queries (heads past H as zeros) into shared memory, CHUNK columns at a time."""
+    """The group's queries (heads past H as zeros) into shared memory, CHUNK columns at a time, in the
+    buffers' dtype (the dots')."""
     blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     heads = g * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, blocked))
     cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, blocked))
     hmask = heads < H
     rows = q_ptr + b.to(gl.int64) * stride_qb + heads[:, None] * stride_qh + cols[None, :]
     for c in gl.static_range(LATENT // CHUNK):
-        q_lat.slice(c * CHUNK, CHUNK, dim=1).store(gl.load(rows + c * CHUNK, mask=hmask[:, None], other=0.0))
+        part = gl.load(rows + c * CHUNK, mask=hmask[:, None], other=0.0)
+        q_lat.slice(c * CHUNK, CHUNK, dim=1).store(part.to(q_lat.dtype))
     for c in gl.static_range(ROPE // CHUNK):
         part = gl.load(rows + LATENT + c * CHUNK, mask=hmask[:, None], other=0.0)
-        q_rope.slice(c * CHUNK, CHUNK, dim=1).store(part)
+        q_rope.slice(c * CHUNK, CHUNK, dim=1).store(part.to(q_rope.dtype))
 
 
 @gluon.jit
@@ -145,9 +168,24 @@ def _zero_tail(lat, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr, CHUNK: gl
 
 
 @gluon.jit
+def _upcast_tile(lat8, rope8, lat, rope, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr,
+                 ROPE: gl.constexpr, CHUNK: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
+    """A slot's FP8 tile (`lat8`, `rope8`) into the 16-bit tile the dots read (`lat`, `rope`), its rows
+    `keep` .. BLOCK_N (the tokens past the split's end) as 0."""
+    blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    live = (gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blocked)) < keep)[:, None]
+    for c in gl.static_range(LATENT // CHUNK):
+        x = lat8.slice(c * CHUNK, CHUNK, dim=1).load(blocked).to(lat.dtype)
+        lat.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(live, x, gl.zeros_like(x)))
+    for c in gl.static_range(ROPE // CHUNK):
+        x = rope8.slice(c * CHUNK, CHUNK, dim=1).load(blocked).to(rope.dtype)
+        rope.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(live, x, gl.zeros_like(x)))
+
+
+@gluon.jit
 def mla_gluon_kernel(
     q_ptr, kv_desc, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
-    scale, H,
+    scale, v_scale, H,
     stride_qb, stride_qh, stride_ptb, stride_ob, stride_oh,
     LATENT: gl.constexpr, ROPE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLITS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
@@ -159,6 +197,9 @@ def mla_gluon_kernel(
     gl.static_assert(kv_desc.block_type.shape[0] == BLOCK_N, "the descriptor's box is BLOCK_N rows")
     gl.static_assert(PAGE % BLOCK_N == 0, "a tile must lie inside one page")
     gl.static_assert(STAGES >= 1, "at least one slot")
+    KV_TYPE: gl.constexpr = kv_desc.block_type.element_ty
+    KV_FP8: gl.constexpr = _is_fp8(KV_TYPE)
+    DOT: gl.constexpr = gl.float16 if KV_FP8 else gl.bfloat16  # the dots' operands (module docstring)
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, num_warps)
     o_layout: gl.constexpr = _acc_layout(LATENT, num_warps)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
@@ -169,11 +210,15 @@ def mla_gluon_kernel(
     s = gl.program_id(2)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
-    q_lat = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, LATENT], _smem_layout(LATENT))
-    q_rope = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, ROPE], _smem_layout(ROPE))
-    k_lat = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, LATENT], _smem_layout(LATENT))
-    k_rope = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, ROPE], _smem_layout(ROPE))
-    p_smem = gl.allocate_shared_memory(gl.bfloat16, [BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
+    q_lat = gl.allocate_shared_memory(DOT, [BLOCK_H, LATENT], _smem_layout(LATENT))
+    q_rope = gl.allocate_shared_memory(DOT, [BLOCK_H, ROPE], _smem_layout(ROPE))
+    ring: gl.constexpr = _ring_layout(KV_TYPE.primitive_bitwidth)
+    k_lat = gl.allocate_shared_memory(KV_TYPE, [STAGES, BLOCK_N, LATENT], ring)
+    k_rope = gl.allocate_shared_memory(KV_TYPE, [STAGES, BLOCK_N, ROPE], ring)
+    if KV_FP8:  # the upcast tile both dots read
+        c_lat = gl.allocate_shared_memory(DOT, [BLOCK_N, LATENT], _smem_layout(LATENT))
+        c_rope = gl.allocate_shared_memory(DOT, [BLOCK_N, ROPE], _smem_layout(ROPE))
+    p_smem = gl.allocate_shared_memory(DOT, [BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
@@ -202,13 +247,23 @@ def mla_gluon_kernel(
         slot = i % STAGES
         # The slot's n-th load completes its barrier's phase n: wait(parity) returns once that is done.
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-        lat = k_lat.index(slot)
-        rope = k_rope.index(slot)
         n0 = start + i * BLOCK_N
-        if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach P·V
-            _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
-            fence_async_shared()
-            cta_barrier()
+        if KV_FP8:
+            _upcast_tile(k_lat.index(slot), k_rope.index(slot), c_lat, c_rope, end - n0, BLOCK_N, LATENT,
+                         ROPE, CHUNK, num_warps)  # fmt: skip
+            fence_async_shared()  # the 16-bit tile (generic-proxy stores) → visible to the wgmmas ...
+            cta_barrier()  # ... once every warp has converted its part: the slot is free, refill it now
+            _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), k_lat.index(slot),
+                       k_rope.index(slot), i + STAGES < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+            lat = c_lat
+            rope = c_rope
+        else:
+            lat = k_lat.index(slot)
+            rope = k_rope.index(slot)
+            if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach P·V
+                _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+                fence_async_shared()
+                cta_barrier()
         qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
         qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
         qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
@@ -219,16 +274,17 @@ def mla_gluon_kernel(
         p = gl.exp2(x - m_new[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
-        p_smem.store(p.to(gl.bfloat16))
+        p_smem.store(p.to(DOT))
         fence_async_shared()  # P (generic-proxy stores) → visible to the wgmma (async proxy) ...
         cta_barrier()  # ... of both warpgroups: each reads all of P
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        # every warpgroup is past its wgmmas reading the slot and P: refill the slot
+        # every warpgroup is past its wgmmas reading the tile and P: refill the slot (a bf16 cache's)
         cta_barrier()
-        _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), lat, rope, i + STAGES < n_tiles,
-                   PAGE, LATENT, ROPE)  # fmt: skip
+        if not KV_FP8:
+            _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), lat, rope,
+                       i + STAGES < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
 
     # the output (one split) or the split's normalized part and log-sum-exp (base 2; -inf when empty)
     l_o = gl.convert_layout(l_i, row_o)
@@ -236,6 +292,8 @@ def mla_gluon_kernel(
     hmask = heads < H
     cols = gl.arange(0, LATENT, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
+    if KV_FP8:
+        o = o * v_scale
     if SPLITS == 1:
         dst = out_ptr + b.to(gl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
         gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])

@@ -56,9 +56,10 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     kv_cache, page_table, context_lens, out, part, lse, sm_scale, kv_scale)`, the Triton kernel's
     contract (`mla.kernel.launcher`): `part` and `lse` are the split workspace (None with one split).
     `kernels`: stand-ins of `jit_kernels(SCHEDULE)` (recorders) in their order. ValueError, when run, for a
-    problem the kernel does not take (an FP8 cache, other dims than 512 + 64, a page size BLOCK_N does
-    not divide, a cache that is not rows). Heads come in programs of 64: the last group's rows past H are
-    zeros, computed and not stored."""
+    problem the kernel does not take (other dims than 512 + 64, a page size BLOCK_N does not divide, a
+    cache that is not rows, a cache neither bf16 nor e4m3, an FP8 cache with the seesaw). An FP8 cache's
+    `kv_scale` goes into the scores' scale and, as `v_scale`, onto the output. Heads come in programs of
+    64: the last group's rows past H are zeros, computed and not stored."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
@@ -67,7 +68,6 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
-    layout = gl.NVMMASharedLayout(swizzle_byte_width=2 * CHUNK, element_bitwidth=16, rank=2)
 
     def run(
         q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
@@ -75,13 +75,21 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     ) -> None:  # fmt: skip
         B, H, K = q.shape
         latent, page = out.shape[2], kv.shape[1]
-        if kv.dtype != torch.bfloat16 or q.dtype != torch.bfloat16:
-            raise ValueError(f"the gluon backend takes a bf16 cache and queries, got {kv.dtype}, {q.dtype}")
+        if kv.dtype not in (torch.bfloat16, torch.float8_e4m3fn) or q.dtype != torch.bfloat16:
+            raise ValueError(
+                f"the gluon backend takes bf16 queries and a bf16 or e4m3 cache, got {q.dtype}, {kv.dtype}"
+            )
+        fp8 = kv.dtype == torch.float8_e4m3fn
+        if fp8 and schedule != 0:
+            raise ValueError(f"the gluon backend's SCHEDULE {schedule} reads a bf16 cache, not {kv.dtype}")
         if (latent, K - latent) != (LATENT, ROPE):
             raise ValueError(f"the gluon backend takes {LATENT} + {ROPE} dims, got {latent} + {K - latent}")
         if page % block_n:
             raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
+        bits = kv.element_size() * 8  # one box of CHUNK columns a swizzle row, as the kernel's ring
+        layout = gl.NVMMASharedLayout(swizzle_byte_width=CHUNK * bits // 8, element_bitwidth=bits, rank=2)
         desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
+        v_scale = kv_scale if fp8 else 1.0
         consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
         opts = dict(num_warps=num_warps, **FP_OPTIONS)
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
@@ -89,7 +97,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         ws_part = out if part is None else part
         ws_lse = lens if lse is None else lse
         fn[(-(-H // BLOCK_H), B, splits)](
-            q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E, H,
+            q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E * v_scale, v_scale, H,
             q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
         )  # fmt: skip
         if splits > 1:

@@ -244,7 +244,7 @@ def _loader(kv_desc, pages, k_lat, k_rope, ready, empty, start, n_tiles, PAGE: g
 @gluon.jit
 def mla_seesaw_kernel(
     q_ptr, kv_desc, pt_ptr, lens_ptr, out_ptr, part_ptr, lse_ptr,
-    scale, H,
+    scale, v_scale, H,
     stride_qb, stride_qh, stride_ptb, stride_ob, stride_oh,
     LATENT: gl.constexpr, ROPE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
     SPLITS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
@@ -256,6 +256,7 @@ def mla_seesaw_kernel(
     gl.static_assert(kv_desc.block_type.shape[0] == BLOCK_N, "the descriptor's box is BLOCK_N rows")
     gl.static_assert(PAGE % BLOCK_N == 0, "a tile must lie inside one page")
     gl.static_assert(STAGES >= 2, "the seesaw needs two slots (module docstring)")
+    gl.static_assert(kv_desc.block_type.element_ty == gl.bfloat16, "a bf16 cache only (v_scale unused)")
 
     g = gl.program_id(0)  # the head groups of a sequence run side by side: the second reads its tiles from L2
     b = gl.program_id(1)

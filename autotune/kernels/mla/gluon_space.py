@@ -6,16 +6,18 @@ Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a ca
 loader warp). Fixed: 64 heads a program on two warpgroups, so no BLOCK_H or num_warps knob.
 
 Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
-prunes its one config with the reason (`gluon_absent`): an FP8 cache, other dims than 512 latent + 64
-RoPE, a page size that no tile of 32 or 64 tokens divides. Any head count: programs of 64 heads, the
-last one padded with zero queries.
+prunes its one config with the reason (`gluon_absent`): a cache neither bf16 nor e4m3 (fnuz is AMD's),
+other dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divides. Any head
+count: programs of 64 heads, the last one padded with zero queries. An e4m3 cache runs the lockstep
+schedule (upcast to fp16 tile by tile).
 
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first) and
+the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and
 `lds_overflow` (the queries, the ring, P and, in the seesaw, the row statistics within the target's
-shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100). It is never the op's default
+shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100; an FP8 cache adds the fp16
+tile its ring's tiles are upcast into). It is never the op's default
 (`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only orders its own.
 """
 
@@ -94,8 +96,8 @@ def _gluon_missing() -> str:
 def gluon_absent(problem: Problem, target: Target) -> str:
     """Why the kernel cannot run `problem` on `target` ("" when it can)."""
     _, _, kv, page = own(problem)
-    if kv != "bf16":
-        return f"the gluon kernel reads a bf16 cache, not {kv}"
+    if kv not in ("bf16", "fp8e4m3"):
+        return f"the gluon kernel reads a bf16 or fp8e4m3 cache, not {kv}"
     if (problem.N, problem.K) != (_LATENT, _K):
         rope = _K - _LATENT
         return f"the gluon kernel is built for {_LATENT} + {rope} dims, not N={problem.N}, K={problem.K}"
@@ -106,24 +108,28 @@ def gluon_absent(problem: Problem, target: Target) -> str:
     return _gluon_missing()
 
 
-def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0) -> int:
-    """The shared memory the kernel allocates itself (bf16): the queries (64 x 576), `stages` cache tiles
-    (block_n x 576), P (64 x block_n) and the ring's mbarriers; the seesaw (`schedule` 1) also the row
+def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0, kv_bytes: int = 2) -> int:
+    """The shared memory the kernel allocates itself: the queries (64 x 576, 16-bit), `stages` cache tiles
+    (block_n x 576 of `kv_bytes` each), P (64 x block_n) and the ring's mbarriers; with an FP8 cache
+    (`kv_bytes` 1) the fp16 tile it is upcast into (block_n x 576); the seesaw (`schedule` 1) also the row
     maxima and sums (2 x 64 fp32), two mbarriers a slot and two more. Triton adds up to SMEM_SCRATCH."""
-    queries, ring, p = GLUON_BLOCK_H * _K * 2, stages * block_n * _K * 2, GLUON_BLOCK_H * block_n * 2
+    queries, ring, p = GLUON_BLOCK_H * _K * 2, stages * block_n * _K * kv_bytes, GLUON_BLOCK_H * block_n * 2
     if schedule == 0:
-        return queries + ring + p + 8 * stages
+        upcast = block_n * _K * 2 if kv_bytes == 1 else 0
+        return queries + ring + upcast + p + 8 * stages
     return queries + ring + p + 2 * GLUON_BLOCK_H * 4 + 8 * (2 * stages + 2)
 
 
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The kernel's rules on `problem` and `target` (module docstring)."""
     searched = seesaw_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
-    heads, _, _, page = own(problem)
+    heads, _, kv, page = own(problem)
     groups = cdiv(heads, GLUON_BLOCK_H)
+    kv_bytes = 2 if kv == "bf16" else 1
 
     def smem(c: Mapping[str, Value]) -> int:
-        return gluon_smem_bytes(int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])) + SMEM_SCRATCH
+        knobs = int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])
+        return gluon_smem_bytes(*knobs, kv_bytes=kv_bytes) + SMEM_SCRATCH
 
     return [
         *split_constraints(problem, target, lambda c: groups, ()),
@@ -144,6 +150,12 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             "the seesaw schedule (SCHEDULE 1) needs 2 stages at least, not {num_stages}",
             lambda c: int(c["SCHEDULE"]) == 0 or int(c["num_stages"]) >= 2,
             knobs=("SCHEDULE", "num_stages"),
+        ),
+        Constraint(
+            "seesaw_bf16",
+            f"the seesaw schedule (SCHEDULE 1) reads a bf16 cache, not {kv}",
+            lambda c: int(c["SCHEDULE"]) == 0 or kv_bytes == 2,
+            knobs=("SCHEDULE",),
         ),
         Constraint(
             "lds_overflow",

@@ -103,7 +103,7 @@ def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -
 @pytest.mark.parametrize(
     "kw, why",
     [
-        (dict(kv="fp8e4m3"), "reads a bf16 cache"),
+        (dict(kv="fp8e4m3fnuz"), "reads a bf16 or fp8e4m3 cache"),
         (dict(page=16), "lie inside a page"),
     ],
 )
@@ -168,3 +168,26 @@ def test_any_head_count_runs_in_programs_of_64_heads(heads: int, groups: int) ->
     sub = space.subspace("gluon")
     assert sub.check(_gluon(num_kv_splits=8 // groups)) is None
     assert (sub.check(_gluon(num_kv_splits=32 // groups)) or "").startswith("splits_needless")
+
+
+def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """e4m3: the ring holds FP8 tiles (half the bytes) and one fp16 tile more, so 64 tokens fit 2 stages
+    and 32 tokens 4, as with bf16; the seesaw is pruned (it reads bf16), even when asked for."""
+    from autotune.kernels.mla.gluon_space import SEESAW_ENV, gluon_smem_bytes
+
+    monkeypatch.setenv(SEESAW_ENV, "1")
+    sub = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100).subspace("gluon")
+    assert (
+        gluon_smem_bytes(64, 2, 0, kv_bytes=1)
+        == 64 * 576 * 2 + 2 * 64 * 576 + 64 * 576 * 2 + 64 * 64 * 2 + 16
+    )
+    assert gluon_smem_bytes(64, 2, 0, kv_bytes=1) < gluon_smem_bytes(64, 2, 0) + 64 * 576 * 2
+    for block_n, stages in ((64, 1), (64, 2), (32, 2), (32, 4)):
+        assert sub.check(_gluon(BLOCK_N=block_n, num_stages=stages)) is None
+    assert (sub.check(_gluon(BLOCK_N=64, num_stages=3)) or "").startswith("lds_overflow")
+    assert (sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or "").startswith("seesaw_bf16")
+    assert [c for c in sub.configs() if c["SCHEDULE"] == 1] == []
+    first = sub.first[0]
+    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"]) == (0, 64, 2)

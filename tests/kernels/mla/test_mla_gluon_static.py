@@ -1,6 +1,7 @@
 """The MLA decode's Gluon kernel (backend "gluon") cross-compiles for sm_90 without a GPU, in both schedules
 (SCHEDULE 0, `mla/gluon_kernel.py`: each ring the space holds, BLOCK_N 32 and 64, 1 to 4 stages; SCHEDULE
-1, the seesaw, `mla/gluon_seesaw.py`: 64 x 2, 32 x 2 to 4) and for one split and several: no
+1, the seesaw, `mla/gluon_seesaw.py`: 64 x 2, 32 x 2 to 4), for one split and several, and for an FP8
+cache (the lockstep schedule, its tiles upcast to fp16, whose dots are then f16 ones): no
 spills, registers within 255, shared memory within the target's 227 KiB and within what the space counts
 (`gluon_space.gluon_smem_bytes` + SMEM_SCRATCH), warpgroup MMAs for both dots (S: N = BLOCK_N / 2 a
 warpgroup in lockstep, N = BLOCK_N in the seesaw; P·V: N = 256), nine TMA boxes a tile, and the waits as
@@ -21,20 +22,25 @@ import pytest
 
 from autotune.kernels.mla.gluon_space import SEESAW_ENV
 
-#: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits): every ring of the space, with one split and several.
+#: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits, kv_dtype): every ring of the space, with one split and
+#: several, and the FP8 cache's.
 CONFIGS = [
-    (0, 64, 1, 1),
-    (0, 64, 2, 1),
-    (0, 64, 2, 4),
-    (0, 32, 2, 2),
-    (0, 32, 3, 1),
-    (0, 32, 4, 8),
-    (1, 64, 2, 1),
-    (1, 64, 2, 4),
-    (1, 32, 2, 4),
-    (1, 32, 3, 2),
-    (1, 32, 4, 1),
-    (1, 32, 4, 8),
+    (0, 64, 1, 1, "bf16"),
+    (0, 64, 2, 1, "bf16"),
+    (0, 64, 2, 4, "bf16"),
+    (0, 32, 2, 2, "bf16"),
+    (0, 32, 3, 1, "bf16"),
+    (0, 32, 4, 8, "bf16"),
+    (1, 64, 2, 1, "bf16"),
+    (1, 64, 2, 4, "bf16"),
+    (1, 32, 2, 4, "bf16"),
+    (1, 32, 3, 2, "bf16"),
+    (1, 32, 4, 1, "bf16"),
+    (1, 32, 4, 8, "bf16"),
+    (0, 64, 1, 1, "fp8e4m3"),
+    (0, 64, 2, 4, "fp8e4m3"),
+    (0, 32, 2, 1, "fp8e4m3"),
+    (0, 32, 4, 2, "fp8e4m3"),
 ]
 
 SCRIPT = r"""
@@ -47,9 +53,9 @@ from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
 out = {}
-for schedule, block_n, stages, splits in json.loads(sys.argv[2]):
-    name = f"{schedule}x{block_n}x{stages}x{splits}"
-    p = Problem.of("mla_decode", 16, 512, 576, heads=128, context=8192, kv_dtype="bf16", page_size=64)
+for schedule, block_n, stages, splits, kv in json.loads(sys.argv[2]):
+    name = f"{schedule}x{block_n}x{stages}x{splits}x{kv}"
+    p = Problem.of("mla_decode", 16, 512, 576, heads=128, context=8192, kv_dtype=kv, page_size=64)
     c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits, SCHEDULE=schedule)
     try:
         calls = MLA_DECODE.kernel_calls(p, c, target)
@@ -69,10 +75,11 @@ for schedule, block_n, stages, splits in json.loads(sys.argv[2]):
                               check=True).stdout
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
-        counted=gluon_smem_bytes(block_n, stages, schedule) + SMEM_SCRATCH,
+        counted=gluon_smem_bytes(block_n, stages, schedule, 2 if kv == "bf16" else 1) + SMEM_SCRATCH,
         space=MLA_DECODE.space(p, target).check(c),
         calls=len(calls), grid=list(calls[0].grid), warps=int(kernel.metadata.num_warps),
-        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.bf16\.bf16", ptx))),
+        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.b?f16\.b?f16", ptx))),
+        f16=ptx.count(".f32.f16.f16"),
         wait0=ptx.count("wgmma.wait_group.sync.aligned 0;"),
         sass_wait0=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0"),
         wait1=ptx.count("wgmma.wait_group.sync.aligned 1;"),
@@ -85,7 +92,7 @@ print(json.dumps(out))
 """
 
 
-def _name(cfg: tuple[int, int, int, int]) -> str:
+def _name(cfg: tuple[int, int, int, int, str]) -> str:
     return "x".join(str(v) for v in cfg)
 
 
@@ -100,14 +107,15 @@ def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
 def test_compiles_for_sm90_without_spills_within_its_shared_memory(
-    facts: dict[str, Any], cfg: tuple[int, int, int, int], record_property: Any
+    facts: dict[str, Any], cfg: tuple[int, int, int, int, str], record_property: Any
 ) -> None:
     f = facts[_name(cfg)]
     assert "error" not in f, f.get("error")
     for key, value in f.items():
         record_property(key, value)
     print(f"{_name(cfg)}: {f}")
-    schedule, block_n, stages, splits = cfg
+    schedule, block_n, stages, splits, kv = cfg
+    assert (f["f16"] > 0) == (kv != "bf16"), f  # an FP8 cache's dots are fp16 ones, a bf16 cache's bf16
     assert f["space"] is None, f["space"]  # a config of the space
     assert f["local"] == 0 and f["stack"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
     assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
