@@ -153,3 +153,46 @@ def test_quartered_latent_dims_let_64_head_tiles_compile_without_spills_on_gfx95
     assert all(r["compiled"] for r in found.values()), found
     for q in (0, 1):
         assert found[f"q{q}quarters0"]["spills"] > 0 and found[f"q{q}quarters1"]["spills"] == 0, found
+
+
+AMD_MFMA_SCRIPT = r"""
+from autotune import Config
+from autotune.core.problem import Problem
+from autotune.engine.compile import compile_features
+from autotune.kernels import MLA_DECODE
+
+out = {}
+for kv in ("bf16", "fp8e4m3"):
+    p = Problem.of("mla_decode", 64, 512, 576, heads=128, context=8192, kv_dtype=kv, page_size=64)
+    default = MLA_DECODE.default_config(p, target)
+    out[f"default_{kv}"] = {"BLOCK_H": default["BLOCK_H"]}
+    for nonkdim in (16, 32):
+        extra = {"Q_FP8": 0, "QUARTERS": 1} if kv != "bf16" else {}
+        c = Config(backend="triton", BLOCK_H=64, BLOCK_N=32, num_kv_splits=2, num_warps=4, num_stages=2,
+                   waves_per_eu=0, matrix_instr_nonkdim=nonkdim, **extra)
+        f = compile_features(MLA_DECODE, p, c, target)
+        out[f"{kv}_{nonkdim}"] = {"compiled": f.compiled, "spills": f.spills, "lds": f.lds_bytes,
+                                  "mma": list(f.mma), "space": MLA_DECODE.space(p, target).check(c)}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_64_head_tiles_compile_for_amd_with_the_mfma_shape_the_knob_asks(
+    compile_on_arch: Callable[..., dict[str, Any]], arch: str
+) -> None:
+    """AMD's form of the 128-head structure (64 query heads on the matrix cores' M side, each cache tile
+    read once for both dots; the Gluon kernel's is Hopper's): the Triton kernel's 64-head tiles, in the
+    space on gfx942 and gfx950, compile with matrix_instr_nonkdim 16 to 16x16 MFMAs and with 32 to 32x32
+    ones, bf16 and FP8 caches (quartered latent dims), without spills and within the target's LDS."""
+    from autotune.core.target import Target
+
+    found = compile_on_arch(AMD_MFMA_SCRIPT, arch)
+    lds = Target.for_arch(arch).lds_bytes
+    for kv in ("bf16", "fp8e4m3"):
+        for nonkdim in (16, 32):
+            f = found[f"{kv}_{nonkdim}"]
+            assert f["compiled"] and f["space"] is None, (kv, nonkdim, f)
+            assert f["spills"] == 0 and 0 < f["lds"] <= lds, (kv, nonkdim, f)
+            shape = f"{nonkdim}x{nonkdim}x"
+            assert f["mma"] and all(shape in m for m in f["mma"]), (kv, nonkdim, f["mma"])
