@@ -18,7 +18,7 @@ from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.mla.gluon_space import gluon_absent, gluon_runs, gluon_subspace, seesaw_searched
+from autotune.kernels.mla.gluon_space import gluon_absent, gluon_runs, gluon_subspace, unmeasured_searched
 from autotune.kernels.mla.space import mla_default_config, mla_subspace, spill_exempt
 
 if TYPE_CHECKING:
@@ -191,7 +191,7 @@ def mla_space(problem: Problem, target: Target, names: tuple[str, ...] | None) -
     """The backends named (all of `target`'s for None; ValueError for another) in their declared order,
     the kernel's heuristic default first among its configs."""
     chosen = MLA_BACKENDS.chosen(target, names)
-    return _space(problem, target, tuple(chosen), seesaw_searched())
+    return _space(problem, target, tuple(chosen), unmeasured_searched())
 
 
 @lru_cache(maxsize=256)

@@ -14,11 +14,12 @@ schedule (upcast to fp16 tile by tile).
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and
-`lds_overflow` (the queries, the ring, P and, in the seesaw, the row statistics within the target's
-shared memory: 2 stages of 64 tokens, or 4 of 32, at most on an H100; an FP8 cache adds the fp16
-tile its ring's tiles are upcast into). It is never the op's default
-(`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only orders its own.
+the first), `seesaw_bf16` (the seesaw reads a bf16 cache), `fp8_unmeasured` and `seesaw_unmeasured`
+(forms not yet run on a GPU: searched only with `UNMEASURED_ENV`) and `lds_overflow` (the queries, the
+ring, P and, in the seesaw, the row statistics within the target's shared memory: 2 stages of 64 tokens,
+or 4 of 32, at most on an H100; an FP8 cache adds the fp16 tile its ring's tiles are upcast into). It is
+never the op's default (`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only
+orders its own.
 """
 
 from __future__ import annotations
@@ -37,15 +38,15 @@ from autotune.kernels.mla.space import MAX_SPLITS, own, split_constraints
 __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
-    "SEESAW_ENV",
     "SMEM_SCRATCH",
+    "UNMEASURED_ENV",
     "gluon_absent",
     "gluon_first",
     "gluon_runs",
     "gluon_smem_bytes",
     "gluon_splits",
     "gluon_subspace",
-    "seesaw_searched",
+    "unmeasured_searched",
 ]
 
 #: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
@@ -57,15 +58,16 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_stages": (1, 2, 3, 4),
     "SCHEDULE": (0, 1),
 }
-#: Set to 1, sweeps search the seesaw schedule too. It compiles without spills but has not run on a GPU:
-#: until a GPU test and the probe have measured it, it is not searched by default, so that a fault of its
-#: (a hang costs a trial's timeout, and five in a row end the worker) cannot cost a user's sweep.
-SEESAW_ENV = "AUTOTUNE_MLA_SEESAW"
+#: Set to 1, sweeps search the kernel's forms that compile without spills but have not run on a GPU: the
+#: seesaw schedule and the e4m3 cache. Until a GPU test and a benchmark have measured one, it is not
+#: searched by default, so that a fault of its (a hang costs a trial's timeout, and five in a row end the
+#: worker) cannot cost a user's sweep.
+UNMEASURED_ENV = "AUTOTUNE_MLA_UNMEASURED"
 
 
-def seesaw_searched() -> bool:
-    """Whether sweeps search SCHEDULE 1 (`SEESAW_ENV`)."""
-    return os.environ.get(SEESAW_ENV, "").strip() == "1"
+def unmeasured_searched() -> bool:
+    """Whether sweeps search the unmeasured forms (`UNMEASURED_ENV`)."""
+    return os.environ.get(UNMEASURED_ENV, "").strip() == "1"
 
 
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
@@ -122,7 +124,7 @@ def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0, kv_bytes: int
 
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The kernel's rules on `problem` and `target` (module docstring)."""
-    searched = seesaw_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
+    searched = unmeasured_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
     heads, _, kv, page = own(problem)
     groups = cdiv(heads, GLUON_BLOCK_H)
     kv_bytes = 2 if kv == "bf16" else 1
@@ -141,9 +143,16 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "seesaw_unmeasured",
-            f"the seesaw schedule (SCHEDULE 1) has not run on a GPU yet: searched only with {SEESAW_ENV}=1",
+            f"the seesaw schedule (SCHEDULE 1) has not run on a GPU yet: searched only with "
+            f"{UNMEASURED_ENV}=1",
             lambda c: int(c["SCHEDULE"]) == 0 or searched,
             knobs=("SCHEDULE",),
+        ),
+        Constraint(
+            "fp8_unmeasured",
+            f"the gluon kernel's {kv} cache has not run on a GPU yet: searched only with {UNMEASURED_ENV}=1",
+            lambda c: kv_bytes == 2 or searched,
+            knobs=(),
         ),
         Constraint(
             "seesaw_one_stage",

@@ -10,7 +10,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SEESAW_ENV, SMEM_SCRATCH, gluon_smem_bytes
+from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, UNMEASURED_ENV, gluon_smem_bytes
 
 H100 = Target.for_arch("sm_90")
 
@@ -51,13 +51,13 @@ def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared
 
 
 def test_the_seesaw_schedule_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SCHEDULE 1 has not run on a GPU: pruned with the reason, unless AUTOTUNE_MLA_SEESAW=1."""
-    monkeypatch.delenv(SEESAW_ENV, raising=False)
+    """SCHEDULE 1 has not run on a GPU: pruned with the reason, unless AUTOTUNE_MLA_UNMEASURED=1."""
+    monkeypatch.delenv(UNMEASURED_ENV, raising=False)
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     assert {c["SCHEDULE"] for c in sub.configs()} == {0}
     why = sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or ""
-    assert why.startswith("seesaw_unmeasured") and SEESAW_ENV in why, why
-    monkeypatch.setenv(SEESAW_ENV, "1")  # read when a space is built: a new one holds it
+    assert why.startswith("seesaw_unmeasured") and UNMEASURED_ENV in why, why
+    monkeypatch.setenv(UNMEASURED_ENV, "1")  # read when a space is built: a new one holds it
     searched = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     assert searched.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) is None
     assert {c["SCHEDULE"] for c in searched.configs()} == {0, 1}
@@ -69,7 +69,7 @@ def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory(
     """SCHEDULE 1 (`mla.gluon_seesaw`): 2 stages at least (one slot would deadlock: `seesaw_one_stage`),
     64 x 2 and 32 x 2-4 within the shared memory; it adds the row maxima and sums and the extra mbarriers
     to the lockstep kernel's (the same single P buffer)."""
-    monkeypatch.setenv(SEESAW_ENV, "1")
+    monkeypatch.setenv(UNMEASURED_ENV, "1")
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 1}
     assert rings == {(64, 2), (32, 2), (32, 3), (32, 4)}
@@ -175,9 +175,9 @@ def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
 ) -> None:
     """e4m3: the ring holds FP8 tiles (half the bytes) and one fp16 tile more, so 64 tokens fit 2 stages
     and 32 tokens 4, as with bf16; the seesaw is pruned (it reads bf16), even when asked for."""
-    from autotune.kernels.mla.gluon_space import SEESAW_ENV, gluon_smem_bytes
+    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV, gluon_smem_bytes
 
-    monkeypatch.setenv(SEESAW_ENV, "1")
+    monkeypatch.setenv(UNMEASURED_ENV, "1")
     sub = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100).subspace("gluon")
     assert (
         gluon_smem_bytes(64, 2, 0, kv_bytes=1)
@@ -191,3 +191,14 @@ def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
     assert [c for c in sub.configs() if c["SCHEDULE"] == 1] == []
     first = sub.first[0]
     assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"]) == (0, 64, 2)
+
+
+def test_an_fp8_cache_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The e4m3 form has not run on a GPU: every config pruned with the reason naming the switch, unless
+    AUTOTUNE_MLA_UNMEASURED=1; a bf16 cache's configs are searched either way."""
+    monkeypatch.delenv(UNMEASURED_ENV, raising=False)
+    fp8 = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100)
+    assert not [c for c in fp8.configs() if c.backend == "gluon"]
+    why = fp8.subspace("gluon").check(_gluon()) or ""
+    assert why.startswith("fp8_unmeasured") and UNMEASURED_ENV in why, why
+    assert [c for c in MLA_DECODE.space(_problem(), H100).configs() if c.backend == "gluon"]

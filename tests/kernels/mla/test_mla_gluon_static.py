@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from autotune.kernels.mla.gluon_space import SEESAW_ENV
+from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
 
 #: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits, kv_dtype): every ring of the space, with one split and
 #: several, and the FP8 cache's.
@@ -101,7 +101,7 @@ def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """What the sm_90 compile of each config shows (one process for all)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
     with pytest.MonkeyPatch.context() as mp:  # the seesaw's rings are in the space once searched
-        mp.setenv(SEESAW_ENV, "1")
+        mp.setenv(UNMEASURED_ENV, "1")
         return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
 
 

@@ -204,9 +204,9 @@ def test_the_gluon_backend_is_right_and_repeatable(
     bit-identical on repeats (the seesaw's rings in the space as sweeps search it once asked to)."""
     from autotune import Config
     from autotune.kernels import MLA_DECODE
-    from autotune.kernels.mla.gluon_space import SEESAW_ENV
+    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
 
-    monkeypatch.setenv(SEESAW_ENV, "1")
+    monkeypatch.setenv(UNMEASURED_ENV, "1")
 
     _gluon_target(target)
     problem = _problem(8, 128, 4096, "bf16")
