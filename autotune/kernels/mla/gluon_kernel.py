@@ -41,17 +41,20 @@ Rules (the Triton kernel's, so the launcher's contract and the split workspace a
 
 A bf16 cache or an FP8 one (e4m3, per-tensor `v_scale`; the launcher folds it into `scale` for the
 scores). FP8 tiles land in the ring by TMA (half the bytes) and are upcast, tile by tile, into one fp16
-tile that both dots read (e4m3 is exact in fp16; the queries and P are staged as fp16): the slot is
-refilled as soon as every warp has converted it, and the tail's rows are zeroed in the same pass. The
-dots stay 16-bit because FP8 wgmma takes K-major operands only, and P·V's B (V, tokens by dims) is
-MN-major: an FP8 V would need a transpose through registers per tile. So an FP8 cache costs no accuracy
-beyond its own quantization (the reference dequantizes the same values), and the conversion is the price
-of half the bytes.
+tile that the 16-bit dots read (e4m3 is exact in fp16; the queries are staged as fp16, each head scaled
+by a power of two that keeps it exact and in range, and P is fp16); the tail's rows are zeroed in the
+same pass. Why not FP8 dots throughout: FP8 wgmma takes K-major operands only, and P·V's B (V, tokens by
+dims) is MN-major, so V must be upcast (or transposed) through registers either way. With `Q_FP8` 1 the
+scores are FP8 wgmmas: the queries quantized per head (their absolute maximum over 448) against the
+slot's FP8 tile as loaded (K-major), while the warps upcast only the latent part for P·V; the slot is
+refilled once both warpgroups' scores have retired. That halves the scores' shared-memory bytes and
+costs the queries' quantization error (docs/notes/2026-12-07-mla-gluon.md). Each head's query scale
+multiplies its scores (`row_scale`).
 
 Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
 ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P) and SCHEDULE: 0 this
 module's kernel (the warpgroups in lockstep), 1 the seesaw (`mla.gluon_seesaw`: the warpgroups take the
-tiles in turn, a loader warp, the same launch contract). Gluon has no
+tiles in turn, a loader warp, the same launch contract); with an FP8 cache, Q_FP8. Gluon has no
 interpreter: the kernel runs on Hopper only and is cross-compiled for sm_90 by the static checks.
 Imported lazily (it imports triton and Gluon).
 """
@@ -94,9 +97,10 @@ CHUNK = 64
 
 
 @gluon.constexpr_function
-def _smem_layout(cols: int) -> Any:
-    """The NVMMA shared layout of a bf16 tile `cols` wide (the widest swizzle its rows fill, 128 bytes)."""
-    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, cols * 2), element_bitwidth=16, rank=2)
+def _smem_layout(cols: int, bits: int = 16) -> Any:
+    """The NVMMA shared layout of a tile `cols` wide of `bits`-bit values (the widest swizzle its rows
+    fill, 128 bytes)."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=min(128, cols * bits // 8), element_bitwidth=bits, rank=2)
 
 
 @gluon.constexpr_function
@@ -112,12 +116,12 @@ def _is_fp8(dtype: Any) -> bool:
 
 
 @gluon.constexpr_function
-def _acc_layout(cols: int, num_warps: int) -> Any:
+def _acc_layout(cols: int, num_warps: int, k: int = 16) -> Any:
     """The wgmma accumulator layout of a (64, cols) tile on `num_warps` warps: warps [4, num_warps / 4],
-    each warpgroup a slice of the columns, bf16's K of 16."""
+    each warpgroup a slice of the columns, the instruction's K `k` (16 for 16-bit operands, 32 for FP8)."""
     warps_n = num_warps // 4
     return gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, warps_n], instr_shape=[16, min(256, cols // warps_n), 16]
+        version=[3, 0], warps_per_cta=[4, warps_n], instr_shape=[16, min(256, cols // warps_n), k]
     )
 
 
@@ -126,18 +130,36 @@ def _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT: 
                    ROPE: gl.constexpr, BLOCK_H: gl.constexpr, CHUNK: gl.constexpr,
                    num_warps: gl.constexpr):  # fmt: skip
     """The group's queries (heads past H as zeros) into shared memory, CHUNK columns at a time, in the
-    buffers' dtype (the dots')."""
+    buffers' dtype (the dots'); returns each head's scale (fp32, [BLOCK_H]): what its scores are to be
+    multiplied by. bf16: 1. fp16: a power of two that puts the head's largest value in [2^14, 2^15)
+    (exact, and no bf16 query overflows fp16). e4m3: the head's absolute maximum over 448, e4m3's."""
     blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     heads = g * BLOCK_H + gl.arange(0, BLOCK_H, layout=gl.SliceLayout(1, blocked))
     cols = gl.arange(0, CHUNK, layout=gl.SliceLayout(0, blocked))
     hmask = heads < H
     rows = q_ptr + b.to(gl.int64) * stride_qb + heads[:, None] * stride_qh + cols[None, :]
+    q_scale = gl.full([BLOCK_H], 1.0, gl.float32, gl.SliceLayout(1, blocked))
+    if q_lat.dtype != gl.bfloat16:
+        amax = gl.zeros([BLOCK_H], gl.float32, gl.SliceLayout(1, blocked))
+        for c in gl.static_range((LATENT + ROPE) // CHUNK):
+            part = gl.load(rows + c * CHUNK, mask=hmask[:, None], other=0.0).to(gl.float32)
+            amax = gl.maximum(amax, gl.max(gl.abs(part), 1))
+        if q_lat.dtype == gl.float16:
+            exponent = (amax.to(gl.int32, bitcast=True) >> 23) & 0xFF  # floor(log2(amax)) + 127
+            q_scale = (gl.minimum(gl.maximum(exponent - 14, 1), 254) << 23).to(gl.float32, bitcast=True)
+        else:
+            q_scale = gl.maximum(amax, 1e-12) / 448.0
     for c in gl.static_range(LATENT // CHUNK):
         part = gl.load(rows + c * CHUNK, mask=hmask[:, None], other=0.0)
+        if q_lat.dtype != gl.bfloat16:
+            part = part.to(gl.float32) / q_scale[:, None]
         q_lat.slice(c * CHUNK, CHUNK, dim=1).store(part.to(q_lat.dtype))
     for c in gl.static_range(ROPE // CHUNK):
         part = gl.load(rows + LATENT + c * CHUNK, mask=hmask[:, None], other=0.0)
+        if q_lat.dtype != gl.bfloat16:
+            part = part.to(gl.float32) / q_scale[:, None]
         q_rope.slice(c * CHUNK, CHUNK, dim=1).store(part.to(q_rope.dtype))
+    return q_scale
 
 
 @gluon.jit
@@ -168,18 +190,15 @@ def _zero_tail(lat, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr, CHUNK: gl
 
 
 @gluon.jit
-def _upcast_tile(lat8, rope8, lat, rope, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr,
-                 ROPE: gl.constexpr, CHUNK: gl.constexpr, num_warps: gl.constexpr):  # fmt: skip
-    """A slot's FP8 tile (`lat8`, `rope8`) into the 16-bit tile the dots read (`lat`, `rope`), its rows
-    `keep` .. BLOCK_N (the tokens past the split's end) as 0."""
+def _upcast(src, dst, keep, BLOCK_N: gl.constexpr, COLS: gl.constexpr, CHUNK: gl.constexpr,
+            num_warps: gl.constexpr):  # fmt: skip
+    """A slot's FP8 buffer `src` (BLOCK_N x COLS) into the 16-bit `dst` the dots read, its rows `keep` ..
+    BLOCK_N (the tokens past the split's end) as 0."""
     blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     live = (gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blocked)) < keep)[:, None]
-    for c in gl.static_range(LATENT // CHUNK):
-        x = lat8.slice(c * CHUNK, CHUNK, dim=1).load(blocked).to(lat.dtype)
-        lat.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(live, x, gl.zeros_like(x)))
-    for c in gl.static_range(ROPE // CHUNK):
-        x = rope8.slice(c * CHUNK, CHUNK, dim=1).load(blocked).to(rope.dtype)
-        rope.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(live, x, gl.zeros_like(x)))
+    for c in gl.static_range(COLS // CHUNK):
+        x = src.slice(c * CHUNK, CHUNK, dim=1).load(blocked).to(dst.dtype)
+        dst.slice(c * CHUNK, CHUNK, dim=1).store(gl.where(live, x, gl.zeros_like(x)))
 
 
 @gluon.jit
@@ -188,7 +207,7 @@ def mla_gluon_kernel(
     scale, v_scale, H,
     stride_qb, stride_qh, stride_ptb, stride_ob, stride_oh,
     LATENT: gl.constexpr, ROPE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
-    SPLITS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
+    SPLITS: gl.constexpr, STAGES: gl.constexpr, Q_FP8: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """One (sequence, 64-head group, split) of the MLA decode (module docstring)."""
     BLOCK_H: gl.constexpr = 64
@@ -200,7 +219,9 @@ def mla_gluon_kernel(
     KV_TYPE: gl.constexpr = kv_desc.block_type.element_ty
     KV_FP8: gl.constexpr = _is_fp8(KV_TYPE)
     DOT: gl.constexpr = gl.float16 if KV_FP8 else gl.bfloat16  # the dots' operands (module docstring)
-    s_layout: gl.constexpr = _acc_layout(BLOCK_N, num_warps)
+    gl.static_assert(KV_FP8 or not Q_FP8, "FP8 queries score an FP8 cache only")
+    QT: gl.constexpr = KV_TYPE if Q_FP8 else DOT  # the queries' (the scores' operands)
+    s_layout: gl.constexpr = _acc_layout(BLOCK_N, num_warps, 32 if Q_FP8 else 16)
     o_layout: gl.constexpr = _acc_layout(LATENT, num_warps)
     row_s: gl.constexpr = gl.SliceLayout(1, s_layout)
     row_o: gl.constexpr = gl.SliceLayout(1, o_layout)
@@ -210,14 +231,15 @@ def mla_gluon_kernel(
     s = gl.program_id(2)
 
     # (constexpr lists concatenate inside @gluon.jit; starred unpacking does not)
-    q_lat = gl.allocate_shared_memory(DOT, [BLOCK_H, LATENT], _smem_layout(LATENT))
-    q_rope = gl.allocate_shared_memory(DOT, [BLOCK_H, ROPE], _smem_layout(ROPE))
+    q_lat = gl.allocate_shared_memory(QT, [BLOCK_H, LATENT], _smem_layout(LATENT, QT.primitive_bitwidth))
+    q_rope = gl.allocate_shared_memory(QT, [BLOCK_H, ROPE], _smem_layout(ROPE, QT.primitive_bitwidth))
     ring: gl.constexpr = _ring_layout(KV_TYPE.primitive_bitwidth)
     k_lat = gl.allocate_shared_memory(KV_TYPE, [STAGES, BLOCK_N, LATENT], ring)
     k_rope = gl.allocate_shared_memory(KV_TYPE, [STAGES, BLOCK_N, ROPE], ring)
-    if KV_FP8:  # the upcast tile both dots read
+    if KV_FP8:  # the upcast tile the 16-bit dots read (with FP8 scores, P·V's V alone)
         c_lat = gl.allocate_shared_memory(DOT, [BLOCK_N, LATENT], _smem_layout(LATENT))
-        c_rope = gl.allocate_shared_memory(DOT, [BLOCK_N, ROPE], _smem_layout(ROPE))
+        if not Q_FP8:
+            c_rope = gl.allocate_shared_memory(DOT, [BLOCK_N, ROPE], _smem_layout(ROPE))
     p_smem = gl.allocate_shared_memory(DOT, [BLOCK_H, BLOCK_N], _smem_layout(BLOCK_N))
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
@@ -230,8 +252,9 @@ def mla_gluon_kernel(
     n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
     pages = pt_ptr + b.to(gl.int64) * stride_ptb
 
-    _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H, CHUNK,
-                   num_warps)  # fmt: skip
+    q_scale = _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H,
+                             CHUNK, num_warps)  # fmt: skip
+    row_scale = gl.convert_layout(q_scale, row_s) * scale  # (sm_scale · log2 e, kv_scale: the launcher's)
     fence_async_shared()  # the queries and the barriers' init → visible to the TMA and the wgmmas
     cta_barrier()
     for i in gl.static_range(STAGES):
@@ -248,15 +271,24 @@ def mla_gluon_kernel(
         # The slot's n-th load completes its barrier's phase n: wait(parity) returns once that is done.
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
         n0 = start + i * BLOCK_N
-        if KV_FP8:
-            _upcast_tile(k_lat.index(slot), k_rope.index(slot), c_lat, c_rope, end - n0, BLOCK_N, LATENT,
-                         ROPE, CHUNK, num_warps)  # fmt: skip
+        if Q_FP8:
+            # FP8 scores straight from the slot (a NaN past the end is masked below), its latent part
+            # upcast for P·V meanwhile
+            qk = warpgroup_mma(q_lat, k_lat.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            qk = warpgroup_mma(q_rope, k_rope.index(slot).permute((1, 0)), qk, is_async=True)
+            _upcast(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+            fence_async_shared()  # V (generic-proxy stores) → visible to the wgmmas after the barrier below
+            lat = c_lat
+        elif KV_FP8:
+            _upcast(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+            _upcast(k_rope.index(slot), c_rope, end - n0, BLOCK_N, ROPE, CHUNK, num_warps)
             fence_async_shared()  # the 16-bit tile (generic-proxy stores) → visible to the wgmmas ...
             cta_barrier()  # ... once every warp has converted its part: the slot is free, refill it now
             _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), k_lat.index(slot),
                        k_rope.index(slot), i + STAGES < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
             lat = c_lat
-            rope = c_rope
+            qk = warpgroup_mma(q_lat, c_lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            qk = warpgroup_mma(q_rope, c_rope.permute((1, 0)), qk, is_async=True)
         else:
             lat = k_lat.index(slot)
             rope = k_rope.index(slot)
@@ -264,11 +296,11 @@ def mla_gluon_kernel(
                 _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
                 fence_async_shared()
                 cta_barrier()
-        qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
+            qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
+            qk = warpgroup_mma(q_rope, rope.permute((1, 0)), qk, is_async=True)
         qk = warpgroup_mma_wait(num_outstanding=0, deps=(qk,))
         # the online softmax in base 2 (the row maxima and sums meet across the warpgroups)
-        x = gl.where((n0 + tokens < end)[None, :], qk * scale, float("-inf"))
+        x = gl.where((n0 + tokens < end)[None, :], qk * row_scale[:, None], float("-inf"))
         m_new = gl.maximum(m_i, gl.max(x, 1))
         alpha = gl.exp2(m_i - m_new)
         p = gl.exp2(x - m_new[:, None])
@@ -277,6 +309,9 @@ def mla_gluon_kernel(
         p_smem.store(p.to(DOT))
         fence_async_shared()  # P (generic-proxy stores) → visible to the wgmma (async proxy) ...
         cta_barrier()  # ... of both warpgroups: each reads all of P
+        if Q_FP8:  # both warpgroups' scores retired and V upcast: the slot is free
+            _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), k_lat.index(slot),
+                       k_rope.index(slot), i + STAGES < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
         acc = acc * gl.convert_layout(alpha, row_o)[:, None]
         acc = warpgroup_mma(p_smem, lat, acc, is_async=True)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))

@@ -58,12 +58,14 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     `kernels`: stand-ins of `jit_kernels(SCHEDULE)` (recorders) in their order. ValueError, when run, for a
     problem the kernel does not take (other dims than 512 + 64, a page size BLOCK_N does not divide, a
     cache that is not rows, a cache neither bf16 nor e4m3, an FP8 cache with the seesaw). An FP8 cache's
-    `kv_scale` goes into the scores' scale and, as `v_scale`, onto the output. Heads come in programs of
+    `kv_scale` goes into the scores' scale and, as `v_scale`, onto the output; `Q_FP8` 1 (FP8 caches,
+    the lockstep schedule) scores it with FP8 queries. Heads come in programs of
     64: the last group's rows past H are zeros, computed and not stored."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
     schedule = int(params.get("SCHEDULE", 0))
+    q_fp8 = int(params.get("Q_FP8", 0))
     split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
     num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
@@ -82,6 +84,8 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         fp8 = kv.dtype == torch.float8_e4m3fn
         if fp8 and schedule != 0:
             raise ValueError(f"the gluon backend's SCHEDULE {schedule} reads a bf16 cache, not {kv.dtype}")
+        if q_fp8 and not fp8:
+            raise ValueError(f"the gluon backend's Q_FP8 1 scores an FP8 cache, not {kv.dtype}")
         if (latent, K - latent) != (LATENT, ROPE):
             raise ValueError(f"the gluon backend takes {LATENT} + {ROPE} dims, got {latent} + {K - latent}")
         if page % block_n:
@@ -91,6 +95,8 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
         v_scale = kv_scale if fp8 else 1.0
         consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
+        if schedule == 0:
+            consts["Q_FP8"] = q_fp8
         opts = dict(num_warps=num_warps, **FP_OPTIONS)
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
         extra = dict(**consts, **opts) if recorded else {}

@@ -9,7 +9,8 @@ Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a pro
 prunes its one config with the reason (`gluon_absent`): a cache neither bf16 nor e4m3 (fnuz is AMD's),
 other dims than 512 latent + 64 RoPE, a page size that no tile of 32 or 64 tokens divides. Any head
 count: programs of 64 heads, the last one padded with zero queries. An e4m3 cache runs the lockstep
-schedule (upcast to fp16 tile by tile).
+schedule, its tiles upcast to fp16 (with the knob `Q_FP8` 1, FP8 queries score them as loaded and only
+V is upcast).
 
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
@@ -42,6 +43,7 @@ __all__ = [
     "UNMEASURED_ENV",
     "gluon_absent",
     "gluon_first",
+    "gluon_params",
     "gluon_runs",
     "gluon_smem_bytes",
     "gluon_splits",
@@ -51,13 +53,21 @@ __all__ = [
 
 #: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
 GLUON_BLOCK_H = 64
-#: The kernel's knobs.
+#: The kernel's knobs (an FP8 cache adds `Q_FP8`: `gluon_params`).
 GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_kv_splits": tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
     "BLOCK_N": (32, 64),
     "num_stages": (1, 2, 3, 4),
     "SCHEDULE": (0, 1),
 }
+
+
+def gluon_params(problem: Problem) -> Mapping[str, tuple[Value, ...]]:
+    """The knobs of `problem`: GLUON_PARAMS, and with an FP8 cache `Q_FP8` (1: FP8 queries score the
+    cache's tiles as loaded; 0: the tiles upcast to fp16 for both dots)."""
+    return {**GLUON_PARAMS, "Q_FP8": (0, 1)} if own(problem)[2] != "bf16" else GLUON_PARAMS
+
+
 #: Set to 1, sweeps search the kernel's forms that compile without spills but have not run on a GPU: the
 #: seesaw schedule and the e4m3 cache. Until a GPU test and a benchmark have measured one, it is not
 #: searched by default, so that a fault of its (a hang costs a trial's timeout, and five in a row end the
@@ -110,14 +120,18 @@ def gluon_absent(problem: Problem, target: Target) -> str:
     return _gluon_missing()
 
 
-def gluon_smem_bytes(block_n: int, stages: int, schedule: int = 0, kv_bytes: int = 2) -> int:
-    """The shared memory the kernel allocates itself: the queries (64 x 576, 16-bit), `stages` cache tiles
-    (block_n x 576 of `kv_bytes` each), P (64 x block_n) and the ring's mbarriers; with an FP8 cache
-    (`kv_bytes` 1) the fp16 tile it is upcast into (block_n x 576); the seesaw (`schedule` 1) also the row
-    maxima and sums (2 x 64 fp32), two mbarriers a slot and two more. Triton adds up to SMEM_SCRATCH."""
-    queries, ring, p = GLUON_BLOCK_H * _K * 2, stages * block_n * _K * kv_bytes, GLUON_BLOCK_H * block_n * 2
+def gluon_smem_bytes(
+    block_n: int, stages: int, schedule: int = 0, kv_bytes: int = 2, q_fp8: bool = False
+) -> int:
+    """The shared memory the kernel allocates itself: the queries (64 x 576, 16-bit; FP8 with `q_fp8`),
+    `stages` cache tiles (block_n x 576 of `kv_bytes` each), P (64 x block_n) and the ring's mbarriers;
+    with an FP8 cache (`kv_bytes` 1) the fp16 tile it is upcast into (block_n x 576; the latent 512 alone
+    with `q_fp8`); the seesaw (`schedule` 1) also the row maxima and sums (2 x 64 fp32), two mbarriers a
+    slot and two more. Triton adds up to SMEM_SCRATCH."""
+    queries = GLUON_BLOCK_H * _K * (1 if q_fp8 else 2)
+    ring, p = stages * block_n * _K * kv_bytes, GLUON_BLOCK_H * block_n * 2
     if schedule == 0:
-        upcast = block_n * _K * 2 if kv_bytes == 1 else 0
+        upcast = block_n * (_LATENT if q_fp8 else _K) * 2 if kv_bytes == 1 else 0
         return queries + ring + upcast + p + 8 * stages
     return queries + ring + p + 2 * GLUON_BLOCK_H * 4 + 8 * (2 * stages + 2)
 
@@ -131,7 +145,8 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
     def smem(c: Mapping[str, Value]) -> int:
         knobs = int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])
-        return gluon_smem_bytes(*knobs, kv_bytes=kv_bytes) + SMEM_SCRATCH
+        q_fp8 = bool(int(c.get("Q_FP8", 0)))
+        return gluon_smem_bytes(*knobs, kv_bytes=kv_bytes, q_fp8=q_fp8) + SMEM_SCRATCH
 
     return [
         *split_constraints(problem, target, lambda c: groups, ()),
@@ -171,7 +186,7 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"the queries, {{num_stages}} tiles of BLOCK_N {{BLOCK_N}} tokens and P (SCHEDULE {{SCHEDULE}}) "
             f"need more than the {target.lds_bytes} bytes of shared memory",
             lambda c: target.interpreter or smem(c) <= target.lds_bytes,
-            knobs=("BLOCK_N", "num_stages", "SCHEDULE"),
+            knobs=("BLOCK_N", "num_stages", "SCHEDULE", *(("Q_FP8",) if kv_bytes == 1 else ())),
         ),
     ]
 
@@ -197,10 +212,12 @@ def gluon_first(problem: Problem, target: Target) -> Config | None:
     """The config visited first: the lockstep schedule (0), 64-token tiles in 2 stages (32 tokens in 4
     where the page size or the shared memory refuses 64), `gluon_splits`; None where the space holds none
     of them."""
-    sub = SubSpace("gluon", GLUON_PARAMS, gluon_constraints(problem, target))
+    sub = SubSpace("gluon", gluon_params(problem), gluon_constraints(problem, target))
     splits = gluon_splits(problem, target)
+    fp8 = {"Q_FP8": 0} if "Q_FP8" in gluon_params(problem) else {}
     for block_n, stages in ((64, 2), (32, 4), (32, 2)):
-        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0)
+        knobs = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0, **fp8)
+        config = Config(backend="gluon", **knobs)
         if sub.check(config) is None:
             return config
     return None
@@ -211,5 +228,8 @@ def gluon_subspace(problem: Problem, target: Target, default: Config | None) -> 
     `gluon_first` first."""
     first = default or gluon_first(problem, target)
     return SubSpace(
-        "gluon", GLUON_PARAMS, gluon_constraints(problem, target), first=() if first is None else (first,)
+        "gluon",
+        gluon_params(problem),
+        gluon_constraints(problem, target),
+        first=() if first is None else (first,),
     )

@@ -173,24 +173,32 @@ def test_any_head_count_runs_in_programs_of_64_heads(heads: int, groups: int) ->
 def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """e4m3: the ring holds FP8 tiles (half the bytes) and one fp16 tile more, so 64 tokens fit 2 stages
-    and 32 tokens 4, as with bf16; the seesaw is pruned (it reads bf16), even when asked for."""
-    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV, gluon_smem_bytes
+    """e4m3: the ring holds FP8 tiles (half the bytes) and one fp16 tile more (its latent part alone with
+    FP8 queries, whose buffer is half as large), so 64 tokens fit 2 stages (3 with FP8 queries) and 32
+    tokens 4; Q_FP8 is a knob of FP8 caches only, its first value 0; the seesaw is pruned (it reads bf16),
+    even when asked for."""
+    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV, gluon_params, gluon_smem_bytes
 
     monkeypatch.setenv(UNMEASURED_ENV, "1")
     sub = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100).subspace("gluon")
+    assert set(sub.params) == set(GLUON_PARAMS) | {"Q_FP8"} and "Q_FP8" not in gluon_params(_problem())
     assert (
         gluon_smem_bytes(64, 2, 0, kv_bytes=1)
         == 64 * 576 * 2 + 2 * 64 * 576 + 64 * 576 * 2 + 64 * 64 * 2 + 16
     )
-    assert gluon_smem_bytes(64, 2, 0, kv_bytes=1) < gluon_smem_bytes(64, 2, 0) + 64 * 576 * 2
-    for block_n, stages in ((64, 1), (64, 2), (32, 2), (32, 4)):
-        assert sub.check(_gluon(BLOCK_N=block_n, num_stages=stages)) is None
-    assert (sub.check(_gluon(BLOCK_N=64, num_stages=3)) or "").startswith("lds_overflow")
-    assert (sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or "").startswith("seesaw_bf16")
+    assert gluon_smem_bytes(64, 2, 0, kv_bytes=1, q_fp8=True) == (
+        64 * 576 + 2 * 64 * 576 + 64 * 512 * 2 + 64 * 64 * 2 + 16
+    )
+    for q_fp8 in (0, 1):
+        for block_n, stages in ((64, 1), (64, 2), (32, 2), (32, 4)):
+            assert sub.check(_gluon(BLOCK_N=block_n, num_stages=stages, Q_FP8=q_fp8)) is None
+    assert (sub.check(_gluon(BLOCK_N=64, num_stages=3, Q_FP8=0)) or "").startswith("lds_overflow")
+    assert sub.check(_gluon(BLOCK_N=64, num_stages=3, Q_FP8=1)) is None
+    assert (sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2, Q_FP8=0)) or "").startswith("seesaw_bf16")
     assert [c for c in sub.configs() if c["SCHEDULE"] == 1] == []
+    assert {c["Q_FP8"] for c in sub.configs()} == {0, 1}
     first = sub.first[0]
-    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"]) == (0, 64, 2)
+    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"], first["Q_FP8"]) == (0, 64, 2, 0)
 
 
 def test_an_fp8_cache_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,6 +207,6 @@ def test_an_fp8_cache_is_searched_only_when_asked_for(monkeypatch: pytest.Monkey
     monkeypatch.delenv(UNMEASURED_ENV, raising=False)
     fp8 = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100)
     assert not [c for c in fp8.configs() if c.backend == "gluon"]
-    why = fp8.subspace("gluon").check(_gluon()) or ""
+    why = fp8.subspace("gluon").check(_gluon(Q_FP8=0)) or ""
     assert why.startswith("fp8_unmeasured") and UNMEASURED_ENV in why, why
     assert [c for c in MLA_DECODE.space(_problem(), H100).configs() if c.backend == "gluon"]

@@ -22,25 +22,28 @@ import pytest
 
 from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
 
-#: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits, kv_dtype): every ring of the space, with one split and
-#: several, and the FP8 cache's.
+#: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits, kv_dtype, Q_FP8): every ring of the space, with one
+#: split and several, and the FP8 cache's, its tiles upcast for both dots (Q_FP8 0) or scored as loaded.
 CONFIGS = [
-    (0, 64, 1, 1, "bf16"),
-    (0, 64, 2, 1, "bf16"),
-    (0, 64, 2, 4, "bf16"),
-    (0, 32, 2, 2, "bf16"),
-    (0, 32, 3, 1, "bf16"),
-    (0, 32, 4, 8, "bf16"),
-    (1, 64, 2, 1, "bf16"),
-    (1, 64, 2, 4, "bf16"),
-    (1, 32, 2, 4, "bf16"),
-    (1, 32, 3, 2, "bf16"),
-    (1, 32, 4, 1, "bf16"),
-    (1, 32, 4, 8, "bf16"),
-    (0, 64, 1, 1, "fp8e4m3"),
-    (0, 64, 2, 4, "fp8e4m3"),
-    (0, 32, 2, 1, "fp8e4m3"),
-    (0, 32, 4, 2, "fp8e4m3"),
+    (0, 64, 1, 1, "bf16", 0),
+    (0, 64, 2, 1, "bf16", 0),
+    (0, 64, 2, 4, "bf16", 0),
+    (0, 32, 2, 2, "bf16", 0),
+    (0, 32, 3, 1, "bf16", 0),
+    (0, 32, 4, 8, "bf16", 0),
+    (1, 64, 2, 1, "bf16", 0),
+    (1, 64, 2, 4, "bf16", 0),
+    (1, 32, 2, 4, "bf16", 0),
+    (1, 32, 3, 2, "bf16", 0),
+    (1, 32, 4, 1, "bf16", 0),
+    (1, 32, 4, 8, "bf16", 0),
+    (0, 64, 1, 1, "fp8e4m3", 0),
+    (0, 64, 2, 4, "fp8e4m3", 0),
+    (0, 32, 2, 1, "fp8e4m3", 0),
+    (0, 32, 4, 2, "fp8e4m3", 0),
+    (0, 64, 2, 1, "fp8e4m3", 1),
+    (0, 64, 3, 4, "fp8e4m3", 1),
+    (0, 32, 4, 2, "fp8e4m3", 1),
 ]
 
 SCRIPT = r"""
@@ -53,10 +56,11 @@ from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
 out = {}
-for schedule, block_n, stages, splits, kv in json.loads(sys.argv[2]):
-    name = f"{schedule}x{block_n}x{stages}x{splits}x{kv}"
+for schedule, block_n, stages, splits, kv, q_fp8 in json.loads(sys.argv[2]):
+    name = f"{schedule}x{block_n}x{stages}x{splits}x{kv}x{q_fp8}"
     p = Problem.of("mla_decode", 16, 512, 576, heads=128, context=8192, kv_dtype=kv, page_size=64)
-    c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits, SCHEDULE=schedule)
+    c = Config(backend="gluon", BLOCK_N=block_n, num_stages=stages, num_kv_splits=splits, SCHEDULE=schedule,
+               **({"Q_FP8": q_fp8} if kv != "bf16" else {}))
     try:
         calls = MLA_DECODE.kernel_calls(p, c, target)
         kernel = compile_call(calls[0], target)
@@ -75,11 +79,12 @@ for schedule, block_n, stages, splits, kv in json.loads(sys.argv[2]):
                               check=True).stdout
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
-        counted=gluon_smem_bytes(block_n, stages, schedule, 2 if kv == "bf16" else 1) + SMEM_SCRATCH,
+        counted=gluon_smem_bytes(block_n, stages, schedule, 1 + (kv == "bf16"), bool(q_fp8)) + SMEM_SCRATCH,
         space=MLA_DECODE.space(p, target).check(c),
         calls=len(calls), grid=list(calls[0].grid), warps=int(kernel.metadata.num_warps),
-        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.b?f16\.b?f16", ptx))),
+        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.f32\.(?:b?f16|e4m3)\.", ptx))),
         f16=ptx.count(".f32.f16.f16"),
+        e4m3=ptx.count(".f32.e4m3.e4m3"),
         wait0=ptx.count("wgmma.wait_group.sync.aligned 0;"),
         sass_wait0=sass.count("WARPGROUP.DEPBAR.LE gsb0, 0x0"),
         wait1=ptx.count("wgmma.wait_group.sync.aligned 1;"),
@@ -92,7 +97,7 @@ print(json.dumps(out))
 """
 
 
-def _name(cfg: tuple[int, int, int, int, str]) -> str:
+def _name(cfg: tuple[int, int, int, int, str, int]) -> str:
     return "x".join(str(v) for v in cfg)
 
 
@@ -107,15 +112,16 @@ def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)
 def test_compiles_for_sm90_without_spills_within_its_shared_memory(
-    facts: dict[str, Any], cfg: tuple[int, int, int, int, str], record_property: Any
+    facts: dict[str, Any], cfg: tuple[int, int, int, int, str, int], record_property: Any
 ) -> None:
     f = facts[_name(cfg)]
     assert "error" not in f, f.get("error")
     for key, value in f.items():
         record_property(key, value)
     print(f"{_name(cfg)}: {f}")
-    schedule, block_n, stages, splits, kv = cfg
-    assert (f["f16"] > 0) == (kv != "bf16"), f  # an FP8 cache's dots are fp16 ones, a bf16 cache's bf16
+    schedule, block_n, stages, splits, kv, q_fp8 = cfg
+    # a bf16 cache's dots are bf16 ones; an FP8 cache's P·V is fp16, its scores fp16 or, with Q_FP8, e4m3
+    assert (f["f16"] > 0) == (kv != "bf16") and (f["e4m3"] > 0) == bool(q_fp8), f
     assert f["space"] is None, f["space"]  # a config of the space
     assert f["local"] == 0 and f["stack"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
     assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
@@ -128,7 +134,8 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
     if schedule == 0:
         assert f["warps"] == 8  # two warpgroups
         # S = Q·Kᵀ: each warpgroup half the tile's tokens; O += P·V: each 256 of the 512 columns
-        assert f["wgmma"] == sorted([f"m64n{block_n // 2}k16", "m64n256k16"]), f["wgmma"]
+        k = 32 if q_fp8 else 16
+        assert f["wgmma"] == sorted([f"m64n{block_n // 2}k{k}", "m64n256k16"]), f["wgmma"]
         # nine 64-column boxes a tile (8 latent + 1 RoPE), issued in the prologue and in the loop
         assert f["tma"] == 9 * (stages + 1), f["tma"]
         # each dot waited for once (then the softmax, then the next tile)
