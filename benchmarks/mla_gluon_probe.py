@@ -9,8 +9,8 @@ Rules:
   reference `mla.ref.mla_reference` on random inputs (never zeros); printed: max abs error and
   ‖out − ref‖ / ‖ref‖. A NaN or a relative error over 2e-2 (5e-2 with FP8 queries, the op's FP8
   tolerance) fails the config (a FAIL line); so does a compile error. A failing config is skipped and
-  the rest go on; the script exits 1 if any Gluon config failed. Each Gluon config is also checked once on ragged contexts (0, 1, 63, 64, 65, ... tokens) in
-  pages of 64 and 128 tokens.
+  the rest go on; the script exits 1 if any Gluon config failed. Each Gluon config is also checked once
+  on ragged contexts (0, 1, 63, 64, 65, ... tokens) in pages of 64 and 128 tokens.
 - Timing: CUDA graphs of 10 launches, the median of 20 replays, per launch (µs). TFLOP/s = B·H·ctx·2·(576 +
   512) / time. Timed: the Triton kernel's heuristic default (`MLA_DECODE.default_config`), strong Triton
   configs (64 heads x 8 warps, BLOCK_N 32 / 64, splits 1 / 2 / 4, 2 stages) and the Gluon configs: the
