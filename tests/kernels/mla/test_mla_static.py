@@ -164,8 +164,6 @@ from autotune.kernels import MLA_DECODE
 out = {}
 for kv in ("bf16", "fp8e4m3"):
     p = Problem.of("mla_decode", 64, 512, 576, heads=128, context=8192, kv_dtype=kv, page_size=64)
-    default = MLA_DECODE.default_config(p, target)
-    out[f"default_{kv}"] = {"BLOCK_H": default["BLOCK_H"]}
     for nonkdim in (16, 32):
         extra = {"Q_FP8": 0, "QUARTERS": 1} if kv != "bf16" else {}
         c = Config(backend="triton", BLOCK_H=64, BLOCK_N=32, num_kv_splits=2, num_warps=4, num_stages=2,
