@@ -224,6 +224,29 @@ def test_the_gluon_backend_is_right_and_repeatable(
         right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, {splits} splits")
 
 
+@pytest.mark.parametrize("heads", [128, 16])
+def test_the_gluon_backend_reads_an_fp8_cache_through_the_op(
+    right_and_repeatable, target, heads: int, monkeypatch
+) -> None:
+    """The op's e4m3 problems (its inputs carry the cache's scale as a tensor): the gluon space's first
+    config and FP8 scores (Q_FP8 1), one split and several, right against the op's reference within its
+    FP8 tolerance and bit-identical on repeats."""
+    from autotune import Config
+    from autotune.kernels import MLA_DECODE
+    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
+
+    monkeypatch.setenv(UNMEASURED_ENV, "1")
+    _gluon_target(target)
+    problem = _problem(8, heads, 4096, "fp8e4m3")
+    space = MLA_DECODE.space(problem, target)
+    first = space.subspace("gluon").first[0]
+    right_and_repeatable(MLA_DECODE, problem, first, target, "the FP8 gluon space's first config")
+    for splits in (1, 8):
+        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=64, num_stages=2, SCHEDULE=0, Q_FP8=1)
+        assert space.check(config) is None, space.check(config)
+        right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, FP8 scores, {splits} splits")
+
+
 @pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[4]])
 @pytest.mark.parametrize("splits", [1, 4])
 def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(
