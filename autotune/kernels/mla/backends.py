@@ -195,8 +195,8 @@ def mla_space(problem: Problem, target: Target, names: tuple[str, ...] | None) -
 
 
 @lru_cache(maxsize=256)
-def _space(problem: Problem, target: Target, records: tuple[Backend, ...], seesaw: bool) -> SearchSpace:
-    """The space of `records`; `seesaw` (whether the gluon backend's SCHEDULE 1 is searched, read from the
-    environment when the space is built) keys the cache."""
+def _space(problem: Problem, target: Target, records: tuple[Backend, ...], unmeasured: bool) -> SearchSpace:
+    """The space of `records`; `unmeasured` (whether the gluon backend's forms not yet run on a GPU are
+    searched, read from the environment when the space is built) keys the cache."""
     default = mla_default_config(problem, target)
     return SearchSpace([r.space(problem, target, default) for r in records])

@@ -178,22 +178,40 @@ def _load_tile(kv_desc, pages, t0, bar, lat, rope, pred, PAGE: gl.constexpr, LAT
 
 
 @gluon.jit
-def _zero_tail(lat, keep, BLOCK_N: gl.constexpr, LATENT: gl.constexpr, CHUNK: gl.constexpr,
-               num_warps: gl.constexpr):  # fmt: skip
-    """Rows `keep` .. BLOCK_N of a slot's latent tile (the tokens past the split's end) set to 0."""
-    blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
-    rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blocked))
-    for c in gl.static_range(LATENT // CHUNK):
-        part = lat.slice(c * CHUNK, CHUNK, dim=1)
-        x = part.load(blocked)
-        part.store(gl.where(rows[:, None] < keep, x, gl.zeros_like(x)))
+def _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS: gl.constexpr, BLOCK_N: gl.constexpr):
+    """Split s of sequence b: (start, end, its BLOCK_N tiles, the sequence's page-table row); a split is a
+    whole number of tiles, and one past the context's end has none."""
+    ctx = gl.load(lens_ptr + b)
+    per_split = gl.cdiv(gl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N
+    start = s * per_split
+    end = gl.minimum(start + per_split, ctx)
+    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
+    return start, end, n_tiles, pt_ptr + b.to(gl.int64) * stride_ptb
 
 
 @gluon.jit
-def _upcast(src, dst, keep, BLOCK_N: gl.constexpr, COLS: gl.constexpr, CHUNK: gl.constexpr,
-            num_warps: gl.constexpr):  # fmt: skip
-    """A slot's FP8 buffer `src` (BLOCK_N x COLS) into the 16-bit `dst` the dots read, its rows `keep` ..
-    BLOCK_N (the tokens past the split's end) as 0."""
+def _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh,
+                 LATENT: gl.constexpr, SPLITS: gl.constexpr, WRITE_LSE: gl.constexpr):  # fmt: skip
+    """The normalized output `o` of `heads` x `cols` (past H not stored): into the output (one split), or
+    into the split's part, with (WRITE_LSE) its base-2 log-sum-exp from m_i and l_o (-inf when empty)."""
+    hmask = heads < H
+    if SPLITS == 1:
+        dst = out_ptr + b.to(gl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
+        gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
+    else:
+        slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
+        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
+        if WRITE_LSE:
+            m_o = gl.convert_layout(m_i, l_o.type.layout)
+            lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))
+            gl.store(lse_ptr + slot_o, lse, mask=hmask)
+
+
+@gluon.jit
+def _copy_rows(src, dst, keep, BLOCK_N: gl.constexpr, COLS: gl.constexpr, CHUNK: gl.constexpr,
+               num_warps: gl.constexpr):  # fmt: skip
+    """`src` (BLOCK_N x COLS) into `dst` in dst's dtype, its rows `keep` .. BLOCK_N (the tokens past the
+    split's end) as 0: an FP8 slot upcast for the 16-bit dots, or (src = dst) a slot's tail zeroed."""
     blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
     live = (gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, blocked)) < keep)[:, None]
     for c in gl.static_range(COLS // CHUNK):
@@ -245,12 +263,7 @@ def mla_gluon_kernel(
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
 
-    ctx = gl.load(lens_ptr + b)
-    per_split = gl.cdiv(gl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N
-    start = s * per_split
-    end = gl.minimum(start + per_split, ctx)
-    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
-    pages = pt_ptr + b.to(gl.int64) * stride_ptb
+    start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
 
     q_scale = _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H,
                              CHUNK, num_warps)  # fmt: skip
@@ -276,12 +289,12 @@ def mla_gluon_kernel(
             # upcast for P·V meanwhile
             qk = warpgroup_mma(q_lat, k_lat.index(slot).permute((1, 0)), s_zero, use_acc=False, is_async=True)
             qk = warpgroup_mma(q_rope, k_rope.index(slot).permute((1, 0)), qk, is_async=True)
-            _upcast(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+            _copy_rows(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
             fence_async_shared()  # V (generic-proxy stores) → visible to the wgmmas after the barrier below
             lat = c_lat
         elif KV_FP8:
-            _upcast(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
-            _upcast(k_rope.index(slot), c_rope, end - n0, BLOCK_N, ROPE, CHUNK, num_warps)
+            _copy_rows(k_lat.index(slot), c_lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+            _copy_rows(k_rope.index(slot), c_rope, end - n0, BLOCK_N, ROPE, CHUNK, num_warps)
             fence_async_shared()  # the 16-bit tile (generic-proxy stores) → visible to the wgmmas ...
             cta_barrier()  # ... once every warp has converted its part: the slot is free, refill it now
             _load_tile(kv_desc, pages, n0 + STAGES * BLOCK_N, ready.index(slot), k_lat.index(slot),
@@ -293,7 +306,7 @@ def mla_gluon_kernel(
             lat = k_lat.index(slot)
             rope = k_rope.index(slot)
             if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach P·V
-                _zero_tail(lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
+                _copy_rows(lat, lat, end - n0, BLOCK_N, LATENT, CHUNK, num_warps)
                 fence_async_shared()
                 cta_barrier()
             qk = warpgroup_mma(q_lat, lat.permute((1, 0)), s_zero, use_acc=False, is_async=True)
@@ -324,20 +337,12 @@ def mla_gluon_kernel(
     # the output (one split) or the split's normalized part and log-sum-exp (base 2; -inf when empty)
     l_o = gl.convert_layout(l_i, row_o)
     heads = g * BLOCK_H + gl.arange(0, BLOCK_H, layout=row_o)
-    hmask = heads < H
     cols = gl.arange(0, LATENT, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
     if KV_FP8:
         o = o * v_scale
-    if SPLITS == 1:
-        dst = out_ptr + b.to(gl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
-        gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
-    else:
-        slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
-        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
-        m_o = gl.convert_layout(m_i, row_o)
-        lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))
-        gl.store(lse_ptr + slot_o, lse, mask=hmask)
+    _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh, LATENT,
+                 SPLITS, True)  # fmt: skip
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
 

@@ -70,6 +70,11 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
     reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
+    # the TMA box of each cache dtype's bits: CHUNK columns a swizzle row, as the kernel's ring
+    layouts = {
+        bits: gl.NVMMASharedLayout(swizzle_byte_width=CHUNK * bits // 8, element_bitwidth=bits, rank=2)
+        for bits in (8, 16)
+    }
 
     def run(
         q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
@@ -90,9 +95,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
             raise ValueError(f"the gluon backend takes {LATENT} + {ROPE} dims, got {latent} + {K - latent}")
         if page % block_n:
             raise ValueError(f"the gluon backend's tiles of {block_n} tokens must divide a page ({page})")
-        bits = kv.element_size() * 8  # one box of CHUNK columns a swizzle row, as the kernel's ring
-        layout = gl.NVMMASharedLayout(swizzle_byte_width=CHUNK * bits // 8, element_bitwidth=bits, rank=2)
-        desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layout)
+        desc = TensorDescriptor.from_tensor(_cache_rows(kv), [block_n, CHUNK], layouts[kv.element_size() * 8])
         v_scale = kv_scale if fp8 else 1.0
         consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
         if schedule == 0:

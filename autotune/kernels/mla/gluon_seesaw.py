@@ -77,10 +77,12 @@ from autotune.kernels.common.gluon_hopper import (
 )
 from autotune.kernels.mla.gluon_kernel import (
     _acc_layout,
+    _copy_rows,
     _load_tile,
     _smem_layout,
+    _split_range,
     _stage_queries,
-    _zero_tail,
+    _store_split,
 )
 
 __all__ = ["mla_seesaw_kernel"]
@@ -140,7 +142,8 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
     rope = k_rope.index(slot)
     n0 = start + i * BLOCK_N
     if n0 + BLOCK_N > end:  # the tail tile: no NaN past the end may reach either warpgroup's P·V
-        _zero_tail(k_lat.index(slot + _opaque_zero(i)), end - n0, BLOCK_N, LATENT, CHUNK, 4)
+        tail = k_lat.index(slot + _opaque_zero(i))
+        _copy_rows(tail, tail, end - n0, BLOCK_N, LATENT, CHUNK, 4)
         fence_async_shared()
         cta_barrier()  # (this warpgroup's warps; the other reads the tile after p_ready)
     s_zero = gl.zeros([64, BLOCK_N], gl.float32, s_layout)
@@ -213,19 +216,10 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
     s = s + z
     l_o = gl.convert_layout(l_i, row_o)
     heads = (g + z) * 64 + gl.arange(0, 64, layout=row_o)
-    hmask = heads < H
     cols = W * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
-    if SPLITS == 1:
-        dst = out_ptr + b.to(gl.int64) * stride_ob + heads[:, None] * stride_oh + cols[None, :]
-        gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
-    else:
-        slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
-        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
-        if W == 0:
-            m_o = gl.convert_layout(m_i, row_o)
-            lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))
-            gl.store(lse_ptr + slot_o, lse, mask=hmask)
+    _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh, LATENT,
+                 SPLITS, W == 0)  # fmt: skip
 
 
 @gluon.jit
@@ -278,12 +272,7 @@ def mla_seesaw_kernel(
     for i in gl.static_range(2):
         mbarrier.init(p_ready.index(i), count=release_count(4))  # the publishing warpgroup
 
-    ctx = gl.load(lens_ptr + b)
-    per_split = gl.cdiv(gl.cdiv(ctx, SPLITS), BLOCK_N) * BLOCK_N
-    start = s * per_split
-    end = gl.minimum(start + per_split, ctx)
-    n_tiles = gl.cdiv(gl.maximum(end - start, 0), BLOCK_N)
-    pages = pt_ptr + b.to(gl.int64) * stride_ptb
+    start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
 
     _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE,
                    BLOCK_H, CHUNK, num_warps)  # fmt: skip

@@ -212,9 +212,10 @@ def gluon_first(problem: Problem, target: Target) -> Config | None:
     """The config visited first: the lockstep schedule (0), 64-token tiles in 2 stages (32 tokens in 4
     where the page size or the shared memory refuses 64), `gluon_splits`; None where the space holds none
     of them."""
-    sub = SubSpace("gluon", gluon_params(problem), gluon_constraints(problem, target))
+    params = gluon_params(problem)
+    sub = SubSpace("gluon", params, gluon_constraints(problem, target))
     splits = gluon_splits(problem, target)
-    fp8 = {"Q_FP8": 0} if "Q_FP8" in gluon_params(problem) else {}
+    fp8 = {"Q_FP8": 0} if "Q_FP8" in params else {}
     for block_n, stages in ((64, 2), (32, 4), (32, 2)):
         knobs = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0, **fp8)
         config = Config(backend="gluon", **knobs)
