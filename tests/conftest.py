@@ -127,6 +127,7 @@ def _finish_multiprocessing_temp_dir() -> None:
 XDIST_GROUPS = {
     **{f"tests/{name}.py": name.rsplit("/", 1)[-1] for name in (
         "kernels/test_defaults_static", "core/test_static", "kernels/mla/test_mla_static",
+        "kernels/mla/test_mla_gluon_static",
         "kernels/moe/test_moe_persistent_static", "kernels/moe/test_moe_mxfp4_static",
         "kernels/moe/test_moe_tma_static", "kernels/quant/test_fp8_gluon", "kernels/quant/test_quant_static",
         "engine/test_isa", "cli/test_cli", "cli/test_cli_static", "cli/test_cli_read_only",
