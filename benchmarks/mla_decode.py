@@ -2,17 +2,16 @@
 baseline, and the KV-cache read bandwidth it reaches against a copy's, measured in the same run.
 
 Grid (default): batch 1, 4, 32, 64, 128, 256 x context 1K, 4K, 8K, 32K x H = 16 and 128 x bf16 and FP8
-caches, DeepSeek-V3's 512 latent + 64 RoPE dims, pages of --page-sizes tokens (several: each is tuned and the
-fastest reported per shape). Phase `sweep` tunes the grid: `autotune sweep` of OUT/mla.toml (the Triton
+caches, DeepSeek-V3's 512 latent + 64 RoPE dims, pages of --page-sizes tokens (several: each is tuned and
+the fastest reported per shape). Phase `sweep` tunes the grid: `autotune sweep` of OUT/mla.toml (the Triton
 kernel, --trials a problem, no M profile), then on Hopper of OUT/mla-gluon.toml (the Gluon kernel, on the
-grid's bf16 and e4m3 problems, --trials a problem), into one database; --unmeasured searches the Gluon
-kernel's forms not yet run on a GPU too (AUTOTUNE_MLA_UNMEASURED=1: the seesaw schedule, the e4m3
-cache). Phase `measure` times, per problem, in interleaved rounds on the same inputs: `tuned` (the
-sweep's winner over both kernels), `triton` (the winner among the Triton kernel's configs alone),
-`fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile, whatever the shape) and `torch` (the gathered
-baseline). Each output is checked against the reference first. KV GB/s is the cache bytes a call must
-read over the tuned time; "of copy" divides it by the bandwidth of a 1 GiB device copy (read + write
-bytes over its time); TFLOP/s counts both dots, B·H·context·2·(576 + 512) over the tuned time.
+grid's bf16 and e4m3 problems, --trials a problem), into one database. Phase `measure` times, per problem,
+in interleaved rounds on the same inputs: `tuned` (the sweep's winner over both kernels), `triton` (the
+winner among the Triton kernel's configs alone), `fixed` (FIXED: 8 splits, 16 heads x 32 tokens a tile,
+whatever the shape) and `torch` (the gathered baseline). Each output is checked against the reference first.
+KV GB/s is the cache bytes a call must read over the tuned time; "of copy" divides it by the bandwidth of a
+1 GiB device copy (read + write bytes over its time); TFLOP/s counts both dots, B·H·context·2·(576 + 512)
+over the tuned time.
 
     python benchmarks/mla_decode.py --out results/                  # sweep, then measure
     python benchmarks/mla_decode.py --phase measure --out results/
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -169,15 +167,8 @@ def main() -> int:
     )
     ap.add_argument("--trials", type=int, default=24, help="sweep trials a problem")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved measurement rounds")
-    ap.add_argument(
-        "--unmeasured", action="store_true", help="also search the Gluon kernel's forms not yet run on a GPU"
-    )
     harness.add_out(ap, "results folder")
     args = ap.parse_args()
-    if args.unmeasured:  # read by the sweep's processes and by this one's spaces
-        from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
-
-        os.environ[UNMEASURED_ENV] = "1"
     args.out.mkdir(parents=True, exist_ok=True)
     db = args.db or args.out / "mla.db"
     t0 = time.perf_counter()

@@ -18,7 +18,7 @@ from autotune.core.op import Inputs, KernelCall, Launch, Recorder
 from autotune.core.problem import Problem
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
-from autotune.kernels.mla.gluon_space import gluon_absent, gluon_runs, gluon_subspace, unmeasured_searched
+from autotune.kernels.mla.gluon_space import gluon_absent, gluon_runs, gluon_subspace
 from autotune.kernels.mla.space import mla_default_config, mla_subspace, spill_exempt
 
 if TYPE_CHECKING:
@@ -191,12 +191,11 @@ def mla_space(problem: Problem, target: Target, names: tuple[str, ...] | None) -
     """The backends named (all of `target`'s for None; ValueError for another) in their declared order,
     the kernel's heuristic default first among its configs."""
     chosen = MLA_BACKENDS.chosen(target, names)
-    return _space(problem, target, tuple(chosen), unmeasured_searched())
+    return _space(problem, target, tuple(chosen))
 
 
 @lru_cache(maxsize=256)
-def _space(problem: Problem, target: Target, records: tuple[Backend, ...], unmeasured: bool) -> SearchSpace:
-    """The space of `records`; `unmeasured` (whether the gluon backend's forms not yet run on a GPU are
-    searched, read from the environment when the space is built) keys the cache."""
+def _space(problem: Problem, target: Target, records: tuple[Backend, ...]) -> SearchSpace:
+    """The space of `records`."""
     default = mla_default_config(problem, target)
     return SearchSpace([r.space(problem, target, default) for r in records])

@@ -15,18 +15,16 @@ V is upcast).
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first), `seesaw_bf16` (the seesaw reads a bf16 cache), `fp8_unmeasured` and `seesaw_unmeasured`
-(forms not yet run on a GPU: searched only with `UNMEASURED_ENV`) and `lds_overflow` (the queries, the
+the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and `lds_overflow` (the queries, the
 ring, P and, in the seesaw, the row statistics within the target's shared memory: 2 stages of 64 tokens,
 or 4 of 32, at most on an H100; an FP8 cache adds the fp16 tile its ring's tiles are upcast into). It is
-never the op's default (`mla.space` picks the Triton kernel's): its first config (SCHEDULE 0) only
+never the op's default (`mla.space` picks the Triton kernel's): its first config (`gluon_first`) only
 orders its own.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Mapping
 from functools import cache
 
@@ -40,7 +38,6 @@ __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
     "SMEM_SCRATCH",
-    "UNMEASURED_ENV",
     "gluon_absent",
     "gluon_first",
     "gluon_params",
@@ -48,7 +45,6 @@ __all__ = [
     "gluon_smem_bytes",
     "gluon_splits",
     "gluon_subspace",
-    "unmeasured_searched",
 ]
 
 #: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
@@ -66,18 +62,6 @@ def gluon_params(problem: Problem) -> Mapping[str, tuple[Value, ...]]:
     """The knobs of `problem`: GLUON_PARAMS, and with an FP8 cache `Q_FP8` (1: FP8 queries score the
     cache's tiles as loaded; 0: the tiles upcast to fp16 for both dots)."""
     return {**GLUON_PARAMS, "Q_FP8": (0, 1)} if own(problem)[2] != "bf16" else GLUON_PARAMS
-
-
-#: Set to 1, sweeps search the kernel's forms that compile without spills but have not run on a GPU: the
-#: seesaw schedule and the e4m3 cache. Until a GPU test and a benchmark have measured one, it is not
-#: searched by default, so that a fault of its (a hang costs a trial's timeout, and five in a row end the
-#: worker) cannot cost a user's sweep.
-UNMEASURED_ENV = "AUTOTUNE_MLA_UNMEASURED"
-
-
-def unmeasured_searched() -> bool:
-    """Whether sweeps search the unmeasured forms (`UNMEASURED_ENV`)."""
-    return os.environ.get(UNMEASURED_ENV, "").strip() == "1"
 
 
 #: Bytes of shared memory Triton adds to the kernel's own (the softmax's reductions across the two
@@ -138,7 +122,6 @@ def gluon_smem_bytes(
 
 def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     """The kernel's rules on `problem` and `target` (module docstring)."""
-    searched = unmeasured_searched()  # read once: the op's spaces are cached by it (`mla.backends`)
     heads, _, kv, page = own(problem)
     groups = cdiv(heads, GLUON_BLOCK_H)
     kv_bytes = 2 if kv == "bf16" else 1
@@ -155,19 +138,6 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
             f"BLOCK_N {{BLOCK_N}} does not divide the page size {page}: a tile must lie inside one page",
             lambda c: page % int(c["BLOCK_N"]) == 0,
             knobs=("BLOCK_N",),
-        ),
-        Constraint(
-            "seesaw_unmeasured",
-            f"the seesaw schedule (SCHEDULE 1) has not run on a GPU yet: searched only with "
-            f"{UNMEASURED_ENV}=1",
-            lambda c: int(c["SCHEDULE"]) == 0 or searched,
-            knobs=("SCHEDULE",),
-        ),
-        Constraint(
-            "fp8_unmeasured",
-            f"the gluon kernel's {kv} cache has not run on a GPU yet: searched only with {UNMEASURED_ENV}=1",
-            lambda c: kv_bytes == 2 or searched,
-            knobs=(),
         ),
         Constraint(
             "seesaw_one_stage",
@@ -209,15 +179,18 @@ def gluon_splits(problem: Problem, target: Target) -> int:
 
 
 def gluon_first(problem: Problem, target: Target) -> Config | None:
-    """The config visited first: the lockstep schedule (0), 64-token tiles in 2 stages (32 tokens in 4
-    where the page size or the shared memory refuses 64), `gluon_splits`; None where the space holds none
-    of them."""
+    """The config visited first: with a bf16 cache the seesaw (SCHEDULE 1) on 32-token tiles in 4 stages,
+    with an e4m3 one the lockstep schedule (0) on 64-token tiles in 2 stages with FP8 scores (`Q_FP8` 1),
+    the fastest forms of each at 16 and 128 heads on an H100 (docs/notes/2026-12-07-mla-gluon.md); then
+    the other ring shapes where the page size or the shared memory refuses these; `gluon_splits`. None
+    where the space holds none of them."""
     params = gluon_params(problem)
     sub = SubSpace("gluon", params, gluon_constraints(problem, target))
     splits = gluon_splits(problem, target)
-    fp8 = {"Q_FP8": 0} if "Q_FP8" in params else {}
-    for block_n, stages in ((64, 2), (32, 4), (32, 2)):
-        knobs = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0, **fp8)
+    fp8 = {"Q_FP8": 1} if "Q_FP8" in params else {}
+    rings = ((1, 32, 4), (0, 64, 2), (0, 32, 4), (0, 32, 2))
+    for schedule, block_n, stages in rings[1:] if fp8 else rings:
+        knobs = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule, **fp8)
         config = Config(backend="gluon", **knobs)
         if sub.check(config) is None:
             return config

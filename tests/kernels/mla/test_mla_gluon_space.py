@@ -10,7 +10,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, UNMEASURED_ENV, gluon_smem_bytes
+from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, gluon_smem_bytes
 
 H100 = Target.for_arch("sm_90")
 
@@ -50,26 +50,10 @@ def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared
     assert gluon_smem_bytes(64, 2) + SMEM_SCRATCH <= H100.lds_bytes < gluon_smem_bytes(64, 3)
 
 
-def test_the_seesaw_schedule_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """SCHEDULE 1 has not run on a GPU: pruned with the reason, unless AUTOTUNE_MLA_UNMEASURED=1."""
-    monkeypatch.delenv(UNMEASURED_ENV, raising=False)
-    sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
-    assert {c["SCHEDULE"] for c in sub.configs()} == {0}
-    why = sub.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) or ""
-    assert why.startswith("seesaw_unmeasured") and UNMEASURED_ENV in why, why
-    monkeypatch.setenv(UNMEASURED_ENV, "1")  # read when a space is built: a new one holds it
-    searched = MLA_DECODE.space(_problem(), H100).subspace("gluon")
-    assert searched.check(_gluon(SCHEDULE=1, BLOCK_N=64, num_stages=2)) is None
-    assert {c["SCHEDULE"] for c in searched.configs()} == {0, 1}
-
-
-def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory() -> None:
     """SCHEDULE 1 (`mla.gluon_seesaw`): 2 stages at least (one slot would deadlock: `seesaw_one_stage`),
     64 x 2 and 32 x 2-4 within the shared memory; it adds the row maxima and sums and the extra mbarriers
     to the lockstep kernel's (the same single P buffer)."""
-    monkeypatch.setenv(UNMEASURED_ENV, "1")
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 1}
     assert rings == {(64, 2), (32, 2), (32, 3), (32, 4)}
@@ -120,12 +104,13 @@ def test_problems_it_cannot_run_prune_its_one_config_with_the_reason(kw: dict[st
 @pytest.mark.parametrize("B, context", [(1, 1024), (32, 4096), (64, 8192), (128, 32768), (256, 4096)])
 def test_it_is_never_the_default_and_its_first_config_is_of_its_space(B: int, context: int) -> None:
     """The op's default (and every candidate) stays the Triton kernel's on sm_90: the Gluon kernel is
-    searched, not picked untuned; its own first config is 64-token tiles in 2 stages."""
+    searched, not picked untuned; its own first config is the seesaw on 32-token tiles in 4 stages."""
     problem = _problem(B, context=context)
     assert all(c.backend == "triton" for c in MLA_DECODE.default_candidates(problem, H100))
     sub = MLA_DECODE.space(problem, H100).subspace("gluon")
     (first,) = sub.first
-    assert sub.check(first) is None and (first["BLOCK_N"], first["num_stages"]) == (64, 2)
+    assert sub.check(first) is None
+    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"]) == (1, 32, 4)
     assert MLA_DECODE.predict_us(problem, first, H100) > 0
     # one wave of one program an SM (the splits measured fastest on an H100 at batch 32-128)
     assert first["num_kv_splits"] == {1: 4, 32: 2, 64: 1, 128: 1, 256: 1}[B]  # (1024 tokens: 4 of 256)
@@ -170,16 +155,13 @@ def test_any_head_count_runs_in_programs_of_64_heads(heads: int, groups: int) ->
     assert (sub.check(_gluon(num_kv_splits=32 // groups)) or "").startswith("splits_needless")
 
 
-def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted() -> None:
     """e4m3: the ring holds FP8 tiles (half the bytes) and one fp16 tile more (its latent part alone with
     FP8 queries, whose buffer is half as large), so 64 tokens fit 2 stages (3 with FP8 queries) and 32
-    tokens 4; Q_FP8 is a knob of FP8 caches only, its first value 0; the seesaw is pruned (it reads bf16),
-    even when asked for."""
-    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV, gluon_params, gluon_smem_bytes
+    tokens 4; Q_FP8 is a knob of FP8 caches only; the seesaw is pruned (it reads bf16). The first config:
+    FP8 scores on 64-token tiles in 2 stages."""
+    from autotune.kernels.mla.gluon_space import gluon_params
 
-    monkeypatch.setenv(UNMEASURED_ENV, "1")
     sub = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100).subspace("gluon")
     assert set(sub.params) == set(GLUON_PARAMS) | {"Q_FP8"} and "Q_FP8" not in gluon_params(_problem())
     assert (
@@ -198,15 +180,4 @@ def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted(
     assert [c for c in sub.configs() if c["SCHEDULE"] == 1] == []
     assert {c["Q_FP8"] for c in sub.configs()} == {0, 1}
     first = sub.first[0]
-    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"], first["Q_FP8"]) == (0, 64, 2, 0)
-
-
-def test_an_fp8_cache_is_searched_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The e4m3 form has not run on a GPU: every config pruned with the reason naming the switch, unless
-    AUTOTUNE_MLA_UNMEASURED=1; a bf16 cache's configs are searched either way."""
-    monkeypatch.delenv(UNMEASURED_ENV, raising=False)
-    fp8 = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100)
-    assert not [c for c in fp8.configs() if c.backend == "gluon"]
-    why = fp8.subspace("gluon").check(_gluon(Q_FP8=0)) or ""
-    assert why.startswith("fp8_unmeasured") and UNMEASURED_ENV in why, why
-    assert [c for c in MLA_DECODE.space(_problem(), H100).configs() if c.backend == "gluon"]
+    assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"], first["Q_FP8"]) == (0, 64, 2, 1)

@@ -20,8 +20,6 @@ from typing import Any
 
 import pytest
 
-from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
-
 #: (SCHEDULE, BLOCK_N, num_stages, num_kv_splits, kv_dtype, Q_FP8): every ring of the space, with one
 #: split and several, and the FP8 cache's, its tiles upcast for both dots (Q_FP8 0) or scored as loaded.
 CONFIGS = [
@@ -105,9 +103,7 @@ def _name(cfg: tuple[int, int, int, int, str, int]) -> str:
 def facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """What the sm_90 compile of each config shows (one process for all)."""
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    with pytest.MonkeyPatch.context() as mp:  # the seesaw's rings are in the space once searched
-        mp.setenv(UNMEASURED_ENV, "1")
-        return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
+    return compile_on_arch(SCRIPT, "sm_90", CONFIGS)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=_name)

@@ -201,15 +201,12 @@ def test_the_gluon_kernel_reads_an_fp8_cache(
 
 @pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[1], GLUON_RINGS[4]])
 def test_the_gluon_backend_is_right_and_repeatable(
-    right_and_repeatable, target, schedule: int, block_n: int, stages: int, monkeypatch
+    right_and_repeatable, target, schedule: int, block_n: int, stages: int
 ) -> None:
     """The op's "gluon" configs (its space's first, and others) compute the reference through `prepare`,
-    bit-identical on repeats (the seesaw's rings in the space as sweeps search it once asked to)."""
+    bit-identical on repeats."""
     from autotune import Config
     from autotune.kernels import MLA_DECODE
-    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
-
-    monkeypatch.setenv(UNMEASURED_ENV, "1")
 
     _gluon_target(target)
     problem = _problem(8, 128, 4096, "bf16")
@@ -226,25 +223,25 @@ def test_the_gluon_backend_is_right_and_repeatable(
 
 @pytest.mark.parametrize("heads", [128, 16])
 def test_the_gluon_backend_reads_an_fp8_cache_through_the_op(
-    right_and_repeatable, target, heads: int, monkeypatch
+    right_and_repeatable, target, heads: int
 ) -> None:
     """The op's e4m3 problems (its inputs carry the cache's scale as a tensor): the gluon space's first
-    config and FP8 scores (Q_FP8 1), one split and several, right against the op's reference within its
-    FP8 tolerance and bit-identical on repeats."""
+    config, FP8 scores (Q_FP8 1) and the fp16 upcast (Q_FP8 0), one split and several, right against the
+    op's reference within its FP8 tolerance and bit-identical on repeats."""
     from autotune import Config
     from autotune.kernels import MLA_DECODE
-    from autotune.kernels.mla.gluon_space import UNMEASURED_ENV
 
-    monkeypatch.setenv(UNMEASURED_ENV, "1")
     _gluon_target(target)
     problem = _problem(8, heads, 4096, "fp8e4m3")
     space = MLA_DECODE.space(problem, target)
     first = space.subspace("gluon").first[0]
     right_and_repeatable(MLA_DECODE, problem, first, target, "the FP8 gluon space's first config")
-    for splits in (1, 8):
-        config = Config(backend="gluon", num_kv_splits=splits, BLOCK_N=64, num_stages=2, SCHEDULE=0, Q_FP8=1)
+    for splits, q_fp8 in ((1, 1), (8, 1), (8, 0)):
+        config = Config(
+            backend="gluon", num_kv_splits=splits, BLOCK_N=64, num_stages=2, SCHEDULE=0, Q_FP8=q_fp8
+        )
         assert space.check(config) is None, space.check(config)
-        right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, FP8 scores, {splits} splits")
+        right_and_repeatable(MLA_DECODE, problem, config, target, f"gluon, Q_FP8 {q_fp8}, {splits} splits")
 
 
 @pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[4]])
