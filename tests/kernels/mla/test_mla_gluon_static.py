@@ -9,8 +9,8 @@ written (ptxas serializes no wgmma). The seesaw: two consumer warpgroups and a l
 (`gl.warp_specialize`, setmaxnreg 240 and 24).
 
 Compiles through the op (`MLA_DECODE.kernel_calls`, as a sweep's static check does), in one process
-without TRITON_INTERPRET. Numerics need a Hopper GPU (`tests/kernels/mla/test_mla_gpu.py -k gluon`, and
-`benchmarks/mla_gluon_probe.py`); Gluon has no interpreter.
+without TRITON_INTERPRET. Numerics need a Hopper GPU (`tests/kernels/mla/test_mla_gpu.py -k gluon`);
+Gluon has no interpreter.
 """
 
 from __future__ import annotations
