@@ -7,9 +7,10 @@ given by `latent` (default K − 64).
 
 Each call looks its shape up in the loaded tables (op "mla_decode", N = latent, K, M = B through the M
 ranges, the parameters heads, context bucket, kv_dtype and page_size) and runs that config: of the split-KV
-kernel, of its Gluon version on Hopper (never a default: where a table picked it), or the gathered
-baseline where a table measured it fastest ("aiter" is never served); a shape no table covers runs the
-kernel's heuristic default (and is logged as untuned).
+kernel, of its Gluon version on Hopper, or the gathered baseline where a table measured it fastest
+("aiter" is never served); a shape no table covers runs the op's heuristic default (the Gluon kernel's
+on Hopper where it was measured to win, `mla.gluon_space.gluon_default`; else the split-KV kernel's) and
+is logged as untuned.
 
 Rules:
 - The context bucket is a shape, never a value of `context_lens`: `max_context` where the caller gives it
@@ -219,7 +220,7 @@ def _mla_decode_impl(
         return out
     part, lse = _workspace(config, problem, H, width, q.device, capturing)
     params = {k: v for k, v in config.items() if k != "backend"}
-    if config.backend == "gluon":  # (a table's pick on Hopper: never a default)
+    if config.backend == "gluon":  # (Hopper: a table's pick, or the default where it was measured to win)
         run = _gluon_run(tuple(sorted(params.items())))
     else:
         run = launcher(params, is_amd=tgt.is_amd, interpret=tgt.interpreter)

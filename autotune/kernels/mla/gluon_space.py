@@ -18,8 +18,9 @@ seesaw needs two slots: with one, the second warpgroup's first tile would wait f
 the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and `lds_overflow` (the queries, the
 ring, P and, in the seesaw, the row statistics within the target's shared memory: 2 stages of 64 tokens,
 or 4 of 32, at most on an H100; an FP8 cache adds the fp16 tile its ring's tiles are upcast into). It is
-never the op's default (`mla.space` picks the Triton kernel's): its first config (`gluon_first`) only
-orders its own.
+the op's default only where it was measured to win (`gluon_default`: Hopper, from batch 32 and 4K
+tokens, whole head groups or padded ones in 128 programs with a bf16 cache); its first config
+(`gluon_first`) orders its own.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ __all__ = [
     "GLUON_PARAMS",
     "SMEM_SCRATCH",
     "gluon_absent",
+    "gluon_default",
     "gluon_first",
     "gluon_params",
     "gluon_runs",
@@ -197,9 +199,32 @@ def gluon_first(problem: Problem, target: Target) -> Config | None:
     return None
 
 
+#: Where the kernel is the op's default on Hopper (`gluon_default`): at least this batch and context bucket,
+#: the smallest measured (H100, docs/notes/2026-12-07-mla-gluon.md).
+DEFAULT_MIN_BATCH, DEFAULT_MIN_CONTEXT = 32, 4096
+
+
+def gluon_default(problem: Problem, target: Target) -> Config | None:
+    """`gluon_first` where it is the op's default: on Hopper where the kernel runs, from batch 32 and a
+    context of 4K, with whole 64-head groups (a bf16 or e4m3 cache), or padded groups (a bf16 cache) in 128
+    programs at least. Measured there on an H100 (16 and 128 heads, batch 32-256, context 4K-32K): its
+    first config 1.6-2.3x the Triton kernel's configs at 128 heads with a bf16 cache, 1.2x with an e4m3
+    one, 1.1x at 16 heads with bf16 from batch 128; with padded groups and an e4m3 cache it loses (the
+    Triton kernel's swapped form wins), and under 32 sequences or 4K tokens it was not measured. None
+    elsewhere."""
+    heads, context, kv, _ = own(problem)
+    if not gluon_runs(target) or problem.M < DEFAULT_MIN_BATCH or context < DEFAULT_MIN_CONTEXT:
+        return None
+    whole = heads % GLUON_BLOCK_H == 0
+    if not (whole or (kv == "bf16" and problem.M * cdiv(heads, GLUON_BLOCK_H) >= 128)):
+        return None
+    if gluon_absent(problem, target):
+        return None
+    return gluon_first(problem, target)
+
+
 def gluon_subspace(problem: Problem, target: Target, default: Config | None) -> SubSpace:
-    """The kernel's configs, `default` (the op's, where it is a gluon config: never, today) or
-    `gluon_first` first."""
+    """The kernel's configs, `default` (where it is a gluon config) or `gluon_first` first."""
     first = default or gluon_first(problem, target)
     return SubSpace(
         "gluon",

@@ -11,8 +11,10 @@ from autotune.core.op import Inputs, KernelCall, Launch
 from autotune.core.problem import DTYPE_BYTES, Problem, ProblemRules, cdiv, normalize_dtype
 from autotune.core.space import SearchSpace
 from autotune.core.target import Target
+from autotune.engine.verdicts import first_passing
 from autotune.kernels.mla.backends import MLA_BACKENDS, mla_space
-from autotune.kernels.mla.space import mla_default_candidates, mla_default_config, own
+from autotune.kernels.mla.gluon_space import gluon_default
+from autotune.kernels.mla.space import mla_default_candidates, own
 
 if TYPE_CHECKING:
     import torch
@@ -136,15 +138,19 @@ class MlaDecodeOp(ProblemRules):
         return mla_space(problem, target, None if backends is None else tuple(backends))
 
     def default_candidates(self, problem: Problem, target: Target) -> tuple[Config, ...]:
-        return mla_default_candidates(problem, target)
+        """The Gluon kernel's first config where it is the default on Hopper (`gluon_default`), then the
+        Triton kernel's candidates."""
+        gluon = gluon_default(problem, target)
+        return (*(() if gluon is None else (gluon,)), *mla_default_candidates(problem, target))
 
     def default_config(self, problem: Problem, target: Target) -> Config:
-        return mla_default_config(problem, target)
+        """The first of `default_candidates` whose binary passes the static checks on `target`."""
+        return first_passing(self, problem, target, self.default_candidates(problem, target))
 
     def fallback_config(self, problem: Problem, target: Target) -> Config:
         """The heuristic default: there is no vendor library on NVIDIA, aiter is not served, and the
         baseline copies every sequence's context (module `backends`)."""
-        return mla_default_config(problem, target)
+        return self.default_config(problem, target)
 
     def check_problem(self, problem: Problem) -> None:
         if problem.op != self.name:

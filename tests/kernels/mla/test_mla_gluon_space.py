@@ -1,5 +1,5 @@
 """The search space of the MLA decode's Gluon kernel (backend "gluon"): where it exists, its knobs and
-constraints, that it is never a default, its cost and its launches as captured (pure: nothing compiled,
+constraints, where it is the default, its cost and its launches as captured (pure: nothing compiled,
 no GPU; the launches are captured with inputs on torch's meta device)."""
 
 from __future__ import annotations
@@ -102,18 +102,55 @@ def test_problems_it_cannot_run_prune_its_one_config_with_the_reason(kw: dict[st
 
 
 @pytest.mark.parametrize("B, context", [(1, 1024), (32, 4096), (64, 8192), (128, 32768), (256, 4096)])
-def test_it_is_never_the_default_and_its_first_config_is_of_its_space(B: int, context: int) -> None:
-    """The op's default (and every candidate) stays the Triton kernel's on sm_90: the Gluon kernel is
-    searched, not picked untuned; its own first config is the seesaw on 32-token tiles in 4 stages."""
+def test_its_first_config_is_of_its_space_with_one_wave_of_splits(B: int, context: int) -> None:
+    """The seesaw on 32-token tiles in 4 stages (bf16), splits for one wave of one program an SM."""
     problem = _problem(B, context=context)
-    assert all(c.backend == "triton" for c in MLA_DECODE.default_candidates(problem, H100))
     sub = MLA_DECODE.space(problem, H100).subspace("gluon")
     (first,) = sub.first
     assert sub.check(first) is None
     assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"]) == (1, 32, 4)
     assert MLA_DECODE.predict_us(problem, first, H100) > 0
-    # one wave of one program an SM (the splits measured fastest on an H100 at batch 32-128)
     assert first["num_kv_splits"] == {1: 4, 32: 2, 64: 1, 128: 1, 256: 1}[B]  # (1024 tokens: 4 of 256)
+
+
+@pytest.mark.parametrize(
+    "B, heads, context, kv, gluon",
+    [
+        (32, 128, 4096, "bf16", True),  # the smallest batch and context measured
+        (256, 128, 32768, "fp8e4m3", True),
+        (64, 64, 8192, "bf16", True),  # whole groups, as at 128 heads
+        (128, 16, 4096, "bf16", True),  # padded groups: 128 programs
+        (64, 16, 4096, "bf16", False),  # padded groups: 64 programs
+        (256, 16, 8192, "fp8e4m3", False),  # padded groups, e4m3: the swapped Triton form wins
+        (16, 128, 4096, "bf16", False),  # under batch 32: not measured
+        (64, 128, 2048, "bf16", False),  # under 4K: not measured
+    ],
+)
+def test_it_is_the_default_on_hopper_only_where_it_was_measured_to_win(
+    B: int, heads: int, context: int, kv: str, gluon: bool
+) -> None:
+    """`gluon_default`: the Gluon kernel's first config leads the op's candidates where it was measured to
+    win on an H100; the Triton kernel's candidates follow (and lead everywhere else)."""
+    from autotune.kernels.mla.gluon_space import gluon_default
+
+    problem = _problem(B, heads, context, kv)
+    found = MLA_DECODE.default_candidates(problem, H100)
+    assert (found[0].backend == "gluon") is gluon
+    assert (gluon_default(problem, H100) is not None) is gluon
+    if gluon:
+        assert found[0] == MLA_DECODE.space(problem, H100).subspace("gluon").first[0]
+    assert [c.backend for c in found[1:]] == ["triton"] * (len(found) - 1)
+    for arch in ("gfx942", "gfx950", "interpreter"):
+        assert MLA_DECODE.default_candidates(problem, Target.for_arch(arch))[0].backend == "triton"
+
+
+def test_without_gluon_the_default_is_the_triton_kernel_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Hopper whose Triton has no Gluon: the Triton kernel's candidates alone."""
+    from autotune.kernels.mla import gluon_space
+
+    monkeypatch.setattr(gluon_space, "_gluon_missing", lambda: "no Gluon here")
+    found = MLA_DECODE.default_candidates(_problem(64, 128, 8192), H100)
+    assert found and all(c.backend == "triton" for c in found)
 
 
 def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_the_reduce() -> None:
