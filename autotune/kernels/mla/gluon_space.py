@@ -208,7 +208,7 @@ def gluon_default(problem: Problem, target: Target) -> Config | None:
     """`gluon_first` where it is the op's default: on Hopper where the kernel runs, from batch 32 and a
     context of 4K, with whole 64-head groups (a bf16 or e4m3 cache), or padded groups (a bf16 cache) in 128
     programs at least. Measured there on an H100 (16 and 128 heads, batch 32-256, context 4K-32K): its
-    first config 1.6-2.3x the Triton kernel's configs at 128 heads with a bf16 cache, 1.2x with an e4m3
+    first config 2.0-2.4x the Triton kernel's best at 128 heads with a bf16 cache, 1.2x with an e4m3
     one, 1.1x at 16 heads with bf16 from batch 128; with padded groups and an e4m3 cache it loses (the
     Triton kernel's swapped form wins), and under 32 sequences or 4K tokens it was not measured. None
     elsewhere."""
