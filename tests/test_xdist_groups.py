@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
-from conftest import XDIST_GROUPS
+import pytest
 
 TESTS = Path(__file__).parent
 #: The session fixtures that compile in a subprocess (`conftest.py`).
@@ -30,12 +31,23 @@ def _shared_fixture_args(tree: ast.Module) -> set[str]:
     return found
 
 
-def test_modules_whose_shared_fixture_compiles_are_grouped_on_one_worker() -> None:
+def _groups(config: pytest.Config) -> dict[str, Any]:
+    """`XDIST_GROUPS` of tests/conftest.py, as pytest loaded it (a plain import could find another
+    folder's conftest, or run this one's set-up twice)."""
+    for plugin in config.pluginmanager.get_plugins():
+        if Path(getattr(plugin, "__file__", "") or "").resolve() == (TESTS / "conftest.py").resolve():
+            groups: dict[str, Any] = plugin.XDIST_GROUPS
+            return groups
+    raise AssertionError("tests/conftest.py is not loaded")
+
+
+def test_modules_whose_shared_fixture_compiles_are_grouped_on_one_worker(pytestconfig: pytest.Config) -> None:
+    groups = _groups(pytestconfig)
     loose = []
     for path in sorted(TESTS.rglob("test_*.py")):
         if _shared_fixture_args(ast.parse(path.read_text())) & COMPILING:
             name = f"tests/{path.relative_to(TESTS).as_posix()}"
-            if name not in XDIST_GROUPS:
+            if name not in groups:
                 loose.append(name)
     assert not loose, f"add to conftest.XDIST_GROUPS: {loose}"
 

@@ -195,9 +195,10 @@ def _experts(E: int, N: int, K: int, dtype: torch.dtype, seed: int = 0) -> tuple
 
 
 def _loop(x: torch.Tensor, gate: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk: int, renorm: bool):
-    """The MoE by a loop over tokens and their experts, in fp32."""
+    """The MoE by a loop over tokens and their experts, in fp32; the router's logits in the input's dtype,
+    as the module and the models compute them (fp32 logits would route a near-tie to another expert)."""
     xf = x.reshape(-1, x.shape[-1]).float()
-    probs = torch.softmax(xf @ gate.float().t(), dim=-1)
+    probs = torch.softmax(torch.nn.functional.linear(x.reshape(-1, x.shape[-1]), gate).float(), dim=-1)
     weights, ids = torch.topk(probs, topk, dim=-1)
     if renorm:
         weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -217,7 +218,7 @@ def test_fused_moe_equals_a_loop_over_experts(dtype: torch.dtype, renormalize: b
     gate, w1, w2 = _experts(6, 32, 64, dtype)
     moe = FusedMoE(gate, w1, w2, topk=2, renormalize=renormalize)
     assert moe.w1 is not None and moe.w1.data_ptr() == w1.data_ptr()  # the weights are shared, not copied
-    x = torch.randn(2, 5, 64, dtype=dtype)
+    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(1)).to(dtype)
     with torch.no_grad():
         out = moe(x)
     assert isinstance(out, torch.Tensor) and out.shape == x.shape and out.dtype == dtype
