@@ -288,3 +288,46 @@ def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(
         graph.replay()
         torch.cuda.synchronize()
         assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512)) <= 2e-2
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8e4m3"])
+def test_an_untuned_call_runs_the_gluon_default_in_a_cuda_graph(target, kv: str, monkeypatch) -> None:
+    """No table: at 32 sequences, 128 heads and a 4K context bucket the op's default on Hopper is the Gluon
+    kernel's (`gluon_default`); the entry point runs it right, ragged contexts included, captured in a CUDA
+    graph and replayed on new contexts."""
+    import torch
+
+    from autotune.dispatch import Dispatcher
+    from autotune.engine.bench import rel_error
+    from autotune.kernels import MLA_DECODE, mla_decode
+    from autotune.kernels.mla.api import mla_problem
+    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+    _gluon_target(target)
+    no_tables = Dispatcher([], device_key=target.device_key())
+    monkeypatch.setattr("autotune.dispatch.dispatcher._default", no_tables)
+    dtype = torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn
+    gen = torch.Generator().manual_seed(5)
+    contexts = [[4096, 0, 1, 63, 65, *torch.randint(1, 4097, (27,), generator=gen).tolist()] for _ in "ab"]
+    contexts[1].reverse()
+    pages = max(sum(-(-n // 64) for n in c) for c in contexts)
+    cases = [paged_inputs(128, 512, 64, 64, c, kv_dtype=dtype, device="cuda", seed=i,
+                          spare_pages=pages + 1 - sum(-(-n // 64) for n in c))
+             for i, c in enumerate(contexts)]  # fmt: skip
+    q, cache, table, lens, kv_scale = cases[0]
+    problem = mla_problem(q, cache, table, 512, table.shape[1] * 64, target)
+    assert MLA_DECODE.default_config(problem, target).backend == "gluon"
+    tolerance = 2e-2 if kv == "bf16" else 5e-2
+    q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
+    out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, kv_scale=kv_scale, target=target)
+    assert rel_error(out, mla_reference(q, cache, table, lens, 0.1, 512, kv_scale)) <= tolerance
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, kv_scale=kv_scale, target=target)
+    for q2, cache2, table2, lens2, scale2 in (cases[1], cases[0]):
+        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512, scale2)) <= tolerance
