@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import pytest
 
 from autotune import Problem
@@ -11,6 +14,29 @@ pytestmark = pytest.mark.gpu
 
 def _problem(B: int, heads: int, context: int, kv: str, page: int = 64) -> Problem:
     return Problem.of("mla_decode", B, 512, 576, heads=heads, context=context, kv_dtype=kv, page_size=page)
+
+
+def _replays_match(
+    call: Callable[[], Any], live: tuple[Any, ...], cases: Sequence[tuple[Any, ...]], tolerance: float = 2e-2
+) -> None:
+    """`call()`, an entry-point call on the tensors `live` (queries, cache, page table, context lengths),
+    captured in a CUDA graph; then for each case of `paged_inputs`, its inputs copied into `live` in place,
+    the graph replayed and its output (poisoned with NaN first) checked against the case's reference."""
+    import torch
+
+    from autotune.engine.bench import rel_error
+    from autotune.kernels.mla.ref import mla_reference
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for q, cache, table, lens, kv_scale in cases:
+        for dst, src in zip(live, (q, cache, table, lens), strict=True):
+            dst.copy_(src)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel_error(out, mla_reference(q, cache, table, lens, 0.1, 512, kv_scale)) <= tolerance
 
 
 @pytest.mark.parametrize("kv", ["bf16", "fp8e4m3"])
@@ -63,10 +89,9 @@ def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
     import torch
 
     from autotune.dispatch import Dispatcher, Table
-    from autotune.engine.bench import rel_error
     from autotune.kernels import MLA_DECODE, mla_decode
     from autotune.kernels.mla.api import mla_problem
-    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+    from autotune.kernels.mla.ref import paged_inputs
 
     contexts = [[700, 1, 2048, 33], [2048, 1500, 64, 0]]  # both 32 pages wide, 60 pages in all
     cases = [paged_inputs(16, 512, 64, 64, c, kv_dtype=torch.bfloat16, device="cuda", seed=i,
@@ -82,16 +107,8 @@ def test_the_entry_point_is_captured_in_a_cuda_graph_and_replays_new_contexts(
     q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
     mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)  # compiles, outside the capture
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)
-    for q2, cache2, table2, lens2, _ in (cases[1], cases[0]):
-        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512)) <= 2e-2
+    live = (q_t, cache_t, table_t, lens_t)
+    _replays_match(lambda: mla_decode(*live, sm_scale=0.1, target=target), live, (cases[1], cases[0]))
     bad = table_t.clone()
     bad[0, 0] = cache_t.shape[0]
     with pytest.raises(ValueError, match="out of range"):
@@ -256,10 +273,9 @@ def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(
 
     from autotune import Config
     from autotune.dispatch import Dispatcher, Table
-    from autotune.engine.bench import rel_error
     from autotune.kernels import mla_decode
     from autotune.kernels.mla.api import mla_problem
-    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+    from autotune.kernels.mla.ref import paged_inputs
 
     _gluon_target(target)
     contexts = [[700, 1, 2048, 33], [2048, 1500, 64, 0]]  # both 32 pages wide, 60 pages in all
@@ -278,16 +294,8 @@ def test_the_entry_point_serves_a_gluon_config_in_a_cuda_graph(
     q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
     mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)  # compiles, outside the capture
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, target=target)
-    for q2, cache2, table2, lens2, _ in (cases[1], cases[0]):
-        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512)) <= 2e-2
+    live = (q_t, cache_t, table_t, lens_t)
+    _replays_match(lambda: mla_decode(*live, sm_scale=0.1, target=target), live, (cases[1], cases[0]))
 
 
 @pytest.mark.parametrize("kv", ["bf16", "fp8e4m3"])
@@ -321,13 +329,9 @@ def test_an_untuned_call_runs_the_gluon_default_in_a_cuda_graph(target, kv: str,
     q_t, cache_t, table_t, lens_t = (t.clone() for t in (q, cache, table, lens))
     out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, kv_scale=kv_scale, target=target)
     assert rel_error(out, mla_reference(q, cache, table, lens, 0.1, 512, kv_scale)) <= tolerance
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = mla_decode(q_t, cache_t, table_t, lens_t, sm_scale=0.1, kv_scale=kv_scale, target=target)
-    for q2, cache2, table2, lens2, scale2 in (cases[1], cases[0]):
-        for dst, src in zip((q_t, cache_t, table_t, lens_t), (q2, cache2, table2, lens2), strict=True):
-            dst.copy_(src)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert rel_error(out, mla_reference(q2, cache2, table2, lens2, 0.1, 512, scale2)) <= tolerance
+    live = (q_t, cache_t, table_t, lens_t)
+
+    def call() -> torch.Tensor:
+        return mla_decode(*live, sm_scale=0.1, kv_scale=kv_scale, target=target)
+
+    _replays_match(call, live, (cases[1], cases[0]), tolerance)
