@@ -30,8 +30,10 @@ as 2-D, (pages · PAGE, 576): the first at page_table[b, t // PAGE] · PAGE + t 
 Rules (the Triton kernel's, so the launcher's contract and the split workspace are the same):
 - A split's slice is a whole number of BLOCK_N tiles, cdiv(context, splits) rounded up; the context is
   read on the device; a split past the end writes an empty part (log-sum-exp -inf), and a context of 0
-  gives a zero output. One split writes the output; several write their normalized parts and base-2
-  log-sum-exps, which `mla.kernel.mla_reduce_kernel` combines.
+  gives a zero output. One split writes the output; several write their normalized parts (bf16:
+  `backends.part_dtype`) and base-2 log-sum-exps, which `mla.kernel.mla_reduce_kernel` combines.
+- The ring's first STAGES tiles are loaded before the queries are staged, so that their DRAM latency
+  overlaps the staging.
 - The tail tile (the split's end inside it) has its rows past the end zeroed in shared memory before the
   dots: the TMA reads the whole tile (the rest of the page, whatever it holds), and a probability of 0
   times a NaN would still be a NaN.
@@ -200,7 +202,8 @@ def _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, 
         gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
     else:
         slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
-        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
+        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o.to(part_ptr.dtype.element_ty),
+                 mask=hmask[:, None])  # fmt: skip
         if WRITE_LSE:
             m_o = gl.convert_layout(m_i, l_o.type.layout)
             lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))
@@ -264,15 +267,17 @@ def mla_gluon_kernel(
         mbarrier.init(ready.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
 
     start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
+    fence_async_shared()  # the barriers' init → visible to the TMA
+    cta_barrier()
+    for i in gl.static_range(STAGES):  # the ring's first tiles, in flight while the queries are staged
+        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
+                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
 
     q_scale = _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H,
                              CHUNK, num_warps)  # fmt: skip
     row_scale = gl.convert_layout(q_scale, row_s) * scale  # (sm_scale · log2 e, kv_scale: the launcher's)
-    fence_async_shared()  # the queries and the barriers' init → visible to the TMA and the wgmmas
+    fence_async_shared()  # the queries → visible to the wgmmas
     cta_barrier()
-    for i in gl.static_range(STAGES):
-        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
-                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
 
     m_i = gl.full([BLOCK_H], float("-inf"), gl.float32, row_s)
     l_i = gl.zeros([BLOCK_H], gl.float32, row_s)

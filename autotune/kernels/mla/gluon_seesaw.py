@@ -33,7 +33,9 @@ needs), so no reader is ever overtaken; the scorer's own P·V reads P from regis
 
 The mbarriers (a use n completes phase n, waited for with parity n & 1; a fresh barrier counts the
 phase before the first as complete):
-- ready[slot] (count 1): the loader's expect plus the TMA bytes; tile t is use t // STAGES of its slot.
+- ready[slot] (count 1): the expect plus the TMA bytes; tile t is use t // STAGES of its slot. The
+  first STAGES tiles are loaded by the prologue before it stages the queries (their DRAM latency
+  overlaps), the rest by the loader.
 - empty[slot] (`release_count(8)`: every warp of both warpgroups on Triton 3.9, both partitions on 3.6):
   each warpgroup releases a tile once its P·V of it is retired; the loader's load of tile t waits for
   the release of t - STAGES. So STAGES >= 2: with one slot the second warpgroup's first tile would wait
@@ -226,9 +228,9 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
 def _loader(kv_desc, pages, k_lat, k_rope, ready, empty, start, n_tiles, PAGE: gl.constexpr,
             LATENT: gl.constexpr, ROPE: gl.constexpr, BLOCK_N: gl.constexpr,
             STAGES: gl.constexpr):  # fmt: skip
-    """The loader, the default partition: every tile of the split, in order, into the next slot once both
-    warpgroups have released it (a fresh barrier counts the phase before its first as complete)."""
-    for t in range(n_tiles):
+    """The loader, the default partition: every tile of the split after the first STAGES (the kernel's
+    prologue loads those), in order, into the next slot once both warpgroups have released it."""
+    for t in range(STAGES, n_tiles):
         slot = t % STAGES
         mbarrier.wait(empty.index(slot), ((t // STAGES) & 1) ^ 1)
         _load_tile(kv_desc, pages, start + t * BLOCK_N, ready.index(slot), k_lat.index(slot),
@@ -273,6 +275,11 @@ def mla_seesaw_kernel(
         mbarrier.init(p_ready.index(i), count=release_count(4))  # the publishing warpgroup
 
     start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
+    fence_async_shared()  # the barriers' init → visible to the TMA
+    cta_barrier()
+    for t in gl.static_range(STAGES):  # the ring's first tiles, in flight while the queries are staged
+        _load_tile(kv_desc, pages, start + t * BLOCK_N, ready.index(t), k_lat.index(t), k_rope.index(t),
+                   t < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
 
     _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE,
                    BLOCK_H, CHUNK, num_warps)  # fmt: skip

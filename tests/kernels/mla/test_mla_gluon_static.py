@@ -141,6 +141,7 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
         assert f["warps"] == 12 and 24 in f["setmaxnreg"] and 240 in f["setmaxnreg"], f
         # S = Q·Kᵀ of a whole tile by one warpgroup; O += P·V: each 256 of the 512 columns
         assert f["wgmma"] == sorted([f"m64n{block_n}k16", "m64n256k16"]), f["wgmma"]
-        assert f["tma"] == 9, f["tma"]  # one load site, the loader's
+        # nine boxes a tile: the ring's first tiles in the prologue, the rest in the loader
+        assert f["tma"] == 9 * (stages + 1), f["tma"]
         # the scores waited for with the other's P·V left in flight (one wait for 1 a loop)
         assert f["wait1"] == 2 and f["wait0"] >= 4, f
