@@ -16,6 +16,8 @@ from typing import Any
 import harness
 import torch
 
+from autotune import Config
+from autotune.kernels.mla.backends import split_workspace
 from autotune.kernels.mla.gluon_launch import gluon_launcher, jit_kernels
 
 LATENT, K, PAGE = 512, 576, 64
@@ -64,11 +66,12 @@ def probe(B: int, H: int, ctx: int, params: dict[str, int], flush: torch.Tensor)
         ("bf16 parts", torch.bfloat16, None),
         ("split kernel alone", torch.bfloat16, (jit_kernels(params["SCHEDULE"])[0], _NoReduce())),
     ):
-        if splits == 1 and variant != "bf16 parts":
+        if (splits == 1 or params["SCHEDULE"] == 2) and variant != "bf16 parts":
             continue
         run = gluon_launcher(params, kernels=kernels)
-        part = torch.empty(B * H * splits * LATENT, device="cuda", dtype=dtype) if splits > 1 else None
-        lse = torch.empty(B * H * splits, device="cuda", dtype=torch.float32) if splits > 1 else None
+        part, lse = split_workspace(Config(backend="gluon", **params), B, H, LATENT, "cuda")
+        if part is not None and dtype == torch.float32:
+            part = part.float()
 
         def call(run: Any = run, part: Any = part, lse: Any = lse) -> None:
             run(q, kv, table, lens, out, part, lse, K**-0.5, 1.0)
@@ -94,16 +97,16 @@ def main() -> int:
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     seesaw = dict(SCHEDULE=1, BLOCK_N=32, num_stages=4)
     rows = []
+    combine = dict(seesaw, SCHEDULE=2)
     for ctx in (64, 4096, 8192, 32768):
         for splits in (1, 2, 4):
             rows += probe(32, 128, ctx, dict(seesaw, num_kv_splits=splits), flush)
-    for params in (
-        dict(seesaw, num_kv_splits=4),
-        dict(SCHEDULE=0, BLOCK_N=64, num_stages=2, num_kv_splits=4),
-        dict(seesaw, num_kv_splits=2),
-        dict(seesaw, num_kv_splits=8),
-    ):
-        rows += probe(32, 16, 4096, params, flush)
+            if splits > 1:
+                rows += probe(32, 128, ctx, dict(combine, num_kv_splits=splits), flush)
+    lockstep = dict(SCHEDULE=0, BLOCK_N=64, num_stages=2)
+    for splits in (2, 4, 8):
+        for params in (seesaw, combine, lockstep):
+            rows += probe(32, 16, 4096, dict(params, num_kv_splits=splits), flush)
     harness.write_json(args.out, "mla_split_probe", harness.run_info(rows=rows))
     for r in rows:
         print(

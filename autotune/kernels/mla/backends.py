@@ -44,14 +44,19 @@ def split_workspace(
     config: Config, B: int, H: int, latent: int, device: Any
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The partial outputs (B·H·splits·latent) and fp32 log-sum-exps (B·H·splits) of `config`'s splits;
-    (None, None) with one split. The parts are fp32, the Gluon kernel's bf16 (`part_dtype`)."""
+    (None, None) with one split. The parts are fp32, the Gluon kernel's bf16 (`part_dtype`). With SCHEDULE
+    2 (the Gluon seesaw combines its splits itself) the log-sum-exps are followed by zeros: a counter for
+    each (sequence, 64-head group, warpgroup)."""
     import torch
 
     splits = int(config["num_kv_splits"])
     if splits == 1:
         return None, None
     part = torch.empty(B * H * splits * latent, device=device, dtype=getattr(torch, part_dtype(config)))
-    return part, torch.empty(B * H * splits, device=device, dtype=torch.float32)
+    counters = 2 * B * -(-H // 64) if config.get("SCHEDULE") == 2 else 0
+    lse = torch.empty(B * H * splits + counters, device=device, dtype=torch.float32)
+    lse[B * H * splits :].zero_()  # the in-kernel combine's counters (int32 words), zero between launches
+    return part, lse
 
 
 def _scale(inputs: Inputs) -> float:
