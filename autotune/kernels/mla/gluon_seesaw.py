@@ -55,8 +55,16 @@ ptxas spills nothing in any ring, 64 x 2 included (Triton 3.6 and 3.9; the consu
 `tests/kernels/mla/test_mla_gpu.py` checks it on ragged contexts; on an H100 its 32-token tiles in 4
 stages are the fastest form at 128 heads (docs/notes/2026-12-07-mla-gluon.md).
 
-Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4: the
-default partition's). Imported lazily (it imports triton and Gluon).
+Splits combined in the kernel (SCHEDULE 2, constexpr COMBINE): the reduce launch of several splits
+reads every part back after the last program ends. Instead each consumer warpgroup, after writing its
+half of the split's part and the log-sum-exp, counts itself on a counter of its (sequence, head group,
+half) kept after the log-sum-exps (`backends.split_workspace` zeroes them), with a GPU-scope fence,
+a barrier of its warps and one acquire-release atomic add; the last of the SPLITS to arrive reads the
+others' parts from L2, 64 columns at a time, writes the output and zeroes the counter for the next
+launch (or graph replay). A half is combined by whichever split ends last, so nothing waits.
+
+Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace plus the
+counters; num_warps 4: the default partition's). Imported lazily (it imports triton and Gluon).
 """
 
 from __future__ import annotations
