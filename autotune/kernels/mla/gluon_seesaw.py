@@ -222,11 +222,11 @@ def _combine(o, m_i, l_o, heads, cols, b, g, s, H, out_ptr, part_ptr, lse_ptr, s
     counter = counter.to(gl.pointer_type(gl.int32), bitcast=True) + (b * gl.num_programs(0) + g) * 2 + W
     ordered = _fence_gpu(rows)  # every thread's stores before the count
     cta_barrier()
-    seen = gl.atomic_add(counter + ordered * 0, 1, mask=first, sem="acq_rel", scope="gpu")
+    seen = gl.atomic_add(counter + ordered * 0, ordered * 0 + 1, mask=first, sem="acq_rel", scope="gpu")
     last = gl.max(gl.where(first, seen, -1), 0) == SPLITS - 1  # (a reduction: a barrier of the warpgroup)
     if last:
         ordered = _fence_gpu(rows)
-        gl.store(counter + ordered * 0, 0, mask=first)  # every count is in: zero for the next launch
+        gl.store(counter + ordered * 0, ordered * 0, mask=first)  # every count is in: zero for the next launch
         blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         hrows = g * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, blocked))
         hmask = hrows < H
