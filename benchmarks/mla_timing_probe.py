@@ -1,7 +1,6 @@
-"""Probe (GPU, Hopper): the MLA Gluon kernel's first config (and the same with SCHEDULE 2, and with fp32
-split parts) timed as the benchmark times it (a flush, a spin, CUDA events around one launch) and as a
-served call runs (CUDA-graph replays back to back), with the host's µs a launch, at 128 heads (batch 32
-and 64, 4K-32K) and 16 heads.
+"""Probe (GPU, Hopper): the MLA Gluon kernel's first config timed as the benchmark times it (a flush, a
+spin, CUDA events around one launch) and as a served call runs (CUDA-graph replays back to back), with the
+host's µs a launch, at 128 heads (batch 32 and 64, 256 tokens to 32K) and 16 heads.
 
     python benchmarks/mla_timing_probe.py --out results/
 """
@@ -13,22 +12,11 @@ from typing import Any
 
 import harness
 
-from autotune import Config, Problem
+from autotune import Problem
 from autotune.core.target import local_target
 from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels import MLA_DECODE
-from autotune.kernels.mla import backends
 from autotune.kernels.mla.gluon_space import gluon_first
-
-_PART_DTYPE = backends.part_dtype
-
-
-def _variants(config: Config) -> dict[str, tuple[Config, str]]:
-    out = {"first": (config, "bfloat16")}
-    if int(config["num_kv_splits"]) > 1:
-        out["fp32 parts"] = (config, "float32")
-        out["SCHEDULE 2"] = (Config(dict(config, SCHEDULE=2)), "bfloat16")
-    return out
 
 
 def main() -> int:
@@ -41,14 +29,20 @@ def main() -> int:
         "served": Benchmarker(MLA_DECODE, target, settings=BenchSettings().as_served()),
     }
     rows: list[dict[str, Any]] = []
-    shapes = [(32, 128, 4096), (32, 128, 8192), (32, 128, 32768), (64, 128, 4096), (32, 16, 4096)]
+    shapes = [
+        (32, 128, 256),
+        (32, 128, 4096),
+        (32, 128, 8192),
+        (32, 128, 32768),
+        (64, 128, 4096),
+        (32, 16, 4096),
+    ]
     for B, H, ctx in shapes:
         p = Problem.of("mla_decode", B, 512, 576, heads=H, context=ctx, kv_dtype="bf16", page_size=64)
         first = gluon_first(p, target)
         assert first is not None
         flops = B * H * ctx * 2 * 1088
-        for name, (config, parts) in _variants(first).items():
-            backends.part_dtype = lambda c, parts=parts: parts if c.get("backend") == "gluon" else "float32"
+        for name, config in {"first": first}.items():
             row: dict[str, Any] = dict(B=B, H=H, ctx=ctx, variant=name, config=config.short())
             for method, timer in timers.items():
                 us = timer.run(p, config, full=True).time_us or float("nan")
@@ -58,7 +52,6 @@ def main() -> int:
             row["host_us"] = min(harness.host_us_per_call({"x": launch}, 5, 50)["x"])
             rows.append(row)
             print(row, flush=True)
-    backends.part_dtype = _PART_DTYPE
     harness.write_json(args.out, "mla_timing_probe", harness.run_info(target, rows=rows))
     for r in rows:
         ev = f"{r['events_us']:7.1f} us {r['events_tflops']:4.0f}"

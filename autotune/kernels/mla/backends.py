@@ -24,7 +24,7 @@ from autotune.kernels.mla.space import mla_default_config, mla_subspace, spill_e
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MLA_BACKENDS", "aiter_version", "mla_space", "part_dtype", "sm_scale_of", "split_workspace"]
+__all__ = ["MLA_BACKENDS", "aiter_version", "mla_space", "sm_scale_of", "split_workspace"]
 
 
 def sm_scale_of(problem: Problem) -> float:
@@ -32,31 +32,18 @@ def sm_scale_of(problem: Problem) -> float:
     return float(problem.K) ** -0.5
 
 
-def part_dtype(config: Config) -> str:
-    """The dtype of `config`'s split parts (the normalized partial outputs the reduce combines): "bfloat16"
-    for the Gluon kernel, whose time at batch 32 and 4K tokens goes a tenth to writing and reading fp32
-    parts (docs/notes/2026-12-08-mla-split-parts.md), and costs one more bf16 rounding of each part,
-    "float32" for the others."""
-    return "bfloat16" if config.get("backend") == "gluon" else "float32"
-
-
 def split_workspace(
     config: Config, B: int, H: int, latent: int, device: Any
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The partial outputs (B·H·splits·latent) and fp32 log-sum-exps (B·H·splits) of `config`'s splits;
-    (None, None) with one split. The parts are fp32, the Gluon kernel's bf16 (`part_dtype`). With SCHEDULE
-    2 (the Gluon seesaw combines its splits itself) the log-sum-exps are followed by zeros: a counter for
-    each (sequence, 64-head group, warpgroup)."""
+    """The fp32 partial outputs (B·H·splits·latent) and log-sum-exps (B·H·splits) of `config`'s splits;
+    (None, None) with one split."""
     import torch
 
     splits = int(config["num_kv_splits"])
     if splits == 1:
         return None, None
-    part = torch.empty(B * H * splits * latent, device=device, dtype=getattr(torch, part_dtype(config)))
-    counters = 2 * B * -(-H // 64) if config.get("SCHEDULE") == 2 else 0
-    lse = torch.empty(B * H * splits + counters, device=device, dtype=torch.float32)
-    lse[B * H * splits :].zero_()  # the in-kernel combine's counters (int32 words), zero between launches
-    return part, lse
+    part = torch.empty(B * H * splits * latent, device=device, dtype=torch.float32)
+    return part, torch.empty(B * H * splits, device=device, dtype=torch.float32)
 
 
 def _scale(inputs: Inputs) -> float:

@@ -30,8 +30,8 @@ as 2-D, (pages · PAGE, 576): the first at page_table[b, t // PAGE] · PAGE + t 
 Rules (the Triton kernel's, so the launcher's contract and the split workspace are the same):
 - A split's slice is a whole number of BLOCK_N tiles, cdiv(context, splits) rounded up; the context is
   read on the device; a split past the end writes an empty part (log-sum-exp -inf), and a context of 0
-  gives a zero output. One split writes the output; several write their normalized parts (bf16:
-  `backends.part_dtype`) and base-2 log-sum-exps, which `mla.kernel.mla_reduce_kernel` combines.
+  gives a zero output. One split writes the output; several write their normalized parts and base-2
+  log-sum-exps, which `mla.kernel.mla_reduce_kernel` combines.
 - The ring's first STAGES tiles are loaded before the queries are staged, so that their DRAM latency
   overlaps the staging.
 - The tail tile (the split's end inside it) has its rows past the end zeroed in shared memory before the
@@ -202,8 +202,7 @@ def _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, 
         gl.store(dst, o.to(out_ptr.dtype.element_ty), mask=hmask[:, None])
     else:
         slot_o = (b.to(gl.int64) * H + heads) * SPLITS + s
-        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o.to(part_ptr.dtype.element_ty),
-                 mask=hmask[:, None])  # fmt: skip
+        gl.store(part_ptr + slot_o[:, None] * LATENT + cols[None, :], o, mask=hmask[:, None])
         if WRITE_LSE:
             m_o = gl.convert_layout(m_i, l_o.type.layout)
             lse = gl.where(l_o > 0, m_o + gl.log2(gl.where(l_o > 0, l_o, 1.0)), float("-inf"))

@@ -1,7 +1,6 @@
-"""The launch of the MLA decode's Gluon kernels (backend "gluon"), by the SCHEDULE knob: 0 the lockstep
-kernel (`mla.gluon_kernel`), 1 the seesaw (`mla.gluon_seesaw`), each followed by the Triton reduce of
-several splits (`mla.kernel.mla_reduce_kernel`), and 2 the seesaw combining its splits itself (no reduce
-launch). Imported lazily (it imports triton and Gluon)."""
+"""The launch of the MLA decode's Gluon kernels (backend "gluon"): either schedule of the SCHEDULE knob, 0
+the lockstep kernel (`mla.gluon_kernel`), 1 the seesaw (`mla.gluon_seesaw`), each followed by the Triton
+reduce of several splits (`mla.kernel.mla_reduce_kernel`). Imported lazily (it imports triton and Gluon)."""
 
 from __future__ import annotations
 
@@ -22,16 +21,15 @@ __all__ = ["SCHEDULES", "gluon_launcher", "jit_kernels"]
 
 _LOG2E = 1.4426950408889634
 
-#: The schedules (the SCHEDULE knob): 0 the lockstep kernel, 1 the seesaw (`mla.gluon_seesaw`), 2 the
-#: seesaw that combines its splits in the kernel (its COMBINE).
-SCHEDULES = (0, 1, 2)
+#: The schedules (the SCHEDULE knob): 0 this module's lockstep kernel, 1 the seesaw (`mla.gluon_seesaw`).
+SCHEDULES = (0, 1)
 
 
 def jit_kernels(schedule: int) -> tuple[Any, Any]:
     """The JIT functions of a launch of `schedule` (the split kernel, the reduce), in order."""
     if schedule == 0:
         return JIT_KERNELS
-    if schedule in (1, 2):
+    if schedule == 1:
         return (mla_seesaw_kernel, mla_reduce_kernel)
     raise ValueError(f"the gluon backend's SCHEDULE is one of {SCHEDULES}, not {schedule}")
 
@@ -68,7 +66,6 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     splits, block_n, stages = (int(params[k]) for k in ("num_kv_splits", "BLOCK_N", "num_stages"))
     schedule = int(params.get("SCHEDULE", 0))
     q_fp8 = int(params.get("Q_FP8", 0))
-    combine = schedule == 2 and splits > 1
     split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
     num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
@@ -103,8 +100,6 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
         consts = dict(LATENT=LATENT, ROPE=ROPE, PAGE=page, BLOCK_N=block_n, SPLITS=splits, STAGES=stages)
         if schedule == 0:
             consts["Q_FP8"] = q_fp8
-        else:
-            consts["COMBINE"] = int(combine)
         opts = dict(num_warps=num_warps, **FP_OPTIONS)
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts)
         extra = dict(**consts, **opts) if recorded else {}
@@ -114,7 +109,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
             q, desc, page_table, lens, out, ws_part, ws_lse, sm_scale * _LOG2E * v_scale, v_scale, H,
             q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
         )  # fmt: skip
-        if splits > 1 and not combine:
+        if splits > 1:
             rconsts = dict(LATENT=latent, SPLITS=splits)
             rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
             rextra = dict(**rconsts, **reduce_opts) if recorded else {}

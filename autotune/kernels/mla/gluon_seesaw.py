@@ -55,16 +55,8 @@ ptxas spills nothing in any ring, 64 x 2 included (Triton 3.6 and 3.9; the consu
 `tests/kernels/mla/test_mla_gpu.py` checks it on ragged contexts; on an H100 its 32-token tiles in 4
 stages are the fastest form at 128 heads (docs/notes/2026-12-07-mla-gluon.md).
 
-Splits combined in the kernel (SCHEDULE 2, constexpr COMBINE): the reduce launch of several splits
-reads every part back after the last program ends. Instead each consumer warpgroup, after writing its
-half of the split's part and the log-sum-exp, counts itself on a counter of its (sequence, head group,
-half) kept after the log-sum-exps (`backends.split_workspace` zeroes them), with a GPU-scope fence,
-a barrier of its warps and one acquire-release atomic add; the last of the SPLITS to arrive reads the
-others' parts from L2, 64 columns at a time, writes the output and zeroes the counter for the next
-launch (or graph replay). A half is combined by whichever split ends last, so nothing waits.
-
-Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace plus the
-counters; num_warps 4: the default partition's). Imported lazily (it imports triton and Gluon).
+Rules, outputs and the launch contract: `mla.gluon_kernel`'s (same grid, same workspace; num_warps 4: the
+default partition's). Imported lazily (it imports triton and Gluon).
 """
 
 from __future__ import annotations
@@ -195,70 +187,10 @@ def _own_tile(acc, m_i, l_i, i, q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_
 
 
 @gluon.jit
-def _fence_gpu(x):
-    """fence.acq_rel.gpu (volatile PTX; `x` only carries it): this thread's writes before it are seen by
-    the GPU before its writes after it."""
-    return gl.inline_asm_elementwise("fence.acq_rel.gpu; mov.b32 $0, $1;", "=r,r", [x], dtype=gl.int32,
-                                     is_pure=False, pack=1)  # fmt: skip
-
-
-@gluon.jit
-def _combine(o, m_i, l_o, heads, cols, b, g, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh,
-             W: gl.constexpr, LATENT: gl.constexpr, SPLITS: gl.constexpr):  # fmt: skip
-    """The splits combined in the kernel (COMBINE 1): this warpgroup's normalized half `o` of split s goes
-    to its part and its log-sum-exp to `lse_ptr`, as for the reduce; then it counts itself on its
-    (sequence, head group, half) counter, the int32 words after the B·H·SPLITS log-sum-exps (zero before
-    the launch): every thread fences its stores at GPU scope, the warps meet at a barrier, one thread adds
-    1 with acquire-release semantics. The last of the SPLITS warpgroups of that half to arrive combines
-    the half's parts (read from L2, 64 columns at a time: the accumulator's registers are free by then),
-    writes the output and sets the counter back to 0 for the next launch."""
-    HALF: gl.constexpr = LATENT // 2
-    _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh, LATENT,
-                 SPLITS, True)  # fmt: skip
-    row: gl.constexpr = l_o.type.layout
-    rows = gl.arange(0, 64, layout=row)
-    first = rows == 0
-    counter = lse_ptr + gl.num_programs(1).to(gl.int64) * H * SPLITS
-    counter = counter.to(gl.pointer_type(gl.int32), bitcast=True) + (b * gl.num_programs(0) + g) * 2 + W
-    ordered = _fence_gpu(rows)  # every thread's stores before the count
-    cta_barrier()
-    seen = gl.atomic_add(counter + ordered * 0, ordered * 0 + 1, mask=first, sem="acq_rel", scope="gpu")
-    last = gl.max(gl.where(first, seen, -1), 0) == SPLITS - 1  # (a reduction: a barrier of the warpgroup)
-    if last:
-        ordered = _fence_gpu(rows)
-        gl.store(counter + ordered * 0, ordered * 0, mask=first)  # every count is in: zero for the next launch
-        blocked: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-        hrows = g * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, blocked))
-        hmask = hrows < H
-        base = (b.to(gl.int64) * H + hrows) * SPLITS
-        top = gl.full([64], float("-inf"), gl.float32, gl.SliceLayout(1, blocked))
-        for t in gl.static_range(SPLITS):
-            lse = gl.load(lse_ptr + base + t, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-            top = gl.maximum(top, lse)
-        top = gl.where(top == float("-inf"), 0.0, top)
-        total = gl.zeros([64], gl.float32, gl.SliceLayout(1, blocked))
-        for t in gl.static_range(SPLITS):
-            lse = gl.load(lse_ptr + base + t, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-            total += gl.exp2(lse - top)
-        total = gl.where(total > 0, total, 1.0)
-        for c in gl.static_range(HALF // 64):
-            cols_c = W * HALF + c * 64 + gl.arange(0, 64, layout=gl.SliceLayout(0, blocked))
-            acc = gl.zeros([64, 64], gl.float32, blocked)
-            for t in gl.static_range(SPLITS):
-                w = gl.exp2(gl.load(lse_ptr + base + t, mask=hmask, other=float("-inf"), cache_modifier=".cg")
-                            - top)  # fmt: skip
-                part = gl.load(part_ptr + (base + t)[:, None] * LATENT + cols_c[None, :], mask=hmask[:, None],
-                               other=0.0, cache_modifier=".cg")  # fmt: skip
-                acc += part.to(gl.float32) * w[:, None]
-            dst = out_ptr + b.to(gl.int64) * stride_ob + hrows[:, None] * stride_oh + cols_c[None, :]
-            gl.store(dst, (acc / total[:, None]).to(out_ptr.dtype.element_ty), mask=hmask[:, None])
-
-
-@gluon.jit
 def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
               part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh,
               W: gl.constexpr, LATENT: gl.constexpr, BLOCK_N: gl.constexpr, SPLITS: gl.constexpr,
-              STAGES: gl.constexpr, CHUNK: gl.constexpr, COMBINE: gl.constexpr):  # fmt: skip
+              STAGES: gl.constexpr, CHUNK: gl.constexpr):  # fmt: skip
     """Warpgroup W (a partition of 4 warps): its tiles, the other's, and its half of the output."""
     HALF: gl.constexpr = LATENT // 2
     s_layout: gl.constexpr = _acc_layout(BLOCK_N, 4)
@@ -288,12 +220,8 @@ def _consumer(q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty
     heads = (g + z) * 64 + gl.arange(0, 64, layout=row_o)
     cols = W * HALF + gl.arange(0, HALF, layout=gl.SliceLayout(0, o_layout))
     o = acc / gl.where(l_o > 0, l_o, 1.0)[:, None]
-    if COMBINE:
-        _combine(o, m_i, l_o, heads, cols, b, g, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh, W,
-                 LATENT, SPLITS)  # fmt: skip
-    else:
-        _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh,
-                     LATENT, SPLITS, W == 0)  # fmt: skip
+    _store_split(o, m_i, l_o, heads, cols, b, s, H, out_ptr, part_ptr, lse_ptr, stride_ob, stride_oh, LATENT,
+                 SPLITS, W == 0)  # fmt: skip
 
 
 @gluon.jit
@@ -315,7 +243,7 @@ def mla_seesaw_kernel(
     scale, v_scale, H,
     stride_qb, stride_qh, stride_ptb, stride_ob, stride_oh,
     LATENT: gl.constexpr, ROPE: gl.constexpr, PAGE: gl.constexpr, BLOCK_N: gl.constexpr,
-    SPLITS: gl.constexpr, STAGES: gl.constexpr, COMBINE: gl.constexpr, num_warps: gl.constexpr,
+    SPLITS: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """One (sequence, 64-head group, split) of the MLA decode, seesaw schedule (module docstring)."""
     BLOCK_H: gl.constexpr = 64
@@ -325,7 +253,6 @@ def mla_seesaw_kernel(
     gl.static_assert(PAGE % BLOCK_N == 0, "a tile must lie inside one page")
     gl.static_assert(STAGES >= 2, "the seesaw needs two slots (module docstring)")
     gl.static_assert(kv_desc.block_type.element_ty == gl.bfloat16, "a bf16 cache only (v_scale unused)")
-    gl.static_assert(SPLITS > 1 or not COMBINE, "COMBINE combines several splits")
 
     g = gl.program_id(0)  # the head groups of a sequence run side by side: the second reads its tiles from L2
     b = gl.program_id(1)
@@ -369,10 +296,10 @@ def mla_seesaw_kernel(
                        BLOCK_N, STAGES)),
             (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
                          part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh, 0,
-                         LATENT, BLOCK_N, SPLITS, STAGES, CHUNK, COMBINE)),
+                         LATENT, BLOCK_N, SPLITS, STAGES, CHUNK)),
             (_consumer, (q_lat, q_rope, k_lat, k_rope, p_smem, m_smem, l_smem, ready, empty, p_ready, out_ptr,
                          part_ptr, lse_ptr, scale, H, b, g, s, start, end, n_tiles, stride_ob, stride_oh, 1,
-                         LATENT, BLOCK_N, SPLITS, STAGES, CHUNK, COMBINE)),
+                         LATENT, BLOCK_N, SPLITS, STAGES, CHUNK)),
         ],
         [4, 4],
         [CONSUMER_REGS, CONSUMER_REGS],

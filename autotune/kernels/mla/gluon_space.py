@@ -3,9 +3,7 @@
 Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a cache tile), `num_stages`
 (1 to 4 tiles in the ring of shared-memory slots) and `SCHEDULE` (0: the two warpgroups in lockstep,
 `mla.gluon_kernel`; 1: the seesaw, `mla.gluon_seesaw`, the warpgroups taking the tiles in turn beside a
-loader warp; 2: the seesaw combining its splits in the kernel, the last split of a head group to finish
-reading the others' parts, with no reduce launch). Fixed: 64 heads a program on two warpgroups, so no
-BLOCK_H or num_warps knob.
+loader warp). Fixed: 64 heads a program on two warpgroups, so no BLOCK_H or num_warps knob.
 
 Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
 prunes its one config with the reason (`gluon_absent`): a cache neither bf16 nor e4m3 (fnuz is AMD's),
@@ -15,10 +13,9 @@ schedule, its tiles upcast to fp16 (with the knob `Q_FP8` 1, FP8 queries score t
 V is upcast).
 
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
-program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `combine_one_split`
-(SCHEDULE 2 with one split is SCHEDULE 1), `seesaw_one_stage` (the seesaw needs two slots: with one, the
-second warpgroup's first tile would wait for its own release of the first), `seesaw_bf16` (the seesaw
-reads a bf16 cache) and `lds_overflow` (the queries, the
+program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
+seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
+the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and `lds_overflow` (the queries, the
 ring, P and, in the seesaw, the row statistics within the target's shared memory: 2 stages of 64 tokens,
 or 4 of 32, at most on an H100; an FP8 cache adds the fp16 tile its ring's tiles are upcast into). It is
 the op's default only where it was measured to win (`gluon_default`: Hopper, from batch 32 and 4K
@@ -59,7 +56,7 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_kv_splits": tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
     "BLOCK_N": (32, 64),
     "num_stages": (1, 2, 3, 4),
-    "SCHEDULE": (0, 1, 2),
+    "SCHEDULE": (0, 1),
 }
 
 
@@ -146,19 +143,13 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "seesaw_one_stage",
-            "the seesaw schedule (SCHEDULE 1, 2) needs 2 stages at least, not {num_stages}",
+            "the seesaw schedule (SCHEDULE 1) needs 2 stages at least, not {num_stages}",
             lambda c: int(c["SCHEDULE"]) == 0 or int(c["num_stages"]) >= 2,
             knobs=("SCHEDULE", "num_stages"),
         ),
         Constraint(
-            "combine_one_split",
-            "SCHEDULE 2 combines several splits in the kernel: with {num_kv_splits} split it is SCHEDULE 1",
-            lambda c: int(c["SCHEDULE"]) != 2 or int(c["num_kv_splits"]) > 1,
-            knobs=("SCHEDULE", "num_kv_splits"),
-        ),
-        Constraint(
             "seesaw_bf16",
-            f"the seesaw schedule (SCHEDULE 1, 2) reads a bf16 cache, not {kv}",
+            f"the seesaw schedule (SCHEDULE 1) reads a bf16 cache, not {kv}",
             lambda c: int(c["SCHEDULE"]) == 0 or kv_bytes == 2,
             knobs=("SCHEDULE",),
         ),

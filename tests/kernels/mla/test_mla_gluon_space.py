@@ -36,13 +36,12 @@ def test_the_backend_exists_on_hopper_only() -> None:
 
 
 def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared_memory() -> None:
-    """BLOCK_N 32 or 64, 1 to 4 stages, SCHEDULE 0 (lockstep), 1 (seesaw) or 2 (the seesaw combining its
-    splits itself): the queries (72 KiB), the ring and P within the H100's 227 KiB (2 stages of 64
-    tokens, 4 of 32), pruned with the reason beyond."""
+    """BLOCK_N 32 or 64, 1 to 4 stages, SCHEDULE 0 (lockstep) or 1 (seesaw): the queries (72 KiB), the ring
+    and P within the H100's 227 KiB (2 stages of 64 tokens, 4 of 32), pruned with the reason beyond."""
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     assert dict(sub.params) == dict(GLUON_PARAMS)
     assert set(GLUON_PARAMS) == {"num_kv_splits", "BLOCK_N", "num_stages", "SCHEDULE"}
-    assert GLUON_PARAMS["SCHEDULE"] == (0, 1, 2)
+    assert GLUON_PARAMS["SCHEDULE"] == (0, 1)
     rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 0}
     assert rings == {(64, 1), (64, 2), (32, 1), (32, 2), (32, 3), (32, 4)}
     for block_n, stages in ((64, 3), (64, 4)):
@@ -70,24 +69,6 @@ def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory() -> 
     # where the page or the splits rule, the seesaw is pruned as the lockstep kernel is
     paged = MLA_DECODE.space(_problem(page=32), H100).subspace("gluon")
     assert paged.check(_gluon(SCHEDULE=1, BLOCK_N=32, num_stages=4)) is None
-
-
-def test_the_in_kernel_combine_is_the_seesaw_with_several_splits() -> None:
-    """SCHEDULE 2 is the seesaw's rings (its shared memory, two stages at least, a bf16 cache) with two
-    splits or more: with one it would be SCHEDULE 1 (`combine_one_split`)."""
-    sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
-    seesaw = {
-        (c["BLOCK_N"], c["num_stages"], c["num_kv_splits"]) for c in sub.configs() if c["SCHEDULE"] == 1
-    }
-    combine = {
-        (c["BLOCK_N"], c["num_stages"], c["num_kv_splits"]) for c in sub.configs() if c["SCHEDULE"] == 2
-    }
-    assert combine and combine == {k for k in seesaw if int(k[2]) > 1}
-    why = sub.check(_gluon(SCHEDULE=2, BLOCK_N=32, num_stages=4, num_kv_splits=1)) or ""
-    assert why.startswith("combine_one_split"), why
-    assert (sub.check(_gluon(SCHEDULE=2, num_kv_splits=2, num_stages=1)) or "").startswith("seesaw_one_stage")
-    fp8 = MLA_DECODE.space(_problem(kv="fp8e4m3"), H100).subspace("gluon")
-    assert (fp8.check(_gluon(SCHEDULE=2, num_kv_splits=2, Q_FP8=0)) or "").startswith("seesaw_bf16")
 
 
 def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -> None:
@@ -192,13 +173,7 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     split, reduce = MLA_DECODE.kernel_calls(problem, seesaw, H100)
     assert [split.fn.__name__, reduce.fn.__name__] == ["mla_seesaw_kernel", "mla_reduce_kernel"]
     assert split.grid == (2, 32, 2) and split.kwargs["num_warps"] == 4 and split.kwargs["STAGES"] == 4
-    assert list(split.args[1].block_shape) == [32, 64] and split.kwargs["COMBINE"] == 0
-    # SCHEDULE 2: the seesaw alone, combining its splits (no reduce launch)
-    (split,) = MLA_DECODE.kernel_calls(
-        problem, _gluon(SCHEDULE=2, BLOCK_N=32, num_stages=4, num_kv_splits=2), H100
-    )
-    assert split.fn.__name__ == "mla_seesaw_kernel" and split.kwargs["COMBINE"] == 1
-    assert split.grid == (2, 32, 2)
+    assert list(split.args[1].block_shape) == [32, 64]
 
 
 @pytest.mark.parametrize("heads, groups", [(16, 1), (64, 1), (96, 2), (128, 2)])
@@ -243,25 +218,3 @@ def test_an_fp8_cache_runs_the_lockstep_schedule_with_its_upcast_tile_counted() 
     assert {c["Q_FP8"] for c in sub.configs()} == {0, 1}
     first = sub.first[0]
     assert (first["SCHEDULE"], first["BLOCK_N"], first["num_stages"], first["Q_FP8"]) == (0, 64, 2, 1)
-
-
-def test_the_gluon_kernel_s_split_parts_are_bf16_and_its_combine_counters_start_at_zero() -> None:
-    """`split_workspace`: the Triton kernel's parts are fp32, the Gluon kernel's bf16 (half the bytes a
-    split writes and the reduce reads); SCHEDULE 2 adds, after the B·H·splits log-sum-exps, one zeroed
-    int32 counter per (sequence, 64-head group, warpgroup); one split needs no workspace."""
-    import torch
-
-    from autotune.kernels.mla.backends import part_dtype, split_workspace
-
-    triton = Config(backend="triton", num_kv_splits=4, BLOCK_H=16, BLOCK_N=32, num_warps=4, num_stages=2)
-    part, lse = split_workspace(triton, 3, 16, 512, "cpu")
-    assert part is not None and lse is not None
-    assert part.dtype == torch.float32 and part.numel() == 3 * 16 * 4 * 512 and lse.numel() == 3 * 16 * 4
-    assert part_dtype(triton) == "float32" and part_dtype(_gluon(num_kv_splits=4)) == "bfloat16"
-    for schedule, counters in ((0, 0), (1, 0), (2, 2 * 3 * 2)):
-        part, lse = split_workspace(_gluon(num_kv_splits=4, SCHEDULE=schedule), 3, 96, 512, "cpu")
-        assert part is not None and lse is not None
-        assert part.dtype == torch.bfloat16 and part.numel() == 3 * 96 * 4 * 512
-        assert lse.dtype == torch.float32 and lse.numel() == 3 * 96 * 4 + counters
-        assert torch.equal(lse[3 * 96 * 4 :].view(torch.int32), torch.zeros(counters, dtype=torch.int32))
-    assert split_workspace(_gluon(), 3, 96, 512, "cpu") == (None, None)
