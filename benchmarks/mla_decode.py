@@ -11,7 +11,9 @@ winner among the Triton kernel's configs alone), `fixed` (FIXED: 8 splits, 16 he
 whatever the shape) and `torch` (the gathered baseline). Each output is checked against the reference first.
 KV GB/s is the cache bytes a call must read over the tuned time; "of copy" divides it by the bandwidth of a
 1 GiB device copy (read + write bytes over its time); TFLOP/s counts both dots, B·H·context·2·(576 + 512)
-over the tuned time.
+over the tuned time. Every time above is a launch after a cache flush and an idle spin (CUDA events);
+`served` times the tuned config again as a decode step runs it, in CUDA-graph replays back to back over
+rotating inputs (`BenchSettings.as_served`), in the same rounds.
 
     python benchmarks/mla_decode.py --out results/                  # sweep, then measure
     python benchmarks/mla_decode.py --phase measure --out results/
@@ -33,7 +35,7 @@ import harness
 from autotune import Config, Problem
 from autotune.core.target import Target, local_target
 from autotune.db import Store
-from autotune.engine.bench import Benchmarker
+from autotune.engine.bench import Benchmarker, BenchSettings
 from autotune.kernels import MLA_DECODE
 
 LATENT, K = 512, 576
@@ -97,6 +99,7 @@ def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
     copy = harness.copy_gbps()
     print(f"copy bandwidth {copy:.0f} GB/s", flush=True)
     bench = Benchmarker(MLA_DECODE, target)
+    served = Benchmarker(MLA_DECODE, target, settings=BenchSettings().as_served())
     rows = []
     with Store(str(db)) as store:
         for p in grid(args):
@@ -109,15 +112,22 @@ def measure(args: Any, db: Path) -> tuple[list[dict[str, Any]], float]:
             row: dict[str, Any] = dict(B=p.M, context=own["context"], H=own["heads"], kv=own["kv_dtype"],
                                        page=own["page_size"], tuned_from="sweep" if tuned else "default",
                                        splits=variants["tuned"]["num_kv_splits"])  # fmt: skip
-            row |= harness.side_by_side(bench, p, variants, args.rounds)
+            row |= harness.side_by_side(
+                bench, p, variants, args.rounds, {"served": (served, variants["tuned"])}
+            )
             cache = p.M * int(own["context"]) * K * (1 if own["kv_dtype"] != "bf16" else 2)
             flops = p.M * int(own["heads"]) * int(own["context"]) * 2 * (K + LATENT)
             row |= dict(cache_mb=cache / 1e6, kv_gbps=cache / row["tuned_us"] / 1e3,
-                        tflops=flops / row["tuned_us"] / 1e6, backend=variants["tuned"].backend)  # fmt: skip
+                        tflops=flops / row["tuned_us"] / 1e6, served_tflops=flops / row["served_us"] / 1e6,
+                        backend=variants["tuned"].backend)  # fmt: skip
             row["of_copy"] = row["kv_gbps"] / copy
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows, copy
+
+
+def _span(xs: list[float]) -> str:
+    return f"{min(xs, default=math.nan):.0f}-{max(xs, default=math.nan):.0f}"
 
 
 def report(rows: list[dict[str, Any]]) -> None:
@@ -129,12 +139,13 @@ def report(rows: list[dict[str, Any]]) -> None:
         rs = [r for r in rows if (r["H"], r["kv"]) == key]
         big = [r["of_copy"] for r in rs if r["cache_mb"] >= 64 and r["of_copy"] > 0]
         large = [r["tflops"] for r in rs if r["B"] >= 32 and r["context"] >= 4096 and r["tflops"] > 0]
+        large_served = [r["served_tflops"] for r in rs if r["B"] >= 32 and r["context"] >= 4096]
         gain = [r["triton_us"] / r["tuned_us"] for r in rs]
         table.append([f"H{key[0]} {key[1]}", len(rs), harness.geomean(gain), min(gain, default=math.nan),
                       harness.geomean(r["fixed_us"] / r["tuned_us"] for r in rs),
                       harness.geomean(r["torch_us"] / r["tuned_us"] for r in rs),
                       min(big, default=math.nan),
-                      f"{min(large, default=math.nan):.0f}-{max(large, default=math.nan):.0f}"])  # fmt: skip
+                      _span(large), _span(large_served)])  # fmt: skip
     print("\npicks (H kv: B x context -> the tuned config's splits, if swapped, the fastest page size):")
     shapes: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
@@ -146,12 +157,13 @@ def report(rows: list[dict[str, Any]]) -> None:
         gain = best["triton_us"] / best["tuned_us"]
         print(
             f"  H{h} {kv}: {b} x {c} -> {best['backend']}, {best['splits']} splits{kind}, "
-            f"page {best['page']}, {best['tflops']:.0f} TFLOP/s, triton/tuned {gain:.2f}"
+            f"page {best['page']}, {best['tflops']:.0f} TFLOP/s ({best['served_tflops']:.0f} served), "
+            f"triton/tuned {gain:.2f}"
         )
     cols = ("shapes", "rows", "triton/tuned", "lowest", "fixed/tuned", "torch/tuned",
-            "min of copy (>= 64 MB)", "TFLOP/s (B >= 32, ctx >= 4K)")  # fmt: skip
+            "min of copy (>= 64 MB)", "TFLOP/s (B >= 32, ctx >= 4K)", "served")  # fmt: skip
     title = "MLA decode: speedups (geomean) and bandwidth"
-    harness.print_table(cols, table, digits=(0, 0, 2, 2, 2, 2, 2, 0), title=title)
+    harness.print_table(cols, table, digits=(0, 0, 2, 2, 2, 2, 2, 0, 0), title=title)
 
 
 def main() -> int:
