@@ -15,7 +15,7 @@ from autotune.kernels.common.gluon_hopper import check_tma
 from autotune.kernels.launch import pinned
 from autotune.kernels.mla.gluon_kernel import BLOCK_H, CHUNK, JIT_KERNELS, LATENT, NUM_WARPS, ROPE
 from autotune.kernels.mla.gluon_seesaw import mla_seesaw_kernel
-from autotune.kernels.mla.kernel import mla_reduce_kernel
+from autotune.kernels.mla.kernel import launch_reduce, mla_reduce_kernel
 
 __all__ = ["SCHEDULES", "gluon_launcher", "jit_kernels"]
 
@@ -69,7 +69,6 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
     split_fn, reduce_fn = kernels if kernels is not None else jit_kernels(schedule)
     num_warps = NUM_WARPS if schedule == 0 else 4  # (seesaw: the loader's warpgroup; consumers are workers)
     recorded = kernels is not None
-    reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
     # the TMA box of each cache dtype's bits: CHUNK columns a swizzle row, as the kernel's ring
     layouts = {
         bits: gl.NVMMASharedLayout(swizzle_byte_width=CHUNK * bits // 8, element_bitwidth=bits, rank=2)
@@ -110,9 +109,6 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
             q.stride(0), q.stride(1), page_table.stride(0), out.stride(0), out.stride(1), **extra,
         )  # fmt: skip
         if splits > 1:
-            rconsts = dict(LATENT=latent, SPLITS=splits)
-            rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
-            rextra = dict(**rconsts, **reduce_opts) if recorded else {}
-            rfn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **rextra)
+            launch_reduce(reduce_fn, recorded, part, lse, out, splits)
 
     return run

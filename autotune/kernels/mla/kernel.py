@@ -57,7 +57,14 @@ from autotune.core.op import FP_OPTIONS
 from autotune.kernels.common.tile import column_halves
 from autotune.kernels.launch import pinned
 
-__all__ = ["AMD_LAUNCH_OPTIONS", "JIT_KERNELS", "launcher", "mla_reduce_kernel", "mla_split_kernel"]
+__all__ = [
+    "AMD_LAUNCH_OPTIONS",
+    "JIT_KERNELS",
+    "launch_reduce",
+    "launcher",
+    "mla_reduce_kernel",
+    "mla_split_kernel",
+]
 
 #: Compile options of AMD's knobs, passed to the launch as they are.
 AMD_LAUNCH_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim")
@@ -398,7 +405,6 @@ def launcher(
         raise ValueError("QUARTERS 1 with SWAP 1: the swapped loop is quartered already; give QUARTERS 0")
     split_fn, reduce_fn = kernels if kernels is not None else JIT_KERNELS
     recorded = kernels is not None
-    reduce_opts = dict(num_warps=4, num_stages=1, **FP_OPTIONS)
 
     def run(
         q: torch.Tensor, kv: torch.Tensor, page_table: torch.Tensor, lens: torch.Tensor, out: torch.Tensor,
@@ -432,9 +438,19 @@ def launcher(
             out.stride(0), out.stride(1), **extra,
         )  # fmt: skip
         if splits > 1:
-            rconsts = dict(LATENT=latent, SPLITS=splits)
-            rfn = reduce_fn if recorded else pinned(reduce_fn, **rconsts, **reduce_opts)
-            rextra = dict(**rconsts, **reduce_opts) if recorded else {}
-            rfn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **rextra)
+            launch_reduce(reduce_fn, recorded, part, lse, out, splits)
 
     return run
+
+
+def launch_reduce(
+    reduce_fn: Any, recorded: bool, part: torch.Tensor | None, lse: torch.Tensor | None, out: torch.Tensor,
+    splits: int,
+) -> None:  # fmt: skip
+    """Stage 2 of `splits` splits: `mla_reduce_kernel` (or its recorder, `recorded`) over (B, H),
+    combining the workspace's parts and log-sum-exps into `out` (B, H, latent). Both kernels' launchers
+    (this module's, `mla.gluon_launch`) end with it."""
+    B, H, latent = out.shape
+    consts = dict(LATENT=latent, SPLITS=splits, num_warps=4, num_stages=1, **FP_OPTIONS)
+    fn = reduce_fn if recorded else pinned(reduce_fn, **consts)
+    fn[(B, H)](part, lse, out, H, out.stride(0), out.stride(1), **(consts if recorded else {}))
