@@ -16,6 +16,7 @@ __all__ = [
     "TargetError",
     "interpreting",
     "local_target",
+    "part_limits",
     "running_target",
     "toolchain_versions",
 ]
@@ -90,6 +91,16 @@ _NAME_OVERRIDES: dict[str, dict[str, Any]] = {
     "MI325X": dict(memory_bytes=256 * 1024 * MiB, mem_gbps=6000.0),
     "MI350X": dict(peak_tflops=2307.0),
 }
+
+
+def part_limits(arch: str, name: str) -> dict[str, Any]:
+    """The published limits of `arch` (ARCH_LIMITS; empty for an arch it does not list), with those of
+    the part whose device name is `name` where it differs from its arch's (an H200's memory, say)."""
+    fields = dict(ARCH_LIMITS.get(arch, {}))
+    for key, over in _NAME_OVERRIDES.items():
+        if key in name:
+            fields.update(over)
+    return fields
 
 
 @dataclass(frozen=True)
@@ -239,10 +250,7 @@ def local_target(device: int = 0) -> Target:
         arch = str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
     else:
         arch = f"sm_{props.major}{props.minor}"
-    base = dict(ARCH_LIMITS.get(arch, {}))
-    for key, over in _NAME_OVERRIDES.items():
-        if key in props.name:
-            base.update(over)
+    base = part_limits(arch, str(props.name))
     base.update(
         vendor="amd" if is_hip else "nvidia",
         name=str(props.name),

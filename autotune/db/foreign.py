@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.core.result import TrialStatus
-from autotune.core.target import _NAME_OVERRIDES, ARCH_LIMITS, Target
+from autotune.core.target import Target, part_limits
 
 from .store import NewTrial
 
@@ -75,10 +75,7 @@ def device_target(device_name: str) -> Target:
     name = " ".join(device_name.replace("_", " ").split())
     for part, arch, fixed in _DEVICES:
         if part in name:
-            fields = dict(ARCH_LIMITS[arch])
-            for key, over in _NAME_OVERRIDES.items():
-                if key in name:
-                    fields.update(over)
+            fields = part_limits(arch, name)
             fields.update(fixed, name=name)
             return Target(arch=arch, toolchain=dict(IMPORTED_TOOLCHAIN), present=False, **fields)
     known = ", ".join(part for part, _, _ in _DEVICES)
