@@ -56,7 +56,8 @@ multiplies its scores (`row_scale`).
 Knobs (`mla.space`, backend "gluon"): num_kv_splits, BLOCK_N (32 or 64 tokens a tile), num_stages (the
 ring's depth; shared memory: 72 KiB of queries + stages x BLOCK_N x 1152 bytes + P) and SCHEDULE: 0 this
 module's kernel (the warpgroups in lockstep), 1 the seesaw (`mla.gluon_seesaw`: the warpgroups take the
-tiles in turn, a loader warp, the same launch contract); with an FP8 cache, Q_FP8. Gluon has no
+tiles in turn, a loader warp, the same launch contract), 2 the swapped kernel (`mla.gluon_swapped`: at
+most 32 heads on the wgmmas' N, an e4m3 cache); with an FP8 cache, Q_FP8. Gluon has no
 interpreter: the kernel runs on Hopper only and is cross-compiled for sm_90 by the static checks.
 Imported lazily (it imports triton and Gluon).
 """

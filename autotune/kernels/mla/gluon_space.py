@@ -3,7 +3,9 @@
 Knobs: `num_kv_splits` (as the Triton kernel's), `BLOCK_N` (32 or 64 tokens a cache tile), `num_stages`
 (1 to 4 tiles in the ring of shared-memory slots) and `SCHEDULE` (0: the two warpgroups in lockstep,
 `mla.gluon_kernel`; 1: the seesaw, `mla.gluon_seesaw`, the warpgroups taking the tiles in turn beside a
-loader warp). Fixed: 64 heads a program on two warpgroups, so no BLOCK_H or num_warps knob.
+loader warp; 2: the swapped kernel, `mla.gluon_swapped`, tokens on the MMA's M and at most 32 heads as
+its N, for an e4m3 cache). Fixed: 64 heads a program on two warpgroups (the swapped kernel: all of a
+sequence's heads on one), so no BLOCK_H or num_warps knob.
 
 Where it exists: sm_90 (wgmma and TMA), with a Triton whose Gluon imports; a problem it cannot run there
 prunes its one config with the reason (`gluon_absent`): a cache neither bf16 nor e4m3 (fnuz is AMD's),
@@ -15,7 +17,9 @@ V is upcast).
 Constraints: `splits_past_context` and `splits_needless` (the Triton kernel's rules, at 64 heads a
 program), `tile_past_page` (a tile lies inside one page: PAGE % BLOCK_N == 0), `seesaw_one_stage` (the
 seesaw needs two slots: with one, the second warpgroup's first tile would wait for its own release of
-the first), `seesaw_bf16` (the seesaw reads a bf16 cache) and `lds_overflow` (the queries, the
+the first), `seesaw_bf16` (the seesaw reads a bf16 cache), `swapped_form` (the swapped kernel takes an
+e4m3 cache scored by FP8 queries, at most 32 heads, 64-token tiles), `swapped_unmeasured` (it is pruned
+until its GPU tests have passed: `SWAPPED_MEASURED`) and `lds_overflow` (the queries, the
 ring, P and, in the seesaw, the row statistics within the target's shared memory: 2 stages of 64 tokens,
 or 4 of 32, at most on an H100; an FP8 cache adds the fp16 tile its ring's tiles are upcast into). It is
 the op's default only where it was measured to win (`gluon_default`: Hopper, from batch 32 and 4K
@@ -56,8 +60,13 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
     "num_kv_splits": tuple(1 << i for i in range(MAX_SPLITS.bit_length())),
     "BLOCK_N": (32, 64),
     "num_stages": (1, 2, 3, 4),
-    "SCHEDULE": (0, 1),
+    "SCHEDULE": (0, 1, 2),
 }
+#: Whether the swapped kernel (SCHEDULE 2) has run right on a GPU: until its GPU tests have passed
+#: (`tests/kernels/mla/test_mla_gpu.py -k swapped`), the space prunes it (`swapped_unmeasured`).
+SWAPPED_MEASURED = False
+#: The swapped kernel's most heads and its tile (`mla.gluon_launch`'s, without importing Gluon).
+_SWAPPED_MAX_HEADS, _SWAPPED_BLOCK_N = 32, 64
 
 
 def gluon_params(problem: Problem) -> Mapping[str, tuple[Value, ...]]:
@@ -107,13 +116,18 @@ def gluon_absent(problem: Problem, target: Target) -> str:
 
 
 def gluon_smem_bytes(
-    block_n: int, stages: int, schedule: int = 0, kv_bytes: int = 2, q_fp8: bool = False
+    block_n: int, stages: int, schedule: int = 0, kv_bytes: int = 2, q_fp8: bool = False, heads: int = 64
 ) -> int:
     """The shared memory the kernel allocates itself: the queries (64 x 576, 16-bit; FP8 with `q_fp8`),
     `stages` cache tiles (block_n x 576 of `kv_bytes` each), P (64 x block_n) and the ring's mbarriers;
     with an FP8 cache (`kv_bytes` 1) the fp16 tile it is upcast into (block_n x 576; the latent 512 alone
     with `q_fp8`); the seesaw (`schedule` 1) also the row maxima and sums (2 x 64 fp32), two mbarriers a
-    slot and two more. Triton adds up to SMEM_SCRATCH."""
+    slot and two more; the swapped kernel (`schedule` 2) its `heads` (16 or 32) rows of FP8 queries, the
+    ring, the fp16 V tile (block_n x 512), Pᵀ (block_n x heads fp16) and a barrier a slot. Triton adds up
+    to SMEM_SCRATCH."""
+    if schedule == 2:
+        rows = 16 if heads <= 16 else 32
+        return rows * _K + stages * block_n * _K * kv_bytes + block_n * (_LATENT + rows) * 2 + 8 * stages
     queries = GLUON_BLOCK_H * _K * (1 if q_fp8 else 2)
     ring, p = stages * block_n * _K * kv_bytes, GLUON_BLOCK_H * block_n * 2
     if schedule == 0:
@@ -131,7 +145,13 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
     def smem(c: Mapping[str, Value]) -> int:
         knobs = int(c["BLOCK_N"]), int(c["num_stages"]), int(c["SCHEDULE"])
         q_fp8 = bool(int(c.get("Q_FP8", 0)))
-        return gluon_smem_bytes(*knobs, kv_bytes=kv_bytes, q_fp8=q_fp8) + SMEM_SCRATCH
+        return gluon_smem_bytes(*knobs, kv_bytes=kv_bytes, q_fp8=q_fp8, heads=heads) + SMEM_SCRATCH
+
+    def swapped_form(c: Mapping[str, Value]) -> bool:
+        return (
+            kv_bytes == 1 and int(c.get("Q_FP8", 0)) == 1 and int(c["BLOCK_N"]) == _SWAPPED_BLOCK_N
+            and heads <= _SWAPPED_MAX_HEADS
+        )  # fmt: skip
 
     return [
         *split_constraints(problem, target, lambda c: groups, ()),
@@ -144,13 +164,26 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         Constraint(
             "seesaw_one_stage",
             "the seesaw schedule (SCHEDULE 1) needs 2 stages at least, not {num_stages}",
-            lambda c: int(c["SCHEDULE"]) == 0 or int(c["num_stages"]) >= 2,
+            lambda c: int(c["SCHEDULE"]) != 1 or int(c["num_stages"]) >= 2,
             knobs=("SCHEDULE", "num_stages"),
         ),
         Constraint(
             "seesaw_bf16",
             f"the seesaw schedule (SCHEDULE 1) reads a bf16 cache, not {kv}",
-            lambda c: int(c["SCHEDULE"]) == 0 or kv_bytes == 2,
+            lambda c: int(c["SCHEDULE"]) != 1 or kv_bytes == 2,
+            knobs=("SCHEDULE",),
+        ),
+        Constraint(
+            "swapped_form",
+            f"the swapped kernel (SCHEDULE 2) takes an e4m3 cache with Q_FP8 1, at most {_SWAPPED_MAX_HEADS} "
+            f"heads and 64-token tiles, not {kv} with {heads} heads, BLOCK_N {{BLOCK_N}}",
+            lambda c: int(c["SCHEDULE"]) != 2 or swapped_form(c),
+            knobs=("SCHEDULE", "BLOCK_N", *(("Q_FP8",) if kv_bytes == 1 else ())),
+        ),
+        Constraint(
+            "swapped_unmeasured",
+            "the swapped kernel (SCHEDULE 2) has not run on a GPU yet: its GPU tests come first",
+            lambda c: int(c["SCHEDULE"]) != 2 or SWAPPED_MEASURED,
             knobs=("SCHEDULE",),
         ),
         Constraint(

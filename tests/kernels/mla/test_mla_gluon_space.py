@@ -10,6 +10,7 @@ import pytest
 
 from autotune import Config, Problem, Target
 from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla import backends, gluon_space
 from autotune.kernels.mla.gluon_space import GLUON_PARAMS, SMEM_SCRATCH, gluon_smem_bytes
 
 H100 = Target.for_arch("sm_90")
@@ -36,12 +37,13 @@ def test_the_backend_exists_on_hopper_only() -> None:
 
 
 def test_its_knobs_are_splits_tiles_stages_and_schedule_and_the_ring_fits_shared_memory() -> None:
-    """BLOCK_N 32 or 64, 1 to 4 stages, SCHEDULE 0 (lockstep) or 1 (seesaw): the queries (72 KiB), the ring
-    and P within the H100's 227 KiB (2 stages of 64 tokens, 4 of 32), pruned with the reason beyond."""
+    """BLOCK_N 32 or 64, 1 to 4 stages, SCHEDULE 0 (lockstep), 1 (seesaw) or 2 (swapped): the queries (72
+    KiB), the ring and P within the H100's 227 KiB (2 stages of 64 tokens, 4 of 32), pruned with the
+    reason beyond."""
     sub = MLA_DECODE.space(_problem(), H100).subspace("gluon")
     assert dict(sub.params) == dict(GLUON_PARAMS)
     assert set(GLUON_PARAMS) == {"num_kv_splits", "BLOCK_N", "num_stages", "SCHEDULE"}
-    assert GLUON_PARAMS["SCHEDULE"] == (0, 1)
+    assert GLUON_PARAMS["SCHEDULE"] == (0, 1, 2)
     rings = {(int(c["BLOCK_N"]), int(c["num_stages"])) for c in sub.configs() if c["SCHEDULE"] == 0}
     assert rings == {(64, 1), (64, 2), (32, 1), (32, 2), (32, 3), (32, 4)}
     for block_n, stages in ((64, 3), (64, 4)):
@@ -69,6 +71,45 @@ def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory() -> 
     # where the page or the splits rule, the seesaw is pruned as the lockstep kernel is
     paged = MLA_DECODE.space(_problem(page=32), H100).subspace("gluon")
     assert paged.check(_gluon(SCHEDULE=1, BLOCK_N=32, num_stages=4)) is None
+
+
+def test_the_swapped_kernel_takes_few_heads_and_an_fp8_cache_and_waits_for_its_gpu_tests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SCHEDULE 2 (`mla.gluon_swapped`): an e4m3 cache scored by FP8 queries, at most 32 heads, 64-token
+    tiles (`swapped_form`), its ring within the shared memory with the fp16 V tile (`lds_overflow`: 4
+    stages at 16 heads, 3 at 32); and until it has run right on a GPU the space prunes it
+    (`swapped_unmeasured`)."""
+    fp8 = dict(SCHEDULE=2, BLOCK_N=64, Q_FP8=1, num_kv_splits=2)
+    sub = MLA_DECODE.space(_problem(heads=16, kv="fp8e4m3"), H100).subspace("gluon")
+    assert (sub.check(_gluon(**fp8, num_stages=2)) or "").startswith("swapped_unmeasured")
+    assert not [c for c in sub.configs() if c["SCHEDULE"] == 2]
+    monkeypatch.setattr(gluon_space, "SWAPPED_MEASURED", True)
+    backends._space.cache_clear()  # (spaces are cached; none built here may outlive the test)
+    try:
+        _swapped_rules()
+    finally:
+        backends._space.cache_clear()
+
+
+def _swapped_rules() -> None:
+    fp8 = dict(SCHEDULE=2, BLOCK_N=64, Q_FP8=1, num_kv_splits=2)
+    for heads, deepest in ((16, 4), (32, 3), (8, 4)):
+        sub = MLA_DECODE.space(_problem(heads=heads, kv="fp8e4m3"), H100).subspace("gluon")
+        rings = {(c["BLOCK_N"], c["num_stages"], c["Q_FP8"]) for c in sub.configs() if c["SCHEDULE"] == 2}
+        assert rings == {(64, n, 1) for n in range(1, deepest + 1)}, (heads, rings)
+        why = sub.check(_gluon(**fp8, num_stages=deepest + 1)) or ""
+        assert deepest == 4 or why.startswith("lds_overflow"), why
+    rules = MLA_DECODE.space(_problem(heads=16, kv="fp8e4m3"), H100).subspace("gluon")
+    for bad in (dict(fp8, Q_FP8=0), dict(fp8, BLOCK_N=32)):
+        assert (rules.check(_gluon(**bad, num_stages=2)) or "").startswith("swapped_form"), bad
+    for problem in (_problem(heads=64, kv="fp8e4m3"), _problem(heads=16)):
+        sub = MLA_DECODE.space(problem, H100).subspace("gluon")
+        knobs = {k: v for k, v in fp8.items() if k in sub.params}
+        assert (sub.check(_gluon(**knobs, num_stages=2)) or "").startswith("swapped_form"), problem
+    assert gluon_smem_bytes(64, 4, 2, kv_bytes=1, q_fp8=True, heads=16) == (
+        16 * 576 + 4 * 64 * 576 + 64 * (512 + 16) * 2 + 8 * 4
+    )
 
 
 def test_tiles_lie_inside_a_page_and_splits_follow_the_triton_kernel_s_rules() -> None:
@@ -174,6 +215,21 @@ def test_a_config_launches_one_program_per_sequence_head_group_and_split_then_th
     assert [split.fn.__name__, reduce.fn.__name__] == ["mla_seesaw_kernel", "mla_reduce_kernel"]
     assert split.grid == (2, 32, 2) and split.kwargs["num_warps"] == 4 and split.kwargs["STAGES"] == 4
     assert list(split.args[1].block_shape) == [32, 64]
+    # the swapped kernel: one program a (sequence, split), its heads as 16 or 32 columns, one warpgroup
+    for heads, columns in ((16, 16), (8, 16), (32, 32)):
+        fp8 = _problem(32, heads=heads, context=4096, kv="fp8e4m3")
+        swapped = _gluon(SCHEDULE=2, BLOCK_N=64, num_stages=3, num_kv_splits=4, Q_FP8=1)
+        split, reduce = MLA_DECODE.kernel_calls(fp8, swapped, H100)
+        assert [split.fn.__name__, reduce.fn.__name__] == ["mla_swapped_kernel", "mla_reduce_kernel"]
+        assert split.grid == (32, 4) and reduce.grid == (32, heads)
+        assert split.kwargs["HEADS"] == columns and split.kwargs["num_warps"] == 4
+    for problem, config in (
+        (_problem(32, heads=16, context=4096), _gluon(SCHEDULE=2, num_kv_splits=4)),
+        (_problem(32, heads=64, context=4096, kv="fp8e4m3"), _gluon(SCHEDULE=2, num_kv_splits=4, Q_FP8=1)),
+        (_problem(32, heads=16, context=4096, kv="fp8e4m3"), _gluon(SCHEDULE=2, num_kv_splits=4, Q_FP8=0)),
+    ):
+        with pytest.raises(ValueError, match="SCHEDULE 2 takes an e4m3 cache with Q_FP8 1"):
+            MLA_DECODE.kernel_calls(problem, config, H100)
 
 
 @pytest.mark.parametrize("heads, groups", [(16, 1), (64, 1), (96, 2), (128, 2)])

@@ -145,3 +145,74 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
         assert f["tma"] == 9 * (stages + 1), f["tma"]
         # the scores waited for with the other's P·V left in flight (one wait for 1 a loop)
         assert f["wait1"] == 2 and f["wait0"] >= 4, f
+
+
+#: (heads, num_stages, num_kv_splits) of the swapped kernel (SCHEDULE 2: an e4m3 cache, FP8 scores, 64-token
+#: tiles): 16 columns (8 and 16 heads) in every ring, 32 columns in the deepest that fits.
+SWAPPED = [(16, 1, 1), (16, 2, 4), (16, 4, 8), (8, 3, 2), (32, 3, 4)]
+
+SWAPPED_SCRIPT = r"""
+import re, subprocess, os, tempfile
+from triton import knobs
+from autotune import Config
+from autotune.core.problem import Problem
+from autotune.engine.compile import _cubin_usage, compile_call
+from autotune.kernels import MLA_DECODE
+from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
+
+out = {}
+for heads, stages, splits in json.loads(sys.argv[2]):
+    name = f"{heads}x{stages}x{splits}"
+    p = Problem.of("mla_decode", 16, 512, 576, heads=heads, context=8192, kv_dtype="fp8e4m3", page_size=64)
+    c = Config(backend="gluon", BLOCK_N=64, num_stages=stages, num_kv_splits=splits, SCHEDULE=2, Q_FP8=1)
+    try:
+        calls = MLA_DECODE.kernel_calls(p, c, target)
+        kernel = compile_call(calls[0], target)
+    except Exception as exc:
+        out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
+        continue
+    ptx = kernel.asm["ptx"]
+    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
+                              check=True).stdout
+    out[name] = dict(
+        regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
+        counted=gluon_smem_bytes(64, stages, 2, kv_bytes=1, q_fp8=True, heads=heads) + SMEM_SCRATCH,
+        calls=len(calls), grid=list(calls[0].grid), warps=int(kernel.metadata.num_warps),
+        wgmma=sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+\.f32\.\w+\.\w+)", ptx))),
+        spill_ops=len(re.findall(r"\b(STL|LDL)\b", sass)),
+        tma=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::c\w+\.global", ptx)),
+    )
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def swapped_facts(compile_on_arch: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """What the sm_90 compile of each swapped config shows (one process for all)."""
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    return compile_on_arch(SWAPPED_SCRIPT, "sm_90", SWAPPED)
+
+
+@pytest.mark.parametrize("cfg", SWAPPED, ids=lambda c: "x".join(map(str, c)))
+def test_the_swapped_kernel_compiles_for_sm90_with_its_heads_as_the_wgmmas_n(
+    swapped_facts: dict[str, Any], cfg: tuple[int, int, int]
+) -> None:
+    """SCHEDULE 2 (`mla/gluon_swapped.py`): one warpgroup, one program a (sequence, split); no spills,
+    registers within 255, shared memory within the target's and within what the space counts; the scores
+    as FP8 wgmmas m64nHk32 (H = 16 or 32 columns of heads) and Vᵀ·Pᵀ as fp16 m64nHk16; nine TMA boxes a
+    tile (the prologue's and the loop's); the reduce launched only with several splits."""
+    heads, stages, splits = cfg
+    f = swapped_facts["x".join(map(str, cfg))]
+    assert "error" not in f, f.get("error")
+    print(f"{cfg}: {f}")
+    columns = 16 if heads <= 16 else 32
+    assert f["local"] == 0 and f["stack"] == 0 and f["spill_ops"] == 0 and f["regs"] <= 255, f
+    assert f["shared"] <= 227 * 1024 and f["shared"] <= f["counted"], f
+    assert f["grid"] == [16, splits] and f["calls"] == (1 if splits == 1 else 2) and f["warps"] == 4, f
+    assert f["wgmma"] == sorted([f"m64n{columns}k32.f32.e4m3.e4m3", f"m64n{columns}k16.f32.f16.f16"]), f
+    assert f["tma"] == 9 * (stages + 1), f

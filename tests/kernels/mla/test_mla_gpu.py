@@ -216,6 +216,55 @@ def test_the_gluon_kernel_reads_an_fp8_cache(
         gluon_launcher(params | dict(SCHEDULE=1))(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
 
 
+@pytest.mark.parametrize("heads", [16, 8, 32])
+@pytest.mark.parametrize("page", [64, 128])
+@pytest.mark.parametrize("splits", [1, 4])
+@pytest.mark.parametrize("stages", [1, 3])
+def test_the_swapped_kernel_reads_an_fp8_cache(
+    right_and_repeatable, target, heads: int, page: int, splits: int, stages: int
+) -> None:
+    """SCHEDULE 2 (`mla.gluon_swapped`: tokens on the MMA's M, the heads as 16 or 32 columns, FP8 scores,
+    V upcast to fp16): the reference of the dequantized cache on ragged contexts in pages of 64 and 128,
+    within FP8's tolerance, no NaN (the output poisoned first), zeros for context 0, bit-identical on a
+    repeat; then through the op (its reference and repeats). Its passing is what `SWAPPED_MEASURED`
+    waits for."""
+    import torch
+
+    from autotune import Config
+    from autotune.engine.bench import rel_error
+    from autotune.kernels import MLA_DECODE
+    from autotune.kernels.mla.backends import split_workspace
+    from autotune.kernels.mla.gluon_launch import gluon_launcher
+    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+
+    _gluon_target(target)
+    contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
+    q, kv, table, lens, kv_scale = paged_inputs(heads, 512, 64, page, contexts, kv_dtype=torch.float8_e4m3fn,
+                                                device="cuda", seed=heads + splits + stages)  # fmt: skip
+    assert kv_scale is not None
+    params = dict(num_kv_splits=splits, BLOCK_N=64, num_stages=stages, SCHEDULE=2, Q_FP8=1)
+    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
+    run = gluon_launcher(params)
+    ref = mla_reference(q, kv, table, lens, 0.07, 512, kv_scale)
+    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+    for b, n in enumerate(contexts):
+        if n:
+            assert rel_error(out[b], ref[b]) <= 5e-2, (n, rel_error(out[b], ref[b]))
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    first = out.clone()
+    out.fill_(float("nan"))
+    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    if page == 64 and stages == 3:
+        problem = _problem(8, heads, 4096, "fp8e4m3")
+        config = Config(backend="gluon", **params)
+        right_and_repeatable(MLA_DECODE, problem, config, target, f"swapped, {heads} heads, {splits} splits")
+
+
 @pytest.mark.parametrize("schedule, block_n, stages", [GLUON_RINGS[0], GLUON_RINGS[1], GLUON_RINGS[4]])
 def test_the_gluon_backend_is_right_and_repeatable(
     right_and_repeatable, target, schedule: int, block_n: int, stages: int
