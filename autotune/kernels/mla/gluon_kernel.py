@@ -181,6 +181,19 @@ def _load_tile(kv_desc, pages, t0, bar, lat, rope, pred, PAGE: gl.constexpr, LAT
 
 
 @gluon.jit
+def _fill_ring(kv_desc, pages, start, n_tiles, ready, k_lat, k_rope, PAGE: gl.constexpr, LATENT: gl.constexpr,
+               ROPE: gl.constexpr, STAGES: gl.constexpr):  # fmt: skip
+    """The split's first STAGES tiles into the ring, after the barriers' init is made visible to the TMA:
+    issued before the queries are staged, so that their DRAM latency overlaps the staging."""
+    BLOCK_N: gl.constexpr = kv_desc.block_type.shape[0]
+    fence_async_shared()
+    cta_barrier()
+    for i in gl.static_range(STAGES):
+        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
+                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+
+
+@gluon.jit
 def _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS: gl.constexpr, BLOCK_N: gl.constexpr):
     """Split s of sequence b: (start, end, its BLOCK_N tiles, the sequence's page-table row); a split is a
     whole number of tiles, and one past the context's end has none."""
@@ -267,11 +280,7 @@ def mla_gluon_kernel(
         mbarrier.init(ready.index(i), count=1)  # one arrival (the expect) plus the TMA bytes
 
     start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
-    fence_async_shared()  # the barriers' init → visible to the TMA
-    cta_barrier()
-    for i in gl.static_range(STAGES):  # the ring's first tiles, in flight while the queries are staged
-        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
-                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+    _fill_ring(kv_desc, pages, start, n_tiles, ready, k_lat, k_rope, PAGE, LATENT, ROPE, STAGES)
 
     q_scale = _stage_queries(q_ptr, q_lat, q_rope, b, g, H, stride_qb, stride_qh, LATENT, ROPE, BLOCK_H,
                              CHUNK, num_warps)  # fmt: skip

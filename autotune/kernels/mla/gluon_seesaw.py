@@ -80,6 +80,7 @@ from autotune.kernels.common.gluon_hopper import (
 from autotune.kernels.mla.gluon_kernel import (
     _acc_layout,
     _copy_rows,
+    _fill_ring,
     _load_tile,
     _smem_layout,
     _split_range,
@@ -275,11 +276,7 @@ def mla_seesaw_kernel(
         mbarrier.init(p_ready.index(i), count=release_count(4))  # the publishing warpgroup
 
     start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
-    fence_async_shared()  # the barriers' init → visible to the TMA
-    cta_barrier()
-    for t in gl.static_range(STAGES):  # the ring's first tiles, in flight while the queries are staged
-        _load_tile(kv_desc, pages, start + t * BLOCK_N, ready.index(t), k_lat.index(t), k_rope.index(t),
-                   t < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+    _fill_ring(kv_desc, pages, start, n_tiles, ready, k_lat, k_rope, PAGE, LATENT, ROPE, STAGES)
 
     _stage_queries(q_ptr, q_lat.index(0), q_rope.index(0), b, g, H, stride_qb, stride_qh, LATENT, ROPE,
                    BLOCK_H, CHUNK, num_warps)  # fmt: skip

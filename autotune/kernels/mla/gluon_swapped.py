@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from autotune.kernels.common.gluon_hopper import cta_barrier
 from autotune.kernels.mla.gluon_kernel import (
     _copy_rows,
+    _fill_ring,
     _load_tile,
     _ring_layout,
     _smem_layout,
@@ -95,11 +96,7 @@ def mla_swapped_kernel(
         mbarrier.init(ready.index(i), count=1)
 
     start, end, n_tiles, pages = _split_range(lens_ptr, pt_ptr, b, s, stride_ptb, SPLITS, BLOCK_N)
-    fence_async_shared()  # the barriers' init → visible to the TMA
-    cta_barrier()
-    for i in gl.static_range(STAGES):  # the ring's first tiles, in flight while the queries are staged
-        _load_tile(kv_desc, pages, start + i * BLOCK_N, ready.index(i), k_lat.index(i), k_rope.index(i),
-                   i < n_tiles, PAGE, LATENT, ROPE)  # fmt: skip
+    _fill_ring(kv_desc, pages, start, n_tiles, ready, k_lat, k_rope, PAGE, LATENT, ROPE, STAGES)
 
     q_scale = _stage_queries(q_ptr, q_lat, q_rope, b, 0, H, stride_qb, stride_qh, LATENT, ROPE, HEADS, CHUNK,
                              num_warps)  # fmt: skip

@@ -127,6 +127,41 @@ def _gluon_target(target) -> None:
         pytest.skip(f"the gluon backend runs on Hopper (sm_90), not {target.arch}")
 
 
+def _gluon_matches(params: dict[str, int], inputs: tuple, contexts: list[int], tolerance: float) -> tuple:
+    """The Gluon launch of `params` on `inputs` (`paged_inputs`' q, cache, table, lens, scale), its output
+    poisoned with NaN first: no NaN, each sequence within `tolerance` of the reference on its own (a short
+    one is not drowned by the rest), zeros for context 0, bit-identical on a repeat (poisoned again).
+    Returns (out, ref)."""
+    import torch
+
+    from autotune import Config
+    from autotune.engine.bench import rel_error
+    from autotune.kernels.mla.backends import split_workspace
+    from autotune.kernels.mla.gluon_launch import gluon_launcher
+    from autotune.kernels.mla.ref import mla_reference
+
+    q, kv, table, lens, kv_scale = inputs
+    scale = 1.0 if kv_scale is None else kv_scale
+    heads = q.shape[1]
+    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
+    run = gluon_launcher(params)
+    ref = mla_reference(q, kv, table, lens, 0.07, 512, kv_scale)
+    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
+    run(q, kv, table, lens, out, part, lse, 0.07, scale)
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+    for b, n in enumerate(contexts):
+        if n:
+            assert rel_error(out[b], ref[b]) <= tolerance, (n, rel_error(out[b], ref[b]))
+    assert torch.equal(out[0], torch.zeros_like(out[0]))
+    first = out.clone()
+    out.fill_(float("nan"))
+    run(q, kv, table, lens, out, part, lse, 0.07, scale)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    return out, ref
+
+
 @pytest.mark.parametrize("heads", [128, 16])
 @pytest.mark.parametrize("page", [64, 128])
 @pytest.mark.parametrize("splits", [1, 4])
@@ -141,34 +176,16 @@ def test_the_gluon_kernel_matches_the_reference_on_ragged_contexts(
     random data), zeros for context 0, bit-identical on a repeat."""
     import torch
 
-    from autotune import Config
     from autotune.engine.bench import rel_error
-    from autotune.kernels.mla.backends import split_workspace
-    from autotune.kernels.mla.gluon_launch import gluon_launcher
-    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+    from autotune.kernels.mla.ref import paged_inputs
 
     _gluon_target(target)
     contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
-    q, kv, table, lens, _ = paged_inputs(heads, 512, 64, page, contexts, kv_dtype=torch.bfloat16,
-                                         device="cuda", seed=page + splits)  # fmt: skip
+    inputs = paged_inputs(heads, 512, 64, page, contexts, kv_dtype=torch.bfloat16, device="cuda",
+                          seed=page + splits)  # fmt: skip
     params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=schedule)
-    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
-    run = gluon_launcher(params)
-    ref = mla_reference(q, kv, table, lens, 0.07, 512)
-    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    run(q, kv, table, lens, out, part, lse, 0.07, 1.0)
-    torch.cuda.synchronize()
-    assert not out.isnan().any()
+    out, ref = _gluon_matches(params, inputs, contexts, 2e-2)
     assert rel_error(out, ref) <= 2e-2, rel_error(out, ref)
-    for b, n in enumerate(contexts):  # each sequence on its own: a short one is not drowned by the rest
-        if n:
-            assert rel_error(out[b], ref[b]) <= 2e-2, (n, rel_error(out[b], ref[b]))
-    assert torch.equal(out[0], torch.zeros_like(out[0]))
-    first = out.clone()
-    out.fill_(float("nan"))
-    run(q, kv, table, lens, out, part, lse, 0.07, 1.0)
-    torch.cuda.synchronize()
-    assert torch.equal(out, first)
 
 
 @pytest.mark.parametrize("q_fp8", [0, 1])
@@ -185,10 +202,9 @@ def test_the_gluon_kernel_reads_an_fp8_cache(
     import torch
 
     from autotune import Config
-    from autotune.engine.bench import rel_error
     from autotune.kernels.mla.backends import split_workspace
     from autotune.kernels.mla.gluon_launch import gluon_launcher
-    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+    from autotune.kernels.mla.ref import paged_inputs
 
     _gluon_target(target)
     contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
@@ -196,22 +212,9 @@ def test_the_gluon_kernel_reads_an_fp8_cache(
                                                 device="cuda", seed=splits + block_n)  # fmt: skip
     assert kv_scale is not None and kv_scale != 1.0
     params = dict(num_kv_splits=splits, BLOCK_N=block_n, num_stages=stages, SCHEDULE=0, Q_FP8=q_fp8)
-    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
-    run = gluon_launcher(params)
-    ref = mla_reference(q, kv, table, lens, 0.07, 512, kv_scale)
     tolerance = 5e-2 if q_fp8 else 2e-2  # the op's FP8 and bf16 tolerances
-    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
-    torch.cuda.synchronize()
-    assert not out.isnan().any()
-    for b, n in enumerate(contexts):
-        if n:
-            assert rel_error(out[b], ref[b]) <= tolerance, (n, rel_error(out[b], ref[b]))
-    assert torch.equal(out[0], torch.zeros_like(out[0]))
-    first = out.clone()
-    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
-    torch.cuda.synchronize()
-    assert torch.equal(out, first)
+    out, _ = _gluon_matches(params, (q, kv, table, lens, kv_scale), contexts, tolerance)
+    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
     with pytest.raises(ValueError, match="reads a bf16 cache"):
         gluon_launcher(params | dict(SCHEDULE=1))(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
 
@@ -231,11 +234,8 @@ def test_the_swapped_kernel_reads_an_fp8_cache(
     import torch
 
     from autotune import Config
-    from autotune.engine.bench import rel_error
     from autotune.kernels import MLA_DECODE
-    from autotune.kernels.mla.backends import split_workspace
-    from autotune.kernels.mla.gluon_launch import gluon_launcher
-    from autotune.kernels.mla.ref import mla_reference, paged_inputs
+    from autotune.kernels.mla.ref import paged_inputs
 
     _gluon_target(target)
     contexts = [0, 1, 63, 64, 65, 777, 2048, 4095]
@@ -243,22 +243,7 @@ def test_the_swapped_kernel_reads_an_fp8_cache(
                                                 device="cuda", seed=heads + splits + stages)  # fmt: skip
     assert kv_scale is not None
     params = dict(num_kv_splits=splits, BLOCK_N=64, num_stages=stages, SCHEDULE=2, Q_FP8=1)
-    part, lse = split_workspace(Config(backend="gluon", **params), len(contexts), heads, 512, q.device)
-    run = gluon_launcher(params)
-    ref = mla_reference(q, kv, table, lens, 0.07, 512, kv_scale)
-    out = torch.full((len(contexts), heads, 512), float("nan"), device="cuda", dtype=torch.bfloat16)
-    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
-    torch.cuda.synchronize()
-    assert not out.isnan().any()
-    for b, n in enumerate(contexts):
-        if n:
-            assert rel_error(out[b], ref[b]) <= 5e-2, (n, rel_error(out[b], ref[b]))
-    assert torch.equal(out[0], torch.zeros_like(out[0]))
-    first = out.clone()
-    out.fill_(float("nan"))
-    run(q, kv, table, lens, out, part, lse, 0.07, kv_scale)
-    torch.cuda.synchronize()
-    assert torch.equal(out, first)
+    _gluon_matches(params, (q, kv, table, lens, kv_scale), contexts, 5e-2)
     if page == 64 and stages == 3:
         problem = _problem(8, heads, 4096, "fp8e4m3")
         config = Config(backend="gluon", **params)
