@@ -45,11 +45,10 @@ CONFIGS = [
 ]
 
 SCRIPT = r"""
-import os, re, subprocess, tempfile
-from triton import knobs
+import re
 from autotune import Config
 from autotune.core.problem import Problem
-from autotune.engine.compile import _cubin_usage, compile_call
+from autotune.engine.compile import compile_call
 from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
@@ -68,13 +67,7 @@ for schedule, block_n, stages, splits, kv, q_fp8 in json.loads(sys.argv[2]):
         out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
         continue
     ptx = kernel.asm["ptx"]
-    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
+    regs, stack, shared, local, sass = cubin_facts(kernel)
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
         counted=gluon_smem_bytes(block_n, stages, schedule, 1 + (kv == "bf16"), bool(q_fp8)) + SMEM_SCRATCH,
@@ -152,11 +145,10 @@ def test_compiles_for_sm90_without_spills_within_its_shared_memory(
 SWAPPED = [(16, 1, 1), (16, 2, 4), (16, 4, 8), (8, 3, 2), (32, 3, 4)]
 
 SWAPPED_SCRIPT = r"""
-import re, subprocess, os, tempfile
-from triton import knobs
+import re
 from autotune import Config
 from autotune.core.problem import Problem
-from autotune.engine.compile import _cubin_usage, compile_call
+from autotune.engine.compile import compile_call
 from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
@@ -172,13 +164,7 @@ for heads, stages, splits in json.loads(sys.argv[2]):
         out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
         continue
     ptx = kernel.asm["ptx"]
-    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
+    regs, stack, shared, local, sass = cubin_facts(kernel)
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
         counted=gluon_smem_bytes(64, stages, 2, kv_bytes=1, q_fp8=True, heads=heads) + SMEM_SCRATCH,
