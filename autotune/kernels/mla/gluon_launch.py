@@ -16,6 +16,7 @@ from autotune.kernels.common.gluon_hopper import check_tma
 from autotune.kernels.launch import pinned
 from autotune.kernels.mla.gluon_kernel import BLOCK_H, CHUNK, JIT_KERNELS, LATENT, NUM_WARPS, ROPE
 from autotune.kernels.mla.gluon_seesaw import mla_seesaw_kernel
+from autotune.kernels.mla.gluon_space import SWAPPED_BLOCK_N, SWAPPED_MAX_HEADS, swapped_columns
 from autotune.kernels.mla.gluon_swapped import mla_swapped_kernel
 from autotune.kernels.mla.kernel import launch_reduce, mla_reduce_kernel
 
@@ -26,8 +27,6 @@ _LOG2E = 1.4426950408889634
 #: The schedules (the SCHEDULE knob): 0 the lockstep kernel, 1 the seesaw (`mla.gluon_seesaw`), 2 the
 #: swapped kernel (`mla.gluon_swapped`).
 SCHEDULES = (0, 1, 2)
-#: The swapped kernel's most heads (its wgmmas' N) and tile (its wgmmas' M).
-SWAPPED_MAX_HEADS, SWAPPED_BLOCK_N = 32, 64
 
 
 def jit_kernels(schedule: int) -> tuple[Any, Any]:
@@ -116,7 +115,7 @@ def gluon_launcher(params: dict[str, Any], *, kernels: tuple[Any, Any] | None = 
             consts["Q_FP8"] = q_fp8
         grid: tuple[int, ...] = (-(-H // BLOCK_H), B, splits)
         if schedule == 2:
-            consts["HEADS"] = 16 if H <= 16 else 32
+            consts["HEADS"] = swapped_columns(H)
             grid = (B, splits)
         opts = dict(num_warps=num_warps, **FP_OPTIONS)
         fn = split_fn if recorded else pinned(split_fn, **consts, **opts)

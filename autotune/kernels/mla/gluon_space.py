@@ -43,6 +43,9 @@ __all__ = [
     "GLUON_BLOCK_H",
     "GLUON_PARAMS",
     "SMEM_SCRATCH",
+    "SWAPPED_BLOCK_N",
+    "SWAPPED_MAX_HEADS",
+    "SWAPPED_MEASURED",
     "gluon_absent",
     "gluon_default",
     "gluon_first",
@@ -51,6 +54,7 @@ __all__ = [
     "gluon_smem_bytes",
     "gluon_splits",
     "gluon_subspace",
+    "swapped_columns",
 ]
 
 #: Heads a program of the Gluon kernel takes (wgmma's M: one warpgroup's 64 rows).
@@ -65,8 +69,13 @@ GLUON_PARAMS: Mapping[str, tuple[Value, ...]] = {
 #: Whether the swapped kernel (SCHEDULE 2) has run right on a GPU: until its GPU tests have passed
 #: (`tests/kernels/mla/test_mla_gpu.py -k swapped`), the space prunes it (`swapped_unmeasured`).
 SWAPPED_MEASURED = False
-#: The swapped kernel's most heads and its tile (`mla.gluon_launch`'s, without importing Gluon).
-_SWAPPED_MAX_HEADS, _SWAPPED_BLOCK_N = 32, 64
+#: The swapped kernel's most heads (its wgmmas' N) and its tile (their M).
+SWAPPED_MAX_HEADS, SWAPPED_BLOCK_N = 32, 64
+
+
+def swapped_columns(heads: int) -> int:
+    """The swapped kernel's columns (its wgmmas' N) for `heads`: 16, or 32 from 17 heads."""
+    return 16 if heads <= 16 else 32
 
 
 def gluon_params(problem: Problem) -> Mapping[str, tuple[Value, ...]]:
@@ -126,7 +135,7 @@ def gluon_smem_bytes(
     ring, the fp16 V tile (block_n x 512), Pᵀ (block_n x heads fp16) and a barrier a slot. Triton adds up
     to SMEM_SCRATCH."""
     if schedule == 2:
-        rows = 16 if heads <= 16 else 32
+        rows = swapped_columns(heads)
         return rows * _K + stages * block_n * _K * kv_bytes + block_n * (_LATENT + rows) * 2 + 8 * stages
     queries = GLUON_BLOCK_H * _K * (1 if q_fp8 else 2)
     ring, p = stages * block_n * _K * kv_bytes, GLUON_BLOCK_H * block_n * 2
@@ -149,8 +158,8 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
 
     def swapped_form(c: Mapping[str, Value]) -> bool:
         return (
-            kv_bytes == 1 and int(c.get("Q_FP8", 0)) == 1 and int(c["BLOCK_N"]) == _SWAPPED_BLOCK_N
-            and heads <= _SWAPPED_MAX_HEADS
+            kv_bytes == 1 and int(c.get("Q_FP8", 0)) == 1 and int(c["BLOCK_N"]) == SWAPPED_BLOCK_N
+            and heads <= SWAPPED_MAX_HEADS
         )  # fmt: skip
 
     return [
@@ -175,7 +184,7 @@ def gluon_constraints(problem: Problem, target: Target) -> list[Constraint]:
         ),
         Constraint(
             "swapped_form",
-            f"the swapped kernel (SCHEDULE 2) takes an e4m3 cache with Q_FP8 1, at most {_SWAPPED_MAX_HEADS} "
+            f"the swapped kernel (SCHEDULE 2) takes an e4m3 cache with Q_FP8 1, at most {SWAPPED_MAX_HEADS} "
             f"heads and 64-token tiles, not {kv} with {heads} heads, BLOCK_N {{BLOCK_N}}",
             lambda c: int(c["SCHEDULE"]) != 2 or swapped_form(c),
             knobs=("SCHEDULE", "BLOCK_N", *(("Q_FP8",) if kv_bytes == 1 else ())),

@@ -73,6 +73,10 @@ def test_the_seesaw_schedule_needs_two_stages_and_counts_its_shared_memory() -> 
     assert paged.check(_gluon(SCHEDULE=1, BLOCK_N=32, num_stages=4)) is None
 
 
+#: A config of the swapped kernel (its stages given apart).
+SWAPPED = dict(SCHEDULE=2, BLOCK_N=64, Q_FP8=1, num_kv_splits=2)
+
+
 def test_the_swapped_kernel_takes_few_heads_and_an_fp8_cache_and_waits_for_its_gpu_tests(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -80,9 +84,8 @@ def test_the_swapped_kernel_takes_few_heads_and_an_fp8_cache_and_waits_for_its_g
     tiles (`swapped_form`), its ring within the shared memory with the fp16 V tile (`lds_overflow`: 4
     stages at 16 heads, 3 at 32); and until it has run right on a GPU the space prunes it
     (`swapped_unmeasured`)."""
-    fp8 = dict(SCHEDULE=2, BLOCK_N=64, Q_FP8=1, num_kv_splits=2)
     sub = MLA_DECODE.space(_problem(heads=16, kv="fp8e4m3"), H100).subspace("gluon")
-    assert (sub.check(_gluon(**fp8, num_stages=2)) or "").startswith("swapped_unmeasured")
+    assert (sub.check(_gluon(**SWAPPED, num_stages=2)) or "").startswith("swapped_unmeasured")
     assert not [c for c in sub.configs() if c["SCHEDULE"] == 2]
     monkeypatch.setattr(gluon_space, "SWAPPED_MEASURED", True)
     backends._space.cache_clear()  # (spaces are cached; none built here may outlive the test)
@@ -93,7 +96,7 @@ def test_the_swapped_kernel_takes_few_heads_and_an_fp8_cache_and_waits_for_its_g
 
 
 def _swapped_rules() -> None:
-    fp8 = dict(SCHEDULE=2, BLOCK_N=64, Q_FP8=1, num_kv_splits=2)
+    fp8 = SWAPPED
     for heads, deepest in ((16, 4), (32, 3), (8, 4)):
         sub = MLA_DECODE.space(_problem(heads=heads, kv="fp8e4m3"), H100).subspace("gluon")
         rings = {(c["BLOCK_N"], c["num_stages"], c["Q_FP8"]) for c in sub.configs() if c["SCHEDULE"] == 2}
@@ -187,8 +190,6 @@ def test_it_is_the_default_on_hopper_only_where_it_was_measured_to_win(
 
 def test_without_gluon_the_default_is_the_triton_kernel_s(monkeypatch: pytest.MonkeyPatch) -> None:
     """A Hopper whose Triton has no Gluon: the Triton kernel's candidates alone."""
-    from autotune.kernels.mla import gluon_space
-
     monkeypatch.setattr(gluon_space, "_gluon_missing", lambda: "no Gluon here")
     found = MLA_DECODE.default_candidates(_problem(64, 128, 8192), H100)
     assert found and all(c.backend == "triton" for c in found)
