@@ -261,22 +261,6 @@ target = Target.for_arch(sys.argv[1])
 if not can_check(target):
     print(json.dumps({"skip": f"this process cannot compile for {target.arch}"}))
     sys.exit(0)
-
-
-def cubin_facts(kernel):
-    # (registers, stack, static shared, local bytes, SASS) of a kernel compiled for NVIDIA
-    import os, subprocess, tempfile
-    from triton import knobs
-    from autotune.engine.compile import _cubin_usage
-
-    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
-    return regs, stack, shared, local, sass
 """
 
 
@@ -379,8 +363,7 @@ def compile_per_arch(compile_server: CompileServer) -> Callable[..., dict[str, A
     """A function that runs `script` (Python source whose last printed line is JSON) once per arch of
     `archs`, all at once, each in a process without TRITON_INTERPRET (compiling needs real JIT
     functions), with argv [arch, JSON of `payload`] and `env` added: arch -> the JSON it printed. The
-    script starts after `COMPILE_PREAMBLE`: `json`, `sys`, `target` (the arch's) and `cubin_facts`
-    (an NVIDIA kernel's resources and SASS) are defined, and a
+    script starts after `COMPILE_PREAMBLE`: `json`, `sys` and `target` (the arch's) are defined, and a
     process that cannot compile for the arch prints {"skip": reason} instead. Each process is a fork of
     the session's `CompileServer`, which runs it as `python -c` would."""
 

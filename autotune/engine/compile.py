@@ -39,6 +39,7 @@ __all__ = [
     "check_compilable",
     "compile_call",
     "compile_features",
+    "cubin_sass",
     "gpu_target",
     "launch_key",
     "nvidia_features",
@@ -337,6 +338,19 @@ def occupancy_nvidia(regs_per_thread: int, smem_bytes: int, num_warps: int) -> i
     return max(0, min(NV_MAX_BLOCKS_PER_SM, by_warps, by_regs, by_smem))
 
 
+def cubin_sass(cubin: bytes) -> str:
+    """The SASS of `cubin`, by `cuobjdump -sass`."""
+    from triton import knobs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run(
+            [knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True, check=True
+        ).stdout
+
+
 def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
     """(registers, stack, static shared, local) bytes of the one kernel in `cubin`, by cuobjdump. Local
     counts the stack frame too where the code stores registers to it (`STL`): ptxas puts spills there,
@@ -355,10 +369,8 @@ def _cubin_usage(cubin: bytes) -> tuple[int, int, int, int]:
         if not m:
             raise RuntimeError(f"cuobjdump printed no resource usage: {out.stdout[-500:]}")
         regs, stack, shared, local = (int(g) for g in m.groups())
-        if stack:
-            sass = subprocess.run([tool, "-sass", path], capture_output=True, text=True, check=True).stdout
-            if _SASS_SPILL.search(sass):
-                local += stack
+    if stack and _SASS_SPILL.search(cubin_sass(cubin)):
+        local += stack
     return regs, stack, shared, local
 
 

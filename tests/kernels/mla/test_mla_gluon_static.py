@@ -48,7 +48,7 @@ SCRIPT = r"""
 import re
 from autotune import Config
 from autotune.core.problem import Problem
-from autotune.engine.compile import compile_call
+from autotune.engine.compile import _cubin_usage, compile_call, cubin_sass
 from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
@@ -67,7 +67,8 @@ for schedule, block_n, stages, splits, kv, q_fp8 in json.loads(sys.argv[2]):
         out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
         continue
     ptx = kernel.asm["ptx"]
-    regs, stack, shared, local, sass = cubin_facts(kernel)
+    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
+    sass = cubin_sass(kernel.asm["cubin"])
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
         counted=gluon_smem_bytes(block_n, stages, schedule, 1 + (kv == "bf16"), bool(q_fp8)) + SMEM_SCRATCH,
@@ -148,7 +149,7 @@ SWAPPED_SCRIPT = r"""
 import re
 from autotune import Config
 from autotune.core.problem import Problem
-from autotune.engine.compile import compile_call
+from autotune.engine.compile import _cubin_usage, compile_call, cubin_sass
 from autotune.kernels import MLA_DECODE
 from autotune.kernels.mla.gluon_space import SMEM_SCRATCH, gluon_smem_bytes
 
@@ -164,7 +165,8 @@ for heads, stages, splits in json.loads(sys.argv[2]):
         out[name] = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
         continue
     ptx = kernel.asm["ptx"]
-    regs, stack, shared, local, sass = cubin_facts(kernel)
+    regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
+    sass = cubin_sass(kernel.asm["cubin"])
     out[name] = dict(
         regs=regs, stack=stack, local=local, shared=int(kernel.metadata.shared),
         counted=gluon_smem_bytes(64, stages, 2, kv_bytes=1, q_fp8=True, heads=heads) + SMEM_SCRATCH,

@@ -41,11 +41,10 @@ CONFIGS: list[Cfg] = [
 WARP_SPEC = [cfg for cfg in CONFIGS if cfg[5]]
 
 SCRIPT = r"""
-import json, re, subprocess, sys, tempfile, os
-from triton import knobs
+import json, re, sys
 from triton.experimental.gluon import language as gl
 from autotune.kernels.quant.gluon import compile_for_target
-from autotune.engine.compile import _cubin_usage
+from autotune.engine.compile import _cubin_usage, cubin_sass
 
 def inner_loops(ptx):
     # the innermost loops of the PTX: from a label LLVM marks "Inner Loop Header" to its last branch back
@@ -68,12 +67,7 @@ for cfg in json.loads(sys.argv[1]):
         continue
     ptx = kernel.asm["ptx"]
     regs, stack, shared, local = _cubin_usage(kernel.asm["cubin"])
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.cubin")
-        with open(path, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        sass = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", path], capture_output=True, text=True,
-                              check=True).stdout
+    sass = cubin_sass(kernel.asm["cubin"])
     k_loops = [body for body in inner_loops(ptx) if "wgmma.mma_async" in body]
     facts[name] = dict(
         mma_async=ptx.count("wgmma.mma_async"),
